@@ -1,0 +1,11 @@
+"""The graph IR. Import everything IR from here: `from onnxcc.ir import Op, Module, ...`."""
+
+from .core import Block, BlockArg, Constraint, Function, Module, Op, OpResult, Region, Use, Value, WeightRef
+from .dims import INT_MAX, Dim, SymbolInfo, SymbolTable, canon, evaluate, free_symbols, identifier, is_static, sym
+from .types import DType, TensorType
+
+__all__ = [
+    "Block", "BlockArg", "Constraint", "Function", "Module", "Op", "OpResult", "Region", "Use", "Value",
+    "WeightRef", "INT_MAX", "Dim", "SymbolInfo", "SymbolTable", "canon", "evaluate", "free_symbols",
+    "identifier", "is_static", "sym", "DType", "TensorType",
+]

@@ -1,0 +1,90 @@
+"""The verifier: structure, dominance, types and each op's own rules.
+
+Messages name the op and its ONNX location, say what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from ..errors import VerifyError
+from .core import Block, Function, Module, Op
+
+
+def verify(module: Module) -> None:
+    declared = {s.name for s in module.symbols}
+    for c in module.constraints:
+        _check_symbols(c.expr.free_symbols, declared, f"constraint {c.expr}")
+    for f in module.functions.values():
+        verify_function(f, declared)
+    for name, versions in module.dispatch.items():
+        for v in versions:
+            if v not in module.functions:
+                raise VerifyError(f"dispatch @{name} names unknown function @{v}")
+
+
+def verify_function(f: Function, declared: set[str]) -> None:
+    for a in f.params:
+        _check_symbols(a.type.symbols(), declared, f"@{f.name} parameter {a.name or a.index}")
+    _check_symbols(sympy.sympify(f.guard).free_symbols, declared, f"@{f.name} guard")
+    defined: set[int] = {id(a) for a in f.params}
+    _verify_block(f.body, defined, declared, terminator="return")
+    ret = f.body.ops[-1]
+    if len(ret.operands) != len(f.result_types):
+        raise VerifyError(f"@{f.name} returns {len(ret.operands)} values but declares "
+                          f"{len(f.result_types)} results", ret)
+    for i, (v, t) in enumerate(zip(ret.operands, f.result_types)):
+        if v.type != t:
+            raise VerifyError(f"@{f.name} result {i}: returns {v.type}, declared {t}", ret)
+
+
+def _verify_block(b: Block, defined: set[int], declared: set[str], terminator: str) -> None:
+    if not b.ops or b.ops[-1].name != terminator:
+        raise VerifyError(f"block must end with '{terminator}'")
+    for a in b.args:
+        defined.add(id(a))
+    for op in b.ops:
+        if op.parent is not b:
+            raise VerifyError("op's parent link does not point at its block", op)
+        for i, v in enumerate(op.operands):
+            if id(v) not in defined:
+                raise VerifyError(f"operand {i} is used before it is defined (or defined in another "
+                                  f"region; regions are isolated: pass captures as operands)", op)
+        if op.name in ("return", "yield") and op is not b.ops[-1]:
+            raise VerifyError(f"'{op.name}' must be the last op of its block", op)
+        for r in op.results:
+            _check_symbols(r.type.symbols(), declared, f"result {r.index} of {op.name} ({op.loc})")
+        for reg in op.regions:
+            if len(reg.blocks) != 1:
+                raise VerifyError("regions must have exactly one block", op)
+            _verify_block(reg.block, set(), declared, terminator="yield")
+        _verify_op(op)
+        for r in op.results:
+            defined.add(id(r))
+
+
+def _verify_op(op: Op) -> None:
+    from ..ops import get_opdef
+
+    if op.name in ("return", "yield"):
+        return
+    d = get_opdef(op.name)
+    if d is None:
+        return  # unregistered ops (test.*) are allowed in the IR
+    ar = d.arity
+    n = len(op.operands)
+    if isinstance(ar, int) and n != ar:
+        raise VerifyError(f"expects {ar} operands, got {n}", op)
+    if isinstance(ar, tuple):
+        lo, hi = ar
+        if n < lo or (hi is not None and n > hi):
+            raise VerifyError(f"expects {lo} to {hi if hi is not None else 'any'} operands, got {n}", op)
+    if isinstance(d.num_results, int) and len(op.results) != d.num_results:
+        raise VerifyError(f"expects {d.num_results} results, got {len(op.results)}", op)
+    d.verify(op)
+
+
+def _check_symbols(syms, declared: set[str], where: str) -> None:
+    for s in syms:
+        if s.name not in declared:
+            raise VerifyError(f"{where} uses undeclared symbol {s.name!r}")

@@ -1,0 +1,62 @@
+"""onnxcc's own ops: constants and symbolic shape values.
+
+cc.const  {value = dense<...> | @weight}   a constant tensor (inline when small, else a weight)
+cc.dims   {dims = [#dim<batch>, 4, ...]}   an i64 tensor whose elements are dims, evaluated
+                                           from the bound symbols at run time; what folding a
+                                           shape chain (Shape -> Gather -> Concat) leaves behind
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType, TensorType, WeightRef, evaluate
+from .registry import InferCtx, OpDef, RefCtx, register
+
+
+def const_array(op, module) -> np.ndarray:
+    v = op.attrs["value"]
+    if isinstance(v, WeightRef):
+        if module is None or v.name not in module.weights:
+            raise KeyError(f"weight @{v.name} has no data in this module")
+        return module.weights[v.name]
+    return v
+
+
+@register("cc.const")
+class ConstOp(OpDef):
+    arity = 0
+    kind = "opaque"
+
+    def infer(self, ctx: InferCtx):
+        v = ctx.attr("value")
+        if isinstance(v, WeightRef):
+            return [ctx.op.results[0].type]
+        return [TensorType(DType.from_np(v.dtype), v.shape)]
+
+    def value(self, ctx: InferCtx):
+        v = ctx.attr("value")
+        if isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size <= 64:
+            return [np.array([int(x) for x in v.reshape(-1)], dtype=object).reshape(v.shape)]
+        return None
+
+    def reference(self, ctx: RefCtx):
+        return [const_array(ctx.op, ctx.interp.module)]
+
+
+@register("cc.dims")
+class DimsOp(OpDef):
+    arity = 0
+    kind = "injective"
+
+    def infer(self, ctx: InferCtx):
+        return [ctx.op.results[0].type]
+
+    def value(self, ctx: InferCtx):
+        t = ctx.op.results[0].type
+        return [np.array(list(ctx.attr("dims")), dtype=object).reshape(t.shape)]
+
+    def reference(self, ctx: RefCtx):
+        t = ctx.out_type()
+        vals = [evaluate(d, ctx.env) for d in ctx.attr("dims")]
+        return [np.array(vals, dtype=t.dtype.np).reshape(t.shape)]

@@ -1,0 +1,191 @@
+"""Pass infrastructure: ModulePass, the registry, pipelines as text, and instruments.
+
+Passes transform; the runner observes. Printing, timing, verifying and dumping are
+instruments (`before`, `after`, `failed` hooks) chosen by the caller or the CLI flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from ..errors import OnnxccError, PassError
+from ..ir import Module
+
+PASSES: dict[str, type[ModulePass]] = {}
+
+
+@dataclass(frozen=True)
+class ModulePass:
+    """A pass: `run(module, ctx)` transforms in place and returns whether anything changed.
+
+    A pass may assume verified input and must leave verified IR. Options are dataclass
+    fields, written on the command line as `name{opt-a=1,opt-b=x}`.
+    """
+
+    name: ClassVar[str] = ""
+
+    def run(self, module: Module, ctx: PassContext) -> bool:
+        raise NotImplementedError
+
+
+def register_pass(cls):
+    PASSES[cls.name] = cls
+    return cls
+
+
+class Instrument:
+    def before(self, pass_: ModulePass, module: Module, index: int) -> None: ...
+    def after(self, pass_: ModulePass, module: Module, index: int, changed: bool) -> None: ...
+    def failed(self, pass_: ModulePass, module: Module, index: int, error: BaseException) -> None: ...
+
+
+@dataclass
+class PassContext:
+    instruments: list[Instrument] = field(default_factory=list)
+    #: free-form options shared by passes (e.g. target vector width)
+    options: dict = field(default_factory=dict)
+
+
+def get_pass(spec: str) -> ModulePass:
+    """'name' or 'name{opt-a=1,opt-b=foo}' -> a pass instance."""
+    m = re.fullmatch(r"\s*([A-Za-z0-9_\-]+)\s*(?:\{(.*)\})?\s*", spec)
+    if not m:
+        raise OnnxccError(f"malformed pass spec {spec!r}")
+    name, opts = m.group(1), m.group(2)
+    _ensure_loaded()
+    if name not in PASSES:
+        raise OnnxccError(f"unknown pass {name!r} (known: {', '.join(sorted(PASSES))})")
+    cls = PASSES[name]
+    kwargs = {}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for item in filter(None, (s.strip() for s in (opts or "").split(","))):
+        k, _, v = item.partition("=")
+        key = k.strip().replace("-", "_")
+        if key not in fields:
+            raise OnnxccError(f"pass {name!r} has no option {k.strip()!r}")
+        kwargs[key] = _convert(v.strip(), fields[key].type)
+    return cls(**kwargs)
+
+
+def _convert(v: str, ty):
+    t = str(ty)
+    if "bool" in t:
+        return v.lower() in ("1", "true", "yes", "on", "")
+    if "int" in t:
+        return int(v)
+    if "float" in t:
+        return float(v)
+    return v
+
+
+def parse_pipeline(text: str) -> list[ModulePass]:
+    """Split 'a,b{x=1,y=2},c' at top-level commas."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [get_pass(p) for p in parts if p.strip()]
+
+
+def run_pipeline(module: Module, pipeline, ctx: PassContext | None = None) -> Module:
+    ctx = ctx or PassContext()
+    passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
+    done: list[str] = []
+    for i, p in enumerate(passes):
+        for ins in ctx.instruments:
+            ins.before(p, module, i)
+        try:
+            changed = p.run(module, ctx)
+        except BaseException as e:
+            for ins in ctx.instruments:
+                ins.failed(p, module, i, e)
+            if isinstance(e, PassError):
+                raise
+            if isinstance(e, OnnxccError) and getattr(e, "exit_code", 1) == 3:
+                raise  # unsupported op: keep its exit code and message
+            raise PassError(p.name, done, e) from e
+        for ins in ctx.instruments:
+            ins.after(p, module, i, bool(changed))
+        done.append(p.name)
+    return module
+
+
+# ---- instruments ---------------------------------------------------------------------------
+
+def dump_header(pass_name: str) -> str:
+    return f"// -----// IR Dump After {pass_name} //----- //"
+
+
+class VerifyAfterEach(Instrument):
+    def after(self, pass_, module, index, changed):
+        from ..ir.verify import verify
+
+        try:
+            verify(module)
+        except OnnxccError as e:
+            raise PassError(pass_.name, [], OnnxccError(f"IR invalid after pass: {e}")) from e
+
+
+class PrintAfter(Instrument):
+    """Print the IR after the named passes (all when `names` is None) to `stream`."""
+
+    def __init__(self, names: set[str] | None = None, stream=None, only_changed: bool = False):
+        self.names, self.stream, self.only_changed = names, stream, only_changed
+
+    def after(self, pass_, module, index, changed):
+        if self.names is not None and pass_.name not in self.names:
+            return
+        if self.only_changed and not changed:
+            return
+        out = self.stream or sys.stderr
+        out.write(dump_header(pass_.name) + "\n" + str(module) + "\n")
+
+
+class DumpDir(Instrument):
+    """Write one numbered file per pass: DIR/003_canonicalize.onnxir."""
+
+    def __init__(self, directory):
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def after(self, pass_, module, index, changed):
+        path = self.dir / f"{index:03d}_{pass_.name}.onnxir"
+        path.write_text(dump_header(pass_.name) + "\n" + str(module))
+
+
+class TimePasses(Instrument):
+    def __init__(self, stream=None):
+        self.stream = stream
+        self.times: list[tuple[str, float]] = []
+        self._t0 = 0.0
+
+    def before(self, pass_, module, index):
+        self._t0 = time.perf_counter()
+
+    def after(self, pass_, module, index, changed):
+        self.times.append((pass_.name, time.perf_counter() - self._t0))
+
+    def report(self) -> str:
+        total = sum(t for _, t in self.times) or 1e-12
+        lines = ["===-- pass execution timing --===", f"  total: {total * 1e3:.2f} ms"]
+        for name, t in self.times:
+            lines.append(f"  {t * 1e3:9.2f} ms  {100 * t / total:5.1f}%  {name}")
+        return "\n".join(lines)
+
+
+def _ensure_loaded() -> None:
+    from . import registry_all  # noqa: F401  (imports every pass module)

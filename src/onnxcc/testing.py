@@ -1,0 +1,92 @@
+"""Test helpers shared by the test suite and benchmarks: the sample models, an onnxruntime
+oracle, and random inputs for a model at a given setting of its symbolic dims.
+
+onnxruntime is a test-only dependency, so it is imported inside `ort_run`, not at module load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import onnx
+
+# src/onnxcc/testing.py -> parents[2] is the repository root (works for editable installs).
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+
+ModelLike = Union[str, Path, bytes, onnx.ModelProto]
+
+# name (models/NAME.onnx) -> dim settings to test at. Each list includes 1 and a
+# non-power-of-two. convnet's H/W start at 8: two 2x2 pools need H, W >= 4 to stay non-empty.
+SAMPLE_MODELS: dict[str, list[dict[str, int]]] = {
+    "mlp": [{"batch": 1}, {"batch": 3}, {"batch": 64}],
+    "gelu_layernorm": [{"batch": 1, "seq": 1}, {"batch": 3, "seq": 7}, {"batch": 2, "seq": 64}],
+    "transformer": [{"batch": 1, "seq": 1}, {"batch": 3, "seq": 7}, {"batch": 2, "seq": 64}],
+    "convnet": [{"batch": 1, "H": 8, "W": 8}, {"batch": 3, "H": 13, "W": 13}, {"batch": 2, "H": 16, "W": 11}],
+    "if_model": [{"batch": 1}, {"batch": 3}, {"batch": 64}],
+    "loop_model": [{"batch": 1}, {"batch": 3}, {"batch": 64}],
+    "scan_model": [{"batch": 1, "seq": 1}, {"batch": 3, "seq": 7}, {"batch": 2, "seq": 64}],
+}
+
+
+def _load(model: ModelLike) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, bytes):
+        return onnx.load_from_string(model)
+    return onnx.load(str(model))
+
+
+def ort_run(model: ModelLike, feeds: dict[str, np.ndarray], threads: int = 1) -> dict[str, np.ndarray]:
+    """Run `model` with onnxruntime on CPU; returns {output name: array}."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    if isinstance(model, onnx.ModelProto):
+        model = model.SerializeToString()
+    elif isinstance(model, Path):
+        model = str(model)
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def input_shapes(model: ModelLike, dims: dict[str, int]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """{input name: (concrete shape, numpy dtype)} for the graph inputs that are not initializers."""
+    m = _load(model)
+    inits = {t.name for t in m.graph.initializer}
+    out = {}
+    for vi in m.graph.input:
+        if vi.name in inits:  # IR < 4 style models list weights as inputs too
+            continue
+        tt = vi.type.tensor_type
+        shape = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                shape.append(d.dim_value)
+            elif d.dim_param in dims:
+                shape.append(dims[d.dim_param])
+            else:
+                raise KeyError(f"input {vi.name!r}: no value given for dim {d.dim_param or '<unnamed>'!r}")
+        out[vi.name] = (tuple(shape), onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    return out
+
+
+def random_inputs(model: ModelLike, dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random feeds for `model` with its dim_params set from `dims`: floats ~ N(0, 0.5^2),
+    ints in [0, 10), bools fair coin."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, (shape, dtype) in input_shapes(model, dims).items():
+        if np.issubdtype(dtype, np.floating):
+            feeds[name] = (rng.standard_normal(shape) * 0.5).astype(dtype)
+        elif np.issubdtype(dtype, np.integer):
+            feeds[name] = rng.integers(0, 10, size=shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[name] = rng.random(shape) < 0.5
+        else:
+            raise TypeError(f"input {name!r}: unsupported dtype {dtype}")
+    return feeds
