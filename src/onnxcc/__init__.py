@@ -1,0 +1,71 @@
+"""onnxcc: an ahead-of-time ONNX compiler for models with symbolic shapes.
+
+The public API:
+
+    load_onnx(path | bytes | onnx.ModelProto, name=None) -> Module   import an ONNX model
+    parse_ir(text, filename="<text>") -> Module                      read the textual IR
+    print_ir(module) -> str                                          write the textual IR
+    load_model(path) -> Module                                       .onnx or .onnxir, by suffix
+
+Heavy modules (onnx, the op registry, passes) are imported on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .ir import Module
+
+#: file suffixes `load_model` understands
+ONNX_SUFFIXES = (".onnx",)
+IR_SUFFIXES = (".onnxir",)
+
+
+def load_onnx(model, name: str | None = None) -> Module:
+    """Import an ONNX model (path, serialized bytes or onnx.ModelProto) as a typed Module."""
+    from .frontend import load_onnx as _load_onnx
+
+    return _load_onnx(model, name)
+
+
+def parse_ir(text: str, filename: str = "<text>") -> Module:
+    """Parse the textual IR (what `print_ir` writes) into a Module."""
+    import onnxcc.ops  # noqa: F401  (op definitions, for passes run on the result)
+    from .ir.parser import parse_module
+
+    return parse_module(text, filename)
+
+
+def print_ir(module: Module) -> str:
+    """The canonical text of a Module (print -> parse -> print is a fixed point)."""
+    from .ir.printer import print_module
+
+    return print_module(module)
+
+
+def load_model(path: str | os.PathLike) -> Module:
+    """Load a model file: `.onnx` through the ONNX importer, `.onnxir` through the IR parser."""
+    from .errors import ImportError_
+
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in ONNX_SUFFIXES:
+        return load_onnx(p)
+    if suffix in IR_SUFFIXES:
+        if not p.is_file():
+            raise ImportError_(f"{p}: no such file" if not p.exists() else f"{p}: not a file")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ImportError_(f"{p}: cannot read: {e}") from e
+        return parse_ir(text, str(p))
+    kind = repr(p.suffix) if p.suffix else "(no suffix)"
+    raise ImportError_(f"{p}: unknown model file type {kind}: expected .onnx or .onnxir")
+
+
+__all__ = ["__version__", "load_model", "load_onnx", "parse_ir", "print_ir"]

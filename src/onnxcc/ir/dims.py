@@ -120,6 +120,8 @@ class SymbolTable:
         if diff == 0:
             return True
         lo, hi = self.bounds(diff)
+        if lo == hi == 0:  # e.g. a symbol whose range is [1, 1]
+            return True
         if lo > 0 or hi < 0:
             return False
         if diff.is_Number:
@@ -140,7 +142,7 @@ class SymbolTable:
     def substitute(self, d: Dim, subs: dict) -> Dim:
         if isinstance(d, int) or d is None:
             return d
-        return canon(sympy.sympify(d).subs(subs))
+        return canon(subs_dim(d, subs))
 
 
 class _NoBound(Exception):
@@ -207,12 +209,24 @@ def identifier(s: str) -> str:
     return _identifier(s) or "d"
 
 
+def subs_dim(e, subs: dict):
+    """Substitute symbols in a dim or boolean expression.
+
+    NOTE: `Expr.subs` can leave `Min(6, 10000)` unevaluated; `xreplace` rebuilds the tree
+    bottom-up and evaluates it, so it is used whenever every key is a symbol.
+    """
+    e = sympy.sympify(e)
+    if subs and all(isinstance(k, sympy.Symbol) for k in subs):
+        return e.xreplace({k: sympy.sympify(v) for k, v in subs.items()})
+    return e.subs(subs)
+
+
 def evaluate(d: Dim, env: dict[str, int]) -> int:
     """Evaluate a dim given integer values for its symbols."""
     if isinstance(d, int):
         return d
     e = sympy.sympify(d)
-    val = e.subs({sym(k): v for k, v in env.items()})
+    val = subs_dim(e, {sym(k): v for k, v in env.items()})
     if not val.is_Integer:
         raise ValueError(f"dim {d} does not evaluate to an integer under {env}")
     return int(val)

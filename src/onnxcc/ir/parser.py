@@ -441,14 +441,12 @@ class Parser:
         if self.accept("!"):
             return self.parse_type()
         if self.accept("#"):
-            kind = self.expect_kind("ident", "dim or bool").text
+            kt = self.peek()
+            kind = self.expect_kind("ident", "#dim<...> or #bool<...>").text
+            if kind not in ("dim", "bool"):
+                raise self.error("expected #dim<...> or #bool<...>", kt)
             self.expect("<")
-            if kind == "dim":
-                v = self.parse_dim()
-            elif kind == "bool":
-                v = self.parse_bool()
-            else:
-                raise self.error("expected #dim<...> or #bool<...>")
+            v = self.parse_dim() if kind == "dim" else self.parse_bool()
             self.expect(">")
             return v
         if t.kind == "ident":
@@ -458,7 +456,7 @@ class Parser:
             if t.text in ("nan", "inf"):
                 return float(t.text)
             if t.text == "dense":
-                return self._dense()
+                return self._dense(t)
             try:
                 return DType(t.text)
             except ValueError:
@@ -476,28 +474,47 @@ class Parser:
             v = int(t.text) if t.text.isdigit() else float(t.text)
         return -v if neg else v
 
-    def _dense(self) -> np.ndarray:
+    def _dense(self, start: Tok) -> np.ndarray:
         self.expect("<")
         ty = self.parse_type()
         if not ty.is_static:
-            raise self.error("dense constants need a static shape")
+            raise ParseError(f"dense constants need a static shape, got {ty}", start.line, start.col,
+                             self.filename)
         self.expect(":")
         self.expect("[")
         vals = []
         while not self.accept("]"):
+            t = self.peek()
             if self.accept("true"):
-                vals.append(True)
+                v = True
             elif self.accept("false"):
-                vals.append(False)
+                v = False
             else:
-                vals.append(self._number())
+                v = self._number()
+            if not _fits(v, ty.dtype):
+                raise ParseError(f"value {v} does not fit element type {ty.dtype.value}", t.line, t.col,
+                                 self.filename)
+            vals.append(v)
             self.accept(",")
         self.expect(">")
         arr = np.array(vals, dtype=ty.dtype.np)
         n = int(np.prod(ty.shape)) if ty.shape else 1
         if arr.size != n:
-            raise self.error(f"dense constant of type {ty} needs {n} values, has {arr.size}")
+            raise ParseError(f"dense constant of type {ty} needs {n} values, got {arr.size}", start.line,
+                             start.col, self.filename)
         return arr.reshape(ty.shape)
+
+
+def _fits(v, dt: DType) -> bool:
+    """Whether a literal is a legal element of a dense constant of dtype `dt`."""
+    if dt is DType.bool:
+        return isinstance(v, bool)
+    if dt.is_float:
+        return not isinstance(v, bool)
+    if isinstance(v, bool) or not isinstance(v, int):
+        return False
+    info = np.iinfo(dt.np)
+    return info.min <= v <= info.max
 
 
 def _constraint(expr, origin):

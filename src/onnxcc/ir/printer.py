@@ -95,7 +95,7 @@ def print_attr(v) -> str:
     if isinstance(v, DType):
         return v.value
     if isinstance(v, WeightRef):
-        return f"@{v.name}" if _IDENT.match(v.name) else f"@{_quote(v.name)}"
+        return _symref(v.name)
     if isinstance(v, TensorType):
         return f"!{print_type(v)}"
     if isinstance(v, np.ndarray):
@@ -103,9 +103,10 @@ def print_attr(v) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(print_attr(x) for x in v) + "]"
     if isinstance(v, sympy.Basic):
-        if isinstance(v, sympy.logic.boolalg.Boolean) or v.is_Relational:
-            return f"#bool<{print_bool(v)}>"
-        return f"#dim<{print_dim(v)}>"
+        # NOTE: test Expr first: sympy.Symbol is also a Boolean, but here it is a dim
+        if isinstance(v, sympy.Expr):
+            return f"#dim<{print_dim(v)}>"
+        return f"#bool<{print_bool(v)}>"
     raise TypeError(f"cannot print attribute of type {type(v).__name__}")
 
 
@@ -129,6 +130,19 @@ def _float(x: float) -> str:
         return "inf" if x > 0 else "-inf"
     s = repr(float(x))
     return s
+
+
+def _symref(name: str) -> str:
+    """`@name`, quoted when the name is not a plain identifier (ONNX names can be anything)."""
+    return f"@{name}" if _IDENT.match(name) else f"@{_quote(name)}"
+
+
+def _key(k: str) -> str:
+    return k if _IDENT.match(k) else _quote(k)
+
+
+def _attr_dict(attrs: dict) -> str:
+    return "{" + ", ".join(f"{_key(k)} = {print_attr(v)}" for k, v in sorted(attrs.items())) + "}"
 
 
 def _quote(s: str) -> str:
@@ -172,8 +186,8 @@ class Printer:
     def module(self, m: Module) -> str:
         attrs = ""
         if m.attrs:
-            attrs = " attributes {" + ", ".join(f"{k} = {print_attr(v)}" for k, v in sorted(m.attrs.items())) + "}"
-        self.emit(0, f"module @{m.name}{attrs} {{")
+            attrs = " attributes " + _attr_dict(m.attrs)
+        self.emit(0, f"module {_symref(m.name)}{attrs} {{")
         for s in m.symbols:
             extra = f" multiple_of {s.multiple_of}" if s.multiple_of != 1 else ""
             origin = f"  // {s.origin}" if s.origin else ""
@@ -184,7 +198,7 @@ class Printer:
         for f in m.functions.values():
             self.function(f, 1)
         for name, versions in m.dispatch.items():
-            self.emit(1, f"dispatch @{name} = [{', '.join('@' + v for v in versions)}]")
+            self.emit(1, f"dispatch {_symref(name)} = [{', '.join(_symref(v) for v in versions)}]")
         self.emit(0, "}")
         return "\n".join(self.lines) + "\n"
 
@@ -192,14 +206,14 @@ class Printer:
         namer = _Namer()
         params = ", ".join(f"{namer.name(a)}: {print_type(a.type)}" for a in f.params)
         results = ", ".join(print_type(t) for t in f.result_types)
-        head = f"func @{f.name}({params}) -> ({results})"
+        head = f"func {_symref(f.name)}({params}) -> ({results})"
         if f.guard is not sympy.true:
             head += f" guard {print_bool(f.guard)}"
         if f.subs:
             subs = ", ".join(f"{k} = {print_dim(v)}" for k, v in sorted(f.subs.items(), key=lambda kv: str(kv[0])))
             head += f" subs {{{subs}}}"
         if f.attrs:
-            head += " attributes {" + ", ".join(f"{k} = {print_attr(v)}" for k, v in sorted(f.attrs.items())) + "}"
+            head += " attributes " + _attr_dict(f.attrs)
         self.emit(indent, head + " {")
         self.block_ops(f.body, indent + 1, namer)
         self.emit(indent, "}")
@@ -216,7 +230,7 @@ class Printer:
         operands = ", ".join(namer.ref(v) for v in op.operands)
         text = f"{op.name}({operands})"
         if op.attrs:
-            text += " {" + ", ".join(f"{k} = {print_attr(v)}" for k, v in sorted(op.attrs.items())) + "}"
+            text += " " + _attr_dict(op.attrs)
         if op.loc:
             text += f" loc({_quote(op.loc)})"
         if op.regions:

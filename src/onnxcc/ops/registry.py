@@ -51,6 +51,13 @@ class OpDef:
     def verify(self, op: Op) -> None:
         """Extra structural checks beyond arity (override where needed); raise VerifyError."""
 
+    def infer_regions(self, ctx: InferCtx, infer_block: Callable) -> bool | None:
+        """Infer the op's region bodies (control flow): set the block args' types from the
+        operands, then call `infer_block(block)` (which returns whether anything changed) as
+        often as needed. Return whether anything changed, or None to let the pass infer each
+        region once as is (the default)."""
+        return None
+
 
 def register(*names: str):
     """Class decorator: instantiate the OpDef and register it under each name."""
@@ -193,6 +200,13 @@ class InferCtx:
 
     def error(self, msg: str) -> ShapeError:
         return ShapeError(f'node "{self.loc}" ({self.op.name}): {msg}')
+
+    def set_known(self, value, v: np.ndarray | None) -> None:
+        """Record (or forget, with None) the known value of a value, e.g. a region block arg."""
+        if v is None:
+            self._values.pop(value, None)
+        else:
+            self._values[value] = v
 
 
 class RefCtx:

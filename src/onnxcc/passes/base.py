@@ -69,7 +69,11 @@ def get_pass(spec: str) -> ModulePass:
         key = k.strip().replace("-", "_")
         if key not in fields:
             raise OnnxccError(f"pass {name!r} has no option {k.strip()!r}")
-        kwargs[key] = _convert(v.strip(), fields[key].type)
+        try:
+            kwargs[key] = _convert(v.strip(), fields[key].type)
+        except ValueError:
+            raise OnnxccError(f"pass {name!r} option {k.strip()!r}: expected {fields[key].type}, "
+                              f"got {v.strip()!r}") from None
     return cls(**kwargs)
 
 
@@ -118,8 +122,11 @@ def run_pipeline(module: Module, pipeline, ctx: PassContext | None = None) -> Mo
             if isinstance(e, OnnxccError) and getattr(e, "exit_code", 1) == 3:
                 raise  # unsupported op: keep its exit code and message
             raise PassError(p.name, done, e) from e
-        for ins in ctx.instruments:
-            ins.after(p, module, i, bool(changed))
+        try:
+            for ins in ctx.instruments:
+                ins.after(p, module, i, bool(changed))
+        except PassError as e:  # e.g. VerifyAfterEach: name the passes that ran before
+            raise PassError(e.pass_name, done, e.cause) from e
         done.append(p.name)
     return module
 

@@ -13,8 +13,8 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import OnnxccError, ShapeError
-from ..ir import Block, Module, Op, TensorType
-from ..ops import InferCtx, require_opdef
+from ..ir import Block, DType, Module, Op, TensorType
+from ..ops import InferCtx, get_opdef, require_opdef
 from .base import ModulePass, PassContext, register_pass
 
 #: integer tensors up to this many elements have their values tracked
@@ -44,7 +44,8 @@ def infer_op(op: Op, module: Module, values: dict) -> bool:
     vals = d.value(ctx)
     if vals:
         for r, v in zip(op.results, vals):
-            if v is not None and r.type.dtype.is_int and np.size(v) <= MAX_TRACKED:
+            tracked = r.type.dtype.is_int or r.type.dtype is DType.bool  # bools as 0/1 (Equal -> Where)
+            if v is not None and tracked and np.size(v) <= MAX_TRACKED:
                 values[r] = np.asarray(v, dtype=object).reshape(r.type.shape) if r.type.is_static else v
     return changed
 
@@ -54,9 +55,18 @@ def infer_block(block: Block, module: Module, values: dict) -> bool:
     for op in block.ops:
         if op.name in ("return", "yield"):
             continue
-        # regions first: a control-flow op's shape rule reads its bodies' yields
-        for reg in op.regions:
-            changed |= infer_block(reg.block, module, values)
+        # regions first: a control-flow op's shape rule reads its bodies' yields; its OpDef
+        # may drive the bodies itself (block arg types from operands, loop fixed points)
+        done = None
+        d = get_opdef(op.name) if op.regions else None
+        if d is not None:
+            done = d.infer_regions(InferCtx(op, module, values),
+                                   lambda blk: infer_block(blk, module, values))
+        if done is None:
+            for reg in op.regions:
+                changed |= infer_block(reg.block, module, values)
+        else:
+            changed |= bool(done)
         changed |= infer_op(op, module, values)
     return changed
 
@@ -82,3 +92,16 @@ class ShapeInferencePass(ModulePass):
         values = infer_shapes(module)
         ctx.options["known_values"] = values
         return str(module) != before
+
+
+def infer_function_constraints(module: Module, f) -> list:
+    """Re-infer one function and return the constraints it needs, leaving the module's own
+    constraint list untouched (a version's constraints become part of its guard)."""
+    saved = module.constraints
+    module.constraints = []
+    try:
+        infer_block(f.body, module, {})
+        f.result_types = [v.type for v in f.return_op.operands]
+        return module.constraints
+    finally:
+        module.constraints = saved

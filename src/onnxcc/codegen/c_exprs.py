@@ -1,0 +1,236 @@
+"""Render sympy dims and guards to C, and to text for people.
+
+Integer expressions become int64_t arithmetic. Division never goes through floating point:
+`floor(p/q)` and `ceiling(p/q)` become calls to exact integer helpers, `Mod` keeps Python's
+sign rule (the result has the divisor's sign, as sympy defines it), and a sum with rational
+coefficients (`seq/2 + 1/2`) is brought over one denominator first. `C_HELPERS` defines the
+helpers; every C file using rendered expressions must include it once.
+
+    >>> from onnxcc.ir import sym
+    >>> import sympy
+    >>> c_int(sympy.floor((sym("H") - 1) / 2) + 1, {"H": "s[0]"})
+    '(onnxcc_floordiv((s[0] - 1), 2) + 1)'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import sympy
+from sympy.printing.precedence import PRECEDENCE
+from sympy.printing.str import StrPrinter
+
+# NOTE: division by zero yields 0 instead of trapping; the dispatcher checks symbol ranges
+# before it evaluates anything that divides, so a 0 here means a range of [0, ...].
+C_HELPERS = r"""
+static inline int64_t onnxcc_floordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+  return q;
+}
+static inline int64_t onnxcc_ceildiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) == (b < 0))) q += 1;
+  return q;
+}
+static inline int64_t onnxcc_mod(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static inline int64_t onnxcc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t onnxcc_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t onnxcc_abs(int64_t a) { return a < 0 ? -a : a; }
+"""
+
+MAX_POW = 8  # x**k is unrolled into k multiplications; bigger exponents are not dims
+
+_REL_OPS = {"==": "==", "!=": "!=", "<=": "<=", "<": "<", ">=": ">=", ">": ">"}
+
+
+class UnsupportedExpr(ValueError):
+    """A sympy construct with no C rendering (e.g. a float, Piecewise, a big power)."""
+
+
+Names = Mapping[str, str] | Callable[[str], str]
+
+
+def c_int(expr, names: Names) -> str:
+    """C int64_t expression for an integer-valued sympy expression.
+
+    `names` maps a symbol name to the C expression holding its value.
+    """
+    return _IntRenderer(names).render(expr)
+
+
+def c_bool(expr, names: Names) -> str:
+    """C int (0/1) expression for a sympy boolean or relational."""
+    return _IntRenderer(names).boolean(expr)
+
+
+class _IntRenderer:
+    def __init__(self, names: Names):
+        self._names = names
+
+    def name(self, s: sympy.Symbol) -> str:
+        if callable(self._names):
+            return self._names(s.name)
+        try:
+            return self._names[s.name]
+        except KeyError:
+            raise UnsupportedExpr(f"symbol {s.name} has no C name") from None
+
+    def render(self, e) -> str:
+        if isinstance(e, bool):
+            return "1" if e else "0"
+        if isinstance(e, int):
+            return _lit(e)
+        e = sympy.sympify(e)
+        if e.is_Integer:
+            return _lit(int(e))
+        if e.is_Symbol:
+            return self.name(e)
+        if e.is_Add or e.is_Mul or e.is_Pow or e.is_Rational:
+            num, den = sympy.fraction(sympy.together(e))
+            if den != 1:
+                # An integer-valued expression over one denominator (e.g. s**2/2 + s/2):
+                # floor division is exact there and stays deterministic otherwise.
+                return f"onnxcc_floordiv({self.render(num)}, {self.render(den)})"
+            if e.is_Add:
+                return self._add(e)
+            if e.is_Mul:
+                return "(" + " * ".join(self.render(a) for a in e.args) + ")"
+            return self._pow(e)
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            helper = "onnxcc_floordiv" if isinstance(e, sympy.floor) else "onnxcc_ceildiv"
+            if den == 1:
+                return self.render(num)
+            return f"{helper}({self.render(num)}, {self.render(den)})"
+        if isinstance(e, sympy.Mod):
+            a, b = e.args
+            for x in (a, b):
+                if sympy.fraction(sympy.together(x))[1] != 1:
+                    raise UnsupportedExpr(f"Mod of a non-integer expression: {e}")
+            return f"onnxcc_mod({self.render(a)}, {self.render(b)})"
+        if isinstance(e, (sympy.Max, sympy.Min)):
+            fn = "onnxcc_max" if isinstance(e, sympy.Max) else "onnxcc_min"
+            args = [self.render(a) for a in e.args]
+            out = args[-1]
+            for a in reversed(args[:-1]):
+                out = f"{fn}({a}, {out})"
+            return out
+        if isinstance(e, sympy.Abs):
+            return f"onnxcc_abs({self.render(e.args[0])})"
+        raise UnsupportedExpr(f"cannot render {type(e).__name__} expression {e} as a C integer")
+
+    def _add(self, e: sympy.Add) -> str:
+        terms = list(e.as_ordered_terms())
+        out = self.render(terms[0])
+        for t in terms[1:]:
+            coeff, rest = t.as_coeff_Mul()
+            if coeff.is_negative:
+                out += f" - {self.render(-t)}"
+            else:
+                out += f" + {self.render(t)}"
+        return f"({out})"
+
+    def _pow(self, e: sympy.Pow) -> str:
+        base, exp = e.args
+        if not (exp.is_Integer and 0 <= int(exp) <= MAX_POW):
+            raise UnsupportedExpr(f"power {e}: only small non-negative integer exponents are supported")
+        if int(exp) == 0:
+            return "1"
+        b = self.render(base)
+        return "(" + " * ".join([b] * int(exp)) + ")"
+
+    def boolean(self, e) -> str:
+        if isinstance(e, bool) or e is sympy.true or e is sympy.false:
+            return "1" if bool(e) else "0"
+        if isinstance(e, sympy.And):
+            return "(" + " && ".join(self.boolean(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Or):
+            return "(" + " || ".join(self.boolean(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Not):
+            return f"(!{self.boolean(e.args[0])})"
+        if isinstance(e, sympy.core.relational.Relational):
+            return self._relational(e)
+        raise UnsupportedExpr(f"cannot render {type(e).__name__} {e} as a C condition")
+
+    def _relational(self, e) -> str:
+        op = e.rel_op
+        if op not in _REL_OPS:
+            raise UnsupportedExpr(f"relational {e}")
+        lhs, rhs = e.lhs, e.rhs
+        if _is_integral(lhs) and _is_integral(rhs):
+            return f"({self.render(lhs)} {op} {self.render(rhs)})"
+        # Rational sides (seq/2 <= 4): compare the numerator of lhs - rhs with 0, which is
+        # exact when the denominator is positive (or for ==, != when it is nonzero).
+        num, den = sympy.fraction(sympy.together(lhs - rhs))
+        if op in ("==", "!=") or den.is_positive:
+            return f"({self.render(num)} {op} 0)"
+        raise UnsupportedExpr(f"relational {e}: cannot clear a denominator of unknown sign")
+
+
+def _is_integral(e) -> bool:
+    """No denominator at the top level (floor(s/2) counts as integral, s/2 does not)."""
+    return isinstance(e, int) or sympy.fraction(sympy.together(sympy.sympify(e)))[1] == 1
+
+
+def _lit(v: int) -> str:
+    # Plain literals read best; ones outside int range need the int64 suffix.
+    if -(2**31) < v < 2**31:
+        return f"({v})" if v < 0 else str(v)
+    return f"INT64_C({v})"
+
+
+class _TextPrinter(StrPrinter):
+    """sympy's str form with C-like operators: `batch % 8 == 0`, `max(a, b)`."""
+
+    def _print_Mod(self, e):
+        p = PRECEDENCE["Mul"]
+        return f"{self.parenthesize(e.args[0], p)} % {self.parenthesize(e.args[1], p + 1)}"
+
+    def _print_Relational(self, e):
+        p = PRECEDENCE["Relational"]
+        return f"{self.parenthesize(e.lhs, p)} {e.rel_op} {self.parenthesize(e.rhs, p)}"
+
+    def _print_Max(self, e):
+        return "max(" + ", ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_Min(self, e):
+        return "min(" + ", ".join(self._print(a) for a in e.args) + ")"
+
+    def _print_And(self, e):
+        return " and ".join(self._bool_arg(a, sympy.And) for a in e.args)
+
+    def _print_Or(self, e):
+        return " or ".join(self._bool_arg(a, sympy.Or) for a in e.args)
+
+    def _print_Not(self, e):
+        return "not " + self._bool_arg(e.args[0], sympy.Not)
+
+    def _bool_arg(self, a, parent) -> str:
+        s = self._print(a)
+        return f"({s})" if isinstance(a, (sympy.And, sympy.Or)) and not isinstance(a, parent) else s
+
+    def _print_BooleanTrue(self, e):
+        return "true"
+
+    def _print_BooleanFalse(self, e):
+        return "false"
+
+
+_TEXT = _TextPrinter()
+
+
+def text(expr) -> str:
+    """Readable text of a dim or guard for messages: `seq + 1`, `batch % 8 == 0`."""
+    if isinstance(expr, bool):
+        return "true" if expr else "false"
+    if isinstance(expr, int):
+        return str(expr)
+    return _TEXT.doprint(sympy.sympify(expr))

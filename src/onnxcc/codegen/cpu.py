@@ -1,0 +1,499 @@
+"""CPU backend: a `KernelProgram` -> one LLVM function (llvmlite) -> an ELF object.
+
+The emitted function has the C signature
+
+    int32_t fn(const int64_t *syms, void *const *inputs, void *const *outputs, void *workspace);
+
+`syms` holds the symbol values in `program.symbols` order; `inputs` / `outputs` hold data
+pointers of contiguous row-major tensors in `program.inputs` / `program.outputs` order;
+temps live at `workspace + offset` (offsets from the `MemoryPlan`, evaluated at entry);
+outputs must not overlap inputs. It returns 0, or an error code from
+`onnxcc.kernel.ERROR_MESSAGES` (index out of range, integer division by zero).
+
+Each `Compute` becomes a loop nest over its domain with reductions as inner loops whose
+accumulators live in entry-block allocas; symbols, buffer pointers and row-major strides
+are loaded / computed once in the entry block. With `parallel=True`, the leading loops of
+a big enough compute are collapsed into one index and run through the runtime's
+`onnxcc_parallel_for(n, body, ctx)`, `body(begin, end, ctx)` being an internal function.
+
+Statements are emitted through `STMT_EMITTERS` (type -> method), so `If`/`Loop`
+statements and schedules (loop order, tiles, vector width) plug in beside `Compute`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+
+import sympy
+from llvmlite import ir
+
+from onnxcc.errors import CompileError
+from onnxcc.ir import Dim, DType, canon
+from onnxcc.kernel.expr import Const, Reduce, dim_to_expr, walk
+from onnxcc.kernel.plan_memory import MemoryPlan
+from onnxcc.kernel.program import Compute, KernelProgram, Stmt
+
+from .llvm_exprs import AccessMetadata, ExprEmitter, storage_type
+from .llvm_helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, move_to_end
+
+PARALLEL_FOR = "onnxcc_parallel_for"
+"""`void onnxcc_parallel_for(int64_t n, void (*body)(int64_t, int64_t, void *), void *ctx)`"""
+
+KERNEL_FNTY = ir.FunctionType(I32, [PTR, PTR, PTR, PTR])
+PAR_BODY_FNTY = ir.FunctionType(VOID, [I64, I64, PTR])
+PAR_FOR_FNTY = ir.FunctionType(VOID, [I64, PTR, PTR])
+_CTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR])  # syms, inputs, outputs, workspace, status
+_SYM_RANGE = (1, (1 << 63) - 1)
+_UNKNOWN_REDUCE_EXTENT = 64
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    parallel: bool = False
+    """run the leading loops of big computes through onnxcc_parallel_for"""
+    parallel_min_work: int = 1 << 15
+    """estimated element-operations below which a compute stays serial"""
+
+
+def emit_llvm(program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir.Module | None = None, *,
+              parallel: bool = False, parallel_min_work: int = 1 << 15) -> ir.Module:
+    """Add the kernel function `fn_name` (plus its internal helpers) to `module` (a new
+    one if None) and return the module."""
+    if module is None:
+        module = ir.Module(name=fn_name)
+    if fn_name in module.globals:
+        raise CompileError(f"function {fn_name} already exists in module {module.name}")
+    _check_dtypes(program)
+    _KernelEmitter(program, plan, fn_name, module, CpuOptions(parallel, parallel_min_work)).run()
+    return module
+
+
+def _check_dtypes(program: KernelProgram) -> None:
+    for b in program.buffers.values():
+        storage_type(b.dtype)  # raises for dtypes without a layout
+
+
+# ---- per-function services ---------------------------------------------------------------
+
+
+class _FnCtx:
+    """Entry-block services of one LLVM function (implements llvm_exprs.FunctionContext)."""
+
+    def __init__(self, owner: _KernelEmitter, fn: ir.Function,
+                 base_ptrs: Callable[[ir.IRBuilder], Sequence[ir.Value]],
+                 on_fail: Callable[[ir.IRBuilder, int], None]):
+        self.owner = owner
+        self.module = owner.module
+        self.program = owner.program
+        self.fn = fn
+        self.eb = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.syms_p, self.inputs_p, self.outputs_p, self.ws_p = base_ptrs(self.eb)
+        self.start = fn.append_basic_block("start")
+        self.b = ir.IRBuilder(self.start)
+        self.entry_em = ExprEmitter(self, self.eb, check_div=False)  # dims: divisors are positive
+        self._on_fail = on_fail
+        self._syms: dict[str, ir.Value] = {}
+        self._ptrs: dict[str, ir.Value] = {}
+        self._strides: dict[str, list[ir.Value]] = {}
+        self._fails: dict[int, ir.Block] = {}
+        self.status: ir.Value | None = None
+        self.par_ctx: ir.Value | None = None
+
+    def sym(self, name: str) -> ir.Value:
+        v = self._syms.get(name)
+        if v is None:
+            try:
+                k = self.program.symbols.index(name)
+            except ValueError:
+                raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
+            p = self.eb.gep(self.syms_p, [i64(k)], inbounds=True, name=f"{name}.ptr", source_etype=I64)
+            v = self.eb.load(p, name=name, align=8, typ=I64)
+            v.set_metadata("range", self.module.add_metadata([i64(_SYM_RANGE[0]), i64(_SYM_RANGE[1])]))
+            self._syms[name] = v
+        return v
+
+    def dim(self, d: Dim) -> ir.Value:
+        """A Dim as an i64 value computed once in the entry block."""
+        d = canon(d)
+        if isinstance(d, int):
+            return i64(d)
+        return self.entry_em.emit(dim_to_expr(d))
+
+    def buffer_dtype(self, name: str) -> DType:
+        return self.program.buffers[name].dtype
+
+    def buffer_ptr(self, name: str) -> ir.Value:
+        p = self._ptrs.get(name)
+        if p is not None:
+            return p
+        prog = self.program
+        buf = prog.buffers.get(name)
+        if buf is None:
+            raise CompileError(f"kernel {prog.name}: unknown buffer {name}")
+        eb = self.eb
+        if buf.alias_of is not None:
+            p = self.buffer_ptr(prog.root(name))
+        elif buf.kind in ("input", "output"):
+            arr, order = (self.inputs_p, prog.inputs) if buf.kind == "input" else (self.outputs_p, prog.outputs)
+            slot = eb.gep(arr, [i64(order.index(name))], inbounds=True, name=f"{name}.slot", source_etype=PTR)
+            p = eb.load(slot, name=f"{name}.data", align=8, typ=PTR)
+        elif buf.kind == "temp":
+            off = self.owner.plan.offsets.get(name)
+            if off is None:
+                raise CompileError(f"kernel {prog.name}: memory plan has no offset for temp {name}")
+            p = eb.gep(self.ws_p, [self.dim(off)], inbounds=True, name=f"{name}.data", source_etype=ir.IntType(8))
+        else:
+            p = self.owner.const_global(name)
+        self._ptrs[name] = p
+        return p
+
+    def strides(self, name: str) -> list[ir.Value]:
+        s = self._strides.get(name)
+        if s is None:
+            s = [self.dim(d) for d in row_major_strides(self.program.buffers[name].shape)]
+            self._strides[name] = s
+        return s
+
+    def fail_block(self, code: int) -> ir.Block:
+        blk = self._fails.get(code)
+        if blk is None:
+            blk = self.fn.append_basic_block(f"fail.{code}")
+            self._on_fail(ir.IRBuilder(blk), code)
+            self._fails[code] = blk
+        return blk
+
+    def alloca(self, ty: ir.Type, name: str) -> ir.Value:
+        return self.eb.alloca(ty, name=name)
+
+    def libm(self, name: str, ty: ir.Type) -> ir.Function:
+        full = name + ("f" if ty == ir.FloatType() else "")
+        return get_or_declare(self.module, full, ir.FunctionType(ty, [ty]), ("nounwind", "readnone"))
+
+    def finish(self) -> None:
+        self.eb.branch(self.start)
+        for blk in self._fails.values():
+            move_to_end(blk)
+
+
+def row_major_strides(shape: Sequence[Dim]) -> list[Dim]:
+    out: list[Dim] = []
+    acc: Dim = 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc = canon(acc * d)
+    return out[::-1]
+
+
+def domain_work(c: Compute) -> Dim:
+    """Estimated element-operations of a compute: domain size x the biggest reduction."""
+    n: Dim = 1
+    for d in c.extents:
+        n = canon(n * d)
+    cost = 1
+    for e in walk(c.body):
+        if isinstance(e, Reduce):
+            k = 1
+            for _, x in e.vars:
+                k *= x.value if isinstance(x, Const) else _UNKNOWN_REDUCE_EXTENT
+            cost = max(cost, k)
+    return canon(n * cost)
+
+
+# ---- the kernel -----------------------------------------------------------------------------
+
+
+class _KernelEmitter:
+    def __init__(self, program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir.Module,
+                 options: CpuOptions):
+        self.program, self.plan, self.fn_name, self.module, self.opts = program, plan, fn_name, module, options
+        self._consts: dict[str, ir.GlobalVariable] = {}
+
+    def run(self) -> ir.Function:
+        fn = ir.Function(self.module, KERNEL_FNTY, name=self.fn_name)
+        fn.attributes.add("nounwind")
+        for arg, name in zip(fn.args, ("syms", "inputs", "outputs", "workspace")):
+            arg.name = name
+            arg.add_attribute("noalias")
+            arg.add_attribute("captures(none)")
+            arg.add_attribute("noundef")
+        ctx = _FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
+        for k, stmt in enumerate(self.program.body):
+            emit = STMT_EMITTERS.get(type(stmt))
+            if emit is None:
+                raise CompileError(f"cpu codegen: unsupported statement {type(stmt).__name__}")
+            emit(self, ctx, stmt, k)
+        ctx.b.ret(i32(0))
+        ctx.finish()
+        return fn
+
+    # ---- module-level pieces -------------------------------------------------------------
+    def const_global(self, name: str) -> ir.GlobalVariable:
+        g = self._consts.get(name)
+        if g is None:
+            data = self.program.buffers[name].data
+            raw = bytearray(data.tobytes())  # type: ignore[union-attr]
+            ty = ir.ArrayType(ir.IntType(8), len(raw))
+            g = ir.GlobalVariable(self.module, ty, name=f"{self.fn_name}.{name}")
+            g.global_constant = True
+            g.linkage = "internal"
+            g.unnamed_addr = True
+            g.align = 64
+            g.initializer = ir.Constant(ty, raw)
+            self._consts[name] = g
+        return g
+
+    def access_md(self, k: int) -> AccessMetadata:
+        """Scoped-noalias metadata for statement k: its loads never alias its stores."""
+        m = self.module
+        tag = f"onnxcc.{self.fn_name}.s{k}"
+        dom = m.add_metadata([ir.MetaDataString(m, tag)])
+        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
+        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
+        return AccessMetadata(load=[("alias.scope", reads), ("noalias", writes)],
+                              store=[("alias.scope", writes), ("noalias", reads)])
+
+    # ---- Compute ---------------------------------------------------------------------------
+    def emit_compute(self, ctx: _FnCtx, c: Compute, k: int) -> None:
+        b = ctx.b
+        if any(isinstance(d, int) and d == 0 for d in c.extents):
+            return
+        nonempty = None
+        for d in c.extents:
+            if not isinstance(d, int):
+                t = b.icmp_signed(">", ctx.dim(d), i64(0), name=f"{c.out}.nonempty")
+                nonempty = t if nonempty is None else b.and_(nonempty, t)
+        md = self.access_md(k)
+        guard = if_then(b, nonempty, name=f"{c.out}") if nonempty is not None else nullcontext()
+        with guard:
+            if self._is_parallel(c):
+                self.emit_parallel(ctx, c, md)
+            else:
+                em = ExprEmitter(ctx, b, access_md=md)
+                em.hoist(c.body)
+                self.emit_loops(em, ctx, c, 0, [])
+
+    def emit_loops(self, em: ExprEmitter, ctx: _FnCtx, c: Compute, first: int, bound: list[ir.Value]) -> None:
+        """Loops for vars `first..` of `c` (the earlier ones are bound to `bound`), the body,
+        and the store. The domain is known nonempty, so loops need no entry test."""
+        b = ctx.b
+        names, exts = c.var_names, c.extents
+        idxs = list(bound)
+        with ExitStack() as st:
+            for j in range(first, len(names)):
+                idx = st.enter_context(for_range(b, ctx.dim(exts[j]), names[j], guard=False))
+                em.push({names[j]: idx})
+                st.callback(em.pop)
+                idxs.append(idx)
+                if j + 1 < len(names):
+                    em.hoist(c.body)
+            em.store(c.out, idxs, em.emit(c.body))
+
+    # ---- parallel ----------------------------------------------------------------------------
+    def _is_parallel(self, c: Compute) -> bool:
+        if not self.opts.parallel or not c.vars:
+            return False
+        work = domain_work(c)
+        return not (isinstance(work, int) and work < self.opts.parallel_min_work)
+
+    def emit_parallel(self, ctx: _FnCtx, c: Compute, md: AccessMetadata) -> None:
+        """Collapse the leading vars (all but the innermost) into one parallel index."""
+        rank = len(c.vars)
+        ncol = rank - 1 if rank >= 2 else 1
+        body = self._parallel_body(c, ncol, md)
+        n_par: Dim = 1
+        for d in c.extents[:ncol]:
+            n_par = canon(n_par * d)
+        b = ctx.b
+        n = ctx.dim(n_par)
+        pctx = self._parallel_ctx(ctx)
+        runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
+        work = domain_work(c)
+        if isinstance(work, int):
+            b.call(runtime, [n, body, pctx])
+        else:
+            big = b.icmp_signed(">=", ctx.dim(work), i64(self.opts.parallel_min_work), name=f"{c.out}.big")
+            with if_else(b, big, name=f"{c.out}.par") as (then, otherwise):
+                with then:
+                    b.call(runtime, [n, body, pctx])
+                with otherwise:
+                    b.call(body, [i64(0), n, pctx])
+        st = b.load(ctx.status, name="status", align=4)
+        with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
+            b.ret(st)
+
+    def _parallel_ctx(self, ctx: _FnCtx) -> ir.Value:
+        if ctx.par_ctx is None:
+            eb = ctx.eb
+            ctx.status = eb.alloca(I32, name="status")
+            eb.store(i32(0), ctx.status)
+            p = eb.alloca(_CTX_TY, name="par.ctx")
+            for k, v in enumerate((ctx.syms_p, ctx.inputs_p, ctx.outputs_p, ctx.ws_p, ctx.status)):
+                slot = eb.gep(p, [i32(0), i32(k)], inbounds=True, name=f"par.ctx.{k}", source_etype=_CTX_TY)
+                slot.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+                eb.store(v, slot)
+            ctx.par_ctx = p
+        return ctx.par_ctx
+
+    def _parallel_body(self, c: Compute, ncol: int, md: AccessMetadata) -> ir.Function:
+        name = f"{self.fn_name}.par.{c.out}"
+        fn = ir.Function(self.module, PAR_BODY_FNTY, name=self.module.get_unique_name(name))
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        begin, end, pctx = fn.args
+        begin.name, end.name, pctx.name = "begin", "end", "ctx"
+
+        def field(b: ir.IRBuilder, k: int, label: str) -> ir.Value:
+            slot = b.gep(pctx, [i32(0), i32(k)], inbounds=True, name=f"{label}.slot", source_etype=_CTX_TY)
+            return b.load(slot, name=label, align=8, typ=PTR)
+
+        def on_fail(b: ir.IRBuilder, code: int) -> None:
+            # NOTE: IRBuilder.store_atomic assumes typed pointers; build the instruction directly
+            b._insert(ir.instructions.StoreAtomicInstr(b.block, i32(code), field(b, 4, "status"), "monotonic", 4))
+            b.ret_void()
+
+        bctx = _FnCtx(self, fn, lambda eb: [field(eb, k, n) for k, n in
+                                            enumerate(("syms", "inputs", "outputs", "workspace"))], on_fail)
+        b = bctx.b
+        em = ExprEmitter(bctx, b, access_md=md)
+        em.hoist(c.body)
+        names, exts = c.var_names, c.extents
+        with for_range(b, end, "p", start=begin, guard=True) as p:
+            vals: dict[str, ir.Value] = {}
+            rest = p
+            for j in range(ncol - 1, 0, -1):
+                e = bctx.dim(exts[j])
+                vals[names[j]] = b.urem(rest, e, name=names[j])
+                rest = b.udiv(rest, e, name=f"p.{j}")
+            vals[names[0]] = rest
+            em.push({n: vals[n] for n in names[:ncol]})
+            if ncol < len(names):
+                em.hoist(c.body)
+            self.emit_loops(em, bctx, c, ncol, [vals[n] for n in names[:ncol]])
+            em.pop()
+        b.ret_void()
+        bctx.finish()
+        return fn
+
+
+STMT_EMITTERS: dict[type[Stmt], Callable[[_KernelEmitter, _FnCtx, Stmt, int], None]] = {
+    Compute: _KernelEmitter.emit_compute,  # type: ignore[dict-item]
+}
+
+
+# ---- object code ----------------------------------------------------------------------------
+
+
+@functools.cache
+def _init_llvm() -> None:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    for name in ("initialize_all_targets", "initialize_all_asmprinters"):
+        fn = getattr(llvm, name, None)
+        if fn is not None:
+            try:
+                fn()
+            except RuntimeError:  # pragma: no cover - builds without extra targets
+                pass
+
+
+def host_cpu() -> tuple[str, str]:
+    """(cpu name, feature string) of the machine we run on."""
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # pragma: no cover - hosts without feature detection
+        features = ""
+    return llvm.get_host_cpu_name(), features
+
+
+def target_machine(triple: str | None = None, cpu: str | None = None, features: str | None = None,
+                   opt: int = 3, *, jit: bool = False):
+    """A TargetMachine (PIC); the host CPU and its features unless told otherwise."""
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    host = llvm.get_process_triple()
+    triple = triple or host
+    if triple == host and cpu is None:
+        cpu, host_features = host_cpu()
+        features = host_features if features is None else features
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu or "", features=features or "", opt=max(0, min(opt, 3)),
+                                        reloc="pic", codemodel="jitdefault" if jit else "default")
+
+
+def parse_modules(modules) -> object:
+    """Parse llvmlite ir.Modules or IR text (one or a list) into one verified ModuleRef."""
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    if not isinstance(modules, (list, tuple)):
+        modules = [modules]
+    if not modules:
+        raise CompileError("emit_object: no modules given")
+    refs = []
+    for m in modules:
+        try:
+            ref = llvm.parse_assembly(str(m))
+            ref.verify()
+        except RuntimeError as exc:
+            raise CompileError(f"invalid LLVM IR: {exc}") from exc
+        refs.append(ref)
+    main = refs[0]
+    for other in refs[1:]:
+        main.link_in(other)
+    return main
+
+
+def optimize(mod, tm, opt: int = 3) -> None:
+    """Run LLVM's new-pass-manager pipeline at -O`opt` (vectorizers on from -O2)."""
+    import llvmlite.binding as llvm
+
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    if opt <= 0:
+        return
+    pto = llvm.create_pipeline_tuning_options(speed_level=min(opt, 3))
+    pto.loop_vectorization = opt >= 2
+    pto.slp_vectorization = opt >= 2
+    pto.loop_unrolling = opt >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def emit_object(modules, triple: str | None = None, cpu: str | None = None, features: str | None = None,
+                opt: int = 3) -> bytes:
+    """Parse, link, verify and optimize LLVM modules (ir.Module or text) and return an ELF
+    (or the triple's native format) relocatable object, position independent."""
+    tm = target_machine(triple, cpu, features, opt)
+    mod = parse_modules(modules)
+    optimize(mod, tm, opt)
+    try:
+        mod.verify()
+    except RuntimeError as exc:  # pragma: no cover - would be an LLVM bug
+        raise CompileError(f"LLVM IR invalid after optimization: {exc}") from exc
+    return tm.emit_object(mod)
+
+
+def emit_assembly(modules, triple: str | None = None, cpu: str | None = None, features: str | None = None,
+                  opt: int = 3) -> str:
+    """Like `emit_object` but returns assembly text (for inspection and tests)."""
+    tm = target_machine(triple, cpu, features, opt)
+    mod = parse_modules(modules)
+    optimize(mod, tm, opt)
+    return tm.emit_assembly(mod)
+
+
+def workspace_bytes(plan: MemoryPlan, syms: dict[str, int]) -> int:
+    """The workspace size for concrete symbol values."""
+    w = plan.workspace_bytes
+    if isinstance(w, int):
+        return w
+    return int(sympy.sympify(w).subs({sympy.Symbol(k, integer=True, positive=True): v for k, v in syms.items()}))

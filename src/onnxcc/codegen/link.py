@@ -1,0 +1,631 @@
+"""Wrap compiled versions into an artifact: NAME.h, NAME.json, the dispatcher, libNAME.so.
+
+The dispatcher is generated C. For every call it validates the DLTensors, binds the model's
+symbols from the input dims, checks ranges, repeated dims and constraints (each failure is
+an error code plus a message naming the input, the dim, what was expected and what was
+got), picks the first version whose guard holds, checks the outputs, allocates the
+workspace and calls the version. The binding plan is decided here, in Python, so the C is
+straight-line code with every message spelled out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import sympy
+
+from onnxcc.errors import CompileError
+from onnxcc.ir.dims import canon
+from onnxcc.ir.types import DType
+
+from .abi import ArtifactSpec, TensorSig, VersionSpec
+from .c_exprs import C_HELPERS, c_bool, c_int, text
+
+RUNTIME_DIR = Path(__file__).parent / "runtime"
+RUNTIME_SOURCES = ("onnxcc_rt.c",)
+ABI_VERSION = 1
+
+# Return codes of NAME_run / NAME_output_shape, as onnxcc_rt.h defines them (ONNXCC_ERR_*;
+# every dispatcher static-asserts the two agree). Also written to NAME.json for loaders.
+ERROR_CODES = {"OK": 0, "ERR_ARGS": 1, "ERR_DEVICE": 2, "ERR_DTYPE": 3, "ERR_SHAPE": 4, "ERR_CONSTRAINT": 5,
+               "ERR_GUARD": 6, "ERR_ALLOC": 7, "ERR_KERNEL": 8}
+
+# DLPack (code, bits) per dtype; lanes are always 1. bf16 is its own type code in DLPack.
+DL_DTYPE = {
+    DType.f16: (2, 16), DType.bf16: (4, 16), DType.f32: (2, 32), DType.f64: (2, 64),
+    DType.i8: (0, 8), DType.i16: (0, 16), DType.i32: (0, 32), DType.i64: (0, 64),
+    DType.u8: (1, 8), DType.u16: (1, 16), DType.u32: (1, 32), DType.u64: (1, 64),
+    DType.bool: (6, 8),
+}
+
+# Device types a target's kernels can dereference.
+TARGET_DEVICES = {"cpu": ("kDLCPU",), "cuda": ("kDLCUDA", "kDLCUDAManaged")}
+
+def _dlpack_types() -> str:
+    """The DLPack block of onnxcc_rt.h, which NAME.h repeats so C callers need no runtime header."""
+    h = (RUNTIME_DIR / "onnxcc_rt.h").read_text()
+    return h[h.index("/* BEGIN DLPACK"):h.index("/* END DLPACK */")]
+
+
+# ---- small text helpers ------------------------------------------------------------------
+
+def _c_string(s: str, fmt: bool = False) -> str:
+    """The body of a C string literal for s; with fmt, '%' is doubled for printf."""
+    out = []
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "%" and fmt:
+            out.append("%%")
+        elif ch == "?":
+            out.append("\\?")  # no accidental trigraphs
+        elif 32 <= ord(ch) < 127:
+            out.append(ch)
+        else:
+            out.extend(f"\\{b:03o}" for b in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def _comment(s: str) -> str:
+    return s.replace("*/", "* /")
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(text(d) for d in shape) + "]"
+
+
+def _api_names(name: str) -> list[str]:
+    return [f"{name}_{f}" for f in ("run", "output_shape", "last_error", "num_versions", "version_info",
+                                    "last_version")]
+
+
+class _Msg:
+    """A printf format and its arguments, built piece by piece."""
+
+    def __init__(self, *pieces: str):
+        self.fmt, self.args = "", []
+        for p in pieces:
+            self.text(p)
+
+    def text(self, s: str) -> _Msg:
+        self.fmt += _c_string(s, fmt=True)
+        return self
+
+    def value(self, c_expr: str) -> _Msg:
+        self.fmt += "%lld"
+        self.args.append(f"(long long)({c_expr})")
+        return self
+
+    def fail(self, code: str) -> str:
+        args = "".join(", " + a for a in self.args)
+        return f'{{ onnxcc_error_set("{self.fmt}"{args}); return {code}; }}'
+
+
+# ---- the binding plan --------------------------------------------------------------------
+
+@dataclass
+class _Binding:
+    """Where a symbol's value comes from: value = (input[i].shape[j] - offset) / coeff."""
+
+    symbol: str
+    index: int
+    input: int
+    dim: int
+    input_name: str
+    coeff: int = 1
+    offset: object = 0
+    expr: object = None  # the dim expression it was solved from, when coeff/offset are not 1/0
+
+    @property
+    def where(self) -> str:
+        return f'input "{self.input_name}" dim {self.dim}'
+
+    @property
+    def provenance(self) -> str:
+        if self.expr is None:
+            return f"bound by {self.where}"
+        return f"bound by {self.where} = {text(self.expr)}"
+
+
+@dataclass
+class _Plan:
+    bindings: list[_Binding]           # in evaluation order
+    checks: list[tuple[int, int, object]]  # (input, dim, expected dim) checked after binding
+
+
+def _plan(spec: ArtifactSpec) -> _Plan:
+    index = spec.symbol_index()
+    bound: dict[str, _Binding] = {}
+    order: list[_Binding] = []
+    pending: list[tuple[int, int, object]] = []
+    for i, t in enumerate(spec.inputs):
+        for j, d in enumerate(t.shape):
+            d = canon(d)
+            if isinstance(d, sympy.Symbol) and d.name not in bound:
+                b = _Binding(d.name, index[d.name], i, j, t.name)
+                bound[d.name] = b
+                order.append(b)
+            else:
+                pending.append((i, j, d))
+    # Solve linear dims (2*s, s + 1, s + n) for a symbol bound nowhere else.
+    solved: set[tuple[int, int]] = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, j, d in pending:
+            if isinstance(d, int) or (i, j) in solved:
+                continue
+            free = [s for s in d.free_symbols if s.name not in bound]
+            if len(free) != 1:
+                continue
+            s = free[0]
+            e = sympy.expand(d)
+            a = e.coeff(s, 1)
+            rest = sympy.expand(e - a * s)
+            if not (a.is_Integer and a != 0) or s in rest.free_symbols:
+                continue
+            b = _Binding(s.name, index[s.name], i, j, spec.inputs[i].name, int(a), rest, d)
+            bound[s.name] = b
+            order.append(b)
+            solved.add((i, j))
+            changed = True
+    missing = [s.name for s in spec.symbols if s.name not in bound]
+    if missing:
+        raise CompileError(
+            f"artifact {spec.name}: symbol(s) {', '.join(missing)} cannot be determined from the input "
+            f"shapes (each must be an input dim, or a linear dim like 2*s or s + 1)")
+    return _Plan(order, [(i, j, d) for i, j, d in pending if (i, j) not in solved])
+
+
+# ---- NAME.h ------------------------------------------------------------------------------
+
+def _describe_tensors(kind: str, sigs: list[TensorSig]) -> list[str]:
+    lines = [f" * {kind}s, in order:"]
+    for k, t in enumerate(sigs):
+        lines.append(f" *   {k}: \"{_comment(t.name)}\"  {t.dtype.value}  {_comment(_shape_text(t.shape))}")
+    return lines
+
+
+def generate_header(spec: ArtifactSpec) -> str:
+    spec.validate()
+    n, up = spec.name, spec.name.upper()
+    doc = [f"/* {n}.h: the C API of lib{n}.so, generated by onnxcc. Do not edit.", " *"]
+    doc += _describe_tensors("input", spec.inputs) + [" *"] + _describe_tensors("output", spec.outputs)
+    if spec.symbols:
+        doc.append(" *\n * symbols (bound from the input dims at every call):")
+        for s in spec.symbols:
+            mult = f", multiple of {s.multiple_of}" if s.multiple_of > 1 else ""
+            doc.append(f" *   {s.name} in [{s.lo}, {s.hi}]{mult}")
+    if spec.constraints:
+        doc.append(" *\n * checked at every call:")
+        for expr, origin in spec.constraints:
+            doc.append(f" *   {_comment(text(expr))}" + (f"  ({_comment(origin)})" if origin else ""))
+    doc.append(" *\n * versions, tried in order (the first whose guard holds runs):")
+    for k, v in enumerate(spec.versions):
+        doc.append(f" *   {k}: {v.kind}, {_comment(_guard_text(v))}")
+    doc.append(" */")
+    codes = ",\n".join(f"  {up}_{k} = {v}" for k, v in ERROR_CODES.items())
+    return "\n".join(doc) + f"""
+#ifndef {up}_H_
+#define {up}_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+{_dlpack_types()}
+#define {up}_NUM_INPUTS {len(spec.inputs)}
+#define {up}_NUM_OUTPUTS {len(spec.outputs)}
+#define {up}_NUM_VERSIONS {len(spec.versions)}
+
+/* Return codes. Every nonzero code comes with a message in {n}_last_error(). */
+enum {{
+{codes}
+}};
+
+#ifndef {up}_API
+#define {up}_API __attribute__((visibility("default")))
+#endif
+
+/* Runs the model. inputs/outputs: {up}_NUM_INPUTS / {up}_NUM_OUTPUTS tensors in the
+ * order listed above, on the CPU, compact row-major (strides NULL or compact). Outputs
+ * are allocated by the caller with the shapes {n}_output_shape reports. Re-entrant and
+ * thread-safe; each call allocates its own workspace. Returns {up}_OK or an error code. */
+{up}_API int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs);
+
+/* Writes the shape of output `output` (its rank many int64_t) for these inputs, after
+ * the same checks {n}_run makes of them. Only the inputs' shapes and dtypes are read. */
+{up}_API int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape);
+
+/* The message of this thread's last failed call, "" when it succeeded. */
+{up}_API const char *{n}_last_error(void);
+
+/* Introspection: the number of versions, one version's guard, substitution and workspace
+ * as text (NULL for a bad index), and the version this thread's last {n}_run used
+ * (-1 if it picked none). */
+{up}_API int {n}_num_versions(void);
+{up}_API const char *{n}_version_info(int version);
+{up}_API int {n}_last_version(void);
+
+#ifdef __cplusplus
+}}
+#endif
+#endif /* {up}_H_ */
+"""
+
+
+def _guard_text(v: VersionSpec) -> str:
+    return v.guard_text or text(v.guard)
+
+
+def _version_info_text(k: int, v: VersionSpec) -> str:
+    subs = ", ".join(f"{a}={b}" for a, b in v.subs.items()) or "none"
+    return (f"version {k} ({v.kind}, {v.symbol}): guard {_guard_text(v)}; subs {subs}; "
+            f"workspace {text(v.workspace_bytes)} bytes")
+
+
+# ---- the dispatcher ----------------------------------------------------------------------
+
+class _Dispatch:
+    """Generates NAME_dispatch.c for one spec."""
+
+    def __init__(self, spec: ArtifactSpec):
+        spec.validate()
+        self.spec = spec
+        self.n = spec.name
+        self.up = spec.name.upper()
+        self.plan = _plan(spec)
+        self.bind = {b.symbol: b for b in self.plan.bindings}
+        self.names = {s.name: f"s[{k}]" for k, s in enumerate(spec.symbols)}
+
+    def code(self, key: str) -> str:
+        return f"{self.up}_{key}"
+
+    def ci(self, e) -> str:
+        return c_int(e, self.names)
+
+    def sym_context(self, msg: _Msg, e, only: bool = False) -> None:
+        """' (seq = 7 bound by input "y" dim 0; ...)' for the symbols of e."""
+        syms = sorted((s.name for s in sympy.sympify(e).free_symbols), key=lambda n: self.bind[n].index)
+        if not syms:
+            return
+        msg.text(" (")
+        for k, name in enumerate(syms):
+            if k:
+                msg.text("; ")
+            msg.text(f"{name} = ").value(self.names[name])
+            if not only:
+                msg.text(f" {self.bind[name].provenance}")
+        msg.text(")")
+
+    # -- pieces ------------------------------------------------------------------------
+    def prelude(self) -> str:
+        s = self.spec
+        kernels = sorted({v.symbol for v in s.versions})
+        decls = "\n".join(
+            f"extern int32_t {k}(const int64_t *syms, void *const *inputs, void *const *outputs, void *workspace);"
+            for k in kernels)
+        infos = ",\n".join(f'  "{_c_string(_version_info_text(k, v))}"' for k, v in enumerate(s.versions))
+        if s.target not in TARGET_DEVICES:
+            raise CompileError(f"artifact {s.name}: unknown target {s.target!r} (known: {', '.join(TARGET_DEVICES)})")
+        devices = ", ".join(TARGET_DEVICES[s.target])
+        asserts = "\n".join(f'_Static_assert((int){self.up}_{k} == (int)ONNXCC_{k}, "return codes drifted");'
+                            for k in ERROR_CODES)
+        return f"""/* {self.n}_dispatch.c: generated by onnxcc. Do not edit. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "{self.n}.h"
+#include "onnxcc_rt.h"
+{C_HELPERS}
+#define NUM_SYMBOLS {len(s.symbols)}
+#define SYM_CAP {max(1, len(s.symbols))}
+
+/* the versions, one native function each */
+{decls}
+
+static const char *const version_infos[{len(s.versions)}] = {{
+{infos}
+}};
+
+/* thread-local, so concurrent callers each see their own */
+static __thread int last_version_tl = -1;
+
+/* device types this target's kernels can read */
+static const int32_t devices[] = {{{devices}}};
+#define NUM_DEVICES ((int)(sizeof devices / sizeof devices[0]))
+
+{asserts}
+"""
+
+    def tensor_check_call(self, kind: str, arr: str, k: int, t: TensorSig) -> str:
+        code, bits = DL_DTYPE[t.dtype]
+        return (f'  if ((rc = onnxcc_check_tensor(&{arr}[{k}], "{kind}", "{_c_string(t.name)}", devices, NUM_DEVICES, '
+                f'{t.rank}, {code}, {bits}, "{t.dtype.value}", '
+                f'"{_c_string(_shape_text(t.shape))}")) != 0) return rc;')
+
+    def bind_fn(self) -> str:
+        s = self.spec
+        names = ", ".join(t.name for t in s.inputs)
+        out = ["/* Validates the inputs and binds s[] from their dims. */",
+               "static int bind_inputs(const DLTensor *inputs, int n_inputs, int64_t *s) {",
+               "  int rc = 0;", "  (void)s; (void)rc;",
+               f"  if (n_inputs != {len(s.inputs)}) "
+               + _Msg(f"expected {len(s.inputs)} inputs ({names}), got ").value("n_inputs").fail(self.code("ERR_ARGS")),
+               "  if (inputs == NULL && n_inputs > 0) " + _Msg("inputs is NULL").fail(self.code("ERR_ARGS"))]
+        for k, t in enumerate(s.inputs):
+            out.append(self.tensor_check_call("input", "inputs", k, t))
+        out.append("  /* bind each symbol where it first appears, then check its range at once */")
+        for b in self.plan.bindings:
+            out += self.binding(b)
+        out.append("  /* every other input dim must agree with the bound symbols */")
+        for i, j, d in self.plan.checks:
+            out += self.dim_check(i, j, d)
+        if s.constraints:
+            out.append("  /* the model's own constraints */")
+        for expr, origin in s.constraints:
+            msg = _Msg(f"constraint {text(expr)} does not hold")
+            self.sym_context(msg, expr, only=True)
+            if origin:
+                msg.text(f", needed by {origin}")
+            out.append(f"  if (!{c_bool(expr, self.names)}) {msg.fail(self.code('ERR_CONSTRAINT'))}")
+        out += ["  return 0;", "}"]
+        return "\n".join(out)
+
+    def binding(self, b: _Binding) -> list[str]:
+        info = self.spec.symbols[b.index]
+        dim = f"inputs[{b.input}].shape[{b.dim}]"
+        var = self.names[b.symbol]
+        lines = []
+        if b.expr is None:
+            lines.append(f"  {var} = {dim};")
+            head = _Msg(f"{b.where}: {b.symbol} = ").value(var)
+        else:
+            num = f"({dim} - {self.ci(b.offset)})" if b.offset != 0 else dim
+            not_multiple = _Msg(f"{b.where}: expected {text(b.expr)}")
+            self.sym_context(not_multiple, b.offset)
+            not_multiple.text(", got ").value(dim).text(f", which is not {text(b.expr)} for any integer {b.symbol}")
+            lines += [f"  if (onnxcc_mod({num}, {b.coeff}) != 0) {not_multiple.fail(self.code('ERR_SHAPE'))}",
+                      f"  {var} = {num} / {b.coeff};"]
+            head = _Msg(f"{b.where}: {text(b.expr)} = ").value(dim).text(f" gives {b.symbol} = ").value(var)
+        lines.append(f"  if ({var} < {info.lo} || {var} > {info.hi}) "
+                     + _copy(head).text(f", out of range [{info.lo}, {info.hi}]").fail(self.code("ERR_SHAPE")))
+        if info.multiple_of > 1:
+            lines.append(f"  if ({var} % {info.multiple_of} != 0) "
+                         + _copy(head).text(f", not a multiple of {info.multiple_of}").fail(self.code("ERR_SHAPE")))
+        return lines
+
+    def dim_check(self, i: int, j: int, d) -> list[str]:
+        t = self.spec.inputs[i]
+        dim = f"inputs[{i}].shape[{j}]"
+        msg = _Msg(f'input "{t.name}" dim {j}: expected ')
+        if isinstance(d, int):
+            msg.text(str(d))
+            return [f"  if ({dim} != {d}) " + msg.text(", got ").value(dim).fail(self.code("ERR_SHAPE"))]
+        want = self.ci(d)
+        if isinstance(d, sympy.Symbol):
+            msg.text(f"{d.name} = ").value(want).text(f" ({self.bind[d.name].provenance})")
+        else:
+            msg.text(f"{text(d)} = ").value(want)
+            self.sym_context(msg, d)
+        return [f"  if ({dim} != {want}) " + msg.text(", got ").value(dim).fail(self.code("ERR_SHAPE"))]
+
+    def output_dims_fn(self) -> str:
+        out = ["/* The shape of output k under s[]; fails on a negative extent. */",
+               "static int output_dims(const int64_t *s, int k, int64_t *dims) {",
+               "  (void)s; (void)dims;", "  switch (k) {"]
+        for k, t in enumerate(self.spec.outputs):
+            out.append(f"  case {k}:")
+            for j, d in enumerate(map(canon, t.shape)):
+                out.append(f"    dims[{j}] = {self.ci(d)};")
+                if not isinstance(d, (int, sympy.Symbol)):  # symbols are range-checked already
+                    msg = _Msg(f'output "{t.name}" dim {j}: {text(d)} = ').value(f"dims[{j}]").text(" is negative")
+                    self.sym_context(msg, d, only=True)
+                    out.append(f"    if (dims[{j}] < 0) {msg.fail(self.code('ERR_SHAPE'))}")
+            out.append("    return 0;")
+        out += ["  }", "  return 0;", "}"]
+        return "\n".join(out)
+
+    def run_fn(self) -> str:
+        s, n = self.spec, self.n
+        max_rank = max([1] + [t.rank for t in s.outputs])
+        outs = ", ".join(t.name for t in s.outputs)
+        lines = [f"int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs) {{",
+                 "  int64_t s[SYM_CAP];", "  int rc;",
+                 "  onnxcc_error_clear();", "  last_version_tl = -1;",
+                 "  if ((rc = bind_inputs(inputs, n_inputs, s)) != 0) return rc;",
+                 f"  if (n_outputs != {len(s.outputs)}) "
+                 + _Msg(f"expected {len(s.outputs)} outputs ({outs}), got ").value("n_outputs").fail(self.code("ERR_ARGS")),
+                 "  if (outputs == NULL && n_outputs > 0) " + _Msg("outputs is NULL").fail(self.code("ERR_ARGS")),
+                 f"  int64_t dims[{max_rank}];", "  (void)dims;"]
+        for k, t in enumerate(s.outputs):
+            lines.append(self.tensor_check_call("output", "outputs", k, t))
+            lines.append(f"  if ((rc = output_dims(s, {k}, dims)) != 0) return rc;")
+            for j, d in enumerate(map(canon, t.shape)):
+                msg = _Msg(f'output "{t.name}" dim {j}: expected ')
+                msg.text(f"{text(d)} = " if not isinstance(d, int) else "").value(f"dims[{j}]")
+                if not isinstance(d, sympy.Symbol):
+                    self.sym_context(msg, d, only=True)
+                msg.text(", got ").value(f"outputs[{k}].shape[{j}]")
+                lines.append(f"  if (outputs[{k}].shape[{j}] != dims[{j}]) {msg.fail(self.code('ERR_SHAPE'))}")
+        lines += self.select_version()
+        nin, nout = max(1, len(s.inputs)), max(1, len(s.outputs))
+        lines += [f"  void *in_ptrs[{nin}];", f"  void *out_ptrs[{nout}];", "  (void)in_ptrs; (void)out_ptrs;"]
+        lines += [f"  in_ptrs[{k}] = (char *)inputs[{k}].data + inputs[{k}].byte_offset;" for k in range(len(s.inputs))]
+        lines += [f"  out_ptrs[{k}] = (char *)outputs[{k}].data + outputs[{k}].byte_offset;"
+                  for k in range(len(s.outputs))]
+        lines += ["  last_version_tl = v;", "  switch (v) {"]
+        for k, v in enumerate(s.versions):
+            ws = self.ci(canon(v.workspace_bytes))
+            lines.append(f"  case {k}: rc = onnxcc_call_version({k}, {v.symbol}, {ws}, s, in_ptrs, out_ptrs); break;")
+        lines += ["  default: rc = -1; break;", "  }", "  return rc;", "}"]
+        return "\n".join(lines)
+
+    def select_version(self) -> list[str]:
+        lines = ["  int v = -1;"]
+        for k, v in enumerate(self.spec.versions):
+            cond = c_bool(v.guard, self.names)
+            if cond == "1":  # the generic version: nothing after it can be reached
+                lines.append(f"  {'' if k == 0 else 'else '}v = {k};")
+                return lines
+            lines.append(f"  {'if' if k == 0 else 'else if'} ({cond}) v = {k};")
+        msg = _Msg("no version accepts this call (")
+        for k, sinfo in enumerate(self.spec.symbols):
+            msg.text(("; " if k else "") + f"{sinfo.name} = ").value(self.names[sinfo.name])
+        msg.text("): " + "; ".join(f"version {k} needs {_guard_text(v)}" for k, v in enumerate(self.spec.versions)))
+        lines.append(f"  if (v < 0) {msg.fail(self.code('ERR_GUARD'))}")
+        return lines
+
+    def api_fns(self) -> str:
+        n, nout = self.n, len(self.spec.outputs)
+        return f"""int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape) {{
+  int64_t s[SYM_CAP];
+  int rc;
+  onnxcc_error_clear();
+  if ((rc = bind_inputs(inputs, n_inputs, s)) != 0) return rc;
+  if (output < 0 || output >= {nout}) {{
+    onnxcc_error_set("output index %d out of range [0, {nout})", output);
+    return {self.code("ERR_ARGS")};
+  }}
+  if (shape == NULL) {{
+    onnxcc_error_set("shape is NULL");
+    return {self.code("ERR_ARGS")};
+  }}
+  return output_dims(s, output, shape);
+}}
+
+const char *{n}_last_error(void) {{ return onnxcc_error_get(); }}
+
+int {n}_num_versions(void) {{ return {len(self.spec.versions)}; }}
+
+const char *{n}_version_info(int version) {{
+  return version >= 0 && version < {len(self.spec.versions)} ? version_infos[version] : NULL;
+}}
+
+int {n}_last_version(void) {{ return last_version_tl; }}
+"""
+
+    def source(self) -> str:
+        return "\n".join([self.prelude(), self.bind_fn(), "", self.output_dims_fn(), "", self.run_fn(), "", self.api_fns()])
+
+
+def _copy(m: _Msg) -> _Msg:
+    c = _Msg()
+    c.fmt, c.args = m.fmt, list(m.args)
+    return c
+
+
+def generate_dispatcher(spec: ArtifactSpec) -> str:
+    """The C source of NAME_run, NAME_output_shape and the introspection functions."""
+    return _Dispatch(spec).source()
+
+
+# ---- NAME.json ---------------------------------------------------------------------------
+
+def _onnxcc_version() -> str:
+    import onnxcc
+
+    return getattr(onnxcc, "__version__", "0.1.0")
+
+
+def generate_metadata(spec: ArtifactSpec) -> dict:
+    spec.validate()
+
+    def tensor(t: TensorSig) -> dict:
+        return {"name": t.name, "dtype": t.dtype.value, "shape": [text(d) for d in t.shape]}
+
+    return {
+        "name": spec.name,
+        "abi_version": ABI_VERSION,
+        "onnxcc_version": _onnxcc_version(),
+        "target": spec.target,
+        "triple": spec.triple,
+        "library": f"lib{spec.name}.so",
+        "header": f"{spec.name}.h",
+        "error_codes": dict(ERROR_CODES),
+        "inputs": [tensor(t) for t in spec.inputs],
+        "outputs": [tensor(t) for t in spec.outputs],
+        "symbols": [{"name": s.name, "lo": s.lo, "hi": s.hi, "multiple_of": s.multiple_of, "origin": s.origin}
+                    for s in spec.symbols],
+        "constraints": [{"text": text(e), "origin": o} for e, o in spec.constraints],
+        "versions": [{"index": k, "symbol": v.symbol, "kind": v.kind, "guard": _guard_text(v),
+                      "subs": dict(v.subs), "workspace_bytes": text(v.workspace_bytes), "info": v.info}
+                     for k, v in enumerate(spec.versions)],
+        "metadata": spec.metadata,
+    }
+
+
+# ---- building libNAME.so -----------------------------------------------------------------
+
+def _version_script(spec: ArtifactSpec) -> str:
+    # Export the API and nothing else: kernels and the runtime stay private to the .so.
+    names = "".join(f"    {f};\n" for f in _api_names(spec.name))
+    return f"{{\n  global:\n{names}  local:\n    *;\n}};\n"
+
+
+def _tail(s: str, lines: int = 40) -> str:
+    return "\n".join(s.strip().splitlines()[-lines:])
+
+
+def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike], out_dir: str | os.PathLike,
+                  cc: str = "cc", extra_c_sources: Iterable[str | os.PathLike] = (),
+                  cflags: Iterable[str] = ()) -> Path:
+    """Write NAME.h, NAME.json, NAME_dispatch.c and link libNAME.so into out_dir.
+
+    Object files must be position independent (LLVM: reloc='pic'). A version symbol that
+    no object defines fails the link (-z defs) and is named in the CompileError.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    name = spec.name
+    objects = [Path(o) for o in object_files]
+    extras = [Path(c) for c in extra_c_sources]
+    for f in objects + extras:
+        if not f.is_file():
+            raise CompileError(f"building lib{name}.so: input file {f} does not exist")
+    dispatcher = generate_dispatcher(spec)
+    (out / f"{name}.h").write_text(generate_header(spec))
+    (out / f"{name}_dispatch.c").write_text(dispatcher)
+    (out / f"{name}.json").write_text(json.dumps(generate_metadata(spec), indent=2) + "\n")
+    (out / f"{name}.map").write_text(_version_script(spec))
+    lib = out / f"lib{name}.so"
+    # Link to a temporary name, then rename: a process that has the old library mapped
+    # keeps a valid file instead of one rewritten under it.
+    fd, tmp = tempfile.mkstemp(prefix=f".lib{name}.", suffix=".so", dir=out)
+    os.close(fd)
+    cmd = [*shlex.split(cc), "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", *cflags,
+           f"-I{out}", f"-I{RUNTIME_DIR}", "-o", tmp, str(out / f"{name}_dispatch.c"),
+           *(str(RUNTIME_DIR / r) for r in RUNTIME_SOURCES), *map(str, extras), *map(str, objects),
+           "-Wl,-z,defs", f"-Wl,--version-script={out / f'{name}.map'}", "-lm"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        Path(tmp).unlink(missing_ok=True)
+        raise CompileError(f"building lib{name}.so: C compiler {cc!r} not found") from None
+    if proc.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)
+        raise CompileError(_link_failure(spec, cc, proc))
+    os.replace(tmp, lib)
+    return lib
+
+
+def _link_failure(spec: ArtifactSpec, cc: str, proc: subprocess.CompletedProcess) -> str:
+    msg = f"building lib{spec.name}.so: {cc} failed with exit code {proc.returncode}"
+    undefined = set(re.findall(r"undefined reference to [`'\"]([A-Za-z_][A-Za-z0-9_]*)", proc.stderr))
+    missing = [f"version {k}'s kernel {v.symbol}" for k, v in enumerate(spec.versions) if v.symbol in undefined]
+    if missing:
+        msg += f": {', '.join(missing)} not defined by any object file"
+    elif undefined:
+        msg += f": undefined symbol(s) {', '.join(sorted(undefined))}"
+    return msg + "\n" + _tail(proc.stderr)

@@ -1,0 +1,797 @@
+"""Kernel expressions -> LLVM IR values (shared by the CPU backend and, later, CUDA).
+
+`ExprEmitter.emit(expr)` returns the LLVM value of an expression at the builder's
+position. Values use a *compute type* per dtype (f16/bf16 compute in float, bool is i1);
+loads and stores convert from and to the *storage type* (half, i16 bits, i8).
+
+Loops are described by a stack of frames: the emitter's caller opens a loop, binds its
+index var with `push`, and calls `hoist(body)` before opening the next one, which emits
+every sub-expression that no deeper var affects right there, i.e. outside the inner loops
+(loop-invariant code motion at the expression level, which LLVM's LICM cannot do for the
+inner loops that reductions are). Values are cached per frame, which also gives CSE.
+
+Safety rules: a `Select` whose arms touch memory or can fail is emitted as a branch and
+nothing inside its arms is hoisted; sub-expressions that can fail (a `Check`, an integer
+division by a value not known to be nonzero) are never hoisted out of a reduction loop
+that may run zero times.
+
+Op semantics live in tables (`FLOAT_BINARY`, `INT_BINARY`, `FLOAT_UNARY`, `INT_UNARY`,
+`LIBM`), one small function per op.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from llvmlite import ir
+
+from onnxcc.errors import CompileError
+from onnxcc.ir import Dim, DType
+from onnxcc.kernel.expr import (
+    ERR_DIV_ZERO, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children, free_vars,
+)
+
+from .llvm_helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
+
+F32 = ir.FloatType()
+F64 = ir.DoubleType()
+F16 = ir.HalfType()
+
+_INT_BITS = {DType.i8: 8, DType.i16: 16, DType.i32: 32, DType.i64: 64,
+             DType.u8: 8, DType.u16: 16, DType.u32: 32, DType.u64: 64}
+
+
+# ---- types --------------------------------------------------------------------------------
+
+
+def storage_type(dt: DType) -> ir.Type:
+    """How a dtype is laid out in memory."""
+    if dt is DType.f16:
+        return F16
+    if dt is DType.bf16:
+        return I16
+    if dt is DType.f32:
+        return F32
+    if dt is DType.f64:
+        return F64
+    if dt is DType.bool:
+        return I8
+    return ir.IntType(_INT_BITS[dt])
+
+
+def compute_type(dt: DType) -> ir.Type:
+    """How a dtype's values are held in registers."""
+    if dt in (DType.f16, DType.bf16, DType.f32):
+        return F32
+    if dt is DType.f64:
+        return F64
+    if dt is DType.bool:
+        return I1
+    return ir.IntType(_INT_BITS[dt])
+
+
+def round_const(value: float, dt: DType) -> float:
+    """A float constant rounded to what `dt` can hold (computation is in f32/f64)."""
+    if dt is DType.f16:
+        return float(np.float16(value))
+    if dt is DType.bf16:
+        return float(_bf16_round_np(np.float32(value)))
+    if dt is DType.f32:
+        return float(np.float32(value))
+    return value
+
+
+def _bf16_round_np(x: np.float32) -> np.float32:
+    bits = int(np.array(x, np.float32).view(np.uint32))
+    if math.isnan(float(x)):
+        return np.float32(x)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return np.array(bits & 0xFFFFFFFF, np.uint32).view(np.float32)[()]
+
+
+# ---- what the emitter needs from its function -------------------------------------------
+
+
+class FunctionContext(Protocol):
+    """The per-function services an `ExprEmitter` uses (implemented by the backend)."""
+
+    module: ir.Module
+
+    def sym(self, name: str) -> ir.Value: ...
+    def dim(self, d: Dim) -> ir.Value: ...
+    def buffer_ptr(self, name: str) -> ir.Value: ...
+    def strides(self, name: str) -> list[ir.Value]: ...
+    def buffer_dtype(self, name: str) -> DType: ...
+    def fail_block(self, code: int) -> ir.Block: ...
+    def alloca(self, ty: ir.Type, name: str) -> ir.Value: ...
+    def libm(self, name: str, ty: ir.Type) -> ir.Function: ...
+
+
+@dataclass
+class _Frame:
+    vars: tuple[str, ...]
+    cache: dict[Expr, ir.Value] = field(default_factory=dict)
+
+
+@dataclass
+class AccessMetadata:
+    """Metadata to attach to loads and stores (e.g. scoped noalias), as (kind, node) pairs."""
+
+    load: list[tuple[str, ir.MDValue]] = field(default_factory=list)
+    store: list[tuple[str, ir.MDValue]] = field(default_factory=list)
+
+
+# ---- the emitter --------------------------------------------------------------------------
+
+
+class ExprEmitter:
+    """Emits expressions at `builder`'s position inside one function (see module doc)."""
+
+    def __init__(self, ctx: FunctionContext, builder: ir.IRBuilder, *, check_div: bool = True,
+                 access_md: AccessMetadata | None = None):
+        self.ctx = ctx
+        self.b = builder
+        self.check_div = check_div
+        self.md = access_md or AccessMetadata()
+        self.frames: list[_Frame] = [_Frame(())]
+        self.var_vals: dict[str, ir.Value] = {}
+        self.var_level: dict[str, int] = {}
+        self._fails: dict[Expr, bool] = {}
+        self._lazy: dict[Expr, bool] = {}
+
+    # ---- frames --------------------------------------------------------------------------
+    def push(self, bindings: dict[str, ir.Value]) -> None:
+        """Enter a loop level binding `bindings` (var name -> i64 value)."""
+        self.frames.append(_Frame(tuple(bindings)))
+        lvl = len(self.frames) - 1
+        for n, v in bindings.items():
+            self.var_vals[n] = v
+            self.var_level[n] = lvl
+
+    def pop(self) -> None:
+        fr = self.frames.pop()
+        for n in fr.vars:
+            del self.var_vals[n]
+            del self.var_level[n]
+
+    def _lookup(self, e: Expr) -> ir.Value | None:
+        for fr in reversed(self.frames):
+            v = fr.cache.get(e)
+            if v is not None:
+                return v
+        return None
+
+    def _level(self, e: Expr) -> int:
+        lvl = 0
+        for n in free_vars(e):
+            # a var not bound yet (the var of a reduce about to open) is deeper than all
+            lvl = max(lvl, self.var_level.get(n, 1 << 30))
+        return lvl
+
+    def can_fail(self, e: Expr) -> bool:
+        """Whether evaluating `e` may make the kernel return an error."""
+        hit = self._fails.get(e)
+        if hit is None:
+            if isinstance(e, Check):
+                hit = True
+            elif isinstance(e, Binary) and e.op in ("div", "floordiv", "mod", "truncdiv", "rem") \
+                    and not e.dtype.is_float and self.check_div and not known_nonzero(e.b):
+                hit = True
+            else:
+                hit = any(self.can_fail(c) for c in children(e))
+            self._fails[e] = hit
+        return hit
+
+    def is_lazy(self, s: Select) -> bool:
+        """Whether a select must branch: an arm reads memory, loops or can fail."""
+        hit = self._lazy.get(s)
+        if hit is None:
+            hit = any(_touches_memory(a) or self.can_fail(a) for a in (s.a, s.b))
+            self._lazy[s] = hit
+        return hit
+
+    def hoist(self, body: Expr, *, guarded: bool = False) -> None:
+        """Emit, at the current position, every non-trivial sub-expression of `body` that
+        depends on no var deeper than the current frame. `guarded`: the code after this
+        point may not run (a loop that may be empty), so failing expressions stay put."""
+        top = len(self.frames) - 1
+        seen: set[int] = set()
+        stack: list[tuple[Expr, bool]] = [(body, guarded)]
+        while stack:
+            n, g = stack.pop()
+            if id(n) in seen or isinstance(n, (Var, Const, SymRef)):
+                continue
+            seen.add(id(n))
+            if self._lookup(n) is not None:
+                continue
+            if self._level(n) <= top and not (g and self.can_fail(n)):
+                self.emit(n)
+                continue
+            if isinstance(n, Select) and self.is_lazy(n):
+                stack.append((n.cond, g))
+            elif isinstance(n, Reduce):
+                stack.extend((x, g) for _, x in n.vars)
+                stack.append((n.body, True))
+                if n.init is not None:
+                    stack.append((n.init, g))
+            else:
+                stack.extend((c, g) for c in children(n))
+
+    # ---- entry point ---------------------------------------------------------------------
+    def emit(self, e: Expr) -> ir.Value:
+        if isinstance(e, Var):
+            v = self.var_vals.get(e.name)
+            if v is None:
+                raise CompileError(f"index var {e.name} is not bound")
+            return v
+        v = self._lookup(e)
+        if v is not None:
+            return v
+        fn = _EMIT.get(type(e))
+        if fn is None:
+            raise CompileError(f"cpu codegen: no emitter for {type(e).__name__}")
+        v = fn(self, e)
+        self.frames[-1].cache[e] = v
+        return v
+
+    # ---- memory --------------------------------------------------------------------------
+    def address(self, buffer: str, idx: list[ir.Value]) -> ir.Value:
+        """Pointer to `buffer[idx]` (row-major flat offset, strides hoisted to entry)."""
+        b = self.b
+        strides = self.ctx.strides(buffer)
+        flat: ir.Value | None = None
+        for k, (i, s) in enumerate(zip(idx, strides)):
+            if isinstance(i, ir.Constant) and i.constant == 0:
+                continue
+            term = i if (isinstance(s, ir.Constant) and s.constant == 1) else \
+                b.mul(i, s, name=f"{buffer}.off{k}", flags=("nsw",))
+            flat = term if flat is None else b.add(flat, term, name=f"{buffer}.off", flags=("nsw",))
+        if flat is None:
+            flat = ir.Constant(I64, 0)
+        dt = self.ctx.buffer_dtype(buffer)
+        return b.gep(self.ctx.buffer_ptr(buffer), [flat], inbounds=True, name=f"{buffer}.ptr",
+                     source_etype=storage_type(dt))
+
+    def load(self, buffer: str, idx: list[ir.Value]) -> ir.Value:
+        dt = self.ctx.buffer_dtype(buffer)
+        ptr = self.address(buffer, idx)
+        raw = self.b.load(ptr, name=f"{buffer}.raw" if dt in (DType.f16, DType.bf16, DType.bool) else buffer,
+                          align=dt.itemsize, typ=storage_type(dt))
+        for kind, md in self.md.load:
+            raw.set_metadata(kind, md)
+        return self.from_storage(raw, dt, buffer)
+
+    def store(self, buffer: str, idx: list[ir.Value], value: ir.Value) -> None:
+        dt = self.ctx.buffer_dtype(buffer)
+        ptr = self.address(buffer, idx)
+        st = self.b.store(self.to_storage(value, dt), ptr, align=dt.itemsize)
+        for kind, md in self.md.store:
+            st.set_metadata(kind, md)
+
+    def from_storage(self, raw: ir.Value, dt: DType, name: str) -> ir.Value:
+        b = self.b
+        if dt is DType.f16:
+            return b.fpext(raw, F32, name=name)
+        if dt is DType.bf16:
+            wide = b.shl(b.zext(raw, I32), ir.Constant(I32, 16))
+            return b.bitcast(wide, F32, name=name)
+        if dt is DType.bool:
+            return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0), name=name)
+        return raw
+
+    def to_storage(self, v: ir.Value, dt: DType) -> ir.Value:
+        b = self.b
+        if dt is DType.f16:
+            return b.fptrunc(v, F16, name="to.f16")
+        if dt is DType.bf16:
+            return self._bf16_bits(v)
+        if dt is DType.bool:
+            return b.zext(v, I8, name="to.i8")
+        return v
+
+    def _bf16_bits(self, v: ir.Value) -> ir.Value:
+        """Round a float to bf16 (nearest even, NaN kept quiet) -> i16 bits."""
+        b = self.b
+        u = b.bitcast(v, I32)
+        lsb = b.and_(b.lshr(u, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.lshr(b.add(u, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
+        quiet = b.or_(b.lshr(u, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+        isnan = b.fcmp_unordered("uno", v, v)
+        return b.trunc(b.select(isnan, quiet, rounded), I16, name="to.bf16")
+
+    def round_to(self, v: ir.Value, dt: DType) -> ir.Value:
+        """Round a compute-type float to the precision of f16/bf16 (a no-op otherwise)."""
+        b = self.b
+        if dt is DType.f16:
+            h = b.fptrunc(v, F16)
+            return b.fpext(h, F32, name="f16")
+        if dt is DType.bf16:
+            if v.type == F64:
+                v = b.fptrunc(v, F32)
+            return self.from_storage(self._bf16_bits(v), DType.bf16, "bf16")
+        return v
+
+    # ---- failure -------------------------------------------------------------------------
+    def check(self, ok: ir.Value, code: int, name: str = "check") -> None:
+        """Continue if `ok`, else leave the kernel with `code`."""
+        cont = self.b.function.append_basic_block(f"{name}.ok")
+        br = self.b.cbranch(ok, cont, self.ctx.fail_block(code))
+        br.set_weights([1 << 20, 1])
+        self.b.position_at_end(cont)
+
+    def libm(self, name: str, x: ir.Value) -> ir.Value:
+        fn = self.ctx.libm(name, x.type)
+        return self.b.call(fn, [x], name=name)
+
+    def intr(self, name: str, args: list[ir.Value], ret: ir.Type | None = None, *,
+             overload: list[ir.Type] | None = None, label: str = "") -> ir.Value:
+        ty = ret or args[0].type
+        fn = intrinsic(self.ctx.module, name, ty, [a.type for a in args], overload)
+        return self.b.call(fn, args, name=label or name.split(".")[-1])
+
+
+# ---- leaves and structure -----------------------------------------------------------------
+
+
+def _touches_memory(e: Expr) -> bool:
+    hit = e.__dict__.get("_mem")
+    if hit is None:
+        hit = isinstance(e, (Load, Reduce)) or any(_touches_memory(c) for c in children(e))
+        object.__setattr__(e, "_mem", hit)
+    return hit
+
+
+def known_nonzero(e: Expr) -> bool:
+    """Whether an integer expression is provably nonzero (positive symbols, constants)."""
+    return known_positive(e) or (isinstance(e, Const) and e.value != 0)
+
+
+def known_positive(e: Expr) -> bool:
+    if isinstance(e, Const):
+        return e.value > 0
+    if isinstance(e, SymRef):
+        return True
+    if isinstance(e, Binary) and e.op in ("add", "mul", "min"):
+        return known_positive(e.a) and known_positive(e.b)
+    if isinstance(e, Binary) and e.op == "max":
+        return known_positive(e.a) or known_positive(e.b)
+    return False
+
+
+def _const(em: ExprEmitter, e: Const) -> ir.Value:
+    ty = compute_type(e.dtype)
+    if e.dtype.is_float:
+        return ir.Constant(ty, round_const(e.value, e.dtype))
+    if e.dtype is DType.bool:
+        return ir.Constant(I1, int(e.value))
+    bits = _INT_BITS[e.dtype]
+    return ir.Constant(ty, e.value & ((1 << bits) - 1) if e.value < 0 and not e.dtype.is_signed else e.value)
+
+
+def _symref(em: ExprEmitter, e: SymRef) -> ir.Value:
+    return em.ctx.sym(e.name)
+
+
+def _load(em: ExprEmitter, e: Load) -> ir.Value:
+    idx = [em.emit(i) for i in e.indices]
+    return em.load(e.buffer, idx)
+
+
+def _check(em: ExprEmitter, e: Check) -> ir.Value:
+    ok = em.emit(e.cond)
+    em.check(ok, e.code, name="bounds")
+    return em.emit(e.value)
+
+
+def _select(em: ExprEmitter, e: Select) -> ir.Value:
+    b = em.b
+    c = em.emit(e.cond)
+    if not em.is_lazy(e):
+        return b.select(c, em.emit(e.a), em.emit(e.b), name="sel")
+    fn = b.function
+    then, other, merge = (fn.append_basic_block(n) for n in ("sel.then", "sel.else", "sel.end"))
+    b.cbranch(c, then, other)
+    arms = []
+    for block, arm in ((then, e.a), (other, e.b)):
+        b.position_at_end(block)
+        em.frames.append(_Frame(()))  # values made in an arm do not dominate the merge
+        v = em.emit(arm)
+        em.frames.pop()
+        arms.append((v, b.block))
+        b.branch(merge)
+    move_to_end(merge)
+    b.position_at_end(merge)
+    phi = b.phi(arms[0][0].type, name="sel")
+    for v, blk in arms:
+        phi.add_incoming(v, blk)
+    return phi
+
+
+def _cast(em: ExprEmitter, e: Cast) -> ir.Value:
+    return cast_value(em, em.emit(e.a), e.a.dtype, e.dtype)
+
+
+def cast_value(em: ExprEmitter, v: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """Convert a compute-type value of dtype `src` to dtype `dst` (numpy astype rules;
+    float -> int saturates and maps NaN to 0)."""
+    b = em.b
+    dty = compute_type(dst)
+    if src is dst:
+        return v
+    if dst is DType.bool:
+        if src.is_float:
+            return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0), name="tobool")
+        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0), name="tobool")
+    if src.is_float and dst.is_float:
+        if dst is DType.f16 and v.type == F64:
+            return b.fpext(b.fptrunc(v, F16), F32, name="f16")
+        if v.type != dty:
+            v = b.fpext(v, dty, name="fext") if dty == F64 else b.fptrunc(v, dty, name="ftrunc")
+        return em.round_to(v, dst)
+    if src.is_float:  # -> int
+        if dst is DType.u64:
+            return em.intr("llvm.fptoui.sat", [v], I64, overload=[I64, v.type], label="toint")
+        wide = em.intr("llvm.fptosi.sat", [v], I64, overload=[I64, v.type], label="toint")
+        return wide if dty == I64 else b.trunc(wide, dty, name="toint")
+    if dst.is_float:  # int/bool -> float
+        signed = src.is_signed and src is not DType.bool
+        f = b.sitofp(v, dty, name="tofp") if signed else b.uitofp(v, dty, name="tofp")
+        return em.round_to(f, dst)
+    # int/bool -> int
+    sb, db = v.type.width, dty.width
+    if db < sb:
+        return b.trunc(v, dty, name="icast")
+    if db > sb:
+        signed = src.is_signed and src is not DType.bool
+        return b.sext(v, dty, name="icast") if signed else b.zext(v, dty, name="icast")
+    return v
+
+
+# ---- binary ops ---------------------------------------------------------------------------
+
+BinFn = Callable[[ExprEmitter, ir.Value, ir.Value, Binary], ir.Value]
+_FM = ("contract",)
+
+
+def _f_floordiv(em, a, b, e):
+    return em.intr("llvm.floor", [em.b.fdiv(a, b, name="q", flags=_FM)])
+
+
+def _f_mod(em, a, b, e):
+    bb = em.b
+    r = bb.frem(a, b, name="r")
+    zero = ir.Constant(a.type, 0.0)
+    fix = bb.and_(bb.fcmp_ordered("!=", r, zero),
+                  bb.xor(bb.fcmp_ordered("<", r, zero), bb.fcmp_ordered("<", b, zero)))
+    return bb.select(fix, bb.fadd(r, b), r, name="mod")
+
+
+FLOAT_BINARY: dict[str, BinFn] = {
+    "add": lambda em, a, b, e: em.b.fadd(a, b, name="add", flags=_FM),
+    "sub": lambda em, a, b, e: em.b.fsub(a, b, name="sub", flags=_FM),
+    "mul": lambda em, a, b, e: em.b.fmul(a, b, name="mul", flags=_FM),
+    "div": lambda em, a, b, e: em.b.fdiv(a, b, name="div"),
+    "floordiv": _f_floordiv,
+    "mod": _f_mod,
+    "truncdiv": lambda em, a, b, e: em.intr("llvm.trunc", [em.b.fdiv(a, b, name="q")]),
+    "rem": lambda em, a, b, e: em.b.frem(a, b, name="rem"),
+    "max": lambda em, a, b, e: em.intr("llvm.maximum", [a, b], label="max"),
+    "min": lambda em, a, b, e: em.intr("llvm.minimum", [a, b], label="min"),
+    "pow": lambda em, a, b, e: em.intr("llvm.pow", [a, b], label="pow"),
+    "lt": lambda em, a, b, e: em.b.fcmp_ordered("<", a, b, name="lt"),
+    "le": lambda em, a, b, e: em.b.fcmp_ordered("<=", a, b, name="le"),
+    "gt": lambda em, a, b, e: em.b.fcmp_ordered(">", a, b, name="gt"),
+    "ge": lambda em, a, b, e: em.b.fcmp_ordered(">=", a, b, name="ge"),
+    "eq": lambda em, a, b, e: em.b.fcmp_ordered("==", a, b, name="eq"),
+    "ne": lambda em, a, b, e: em.b.fcmp_unordered("!=", a, b, name="ne"),
+}
+
+
+def _icmp(op: str) -> BinFn:
+    def fn(em, a, b, e):
+        signed = e.a.dtype.is_signed and e.a.dtype is not DType.bool
+        cmp = em.b.icmp_signed if signed else em.b.icmp_unsigned
+        return cmp(op, a, b, name="cmp")
+    return fn
+
+
+def _int_minmax(kind: str) -> BinFn:
+    def fn(em, a, b, e):
+        dt = e.dtype
+        if dt is DType.bool:
+            return em.b.or_(a, b, name=kind) if kind == "max" else em.b.and_(a, b, name=kind)
+        pre = "s" if dt.is_signed else "u"
+        return em.intr(f"llvm.{pre}{kind}", [a, b], label=kind)
+    return fn
+
+
+def _int_division(kind: str) -> BinFn:
+    """Integer div/mod with floor (Python) or truncating (C) semantics; a zero divisor
+    fails the kernel and INT_MIN / -1 gives a wrapped result instead of trapping."""
+    def fn(em, a, b, e):
+        bb = em.b
+        ty = a.type
+        zero, one, minus1 = (ir.Constant(ty, v) for v in (0, 1, -1))
+        signed = e.dtype.is_signed
+        divisor = e.b
+        if em.check_div and not known_nonzero(divisor):
+            em.check(bb.icmp_unsigned("!=", b, zero, name="divisor.ok"), ERR_DIV_ZERO, name="div")
+        if not signed:
+            return bb.udiv(a, b, name="div") if kind in ("floordiv", "truncdiv") else bb.urem(a, b, name="rem")
+        m1 = None
+        if not known_positive(divisor):
+            m1 = bb.icmp_signed("==", b, minus1, name="by.m1")
+            b = bb.select(m1, one, b, name="divisor")
+        q = bb.sdiv(a, b, name="q")
+        r = bb.srem(a, b, name="r")
+        if kind in ("floordiv", "mod"):
+            fix = bb.and_(bb.icmp_signed("!=", r, zero), bb.icmp_signed("<", bb.xor(r, b), zero), name="fix")
+            if kind == "floordiv":
+                q = bb.sub(q, bb.zext(fix, ty), name="floordiv")
+            else:
+                r = bb.select(fix, bb.add(r, b), r, name="mod")
+        if kind in ("floordiv", "truncdiv"):
+            return q if m1 is None else bb.select(m1, bb.sub(zero, a), q, name="div")
+        return r if m1 is None else bb.select(m1, zero, r, name="rem")
+    return fn
+
+
+def _shift(kind: str) -> BinFn:
+    def fn(em, a, b, e):
+        bb = em.b
+        ty = a.type
+        width = ir.Constant(ty, ty.width)
+        big = bb.icmp_unsigned(">=", b, width, name="overshift")
+        if kind == "shl":
+            return bb.select(big, ir.Constant(ty, 0), bb.shl(a, b), name="shl")
+        if e.dtype.is_signed:
+            amt = bb.select(big, ir.Constant(ty, ty.width - 1), b)
+            return bb.ashr(a, amt, name="shr")
+        return bb.select(big, ir.Constant(ty, 0), bb.lshr(a, b), name="shr")
+    return fn
+
+
+def _int_pow(em, a, b, e):
+    # NOTE: via f64, exact for results below 2**53 (ONNX integer Pow is rare)
+    src = e.dtype
+    fa, fb = cast_value(em, a, src, DType.f64), cast_value(em, b, src, DType.f64)
+    return cast_value(em, em.intr("llvm.pow", [fa, fb], label="pow"), DType.f64, src)
+
+
+INT_BINARY: dict[str, BinFn] = {
+    "add": lambda em, a, b, e: em.b.add(a, b, name="add"),
+    "sub": lambda em, a, b, e: em.b.sub(a, b, name="sub"),
+    "mul": lambda em, a, b, e: em.b.mul(a, b, name="mul"),
+    "div": _int_division("floordiv"),
+    "floordiv": _int_division("floordiv"),
+    "mod": _int_division("mod"),
+    "truncdiv": _int_division("truncdiv"),
+    "rem": _int_division("rem"),
+    "max": _int_minmax("max"),
+    "min": _int_minmax("min"),
+    "pow": _int_pow,
+    "lt": _icmp("<"), "le": _icmp("<="), "gt": _icmp(">"), "ge": _icmp(">="),
+    "eq": _icmp("=="), "ne": _icmp("!="),
+    "and": lambda em, a, b, e: em.b.and_(a, b, name="and"),
+    "or": lambda em, a, b, e: em.b.or_(a, b, name="or"),
+    "xor": lambda em, a, b, e: em.b.xor(a, b, name="xor"),
+    "shl": _shift("shl"),
+    "shr": _shift("shr"),
+}
+
+
+def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
+    a, b = em.emit(e.a), em.emit(e.b)
+    table = FLOAT_BINARY if e.a.dtype.is_float else INT_BINARY
+    fn = table.get(e.op)
+    if fn is None:
+        raise CompileError(f"cpu codegen: binary {e.op} not supported on {e.a.dtype.value}")
+    return fn(em, a, b, e)
+
+
+# ---- unary ops ----------------------------------------------------------------------------
+
+UnFn = Callable[[ExprEmitter, ir.Value, Unary], ir.Value]
+
+
+def _fconst(x: ir.Value, v: float) -> ir.Constant:
+    return ir.Constant(x.type, v)
+
+
+def _sigmoid(em, x, e):
+    b = em.b
+    t = em.intr("llvm.exp", [b.fneg(x)], label="exp")
+    return b.fdiv(_fconst(x, 1.0), b.fadd(_fconst(x, 1.0), t), name="sigmoid")
+
+
+def _softplus(em, x, e):
+    # max(x, 0) + log1p(exp(-|x|)), stable for large |x|
+    b = em.b
+    ax = em.intr("llvm.fabs", [x], label="abs")
+    t = em.libm("log1p", em.intr("llvm.exp", [b.fneg(ax)], label="exp"))
+    return b.fadd(em.intr("llvm.maxnum", [x, _fconst(x, 0.0)], label="pos"), t, name="softplus")
+
+
+def _fsign(em, x, e):
+    b = em.b
+    z = _fconst(x, 0.0)
+    neg = b.select(b.fcmp_ordered("<", x, z), _fconst(x, -1.0), x)
+    return b.select(b.fcmp_ordered(">", x, z), _fconst(x, 1.0), neg, name="sign")
+
+
+def _intrinsic1(name: str) -> UnFn:
+    return lambda em, x, e: em.intr(name, [x], label=name.split(".")[-1])
+
+
+def _libm1(name: str) -> UnFn:
+    return lambda em, x, e: em.libm(name, x)
+
+
+#: libm functions used for ops without an LLVM intrinsic (float: name + "f")
+LIBM = ("tanh", "erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p")
+
+FLOAT_UNARY: dict[str, UnFn] = {
+    "neg": lambda em, x, e: em.b.fneg(x, name="neg"),
+    "abs": _intrinsic1("llvm.fabs"),
+    "sqrt": _intrinsic1("llvm.sqrt"),
+    "exp": _intrinsic1("llvm.exp"),
+    "log": _intrinsic1("llvm.log"),
+    "sin": _intrinsic1("llvm.sin"),
+    "cos": _intrinsic1("llvm.cos"),
+    "floor": _intrinsic1("llvm.floor"),
+    "ceil": _intrinsic1("llvm.ceil"),
+    "round": _intrinsic1("llvm.roundeven"),
+    "trunc": _intrinsic1("llvm.trunc"),
+    "sigmoid": _sigmoid,
+    "softplus": _softplus,
+    "recip": lambda em, x, e: em.b.fdiv(_fconst(x, 1.0), x, name="recip"),
+    "sign": _fsign,
+    "relu": lambda em, x, e: em.b.select(em.b.fcmp_ordered("<", x, _fconst(x, 0.0)), _fconst(x, 0.0), x,
+                                         name="relu"),
+    "isnan": lambda em, x, e: em.b.fcmp_unordered("uno", x, x, name="isnan"),
+    "isinf": lambda em, x, e: em.b.fcmp_ordered("==", em.intr("llvm.fabs", [x], label="abs"),
+                                                _fconst(x, math.inf), name="isinf"),
+    **{n: _libm1(n) for n in LIBM if n != "log1p"},
+}
+
+
+def _isign(em, x, e):
+    b = em.b
+    zero = ir.Constant(x.type, 0)
+    if not e.dtype.is_signed:
+        return b.zext(b.icmp_unsigned("!=", x, zero), x.type, name="sign")
+    pos = b.zext(b.icmp_signed(">", x, zero), x.type)
+    neg = b.zext(b.icmp_signed("<", x, zero), x.type)
+    return b.sub(pos, neg, name="sign")
+
+
+def _identity(em, x, e):
+    return x
+
+
+INT_UNARY: dict[str, UnFn] = {
+    "neg": lambda em, x, e: em.b.sub(ir.Constant(x.type, 0), x, name="neg"),
+    "abs": lambda em, x, e: em.intr("llvm.abs", [x, ir.Constant(I1, 0)], label="abs") if e.dtype.is_signed else x,
+    "floor": _identity, "ceil": _identity, "round": _identity, "trunc": _identity,
+    "sign": _isign,
+    "relu": lambda em, x, e: em.intr("llvm.smax", [x, ir.Constant(x.type, 0)], label="relu")
+    if e.dtype.is_signed else x,
+    "not": lambda em, x, e: em.b.not_(x, name="not"),
+}
+
+
+def _unary(em: ExprEmitter, e: Unary) -> ir.Value:
+    x = em.emit(e.a)
+    table = FLOAT_UNARY if e.a.dtype.is_float else INT_UNARY
+    fn = table.get(e.op)
+    if fn is None:
+        raise CompileError(f"cpu codegen: unary {e.op} not supported on {e.a.dtype.value}")
+    return fn(em, x, e)
+
+
+# ---- reductions ---------------------------------------------------------------------------
+
+
+def identity(op: str, dt: DType) -> ir.Constant:
+    """The start value of reduction `op` over dtype `dt` (in compute type)."""
+    ty = compute_type(dt)
+    if op == "sum":
+        return ir.Constant(ty, 0.0 if dt.is_float else 0)
+    if op == "prod":
+        return ir.Constant(ty, 1.0 if dt.is_float else 1)
+    low = op in ("max", "argmax")
+    if dt.is_float:
+        return ir.Constant(ty, -math.inf if low else math.inf)
+    if dt is DType.bool:
+        return ir.Constant(ty, 0 if low else 1)
+    bits = _INT_BITS[dt]
+    if dt.is_signed:
+        return ir.Constant(ty, -(1 << (bits - 1)) if low else (1 << (bits - 1)) - 1)
+    return ir.Constant(ty, 0 if low else (1 << bits) - 1)
+
+
+_RED_FM = ("reassoc", "contract", "nsz")
+
+Combine = Callable[[ExprEmitter, ir.Value, ir.Value, DType], ir.Value]
+
+REDUCE_COMBINE: dict[str, Combine] = {
+    "sum": lambda em, acc, x, dt: em.b.fadd(acc, x, name="acc", flags=_RED_FM) if dt.is_float
+    else em.b.add(acc, x, name="acc"),
+    "prod": lambda em, acc, x, dt: em.b.fmul(acc, x, name="acc", flags=_RED_FM) if dt.is_float
+    else em.b.mul(acc, x, name="acc"),
+    "max": lambda em, acc, x, dt: (FLOAT_BINARY["max"] if dt.is_float else _int_minmax("max"))(
+        em, acc, x, _fake_binary("max", dt)),
+    "min": lambda em, acc, x, dt: (FLOAT_BINARY["min"] if dt.is_float else _int_minmax("min"))(
+        em, acc, x, _fake_binary("min", dt)),
+}
+
+
+def _fake_binary(op: str, dt: DType) -> Binary:
+    z = Const(0, dt)
+    return Binary(op, z, z)
+
+
+def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
+    if e.op in ("argmax", "argmin"):
+        return _arg_reduce(em, e)
+    b = em.b
+    dt = e.body.dtype
+    ty = compute_type(dt)
+    start = em.emit(e.init) if e.init is not None else identity(e.op, dt)
+    acc = em.ctx.alloca(ty, f"{e.op}.acc")
+    b.store(start, acc)
+    em.hoist(e.body, guarded=True)
+    with ExitStack() as st:
+        for k, (v, ext) in enumerate(e.vars):
+            n = em.emit(ext)
+            idx = st.enter_context(for_range(b, n, v.name, guard=True))
+            em.push({v.name: idx})
+            st.callback(em.pop)
+            if k + 1 < len(e.vars):
+                em.hoist(e.body, guarded=True)
+        x = em.emit(e.body)
+        cur = b.load(acc, name=f"{e.op}.cur")
+        b.store(REDUCE_COMBINE[e.op](em, cur, x, dt), acc)
+    return b.load(acc, name=e.op)
+
+
+def _arg_reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
+    """Index of the first max (min) along one var; NaN wins (numpy semantics)."""
+    b = em.b
+    dt = e.body.dtype
+    ty = compute_type(dt)
+    (v, ext), = e.vars
+    best = em.ctx.alloca(ty, f"{e.op}.best")
+    where = em.ctx.alloca(I64, f"{e.op}.idx")
+    b.store(identity(e.op, dt), best)
+    b.store(ir.Constant(I64, 0), where)
+    em.hoist(e.body, guarded=True)
+    n = em.emit(ext)
+    with for_range(b, n, v.name, guard=True) as idx:
+        em.push({v.name: idx})
+        x = em.emit(e.body)
+        cur = b.load(best, name="best")
+        op = ">" if e.op == "argmax" else "<"
+        if dt.is_float:
+            better = b.fcmp_ordered(op, x, cur)
+            nan_first = b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", cur, cur))
+            better = b.or_(better, nan_first, name="better")
+        elif dt.is_signed and dt is not DType.bool:
+            better = b.icmp_signed(op, x, cur, name="better")
+        else:
+            better = b.icmp_unsigned(op, x, cur, name="better")
+        b.store(b.select(better, x, cur), best)
+        b.store(b.select(better, idx, b.load(where)), where)
+        em.pop()
+    return b.load(where, name=e.op)
+
+
+_EMIT: dict[type, Callable[[ExprEmitter, Expr], ir.Value]] = {
+    Const: _const, SymRef: _symref, Load: _load, Binary: _binary, Unary: _unary, Cast: _cast,
+    Select: _select, Check: _check, Reduce: _reduce,
+}

@@ -1,0 +1,298 @@
+/* onnxcc runtime: thread-local errors, aligned memory, the thread pool, and the checks
+ * every generated dispatcher shares. See onnxcc_rt.h for the contract of each function. */
+#define _POSIX_C_SOURCE 200809L
+#include "onnxcc_rt.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* ---- errors -------------------------------------------------------------------------- */
+
+#define ONNXCC_ERR_CAP 2048
+static __thread char onnxcc_err_buf[ONNXCC_ERR_CAP];
+
+void onnxcc_error_clear(void) { onnxcc_err_buf[0] = '\0'; }
+
+void onnxcc_error_set(const char *fmt, ...) {
+  /* Format into a local first: an argument may point into the buffer itself. */
+  char tmp[ONNXCC_ERR_CAP];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  snprintf(onnxcc_err_buf, sizeof onnxcc_err_buf, "%s", tmp);
+}
+
+const char *onnxcc_error_get(void) { return onnxcc_err_buf; }
+
+/* ---- memory -------------------------------------------------------------------------- */
+
+void *onnxcc_aligned_alloc(size_t bytes) {
+  /* Round up to whole lines so a vectorised tail reading a full line stays inside. */
+  if (bytes > SIZE_MAX - ONNXCC_ALIGN) return NULL;
+  bytes = (bytes + ONNXCC_ALIGN - 1) & ~(size_t)(ONNXCC_ALIGN - 1);
+  if (bytes == 0) bytes = ONNXCC_ALIGN;
+  void *p = NULL;
+  if (posix_memalign(&p, ONNXCC_ALIGN, bytes) != 0) return NULL;
+  return p;
+}
+
+void onnxcc_aligned_free(void *p) { free(p); }
+
+/* ---- thread pool ----------------------------------------------------------------------
+ * Workers are created once, on first use, and sleep on work_cv between jobs. A job is
+ * published under `mu` with a new generation number; each worker that wakes for it copies
+ * the job, counts itself into `busy`, and claims chunks from the atomic `next` counter
+ * alongside the caller. The caller, once no chunk is left, retires the job (active = 0)
+ * and waits for busy == 0, so a job never outlives its parallel_for call. `submit_mu`
+ * gives the pool to one caller thread at a time; a second caller runs inline instead of
+ * waiting, which keeps concurrent model calls from serialising on each other. */
+
+#define ONNXCC_MAX_THREADS 256
+#define ONNXCC_CHUNKS_PER_THREAD 4 /* some slack for uneven chunks, little overhead */
+
+typedef struct {
+  onnxcc_body_fn body;
+  void *ctx;
+  int64_t n, chunk, nchunks;
+} onnxcc_job;
+
+static struct {
+  pthread_mutex_t mu;        /* guards everything below but `next` */
+  pthread_cond_t work_cv;    /* workers: a job was published, or shutdown */
+  pthread_cond_t done_cv;    /* caller: busy dropped to 0 */
+  pthread_mutex_t submit_mu; /* held by the caller thread that owns the pool */
+  pthread_t threads[ONNXCC_MAX_THREADS];
+  int nworkers;              /* threads created, the caller not included */
+  int nthreads;              /* configured threads, the caller included */
+  int shutdown;
+  uint64_t generation;
+  int active;
+  int busy;
+  onnxcc_job job;
+  int64_t next;              /* next chunk to claim; atomic */
+} onnxcc_pool = {
+    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .work_cv = PTHREAD_COND_INITIALIZER,
+    .done_cv = PTHREAD_COND_INITIALIZER,
+    .submit_mu = PTHREAD_MUTEX_INITIALIZER,
+};
+
+static pthread_once_t onnxcc_pool_once = PTHREAD_ONCE_INIT;
+static __thread int onnxcc_in_parallel; /* set inside bodies, and for life on workers */
+
+static void onnxcc_run_chunks(const onnxcc_job *job) {
+  for (;;) {
+    int64_t c = __atomic_fetch_add(&onnxcc_pool.next, 1, __ATOMIC_RELAXED);
+    if (c >= job->nchunks) return;
+    int64_t begin = c * job->chunk;
+    int64_t end = begin + job->chunk < job->n ? begin + job->chunk : job->n;
+    job->body(begin, end, job->ctx);
+  }
+}
+
+static void *onnxcc_worker_main(void *arg) {
+  (void)arg;
+  onnxcc_in_parallel = 1;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&onnxcc_pool.mu);
+  for (;;) {
+    while (!onnxcc_pool.shutdown && !(onnxcc_pool.active && onnxcc_pool.generation != seen))
+      pthread_cond_wait(&onnxcc_pool.work_cv, &onnxcc_pool.mu);
+    if (onnxcc_pool.shutdown) break;
+    seen = onnxcc_pool.generation;
+    onnxcc_job job = onnxcc_pool.job;
+    onnxcc_pool.busy++;
+    pthread_mutex_unlock(&onnxcc_pool.mu);
+    onnxcc_run_chunks(&job);
+    pthread_mutex_lock(&onnxcc_pool.mu);
+    if (--onnxcc_pool.busy == 0) pthread_cond_broadcast(&onnxcc_pool.done_cv);
+  }
+  pthread_mutex_unlock(&onnxcc_pool.mu);
+  return NULL;
+}
+
+static int onnxcc_configured_threads(void) {
+  const char *env = getenv("ONNXCC_NUM_THREADS");
+  long t = 0;
+  if (env && *env) {
+    char *end = NULL;
+    t = strtol(env, &end, 10);
+    if (*end != '\0') t = 0; /* not a number: fall back to the CPU count */
+  }
+  if (t <= 0) t = sysconf(_SC_NPROCESSORS_ONLN);
+  if (t <= 0) t = 1;
+  return t > ONNXCC_MAX_THREADS ? ONNXCC_MAX_THREADS : (int)t;
+}
+
+/* The child of a fork has none of the parent's workers: run everything inline there. */
+static void onnxcc_pool_after_fork(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
+  onnxcc_pool.mu = fresh;
+  onnxcc_pool.submit_mu = fresh;
+  onnxcc_pool.work_cv = fresh_cv;
+  onnxcc_pool.done_cv = fresh_cv;
+  onnxcc_pool.nworkers = 0;
+  onnxcc_pool.active = 0;
+  onnxcc_pool.busy = 0;
+}
+
+static void onnxcc_pool_init(void) {
+  onnxcc_pool.nthreads = onnxcc_configured_threads();
+  /* Workers inherit this mask: keep the host's signals on the host's threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  for (int i = 0; i < onnxcc_pool.nthreads - 1; i++) {
+    if (pthread_create(&onnxcc_pool.threads[i], NULL, onnxcc_worker_main, NULL) != 0) break;
+    onnxcc_pool.nworkers++;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_atfork(NULL, NULL, onnxcc_pool_after_fork);
+}
+
+/* Join the workers when the library is unloaded, so none is left running unmapped code. */
+__attribute__((destructor)) static void onnxcc_pool_fini(void) {
+  if (onnxcc_pool.nworkers == 0) return;
+  pthread_mutex_lock(&onnxcc_pool.mu);
+  onnxcc_pool.shutdown = 1;
+  pthread_cond_broadcast(&onnxcc_pool.work_cv);
+  pthread_mutex_unlock(&onnxcc_pool.mu);
+  for (int i = 0; i < onnxcc_pool.nworkers; i++) pthread_join(onnxcc_pool.threads[i], NULL);
+  onnxcc_pool.nworkers = 0;
+}
+
+int onnxcc_num_threads(void) {
+  pthread_once(&onnxcc_pool_once, onnxcc_pool_init);
+  return onnxcc_pool.nthreads;
+}
+
+void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
+  if (n <= 0) return;
+  if (n == 1 || onnxcc_in_parallel) {
+    body(0, n, ctx);
+    return;
+  }
+  pthread_once(&onnxcc_pool_once, onnxcc_pool_init);
+  if (onnxcc_pool.nworkers == 0 || pthread_mutex_trylock(&onnxcc_pool.submit_mu) != 0) {
+    body(0, n, ctx);
+    return;
+  }
+  int64_t want = (int64_t)(onnxcc_pool.nworkers + 1) * ONNXCC_CHUNKS_PER_THREAD;
+  int64_t chunk = (n + want - 1) / want;
+  onnxcc_job job = {body, ctx, n, chunk, (n + chunk - 1) / chunk};
+
+  pthread_mutex_lock(&onnxcc_pool.mu);
+  onnxcc_pool.job = job;
+  __atomic_store_n(&onnxcc_pool.next, 0, __ATOMIC_RELAXED);
+  onnxcc_pool.active = 1;
+  onnxcc_pool.generation++;
+  pthread_cond_broadcast(&onnxcc_pool.work_cv);
+  pthread_mutex_unlock(&onnxcc_pool.mu);
+
+  onnxcc_in_parallel = 1;
+  onnxcc_run_chunks(&job);
+  onnxcc_in_parallel = 0;
+
+  pthread_mutex_lock(&onnxcc_pool.mu);
+  onnxcc_pool.active = 0;
+  while (onnxcc_pool.busy > 0) pthread_cond_wait(&onnxcc_pool.done_cv, &onnxcc_pool.mu);
+  pthread_mutex_unlock(&onnxcc_pool.mu);
+  pthread_mutex_unlock(&onnxcc_pool.submit_mu);
+}
+
+/* ---- dispatcher helpers -------------------------------------------------------------- */
+
+static const char *onnxcc_dtype_text(uint8_t code, uint8_t bits, char *buf, size_t cap) {
+  static const char *const kinds[] = {"i", "u", "f", "opaque", "bf", "c", "bool"};
+  const char *kind = code <= 6 ? kinds[code] : "code?";
+  if (code == kDLBool && bits == 8)
+    snprintf(buf, cap, "bool");
+  else
+    snprintf(buf, cap, "%s%d", kind, (int)bits);
+  return buf;
+}
+
+int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, const int32_t *devices,
+                        int n_devices, int32_t rank, uint8_t code, uint8_t bits, const char *dtype_text,
+                        const char *shape_text) {
+  int device_ok = 0;
+  for (int i = 0; i < n_devices; i++) device_ok |= (int32_t)t->device.device_type == devices[i];
+  if (!device_ok) {
+    onnxcc_error_set("%s \"%s\": tensor is on device type %d, which this artifact cannot read", kind,
+                     name, (int)t->device.device_type);
+    return ONNXCC_ERR_DEVICE;
+  }
+  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
+    char got[32];
+    onnxcc_dtype_text(t->dtype.code, t->dtype.bits, got, sizeof got);
+    if (t->dtype.lanes != 1)
+      onnxcc_error_set("%s \"%s\": expected dtype %s, got %sx%d", kind, name, dtype_text, got,
+                       (int)t->dtype.lanes);
+    else
+      onnxcc_error_set("%s \"%s\": expected dtype %s, got %s", kind, name, dtype_text, got);
+    return ONNXCC_ERR_DTYPE;
+  }
+  if (t->ndim != rank) {
+    onnxcc_error_set("%s \"%s\": expected rank %d (shape %s), got rank %d", kind, name, (int)rank,
+                     shape_text, (int)t->ndim);
+    return ONNXCC_ERR_SHAPE;
+  }
+  if (rank > 0 && t->shape == NULL) {
+    onnxcc_error_set("%s \"%s\": shape is NULL", kind, name);
+    return ONNXCC_ERR_ARGS;
+  }
+  int64_t numel = 1;
+  for (int32_t d = 0; d < rank; d++) {
+    if (t->shape[d] < 0) {
+      onnxcc_error_set("%s \"%s\" dim %d: negative extent %lld", kind, name, (int)d,
+                       (long long)t->shape[d]);
+      return ONNXCC_ERR_SHAPE;
+    }
+    numel *= t->shape[d];
+  }
+  if (t->strides != NULL && numel > 0) {
+    /* size-1 dims may carry any stride: DLPack exporters differ there */
+    int64_t expect = 1;
+    for (int32_t d = rank - 1; d >= 0; d--) {
+      if (t->shape[d] != 1 && t->strides[d] != expect) {
+        onnxcc_error_set("%s \"%s\" dim %d: stride %lld is not compact row-major (expected %lld)",
+                         kind, name, (int)d, (long long)t->strides[d], (long long)expect);
+        return ONNXCC_ERR_SHAPE;
+      }
+      expect *= t->shape[d];
+    }
+  }
+  if (numel > 0 && t->data == NULL) {
+    onnxcc_error_set("%s \"%s\": data is NULL", kind, name);
+    return ONNXCC_ERR_ARGS;
+  }
+  return ONNXCC_OK;
+}
+
+int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes, const int64_t *syms,
+                        void *const *inputs, void *const *outputs) {
+  void *ws = NULL;
+  if (ws_bytes < 0) {
+    onnxcc_error_set("version %d: workspace size evaluates to %lld bytes", v, (long long)ws_bytes);
+    return ONNXCC_ERR_ALLOC;
+  }
+  if (ws_bytes > 0 && (ws = onnxcc_aligned_alloc((size_t)ws_bytes)) == NULL) {
+    onnxcc_error_set("version %d: could not allocate %lld bytes of workspace", v, (long long)ws_bytes);
+    return ONNXCC_ERR_ALLOC;
+  }
+  onnxcc_error_clear();
+  int32_t rc = fn(syms, inputs, outputs, ws);
+  onnxcc_aligned_free(ws);
+  if (rc == 0) return ONNXCC_OK;
+  if (onnxcc_err_buf[0] != '\0')
+    onnxcc_error_set("kernel failed in version %d with code %d: %s", v, (int)rc, onnxcc_err_buf);
+  else
+    onnxcc_error_set("kernel failed in version %d with code %d", v, (int)rc);
+  return ONNXCC_ERR_KERNEL;
+}

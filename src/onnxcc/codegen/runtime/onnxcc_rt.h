@@ -1,0 +1,112 @@
+/* onnxcc runtime: the small C support library compiled into every artifact.
+ *
+ * Everything here is hidden: each libNAME.so gets its own private copy, so two artifacts
+ * loaded into one process never share (or interpose) error buffers or thread pools.
+ * Hidden symbols still resolve across the object files of one link, which is how the
+ * LLVM-generated kernels reach onnxcc_parallel_for. */
+#ifndef ONNXCC_RT_H_
+#define ONNXCC_RT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ONNXCC_HIDDEN __attribute__((visibility("hidden")))
+
+/* BEGIN DLPACK: copied verbatim into every NAME.h.
+ * DLPack tensor types, layout- and value-identical to dlpack.h, under dlpack.h's own
+ * include guard: include dlpack.h BEFORE this header to get the rest of DLPack too. */
+#ifndef DLPACK_DLPACK_H_
+#define DLPACK_DLPACK_H_
+typedef enum {
+  kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3, kDLOpenCL = 4, kDLVulkan = 7, kDLMetal = 8,
+  kDLVPI = 9, kDLROCM = 10, kDLROCMHost = 11, kDLExtDev = 12, kDLCUDAManaged = 13,
+  kDLOneAPI = 14, kDLWebGPU = 15, kDLHexagon = 16, kDLMAIA = 17
+} DLDeviceType;
+typedef enum {
+  kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLOpaqueHandle = 3, kDLBfloat = 4, kDLComplex = 5,
+  kDLBool = 6
+} DLDataTypeCode;
+typedef struct {
+  DLDeviceType device_type;
+  int32_t device_id;
+} DLDevice;
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+typedef struct {
+  void *data; /* the tensor starts at (char *)data + byte_offset */
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides; /* in elements; NULL means compact row-major */
+  uint64_t byte_offset;
+} DLTensor;
+#endif /* DLPACK_DLPACK_H_ */
+/* END DLPACK */
+
+/* ---- return codes: every NAME_ERR_* equals the ONNXCC_ERR_* of the same name --------- */
+enum {
+  ONNXCC_OK = 0,
+  ONNXCC_ERR_ARGS = 1,       /* wrong counts, NULL pointers, bad output index */
+  ONNXCC_ERR_DEVICE = 2,     /* a tensor on a device this artifact cannot read */
+  ONNXCC_ERR_DTYPE = 3,
+  ONNXCC_ERR_SHAPE = 4,      /* rank, dims, strides, symbol ranges */
+  ONNXCC_ERR_CONSTRAINT = 5, /* a constraint the model needs does not hold */
+  ONNXCC_ERR_GUARD = 6,      /* no version's guard holds */
+  ONNXCC_ERR_ALLOC = 7,
+  ONNXCC_ERR_KERNEL = 8      /* a version returned nonzero; its code is in the message */
+};
+
+/* ---- errors: one thread-local message per artifact ---------------------------------- */
+ONNXCC_HIDDEN void onnxcc_error_clear(void);
+ONNXCC_HIDDEN void onnxcc_error_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The current thread's message; "" when none. Valid until the next set/clear. */
+ONNXCC_HIDDEN const char *onnxcc_error_get(void);
+
+/* ---- memory ---------------------------------------------------------------------- */
+#define ONNXCC_ALIGN 64
+/* 64-byte aligned block; never NULL for bytes == 0 (so NULL always means failure). */
+ONNXCC_HIDDEN void *onnxcc_aligned_alloc(size_t bytes);
+ONNXCC_HIDDEN void onnxcc_aligned_free(void *p);
+
+/* ---- thread pool ----------------------------------------------------------------- */
+typedef void (*onnxcc_body_fn)(int64_t begin, int64_t end, void *ctx);
+/* Runs body over [0, n) split into contiguous chunks, on worker threads plus the caller.
+ * Returns when every chunk is done. Chunks never overlap and cover [0, n) exactly once.
+ * Runs inline (one call body(0, n, ctx)) when n < 2, when there is one thread, when
+ * called from inside a body (nesting), or when another caller thread holds the pool. */
+ONNXCC_HIDDEN void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx);
+/* Threads a parallel_for may use, the caller included: ONNXCC_NUM_THREADS when set to a
+ * positive integer, else the number of online CPUs. Fixed at first use. */
+ONNXCC_HIDDEN int onnxcc_num_threads(void);
+
+/* ---- dispatcher helpers ------------------------------------------------------------ */
+/* Checks what does not depend on the model's symbols: device (one of devices[]), dtype
+ * (code, bits, lanes 1), rank, extents >= 0, compact row-major strides (size-1 dims may
+ * have any stride), data present. kind ("input"/"output"), name, dtype_text and
+ * shape_text only go into messages. Returns ONNXCC_OK or an error code with a message. */
+ONNXCC_HIDDEN int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name,
+                                      const int32_t *devices, int n_devices, int32_t rank,
+                                      uint8_t code, uint8_t bits, const char *dtype_text,
+                                      const char *shape_text);
+
+typedef int32_t (*onnxcc_version_fn)(const int64_t *syms, void *const *inputs,
+                                     void *const *outputs, void *workspace);
+/* Allocates ws_bytes of aligned workspace, calls version v, frees it. A nonzero return
+ * becomes ONNXCC_ERR_KERNEL with "kernel failed in version V with code C" (followed by
+ * any message the kernel set itself with onnxcc_error_set). */
+ONNXCC_HIDDEN int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes,
+                                      const int64_t *syms, void *const *inputs,
+                                      void *const *outputs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ONNXCC_RT_H_ */

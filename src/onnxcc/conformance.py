@@ -1,0 +1,715 @@
+"""The ONNX backend node tests, run through onnxcc.
+
+onnx (>= 1.23) ships the node-test generators but no data files: `collect_cases()` builds
+the ~1900 `onnx.backend.test.case.test_case.TestCase`s in memory (once, ~3 s, cached),
+`run_case(case, executor)` runs one and compares it the way ONNX's backend runner does,
+and `python -m onnxcc.conformance --update interp` rewrites the expected-pass list the
+test suite checks (tests/conformance/expected_<executor>.txt) plus REPORT.md.
+
+Which op a case belongs to: the op of the node the case was written for. Every generator
+calls `expect(node, ...)`, which records the node under the case name; a function-expanded
+variant (`<name>_expanded`, `<name>_expanded_ver<N>`) belongs to the same op although its
+graph holds the function body. The op is the ONNX op type, prefixed with its domain when
+that is not ai.onnx (`ai.onnx.ml.LabelEncoder`), i.e. the IR op name minus "onnx.". When
+the generator's record is not available (a future onnx), the rule falls back to the graph:
+the single op type if all nodes share one, else the first node that is not a Constant.
+
+What `--update` runs: the cases of the ops onnxcc takes (`supported_ops()`: the registered
+`onnx.*` ops, Constant and the importer's converters), plus function-expanded cases of other
+ops whose bodies use only those ops. A case whose ai.onnx opset is older than the importer's
+MIN_OPSET runs after `onnx.version_converter` upgrades it (unless that changes its I/O shapes).
+
+Statuses: pass; fail (ran, wrong count / shape / dtype / values); unsupported (UnsupportedOp or
+NotImplementedError anywhere in the cause chain, or inputs the harness cannot pass: sequences,
+optionals, dtypes onnxcc's DType lacks); error (anything else, including the per-case time limit).
+
+An executor is `fn(model: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarray]`.
+This module sits on top of the compiler (like the CLI): it imports frontend, passes and interp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import re
+import signal
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+
+Executor = Callable[[object, list], list]
+
+#: where the test suite keeps its expected-pass lists (src/onnxcc/ -> parents[2] = repo root)
+EXPECTED_DIR = Path(__file__).resolve().parents[2] / "tests" / "conformance"
+
+#: per-case wall-clock limit in seconds (SIGALRM; only where run from the main thread)
+TIME_LIMIT = 20.0
+#: cases whose inputs plus expected outputs exceed this many bytes are not run
+MAX_CASE_BYTES = 64 << 20
+#: ops whose results are random: run and reported, but never put in an expected-pass list
+NONDETERMINISTIC_OPS = frozenset({"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike",
+                                  "RandomUniform", "RandomUniformLike"})
+#: ONNX's backend-runner defaults (every node case carries these today)
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-7
+
+_EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    name: str
+    op: str
+    status: str  # 'pass' | 'fail' | 'unsupported' | 'error'
+    detail: str = ""
+    max_abs_err: float | None = None
+    seconds: float = 0.0
+
+
+class NotRunnable(Exception):
+    """The harness cannot hand this case to an executor (sequence inputs, exotic dtypes...)."""
+
+
+class BackendUnavailable(Exception):
+    """The executor's backend is missing (e.g. the native compiler is not built yet)."""
+
+
+class CaseTimeout(BaseException):
+    """Raised by the per-case alarm; a BaseException so `except Exception` in onnxcc cannot eat it."""
+
+
+# ---- collecting cases -------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def _all_cases() -> tuple:
+    from onnx.backend.test.case import node
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cases = list(node.collect_testcases(None))
+    seen, out = set(), []
+    for c in cases:  # collect_testcases appends to a module-level list: guard against repeats
+        if c.name not in seen:
+            seen.add(c.name)
+            out.append(c)
+    return tuple(sorted(out, key=lambda c: c.name))
+
+
+@functools.lru_cache(maxsize=1)
+def _by_name() -> dict:
+    return {c.name: c for c in _all_cases()}
+
+
+def _op_key(op_type: str, domain: str) -> str:
+    return op_type if domain in ("", "ai.onnx") else f"{domain}.{op_type}"
+
+
+def case_op(case) -> str:
+    """The op a case was written for (see the module docstring for the rule)."""
+    try:
+        from onnx.backend.test.case import node as _node
+
+        rec = getattr(_node, "_existing_names", {}).get(base_name(case.name))
+    except ImportError:  # pragma: no cover
+        rec = None
+    if rec is not None:
+        return _op_key(rec.op_type, rec.domain)
+    nodes = list(case.model.graph.node)
+    kinds = {_op_key(n.op_type, n.domain) for n in nodes}
+    if len(kinds) == 1:
+        return kinds.pop()
+    for n in nodes:
+        if n.op_type != "Constant":
+            return _op_key(n.op_type, n.domain)
+    return _op_key(nodes[0].op_type, nodes[0].domain) if nodes else "?"
+
+
+def base_name(name: str) -> str:
+    """`test_softmax_axis_0_expanded_ver18` -> `test_softmax_axis_0`."""
+    return _EXPANDED.sub("", name)
+
+
+def is_expanded(case) -> bool:
+    return bool(_EXPANDED.search(case.name))
+
+
+def ops_used(case) -> set[str]:
+    """Every op type in the case's graph, subgraphs included."""
+    out: set[str] = set()
+
+    def walk(g):
+        for n in g.node:
+            out.add(_op_key(n.op_type, n.domain))
+            for a in n.attribute:
+                if a.HasField("g"):
+                    walk(a.g)
+                for sg in a.graphs:
+                    walk(sg)
+
+    walk(case.model.graph)
+    return out
+
+
+def collect_cases(ops: Iterable[str] | None = None, *, names: Iterable[str] | None = None,
+                  with_expanded_bodies: bool = False) -> list:
+    """The node cases (sorted by name) for `ops` (op keys as `case_op` gives them; None: all).
+
+    With `with_expanded_bodies`, also the function-expanded cases of other ops whose graphs
+    use only ops in `ops` (they test those ops through another op's function body).
+    `names` restricts to those case names.
+    """
+    cases = list(_all_cases())
+    if names is not None:
+        want = set(names)
+        cases = [c for c in cases if c.name in want]
+    if ops is None:
+        return cases
+    ops = set(ops)
+    return [c for c in cases if case_op(c) in ops
+            or (with_expanded_bodies and is_expanded(c) and ops_used(c) <= ops)]
+
+
+def get_case(name: str):
+    """One case by name; KeyError if the installed onnx has no such case."""
+    return _by_name()[name]
+
+
+def supported_ops() -> set[str]:
+    """Op keys onnxcc takes: `onnxcc.ops.registered_ops()` minus the "onnx." prefix, plus the ops
+    the importer itself rewrites (Constant -> cc.const, the converters in frontend/onnx_ops.py)."""
+    from onnxcc.ops import registered_ops
+
+    out = {"Constant"}
+    try:
+        from onnxcc.frontend.onnx_ops import CONVERTERS
+
+        out |= set(CONVERTERS)
+    except ImportError:
+        pass
+    for n in registered_ops():
+        if n.startswith("onnx."):
+            out.add(n[len("onnx."):])
+        elif not n.startswith(("cc.", "test.")) and n not in ("return", "yield"):
+            out.add(n)  # another domain, e.g. com.microsoft.Gelu: op keys keep the domain
+    return out
+
+
+# ---- inputs and comparison --------------------------------------------------------------------
+
+def _as_array(x, what: str) -> np.ndarray:
+    from onnx import TensorProto, numpy_helper
+
+    if isinstance(x, TensorProto):
+        return numpy_helper.to_array(x)
+    if isinstance(x, (list, tuple)):
+        raise NotRunnable(f"{what} is a sequence")
+    if x is None:
+        raise NotRunnable(f"{what} is an optional (None)")
+    if isinstance(x, dict):
+        raise NotRunnable(f"{what} is a map")
+    return np.asarray(x)
+
+
+@functools.lru_cache(maxsize=1)
+def _supported_elem_types() -> frozenset:
+    """ONNX elem types onnxcc's DType covers."""
+    from onnx import TensorProto as T
+
+    table = {"f16": T.FLOAT16, "bf16": T.BFLOAT16, "f32": T.FLOAT, "f64": T.DOUBLE, "i8": T.INT8,
+             "i16": T.INT16, "i32": T.INT32, "i64": T.INT64, "u8": T.UINT8, "u16": T.UINT16,
+             "u32": T.UINT32, "u64": T.UINT64, "bool": T.BOOL}
+    try:
+        from onnxcc.ir import DType
+
+        return frozenset(table[d.value] for d in DType if d.value in table)
+    except ImportError:  # pragma: no cover
+        return frozenset(table.values())
+
+
+def _check_io_types(case) -> None:
+    from onnx import TensorProto
+
+    ok = _supported_elem_types()
+    for kind, vis in (("input", case.model.graph.input), ("output", case.model.graph.output)):
+        for vi in vis:
+            t = vi.type
+            which = t.WhichOneof("value")
+            if which != "tensor_type":
+                raise NotRunnable(f"{kind} {vi.name!r} is a {which or 'value without a type'}")
+            et = t.tensor_type.elem_type
+            if et not in ok:
+                raise NotRunnable(f"{kind} {vi.name!r} has dtype {TensorProto.DataType.Name(et).lower()}")
+
+
+def case_arrays(case) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(inputs, expected outputs) of the case's first data set as numpy arrays."""
+    if not case.data_sets:
+        raise NotRunnable("case has no data set")
+    ins, outs = case.data_sets[0]
+    return ([_as_array(x, f"input {i}") for i, x in enumerate(ins)],
+            [_as_array(x, f"output {i}") for i, x in enumerate(outs)])
+
+
+def _exact(dt: np.dtype) -> bool:
+    return dt.kind in "biuUSO" or dt == np.bool_
+
+
+def _is_ml_float(dt: np.dtype) -> bool:
+    """bfloat16, float8_* and friends from ml_dtypes (numpy sees them as kind 'V')."""
+    return dt.kind == "V" and dt.names is None
+
+
+def compare(expected: list[np.ndarray], got: list, rtol: float = DEFAULT_RTOL,
+            atol: float = DEFAULT_ATOL) -> tuple[bool, str, float | None]:
+    """ONNX's backend rule: same count, shape and dtype; assert_allclose(rtol, atol) with NaNs equal;
+    exact for bool / int / strings. Returns (ok, detail, max_abs_err over float outputs)."""
+    if len(got) != len(expected):
+        return False, f"expected {len(expected)} outputs, got {len(got)}", None
+    worst: float | None = None
+    for i, (e, g) in enumerate(zip(expected, got)):
+        g = np.asarray(g)
+        if g.shape != e.shape:
+            return False, f"output {i}: shape {g.shape} != expected {e.shape}", worst
+        if g.dtype != e.dtype:
+            return False, f"output {i}: dtype {g.dtype} != expected {e.dtype}", worst
+        r = rtol
+        if _is_ml_float(e.dtype):
+            if e.dtype.name == "bfloat16":
+                r = max(rtol, 2 ** -6)  # two bf16 ulps, as ONNX's runner allows
+            e, g = e.astype(np.float32), g.astype(np.float32)
+        if _exact(e.dtype):
+            if not np.array_equal(e, g):
+                bad = int(np.sum(e != g))
+                return False, f"output {i}: {bad} of {e.size} elements differ (exact compare)", worst
+            continue
+        err = _max_abs_err(e, g)
+        if err is not None:
+            worst = err if worst is None else max(worst, err)
+        try:
+            np.testing.assert_allclose(g, e, rtol=r, atol=atol, equal_nan=True)
+        except AssertionError as ex:
+            return False, f"output {i}: not close (rtol={r:g}, atol={atol:g}): {_assert_summary(ex)}", worst
+    return True, "", worst
+
+
+def _assert_summary(ex: AssertionError) -> str:
+    """numpy's assert_allclose message without the header and the array dumps."""
+    keep = []
+    for ln in str(ex).splitlines():
+        ln = ln.strip()
+        if ln.startswith(("ACTUAL", "DESIRED", "x:", "y:", "First ", "Mismatch at")):
+            break
+        if ln and not ln.startswith("Not equal to tolerance"):
+            keep.append(ln.rstrip(":"))
+    return "; ".join(keep)
+
+
+def _max_abs_err(e: np.ndarray, g: np.ndarray) -> float | None:
+    if e.size == 0:
+        return 0.0
+    with np.errstate(all="ignore"):
+        ef, gf = e.astype(np.float64), g.astype(np.float64)
+        same = (ef == gf) | (np.isnan(ef) & np.isnan(gf))
+        d = np.where(same, 0.0, np.abs(ef - gf))
+    d = d[~np.isnan(d)]
+    return float(d.max()) if d.size else float("nan")
+
+
+def min_opset() -> int | None:
+    """The oldest ai.onnx opset the importer takes (None when it states none)."""
+    try:
+        from onnxcc.frontend import MIN_OPSET
+    except ImportError:
+        return None
+    return MIN_OPSET
+
+
+def case_model(case, upgrade: bool = True):
+    """The case's model; with `upgrade`, one whose ai.onnx opset is older than the importer takes
+    is converted with onnx.version_converter first (what the importer's error advises), so the
+    op's semantics are still tested."""
+    lo = min_opset() if upgrade else None
+    if lo is None or opset_of(case.model) >= lo:
+        return case.model
+    return _upgraded(case.name, lo)
+
+
+def opset_of(model) -> int:
+    v = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    return v[0] if v else 0
+
+
+@functools.lru_cache(maxsize=None)
+def _upgraded(name: str, opset: int):
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(get_case(name).model, opset)
+    except Exception as e:
+        raise NotRunnable(f"cannot upgrade opset {opset_of(get_case(name).model)} to {opset}: "
+                          f"{_one_line(e)}") from e
+
+
+def _check_signature(model, inputs: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    """An upgraded model must still take the case's data (Scan-8's batch axis does not survive)."""
+    for kind, vis, arrays in (("input", model.graph.input, inputs), ("output", model.graph.output, expected)):
+        for vi, a in zip(vis, arrays):
+            dims = vi.type.tensor_type.shape.dim
+            fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+            if len(fixed) != a.ndim or any(f is not None and f != n for f, n in zip(fixed, a.shape)):
+                raise NotRunnable(f"opset upgrade to {opset_of(model)} changed {kind} {vi.name!r} to "
+                                  f"{fixed}, the case's data is {list(a.shape)}")
+
+
+# ---- executors --------------------------------------------------------------------------------
+
+def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Import, run the default graph pipeline (when there is one), interpret with numpy."""
+    from onnxcc.frontend import load_onnx
+    from onnxcc.interp import run
+
+    module = load_onnx(model)
+    try:
+        from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
+    except ImportError:
+        DEFAULT_GRAPH_PIPELINE = None
+    if DEFAULT_GRAPH_PIPELINE:
+        from onnxcc.passes import run_pipeline
+
+        run_pipeline(module, DEFAULT_GRAPH_PIPELINE)
+    return run(module, inputs)
+
+
+def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Compile with the native backend and run the artifact (placeholder until the backend lands).
+
+    Assumes `onnxcc.compile(model, output_path) -> artifact path` and `onnxcc.load(path)` giving
+    an object with `run(list of arrays) -> list of arrays` (or a callable taking the arrays);
+    adjust here once the public API is settled.
+    """
+    import tempfile
+
+    import onnxcc
+
+    compile_, load = getattr(onnxcc, "compile", None), getattr(onnxcc, "load", None)
+    if compile_ is None or load is None:
+        raise BackendUnavailable("native backend not built yet")
+    with tempfile.TemporaryDirectory(prefix="onnxcc-conf-") as d:
+        art = compile_(model, str(Path(d) / "libcase.so"))
+        lib = load(art if art is not None else str(Path(d) / "libcase.so"))
+        outs = lib.run(inputs) if hasattr(lib, "run") else lib(*inputs)
+        if isinstance(outs, dict):
+            outs = list(outs.values())
+        return [np.array(o, copy=True) for o in outs]
+
+
+EXECUTORS: dict[str, Executor] = {"interp": interp_executor, "native": compiled_executor}
+
+
+# ---- running one case -------------------------------------------------------------------------
+
+def _classify(e: BaseException) -> str:
+    """'unsupported' when anything in the cause chain says so, else 'error'."""
+    from onnxcc.errors import UnsupportedOp
+
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (UnsupportedOp, NotImplementedError, BackendUnavailable, NotRunnable)):
+            return "unsupported"
+        e = e.__cause__ or getattr(e, "cause", None)
+    return "error"
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    s = " ".join(str(e).split()) or type(e).__name__
+    if not isinstance(e, Exception) or type(e).__name__ not in s:
+        s = f"{type(e).__name__}: {s}"
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+class _Alarm:
+    """A per-case wall-clock limit via SIGALRM (a no-op off the main thread or without SIGALRM)."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.armed = False
+
+    def _fire(self, signum, frame):
+        raise CaseTimeout(f"timed out after {self.seconds:g} s")
+
+    def __enter__(self):
+        if (self.seconds and hasattr(signal, "setitimer")
+                and threading.current_thread() is threading.main_thread()):
+            self.prev = signal.signal(signal.SIGALRM, self._fire)
+            self.outer, _ = signal.setitimer(signal.ITIMER_REAL, self.seconds)  # e.g. pytest-timeout's
+            self.t0 = time.monotonic()
+            self.armed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.prev)
+            if self.outer > 0:  # give an enclosing alarm back what is left of it
+                signal.setitimer(signal.ITIMER_REAL, max(self.outer - (time.monotonic() - self.t0), 1e-3))
+        return False
+
+
+def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
+             max_bytes: int = MAX_CASE_BYTES, upgrade_opset: bool = True) -> CaseResult:
+    """Run one case through `executor` and compare; never raises (but KeyboardInterrupt).
+
+    A case older than the importer's minimum opset runs upgraded (see `case_model`)."""
+    op = case_op(case)
+    t0 = time.perf_counter()
+
+    def result(status, detail="", err=None):
+        return CaseResult(case.name, op, status, detail, err, round(time.perf_counter() - t0, 4))
+
+    try:
+        _check_io_types(case)
+        inputs, expected = case_arrays(case)
+        model = case_model(case, upgrade_opset)
+        if model is not case.model:
+            _check_signature(model, inputs, expected)
+    except NotRunnable as e:
+        return result("unsupported", str(e))
+    except Exception as e:  # a malformed case: report, do not stop the run
+        return result("error", f"harness: {_one_line(e)}")
+    size = sum(a.nbytes for a in inputs) + sum(a.nbytes for a in expected)
+    if size > max_bytes:
+        return result("unsupported", f"case too large to run ({size} bytes)")
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"), _Alarm(time_limit):
+            warnings.simplefilter("ignore")
+            got = executor(_copy_model(model), [a.copy() for a in inputs])
+    except KeyboardInterrupt:
+        raise
+    except CaseTimeout as e:
+        return result("error", str(e))
+    except BaseException as e:  # noqa: BLE001 - one bad case must not stop the run
+        return result(_classify(e), _one_line(e))
+    try:
+        ok, detail, err = compare(expected, list(got), case.rtol or DEFAULT_RTOL,
+                                  case.atol if case.atol is not None else DEFAULT_ATOL)
+    except Exception as e:
+        return result("error", f"comparing: {_one_line(e)}")
+    return result("pass" if ok else "fail", detail, err)
+
+
+def _copy_model(model):
+    """A private copy, so an executor that edits its model cannot change the cached case."""
+    out = type(model)()
+    out.CopyFrom(model)
+    return out
+
+
+def run_cases(cases, executor: Executor, *, progress=None, **kw) -> list[CaseResult]:
+    out = []
+    for i, c in enumerate(cases):
+        out.append(run_case(c, executor, **kw))
+        if progress:
+            progress(i + 1, len(cases), out[-1])
+    return out
+
+
+# ---- expected-pass files ----------------------------------------------------------------------
+
+def expected_path(executor: str, directory: Path | None = None) -> Path:
+    return Path(directory or EXPECTED_DIR) / f"expected_{executor}.txt"
+
+
+def report_path(executor: str, directory: Path | None = None) -> Path:
+    """REPORT.md for the interpreter, REPORT_<executor>.md for the others."""
+    name = "REPORT.md" if executor == "interp" else f"REPORT_{executor}.md"
+    return Path(directory or EXPECTED_DIR) / name
+
+
+def header(executor: str) -> str:
+    import onnx
+
+    return "\n".join([
+        f"# ONNX backend node cases that pass through onnxcc's {executor!r} executor.",
+        "# A regression on any listed case fails tests/conformance/test_conformance.py.",
+        f"# Regenerate (after an op or importer change): python -m onnxcc.conformance --update {executor}",
+        "# (runs every case of the registered ops; also rewrites the per-op report, REPORT*.md).",
+        "# Format: one case name per line, sorted; the comment after it is the case's op.",
+        f"# onnx {onnx.__version__}",
+    ])
+
+
+def read_expected(path: Path) -> tuple[list[tuple[str, str]], str | None]:
+    """([(case name, op)], onnx version in the header or None)."""
+    entries, version = [], None
+    if not Path(path).exists():
+        return entries, version
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            m = re.fullmatch(r"#\s*onnx\s+(\S+)", s)
+            if m:
+                version = m.group(1)
+            continue
+        name, _, op = s.partition("#")
+        entries.append((name.strip(), op.strip()))
+    return entries, version
+
+
+def write_expected(path: Path, executor: str, results: list[CaseResult]) -> list[str]:
+    passed = sorted((r.name, r.op) for r in results
+                    if r.status == "pass" and r.op not in NONDETERMINISTIC_OPS)
+    body = [f"{n}  # {op}" for n, op in passed]  # unaligned: a new long name must not touch every line
+    Path(path).write_text(header(executor) + "\n" + "".join(ln + "\n" for ln in body), encoding="utf-8")
+    return [n for n, _ in passed]
+
+
+# ---- reporting --------------------------------------------------------------------------------
+
+STATUSES = ("pass", "fail", "unsupported", "error")
+
+
+def reason_key(r: CaseResult) -> str:
+    """A failure detail with the case-specific bits (numbers, quoted names) blurred, for grouping."""
+    s = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", r.detail)
+    s = re.sub(r"has dtype \w+", "has dtype …", s)
+    s = re.sub(r"\b[A-Za-z]+_\d+\b", "…", s)  # node names (Cast_19)
+    s = re.sub(r"\(\d+(, ?\d+)*,?\)", "(…)", s)
+    s = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(e[-+]?\d+)?(?!\w)", "N", s)
+    return f"{r.status}: {s[:160]}"
+
+
+def summarize(results: list[CaseResult]) -> dict[str, collections.Counter]:
+    table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in results:
+        table[r.op][r.status] += 1
+    return dict(sorted(table.items()))
+
+
+def failure_groups(results: list[CaseResult]) -> dict[str, list[tuple[str, int, CaseResult]]]:
+    """op -> [(reason key, count, first example)] for non-passing results, most common first."""
+    by_op: dict[str, dict[str, list[CaseResult]]] = collections.defaultdict(dict)
+    for r in results:
+        if r.status != "pass":
+            by_op[r.op].setdefault(reason_key(r), []).append(r)
+    return {op: sorted(((k, len(v), v[0]) for k, v in groups.items()), key=lambda t: -t[1])
+            for op, groups in sorted(by_op.items())}
+
+
+def format_table(results: list[CaseResult], markdown: bool = False) -> str:
+    table = summarize(results)
+    rows = [(op, sum(c.values()), *(c[s] for s in STATUSES)) for op, c in table.items()]
+    tot = ["total", len(results), *(sum(r[i + 2] for r in rows) for i in range(len(STATUSES)))]
+    head = ["op", "cases", *STATUSES]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]
+        lines.append("| " + " | ".join(f"**{x}**" for x in tot) + " |")
+        return "\n".join(lines)
+    w = max([len(r[0]) for r in rows] + [5])
+    fmt = f"{{:<{w}}} " + " ".join("{:>11}" for _ in head[1:])
+    return "\n".join([fmt.format(*head)] + [fmt.format(*r) for r in rows] + [fmt.format(*tot)])
+
+
+def top_reasons(results: list[CaseResult], n: int = 25) -> list[tuple[str, int, CaseResult]]:
+    groups: dict[str, list[CaseResult]] = collections.defaultdict(list)
+    for r in results:
+        if r.status != "pass":
+            groups[reason_key(r)].append(r)
+    return sorted(((k, len(v), v[0]) for k, v in groups.items()), key=lambda t: -t[1])[:n]
+
+
+def format_report(executor: str, results: list[CaseResult], seconds: float) -> str:
+    import onnx
+
+    counts = collections.Counter(r.status for r in results)
+    out = [f"# ONNX backend conformance: `{executor}` executor", "",
+           f"Generated by `python -m onnxcc.conformance --update {executor}` (onnx {onnx.__version__}); "
+           "do not edit by hand.", "",
+           f"{len(results)} cases run in {seconds:.1f} s: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
+           + ". Cases are those of the ops onnxcc registers, plus function-expanded cases of other ops "
+           "whose bodies use only registered ops. Nondeterministic ops ("
+           + ", ".join(sorted(NONDETERMINISTIC_OPS)) + ") are run but never listed as expected.", "",
+           "## Per op", "", format_table(results, markdown=True), "",
+           "## Top failure reasons", "", "| count | reason | example |", "|---|---|---|"]
+    for key, cnt, ex in top_reasons(results):
+        out.append(f"| {cnt} | {_md(key)} | `{ex.name}` |")
+    out += ["", "## Failures by op", ""]
+    for op, groups in failure_groups(results).items():
+        out.append(f"- **{op}**")
+        for key, cnt, ex in groups[:4]:
+            out.append(f"  - {cnt}x `{ex.name}`: {ex.status}: {_md(ex.detail[:240])}")
+    return "\n".join(out) + "\n"
+
+
+def _md(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+# ---- command line -----------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m onnxcc.conformance",
+                                description="Run the ONNX backend node tests through onnxcc.")
+    p.add_argument("--update", metavar="EXECUTOR", choices=sorted(EXECUTORS),
+                   help="run the registered ops' cases, rewrite expected_EXECUTOR.txt and REPORT.md")
+    p.add_argument("--executor", "-e", choices=sorted(EXECUTORS), default="interp")
+    p.add_argument("--ops", help="comma-separated op keys (default: the registered ops)")
+    p.add_argument("--all", action="store_true", help="every case, registered op or not")
+    p.add_argument("--case", "-k", help="regex over case names")
+    p.add_argument("--time-limit", type=float, default=TIME_LIMIT, help="seconds per case")
+    p.add_argument("--dir", type=Path, default=EXPECTED_DIR, help="where expected_*.txt and REPORT.md live")
+    p.add_argument("--failures", action="store_true", help="print every non-passing case")
+    p.add_argument("-q", "--quiet", action="store_true")
+    a = p.parse_args(argv)
+    executor = a.update or a.executor
+
+    if a.all:
+        cases = collect_cases()
+    elif a.ops:
+        cases = collect_cases(s.strip() for s in a.ops.split(",") if s.strip())
+    else:
+        cases = collect_cases(supported_ops(), with_expanded_bodies=True)
+    if a.case:
+        rx = re.compile(a.case)
+        cases = [c for c in cases if rx.search(c.name)]
+
+    def progress(i, n, r):
+        if not a.quiet and (i % 100 == 0 or i == n):
+            print(f"  {i}/{n}", file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    results = run_cases(cases, EXECUTORS[executor], progress=progress, time_limit=a.time_limit)
+    seconds = time.perf_counter() - t0
+    print(format_table(results))
+    print("\ntop failure reasons:")
+    for key, cnt, ex in top_reasons(results, 15):
+        print(f"  {cnt:4d}  {key}   (e.g. {ex.name})")
+    if a.failures:
+        print()
+        for r in results:
+            if r.status != "pass":
+                print(f"{r.status:11s} {r.name}: {r.detail}")
+    if a.update:
+        if a.ops or a.case or a.all:
+            print("\nnot writing the expected file: --update runs the default selection only",
+                  file=sys.stderr)
+            return 2
+        path = expected_path(executor, a.dir)
+        names = write_expected(path, executor, results)
+        report = report_path(executor, a.dir)
+        report.write_text(format_report(executor, results, seconds), encoding="utf-8")
+        print(f"\nwrote {path} ({len(names)} cases) and {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

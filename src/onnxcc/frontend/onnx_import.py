@@ -1,0 +1,561 @@
+"""ONNX -> graph IR: `load_onnx(path | bytes | ModelProto) -> Module`.
+
+What the importer does, in order:
+  - reads the protobuf (a bad file is one clear `ImportError_` line), checks the ai.onnx
+    opset, inlines model-local functions;
+  - graph inputs (not initializers) become `@main` parameters; `dim_param` names become
+    module symbols, unnamed / -1 dims fresh symbols named `<input>_d<axis>`;
+  - initializers become `cc.const` at the top of their block (inline up to INLINE_MAX
+    elements, else a `WeightRef` into `module.weights`); `Constant` nodes likewise;
+  - every other node becomes `onnx.<OpType>` (custom domains `<domain>.<OpType>`) with its
+    attributes converted, absent optional inputs dropped (listed in attr `absent` when a
+    later operand is present), and its shape rule run at once, so the IR is typed as it is
+    built (one value map for the whole import carries shape-chain values);
+  - GRAPH attributes become regions, isolated from above: a subgraph's free variables are
+    passed as extra operands and bound to extra block arguments (If / Loop / Scan layouts
+    as in the op conventions); subgraph outputs become `yield`, graph outputs `return`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import onnx
+import onnx.inliner
+import onnx.numpy_helper
+import sympy
+from google.protobuf.message import DecodeError
+from onnx.external_data_helper import uses_external_data
+
+from ..errors import ImportError_, ParseError, UnsupportedOp
+from ..ir import (Block, Dim, DType, Function, Module, Op, Region, TensorType, Value, WeightRef, canon,
+                  identifier)
+from ..ops import InferCtx, get_opdef
+from ..ops.dtypes import onnx_dtype
+from ..passes.shape_inference import infer_block, infer_op
+from .onnx_ops import CONVERTERS
+
+#: the oldest ai.onnx opset onnxcc imports; the newest is what the installed onnx knows
+MIN_OPSET = 13
+#: constants with up to this many elements are stored inline in the IR, larger ones as weights
+INLINE_MAX = 64
+
+ModelSource = Union[str, os.PathLike, bytes, bytearray, onnx.ModelProto]
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+_ATTR = onnx.AttributeProto
+_PLACEHOLDER = TensorType(DType.f32, ())  # a result's type before its shape rule runs
+_SYMBOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# non-tensor ONNX types, for error messages
+_TYPE_KINDS = {"sequence_type": "a sequence", "optional_type": "an optional", "map_type": "a map",
+               "sparse_tensor_type": "a sparse tensor"}
+# names the dim-expression parser reads as functions or keywords: never used as symbols
+_RESERVED = {"floor", "ceiling", "Max", "Min", "Mod", "Abs", "true", "false"}
+
+
+def load_onnx(model: ModelSource, name: str | None = None) -> Module:
+    """Import an ONNX model (a path, serialized bytes or a ModelProto) as a typed Module."""
+    proto, base_dir, what, default_name = _read(model)
+    return import_model(proto, name or default_name, base_dir=base_dir, what=what)
+
+
+def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = "",
+                 what: str = "model") -> Module:
+    """Import an in-memory ModelProto; external data is read relative to `base_dir`."""
+    if not proto.HasField("graph"):
+        raise ImportError_(f"{what}: not a valid ONNX model (no graph)")
+    bad = _non_utf8_field(proto)
+    if bad:
+        raise ImportError_(f"{what}: not a valid ONNX model (field {bad} is not valid UTF-8)")
+    opset = _check_opset(proto, what)
+    if len(proto.functions):
+        try:
+            proto = onnx.inliner.inline_local_functions(proto)
+        except Exception as e:  # noqa: BLE001 - onnx raises assorted types here
+            raise ImportError_(f"{what}: cannot inline model-local functions: {_one_line(e)}") from e
+    module = Module(name=_ident(name))
+    module.attrs["opset"] = opset
+    _Importer(module, base_dir, what).import_main(proto.graph)
+    return module
+
+
+# ---- reading ---------------------------------------------------------------------------------
+
+def _read(model: ModelSource) -> tuple[onnx.ModelProto, str, str, str]:
+    """-> (proto, base dir for external data, name for messages, default module name)."""
+    if isinstance(model, onnx.ModelProto):
+        return model, "", "model", model.graph.name or "model"
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        proto = _parse(bytes(model), "<bytes>")
+        return proto, "", "<bytes>", proto.graph.name or "model"
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"load_onnx takes a path, bytes or onnx.ModelProto, not {type(model).__name__}")
+    path = Path(model)
+    if not path.exists():
+        raise ImportError_(f"{path}: no such file")
+    if path.is_dir():
+        raise ImportError_(f"{path}: is a directory, not an ONNX file")
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ImportError_(f"{path}: cannot read: {e.strerror or e}") from e
+    return _parse(data, str(path)), str(path.parent), str(path), path.stem
+
+
+def _parse(data: bytes, what: str) -> onnx.ModelProto:
+    try:
+        proto = onnx.load_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise ImportError_(f"{what}: not a valid ONNX model (protobuf parse failed)") from e
+    if not proto.HasField("graph"):
+        raise ImportError_(f"{what}: not a valid ONNX model (no graph)")
+    return proto
+
+
+def _non_utf8_field(msg) -> str | None:
+    """The name of a string field holding invalid UTF-8 (protobuf hands those out as bytes)."""
+    for fd, val in msg.ListFields():
+        if fd.type not in (fd.TYPE_STRING, fd.TYPE_MESSAGE):
+            continue
+        items = val if _repeated(fd) else [val]
+        for v in items:
+            if fd.type == fd.TYPE_STRING:
+                if not isinstance(v, str):
+                    return f"{msg.DESCRIPTOR.name}.{fd.name}"
+            else:
+                bad = _non_utf8_field(v)
+                if bad:
+                    return bad
+    return None
+
+
+def _repeated(fd) -> bool:
+    rep = getattr(fd, "is_repeated", None)
+    return bool(rep) if rep is not None else fd.label == fd.LABEL_REPEATED
+
+
+def _check_opset(proto: onnx.ModelProto, what: str) -> int:
+    newest = onnx.defs.onnx_opset_version()
+    versions = {o.domain: o.version for o in proto.opset_import}
+    v = versions.get("", versions.get("ai.onnx"))
+    if v is None:
+        raise ImportError_(f"{what}: the model imports no ai.onnx opset")
+    if v < MIN_OPSET:
+        raise ImportError_(f"{what}: ai.onnx opset {v} is too old: onnxcc imports opsets {MIN_OPSET} to "
+                           f"{newest} (upgrade it with onnx.version_converter.convert_version)")
+    if v > newest:
+        raise ImportError_(f"{what}: ai.onnx opset {v} is newer than the installed onnx knows "
+                           f"(supported: {MIN_OPSET} to {newest})")
+    return v
+
+
+# ---- the importer ----------------------------------------------------------------------------
+
+class _Importer:
+    """Module-wide state: symbols from dim_params, weights, the value map for shape chains."""
+
+    def __init__(self, module: Module, base_dir: str, what: str):
+        self.module = module
+        self.base_dir = base_dir
+        self.what = what
+        #: Value -> known value (object ndarray of Dims), shared by every shape rule run
+        self.values: dict = {}
+        #: dim_param string -> its Dim
+        self.dim_params: dict[str, Dim] = {}
+
+    def import_main(self, g: onnx.GraphProto) -> Function:
+        inits = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
+        inputs = [vi for vi in g.input if vi.name not in inits]
+        # plain-identifier dim_params first, so an expression dim ("seq + 1") can refer to them
+        for vi in inputs:
+            for axis, d in enumerate(_dims_of(vi)):
+                if d.HasField("dim_param") and _SYMBOL_NAME.fullmatch(d.dim_param):
+                    self.dim_param(d.dim_param, f'input "{vi.name}" dim {axis}')
+        body = Block()
+        b = GraphBuilder(self, body, {}, prefix="")
+        for vi in inputs:
+            if vi.name in b.scope:
+                raise ImportError_(f"{self.what}: graph input {vi.name!r} is declared twice")
+            b.scope[vi.name] = body.add_arg(self.value_info_type(vi, f'input "{vi.name}"'), vi.name)
+        b.build(g)
+        outs = [b.lookup(o.name, f'graph output "{o.name}"') for o in g.output]
+        body.append(Op("return", outs))
+        return self.module.add_function(Function("main", body, [v.type for v in outs]))
+
+    # ---- types and dims ----------------------------------------------------------------------
+    def dtype(self, enum: int, where: str) -> DType:
+        try:
+            return onnx_dtype(enum)
+        except ValueError as e:
+            raise ImportError_(f"{self.what}: {where}: {e}") from None
+
+    def value_info_type(self, vi: onnx.ValueInfoProto, where: str) -> TensorType:
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":
+            what = _TYPE_KINDS.get(kind, f"of type {kind}") if kind else "untyped"
+            raise ImportError_(f"{self.what}: {where} is {what}; onnxcc supports tensors only")
+        tt = vi.type.tensor_type
+        dt = self.dtype(tt.elem_type, where)
+        if not tt.HasField("shape"):
+            raise ImportError_(f"{self.what}: {where} has no shape (unknown rank); onnxcc needs the rank")
+        return TensorType(dt, tuple(self.dim(d, vi.name, axis, f"{where} dim {axis}")
+                                    for axis, d in enumerate(tt.shape.dim)))
+
+    def dim(self, d, name: str, axis: int, origin: str) -> Dim:
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            return int(d.dim_value)
+        if d.HasField("dim_param") and d.dim_param:
+            return self.dim_param(d.dim_param, origin)
+        return self.module.symbols.fresh(_ident(f"{name}_d{axis}"), origin=origin)
+
+    def dim_param(self, s: str, origin: str) -> Dim:
+        """The Dim for a dim_param: a symbol (made an identifier), or an expression over others."""
+        if s in self.dim_params:
+            return self.dim_params[s]
+        d = None if _SYMBOL_NAME.fullmatch(s) else self._dim_expr(s)
+        if d is None:
+            d = self.module.symbols.fresh(_ident(s), origin=origin)
+        self.dim_params[s] = d
+        return d
+
+    def _dim_expr(self, s: str) -> Dim | None:
+        """A dim_param like "batch + 1" or "2*seq" over dim_params already seen, or None."""
+        from ..ir.parser import Parser
+
+        try:
+            p = Parser(s)
+            e = p.parse_dim()
+            if p.peek().kind != "eof":
+                return None
+        except ParseError:
+            return None
+        e = sympy.sympify(e)
+        if e.is_Integer:
+            return int(e) if e >= 0 else None
+        known = set(self.dim_params.values())
+        if not e.free_symbols <= known or e.is_integer is not True:
+            return None
+        return canon(e)
+
+    # ---- tensors and attributes ----------------------------------------------------------------
+    def tensor(self, t: onnx.TensorProto, where: str) -> np.ndarray:
+        dt = self.dtype(t.data_type, where)
+        if dt is DType.bf16:
+            raise ImportError_(f"{self.what}: {where}: bf16 constants are not supported")
+        try:
+            arr = onnx.numpy_helper.to_array(t, base_dir=self.base_dir)
+        except Exception as e:  # noqa: BLE001 - a malformed tensor raises assorted types
+            problem = "cannot read external data" if uses_external_data(t) else "malformed tensor"
+            raise ImportError_(f"{self.what}: {where}: {problem}: {_one_line(e)}") from e
+        return _c_array(arr, dt.np)
+
+    def attr(self, a: onnx.AttributeProto, node: onnx.NodeProto, loc: str):
+        where = f'node "{loc}" attribute {a.name!r}'
+        t = a.type
+        if t == _ATTR.INT:
+            return int(a.i)
+        if t == _ATTR.FLOAT:
+            return float(a.f)
+        if t == _ATTR.STRING:
+            return a.s.decode("utf-8", errors="replace")
+        if t == _ATTR.INTS:
+            return [int(x) for x in a.ints]
+        if t == _ATTR.FLOATS:
+            return [float(x) for x in a.floats]
+        if t == _ATTR.STRINGS:
+            return [s.decode("utf-8", errors="replace") for s in a.strings]
+        if t == _ATTR.TENSOR:
+            return self.tensor(a.t, where)
+        if t == _ATTR.TENSORS:
+            return [self.tensor(x, where) for x in a.tensors]
+        kind = _ATTR.AttributeType.Name(t) if t in _ATTR.AttributeType.values() else str(t)
+        raise UnsupportedOp(node.op_type, node.domain, loc,
+                            f"attribute {a.name!r} of type {kind} is not supported")
+
+
+class GraphBuilder:
+    """Builds one block from one ONNX graph; converters in onnx_ops.py receive one of these."""
+
+    def __init__(self, imp: _Importer, block: Block, scope: dict[str, Value], prefix: str):
+        self.imp = imp
+        self.module = imp.module
+        self.block = block
+        #: ONNX name -> Value, for this graph only (regions are isolated from above)
+        self.scope = scope
+        #: prefix for the locs of unnamed nodes (the parent node's loc inside subgraphs)
+        self.prefix = prefix
+        #: the loc of the node being converted (the default loc of `emit`)
+        self.loc = ""
+
+    def build(self, g: onnx.GraphProto) -> None:
+        if len(g.sparse_initializer):
+            raise ImportError_(f"{self.imp.what}: sparse initializers are not supported")
+        for t in g.initializer:
+            arr = self.imp.tensor(t, f'initializer "{t.name}"')
+            self.scope[t.name] = self.const(arr, t.name, loc=t.name)
+        for i, node in enumerate(g.node):
+            self.node(node, i)
+
+    def lookup(self, name: str, where: str) -> Value:
+        v = self.scope.get(name)
+        if v is None:
+            raise ImportError_(f'{self.imp.what}: {where} uses "{name}", which is not defined before it')
+        return v
+
+    # ---- building ops ------------------------------------------------------------------------
+    def emit(self, name: str, operands, attrs: dict | None = None, n_results: int = 1, loc: str | None = None,
+             regions: list[Region] | None = None, result_names=()) -> list[Value]:
+        """Append an op, run its shape rule now, and return its results."""
+        op = Op(name, list(operands), [_PLACEHOLDER] * n_results, attrs or {}, regions,
+                self.loc if loc is None else loc, result_names)
+        self.block.append(op)
+        if op.regions:
+            # the bodies were typed as they were built; a control-flow OpDef may now refine
+            # them from the operands (e.g. a loop-carried value whose shape varies)
+            values = self.imp.values
+            get_opdef(name).infer_regions(InferCtx(op, self.module, values),
+                                          lambda blk: infer_block(blk, self.module, values))
+        infer_op(op, self.module, self.imp.values)
+        return list(op.results)
+
+    def const(self, arr: np.ndarray, name: str = "", loc: str | None = None) -> Value:
+        """A `cc.const`: inline when small, else a weight in `module.weights`."""
+        arr = _c_array(arr)
+        t = TensorType(DType.from_np(arr.dtype), arr.shape)
+        if arr.size <= INLINE_MAX:
+            value = arr
+        else:
+            wname, k = name or "w", 0
+            while wname in self.module.weights:
+                k += 1
+                wname = f"{name or 'w'}_{k}"
+            self.module.weights[wname] = arr
+            value = WeightRef(wname)
+        op = Op("cc.const", (), [t], {"value": value}, loc=self.loc if loc is None else loc,
+                result_names=[name])
+        self.block.append(op)
+        infer_op(op, self.module, self.imp.values)
+        return op.result
+
+    def inputs(self, node: onnx.NodeProto) -> list[Value | None]:
+        """The node's inputs as Values, None where an optional input is absent."""
+        return [self.lookup(n, f'node "{self.loc}" ({node.op_type})') if n else None for n in node.input]
+
+    def attrs(self, node: onnx.NodeProto) -> dict:
+        """The node's non-graph attributes, converted."""
+        return {a.name: self.imp.attr(a, node, self.loc) for a in node.attribute if a.type != _ATTR.GRAPH}
+
+    # ---- nodes -------------------------------------------------------------------------------
+    def node(self, node: onnx.NodeProto, index: int) -> None:
+        self.loc = node.name or f"{self.prefix}{node.op_type}_{index}"
+        domain, op_type = node.domain, node.op_type
+        conv = None
+        if domain in _ONNX_DOMAINS:
+            name = "onnx." + op_type
+            if op_type == "Constant":
+                conv = _constant
+            else:
+                conv = CONVERTERS.get(op_type)
+        elif domain == "ai.onnx.ml":
+            raise UnsupportedOp(op_type, domain, self.loc, "the ai.onnx.ml domain is not supported")
+        else:
+            name = f"{domain}.{op_type}"
+        if conv is None and get_opdef(name) is None:
+            raise UnsupportedOp(op_type, domain, self.loc)
+        results = conv(node, self) if conv is not None else self.generic(node, name)
+        wanted = [n for n in node.output]
+        if len(results) < len(_trim(wanted)):
+            raise ImportError_(f'{self.imp.what}: node "{self.loc}" ({op_type}) has {len(_trim(wanted))} '
+                               f"outputs, its conversion gave {len(results)}")
+        for out, v in zip(wanted, results):
+            if out:
+                v.name = v.name or out
+                self.scope[out] = v
+
+    def generic(self, node: onnx.NodeProto, name: str) -> list[Value]:
+        """The 1:1 path: inputs -> operands, attributes converted, GRAPH attributes -> regions."""
+        slots = list(node.input)
+        attrs = self.attrs(node)
+        graphs = [a for a in node.attribute if a.type == _ATTR.GRAPH]
+        captures: list[str] = []
+        for a in graphs:
+            for n in free_vars(a.g):
+                if n not in captures:
+                    captures.append(n)
+        slots = _trim(slots + captures)
+        absent = [i for i, n in enumerate(slots) if not n]
+        where = f'node "{self.loc}" ({node.op_type})'
+        operands = [self.lookup(n, where) for n in slots if n]
+        if absent:
+            attrs["absent"] = absent
+        cap_values = [self.scope[n] for n in captures]
+        regions = self.regions(node, graphs, cap_values, captures, attrs)
+        outs = _trim(list(node.output))
+        return self.emit(name, operands, attrs, len(outs), regions=regions, result_names=outs)
+
+    # ---- subgraphs -----------------------------------------------------------------------------
+    def regions(self, node, graphs, caps: list[Value], cap_names: list[str], attrs: dict) -> list[Region]:
+        if not graphs:
+            return []
+        where = f'node "{self.loc}" ({node.op_type})'
+        by_name = {a.name: a.g for a in graphs}
+        op_type = node.op_type if node.domain in _ONNX_DOMAINS else None
+        cap_types = [v.type for v in caps]
+        if op_type == "If":
+            out = []
+            for key in ("then_branch", "else_branch"):
+                g = self._need(by_name, key, node)
+                if len(g.input):
+                    raise ImportError_(f'{self.imp.what}: node "{self.loc}" (If): {key} must take no inputs, '
+                                       f"has {len(g.input)}")
+                out.append(self.subgraph(g, [], [], cap_types, cap_names))
+            return out
+        if op_type == "Loop":
+            g = self._need(by_name, "body", node)
+            carried = [self.lookup(n, where) for n in node.input[2:]]
+            if len(g.input) != 2 + len(carried):
+                raise ImportError_(f'{self.imp.what}: node "{self.loc}" (Loop): body takes {len(g.input)} '
+                                   f"inputs, expected 2 + {len(carried)} loop-carried")
+            types = [TensorType(DType.i64, ()), TensorType(DType.bool, ())] + [v.type for v in carried]
+            attrs["num_captures"] = len(caps)  # tells carried values from captures (like Scan)
+            return [self.subgraph(g, list(g.input), types, cap_types, cap_names)]
+        if op_type == "Scan":
+            g = self._need(by_name, "body", node)
+            inputs = [self.lookup(n, where) for n in node.input]
+            n_scan = int(attrs.get("num_scan_inputs", 0))
+            n_state = len(inputs) - n_scan
+            axes = list(attrs.get("scan_input_axes", [0] * n_scan))
+            types = [v.type for v in inputs[:n_state]]
+            for v, ax in zip(inputs[n_state:], axes):
+                ax = ax + v.type.rank if ax < 0 else ax
+                if not 0 <= ax < v.type.rank:
+                    raise ImportError_(f'{self.imp.what}: node "{self.loc}" (Scan): scan axis {ax} out of '
+                                       f"range for {v.type}")
+                types.append(v.type.with_shape(v.type.shape[:ax] + v.type.shape[ax + 1:]))
+            if len(g.input) != len(types):
+                raise ImportError_(f'{self.imp.what}: node "{self.loc}" (Scan): body takes {len(g.input)} '
+                                   f"inputs, expected {len(types)}")
+            attrs["num_captures"] = len(caps)
+            return [self.subgraph(g, list(g.input), types, cap_types, cap_names)]
+        # any other op with subgraphs: the body's declared inputs, then the captures
+        out = []
+        for a in graphs:
+            g = a.g
+            types = [None] * len(g.input)
+            out.append(self.subgraph(g, list(g.input), types, cap_types, cap_names))
+        return out
+
+    def _need(self, by_name: dict, key: str, node) -> onnx.GraphProto:
+        if key not in by_name:
+            raise ImportError_(f'{self.imp.what}: node "{self.loc}" ({node.op_type}) has no {key!r} graph')
+        return by_name[key]
+
+    def subgraph(self, g: onnx.GraphProto, declared: list, types: list, cap_types: list,
+                 cap_names: list[str]) -> Region:
+        """One subgraph -> a single-block region: args = (*g's inputs, *captures), ends in yield."""
+        arg_types = [self._arg_type(vi, t) for vi, t in zip(declared, types)] + cap_types
+        names = [vi.name for vi in declared] + cap_names
+        block = Block(arg_types, names)
+        sub = GraphBuilder(self.imp, block, dict(zip(names, block.args)), prefix=self.loc + "/")
+        parent_loc = self.loc
+        sub.build(g)
+        self.loc = parent_loc
+        where = f'node "{parent_loc}" subgraph {g.name!r}'
+        outs = [sub.lookup(o.name, f'{where} output "{o.name}"') for o in g.output]
+        block.append(Op("yield", outs))
+        return Region([block])
+
+    def _arg_type(self, vi: onnx.ValueInfoProto, known: TensorType | None) -> TensorType:
+        """A region argument's type: from the operands where known; the declared type fills gaps."""
+        where = f'node "{self.loc}" subgraph input "{vi.name}"'
+        has_shape = vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+        if known is None:
+            return self.imp.value_info_type(vi, where)
+        if not known.has_unknown or not has_shape or len(vi.type.tensor_type.shape.dim) != known.rank:
+            return known
+        declared = self.imp.value_info_type(vi, where)
+        return known.with_shape(k if k is not None else d for k, d in zip(known.shape, declared.shape))
+
+
+def _constant(node: onnx.NodeProto, b: GraphBuilder) -> list[Value]:
+    """ONNX Constant -> cc.const (every value_* form except strings and sparse tensors)."""
+    if len(node.attribute) != 1:
+        raise ImportError_(f'{b.imp.what}: node "{b.loc}" (Constant) needs exactly one value attribute, '
+                           f"has {len(node.attribute)}")
+    a = node.attribute[0]
+    if a.name == "value":
+        arr = b.imp.tensor(a.t, f'node "{b.loc}" (Constant)')
+    elif a.name == "value_float":
+        arr = np.array(a.f, dtype=np.float32)
+    elif a.name == "value_floats":
+        arr = np.array(list(a.floats), dtype=np.float32)
+    elif a.name == "value_int":
+        arr = np.array(a.i, dtype=np.int64)
+    elif a.name == "value_ints":
+        arr = np.array(list(a.ints), dtype=np.int64)
+    else:
+        raise UnsupportedOp("Constant", node.domain, b.loc, f"{a.name} constants are not supported")
+    return [b.const(arr, node.output[0] if node.output else "")]
+
+
+def free_vars(g: onnx.GraphProto) -> list[str]:
+    """Names a subgraph uses but does not define (through nested subgraphs), in first-use order."""
+    defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    out: list[str] = []
+
+    def use(n: str) -> None:
+        if n and n not in defined and n not in out:
+            out.append(n)
+
+    for node in g.node:
+        for n in node.input:
+            use(n)
+        for a in node.attribute:
+            if a.type == _ATTR.GRAPH:
+                for n in free_vars(a.g):
+                    use(n)
+            elif a.type == _ATTR.GRAPHS:
+                for sg in a.graphs:
+                    for n in free_vars(sg):
+                        use(n)
+        defined.update(n for n in node.output if n)
+    for o in g.output:
+        use(o.name)
+    return out
+
+
+def _dims_of(vi: onnx.ValueInfoProto):
+    if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+        return list(vi.type.tensor_type.shape.dim)
+    return []
+
+
+def _c_array(arr, dtype=None) -> np.ndarray:
+    """A C-contiguous array that owns its data (np.ascontiguousarray would make 0-d arrays 1-d)."""
+    return np.array(arr, dtype=dtype, order="C", copy=True)
+
+
+def _trim(names: list[str]) -> list[str]:
+    """Drop trailing empty names (absent optional inputs / unused optional outputs)."""
+    names = list(names)
+    while names and not names[-1]:
+        names.pop()
+    return names
+
+
+def _ident(s: str) -> str:
+    """A legal ASCII identifier for a symbol or module name (never a dim-expression keyword)."""
+    out = re.sub(r"[^A-Za-z0-9_]", "_", identifier(s))
+    if out[0].isdigit():
+        out = "d" + out
+    return out + "_" if out in _RESERVED else out
+
+
+def _one_line(e: BaseException) -> str:
+    s = str(e).strip().splitlines()
+    return s[0] if s else type(e).__name__

@@ -1,0 +1,21 @@
+"""Converters for ONNX ops whose import is not a 1:1 node -> op copy.
+
+Most nodes go through the importer's generic path: `onnx.<OpType>` with the node's
+attributes converted and its inputs as operands (see onnx_import.py). An op whose ONNX
+form needs rewriting on the way in (an old-opset attribute that later became an input,
+an op expanded into several ops, ...) gets an entry here:
+
+    CONVERTERS["OpType"] = fn(node: onnx.NodeProto, b: GraphBuilder) -> list[Value]
+
+`b` is the importer's builder for the graph being imported: `b.inputs(node)` gives the
+operands (None for an absent optional input), `b.attrs(node)` the converted attributes,
+`b.emit(name, operands, attrs, n_results)` appends a typed op, `b.const(array)` a
+constant. The returned values are bound, in order, to the node's output names.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+#: ai.onnx op type -> converter; ops not listed take the generic path
+CONVERTERS: dict[str, Callable] = {}

@@ -1,0 +1,334 @@
+"""Kernel programs: buffers, statements (`Compute` for now) and the program that owns them.
+
+A `KernelProgram` is what one compiled function runs: a list of statements over named
+buffers. `Compute(out, vars, body)` means: for every index tuple of the row-major domain
+`vars` (extents are Dims), `out[vars] = body`. Statements subclass `Stmt`, so control flow
+(`If`, `Loop`) can be added later beside `Compute`.
+
+    p = KernelProgram.new("matmul", symbols=["M"])
+    A = p.input("A", DType.f32, (M, 64)); B = p.input("B", DType.f32, (64, 32))
+    C = p.output("C", DType.f32, (M, 32))
+    k = Var("k")
+    p.compute(C, lambda i, j: rsum([(k, 64)], A[i, k] * B[k, j]))
+    print(p)   # ... C[i, j] = sum(k < 64: A[i, k] * B[k, j])
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sympy
+
+from onnxcc.errors import VerifyError
+from onnxcc.ir import Dim, DType, canon
+
+from .expr import (
+    Expr, ExprLike, Load, Reduce, Var, buffers_read, dim_to_expr, format_expr, free_vars, lift, symbols_used,
+    walk,
+)
+
+BUFFER_KINDS = ("input", "output", "temp", "const")
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """A contiguous row-major tensor the kernel reads or writes.
+
+    `kind` is "input" | "output" | "temp" (lives in the workspace) | "const" (`data` is
+    baked into the object file). A buffer with `alias_of` is a view of another buffer with
+    the same dtype and element count (Reshape without a copy) and takes no memory itself.
+    Index it to build a load: `A[i, k]`.
+    """
+
+    name: str
+    dtype: DType
+    shape: tuple[Dim, ...]
+    kind: str = "temp"
+    data: np.ndarray | None = None
+    alias_of: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(canon(d) for d in self.shape))
+        if self.kind not in BUFFER_KINDS:
+            raise ValueError(f"buffer {self.name}: kind must be one of {BUFFER_KINDS}, got {self.kind!r}")
+        if self.kind == "const":
+            if self.data is None:
+                raise ValueError(f"const buffer {self.name} needs data")
+            want = np.uint16 if self.dtype is DType.bf16 else self.dtype.np
+            arr = np.ascontiguousarray(np.asarray(self.data).astype(want, copy=False))
+            if tuple(arr.shape) != self.shape:
+                raise ValueError(f"const buffer {self.name}: data shape {arr.shape} != {self.shape}")
+            object.__setattr__(self, "data", arr)
+        if self.alias_of is not None and self.kind != "temp":
+            raise ValueError(f"buffer {self.name}: only temp buffers can alias, got kind {self.kind}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> Dim:
+        n: Any = 1
+        for d in self.shape:
+            n = n * d
+        return canon(n)
+
+    def nbytes(self) -> Dim:
+        return canon(self.numel() * self.dtype.itemsize)
+
+    def __getitem__(self, idx) -> Load:
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if len(idx) != self.rank:
+            raise IndexError(f"buffer {self.name} has rank {self.rank}, indexed with {len(idx)} indices")
+        return Load(self.name, tuple(lift(i, DType.i64) for i in idx), self.dtype)
+
+    def load(self, *idx: ExprLike) -> Load:
+        return self[tuple(idx)]
+
+    def header(self) -> str:
+        shape = ", ".join(str(d) for d in self.shape)
+        s = f"{self.kind} {self.name}: {self.dtype.value}[{shape}]"
+        if self.alias_of is not None:
+            s += f" = view({self.alias_of})"
+        if self.kind == "const":
+            s += f" = <{self.data.size} values>"  # type: ignore[union-attr]
+        return s
+
+
+class Stmt:
+    """A statement of a kernel program."""
+
+    def reads(self) -> set[str]:
+        raise NotImplementedError
+
+    def writes(self) -> set[str]:
+        raise NotImplementedError
+
+    def format(self, indent: str = "  ") -> list[str]:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return "\n".join(self.format(""))
+
+
+@dataclass(frozen=True, eq=False)
+class Compute(Stmt):
+    """`out[v0, v1, ...] = body` for all `v_i < extent_i` (row-major order unspecified:
+    iterations are independent). `schedule` is attached later by the scheduler (loop
+    order, tiles, vector width, parallel axis); codegen uses defaults when it is None."""
+
+    out: str
+    vars: tuple[tuple[Var, Dim], ...]
+    body: Expr
+    schedule: Any = None
+
+    def __post_init__(self):
+        vs = tuple((v if isinstance(v, Var) else Var(v), canon(d)) for v, d in self.vars)
+        object.__setattr__(self, "vars", vs)
+
+    @property
+    def var_names(self) -> tuple[str, ...]:
+        return tuple(v.name for v, _ in self.vars)
+
+    @property
+    def extents(self) -> tuple[Dim, ...]:
+        return tuple(d for _, d in self.vars)
+
+    def reads(self) -> set[str]:
+        return buffers_read(self.body)
+
+    def writes(self) -> set[str]:
+        return {self.out}
+
+    def format(self, indent: str = "  ") -> list[str]:
+        return [f"{indent}{self.out}[{', '.join(self.var_names)}] = {format_expr(self.body)}"]
+
+
+def _param_names(fn: Callable, n: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if len(params) == n and all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+        return [p.name for p in params]
+    return [f"i{k}" for k in range(n)]
+
+
+@dataclass(eq=False)
+class KernelProgram:
+    """One kernel function: symbols (their order is the index into the `syms` array),
+    buffers, the order of input and output pointers, and the statements."""
+
+    name: str
+    symbols: list[str]
+    buffers: dict[str, Buffer]
+    inputs: list[str]
+    outputs: list[str]
+    body: list[Stmt] = field(default_factory=list)
+
+    @classmethod
+    def new(cls, name: str, symbols: Sequence[str] = ()) -> KernelProgram:
+        return cls(name, list(symbols), {}, [], [], [])
+
+    # ---- building ----------------------------------------------------------------------
+    def add_buffer(self, buf: Buffer) -> Buffer:
+        if buf.name in self.buffers:
+            raise ValueError(f"buffer {buf.name} already exists in kernel {self.name}")
+        self.buffers[buf.name] = buf
+        if buf.kind == "input":
+            self.inputs.append(buf.name)
+        elif buf.kind == "output":
+            self.outputs.append(buf.name)
+        return buf
+
+    def input(self, name: str, dtype: DType, shape: Sequence[Dim]) -> Buffer:
+        return self.add_buffer(Buffer(name, dtype, tuple(shape), "input"))
+
+    def output(self, name: str, dtype: DType, shape: Sequence[Dim]) -> Buffer:
+        return self.add_buffer(Buffer(name, dtype, tuple(shape), "output"))
+
+    def temp(self, name: str, dtype: DType, shape: Sequence[Dim]) -> Buffer:
+        return self.add_buffer(Buffer(name, dtype, tuple(shape), "temp"))
+
+    def const(self, name: str, data: np.ndarray, dtype: DType | None = None) -> Buffer:
+        dt = dtype or DType.from_np(np.asarray(data).dtype)
+        return self.add_buffer(Buffer(name, dt, tuple(np.shape(data)), "const", data=np.asarray(data)))
+
+    def view(self, name: str, of: str | Buffer, shape: Sequence[Dim]) -> Buffer:
+        src = self.buffers[of if isinstance(of, str) else of.name]
+        return self.add_buffer(Buffer(name, src.dtype, tuple(shape), "temp", alias_of=src.name))
+
+    def compute(self, out: str | Buffer, fn: Callable[..., ExprLike] | Expr,
+                names: Sequence[str] | None = None) -> Compute:
+        """Append `out[vars] = fn(*vars)`; var names come from `names`, else from `fn`'s
+        parameter names, else `i0, i1, ...`. The domain is the out buffer's shape."""
+        buf = self.buffers[out if isinstance(out, str) else out.name]
+        if isinstance(fn, Expr):
+            if buf.rank != 0:
+                raise ValueError(f"compute into {buf.name}: pass a function of {buf.rank} vars")
+            body, vs = fn, ()
+        else:
+            ns = list(names) if names is not None else _param_names(fn, buf.rank)
+            vs = tuple(Var(n) for n in ns)
+            body = lift(fn(*vs), buf.dtype)
+        c = Compute(buf.name, tuple(zip(vs, buf.shape)), body)
+        self.body.append(c)
+        return c
+
+    # ---- queries -----------------------------------------------------------------------
+    def root(self, name: str) -> str:
+        """The buffer that owns the memory of `name` (follows `alias_of`)."""
+        seen = set()
+        while self.buffers[name].alias_of is not None:
+            if name in seen:
+                raise VerifyError(f"kernel {self.name}: alias cycle through buffer {name}")
+            seen.add(name)
+            name = self.buffers[name].alias_of  # type: ignore[assignment]
+        return name
+
+    def temps(self) -> list[Buffer]:
+        """Temp buffers that own workspace memory (views excluded), in declaration order."""
+        return [b for b in self.buffers.values() if b.kind == "temp" and b.alias_of is None]
+
+    def computes(self) -> Iterator[Compute]:
+        for s in self.body:
+            if isinstance(s, Compute):
+                yield s
+
+    # ---- printing ----------------------------------------------------------------------
+    def __str__(self) -> str:
+        syms = ", ".join(self.symbols)
+        lines = [f"kernel {self.name}({syms}) {{"]
+        for b in self.buffers.values():
+            lines.append(f"  {b.header()}")
+        for s in self.body:
+            lines.extend(s.format("  "))
+        lines.append("}")
+        return "\n".join(lines)
+
+    # ---- verification ------------------------------------------------------------------
+    def verify(self) -> None:
+        """Raise VerifyError on a malformed program (unknown buffers or symbols, rank or
+        dtype mismatches, unbound vars, a compute that reads what it writes, ...)."""
+        where = f"kernel {self.name}"
+        known_syms = set(self.symbols)
+        if len(known_syms) != len(self.symbols):
+            raise VerifyError(f"{where}: duplicate symbols in {self.symbols}")
+        for name, b in self.buffers.items():
+            if name != b.name:
+                raise VerifyError(f"{where}: buffer registered as {name} is named {b.name}")
+            for d in b.shape:
+                _check_dim_symbols(d, known_syms, f"{where}: buffer {name} shape")
+            if b.alias_of is not None:
+                if b.alias_of not in self.buffers:
+                    raise VerifyError(f"{where}: buffer {name} aliases unknown buffer {b.alias_of}")
+                src = self.buffers[self.root(name)]
+                if src.dtype is not b.dtype:
+                    raise VerifyError(f"{where}: view {name} is {b.dtype.value}, its buffer {src.name} is "
+                                      f"{src.dtype.value}")
+                if sympy.simplify(sympy.sympify(src.numel()) - sympy.sympify(b.numel())) != 0:
+                    raise VerifyError(f"{where}: view {name} has {b.numel()} elements, {src.name} has "
+                                      f"{src.numel()}")
+        for lst, kind in ((self.inputs, "input"), (self.outputs, "output")):
+            for n in lst:
+                if n not in self.buffers or self.buffers[n].kind != kind:
+                    raise VerifyError(f"{where}: {kind} {n} is not an {kind} buffer")
+        for s in self.body:
+            if isinstance(s, Compute):
+                self._verify_compute(s, known_syms)
+            else:
+                raise VerifyError(f"{where}: unsupported statement {type(s).__name__}")
+
+    def _verify_compute(self, c: Compute, known_syms: set[str]) -> None:
+        where = f"kernel {self.name}: compute {c.format('')[0]}"
+        if c.out not in self.buffers:
+            raise VerifyError(f"{where}: unknown out buffer {c.out}")
+        out = self.buffers[c.out]
+        if self.buffers[self.root(c.out)].kind in ("input", "const"):
+            raise VerifyError(f"{where}: writes {out.kind} buffer {c.out}")
+        if out.rank != len(c.vars):
+            raise VerifyError(f"{where}: {len(c.vars)} vars for rank-{out.rank} buffer {c.out}")
+        for (v, ext), d in zip(c.vars, out.shape):
+            if sympy.simplify(sympy.sympify(ext) - sympy.sympify(d)) != 0:
+                raise VerifyError(f"{where}: extent of {v.name} is {ext}, buffer {c.out} has {d}")
+        if c.body.dtype is not out.dtype:
+            raise VerifyError(f"{where}: body is {c.body.dtype.value}, buffer {c.out} is {out.dtype.value}")
+        names = c.var_names
+        if len(set(names)) != len(names):
+            raise VerifyError(f"{where}: duplicate vars {names}")
+        unbound = free_vars(c.body) - set(names)
+        if unbound:
+            raise VerifyError(f"{where}: unbound vars {sorted(unbound)}")
+        out_root = self.root(c.out)
+        for n in walk(c.body):
+            if isinstance(n, Load):
+                b = self.buffers.get(n.buffer)
+                if b is None:
+                    raise VerifyError(f"{where}: loads unknown buffer {n.buffer}")
+                if len(n.indices) != b.rank or n.dtype is not b.dtype:
+                    raise VerifyError(f"{where}: load {format_expr(n)} as {n.dtype.value} with "
+                                      f"{len(n.indices)} indices, buffer is {b.dtype.value}[rank {b.rank}]")
+                if self.root(n.buffer) == out_root:
+                    raise VerifyError(f"{where}: reads {n.buffer}, which shares memory with its output")
+            elif isinstance(n, Reduce):
+                for v, _ in n.vars:
+                    if v.name in names:
+                        raise VerifyError(f"{where}: reduce var {v.name} shadows a compute var")
+        for s in symbols_used(c.body):
+            if s not in known_syms:
+                raise VerifyError(f"{where}: unknown symbol {s}")
+
+
+def _check_dim_symbols(d: Dim, known: set[str], where: str) -> None:
+    if isinstance(d, int):
+        if d < 0:
+            raise VerifyError(f"{where}: negative extent {d}")
+        return
+    for s in sympy.sympify(d).free_symbols:
+        if s.name not in known:
+            raise VerifyError(f"{where}: unknown symbol {s.name} in {d}")
+    dim_to_expr(d)  # raises on dims codegen cannot evaluate

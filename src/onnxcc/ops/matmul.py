@@ -1,0 +1,156 @@
+"""Contractions: MatMul (numpy semantics: 1-D operands, broadcast batch dims), Gemm,
+MatMulInteger and Einsum."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType, TensorType
+from .elementwise import cast_out, same_dtype, unidirectional, widen
+from .registry import InferCtx, RefCtx, define, onnx_inputs
+
+
+def matmul_shape(ctx: InferCtx, a: tuple, b: tuple) -> tuple:
+    """numpy.matmul's result shape; records or checks the contraction dim equality."""
+    if not a or not b:
+        raise ctx.error(f"operands must have rank >= 1, got ranks {len(a)} and {len(b)}")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    ctx.require_eq(a2[-1], b2[-2], "inner dim (a dim -1 vs b dim -2)")
+    batch = ctx.broadcast(a2[:-2], b2[:-2])
+    out = batch + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+    return out
+
+
+def _matmul_infer(ctx: InferCtx):
+    dt = same_dtype(ctx)
+    return [TensorType(dt, matmul_shape(ctx, ctx.in_types[0].shape, ctx.in_types[1].shape))]
+
+
+define("onnx.MatMul", infer=_matmul_infer, kind="matmul", arity=2, math=np.matmul,
+       reference=lambda ctx, a, b: [cast_out(ctx, np.matmul(widen(a), widen(b)))])
+
+
+# ---- Gemm ------------------------------------------------------------------------------------------
+
+
+def gemm(a, b, c=None, alpha: float = 1.0, beta: float = 1.0, trans_a: int = 0, trans_b: int = 0):
+    """Y = alpha * A' @ B' + beta * C (C broadcast to the result)."""
+    y = alpha * ((a.T if trans_a else a) @ (b.T if trans_b else b))
+    return y if c is None else y + beta * c
+
+
+def _gemm_infer(ctx: InferCtx):
+    ta, tb = ctx.in_types[0], ctx.in_types[1]
+    dt = same_dtype(ctx)
+    if ta.rank != 2 or tb.rank != 2:
+        raise ctx.error(f"a and b must be 2-D, got {ta} and {tb}")
+    m, k = ta.shape[::-1] if ctx.attr("transA", 0) else ta.shape
+    k2, n = tb.shape[::-1] if ctx.attr("transB", 0) else tb.shape
+    ctx.require_eq(k, k2, "inner dim (a's k vs b's k)")
+    if len(ctx.in_types) > 2:
+        unidirectional(ctx, (m, n), ctx.in_types[2].shape, "c")
+    return [TensorType(dt, (m, n))]
+
+
+def _gemm_ref(ctx: RefCtx, a, b, c=None):
+    y = gemm(widen(a), widen(b), None if c is None else widen(c), float(ctx.attr("alpha", 1.0)),
+             float(ctx.attr("beta", 1.0)), ctx.attr("transA", 0), ctx.attr("transB", 0))
+    return [cast_out(ctx, y)]
+
+
+define("onnx.Gemm", infer=_gemm_infer, reference=_gemm_ref, kind="matmul", arity=(2, 3), math=gemm)
+
+
+# ---- MatMulInteger ---------------------------------------------------------------------------------
+
+
+def matmul_integer(a, b, a_zero=None, b_zero=None):
+    """(A - a_zero) @ (B - b_zero) in int32; a_zero per row of A (or scalar), b_zero per column."""
+    a = a.astype(np.int32)
+    b = b.astype(np.int32)
+    if a_zero is not None:
+        az = a_zero.astype(np.int32).reshape(-1)
+        a = a - (az[0] if az.size == 1 else az.reshape(-1, 1))
+    if b_zero is not None:
+        b = b - b_zero.astype(np.int32)
+    return np.matmul(a, b)
+
+
+def _mmi_infer(ctx: InferCtx):
+    ta, tb = ctx.in_types[0], ctx.in_types[1]
+    for t in (ta, tb):
+        if t.dtype not in (DType.u8, DType.i8):
+            raise ctx.error(f"operands must be u8 or i8, got {t.dtype.value}")
+    return [TensorType(DType.i32, matmul_shape(ctx, ta.shape, tb.shape))]
+
+
+def _mmi_ref(ctx: RefCtx, *args):
+    a, b, az, bz = (onnx_inputs(ctx.op, list(args)) + [None, None])[:4]
+    return [matmul_integer(a, b, az, bz)]
+
+
+define("onnx.MatMulInteger", infer=_mmi_infer, reference=_mmi_ref, kind="matmul", arity=(2, 4),
+       math=matmul_integer)
+
+
+# ---- Einsum --------------------------------------------------------------------------------------
+
+
+def einsum_terms(equation: str, ranks: list[int], fail) -> tuple[list[list[str]], list[str]]:
+    """Expand an einsum equation into per-operand label lists and the output labels.
+
+    An ellipsis becomes labels "...0", "...1", ... aligned from the right across operands.
+    """
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    specs = lhs.split(",")
+    if len(specs) != len(ranks):
+        raise fail(f"equation {equation!r} names {len(specs)} operands, got {len(ranks)}")
+    ell = max([r - (len(s) - 3) for s, r in zip(specs, ranks) if "..." in s], default=0)
+
+    def expand(spec: str, rank: int | None) -> list[str]:
+        if "..." not in spec:
+            if rank is not None and len(spec) != rank:
+                raise fail(f"term {spec!r} has {len(spec)} labels for an operand of rank {rank}")
+            return list(spec)
+        head, _, tail = spec.partition("...")
+        k = ell if rank is None else rank - len(head) - len(tail)
+        if k < 0:
+            raise fail(f"term {spec!r} has too many labels for rank {rank}")
+        return list(head) + [f"...{ell - k + j}" for j in range(k)] + list(tail)
+
+    terms = [expand(s, r) for s, r in zip(specs, ranks)]
+    if arrow:
+        out = expand(rhs, None)
+    else:
+        counts: dict[str, int] = {}
+        for t in terms:
+            for lab in t:
+                counts[lab] = counts.get(lab, 0) + 1
+        out = [f"...{j}" for j in range(ell)] + sorted(lab for lab, n in counts.items()
+                                                      if n == 1 and not lab.startswith("..."))
+    return terms, out
+
+
+def _einsum_infer(ctx: InferCtx):
+    dt = same_dtype(ctx)
+    eq = ctx.attr("equation")
+    if not isinstance(eq, str):
+        raise ctx.error("attribute 'equation' is required")
+    terms, out = einsum_terms(eq, [t.rank for t in ctx.in_types], ctx.error)
+    sizes: dict[str, object] = {}
+    for t, labels in zip(ctx.in_types, terms):
+        for lab, d in zip(labels, t.shape):
+            if lab not in sizes or (isinstance(sizes[lab], int) and sizes[lab] == 1 and lab.startswith("...")):
+                sizes[lab] = d
+            elif not (lab.startswith("...") and isinstance(d, int) and d == 1):
+                sizes[lab] = ctx.require_eq(sizes[lab], d, f"einsum label {lab!r}")
+    missing = [lab for lab in out if lab not in sizes]
+    if missing:
+        raise ctx.error(f"output label {missing[0]!r} does not appear in any operand")
+    return [TensorType(dt, tuple(sizes[lab] for lab in out))]
+
+
+define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=np.einsum,
+       reference=lambda ctx, *xs: [cast_out(ctx, np.einsum(ctx.attr("equation"), *[widen(x) for x in xs]))])

@@ -1,0 +1,315 @@
+"""Leftover data-movement ops: Pad, Trilu, OneHot, DepthToSpace, SpaceToDepth, ScatterND,
+ScatterElements, NonZero, TopK, EyeLike.
+
+Shape rules follow the same habits as shape.py: targets read from propagated values where
+the ONNX form computes them at run time, fresh symbols (with an origin naming the node)
+where only the run can tell, and divisibility needs recorded as constraints.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..ir import DType, TensorType, canon
+from .dtypes import onnx_dtype
+from .registry import OpDef, onnx_inputs, register
+from .shape import I64, _scalar, exact_div, fresh_dim, known_dims, norm_axis
+
+
+def _ints(a) -> list[int]:
+    return [int(x) for x in np.asarray(a).reshape(-1)]
+
+
+# ---- Pad ------------------------------------------------------------------------------------
+
+def _pad_axes(rank: int, axes) -> list[int]:
+    return list(range(rank)) if axes is None else [a % rank for a in axes]
+
+
+@register("onnx.Pad")
+class PadOp(OpDef):
+    arity = (1, 4)
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        mode = ctx.attr("mode", "constant")
+        if mode not in ("constant", "reflect", "edge", "wrap"):
+            raise ctx.error(f"unknown mode {mode!r}; expected constant, reflect, edge or wrap")
+        if "pads" in ctx.op.attrs:  # opset < 11
+            pads, axes = list(ctx.attr("pads")), None
+        else:
+            pos = onnx_inputs(ctx.op, list(range(len(ctx.op.operands)))) + [None] * 4
+            pads = known_dims(ctx, pos[1])
+            axes = None if pos[3] is None else ctx.known_ints(pos[3])
+            if pos[3] is not None and axes is None:
+                return [x.with_shape([fresh_dim(ctx, "pad", f"pad of dim {i} not known at compile time", 0, i)
+                                      for i in range(x.rank)])]
+        axes = [norm_axis(ctx, a, x.rank) for a in _pad_axes(x.rank, axes)]
+        out = list(x.shape)
+        if pads is None:
+            for a in axes:
+                out[a] = fresh_dim(ctx, "pad", f"pads of dim {a} not known at compile time", 0, a)
+            return [x.with_shape(out)]
+        if len(pads) != 2 * len(axes):
+            raise ctx.error(f"pads has {len(pads)} entries, expected {2 * len(axes)} (begin and end per axis)")
+        for k, a in enumerate(axes):
+            if out[a] is None:
+                continue
+            d = canon(out[a] + pads[k] + pads[k + len(axes)])
+            if ctx.symbols.prove_le(0, d) is False:
+                raise ctx.error(f"padding dim {a} of size {out[a]} by {pads[k]}, {pads[k + len(axes)]} "
+                                f"leaves a negative size")
+            out[a] = d
+        return [x.with_shape(out)]
+
+    def reference(self, ctx, x, *rest):
+        mode = ctx.attr("mode", "constant")
+        if "pads" in ctx.op.attrs:
+            pads, value, axes = list(ctx.attr("pads")), ctx.attr("value", 0.0), None
+        else:
+            args = onnx_inputs(ctx.op, [x, *rest]) + [None] * 4
+            pads = _ints(args[1])
+            value = 0 if args[2] is None else np.asarray(args[2]).reshape(-1)[0]
+            axes = None if args[3] is None else _ints(args[3])
+        axes = _pad_axes(x.ndim, axes)
+        n = len(axes)
+        widths = [(0, 0)] * x.ndim
+        for k, a in enumerate(axes):
+            widths[a] = (pads[k], pads[k + n])
+        grow = [(max(b, 0), max(e, 0)) for b, e in widths]
+        kw = {"constant_values": value} if mode == "constant" else {}
+        y = np.pad(x, grow, mode=mode, **kw)
+        crop = tuple(slice(-min(b, 0), y.shape[i] + min(e, 0)) for i, (b, e) in enumerate(widths))
+        return [y[crop]]
+
+
+# ---- Trilu, EyeLike ---------------------------------------------------------------------------
+
+@register("onnx.Trilu")
+class TriluOp(OpDef):
+    arity = (1, 2)
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        if x.rank < 2:
+            raise ctx.error(f"input must have rank >= 2, got {x}")
+        return [x]
+
+    def reference(self, ctx, x, *rest):
+        k = int(np.asarray(rest[0]).reshape(-1)[0]) if rest else 0
+        return [np.triu(x, k) if ctx.attr("upper", 1) else np.tril(x, k)]
+
+
+@register("onnx.EyeLike")
+class EyeLikeOp(OpDef):
+    arity = 1
+
+    def _dtype(self, ctx, x: DType) -> DType:
+        dt = ctx.attr("dtype", None)
+        return x if dt is None else onnx_dtype(dt)
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        if x.rank != 2:
+            raise ctx.error(f"input must have rank 2, got {x}")
+        return [x.with_dtype(self._dtype(ctx, x.dtype))]
+
+    def reference(self, ctx, x):
+        return [np.eye(x.shape[0], x.shape[1], ctx.attr("k", 0), dtype=ctx.out_type().dtype.np)]
+
+
+# ---- OneHot -----------------------------------------------------------------------------------
+
+@register("onnx.OneHot")
+class OneHotOp(OpDef):
+    arity = 3
+
+    def infer(self, ctx):
+        idx, _, vals = ctx.in_types
+        rank = idx.rank + 1
+        axis = norm_axis(ctx, ctx.attr("axis", -1), rank)
+        depth = _scalar(ctx, 1)
+        if isinstance(depth, float):
+            depth = int(depth)
+        if depth is None:
+            depth = fresh_dim(ctx, "depth", "one-hot depth not known at compile time", 0, axis)
+        elif isinstance(depth, int) and depth < 1:
+            raise ctx.error(f"depth must be >= 1, got {depth}")
+        shape = list(idx.shape)
+        shape.insert(axis, depth)
+        return [TensorType(vals.dtype, tuple(shape))]
+
+    def reference(self, ctx, idx, depth, vals):
+        depth = int(np.asarray(depth).reshape(-1)[0])
+        idx = np.asarray(idx).astype(np.int64)
+        idx = np.where(idx < 0, idx + depth, idx)
+        hot = idx[..., None] == np.arange(depth)
+        axis = ctx.attr("axis", -1) % (idx.ndim + 1)
+        hot = np.moveaxis(hot, -1, axis)
+        off, on = np.asarray(vals).reshape(-1)[:2]
+        return [np.where(hot, on, off).astype(vals.dtype)]
+
+
+# ---- DepthToSpace, SpaceToDepth -------------------------------------------------------------
+
+@register("onnx.DepthToSpace")
+class DepthToSpaceOp(OpDef):
+    arity = 1
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        if x.rank != 4:
+            raise ctx.error(f"input must be NCHW (rank 4), got {x}")
+        b = ctx.attr("blocksize")
+        n, c, h, w = x.shape
+        c2 = exact_div(ctx, c, b * b, f"depth-to-space channels by blocksize {b}^2")
+        return [x.with_shape([n, c2, None if h is None else h * b, None if w is None else w * b])]
+
+    def reference(self, ctx, x):
+        b = ctx.attr("blocksize")
+        n, c, h, w = x.shape
+        if ctx.attr("mode", "DCR") == "DCR":
+            t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return [t.reshape(n, c // (b * b), h * b, w * b)]
+
+
+@register("onnx.SpaceToDepth")
+class SpaceToDepthOp(OpDef):
+    arity = 1
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        if x.rank != 4:
+            raise ctx.error(f"input must be NCHW (rank 4), got {x}")
+        b = ctx.attr("blocksize")
+        n, c, h, w = x.shape
+        h2 = exact_div(ctx, h, b, f"space-to-depth height by blocksize {b}")
+        w2 = exact_div(ctx, w, b, f"space-to-depth width by blocksize {b}")
+        return [x.with_shape([n, None if c is None else c * b * b, h2, w2])]
+
+    def reference(self, ctx, x):
+        b = ctx.attr("blocksize")
+        n, c, h, w = x.shape
+        t = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        return [t.reshape(n, c * b * b, h // b, w // b)]
+
+
+# ---- ScatterND, ScatterElements -----------------------------------------------------------------
+
+_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter(out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str) -> np.ndarray:
+    if reduction == "none":
+        out[index] = updates
+    elif reduction in _REDUCE:
+        _REDUCE[reduction].at(out, index, updates)
+    else:
+        raise ValueError(f"unknown reduction {reduction!r}")
+    return out
+
+
+@register("onnx.ScatterND")
+class ScatterNDOp(OpDef):
+    arity = 3
+
+    def infer(self, ctx):
+        x, idx, upd = ctx.in_types
+        last = idx.shape[-1] if idx.rank else None
+        if isinstance(last, int):
+            if last > x.rank:
+                raise ctx.error(f"index length {last} exceeds data rank {x.rank}")
+            want = idx.shape[:-1] + x.shape[last:]
+            if upd.rank != len(want):
+                raise ctx.error(f"updates must have rank {len(want)}, got {upd}")
+            for i, (a, b) in enumerate(zip(upd.shape, want)):
+                ctx.require_eq(a, b, f"updates dim {i}")
+        return [x]
+
+    def reference(self, ctx, x, idx, upd):
+        idx = np.asarray(idx).astype(np.int64)
+        last = idx.shape[-1]
+        idx = np.where(idx < 0, idx + np.array(x.shape[:last]), idx).reshape(-1, last)
+        upd = upd.reshape((idx.shape[0],) + x.shape[last:])
+        return [_scatter(x.copy(), tuple(idx.T), upd, ctx.attr("reduction", "none"))]
+
+
+@register("onnx.ScatterElements")
+class ScatterElementsOp(OpDef):
+    arity = 3
+
+    def infer(self, ctx):
+        x, idx, upd = ctx.in_types
+        if not x.rank == idx.rank == upd.rank:
+            raise ctx.error(f"data, indices and updates must have one rank, got {x}, {idx}, {upd}")
+        norm_axis(ctx, ctx.attr("axis", 0), x.rank)
+        for i, (a, b) in enumerate(zip(idx.shape, upd.shape)):
+            ctx.require_eq(a, b, f"indices and updates dim {i}")
+        return [x]
+
+    def reference(self, ctx, x, idx, upd):
+        axis = ctx.attr("axis", 0) % x.ndim
+        idx = np.asarray(idx).astype(np.int64)
+        idx = np.where(idx < 0, idx + x.shape[axis], idx)
+        grid = list(np.indices(idx.shape, sparse=True))
+        grid[axis] = idx
+        full = tuple(np.broadcast_to(g, idx.shape) for g in grid)
+        return [_scatter(x.copy(), full, upd, ctx.attr("reduction", "none"))]
+
+
+# ---- NonZero, TopK --------------------------------------------------------------------------------
+
+@register("onnx.NonZero")
+class NonZeroOp(OpDef):
+    arity = 1
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        n = fresh_dim(ctx, "nonzero", "count of nonzero elements (data-dependent)", 0, 1)
+        numel = x.numel()
+        if isinstance(numel, int):
+            ctx.symbols[n.name].hi = min(ctx.symbols[n.name].hi, max(numel, 1))
+        return [TensorType(I64, (x.rank, n))]
+
+    def reference(self, ctx, x):
+        return [np.array(np.nonzero(np.atleast_1d(x) if x.ndim == 0 else x), dtype=np.int64)]
+
+
+@register("onnx.TopK")
+class TopKOp(OpDef):
+    arity = 2
+    num_results = 2
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        axis = norm_axis(ctx, ctx.attr("axis", -1), x.rank)
+        k = known_dims(ctx, 1)
+        if k is None or len(k) != 1:
+            kd = fresh_dim(ctx, "topk", "top-k count not known at compile time", 0, axis)
+        else:
+            kd = k[0]
+            if isinstance(kd, int) and kd < 0:
+                raise ctx.error(f"k must be >= 0, got {kd}")
+            if ctx.symbols.prove_le(kd, x.shape[axis]) is not True:
+                ctx.require(sympy.Le(kd, x.shape[axis]), f"top-k count {kd} within axis {axis} ({x.shape[axis]})")
+        shape = x.shape[:axis] + (kd,) + x.shape[axis + 1:]
+        return [x.with_shape(shape), TensorType(I64, shape)]
+
+    def reference(self, ctx, x, k):
+        k = int(np.asarray(k).reshape(-1)[0])
+        axis = ctx.attr("axis", -1) % x.ndim
+        xm = np.moveaxis(x, axis, -1)
+        if ctx.attr("largest", 1):  # descending; ties keep the lower index first
+            order = np.argsort(xm[..., ::-1], axis=-1, kind="stable")[..., ::-1]
+            order = xm.shape[-1] - 1 - order
+        else:
+            order = np.argsort(xm, axis=-1, kind="stable")
+        idx = order[..., :k]
+        vals = np.take_along_axis(xm, idx, axis=-1)
+        return [np.moveaxis(vals, -1, axis), np.moveaxis(idx, -1, axis).astype(np.int64)]

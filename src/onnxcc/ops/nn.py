@@ -1,0 +1,366 @@
+"""Neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool, GlobalAveragePool and
+GlobalMaxPool (the normalizations are in norm.py, imported from here).
+
+`window_geometry` is the one place the sliding-window arithmetic lives; it works on Dims,
+so the same code gives symbolic output dims (`floor((H + pb + pe - d*(k-1) - 1)/s) + 1`)
+at compile time and concrete pads and extents in the numpy references.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..ir import DType, TensorType, canon
+from .elementwise import cast_out, same_dtype, unidirectional, widen
+from .registry import InferCtx, RefCtx, define
+
+# ---- window arithmetic on Dims ---------------------------------------------------------------------
+
+
+def _floordiv(a, b):
+    a, b = canon(a), canon(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return canon(sympy.floor(sympy.sympify(a) / b))
+
+
+def _ceildiv(a, b):
+    a, b = canon(a), canon(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return canon(sympy.ceiling(sympy.sympify(a) / b))
+
+
+def _max(a, b):
+    return canon(sympy.Max(a, b))
+
+
+def _min(a, b):
+    return canon(sympy.Min(a, b))
+
+
+def window_geometry(in_dims, kernel, strides, dilations, pads, auto_pad="NOTSET", ceil_mode=0):
+    """Output extents and (begin, end) pads of a strided, dilated window over `in_dims`.
+
+    Returns (out_dims, pads_begin, pads_end); every entry is a Dim.
+    """
+    nd = len(in_dims)
+    outs, begins, ends = [], [], []
+    for i in range(nd):
+        h, k, s, d = in_dims[i], kernel[i], strides[i], dilations[i]
+        span = canon(d * (k - 1) + 1)
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = _ceildiv(h, s)
+            total = _max(0, (out - 1) * s + span - h)
+            half = _floordiv(total, 2)
+            b = half if auto_pad == "SAME_UPPER" else canon(total - half)
+            e = canon(total - b)
+        elif auto_pad == "VALID":
+            b = e = 0
+            out = canon(_floordiv(h - span, s) + 1)
+        else:
+            b, e = pads[i], pads[i + nd]
+            if ceil_mode:
+                out = canon(_ceildiv(h + b + e - span, s) + 1)
+                # the last window must start inside the input or its begin padding; that can
+                # only fail when span - e < s (then ceil((A - t)/s) <= floor((A - 1)/s) may not hold)
+                if not (isinstance(span - e, int) and isinstance(s, int) and span - e >= s):
+                    out = _min(out, _floordiv(h + b - 1, s) + 1)
+            else:
+                out = canon(_floordiv(h + b + e - span, s) + 1)
+        outs.append(out)
+        begins.append(b)
+        ends.append(e)
+    return outs, begins, ends
+
+
+def _ints_attr(ctx, name: str, n: int, default: int) -> list:
+    v = ctx.attr(name)
+    return [default] * n if v is None else list(v)
+
+
+def _window_attrs(ctx, nd: int, kernel) -> dict:
+    pads = _ints_attr(ctx, "pads", 2 * nd, 0)
+    return dict(kernel=kernel, strides=_ints_attr(ctx, "strides", nd, 1),
+                dilations=_ints_attr(ctx, "dilations", nd, 1), pads=pads,
+                auto_pad=ctx.attr("auto_pad", "NOTSET"), ceil_mode=ctx.attr("ceil_mode", 0))
+
+
+def _check_lengths(ctx: InferCtx, w: dict, nd: int) -> None:
+    for name, want in (("kernel", nd), ("strides", nd), ("dilations", nd), ("pads", 2 * nd)):
+        if len(w[name]) != want:
+            raise ctx.error(f"{name} needs {want} values for {nd} spatial dims, got {len(w[name])}")
+
+
+def _require_positive(ctx: InferCtx, dims, first_axis: int = 2) -> None:
+    """A window op's output extents must be >= 1; what cannot be proved becomes a constraint."""
+    for i, d in enumerate(dims):
+        p = ctx.symbols.prove_le(1, d)
+        if p is True:
+            continue
+        if p is False or isinstance(d, int):
+            raise ctx.error(f"output dim {first_axis + i} is {d}, expected >= 1 (input smaller than the window)")
+        ctx.require(sympy.Ge(d, 1), f"output dim {first_axis + i} >= 1 (input at least the window size)")
+
+
+def _spatial_input(ctx: InferCtx) -> TensorType:
+    x = ctx.in_types[0]
+    if x.rank < 3:
+        raise ctx.error(f"x must be (N, C, spatial...) with rank >= 3, got {x}")
+    return x
+
+
+# ---- Conv ------------------------------------------------------------------------------------------
+
+
+def conv(x, w, b, strides, pads_begin, pads_end, dilations, group: int):
+    """N-d grouped convolution: x (N, C, *S), w (M, C/group, *K), b (M) or None."""
+    n, c = x.shape[:2]
+    m, kernel = w.shape[0], w.shape[2:]
+    nd = len(kernel)
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads_begin[i], pads_end[i]) for i in range(nd)])
+    outs = [(xp.shape[2 + i] - dilations[i] * (kernel[i] - 1) - 1) // strides[i] + 1 for i in range(nd)]
+    xg = xp.reshape(n, group, c // group, *xp.shape[2:])
+    wg = w.reshape(group, m // group, c // group, *kernel)
+    y = np.zeros((n, group, m // group, *outs), dtype=np.result_type(x, w))
+    for k in np.ndindex(*kernel):
+        sl = tuple(slice(k[i] * dilations[i], k[i] * dilations[i] + strides[i] * (outs[i] - 1) + 1, strides[i])
+                   for i in range(nd))
+        y += np.einsum("ngc...,gmc->ngm...", xg[(Ellipsis,) + sl], wg[(Ellipsis,) + k])
+    y = y.reshape(n, m, *outs)
+    if b is not None:
+        y = y + b.reshape((1, m) + (1,) * nd)
+    return y
+
+
+def _conv_kernel(ctx, w_shape, nd: int) -> list:
+    ks = ctx.attr("kernel_shape")
+    return list(w_shape[2:]) if ks is None else list(ks)
+
+
+def _conv_infer(ctx: InferCtx):
+    x, w = _spatial_input(ctx), ctx.in_types[1]
+    dt = same_dtype(ctx)
+    nd = x.rank - 2
+    if w.rank != x.rank:
+        raise ctx.error(f"w must have rank {x.rank} like x, got {w}")
+    group = ctx.attr("group", 1)
+    win = _window_attrs(ctx, nd, _conv_kernel(ctx, w.shape, nd))
+    _check_lengths(ctx, win, nd)
+    for i, k in enumerate(win["kernel"]):
+        ctx.require_eq(w.shape[2 + i], k, f"kernel_shape[{i}] vs w dim {2 + i}")
+    ctx.require_eq(x.shape[1], canon(w.shape[1] * group), "input channels (x dim 1 vs w dim 1 * group)")
+    m = w.shape[0]
+    if isinstance(m, int) and m % group:
+        raise ctx.error(f"output channels {m} not divisible by group {group}")
+    if len(ctx.in_types) > 2:
+        bt = ctx.in_types[2]
+        if bt.rank != 1:
+            raise ctx.error(f"b must be 1-D, got {bt}")
+        ctx.require_eq(bt.shape[0], m, "bias length vs output channels")
+    outs, _, _ = window_geometry(x.shape[2:], win["kernel"], win["strides"], win["dilations"], win["pads"],
+                                 win["auto_pad"])
+    _require_positive(ctx, outs)
+    return [TensorType(dt, (x.shape[0], m, *outs))]
+
+
+def _conv_ref(ctx: RefCtx, x, w, b=None):
+    nd = x.ndim - 2
+    win = _window_attrs(ctx, nd, _conv_kernel(ctx, w.shape, nd))
+    _, pb, pe = window_geometry(x.shape[2:], win["kernel"], win["strides"], win["dilations"], win["pads"],
+                                win["auto_pad"])
+    y = conv(widen(x), widen(w), None if b is None else widen(b), win["strides"], pb, pe, win["dilations"],
+             ctx.attr("group", 1))
+    return [cast_out(ctx, y)]
+
+
+define("onnx.Conv", infer=_conv_infer, reference=_conv_ref, arity=(2, 3), math=conv,
+       kind="matmul")  # NOTE: like MatMul, a conv takes elementwise epilogues
+
+
+# ---- ConvTranspose ---------------------------------------------------------------------------------
+
+
+def conv_transpose(x, w, b, strides, pads_begin, out_dims, dilations, group: int):
+    """Transposed convolution: x (N, C, *S), w (C, M/group, *K) -> (N, M, *out_dims)."""
+    n, c = x.shape[:2]
+    mg, kernel = w.shape[1], w.shape[2:]
+    nd = len(kernel)
+    ins = x.shape[2:]
+    full = [max((ins[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1, pads_begin[i] + out_dims[i])
+            for i in range(nd)]
+    xg = x.reshape(n, group, c // group, *ins)
+    wg = w.reshape(group, c // group, mg, *kernel)
+    y = np.zeros((n, group, mg, *full), dtype=np.result_type(x, w))
+    for k in np.ndindex(*kernel):
+        sl = tuple(slice(k[i] * dilations[i], k[i] * dilations[i] + strides[i] * (ins[i] - 1) + 1, strides[i])
+                   for i in range(nd))
+        y[(Ellipsis,) + sl] += np.einsum("ngc...,gcm->ngm...", xg, wg[(Ellipsis,) + k])
+    crop = tuple(slice(pads_begin[i], pads_begin[i] + out_dims[i]) for i in range(nd))
+    y = y[(Ellipsis,) + crop].reshape(n, mg * group, *out_dims)
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * nd)
+    return y
+
+
+def conv_transpose_geometry(ctx, in_dims, w_shape) -> tuple[list, list]:
+    """(out_dims, pads_begin) of a ConvTranspose, per the ONNX spec."""
+    nd = len(in_dims)
+    kernel = _conv_kernel(ctx, w_shape, nd)
+    strides = _ints_attr(ctx, "strides", nd, 1)
+    dil = _ints_attr(ctx, "dilations", nd, 1)
+    opad = _ints_attr(ctx, "output_padding", nd, 0)
+    pads = _ints_attr(ctx, "pads", 2 * nd, 0)
+    auto_pad, out_shape = ctx.attr("auto_pad", "NOTSET"), ctx.attr("output_shape")
+    outs, begins = [], []
+    for i in range(nd):
+        natural = canon((in_dims[i] - 1) * strides[i] + opad[i] + dil[i] * (kernel[i] - 1) + 1)
+        if out_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out = list(out_shape)[-nd:][i] if out_shape is not None else canon(in_dims[i] * strides[i])
+            total = canon(natural - out)
+            # the spec: SAME_UPPER puts the smaller half first, anything else the larger
+            b = _floordiv(total, 2) if auto_pad == "SAME_UPPER" else canon(total - _floordiv(total, 2))
+        else:
+            b = 0 if auto_pad == "VALID" else pads[i]
+            e = 0 if auto_pad == "VALID" else pads[i + nd]
+            out = canon(natural - b - e)
+        outs.append(out)
+        begins.append(b)
+    return outs, begins
+
+
+def _convt_infer(ctx: InferCtx):
+    x, w = _spatial_input(ctx), ctx.in_types[1]
+    dt = same_dtype(ctx)
+    if w.rank != x.rank:
+        raise ctx.error(f"w must have rank {x.rank} like x, got {w}")
+    group = ctx.attr("group", 1)
+    ctx.require_eq(x.shape[1], w.shape[0], "input channels (x dim 1 vs w dim 0)")
+    m = canon(w.shape[1] * group)
+    if len(ctx.in_types) > 2:
+        ctx.require_eq(ctx.in_types[2].shape[0], m, "bias length vs output channels")
+    outs, _ = conv_transpose_geometry(ctx, x.shape[2:], w.shape)
+    _require_positive(ctx, outs)
+    return [TensorType(dt, (x.shape[0], m, *outs))]
+
+
+def _convt_ref(ctx: RefCtx, x, w, b=None):
+    nd = x.ndim - 2
+    outs, pb = conv_transpose_geometry(ctx, x.shape[2:], w.shape)
+    y = conv_transpose(widen(x), widen(w), None if b is None else widen(b), _ints_attr(ctx, "strides", nd, 1),
+                       pb, outs, _ints_attr(ctx, "dilations", nd, 1), ctx.attr("group", 1))
+    return [cast_out(ctx, y)]
+
+
+define("onnx.ConvTranspose", infer=_convt_infer, reference=_convt_ref, arity=(2, 3), kind="matmul",
+       math=conv_transpose)
+
+
+# ---- pooling -------------------------------------------------------------------------------------
+
+
+def pool(x, mode: str, kernel, strides, pads_begin, out_dims, dilations, count_include_pad=0,
+         pads_end=None, storage_order=0):
+    """Max or average pooling over the trailing spatial dims.
+
+    Returns (y, indices); indices (max only) are flat positions into x, row-major over
+    (N, C, *S) (storage_order 1: spatial dims column-major), the first maximum winning.
+    """
+    n, c, sp = x.shape[0], x.shape[1], x.shape[2:]
+    nd = len(sp)
+    shape = (n, c, *out_dims)
+    if mode == "max":
+        lowest = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        acc = np.full(shape, lowest, dtype=x.dtype)
+        best = np.zeros(shape, dtype=np.int64)
+    else:
+        acc = np.zeros(shape, dtype=x.dtype)
+        count = np.zeros(out_dims, dtype=np.int64)
+    pads_end = pads_end if pads_end is not None else [0] * nd
+    strides_sp = [int(np.prod(sp[i + 1:])) for i in range(nd)] if not storage_order else \
+        [int(np.prod(sp[:i])) for i in range(nd)]
+    base = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * int(np.prod(sp))
+    for k in np.ndindex(*kernel):
+        pos = [np.arange(out_dims[i]) * strides[i] + k[i] * dilations[i] - pads_begin[i] for i in range(nd)]
+        valid = np.ones(out_dims, dtype=bool)
+        counted = np.ones(out_dims, dtype=bool)
+        for i in range(nd):
+            shp = [1] * nd
+            shp[i] = -1
+            valid &= ((pos[i] >= 0) & (pos[i] < sp[i])).reshape(shp)
+            counted &= (pos[i] < sp[i] + pads_end[i]).reshape(shp)
+        vals = x[(slice(None), slice(None)) + np.ix_(*[np.clip(p, 0, s - 1) for p, s in zip(pos, sp)])]
+        if mode == "max":
+            take = valid & (vals > acc)
+            acc = np.where(take, vals, acc)
+            flat = sum(np.clip(p, 0, s - 1).reshape([-1 if j == i else 1 for j in range(nd)]) * st
+                       for i, (p, s, st) in enumerate(zip(pos, sp, strides_sp)))
+            best = np.where(take, base.reshape((n, c) + (1,) * nd) + flat, best)
+        else:
+            acc = acc + np.where(valid, vals, 0)
+            count += counted if count_include_pad else valid
+    if mode == "max":
+        return acc, best
+    return acc / np.maximum(count, 1), None
+
+
+def _pool_geometry(ctx, sp_dims):
+    nd = len(sp_dims)
+    win = _window_attrs(ctx, nd, list(ctx.attr("kernel_shape") or []))
+    return win, window_geometry(sp_dims, win["kernel"], win["strides"], win["dilations"], win["pads"],
+                                win["auto_pad"], win["ceil_mode"])
+
+
+def _pool_infer(ctx: InferCtx):
+    x = _spatial_input(ctx)
+    if ctx.attr("kernel_shape") is None:
+        raise ctx.error("attribute 'kernel_shape' is required")
+    _check_lengths(ctx, _window_attrs(ctx, x.rank - 2, list(ctx.attr("kernel_shape"))), x.rank - 2)
+    win, (outs, _, _) = _pool_geometry(ctx, x.shape[2:])
+    _require_positive(ctx, outs)
+    y = x.with_shape((x.shape[0], x.shape[1], *outs))
+    return [y, y.with_dtype(DType.i64)][: len(ctx.op.results)]
+
+
+def _pool_ref(mode: str):
+    def reference(ctx: RefCtx, x):
+        win, (outs, pb, pe) = _pool_geometry(ctx, x.shape[2:])
+        y, idx = pool(widen(x), mode, win["kernel"], win["strides"], pb, outs, win["dilations"],
+                      ctx.attr("count_include_pad", 0), pe, ctx.attr("storage_order", 0))
+        return [cast_out(ctx, y), idx][: len(ctx.op.results)]
+
+    return reference
+
+
+def _results_verify(max_results: int):
+    def verify(op):
+        from ..errors import VerifyError
+
+        if not 1 <= len(op.results) <= max_results:
+            raise VerifyError(f"expects 1 to {max_results} results, got {len(op.results)}", op)
+
+    return verify
+
+
+define("onnx.MaxPool", infer=_pool_infer, reference=_pool_ref("max"), kind="reduction", arity=1,
+       num_results=None, verify=_results_verify(2), math=pool)
+define("onnx.AveragePool", infer=_pool_infer, reference=_pool_ref("avg"), kind="reduction", arity=1,
+       math=pool)
+
+
+def _global_infer(ctx: InferCtx):
+    x = _spatial_input(ctx)
+    return [x.with_shape((x.shape[0], x.shape[1]) + (1,) * (x.rank - 2))]
+
+
+def _global(fn):
+    return lambda ctx, x: [cast_out(ctx, fn(widen(x), axis=tuple(range(2, x.ndim)), keepdims=True))]
+
+
+define("onnx.GlobalAveragePool", infer=_global_infer, reference=_global(np.mean), kind="reduction", arity=1)
+define("onnx.GlobalMaxPool", infer=_global_infer, reference=_global(np.max), kind="reduction", arity=1)
+
+
+# the normalizations live in their own module; importing it registers them with this family
+from . import norm as _norm  # noqa: E402,F401

@@ -1,0 +1,198 @@
+"""Normalizations: BatchNormalization (inference form), InstanceNormalization,
+LayerNormalization (optional Mean / InvStdDev outputs), GroupNormalization (opset 18 per-group
+and opset 21 per-channel scale), LpNormalization and LRN. Registered on import (nn.py imports
+this module)."""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..errors import VerifyError
+from ..ir import TensorType
+from .dtypes import onnx_dtype
+from .elementwise import cast_out, same_dtype, unidirectional, widen
+from .registry import InferCtx, RefCtx, define
+
+
+def _results_verify(max_results: int):
+    def verify(op):
+        if not 1 <= len(op.results) <= max_results:
+            raise VerifyError(f"expects 1 to {max_results} results, got {len(op.results)}", op)
+
+    return verify
+
+
+def lp_normalize(x, axis: int, p: int):
+    norm = np.sum(np.abs(x), axis=axis, keepdims=True) if p == 1 else \
+        np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
+    return x / norm
+
+
+def _lp_infer(ctx: InferCtx):
+    t = ctx.in_types[0]
+    if ctx.attr("p", 2) not in (1, 2):
+        raise ctx.error(f"p must be 1 or 2, got {ctx.attr('p')}")
+    if not -t.rank <= ctx.attr("axis", -1) < t.rank:
+        raise ctx.error(f"axis {ctx.attr('axis')} out of range for rank {t.rank}")
+    return [t]
+
+
+define("onnx.LpNormalization", infer=_lp_infer, kind="reduction", arity=1, math=lp_normalize,
+       reference=lambda ctx, x: [cast_out(ctx, lp_normalize(widen(x), ctx.attr("axis", -1), ctx.attr("p", 2)))])
+
+
+def _channel_params(ctx: InferCtx, first: int, what: tuple[str, ...]) -> None:
+    """Check that operands first.. are 1-D of length C (x dim 1)."""
+    x = ctx.in_types[0]
+    c = x.shape[1] if x.rank > 1 else 1
+    for name, t in zip(what, ctx.in_types[first:]):
+        if t.rank != 1:
+            raise ctx.error(f"{name} must be 1-D of length C, got {t}")
+        ctx.require_eq(t.shape[0], c, f"{name} length vs channels (x dim 1)")
+
+
+def batch_norm(x, scale, bias, mean, var, epsilon: float):
+    """Inference-form BatchNormalization over channel axis 1."""
+    shp = (1, -1) + (1,) * (x.ndim - 2)
+    inv = 1.0 / np.sqrt(var.reshape(shp) + epsilon)
+    return (x - mean.reshape(shp)) * inv * scale.reshape(shp) + bias.reshape(shp)
+
+
+def _bn_infer(ctx: InferCtx):
+    if ctx.attr("training_mode", 0) or len(ctx.op.results) > 1:
+        raise ctx.error("training mode (running mean / variance outputs) is not supported")
+    _channel_params(ctx, 1, ("scale", "b", "input_mean", "input_var"))
+    return [ctx.in_types[0]]
+
+
+define("onnx.BatchNormalization", infer=_bn_infer, kind="broadcast", arity=5, math=batch_norm,
+       reference=lambda ctx, x, s, b, m, v: [cast_out(ctx, batch_norm(
+           widen(x), widen(s), widen(b), widen(m), widen(v), float(ctx.attr("epsilon", 1e-5))))])
+
+
+def instance_norm(x, scale, bias, epsilon: float):
+    axes = tuple(range(2, x.ndim))
+    mean = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=axes, keepdims=True)
+    shp = (1, -1) + (1,) * (x.ndim - 2)
+    return (x - mean) / np.sqrt(var + epsilon) * scale.reshape(shp) + bias.reshape(shp)
+
+
+def _in_infer(ctx: InferCtx):
+    _spatial_input(ctx)
+    same_dtype(ctx)
+    _channel_params(ctx, 1, ("scale", "b"))
+    return [ctx.in_types[0]]
+
+
+define("onnx.InstanceNormalization", infer=_in_infer, kind="reduction", arity=3, math=instance_norm,
+       reference=lambda ctx, x, s, b: [cast_out(ctx, instance_norm(widen(x), widen(s), widen(b),
+                                                                   float(ctx.attr("epsilon", 1e-5))))])
+
+
+def layer_norm(x, scale, bias, axis: int, epsilon: float, stash: np.dtype):
+    """Returns (y, mean, inv_std_dev); statistics computed in the stash dtype."""
+    xs = x.astype(stash)
+    axes = tuple(range(axis, x.ndim))
+    mean = np.mean(xs, axis=axes, keepdims=True)
+    inv = 1.0 / np.sqrt(np.mean((xs - mean) ** 2, axis=axes, keepdims=True) + epsilon)
+    y = (xs - mean) * inv * scale.astype(stash)
+    if bias is not None:
+        y = y + bias.astype(stash)
+    return y, mean, inv
+
+
+def _ln_axis(rank: int, axis: int, fail) -> int:
+    if not -rank <= axis < rank:
+        raise fail(f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+def _ln_infer(ctx: InferCtx):
+    x = ctx.in_types[0]
+    dt = same_dtype(ctx)
+    axis = _ln_axis(x.rank, ctx.attr("axis", -1), ctx.error)
+    for name, t in zip(("scale", "b"), ctx.in_types[1:]):
+        unidirectional(ctx, x.shape[axis:], t.shape, name)
+    try:
+        stash = onnx_dtype(ctx.attr("stash_type", 1))
+    except ValueError as e:
+        raise ctx.error(f"attribute 'stash_type': {e}") from None
+    stat = TensorType(stash, x.shape[:axis] + (1,) * (x.rank - axis))
+    return [x.with_dtype(dt), stat, stat][: len(ctx.op.results)]
+
+
+def _ln_ref(ctx: RefCtx, x, scale, bias=None):
+    axis = ctx.attr("axis", -1) % x.ndim
+    stash = onnx_dtype(ctx.attr("stash_type", 1)).np
+    outs = layer_norm(x, scale, bias, axis, float(ctx.attr("epsilon", 1e-5)), stash)
+    return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
+
+
+define("onnx.LayerNormalization", infer=_ln_infer, reference=_ln_ref, kind="reduction", arity=(2, 3),
+       num_results=None, verify=_results_verify(3), math=layer_norm)
+
+
+def group_norm(x, scale, bias, groups: int, epsilon: float, stash: np.dtype):
+    """GroupNormalization; scale/bias per channel (opset 21) or per group (opset 18)."""
+    n, c = x.shape[:2]
+    xs = x.astype(stash).reshape(n, groups, -1)
+    mean = xs.mean(axis=2, keepdims=True)
+    var = ((xs - mean) ** 2).mean(axis=2, keepdims=True)
+    y = ((xs - mean) / np.sqrt(var + epsilon)).reshape(x.shape)
+    if scale.size != c:  # one value per group: repeat over the group's channels
+        scale, bias = np.repeat(scale, c // groups), np.repeat(bias, c // groups)
+    shp = (1, c) + (1,) * (x.ndim - 2)
+    return y * scale.astype(stash).reshape(shp) + bias.astype(stash).reshape(shp)
+
+
+def _gn_infer(ctx: InferCtx):
+    x = ctx.in_types[0]
+    if x.rank < 2:
+        raise ctx.error(f"x must be (N, C, ...), got {x}")
+    same_dtype(ctx)
+    g, c = ctx.attr("num_groups"), x.shape[1]
+    if not isinstance(g, int) or g < 1:
+        raise ctx.error(f"attribute 'num_groups' must be a positive int, got {g!r}")
+    if isinstance(c, int) and c % g:
+        raise ctx.error(f"channels {c} not divisible by num_groups {g}")
+    if not isinstance(c, int):
+        ctx.require(sympy.Eq(sympy.Mod(c, g), 0), f"channels divisible by num_groups {g}")
+    for name, t in zip(("scale", "bias"), ctx.in_types[1:]):
+        if t.rank != 1:
+            raise ctx.error(f"{name} must be 1-D, got {t}")
+        if ctx.symbols.prove_eq(t.shape[0], g) is not True:
+            ctx.require_eq(t.shape[0], c, f"{name} length vs channels (x dim 1)")
+    return [x]
+
+
+define("onnx.GroupNormalization", infer=_gn_infer, kind="reduction", arity=3, math=group_norm,
+       reference=lambda ctx, x, s, b: [cast_out(ctx, group_norm(
+           widen(x), s, b, ctx.attr("num_groups"), float(ctx.attr("epsilon", 1e-5)),
+           onnx_dtype(ctx.attr("stash_type", 1)).np))])
+
+
+def lrn(x, size: int, alpha: float, beta: float, bias: float):
+    """Local response normalization across channels (axis 1)."""
+    c = x.shape[1]
+    sq = x * x
+    lo_off, hi_off = (size - 1) // 2, -(-(size - 1) // 2)
+    acc = np.zeros_like(x)
+    for ch in range(c):
+        lo, hi = max(0, ch - lo_off), min(c - 1, ch + hi_off)
+        acc[:, ch] = sq[:, lo:hi + 1].sum(axis=1)
+    return x / (bias + alpha / size * acc) ** beta
+
+
+def _lrn_infer(ctx: InferCtx):
+    if not isinstance(ctx.attr("size"), int):
+        raise ctx.error("attribute 'size' is required")
+    if ctx.in_types[0].rank < 2:
+        raise ctx.error(f"x must be (N, C, ...), got {ctx.in_types[0]}")
+    return [ctx.in_types[0]]
+
+
+define("onnx.LRN", infer=_lrn_infer, kind="opaque", arity=1, math=lrn,
+       reference=lambda ctx, x: [cast_out(ctx, lrn(widen(x), ctx.attr("size"), float(ctx.attr("alpha", 1e-4)),
+                                                   float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))))])

@@ -1,0 +1,859 @@
+"""Shape and data-movement ops: symbolic shape rules, value propagation, numpy references.
+
+Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Gather,
+GatherElements, GatherND, Expand, Tile, Range, ConstantOfShape, Identity.
+
+Value propagation is what makes exported shape chains work: `Shape(x)` yields the object
+array of x's dims, Gather / Slice / Concat / Unsqueeze / ... move those dims around, and
+Reshape / Expand / Tile / ConstantOfShape read their target from the propagated value, so
+
+    Shape(x) -> Gather(0) -> Unsqueeze -> Concat([.., 4, 64]) -> Reshape
+
+gives `f32[batch, seq, 4, 64]` rather than a shape full of unknowns. The helpers at the top
+(`simplify`, `fresh_dim`, `exact_div`, `slice_dim`, ...) are shared with misc.py and
+control_flow.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..errors import UnsupportedOp
+from ..ir import Dim, DType, TensorType, canon
+from .cc import const_array
+from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
+
+I64 = DType.i64
+#: values of small integer results are propagated up to this many elements (as the pass does)
+MAX_VALUE = 64
+
+
+# ---- helpers shared by the shape-family modules ----------------------------------------------
+
+def simplify(symbols, d: Dim) -> Dim:
+    """Drop Max/Min arguments the symbol ranges prove dominated (e.g. Min(seq, 2**63-1) -> seq)."""
+    d = canon(d)
+    if d is None or isinstance(d, int) or not d.has(sympy.Max, sympy.Min):
+        return d
+    args = [simplify(symbols, a) for a in d.args]
+    minmax = [a for a in args if isinstance(a, (sympy.Max, sympy.Min))]
+    if isinstance(d, sympy.Add) and len(minmax) == 1:  # a + Max(b, c) -> Max(a + b, a + c)
+        mm = minmax[0]
+        rest = sympy.Add(*[a for a in args if a is not mm])
+        return simplify(symbols, mm.func(*[rest + x for x in mm.args]))
+    if isinstance(d, sympy.Mul) and len(args) == 2 and len(minmax) == 1:  # k * Max(..), k a number
+        k = sympy.sympify(args[0] if args[1] is minmax[0] else args[1])
+        if k.is_Number and k != 0:
+            func = minmax[0].func if k > 0 else (sympy.Min if isinstance(minmax[0], sympy.Max) else sympy.Max)
+            return simplify(symbols, func(*[k * x for x in minmax[0].args]))
+    if isinstance(d, (sympy.Max, sympy.Min)):
+        is_max = isinstance(d, sympy.Max)
+
+        def dominated(a, b):  # a can be dropped in favour of b
+            return symbols.prove_le(a, b) is True if is_max else symbols.prove_le(b, a) is True
+
+        kept: list = []
+        for a in args:
+            if any(dominated(a, b) for b in kept):
+                continue
+            kept = [b for b in kept if not dominated(b, a)]
+            kept.append(a)
+        return canon(d.func(*kept))
+    return canon(d.func(*args))
+
+
+def fresh_dim(ctx: InferCtx, hint: str, why: str, result: int = 0, dim: int = 0, current: Dim = None) -> sympy.Symbol:
+    """A fresh symbol for a dim only the run can tell, reused when this node made it before.
+
+    Shape inference may run more than once; the op's existing type at the same position (or
+    `current`, for block args) keeps the symbol this node introduced, so reruns are stable.
+    """
+    if current is None and result < len(ctx.op.results):
+        shape = ctx.op.results[result].type.shape
+        current = shape[dim] if dim < len(shape) else None
+    mark = f'node "{ctx.loc}":'
+    if isinstance(current, sympy.Symbol) and current.name in ctx.symbols \
+            and ctx.symbols[current.name].origin.startswith(mark):
+        return current
+    return ctx.symbols.fresh(hint, origin=f"{mark} {why}")
+
+
+def norm_axis(ctx: InferCtx, axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < rank:
+        raise ctx.error(f"{what} {axis} out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def known_dims(ctx: InferCtx, i: int) -> list[Dim] | None:
+    """Operand i's propagated value, flattened, as a list of Dims (None if not known)."""
+    v = ctx.known(i) if i is not None else None
+    if v is None:
+        return None
+    out = [canon(x) for x in np.asarray(v, dtype=object).reshape(-1)]
+    return None if any(x is None for x in out) else out
+
+
+def const_value(ctx: InferCtx, i: int | None) -> np.ndarray | None:
+    """Operand i as a numpy array when it is a literal constant (any dtype), else None."""
+    if i is None or i >= len(ctx.op.operands):
+        return None
+    v = ctx.op.operands[i]
+    owner = getattr(v, "op", None)
+    if owner is not None and owner.name == "cc.const":
+        try:
+            return np.asarray(const_array(owner, ctx.module))
+        except KeyError:
+            return None
+    ints = ctx.known_ints(i)
+    return None if ints is None else np.array(ints, dtype=np.int64).reshape(v.type.shape)
+
+
+def obj(items, shape) -> np.ndarray:
+    """An object array of Dims with the given static shape."""
+    a = np.empty(len(items), dtype=object)
+    a[:] = [canon(x) for x in items]
+    return a.reshape(shape)
+
+
+def value_shape_ok(t: TensorType) -> bool:
+    return t.is_static and t.dtype.is_int and int(np.prod(t.shape, dtype=np.int64)) <= MAX_VALUE
+
+
+def prod(dims) -> Dim:
+    n: Dim = 1
+    for d in dims:
+        if d is None:
+            return None
+        n = n * d
+    return canon(n)
+
+
+def _divides(symbols, a: Dim, b: int) -> bool:
+    """Whether b provably divides a, using the symbols' multiple_of facts."""
+    subs = {}
+    for s in sympy.sympify(a).free_symbols:
+        info = symbols.infos.get(s.name)
+        if info is not None and info.multiple_of > 1:
+            subs[s] = info.multiple_of * sympy.Dummy(integer=True, positive=True)
+    q = sympy.cancel(sympy.sympify(a).subs(subs) / b)
+    return q.is_integer is True
+
+
+def exact_div(ctx: InferCtx, a: Dim, b: Dim, why: str) -> Dim:
+    """a / b where the rule needs b to divide a: exact, proved, or a recorded constraint."""
+    if a is None or b is None:
+        return None
+    if isinstance(b, int) and b == 0:
+        raise ctx.error(f"{why}: division by a zero dim")
+    if isinstance(a, int) and isinstance(b, int):
+        if a % b:
+            raise ctx.error(f"{why}: {a} is not divisible by {b}")
+        return a // b
+    q = canon(sympy.cancel(sympy.sympify(a) / sympy.sympify(b)))
+    if isinstance(q, int) or q.is_integer:
+        return q
+    if isinstance(b, int) and _divides(ctx.symbols, a, b):
+        return canon(sympy.floor(q))
+    ctx.require(sympy.Eq(sympy.Mod(a, b), 0), f"{why} ({a} divisible by {b})")
+    return canon(sympy.floor(q))
+
+
+def _is_neg(symbols, x: Dim) -> bool | None:
+    if isinstance(x, int):
+        return x < 0
+    if symbols.prove_le(0, x) is True:
+        return False
+    if symbols.prove_le(x, -1) is True:
+        return True
+    return None
+
+
+def slice_dim(symbols, d: Dim, start: Dim, end: Dim, step: int) -> Dim:
+    """Length of x[start:end:step] on a dim of size d, ONNX clamping rules; None if unknown."""
+    if all(isinstance(v, int) for v in (d, start, end)):
+        sl = onnx_slice(d, start, end, step)
+        return len(range(d)[sl])
+    if d is None or not isinstance(step, int) or step == 0:
+        return None
+    ns, ne = _is_neg(symbols, start), _is_neg(symbols, end)
+    if ns is None or ne is None:
+        return None
+    s = start + d if ns else start
+    e = end + d if ne else end
+    # NOTE: the clamp of start to d (step > 0) or of end to d - 1 (step < 0) is left out:
+    # where it would bind, the length is <= 0 either way, and the final Max(0, ..) decides.
+    if step > 0:
+        s, e = sympy.Max(0, s), sympy.Max(0, sympy.Min(e, d))
+    else:
+        s, e = sympy.Max(0, sympy.Min(s, d - 1)), sympy.Max(-1, e)
+    s, e = simplify(symbols, s), simplify(symbols, e)
+    return simplify(symbols, sympy.Max(0, sympy.ceiling(sympy.sympify(e - s) / step)))
+
+
+def _ints(ctx: RefCtx, a) -> list[int]:
+    return [int(x) for x in np.asarray(a).reshape(-1)]
+
+
+# ---- Shape, Size, Identity ----------------------------------------------------------------
+
+def _shape_range(ctx, rank: int) -> tuple[int, int]:
+    start, end = ctx.attr("start", 0), ctx.attr("end", None)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = rank if end is None else min(max(end + rank if end < 0 else end, 0), rank)
+    return start, max(start, end)
+
+
+@register("onnx.Shape")
+class ShapeOp(OpDef):
+    arity = 1
+
+    def infer(self, ctx):
+        s, e = _shape_range(ctx, ctx.in_types[0].rank)
+        return [TensorType(I64, (e - s,))]
+
+    def value(self, ctx):
+        shape = ctx.in_types[0].shape
+        s, e = _shape_range(ctx, len(shape))
+        dims = shape[s:e]
+        return None if any(d is None for d in dims) else [obj(dims, (len(dims),))]
+
+    def reference(self, ctx, x):
+        s, e = _shape_range(ctx, x.ndim)
+        return [np.array(x.shape[s:e], dtype=np.int64)]
+
+
+@register("onnx.Size")
+class SizeOp(OpDef):
+    arity = 1
+
+    def infer(self, ctx):
+        return [TensorType(I64, ())]
+
+    def value(self, ctx):
+        n = ctx.in_types[0].numel()
+        return None if n is None else [obj([n], ())]
+
+    def reference(self, ctx, x):
+        return [np.array(x.size, dtype=np.int64)]
+
+
+class IdentityOp(OpDef):
+    arity = 1
+    kind = "elementwise"
+
+    def infer(self, ctx):
+        return [ctx.in_types[0]]
+
+    def value(self, ctx):
+        return [ctx.known(0)]
+
+    def reference(self, ctx, x):
+        return [x]
+
+
+if get_opdef("onnx.Identity") is None:  # the elementwise family may define it first
+    register("onnx.Identity")(IdentityOp)
+
+
+# ---- Reshape, Flatten, Squeeze, Unsqueeze, Transpose --------------------------------------------
+
+@register("onnx.Reshape")
+class ReshapeOp(OpDef):
+    arity = 2
+    kind = "injective"
+
+    def infer(self, ctx):
+        x, tt = ctx.in_types
+        if tt.rank != 1 or tt.shape[0] is None or not isinstance(tt.shape[0], int):
+            raise UnsupportedOp("Reshape", "", ctx.loc, f"target shape of type {tt} has no static length")
+        target = known_dims(ctx, 1)
+        if target is None:  # last resort: the run decides every dim
+            return [x.with_shape([fresh_dim(ctx, "reshape", f"reshape target dim {i} not known at compile time",
+                                            0, i) for i in range(tt.shape[0])])]
+        allowzero = ctx.attr("allowzero", 0)
+        out: list = []
+        infer_at = None
+        for i, t in enumerate(target):
+            if isinstance(t, int) and t == 0 and not allowzero:
+                if i >= x.rank:
+                    raise ctx.error(f"target dim {i} is 0 (copy) but the input has rank {x.rank}")
+                out.append(x.shape[i])
+            elif isinstance(t, int) and t == -1:
+                if infer_at is not None:
+                    raise ctx.error(f"target has more than one -1 (dims {infer_at} and {i})")
+                infer_at = i
+                out.append(None)
+            elif isinstance(t, int) and t < 0:
+                raise ctx.error(f"target dim {i} is {t}; expected -1, 0 or a positive size")
+            else:
+                if not isinstance(t, int) and ctx.symbols.prove_le(1, t) is not True:
+                    ctx.require(sympy.Ge(t, 1), f"reshape target dim {i} must be a size, not -1 or 0")
+                out.append(t)
+        numel = x.numel()
+        if infer_at is not None:
+            rest = prod(d for j, d in enumerate(out) if j != infer_at)
+            q = exact_div(ctx, numel, rest, f"reshape of {x} to {target}: the -1 dim")
+            if q is None:
+                q = fresh_dim(ctx, "reshape", "reshape -1 dim of an input with unknown dims", 0, infer_at)
+            out[infer_at] = q
+        elif numel is not None:
+            ctx.require_eq(numel, prod(out), f"reshape element count of {x} to {target}")
+        return [x.with_shape(out)]
+
+    def value(self, ctx):
+        v, t = ctx.known(0), ctx.op.results[0].type
+        if v is None or not value_shape_ok(t):
+            return None
+        return [np.asarray(v, dtype=object).reshape(t.shape)]
+
+    def reference(self, ctx, x, shape):
+        shape = _ints(ctx, shape)
+        if not ctx.attr("allowzero", 0):
+            shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+        return [x.reshape(shape)]
+
+
+@register("onnx.Flatten")
+class FlattenOp(OpDef):
+    arity = 1
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        axis = ctx.attr("axis", 1)
+        if not -x.rank <= axis <= x.rank:
+            raise ctx.error(f"axis {axis} out of range for rank {x.rank}")
+        axis = axis + x.rank if axis < 0 else axis
+        return [x.with_shape([prod(x.shape[:axis]), prod(x.shape[axis:])])]
+
+    def value(self, ctx):
+        return ReshapeOp.value(self, ctx)
+
+    def reference(self, ctx, x):
+        axis = ctx.attr("axis", 1)
+        axis = axis + x.ndim if axis < 0 else axis
+        return [x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))]
+
+
+def _axes(ctx, i: int = 1) -> list[int] | None:
+    """Axes from the `axes` attribute (old opsets) or operand i (opset 13+); None if absent."""
+    if "axes" in ctx.op.attrs:
+        return list(ctx.attr("axes"))
+    if i >= len(ctx.op.operands):
+        return None
+    v = ctx.known_ints(i)
+    if v is None:
+        raise UnsupportedOp(ctx.op.opname, "", ctx.loc, "axes not known at compile time")
+    return v
+
+
+def _ref_axes(ctx: RefCtx, args) -> list[int] | None:
+    if "axes" in ctx.op.attrs:
+        return list(ctx.attr("axes"))
+    return _ints(ctx, args[0]) if args else None
+
+
+@register("onnx.Squeeze")
+class SqueezeOp(OpDef):
+    arity = (1, 2)
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        axes = _axes(ctx)
+        if axes is None:  # squeeze every dim that is 1; a symbol is kept and must not be 1
+            out = []
+            for i, d in enumerate(x.shape):
+                if isinstance(d, int) and d == 1:
+                    continue
+                if d is not None and not isinstance(d, int) and ctx.symbols.prove_le(2, d) is not True:
+                    ctx.require(sympy.Ne(d, 1), f"squeeze without axes keeps dim {i} ({d}), so it must not be 1")
+                out.append(d)
+            return [x.with_shape(out)]
+        axes = {norm_axis(ctx, a, x.rank) for a in axes}
+        for a in axes:
+            ctx.require_eq(x.shape[a], 1, f"squeeze of dim {a}")
+        return [x.with_shape([d for i, d in enumerate(x.shape) if i not in axes])]
+
+    def value(self, ctx):
+        return ReshapeOp.value(self, ctx)
+
+    def reference(self, ctx, x, *rest):
+        axes = _ref_axes(ctx, rest)
+        if axes is None:
+            return [np.squeeze(x)]
+        return [np.squeeze(x, axis=tuple(a % x.ndim for a in axes))]
+
+
+@register("onnx.Unsqueeze")
+class UnsqueezeOp(OpDef):
+    arity = (1, 2)
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        axes = _axes(ctx)
+        if axes is None:
+            raise ctx.error("unsqueeze needs axes")
+        rank = x.rank + len(axes)
+        axes = sorted(norm_axis(ctx, a, rank) for a in axes)
+        if len(set(axes)) != len(axes):
+            raise ctx.error(f"repeated axes {axes}")
+        it = iter(x.shape)
+        return [x.with_shape([1 if i in axes else next(it) for i in range(rank)])]
+
+    def value(self, ctx):
+        return ReshapeOp.value(self, ctx)
+
+    def reference(self, ctx, x, *rest):
+        axes = _ref_axes(ctx, rest)
+        rank = x.ndim + len(axes)
+        axes = {a % rank for a in axes}
+        it = iter(x.shape)
+        return [x.reshape([1 if i in axes else next(it) for i in range(rank)])]
+
+
+def _perm(ctx, rank: int) -> list[int]:
+    perm = ctx.attr("perm", None)
+    return list(range(rank))[::-1] if perm is None else list(perm)
+
+
+@register("onnx.Transpose")
+class TransposeOp(OpDef):
+    arity = 1
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        perm = _perm(ctx, x.rank)
+        if sorted(perm) != list(range(x.rank)):
+            raise ctx.error(f"perm {perm} is not a permutation of the {x.rank} input dims")
+        return [x.with_shape([x.shape[p] for p in perm])]
+
+    def value(self, ctx):
+        v = ctx.known(0)
+        return None if v is None else [np.transpose(v, _perm(ctx, v.ndim))]
+
+    def reference(self, ctx, x):
+        return [np.transpose(x, _perm(ctx, x.ndim))]
+
+
+# ---- Concat, Split ------------------------------------------------------------------------------
+
+@register("onnx.Concat")
+class ConcatOp(OpDef):
+    arity = (1, None)
+    kind = "injective"
+
+    def infer(self, ctx):
+        ts = ctx.in_types
+        rank = ts[0].rank
+        for i, t in enumerate(ts):
+            if t.rank != rank:
+                raise ctx.error(f"input {i} has rank {t.rank}, expected {rank} like input 0")
+        axis = norm_axis(ctx, ctx.attr("axis"), rank)
+        out = list(ts[0].shape)
+        for i, t in enumerate(ts[1:], 1):
+            for j in range(rank):
+                if j != axis:
+                    out[j] = ctx.require_eq(out[j], t.shape[j], f"concat input {i} dim {j}")
+        out[axis] = _sum(t.shape[axis] for t in ts)
+        return [ts[0].with_shape(out)]
+
+    def value(self, ctx):
+        vs = [ctx.known(i) for i in range(len(ctx.op.operands))]
+        if any(v is None for v in vs) or not value_shape_ok(ctx.op.results[0].type):
+            return None
+        return [np.concatenate(vs, axis=ctx.attr("axis") % vs[0].ndim)]
+
+    def reference(self, ctx, *xs):
+        return [np.concatenate(xs, axis=ctx.attr("axis"))]
+
+
+def _sum(dims) -> Dim:
+    total: Dim = 0
+    for d in dims:
+        if d is None:
+            return None
+        total = total + d
+    return canon(total)
+
+
+def _split_sizes(ctx, dim: Dim, n: int) -> list[Dim]:
+    """Sizes of an unspecified split into n parts (equal, or ONNX 18's smaller last part)."""
+    if "num_outputs" not in ctx.op.attrs:
+        q = exact_div(ctx, dim, n, f"split of dim {dim} into {n} equal parts")
+        return [q] * n
+    if isinstance(dim, int):
+        chunk = -(-dim // n)
+    else:
+        chunk = canon(sympy.ceiling(sympy.sympify(dim) / n))
+    return [chunk] * (n - 1) + [canon(dim - (n - 1) * chunk)]
+
+
+@register("onnx.Split")
+class SplitOp(OpDef):
+    arity = (1, 2)
+    num_results = None
+
+    def _sizes(self, ctx) -> tuple[int, list]:
+        x = ctx.in_types[0]
+        axis = norm_axis(ctx, ctx.attr("axis", 0), x.rank)
+        n = len(ctx.op.results)
+        split = ctx.attr("split", None)
+        if split is None and len(ctx.op.operands) > 1:
+            split = known_dims(ctx, 1)
+            if split is None:
+                return axis, [fresh_dim(ctx, "split", f"split size {i} not known at compile time", i, axis)
+                              for i in range(n)]
+        if split is None:
+            return axis, _split_sizes(ctx, x.shape[axis], ctx.attr("num_outputs", n))
+        if len(split) != n:
+            raise ctx.error(f"split has {len(split)} sizes for {n} outputs")
+        ctx.require_eq(x.shape[axis], _sum(split), f"sum of split sizes along axis {axis}")
+        return axis, list(split)
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        axis, sizes = self._sizes(ctx)
+        return [x.with_shape(x.shape[:axis] + (s,) + x.shape[axis + 1:]) for s in sizes]
+
+    def value(self, ctx):
+        v = ctx.known(0)
+        if v is None or not all(value_shape_ok(r.type) for r in ctx.op.results):
+            return None
+        axis = ctx.attr("axis", 0) % v.ndim
+        bounds = np.cumsum([r.type.shape[axis] for r in ctx.op.results])[:-1]
+        return list(np.split(v, bounds, axis=axis))
+
+    def reference(self, ctx, x, *rest):
+        axis = ctx.attr("axis", 0) % x.ndim
+        n = len(ctx.op.results)
+        split = ctx.attr("split", None)
+        if split is None and rest:
+            split = _ints(ctx, rest[0])
+        if split is None:
+            d, k = x.shape[axis], ctx.attr("num_outputs", n)
+            chunk = d // k if d % k == 0 else d // k + 1
+            split = [chunk] * (k - 1) + [d - chunk * (k - 1)]
+        return list(np.split(x, np.cumsum(split)[:-1], axis=axis))
+
+
+# ---- Slice ----------------------------------------------------------------------------------
+
+def _slice_params(ctx) -> tuple:
+    """(starts, ends, axes, steps) as lists of Dims (starts/ends/axes/steps may be None)."""
+    if "starts" in ctx.op.attrs:  # opset < 10
+        starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+        axes = ctx.attr("axes", None)
+        return starts, ends, (None if axes is None else list(axes)), [1] * len(starts), len(starts)
+    pos = onnx_inputs(ctx.op, list(range(len(ctx.op.operands)))) + [None] * 5
+    n = ctx.in_types[1].shape[0] if ctx.in_types[1].rank == 1 else 1
+    starts, ends = known_dims(ctx, pos[1]), known_dims(ctx, pos[2])
+    axes = list(range(n)) if pos[3] is None else ctx.known_ints(pos[3])
+    steps = [1] * n if pos[4] is None else ctx.known_ints(pos[4])
+    return starts, ends, axes, steps, n
+
+
+@register("onnx.Slice")
+class SliceOp(OpDef):
+    arity = (1, 5)
+    kind = "injective"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        starts, ends, axes, steps, n = _slice_params(ctx)
+        if axes is None:
+            if not isinstance(n, int) or n != x.rank:
+                raise UnsupportedOp("Slice", "", ctx.loc, "axes not known at compile time")
+            axes = list(range(x.rank))
+        axes = [norm_axis(ctx, a, x.rank) for a in axes]
+        if len(set(axes)) != len(axes):
+            raise ctx.error(f"repeated axes {axes}")
+        out = list(x.shape)
+        for k, a in enumerate(axes):
+            if steps is not None and steps[k] == 0:
+                raise ctx.error(f"step of axis {a} is 0")
+            d = None
+            if starts is not None and ends is not None and steps is not None:
+                d = slice_dim(ctx.symbols, x.shape[a], starts[k], ends[k], steps[k])
+            out[a] = d if d is not None else fresh_dim(ctx, "slice", f"slice of dim {a} not known at compile time",
+                                                       0, a)
+        return [x.with_shape(out)]
+
+    def value(self, ctx):
+        v = ctx.known(0)
+        if v is None or not value_shape_ok(ctx.op.results[0].type):
+            return None
+        starts, ends, axes, steps, n = _slice_params(ctx)
+        if starts is None or ends is None or steps is None:
+            return None
+        if not all(isinstance(s, int) for s in starts + ends):
+            return None
+        axes = list(range(len(starts))) if axes is None else axes
+        return [v[_slices(v.shape, starts, ends, axes, steps)]]
+
+    def reference(self, ctx, x, *rest):
+        if "starts" in ctx.op.attrs:
+            starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
+            axes = ctx.attr("axes", None)
+            steps = [1] * len(starts)
+        else:
+            args = onnx_inputs(ctx.op, [x, *rest]) + [None] * 5
+            starts, ends = _ints(ctx, args[1]), _ints(ctx, args[2])
+            axes = None if args[3] is None else _ints(ctx, args[3])
+            steps = [1] * len(starts) if args[4] is None else _ints(ctx, args[4])
+        axes = list(range(len(starts))) if axes is None else list(axes)
+        return [x[_slices(x.shape, starts, ends, axes, steps)]]
+
+
+def onnx_slice(d: int, start: int, end: int, step: int) -> slice:
+    """The python slice equal to ONNX's start/end/step on a dim of size d.
+
+    ONNX clamps differently from python: with a negative step a start before the first
+    element clamps to 0 (python gives an empty slice), and an end of -1 means "past the front".
+    """
+    start = start + d if start < 0 else start
+    end = end + d if end < 0 else end
+    if step > 0:
+        return slice(min(max(start, 0), d), min(max(end, 0), d), step)
+    start, end = min(max(start, 0), d - 1), min(max(end, -1), d - 1)
+    if d == 0:
+        return slice(0, 0, step)
+    return slice(start, None if end < 0 else end, step)
+
+
+def _slices(shape, starts, ends, axes, steps) -> tuple:
+    sl = [slice(None)] * len(shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a %= len(shape)
+        sl[a] = onnx_slice(shape[a], int(s), int(e), int(st))
+    return tuple(sl)
+
+
+# ---- Gather, GatherElements, GatherND --------------------------------------------------------
+
+def _norm_indices(idx: np.ndarray, dim: int) -> np.ndarray:
+    idx = np.asarray(idx).astype(np.int64)
+    return np.where(idx < 0, idx + dim, idx)
+
+
+@register("onnx.Gather")
+class GatherOp(OpDef):
+    arity = 2
+    kind = "injective"
+
+    def infer(self, ctx):
+        x, idx = ctx.in_types
+        axis = norm_axis(ctx, ctx.attr("axis", 0), x.rank)
+        ints, dim = ctx.known_ints(1), x.shape[axis]
+        if ints is not None and isinstance(dim, int):
+            bad = [i for i in ints if not -dim <= i < dim]
+            if bad:
+                raise ctx.error(f"index {bad[0]} out of range for axis {axis} of size {dim}")
+        return [x.with_shape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])]
+
+    def value(self, ctx):
+        v, ints = ctx.known(0), ctx.known_ints(1)
+        if v is None or ints is None or not value_shape_ok(ctx.op.results[0].type):
+            return None
+        axis = ctx.attr("axis", 0) % v.ndim
+        idx = _norm_indices(np.array(ints).reshape(ctx.in_types[1].shape), v.shape[axis])
+        return [np.take(v, idx, axis=axis)]
+
+    def reference(self, ctx, x, idx):
+        axis = ctx.attr("axis", 0) % x.ndim
+        return [np.take(x, _norm_indices(idx, x.shape[axis]), axis=axis)]
+
+
+@register("onnx.GatherElements")
+class GatherElementsOp(OpDef):
+    arity = 2
+
+    def infer(self, ctx):
+        x, idx = ctx.in_types
+        if x.rank != idx.rank:
+            raise ctx.error(f"indices rank {idx.rank} differs from data rank {x.rank}")
+        norm_axis(ctx, ctx.attr("axis", 0), x.rank)
+        return [x.with_shape(idx.shape)]
+
+    def reference(self, ctx, x, idx):
+        axis = ctx.attr("axis", 0) % x.ndim
+        return [np.take_along_axis(x, _norm_indices(idx, x.shape[axis]), axis=axis)]
+
+
+@register("onnx.GatherND")
+class GatherNDOp(OpDef):
+    arity = 2
+
+    def infer(self, ctx):
+        x, idx = ctx.in_types
+        b = ctx.attr("batch_dims", 0)
+        last = idx.shape[-1] if idx.rank else None
+        if not isinstance(last, int):
+            raise UnsupportedOp("GatherND", "", ctx.loc, "the last indices dim must be static")
+        if b + last > x.rank:
+            raise ctx.error(f"batch_dims {b} + index length {last} exceeds data rank {x.rank}")
+        for i in range(b):
+            ctx.require_eq(x.shape[i], idx.shape[i], f"batch dim {i} of data and indices")
+        return [x.with_shape(idx.shape[:-1] + x.shape[b + last:])]
+
+    def reference(self, ctx, x, idx):
+        b = ctx.attr("batch_dims", 0)
+        last = idx.shape[-1]
+        batch = int(np.prod(x.shape[:b], dtype=np.int64))
+        xr = x.reshape((batch,) + x.shape[b:])
+        ir = idx.reshape(batch, -1, last).astype(np.int64)
+        dims = np.array(x.shape[b:b + last], dtype=np.int64)
+        ir = np.where(ir < 0, ir + dims, ir)
+        rows = [xr[i][tuple(ir[i, j])] for i in range(batch) for j in range(ir.shape[1])]
+        out_shape = idx.shape[:-1] + x.shape[b + last:]
+        if not rows:
+            return [np.zeros(out_shape, dtype=x.dtype)]
+        return [np.stack(rows).reshape(out_shape)]
+
+
+# ---- Expand, Tile ---------------------------------------------------------------------------
+
+@register("onnx.Expand")
+class ExpandOp(OpDef):
+    arity = 2
+    kind = "broadcast"
+
+    def infer(self, ctx):
+        x, st = ctx.in_types
+        target = known_dims(ctx, 1)
+        if target is None:
+            n = st.shape[0] if st.rank == 1 else None
+            if not isinstance(n, int):
+                raise UnsupportedOp("Expand", "", ctx.loc, f"target shape of type {st} has no static length")
+            rank = max(n, x.rank)
+            padded = (1,) * (rank - x.rank) + x.shape
+            out = [d if isinstance(d, int) and d > 1 else
+                   fresh_dim(ctx, "expand", f"expand target dim {i} not known at compile time", 0, i)
+                   for i, d in enumerate(padded)]
+            return [x.with_shape(out)]
+        return [x.with_shape(ctx.broadcast(x.shape, tuple(target)))]
+
+    def value(self, ctx):
+        v, t = ctx.known(0), ctx.op.results[0].type
+        if v is None or not value_shape_ok(t):
+            return None
+        return [np.broadcast_to(v, t.shape).copy()]
+
+    def reference(self, ctx, x, shape):
+        out = np.broadcast_shapes(x.shape, tuple(_ints(ctx, shape)))
+        return [np.broadcast_to(x, out).copy()]
+
+
+@register("onnx.Tile")
+class TileOp(OpDef):
+    arity = 2
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        reps = known_dims(ctx, 1)
+        if reps is None:
+            return [x.with_shape([fresh_dim(ctx, "tile", f"tile repeats of dim {i} not known at compile time", 0, i)
+                                  for i in range(x.rank)])]
+        if len(reps) != x.rank:
+            raise ctx.error(f"repeats has {len(reps)} entries for an input of rank {x.rank}")
+        return [x.with_shape([None if d is None else canon(d * r) for d, r in zip(x.shape, reps)])]
+
+    def value(self, ctx):
+        v, reps = ctx.known(0), ctx.known_ints(1)
+        if v is None or reps is None or not value_shape_ok(ctx.op.results[0].type):
+            return None
+        return [np.tile(v, reps)]
+
+    def reference(self, ctx, x, reps):
+        return [np.tile(x, _ints(ctx, reps))]
+
+
+# ---- Range, ConstantOfShape ---------------------------------------------------------------------
+
+def _scalar(ctx, i) -> Dim | float | None:
+    """A scalar operand's value: a Dim from value propagation, or a literal constant."""
+    dims = known_dims(ctx, i)
+    if dims is not None and len(dims) == 1:
+        return dims[0]
+    c = const_value(ctx, i)
+    if c is not None and c.size == 1:
+        x = c.reshape(-1)[0]
+        return int(x) if c.dtype.kind in "iu" else float(x)
+    return None
+
+
+@register("onnx.Range")
+class RangeOp(OpDef):
+    arity = 3
+
+    def _len(self, ctx) -> Dim:
+        start, limit, delta = (_scalar(ctx, i) for i in range(3))
+        if start is None or limit is None or delta is None:
+            return None
+        if all(isinstance(v, (int, float)) for v in (start, limit, delta)):
+            if delta == 0:
+                raise ctx.error("delta is 0")
+            return max(0, int(np.ceil((limit - start) / delta)))
+        if any(isinstance(v, float) for v in (start, limit, delta)):
+            return None
+        if isinstance(delta, int) and delta == 0:
+            raise ctx.error("delta is 0")
+        n = sympy.Max(0, sympy.ceiling(sympy.sympify(limit - start) / delta))
+        return simplify(ctx.symbols, n)
+
+    def infer(self, ctx):
+        n = self._len(ctx)
+        if n is None:
+            n = fresh_dim(ctx, "range", "range length not known at compile time")
+        return [TensorType(ctx.in_types[0].dtype, (n,))]
+
+    def value(self, ctx):
+        t = ctx.op.results[0].type
+        start, delta = known_dims(ctx, 0), known_dims(ctx, 2)
+        if start is None or delta is None or not value_shape_ok(t):
+            return None
+        return [obj([start[0] + i * delta[0] for i in range(t.shape[0])], t.shape)]
+
+    def reference(self, ctx, start, limit, delta):
+        dt = ctx.out_type().dtype.np
+        n = max(0, int(np.ceil((limit.item() - start.item()) / delta.item())))
+        return [(start.item() + np.arange(n) * delta.item()).astype(dt)]
+
+
+def _fill_value(ctx) -> np.ndarray:
+    v = ctx.attr("value", None)
+    return np.zeros(1, dtype=np.float32) if v is None else np.asarray(v)
+
+
+@register("onnx.ConstantOfShape")
+class ConstantOfShapeOp(OpDef):
+    arity = 1
+
+    def infer(self, ctx):
+        dt = DType.from_np(_fill_value(ctx).dtype)
+        shape = known_dims(ctx, 0)
+        if shape is None:
+            st = ctx.in_types[0]
+            n = st.shape[0] if st.rank == 1 else None
+            if not isinstance(n, int):
+                raise UnsupportedOp("ConstantOfShape", "", ctx.loc, f"shape input of type {st} has no static length")
+            shape = [fresh_dim(ctx, "fill", f"shape dim {i} not known at compile time", 0, i) for i in range(n)]
+        for i, d in enumerate(shape):
+            if isinstance(d, int) and d < 0:
+                raise ctx.error(f"dim {i} is negative ({d})")
+        return [TensorType(dt, tuple(shape))]
+
+    def value(self, ctx):
+        t = ctx.op.results[0].type
+        fill = _fill_value(ctx)
+        if fill.dtype.kind not in "iu" or not value_shape_ok(t):
+            return None
+        n = int(np.prod(t.shape, dtype=np.int64))
+        return [obj([int(fill.reshape(-1)[0])] * n, t.shape)]
+
+    def reference(self, ctx, shape):
+        fill = _fill_value(ctx)
+        return [np.full(_ints(ctx, shape), fill.reshape(-1)[0], dtype=fill.dtype)]

@@ -1,0 +1,159 @@
+"""specialize: split @main into guarded versions (exact, 0/1, divisibility) plus the generic one.
+
+Each version is a clone of the generic function with a symbol substitution applied to every
+type, re-inferred, and a guard = (its defining predicate) & (the constraints its own shapes
+need). The dispatch table lists versions most specialised first; the generic version comes
+last and is guarded only by the model's constraints (module level).
+
+Options (CLI: `specialize{exact=seq:128|batch:1,one=true,divisible=16,max-versions=8}`):
+  exact       `SYM:V[:V2...]` groups joined by `|`: one version per value
+  one         the 0/1 rule: a symbol that may be 1 and meets a broadcast gets a `SYM == 1` version
+  divisible   k > 1: a `SYM % k == 0` version per symbol that is the innermost dim of a tensor
+  max_versions bound on the number of versions (generic included); the rest are dropped, and
+               the reason is recorded in the module attribute `dropped_versions`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import sympy
+
+from ..errors import OnnxccError
+from ..ir import Function, Module, sym
+from ..ir.clone import clone_function
+from ..ops import get_opdef
+from .base import ModulePass, PassContext, register_pass
+from .shape_inference import infer_function_constraints
+
+
+@dataclass
+class Candidate:
+    tag: str                 # version suffix: "seq128", "batch1", "seq_mod16"
+    kind: str                # exact | one | divisible
+    subs: dict               # {Symbol: int | Expr}
+    pred: sympy.Basic        # the defining predicate over the ORIGINAL symbols
+    rank: int                # sort key: lower runs first
+    new_symbols: tuple = ()  # (name, lo, hi, origin) for divisibility quotients
+
+
+def parse_exact(text: str) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for group in filter(None, (g.strip() for g in text.split("|"))):
+        name, *vals = group.split(":")
+        if not vals:
+            raise OnnxccError(f"specialize: expected SYM:VALUE in {group!r}")
+        try:
+            out.setdefault(name.strip(), []).extend(int(v) for v in vals)
+        except ValueError:
+            raise OnnxccError(f"specialize: values must be integers in {group!r}") from None
+    return out
+
+
+def broadcast_symbols(f: Function) -> set[str]:
+    """Symbols that sit, in some elementwise op, opposite a different dim (so 1 would broadcast)."""
+    found: set[str] = set()
+    for op in f.walk():
+        d = get_opdef(op.name)
+        if d is None or len(op.operands) < 2 or d.kind not in ("elementwise", "broadcast"):
+            continue
+        shapes = [v.type.shape for v in op.operands]
+        rank = max(len(s) for s in shapes)
+        padded = [(None,) * (rank - len(s)) + tuple(s) for s in shapes]
+        for i in range(rank):
+            col = [p[i] for p in padded if p[i] is not None]
+            for dim in col:
+                if isinstance(dim, sympy.Symbol) and any(o != dim for o in col):
+                    found.add(dim.name)
+        if op.name in ("onnx.Squeeze",):
+            for dim in op.operands[0].type.shape:
+                if isinstance(dim, sympy.Symbol):
+                    found.add(dim.name)
+    return found
+
+
+def innermost_symbols(f: Function) -> set[str]:
+    found: set[str] = set()
+    for op in f.walk():
+        for r in op.results:
+            if r.type.rank and isinstance(r.type.shape[-1], sympy.Symbol):
+                found.add(r.type.shape[-1].name)
+    return found
+
+
+@register_pass
+@dataclass(frozen=True)
+class SpecializePass(ModulePass):
+    """Clone @main into guarded versions, most specialised first, generic last."""
+
+    name: ClassVar[str] = "specialize"
+    exact: str = ""
+    one: bool = True
+    divisible: int = 0
+    max_versions: int = 8
+
+    def candidates(self, module: Module, f: Function) -> list[Candidate]:
+        out: list[Candidate] = []
+        table = module.symbols
+        for name, values in parse_exact(self.exact).items():
+            if name not in table:
+                raise OnnxccError(f"specialize: unknown symbol {name!r} (known: {', '.join(s.name for s in table)})")
+            info = table[name]
+            for v in values:
+                if not info.lo <= v <= info.hi:
+                    raise OnnxccError(f"specialize: {name} = {v} is outside its range [{info.lo}, {info.hi}]")
+                out.append(Candidate(f"{name}{v}", "exact", {sym(name): v}, sympy.Eq(sym(name), v), 0))
+        exact_names = {c.tag for c in out}
+        if self.one:
+            for name in sorted(broadcast_symbols(f)):
+                if table[name].lo <= 1 and f"{name}1" not in exact_names:
+                    out.append(Candidate(f"{name}1", "one", {sym(name): 1}, sympy.Eq(sym(name), 1), 1))
+        k = self.divisible
+        if k > 1:
+            for name in sorted(innermost_symbols(f)):
+                info = table[name]
+                if info.multiple_of % k == 0 or info.hi < k:
+                    continue
+                q = f"{name}_div{k}"
+                out.append(Candidate(f"{name}_mod{k}", "divisible", {sym(name): k * sym(q)},
+                                     sympy.Eq(sympy.Mod(sym(name), k), 0), 2,
+                                     ((q, max(1, -(-info.lo // k)), info.hi // k, f"{name} / {k}"),)))
+        out.sort(key=lambda c: c.rank)
+        return out
+
+    def run(self, module: Module, ctx: PassContext) -> bool:
+        if "main" not in module.functions:
+            return False
+        generic = module.functions.pop("main")
+        generic.name = "main.generic"
+        cands = self.candidates(module, generic)
+        keep = cands[: max(0, self.max_versions - 1)]
+        dropped = cands[len(keep):]
+        if dropped:
+            module.attrs["dropped_versions"] = [
+                f"{c.tag}: over max-versions={self.max_versions}" for c in dropped]
+        versions = []
+        for c in keep:
+            for (qname, lo, hi, origin) in c.new_symbols:
+                module.symbols.declare(qname, lo, hi, origin=origin)
+            v = clone_function(generic, f"main.{c.tag}", c.subs)
+            module.add_function(v)
+            needs = infer_function_constraints(module, v)
+            guard = sympy.And(c.pred, *[n.expr.subs(_inverse(c)) for n in needs])
+            v.guard = guard
+            v.attrs["kind"] = c.kind
+            versions.append(v.name)
+        module.add_function(generic)
+        generic.attrs["kind"] = "generic"
+        module.dispatch["main"] = versions + [generic.name]
+        return True
+
+
+def _inverse(c: Candidate) -> dict:
+    """Map quotient symbols back to the original ones, so guards speak of input dims."""
+    inv = {}
+    for (qname, *_rest), (orig, expr) in zip(c.new_symbols, c.subs.items()):
+        k = sympy.Poly(expr, sym(qname)).coeffs()[0]
+        inv[sym(qname)] = orig / k
+    return inv

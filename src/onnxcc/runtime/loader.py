@@ -1,0 +1,239 @@
+"""Load a built artifact (libNAME.so + NAME.json) and call it with numpy arrays.
+
+Needs only numpy, ctypes and the artifact's own files: nothing of the compiler is
+imported, so a deployed artifact runs where sympy and llvmlite are not installed.
+
+    >>> m = load("build/mlp")                        # doctest: +SKIP
+    >>> m.run({"x": np.ones((4, 3), np.float32)})    # doctest: +SKIP
+    {'y': array(...)}
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from onnxcc.errors import GuardError, RuntimeCallError
+
+# dtype name in NAME.json -> (numpy dtype, DLPack code, bits). bf16 travels as uint16 bits.
+DTYPES = {
+    "f16": (np.float16, 2, 16), "bf16": (np.uint16, 4, 16), "f32": (np.float32, 2, 32),
+    "f64": (np.float64, 2, 64), "i8": (np.int8, 0, 8), "i16": (np.int16, 0, 16),
+    "i32": (np.int32, 0, 32), "i64": (np.int64, 0, 64), "u8": (np.uint8, 1, 8),
+    "u16": (np.uint16, 1, 16), "u32": (np.uint32, 1, 32), "u64": (np.uint64, 1, 64),
+    "bool": (np.bool_, 6, 8),
+}
+
+KDL_CPU = 1
+
+# Codes that mean "these inputs do not fit the model" rather than "the run failed".
+_GUARD_CODES = ("ERR_DTYPE", "ERR_SHAPE", "ERR_CONSTRAINT", "ERR_GUARD")
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+def dlpack_dtype(dt: np.dtype) -> tuple[int, int]:
+    """(code, bits) of a numpy dtype as DLPack spells it."""
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return 6, 8
+    kind = {"i": 0, "u": 1, "f": 2, "c": 5}.get(dt.kind)
+    if kind is None:
+        raise TypeError(f"numpy dtype {dt} has no DLPack equivalent")
+    return kind, dt.itemsize * 8
+
+
+class _Tensors:
+    """A ctypes DLTensor array over numpy arrays; keeps the arrays and shapes alive."""
+
+    def __init__(self, arrays: list[np.ndarray], dtypes: list[str] | None = None):
+        self.arrays = arrays
+        self.shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arrays]
+        self.array = (DLTensor * max(1, len(arrays)))()
+        for k, (t, a, shape) in enumerate(zip(self.array, arrays, self.shapes)):
+            # The signature's dtype wins where given: bf16 data sits in uint16 arrays.
+            code, bits = DTYPES[dtypes[k]][1:] if dtypes else dlpack_dtype(a.dtype)
+            t.data = a.ctypes.data
+            t.device = DLDevice(KDL_CPU, 0)
+            t.ndim = a.ndim
+            t.dtype = DLDataType(code, bits, 1)
+            t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+            t.strides = None  # callers pass C-contiguous arrays only
+            t.byte_offset = 0
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+
+class CompiledModel:
+    """One loaded artifact. Thread-safe: calls release the GIL and the C side is re-entrant."""
+
+    def __init__(self, meta: dict, lib_path: Path):
+        self.meta = meta
+        self.name: str = meta["name"]
+        self.inputs: list[dict] = meta["inputs"]
+        self.outputs: list[dict] = meta["outputs"]
+        self.codes: dict[str, int] = meta["error_codes"]
+        self.path = lib_path
+        self.lib = ctypes.CDLL(str(lib_path))
+        self._run = self._fn("run", ctypes.c_int, [ctypes.POINTER(DLTensor), ctypes.c_int,
+                                                   ctypes.POINTER(DLTensor), ctypes.c_int])
+        self._output_shape = self._fn("output_shape", ctypes.c_int, [ctypes.POINTER(DLTensor), ctypes.c_int,
+                                                                     ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
+        self._last_error = self._fn("last_error", ctypes.c_char_p, [])
+        self._num_versions = self._fn("num_versions", ctypes.c_int, [])
+        self._version_info = self._fn("version_info", ctypes.c_char_p, [ctypes.c_int])
+        self._last_version = self._fn("last_version", ctypes.c_int, [])
+
+    def _fn(self, suffix: str, restype, argtypes):
+        f = getattr(self.lib, f"{self.name}_{suffix}")
+        f.restype, f.argtypes = restype, argtypes
+        return f
+
+    def __repr__(self) -> str:
+        sig = lambda ts: ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(t['shape'])}]" for t in ts)  # noqa: E731
+        return f"<CompiledModel {self.name} ({sig(self.inputs)}) -> ({sig(self.outputs)})>"
+
+    # ---- introspection -----------------------------------------------------------------
+    @property
+    def num_versions(self) -> int:
+        return self._num_versions()
+
+    def version_info(self, i: int) -> str:
+        s = self._version_info(i)
+        if s is None:
+            raise IndexError(f"version {i} out of range [0, {self.num_versions})")
+        return s.decode()
+
+    @property
+    def last_version(self) -> int:
+        """The version this thread's last run used (thread-local in C; -1 if none)."""
+        return self._last_version()
+
+    @property
+    def last_error(self) -> str:
+        return (self._last_error() or b"").decode(errors="replace")
+
+    # ---- calls -------------------------------------------------------------------------
+    def _input_list(self, inputs) -> list:
+        if isinstance(inputs, dict):
+            names = [t["name"] for t in self.inputs]
+            unknown = sorted(set(inputs) - set(names))
+            if unknown:
+                raise GuardError(f"model {self.name} has no input(s) {', '.join(unknown)}; inputs are {names}")
+            missing = [n for n in names if n not in inputs]
+            if missing:
+                raise GuardError(f"missing input(s) {', '.join(missing)} of model {self.name}")
+            return [inputs[n] for n in names]
+        inputs = list(inputs)
+        if len(inputs) != len(self.inputs):
+            raise GuardError(f"model {self.name} takes {len(self.inputs)} inputs, got {len(inputs)}")
+        return inputs
+
+    def _prepare(self, inputs) -> list[np.ndarray]:
+        arrays = []
+        for sig, x in zip(self.inputs, self._input_list(inputs)):
+            want = np.dtype(DTYPES[sig["dtype"]][0])
+            if isinstance(x, np.generic):
+                x = np.asarray(x)
+            elif not isinstance(x, np.ndarray):
+                x = np.asarray(x, dtype=want)  # python scalars and lists take the model's dtype
+            if x.dtype != want:
+                raise GuardError(f'input "{sig["name"]}": expected dtype {sig["dtype"]} ({want}), got {x.dtype}')
+            # not ascontiguousarray: it turns rank-0 arrays into rank 1
+            arrays.append(x if x.flags.c_contiguous else np.array(x, order="C"))
+        return arrays
+
+    def _check(self, rc: int) -> None:
+        if rc == 0:
+            return
+        msg = self.last_error or f"{self.name} failed with code {rc}"
+        if rc in {self.codes[k] for k in _GUARD_CODES}:
+            err = GuardError(msg)
+            err.code = rc
+            raise err
+        raise RuntimeCallError(msg, rc)
+
+    def output_shape(self, inputs, output: int | str) -> tuple[int, ...]:
+        """The shape output `output` (index or name) has for these inputs."""
+        return self._shape(self._in_tensors(inputs), self._output_index(output))
+
+    def _output_index(self, output: int | str) -> int:
+        if isinstance(output, str):
+            names = [t["name"] for t in self.outputs]
+            if output not in names:
+                raise KeyError(f"model {self.name} has no output {output!r}; outputs are {names}")
+            return names.index(output)
+        return output
+
+    def _in_tensors(self, inputs) -> _Tensors:
+        return _Tensors(self._prepare(inputs), [t["dtype"] for t in self.inputs])
+
+    def _shape(self, ins: _Tensors, k: int) -> tuple[int, ...]:
+        shape = (ctypes.c_int64 * max(1, len(self.outputs[k]["shape"])))()
+        self._check(self._output_shape(ins.array, len(ins), k, shape))
+        return tuple(shape[: len(self.outputs[k]["shape"])])
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        """Run on a dict {name: array} or a list in input order; returns {name: array}."""
+        ins = self._in_tensors(inputs)
+        outs = [np.empty(self._shape(ins, k), dtype=DTYPES[t["dtype"]][0]) for k, t in enumerate(self.outputs)]
+        o = _Tensors(outs, [t["dtype"] for t in self.outputs])
+        self._check(self._run(ins.array, len(ins), o.array, len(o)))
+        return {t["name"]: a for t, a in zip(self.outputs, outs)}
+
+    def run_raw(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> int:
+        """Call NAME_run on exactly these arrays (no dtype checks or conversion); returns the code.
+
+        Arrays must be C-contiguous; dtypes, ranks and shapes go through as they are, so
+        tests can see the C side's own checks.
+        """
+        for a in [*inputs, *outputs]:
+            if not a.flags.c_contiguous:
+                raise ValueError("run_raw needs C-contiguous arrays")
+        ins, outs = _Tensors(list(inputs)), _Tensors(list(outputs))
+        return self._run(ins.array, len(ins), outs.array, len(outs))
+
+
+def load(path: str | os.PathLike) -> CompiledModel:
+    """Load an artifact from its directory (holding one NAME.json) or its NAME.json."""
+    p = Path(path)
+    if p.is_dir():
+        found = [m for m in sorted(p.glob("*.json")) if _artifact_meta(m)]
+        if len(found) != 1:
+            raise FileNotFoundError(f"{p}: expected one artifact NAME.json with its library, found {len(found)}")
+        p = found[0]
+    meta = json.loads(p.read_text())
+    lib = p.parent / meta.get("library", f"lib{meta['name']}.so")
+    if not lib.is_file():
+        raise FileNotFoundError(f"{p}: library {lib} not found")
+    return CompiledModel(meta, lib)
+
+
+def _artifact_meta(path: Path) -> dict | None:
+    """The metadata in path if it describes an artifact whose library is beside it."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or "name" not in meta or "error_codes" not in meta:
+        return None
+    return meta if (path.parent / meta.get("library", f"lib{meta['name']}.so")).is_file() else None

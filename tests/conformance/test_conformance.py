@@ -1,0 +1,162 @@
+"""The ONNX backend node tests through onnxcc (see onnxcc.conformance).
+
+Every case listed in expected_<executor>.txt must still pass: a regression fails the build.
+By default only a fast subset runs (the first listed case of each op); `-m slow` runs the
+whole list. Regenerate the lists with `python -m onnxcc.conformance --update interp` (or
+`python tests/conformance/update_expected.py interp`) after an op or importer change.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxcc import conformance as conf
+
+HERE = Path(__file__).resolve().parent
+EXECUTORS = ("interp", "native")
+
+
+def _entries(executor: str) -> list[tuple[str, str]]:
+    return conf.read_expected(HERE / f"expected_{executor}.txt")[0]
+
+
+def _fast(entries: list[tuple[str, str]]) -> list[str]:
+    """The first listed case of each op (the list is sorted by case name)."""
+    seen, out = set(), []
+    for name, op in entries:
+        if op not in seen:
+            seen.add(op)
+            out.append(name)
+    return out
+
+
+def _params(executor: str, fast: bool) -> list:
+    entries = _entries(executor)
+    if not entries:
+        skip = pytest.mark.skip(reason=f"expected_{executor}.txt lists no cases yet")
+        return [pytest.param(None, marks=skip)]
+    return _fast(entries) if fast else [n for n, _ in entries]
+
+
+def _check(name: str, executor: str) -> None:
+    try:
+        case = conf.get_case(name)
+    except KeyError:
+        pytest.skip(f"{name}: not in the installed onnx {onnx.__version__} (see the existence test)")
+    r = conf.run_case(case, conf.EXECUTORS[executor])
+    assert r.status == "pass", f"{name} ({r.op}) regressed: {r.status}: {r.detail}"
+
+
+@pytest.mark.parametrize("name", _params("interp", fast=True))
+def test_onnx_conformance_interp_fast(name):
+    _check(name, "interp")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _params("interp", fast=False))
+def test_onnx_conformance_interp_full(name):
+    _check(name, "interp")
+
+
+@pytest.mark.parametrize("name", _params("native", fast=True))
+def test_onnx_conformance_native_fast(name):
+    _check(name, "native")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _params("native", fast=False))
+def test_onnx_conformance_native_full(name):
+    _check(name, "native")
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_onnx_conformance_expected_cases_exist(executor):
+    path = HERE / f"expected_{executor}.txt"
+    assert path.exists(), f"{path} is missing: python -m onnxcc.conformance --update {executor}"
+    entries, version = conf.read_expected(path)
+    assert version, f"{path}: header has no '# onnx <version>' line"
+    assert [n for n, _ in entries] == sorted({n for n, _ in entries}), f"{path}: not sorted or has duplicates"
+    if not entries:
+        pytest.skip(f"{path.name} lists no cases yet")
+    names = {c.name: c for c in conf.collect_cases()}
+    missing = [n for n, _ in entries if n not in names]
+    wrong_op = [(n, op, conf.case_op(names[n])) for n, op in entries
+                if n in names and conf.case_op(names[n]) != op]
+    if (missing or wrong_op) and version != onnx.__version__:
+        pytest.skip(f"{path.name} was made with onnx {version}, installed is {onnx.__version__}: "
+                    f"{len(missing)} cases gone (e.g. {missing[:3]}); regenerate it")
+    assert not missing, f"{path.name}: cases not in onnx {onnx.__version__}: {missing[:10]}"
+    assert not wrong_op, f"{path.name}: op annotations out of date (name, listed, actual): {wrong_op[:10]}"
+
+
+# ---- the harness itself -----------------------------------------------------------------------
+
+def test_conformance_case_op_rule():
+    assert conf.case_op(conf.get_case("test_softmax_axis_0")) == "Softmax"
+    expanded = conf.get_case("test_softmax_axis_0_expanded")
+    assert conf.is_expanded(expanded) and conf.case_op(expanded) == "Softmax"
+    assert "ReduceMax" in conf.ops_used(expanded)
+    name = "test_layer_normalization_2d_axis0"
+    assert conf.base_name(name + "_expanded_ver18") == name
+    relu = conf.collect_cases({"Relu"})
+    assert relu and all(conf.case_op(c) == "Relu" for c in relu)
+
+
+def test_conformance_compare_rules():
+    f = np.array([1.0, np.nan, 3.0], np.float32)
+    assert conf.compare([f], [f.copy()])[0]  # NaNs compare equal
+    ok, detail, err = conf.compare([f], [f + np.float32(1e-2)])
+    assert not ok and "not close" in detail and err == pytest.approx(1e-2, rel=1e-3)
+    assert not conf.compare([f], [f.astype(np.float64)])[0]  # dtype must match
+    assert not conf.compare([f], [f[:2]])[0]  # shape must match
+    assert not conf.compare([f], [])[0]  # output count must match
+    i = np.array([1, 2], np.int64)
+    assert conf.compare([i], [i.copy()])[0]
+    assert "exact" in conf.compare([i], [i + 1])[1]
+
+
+def test_conformance_run_case_statuses():
+    from onnxcc.errors import UnsupportedOp
+
+    case = conf.get_case("test_relu")
+    _, (want,) = conf.case_arrays(case)
+    assert conf.run_case(case, lambda m, xs: [want.copy()]).status == "pass"
+    assert conf.run_case(case, lambda m, xs: [want + 1]).status == "fail"
+
+    def unsupported(m, xs):
+        raise UnsupportedOp("Relu", "", "n0")
+
+    def broken(m, xs):
+        raise ValueError("boom")
+
+    def slow(m, xs):
+        time.sleep(5)
+
+    assert conf.run_case(case, unsupported).status == "unsupported"
+    r = conf.run_case(case, broken)
+    assert r.status == "error" and "boom" in r.detail
+    t0 = time.perf_counter()
+    r = conf.run_case(case, slow, time_limit=0.2)
+    assert r.status == "error" and "timed out" in r.detail and time.perf_counter() - t0 < 3
+
+
+def test_conformance_not_runnable_inputs():
+    r = conf.run_case(conf.get_case("test_identity_sequence"), lambda m, xs: xs)
+    assert r.status == "unsupported" and "sequence" in r.detail
+
+
+def test_conformance_expected_file_round_trip(tmp_path):
+    results = [conf.CaseResult("test_b", "Add", "pass"), conf.CaseResult("test_a", "Mul", "pass"),
+               conf.CaseResult("test_c", "Add", "fail", "x"),
+               conf.CaseResult("test_bernoulli", "Bernoulli", "pass")]
+    path = tmp_path / "expected_interp.txt"
+    assert conf.write_expected(path, "interp", results) == ["test_a", "test_b"]
+    entries, version = conf.read_expected(path)
+    assert entries == [("test_a", "Mul"), ("test_b", "Add")] and version == onnx.__version__
+    report = conf.format_report("interp", results, 1.0)
+    assert "| Add | 2 | 1 | 1 | 0 | 0 |" in report
