@@ -170,7 +170,7 @@ def test_gather_loaded_negative_indices(idx_dtype):
 
 
 def np_conv2d(x, w, pad, stride):
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     f, _, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh = (h + 2 * pad - kh) // stride + 1
@@ -249,7 +249,7 @@ def test_argmax_argmin_first_and_nan():
 def test_reduce_ops_init_multi_var_and_empty():
     p = KernelProgram.new("reds", ["N"])
     X = p.input("X", F32, (N, 3, 4))
-    I = p.input("I", I32, (N, 4))
+    Iv = p.input("Iv", I32, (N, 4))
     S = p.output("S", F32, (N,))
     P = p.output("P", F32, (N,))
     Mn = p.output("Mn", I32, (N,))
@@ -257,7 +257,7 @@ def test_reduce_ops_init_multi_var_and_empty():
     a, b = Var("a"), Var("b")
     p.compute(S, lambda n: rsum([(a, 3), (b, 4)], X[n, a, b], init=10.0))
     p.compute(P, lambda n: rprod([(a, 3)], X[n, a, 0]))
-    p.compute(Mn, lambda n: rmin([(b, 4)], I[n, b]))
+    p.compute(Mn, lambda n: rmin([(b, 4)], Iv[n, b]))
     p.compute(E, lambda n: rmax([(a, n)], X[n, 0, a] * 0.0 + 1.0, init=-5.0))  # empty for n = 0
     kern = JitKernel(p)
     x = randf(3, 3, 4)
@@ -427,14 +427,14 @@ def test_parallel_compute_matches_serial():
     p = KernelProgram.new("par", ["N"])
     A = p.input("A", F32, (N, 64))
     B = p.input("B", F32, (64, 48))
-    I = p.input("I", I64, (N,))
+    Ix = p.input("Ix", I64, (N,))
     C = p.output("C", F32, (N, 48))
     E = p.output("E", F32, (N * 64,))
     G = p.output("G", F32, (N, 64))
     k = Var("k")
     p.compute(C, lambda i, j: rsum([(k, 64)], A[i, k] * B[k, j]))
     p.compute(E, lambda f: A[f // 64, f % 64] * 3.0)
-    p.compute(G, lambda i, j: A[wrap_index(I[i], N), j])
+    p.compute(G, lambda i, j: A[wrap_index(Ix[i], N), j])
     kern = JitKernel(p, parallel=True, parallel_min_work=1024)
     assert "onnxcc_parallel_for" in kern.llvm_ir
     before = cpu_jit.PARALLEL_CALLS[0]
@@ -484,3 +484,92 @@ def test_object_links_into_shared_library(tmp_path):
     outs = (ctypes.c_void_p * 1)(y.ctypes.data)
     assert fn(syms, ins, outs, None) == 0
     np.testing.assert_allclose(y, np.tanh(x @ np.arange(12, dtype=np.float32).reshape(3, 4)), rtol=1e-5)
+
+
+# ---- corner cases -----------------------------------------------------------------------------
+
+
+def test_unsigned_and_narrow_ints():
+    p = KernelProgram.new("uints", ["N"])
+    U = p.input("U", DType.u8, (N,))
+    X = p.input("X", F32, (N,))
+    A = p.output("A", F32, (N,))
+    B = p.output("B", DType.u8, (N,))
+    C = p.output("C", DType.u64, (N,))
+    D = p.output("D", DType.i8, (N,))
+    p.compute(A, lambda i: cast(U[i], F32) / 2.0)
+    p.compute(B, lambda i: (U[i] + 200) // 3 + (U[i] >> 1))
+    p.compute(C, lambda i: cast(U[i], DType.u64) * 1000000007)
+    p.compute(D, lambda i: cast(X[i], DType.i8))
+    u = np.array([0, 1, 100, 200, 255], np.uint8)
+    x = np.array([1.9, -1.9, 100.0, 127.0, -128.0], np.float32)
+    a, b, c, d = JitKernel(p)(u, x)
+    np.testing.assert_array_equal(a, u.astype(np.float32) / 2)
+    np.testing.assert_array_equal(b, (u + np.uint8(200)) // 3 + (u >> 1))
+    np.testing.assert_array_equal(c, u.astype(np.uint64) * 1000000007)
+    np.testing.assert_array_equal(d, x.astype(np.int8))
+
+
+def test_reduction_inside_lazy_select_and_triangular_reduce():
+    p = KernelProgram.new("tri", ["N"])
+    X = p.input("X", F32, (N, N))
+    Y = p.output("Y", F32, (N,))
+    T = p.output("T", F32, ())
+    a, b, k = Var("a"), Var("b"), Var("k")
+    p.compute(Y, lambda i: select(i < 2, rsum([(k, N)], X[i, k]), -1.0))
+    p.compute(T, rsum([(a, N), (b, a + 1)], X[a, b]))  # lower triangle incl. the diagonal
+    x = randf(5, 5)
+    y, t = JitKernel(p)(x)
+    np.testing.assert_allclose(y, [x[0].sum(), x[1].sum(), -1, -1, -1], rtol=1e-5)
+    np.testing.assert_allclose(t, np.tril(x).sum(), rtol=1e-5)
+
+
+def test_checks_are_not_hoisted_out_of_empty_reductions():
+    p = KernelProgram.new("lazycheck", ["N"])
+    D = p.input("D", F32, (3,))
+    Idx = p.input("Idx", I64, (1,))
+    Y = p.output("Y", F32, (N,))
+    k = Var("k")
+    p.compute(Y, lambda i: rsum([(k, i)], D[wrap_index(Idx[0], 3)]))  # row 0 never reads D
+    kern = JitKernel(p)
+    d = np.array([1, 2, 3], np.float32)
+    np.testing.assert_array_equal(kern(d, np.array([7]), syms={"N": 1})[0], [0.0])
+    np.testing.assert_array_equal(kern(d, np.array([-1]), syms={"N": 3})[0], [0.0, 3.0, 6.0])
+    with pytest.raises(RuntimeCallError):
+        kern(d, np.array([7]), syms={"N": 2})
+
+
+def test_parallel_rank3_collapses_leading_vars():
+    p = KernelProgram.new("par3", ["N", "M"])
+    X = p.input("X", F32, (N, M, 33))
+    Y = p.output("Y", F32, (N, M, 33))
+    p.compute(Y, lambda a, b, c: X[a, b, c] * 2.0 + cast(a * 100 + b, F32))
+    kern = JitKernel(p, parallel=True, parallel_min_work=1)
+    x = randf(3, 7, 33)
+    want = x * 2 + (np.arange(3)[:, None, None] * 100 + np.arange(7)[None, :, None]).astype(np.float32)
+    np.testing.assert_allclose(kern(x)[0], want, rtol=1e-6)
+
+
+def test_two_kernels_share_one_module():
+    mod = emit_llvm(matmul_program(), plan(matmul_program()), "mm_v0")
+    mod = emit_llvm(softmax_program(), plan(softmax_program()), "sm_v0", module=mod)
+    text = str(mod)
+    assert 'define i32 @"mm_v0"' in text and 'define i32 @"sm_v0"' in text
+    assert len(emit_object(mod)) > 0
+
+
+def test_reshape_by_index_arithmetic_and_broadcast_helper():
+    from onnxcc.kernel import broadcast_indices, flatten_index, unflatten_index
+
+    p = KernelProgram.new("reshape", ["N"])
+    X = p.input("X", F32, (N, 6))
+    Bv = p.input("Bv", F32, (1, 3))
+    Y = p.output("Y", F32, (2, N, 3))
+
+    def body(a, b, c):
+        src = unflatten_index(flatten_index((a, b, c), Y.shape), X.shape)
+        return X[src] + Bv[broadcast_indices((a, b, c), Bv.shape)]
+
+    p.compute(Y, body)
+    x, bv = randf(5, 6), randf(1, 3)
+    np.testing.assert_array_equal(JitKernel(p)(x, bv)[0], x.reshape(2, 5, 3) + bv)

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.ir import INT_MAX, SymbolTable, TensorType, DType, canon, evaluate, free_symbols, identifier, is_static, sym
+from onnxcc.ir import (INT_MAX, DType, SymbolTable, TensorType, canon, evaluate, free_symbols, identifier,
+                       is_static, sym)
 
 
 @pytest.fixture

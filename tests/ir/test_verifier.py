@@ -159,7 +159,8 @@ def test_verifier_return_count_mismatch():
     ("module @m {\n  func @f(%x: f32[4]) -> (f32[4]) {\n    %0 = test.a(%x) loc(\"a\") : (f32[K])\n"
      "    return %x\n  }\n}\n", r"result 0 of test.a \(a\)"),
     ("module @m {\n  func @f(%x: f32[4]) -> (f32[4]) guard K == 3 {\n    return %x\n  }\n}\n", r"@f guard"),
-    ("module @m {\n  sym N in [1, 4]\n  func @f(%x: f32[4]) -> (f32[4]) subs {K = 3} {\n    return %x\n  }\n}\n",
+    ("module @m {\n  sym N in [1, 4]\n  func @f(%x: f32[4]) -> (f32[4]) subs {K = 3} {\n"
+     "    return %x\n  }\n}\n",
      r"@f subs"),
     ("module @m {\n  constraint K == 3\n}\n", r"constraint K == 3"),
     ("module @m {\n  func @f(%x: f32[4]) -> (f32[4]) {\n    %0 = cc.dims() {dims = [#dim<K>]} : (i64[1])\n"
@@ -172,8 +173,9 @@ def test_verifier_undeclared_symbol(text: str, where: str):
 
 
 def test_verifier_wrong_arity_for_registered_op():
-    e = _check("module @m {\n  func @f(%x: f32[4]) -> (f32[4]) {\n    %0 = onnx.Relu(%x, %x) loc(\"r1\") : (f32[4])\n"
-               "    return %0\n  }\n}\n", r"onnx.Relu \(r1\): expects 1 operands, got 2")
+    e = _check("module @m {\n  func @f(%x: f32[4]) -> (f32[4]) {\n"
+               "    %0 = onnx.Relu(%x, %x) loc(\"r1\") : (f32[4])\n    return %0\n  }\n}\n",
+               r"onnx.Relu \(r1\): expects 1 operands, got 2")
     assert e.op.name == "onnx.Relu"
 
 
@@ -194,7 +196,8 @@ def test_verifier_unregistered_ops_are_allowed():
 
 
 def test_verifier_dispatch_names_unknown_function():
-    _check("module @m {\n  func @f(%x: f32[4]) -> (f32[4]) {\n    return %x\n  }\n  dispatch @g = [@f, @h]\n}\n",
+    _check("module @m {\n  func @f(%x: f32[4]) -> (f32[4]) {\n    return %x\n  }\n"
+           "  dispatch @g = [@f, @h]\n}\n",
            r"dispatch @g names unknown function @h")
 
 

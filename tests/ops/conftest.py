@@ -47,8 +47,10 @@ def build(op_type, inputs, attrs=None, consts=None, n_outputs=1, opset=17, domai
     attrs, consts = dict(attrs or {}), dict(consts or {})
     names = ["" if i is None else i[0] for i in inputs]
     outs = [f"y{i}" for i in range(n_outputs)]
-    onnx_attrs = {k: onnx.numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
-    attrs = {k: onnx.numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for k, v in attrs.items()}
+    # a TENSOR attribute: a TensorProto in the node, an np.ndarray in the IR (as the importer does)
+    to_proto, to_array = onnx.numpy_helper.from_array, onnx.numpy_helper.to_array
+    onnx_attrs = {k: to_proto(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
+    attrs = {k: to_array(v) if isinstance(v, onnx.TensorProto) else v for k, v in attrs.items()}
     node = helper.make_node(op_type, names, outs, name="n0", domain=domain, **onnx_attrs)
     vis = [helper.make_tensor_value_info(n, _ONNX_TYPE[np.dtype(dt).type], list(s))
            for n, dt, s, *_ in (i for i in inputs if i is not None) if n not in consts]
@@ -135,7 +137,8 @@ def check(op_type, inputs, attrs=None, envs=({},), consts=None, n_outputs=1, ops
             assert g.shape == w.shape, f"output {i}: shape {g.shape} != onnxruntime {w.shape}"
             assert tuple(evaluate(d, env) for d in r.type.shape) == w.shape, (r.type, env)
             if w.dtype.kind == "f":
-                np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"{op_type} output {i} at {env}")
+                np.testing.assert_allclose(g, w, rtol=rtol, atol=atol,
+                                           err_msg=f"{op_type} output {i} at {env}")
             else:
                 np.testing.assert_array_equal(g, w, err_msg=f"{op_type} output {i} at {env}")
     return m

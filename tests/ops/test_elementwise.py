@@ -52,7 +52,8 @@ def test_broadcast_records_constraint(infer_ir):
 def test_variadic_where_cast_shapes(infer_ir):
     m = infer_ir("""module @t {
   sym N in [1, 64]
-  func @main(%a: f32[N, 1], %b: f32[1, 3], %c: bool[N, 3], %i: i64[N]) -> (f32[?, ?], f32[?, ?], i32[?], f32[?]) {
+  func @main(%a: f32[N, 1], %b: f32[1, 3], %c: bool[N, 3], %i: i64[N])
+      -> (f32[?, ?], f32[?, ?], i32[?], f32[?]) {
     %0 = onnx.Max(%a, %b, %a) : (f32[?, ?])
     %1 = onnx.Where(%c, %a, %b) : (f32[?, ?])
     %2 = onnx.Cast(%a) {to = 6} : (f32[?, ?])
@@ -200,13 +201,13 @@ def test_unary_vs_ort(op, ort_check):
               expect_shapes=["f32[N, M, 3]"])
 
 
-@pytest.mark.parametrize("attrs", [{"alpha": 0.3}, {"alpha": 0.5, "beta": 0.1}])
-def test_unary_attrs_vs_ort(attrs, ort_check):
-    for op in ("Elu", "LeakyRelu", "HardSigmoid", "Celu", "ThresholdedRelu", "Selu"):
-        a = {k: v for k, v in attrs.items() if op in ("HardSigmoid",) or k == "alpha"}
-        if op == "Selu":
-            a = {"alpha": 1.5, "gamma": 0.7}
-        ort_check(op, [("x", F32, ["N", 4])], a, envs=ENVS, opset=18)
+@pytest.mark.parametrize("op,attrs", [
+    ("Elu", {"alpha": 0.3}), ("LeakyRelu", {"alpha": 0.2}), ("Celu", {"alpha": 0.5}),
+    ("ThresholdedRelu", {"alpha": 0.4}), ("HardSigmoid", {"alpha": 0.5, "beta": 0.1}),
+    ("Selu", {"alpha": 1.5, "gamma": 0.7}),
+])
+def test_unary_attrs_vs_ort(op, attrs, ort_check):
+    ort_check(op, [("x", F32, ["N", 4])], attrs, envs=ENVS, opset=18)
 
 
 @pytest.mark.parametrize("approx", ["none", "tanh"])
@@ -219,7 +220,8 @@ def test_round_half_to_even_and_isinf(ort_check):
     ort_check("Round", [("x", F32, [9])], consts={"x": x})
     ort_check("IsNaN", [("x", F32, [9])], consts={"x": x})
     for pos, neg in ((1, 1), (0, 1), (1, 0)):
-        ort_check("IsInf", [("x", F32, [9])], {"detect_positive": pos, "detect_negative": neg}, consts={"x": x})
+        attrs = {"detect_positive": pos, "detect_negative": neg}
+        ort_check("IsInf", [("x", F32, [9])], attrs, consts={"x": x})
 
 
 BINARY_F = ["Add", "Sub", "Mul", "Div", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]

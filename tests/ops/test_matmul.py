@@ -65,10 +65,13 @@ def test_gemm_shapes(infer_ir):
 @pytest.mark.parametrize("text,msg", [
     ("%0 = onnx.MatMul(%a, %b) loc(\"mm\") : (f32[?])",
      'node "mm" (onnx.MatMul): inner dim (a dim -1 vs b dim -2): 3 != 4'),
-    ("%0 = onnx.MatMul(%a, %s) loc(\"mm\") : (f32[?])", 'node "mm" (onnx.MatMul): operands must have rank >= 1'),
-    ("%0 = onnx.Gemm(%a, %a) loc(\"g\") : (f32[?])", 'node "g" (onnx.Gemm): inner dim (a\'s k vs b\'s k): 3 != 2'),
+    ("%0 = onnx.MatMul(%a, %s) loc(\"mm\") : (f32[?])",
+     'node "mm" (onnx.MatMul): operands must have rank >= 1'),
+    ("%0 = onnx.Gemm(%a, %a) loc(\"g\") : (f32[?])",
+     'node "g" (onnx.Gemm): inner dim (a\'s k vs b\'s k): 3 != 2'),
     ("%0 = onnx.Gemm(%a, %b, %c) {transB = 1} loc(\"g\") : (f32[?])", 'node "g" (onnx.Gemm): inner dim'),
-    ("%0 = onnx.Gemm(%a, %a, %c) {transB = 1} loc(\"g\") : (f32[?])", 'node "g" (onnx.Gemm): c dim 0: 2 != 5'),
+    ("%0 = onnx.Gemm(%a, %a, %c) {transB = 1} loc(\"g\") : (f32[?])",
+     'node "g" (onnx.Gemm): c dim 0: 2 != 5'),
     ("%0 = onnx.MatMul(%a, %i) loc(\"mm\") : (f32[?])", "operand dtypes differ"),
 ])
 def test_matmul_errors(text, msg):

@@ -34,8 +34,8 @@ def test_conv_symbolic_output_dims(infer_ir):
 
 
 def test_conv_valid_records_positive_extent(infer_ir):
-    text = _one(infer_ir, "f32[N, 3, H, W]", '%0 = onnx.Conv(%x, %w) {dilations = [2, 1]} loc("c") : (f32[?])',
-                ", %w: f32[4, 3, 3, 3]")
+    text = _one(infer_ir, "f32[N, 3, H, W]",
+                '%0 = onnx.Conv(%x, %w) {dilations = [2, 1]} loc("c") : (f32[?])', ", %w: f32[4, 3, 3, 3]")
     assert "(f32[N, 4, H - 4, W - 2])" in text
     assert 'constraint H - 4 >= 1  // node "c": output dim 2 >= 1 (input at least the window size)' in text
     assert 'constraint W - 2 >= 1  // node "c": output dim 3 >= 1' in text
@@ -62,8 +62,8 @@ def test_pool_shapes(infer_ir):
 
 def test_maxpool_ceil_mode_last_window_rule(infer_ir):
     # ceil((H + 1 - 2)/2) + 1 windows, minus one when the last starts in the end padding (H even)
-    text = _one(infer_ir, "f32[N, 3, H]",
-                "%0 = onnx.MaxPool(%x) {ceil_mode = 1, kernel_shape = [2], pads = [0, 1], strides = [2]} : (f32[?])")
+    attrs = "{ceil_mode = 1, kernel_shape = [2], pads = [0, 1], strides = [2]}"
+    text = _one(infer_ir, "f32[N, 3, H]", f"%0 = onnx.MaxPool(%x) {attrs} : (f32[?])")
     assert "(f32[N, 3, Min(ceiling(H/2 - 1/2) + 1, floor(H/2 - 1/2) + 1)])" in text
 
 
@@ -72,7 +72,8 @@ def test_layernorm_stats_and_convtranspose_shapes(infer_ir):
   sym N in [1, 64]
   sym S in [1, 512]
   sym H in [1, 512]
-  func @main(%x: f32[N, S, 16], %g: f32[16], %y: f32[N, 4, H], %w: f32[4, 2, 3]) -> (f32[?], f32[?], f32[?], f32[?]) {
+  func @main(%x: f32[N, S, 16], %g: f32[16], %y: f32[N, 4, H], %w: f32[4, 2, 3])
+      -> (f32[?], f32[?], f32[?], f32[?]) {
     %0, %1, %2 = onnx.LayerNormalization(%x, %g) {axis = -1} : (f32[?], f32[?], f32[?])
     %3 = onnx.ConvTranspose(%y, %w) {pads = [1, 0], strides = [2]} : (f32[?])
     return %0, %1, %2, %3
@@ -101,8 +102,10 @@ def test_einsum_shapes(infer_ir):
 
 
 @pytest.mark.parametrize("text,msg", [
-    ('%0 = onnx.Conv(%x, %w3) loc("c") : (f32[?])', 'node "c" (onnx.Conv): input channels (x dim 1 vs w dim 1 * group): 3 != 2'),
-    ('%0 = onnx.Conv(%x, %w) {pads = [1, 1]} loc("c") : (f32[?])', "pads needs 4 values for 2 spatial dims, got 2"),
+    ('%0 = onnx.Conv(%x, %w3) loc("c") : (f32[?])',
+     'node "c" (onnx.Conv): input channels (x dim 1 vs w dim 1 * group): 3 != 2'),
+    ('%0 = onnx.Conv(%x, %w) {pads = [1, 1]} loc("c") : (f32[?])',
+     "pads needs 4 values for 2 spatial dims, got 2"),
     ('%0 = onnx.Conv(%x, %w) {group = 3} loc("c") : (f32[?])', "input channels"),
     ('%0 = onnx.Conv(%s, %w) loc("c") : (f32[?])', "output dim 2 is -1, expected >= 1"),
     ('%0 = onnx.MaxPool(%x) loc("c") : (f32[?])', "attribute 'kernel_shape' is required"),
@@ -137,7 +140,11 @@ CONV_CASES = [
 ]
 
 
-@pytest.mark.parametrize("attrs", CONV_CASES, ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()) or "plain")
+def _ids(attrs: dict) -> str:
+    return "-".join(f"{k}{v}" for k, v in attrs.items()) or "plain"
+
+
+@pytest.mark.parametrize("attrs", CONV_CASES, ids=_ids)
 def test_conv2d_vs_ort(attrs, ort_check):
     g = attrs.get("group", 1)
     ort_check("Conv", [("x", F32, ["N", 4, "H", "W"]), ("w", F32, [6, 4 // g, 3, 3]), ("b", F32, [6])], attrs,
@@ -150,8 +157,8 @@ def test_conv1d_3d_depthwise_vs_ort(ort_check):
               envs=ENVS2)
     ort_check("Conv", [("x", F32, ["N", 2, "H", 4, "W"]), ("w", F32, [3, 2, 2, 3, 2]), ("b", F32, [3])],
               {"strides": [1, 2, 2]}, envs=ENVS2)
-    ort_check("Conv", [("x", F32, ["N", 4, "H", "W"]), ("w", F32, [4, 1, 3, 3])], {"group": 4, "pads": [1] * 4},
-              envs=ENVS2)
+    ort_check("Conv", [("x", F32, ["N", 4, "H", "W"]), ("w", F32, [4, 1, 3, 3])],
+              {"group": 4, "pads": [1] * 4}, envs=ENVS2)
 
 
 @pytest.mark.parametrize("attrs", [
@@ -163,7 +170,8 @@ def test_conv1d_3d_depthwise_vs_ort(ort_check):
 ], ids=["plain", "pads", "outpad", "group", "outshape"])
 def test_conv_transpose_vs_ort(attrs, ort_check):
     envs = ({"N": 1, "H": 4, "W": 5}, {"N": 2, "H": 4, "W": 5}) if "output_shape" in attrs else ENVS2
-    ort_check("ConvTranspose", [("x", F32, ["N", 4, "H", "W"]), ("w", F32, [4, 3, 3, 2]), ("b", F32, [3 * attrs.get("group", 1)])],
+    m = 3 * attrs.get("group", 1)
+    ort_check("ConvTranspose", [("x", F32, ["N", 4, "H", "W"]), ("w", F32, [4, 3, 3, 2]), ("b", F32, [m])],
               attrs, envs=envs)
 
 
@@ -179,7 +187,7 @@ POOL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("attrs", POOL_CASES, ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()))
+@pytest.mark.parametrize("attrs", POOL_CASES, ids=_ids)
 def test_maxpool_vs_ort(attrs, ort_check):
     x = ("x", F32, ["N", 3, "H", "W"])
     ort_check("MaxPool", [x], attrs, envs=ENVS2, opset=12)
@@ -189,7 +197,7 @@ def test_maxpool_vs_ort(attrs, ort_check):
 
 
 @pytest.mark.parametrize("attrs", [a for a in POOL_CASES if "dilations" not in a],
-                         ids=lambda a: "-".join(f"{k}{v}" for k, v in a.items()))
+                         ids=_ids)
 def test_average_pool_vs_ort(attrs, ort_check):
     for cip in (0, 1):
         ort_check("AveragePool", [("x", F32, ["N", 3, "H", "W"])], {**attrs, "count_include_pad": cip},
@@ -217,6 +225,43 @@ def test_normalizations_vs_ort(ort_check):
     ort_check("InstanceNormalization", [x, ("s", F32, [3]), ("b", F32, [3])], envs=ENVS2)
     ort_check("LRN", [x], {"size": 3, "alpha": 0.01, "beta": 0.5, "bias": 2.0}, envs=ENVS2)
     ort_check("LRN", [x], {"size": 5}, envs=ENVS2)
+
+
+def test_lp_normalization_zero_vector_stays_zero(ort_check):
+    x = np.array([[0.0, 0.0, 0.0], [3.0, -4.0, 0.0]], dtype=F32)
+    for p in (1, 2):
+        ort_check("LpNormalization", [("x", F32, [2, 3])], {"p": p, "axis": 1}, consts={"x": x})
+
+
+def test_batchnorm_training_mode_vs_onnx_reference(build_node):
+    from onnx.reference import ReferenceEvaluator
+
+    from onnxcc.interp import run
+
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 3, 4, 5)).astype(F32), "s": rng.standard_normal(3).astype(F32),
+             "b": rng.standard_normal(3).astype(F32), "m": rng.standard_normal(3).astype(F32),
+             "v": rng.uniform(0.5, 2, 3).astype(F32)}
+    inputs = [("x", F32, ["N", 3, "H", 5]), *((n, F32, [3]) for n in "sbmv")]
+    model, m = build_node("BatchNormalization", inputs, {"training_mode": 1, "momentum": 0.8}, n_outputs=3,
+                          opset=15)
+    infer_shapes(m)
+    assert [str(r.type) for r in m.main.return_op.operands] == ["f32[N, 3, H, 5]", "f32[3]", "f32[3]"]
+    for got, want in zip(run(m, feeds), ReferenceEvaluator(model).run(None, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_training_mode_is_refused_at_run_time(build_node):
+    from onnxcc.errors import UnsupportedOp
+    from onnxcc.interp import run
+
+    _, m = build_node("Dropout", [("x", F32, ["N", 4]), ("r", F32, []), ("t", np.bool_, [])])
+    infer_shapes(m)
+    x = np.ones((2, 4), F32)
+    np.testing.assert_array_equal(run(m, [x, np.array(0.5, F32), np.array(False)])[0], x)
+    np.testing.assert_array_equal(run(m, [x, np.array(0.0, F32), np.array(True)])[0], x)
+    with pytest.raises(UnsupportedOp, match="training_mode true"):
+        run(m, [x, np.array(0.5, F32), np.array(True)])
 
 
 def test_layernorm_vs_ort(ort_check):

@@ -62,14 +62,16 @@ def test_reduce_value_propagation():
 
 @pytest.mark.parametrize("text,msg", [
     ("%0 = onnx.ReduceSum(%x) {axes = [3]} loc(\"r\") : (f32[?])", "axis 3 out of range for rank 2"),
-    ("%0 = onnx.ReduceSum(%x, %i) loc(\"r\") : (f32[?])", "axes must be known at compile time"),
+    ("%0 = onnx.ReduceSum(%x, %j) loc(\"r\") : (f32[?])", "axes must be 1-D, got i64[1, 1]"),
+    ("%0 = onnx.ReduceSum(%x, %k) {keepdims = 0} loc(\"r\") : (f32[?])",
+     "keepdims = 0 needs a static count of at most 2 axes, got i64[3]"),
     ("%0 = onnx.ReduceMin(%x) {axes = [1, -1]} loc(\"r\") : (f32[?])", "axis 1 repeated"),
     ("%0 = onnx.Softmax(%x) {axis = 2} loc(\"r\") : (f32[?])", "axis 2 out of range for rank 2"),
     ("%0 = onnx.CumSum(%x, %x) loc(\"r\") : (f32[?])", "axis must be a scalar or a 1-element tensor"),
 ])
 def test_reduce_errors(text, msg):
     m = parse_module(f"""module @t {{
-  func @main(%x: f32[2, 3], %i: i64[1]) -> (f32[?]) {{
+  func @main(%x: f32[2, 3], %i: i64[1], %j: i64[1, 1], %k: i64[3]) -> (f32[?]) {{
     {text}
     return %0
   }}
@@ -77,6 +79,40 @@ def test_reduce_errors(text, msg):
     with pytest.raises(ShapeError, match='node "r"') as e:
         infer_shapes(m)
     assert msg in str(e.value)
+
+
+def test_reduce_runtime_axes(infer_ir):
+    text = """module @t {
+  sym N in [1, 64]
+  func @main(%x: f32[N, 1, 8], %a: i64[2], %e: i64[0]) -> (f32[?], f32[?], f32[?]) {
+    %0 = onnx.ReduceSum(%x, %a) {keepdims = 0} loc("r0") : (f32[?])
+    %1 = onnx.ReduceMax(%x, %a) loc("r1") : (f32[?])
+    %2 = onnx.ReduceMax(%x, %e) {noop_with_empty_axes = 1} loc("r2") : (f32[?])
+    return %0, %1, %2
+  }
+}"""
+    m = infer_ir(text)
+    first = str(m)
+    assert "sym reduced in [1, 2147483647]  // node \"r0\": dim 0 of the result" in first
+    assert 'onnx.ReduceMax(%x, %a) loc("r1") : (f32[reduced_1, 1, reduced_2])' in first
+    assert "loc(\"r2\") : (f32[N, 1, 8])" in first
+    from onnxcc.passes import run_pipeline
+
+    assert str(run_pipeline(m, "shape-inference")) == first  # reruns reuse the node's symbols
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMax", "ReduceLogSumExp"])
+def test_reduce_runtime_axes_vs_ort(op, build_node):
+    from onnxcc.interp import run
+    from onnxcc.testing import ort_run
+
+    x = np.random.default_rng(0).uniform(0.1, 2, (3, 4, 5)).astype(F32)
+    for keep in (0, 1):
+        model, m = build_node(op, [("x", F32, ["N", 4, 5]), ("axes", I64, [2])], {"keepdims": keep}, opset=18)
+        infer_shapes(m)
+        for axes in ([0, 2], [-1, 1]):
+            feeds = {"x": x, "axes": np.array(axes, dtype=I64)}
+            np.testing.assert_allclose(run(m, feeds)[0], ort_run(model, feeds)["y0"], rtol=1e-5)
 
 
 # ---- vs onnxruntime -----------------------------------------------------------------------------------

@@ -460,3 +460,29 @@ def test_nonzero_fresh_count(build_node, infer_ir):
     assert 'node "n0": count of nonzero elements (data-dependent)' in str(m)
     x = np.array([[0, 1, 2], [0, 0, 3]], F32)
     np.testing.assert_array_equal(interp_run(m, [x])[0], ort_run(model, {"x": x})["y0"])
+
+
+def test_reshape_computed_target_that_may_be_zero(infer_ir):
+    # target[0] = S - 1 may be 0 (meaning "copy" when allowzero = 0), but the input dim there is
+    # S - 1 as well, so no constraint is needed and S = 1 stays valid.
+    m = infer_ir(f"""module @t {{
+  sym S in [1, 512]
+  func @main(%x: f32[S, 4]) -> (f32[?, ?, ?]) {{
+    %s = onnx.Shape(%x) : (i64[2])
+    %z = {c64(0)}
+    %one = {c64(1)}
+    %big = {c64(BIG)}
+    %s0 = onnx.Slice(%s, %z, %one) : (i64[1])
+    %sm1 = onnx.Sub(%s0, %one) : (i64[1])
+    %hw = {c64(2, 2)}
+    %t = onnx.Concat(%sm1, %hw) {{axis = 0}} : (i64[3])
+    %y = onnx.Slice(%x, %one, %big, %z) : (f32[?, ?])
+    %r = onnx.Reshape(%y, %t) : (f32[?, ?, ?])
+    return %r
+  }}
+}}""")
+    assert types(m) == ["f32[S - 1, 2, 2]"]
+    assert "constraint" not in str(m)
+    for n in (1, 3):
+        x = np.arange(n * 4, dtype=F32).reshape(n, 4)
+        np.testing.assert_array_equal(interp_run(m, [x])[0], x[1:].reshape(n - 1, 2, 2))

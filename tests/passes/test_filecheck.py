@@ -84,7 +84,8 @@ def split_cases(path: Path) -> list[Case]:
             elif kind == "REQUIRES":
                 case.requires += [s for s in re.split(r"[,\s]+", arg) if s]
             else:
-                case.interp = {k.strip(): int(v) for k, v in (kv.split("=") for kv in arg.split(",") if kv.strip())}
+                pairs = (kv.split("=") for kv in arg.split(",") if kv.strip())
+                case.interp = {k.strip(): int(v) for k, v in pairs}
         if k == 0:
             file_pipeline = case.pipeline
         case.pipeline = case.pipeline if case.pipeline is not None else file_pipeline

@@ -104,7 +104,8 @@ def test_unknown_option():
 
 
 def test_bad_option_value():
-    with pytest.raises(OnnxccError, match=r"pass 'canonicalize' option 'fold-limit': expected int, got 'many'"):
+    msg = r"pass 'canonicalize' option 'fold-limit': expected int, got 'many'"
+    with pytest.raises(OnnxccError, match=msg):
         parse_pipeline("canonicalize{fold-limit=many}")
 
 

@@ -35,15 +35,22 @@ static int32_t body(const int64_t *s, void *const *in, void *const *out) {
   }
   return 0;
 }
-int32_t masked_small(const int64_t *s, void *const *in, void *const *out, void *ws) { (void)ws; return body(s, in, out); }
-int32_t masked_any(const int64_t *s, void *const *in, void *const *out, void *ws) { (void)ws; return body(s, in, out); }
+int32_t masked_small(const int64_t *s, void *const *in, void *const *out, void *ws) {
+  (void)ws;
+  return body(s, in, out);
+}
+int32_t masked_any(const int64_t *s, void *const *in, void *const *out, void *ws) {
+  (void)ws;
+  return body(s, in, out);
+}
 """
 
 
 def masked_spec(name: str = "masked") -> ArtifactSpec:
     return ArtifactSpec(
         name=name,
-        inputs=[TensorSig("x", DType.f16, (N,)), TensorSig("flag", DType.bool, (N,)), TensorSig("k", DType.i64, ())],
+        inputs=[TensorSig("x", DType.f16, (N,)), TensorSig("flag", DType.bool, (N,)),
+                TensorSig("k", DType.i64, ())],
         outputs=[TensorSig("y", DType.f32, (N,)), TensorSig("count", DType.i64, ())],
         symbols=[SymbolInfo("N", 0, 100)],
         versions=[VersionSpec(f"{name}_small", N <= 8, "", {}, 0, "bucket", {"bucket": 8}),
@@ -97,13 +104,15 @@ def test_input_errors(model):
         model.run({"x": good["x"], "k": 1})
     with pytest.raises(GuardError, match="has no input"):
         model.run({**good, "nope": 1})
-    with pytest.raises(GuardError, match='input "flag" dim 0: expected N = 3 \\(bound by input "x" dim 0\\), got 4') as e:
+    msg = 'input "flag" dim 0: expected N = 3 \\(bound by input "x" dim 0\\), got 4'
+    with pytest.raises(GuardError, match=msg) as e:
         model.run({**good, "flag": np.zeros(4, bool)})
     assert e.value.code == 4
     with pytest.raises(GuardError, match='input "x" dim 0: N = 101, out of range'):
         model.run({"x": np.zeros(101, np.float16), "flag": np.zeros(101, bool), "k": 1})
     # the C side checks dtypes too, with DLPack's own view of them
-    rc = model.run_raw([good["x"], good["flag"].view(np.uint8), np.array(1)], [np.zeros(3, np.float32), np.array(0)])
+    ins = [good["x"], good["flag"].view(np.uint8), np.array(1)]
+    rc = model.run_raw(ins, [np.zeros(3, np.float32), np.array(0)])
     assert rc == 3 and model.last_error == 'input "flag": expected dtype bool, got u8'
 
 

@@ -131,7 +131,7 @@ class _IntRenderer:
         terms = list(e.as_ordered_terms())
         out = self.render(terms[0])
         for t in terms[1:]:
-            coeff, rest = t.as_coeff_Mul()
+            coeff, _ = t.as_coeff_Mul()
             if coeff.is_negative:
                 out += f" - {self.render(-t)}"
             else:

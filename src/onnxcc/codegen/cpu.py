@@ -27,17 +27,18 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
 
-import sympy
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
-from onnxcc.ir import Dim, DType, canon
+from onnxcc.ir import Dim, DType, canon, evaluate
 from onnxcc.kernel.expr import Const, Reduce, dim_to_expr, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 
 from .llvm_exprs import AccessMetadata, ExprEmitter, storage_type
-from .llvm_helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, move_to_end
+from .llvm_helpers import (
+    I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, move_to_end, name_unnamed,
+)
 
 PARALLEL_FOR = "onnxcc_parallel_for"
 """`void onnxcc_parallel_for(int64_t n, void (*body)(int64_t, int64_t, void *), void *ctx)`"""
@@ -125,6 +126,9 @@ class _FnCtx:
     def buffer_dtype(self, name: str) -> DType:
         return self.program.buffers[name].dtype
 
+    def buffer_shape(self, name: str) -> tuple[Dim, ...]:
+        return self.program.buffers[name].shape
+
     def buffer_ptr(self, name: str) -> ir.Value:
         p = self._ptrs.get(name)
         if p is not None:
@@ -137,14 +141,16 @@ class _FnCtx:
         if buf.alias_of is not None:
             p = self.buffer_ptr(prog.root(name))
         elif buf.kind in ("input", "output"):
-            arr, order = (self.inputs_p, prog.inputs) if buf.kind == "input" else (self.outputs_p, prog.outputs)
+            arr, order = ((self.inputs_p, prog.inputs) if buf.kind == "input"
+                          else (self.outputs_p, prog.outputs))
             slot = eb.gep(arr, [i64(order.index(name))], inbounds=True, name=f"{name}.slot", source_etype=PTR)
             p = eb.load(slot, name=f"{name}.data", align=8, typ=PTR)
         elif buf.kind == "temp":
             off = self.owner.plan.offsets.get(name)
             if off is None:
                 raise CompileError(f"kernel {prog.name}: memory plan has no offset for temp {name}")
-            p = eb.gep(self.ws_p, [self.dim(off)], inbounds=True, name=f"{name}.data", source_etype=ir.IntType(8))
+            p = eb.gep(self.ws_p, [self.dim(off)], inbounds=True, name=f"{name}.data",
+                       source_etype=ir.IntType(8))
         else:
             p = self.owner.const_global(name)
         self._ptrs[name] = p
@@ -176,6 +182,7 @@ class _FnCtx:
         self.eb.branch(self.start)
         for blk in self._fails.values():
             move_to_end(blk)
+        name_unnamed(self.fn)
 
 
 def row_major_strides(shape: Sequence[Dim]) -> list[Dim]:
@@ -208,7 +215,8 @@ def domain_work(c: Compute) -> Dim:
 class _KernelEmitter:
     def __init__(self, program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir.Module,
                  options: CpuOptions):
-        self.program, self.plan, self.fn_name, self.module, self.opts = program, plan, fn_name, module, options
+        self.program, self.plan, self.fn_name = program, plan, fn_name
+        self.module, self.opts = module, options
         self._consts: dict[str, ir.GlobalVariable] = {}
 
     def run(self) -> ir.Function:
@@ -264,7 +272,7 @@ class _KernelEmitter:
         for d in c.extents:
             if not isinstance(d, int):
                 t = b.icmp_signed(">", ctx.dim(d), i64(0), name=f"{c.out}.nonempty")
-                nonempty = t if nonempty is None else b.and_(nonempty, t)
+                nonempty = t if nonempty is None else b.and_(nonempty, t, name=f"{c.out}.nonempty")
         md = self.access_md(k)
         guard = if_then(b, nonempty, name=f"{c.out}") if nonempty is not None else nullcontext()
         with guard:
@@ -284,7 +292,7 @@ class _KernelEmitter:
         with ExitStack() as st:
             for j in range(first, len(names)):
                 idx = st.enter_context(for_range(b, ctx.dim(exts[j]), names[j], guard=False))
-                em.push({names[j]: idx})
+                em.push({names[j]: idx}, {names[j]: exts[j]})
                 st.callback(em.pop)
                 idxs.append(idx)
                 if j + 1 < len(names):
@@ -351,7 +359,8 @@ class _KernelEmitter:
 
         def on_fail(b: ir.IRBuilder, code: int) -> None:
             # NOTE: IRBuilder.store_atomic assumes typed pointers; build the instruction directly
-            b._insert(ir.instructions.StoreAtomicInstr(b.block, i32(code), field(b, 4, "status"), "monotonic", 4))
+            status = field(b, 4, "status")
+            b._insert(ir.instructions.StoreAtomicInstr(b.block, i32(code), status, "monotonic", 4))
             b.ret_void()
 
         bctx = _FnCtx(self, fn, lambda eb: [field(eb, k, n) for k, n in
@@ -368,7 +377,7 @@ class _KernelEmitter:
                 vals[names[j]] = b.urem(rest, e, name=names[j])
                 rest = b.udiv(rest, e, name=f"p.{j}")
             vals[names[0]] = rest
-            em.push({n: vals[n] for n in names[:ncol]})
+            em.push({n: vals[n] for n in names[:ncol]}, dict(zip(names[:ncol], exts[:ncol])))
             if ncol < len(names):
                 em.hoist(c.body)
             self.emit_loops(em, bctx, c, ncol, [vals[n] for n in names[:ncol]])
@@ -493,7 +502,4 @@ def emit_assembly(modules, triple: str | None = None, cpu: str | None = None, fe
 
 def workspace_bytes(plan: MemoryPlan, syms: dict[str, int]) -> int:
     """The workspace size for concrete symbol values."""
-    w = plan.workspace_bytes
-    if isinstance(w, int):
-        return w
-    return int(sympy.sympify(w).subs({sympy.Symbol(k, integer=True, positive=True): v for k, v in syms.items()}))
+    return evaluate(plan.workspace_bytes, syms)

@@ -12,6 +12,7 @@ op lowerings against numpy without building a shared library.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,14 +21,14 @@ import numpy as np
 import sympy
 
 from onnxcc.errors import RuntimeCallError
-from onnxcc.ir import DType
+from onnxcc.ir import DType, evaluate
 from onnxcc.kernel.expr import ERROR_MESSAGES
 from onnxcc.kernel.plan_memory import MemoryPlan, plan as plan_memory
 from onnxcc.kernel.program import KernelProgram
 
 from .cpu import PARALLEL_FOR, emit_llvm, optimize, parse_modules, target_machine
 
-_KERNEL_CFUNC = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_KERNEL_CFUNC = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4)
 _BODY_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 _PAR_FOR_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
 
@@ -48,7 +49,7 @@ def _parallel_for(n: int, body_addr: int, ctx: int) -> None:
     bounds = [n * k // chunks for k in range(chunks + 1)]
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="onnxcc-jit")
-    futures = [_POOL.submit(body, bounds[k], bounds[k + 1], ctx) for k in range(chunks) if bounds[k] < bounds[k + 1]]
+    futures = [_POOL.submit(body, lo, hi, ctx) for lo, hi in itertools.pairwise(bounds) if lo < hi]
     for f in futures:
         f.result()
 
@@ -101,10 +102,6 @@ class JitKernel:
             raise ValueError(f"kernel {self.program.name}: no value for symbols {missing}")
         return env
 
-    def eval_dim(self, d, env: Mapping[str, int]) -> int:
-        if isinstance(d, int):
-            return d
-        return int(sympy.sympify(d).subs({sympy.Symbol(k, integer=True, positive=True): v for k, v in env.items()}))
 
     def __call__(self, *arrays: np.ndarray, syms: Mapping[str, int] | None = None) -> list[np.ndarray]:
         prog = self.program
@@ -115,19 +112,21 @@ class JitKernel:
         for name, arr in zip(prog.inputs, arrays):
             buf = prog.buffers[name]
             a = np.ascontiguousarray(arr, dtype=_np_dtype(buf.dtype))
-            want = tuple(self.eval_dim(d, env) for d in buf.shape)
+            want = tuple(evaluate(d, env) for d in buf.shape)
             if a.shape != want:
                 raise ValueError(f"input {name}: shape {a.shape}, expected {want} under {env}")
             ins.append(a)
-        outs = [np.empty(tuple(self.eval_dim(d, env) for d in prog.buffers[n].shape),
+        outs = [np.empty(tuple(evaluate(d, env) for d in prog.buffers[n].shape),
                          _np_dtype(prog.buffers[n].dtype)) for n in prog.outputs]
-        ws_bytes = self.eval_dim(self.plan.workspace_bytes, env)
+        ws_bytes = evaluate(self.plan.workspace_bytes, env)
         ws = np.empty(ws_bytes + 64, np.uint8)
         ws_ptr = ws.ctypes.data + (-ws.ctypes.data) % 64
         sym_arr = (ctypes.c_int64 * max(1, len(prog.symbols)))(*[env[s] for s in prog.symbols])
         in_arr = (ctypes.c_void_p * max(1, len(ins)))(*[a.ctypes.data for a in ins])
         out_arr = (ctypes.c_void_p * max(1, len(outs)))(*[a.ctypes.data for a in outs])
-        code = self._fn(ctypes.addressof(sym_arr), ctypes.addressof(in_arr), ctypes.addressof(out_arr), ws_ptr)
+        code = self._fn(ctypes.addressof(sym_arr), ctypes.addressof(in_arr), ctypes.addressof(out_arr),
+                        ws_ptr)
         if code != 0:
-            raise RuntimeCallError(f"kernel {prog.name} failed: {ERROR_MESSAGES.get(code, f'error {code}')}", code)
+            what = ERROR_MESSAGES.get(code, f"error {code}")
+            raise RuntimeCallError(f"kernel {prog.name} failed: {what}", code)
         return outs

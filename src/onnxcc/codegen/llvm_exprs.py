@@ -33,7 +33,8 @@ from llvmlite import ir
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, DType
 from onnxcc.kernel.expr import (
-    ERR_DIV_ZERO, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children, free_vars,
+    ERR_DIV_ZERO, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children,
+    dim_to_expr, free_vars,
 )
 
 from .llvm_helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
@@ -107,6 +108,7 @@ class FunctionContext(Protocol):
     def buffer_ptr(self, name: str) -> ir.Value: ...
     def strides(self, name: str) -> list[ir.Value]: ...
     def buffer_dtype(self, name: str) -> DType: ...
+    def buffer_shape(self, name: str) -> tuple[Dim, ...]: ...
     def fail_block(self, code: int) -> ir.Block: ...
     def alloca(self, ty: ir.Type, name: str) -> ir.Value: ...
     def libm(self, name: str, ty: ir.Type) -> ir.Function: ...
@@ -141,23 +143,27 @@ class ExprEmitter:
         self.frames: list[_Frame] = [_Frame(())]
         self.var_vals: dict[str, ir.Value] = {}
         self.var_level: dict[str, int] = {}
+        self.var_ext: dict[str, Expr] = {}
         self._fails: dict[Expr, bool] = {}
-        self._lazy: dict[Expr, bool] = {}
 
     # ---- frames --------------------------------------------------------------------------
-    def push(self, bindings: dict[str, ir.Value]) -> None:
-        """Enter a loop level binding `bindings` (var name -> i64 value)."""
+    def push(self, bindings: dict[str, ir.Value], extents: dict[str, Expr | Dim] | None = None) -> None:
+        """Enter a loop level binding `bindings` (var name -> i64 value); `extents` (var
+        name -> trip count) let loads indexed by these vars be proven in bounds."""
         self.frames.append(_Frame(tuple(bindings)))
         lvl = len(self.frames) - 1
         for n, v in bindings.items():
             self.var_vals[n] = v
             self.var_level[n] = lvl
+        for n, x in (extents or {}).items():
+            self.var_ext[n] = x if isinstance(x, Expr) else dim_to_expr(x)
 
     def pop(self) -> None:
         fr = self.frames.pop()
         for n in fr.vars:
             del self.var_vals[n]
             del self.var_level[n]
+            self.var_ext.pop(n, None)
 
     def _lookup(self, e: Expr) -> ir.Value | None:
         for fr in reversed(self.frames):
@@ -188,12 +194,41 @@ class ExprEmitter:
         return hit
 
     def is_lazy(self, s: Select) -> bool:
-        """Whether a select must branch: an arm reads memory, loops or can fail."""
-        hit = self._lazy.get(s)
-        if hit is None:
-            hit = any(_touches_memory(a) or self.can_fail(a) for a in (s.a, s.b))
-            self._lazy[s] = hit
-        return hit
+        """Whether a select must branch: an arm still has to read memory that may be out
+        of bounds, run a reduction loop, or can fail. Values already computed are free."""
+        return any(self._needs_guard(a) for a in (s.a, s.b))
+
+    def _needs_guard(self, e: Expr) -> bool:
+        stack, seen = [e], set()
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or isinstance(n, (Var, Const, SymRef)):
+                continue
+            seen.add(id(n))
+            if self._lookup(n) is not None:
+                continue
+            if isinstance(n, (Reduce, Check)) or (isinstance(n, Load) and not self.in_bounds(n)):
+                return True
+            if isinstance(n, Binary) and self.can_fail(n) and not (self.can_fail(n.a) or self.can_fail(n.b)):
+                return True  # a division that may fail by itself
+            stack.extend(children(n))
+        return False
+
+    def in_bounds(self, ld: Load) -> bool:
+        """Whether a load is in bounds wherever its vars are (so it may be speculated):
+        every index is a var whose extent is the buffer's dim, or a constant inside it."""
+        shape = self.ctx.buffer_shape(ld.buffer)
+        for i, d in zip(ld.indices, shape):
+            if isinstance(i, Const):
+                if not (i.value == 0 or (isinstance(d, int) and 0 <= i.value < d)):
+                    return False
+            elif isinstance(i, Var):
+                ext = self.var_ext.get(i.name)
+                if ext is None or ext != dim_to_expr(d):
+                    return False
+            else:
+                return False
+        return True
 
     def hoist(self, body: Expr, *, guarded: bool = False) -> None:
         """Emit, at the current position, every non-trivial sub-expression of `body` that
@@ -278,7 +313,7 @@ class ExprEmitter:
         if dt is DType.f16:
             return b.fpext(raw, F32, name=name)
         if dt is DType.bf16:
-            wide = b.shl(b.zext(raw, I32), ir.Constant(I32, 16))
+            wide = b.shl(b.zext(raw, I32, name=f"{name}.bits"), ir.Constant(I32, 16), name=f"{name}.bits")
             return b.bitcast(wide, F32, name=name)
         if dt is DType.bool:
             return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0), name=name)
@@ -297,22 +332,24 @@ class ExprEmitter:
     def _bf16_bits(self, v: ir.Value) -> ir.Value:
         """Round a float to bf16 (nearest even, NaN kept quiet) -> i16 bits."""
         b = self.b
-        u = b.bitcast(v, I32)
-        lsb = b.and_(b.lshr(u, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-        rounded = b.lshr(b.add(u, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
-        quiet = b.or_(b.lshr(u, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
-        isnan = b.fcmp_unordered("uno", v, v)
-        return b.trunc(b.select(isnan, quiet, rounded), I16, name="to.bf16")
+        u = b.bitcast(v, I32, name="bf16.u")
+        hi = b.lshr(u, ir.Constant(I32, 16), name="bf16.hi")
+        lsb = b.and_(hi, ir.Constant(I32, 1), name="bf16.lsb")
+        bias = b.add(lsb, ir.Constant(I32, 0x7FFF), name="bf16.bias")
+        rounded = b.lshr(b.add(u, bias, name="bf16.sum"), ir.Constant(I32, 16), name="bf16.round")
+        quiet = b.or_(hi, ir.Constant(I32, 0x40), name="bf16.qnan")
+        isnan = b.fcmp_unordered("uno", v, v, name="bf16.isnan")
+        return b.trunc(b.select(isnan, quiet, rounded, name="bf16.bits"), I16, name="to.bf16")
 
     def round_to(self, v: ir.Value, dt: DType) -> ir.Value:
         """Round a compute-type float to the precision of f16/bf16 (a no-op otherwise)."""
         b = self.b
         if dt is DType.f16:
-            h = b.fptrunc(v, F16)
+            h = b.fptrunc(v, F16, name="half")
             return b.fpext(h, F32, name="f16")
         if dt is DType.bf16:
             if v.type == F64:
-                v = b.fptrunc(v, F32)
+                v = b.fptrunc(v, F32, name="ftrunc")
             return self.from_storage(self._bf16_bits(v), DType.bf16, "bf16")
         return v
 
@@ -336,14 +373,6 @@ class ExprEmitter:
 
 
 # ---- leaves and structure -----------------------------------------------------------------
-
-
-def _touches_memory(e: Expr) -> bool:
-    hit = e.__dict__.get("_mem")
-    if hit is None:
-        hit = isinstance(e, (Load, Reduce)) or any(_touches_memory(c) for c in children(e))
-        object.__setattr__(e, "_mem", hit)
-    return hit
 
 
 def known_nonzero(e: Expr) -> bool:
@@ -429,7 +458,7 @@ def cast_value(em: ExprEmitter, v: ir.Value, src: DType, dst: DType) -> ir.Value
         return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0), name="tobool")
     if src.is_float and dst.is_float:
         if dst is DType.f16 and v.type == F64:
-            return b.fpext(b.fptrunc(v, F16), F32, name="f16")
+            return b.fpext(b.fptrunc(v, F16, name="half"), F32, name="f16")
         if v.type != dty:
             v = b.fpext(v, dty, name="fext") if dty == F64 else b.fptrunc(v, dty, name="ftrunc")
         return em.round_to(v, dst)
@@ -466,9 +495,11 @@ def _f_mod(em, a, b, e):
     bb = em.b
     r = bb.frem(a, b, name="r")
     zero = ir.Constant(a.type, 0.0)
-    fix = bb.and_(bb.fcmp_ordered("!=", r, zero),
-                  bb.xor(bb.fcmp_ordered("<", r, zero), bb.fcmp_ordered("<", b, zero)))
-    return bb.select(fix, bb.fadd(r, b), r, name="mod")
+    rneg = bb.fcmp_ordered("<", r, zero, name="r.neg")
+    bneg = bb.fcmp_ordered("<", b, zero, name="b.neg")
+    differs = bb.xor(rneg, bneg, name="sign.differs")
+    fix = bb.and_(bb.fcmp_ordered("!=", r, zero, name="r.nz"), differs, name="fix")
+    return bb.select(fix, bb.fadd(r, b, name="r.fixed"), r, name="mod")
 
 
 FLOAT_BINARY: dict[str, BinFn] = {
@@ -522,7 +553,9 @@ def _int_division(kind: str) -> BinFn:
         if em.check_div and not known_nonzero(divisor):
             em.check(bb.icmp_unsigned("!=", b, zero, name="divisor.ok"), ERR_DIV_ZERO, name="div")
         if not signed:
-            return bb.udiv(a, b, name="div") if kind in ("floordiv", "truncdiv") else bb.urem(a, b, name="rem")
+            if kind in ("floordiv", "truncdiv"):
+                return bb.udiv(a, b, name="div")
+            return bb.urem(a, b, name="rem")
         m1 = None
         if not known_positive(divisor):
             m1 = bb.icmp_signed("==", b, minus1, name="by.m1")
@@ -530,13 +563,14 @@ def _int_division(kind: str) -> BinFn:
         q = bb.sdiv(a, b, name="q")
         r = bb.srem(a, b, name="r")
         if kind in ("floordiv", "mod"):
-            fix = bb.and_(bb.icmp_signed("!=", r, zero), bb.icmp_signed("<", bb.xor(r, b), zero), name="fix")
+            differs = bb.icmp_signed("<", bb.xor(r, b, name="signs"), zero, name="sign.differs")
+            fix = bb.and_(bb.icmp_signed("!=", r, zero, name="r.nz"), differs, name="fix")
             if kind == "floordiv":
-                q = bb.sub(q, bb.zext(fix, ty), name="floordiv")
+                q = bb.sub(q, bb.zext(fix, ty, name="fix.i"), name="floordiv")
             else:
-                r = bb.select(fix, bb.add(r, b), r, name="mod")
+                r = bb.select(fix, bb.add(r, b, name="r.fixed"), r, name="mod")
         if kind in ("floordiv", "truncdiv"):
-            return q if m1 is None else bb.select(m1, bb.sub(zero, a), q, name="div")
+            return q if m1 is None else bb.select(m1, bb.sub(zero, a, name="neg"), q, name="div")
         return r if m1 is None else bb.select(m1, zero, r, name="rem")
     return fn
 
@@ -548,11 +582,11 @@ def _shift(kind: str) -> BinFn:
         width = ir.Constant(ty, ty.width)
         big = bb.icmp_unsigned(">=", b, width, name="overshift")
         if kind == "shl":
-            return bb.select(big, ir.Constant(ty, 0), bb.shl(a, b), name="shl")
+            return bb.select(big, ir.Constant(ty, 0), bb.shl(a, b, name="shl.raw"), name="shl")
         if e.dtype.is_signed:
-            amt = bb.select(big, ir.Constant(ty, ty.width - 1), b)
+            amt = bb.select(big, ir.Constant(ty, ty.width - 1), b, name="amount")
             return bb.ashr(a, amt, name="shr")
-        return bb.select(big, ir.Constant(ty, 0), bb.lshr(a, b), name="shr")
+        return bb.select(big, ir.Constant(ty, 0), bb.lshr(a, b, name="shr.raw"), name="shr")
     return fn
 
 
@@ -603,25 +637,55 @@ def _fconst(x: ir.Value, v: float) -> ir.Constant:
     return ir.Constant(x.type, v)
 
 
+def _exp(em: ExprEmitter, x: ir.Value, e: Unary | None = None) -> ir.Value:
+    """exp; for f32 a branch-free Cephes-style polynomial that the loop vectorizer can
+    widen (libm's expf stays scalar), within ~1 ulp over the whole range; f64 uses libm."""
+    if x.type != F32:
+        return em.intr("llvm.exp", [x], label="exp")
+    b = em.b
+
+    def c(v: float) -> ir.Constant:
+        return ir.Constant(F32, v)
+
+    xc = em.intr("llvm.minnum", [em.intr("llvm.maxnum", [x, c(-104.0)], label="exp.lo"), c(89.0)],
+                 label="exp.x")
+    n = em.intr("llvm.roundeven", [b.fmul(xc, c(1.44269504088896341), name="exp.t")], label="exp.n")
+    r = b.fsub(xc, b.fmul(n, c(0.693359375), name="exp.hi"), name="exp.r")
+    r = b.fsub(r, b.fmul(n, c(-2.12194440e-4), name="exp.lo"), name="exp.r")
+    p = c(1.9875691500e-4)
+    for k in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = b.fadd(b.fmul(p, r, name="exp.p"), c(k), name="exp.p")
+    r2 = b.fmul(r, r, name="exp.r2")
+    y = b.fadd(b.fadd(b.fmul(p, r2, name="exp.p"), r, name="exp.p"), c(1.0), name="exp.poly")
+    # y * 2**n in two steps, so n in [-150, 129] neither overflows nor flushes early
+    ni = b.fptosi(n, I32, name="exp.ni")
+    n1 = b.ashr(ni, ir.Constant(I32, 1), name="exp.n1")
+    n2 = b.sub(ni, n1, name="exp.n2")
+    for k in (n1, n2):
+        bits = b.shl(b.add(k, ir.Constant(I32, 127), name="exp.e"), ir.Constant(I32, 23), name="exp.e")
+        y = b.fmul(y, b.bitcast(bits, F32, name="exp.scale"), name="exp.y")
+    return b.select(b.fcmp_unordered("uno", x, x, name="exp.isnan"), x, y, name="exp")
+
+
 def _sigmoid(em, x, e):
     b = em.b
-    t = em.intr("llvm.exp", [b.fneg(x)], label="exp")
-    return b.fdiv(_fconst(x, 1.0), b.fadd(_fconst(x, 1.0), t), name="sigmoid")
+    t = _exp(em, b.fneg(x, name="negx"))
+    return b.fdiv(_fconst(x, 1.0), b.fadd(_fconst(x, 1.0), t, name="onep"), name="sigmoid")
 
 
 def _softplus(em, x, e):
     # max(x, 0) + log1p(exp(-|x|)), stable for large |x|
     b = em.b
     ax = em.intr("llvm.fabs", [x], label="abs")
-    t = em.libm("log1p", em.intr("llvm.exp", [b.fneg(ax)], label="exp"))
+    t = em.libm("log1p", _exp(em, b.fneg(ax, name="negabs")))
     return b.fadd(em.intr("llvm.maxnum", [x, _fconst(x, 0.0)], label="pos"), t, name="softplus")
 
 
 def _fsign(em, x, e):
     b = em.b
     z = _fconst(x, 0.0)
-    neg = b.select(b.fcmp_ordered("<", x, z), _fconst(x, -1.0), x)
-    return b.select(b.fcmp_ordered(">", x, z), _fconst(x, 1.0), neg, name="sign")
+    neg = b.select(b.fcmp_ordered("<", x, z, name="isneg"), _fconst(x, -1.0), x, name="sign.neg")
+    return b.select(b.fcmp_ordered(">", x, z, name="ispos"), _fconst(x, 1.0), neg, name="sign")
 
 
 def _intrinsic1(name: str) -> UnFn:
@@ -639,7 +703,7 @@ FLOAT_UNARY: dict[str, UnFn] = {
     "neg": lambda em, x, e: em.b.fneg(x, name="neg"),
     "abs": _intrinsic1("llvm.fabs"),
     "sqrt": _intrinsic1("llvm.sqrt"),
-    "exp": _intrinsic1("llvm.exp"),
+    "exp": _exp,
     "log": _intrinsic1("llvm.log"),
     "sin": _intrinsic1("llvm.sin"),
     "cos": _intrinsic1("llvm.cos"),
@@ -651,8 +715,8 @@ FLOAT_UNARY: dict[str, UnFn] = {
     "softplus": _softplus,
     "recip": lambda em, x, e: em.b.fdiv(_fconst(x, 1.0), x, name="recip"),
     "sign": _fsign,
-    "relu": lambda em, x, e: em.b.select(em.b.fcmp_ordered("<", x, _fconst(x, 0.0)), _fconst(x, 0.0), x,
-                                         name="relu"),
+    "relu": lambda em, x, e: em.b.select(em.b.fcmp_ordered("<", x, _fconst(x, 0.0), name="isneg"),
+                                         _fconst(x, 0.0), x, name="relu"),
     "isnan": lambda em, x, e: em.b.fcmp_unordered("uno", x, x, name="isnan"),
     "isinf": lambda em, x, e: em.b.fcmp_ordered("==", em.intr("llvm.fabs", [x], label="abs"),
                                                 _fconst(x, math.inf), name="isinf"),
@@ -664,9 +728,9 @@ def _isign(em, x, e):
     b = em.b
     zero = ir.Constant(x.type, 0)
     if not e.dtype.is_signed:
-        return b.zext(b.icmp_unsigned("!=", x, zero), x.type, name="sign")
-    pos = b.zext(b.icmp_signed(">", x, zero), x.type)
-    neg = b.zext(b.icmp_signed("<", x, zero), x.type)
+        return b.zext(b.icmp_unsigned("!=", x, zero, name="nz"), x.type, name="sign")
+    pos = b.zext(b.icmp_signed(">", x, zero, name="ispos"), x.type, name="pos")
+    neg = b.zext(b.icmp_signed("<", x, zero, name="isneg"), x.type, name="neg")
     return b.sub(pos, neg, name="sign")
 
 
@@ -676,7 +740,8 @@ def _identity(em, x, e):
 
 INT_UNARY: dict[str, UnFn] = {
     "neg": lambda em, x, e: em.b.sub(ir.Constant(x.type, 0), x, name="neg"),
-    "abs": lambda em, x, e: em.intr("llvm.abs", [x, ir.Constant(I1, 0)], label="abs") if e.dtype.is_signed else x,
+    "abs": lambda em, x, e: em.intr("llvm.abs", [x, ir.Constant(I1, 0)], label="abs")
+    if e.dtype.is_signed else x,
     "floor": _identity, "ceil": _identity, "round": _identity, "trunc": _identity,
     "sign": _isign,
     "relu": lambda em, x, e: em.intr("llvm.smax", [x, ir.Constant(x.type, 0)], label="relu")
@@ -750,7 +815,7 @@ def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
         for k, (v, ext) in enumerate(e.vars):
             n = em.emit(ext)
             idx = st.enter_context(for_range(b, n, v.name, guard=True))
-            em.push({v.name: idx})
+            em.push({v.name: idx}, {v.name: ext})
             st.callback(em.pop)
             if k + 1 < len(e.vars):
                 em.hoist(e.body, guarded=True)
@@ -773,20 +838,21 @@ def _arg_reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
     em.hoist(e.body, guarded=True)
     n = em.emit(ext)
     with for_range(b, n, v.name, guard=True) as idx:
-        em.push({v.name: idx})
+        em.push({v.name: idx}, {v.name: ext})
         x = em.emit(e.body)
         cur = b.load(best, name="best")
         op = ">" if e.op == "argmax" else "<"
         if dt.is_float:
-            better = b.fcmp_ordered(op, x, cur)
-            nan_first = b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", cur, cur))
+            better = b.fcmp_ordered(op, x, cur, name="better")
+            nan_first = b.and_(b.fcmp_unordered("uno", x, x, name="isnan"),
+                               b.fcmp_ordered("ord", cur, cur, name="best.ord"), name="nan.first")
             better = b.or_(better, nan_first, name="better")
         elif dt.is_signed and dt is not DType.bool:
             better = b.icmp_signed(op, x, cur, name="better")
         else:
             better = b.icmp_unsigned(op, x, cur, name="better")
-        b.store(b.select(better, x, cur), best)
-        b.store(b.select(better, idx, b.load(where)), where)
+        b.store(b.select(better, x, cur, name="best.new"), best)
+        b.store(b.select(better, idx, b.load(where, name="idx"), name="idx.new"), where)
         em.pop()
     return b.load(where, name=e.op)
 

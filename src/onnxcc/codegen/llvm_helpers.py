@@ -75,7 +75,8 @@ def loop_nest(builder: ir.IRBuilder, counts: Sequence[ir.Value], names: Sequence
               guard: bool = True) -> Iterator[tuple[ir.Value, ...]]:
     """Nested `for_range`s, outermost first; yields the induction variables."""
     with ExitStack() as stack:
-        idxs = tuple(stack.enter_context(for_range(builder, c, n, guard=guard)) for c, n in zip(counts, names))
+        idxs = tuple(stack.enter_context(for_range(builder, c, n, guard=guard))
+                     for c, n in zip(counts, names, strict=True))
         yield idxs
 
 
@@ -147,6 +148,16 @@ def intrinsic(module: ir.Module, name: str, ret: ir.Type, args: Sequence[ir.Type
     -> `@llvm.exp.f32`; `overload` lists the types that form the name suffix (default: ret)."""
     suffix = ".".join(t.intrinsic_name for t in (overload if overload is not None else [ret]))
     return get_or_declare(module, f"{name}.{suffix}", ir.FunctionType(ret, list(args)))
+
+
+def name_unnamed(fn: ir.Function) -> None:
+    """Give every unnamed value of `fn` its opcode as a name (readable dumps: `%fmul.3`
+    rather than `%.17`)."""
+    for block in fn.blocks:
+        for instr in block.instructions:
+            anonymous = not instr.name or instr.name.lstrip(".").isdigit()  # llvmlite names them ".N"
+            if anonymous and not isinstance(instr.type, ir.VoidType):
+                instr.name = instr.opname.split()[0]
 
 
 def set_name(value: ir.Value, name: str) -> ir.Value:

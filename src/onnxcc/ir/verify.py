@@ -32,7 +32,8 @@ def verify_function(f: Function, declared: set[str]) -> None:
         _check_symbols(t.symbols(), declared, f"@{f.name} result {i}")
     _check_symbols(sympy.sympify(f.guard).free_symbols, declared, f"@{f.name} guard")
     for k, v in f.subs.items():
-        _check_symbols(sympy.sympify(k).free_symbols | sympy.sympify(v).free_symbols, declared, f"@{f.name} subs")
+        syms = sympy.sympify(k).free_symbols | sympy.sympify(v).free_symbols
+        _check_symbols(syms, declared, f"@{f.name} subs")
     defined: set[int] = {id(a) for a in f.params}
     _verify_block(f.body, defined, declared, terminator="return", where=f"@{f.name}")
     ret = f.body.ops[-1]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 import numpy as np
 import sympy
@@ -347,8 +347,8 @@ class Reduce(Expr):
 
 # ---- construction helpers -----------------------------------------------------------------
 
-Scalar = Union[bool, int, float]
-ExprLike = Union[Expr, bool, int, float]
+Scalar = bool | int | float
+ExprLike = Expr | bool | int | float
 
 
 def lift(x: ExprLike, like: DType) -> Expr:
@@ -405,11 +405,9 @@ def binary(op: str, a: ExprLike, b: ExprLike) -> Expr:
         if (ca is not None and cb is not None and a.dtype is I64 and op in _FOLD
                 and not (op in DIVISIONS and cb == 0)):
             return Const(_FOLD[op](ca, cb), a.dtype)
-        if op == "add" and cb == 0 or op == "sub" and cb == 0 or op == "mul" and cb == 1:
+        if (op in ("add", "sub") and cb == 0) or (op in ("mul", "floordiv", "div", "truncdiv") and cb == 1):
             return a
-        if op in ("floordiv", "div", "truncdiv") and cb == 1:
-            return a
-        if op == "add" and ca == 0 or op == "mul" and ca == 1:
+        if (op == "add" and ca == 0) or (op == "mul" and ca == 1):
             return b
         if op == "mul" and (ca == 0 or cb == 0):
             return Const(0, a.dtype)
@@ -474,9 +472,6 @@ def floor(x: Expr) -> Expr: return Unary("floor", x)
 def ceil(x: Expr) -> Expr: return Unary("ceil", x)
 
 
-AxisLike = Union[tuple[Union[Var, str], Union[Expr, Dim]], Var]
-
-
 def _axes(vars: Iterable[tuple[Var | str, Expr | Dim]]) -> tuple[tuple[Var, Expr], ...]:
     out = []
     for v, ext in vars:
@@ -519,6 +514,41 @@ def wrap_index(idx: Expr, extent: Expr | Dim, *, negative: bool = True, checked:
 
 def clamp(x: ExprLike, lo: ExprLike, hi: ExprLike) -> Expr:
     return minimum(maximum(x, lo), hi)
+
+
+def broadcast_indices(out_idx: Iterable[ExprLike], in_shape: Iterable[Dim]) -> tuple[Expr, ...]:
+    """Indices into an input of a numpy-broadcasting op: the trailing `len(in_shape)` output
+    indices, with 0 for input dims that are the constant 1. (Whether a symbolic dim is 1 is
+    decided before lowering: versions specialise it.)"""
+    out = [lift(i, I64) for i in out_idx]
+    shape = list(in_shape)
+    if len(shape) > len(out):
+        raise ValueError(f"input rank {len(shape)} exceeds output rank {len(out)}")
+    tail = out[len(out) - len(shape):]
+    return tuple(Const(0, I64) if (isinstance(d, int) and d == 1) else i for i, d in zip(tail, shape))
+
+
+def flatten_index(idx: Iterable[ExprLike], shape: Iterable[Dim]) -> Expr:
+    """The row-major flat position of `idx` in `shape`."""
+    flat: Expr = Const(0, I64)
+    for i, d in zip(idx, shape):
+        flat = binary("add", binary("mul", flat, dim_to_expr(d)), lift(i, I64))
+    return flat
+
+
+def unflatten_index(flat: ExprLike, shape: Iterable[Dim]) -> tuple[Expr, ...]:
+    """The index in `shape` of row-major position `flat` (Reshape lowers as
+    `Y[o...] = X[unflatten_index(flatten_index(o, Y.shape), X.shape)]`)."""
+    dims = [dim_to_expr(d) for d in shape]
+    rest = lift(flat, I64)
+    out: list[Expr] = []
+    for k in range(len(dims) - 1, -1, -1):
+        if k == 0:
+            out.append(rest)
+        else:
+            out.append(binary("mod", rest, dims[k]))
+            rest = binary("floordiv", rest, dims[k])
+    return tuple(reversed(out))
 
 
 # ---- dims -> expressions ------------------------------------------------------------------

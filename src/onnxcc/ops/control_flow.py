@@ -27,7 +27,7 @@ import sympy
 from ..errors import UnsupportedOp, VerifyError
 from ..ir import Block, DType, Op, TensorType, evaluate
 from .registry import InferCtx, OpDef, RefCtx, onnx_inputs, register
-from .shape import const_value, fresh_dim, known_dims, norm_axis
+from .shape import const_value, fresh_dim, known_dims, norm_axis, simplify
 
 BOOL0 = TensorType(DType.bool, ())
 I640 = TensorType(DType.i64, ())
@@ -177,7 +177,7 @@ class IfOp(OpDef):
                 raise UnsupportedOp("If", "", ctx.loc, f"result {k} has rank {at.rank} in then_branch and "
                                     f"{bt.rank} in else_branch")
             shape = [d if ctx.symbols.prove_eq(d, e) is True else
-                     fresh_dim(ctx, "if", f"result {k} dim {j} is {d} or {e} depending on the branch", k, j)
+                     fresh_dim(ctx, "branch", f"result {k} dim {j} is {d} or {e} depending on the branch", k, j)
                      for j, (d, e) in enumerate(zip(at.shape, bt.shape))]
             out.append(at.with_shape(shape))
         return out
@@ -293,7 +293,7 @@ class LoopOp(OpDef):
         m = m[0] if m is not None and len(m) == 1 else None
         stops_early = lay.cond is not None and not (_const_true(ctx, lay.cond) and _yields_true(body))
         if m is not None and not stops_early:
-            return sympy.Max(0, m) if not isinstance(m, int) else max(m, 0)
+            return max(m, 0) if isinstance(m, int) else simplify(ctx.symbols, sympy.Max(0, m))
         s = fresh_dim(ctx, "iters", "trip count of the loop (data-dependent)", first_scan, 0)
         if isinstance(m, int):
             info = ctx.symbols[s.name]
@@ -355,6 +355,8 @@ def _const_true(ctx: InferCtx, i: int) -> bool:
 def _yields_true(body: Block) -> bool:
     """Whether the body's condition is always true (passes its cond arg through, or a true constant)."""
     y = _yields(body)[0]
+    while getattr(y, "op", None) is not None and y.op.name == "onnx.Identity":
+        y = y.op.operands[0]
     if y is body.args[1]:
         return True
     owner = getattr(y, "op", None)

@@ -5,18 +5,24 @@ Table-driven: `unary(...)` and `binary(...)` turn one math function each into an
 A math function takes the (f16 -> f32 widened) numpy operands and `attr`, the op's
 attribute getter, and returns the result; the factory casts it to the result dtype.
 Value rules (`value=`) take the InferCtx and one element per operand (a Dim) and return
-the result element or None; they make integer shape arithmetic propagate symbolically.
+the result element or None; they make integer shape arithmetic propagate symbolically
+(bool results are tracked as 0/1, so Equal -> Where chains fold too).
+
+Every OpDef here also carries `math`, its numpy math function, for reuse by lowering and
+constant folding. The helpers at the top (widen, cast_out, same_dtype, unidirectional,
+results_between, map_values) are shared by the other compute families.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import reduce
-from typing import Callable
 
 import numpy as np
 import sympy
 
+from ..errors import UnsupportedOp, VerifyError
 from ..ir import DType, TensorType, canon
 from .dtypes import onnx_dtype
 from .registry import InferCtx, RefCtx, define, onnx_inputs
@@ -55,6 +61,16 @@ def unidirectional(ctx: InferCtx, target: tuple, src: tuple, what: str) -> None:
         if isinstance(d, int) and d == 1:
             continue
         ctx.require_eq(target[off + i], d, f"{what} dim {i}")
+
+
+def results_between(lo: int, hi: int) -> Callable:
+    """An OpDef.verify for ops with a variable number of results (optional outputs)."""
+
+    def verify(op) -> None:
+        if not lo <= len(op.results) <= hi:
+            raise VerifyError(f"expects {lo} to {hi} results, got {len(op.results)}", op)
+
+    return verify
 
 
 def map_values(ctx: InferCtx, fn: Callable, operands) -> list[np.ndarray | None] | None:
@@ -186,9 +202,9 @@ _NOATTR = {
     "Log": np.log, "Tanh": np.tanh, "Sigmoid": _sigmoid, "Floor": np.floor, "Ceil": np.ceil,
     "Round": np.round, "Sign": np.sign, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin,
     "Acos": np.arccos, "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
-    "Acosh": np.arccosh, "Atanh": np.arctanh, "Softplus": _softplus, "Softsign": lambda x: x / (1 + np.abs(x)),
-    "Relu": lambda x: np.maximum(x, 0), "Mish": lambda x: x * np.tanh(_softplus(x)), "Erf": _erf,
-    "BitwiseNot": np.invert,
+    "Acosh": np.arccosh, "Atanh": np.arctanh, "Softplus": _softplus,
+    "Softsign": lambda x: x / (1 + np.abs(x)), "Relu": lambda x: np.maximum(x, 0),
+    "Mish": lambda x: x * np.tanh(_softplus(x)), "Erf": _erf, "BitwiseNot": np.invert,
 }
 _VALUE_RULES = {"Neg": lambda ctx, v: -v, "Abs": _abs_value, "Relu": _relu_value, "Sign": _sign_value}
 
@@ -322,7 +338,7 @@ def _prelu_infer(ctx: InferCtx):
     return [ctx.in_types[0].with_dtype(dt)]
 
 
-define("onnx.PRelu", infer=_prelu_infer, kind="broadcast", arity=2,
+define("onnx.PRelu", infer=_prelu_infer, kind="broadcast", arity=2, math=prelu,
        reference=lambda ctx, x, s: [cast_out(ctx, prelu(widen(x), widen(s)))])
 
 
@@ -361,15 +377,19 @@ def _where_infer(ctx: InferCtx):
     return [TensorType(dt, ctx.broadcast(*(t.shape for t in ctx.in_types)))]
 
 
-define("onnx.Where", infer=_where_infer, kind="broadcast", arity=3,
-       reference=lambda ctx, c, x, y: [cast_out(ctx, np.where(c, x, y))],
-       value=lambda ctx: map_values(ctx, lambda _, c, x, y: x if c else y, [0, 1, 2])
-       if ctx.known_ints(0) is not None else None)
+def _where_value(ctx: InferCtx):
+    if ctx.known_ints(0) is None:  # the condition must be decided (0/1) everywhere
+        return None
+    return map_values(ctx, lambda _, c, x, y: x if c else y, [0, 1, 2])
+
+
+define("onnx.Where", infer=_where_infer, value=_where_value, kind="broadcast", arity=3, math=np.where,
+       reference=lambda ctx, c, x, y: [cast_out(ctx, np.where(c, x, y))])
 
 
 # ---- CastLike, Clip, Dropout ---------------------------------------------------------------------
 
-define("onnx.CastLike", kind="elementwise", arity=2,
+define("onnx.CastLike", kind="broadcast", arity=2,
        infer=lambda ctx: [ctx.in_types[0].with_dtype(ctx.in_types[1].dtype)],
        reference=lambda ctx, x, like: [cast_out(ctx, x)],
        value=lambda ctx: map_values(ctx, lambda _, v: v, [0]) if ctx.in_types[1].dtype.is_int else None)
@@ -423,7 +443,7 @@ def _clip_value(ctx: InferCtx):
     return map_values(ctx, rule, [0])
 
 
-define("onnx.Clip", infer=_clip_infer, reference=_clip_ref, value=_clip_value, kind="elementwise",
+define("onnx.Clip", infer=_clip_infer, reference=_clip_ref, value=_clip_value, kind="broadcast",
        arity=(1, 3), math=clip)
 
 
@@ -432,17 +452,14 @@ def _dropout_infer(ctx: InferCtx):
     return [t, t.with_dtype(DType.bool)][: len(ctx.op.results)]
 
 
-def _dropout_ref(ctx: RefCtx, x, *rest):
-    # NOTE: inference semantics (training_mode false): the output is the input, the mask all true
+def _dropout_ref(ctx: RefCtx, *args):
+    x, ratio, training = (onnx_inputs(ctx.op, list(args)) + [None, None])[:3]
+    if training is not None and bool(np.asarray(training).reshape(-1)[0]) and \
+            (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0):
+        raise UnsupportedOp("Dropout", "", ctx.op.loc, "training_mode true (random masking) is not supported")
+    # inference: the output is the input, the mask all true
     return [x, np.ones(x.shape, dtype=bool)][: len(ctx.op.results)]
 
 
-def _dropout_verify(op):
-    from ..errors import VerifyError
-
-    if len(op.results) not in (1, 2):
-        raise VerifyError(f"expects 1 or 2 results, got {len(op.results)}", op)
-
-
 define("onnx.Dropout", infer=_dropout_infer, reference=_dropout_ref, kind="elementwise", arity=(1, 3),
-       num_results=None, verify=_dropout_verify)
+       num_results=None, verify=results_between(1, 2))

@@ -142,9 +142,10 @@ def _einsum_infer(ctx: InferCtx):
     sizes: dict[str, object] = {}
     for t, labels in zip(ctx.in_types, terms):
         for lab, d in zip(labels, t.shape):
-            if lab not in sizes or (isinstance(sizes[lab], int) and sizes[lab] == 1 and lab.startswith("...")):
+            ell = lab.startswith("...")
+            if lab not in sizes or (ell and isinstance(sizes[lab], int) and sizes[lab] == 1):
                 sizes[lab] = d
-            elif not (lab.startswith("...") and isinstance(d, int) and d == 1):
+            elif not (ell and isinstance(d, int) and d == 1):
                 sizes[lab] = ctx.require_eq(sizes[lab], d, f"einsum label {lab!r}")
     missing = [lab for lab in out if lab not in sizes]
     if missing:

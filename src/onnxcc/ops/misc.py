@@ -196,7 +196,8 @@ class SpaceToDepthOp(OpDef):
     def reference(self, ctx, x):
         b = ctx.attr("blocksize")
         n, c, h, w = x.shape
-        t = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        perm = (0, 3, 5, 1, 2, 4) if ctx.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)  # CRD: opset 24
+        t = x.reshape(n, c, h // b, b, w // b, b).transpose(perm)
         return [t.reshape(n, c * b * b, h // b, w // b)]
 
 

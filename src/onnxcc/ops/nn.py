@@ -12,7 +12,7 @@ import numpy as np
 import sympy
 
 from ..ir import DType, TensorType, canon
-from .elementwise import cast_out, same_dtype, unidirectional, widen
+from .elementwise import cast_out, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
 
 # ---- window arithmetic on Dims ---------------------------------------------------------------------
@@ -100,7 +100,8 @@ def _require_positive(ctx: InferCtx, dims, first_axis: int = 2) -> None:
         if p is True:
             continue
         if p is False or isinstance(d, int):
-            raise ctx.error(f"output dim {first_axis + i} is {d}, expected >= 1 (input smaller than the window)")
+            raise ctx.error(f"output dim {first_axis + i} is {d}, expected >= 1 "
+                            "(input smaller than the window)")
         ctx.require(sympy.Ge(d, 1), f"output dim {first_axis + i} >= 1 (input at least the window size)")
 
 
@@ -125,8 +126,8 @@ def conv(x, w, b, strides, pads_begin, pads_end, dilations, group: int):
     wg = w.reshape(group, m // group, c // group, *kernel)
     y = np.zeros((n, group, m // group, *outs), dtype=np.result_type(x, w))
     for k in np.ndindex(*kernel):
-        sl = tuple(slice(k[i] * dilations[i], k[i] * dilations[i] + strides[i] * (outs[i] - 1) + 1, strides[i])
-                   for i in range(nd))
+        sl = tuple(slice(k[i] * dilations[i], k[i] * dilations[i] + strides[i] * (outs[i] - 1) + 1,
+                         strides[i]) for i in range(nd))
         y += np.einsum("ngc...,gmc->ngm...", xg[(Ellipsis,) + sl], wg[(Ellipsis,) + k])
     y = y.reshape(n, m, *outs)
     if b is not None:
@@ -134,7 +135,7 @@ def conv(x, w, b, strides, pads_begin, pads_end, dilations, group: int):
     return y
 
 
-def _conv_kernel(ctx, w_shape, nd: int) -> list:
+def _conv_kernel(ctx, w_shape) -> list:
     ks = ctx.attr("kernel_shape")
     return list(w_shape[2:]) if ks is None else list(ks)
 
@@ -146,7 +147,7 @@ def _conv_infer(ctx: InferCtx):
     if w.rank != x.rank:
         raise ctx.error(f"w must have rank {x.rank} like x, got {w}")
     group = ctx.attr("group", 1)
-    win = _window_attrs(ctx, nd, _conv_kernel(ctx, w.shape, nd))
+    win = _window_attrs(ctx, nd, _conv_kernel(ctx, w.shape))
     _check_lengths(ctx, win, nd)
     for i, k in enumerate(win["kernel"]):
         ctx.require_eq(w.shape[2 + i], k, f"kernel_shape[{i}] vs w dim {2 + i}")
@@ -167,7 +168,7 @@ def _conv_infer(ctx: InferCtx):
 
 def _conv_ref(ctx: RefCtx, x, w, b=None):
     nd = x.ndim - 2
-    win = _window_attrs(ctx, nd, _conv_kernel(ctx, w.shape, nd))
+    win = _window_attrs(ctx, nd, _conv_kernel(ctx, w.shape))
     _, pb, pe = window_geometry(x.shape[2:], win["kernel"], win["strides"], win["dilations"], win["pads"],
                                 win["auto_pad"])
     y = conv(widen(x), widen(w), None if b is None else widen(b), win["strides"], pb, pe, win["dilations"],
@@ -207,7 +208,7 @@ def conv_transpose(x, w, b, strides, pads_begin, out_dims, dilations, group: int
 def conv_transpose_geometry(ctx, in_dims, w_shape) -> tuple[list, list]:
     """(out_dims, pads_begin) of a ConvTranspose, per the ONNX spec."""
     nd = len(in_dims)
-    kernel = _conv_kernel(ctx, w_shape, nd)
+    kernel = _conv_kernel(ctx, w_shape)
     strides = _ints_attr(ctx, "strides", nd, 1)
     dil = _ints_attr(ctx, "dilations", nd, 1)
     opad = _ints_attr(ctx, "output_padding", nd, 0)
@@ -317,7 +318,7 @@ def _pool_infer(ctx: InferCtx):
     if ctx.attr("kernel_shape") is None:
         raise ctx.error("attribute 'kernel_shape' is required")
     _check_lengths(ctx, _window_attrs(ctx, x.rank - 2, list(ctx.attr("kernel_shape"))), x.rank - 2)
-    win, (outs, _, _) = _pool_geometry(ctx, x.shape[2:])
+    _, (outs, _, _) = _pool_geometry(ctx, x.shape[2:])
     _require_positive(ctx, outs)
     y = x.with_shape((x.shape[0], x.shape[1], *outs))
     return [y, y.with_dtype(DType.i64)][: len(ctx.op.results)]
@@ -333,18 +334,8 @@ def _pool_ref(mode: str):
     return reference
 
 
-def _results_verify(max_results: int):
-    def verify(op):
-        from ..errors import VerifyError
-
-        if not 1 <= len(op.results) <= max_results:
-            raise VerifyError(f"expects 1 to {max_results} results, got {len(op.results)}", op)
-
-    return verify
-
-
 define("onnx.MaxPool", infer=_pool_infer, reference=_pool_ref("max"), kind="reduction", arity=1,
-       num_results=None, verify=_results_verify(2), math=pool)
+       num_results=None, verify=results_between(1, 2), math=pool)
 define("onnx.AveragePool", infer=_pool_infer, reference=_pool_ref("avg"), kind="reduction", arity=1,
        math=pool)
 

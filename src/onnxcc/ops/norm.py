@@ -1,4 +1,4 @@
-"""Normalizations: BatchNormalization (inference form), InstanceNormalization,
+"""Normalizations: BatchNormalization (inference and training form), InstanceNormalization,
 LayerNormalization (optional Mean / InvStdDev outputs), GroupNormalization (opset 18 per-group
 and opset 21 per-channel scale), LpNormalization and LRN. Registered on import (nn.py imports
 this module)."""
@@ -8,25 +8,17 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from ..errors import VerifyError
 from ..ir import TensorType
 from .dtypes import onnx_dtype
-from .elementwise import cast_out, same_dtype, unidirectional, widen
+from .elementwise import cast_out, results_between, same_dtype, unidirectional, widen
 from .registry import InferCtx, RefCtx, define
-
-
-def _results_verify(max_results: int):
-    def verify(op):
-        if not 1 <= len(op.results) <= max_results:
-            raise VerifyError(f"expects 1 to {max_results} results, got {len(op.results)}", op)
-
-    return verify
 
 
 def lp_normalize(x, axis: int, p: int):
     norm = np.sum(np.abs(x), axis=axis, keepdims=True) if p == 1 else \
         np.sqrt(np.sum(x * x, axis=axis, keepdims=True))
-    return x / norm
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(norm == 0, 0, x / norm)  # a zero vector stays zero
 
 
 def _lp_infer(ctx: InferCtx):
@@ -38,8 +30,12 @@ def _lp_infer(ctx: InferCtx):
     return [t]
 
 
-define("onnx.LpNormalization", infer=_lp_infer, kind="reduction", arity=1, math=lp_normalize,
-       reference=lambda ctx, x: [cast_out(ctx, lp_normalize(widen(x), ctx.attr("axis", -1), ctx.attr("p", 2)))])
+def _lp_ref(ctx: RefCtx, x):
+    return [cast_out(ctx, lp_normalize(widen(x), ctx.attr("axis", -1), ctx.attr("p", 2)))]
+
+
+define("onnx.LpNormalization", infer=_lp_infer, reference=_lp_ref, kind="reduction", arity=1,
+       math=lp_normalize)
 
 
 def _channel_params(ctx: InferCtx, first: int, what: tuple[str, ...]) -> None:
@@ -59,16 +55,36 @@ def batch_norm(x, scale, bias, mean, var, epsilon: float):
     return (x - mean.reshape(shp)) * inv * scale.reshape(shp) + bias.reshape(shp)
 
 
+def batch_norm_training(x, scale, bias, mean, var, epsilon: float, momentum: float):
+    """Training-form BatchNormalization: normalize with the batch statistics; returns
+    (y, running_mean, running_var) with the running statistics updated by `momentum`."""
+    axes = (0, *range(2, x.ndim))
+    cur_mean, cur_var = x.mean(axis=axes), x.var(axis=axes)
+    y = batch_norm(x, scale, bias, cur_mean, cur_var, epsilon)
+    return y, mean * momentum + cur_mean * (1 - momentum), var * momentum + cur_var * (1 - momentum)
+
+
+def _bn_training(op) -> bool:
+    return bool(op.attrs.get("training_mode", 0)) or len(op.results) > 1
+
+
 def _bn_infer(ctx: InferCtx):
-    if ctx.attr("training_mode", 0) or len(ctx.op.results) > 1:
-        raise ctx.error("training mode (running mean / variance outputs) is not supported")
     _channel_params(ctx, 1, ("scale", "b", "input_mean", "input_var"))
-    return [ctx.in_types[0]]
+    if not _bn_training(ctx.op):
+        return [ctx.in_types[0]]
+    return [ctx.in_types[0], ctx.in_types[3], ctx.in_types[4]][: len(ctx.op.results)]
 
 
-define("onnx.BatchNormalization", infer=_bn_infer, kind="broadcast", arity=5, math=batch_norm,
-       reference=lambda ctx, x, s, b, m, v: [cast_out(ctx, batch_norm(
-           widen(x), widen(s), widen(b), widen(m), widen(v), float(ctx.attr("epsilon", 1e-5))))])
+def _bn_ref(ctx: RefCtx, x, s, b, m, v):
+    args = (widen(x), widen(s), widen(b), widen(m), widen(v), float(ctx.attr("epsilon", 1e-5)))
+    if not _bn_training(ctx.op):
+        return [cast_out(ctx, batch_norm(*args))]
+    outs = batch_norm_training(*args, float(ctx.attr("momentum", 0.9)))
+    return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
+
+
+define("onnx.BatchNormalization", infer=_bn_infer, reference=_bn_ref, kind="broadcast", arity=5,
+       num_results=None, verify=results_between(1, 3), math=batch_norm)
 
 
 def instance_norm(x, scale, bias, epsilon: float):
@@ -80,7 +96,8 @@ def instance_norm(x, scale, bias, epsilon: float):
 
 
 def _in_infer(ctx: InferCtx):
-    _spatial_input(ctx)
+    if ctx.in_types[0].rank < 3:
+        raise ctx.error(f"x must be (N, C, spatial...) with rank >= 3, got {ctx.in_types[0]}")
     same_dtype(ctx)
     _channel_params(ctx, 1, ("scale", "b"))
     return [ctx.in_types[0]]
@@ -131,7 +148,7 @@ def _ln_ref(ctx: RefCtx, x, scale, bias=None):
 
 
 define("onnx.LayerNormalization", infer=_ln_infer, reference=_ln_ref, kind="reduction", arity=(2, 3),
-       num_results=None, verify=_results_verify(3), math=layer_norm)
+       num_results=None, verify=results_between(1, 3), math=layer_norm)
 
 
 def group_norm(x, scale, bias, groups: int, epsilon: float, stash: np.dtype):
@@ -193,6 +210,10 @@ def _lrn_infer(ctx: InferCtx):
     return [ctx.in_types[0]]
 
 
-define("onnx.LRN", infer=_lrn_infer, kind="opaque", arity=1, math=lrn,
-       reference=lambda ctx, x: [cast_out(ctx, lrn(widen(x), ctx.attr("size"), float(ctx.attr("alpha", 1e-4)),
-                                                   float(ctx.attr("beta", 0.75)), float(ctx.attr("bias", 1.0))))])
+def _lrn_ref(ctx: RefCtx, x):
+    y = lrn(widen(x), ctx.attr("size"), float(ctx.attr("alpha", 1e-4)), float(ctx.attr("beta", 0.75)),
+            float(ctx.attr("bias", 1.0)))
+    return [cast_out(ctx, y)]
+
+
+define("onnx.LRN", infer=_lrn_infer, reference=_lrn_ref, kind="opaque", arity=1, math=lrn)

@@ -2,14 +2,16 @@
 Softmax/LogSoftmax/Hardmax (opset 13 semantics: one axis) and CumSum.
 
 Reduce axes come from the second operand when present (ReduceSum from opset 13, the others
-from 18; its value must be known at compile time) and from the `axes` attribute otherwise.
+from 18) and from the `axes` attribute otherwise. Axes only the run knows (a graph input)
+still work: the result rank follows from keepdims and the axes' length, and each dim that
+may or may not be reduced becomes a fresh data-dependent symbol.
 Sum/Prod/Max/Min also propagate values, so `Shape -> ReduceProd` gives a symbolic count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import reduce as _fold
-from typing import Callable
 
 import numpy as np
 import sympy
@@ -17,6 +19,7 @@ import sympy
 from ..ir import DType, TensorType, canon
 from .elementwise import cast_out, widen
 from .registry import InferCtx, RefCtx, define
+from .shape import fresh_dim
 
 # ---- axes ----------------------------------------------------------------------------------------
 
@@ -69,8 +72,26 @@ def reduced_shape(shape: tuple, axes: tuple[int, ...], keepdims: int) -> tuple:
 # ---- the math ------------------------------------------------------------------------------------
 
 
+def _extreme(dtype: np.dtype, high: bool):
+    """The identity of max (high=False) or min (high=True): what an empty reduction gives."""
+    if dtype == np.bool_:
+        return high
+    if dtype.kind == "f":
+        return np.inf if high else -np.inf
+    info = np.iinfo(dtype)
+    return info.max if high else info.min
+
+
+def _max(x, axis, keepdims):
+    return np.max(x, axis=axis, keepdims=keepdims, initial=_extreme(x.dtype, False))
+
+
+def _min(x, axis, keepdims):
+    return np.min(x, axis=axis, keepdims=keepdims, initial=_extreme(x.dtype, True))
+
+
 def _logsumexp(x, axis, keepdims):
-    m = np.max(x, axis=axis, keepdims=True)
+    m = _max(x, axis, True)
     m = np.where(np.isfinite(m), m, 0)
     y = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return y if keepdims else np.squeeze(y, axis=axis)
@@ -79,8 +100,8 @@ def _logsumexp(x, axis, keepdims):
 REDUCE_MATH: dict[str, Callable] = {
     "ReduceSum": lambda x, axis, k: np.sum(x, axis=axis, keepdims=k),
     "ReduceMean": lambda x, axis, k: np.mean(x, axis=axis, keepdims=k),
-    "ReduceMax": lambda x, axis, k: np.max(x, axis=axis, keepdims=k),
-    "ReduceMin": lambda x, axis, k: np.min(x, axis=axis, keepdims=k),
+    "ReduceMax": _max,
+    "ReduceMin": _min,
     "ReduceProd": lambda x, axis, k: np.prod(x, axis=axis, keepdims=k),
     "ReduceL1": lambda x, axis, k: np.sum(np.abs(x), axis=axis, keepdims=k),
     "ReduceL2": lambda x, axis, k: np.sqrt(np.sum(x * x, axis=axis, keepdims=k)),
@@ -108,11 +129,35 @@ def reduce_values(arr: np.ndarray, axes: tuple[int, ...], keepdims: int, combine
     return out.reshape(reduced_shape(arr.shape, axes, keepdims)) if keepdims else out
 
 
+def _runtime_axes(ctx: InferCtx) -> bool:
+    return len(ctx.in_types) > 1 and ctx.known_ints(1) is None
+
+
+def _runtime_axes_shape(ctx: InferCtx) -> tuple:
+    """The result shape when only the run knows the axes (their count is static)."""
+    t, at = ctx.in_types[0], ctx.in_types[1]
+    if at.rank != 1:
+        raise ctx.error(f"axes must be 1-D, got {at}")
+    n, keep = at.shape[0], ctx.attr("keepdims", 1)
+    if isinstance(n, int) and n == 0:
+        axes = reduce_axes([], t.rank, ctx.attr("noop_with_empty_axes", 0), ctx.error)
+        return reduced_shape(t.shape, axes, keep)
+    why = "reduced or kept as the run-time axes say"
+    if keep:
+        return tuple(d if isinstance(d, int) and d == 1 else fresh_dim(ctx, "reduced", f"dim {i} {why}", 0, i)
+                     for i, d in enumerate(t.shape))
+    if not isinstance(n, int) or n > t.rank:
+        raise ctx.error(f"keepdims = 0 needs a static count of at most {t.rank} axes, got {at}")
+    return tuple(fresh_dim(ctx, "reduced", f"dim {i} of the result: {why}", 0, i) for i in range(t.rank - n))
+
+
 def _reduce_op(name: str) -> None:
     math = REDUCE_MATH[name]
 
     def infer(ctx: InferCtx):
         t = ctx.in_types[0]
+        if _runtime_axes(ctx):
+            return [t.with_shape(_runtime_axes_shape(ctx))]
         return [t.with_shape(reduced_shape(t.shape, _axes_infer(ctx), ctx.attr("keepdims", 1)))]
 
     def reference(ctx: RefCtx, x, *args):
@@ -121,10 +166,11 @@ def _reduce_op(name: str) -> None:
 
     def value(ctx: InferCtx):
         v = ctx.known(0)
-        if v is None:
+        if v is None or _runtime_axes(ctx):
             return None
         axes = _axes_infer(ctx)
-        return [reduce_values(np.asarray(v, dtype=object), axes, ctx.attr("keepdims", 1), _REDUCE_VALUE[name])]
+        arr = np.asarray(v, dtype=object)
+        return [reduce_values(arr, axes, ctx.attr("keepdims", 1), _REDUCE_VALUE[name])]
 
     define(f"onnx.{name}", infer=infer, reference=reference, value=value if name in _REDUCE_VALUE else None,
            kind="reduction", arity=(1, 2), math=math)
@@ -155,8 +201,8 @@ def _arg_op(name: str, find: Callable) -> None:
 
     def reference(ctx: RefCtx, x):
         axis = int(ctx.attr("axis", 0)) % x.ndim
-        return [arg_reduce(widen(x), axis, bool(ctx.attr("keepdims", 1)), bool(ctx.attr("select_last_index", 0)),
-                           find)]
+        keep, last = bool(ctx.attr("keepdims", 1)), bool(ctx.attr("select_last_index", 0))
+        return [arg_reduce(widen(x), axis, keep, last, find)]
 
     define(f"onnx.{name}", infer=infer, reference=reference, kind="reduction", arity=1, math=find)
 

@@ -258,6 +258,18 @@ if get_opdef("onnx.Identity") is None:  # the elementwise family may define it f
 
 # ---- Reshape, Flatten, Squeeze, Unsqueeze, Transpose --------------------------------------------
 
+def _check_symbolic_target(ctx, x: TensorType, i: int, t: Dim, allowzero: int) -> None:
+    """A computed target entry must not be -1 at run time, nor 0 where 0 would mean "copy
+    the input dim" and that dim is not the same value anyway."""
+    if ctx.symbols.prove_le(0, t) is not True:
+        ctx.require(sympy.Ge(t, 0), f"reshape target dim {i} must not be negative")
+    if allowzero or ctx.symbols.prove_le(1, t) is True:
+        return
+    if i < x.rank and ctx.symbols.prove_eq(x.shape[i], t) is True:
+        return
+    ctx.require(sympy.Ge(t, 1), f"reshape target dim {i} must not be 0 (copy)")
+
+
 @register("onnx.Reshape")
 class ReshapeOp(OpDef):
     arity = 2
@@ -287,8 +299,8 @@ class ReshapeOp(OpDef):
             elif isinstance(t, int) and t < 0:
                 raise ctx.error(f"target dim {i} is {t}; expected -1, 0 or a positive size")
             else:
-                if not isinstance(t, int) and ctx.symbols.prove_le(1, t) is not True:
-                    ctx.require(sympy.Ge(t, 1), f"reshape target dim {i} must be a size, not -1 or 0")
+                if not isinstance(t, int):
+                    _check_symbolic_target(ctx, x, i, t, allowzero)
                 out.append(t)
         numel = x.numel()
         if infer_at is not None:
@@ -336,6 +348,10 @@ class FlattenOp(OpDef):
         return [x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))]
 
 
+class _AxesUnknown(Exception):
+    pass
+
+
 def _axes(ctx, i: int = 1) -> list[int] | None:
     """Axes from the `axes` attribute (old opsets) or operand i (opset 13+); None if absent."""
     if "axes" in ctx.op.attrs:
@@ -344,8 +360,19 @@ def _axes(ctx, i: int = 1) -> list[int] | None:
         return None
     v = ctx.known_ints(i)
     if v is None:
-        raise UnsupportedOp(ctx.op.opname, "", ctx.loc, "axes not known at compile time")
+        raise _AxesUnknown
     return v
+
+
+def _unknown_axes_result(ctx, x: TensorType, sign: int) -> list[TensorType]:
+    """Squeeze / Unsqueeze with axes only the run knows: the rank follows from the axes'
+    length, every dim is the run's to tell (last resort)."""
+    t = ctx.in_types[1]
+    if t.rank != 1 or not isinstance(t.shape[0], int):
+        raise UnsupportedOp(ctx.op.opname, "", ctx.loc, f"axes of type {t} have no static length")
+    rank = x.rank + sign * t.shape[0]
+    return [x.with_shape([fresh_dim(ctx, ctx.op.opname.lower(), f"dim {i}: axes not known at compile time", 0, i)
+                          for i in range(rank)])]
 
 
 def _ref_axes(ctx: RefCtx, args) -> list[int] | None:
@@ -361,7 +388,10 @@ class SqueezeOp(OpDef):
 
     def infer(self, ctx):
         x = ctx.in_types[0]
-        axes = _axes(ctx)
+        try:
+            axes = _axes(ctx)
+        except _AxesUnknown:
+            return _unknown_axes_result(ctx, x, -1)
         if axes is None:  # squeeze every dim that is 1; a symbol is kept and must not be 1
             out = []
             for i, d in enumerate(x.shape):
@@ -393,7 +423,10 @@ class UnsqueezeOp(OpDef):
 
     def infer(self, ctx):
         x = ctx.in_types[0]
-        axes = _axes(ctx)
+        try:
+            axes = _axes(ctx)
+        except _AxesUnknown:
+            return _unknown_axes_result(ctx, x, 1)
         if axes is None:
             raise ctx.error("unsqueeze needs axes")
         rank = x.rank + len(axes)
@@ -564,10 +597,9 @@ class SliceOp(OpDef):
     def infer(self, ctx):
         x = ctx.in_types[0]
         starts, ends, axes, steps, n = _slice_params(ctx)
-        if axes is None:
-            if not isinstance(n, int) or n != x.rank:
-                raise UnsupportedOp("Slice", "", ctx.loc, "axes not known at compile time")
-            axes = list(range(x.rank))
+        if axes is None:  # the run decides which dims are sliced
+            return [x.with_shape([fresh_dim(ctx, "slice", f"dim {i}: slice axes not known at compile time", 0, i)
+                                  for i in range(x.rank)])]
         axes = [norm_axis(ctx, a, x.rank) for a in axes]
         if len(set(axes)) != len(axes):
             raise ctx.error(f"repeated axes {axes}")

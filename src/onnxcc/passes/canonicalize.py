@@ -9,8 +9,9 @@ Four steps, in this order:
      static and small (<= `fold_limit` elements) is evaluated with its reference and
      becomes `cc.const`; ops producing big tensors are left alone;
    - shape-value folding: an integer result whose value propagation knows every element
-     becomes `cc.const` when all are ints, else `cc.dims {dims = [...]}` (i64, rank <= 1),
-     e.g. the `Shape -> Gather -> Concat` chains exporters write;
+     becomes `cc.const` when all are ints, else `cc.dims {dims = [...]}` (i64, rank <= 1,
+     only symbols bound at function entry), e.g. the `Shape -> Gather -> Concat` chains
+     exporters write;
    - identities: Identity, Dropout (inference), Reshape / Expand / Squeeze / Unsqueeze /
      Flatten / Cast / CastLike whose result type is exactly the operand's, Transpose with
      the identity perm, Transpose of Transpose (composed), x + 0, x - 0, x * 1, x / 1 when
@@ -30,8 +31,9 @@ from types import SimpleNamespace
 from typing import ClassVar
 
 import numpy as np
+import sympy
 
-from ..ir import Block, DType, Module, Op, TensorType, Value, canon
+from ..ir import Block, DType, Function, Module, Op, TensorType, Value, canon, free_symbols, sym
 from ..ops import InferCtx, RefCtx, get_opdef, onnx_inputs
 from ..ops.cc import const_array
 from .base import ModulePass, PassContext, register_pass
@@ -93,8 +95,14 @@ def same_type(a: TensorType, b: TensorType) -> bool:
 
 
 def new_const(t: TensorType, value: np.ndarray, loc: str, name: str = "") -> Op:
-    return Op("cc.const", (), [t], {"value": np.asarray(value, dtype=t.dtype.np).reshape(t.shape)},
-              loc=loc, result_names=[name])
+    data = np.array(value, dtype=t.dtype.np).reshape(t.shape)  # a copy: never a view of another const
+    return Op("cc.const", (), [t], {"value": data}, loc=loc, result_names=[name])
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def _small_static(t: TensorType, limit: int) -> bool:
@@ -119,8 +127,10 @@ class FoldConstants(RewritePattern):
         args = [const_value(v, self.module) for v in op.operands]
         if any(a is None for a in args):
             return False
+        args = [_readonly(a) for a in args]  # a reference must not scribble on an attribute
         try:
-            outs = d.reference(RefCtx(op, {}, self._interp), *args)
+            with np.errstate(all="ignore"):
+                outs = d.reference(RefCtx(op, {}, self._interp), *args)
         except Exception:  # NOTE: folding is optional; a failing op is left for run time to report
             return False
         if len(outs) != len(op.results):
@@ -133,11 +143,28 @@ class FoldConstants(RewritePattern):
         return True
 
 
-class FoldKnownValues(RewritePattern):
-    """An integer result with a fully known value -> cc.const (static) or cc.dims (symbolic)."""
+def entry_symbols(f: Function) -> set:
+    """Symbols bound when `f` is entered: parameter dims that are a bare symbol, and subs.
 
-    def __init__(self, values: dict):
+    Other symbols (data-dependent ones such as NonZero's count) have no value at run time
+    until the op producing them has run, so a `cc.dims` must not mention them.
+    """
+    out = {d for a in f.params for d in a.type.shape if isinstance(d, sympy.Symbol)}
+    return out | {sym(str(k)) for k in f.subs}
+
+
+class FoldKnownValues(RewritePattern):
+    """An integer result with a fully known value -> cc.const (static) or cc.dims (symbolic),
+    the latter only over symbols bound at function entry."""
+
+    def __init__(self, module: Module, values: dict):
         self.values = values
+        #: op -> the symbols its function binds on entry (ops in regions included)
+        self.bound: dict[Op, set] = {}
+        for f in module.functions.values():
+            syms = entry_symbols(f)
+            for op in f.walk():
+                self.bound[op] = syms
 
     def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
         if op.name == "cc.const":
@@ -163,6 +190,8 @@ class FoldKnownValues(RewritePattern):
             return new_const(t, np.array(flat, dtype=t.dtype.np), op.loc, r.name)
         if op.name == "cc.dims" or t.dtype is not DType.i64 or t.rank > 1:
             return None
+        if not set().union(*(free_symbols(x) for x in flat)) <= self.bound.get(op, set()):
+            return None
         return Op("cc.dims", (), [t], {"dims": flat}, loc=op.loc, result_names=[r.name])
 
 
@@ -178,7 +207,11 @@ class DropSameTypeIdentity(RewritePattern):
     op_names = _SAME_TYPE_IDENTITIES
 
     def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
-        if len(op.results) != 1 or not op.operands or not same_type(op.result.type, op.operands[0].type):
+        if len(op.results) != 1 or not op.operands:
+            return False
+        a, b = op.result.type, op.operands[0].type
+        # Identity is one whatever the types say, as long as they are written the same
+        if not (same_type(a, b) or (op.name == "onnx.Identity" and a == b)):
             return False
         rw.replace_op(op, [op.operands[0]])
         return True
@@ -194,7 +227,7 @@ class DropDropout(RewritePattern):
 
     def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
         x = op.operands[0]
-        if not same_type(op.results[0].type, x.type) or any(r.uses for r in op.results[1:]):
+        if op.results[0].type != x.type or any(r.uses for r in op.results[1:]):
             return False
         ins = onnx_inputs(op, list(op.operands))
         training = ins[2] if len(ins) > 2 else None
@@ -252,7 +285,8 @@ class DropNeutralOperand(RewritePattern):
         a, b = op.operands
         for x, c in ((a, b), (b, a)) if commutes else ((a, b),):
             cv = const_value(c, self.module)
-            if cv is not None and cv.size and same_type(op.result.type, x.type) and bool(np.all(cv == neutral)):
+            if (cv is not None and cv.size and same_type(op.result.type, x.type)
+                    and bool(np.all(cv == neutral))):
                 rw.replace_op(op, [x])
                 return True
         return False
@@ -263,7 +297,7 @@ class DropNeutralOperand(RewritePattern):
 def canonicalize(module: Module, fold_limit: int = FOLD_LIMIT, run_cse: bool = True,
                  max_iterations: int = 10) -> bool:
     values = propagate_values(module)
-    patterns = [FoldKnownValues(values), FoldConstants(module, fold_limit), DropSameTypeIdentity(),
+    patterns = [FoldKnownValues(module, values), FoldConstants(module, fold_limit), DropSameTypeIdentity(),
                 DropDropout(module), SimplifyTranspose(), DropNeutralOperand(module)]
     changed = apply_patterns(module, patterns, max_iterations=max_iterations)
     if run_cse:

@@ -45,7 +45,8 @@ class Rewriter:
         self.replaced = 0
         #: ops erased so far (the driver skips them)
         self.erased: set[Op] = set()
-        self._on_change = on_change or (lambda op: None)
+        #: called with every op worth another look (apply_patterns feeds its worklist this way)
+        self.on_change = on_change or (lambda op: None)
 
     @property
     def changed(self) -> bool:
@@ -57,7 +58,7 @@ class Rewriter:
             raise ValueError(f"cannot insert before {anchor.name}: it is not in a block")
         anchor.parent.insert_before(anchor, new_op)
         self.inserted += 1
-        self._on_change(new_op)
+        self.on_change(new_op)
         return new_op
 
     def replace_all_uses(self, old: Value, new: Value) -> None:
@@ -69,7 +70,7 @@ class Rewriter:
         users = old.users
         old.replace_all_uses_with(new)
         for u in users:
-            self._on_change(u)
+            self.on_change(u)
 
     def replace_op(self, op: Op, new_values: Sequence[Value] | Op) -> None:
         """Replace each result of `op` by the matching new value, then erase `op`.
@@ -94,10 +95,10 @@ class Rewriter:
 
     def modified(self, op: Op) -> None:
         """Note that a pattern changed `op` in place (attrs, operands): revisit it and its users."""
-        self._on_change(op)
+        self.on_change(op)
         for r in op.results:
             for u in r.users:
-                self._on_change(u)
+                self.on_change(u)
 
     def erase_op(self, op: Op) -> None:
         """Erase an op whose results are unused (its nested ops go with it)."""
@@ -106,7 +107,7 @@ class Rewriter:
         self.removed += 1
         self.erased.update(op.walk())
         for p in producers:
-            self._on_change(p)
+            self.on_change(p)
 
 
 def _walk_block(block: Block) -> Iterable[Op]:
@@ -139,7 +140,7 @@ def apply_patterns(module: Module, patterns: Sequence[RewritePattern], max_itera
             queue.append(op)
 
     rw = rewriter or Rewriter()
-    rw._on_change = push
+    rw.on_change = push
     changed = False
     for _ in range(max_iterations):
         for f in module.functions.values():

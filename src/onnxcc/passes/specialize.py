@@ -8,7 +8,8 @@ last and is guarded only by the model's constraints (module level).
 Options (CLI: `specialize{exact=seq:128|batch:1,one=true,divisible=16,max-versions=8}`):
   exact       `SYM:V[:V2...]` groups joined by `|`: one version per value
   one         the 0/1 rule: a symbol that may be 1 and meets a broadcast gets a `SYM == 1` version
-  divisible   k > 1: a `SYM % k == 0` version per symbol that is the innermost dim of a tensor
+  divisible   k > 1: a `SYM % k == 0` version per symbol that is the innermost dim of a tensor;
+              the version records the fact (attr multiple_of) so schedules drop tail code
   max_versions bound on the number of versions (generic included); the rest are dropped, and
                the reason is recorded in the module attribute `dropped_versions`
 """
@@ -35,7 +36,7 @@ class Candidate:
     subs: dict               # {Symbol: int | Expr}
     pred: sympy.Basic        # the defining predicate over the ORIGINAL symbols
     rank: int                # sort key: lower runs first
-    new_symbols: tuple = ()  # (name, lo, hi, origin) for divisibility quotients
+    multiple_of: dict = None  # {name: k}: divisibility facts the version may rely on
 
 
 def parse_exact(text: str) -> dict[str, list[int]]:
@@ -115,10 +116,8 @@ class SpecializePass(ModulePass):
                 info = table[name]
                 if info.multiple_of % k == 0 or info.hi < k:
                     continue
-                q = f"{name}_div{k}"
-                out.append(Candidate(f"{name}_mod{k}", "divisible", {sym(name): k * sym(q)},
-                                     sympy.Eq(sympy.Mod(sym(name), k), 0), 2,
-                                     ((q, max(1, -(-info.lo // k)), info.hi // k, f"{name} / {k}"),)))
+                out.append(Candidate(f"{name}_mod{k}", "divisible", {},
+                                     sympy.Eq(sympy.Mod(sym(name), k), 0), 2, {name: k}))
         out.sort(key=lambda c: c.rank)
         return out
 
@@ -135,25 +134,16 @@ class SpecializePass(ModulePass):
                 f"{c.tag}: over max-versions={self.max_versions}" for c in dropped]
         versions = []
         for c in keep:
-            for (qname, lo, hi, origin) in c.new_symbols:
-                module.symbols.declare(qname, lo, hi, origin=origin)
             v = clone_function(generic, f"main.{c.tag}", c.subs)
             module.add_function(v)
             needs = infer_function_constraints(module, v)
-            guard = sympy.And(c.pred, *[n.expr.subs(_inverse(c)) for n in needs])
-            v.guard = guard
+            v.guard = sympy.And(c.pred, *[n.expr for n in needs])
             v.attrs["kind"] = c.kind
+            if c.multiple_of:
+                v.attrs["multiple_of"] = [f"{k}:{m}" for k, m in sorted(c.multiple_of.items())]
             versions.append(v.name)
         module.add_function(generic)
         generic.attrs["kind"] = "generic"
         module.dispatch["main"] = versions + [generic.name]
         return True
 
-
-def _inverse(c: Candidate) -> dict:
-    """Map quotient symbols back to the original ones, so guards speak of input dims."""
-    inv = {}
-    for (qname, *_rest), (orig, expr) in zip(c.new_symbols, c.subs.items()):
-        k = sympy.Poly(expr, sym(qname)).coeffs()[0]
-        inv[sym(qname)] = orig / k
-    return inv

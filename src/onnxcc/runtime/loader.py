@@ -96,8 +96,8 @@ class CompiledModel:
         self.lib = ctypes.CDLL(str(lib_path))
         self._run = self._fn("run", ctypes.c_int, [ctypes.POINTER(DLTensor), ctypes.c_int,
                                                    ctypes.POINTER(DLTensor), ctypes.c_int])
-        self._output_shape = self._fn("output_shape", ctypes.c_int, [ctypes.POINTER(DLTensor), ctypes.c_int,
-                                                                     ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
+        self._output_shape = self._fn("output_shape", ctypes.c_int, [
+            ctypes.POINTER(DLTensor), ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
         self._last_error = self._fn("last_error", ctypes.c_char_p, [])
         self._num_versions = self._fn("num_versions", ctypes.c_int, [])
         self._version_info = self._fn("version_info", ctypes.c_char_p, [ctypes.c_int])
@@ -109,7 +109,9 @@ class CompiledModel:
         return f
 
     def __repr__(self) -> str:
-        sig = lambda ts: ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(t['shape'])}]" for t in ts)  # noqa: E731
+        def sig(ts):
+            return ", ".join(f"{t['name']}: {t['dtype']}[{', '.join(t['shape'])}]" for t in ts)
+
         return f"<CompiledModel {self.name} ({sig(self.inputs)}) -> ({sig(self.outputs)})>"
 
     # ---- introspection -----------------------------------------------------------------
@@ -138,7 +140,8 @@ class CompiledModel:
             names = [t["name"] for t in self.inputs]
             unknown = sorted(set(inputs) - set(names))
             if unknown:
-                raise GuardError(f"model {self.name} has no input(s) {', '.join(unknown)}; inputs are {names}")
+                raise GuardError(f"model {self.name} has no input(s) {', '.join(unknown)}; "
+                                 f"inputs are {names}")
             missing = [n for n in names if n not in inputs]
             if missing:
                 raise GuardError(f"missing input(s) {', '.join(missing)} of model {self.name}")
@@ -157,7 +160,8 @@ class CompiledModel:
             elif not isinstance(x, np.ndarray):
                 x = np.asarray(x, dtype=want)  # python scalars and lists take the model's dtype
             if x.dtype != want:
-                raise GuardError(f'input "{sig["name"]}": expected dtype {sig["dtype"]} ({want}), got {x.dtype}')
+                name, dt = sig["name"], sig["dtype"]
+                raise GuardError(f'input "{name}": expected dtype {dt} ({want}), got {x.dtype}')
             # not ascontiguousarray: it turns rank-0 arrays into rank 1
             arrays.append(x if x.flags.c_contiguous else np.array(x, order="C"))
         return arrays
@@ -195,7 +199,8 @@ class CompiledModel:
     def run(self, inputs) -> dict[str, np.ndarray]:
         """Run on a dict {name: array} or a list in input order; returns {name: array}."""
         ins = self._in_tensors(inputs)
-        outs = [np.empty(self._shape(ins, k), dtype=DTYPES[t["dtype"]][0]) for k, t in enumerate(self.outputs)]
+        outs = [np.empty(self._shape(ins, k), dtype=DTYPES[t["dtype"]][0])
+                for k, t in enumerate(self.outputs)]
         o = _Tensors(outs, [t["dtype"] for t in self.outputs])
         self._check(self._run(ins.array, len(ins), o.array, len(o)))
         return {t["name"]: a for t, a in zip(self.outputs, outs)}
@@ -219,7 +224,8 @@ def load(path: str | os.PathLike) -> CompiledModel:
     if p.is_dir():
         found = [m for m in sorted(p.glob("*.json")) if _artifact_meta(m)]
         if len(found) != 1:
-            raise FileNotFoundError(f"{p}: expected one artifact NAME.json with its library, found {len(found)}")
+            raise FileNotFoundError(f"{p}: expected one artifact NAME.json with its library, "
+                                    f"found {len(found)}")
         p = found[0]
     meta = json.loads(p.read_text())
     lib = p.parent / meta.get("library", f"lib{meta['name']}.so")

@@ -1,0 +1,216 @@
+"""The compute expression language: construction, typing, printing, dims, substitution."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import sympy
+
+from onnxcc.errors import VerifyError
+from onnxcc.ir import DType, sym
+from onnxcc.kernel import (
+    Binary, Check, Const, Expr, KernelProgram, Load, Reduce, SymRef, Unary, Var, buffers_read, cast,
+    dim_to_expr, exp, free_vars, inline_load, maximum, rmax, rsum, select, substitute, transform, walk,
+    wrap_index,
+)
+
+F32, I64, I32, BOOL = DType.f32, DType.i64, DType.i32, DType.bool
+i, j, k = Var("i"), Var("j"), Var("k")
+A = Load("A", (i, j), F32)
+
+
+def test_operators_lift_numbers_and_type_results():
+    e = A * 2.0 + 1
+    assert isinstance(e, Binary) and e.dtype is F32 and e.b == Const(1.0, F32)
+    assert (i + 1).dtype is I64
+    assert (A < 0.5).dtype is BOOL
+    assert ((A < 0.5) & (A > -1.0)).dtype is BOOL
+    assert Unary("isnan", A).dtype is BOOL
+    assert rmax([(k, 4)], Load("A", (i, k), F32)).dtype is F32
+
+
+def test_integer_identities_fold():
+    assert i + 0 is i and i * 1 is i and 0 + i is i and i // 1 is i
+    assert i * 0 == Const(0, I64)
+    assert Const(3, I64) * 4 == Const(12, I64)
+    assert Const(7, I64) // -2 == Const(-4, I64)  # Python floor semantics
+    assert isinstance(A * 1.0, Binary)  # floats are never folded
+
+
+@pytest.mark.parametrize("build,msg", [
+    (lambda: A + Const(1, I64), "dtype mismatch"),
+    (lambda: Load("I", (i,), I64) + 0.5, "float constant"),
+    (lambda: A & A, "bool or int"),
+    (lambda: exp(i), "needs a float"),
+    (lambda: Load("A", (Const(1, I32),), F32), "must be i64"),
+    (lambda: select(A, A, A), "must be bool"),
+    (lambda: Reduce("argmax", ((i, 3), (j, 3)), A), "exactly one var"),
+    (lambda: Reduce("mean", ((k, 3),), A), "unknown reduce op"),
+])
+def test_construction_errors(build, msg):
+    with pytest.raises((TypeError, ValueError), match=msg):
+        build()
+
+
+def test_structural_equality_and_hash():
+    a = exp(Load("A", (i, j), F32) - 1.0)
+    b = exp(Load("A", (i, j), F32) - 1.0)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert Const(0.0, F32) != Const(-0.0, F32)
+    assert Const(math.nan, F32) == Const(math.nan, F32)
+    assert Const(1, I64) != Const(1, I32)
+    with pytest.raises(TypeError, match="truth value"):
+        bool(i < 3)
+
+
+def test_deep_dag_hash_is_cheap():
+    e: Expr = A
+    for _ in range(200):  # 2**200 tree nodes, 200 DAG nodes
+        e = e + e
+    assert hash(e) == hash(e) and e == e
+    assert sum(1 for _ in walk(e)) == 201 + 2  # + the two index vars
+
+
+@pytest.mark.parametrize("e,text", [
+    ((A + 1.0) * 2.0, "(A[i, j] + 1.0) * 2.0"),
+    (A - (A - 1.0), "A[i, j] - (A[i, j] - 1.0)"),
+    (-(A + 1.0), "-(A[i, j] + 1.0)"),
+    ((A > 0.0) & (A < 1.0), "(A[i, j] > 0.0) & (A[i, j] < 1.0)"),
+    (cast(Load("I", (i,), I32), I64) * 3, "i64(I[i]) * 3"),
+    (Const(2, I32) + Load("I", (i,), I32), "2:i32 + I[i]"),
+    (select(i < 4, A, 0.0), "select(i < 4, A[i, j], 0.0)"),
+    (rsum([(k, sym("N"))], Load("A", (i, k), F32), init=1.0), "sum(k < N, init=1.0: A[i, k])"),
+    (maximum(A, -math.inf), "max(A[i, j], -inf)"),
+    (Check(i < 3, i), "check(i < 3, i)"),
+    (Const(1.5, DType.f16), "1.5:f16"),
+])
+def test_printing(e, text):
+    assert str(e) == text
+
+
+def _eval_index(e: Expr, env: dict[str, int]) -> int:
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, (SymRef, Var)):
+        return env[e.name]
+    assert isinstance(e, Binary), e
+    a, b = _eval_index(e.a, env), _eval_index(e.b, env)
+    ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+           "mod": lambda: a % b, "max": lambda: max(a, b), "min": lambda: min(a, b)}
+    return ops[e.op]()
+
+
+def test_dim_to_expr_is_exact():
+    N, M = sym("N"), sym("M")
+    dims = [N, 2 * N - 1, sympy.floor(N / 2), sympy.ceiling(N / 3), sympy.floor((N + 1) / 2) * M,
+            sympy.ceiling(4 * N * M / 64) * 64, sympy.Mod(N, 4), sympy.Max(N, M), sympy.Min(N, 3), N ** 2,
+            sympy.floor((N - 3) / 2) + 1, 7]
+    for d in dims:
+        e = dim_to_expr(d)
+        assert e.dtype is I64
+        for n in range(1, 12):
+            for m in (1, 5):
+                want = int(sympy.sympify(d).subs({N: n, M: m}))
+                assert _eval_index(e, {"N": n, "M": m}) == want, (d, n, m, str(e))
+    assert str(dim_to_expr(sympy.floor(N / 2))) == "N // 2"
+    assert str(dim_to_expr(2 * N - 1)) == "N * 2 - 1"
+    with pytest.raises(ValueError):
+        dim_to_expr(N / 2)
+
+
+def test_symbolic_dims_lift_in_expressions():
+    N = sym("N")
+    e = i < N - 1
+    assert str(e) == "i < N - 1"
+    wrapped = wrap_index(Load("I", (i,), I32), N, checked=False)
+    assert str(wrapped) == "select(i64(I[i]) < 0, i64(I[i]) + N, i64(I[i]))"
+
+
+def test_substitute_and_capture_avoidance():
+    body = rsum([(k, i + 1)], Load("X", (i, k), F32))
+    assert free_vars(body) == {"i"}
+    out = substitute(body, {"i": j * 2})
+    assert str(out) == "sum(k < j * 2 + 1: X[j * 2, k])"
+    captured = substitute(body, {"i": k})  # the reduce var must be renamed, not captured
+    (v, ext), = captured.vars
+    assert v.name != "k" and str(ext) == "k + 1" and captured.body == Load("X", (k, v), F32)
+    assert substitute(body, {"j": i}) is body  # untouched subtrees stay shared
+
+
+def test_inline_load_fuses_a_producer():
+    consumer = Load("T", (i, j + 1), F32) * Load("T", (i, j), F32)
+    fused = inline_load(consumer, "T", ["a", "b"], exp(Load("X", (Var("a"), Var("b")), F32)))
+    assert str(fused) == "exp(X[i, j + 1]) * exp(X[i, j])"
+    assert buffers_read(fused) == {"X"}
+    neg = transform(fused, lambda n: Unary("neg", n) if isinstance(n, Load) else None)
+    assert str(neg) == "exp(-X[i, j + 1]) * exp(-X[i, j])"
+
+
+# ---- programs ---------------------------------------------------------------------------------
+
+
+def _prog():
+    N = sym("N")
+    p = KernelProgram.new("k", ["N"])
+    X = p.input("X", F32, (N, 4))
+    T = p.temp("T", F32, (N, 4))
+    p.view("V", T, (4, N))
+    Wc = p.const("Wc", np.ones(4, np.float32))
+    Y = p.output("Y", F32, (N,))
+    p.compute(T, lambda n, c: X[n, c] * Wc[c])
+    p.compute(Y, lambda n: rsum([(k, 4)], T[n, k]))
+    return p
+
+
+def test_program_printer_and_builder():
+    p = _prog()
+    p.verify()
+    assert str(p) == (
+        "kernel k(N) {\n"
+        "  input X: f32[N, 4]\n"
+        "  temp T: f32[N, 4]\n"
+        "  temp V: f32[4, N] = view(T)\n"
+        "  const Wc: f32[4] = <4 values>\n"
+        "  output Y: f32[N]\n"
+        "  T[n, c] = X[n, c] * Wc[c]\n"
+        "  Y[n] = sum(k < 4: T[n, k])\n"
+        "}"
+    )
+    assert p.inputs == ["X"] and p.outputs == ["Y"] and p.root("V") == "T"
+
+
+@pytest.mark.parametrize("mutate,msg", [
+    (lambda p: p.compute("Y", lambda n: Load("X", (n, Var("q")), F32)), "unbound vars"),
+    (lambda p: p.compute("Y", lambda n: Const(1, I64)), "body is i64"),
+    (lambda p: p.compute("T", lambda n, c: Load("V", (c, n), F32)), "shares memory"),
+    (lambda p: p.compute("Y", lambda n: Load("X", (n,), F32)), "1 indices"),
+    (lambda p: p.compute("Y", lambda n: cast(SymRef("Q"), F32)), "unknown symbol"),
+    (lambda p: p.compute("X", lambda n, c: Const(0.0, F32)), "writes input"),
+    (lambda p: p.compute("Y", lambda k: rsum([(k, 4)], Load("T", (k, k), F32))), "shadows"),
+    (lambda p: p.view("Bad", "T", (3,)), "elements"),
+])
+def test_verify_errors(mutate, msg):
+    p = _prog()
+    mutate(p)
+    with pytest.raises(VerifyError, match=msg):
+        p.verify()
+
+
+def test_buffer_indexing_checks_rank():
+    p = _prog()
+    with pytest.raises(IndexError, match="rank 2"):
+        p.buffers["X"][i]
+    assert p.buffers["X"][i, 0] == Load("X", (i, Const(0, I64)), F32)
+
+
+def test_broadcast_and_flat_index_helpers():
+    from onnxcc.kernel import broadcast_indices, flatten_index, unflatten_index
+
+    N = sym("N")
+    a, b, c = Var("a"), Var("b"), Var("c")
+    assert [str(x) for x in broadcast_indices((a, b, c), (N, 1))] == ["b", "0"]
+    assert [str(x) for x in broadcast_indices((a, b, c), (4,))] == ["c"]
+    assert str(flatten_index((a, b, c), (2, N, 3))) == "(a * N + b) * 3 + c"
+    assert [str(x) for x in unflatten_index(Var("f"), (N, 4, 3))] == ["f // 3 // 4", "f // 3 % 4", "f % 3"]
