@@ -6,6 +6,8 @@ The public API:
     parse_ir(text, filename="<text>") -> Module                      read the textual IR
     print_ir(module) -> str                                          write the textual IR
     load_model(path) -> Module                                       .onnx or .onnxir, by suffix
+    compile(model, out_dir, **options) -> Artifact                   build libNAME.so + NAME.h + NAME.json
+    load(out_dir) -> CompiledModel                                   load a built artifact (ctypes)
 
 Heavy modules (onnx, the op registry, passes) are imported on first use.
 """
@@ -68,4 +70,19 @@ def load_model(path: str | os.PathLike) -> Module:
     raise ImportError_(f"{p}: unknown model file type {kind}: expected .onnx or .onnxir")
 
 
-__all__ = ["__version__", "load_model", "load_onnx", "parse_ir", "print_ir"]
+def compile(model, out_dir, emit: str = "lib", **options):  # noqa: A001 - the natural name
+    """Compile `model` (path, bytes, ModelProto or Module) into `out_dir`; options are the
+    fields of `onnxcc.driver.CompileOptions` (name, dims, specialize, target, ...)."""
+    from .driver import CompileOptions, compile_model
+
+    return compile_model(model, out_dir, CompileOptions(**options), emit=emit)
+
+
+def load(path: str | os.PathLike):
+    """Load a compiled artifact directory (or its NAME.json) for calls from Python."""
+    from .runtime import load as _load
+
+    return _load(path)
+
+
+__all__ = ["__version__", "compile", "load", "load_model", "load_onnx", "parse_ir", "print_ir"]

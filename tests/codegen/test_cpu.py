@@ -573,3 +573,58 @@ def test_reshape_by_index_arithmetic_and_broadcast_helper():
     p.compute(Y, body)
     x, bv = randf(5, 6), randf(1, 3)
     np.testing.assert_array_equal(JitKernel(p)(x, bv)[0], x.reshape(2, 5, 3) + bv)
+
+
+def test_schedule_hook_order_parallel_vector_width():
+    import dataclasses
+    import types
+
+    p = KernelProgram.new("transpose", ["N", "M"])
+    X = p.input("X", F32, (M, N))
+    Y = p.output("Y", F32, (N, M))
+    c = p.compute(Y, lambda i, j: X[j, i] + 1.0)
+    x = randf(6, 5)
+    for parallel in (False, True):
+        sch = types.SimpleNamespace(order=("j", "i"), parallel=parallel, vector_width=4, unroll=2)
+        p.body[-1] = dataclasses.replace(c, schedule=sch)
+        kern = JitKernel(p)
+        ir_text = kern.llvm_ir
+        assert "llvm.loop.vectorize.width" in ir_text
+        assert ("onnxcc_parallel_for" in ir_text) == parallel
+        if not parallel:
+            assert ir_text.index('%"j" = phi') < ir_text.index('%"i" = phi')  # j is the outer loop
+        np.testing.assert_array_equal(kern(x)[0], x.T + 1)
+
+
+def test_f64_float_mod_pow_and_bool_reductions():
+    F64 = DType.f64
+    p = KernelProgram.new("misc", ["N"])
+    X = p.input("X", F64, (N,))
+    Yv = p.input("Yv", F64, (N,))
+    Iv = p.input("Iv", I32, (N,))
+    Bm = p.input("Bm", BOOL, (3, N))
+    outs = [p.output(f"o{k}", F64, (N,)) for k in range(4)]
+    Ip = p.output("Ip", I32, (N,))
+    Any = p.output("Any", BOOL, (3,))
+    All = p.output("All", BOOL, (3,))
+    k = Var("k")
+    p.compute(outs[0], lambda i: X[i] % Yv[i])
+    p.compute(outs[1], lambda i: X[i] // Yv[i])
+    p.compute(outs[2], lambda i: Unary("abs", X[i]) ** Yv[i])
+    p.compute(outs[3], lambda i: exp(X[i] / 10.0) + Unary("erf", X[i]) + Unary("tanh", X[i]))
+    p.compute(Ip, lambda i: Iv[i] ** 3)
+    p.compute(Any, lambda r: rmax([(k, N)], Bm[r, k]))
+    p.compute(All, lambda r: rmin([(k, N)], Bm[r, k]))
+    x = np.array([-7.5, 7.5, -1.0, 3.25, 0.0], np.float64)
+    y = np.array([2.0, -2.0, 3.0, 0.5, 1.5], np.float64)
+    iv = np.array([-3, 0, 2, 5, 11], np.int32)
+    bm = np.array([[0, 0, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]], bool)
+    o0, o1, o2, o3, ip, anyv, allv = JitKernel(p)(x, y, iv, bm)
+    np.testing.assert_array_equal(o0, np.mod(x, y))
+    np.testing.assert_array_equal(o1, np.floor_divide(x, y))
+    np.testing.assert_allclose(o2, np.abs(x) ** y, rtol=1e-15)
+    erf = np.vectorize(math.erf)
+    np.testing.assert_allclose(o3, np.exp(x / 10) + erf(x) + np.tanh(x), rtol=1e-14)
+    np.testing.assert_array_equal(ip, iv ** 3)
+    np.testing.assert_array_equal(anyv, bm.any(axis=1))
+    np.testing.assert_array_equal(allv, bm.all(axis=1))

@@ -214,3 +214,21 @@ def test_broadcast_and_flat_index_helpers():
     assert [str(x) for x in broadcast_indices((a, b, c), (4,))] == ["c"]
     assert str(flatten_index((a, b, c), (2, N, 3))) == "(a * N + b) * 3 + c"
     assert [str(x) for x in unflatten_index(Var("f"), (N, 4, 3))] == ["f // 3 // 4", "f // 3 % 4", "f % 3"]
+
+
+def test_shared_subexpressions_print_once():
+    N, M = sym("N"), sym("M")
+    p = KernelProgram.new("softmax", ["N", "M"])
+    X = p.input("X", F32, (N, M))
+    Y = p.output("Y", F32, (N, M))
+    c, d, n = Var("c"), Var("d"), Var("n")
+    mx = rmax([(c, M)], X[n, c])
+    p.compute(Y, lambda n, j: exp(X[n, j] - mx) / rsum([(d, M)], exp(X[n, d] - mx)))
+    assert p.body[0].format("") == [
+        "Y[n, j] = exp(X[n, j] - $0) / sum(d < M: exp(X[n, d] - $0))",
+        "    where $0 = max(c < M: X[n, c])",
+    ]
+    e: Expr = A
+    for _ in range(60):  # printing a deep DAG stays linear
+        e = exp(e) + exp(e)
+    assert str(e).count("where") == 1 and len(str(e)) < 5000

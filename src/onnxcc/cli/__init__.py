@@ -62,7 +62,10 @@ def main() -> None:
 
 
 # One module per command (compile, run, inspect, simulate join here as they are written).
+from .compile_cmd import compile_  # noqa: E402
+from .inspect_cmd import inspect  # noqa: E402
 from .ir_cmd import ir  # noqa: E402
+from .run_cmd import run  # noqa: E402
 
-for _command in (ir,):
+for _command in (ir, compile_, run, inspect):
     main.add_command(_command)

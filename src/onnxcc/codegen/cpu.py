@@ -22,6 +22,8 @@ statements and schedules (loop order, tiles, vector width) plug in beside `Compu
 
 from __future__ import annotations
 
+import hashlib
+
 import functools
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, nullcontext
@@ -35,9 +37,10 @@ from onnxcc.kernel.expr import Const, Reduce, dim_to_expr, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 
-from .llvm_exprs import AccessMetadata, ExprEmitter, storage_type
+from .llvm_exprs import AccessMetadata, ExprEmitter
 from .llvm_helpers import (
-    I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, move_to_end, name_unnamed,
+    I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, loop_metadata, move_to_end,
+    name_unnamed,
 )
 
 PARALLEL_FOR = "onnxcc_parallel_for"
@@ -67,14 +70,9 @@ def emit_llvm(program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir
         module = ir.Module(name=fn_name)
     if fn_name in module.globals:
         raise CompileError(f"function {fn_name} already exists in module {module.name}")
-    _check_dtypes(program)
+    program.verify()
     _KernelEmitter(program, plan, fn_name, module, CpuOptions(parallel, parallel_min_work)).run()
     return module
-
-
-def _check_dtypes(program: KernelProgram) -> None:
-    for b in program.buffers.values():
-        storage_type(b.dtype)  # raises for dtypes without a layout
 
 
 # ---- per-function services ---------------------------------------------------------------
@@ -243,8 +241,14 @@ class _KernelEmitter:
         if g is None:
             data = self.program.buffers[name].data
             raw = bytearray(data.tobytes())  # type: ignore[union-attr]
+            # NOTE: named by content, so versions sharing one LLVM module share their weights
+            gname = f"onnxcc.const.{hashlib.sha1(raw).hexdigest()[:20]}.{len(raw)}"
+            if gname in self.module.globals:
+                g = self.module.globals[gname]
+                self._consts[name] = g
+                return g
             ty = ir.ArrayType(ir.IntType(8), len(raw))
-            g = ir.GlobalVariable(self.module, ty, name=f"{self.fn_name}.{name}")
+            g = ir.GlobalVariable(self.module, ty, name=gname)
             g.global_constant = True
             g.linkage = "internal"
             g.unnamed_addr = True
@@ -264,6 +268,24 @@ class _KernelEmitter:
                               store=[("alias.scope", writes), ("noalias", reads)])
 
     # ---- Compute ---------------------------------------------------------------------------
+    def nest_plan(self, c: Compute) -> NestPlan:
+        """How to loop over `c`'s domain: defaults, overridden by `c.schedule` if set."""
+        sch = c.schedule
+        names = c.var_names
+        order = tuple(range(len(names)))
+        want = getattr(sch, "order", None)
+        if want is not None:
+            if sorted(want) != sorted(names):
+                raise CompileError(f"schedule of {c.out}: loop order {list(want)} is not a permutation of "
+                                   f"{list(names)}")
+            order = tuple(names.index(n) for n in want)
+        par = getattr(sch, "parallel", None)
+        if par is None:
+            work = domain_work(c)
+            par = self.opts.parallel and not (isinstance(work, int) and work < self.opts.parallel_min_work)
+        return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
+                        getattr(sch, "unroll", None))
+
     def emit_compute(self, ctx: _FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
         if any(isinstance(d, int) and d == 0 for d in c.extents):
@@ -274,52 +296,52 @@ class _KernelEmitter:
                 t = b.icmp_signed(">", ctx.dim(d), i64(0), name=f"{c.out}.nonempty")
                 nonempty = t if nonempty is None else b.and_(nonempty, t, name=f"{c.out}.nonempty")
         md = self.access_md(k)
+        plan = self.nest_plan(c)
         guard = if_then(b, nonempty, name=f"{c.out}") if nonempty is not None else nullcontext()
         with guard:
-            if self._is_parallel(c):
-                self.emit_parallel(ctx, c, md)
+            if plan.parallel:
+                self.emit_parallel(ctx, c, plan, md)
             else:
                 em = ExprEmitter(ctx, b, access_md=md)
                 em.hoist(c.body)
-                self.emit_loops(em, ctx, c, 0, [])
+                self.emit_loops(em, ctx, c, plan, 0, {})
 
-    def emit_loops(self, em: ExprEmitter, ctx: _FnCtx, c: Compute, first: int, bound: list[ir.Value]) -> None:
-        """Loops for vars `first..` of `c` (the earlier ones are bound to `bound`), the body,
+    def emit_loops(self, em: ExprEmitter, ctx: _FnCtx, c: Compute, plan: NestPlan, first: int,
+                   bound: dict[str, ir.Value]) -> None:
+        """Loops for `plan.order[first:]` (the vars before are bound to `bound`), the body
         and the store. The domain is known nonempty, so loops need no entry test."""
         b = ctx.b
         names, exts = c.var_names, c.extents
-        idxs = list(bound)
+        vals = dict(bound)
         with ExitStack() as st:
             for j in range(first, len(names)):
-                idx = st.enter_context(for_range(b, ctx.dim(exts[j]), names[j], guard=False))
-                em.push({names[j]: idx}, {names[j]: exts[j]})
+                v = plan.order[j]
+                innermost = j + 1 == len(names)
+                md = loop_metadata(self.module, plan.vector_width, plan.unroll) if innermost else None
+                idx = st.enter_context(for_range(b, ctx.dim(exts[v]), names[v], guard=False, metadata=md))
+                em.push({names[v]: idx}, {names[v]: exts[v]})
                 st.callback(em.pop)
-                idxs.append(idx)
-                if j + 1 < len(names):
+                vals[names[v]] = idx
+                if not innermost:
                     em.hoist(c.body)
-            em.store(c.out, idxs, em.emit(c.body))
+            em.store(c.out, [vals[n] for n in names], em.emit(c.body))
 
     # ---- parallel ----------------------------------------------------------------------------
-    def _is_parallel(self, c: Compute) -> bool:
-        if not self.opts.parallel or not c.vars:
-            return False
-        work = domain_work(c)
-        return not (isinstance(work, int) and work < self.opts.parallel_min_work)
-
-    def emit_parallel(self, ctx: _FnCtx, c: Compute, md: AccessMetadata) -> None:
-        """Collapse the leading vars (all but the innermost) into one parallel index."""
+    def emit_parallel(self, ctx: _FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
+        """Collapse the outer loops (all but the innermost) into one index and run it
+        through onnxcc_parallel_for (or directly, when a symbolic size turns out small)."""
         rank = len(c.vars)
         ncol = rank - 1 if rank >= 2 else 1
-        body = self._parallel_body(c, ncol, md)
+        body = self._parallel_body(c, plan, ncol, md)
         n_par: Dim = 1
-        for d in c.extents[:ncol]:
-            n_par = canon(n_par * d)
+        for v in plan.order[:ncol]:
+            n_par = canon(n_par * c.extents[v])
         b = ctx.b
         n = ctx.dim(n_par)
         pctx = self._parallel_ctx(ctx)
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
         work = domain_work(c)
-        if isinstance(work, int):
+        if isinstance(work, int) or c.schedule is not None:
             b.call(runtime, [n, body, pctx])
         else:
             big = b.icmp_signed(">=", ctx.dim(work), i64(self.opts.parallel_min_work), name=f"{c.out}.big")
@@ -345,7 +367,7 @@ class _KernelEmitter:
             ctx.par_ctx = p
         return ctx.par_ctx
 
-    def _parallel_body(self, c: Compute, ncol: int, md: AccessMetadata) -> ir.Function:
+    def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:
         name = f"{self.fn_name}.par.{c.out}"
         fn = ir.Function(self.module, PAR_BODY_FNTY, name=self.module.get_unique_name(name))
         fn.linkage = "internal"
@@ -369,22 +391,35 @@ class _KernelEmitter:
         em = ExprEmitter(bctx, b, access_md=md)
         em.hoist(c.body)
         names, exts = c.var_names, c.extents
+        outer = plan.order[:ncol]
         with for_range(b, end, "p", start=begin, guard=True) as p:
             vals: dict[str, ir.Value] = {}
             rest = p
-            for j in range(ncol - 1, 0, -1):
-                e = bctx.dim(exts[j])
-                vals[names[j]] = b.urem(rest, e, name=names[j])
-                rest = b.udiv(rest, e, name=f"p.{j}")
-            vals[names[0]] = rest
-            em.push({n: vals[n] for n in names[:ncol]}, dict(zip(names[:ncol], exts[:ncol])))
+            for v in reversed(outer[1:]):
+                e = bctx.dim(exts[v])
+                vals[names[v]] = b.urem(rest, e, name=names[v])
+                rest = b.udiv(rest, e, name=f"p.{names[v]}")
+            vals[names[outer[0]]] = rest
+            em.push({names[v]: vals[names[v]] for v in outer}, {names[v]: exts[v] for v in outer})
             if ncol < len(names):
                 em.hoist(c.body)
-            self.emit_loops(em, bctx, c, ncol, [vals[n] for n in names[:ncol]])
+            self.emit_loops(em, bctx, c, plan, ncol, vals)
             em.pop()
         b.ret_void()
         bctx.finish()
         return fn
+
+
+@dataclass(frozen=True)
+class NestPlan:
+    """The loop structure of one compute. Read from `Compute.schedule` when present (any
+    object with optional attributes `order` (var names, outermost first), `parallel`
+    (bool), `vector_width` and `unroll` (ints, for the innermost loop)), else defaults."""
+
+    order: tuple[int, ...]
+    parallel: bool
+    vector_width: int | None = None
+    unroll: int | None = None
 
 
 STMT_EMITTERS: dict[type[Stmt], Callable[[_KernelEmitter, _FnCtx, Stmt, int], None]] = {

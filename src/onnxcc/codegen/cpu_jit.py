@@ -74,7 +74,6 @@ class JitKernel:
                  parallel_min_work: int = 1 << 15, opt: int = 3, fn_name: str | None = None):
         import llvmlite.binding as llvm
 
-        program.verify()
         self.program = program
         self.plan = plan if plan is not None else plan_memory(program)
         self.fn_name = fn_name or program.name

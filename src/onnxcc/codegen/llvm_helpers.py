@@ -32,11 +32,12 @@ def i32(v: int) -> ir.Constant:
 
 @contextmanager
 def for_range(builder: ir.IRBuilder, count: ir.Value, name: str = "i", *, start: ir.Value | None = None,
-              guard: bool = True) -> Iterator[ir.Value]:
+              guard: bool = True, metadata: ir.MDValue | None = None) -> Iterator[ir.Value]:
     """`for (name = start; name < count; ++name)`; yields the i64 induction variable.
 
     With `guard=False` the caller promises at least one iteration (no entry test). The
     with-block emits the body at the builder's position; it may create blocks of its own.
+    `metadata` (see `loop_metadata`) goes on the back edge as `!llvm.loop`.
     """
     ty = count.type
     lo = start if start is not None else ir.Constant(ty, 0)
@@ -57,9 +58,32 @@ def for_range(builder: ir.IRBuilder, count: ir.Value, name: str = "i", *, start:
     latch = builder.block
     nxt = builder.add(idx, ir.Constant(ty, 1), name=f"{name}.next", flags=("nuw", "nsw"))
     idx.add_incoming(nxt, latch)
-    builder.cbranch(builder.icmp_signed("<", nxt, count, name=f"{name}.more"), body, exit_)
+    br = builder.cbranch(builder.icmp_signed("<", nxt, count, name=f"{name}.more"), body, exit_)
+    if metadata is not None:
+        br.set_metadata("llvm.loop", metadata)
     move_to_end(exit_)
     builder.position_at_end(exit_)
+
+
+def loop_metadata(module: ir.Module, vector_width: int | None = None, unroll: int | None = None
+                  ) -> ir.MDValue | None:
+    """A fresh self-referential `!llvm.loop` node asking for a vector width and/or an
+    unroll count (None when nothing is asked)."""
+    props = []
+    if vector_width:
+        props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
+                                          ir.Constant(I1, 1)]))
+        props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"),
+                                          i32(vector_width)]))
+    if unroll:
+        props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.count"), i32(unroll)]))
+    if not props:
+        return None
+    # NOTE: llvmlite uniques metadata by content; a distinct tag keeps each loop ID its own
+    tag = module.add_metadata([ir.MetaDataString(module, "onnxcc.loop"), i32(len(module.metadata))])
+    node = module.add_metadata([tag, *props])
+    node.operands = (node, *node.operands)  # a loop ID refers to itself
+    return node
 
 
 def move_to_end(block: ir.Block) -> None:

@@ -184,7 +184,9 @@ class _Importer:
         b.build(g)
         outs = [b.lookup(o.name, f'graph output "{o.name}"') for o in g.output]
         body.append(Op("return", outs))
-        return self.module.add_function(Function("main", body, [v.type for v in outs]))
+        # NOTE: returned values get renamed by passes; the artifact needs the graph's names
+        return self.module.add_function(Function("main", body, [v.type for v in outs],
+                                                 attrs={"outputs": [o.name for o in g.output]}))
 
     # ---- types and dims ----------------------------------------------------------------------
     def dtype(self, enum: int, where: str) -> DType:

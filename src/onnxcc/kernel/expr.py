@@ -111,10 +111,11 @@ class Expr:
         raise TypeError(f"an expression has no truth value (use select / .eq): {self}")
 
     def __str__(self) -> str:
-        return format_expr(self)
+        text, defs = format_shared(self, free_vars(self))
+        return text if not defs else f"{text} where {', '.join(f'{n} = {d}' for n, d in defs)}"
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}<{format_expr(self)}>"
+        return f"{type(self).__name__}<{self}>"
 
     # arithmetic
     def __add__(self, o): return binary("add", self, o)
@@ -650,20 +651,20 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 
 def walk(e: Expr) -> Iterator[Expr]:
-    """Every distinct node of the DAG once, children before parents."""
-    seen: set[int] = set()
+    """Every structurally distinct node once, children before parents."""
+    seen: set[Expr] = set()
     stack: list[tuple[Expr, bool]] = [(e, False)]
     while stack:
         n, done = stack.pop()
         if done:
             yield n
             continue
-        if id(n) in seen:
+        if n in seen:
             continue
-        seen.add(id(n))
+        seen.add(n)
         stack.append((n, True))
         for c in reversed(children(n)):
-            if id(c) not in seen:
+            if c not in seen:
                 stack.append((c, False))
 
 
@@ -726,14 +727,14 @@ def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """Rebuild `e` bottom-up; `fn(node)` (children already transformed) returns a
     replacement or None to keep it. Memoised, so shared subtrees stay shared. Does not
     rename bound vars: use `substitute` to replace variables."""
-    memo: dict[int, Expr] = {}
+    memo: dict[Expr, Expr] = {}
     for n in walk(e):
         kids = children(n)
-        new_kids = tuple(memo[id(c)] for c in kids)
+        new_kids = tuple(memo[c] for c in kids)
         m = n if all(a is b for a, b in zip(kids, new_kids)) else rebuild(n, new_kids)
         r = fn(m)
-        memo[id(n)] = m if r is None else r
-    return memo[id(e)]
+        memo[n] = m if r is None else r
+    return memo[e]
 
 
 _fresh_counter = [0]
@@ -820,51 +821,77 @@ def format_const(c: Const) -> str:
     return str(v) if c.dtype is I64 else f"{v}:{c.dtype.value}"
 
 
-def format_extent(x: Expr) -> str:
-    return format_expr(x)
+def format_expr(e: Expr, names: Mapping[Expr, str] | None = None) -> str:
+    """Text of `e`; sub-expressions in `names` print as that name (see `format_shared`)."""
+    return _fmt(e, names or {})[0]
 
 
-def format_expr(e: Expr) -> str:
-    return _fmt(e)[0]
+def format_shared(e: Expr, bound: Iterable[str] = (), min_size: int = 6) -> tuple[str, list[tuple[str, str]]]:
+    """Text of `e` with big sub-expressions that occur more than once (as fusion makes
+    them) printed once: returns (text, [(name, definition), ...]) with names `$0, $1, ...`,
+    definitions in dependency order. Only sub-expressions over the vars in `bound` are
+    named, so every name is well defined where the text uses it."""
+    scope = set(bound)
+    uses: dict[Expr, int] = {}
+    size: dict[Expr, int] = {}
+    order = list(walk(e))
+    for n in order:
+        kids = children(n)
+        size[n] = 1 + sum(size[c] for c in kids)
+        for c in kids:
+            uses[c] = uses.get(c, 0) + 1
+    names: dict[Expr, str] = {}
+    defs: list[tuple[str, str]] = []
+    for n in order:
+        if n is e or isinstance(n, (Var, Const, SymRef)) or uses.get(n, 0) < 2:
+            continue
+        if (isinstance(n, Reduce) or size[n] >= min_size) and free_vars(n) <= scope:
+            text = format_expr(n, names)
+            names[n] = f"${len(defs)}"
+            defs.append((names[n], text))
+    return format_expr(e, names), defs
 
 
-def _fmt(e: Expr) -> tuple[str, int]:
+def _fmt(e: Expr, names: Mapping[Expr, str]) -> tuple[str, int]:
     """Text and precedence of `e` (Python-like precedence, comparisons never chain)."""
+    if names and e in names:
+        return names[e], _ATOM
     if isinstance(e, (Var, SymRef)):
         return e.name, _ATOM
     if isinstance(e, Const):
         s = format_const(e)
         return s, (_ATOM if not s.startswith("-") else 8)
+
+    def sub(x: Expr) -> str:
+        return _fmt(x, names)[0]
+
     if isinstance(e, Load):
-        return f"{e.buffer}[{', '.join(format_expr(i) for i in e.indices)}]", _ATOM
+        return f"{e.buffer}[{', '.join(sub(i) for i in e.indices)}]", _ATOM
     if isinstance(e, Binary):
         sym_, prec = BINARY_OPS[e.op]
         if sym_ is None:
-            return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})", _ATOM
-        a, pa = _fmt(e.a)
-        b, pb = _fmt(e.b)
+            return f"{e.op}({sub(e.a)}, {sub(e.b)})", _ATOM
+        a, pa = _fmt(e.a, names)
+        b, pb = _fmt(e.b, names)
         if pa < prec or (prec == 1 and pa == 1):
             a = f"({a})"
         if pb <= prec:  # left-associative: parenthesise an equal-precedence right operand
             b = f"({b})"
         return f"{a} {sym_} {b}", prec
     if isinstance(e, Unary):
-        if e.op == "neg":
-            a, pa = _fmt(e.a)
-            return f"-{a if pa >= 8 else f'({a})'}", 8
-        if e.op == "not":
-            a, pa = _fmt(e.a)
-            return f"~{a if pa >= 8 else f'({a})'}", 8
-        return f"{e.op}({format_expr(e.a)})", _ATOM
+        if e.op in ("neg", "not"):
+            a, pa = _fmt(e.a, names)
+            return f"{'-' if e.op == 'neg' else '~'}{a if pa >= 8 else f'({a})'}", 8
+        return f"{e.op}({sub(e.a)})", _ATOM
     if isinstance(e, Cast):
-        return f"{e.dtype.value}({format_expr(e.a)})", _ATOM
+        return f"{e.dtype.value}({sub(e.a)})", _ATOM
     if isinstance(e, Select):
-        return f"select({format_expr(e.cond)}, {format_expr(e.a)}, {format_expr(e.b)})", _ATOM
+        return f"select({sub(e.cond)}, {sub(e.a)}, {sub(e.b)})", _ATOM
     if isinstance(e, Check):
         code = "" if e.code == ERR_INDEX else f", code={e.code}"
-        return f"check({format_expr(e.cond)}, {format_expr(e.value)}{code})", _ATOM
+        return f"check({sub(e.cond)}, {sub(e.value)}{code})", _ATOM
     if isinstance(e, Reduce):
-        axes = ", ".join(f"{v.name} < {format_extent(x)}" for v, x in e.vars)
-        init = "" if e.init is None else f", init={format_expr(e.init)}"
-        return f"{e.op}({axes}{init}: {format_expr(e.body)})", _ATOM
+        axes = ", ".join(f"{v.name} < {sub(x)}" for v, x in e.vars)
+        init = "" if e.init is None else f", init={sub(e.init)}"
+        return f"{e.op}({axes}{init}: {sub(e.body)})", _ATOM
     raise TypeError(f"not an expression: {e!r}")

@@ -27,8 +27,8 @@ from onnxcc.errors import VerifyError
 from onnxcc.ir import Dim, DType, canon
 
 from .expr import (
-    Expr, ExprLike, Load, Reduce, Var, buffers_read, dim_to_expr, format_expr, free_vars, lift, symbols_used,
-    walk,
+    Expr, ExprLike, Load, Reduce, Var, buffers_read, dim_to_expr, format_expr, format_shared, free_vars, lift,
+    symbols_used, walk,
 )
 
 BUFFER_KINDS = ("input", "output", "temp", "const")
@@ -145,7 +145,10 @@ class Compute(Stmt):
         return {self.out}
 
     def format(self, indent: str = "  ") -> list[str]:
-        return [f"{indent}{self.out}[{', '.join(self.var_names)}] = {format_expr(self.body)}"]
+        text, defs = format_shared(self.body, self.var_names)
+        lines = [f"{indent}{self.out}[{', '.join(self.var_names)}] = {text}"]
+        lines.extend(f"{indent}    where {name} = {d}" for name, d in defs)
+        return lines
 
 
 def _param_names(fn: Callable, n: int) -> list[str]:

@@ -83,6 +83,8 @@ def _bn_ref(ctx: RefCtx, x, s, b, m, v):
     return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
 
 
+# NOTE: kind "broadcast" describes the inference form (per-channel affine); the training form
+# (training_mode = 1 or extra results) also reduces over the batch and spatial axes
 define("onnx.BatchNormalization", infer=_bn_infer, reference=_bn_ref, kind="broadcast", arity=5,
        num_results=None, verify=results_between(1, 3), math=batch_norm)
 

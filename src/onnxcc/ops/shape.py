@@ -21,6 +21,9 @@ import sympy
 
 from ..errors import UnsupportedOp
 from ..ir import Dim, DType, TensorType, canon
+from ..kernel import (
+    Expr, Var, broadcast_indices, cast, dim_to_expr, lift, maximum, minimum, select, wrap_index,
+)
 from .cc import const_array
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
 
@@ -193,6 +196,88 @@ def slice_dim(symbols, d: Dim, start: Dim, end: Dim, step: int) -> Dim:
 
 def _ints(ctx: RefCtx, a) -> list[int]:
     return [int(x) for x in np.asarray(a).reshape(-1)]
+
+
+# ---- lowering helpers (shared with misc.py) -------------------------------------------------------
+
+def emit(ctx, buf, body_fn) -> None:
+    """`buf[ix] = body_fn(ix)` over buf's whole shape; `ix` is a tuple of Vars i0, i1, ...
+    (empty for a rank-0 buffer)."""
+    vs = tuple(ctx.vars(buf.rank))
+    body = lift(body_fn(vs), buf.dtype)
+    if buf.rank == 0:
+        ctx.program.compute(buf, body)
+    else:
+        ctx.program.compute(buf, lambda *_: body, names=[v.name for v in vs])
+
+
+def scalar(buf) -> Expr:
+    """The single element of a scalar-like buffer (rank 0, or shape [1], [1, 1], ...)."""
+    return buf[(0,) * buf.rank]
+
+
+def lowered_value(ctx, i: int | None) -> np.ndarray | None:
+    """Operand i's value as far as the compiler knows it (object array of Dims): literal
+    integer constant data, the value shape inference propagated, or a folded `cc.dims`; None
+    when only the run can tell."""
+    if i is None or i >= len(ctx.op.operands):
+        return None
+    v = ctx.op.operands[i]
+    c = ctx.const_value(i)
+    if c is not None:
+        c = np.asarray(c)
+        return obj([int(x) for x in c.reshape(-1)], c.shape) if c.dtype.kind in "iub" else None
+    k = ctx.known_value(i)
+    if k is not None:
+        return np.asarray(k, dtype=object)
+    owner = getattr(v, "op", None)
+    if owner is not None and owner.name == "cc.dims" and v.type.is_static:
+        return obj(list(owner.attrs["dims"]), v.type.shape)
+    return None
+
+
+def lowered_ints(ctx, i: int | None, what: str) -> list[int] | None:
+    """Operand i as compile-time ints (None if the operand is absent); unsupported otherwise."""
+    if i is None or i >= len(ctx.op.operands):
+        return None
+    v = lowered_value(ctx, i)
+    vals = None if v is None else [canon(x) for x in v.reshape(-1)]
+    if vals is None or not all(isinstance(x, int) for x in vals):
+        raise ctx.unsupported(f"{what} must be known at compile time")
+    return vals
+
+
+def value_expr(ctx, i: int, k: int) -> Expr:
+    """Element k of 1-D integer operand i as an i64 expression: folded when the compiler knows
+    it, else loaded at run time."""
+    v = lowered_value(ctx, i)
+    if v is not None:
+        d = canon(v.reshape(-1)[k])
+        if d is not None:
+            return dim_to_expr(d)
+    b = ctx.inputs[i]
+    return cast(b[(k,)] if b.rank == 1 else b[(0,) * b.rank], I64)
+
+
+def same_dim(a: Dim, b: Dim) -> bool:
+    """Whether two dims are provably equal (structurally, after canonicalisation)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def nonneg(x: Expr | Dim) -> bool | None:
+    """Sign of a compile-time start/pad: True (>= 0), False (< 0) or None (decided at run time)."""
+    if isinstance(x, Expr):
+        return None
+    if isinstance(x, int):
+        return x >= 0
+    e = sympy.sympify(x)
+    if e.is_nonnegative:
+        return True
+    if e.is_negative:
+        return False
+    return None
 
 
 # ---- Shape, Size, Identity ----------------------------------------------------------------

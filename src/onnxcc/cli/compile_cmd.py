@@ -1,0 +1,45 @@
+"""`onnxcc compile MODEL -o DIR`: build libNAME.so + NAME.h + NAME.json (or stop at --emit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .options import compile_flags
+
+
+@click.command("compile")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="artifact directory (default: ./NAME)")
+@click.option("--emit", type=click.Choice(["ir", "kernel", "llvm", "asm", "lib"]), default="lib", show_default=True,
+              help="stop after this stage; all but lib print the stage's text to stdout")
+@click.option("--print-ir-after-all", is_flag=True, help="print the IR after every graph pass (stderr)")
+@click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path), help="IR after each pass, one file each")
+@click.option("--time-passes", is_flag=True, help="report pass and stage times (stderr)")
+@compile_flags
+def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: bool, dump_dir: Path | None,
+             time_passes: bool, options) -> None:
+    """Compile MODEL (.onnx or .onnxir) into a guarded multi-version shared library."""
+    from ..driver import compile_model
+    from ..passes import DumpDir, PassContext, PrintAfter, TimePasses, VerifyAfterEach
+
+    instruments = [VerifyAfterEach()]
+    if print_ir_after_all:
+        instruments.append(PrintAfter(None))
+    if dump_dir is not None:
+        instruments.append(DumpDir(dump_dir))
+    timer = TimePasses() if time_passes else None
+    if timer:
+        instruments.append(timer)
+    out = out_dir or Path(options.name or model.stem)
+    art = compile_model(model, out, options, emit=emit, pass_ctx=PassContext(instruments=instruments))
+    if emit != "lib":
+        click.echo(art.text, nl=not art.text.endswith("\n"))
+    else:
+        n = len(art.module.dispatch.get("main", []))
+        click.echo(f"wrote {art.library} ({n} version{'s' if n != 1 else ''}), {art.header}, {art.metadata}")
+    if timer:
+        click.echo(timer.report(), err=True)
+        click.echo("stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in art.timings.items()), err=True)

@@ -1,0 +1,81 @@
+"""Compile flags shared by `onnxcc compile`, `run` and `simulate`, parsed into CompileOptions."""
+
+from __future__ import annotations
+
+import functools
+
+import click
+
+from ..errors import OnnxccError
+
+
+def compile_flags(fn):
+    """Decorate a command with the compile flags; it receives `options` (CompileOptions)."""
+
+    @click.option("--name", help="artifact name (C identifier; default: the model file's stem)")
+    @click.option("--dim", "dims", multiple=True, metavar="SYM=LO:HI", help="narrow a symbol's range; repeatable")
+    @click.option("--specialize", "specs", multiple=True, metavar="SYM=V[,V...]",
+                  help="add exact versions with SYM fixed to each value; repeatable")
+    @click.option("--no-specialize-one", is_flag=True, help="no `SYM == 1` versions for broadcast symbols")
+    @click.option("--divisible", type=int, default=None, metavar="K",
+                  help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
+    @click.option("--max-versions", type=int, default=8, show_default=True, help="bound on versions (generic included)")
+    @click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+    @click.option("--triple", default=None, help="LLVM target triple (default: the host)")
+    @click.option("--cpu", "cpu_name", default=None, help="LLVM CPU name (default: the host's)")
+    @click.option("--features", default=None, help="LLVM target features (default: the host's)")
+    @click.option("--no-parallel", is_flag=True, help="emit single-threaded kernels")
+    @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
+    @functools.wraps(fn)
+    def wrapper(*args, name, dims, specs, no_specialize_one, divisible, max_versions, target, triple, cpu_name,
+                features, no_parallel, opt, **kwargs):
+        from ..driver import CompileOptions
+
+        options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
+                                 specialize_one=not no_specialize_one, divisible=divisible,
+                                 max_versions=max_versions, target=target, triple=triple, cpu=cpu_name,
+                                 features=features, opt=opt, parallel=not no_parallel)
+        return fn(*args, options=options, **kwargs)
+
+    return wrapper
+
+
+def parse_dims(items) -> dict[str, tuple[int, int]]:
+    out = {}
+    for item in items:
+        name, sep, rng = item.partition("=")
+        lo, sep2, hi = rng.partition(":")
+        try:
+            if not (sep and sep2):
+                raise ValueError
+            out[name.strip()] = (int(lo), int(hi))
+        except ValueError:
+            raise OnnxccError(f"--dim {item!r}: expected SYM=LO:HI, e.g. seq=1:2048") from None
+    return out
+
+
+def parse_specs(items) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for item in items:
+        name, sep, vals = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out.setdefault(name.strip(), []).extend(int(v) for v in vals.split(","))
+        except ValueError:
+            raise OnnxccError(f"--specialize {item!r}: expected SYM=V[,V...], e.g. batch=1") from None
+    return out
+
+
+def parse_assignments(text: str, flag: str) -> dict[str, int]:
+    """'batch=2,seq=7' -> {'batch': 2, 'seq': 7}."""
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        k, sep, v = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[k.strip()] = int(v)
+        except ValueError:
+            raise OnnxccError(f"{flag} {item!r}: expected SYM=INT") from None
+    return out

@@ -1,0 +1,290 @@
+"""The compile driver: model -> graph passes -> versions -> kernels -> objects -> libNAME.so.
+
+    import onnxcc
+    art = onnxcc.compile("models/transformer.onnx", "out/transformer", specialize={"batch": [1]})
+    model = onnxcc.load(art.out_dir)
+
+Stages, in order (each a named stop point for `emit`):
+  ir      graph pipeline + specialize: the versioned module (printed IR)
+  kernel  each version lowered to a kernel program (printed)
+  llvm    one LLVM module holding every version's kernel function
+  asm     target assembly
+  lib     NAME.h, NAME.json, libNAME.so (the default)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import OnnxccError
+from .ir import Module, identifier
+from .ir.printer import print_bool
+
+EMIT_STAGES = ("ir", "kernel", "llvm", "asm", "lib")
+
+
+@dataclass
+class CompileOptions:
+    """Every flag that changes what gets built (all of it goes into the cache key)."""
+
+    name: str | None = None
+    #: narrowed symbol ranges: {"seq": (1, 2048)}
+    dims: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: exact versions: {"batch": [1], "seq": [128, 512]}
+    specialize: dict[str, list[int]] = field(default_factory=dict)
+    #: the 0/1 rule (a symbol meeting a broadcast gets its own `== 1` version)
+    specialize_one: bool = True
+    #: divisibility versions `SYM % k == 0`; None picks k from the target's vector width
+    divisible: int | None = None
+    max_versions: int = 8
+    target: str = "cpu"
+    triple: str | None = None
+    cpu: str | None = None
+    features: str | None = None
+    opt: int = 3
+    parallel: bool = True
+    cc: str = "cc"
+
+    def cache_key(self) -> dict:
+        d = asdict(self)
+        d["dims"] = {k: list(v) for k, v in sorted(self.dims.items())}
+        d["specialize"] = {k: sorted(v) for k, v in sorted(self.specialize.items())}
+        return d
+
+
+@dataclass
+class Artifact:
+    out_dir: Path
+    name: str
+    module: Module
+    library: Path | None = None
+    header: Path | None = None
+    metadata: Path | None = None
+    #: seconds per stage
+    timings: dict[str, float] = field(default_factory=dict)
+    #: the text a non-lib `emit` stage produced
+    text: str = ""
+
+
+def load_module(model) -> Module:
+    """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module."""
+    if isinstance(model, Module):
+        return model
+    if isinstance(model, (str, Path)):
+        from . import load_model
+
+        return load_model(model)
+    from .frontend import load_onnx
+
+    return load_onnx(model)
+
+
+def vector_width(options: CompileOptions) -> int:
+    """f32 lanes of the target's widest vector unit (the divisibility versions' k)."""
+    if options.target == "cuda":
+        return 32
+    feats = options.features
+    if feats is None and options.triple is None:
+        from .codegen.cpu import host_cpu
+
+        feats = host_cpu()[1]
+    feats = feats or ""
+    if "+avx512f" in feats:
+        return 16
+    if "+avx" in feats:
+        return 8
+    return 4
+
+
+def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
+    for name, (lo, hi) in dims.items():
+        if name not in module.symbols:
+            known = ", ".join(s.name for s in module.symbols) or "none"
+            raise OnnxccError(f"--dim {name}: the model has no symbol {name!r} (symbols: {known})")
+        if lo < 1 or hi < lo:
+            raise OnnxccError(f"--dim {name}={lo}:{hi}: need 1 <= lo <= hi")
+        info = module.symbols[name]
+        info.lo, info.hi = max(info.lo, lo), min(info.hi, hi)
+
+
+def graph_stage(module: Module, options: CompileOptions, ctx=None) -> Module:
+    """Graph passes and versioning, in place."""
+    from .passes import PassContext, run_pipeline
+    from .passes.pipelines import DEFAULT_GRAPH_PIPELINE
+    from .passes.specialize import SpecializePass
+
+    narrow_dims(module, options.dims)
+    ctx = ctx or PassContext()
+    run_pipeline(module, DEFAULT_GRAPH_PIPELINE, ctx)
+    k = options.divisible if options.divisible is not None else vector_width(options)
+    exact = "|".join(f"{s}:{':'.join(str(v) for v in vals)}" for s, vals in options.specialize.items())
+    spec = SpecializePass(exact=exact, one=options.specialize_one, divisible=k, max_versions=options.max_versions)
+    run_pipeline(module, [spec], ctx)
+    return module
+
+
+def compile_model(model, out_dir, options: CompileOptions | None = None, emit: str = "lib",
+                  pass_ctx=None) -> Artifact:
+    options = options or CompileOptions()
+    if emit not in EMIT_STAGES:
+        raise OnnxccError(f"unknown emit stage {emit!r} (one of {', '.join(EMIT_STAGES)})")
+    if options.target != "cpu":
+        raise OnnxccError(f"target {options.target!r} is not supported yet (cpu)")
+    t = {}
+    t0 = time.perf_counter()
+    module = load_module(model)
+    name = identifier(options.name or _default_name(model, module))
+    t["import"] = time.perf_counter() - t0
+    out = Path(out_dir)
+    art = Artifact(out, name, module, timings=t)
+
+    t0 = time.perf_counter()
+    graph_stage(module, options, pass_ctx)
+    t["graph"] = time.perf_counter() - t0
+    if emit == "ir":
+        art.text = str(module)
+        return art
+
+    from .kernel.plan_memory import plan as plan_memory
+    from .passes.lower import lower_function
+
+    t0 = time.perf_counter()
+    versions = [module.functions[v] for v in module.dispatch["main"]]
+    programs = []
+    for k, f in enumerate(versions):
+        prog = lower_function(module, f, f"{name}_v{k}")
+        programs.append((f, prog, plan_memory(prog)))
+    t["lower"] = time.perf_counter() - t0
+    if emit == "kernel":
+        art.text = "\n\n".join(f"// version {k}: @{f.name} guard {print_bool(f.guard)}\n{p}"
+                               for k, (f, p, _) in enumerate(programs))
+        return art
+
+    from llvmlite import ir as llir
+
+    from .codegen.cpu import emit_assembly, emit_llvm, emit_object
+
+    t0 = time.perf_counter()
+    llmod = llir.Module(name=name)
+    for f, prog, mplan in programs:
+        emit_llvm(prog, mplan, prog.name, llmod, parallel=options.parallel)
+    t["llvm"] = time.perf_counter() - t0
+    if emit == "llvm":
+        art.text = str(llmod)
+        return art
+    if emit == "asm":
+        art.text = emit_assembly(llmod, options.triple, options.cpu, options.features, options.opt)
+        return art
+
+    t0 = time.perf_counter()
+    obj = emit_object(llmod, options.triple, options.cpu, options.features, options.opt)
+    t["codegen"] = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    obj_path = out / f"{name}.o"
+    obj_path.write_bytes(obj)
+
+    from .codegen.link import build_library
+
+    t0 = time.perf_counter()
+    spec = artifact_spec(module, name, programs, options)
+    lib = build_library(spec, [obj_path], out, cc=options.cc)
+    obj_path.unlink()
+    t["link"] = time.perf_counter() - t0
+    art.library, art.header, art.metadata = lib, out / f"{name}.h", out / f"{name}.json"
+    _record_timings(art)
+    return art
+
+
+def artifact_spec(module: Module, name: str, programs, options: CompileOptions):
+    from .codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+    from .codegen.cpu import host_cpu
+
+    generic = programs[-1][0]
+    out_names = list(generic.attrs.get("outputs", [])) or [f"output{k}" for k in range(len(generic.result_types))]
+    inputs = [TensorSig(a.name or f"input{k}", a.type.dtype, a.type.shape) for k, a in enumerate(generic.params)]
+    outputs = [TensorSig(n, t.dtype, t.shape) for n, t in zip(out_names, generic.result_types)]
+    versions = []
+    for f, prog, mplan in programs:
+        kind = f.attrs.get("kind", "generic")
+        versions.append(VersionSpec(
+            symbol=prog.name, guard=f.guard, guard_text=print_bool(f.guard),
+            subs={str(k): int(v) for k, v in f.subs.items() if isinstance(v, int) or getattr(v, "is_Integer", False)},
+            workspace_bytes=mplan.workspace_bytes, kind=kind,
+            info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
+                  "workspace_bytes": str(mplan.workspace_bytes),
+                  "multiple_of": list(f.attrs.get("multiple_of", []))}))
+    constraints = [(c.expr, c.origin) for c in module.constraints]
+    triple = options.triple or __import__("llvmlite.binding", fromlist=["x"]).get_process_triple()
+    cpu = options.cpu or host_cpu()[0]
+    meta = {"options": options.cache_key(), "cpu": cpu,
+            "dropped_versions": list(module.attrs.get("dropped_versions", []))}
+    return ArtifactSpec(name, inputs, outputs, list(module.symbols), constraints, versions, "cpu", triple, meta)
+
+
+def _record_timings(art: Artifact) -> None:
+    import json
+
+    if art.metadata and art.metadata.exists():
+        meta = json.loads(art.metadata.read_text())
+        meta["compile_seconds"] = {k: round(v, 4) for k, v in art.timings.items()}
+        art.metadata.write_text(json.dumps(meta, indent=2))
+
+
+def _default_name(model, module: Module) -> str:
+    if isinstance(model, (str, Path)):
+        return Path(model).stem
+    return module.name
+
+
+
+def model_digest(model) -> str:
+    """sha256 of the model's content (file bytes, serialized proto, or IR text + weights)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    if isinstance(model, Module):
+        h.update(str(model).encode())
+        for k in sorted(model.weights):
+            h.update(k.encode())
+            h.update(model.weights[k].tobytes())
+    elif isinstance(model, (str, Path)):
+        p = Path(model)
+        if not p.is_file():
+            raise OnnxccError(f"{p}: no such file")
+        h.update(p.read_bytes())
+    elif isinstance(model, bytes):
+        h.update(model)
+    else:
+        h.update(model.SerializeToString())
+    return h.hexdigest()
+
+
+def cache_document(model, options: CompileOptions, extra: dict | None = None) -> dict:
+    """Everything that changes the build: the cache key is the sha256 of this document."""
+    from . import __version__
+    from .codegen.cpu import host_cpu
+
+    cpu, feats = host_cpu()
+    return {"model": model_digest(model), "onnxcc": __version__, "options": options.cache_key(),
+            "triple": options.triple or "host", "cpu": options.cpu or cpu,
+            "features": options.features or feats, "extra": extra or {}}
+
+
+def compile_cached(model, options: CompileOptions | None = None, cache=None, extra: dict | None = None):
+    """The artifact directory for (model, options), compiled only on a cache miss.
+    Returns (path, hit: bool)."""
+    from .runtime.cache import ArtifactCache, make_key
+
+    options = options or CompileOptions()
+    cache = cache if cache is not None else ArtifactCache()
+    doc = cache_document(model, options, extra)
+    key = make_key(doc)
+    hit = cache.lookup(key, doc)
+    if hit is not None:
+        return hit, True
+    if options.name is None and isinstance(model, (str, Path)):
+        options = CompileOptions(**{**options.__dict__, "name": Path(model).stem})
+    path = cache.store(key, doc, lambda d: compile_model(model, d, options))
+    return path, False
