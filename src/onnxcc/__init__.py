@@ -8,6 +8,7 @@ The public API:
     load_model(path) -> Module                                       .onnx or .onnxir, by suffix
     compile(model, out_dir, **options) -> Artifact                   build libNAME.so + NAME.h + NAME.json
     load(out_dir) -> CompiledModel                                   load a built artifact (ctypes)
+    Session(model, **options)                                        JIT: serve now, specialise hot shapes
 
 Heavy modules (onnx, the op registry, passes) are imported on first use.
 """
@@ -85,4 +86,13 @@ def load(path: str | os.PathLike):
     return _load(path)
 
 
-__all__ = ["__version__", "compile", "load", "load_model", "load_onnx", "parse_ir", "print_ir"]
+def __getattr__(name: str):
+    # the JIT session pulls in the whole compiler: import it on first use
+    if name == "Session":
+        from .session import Session
+
+        return Session
+    raise AttributeError(f"module 'onnxcc' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "Session", "compile", "load", "load_model", "load_onnx", "parse_ir", "print_ir"]

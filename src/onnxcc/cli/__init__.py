@@ -38,6 +38,9 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:  # output piped into `head` and closed: not an error
+            sys.stderr.close()
+            ctx.exit(0)
         except Exception as e:  # noqa: BLE001 - the one place every error ends up
             internal = not isinstance(e, OnnxccError) or (
                 isinstance(e, PassError) and not isinstance(e.cause, OnnxccError))

@@ -11,6 +11,13 @@ the result element or None; they make integer shape arithmetic propagate symboli
 Every OpDef here also carries `math`, its numpy math function, for reuse by lowering and
 constant folding. The helpers at the top (widen, cast_out, same_dtype, unidirectional,
 results_between, map_values) are shared by the other compute families.
+
+Lowering is table-driven too: beside each numpy math function sits its kernel twin, a
+function of kernel expressions (`onnxcc.kernel`, imported as `K`) with the same arguments
+(`kernel=` of the factories), so the two are easy to compare. The kernel twins see
+operands widened the same way (`kwiden`: f16/bf16 compute in f32) and the factory casts
+the result to the result dtype. `operand(ctx, i, ix)` reads operand i at output index
+`ix` with numpy broadcasting (a one-element constant operand is inlined as a scalar).
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ from functools import reduce
 import numpy as np
 import sympy
 
+from .. import kernel as K
 from ..errors import UnsupportedOp, VerifyError
 from ..ir import DType, TensorType, canon
+from ..kernel import Expr
 from .dtypes import onnx_dtype
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
@@ -100,12 +109,65 @@ def _truth(p) -> int | None:
     return None if p is None else int(bool(p))
 
 
+# ---- lowering helpers (also used by reduce) -------------------------------------------------------
+
+_HALF = (DType.f16, DType.bf16)
+
+
+def kwiden(e: Expr) -> Expr:
+    """The kernel twin of `widen`: half precision computes in f32 (constants stay constants)."""
+    if e.dtype not in _HALF:
+        return e
+    return K.Const(e.value, DType.f32) if isinstance(e, K.Const) else K.cast(e, DType.f32)
+
+
+def kfloat(e: Expr) -> Expr:
+    """Integers as f64 (numpy's float math on ints), half as f32, other floats as they are."""
+    return K.cast(e, DType.f64) if not e.dtype.is_float else kwiden(e)
+
+
+def scalar_const(ctx, i: int) -> Expr | None:
+    """Operand i as a kernel constant when it is a compile-time one-element tensor."""
+    c = ctx.const_value(i)
+    dt = ctx.inputs[i].dtype
+    if c is None or c.size != 1 or dt is DType.bf16:
+        return None
+    return K.Const(np.asarray(c).reshape(()).item(), dt)
+
+
+def operand(ctx, i: int, ix) -> Expr:
+    """Operand i at output index `ix` under numpy broadcasting (trailing dims align; a
+    dim that is the literal 1 reads index 0); a one-element constant is inlined."""
+    c = scalar_const(ctx, i)
+    if c is not None:
+        return c
+    buf = ctx.inputs[i]
+    return buf[K.broadcast_indices(ix, buf.shape)]
+
+
+def scalar_operand(ctx, i: int) -> Expr:
+    """Operand i, a scalar or a one-element tensor, as an expression."""
+    c = scalar_const(ctx, i)
+    if c is not None:
+        return c
+    buf = ctx.inputs[i]
+    return buf[(0,) * buf.rank]
+
+
+def lower_map(ctx, fn: Callable, operands, out: int = 0) -> None:
+    """Result `out`[ix] = cast(fn(*widened operands at ix)) with numpy broadcasting."""
+    y = ctx.out(out)
+    ctx.compute(y, lambda *ix: K.cast(fn(*(kwiden(operand(ctx, i, ix)) for i in operands)), y.dtype))
+
+
 # ---- unary -------------------------------------------------------------------------------------
 
 
-def unary(name: str, fn: Callable, *, out: DType | Callable | None = None, value: Callable | None = None,
-          kind: str = "elementwise") -> None:
-    """Register onnx.<name>: y = fn(x, attr); `out` fixes the result dtype (or computes it)."""
+def unary(name: str, fn: Callable, *, kernel: Callable | None = None, out: DType | Callable | None = None,
+          value: Callable | None = None, kind: str = "elementwise", lower: Callable | None = None) -> None:
+    """Register onnx.<name>: y = fn(x, attr); `out` fixes the result dtype (or computes it).
+    `kernel(x, attr)` is fn's twin over kernel expressions (the lowering); `lower` replaces
+    the generated lowering outright."""
 
     def infer(ctx: InferCtx) -> list[TensorType]:
         t = ctx.in_types[0]
@@ -118,8 +180,11 @@ def unary(name: str, fn: Callable, *, out: DType | Callable | None = None, value
     def val(ctx: InferCtx):
         return map_values(ctx, value, [0])
 
+    def lower_kernel(ctx) -> None:
+        lower_map(ctx, lambda x: kernel(x, ctx.attr), [0])
+
     define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None,
-           kind=kind, arity=1, math=fn)
+           lower=lower or (lower_kernel if kernel else None), kind=kind, arity=1, math=fn, kernel=kernel)
 
 
 def _erf(x):
@@ -140,9 +205,20 @@ def _gelu(x, attr):
     return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
 
 
+def _k_gelu(x, attr):
+    if attr("approximate", "none") == "tanh":
+        return 0.5 * x * (1.0 + K.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
+    return 0.5 * x * (1.0 + K.erf(x * (1.0 / math.sqrt(2.0))))
+
+
 def _elu(x, a):
     alpha = float(a("alpha", 1.0))
     return np.where(x < 0, alpha * (np.exp(x) - 1.0), x)
+
+
+def _k_elu(x, a):
+    alpha = float(a("alpha", 1.0))
+    return K.select(x < 0.0, alpha * (K.exp(x) - 1.0), x)
 
 
 def _selu(x, a):
@@ -151,18 +227,43 @@ def _selu(x, a):
     return gamma * np.where(x > 0, x, alpha * np.exp(x) - alpha)
 
 
+def _k_selu(x, a):
+    alpha = float(a("alpha", 1.67326319217681884765625))
+    gamma = float(a("gamma", 1.05070102214813232421875))
+    return gamma * K.select(x > 0.0, x, alpha * K.exp(x) - alpha)
+
+
 def _celu(x, a):
     alpha = float(a("alpha", 1.0))
     return np.maximum(x, 0) + np.minimum(0, alpha * (np.exp(x / alpha) - 1.0))
+
+
+def _k_celu(x, a):
+    alpha = float(a("alpha", 1.0))
+    return K.maximum(x, 0.0) + K.minimum(0.0, alpha * (K.exp(x / alpha) - 1.0))
 
 
 def _hard_sigmoid(x, a):
     return np.clip(float(a("alpha", 0.2)) * x + float(a("beta", 0.5)), 0, 1)
 
 
+def _k_hard_sigmoid(x, a):
+    return K.clamp(float(a("alpha", 0.2)) * x + float(a("beta", 0.5)), 0.0, 1.0)
+
+
 def _is_inf(x, a):
     neg, pos = a("detect_negative", 1), a("detect_positive", 1)
     return (np.isposinf(x) & bool(pos)) | (np.isneginf(x) & bool(neg))
+
+
+def _k_is_inf(x, a):
+    neg, pos = a("detect_negative", 1), a("detect_positive", 1)
+    inf = K.unary("isinf", x)
+    if neg and pos:
+        return inf
+    if pos or neg:
+        return inf & (x > 0.0 if pos else x < 0.0)
+    return K.Const(False, DType.bool)
 
 
 def _cast(x, a):
@@ -184,6 +285,20 @@ def _cast_to(ctx: InferCtx) -> DType:
         raise ctx.error(f"attribute 'to': {e}") from None
 
 
+def lower_cast(ctx) -> None:
+    """Cast / CastLike: a view when the dtype does not change, else one converting compute
+    (read unwidened, so f16 -> f32 is one exact conversion)."""
+    x, y = ctx.inputs[0], ctx.out(0)
+    if x.dtype is y.dtype:
+        ctx.alias(0, 0)
+        return
+    ctx.compute(y, lambda *ix: K.cast(x[ix], y.dtype))
+
+
+def _lower_identity(ctx) -> None:
+    ctx.alias(0, 0)
+
+
 def _abs_value(ctx, v):
     return v if _nonneg(ctx, v) else (abs(canon(v)) if _static(v) else sympy.Abs(v))
 
@@ -197,41 +312,70 @@ def _sign_value(ctx, v):
     return s if isinstance(s, int) else None
 
 
-_NOATTR = {
-    "Neg": np.negative, "Abs": np.abs, "Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Exp": np.exp,
-    "Log": np.log, "Tanh": np.tanh, "Sigmoid": _sigmoid, "Floor": np.floor, "Ceil": np.ceil,
-    "Round": np.round, "Sign": np.sign, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Asin": np.arcsin,
-    "Acos": np.arccos, "Atan": np.arctan, "Sinh": np.sinh, "Cosh": np.cosh, "Asinh": np.arcsinh,
-    "Acosh": np.arccosh, "Atanh": np.arctanh, "Softplus": _softplus,
-    "Softsign": lambda x: x / (1 + np.abs(x)), "Relu": lambda x: np.maximum(x, 0),
-    "Mish": lambda x: x * np.tanh(_softplus(x)), "Erf": _erf, "BitwiseNot": np.invert,
+#: op -> (numpy math, kernel twin), both of the (widened) operand alone
+_NOATTR: dict[str, tuple[Callable, Callable]] = {
+    "Neg": (np.negative, lambda x: -x),
+    "Abs": (np.abs, abs),
+    "Sqrt": (np.sqrt, K.sqrt),
+    "Reciprocal": (np.reciprocal, lambda x: K.unary("recip", x)),
+    "Exp": (np.exp, K.exp),
+    "Log": (np.log, K.log),
+    "Tanh": (np.tanh, K.tanh),
+    "Sigmoid": (_sigmoid, K.sigmoid),
+    "Floor": (np.floor, K.floor),
+    "Ceil": (np.ceil, K.ceil),
+    "Round": (np.round, lambda x: K.unary("round", x)),  # both round half to even
+    "Sign": (np.sign, lambda x: K.unary("sign", x)),
+    "Sin": (np.sin, lambda x: K.unary("sin", x)),
+    "Cos": (np.cos, lambda x: K.unary("cos", x)),
+    "Tan": (np.tan, lambda x: K.unary("tan", x)),
+    "Asin": (np.arcsin, lambda x: K.unary("asin", x)),
+    "Acos": (np.arccos, lambda x: K.unary("acos", x)),
+    "Atan": (np.arctan, lambda x: K.unary("atan", x)),
+    "Sinh": (np.sinh, lambda x: K.unary("sinh", x)),
+    "Cosh": (np.cosh, lambda x: K.unary("cosh", x)),
+    "Asinh": (np.arcsinh, lambda x: K.unary("asinh", x)),
+    "Acosh": (np.arccosh, lambda x: K.unary("acosh", x)),
+    "Atanh": (np.arctanh, lambda x: K.unary("atanh", x)),
+    "Softplus": (_softplus, lambda x: K.unary("softplus", x)),  # max(x, 0) + log1p(exp(-|x|))
+    "Softsign": (lambda x: x / (1 + np.abs(x)), lambda x: x / (1.0 + abs(x))),
+    "Relu": (lambda x: np.maximum(x, 0), K.relu),
+    "Mish": (lambda x: x * np.tanh(_softplus(x)), lambda x: x * K.tanh(K.unary("softplus", x))),
+    "Erf": (_erf, K.erf),
+    "BitwiseNot": (np.invert, lambda x: K.unary("not", x)),  # bitwise on ints
 }
 _VALUE_RULES = {"Neg": lambda ctx, v: -v, "Abs": _abs_value, "Relu": _relu_value, "Sign": _sign_value}
 
-for _n, _f in _NOATTR.items():
-    unary(_n, (lambda f: lambda x, attr: f(x))(_f), value=_VALUE_RULES.get(_n))
+for _n, (_f, _k) in _NOATTR.items():
+    unary(_n, (lambda f: lambda x, attr: f(x))(_f), kernel=(lambda k: lambda x, attr: k(x))(_k),
+          value=_VALUE_RULES.get(_n))
 
-unary("Gelu", _gelu)
-unary("Elu", _elu)
-unary("Selu", _selu)
-unary("Celu", _celu)
-unary("LeakyRelu", lambda x, a: np.where(x < 0, float(a("alpha", 0.01)) * x, x))
-unary("ThresholdedRelu", lambda x, a: np.where(x > float(a("alpha", 1.0)), x, 0))
-unary("HardSigmoid", _hard_sigmoid)
-unary("HardSwish", lambda x, a: x * np.clip(x / 6.0 + 0.5, 0, 1))
-unary("IsNaN", lambda x, a: np.isnan(x), out=DType.bool)
-unary("IsInf", _is_inf, out=DType.bool)
-unary("Not", lambda x, a: np.logical_not(x), value=lambda ctx, v: _truth(None if not _static(v) else not v))
-unary("Identity", lambda x, a: x, value=lambda ctx, v: v)
-unary("Cast", _cast, out=_cast_to, value=_cast_value)
+unary("Gelu", _gelu, kernel=_k_gelu)
+unary("Elu", _elu, kernel=_k_elu)
+unary("Selu", _selu, kernel=_k_selu)
+unary("Celu", _celu, kernel=_k_celu)
+unary("LeakyRelu", lambda x, a: np.where(x < 0, float(a("alpha", 0.01)) * x, x),
+      kernel=lambda x, a: K.select(x < 0.0, float(a("alpha", 0.01)) * x, x))
+unary("ThresholdedRelu", lambda x, a: np.where(x > float(a("alpha", 1.0)), x, 0),
+      kernel=lambda x, a: K.select(x > float(a("alpha", 1.0)), x, 0.0))
+unary("HardSigmoid", _hard_sigmoid, kernel=_k_hard_sigmoid)
+unary("HardSwish", lambda x, a: x * np.clip(x / 6.0 + 0.5, 0, 1),
+      kernel=lambda x, a: x * K.clamp(x / 6.0 + 0.5, 0.0, 1.0))
+unary("IsNaN", lambda x, a: np.isnan(x), kernel=lambda x, a: K.unary("isnan", x), out=DType.bool)
+unary("IsInf", _is_inf, kernel=_k_is_inf, out=DType.bool)
+unary("Not", lambda x, a: np.logical_not(x), kernel=lambda x, a: K.logical_not(x),
+      value=lambda ctx, v: _truth(None if not _static(v) else not v))
+unary("Identity", lambda x, a: x, value=lambda ctx, v: v, lower=_lower_identity)
+unary("Cast", _cast, out=_cast_to, value=_cast_value, lower=lower_cast)
 
 
 # ---- binary (numpy broadcasting) -----------------------------------------------------------------
 
 
-def binary(name: str, fn: Callable, *, out: DType | None = None, value: Callable | None = None,
-           kind: str = "broadcast", check_dtypes: bool = True) -> None:
-    """Register onnx.<name>: y = fn(a, b, attr) with multidirectional broadcasting."""
+def binary(name: str, fn: Callable, *, kernel: Callable | None = None, out: DType | None = None,
+           value: Callable | None = None, kind: str = "broadcast", check_dtypes: bool = True) -> None:
+    """Register onnx.<name>: y = fn(a, b, attr) with multidirectional broadcasting;
+    `kernel(a, b, attr)` is fn's twin over kernel expressions (the lowering)."""
 
     def infer(ctx: InferCtx) -> list[TensorType]:
         dt = same_dtype(ctx) if check_dtypes else ctx.in_types[0].dtype
@@ -244,8 +388,11 @@ def binary(name: str, fn: Callable, *, out: DType | None = None, value: Callable
     def val(ctx: InferCtx):
         return map_values(ctx, value, [0, 1])
 
+    def lower(ctx) -> None:
+        lower_map(ctx, lambda a, b: kernel(a, b, ctx.attr), [0, 1])
+
     define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None,
-           kind=kind, arity=2, math=fn)
+           lower=lower if kernel else None, kind=kind, arity=2, math=fn, kernel=kernel)
 
 
 def int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -262,6 +409,10 @@ def _div(a, b, attr):
     return a / b
 
 
+def _k_div(a, b, attr):
+    return K.truncdiv(a, b) if a.dtype.is_int else a / b
+
+
 def _div_value(ctx, a, b):
     if _static(a, b):
         a, b = canon(a), canon(b)
@@ -274,6 +425,10 @@ def _div_value(ctx, a, b):
 def _mod(a, b, attr):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.fmod(a, b) if attr("fmod", 0) else np.mod(a, b)
+
+
+def _k_mod(a, b, attr):
+    return K.rem(a, b) if attr("fmod", 0) else a % b  # C fmod / Python (floor) mod
 
 
 def _mod_value(ctx, a, b):
@@ -292,37 +447,55 @@ def _pow(a, b, attr):
     return np.power(a, b.astype(a.dtype))
 
 
+def _k_pow(a, b, attr):
+    if a.dtype.is_int and b.dtype.is_float:
+        return K.power(K.cast(a, DType.f64), K.cast(b, DType.f64))
+    b = K.Const(b.value, a.dtype) if isinstance(b, K.Const) else K.cast(b, a.dtype)
+    if a.dtype.is_float and isinstance(b, K.Const) and b.value in (1.0, 2.0, 3.0):
+        return a if b.value == 1.0 else a * a if b.value == 2.0 else a * a * a  # as onnxruntime does
+    return K.power(a, b)
+
+
 def _bitshift(a, b, attr):
     b = b.astype(a.dtype)
     return np.left_shift(a, b) if attr("direction") == "LEFT" else np.right_shift(a, b)
+
+
+def _k_bitshift(a, b, attr):
+    b = K.cast(b, a.dtype)
+    return a << b if attr("direction") == "LEFT" else a >> b
 
 
 def _cmp(prove: Callable):
     return lambda ctx, a, b: _truth(prove(ctx.symbols, a, b))
 
 
-binary("Add", lambda a, b, t: a + b, value=lambda ctx, a, b: a + b)
-binary("Sub", lambda a, b, t: a - b, value=lambda ctx, a, b: a - b)
-binary("Mul", lambda a, b, t: a * b, value=lambda ctx, a, b: a * b)
-binary("Div", _div, value=_div_value)
-binary("Mod", _mod, value=_mod_value)
-binary("Pow", _pow, check_dtypes=False)
-binary("Equal", lambda a, b, t: a == b, out=DType.bool, value=_cmp(lambda s, a, b: s.prove_eq(a, b)))
-binary("Less", lambda a, b, t: a < b, out=DType.bool, value=_cmp(lambda s, a, b: s.prove_le(a, b - 1)))
-binary("Greater", lambda a, b, t: a > b, out=DType.bool, value=_cmp(lambda s, a, b: s.prove_le(b, a - 1)))
-binary("LessOrEqual", lambda a, b, t: a <= b, out=DType.bool, value=_cmp(lambda s, a, b: s.prove_le(a, b)))
-binary("GreaterOrEqual", lambda a, b, t: a >= b, out=DType.bool,
+binary("Add", lambda a, b, t: a + b, kernel=lambda a, b, t: a + b, value=lambda ctx, a, b: a + b)
+binary("Sub", lambda a, b, t: a - b, kernel=lambda a, b, t: a - b, value=lambda ctx, a, b: a - b)
+binary("Mul", lambda a, b, t: a * b, kernel=lambda a, b, t: a * b, value=lambda ctx, a, b: a * b)
+binary("Div", _div, kernel=_k_div, value=_div_value)
+binary("Mod", _mod, kernel=_k_mod, value=_mod_value)
+binary("Pow", _pow, kernel=_k_pow, check_dtypes=False)
+binary("Equal", lambda a, b, t: a == b, kernel=lambda a, b, t: a.eq(b), out=DType.bool,
+       value=_cmp(lambda s, a, b: s.prove_eq(a, b)))
+binary("Less", lambda a, b, t: a < b, kernel=lambda a, b, t: a < b, out=DType.bool,
+       value=_cmp(lambda s, a, b: s.prove_le(a, b - 1)))
+binary("Greater", lambda a, b, t: a > b, kernel=lambda a, b, t: a > b, out=DType.bool,
+       value=_cmp(lambda s, a, b: s.prove_le(b, a - 1)))
+binary("LessOrEqual", lambda a, b, t: a <= b, kernel=lambda a, b, t: a <= b, out=DType.bool,
+       value=_cmp(lambda s, a, b: s.prove_le(a, b)))
+binary("GreaterOrEqual", lambda a, b, t: a >= b, kernel=lambda a, b, t: a >= b, out=DType.bool,
        value=_cmp(lambda s, a, b: s.prove_le(b, a)))
-binary("And", lambda a, b, t: np.logical_and(a, b), out=DType.bool,
+binary("And", lambda a, b, t: np.logical_and(a, b), kernel=lambda a, b, t: a & b, out=DType.bool,
        value=lambda ctx, a, b: int(bool(a) and bool(b)) if _static(a, b) else None)
-binary("Or", lambda a, b, t: np.logical_or(a, b), out=DType.bool,
+binary("Or", lambda a, b, t: np.logical_or(a, b), kernel=lambda a, b, t: a | b, out=DType.bool,
        value=lambda ctx, a, b: int(bool(a) or bool(b)) if _static(a, b) else None)
-binary("Xor", lambda a, b, t: np.logical_xor(a, b), out=DType.bool,
+binary("Xor", lambda a, b, t: np.logical_xor(a, b), kernel=lambda a, b, t: a ^ b, out=DType.bool,
        value=lambda ctx, a, b: int(bool(a) != bool(b)) if _static(a, b) else None)
-binary("BitShift", _bitshift)
-binary("BitwiseAnd", lambda a, b, t: np.bitwise_and(a, b))
-binary("BitwiseOr", lambda a, b, t: np.bitwise_or(a, b))
-binary("BitwiseXor", lambda a, b, t: np.bitwise_xor(a, b))
+binary("BitShift", _bitshift, kernel=_k_bitshift)
+binary("BitwiseAnd", lambda a, b, t: np.bitwise_and(a, b), kernel=lambda a, b, t: a & b)
+binary("BitwiseOr", lambda a, b, t: np.bitwise_or(a, b), kernel=lambda a, b, t: a | b)
+binary("BitwiseXor", lambda a, b, t: np.bitwise_xor(a, b), kernel=lambda a, b, t: a ^ b)
 
 
 # ---- PRelu: slope broadcasts to X (unidirectional) ---------------------------------------------
@@ -332,20 +505,29 @@ def prelu(x, slope):
     return np.where(x < 0, slope * x, x)
 
 
+def k_prelu(x, slope):
+    return K.select(x < K.cast(0, x.dtype), slope * x, x)
+
+
 def _prelu_infer(ctx: InferCtx):
     dt = same_dtype(ctx)
     unidirectional(ctx, ctx.in_types[0].shape, ctx.in_types[1].shape, "slope")
     return [ctx.in_types[0].with_dtype(dt)]
 
 
-define("onnx.PRelu", infer=_prelu_infer, kind="broadcast", arity=2, math=prelu,
-       reference=lambda ctx, x, s: [cast_out(ctx, prelu(widen(x), widen(s)))])
+define("onnx.PRelu", infer=_prelu_infer, kind="broadcast", arity=2, math=prelu, kernel=k_prelu,
+       reference=lambda ctx, x, s: [cast_out(ctx, prelu(widen(x), widen(s)))],
+       lower=lambda ctx: lower_map(ctx, k_prelu, [0, 1]))
 
 
 # ---- variadic Min / Max / Sum / Mean -----------------------------------------------------------
 
 
-def variadic(name: str, combine: Callable, *, mean: bool = False, value: Callable | None = None) -> None:
+def variadic(name: str, combine: Callable, kcombine: Callable, *, mean: bool = False,
+             value: Callable | None = None) -> None:
+    """Register onnx.<name>: y = fold(combine, xs) (divided by len(xs) for Mean), broadcasting;
+    `kcombine` is combine's kernel twin."""
+
     def infer(ctx: InferCtx):
         dt = same_dtype(ctx)
         return [TensorType(dt, ctx.broadcast(*(t.shape for t in ctx.in_types)))]
@@ -357,14 +539,26 @@ def variadic(name: str, combine: Callable, *, mean: bool = False, value: Callabl
     def val(ctx: InferCtx):
         return map_values(ctx, lambda c, *vs: reduce(value, vs), range(len(ctx.in_types)))
 
-    define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None,
-           kind="broadcast", arity=(1, None), math=combine)
+    def lower(ctx) -> None:
+        n = len(ctx.inputs)
+        if n == 1 and ctx.inputs[0].shape == ctx.out(0).shape:
+            ctx.alias(0, 0)  # one operand: y = x
+            return
+
+        def fold(*xs):
+            y = reduce(kcombine, xs)
+            return y / float(n) if mean else y
+
+        lower_map(ctx, fold, range(n))
+
+    define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None, lower=lower,
+           kind="broadcast", arity=(1, None), math=combine, kernel=kcombine)
 
 
-variadic("Min", np.minimum, value=sympy.Min)
-variadic("Max", np.maximum, value=sympy.Max)
-variadic("Sum", np.add, value=lambda a, b: a + b)
-variadic("Mean", np.add, mean=True)
+variadic("Min", np.minimum, K.minimum, value=sympy.Min)
+variadic("Max", np.maximum, K.maximum, value=sympy.Max)
+variadic("Sum", np.add, lambda a, b: a + b, value=lambda a, b: a + b)
+variadic("Mean", np.add, lambda a, b: a + b, mean=True)
 
 
 # ---- Where ---------------------------------------------------------------------------------------
@@ -383,15 +577,20 @@ def _where_value(ctx: InferCtx):
     return map_values(ctx, lambda _, c, x, y: x if c else y, [0, 1, 2])
 
 
-define("onnx.Where", infer=_where_infer, value=_where_value, kind="broadcast", arity=3, math=np.where,
-       reference=lambda ctx, c, x, y: [cast_out(ctx, np.where(c, x, y))])
+def _where_lower(ctx) -> None:
+    y = ctx.out(0)  # no widening: a select moves values, it does not compute them
+    ctx.compute(y, lambda *ix: K.select(operand(ctx, 0, ix), operand(ctx, 1, ix), operand(ctx, 2, ix)))
+
+
+define("onnx.Where", infer=_where_infer, value=_where_value, lower=_where_lower, kind="broadcast", arity=3,
+       math=np.where, kernel=K.select, reference=lambda ctx, c, x, y: [cast_out(ctx, np.where(c, x, y))])
 
 
 # ---- CastLike, Clip, Dropout ---------------------------------------------------------------------
 
 define("onnx.CastLike", kind="broadcast", arity=2,
        infer=lambda ctx: [ctx.in_types[0].with_dtype(ctx.in_types[1].dtype)],
-       reference=lambda ctx, x, like: [cast_out(ctx, x)],
+       reference=lambda ctx, x, like: [cast_out(ctx, x)], lower=lower_cast,
        value=lambda ctx: map_values(ctx, lambda _, v: v, [0]) if ctx.in_types[1].dtype.is_int else None)
 
 
@@ -401,6 +600,14 @@ def clip(x, lo=None, hi=None):
         x = np.maximum(x, lo)
     if hi is not None:
         x = np.minimum(x, hi)
+    return x
+
+
+def k_clip(x, lo=None, hi=None):
+    if lo is not None:
+        x = K.maximum(x, lo)
+    if hi is not None:
+        x = K.minimum(x, hi)
     return x
 
 
@@ -429,6 +636,21 @@ def _clip_ref(ctx: RefCtx, *args):
     return [cast_out(ctx, clip(x, *(None if v is None else np.asarray(v).reshape(()) for v in (lo, hi))))]
 
 
+def _clip_lower(ctx) -> None:
+    items = onnx_inputs(ctx.op, [lambda i=i: kwiden(scalar_operand(ctx, i)) for i in range(len(ctx.inputs))])
+    lo, hi = _clip_bounds(ctx.attr, items)
+    y = ctx.out(0)
+
+    def bound(b, x):  # an operand (a thunk), an attribute (a number), or None
+        return b() if callable(b) else (None if b is None else K.lift(float(b), x.dtype))
+
+    def body(*ix):
+        x = kwiden(ctx.inputs[0][ix])
+        return K.cast(k_clip(x, bound(lo, x), bound(hi, x)), y.dtype)
+
+    ctx.compute(y, body)
+
+
 def _clip_value(ctx: InferCtx):
     idx = (onnx_inputs(ctx.op, list(range(len(ctx.in_types)))) + [None, None])[1:3]
     bounds = [None if i is None else ctx.known(i) for i in idx]
@@ -443,8 +665,8 @@ def _clip_value(ctx: InferCtx):
     return map_values(ctx, rule, [0])
 
 
-define("onnx.Clip", infer=_clip_infer, reference=_clip_ref, value=_clip_value, kind="broadcast",
-       arity=(1, 3), math=clip)
+define("onnx.Clip", infer=_clip_infer, reference=_clip_ref, value=_clip_value, lower=_clip_lower,
+       kind="broadcast", arity=(1, 3), math=clip, kernel=k_clip)
 
 
 def _dropout_infer(ctx: InferCtx):
@@ -461,5 +683,22 @@ def _dropout_ref(ctx: RefCtx, *args):
     return [x, np.ones(x.shape, dtype=bool)][: len(ctx.op.results)]
 
 
-define("onnx.Dropout", infer=_dropout_infer, reference=_dropout_ref, kind="elementwise", arity=(1, 3),
-       num_results=None, verify=results_between(1, 2))
+def _dropout_lower(ctx) -> None:
+    """Inference Dropout: y is a view of x, the mask all true. training_mode must be a
+    compile-time false (or ratio a compile-time 0): random masking is not compiled."""
+    _, ratio, training = (onnx_inputs(ctx.op, list(range(len(ctx.inputs)))) + [None, None])[:3]
+    if training is not None:
+        t = ctx.const_value(training)
+        if t is None:
+            raise ctx.unsupported("training_mode is known only at run time")
+        if bool(np.asarray(t).reshape(-1)[0]):
+            r = np.asarray(0.5) if ratio is None else ctx.const_value(ratio)
+            if r is None or float(np.asarray(r).reshape(-1)[0]) != 0:
+                raise ctx.unsupported("training_mode true (random masking) is not supported")
+    ctx.alias(0, 0)
+    if len(ctx.op.results) > 1:
+        ctx.compute(ctx.out(1), lambda *ix: K.Const(True, DType.bool))
+
+
+define("onnx.Dropout", infer=_dropout_infer, reference=_dropout_ref, lower=_dropout_lower, kind="elementwise",
+       arity=(1, 3), num_results=None, verify=results_between(1, 2))

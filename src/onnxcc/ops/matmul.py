@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType, TensorType
+from ..kernel import Const, Var, broadcast_indices, cast, rsum
 from .elementwise import cast_out, same_dtype, unidirectional, widen
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
@@ -27,7 +28,30 @@ def _matmul_infer(ctx: InferCtx):
     return [TensorType(dt, matmul_shape(ctx, ctx.in_types[0].shape, ctx.in_types[1].shape))]
 
 
-define("onnx.MatMul", infer=_matmul_infer, kind="matmul", arity=2, math=np.matmul,
+def matmul_compute(ctx, out, a_shape, b_shape, load_a, load_b) -> None:
+    """`out = a @ b` with numpy.matmul semantics as ONE compute whose body is a single `rsum`
+    over the contraction: 1-D operands (prepended / appended 1 dim, dropped from the result)
+    and broadcast batch dims. `load_a(idx)` / `load_b(idx)` turn an operand index into the
+    loaded (and possibly shifted / cast) element, so MatMulInteger reuses this."""
+    ra, rb = len(a_shape), len(b_shape)
+    nbatch = out.rank - (ra > 1) - (rb > 1)
+    k = Var("k")
+
+    def body(*ix):
+        batch, rest = ix[:nbatch], ix[nbatch:]
+        ai = (*broadcast_indices(batch, a_shape[:-2]), rest[0], k) if ra > 1 else (k,)
+        bi = (*broadcast_indices(batch, b_shape[:-2]), k, rest[-1]) if rb > 1 else (k,)
+        return rsum([(k, a_shape[-1])], load_a(ai) * load_b(bi))
+
+    ctx.compute(out, body)
+
+
+def _matmul_lower(ctx) -> None:
+    a, b = ctx.inputs
+    matmul_compute(ctx, ctx.out(0), a.shape, b.shape, lambda i: a[i], lambda i: b[i])
+
+
+define("onnx.MatMul", infer=_matmul_infer, kind="matmul", arity=2, math=np.matmul, lower=_matmul_lower,
        reference=lambda ctx, a, b: [cast_out(ctx, np.matmul(widen(a), widen(b)))])
 
 
@@ -59,7 +83,35 @@ def _gemm_ref(ctx: RefCtx, a, b, c=None):
     return [cast_out(ctx, y)]
 
 
-define("onnx.Gemm", infer=_gemm_infer, reference=_gemm_ref, kind="matmul", arity=(2, 3), math=gemm)
+def _scalar(value: float, dt: DType):
+    """An attribute scale as a constant of the op's dtype (ints keep integral values)."""
+    return Const(float(value) if dt.is_float else int(value), dt)
+
+
+def _gemm_lower(ctx) -> None:
+    a, b = ctx.inputs[0], ctx.inputs[1]
+    c = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    y = ctx.out(0)
+    ta, tb = ctx.attr("transA", 0), ctx.attr("transB", 0)
+    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
+    kdim = a.shape[0] if ta else a.shape[1]
+    k = Var("k")
+
+    def body(i, j):
+        # the contraction is one rsum; alpha and the C epilogue stay outside it
+        acc = rsum([(k, kdim)], a[(k, i) if ta else (i, k)] * b[(j, k) if tb else (k, j)])
+        if alpha != 1.0:
+            acc = _scalar(alpha, y.dtype) * acc
+        if c is not None and beta != 0.0:
+            cv = c[broadcast_indices((i, j), c.shape)]
+            acc = acc + (cv if beta == 1.0 else _scalar(beta, y.dtype) * cv)
+        return acc
+
+    ctx.compute(y, body)
+
+
+define("onnx.Gemm", infer=_gemm_infer, reference=_gemm_ref, kind="matmul", arity=(2, 3), math=gemm,
+       lower=_gemm_lower)
 
 
 # ---- MatMulInteger ---------------------------------------------------------------------------------
@@ -90,8 +142,38 @@ def _mmi_ref(ctx: RefCtx, *args):
     return [matmul_integer(a, b, az, bz)]
 
 
+def _zero_point_loader(ctx, operand: int, zp, per_row: bool):
+    """`idx -> i32(X[idx]) - i32(zp[...])` for MatMulInteger's A (per_row) or B operand.
+
+    A's zero point is a scalar, one value per row of A (1-D, length M) or broadcast like A;
+    B's is a scalar, one value per column (1-D, length N) or broadcast like B."""
+    x = ctx.inputs[operand]
+    if zp is None:
+        return lambda idx: cast(x[idx], DType.i32)
+    data = ctx.const_value(ctx.inputs.index(zp))
+    if data is not None and not np.any(data):
+        return lambda idx: cast(x[idx], DType.i32)
+
+    def zp_index(idx):
+        if zp.rank == 0:
+            return ()
+        if all(isinstance(d, int) and d == 1 for d in zp.shape):
+            return (0,) * zp.rank
+        if per_row and zp.rank == 1:
+            return (idx[-2],)
+        return broadcast_indices(idx, zp.shape)
+
+    return lambda idx: cast(x[idx], DType.i32) - cast(zp[zp_index(idx)], DType.i32)
+
+
+def _mmi_lower(ctx) -> None:
+    a, b, az, bz = (onnx_inputs(ctx.op, list(ctx.inputs)) + [None, None])[:4]
+    matmul_compute(ctx, ctx.out(0), a.shape, b.shape, _zero_point_loader(ctx, 0, az, True),
+                   _zero_point_loader(ctx, 1, bz, False))
+
+
 define("onnx.MatMulInteger", infer=_mmi_infer, reference=_mmi_ref, kind="matmul", arity=(2, 4),
-       math=matmul_integer)
+       math=matmul_integer, lower=_mmi_lower)
 
 
 # ---- Einsum --------------------------------------------------------------------------------------
@@ -153,5 +235,33 @@ def _einsum_infer(ctx: InferCtx):
     return [TensorType(dt, tuple(sizes[lab] for lab in out))]
 
 
-define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=np.einsum,
+def _einsum_lower(ctx) -> None:
+    """Any einsum as one compute: output labels are the domain, every other label a var of
+    one `rsum` over the product of the operand loads (repeated labels index diagonals; an
+    operand dim that is the literal 1 under an ellipsis label broadcasts, index 0)."""
+    xs = ctx.inputs
+    terms, out_labels = einsum_terms(ctx.attr("equation"), [x.rank for x in xs], ctx.unsupported)
+    sizes: dict[str, object] = {}
+    for x, labels in zip(xs, terms):
+        for lab, d in zip(labels, x.shape):
+            if lab not in sizes or (isinstance(sizes[lab], int) and sizes[lab] == 1):
+                sizes[lab] = d
+    reduced = [lab for labels in terms for lab in labels if lab not in out_labels]
+    reduced = list(dict.fromkeys(reduced))
+    rvars = {lab: Var(f"r{j}") for j, lab in enumerate(reduced)}
+
+    def body(*ix):
+        env = dict(zip(out_labels, ix)) | rvars
+        prod = None
+        for x, labels in zip(xs, terms):
+            idx = tuple(Const(0, DType.i64) if isinstance(d, int) and d == 1 else env[lab]
+                        for lab, d in zip(labels, x.shape))
+            v = x[idx]
+            prod = v if prod is None else prod * v
+        return rsum([(rvars[lab], sizes[lab]) for lab in reduced], prod) if reduced else prod
+
+    ctx.compute(ctx.out(0), body)
+
+
+define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=np.einsum, lower=_einsum_lower,
        reference=lambda ctx, *xs: [cast_out(ctx, np.einsum(ctx.attr("equation"), *[widen(x) for x in xs]))])

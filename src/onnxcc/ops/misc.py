@@ -12,9 +12,15 @@ import numpy as np
 import sympy
 
 from ..ir import DType, TensorType, canon
+from ..kernel import (
+    Const as KConst, cast, clamp, dim_to_expr, fresh_var, maximum, minimum, rmax, rmin, rprod, rsum, select,
+    unflatten_index, flatten_index, wrap_index,
+)
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
-from .shape import I64, _scalar, exact_div, fresh_dim, known_dims, norm_axis
+from .shape import (
+    I64, _scalar, emit, exact_div, fresh_dim, known_dims, lowered_ints, norm_axis, same_dim, scalar, value_expr,
+)
 
 
 def _ints(a) -> list[int]:
@@ -63,6 +69,44 @@ class PadOp(OpDef):
             out[a] = d
         return [x.with_shape(out)]
 
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        mode = ctx.attr("mode", "constant")
+        if "pads" in ctx.op.attrs:  # opset < 11
+            pads = list(ctx.attr("pads"))
+            begins = [dim_to_expr(p) for p in pads[:x.rank]]
+            axes = list(range(x.rank))
+            value = KConst(ctx.attr("value", 0.0), x.dtype) if mode == "constant" else None
+        else:
+            pos = onnx_inputs(ctx.op, list(range(len(ctx.op.operands)))) + [None] * 4
+            axes = [a % x.rank for a in (lowered_ints(ctx, pos[3], "pad axes") or range(x.rank))]
+            begins = [value_expr(ctx, pos[1], k) for k in range(len(axes))]
+            value = KConst(0, x.dtype) if pos[2] is None else scalar(ctx.inputs[pos[2]])
+        begin = dict(zip(axes, begins))
+
+        def body(ix):
+            src, inside = [], None
+            for k in range(x.rank):
+                if k not in begin:
+                    src.append(ix[k])
+                    continue
+                i, d = ix[k] - begin[k], dim_to_expr(x.shape[k])
+                if mode == "constant":
+                    ok = (i >= 0) & (i < d)
+                    inside = ok if inside is None else inside & ok
+                elif mode == "edge":
+                    i = clamp(i, 0, d - 1)
+                elif mode == "wrap":
+                    i = i % d
+                else:  # reflect: the mirror image repeats with period 2 (d - 1)
+                    m = i % maximum(2 * (d - 1), 1)
+                    i = select(m < d, m, 2 * (d - 1) - m)
+                src.append(i)
+            v = x[tuple(src)]
+            return v if inside is None else select(inside, v, value)
+
+        emit(ctx, y, body)
+
     def reference(self, ctx, x, *rest):
         mode = ctx.attr("mode", "constant")
         if "pads" in ctx.op.attrs:
@@ -97,6 +141,17 @@ class TriluOp(OpDef):
             raise ctx.error(f"input must have rank >= 2, got {x}")
         return [x]
 
+    def lower(self, ctx):
+        x = ctx.inputs[0]
+        k = cast(scalar(ctx.inputs[1]), I64) if len(ctx.inputs) > 1 else 0
+        upper = ctx.attr("upper", 1)
+
+        def body(ix):
+            diff = ix[-1] - ix[-2]
+            return select(diff >= k if upper else diff <= k, x[ix], KConst(0, x.dtype))
+
+        emit(ctx, ctx.out(0), body)
+
     def reference(self, ctx, x, *rest):
         k = int(np.asarray(rest[0]).reshape(-1)[0]) if rest else 0
         return [np.triu(x, k) if ctx.attr("upper", 1) else np.tril(x, k)]
@@ -115,6 +170,10 @@ class EyeLikeOp(OpDef):
         if x.rank != 2:
             raise ctx.error(f"input must have rank 2, got {x}")
         return [x.with_dtype(self._dtype(ctx, x.dtype))]
+
+    def lower(self, ctx):
+        y, k = ctx.out(0), ctx.attr("k", 0)
+        emit(ctx, y, lambda ix: select((ix[1] - ix[0]).eq(k), KConst(1, y.dtype), KConst(0, y.dtype)))
 
     def reference(self, ctx, x):
         return [np.eye(x.shape[0], x.shape[1], ctx.attr("k", 0), dtype=ctx.out_type().dtype.np)]
@@ -140,6 +199,20 @@ class OneHotOp(OpDef):
         shape = list(idx.shape)
         shape.insert(axis, depth)
         return [TensorType(vals.dtype, tuple(shape))]
+
+    def lower(self, ctx):
+        idx, _, vals = ctx.inputs
+        y = ctx.out(0)
+        axis = ctx.attr("axis", -1) % y.rank
+        depth = dim_to_expr(y.shape[axis])
+        off, on = vals[(0,)], vals[(1,)]
+
+        def body(ix):
+            i = cast(idx[ix[:axis] + ix[axis + 1:]], I64)
+            i = select(i < 0, i + depth, i)  # out of range: all "off", no error
+            return select(i.eq(ix[axis]), on, off)
+
+        emit(ctx, y, body)
 
     def reference(self, ctx, idx, depth, vals):
         depth = int(np.asarray(depth).reshape(-1)[0])
@@ -168,6 +241,20 @@ class DepthToSpaceOp(OpDef):
         c2 = exact_div(ctx, c, b * b, f"depth-to-space channels by blocksize {b}^2")
         return [x.with_shape([n, c2, None if h is None else h * b, None if w is None else w * b])]
 
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        b = ctx.attr("blocksize")
+        c2 = dim_to_expr(y.shape[1])
+        dcr = ctx.attr("mode", "DCR") == "DCR"
+
+        def body(ix):
+            n, c, h, w = ix
+            bh, bw = h % b, w % b
+            ch = (bh * b + bw) * c2 + c if dcr else (c * b + bh) * b + bw
+            return x[n, ch, h // b, w // b]
+
+        emit(ctx, y, body)
+
     def reference(self, ctx, x):
         b = ctx.attr("blocksize")
         n, c, h, w = x.shape
@@ -193,6 +280,22 @@ class SpaceToDepthOp(OpDef):
         w2 = exact_div(ctx, w, b, f"space-to-depth width by blocksize {b}")
         return [x.with_shape([n, None if c is None else c * b * b, h2, w2])]
 
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        b = ctx.attr("blocksize")
+        c = dim_to_expr(x.shape[1])
+        dcr = ctx.attr("mode", "DCR") == "DCR"
+
+        def body(ix):
+            n, oc, h, w = ix
+            if dcr:  # oc = (bh * b + bw) * C + c
+                blk, ci = oc // c, oc % c
+            else:  # CRD: oc = c * b * b + bh * b + bw
+                blk, ci = oc % (b * b), oc // (b * b)
+            return x[n, ci, h * b + blk // b, w * b + blk % b]
+
+        emit(ctx, y, body)
+
     def reference(self, ctx, x):
         b = ctx.attr("blocksize")
         n, c, h, w = x.shape
@@ -216,6 +319,34 @@ def _scatter(out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str)
     return out
 
 
+def _scatter_value(red: str, old, box, match, update, q: tuple, qshape) -> object:
+    """The output element of a scatter: `old` combined with the updates whose target is this
+    element. `box` = [(var, extent)] runs over the update positions `q` (shape `qshape`),
+    `match` says whether position q targets this element, `update(at)` loads the update at
+    index tuple `at`. Without a reduction the last matching update wins (ONNX leaves duplicate
+    indices undefined there)."""
+    dt = old.dtype
+    if red == "none":
+        last = rmax(box, select(match, flatten_index(q, qshape), KConst(-1, I64)))
+        at = unflatten_index(last, qshape) if q else ()
+        return select(last >= 0, update(at), old)
+    if red in ("add", "mul"):
+        unit = KConst(0 if red == "add" else 1, dt)
+        acc = (rsum if red == "add" else rprod)(box, select(match, update(q), unit))
+        return old + acc if red == "add" else old * acc
+    if red in ("max", "min"):
+        if dt.is_float:
+            far = float("-inf") if red == "max" else float("inf")
+        elif dt is DType.bool:
+            far = red != "max"
+        else:
+            info = np.iinfo(dt.np)
+            far = int(info.min if red == "max" else info.max)
+        acc = (rmax if red == "max" else rmin)(box, select(match, update(q), KConst(far, dt)))
+        return maximum(old, acc) if red == "max" else minimum(old, acc)
+    raise ValueError(f"unknown scatter reduction {red!r}")
+
+
 @register("onnx.ScatterND")
 class ScatterNDOp(OpDef):
     arity = 3
@@ -232,6 +363,28 @@ class ScatterNDOp(OpDef):
             for i, (a, b) in enumerate(zip(upd.shape, want)):
                 ctx.require_eq(a, b, f"updates dim {i}")
         return [x]
+
+    def lower(self, ctx):
+        x, idx, upd = ctx.inputs
+        y = ctx.out(0)
+        last = idx.shape[-1]
+        batch = idx.shape[:-1]
+        red = ctx.attr("reduction", "none")
+        qs = [fresh_var("q") for _ in batch] or [fresh_var("q")]
+        q = tuple(qs[:len(batch)])
+        box = list(zip(qs, batch)) if batch else [(qs[0], 1)]
+
+        def body(ix):
+            match = None
+            for k in range(last):
+                t = wrap_index(idx[q + (k,)], x.shape[k]).eq(ix[k])
+                match = t if match is None else match & t
+            if match is None:  # an empty index tuple replaces the whole tensor
+                match = KConst(True, DType.bool)
+            return _scatter_value(red, x[ix], box, match,
+                                  lambda at: upd[at + ix[last:]], q, batch)
+
+        emit(ctx, y, body)
 
     def reference(self, ctx, x, idx, upd):
         idx = np.asarray(idx).astype(np.int64)
@@ -253,6 +406,27 @@ class ScatterElementsOp(OpDef):
         for i, (a, b) in enumerate(zip(idx.shape, upd.shape)):
             ctx.require_eq(a, b, f"indices and updates dim {i}")
         return [x]
+
+    def lower(self, ctx):
+        x, idx, upd = ctx.inputs
+        y = ctx.out(0)
+        axis = ctx.attr("axis", 0) % x.rank
+        red = ctx.attr("reduction", "none")
+        m = fresh_var("m")
+
+        def body(ix):
+            p = ix[:axis] + (m,) + ix[axis + 1:]
+            match = wrap_index(idx[p], x.shape[axis]).eq(ix[axis])
+            inside = None  # indices / updates may be smaller than data off the axis
+            for k in range(x.rank):
+                if k != axis and not same_dim(idx.shape[k], x.shape[k]):
+                    t = ix[k] < dim_to_expr(idx.shape[k])
+                    inside = t if inside is None else inside & t
+            v = _scatter_value(red, x[ix], [(m, idx.shape[axis])], match,
+                               lambda at: upd[ix[:axis] + at + ix[axis + 1:]], (m,), (idx.shape[axis],))
+            return v if inside is None else select(inside, v, x[ix])
+
+        emit(ctx, y, body)
 
     def reference(self, ctx, x, idx, upd):
         axis = ctx.attr("axis", 0) % x.ndim
@@ -278,6 +452,10 @@ class NonZeroOp(OpDef):
             ctx.symbols[n.name].hi = min(ctx.symbols[n.name].hi, max(numel, 1))
         return [TensorType(I64, (x.rank, n))]
 
+    def lower(self, ctx):
+        raise ctx.unsupported("the output size depends on the data (count of nonzero elements); "
+                              "not compiled to native code yet")
+
     def reference(self, ctx, x):
         return [np.array(np.nonzero(np.atleast_1d(x) if x.ndim == 0 else x), dtype=np.int64)]
 
@@ -301,6 +479,29 @@ class TopKOp(OpDef):
                 ctx.require(sympy.Le(kd, x.shape[axis]), f"top-k count {kd} within axis {axis} ({x.shape[axis]})")
         shape = x.shape[:axis] + (kd,) + x.shape[axis + 1:]
         return [x.with_shape(shape), TensorType(I64, shape)]
+
+    def lower(self, ctx):
+        x = ctx.inputs[0]
+        vals, inds = ctx.out(0), ctx.out(1)
+        axis = ctx.attr("axis", -1) % x.rank
+        largest = ctx.attr("largest", 1)
+        n = x.shape[axis]
+        # rank[.., j, ..] = how many elements precede x[.., j, ..] in the order (ties: lower index first)
+        rank = ctx.temp(I64, x.shape, "topk_rank")
+        m = fresh_var("m")
+
+        def rank_body(ix):
+            xj = x[ix]
+            xm = x[ix[:axis] + (m,) + ix[axis + 1:]]
+            before = (xm > xj) if largest else (xm < xj)
+            before = before | (xm.eq(xj) & (m < ix[axis]))
+            return rsum([(m, n)], cast(before, I64))
+
+        emit(ctx, rank, rank_body)
+        j = fresh_var("j")
+        emit(ctx, inds, lambda ix: rsum([(j, n)], select(
+            rank[ix[:axis] + (j,) + ix[axis + 1:]].eq(ix[axis]), j, KConst(0, I64))))
+        emit(ctx, vals, lambda ix: x[ix[:axis] + (inds[ix],) + ix[axis + 1:]])
 
     def reference(self, ctx, x, k):
         k = int(np.asarray(k).reshape(-1)[0])

@@ -12,6 +12,9 @@ import numpy as np
 import sympy
 
 from ..ir import DType, TensorType, canon
+from ..kernel import (
+    Const, Expr, Var, argmax, cast, flatten_index, maximum, minimum, rmax, rsum, select, unflatten_index,
+)
 from .elementwise import cast_out, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
 
@@ -105,6 +108,60 @@ def _require_positive(ctx: InferCtx, dims, first_axis: int = 2) -> None:
         ctx.require(sympy.Ge(d, 1), f"output dim {first_axis + i} >= 1 (input at least the window size)")
 
 
+# ---- lowering helpers --------------------------------------------------------------------------
+
+
+def _is_int(d, value: int) -> bool:
+    return isinstance(d, int) and d == value
+
+
+def _all(conds: list):
+    """The conjunction of `conds`, or None when there is nothing to check."""
+    out = None
+    for c in conds:
+        out = c if out is None else out & c
+    return out
+
+
+def _guard(conds: list, value: Expr, fill) -> Expr:
+    """`value` where every cond holds, else `fill`; a lazy select, so an out-of-range
+    position is never loaded."""
+    cond = _all(conds)
+    return value if cond is None else select(cond, value, fill)
+
+
+def _window_vars(kernel, prefix: str = "k") -> list:
+    """One reduce var per spatial kernel dim; None where the extent is 1 (index 0)."""
+    return [None if _is_int(k, 1) else Var(f"{prefix}{i}") for i, k in enumerate(kernel)]
+
+
+def _reduce_axes(pairs) -> list:
+    return [(v, ext) for v, ext in pairs if v is not None]
+
+
+def _window_positions(ctx, outs, ks, strides, dilations, pads_begin) -> list:
+    """Input positions `o*s + k*d - pad_begin` of window offsets `ks` (Exprs or None = 0)."""
+    zero = Const(0, DType.i64)
+    return [o * s + (zero if k is None else k) * d - ctx.dim(pb)
+            for o, k, s, d, pb in zip(outs, ks, strides, dilations, pads_begin)]
+
+
+def _window_bounds(ctx, pos, in_dims, pads_begin, pads_end, ceil_mode: int = 0) -> list:
+    """The conditions that keep `pos` inside the input. A side needs no check when its pad is
+    the literal 0 (without ceil_mode the last window then ends inside the input)."""
+    conds = []
+    for p, h, pb, pe in zip(pos, in_dims, pads_begin, pads_end):
+        if not _is_int(pb, 0):
+            conds.append(p >= 0)
+        if ceil_mode or not _is_int(pe, 0):
+            conds.append(p < ctx.dim(h))
+    return conds
+
+
+def _lowest(dt: DType):
+    return float("-inf") if dt.is_float else int(np.iinfo(dt.np).min)
+
+
 def _spatial_input(ctx: InferCtx) -> TensorType:
     x = ctx.in_types[0]
     if x.rank < 3:
@@ -176,7 +233,42 @@ def _conv_ref(ctx: RefCtx, x, w, b=None):
     return [cast_out(ctx, y)]
 
 
-define("onnx.Conv", infer=_conv_infer, reference=_conv_ref, arity=(2, 3), math=conv,
+def _conv_lower(ctx) -> None:
+    """Y[n, m, o...] = sum(c < C/group, k...: pad-guarded X[n, g*C/group + c, o*s + k*d - p]
+    * W[m, c, k...]) + B[m], g = m // (M/group): one compute, the contraction one rsum with
+    the bias outside it. Depthwise convs (C/group == 1) and 1-wide kernel dims get no var."""
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    nd = x.rank - 2
+    kernel = list(w.shape[2:])
+    win = _window_attrs(ctx, nd, kernel)
+    _, pb, pe = window_geometry(x.shape[2:], kernel, win["strides"], win["dilations"], win["pads"],
+                                win["auto_pad"])
+    group = ctx.attr("group", 1)
+    cg = w.shape[1]
+    mg = canon(sympy.sympify(w.shape[0]) / group)
+    c = None if _is_int(cg, 1) else Var("c")
+    kv = _window_vars(kernel)
+    axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
+
+    def body(*ix):
+        n, m, o = ix[0], ix[1], ix[2:]
+        cw = Const(0, DType.i64) if c is None else c
+        if group == 1:
+            ch = cw
+        else:
+            g = m if _is_int(mg, 1) else m // ctx.dim(mg)
+            ch = g * ctx.dim(cg) + cw
+        pos = _window_positions(ctx, o, kv, win["strides"], win["dilations"], pb)
+        xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
+        prod = xv * w[(m, cw, *[Const(0, DType.i64) if k is None else k for k in kv])]
+        acc = rsum(axes, prod) if axes else prod
+        return acc if bias is None else acc + bias[m]
+
+    ctx.compute(ctx.out(0), body)
+
+
+define("onnx.Conv", infer=_conv_infer, reference=_conv_ref, arity=(2, 3), math=conv, lower=_conv_lower,
        kind="matmul")  # NOTE: like MatMul, a conv takes elementwise epilogues
 
 
@@ -254,8 +346,53 @@ def _convt_ref(ctx: RefCtx, x, w, b=None):
     return [cast_out(ctx, y)]
 
 
+def _convt_lower(ctx) -> None:
+    """Y[n, m, o...] = sum(c < C/group, k...: X[n, g*C/group + c, t/s] * W[g*C/group + c, m % M/g, k...])
+    + B[m] with t = o + pad_begin - k*d, taking only the terms where t is a multiple of s
+    inside the input (a gather form of the scatter: one rsum, no temporaries)."""
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    nd = x.rank - 2
+    kernel = list(w.shape[2:])
+    _, pb = conv_transpose_geometry(ctx, x.shape[2:], w.shape)
+    strides, dil = _ints_attr(ctx, "strides", nd, 1), _ints_attr(ctx, "dilations", nd, 1)
+    group = ctx.attr("group", 1)
+    cg = canon(sympy.sympify(x.shape[1]) / group)
+    mg = w.shape[1]
+    c = None if _is_int(cg, 1) else Var("c")
+    kv = _window_vars(kernel)
+    axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
+    zero = Const(0, DType.i64)
+
+    def body(*ix):
+        n, m, o = ix[0], ix[1], ix[2:]
+        cw = zero if c is None else c
+        if group == 1:
+            ch, mm = cw, m
+        else:
+            g, mm = (m, zero) if _is_int(mg, 1) else (m // ctx.dim(mg), m % ctx.dim(mg))
+            ch = g * ctx.dim(cg) + cw
+        conds, xi = [], []
+        for i in range(nd):
+            k = zero if kv[i] is None else kv[i]
+            t = o[i] + ctx.dim(pb[i]) - k * dil[i]
+            conds.append(t >= 0)
+            if strides[i] == 1:
+                conds.append(t < ctx.dim(x.shape[2 + i]))
+                xi.append(t)
+            else:
+                conds.append((t % strides[i]).eq(0))
+                conds.append(t < ctx.dim(x.shape[2 + i]) * strides[i])
+                xi.append(t // strides[i])
+        prod = _guard(conds, x[(n, ch, *xi)], 0) * w[(ch, mm, *[zero if k is None else k for k in kv])]
+        acc = rsum(axes, prod) if axes else prod
+        return acc if bias is None else acc + bias[m]
+
+    ctx.compute(ctx.out(0), body)
+
+
 define("onnx.ConvTranspose", infer=_convt_infer, reference=_convt_ref, arity=(2, 3), kind="matmul",
-       math=conv_transpose)
+       math=conv_transpose, lower=_convt_lower)
 
 
 # ---- pooling -------------------------------------------------------------------------------------
@@ -334,10 +471,90 @@ def _pool_ref(mode: str):
     return reference
 
 
+def _avg_count(ctx, o, k: int, s: int, d: int, h, pb, pe, ceil_mode: int, include_pad: int):
+    """How many window positions along one spatial dim the average divides by: those inside
+    the input, or with count_include_pad those before the end of the end padding. An int
+    when it does not depend on the output position `o`, else an i64 Expr."""
+    if not ceil_mode and (include_pad or (_is_int(pb, 0) and _is_int(pe, 0))):
+        return k
+    st = o * s - ctx.dim(pb)  # first position of the window
+    if include_pad:  # st >= -pad_begin: only the end can cut the window short
+        return minimum(k - 1, (ctx.dim(h) + ctx.dim(pe) - 1 - st) // d) + 1
+    if d == 1:
+        return maximum(minimum(st + k, ctx.dim(h)) - maximum(st, 0), 0)
+    lo = maximum(-(st // d), 0)  # ceil(-st / d)
+    hi = minimum((ctx.dim(h) - 1 - st) // d, k - 1)
+    return maximum(hi - lo + 1, 0)
+
+
+def _pool_lower(mode: str):
+    def lower(ctx) -> None:
+        x = ctx.inputs[0]
+        nd = x.rank - 2
+        win, (_, pb, pe) = _pool_geometry(ctx, x.shape[2:])
+        kernel, strides, dil, ceil_mode = win["kernel"], win["strides"], win["dilations"], win["ceil_mode"]
+        sp = x.shape[2:]
+        kv = _window_vars(kernel)
+        axes = _reduce_axes(zip(kv, kernel))
+        dt = x.dtype
+
+        def window(n, c, o, ks, fill):
+            pos = _window_positions(ctx, o, ks, strides, dil, pb)
+            return _guard(_window_bounds(ctx, pos, sp, pb, pe, ceil_mode), x[(n, c, *pos)], fill)
+
+        if mode == "max":
+            def body(n, c, *o):
+                v = window(n, c, o, kv, _lowest(dt))
+                return rmax(axes, v) if axes else v
+        else:
+            include_pad = ctx.attr("count_include_pad", 0)
+
+            def body(n, c, *o):
+                v = window(n, c, o, kv, 0)
+                acc = rsum(axes, v) if axes else v
+                count = 1
+                for i in range(nd):
+                    count = count * _avg_count(ctx, o[i], kernel[i], strides[i], dil[i], sp[i], pb[i], pe[i],
+                                               ceil_mode, include_pad)
+                return acc / (float(count) if isinstance(count, int) else cast(count, dt))
+
+        names = ["n", "c"] + [f"o{i}" for i in range(nd)]
+        ctx.program.compute(ctx.out(0), body, names=names)
+        if mode == "max" and len(ctx.op.results) > 1:
+            _maxpool_indices(ctx, x, kernel, strides, dil, pb, pe, ceil_mode, names)
+
+    return lower
+
+
+def _maxpool_indices(ctx, x, kernel, strides, dil, pb, pe, ceil_mode, names) -> None:
+    """MaxPool's Indices: the flat position in X (storage_order 1: spatial dims column-major)
+    of the window's first maximum, found by one argmax over the flattened window."""
+    sp = x.shape[2:]
+    r = Var("r")
+    size = int(np.prod(kernel))
+
+    def body(n, c, *o):
+        def positions(flat):
+            return _window_positions(ctx, o, unflatten_index(flat, kernel), strides, dil, pb)
+
+        pos = positions(r)
+        v = _guard(_window_bounds(ctx, pos, sp, pb, pe, ceil_mode), x[(n, c, *pos)], _lowest(x.dtype))
+        best = positions(argmax(r, size, v))
+        if not ctx.attr("storage_order", 0):
+            return flatten_index((n, c, *best), x.shape)
+        flat = (n * ctx.dim(x.shape[1]) + c) * ctx.dim(canon(sympy.prod(sp)))
+        stride = Const(1, DType.i64)
+        for p, h in zip(best, sp):
+            flat, stride = flat + p * stride, stride * ctx.dim(h)
+        return flat
+
+    ctx.program.compute(ctx.out(1), body, names=names)
+
+
 define("onnx.MaxPool", infer=_pool_infer, reference=_pool_ref("max"), kind="reduction", arity=1,
-       num_results=None, verify=results_between(1, 2), math=pool)
+       num_results=None, verify=results_between(1, 2), math=pool, lower=_pool_lower("max"))
 define("onnx.AveragePool", infer=_pool_infer, reference=_pool_ref("avg"), kind="reduction", arity=1,
-       math=pool)
+       math=pool, lower=_pool_lower("avg"))
 
 
 def _global_infer(ctx: InferCtx):
@@ -349,8 +566,27 @@ def _global(fn):
     return lambda ctx, x: [cast_out(ctx, fn(widen(x), axis=tuple(range(2, x.ndim)), keepdims=True))]
 
 
-define("onnx.GlobalAveragePool", infer=_global_infer, reference=_global(np.mean), kind="reduction", arity=1)
-define("onnx.GlobalMaxPool", infer=_global_infer, reference=_global(np.max), kind="reduction", arity=1)
+def _global_lower(mode: str):
+    def lower(ctx) -> None:
+        x = ctx.inputs[0]
+        sp = x.shape[2:]
+        rv = [Var(f"r{i}") for i in range(len(sp))]
+
+        def body(*ix):
+            v = x[(ix[0], ix[1], *rv)]
+            if mode == "max":
+                return rmax(list(zip(rv, sp)), v)
+            return rsum(list(zip(rv, sp)), v) / cast(ctx.dim(canon(sympy.prod(sp))), x.dtype)
+
+        ctx.compute(ctx.out(0), body)
+
+    return lower
+
+
+define("onnx.GlobalAveragePool", infer=_global_infer, reference=_global(np.mean), kind="reduction", arity=1,
+       lower=_global_lower("avg"))
+define("onnx.GlobalMaxPool", infer=_global_infer, reference=_global(np.max), kind="reduction", arity=1,
+       lower=_global_lower("max"))
 
 
 # the normalizations live in their own module; importing it registers them with this family

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from ..ir import TensorType
+from ..ir import DType, TensorType, canon
+from ..kernel import Const, Expr, Var, broadcast_indices, cast, maximum, minimum, power, rsum, select, sqrt
 from .dtypes import onnx_dtype
 from .elementwise import cast_out, results_between, same_dtype, unidirectional, widen
 from .registry import InferCtx, RefCtx, define
@@ -34,8 +35,47 @@ def _lp_ref(ctx: RefCtx, x):
     return [cast_out(ctx, lp_normalize(widen(x), ctx.attr("axis", -1), ctx.attr("p", 2)))]
 
 
+# ---- lowering helpers --------------------------------------------------------------------------
+#
+# Every normalization lowers to ONE compute per result: the statistics are reductions inside
+# the body that depend only on the outer (non-normalized) vars, so the kernel codegen hoists
+# them out of the inner loops and computes them once per row / channel / group.
+
+
+def _numel(ctx, dims) -> Expr:
+    """The element count of `dims` as an i64 Expr."""
+    return ctx.dim(canon(sympy.prod(list(dims))))
+
+
+def _moments(load, axes, count: Expr, eps: float, dt: DType) -> tuple[Expr, Expr]:
+    """(mean, 1/sqrt(var + eps)) of `load(vars)` over the reduce box `axes` = [(var, extent)],
+    in dtype `dt`, two-pass (the variance sums squared deviations from the mean). The mean
+    is ONE expression object shared by both, so codegen evaluates it once."""
+    n = cast(count, dt)
+    mean = rsum(axes, load([v for v, _ in axes])) / n
+    vaxes = [(Var(f"{v.name}v"), ext) for v, ext in axes]
+    dev = load([v for v, _ in vaxes]) - mean
+    var = rsum(vaxes, dev * dev) / n
+    return mean, Const(1.0, dt) / sqrt(var + Const(float(eps), dt))
+
+
+def _lp_lower(ctx) -> None:
+    """Y = X * (norm == 0 ? 0 : 1/norm) with the norm over `axis` reduced in the body (hoisted)."""
+    x = ctx.inputs[0]
+    axis = ctx.attr("axis", -1) % x.rank
+    p = ctx.attr("p", 2)
+    k = Var("k")
+
+    def body(*ix):
+        v = x[(*ix[:axis], k, *ix[axis + 1:])]
+        norm = rsum([(k, x.shape[axis])], abs(v)) if p == 1 else sqrt(rsum([(k, x.shape[axis])], v * v))
+        return x[ix] * select(norm.eq(Const(0.0, x.dtype)), 0.0, 1.0 / norm)
+
+    ctx.compute(ctx.out(0), body)
+
+
 define("onnx.LpNormalization", infer=_lp_infer, reference=_lp_ref, kind="reduction", arity=1,
-       math=lp_normalize)
+       math=lp_normalize, lower=_lp_lower)
 
 
 def _channel_params(ctx: InferCtx, first: int, what: tuple[str, ...]) -> None:
@@ -85,8 +125,39 @@ def _bn_ref(ctx: RefCtx, x, s, b, m, v):
 
 # NOTE: kind "broadcast" describes the inference form (per-channel affine); the training form
 # (training_mode = 1 or extra results) also reduces over the batch and spatial axes
+def _bn_lower(ctx) -> None:
+    """Inference form as one elementwise compute Y = X * a[c] + b[c]: with constant
+    parameters a = scale / sqrt(var + eps) and b = bias - mean * a are folded at compile
+    time; otherwise the per-channel terms are expressions the codegen hoists per channel."""
+    if _bn_training(ctx.op):
+        raise ctx.unsupported("training-mode BatchNormalization (batch statistics and running "
+                              "mean / variance outputs) is not lowered; export the model for inference")
+    x, scale, bias, mean, var = ctx.inputs
+    dt = x.dtype
+    eps = float(ctx.attr("epsilon", 1e-5))
+    params = [ctx.const_value(i) for i in range(1, 5)]
+    if all(p is not None for p in params) and dt is not DType.bf16:
+        s, b, m, v = (np.asarray(p, dtype=np.float64) for p in params)
+        a = s / np.sqrt(v + eps)
+        ka, kb = ctx.const((a).astype(dt.np), "bn_scale"), ctx.const((b - m * a).astype(dt.np), "bn_shift")
+        ctx.compute(ctx.out(0), lambda *ix: x[ix] * ka[_channel(ix)] + kb[_channel(ix)])
+        return
+
+    def body(*ix):
+        c = _channel(ix)
+        a = cast(scale[c], dt) / sqrt(cast(var[c], dt) + Const(eps, dt))
+        return (x[ix] - cast(mean[c], dt)) * a + cast(bias[c], dt)
+
+    ctx.compute(ctx.out(0), body)
+
+
+def _channel(ix) -> tuple:
+    """The index of a per-channel (axis 1) parameter."""
+    return (ix[1] if len(ix) > 1 else Const(0, DType.i64),)
+
+
 define("onnx.BatchNormalization", infer=_bn_infer, reference=_bn_ref, kind="broadcast", arity=5,
-       num_results=None, verify=results_between(1, 3), math=batch_norm)
+       num_results=None, verify=results_between(1, 3), math=batch_norm, lower=_bn_lower)
 
 
 def instance_norm(x, scale, bias, epsilon: float):
@@ -105,7 +176,24 @@ def _in_infer(ctx: InferCtx):
     return [ctx.in_types[0]]
 
 
+def _in_lower(ctx) -> None:
+    """Y[n, c, s...] = (X - mean[n, c]) * inv_std[n, c] * scale[c] + B[c], one compute; the
+    statistics over the spatial dims are reductions the codegen hoists per (n, c)."""
+    x, scale, bias = ctx.inputs
+    sp = x.shape[2:]
+    rv = [Var(f"r{i}") for i in range(len(sp))]
+
+    def body(*ix):
+        n, c = ix[0], ix[1]
+        mean, inv = _moments(lambda vs: x[(n, c, *vs)], list(zip(rv, sp)), _numel(ctx, sp),
+                             float(ctx.attr("epsilon", 1e-5)), x.dtype)
+        return (x[ix] - mean) * inv * scale[c] + bias[c]
+
+    ctx.compute(ctx.out(0), body)
+
+
 define("onnx.InstanceNormalization", infer=_in_infer, kind="reduction", arity=3, math=instance_norm,
+       lower=_in_lower,
        reference=lambda ctx, x, s, b: [cast_out(ctx, instance_norm(widen(x), widen(s), widen(b),
                                                                    float(ctx.attr("epsilon", 1e-5))))])
 
@@ -149,8 +237,36 @@ def _ln_ref(ctx: RefCtx, x, scale, bias=None):
     return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
 
 
+def _ln_lower(ctx) -> None:
+    """One compute per result. Y = (X - mean) * inv_std * scale + B in the stash dtype, the
+    mean / variance reductions over dims axis.. depending only on the leading vars (hoisted
+    out of the normalized loops); Mean and InvStdDev recompute the same reductions."""
+    x, scale = ctx.inputs[0], ctx.inputs[1]
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    axis = ctx.attr("axis", -1) % x.rank
+    st = onnx_dtype(ctx.attr("stash_type", 1))
+    norm = x.shape[axis:]
+    rv = [Var(f"r{i}") for i in range(len(norm))]
+    eps = float(ctx.attr("epsilon", 1e-5))
+
+    def stats(ix):
+        return _moments(lambda vs: cast(x[(*ix[:axis], *vs)], st), list(zip(rv, norm)), _numel(ctx, norm), eps, st)
+
+    def y_body(*ix):
+        mean, inv = stats(ix)
+        inner = ix[axis:]
+        y = (cast(x[ix], st) - mean) * inv * cast(scale[broadcast_indices(inner, scale.shape)], st)
+        if bias is not None:
+            y = y + cast(bias[broadcast_indices(inner, bias.shape)], st)
+        return cast(y, x.dtype)
+
+    ctx.compute(ctx.out(0), y_body)
+    for k in range(1, len(ctx.op.results)):
+        ctx.compute(ctx.out(k), lambda *ix, k=k: stats(ix)[k - 1])
+
+
 define("onnx.LayerNormalization", infer=_ln_infer, reference=_ln_ref, kind="reduction", arity=(2, 3),
-       num_results=None, verify=results_between(1, 3), math=layer_norm)
+       num_results=None, verify=results_between(1, 3), math=layer_norm, lower=_ln_lower)
 
 
 def group_norm(x, scale, bias, groups: int, epsilon: float, stash: np.dtype):
@@ -186,7 +302,40 @@ def _gn_infer(ctx: InferCtx):
     return [x]
 
 
+def _gn_lower(ctx) -> None:
+    """Y[n, c, s...] = (X - mean[n, g]) * inv_std[n, g] * scale[c or g] + bias[c or g] with
+    g = c // (C / G), one compute; the statistics over (the group's channels, spatial dims)
+    are hoisted per (n, c) by the codegen. Scale and bias hold one value per channel
+    (opset 21) or per group (opset 18)."""
+    x, scale, bias = ctx.inputs
+    groups = ctx.attr("num_groups")
+    st = onnx_dtype(ctx.attr("stash_type", 1))
+    c_dim, sp = x.shape[1], x.shape[2:]
+    cg = canon(sympy.sympify(c_dim) / groups)
+    per_channel = _proved_eq(scale.shape[0], c_dim)
+    rv = [Var("rc")] + [Var(f"r{i}") for i in range(len(sp))]
+    axes = list(zip(rv, (cg, *sp)))
+    eps = float(ctx.attr("epsilon", 1e-5))
+
+    def body(*ix):
+        n, c = ix[0], ix[1]
+        g = c if _proved_eq(cg, 1) else c // ctx.dim(cg)
+        first = g * ctx.dim(cg)
+        mean, inv = _moments(lambda vs: cast(x[(n, first + vs[0], *vs[1:])], st), axes,
+                             _numel(ctx, (cg, *sp)), eps, st)
+        p = c if per_channel else g
+        y = (cast(x[ix], st) - mean) * inv * cast(scale[p], st) + cast(bias[p], st)
+        return cast(y, x.dtype)
+
+    ctx.compute(ctx.out(0), body)
+
+
+def _proved_eq(a, b) -> bool:
+    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
 define("onnx.GroupNormalization", infer=_gn_infer, kind="reduction", arity=3, math=group_norm,
+       lower=_gn_lower,
        reference=lambda ctx, x, s, b: [cast_out(ctx, group_norm(
            widen(x), s, b, ctx.attr("num_groups"), float(ctx.attr("epsilon", 1e-5)),
            onnx_dtype(ctx.attr("stash_type", 1)).np))])
@@ -218,4 +367,26 @@ def _lrn_ref(ctx: RefCtx, x):
     return [cast_out(ctx, y)]
 
 
-define("onnx.LRN", infer=_lrn_infer, reference=_lrn_ref, kind="opaque", arity=1, math=lrn)
+def _lrn_lower(ctx) -> None:
+    """Y = X / (bias + alpha / size * sum(X[n, j, ...]^2))^beta over the channels j in
+    [max(0, c - floor((size-1)/2)), min(C-1, c + ceil((size-1)/2))]: the window is clipped by
+    the reduce extent itself (it may depend on c), so no bounds checks are needed."""
+    x = ctx.inputs[0]
+    size = ctx.attr("size")
+    alpha, beta, bias = (float(ctx.attr(n, d)) for n, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    lo_off, hi_off = (size - 1) // 2, -(-(size - 1) // 2)
+    j = Var("j")
+    dt = x.dtype
+
+    def body(*ix):
+        c = ix[1]
+        lo = maximum(c - lo_off, 0)
+        hi = minimum(c + hi_off, ctx.dim(x.shape[1]) - 1)
+        v = x[(ix[0], lo + j, *ix[2:])]
+        sq = rsum([(j, hi - lo + 1)], v * v)
+        return x[ix] / power(Const(bias, dt) + Const(alpha / size, dt) * sq, Const(beta, dt))
+
+    ctx.compute(ctx.out(0), body)
+
+
+define("onnx.LRN", infer=_lrn_infer, reference=_lrn_ref, kind="opaque", arity=1, math=lrn, lower=_lrn_lower)

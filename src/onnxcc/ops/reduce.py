@@ -6,6 +6,12 @@ from 18) and from the `axes` attribute otherwise. Axes only the run knows (a gra
 still work: the result rank follows from keepdims and the axes' length, and each dim that
 may or may not be reduced becomes a fresh data-dependent symbol.
 Sum/Prod/Max/Min also propagate values, so `Shape -> ReduceProd` gives a symbolic count.
+
+Lowering: each reduction is one compute whose body reduces over the reduced axes
+(`REDUCE_KERNEL`, the kernel twins of `REDUCE_MATH`, read a `Reduction`); Softmax,
+LogSoftmax and Hardmax are one fused compute each (the row max / sum are sub-reductions
+the code generator hoists out of the loop over the axis); CumSum reduces over a prefix
+(or suffix) whose extent depends on the output index.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from functools import reduce as _fold
 import numpy as np
 import sympy
 
+from .. import kernel as K
 from ..ir import DType, TensorType, canon
-from .elementwise import cast_out, widen
+from ..kernel import Expr, Var
+from .elementwise import cast_out, kfloat, kwiden, widen
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
 
@@ -110,6 +118,63 @@ REDUCE_MATH: dict[str, Callable] = {
     "ReduceSumSquare": lambda x, axis, k: np.sum(x * x, axis=axis, keepdims=k),
 }
 
+
+
+class Reduction:
+    """What a reduce kernel twin sees: the input at one output index, over the reduced axes.
+
+    `over(fn, op, tag)` is `op` over the reduced axes of `fn(x)` (x: the widened input at
+    the reduce vars, named `<tag><axis>` so nested reductions never share a var); with no
+    axis to reduce (noop_with_empty_axes) it is `fn(x)` itself. `count` is the number of
+    elements reduced (an i64 expression)."""
+
+    def __init__(self, x: K.Buffer, axes: tuple[int, ...], keepdims: int, out_vars):
+        self.x, self.axes = x, axes
+        kept = [a for a in range(x.rank) if a not in axes]
+        self._index = {a: out_vars[a] for a in kept} if keepdims else dict(zip(kept, out_vars))
+        self.count: Expr = K.dim_to_expr(canon(_fold(lambda a, b: a * b, [x.shape[a] for a in axes], 1)))
+
+    def over(self, fn: Callable, op: str = "sum", tag: str = "r") -> Expr:
+        vs = {a: Var(f"{tag}{a}") for a in self.axes}
+        idx = tuple(self._index[a] if a in self._index else vs[a] for a in range(self.x.rank))
+        body = fn(kwiden(self.x[idx]))
+        if not vs:
+            return body
+        if body.dtype is DType.bool and op in ("sum", "prod"):
+            raise TypeError(f"reduce {op} over bool")
+        return K.reduce(op, [(vs[a], self.x.shape[a]) for a in self.axes], body)
+
+    def sum(self, fn: Callable = lambda x: x) -> Expr:
+        return self.over(fn, "sum")
+
+    def mean(self, fn: Callable = lambda x: x) -> Expr:
+        s = kfloat(self.sum(fn))
+        return s / K.cast(self.count, s.dtype)
+
+
+def _finite_or_zero(m: Expr) -> Expr:
+    return K.select(K.unary("isinf", m) | K.unary("isnan", m), K.cast(0, m.dtype), m)
+
+
+def _k_logsumexp(r: Reduction) -> Expr:
+    m = _finite_or_zero(r.over(kfloat, "max", tag="m"))
+    return K.log(r.over(lambda x: K.exp(kfloat(x) - m), "sum", tag="s")) + m
+
+
+#: kernel twins of REDUCE_MATH; integer inputs of the float math (L2, LogSum...) compute in f64
+REDUCE_KERNEL: dict[str, Callable[[Reduction], Expr]] = {
+    "ReduceSum": lambda r: r.sum(),
+    "ReduceMean": lambda r: r.mean(),
+    "ReduceMax": lambda r: r.over(lambda x: x, "max"),
+    "ReduceMin": lambda r: r.over(lambda x: x, "min"),
+    "ReduceProd": lambda r: r.over(lambda x: x, "prod"),
+    "ReduceL1": lambda r: r.sum(abs),
+    "ReduceL2": lambda r: K.sqrt(kfloat(r.sum(lambda x: x * x))),
+    "ReduceLogSum": lambda r: K.log(kfloat(r.sum())),
+    "ReduceLogSumExp": _k_logsumexp,
+    "ReduceSumSquare": lambda r: r.sum(lambda x: x * x),
+}
+
 #: value rules: how to combine two elements (integer shape arithmetic)
 _REDUCE_VALUE = {"ReduceSum": lambda a, b: a + b, "ReduceProd": lambda a, b: a * b,
                  "ReduceMax": sympy.Max, "ReduceMin": sympy.Min}
@@ -151,8 +216,24 @@ def _runtime_axes_shape(ctx: InferCtx) -> tuple:
     return tuple(fresh_dim(ctx, "reduced", f"dim {i} of the result: {why}", 0, i) for i in range(t.rank - n))
 
 
+def _axes_lower(ctx) -> tuple[int, ...]:
+    rank = ctx.inputs[0].rank
+    if len(ctx.inputs) > 1:
+        axes = ctx.const_value(1)
+        if axes is None:
+            known = ctx.known_value(1)
+            if known is None or not all(isinstance(canon(a), int) for a in known.reshape(-1)):
+                raise ctx.unsupported("reduce axes known only at run time")
+            axes = [canon(a) for a in known.reshape(-1)]
+        axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    else:
+        axes = ctx.attr("axes")
+    return reduce_axes(axes, rank, ctx.attr("noop_with_empty_axes", 0), ctx.unsupported)
+
+
 def _reduce_op(name: str) -> None:
     math = REDUCE_MATH[name]
+    kernel = REDUCE_KERNEL[name]
 
     def infer(ctx: InferCtx):
         t = ctx.in_types[0]
@@ -172,8 +253,13 @@ def _reduce_op(name: str) -> None:
         arr = np.asarray(v, dtype=object)
         return [reduce_values(arr, axes, ctx.attr("keepdims", 1), _REDUCE_VALUE[name])]
 
+    def lower(ctx) -> None:
+        x, y = ctx.inputs[0], ctx.out(0)
+        axes, keep = _axes_lower(ctx), ctx.attr("keepdims", 1)
+        ctx.compute(y, lambda *o: K.cast(kernel(Reduction(x, axes, keep, o)), y.dtype))
+
     define(f"onnx.{name}", infer=infer, reference=reference, value=value if name in _REDUCE_VALUE else None,
-           kind="reduction", arity=(1, 2), math=math)
+           lower=lower, kind="reduction", arity=(1, 2), math=math, kernel=kernel)
 
 
 for _name in REDUCE_MATH:
@@ -193,6 +279,22 @@ def arg_reduce(x, axis: int, keepdims: bool, select_last: bool, find: Callable) 
     return np.expand_dims(idx, axis) if keepdims else idx
 
 
+def _along(x: K.Buffer, o, axis: int, at) -> Expr:
+    """x at the output index `o` (same rank as x) with position `at` on `axis`."""
+    return x[tuple(o[:axis]) + (at,) + tuple(o[axis + 1:])]
+
+
+def k_arg_reduce(x: K.Buffer, o, axis: int, keepdims: bool, select_last: bool, op: str) -> Expr:
+    """Kernel twin of arg_reduce at output index `o`; `op` is "argmax" or "argmin"."""
+    o = list(o)
+    if not keepdims:
+        o.insert(axis, K.Const(0, DType.i64))
+    k, n = Var("k"), K.dim_to_expr(x.shape[axis])
+    if select_last:  # the last extreme = the first one scanning backwards
+        return n - 1 - K.reduce(op, [(k, n)], kwiden(_along(x, o, axis, n - 1 - k)))
+    return K.reduce(op, [(k, n)], kwiden(_along(x, o, axis, k)))
+
+
 def _arg_op(name: str, find: Callable) -> None:
     def infer(ctx: InferCtx):
         t = ctx.in_types[0]
@@ -204,7 +306,13 @@ def _arg_op(name: str, find: Callable) -> None:
         keep, last = bool(ctx.attr("keepdims", 1)), bool(ctx.attr("select_last_index", 0))
         return [arg_reduce(widen(x), axis, keep, last, find)]
 
-    define(f"onnx.{name}", infer=infer, reference=reference, kind="reduction", arity=1, math=find)
+    def lower(ctx) -> None:
+        x, y = ctx.inputs[0], ctx.out(0)
+        axis = int(ctx.attr("axis", 0)) % x.rank
+        keep, last = bool(ctx.attr("keepdims", 1)), bool(ctx.attr("select_last_index", 0))
+        ctx.compute(y, lambda *o: k_arg_reduce(x, o, axis, keep, last, name.lower()))
+
+    define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind="reduction", arity=1, math=find)
 
 
 _arg_op("ArgMax", np.argmax)
@@ -231,7 +339,39 @@ def hardmax(x, axis: int):
     return y
 
 
-def _axis_op(name: str, math: Callable, kind: str = "reduction") -> None:
+def _row(x: K.Buffer, o, axis: int, tag: str) -> tuple[Var, Expr, Expr]:
+    """A reduce var over `axis`, its extent, and the widened input at it."""
+    v = Var(tag)
+    return v, K.dim_to_expr(x.shape[axis]), kwiden(_along(x, o, axis, v))
+
+
+def _row_max(x, o, axis) -> Expr:
+    c, n, xc = _row(x, o, axis, "c")
+    return K.rmax([(c, n)], xc)
+
+
+def _row_sum_exp(x, o, axis, m: Expr) -> Expr:
+    d, n, xd = _row(x, o, axis, "d")
+    return K.rsum([(d, n)], K.exp(xd - m))
+
+
+def k_softmax(x: K.Buffer, o, axis: int) -> Expr:
+    m = _row_max(x, o, axis)
+    return K.exp(kwiden(x[o]) - m) / _row_sum_exp(x, o, axis, m)
+
+
+def k_log_softmax(x: K.Buffer, o, axis: int) -> Expr:
+    m = _row_max(x, o, axis)
+    return (kwiden(x[o]) - m) - K.log(_row_sum_exp(x, o, axis, m))
+
+
+def k_hardmax(x: K.Buffer, o, axis: int) -> Expr:
+    """Whether `o` is the first max of its row (a bool: the lowering casts it to 0 / 1)."""
+    c, n, xc = _row(x, o, axis, "c")
+    return o[axis].eq(K.argmax(c, n, xc))
+
+
+def _axis_op(name: str, math: Callable, kernel: Callable, kind: str = "reduction") -> None:
     def infer(ctx: InferCtx):
         t = ctx.in_types[0]
         normalize_axes([ctx.attr("axis", -1)], t.rank, ctx.error)
@@ -240,12 +380,18 @@ def _axis_op(name: str, math: Callable, kind: str = "reduction") -> None:
     def reference(ctx: RefCtx, x):
         return [cast_out(ctx, math(widen(x), int(ctx.attr("axis", -1)) % max(x.ndim, 1)))]
 
-    define(f"onnx.{name}", infer=infer, reference=reference, kind=kind, arity=1, math=math)
+    def lower(ctx) -> None:
+        x, y = ctx.inputs[0], ctx.out(0)
+        axis = int(ctx.attr("axis", -1)) % x.rank
+        ctx.compute(y, lambda *o: K.cast(kernel(x, o, axis), y.dtype))
+
+    define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind=kind, arity=1, math=math,
+           kernel=kernel)
 
 
-_axis_op("Softmax", softmax)
-_axis_op("LogSoftmax", log_softmax)
-_axis_op("Hardmax", hardmax)
+_axis_op("Softmax", softmax, k_softmax)
+_axis_op("LogSoftmax", log_softmax, k_log_softmax)
+_axis_op("Hardmax", hardmax, k_hardmax)
 
 
 # ---- CumSum --------------------------------------------------------------------------------------
@@ -263,6 +409,29 @@ def cumsum(x, axis: int, exclusive: bool = False, reverse: bool = False):
     return np.flip(y, axis) if reverse else y
 
 
+def k_cumsum(x: K.Buffer, o, axis: int, exclusive: bool = False, reverse: bool = False) -> Expr:
+    """Kernel twin of cumsum at output index `o`: a sum over a prefix (suffix if reverse)
+    of the axis whose extent depends on the position `i` on the axis."""
+    i, n, k = o[axis], K.dim_to_expr(x.shape[axis]), Var("k")
+    if reverse:  # positions i (i + 1 if exclusive) .. n - 1
+        first = i + 1 if exclusive else i
+        return K.rsum([(k, n - first)], kwiden(_along(x, o, axis, first + k)))
+    return K.rsum([(k, i if exclusive else i + 1)], kwiden(_along(x, o, axis, k)))
+
+
+def _cumsum_lower(ctx) -> None:
+    x, y = ctx.inputs[0], ctx.out(0)
+    axis = ctx.const_value(1)
+    if axis is None:
+        known = ctx.known_value(1)
+        if known is None or not isinstance(canon(known.reshape(-1)[0]), int):
+            raise ctx.unsupported("axis known only at run time")
+        axis = canon(known.reshape(-1)[0])
+    ax = int(np.asarray(axis).reshape(-1)[0]) % x.rank
+    excl, rev = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
+    ctx.compute(y, lambda *o: K.cast(k_cumsum(x, o, ax, excl, rev), y.dtype))
+
+
 def _cumsum_infer(ctx: InferCtx):
     t, a = ctx.in_types
     if a.rank > 1 or (a.rank == 1 and a.shape[0] != 1):
@@ -278,4 +447,5 @@ def _cumsum_ref(ctx: RefCtx, x, axis):
     return [cast_out(ctx, cumsum(widen(x), ax, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))))]
 
 
-define("onnx.CumSum", infer=_cumsum_infer, reference=_cumsum_ref, kind="opaque", arity=2, math=cumsum)
+define("onnx.CumSum", infer=_cumsum_infer, reference=_cumsum_ref, lower=_cumsum_lower, kind="opaque", arity=2,
+       math=cumsum, kernel=k_cumsum)

@@ -22,7 +22,7 @@ import sympy
 from ..errors import UnsupportedOp
 from ..ir import Dim, DType, TensorType, canon
 from ..kernel import (
-    Expr, Var, broadcast_indices, cast, dim_to_expr, lift, maximum, minimum, select, wrap_index,
+    Const as KConst, Expr, broadcast_indices, cast, clamp, dim_to_expr, lift, maximum, minimum, select, wrap_index,
 )
 from .cc import const_array
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
@@ -303,6 +303,21 @@ class ShapeOp(OpDef):
         dims = shape[s:e]
         return None if any(d is None for d in dims) else [obj(dims, (len(dims),))]
 
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        s, e = _shape_range(ctx, x.rank)
+        dims = [dim_to_expr(d) for d in x.shape[s:e]]
+
+        def body(ix):
+            if not dims:
+                return 0
+            out = dims[-1]
+            for j in range(len(dims) - 2, -1, -1):
+                out = select(ix[0].eq(j), dims[j], out)
+            return out
+
+        emit(ctx, y, body)
+
     def reference(self, ctx, x):
         s, e = _shape_range(ctx, x.ndim)
         return [np.array(x.shape[s:e], dtype=np.int64)]
@@ -319,6 +334,9 @@ class SizeOp(OpDef):
         n = ctx.in_types[0].numel()
         return None if n is None else [obj([n], ())]
 
+    def lower(self, ctx):
+        emit(ctx, ctx.out(0), lambda ix: dim_to_expr(ctx.inputs[0].numel()))
+
     def reference(self, ctx, x):
         return [np.array(x.size, dtype=np.int64)]
 
@@ -332,6 +350,9 @@ class IdentityOp(OpDef):
 
     def value(self, ctx):
         return [ctx.known(0)]
+
+    def lower(self, ctx):
+        ctx.alias(0, 0)
 
     def reference(self, ctx, x):
         return [x]
@@ -404,6 +425,9 @@ class ReshapeOp(OpDef):
             return None
         return [np.asarray(v, dtype=object).reshape(t.shape)]
 
+    def lower(self, ctx):
+        ctx.alias(0, 0)
+
     def reference(self, ctx, x, shape):
         shape = _ints(ctx, shape)
         if not ctx.attr("allowzero", 0):
@@ -426,6 +450,9 @@ class FlattenOp(OpDef):
 
     def value(self, ctx):
         return ReshapeOp.value(self, ctx)
+
+    def lower(self, ctx):
+        ctx.alias(0, 0)
 
     def reference(self, ctx, x):
         axis = ctx.attr("axis", 1)
@@ -494,6 +521,9 @@ class SqueezeOp(OpDef):
     def value(self, ctx):
         return ReshapeOp.value(self, ctx)
 
+    def lower(self, ctx):
+        ctx.alias(0, 0)
+
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)
         if axes is None:
@@ -524,6 +554,9 @@ class UnsqueezeOp(OpDef):
     def value(self, ctx):
         return ReshapeOp.value(self, ctx)
 
+    def lower(self, ctx):
+        ctx.alias(0, 0)
+
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)
         rank = x.ndim + len(axes)
@@ -552,6 +585,12 @@ class TransposeOp(OpDef):
     def value(self, ctx):
         v = ctx.known(0)
         return None if v is None else [np.transpose(v, _perm(ctx, v.ndim))]
+
+    def lower(self, ctx):
+        x = ctx.inputs[0]
+        perm = [p % x.rank for p in _perm(ctx, x.rank)]
+        inv = [perm.index(k) for k in range(x.rank)]
+        emit(ctx, ctx.out(0), lambda ix: x[tuple(ix[inv[k]] for k in range(x.rank))])
 
     def reference(self, ctx, x):
         return [np.transpose(x, _perm(ctx, x.ndim))]
@@ -584,6 +623,24 @@ class ConcatOp(OpDef):
         if any(v is None for v in vs) or not value_shape_ok(ctx.op.results[0].type):
             return None
         return [np.concatenate(vs, axis=ctx.attr("axis") % vs[0].ndim)]
+
+    def lower(self, ctx):
+        y = ctx.out(0)
+        axis = ctx.attr("axis") % y.rank
+        parts = [b for b in ctx.inputs if not (isinstance(b.shape[axis], int) and b.shape[axis] == 0)]
+        parts = parts or ctx.inputs[:1]
+        offsets = [0]
+        for b in parts:
+            offsets.append(canon(offsets[-1] + b.shape[axis]))
+
+        def pick(ix, lo, hi):  # inputs lo..hi-1 as a balanced tree of lazy selects
+            if hi - lo == 1:
+                at = ix[axis] - dim_to_expr(offsets[lo])
+                return parts[lo][ix[:axis] + (at,) + ix[axis + 1:]]
+            mid = (lo + hi) // 2
+            return select(ix[axis] < dim_to_expr(offsets[mid]), pick(ix, lo, mid), pick(ix, mid, hi))
+
+        emit(ctx, y, lambda ix: pick(ix, 0, len(parts)))
 
     def reference(self, ctx, *xs):
         return [np.concatenate(xs, axis=ctx.attr("axis"))]
@@ -644,6 +701,16 @@ class SplitOp(OpDef):
         axis = ctx.attr("axis", 0) % v.ndim
         bounds = np.cumsum([r.type.shape[axis] for r in ctx.op.results])[:-1]
         return list(np.split(v, bounds, axis=axis))
+
+    def lower(self, ctx):
+        x = ctx.inputs[0]
+        axis = ctx.attr("axis", 0) % x.rank
+        off: Dim = 0
+        for k in range(len(ctx.op.results)):
+            y = ctx.out(k)
+            o = dim_to_expr(off)
+            emit(ctx, y, lambda ix, o=o: x[ix[:axis] + (ix[axis] + o,) + ix[axis + 1:]])
+            off = canon(off + y.shape[axis])
 
     def reference(self, ctx, x, *rest):
         axis = ctx.attr("axis", 0) % x.ndim
@@ -711,6 +778,44 @@ class SliceOp(OpDef):
         axes = list(range(len(starts))) if axes is None else axes
         return [v[_slices(v.shape, starts, ends, axes, steps)]]
 
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        if "starts" in ctx.op.attrs:  # opset < 10
+            starts = list(ctx.attr("starts"))
+            n = len(starts)
+            axes = ctx.attr("axes", None)
+            axes = list(range(n)) if axes is None else list(axes)
+            steps = [1] * n
+        else:
+            pos = onnx_inputs(ctx.op, list(range(len(ctx.op.operands)))) + [None] * 5
+            t = ctx.in_type(pos[1])
+            n = t.shape[0] if t.rank == 1 else 1
+            known = lowered_value(ctx, pos[1])
+            if known is not None:  # compile-time starts stay Dims so they fold
+                starts = [canon(v) for v in known.reshape(-1)]
+            else:  # loaded at run time; the result type still gives the extents
+                starts = [value_expr(ctx, pos[1], k) for k in range(n)]
+            axes = lowered_ints(ctx, pos[3], "slice axes") or list(range(n))
+            steps = lowered_ints(ctx, pos[4], "slice steps") or [1] * n
+        index: dict[int, tuple] = {}
+        for s, a, st in zip(starts, axes, steps):
+            a %= x.rank
+            if st == 0:
+                raise ctx.unsupported(f"step of axis {a} is 0")
+            index[a] = (_slice_start(s, x.shape[a], st), st)
+
+        def body(ix):
+            out = []
+            for k in range(x.rank):
+                if k in index:
+                    s, st = index[k]
+                    out.append(s + ix[k] * st)
+                else:
+                    out.append(ix[k])
+            return x[tuple(out)]
+
+        emit(ctx, y, body)
+
     def reference(self, ctx, x, *rest):
         if "starts" in ctx.op.attrs:
             starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
@@ -723,6 +828,21 @@ class SliceOp(OpDef):
             steps = [1] * len(starts) if args[4] is None else _ints(ctx, args[4])
         axes = list(range(len(starts))) if axes is None else list(axes)
         return [x[_slices(x.shape, starts, ends, axes, steps)]]
+
+
+def _slice_start(s, d: Dim, step: int) -> Expr:
+    """The first input index of an ONNX slice along a dim of size d (i64 expression): a
+    negative start counts from the end, then it is clamped to [0, d] (step > 0) or [0, d - 1]
+    (step < 0). Decided at compile time where the start's sign is known."""
+    D = dim_to_expr(d)
+    hi = D if step > 0 else D - 1
+    sign = nonneg(s)
+    se = s if isinstance(s, Expr) else dim_to_expr(s)
+    if sign is True:
+        return se if isinstance(s, int) and s == 0 else minimum(se, hi)
+    if sign is False:
+        return maximum(se + D, 0)
+    return clamp(select(se < 0, se + D, se), 0, hi)
 
 
 def onnx_slice(d: int, start: int, end: int, step: int) -> slice:
@@ -779,6 +899,17 @@ class GatherOp(OpDef):
         idx = _norm_indices(np.array(ints).reshape(ctx.in_types[1].shape), v.shape[axis])
         return [np.take(v, idx, axis=axis)]
 
+    def lower(self, ctx):
+        x, idx = ctx.inputs
+        axis = ctx.attr("axis", 0) % x.rank
+        r = idx.rank
+
+        def body(ix):
+            k = wrap_index(idx[ix[axis:axis + r]], x.shape[axis])
+            return x[ix[:axis] + (k,) + ix[axis + r:]]
+
+        emit(ctx, ctx.out(0), body)
+
     def reference(self, ctx, x, idx):
         axis = ctx.attr("axis", 0) % x.ndim
         return [np.take(x, _norm_indices(idx, x.shape[axis]), axis=axis)]
@@ -794,6 +925,16 @@ class GatherElementsOp(OpDef):
             raise ctx.error(f"indices rank {idx.rank} differs from data rank {x.rank}")
         norm_axis(ctx, ctx.attr("axis", 0), x.rank)
         return [x.with_shape(idx.shape)]
+
+    def lower(self, ctx):
+        x, idx = ctx.inputs
+        axis = ctx.attr("axis", 0) % x.rank
+
+        def body(ix):
+            k = wrap_index(idx[ix], x.shape[axis])
+            return x[ix[:axis] + (k,) + ix[axis + 1:]]
+
+        emit(ctx, ctx.out(0), body)
 
     def reference(self, ctx, x, idx):
         axis = ctx.attr("axis", 0) % x.ndim
@@ -815,6 +956,18 @@ class GatherNDOp(OpDef):
         for i in range(b):
             ctx.require_eq(x.shape[i], idx.shape[i], f"batch dim {i} of data and indices")
         return [x.with_shape(idx.shape[:-1] + x.shape[b + last:])]
+
+    def lower(self, ctx):
+        x, idx = ctx.inputs
+        b = ctx.attr("batch_dims", 0)
+        last = idx.shape[-1]
+        q = idx.rank - 1  # output dims [0, q) index the indices tensor
+
+        def body(ix):
+            picked = tuple(wrap_index(idx[ix[:q] + (k,)], x.shape[b + k]) for k in range(last))
+            return x[ix[:b] + picked + ix[q:]]
+
+        emit(ctx, ctx.out(0), body)
 
     def reference(self, ctx, x, idx):
         b = ctx.attr("batch_dims", 0)
@@ -859,6 +1012,10 @@ class ExpandOp(OpDef):
             return None
         return [np.broadcast_to(v, t.shape).copy()]
 
+    def lower(self, ctx):
+        x = ctx.inputs[0]
+        emit(ctx, ctx.out(0), lambda ix: x[broadcast_indices(ix, x.shape)])
+
     def reference(self, ctx, x, shape):
         out = np.broadcast_shapes(x.shape, tuple(_ints(ctx, shape)))
         return [np.broadcast_to(x, out).copy()]
@@ -883,6 +1040,16 @@ class TileOp(OpDef):
         if v is None or reps is None or not value_shape_ok(ctx.op.results[0].type):
             return None
         return [np.tile(v, reps)]
+
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+
+        def at(i, d, od):
+            if isinstance(d, int) and d == 1:
+                return 0
+            return i if same_dim(d, od) else i % dim_to_expr(d)
+
+        emit(ctx, y, lambda ix: x[tuple(at(i, d, od) for i, d, od in zip(ix, x.shape, y.shape))])
 
     def reference(self, ctx, x, reps):
         return [np.tile(x, _ints(ctx, reps))]
@@ -934,6 +1101,11 @@ class RangeOp(OpDef):
             return None
         return [obj([start[0] + i * delta[0] for i in range(t.shape[0])], t.shape)]
 
+    def lower(self, ctx):
+        start, _, delta = ctx.inputs
+        y = ctx.out(0)
+        emit(ctx, y, lambda ix: scalar(start) + cast(ix[0], y.dtype) * scalar(delta))
+
     def reference(self, ctx, start, limit, delta):
         dt = ctx.out_type().dtype.np
         n = max(0, int(np.ceil((limit.item() - start.item()) / delta.item())))
@@ -970,6 +1142,11 @@ class ConstantOfShapeOp(OpDef):
             return None
         n = int(np.prod(t.shape, dtype=np.int64))
         return [obj([int(fill.reshape(-1)[0])] * n, t.shape)]
+
+    def lower(self, ctx):
+        fill = _fill_value(ctx).reshape(-1)[0].item()
+        y = ctx.out(0)
+        emit(ctx, y, lambda ix: KConst(fill, y.dtype))
 
     def reference(self, ctx, shape):
         fill = _fill_value(ctx)

@@ -1,0 +1,178 @@
+"""The JIT session: serve every call at once, specialise hot shapes in the background.
+
+    s = onnxcc.Session("models/transformer.onnx", threshold=4)
+    y = s.run({"x": x})          # served by the best compiled version available now
+
+A session starts from one artifact (generic + the versions the compile options ask for),
+built through the on-disk cache. Each call binds the symbols from the input shapes. Calls
+that land on the generic version are counted per shape class (the symbols' values); when
+a class reaches `threshold` calls, an artifact specialised to it is compiled in a
+background thread while calls keep being served by the generic version, and later calls
+of that class switch to it. Every artifact goes through the cache, keyed by the model's
+content, onnxcc's version, the target and every flag, plus the specialisation's guard.
+
+`ONNXCC_LOG=recompiles` logs every miss: the shape, the version that served it, and the
+guards that failed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from .driver import CompileOptions, compile_cached
+from .errors import OnnxccError
+from .runtime import load
+from .runtime.cache import ArtifactCache
+
+
+@dataclass
+class SessionStats:
+    calls: int = 0
+    #: calls served by a specialised version (a guard other than the generic one held)
+    hits: int = 0
+    #: calls served by the generic version
+    misses: int = 0
+    #: artifacts built by this session (cache misses), and artifacts found in the cache
+    compiles: int = 0
+    cache_hits: int = 0
+    compile_seconds: float = 0.0
+    run_seconds: float = 0.0
+    #: shape classes specialised, in order
+    specialized: list = field(default_factory=list)
+
+
+def _log_enabled(what: str) -> bool:
+    return what in os.environ.get("ONNXCC_LOG", "").split(",")
+
+
+class Session:
+    def __init__(self, model, *, cache: ArtifactCache | str | None = None, threshold: int = 8,
+                 max_specializations: int = 16, background: bool = True, **compile_options):
+        if isinstance(model, str):
+            model = Path(model)
+        self.model = model
+        self.options = CompileOptions(**compile_options)
+        self.cache = cache if isinstance(cache, ArtifactCache) else ArtifactCache(cache)
+        self.threshold = threshold
+        self.max_specializations = max_specializations
+        self.stats = SessionStats()
+        self._lock = threading.Lock()
+        self._counts: dict[tuple, int] = {}
+        self._special: dict[tuple, object] = {}    # shape class -> CompiledModel
+        self._pending: dict[tuple, Future] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1) if background else None
+        self.base = self._build(self.options, None)
+        self._bare = [self._bare_symbols(t["shape"]) for t in self.base.inputs]
+        self._symbol_names = [s["name"] for s in self.base.meta["symbols"]]
+
+    # ---- building ----------------------------------------------------------------------------
+    def _build(self, options: CompileOptions, guard: str | None):
+        t0 = time.perf_counter()
+        path, hit = compile_cached(self.model, options, self.cache, extra={"guard": guard} if guard else None)
+        with self._lock:
+            if hit:
+                self.stats.cache_hits += 1
+            else:
+                self.stats.compiles += 1
+                self.stats.compile_seconds += time.perf_counter() - t0
+        return load(path)
+
+    @staticmethod
+    def _bare_symbols(shape) -> list[str | None]:
+        return [d if isinstance(d, str) and d.isidentifier() else None for d in shape]
+
+    def shape_class(self, arrays: list[np.ndarray]) -> tuple:
+        env: dict[str, int] = {}
+        for a, names in zip(arrays, self._bare):
+            for n, v in zip(names, np.shape(a)):
+                if n is not None:
+                    env.setdefault(n, int(v))
+        return tuple((n, env[n]) for n in self._symbol_names if n in env)
+
+    def _specialize(self, key: tuple):
+        spec = dict(self.options.specialize)
+        for n, v in key:
+            spec[n] = sorted(set(spec.get(n, [])) | {v})
+        opts = replace(self.options, specialize=spec)
+        guard = " & ".join(f"{n} == {v}" for n, v in key)
+        compiled = self._build(opts, guard)
+        with self._lock:
+            self._special[key] = compiled
+            self._pending.pop(key, None)
+            self.stats.specialized.append(dict(key))
+        return compiled
+
+    # ---- serving -----------------------------------------------------------------------------
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        names = [t["name"] for t in self.base.inputs]
+        arrays = [inputs[n] for n in names] if isinstance(inputs, dict) else list(inputs)
+        if len(arrays) != len(names):
+            raise OnnxccError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(arrays)}")
+        key = self.shape_class(arrays)
+        with self._lock:
+            model = self._special.get(key, self.base)
+        t0 = time.perf_counter()
+        out = model.run(arrays)
+        v = model.last_version
+        dt = time.perf_counter() - t0
+        generic = v == model.num_versions - 1
+        with self._lock:
+            self.stats.calls += 1
+            self.stats.run_seconds += dt
+            if generic:
+                self.stats.misses += 1
+            else:
+                self.stats.hits += 1
+        if generic:
+            self._on_miss(key, model, arrays)
+        return out
+
+    def _on_miss(self, key: tuple, model, arrays) -> None:
+        if _log_enabled("recompiles"):
+            failed = "; ".join(f"{model.version_info(i)}" for i in range(model.num_versions - 1)) or "none"
+            shapes = ", ".join(f"{t['name']}{list(np.shape(a))}" for t, a in zip(model.inputs, arrays))
+            sys.stderr.write(f"onnxcc: miss: {shapes} ({', '.join(f'{n}={v}' for n, v in key)}) served by the "
+                             f"generic version; guards that failed: {failed}\n")
+        if not key:
+            return
+        with self._lock:
+            n = self._counts.get(key, 0) + 1
+            self._counts[key] = n
+            start = (n >= self.threshold and key not in self._special and key not in self._pending
+                     and len(self._special) + len(self._pending) < self.max_specializations)
+            if start:
+                fut: Future = Future()
+                self._pending[key] = fut
+        if not start:
+            return
+        if _log_enabled("recompiles"):
+            sys.stderr.write(f"onnxcc: specialising {', '.join(f'{n}={v}' for n, v in key)} after {n} calls\n")
+        if self._pool is not None:
+            self._pool.submit(self._specialize, key)
+        else:
+            self._specialize(key)
+
+    def wait(self) -> None:
+        """Block until every background compile has finished (tests, benchmarks)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = ThreadPoolExecutor(max_workers=1)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

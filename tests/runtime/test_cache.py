@@ -1,0 +1,83 @@
+"""The artifact cache: keyed by everything that changes a build, never loads a damaged entry."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxcc
+from onnxcc.driver import CompileOptions, cache_document, compile_cached
+from onnxcc.runtime.cache import MANIFEST, ArtifactCache, make_key
+
+
+@pytest.fixture()
+def model_path(tmp_path):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    p = tmp_path / "relu.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+def test_second_lookup_hits_and_loads(tmp_path, model_path):
+    cache = ArtifactCache(tmp_path / "c")
+    p1, hit1 = compile_cached(model_path, CompileOptions(), cache)
+    p2, hit2 = compile_cached(model_path, CompileOptions(), cache)
+    assert (hit1, hit2) == (False, True) and p1 == p2
+    out = onnxcc.load(p2).run({"x": np.array([[-1, 2, -3]], np.float32)})["y"]
+    np.testing.assert_array_equal(out, [[0, 2, 0]])
+
+
+def test_changed_flag_or_version_misses(tmp_path, model_path, monkeypatch):
+    base = make_key(cache_document(model_path, CompileOptions()))
+    assert make_key(cache_document(model_path, CompileOptions(opt=2))) != base
+    assert make_key(cache_document(model_path, CompileOptions(specialize={"N": [1]}))) != base
+    assert make_key(cache_document(model_path, CompileOptions(), extra={"guard": "N == 4"})) != base
+    monkeypatch.setattr(onnxcc, "__version__", "9.9.9")
+    assert make_key(cache_document(model_path, CompileOptions())) != base
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "manifest", "foreign"])
+def test_damaged_entry_is_rebuilt_not_loaded(tmp_path, model_path, damage):
+    cache = ArtifactCache(tmp_path / "c")
+    path, _ = compile_cached(model_path, CompileOptions(), cache)
+    lib = next(path.glob("lib*.so"))
+    if damage == "truncate":
+        lib.write_bytes(lib.read_bytes()[:100])
+    elif damage == "flip":
+        data = bytearray(lib.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        lib.write_bytes(bytes(data))
+    elif damage == "delete":
+        lib.unlink()
+    elif damage == "manifest":
+        (path / MANIFEST).write_text("{not json")
+    else:  # an entry whose manifest belongs to another key
+        mf = json.loads((path / MANIFEST).read_text())
+        mf["key"] = "0" * 64
+        (path / MANIFEST).write_text(json.dumps(mf))
+    path2, hit = compile_cached(model_path, CompileOptions(), cache)
+    assert not hit and path2 == path
+    assert any(e[0] == "corrupt" for e in cache.events)
+    assert cache.validate(path2, path2.name, None) == ""
+    out = onnxcc.load(path2).run({"x": np.ones((2, 3), np.float32)})["y"]
+    np.testing.assert_array_equal(out, np.ones((2, 3)))
+
+
+def test_second_process_reuses_the_cache_with_zero_compiles(tmp_path, model_path):
+    cache_dir = tmp_path / "c"
+    compile_cached(model_path, CompileOptions(), ArtifactCache(cache_dir))
+    code = ("import sys; from onnxcc.driver import compile_cached; from onnxcc.runtime.cache import ArtifactCache;"
+            f"p, hit = compile_cached(sys.argv[1], cache=ArtifactCache(sys.argv[2])); print('HIT' if hit else 'MISS')")
+    r = subprocess.run([sys.executable, "-c", code, str(model_path), str(cache_dir)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "HIT"
