@@ -646,6 +646,9 @@ def format_report(executor: str, results: list[CaseResult], seconds: float,
            "## Top failure reasons", "", "| count | reason | example |", "|---|---|---|"]
     for key, cnt, ex in top_reasons(results):
         out.append(f"| {cnt} | {_md(key)} | `{ex.name}` |")
+    reasons = {reason_key(r) for r in results if r.status != "pass"}
+    if len(reasons) == 1 and not counts["pass"]:  # e.g. the backend is not built: say it once
+        return "\n".join(out[:5] + [f"Every case: {_md(reasons.pop())}."]) + "\n"
     out += ["", "## Failures by op", ""]
     for op, groups in failure_groups(results).items():
         out.append(f"- **{op}**")

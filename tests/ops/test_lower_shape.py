@@ -11,14 +11,15 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from onnxcc.codegen.cpu_jit import JitKernel
-from onnxcc.errors import RuntimeCallError, UnsupportedOp
+from onnxcc.errors import OnnxccError, RuntimeCallError
 from onnxcc.frontend import load_onnx
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
-from onnxcc.testing import check_lowering, ort_run, random_inputs
+from onnxcc.testing import MODELS_DIR, check_lowering, ort_run, random_inputs
 
 FOLDED, UNFOLDED = "shape-inference,canonicalize", "shape-inference"
 BIG, SMALL = 2**63 - 1, -(2**63)
+SEVEN = onnx.numpy_helper.from_array(np.array([7], np.int32))
 
 
 def model(nodes, inputs, outputs, inits=None, opset=17):
@@ -91,7 +92,8 @@ def test_lower_slice_start_past_end_and_clamping():
              h.make_node("Slice", ["x", "c", "d", "ax", "st2"], ["y1"])]
     inits = {"a": i64(BIG, 5), "b": i64(-4, SMALL), "ax": i64(0, 1), "st": i64(-1, -2),
              "c": i64(-100, 2), "d": i64(100, BIG), "st2": i64(1, 3)}
-    check_lowering(model(nodes, [x], ["y0", "y1"], inits), [{"N": 1, "S": 1}, {"N": 3, "S": 8}, {"N": 9, "S": 5}])
+    dims = [{"N": 1, "S": 1}, {"N": 3, "S": 8}, {"N": 9, "S": 5}]
+    check_lowering(model(nodes, [x], ["y0", "y1"], inits), dims)
 
 
 # ---- exporter shape chains ---------------------------------------------------------------------------
@@ -126,6 +128,13 @@ def test_lower_exporter_shape_chains(pipeline):
     check_lowering(_chain_model(), [{"batch": 1, "seq": 1}, {"batch": 3, "seq": 7}], pipeline=pipeline)
 
 
+def test_lower_sample_transformer_unfolded():
+    # the whole sample model with its shape chains compiled as kernels (no canonicalize)
+    path = MODELS_DIR / "transformer.onnx"
+    feeds = [random_inputs(path, {"batch": 1, "seq": 1}, 0), random_inputs(path, {"batch": 3, "seq": 7}, 1)]
+    check_feeds(onnx.load(str(path)), feeds, UNFOLDED)
+
+
 def test_lower_exporter_chain_folds_to_views():
     # after canonicalize the chain is gone: the reshapes are views, only the transposes copy
     mod = load_onnx(_chain_model())
@@ -136,26 +145,36 @@ def test_lower_exporter_chain_folds_to_views():
 
 
 def test_lower_slice_symbolic_starts_and_ends():
-    # x[:, K:S - 1] with K and S from shapes: compile-time dims when folded, loaded at run time when not
+    # starts / ends from shapes: compile-time dims when folded, loaded at run time when not
     x, z = ("x", T.FLOAT, ["N", "S", 3]), ("z", T.FLOAT, ["K"])
     nodes = [
         h.make_node("Shape", ["z"], ["k"]),
-        h.make_node("Shape", ["x"], ["s"]),
-        h.make_node("Slice", ["s", "one", "two"], ["sv"]),
-        h.make_node("Sub", ["sv", "one"], ["e"]),
-        h.make_node("Slice", ["x", "k", "e", "one"], ["y"]),
-        h.make_node("Slice", ["x", "sv", "neg"], ["y2"]),  # x[S:0:-1] -> starts clamp to S - 1
-        h.make_node("Slice", ["x", "nk", "sv", "one"], ["y3"]),  # x[:, -K:S]
-        h.make_node("Neg", ["k"], ["nk"]),
+        h.make_node("Shape", ["x"], ["s"], start=1, end=2),
+        h.make_node("Slice", ["x", "k", "s", "one"], ["y"]),  # x[:, K:S]
+        h.make_node("Slice", ["x", "s", "zero", "one", "m1"], ["y2"]),  # x[:, S:0:-1]: start clamps to S - 1
+        h.make_node("Slice", ["x", "zero", "k", "two"], ["y3"]),  # x[:, :, :K]
     ]
-    inits = {"one": i64(1), "two": i64(2), "neg": i64(0)}
+    inits = {"zero": i64(0), "one": i64(1), "two": i64(2), "m1": i64(-1)}
     m = model(nodes, [x, z], ["y", "y2", "y3"], inits)
-    m.graph.node.insert(5, h.make_node("Constant", [], ["m1"], value=onnx.numpy_helper.from_array(i64(-1))))
-    m.graph.node[5].CopyFrom(h.make_node("Slice", ["x", "sv", "neg", "zero", "m1"], ["y2"]))
-    m.graph.initializer.append(onnx.numpy_helper.from_array(i64(0), "zero"))
     dims = [{"N": 1, "S": 4, "K": 1}, {"N": 2, "S": 9, "K": 3}]
     check_lowering(m, dims)
     check_lowering(m, dims, pipeline=UNFOLDED)
+
+
+def test_lower_slice_symbolic_expression_bounds():
+    # x[:, -K:S - 1] and x[:, S - 1:-K - 1:-1]: shape arithmetic folds into symbolic starts / ends
+    x, z = ("x", T.FLOAT, ["N", "S", 3]), ("z", T.FLOAT, ["K"])
+    nodes = [
+        h.make_node("Shape", ["z"], ["k"]),
+        h.make_node("Shape", ["x"], ["s"], start=1, end=2),
+        h.make_node("Neg", ["k"], ["nk"]),
+        h.make_node("Sub", ["s", "one"], ["e"]),
+        h.make_node("Slice", ["x", "nk", "e", "one"], ["y"]),
+        h.make_node("Sub", ["nk", "one"], ["e2"]),
+        h.make_node("Slice", ["x", "e", "e2", "one", "m1"], ["y2"]),
+    ]
+    m = model(nodes, [x, z], ["y", "y2"], {"one": i64(1), "m1": i64(-1)})
+    check_lowering(m, [{"N": 1, "S": 4, "K": 1}, {"N": 2, "S": 9, "K": 3}, {"N": 1, "S": 2, "K": 5}])
 
 
 # ---- Gather family, Expand, Tile, Range, ConstantOfShape ---------------------------------------------
@@ -174,14 +193,14 @@ def _gather_model():
         h.make_node("Tile", ["x", "reps"], ["ti"]),
         h.make_node("Gather", ["xs", "s1"], ["len"], axis=0),
         h.make_node("Range", ["r0", "len", "r1"], ["rg"]),
-        h.make_node("Cast", ["len"], ["lenf"], to=T.FLOAT),
-        h.make_node("Range", ["f0", "lenf", "f1"], ["rgf"]),
-        h.make_node("ConstantOfShape", ["xs"], ["cs"], value=onnx.numpy_helper.from_array(np.array([7], np.int32))),
+        h.make_node("Range", ["f0", "f9", "f1"], ["rgf"]),  # constant: folded, or compiled when unfolded
+        h.make_node("ConstantOfShape", ["xs"], ["cs"], value=SEVEN),
     ]
     inits = {"s0": np.array(-1, np.int64), "s1": np.array(1, np.int64), "shp": i64(2, 1, 3),
              "v": np.arange(3, dtype=np.float32).reshape(1, 3, 1), "col": np.ones((1, 5), np.float32),
              "reps": i64(2, 1, 3), "r0": np.array(2, np.int64), "r1": np.array(3, np.int64),
-             "f0": np.array(0.5, np.float32), "f1": np.array(0.25, np.float32)}
+             "f0": np.array(0.5, np.float32), "f9": np.array(3.1, np.float32),
+             "f1": np.array(0.25, np.float32)}
     outs = ["g1", "g0", "gel", "gnd", "ex", "ex2", "ti", "rg", "rgf", "cs"]
     return model(nodes, [x, gi, ge, gn], outs, inits)
 
@@ -213,6 +232,18 @@ def test_lower_gather_out_of_range_index_is_an_error():
         k(*[feeds[n] for n in names])
 
 
+def test_lower_gather_constant_index_checked_against_symbolic_dim():
+    # x[:, 4] and x[:, -5]: fine while S >= 5, a run-time index error below
+    nodes = [h.make_node("Gather", ["x", "four"], ["y"], axis=1),
+             h.make_node("Gather", ["x", "m5"], ["z"], axis=1)]
+    m = model(nodes, [("x", T.FLOAT, ["N", "S"])], ["y", "z"],
+              {"four": np.array(4, np.int64), "m5": np.array(-5, np.int64)})
+    check_lowering(m, [{"N": 1, "S": 5}, {"N": 3, "S": 9}])
+    k, _ = compile_jit(m)
+    with pytest.raises(RuntimeCallError, match="index out of range"):
+        k(np.zeros((2, 4), np.float32))
+
+
 # ---- Pad, Trilu, EyeLike, OneHot, DepthToSpace, SpaceToDepth -----------------------------------------
 
 def _misc_model():
@@ -225,8 +256,8 @@ def _misc_model():
         h.make_node("Pad", ["x", "p3"], ["pw"], mode="wrap"),  # negative pads crop
         h.make_node("Trilu", ["x", "tk"], ["tu"], upper=1),
         h.make_node("Trilu", ["x"], ["tl"], upper=0),
-        h.make_node("EyeLike", ["x2"], ["ey"], k=1, dtype=T.INT32),
         h.make_node("Reshape", ["x", "r2"], ["x2"]),
+        h.make_node("EyeLike", ["x2"], ["ey"], k=1, dtype=T.INT32),
         h.make_node("OneHot", ["oh", "depth", "ohv"], ["o1"], axis=1),
         h.make_node("DepthToSpace", ["q"], ["d2s"], blocksize=2, mode="DCR"),
         h.make_node("DepthToSpace", ["q"], ["d2c"], blocksize=2, mode="CRD"),
@@ -266,11 +297,14 @@ def _select_scatter_model():
         h.make_node("ScatterElements", ["x", "ei", "u"], ["se"], axis=1),
         h.make_node("ScatterElements", ["x", "ei", "u"], ["sem"], axis=1, reduction="max"),
         h.make_node("ScatterElements", ["x", "ei", "u"], ["sen"], axis=1, reduction="min"),
+        # indices [K, 2]: smaller than data off the axis
+        h.make_node("ScatterElements", ["x", "ei0", "u0"], ["sea"], axis=0, reduction="add"),
     ]
     inits = {"k": i64(1), "k1": i64(1), "pt": np.array([[0, 0], [0, -1], [0, 0]], np.int64),
              "pv": np.array([2.0, 3.0, -1.0], np.float32)}
-    return model(nodes, [x, u, si, su, ei], ["tv", "ti", "bv", "bi", "snd", "sna", "snp", "se", "sem", "sen"],
-                 inits, opset=18)
+    ei0, u0 = ("ei0", T.INT64, ["K", 2]), ("u0", T.FLOAT, ["K", 2])
+    outs = ["tv", "ti", "bv", "bi", "snd", "sna", "snp", "se", "sem", "sen", "sea"]
+    return model(nodes, [x, u, si, su, ei, ei0, u0], outs, inits, opset=18)
 
 
 def _select_scatter_feeds(n, s, k, seed):
@@ -280,25 +314,25 @@ def _select_scatter_feeds(n, s, k, seed):
     return {"x": x, "u": rng.standard_normal((n, 2)).astype(np.float32),
             "si": (rng.permutation(n)[:k] - n * (np.arange(k) % 2)).reshape(k, 1),  # distinct rows, some < 0
             "su": rng.standard_normal((k, s)).astype(np.float32),
-            "ei": np.stack([rng.permutation(s)[:2] for _ in range(n)]) - s * rng.integers(0, 2, (n, 2))}
+            "ei": np.stack([rng.permutation(s)[:2] for _ in range(n)]) - s * rng.integers(0, 2, (n, 2)),
+            "ei0": rng.integers(-n, n, (k, 2)), "u0": rng.standard_normal((k, 2)).astype(np.float32)}
 
 
 def test_lower_topk_and_scatter():
-    check_feeds(_select_scatter_model(), [_select_scatter_feeds(1, 2, 1, 0), _select_scatter_feeds(5, 7, 3, 1)])
+    feeds = [_select_scatter_feeds(1, 2, 1, 0), _select_scatter_feeds(5, 7, 3, 1)]
+    check_feeds(_select_scatter_model(), feeds)
 
 
 def test_lower_nonzero_is_unsupported():
     m = model([h.make_node("NonZero", ["x"], ["y"])], [("x", T.FLOAT, ["N"])], ["y"])
     mod = load_onnx(m)
     run_pipeline(mod, FOLDED)
-    with pytest.raises(Exception, match="NonZero|data"):
+    with pytest.raises(OnnxccError, match="depends on data"):
         lower_function(mod, mod.main, "k")
 
 
-def test_lower_random_inputs_helper_smoke():
-    # random_inputs gives non-negative indices: the plain check_lowering path works for Gather too
-    m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)], [("x", T.FLOAT, ["N", 10]),
-                                                                     ("i", T.INT64, ["M"])], ["y"])
+def test_lower_gather_with_check_lowering_inputs():
+    # the plain check_lowering path (random non-negative indices) at M = 1 and a non power of two
+    m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+              [("x", T.FLOAT, ["N", 10]), ("i", T.INT64, ["M"])], ["y"])
     check_lowering(m, [{"N": 1, "M": 1}, {"N": 3, "M": 6}])
-    assert random_inputs(m, {"N": 1, "M": 2})["i"].min() >= 0
-    assert UnsupportedOp

@@ -52,6 +52,32 @@ class TensorSig:
 
 
 @dataclass
+class KernelLaunch:
+    """One GPU kernel a version launches (target "cuda"), in launch order."""
+
+    kernel: str
+    """the kernel's entry name in the PTX"""
+    work: Dim
+    """the number of elements of its flattened domain (threads' worth of work), over the symbols"""
+
+
+@dataclass
+class DeviceCode:
+    """The GPU code of a target "cuda" artifact, embedded in libNAME.so."""
+
+    arch: str
+    """the PTX target, e.g. "sm_80"; the device's compute capability must be at least this"""
+    ptx: str
+    """the PTX text of every version's kernels"""
+    kernels: list[str] = field(default_factory=list)
+    """every kernel entry name; a launch refers to its kernel by its index here"""
+    consts: dict[str, bytes] = field(default_factory=dict)
+    """PTX global name -> the bytes the runtime copies into it after loading the PTX"""
+    block: int = 256
+    """threads per block of every launch"""
+
+
+@dataclass
 class VersionSpec:
     """One compiled version: its kernel symbol and when the dispatcher may call it."""
 
@@ -69,6 +95,9 @@ class VersionSpec:
     """one of VERSION_KINDS"""
     info: dict = field(default_factory=dict)
     """free-form facts for the metadata (arena peak, buckets, ...); must be JSON-able"""
+    launches: list[KernelLaunch] = field(default_factory=list)
+    """target "cuda": the kernels this version launches, in order (`symbol` then names the
+    host function the dispatcher generates to launch them)"""
 
 
 @dataclass
@@ -86,6 +115,8 @@ class ArtifactSpec:
     target: str = "cpu"
     triple: str = ""
     metadata: dict = field(default_factory=dict)
+    device: DeviceCode | None = None
+    """target "cuda": the PTX and what the runtime needs to load it"""
 
     def symbol_index(self) -> dict[str, int]:
         return {s.name: k for k, s in enumerate(self.symbols)}
@@ -107,6 +138,8 @@ class ArtifactSpec:
                 raise ValueError(f"version {k}: kind {v.kind!r} is not one of {VERSION_KINDS}")
             _check_symbols(v.guard, known, f"version {k} guard")
             _check_symbols(v.workspace_bytes, known, f"version {k} workspace_bytes")
+            for launch in v.launches:
+                _check_symbols(launch.work, known, f"version {k} kernel {launch.kernel}")
         for kind, sigs in (("input", self.inputs), ("output", self.outputs)):
             for t in sigs:
                 for j, d in enumerate(t.shape):

@@ -40,7 +40,7 @@ from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 from .llvm_exprs import AccessMetadata, ExprEmitter
 from .llvm_helpers import (
     I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, loop_metadata, move_to_end,
-    name_unnamed,
+    name_unnamed, scalar_loop_metadata,
 )
 
 PARALLEL_FOR = "onnxcc_parallel_for"
@@ -51,6 +51,8 @@ PAR_BODY_FNTY = ir.FunctionType(VOID, [I64, I64, PTR])
 PAR_FOR_FNTY = ir.FunctionType(VOID, [I64, PTR, PTR])
 _CTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR])  # syms, inputs, outputs, workspace, status
 _SYM_RANGE = (1, (1 << 63) - 1)
+PAR_GROUP = 4096
+"""elements per parallel work item of a vectorised one-axis compute"""
 _UNKNOWN_REDUCE_EXTENT = 64
 
 
@@ -283,8 +285,11 @@ class _KernelEmitter:
         if par is None:
             work = domain_work(c)
             par = self.opts.parallel and not (isinstance(work, int) and work < self.opts.parallel_min_work)
+        else:
+            par = bool(par) and self.opts.parallel  # the option can always switch threads off
+        tail = getattr(sch, "vector_tail", "scalar")
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
-                        getattr(sch, "unroll", None))
+                        getattr(sch, "unroll", None), tail)
 
     def emit_compute(self, ctx: _FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
@@ -299,12 +304,22 @@ class _KernelEmitter:
         plan = self.nest_plan(c)
         guard = if_then(b, nonempty, name=f"{c.out}") if nonempty is not None else nullcontext()
         with guard:
-            if plan.parallel:
-                self.emit_parallel(ctx, c, plan, md)
+            gemm = getattr(c.schedule, "gemm", None)
+            if gemm is not None:
+                from .gemm import emit_gemm
+
+                emit_gemm(self, ctx, c, gemm, lambda: self.emit_nest(ctx, c, plan, md))
             else:
-                em = ExprEmitter(ctx, b, access_md=md)
-                em.hoist(c.body)
-                self.emit_loops(em, ctx, c, plan, 0, {})
+                self.emit_nest(ctx, c, plan, md)
+
+    def emit_nest(self, ctx: _FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
+        """The loop nest of `c` at the builder's position (the domain is known nonempty)."""
+        if plan.parallel:
+            self.emit_parallel(ctx, c, plan, md)
+        else:
+            em = ExprEmitter(ctx, ctx.b, access_md=md)
+            em.hoist(c.body)
+            self.emit_loops(em, ctx, c, plan, 0, {})
 
     def emit_loops(self, em: ExprEmitter, ctx: _FnCtx, c: Compute, plan: NestPlan, first: int,
                    bound: dict[str, ir.Value]) -> None:
@@ -317,6 +332,9 @@ class _KernelEmitter:
             for j in range(first, len(names)):
                 v = plan.order[j]
                 innermost = j + 1 == len(names)
+                if innermost and plan.vector_width:
+                    self.emit_strip_mined(em, ctx, c, plan, v, vals, i64(0), ctx.dim(exts[v]))
+                    return
                 md = loop_metadata(self.module, plan.vector_width, plan.unroll) if innermost else None
                 idx = st.enter_context(for_range(b, ctx.dim(exts[v]), names[v], guard=False, metadata=md))
                 em.push({names[v]: idx}, {names[v]: exts[v]})
@@ -326,22 +344,61 @@ class _KernelEmitter:
                     em.hoist(c.body)
             em.store(c.out, [vals[n] for n in names], em.emit(c.body))
 
+    def emit_strip_mined(self, em: ExprEmitter, ctx: _FnCtx, c: Compute, plan: NestPlan, v: int,
+                         vals: dict[str, ir.Value], lo: ir.Value, hi: ir.Value) -> None:
+        """The innermost var `v` over [lo, hi) (nonempty) as chunks of `plan.vector_width`
+        lanes (a constant-trip loop LLVM turns into one vector iteration) and, unless the
+        schedule proved the trip count a multiple of the width, a scalar tail loop."""
+        b = ctx.b
+        vw = plan.vector_width
+        name, ext = c.var_names[v], c.extents[v]
+        names = c.var_names
+
+        def body(idx: ir.Value) -> None:
+            em.push({name: idx}, {name: ext})
+            em.store(c.out, [idx if n == name else vals[n] for n in names], em.emit(c.body))
+            em.pop()
+
+        count = hi if isinstance(lo, ir.Constant) and lo.constant == 0 else \
+            b.sub(hi, lo, name=f"{name}.count", flags=("nsw",))
+        chunks = b.udiv(count, i64(vw), name=f"{name}.chunks")
+        divisible = plan.vector_tail == "none"
+        vec_md = loop_metadata(self.module, vw, None)
+        with for_range(b, chunks, f"{name}.vo", guard=not divisible) as jo:
+            base = b.add(lo, b.mul(jo, i64(vw), name=f"{name}.base", flags=("nuw", "nsw")),
+                         name=f"{name}.base", flags=("nuw", "nsw"))
+            with for_range(b, i64(vw), f"{name}.vi", guard=False, metadata=vec_md) as ji:
+                body(b.add(base, ji, name=name, flags=("nuw", "nsw")))
+        if not divisible:
+            start = b.add(lo, b.mul(chunks, i64(vw), name=f"{name}.done", flags=("nuw", "nsw")),
+                          name=f"{name}.tail.start", flags=("nuw", "nsw"))
+            with for_range(b, hi, f"{name}.tail", start=start, guard=True,
+                           metadata=scalar_loop_metadata(self.module)) as jt:
+                body(jt)
+
     # ---- parallel ----------------------------------------------------------------------------
     def emit_parallel(self, ctx: _FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
         """Collapse the outer loops (all but the innermost) into one index and run it
         through onnxcc_parallel_for (or directly, when a symbolic size turns out small)."""
         rank = len(c.vars)
         ncol = rank - 1 if rank >= 2 else 1
-        body = self._parallel_body(c, plan, ncol, md)
-        n_par: Dim = 1
-        for v in plan.order[:ncol]:
-            n_par = canon(n_par * c.extents[v])
         b = ctx.b
-        n = ctx.dim(n_par)
+        if rank == 1 and plan.vector_width:
+            # one axis: run groups of whole vector chunks in parallel
+            ncol = 0
+            body = self._parallel_body(c, plan, ncol, md)
+            n = b.udiv(b.add(ctx.dim(c.extents[0]), i64(PAR_GROUP - 1), name="groups.up"), i64(PAR_GROUP),
+                       name="groups")
+        else:
+            body = self._parallel_body(c, plan, ncol, md)
+            n_par: Dim = 1
+            for v in plan.order[:ncol]:
+                n_par = canon(n_par * c.extents[v])
+            n = ctx.dim(n_par)
         pctx = self._parallel_ctx(ctx)
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
         work = domain_work(c)
-        if isinstance(work, int) or c.schedule is not None:
+        if isinstance(work, int):
             b.call(runtime, [n, body, pctx])
         else:
             big = b.icmp_signed(">=", ctx.dim(work), i64(self.opts.parallel_min_work), name=f"{c.out}.big")
@@ -367,8 +424,11 @@ class _KernelEmitter:
             ctx.par_ctx = p
         return ctx.par_ctx
 
-    def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:
-        name = f"{self.fn_name}.par.{c.out}"
+    def body_function(self, label: str) -> tuple[ir.Function, _FnCtx]:
+        """A new internal `void(i64 begin, i64 end, ptr ctx)` function for
+        onnxcc_parallel_for, with its own entry-block services (reading the kernel's
+        arguments from the ctx struct; a failure stores the code in the status slot)."""
+        name = f"{self.fn_name}.{label}"
         fn = ir.Function(self.module, PAR_BODY_FNTY, name=self.module.get_unique_name(name))
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
@@ -387,6 +447,25 @@ class _KernelEmitter:
 
         bctx = _FnCtx(self, fn, lambda eb: [field(eb, k, n) for k, n in
                                             enumerate(("syms", "inputs", "outputs", "workspace"))], on_fail)
+        return fn, bctx
+
+    def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:
+        fn, bctx = self.body_function(f"par.{c.out}")
+        begin, end, pctx = fn.args
+        if ncol == 0:  # groups of PAR_GROUP elements of the one axis
+            b = bctx.b
+            em = ExprEmitter(bctx, b, access_md=md)
+            em.hoist(c.body)
+            ext = bctx.dim(c.extents[0])
+            lo = b.mul(begin, i64(PAR_GROUP), name="lo", flags=("nuw", "nsw"))
+            hi = b.call(get_or_declare(self.module, "llvm.smin.i64", ir.FunctionType(I64, [I64, I64])),
+                        [b.mul(end, i64(PAR_GROUP), name="hi", flags=("nuw", "nsw")), ext], name="hi")
+            with if_then(b, b.icmp_signed("<", lo, hi, name="nonempty"), name="group"):
+                self.emit_strip_mined(em, bctx, c, plan, 0, {}, lo, hi)
+            b.ret_void()
+            bctx.finish()
+            return fn
+
         b = bctx.b
         em = ExprEmitter(bctx, b, access_md=md)
         em.hoist(c.body)
@@ -420,6 +499,8 @@ class NestPlan:
     parallel: bool
     vector_width: int | None = None
     unroll: int | None = None
+    vector_tail: str = "scalar"
+    """"none": the innermost extent is a proven multiple of vector_width (no tail loop)"""
 
 
 STMT_EMITTERS: dict[type[Stmt], Callable[[_KernelEmitter, _FnCtx, Stmt, int], None]] = {

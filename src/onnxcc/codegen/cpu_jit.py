@@ -23,7 +23,7 @@ import sympy
 from onnxcc.errors import RuntimeCallError
 from onnxcc.ir import DType, evaluate
 from onnxcc.kernel.expr import ERROR_MESSAGES
-from onnxcc.kernel.plan_memory import MemoryPlan, plan as plan_memory
+from onnxcc.kernel.plan_memory import MemoryPlan, plan as plan_memory, reserve_scratch
 from onnxcc.kernel.program import KernelProgram
 
 from .cpu import PARALLEL_FOR, emit_llvm, optimize, parse_modules, target_machine
@@ -75,7 +75,7 @@ class JitKernel:
         import llvmlite.binding as llvm
 
         self.program = program
-        self.plan = plan if plan is not None else plan_memory(program)
+        self.plan = reserve_scratch(plan if plan is not None else plan_memory(program), program)
         self.fn_name = fn_name or program.name
         module = emit_llvm(program, self.plan, self.fn_name, parallel=parallel,
                            parallel_min_work=parallel_min_work)
@@ -110,7 +110,8 @@ class JitKernel:
         ins = []
         for name, arr in zip(prog.inputs, arrays):
             buf = prog.buffers[name]
-            a = np.ascontiguousarray(arr, dtype=_np_dtype(buf.dtype))
+            # NOTE: ascontiguousarray turns a 0-d array into shape (1,); keep the rank
+            a = np.ascontiguousarray(arr, dtype=_np_dtype(buf.dtype)).reshape(np.shape(arr))
             want = tuple(evaluate(d, env) for d in buf.shape)
             if a.shape != want:
                 raise ValueError(f"input {name}: shape {a.shape}, expected {want} under {env}")

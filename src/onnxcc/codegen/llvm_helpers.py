@@ -86,6 +86,16 @@ def loop_metadata(module: ir.Module, vector_width: int | None = None, unroll: in
     return node
 
 
+def scalar_loop_metadata(module: ir.Module) -> ir.MDValue:
+    """A fresh `!llvm.loop` node that keeps a loop scalar and rolled (tail loops)."""
+    props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]
+    tag = module.add_metadata([ir.MetaDataString(module, "onnxcc.loop"), i32(len(module.metadata))])
+    node = module.add_metadata([tag, *props])
+    node.operands = (node, *node.operands)
+    return node
+
+
 def move_to_end(block: ir.Block) -> None:
     """Move `block` to the end of its function's block list (so the printed IR reads in
     program order: a construct's merge block comes after its body)."""

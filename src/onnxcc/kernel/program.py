@@ -59,7 +59,8 @@ class Buffer:
             if self.data is None:
                 raise ValueError(f"const buffer {self.name} needs data")
             want = np.uint16 if self.dtype is DType.bf16 else self.dtype.np
-            arr = np.ascontiguousarray(np.asarray(self.data).astype(want, copy=False))
+            arr = np.asarray(self.data).astype(want, copy=False)
+            arr = np.ascontiguousarray(arr).reshape(arr.shape)  # NOTE: ascontiguousarray makes 0-d 1-d
             if tuple(arr.shape) != self.shape:
                 raise ValueError(f"const buffer {self.name}: data shape {arr.shape} != {self.shape}")
             object.__setattr__(self, "data", arr)
@@ -125,10 +126,13 @@ class Compute(Stmt):
     vars: tuple[tuple[Var, Dim], ...]
     body: Expr
     schedule: Any = None
+    origin: tuple[str, ...] = ()
+    """names of the graph ops this compute came from (several once fusion merged computes)"""
 
     def __post_init__(self):
         vs = tuple((v if isinstance(v, Var) else Var(v), canon(d)) for v, d in self.vars)
         object.__setattr__(self, "vars", vs)
+        object.__setattr__(self, "origin", tuple(self.origin))
 
     @property
     def var_names(self) -> tuple[str, ...]:
@@ -147,6 +151,8 @@ class Compute(Stmt):
     def format(self, indent: str = "  ") -> list[str]:
         text, defs = format_shared(self.body, self.var_names)
         lines = [f"{indent}{self.out}[{', '.join(self.var_names)}] = {text}"]
+        if len(self.origin) > 1:  # a fused group: say which ops it holds
+            lines[0] += f"  // fused: {', '.join(self.origin)}"
         lines.extend(f"{indent}    where {name} = {d}" for name, d in defs)
         return lines
 

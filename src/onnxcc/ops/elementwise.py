@@ -292,6 +292,11 @@ def lower_cast(ctx) -> None:
     if x.dtype is y.dtype:
         ctx.alias(0, 0)
         return
+    if x.dtype is DType.f64 and y.dtype in _HALF:
+        # NOTE: via f32 (double rounding, off by one f16 ulp only on rare ties): the CPU
+        # code generator's direct f64 -> f16 conversion calls a helper the JIT cannot resolve
+        ctx.compute(y, lambda *ix: K.cast(K.cast(x[ix], DType.f32), y.dtype))
+        return
     ctx.compute(y, lambda *ix: K.cast(x[ix], y.dtype))
 
 
@@ -684,18 +689,25 @@ def _dropout_ref(ctx: RefCtx, *args):
 
 
 def _dropout_lower(ctx) -> None:
-    """Inference Dropout: y is a view of x, the mask all true. training_mode must be a
-    compile-time false (or ratio a compile-time 0): random masking is not compiled."""
+    """Inference Dropout: y is a view of x, the mask all true. Random masking (training_mode
+    true with a nonzero ratio) is not compiled: refused at compile time when training_mode
+    is a constant, else checked at run time (the kernel fails with ERR_ASSERT)."""
     _, ratio, training = (onnx_inputs(ctx.op, list(range(len(ctx.inputs)))) + [None, None])[:3]
+    masking: Expr | None = None  # when this is true at run time the call must fail
     if training is not None:
-        t = ctx.const_value(training)
-        if t is None:
-            raise ctx.unsupported("training_mode is known only at run time")
-        if bool(np.asarray(t).reshape(-1)[0]):
-            r = np.asarray(0.5) if ratio is None else ctx.const_value(ratio)
-            if r is None or float(np.asarray(r).reshape(-1)[0]) != 0:
-                raise ctx.unsupported("training_mode true (random masking) is not supported")
-    ctx.alias(0, 0)
+        t = scalar_operand(ctx, training)
+        r = K.Const(0.5, DType.f32) if ratio is None else kwiden(scalar_operand(ctx, ratio))
+        t_known = t.value if isinstance(t, K.Const) else None
+        r_known = r.value != 0 if isinstance(r, K.Const) else None
+        if t_known is True and r_known is True:
+            raise ctx.unsupported("training_mode true (random masking) is not supported")
+        if t_known is not False and r_known is not False:
+            masking = t if r_known else t & r.ne(0)
+    if masking is None:
+        ctx.alias(0, 0)
+    else:
+        x = ctx.inputs[0]
+        ctx.compute(ctx.out(0), lambda *ix: K.check(~masking, x[ix], K.ERR_ASSERT))
     if len(ctx.op.results) > 1:
         ctx.compute(ctx.out(1), lambda *ix: K.Const(True, DType.bool))
 

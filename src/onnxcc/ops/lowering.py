@@ -65,7 +65,7 @@ class LowerCtx:
         return self.program.temp(self._namer(hint), dtype, tuple(shape))
 
     def const(self, data: np.ndarray, hint: str = "k") -> Buffer:
-        return self.program.const(self._namer(hint), np.ascontiguousarray(data))
+        return self.program.const(self._namer(hint), np.ascontiguousarray(data).reshape(np.shape(data)))
 
     def compute(self, out: Buffer, fn) -> None:
         self.program.compute(out, fn)

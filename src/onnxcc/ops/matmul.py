@@ -263,5 +263,6 @@ def _einsum_lower(ctx) -> None:
     ctx.compute(ctx.out(0), body)
 
 
-define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=np.einsum, lower=_einsum_lower,
+define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=np.einsum,
+       lower=_einsum_lower,
        reference=lambda ctx, *xs: [cast_out(ctx, np.einsum(ctx.attr("equation"), *[widen(x) for x in xs]))])

@@ -4,6 +4,11 @@ ScatterElements, NonZero, TopK, EyeLike.
 Shape rules follow the same habits as shape.py: targets read from propagated values where
 the ONNX form computes them at run time, fresh symbols (with an origin naming the node)
 where only the run can tell, and divisibility needs recorded as constraints.
+
+Lowerings are single computes (TopK: two, with a rank temp). Scatters write every output
+element as `select(some update targets it, update, data)`, with a reduction over the updates
+(O(updates) per element: correct, not fast). NonZero is not compiled: its output size is
+data-dependent.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ import sympy
 
 from ..ir import DType, TensorType, canon
 from ..kernel import (
-    Const as KConst, cast, clamp, dim_to_expr, fresh_var, maximum, minimum, rmax, rmin, rprod, rsum, select,
-    unflatten_index, flatten_index, wrap_index,
+    Const as KConst, Expr, cast, clamp, dim_to_expr, flatten_index, fresh_var, maximum, minimum, rmax, rmin,
+    rprod, rsum, select, unflatten_index, wrap_index,
 )
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
 from .shape import (
-    I64, _scalar, emit, exact_div, fresh_dim, known_dims, lowered_ints, norm_axis, same_dim, scalar, value_expr,
+    I64, _scalar, emit, exact_div, fresh_dim, known_dims, lowered_ints, norm_axis, same_dim, scalar,
+    value_expr,
 )
 
 
@@ -70,38 +76,48 @@ class PadOp(OpDef):
         return [x.with_shape(out)]
 
     def lower(self, ctx):
+        # Negative pads crop first, then the mode fills from the cropped range (as onnxruntime
+        # does; it matters for wrap). Per padded axis: lo = the crop at the front, n = the
+        # cropped length, and output index o reads cropped position o - max(begin, 0).
         x, y = ctx.inputs[0], ctx.out(0)
         mode = ctx.attr("mode", "constant")
         if "pads" in ctx.op.attrs:  # opset < 11
             pads = list(ctx.attr("pads"))
-            begins = [dim_to_expr(p) for p in pads[:x.rank]]
             axes = list(range(x.rank))
-            value = KConst(ctx.attr("value", 0.0), x.dtype) if mode == "constant" else None
+            pad_of = [dim_to_expr(p) for p in pads]
+            value = KConst(ctx.attr("value", 0.0), x.dtype)
         else:
             pos = onnx_inputs(ctx.op, list(range(len(ctx.op.operands)))) + [None] * 4
             axes = [a % x.rank for a in (lowered_ints(ctx, pos[3], "pad axes") or range(x.rank))]
-            begins = [value_expr(ctx, pos[1], k) for k in range(len(axes))]
+            pad_of = [value_expr(ctx, pos[1], k) for k in range(2 * len(axes))]
             value = KConst(0, x.dtype) if pos[2] is None else scalar(ctx.inputs[pos[2]])
-        begin = dict(zip(axes, begins))
+        spans = {}
+        for k, a in enumerate(axes):
+            b, e = pad_of[k], pad_of[k + len(axes)]
+            if _is_zero(b) and _is_zero(e):
+                continue
+            lo = maximum(0 - b, 0)  # NOTE: `0 - b` folds when b is a constant, `-b` does not
+            spans[a] = (maximum(b, 0), lo, dim_to_expr(x.shape[a]) - lo - maximum(0 - e, 0))
 
         def body(ix):
             src, inside = [], None
             for k in range(x.rank):
-                if k not in begin:
+                if k not in spans:
                     src.append(ix[k])
                     continue
-                i, d = ix[k] - begin[k], dim_to_expr(x.shape[k])
+                shift, lo, n = spans[k]
+                i = ix[k] - shift
                 if mode == "constant":
-                    ok = (i >= 0) & (i < d)
+                    ok = (i >= 0) & (i < n)
                     inside = ok if inside is None else inside & ok
                 elif mode == "edge":
-                    i = clamp(i, 0, d - 1)
+                    i = clamp(i, 0, n - 1)
                 elif mode == "wrap":
-                    i = i % d
-                else:  # reflect: the mirror image repeats with period 2 (d - 1)
-                    m = i % maximum(2 * (d - 1), 1)
-                    i = select(m < d, m, 2 * (d - 1) - m)
-                src.append(i)
+                    i = i % n
+                else:  # reflect: the mirror image repeats with period 2 (n - 1)
+                    m = i % maximum(2 * (n - 1), 1)
+                    i = select(m < n, m, 2 * (n - 1) - m)
+                src.append(lo + i)
             v = x[tuple(src)]
             return v if inside is None else select(inside, v, value)
 
@@ -121,11 +137,15 @@ class PadOp(OpDef):
         widths = [(0, 0)] * x.ndim
         for k, a in enumerate(axes):
             widths[a] = (pads[k], pads[k + n])
+        # negative pads crop first, then the rest pads the cropped tensor (onnxruntime's order)
+        crop = tuple(slice(-min(b, 0), x.shape[i] + min(e, 0)) for i, (b, e) in enumerate(widths))
         grow = [(max(b, 0), max(e, 0)) for b, e in widths]
         kw = {"constant_values": value} if mode == "constant" else {}
-        y = np.pad(x, grow, mode=mode, **kw)
-        crop = tuple(slice(-min(b, 0), y.shape[i] + min(e, 0)) for i, (b, e) in enumerate(widths))
-        return [y[crop]]
+        return [np.pad(x[crop], grow, mode=mode, **kw)]
+
+
+def _is_zero(e) -> bool:
+    return isinstance(e, KConst) and e.value == 0
 
 
 # ---- Trilu, EyeLike ---------------------------------------------------------------------------
@@ -143,7 +163,7 @@ class TriluOp(OpDef):
 
     def lower(self, ctx):
         x = ctx.inputs[0]
-        k = cast(scalar(ctx.inputs[1]), I64) if len(ctx.inputs) > 1 else 0
+        k = value_expr(ctx, 1, 0) if len(ctx.inputs) > 1 else 0
         upper = ctx.attr("upper", 1)
 
         def body(ix):
@@ -319,7 +339,7 @@ def _scatter(out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str)
     return out
 
 
-def _scatter_value(red: str, old, box, match, update, q: tuple, qshape) -> object:
+def _scatter_value(red: str, old: Expr, box, match: Expr, update, q: tuple, qshape) -> Expr:
     """The output element of a scatter: `old` combined with the updates whose target is this
     element. `box` = [(var, extent)] runs over the update positions `q` (shape `qshape`),
     `match` says whether position q targets this element, `update(at)` loads the update at

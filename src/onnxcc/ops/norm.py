@@ -130,8 +130,8 @@ def _bn_lower(ctx) -> None:
     parameters a = scale / sqrt(var + eps) and b = bias - mean * a are folded at compile
     time; otherwise the per-channel terms are expressions the codegen hoists per channel."""
     if _bn_training(ctx.op):
-        raise ctx.unsupported("training-mode BatchNormalization (batch statistics and running "
-                              "mean / variance outputs) is not lowered; export the model for inference")
+        _bn_training_lower(ctx)
+        return
     x, scale, bias, mean, var = ctx.inputs
     dt = x.dtype
     eps = float(ctx.attr("epsilon", 1e-5))
@@ -149,6 +149,41 @@ def _bn_lower(ctx) -> None:
         return (x[ix] - cast(mean[c], dt)) * a + cast(bias[c], dt)
 
     ctx.compute(ctx.out(0), body)
+
+
+def _bn_training_lower(ctx) -> None:
+    """Training form: the batch mean / variance per channel (over N and the spatial dims) go
+    to two small temps, then Y and the running statistics are elementwise computes."""
+    x, scale, bias, mean, var = ctx.inputs
+    dt = x.dtype
+    eps, momentum = float(ctx.attr("epsilon", 1e-5)), float(ctx.attr("momentum", 0.9))
+    rest = [x.shape[0], *x.shape[2:]]
+    rv = [Var(f"r{i}") for i in range(len(rest))]
+    chans = x.shape[1] if x.rank > 1 else 1
+
+    def load(c, vs):
+        return x[(vs[0], c, *vs[1:])] if x.rank > 1 else x[(vs[0],)]
+
+    bmean, bvar = ctx.temp(dt, (chans,), "bn_mean"), ctx.temp(dt, (chans,), "bn_var")
+    count = cast(_numel(ctx, rest), dt)
+    ctx.compute(bmean, lambda c: rsum(list(zip(rv, rest)), load(c, rv)) / count)
+
+    def var_body(c):
+        vs = [Var(f"{v.name}v") for v in rv]
+        dev = load(c, vs) - bmean[c]
+        return rsum(list(zip(vs, rest)), dev * dev) / count
+
+    ctx.compute(bvar, var_body)
+
+    def y_body(*ix):
+        c = _channel(ix)
+        return (x[ix] - bmean[c]) * (cast(scale[c], dt) / sqrt(bvar[c] + Const(eps, dt))) + cast(bias[c], dt)
+
+    ctx.compute(ctx.out(0), y_body)
+    for k, (run, cur) in enumerate(((mean, bmean), (var, bvar))[: len(ctx.op.results) - 1]):
+        out = ctx.out(k + 1)
+        ctx.compute(out, lambda c, run=run, cur=cur, odt=out.dtype: cast(
+            cast(run[c], dt) * Const(momentum, dt) + cur[c] * Const(1.0 - momentum, dt), odt))
 
 
 def _channel(ix) -> tuple:
@@ -250,7 +285,10 @@ def _ln_lower(ctx) -> None:
     eps = float(ctx.attr("epsilon", 1e-5))
 
     def stats(ix):
-        return _moments(lambda vs: cast(x[(*ix[:axis], *vs)], st), list(zip(rv, norm)), _numel(ctx, norm), eps, st)
+        def load(vs):
+            return cast(x[(*ix[:axis], *vs)], st)
+
+        return _moments(load, list(zip(rv, norm)), _numel(ctx, norm), eps, st)
 
     def y_body(*ix):
         mean, inv = stats(ix)

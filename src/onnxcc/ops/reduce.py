@@ -220,7 +220,9 @@ def _axes_lower(ctx) -> tuple[int, ...]:
     rank = ctx.inputs[0].rank
     if len(ctx.inputs) > 1:
         axes = ctx.const_value(1)
-        if axes is None:
+        if axes is None and canon(ctx.inputs[1].numel()) == 0:
+            axes = []
+        elif axes is None:
             known = ctx.known_value(1)
             if known is None or not all(isinstance(canon(a), int) for a in known.reshape(-1)):
                 raise ctx.unsupported("reduce axes known only at run time")
@@ -312,7 +314,8 @@ def _arg_op(name: str, find: Callable) -> None:
         keep, last = bool(ctx.attr("keepdims", 1)), bool(ctx.attr("select_last_index", 0))
         ctx.compute(y, lambda *o: k_arg_reduce(x, o, axis, keep, last, name.lower()))
 
-    define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind="reduction", arity=1, math=find)
+    define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind="reduction", arity=1,
+           math=find)
 
 
 _arg_op("ArgMax", np.argmax)
@@ -420,16 +423,29 @@ def k_cumsum(x: K.Buffer, o, axis: int, exclusive: bool = False, reverse: bool =
 
 
 def _cumsum_lower(ctx) -> None:
+    """The axis is usually a constant; one only the run knows picks among the per-axis
+    bodies with a select (out of range: the kernel fails with ERR_INDEX)."""
     x, y = ctx.inputs[0], ctx.out(0)
+    excl, rev = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
     axis = ctx.const_value(1)
     if axis is None:
         known = ctx.known_value(1)
-        if known is None or not isinstance(canon(known.reshape(-1)[0]), int):
-            raise ctx.unsupported("axis known only at run time")
-        axis = canon(known.reshape(-1)[0])
-    ax = int(np.asarray(axis).reshape(-1)[0]) % x.rank
-    excl, rev = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
-    ctx.compute(y, lambda *o: K.cast(k_cumsum(x, o, ax, excl, rev), y.dtype))
+        if known is not None and isinstance(canon(known.reshape(-1)[0]), int):
+            axis = canon(known.reshape(-1)[0])
+    if axis is not None:
+        ax = int(np.asarray(axis).reshape(-1)[0]) % x.rank
+        ctx.compute(y, lambda *o: K.cast(k_cumsum(x, o, ax, excl, rev), y.dtype))
+        return
+    a = ctx.inputs[1]
+
+    def body(*o):
+        ax = K.wrap_index(a[(0,) * a.rank], x.rank)
+        e = k_cumsum(x, o, x.rank - 1, excl, rev)
+        for d in range(x.rank - 2, -1, -1):
+            e = K.select(ax.eq(d), k_cumsum(x, o, d, excl, rev), e)
+        return K.cast(e, y.dtype)
+
+    ctx.compute(y, body)
 
 
 def _cumsum_infer(ctx: InferCtx):

@@ -12,6 +12,13 @@ Reshape / Expand / Tile / ConstantOfShape read their target from the propagated 
 gives `f32[batch, seq, 4, 64]` rather than a shape full of unknowns. The helpers at the top
 (`simplify`, `fresh_dim`, `exact_div`, `slice_dim`, ...) are shared with misc.py and
 control_flow.py.
+
+Lowerings: Reshape, Flatten, Squeeze, Unsqueeze and Identity are views (no copy); the rest
+are one index-mapping compute each. Extents always come from the result types (which are
+symbolic); what else a lowering needs (Slice starts, Pad pads...) is folded when the
+compiler knows it (`lowered_value`: constants, propagated values, `cc.dims`) and loaded from
+the operand at run time otherwise. Data-dependent indices go through `wrap_index`, so an
+out-of-range index makes the kernel fail with ERR_INDEX instead of reading stray memory.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ import sympy
 from ..errors import UnsupportedOp
 from ..ir import Dim, DType, TensorType, canon
 from ..kernel import (
-    Const as KConst, Expr, broadcast_indices, cast, clamp, dim_to_expr, lift, maximum, minimum, select, wrap_index,
+    Const as KConst, Expr, broadcast_indices, cast, clamp, dim_to_expr, lift, maximum, minimum, select,
+    wrap_index,
 )
 from .cc import const_array
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
@@ -45,9 +53,9 @@ def simplify(symbols, d: Dim) -> Dim:
         mm = minmax[0]
         rest = sympy.Add(*[a for a in args if a is not mm])
         return simplify(symbols, mm.func(*[rest + x for x in mm.args]))
-    if isinstance(d, sympy.Mul) and len(args) == 2 and len(minmax) == 1:  # k * Max(..), k a number
+    if isinstance(d, sympy.Mul) and len(args) == 2 and len(minmax) == 1:  # k * Max(..), k an integer
         k = sympy.sympify(args[0] if args[1] is minmax[0] else args[1])
-        if k.is_Number and k != 0:
+        if k.is_Integer and k != 0:  # NOTE: a fraction inside Max / Min has no kernel form
             func = minmax[0].func if k > 0 else (sympy.Min if isinstance(minmax[0], sympy.Max) else sympy.Max)
             return simplify(symbols, func(*[k * x for x in minmax[0].args]))
     if isinstance(d, (sympy.Max, sympy.Min)):
@@ -791,8 +799,9 @@ class SliceOp(OpDef):
             t = ctx.in_type(pos[1])
             n = t.shape[0] if t.rank == 1 else 1
             known = lowered_value(ctx, pos[1])
-            if known is not None:  # compile-time starts stay Dims so they fold
-                starts = [canon(v) for v in known.reshape(-1)]
+            known = None if known is None else [canon(v) for v in known.reshape(-1)]
+            if known is not None and all(v is not None for v in known):  # Dims, so they fold
+                starts = known
             else:  # loaded at run time; the result type still gives the extents
                 starts = [value_expr(ctx, pos[1], k) for k in range(n)]
             axes = lowered_ints(ctx, pos[3], "slice axes") or list(range(n))
@@ -904,9 +913,20 @@ class GatherOp(OpDef):
         axis = ctx.attr("axis", 0) % x.rank
         r = idx.rank
 
+        d = x.shape[axis]
+        fixed = lowered_value(ctx, 1) if r == 0 else None
+        fixed = None if fixed is None else canon(fixed.reshape(-1)[0])
+        if fixed is not None:  # a compile-time scalar index (x[:, 0], Gather(Shape(x), 1)...)
+            sign = nonneg(fixed)
+            fixed = None if sign is None else fixed if sign else canon(fixed + d)
+        if fixed is not None:
+            static = isinstance(d, int) and isinstance(fixed, int) and 0 <= fixed < d
+            k = dim_to_expr(fixed)
+            k = k if static else wrap_index(k, d, negative=False)  # only the run knows it is in range
+
         def body(ix):
-            k = wrap_index(idx[ix[axis:axis + r]], x.shape[axis])
-            return x[ix[:axis] + (k,) + ix[axis + r:]]
+            at = k if fixed is not None else wrap_index(idx[ix[axis:axis + r]], d)
+            return x[ix[:axis] + (at,) + ix[axis + r:]]
 
         emit(ctx, ctx.out(0), body)
 

@@ -44,7 +44,9 @@ class _Lowerer:
         for op in f.body.ops:
             if op is ret:
                 break
+            first = len(p.body)
             self.lower_op(op, outs)
+            _label(p, first, op.loc or op.name)
         # outputs not written by their producer: params, consts, repeats, views
         for k, v in enumerate(ret.operands):
             if self.out_slot.get(id(v)) == k and self.buf[id(v)] is outs[k]:
@@ -61,7 +63,8 @@ class _Lowerer:
             self.check_bound(op, r)
         if op.name == "cc.const":
             arr = const_array(op, self.module)
-            self.buf[id(op.result)] = self.program.const(self.fresh(op.loc or "const"), np.ascontiguousarray(arr))
+            data = np.ascontiguousarray(arr).reshape(np.shape(arr))  # NOTE: keeps 0-d arrays 0-d
+            self.buf[id(op.result)] = self.program.const(self.fresh(op.loc or "const"), data)
             return
         targets = [outs[self.out_slot[id(r)]] if id(r) in self.out_slot else None for r in op.results]
         if op.name == "cc.dims":
@@ -92,7 +95,8 @@ class _Lowerer:
                 shape = r.type.shape
                 self.program.compute(targets[ri], _copy_reshaped(src, shape))
                 results[ri] = targets[ri]
-            else:
+            else:  # the temp made for this result is unused: drop it so it takes no workspace
+                self.program.buffers.pop(results[ri].name, None)
                 results[ri] = self.program.view(self.fresh(op.loc or "view"), src, r.type.shape)
         for r, b in zip(op.results, results):
             self.buf[id(r)] = b
@@ -104,6 +108,18 @@ class _Lowerer:
         if extra:
             raise CompileError(f'node "{op.loc}" ({op.name}): result shape {r.type} depends on data '
                                f"({', '.join(extra)} known only at run time); not compiled yet")
+
+
+def _label(p: KernelProgram, first: int, label: str) -> None:
+    """Tag the computes one op lowered to with its name (`Compute.origin`; fusion reports it)."""
+    import dataclasses
+
+    from ..kernel import Compute
+
+    for k in range(first, len(p.body)):
+        s = p.body[k]
+        if isinstance(s, Compute) and not s.origin:
+            p.body[k] = dataclasses.replace(s, origin=(label,))
 
 
 def _select_eq(i, j, a, b):

@@ -1,0 +1,323 @@
+"""CUDA backend: kernel programs -> PTX kernels through llvmlite's NVPTX target.
+
+Every `Compute` of a program becomes one kernel entry (a `ptx_kernel` function) with the
+same parameters for all kernels of the artifact's versions:
+
+    void PREFIX_kJ(int64_t sym_0, ..., void *in_0, ..., void *out_0, ..., void *workspace,
+                   int32_t *status)
+
+Symbols come in `program.symbols` order, buffers in `program.inputs` / `program.outputs`
+order; temps live at `workspace + offset` (the `MemoryPlan`); const buffers are
+`.visible .global` arrays of the PTX module, left zero here and filled by the host runtime
+after loading the module (`CudaModule.consts` has their bytes), so the PTX stays small.
+
+The compute's domain is flattened (row-major, so neighbouring threads touch neighbouring
+elements of the output) and run as a grid-stride loop over `[0, numel)`: thread `t` of
+the grid takes `t, t + gridsize, ...`. The host launches `KernelLaunch.work` = numel
+threads' worth of work (blocks of `BLOCK` threads, the grid capped by the runtime) and
+never launches an empty domain. Reductions run per thread. A failing check stores its
+error code into `*status` and leaves; every kernel starts by leaving when `*status` is
+already nonzero, and the host reads `*status` after the version's last kernel.
+
+Expressions are emitted by `ExprEmitter` (shared with the CPU backend); the float
+functions NVPTX has no instruction for come from `cuda_math` instead of libm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+from llvmlite import ir
+
+from onnxcc.errors import CompileError
+from onnxcc.ir import Dim, DType, canon
+from onnxcc.kernel.expr import dim_to_expr
+from onnxcc.kernel.plan_memory import MemoryPlan
+from onnxcc.kernel.program import Compute, KernelProgram
+
+from .abi import KernelLaunch
+from .cpu import parse_modules, row_major_strides, target_machine
+from .cpu import optimize as optimize_module
+from .cuda_math import FUNCTIONS as MATH_FUNCTIONS
+from .cuda_math import INTRINSIC_REPLACEMENTS, math_function
+from .llvm_exprs import F32, F64, AccessMetadata, ExprEmitter
+from .llvm_helpers import I32, I64, PTR, VOID, i32, i64, move_to_end, name_unnamed
+
+TRIPLE = "nvptx64-nvidia-cuda"
+DEFAULT_ARCH = "sm_80"
+BLOCK = 256
+"""threads per block of every launch (also each kernel's `.maxntid`)"""
+
+_ARCH = re.compile(r"^sm_(\d+)([af]?)$")
+_SREGS = ("tid.x", "ntid.x", "ctaid.x", "nctaid.x")
+
+
+def parse_arch(arch: str) -> tuple[int, bool]:
+    """("sm_90a") -> (90, True): the compute capability x 10, and whether the PTX only runs
+    on exactly that capability (arch-specific `a` / `f` targets)."""
+    m = _ARCH.match(arch)
+    if m is None or int(m.group(1)) < 50:
+        raise CompileError(f"CUDA arch {arch!r}: expected sm_XY with XY >= 50, e.g. sm_80 or sm_90")
+    return int(m.group(1)), bool(m.group(2))
+
+
+class CudaExprEmitter(ExprEmitter):
+    """An ExprEmitter whose libm-backed intrinsics become `cuda_math` functions."""
+
+    def intr(self, name: str, args: list[ir.Value], ret: ir.Type | None = None, *,
+             overload: list[ir.Type] | None = None, label: str = "") -> ir.Value:
+        fn = INTRINSIC_REPLACEMENTS.get(name)
+        if fn is not None and args[0].type in (F32, F64):
+            return self.b.call(math_function(self.ctx.module, fn, args[0].type), args, name=label or fn)
+        return super().intr(name, args, ret, overload=overload, label=label)
+
+
+def const_symbol(data: np.ndarray) -> str:
+    """The PTX global holding a const buffer's bytes (named by content, so versions share)."""
+    raw = data.tobytes()
+    return f"onnxcc_c_{hashlib.sha1(raw).hexdigest()[:20]}_{len(raw)}"
+
+
+class CudaModule:
+    """One NVPTX LLVM module holding the kernels of every version of an artifact."""
+
+    def __init__(self, name: str, arch: str = DEFAULT_ARCH):
+        parse_arch(arch)
+        self.arch = arch
+        self.ir = ir.Module(name=name)
+        self.ir.triple = TRIPLE
+        self.kernels: list[str] = []
+        """kernel entry names, in emission order (the host refers to them by index)"""
+        self.consts: dict[str, bytes] = {}
+        """PTX global name -> the bytes the host copies into it after loading"""
+
+    def add_program(self, program: KernelProgram, plan: MemoryPlan, prefix: str) -> list[KernelLaunch]:
+        """Emit one kernel per compute of `program`; returns the launches, in order."""
+        program.verify()
+        launches = []
+        for j, stmt in enumerate(program.body):
+            if not isinstance(stmt, Compute):
+                raise CompileError(f"cuda codegen: unsupported statement {type(stmt).__name__}")
+            work = _numel(stmt.extents)
+            if isinstance(work, int) and work == 0:
+                continue
+            name = f"{prefix}_k{j}"
+            if name in self.ir.globals:
+                raise CompileError(f"cuda codegen: kernel {name} already exists in module {self.ir.name}")
+            _KernelBuilder(self, program, plan, stmt, name, j).run()
+            self.kernels.append(name)
+            launches.append(KernelLaunch(name, work))
+        return launches
+
+    def const_global(self, data: np.ndarray) -> ir.GlobalVariable:
+        name = const_symbol(data)
+        g = self.ir.globals.get(name)
+        if g is None:
+            raw = data.tobytes()
+            ty = ir.ArrayType(ir.IntType(8), max(1, len(raw)))
+            g = ir.GlobalVariable(self.ir, ty, name=name, addrspace=1)
+            g.initializer = ir.Constant(ty, None)  # zeros: the host writes the data at load time
+            g.align = 64
+            self.consts[name] = raw
+        return g
+
+    def ptx(self, opt: int = 3, features: str = "") -> str:
+        return emit_ptx(self.ir, self.arch, opt, features)
+
+
+def emit_ptx(modules, arch: str = DEFAULT_ARCH, opt: int = 3, features: str = "") -> str:
+    """Verify, optimize and assemble NVPTX LLVM modules (ir.Module or text) to PTX text.
+    `features` "" lets LLVM pick the lowest PTX ISA version the arch needs."""
+    parse_arch(arch)
+    tm = target_machine(TRIPLE, arch, features, opt)
+    mod = parse_modules(modules)
+    optimize_module(mod, tm, opt)
+    try:
+        mod.verify()
+    except RuntimeError as exc:  # pragma: no cover - would be an LLVM bug
+        raise CompileError(f"NVPTX LLVM IR invalid after optimization: {exc}") from exc
+    return tm.emit_assembly(mod)
+
+
+def _numel(extents: Sequence[Dim]) -> Dim:
+    n: Dim = 1
+    for d in extents:
+        n = canon(n * d)
+    return n
+
+
+# ---- one kernel -----------------------------------------------------------------------------
+
+
+class _KernelBuilder:
+    """Builds one kernel entry for one compute (implements llvm_exprs.FunctionContext)."""
+
+    def __init__(self, owner: CudaModule, program: KernelProgram, plan: MemoryPlan, c: Compute, name: str,
+                 index: int):
+        self.owner, self.program, self.plan, self.c = owner, program, plan, c
+        self.module = owner.ir
+        nsym, nin, nout = len(program.symbols), len(program.inputs), len(program.outputs)
+        fnty = ir.FunctionType(VOID, [I64] * nsym + [PTR] * (nin + nout + 2))
+        fn = ir.Function(self.module, fnty, name=name)
+        fn.calling_convention = "ptx_kernel"
+        fn.attributes.add("nounwind")
+        args = list(fn.args)
+        for a, s in zip(args, program.symbols):
+            a.name = f"sym.{s}"
+        for a, n in zip(args[nsym:], program.inputs):
+            a.name = n
+            for attr in ("noalias", "noundef"):
+                a.add_attribute(attr)
+        for a, n in zip(args[nsym + nin:], program.outputs):
+            a.name = n
+            a.add_attribute("noalias")
+            a.add_attribute("noundef")
+        self.ws, self.status = args[-2], args[-1]
+        self.ws.name, self.status.name = "workspace", "status"
+        for a in (self.ws, self.status):
+            a.add_attribute("noalias")
+        self.fn, self.args, self.index = fn, args, index
+        self.eb = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.start = fn.append_basic_block("start")
+        self.b = ir.IRBuilder(self.start)
+        self.entry_em = CudaExprEmitter(self, self.eb, check_div=False)
+        self._ptrs: dict[str, ir.Value] = {}
+        self._strides: dict[str, list[ir.Value]] = {}
+        self._fails: dict[int, ir.Block] = {}
+
+    # ---- FunctionContext ---------------------------------------------------------------
+    def sym(self, name: str) -> ir.Value:
+        try:
+            return self.args[self.program.symbols.index(name)]
+        except ValueError:
+            raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
+
+    def dim(self, d: Dim) -> ir.Value:
+        d = canon(d)
+        if isinstance(d, int):
+            return i64(d)
+        return self.entry_em.emit(dim_to_expr(d))
+
+    def buffer_dtype(self, name: str) -> DType:
+        return self.program.buffers[name].dtype
+
+    def buffer_shape(self, name: str) -> tuple[Dim, ...]:
+        return self.program.buffers[name].shape
+
+    def buffer_ptr(self, name: str) -> ir.Value:
+        p = self._ptrs.get(name)
+        if p is not None:
+            return p
+        prog = self.program
+        buf = prog.buffers.get(name)
+        if buf is None:
+            raise CompileError(f"kernel {prog.name}: unknown buffer {name}")
+        nsym, nin = len(prog.symbols), len(prog.inputs)
+        if buf.alias_of is not None:
+            p = self.buffer_ptr(prog.root(name))
+        elif buf.kind == "input":
+            p = self.args[nsym + prog.inputs.index(name)]
+        elif buf.kind == "output":
+            p = self.args[nsym + nin + prog.outputs.index(name)]
+        elif buf.kind == "temp":
+            off = self.plan.offsets.get(name)
+            if off is None:
+                raise CompileError(f"kernel {prog.name}: memory plan has no offset for temp {name}")
+            p = self.eb.gep(self.ws, [self.dim(off)], inbounds=True, name=f"{name}.data",
+                            source_etype=ir.IntType(8))
+        else:
+            g = self.owner.const_global(buf.data)  # type: ignore[arg-type]
+            p = self.eb.addrspacecast(g, PTR, name=f"{name}.data")
+        self._ptrs[name] = p
+        return p
+
+    def strides(self, name: str) -> list[ir.Value]:
+        s = self._strides.get(name)
+        if s is None:
+            s = [self.dim(d) for d in row_major_strides(self.program.buffers[name].shape)]
+            self._strides[name] = s
+        return s
+
+    def fail_block(self, code: int) -> ir.Block:
+        blk = self._fails.get(code)
+        if blk is None:
+            blk = self.fn.append_basic_block(f"fail.{code}")
+            b = ir.IRBuilder(blk)
+            b.store(i32(code), self.status, align=4)
+            b.ret_void()
+            self._fails[code] = blk
+        return blk
+
+    def alloca(self, ty: ir.Type, name: str) -> ir.Value:
+        return self.eb.alloca(ty, name=name)
+
+    def libm(self, name: str, ty: ir.Type) -> ir.Function:
+        if name not in MATH_FUNCTIONS:
+            raise CompileError(f"cuda codegen: no device implementation of {name}")
+        return math_function(self.module, name, ty)
+
+    # ---- the kernel ------------------------------------------------------------------------
+    def access_md(self) -> AccessMetadata:
+        """Scoped-noalias metadata: the compute's loads never alias its store."""
+        m = self.module
+        tag = f"onnxcc.{self.fn.name}"
+        dom = m.add_metadata([ir.MetaDataString(m, tag)])
+        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
+        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
+        return AccessMetadata(load=[("alias.scope", reads), ("noalias", writes)],
+                              store=[("alias.scope", writes), ("noalias", reads)])
+
+    def sreg(self, name: str) -> ir.Value:
+        fn = self.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(I32, []), name=f"llvm.nvvm.read.ptx.sreg.{name}")
+        return self.b.zext(self.b.call(fn, [], name=name.replace(".", "_")), I64, name=name.replace(".", "_"))
+
+    def run(self) -> None:
+        c, b = self.c, self.b
+        fn = self.fn
+        done = fn.append_basic_block("done")
+        # a kernel before this one failed: nothing left to do
+        st = b.load(self.status, name="status.in", align=4, typ=I32)
+        go = fn.append_basic_block("go")
+        b.cbranch(b.icmp_signed("==", st, i32(0), name="ok"), go, done)
+        b.position_at_end(go)
+        tid, ntid, ctaid, nctaid = (self.sreg(r) for r in _SREGS)
+        first = b.add(b.mul(ctaid, ntid, name="block.base", flags=("nuw", "nsw")), tid, name="gid",
+                      flags=("nuw", "nsw"))
+        step = b.mul(nctaid, ntid, name="grid.size", flags=("nuw", "nsw"))
+        total = self.dim(_numel(c.extents))
+        em = CudaExprEmitter(self, b, access_md=self.access_md())
+        em.hoist(c.body)
+        pre = b.block
+        loop = fn.append_basic_block("grid.loop")
+        b.cbranch(b.icmp_signed("<", first, total, name="grid.nonempty"), loop, done)
+        b.position_at_end(loop)
+        p = b.phi(I64, name="flat")
+        p.add_incoming(first, pre)
+        names, exts = c.var_names, c.extents
+        vals: dict[str, ir.Value] = {}
+        rest: ir.Value = p
+        for k in range(len(names) - 1, 0, -1):
+            e = self.dim(exts[k])
+            vals[names[k]] = b.urem(rest, e, name=names[k])
+            rest = b.udiv(rest, e, name=f"flat.{names[k]}")
+        if names:
+            vals[names[0]] = rest
+        em.push(vals, dict(zip(names, exts)))
+        em.store(c.out, [vals[n] for n in names], em.emit(c.body))
+        em.pop()
+        latch = b.block
+        nxt = b.add(p, step, name="flat.next", flags=("nuw", "nsw"))
+        p.add_incoming(nxt, latch)
+        b.cbranch(b.icmp_signed("<", nxt, total, name="grid.more"), loop, done)
+        move_to_end(done)
+        ir.IRBuilder(done).ret_void()
+        self.eb.branch(self.start)
+        for blk in self._fails.values():
+            move_to_end(blk)
+        name_unnamed(fn)
+

@@ -1,0 +1,683 @@
+"""Kernel-level fusion: inline producer computes into their consumers, in place.
+
+    report = fuse(program)          # program: a KernelProgram straight from lowering
+    print(report.describe())        # kernels 23 -> 9, and which computes each group holds
+
+Every compute is classified (`classify`): elementwise, broadcast, injective (index remaps:
+transpose, reshape-copy, slice, concat, gather), reduction, matmul / conv (a sum over a
+product of loads of two buffers), opaque (reductions whose extents move with the outer
+vars, e.g. CumSum). Fusion inlines a producer `T[v...] = body` whose output is a temp
+into every load of `T` (or of a view of `T`) in its consumers (`inline_load` semantics)
+and deletes it. Inlining is always *correct*: it substitutes a definition. What the rules
+decide is whether it is *cheap*: every element of `T` should still be computed about once.
+
+A load site of `T` is judged by how the CPU emitter will run it: each sub-expression is
+hoisted out of the loops it does not depend on, so a site is evaluated once per point of
+its *loop chain* (the consumer's vars, then the vars of the reductions around it, cut after
+the deepest var the site depends on). The site is *read-once* when its indices are
+distinct bare vars covering its whole chain with extents provably equal to `T`'s dims
+(Const 0 for dims that are 1): then each element of `T` is computed exactly once there.
+
+Rules, for a producer P writing temp T:
+- P can fail (a gather index `check`, an integer division): only into identity reads
+  outside selects and reductions (fusion must not hide an error).
+- P without reductions: pure index remaps (cost 0) inline everywhere, except that only
+  affine single-load remaps (transpose, slice, broadcast) go into a matmul's contraction;
+  cheap elementwise bodies (cost <= `CHEAP`) inline into up to `MAX_SITES` sites anywhere
+  but a contraction; expensive ones (exp, erf, ...) only into one read-once site.
+- P with reductions (ReduceMean, a matmul, a fused softmax row max): every site must be
+  read-once, outside any select arm, and map P's reductions onto a prefix of the site's
+  chain (so they are still hoisted and computed once per row). One consumer with one
+  distinct site: fuse (matmul epilogues: bias, activation, residual). Several sites: only
+  if all are identity reads (`C[v] = f(T[v])`), P's reductions are row-level (each free of
+  some var of P, so the emitter computes them once per row and shares them) and P's
+  per-element cost is cheap: LayerNorm's `X - mean(X)` feeding both the variance and the
+  output. A temp with a reduction read through different index maps is kept.
+
+Extents are compared with `SymbolTable.prove_eq`: what cannot be proved equal is not
+read-once, so it blocks every fusion that needs read-once (expensive and reduction
+producers); cheap producers do not depend on extents. Outputs are never inlined away (an
+output buffer is always written), and a producer whose inputs are overwritten before its
+consumer runs is kept. Dead temps and the computes that only feed them are removed.
+
+`Compute.origin` of a fused compute is the union of its members' origins (printed as a
+`// fused: ...` comment), and the report lists the groups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import sympy
+
+from onnxcc.ir import Dim, DType, SymbolTable, canon, sym
+
+from .expr import (
+    I64, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children,
+    flatten_index, free_vars, substitute, transform, unflatten_index, walk,
+)
+from .program import Compute, KernelProgram, Stmt
+
+CHEAP = 8
+"""per-element cost (see `element_cost`) up to which a producer may be recomputed"""
+MAX_SITES = 4
+"""at most this many distinct load sites for a recomputed producer with nonzero cost"""
+MAX_NODES = 5000
+"""give up inlining when the consumer body would grow beyond this many distinct nodes"""
+
+_CHEAP_UNARY = frozenset({"neg", "abs", "relu", "floor", "ceil", "round", "trunc", "sign", "not", "isnan",
+                          "isinf"})
+_MID_UNARY = frozenset({"sqrt", "recip"})
+_DIV_OPS = frozenset({"div", "floordiv", "mod", "truncdiv", "rem"})
+
+
+# ---- the report ---------------------------------------------------------------------------
+
+
+@dataclass
+class FusedGroup:
+    """One compute after fusion and the original computes (by out buffer) it contains."""
+
+    out: str
+    kind: str
+    members: tuple[str, ...]
+    origin: tuple[str, ...]
+
+
+@dataclass
+class FusionReport:
+    kernels_before: int
+    kernels_after: int
+    groups: list[FusedGroup] = field(default_factory=list)
+    #: (producer temp, consumer outs, rule) for every inlining, in order
+    inlined: list[tuple[str, tuple[str, ...], str]] = field(default_factory=list)
+    #: (producer temp, why it was kept)
+    kept: list[tuple[str, str]] = field(default_factory=list)
+    #: buffers deleted because nothing reads them any more
+    removed: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        lines = [f"fusion: {self.kernels_before} -> {self.kernels_after} kernels"]
+        for g in self.groups:
+            what = ", ".join(g.origin) if g.origin else ", ".join(g.members)
+            lines.append(f"  {g.out} [{g.kind}] <- {what}")
+        for t, why in self.kept:
+            lines.append(f"  kept {t}: {why}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"kernels_before": self.kernels_before, "kernels_after": self.kernels_after,
+                "groups": [dataclasses.asdict(g) for g in self.groups],
+                "kept": [list(k) for k in self.kept]}
+
+
+# ---- classification -----------------------------------------------------------------------
+
+
+def classify(c: Compute) -> str:
+    """elementwise | broadcast | injective | reduction | matmul | conv | opaque."""
+    reduces = [n for n in walk(c.body) if isinstance(n, Reduce)]
+    if reduces:
+        if any(free_vars(x) for r in reduces for _, x in r.vars):
+            return "opaque"  # triangular / moving extents (CumSum)
+        kinds = {_contraction(r) for r in reduces} - {None}
+        if "conv" in kinds:
+            return "conv"
+        return "matmul" if kinds else "reduction"
+    own = [Var(n) for n in c.var_names]
+    kind = "elementwise"
+    for ld in (n for n in walk(c.body) if isinstance(n, Load)):
+        if list(ld.indices) == own:
+            continue
+        if _is_broadcast(ld.indices, own):
+            kind = "broadcast"
+            continue
+        return "injective"
+    return kind
+
+
+def _is_broadcast(idx: tuple[Expr, ...], own: list[Var]) -> bool:
+    """Indices that are the trailing output vars with zeros for broadcast dims."""
+    if len(idx) > len(own):
+        return False
+    tail = own[len(own) - len(idx):]
+    return all(i == v or (isinstance(i, Const) and i.value == 0) for i, v in zip(idx, tail))
+
+
+def _contraction(r: Reduce) -> str | None:
+    """'matmul' / 'conv' when `r` sums a product of loads of two buffers over its vars."""
+    if r.op != "sum":
+        return None
+    rv = {v.name for v, _ in r.vars}
+    for n in walk(r.body):
+        if isinstance(n, Binary) and n.op == "mul":
+            la = [x for x in walk(n.a) if isinstance(x, Load) and free_vars(x) & rv]
+            lb = [x for x in walk(n.b) if isinstance(x, Load) and free_vars(x) & rv]
+            if la and lb and {x.buffer for x in la} != {x.buffer for x in lb}:
+                plain = all(isinstance(i, (Var, Const)) for x in la + lb for i in x.indices)
+                return "matmul" if plain else "conv"
+    return None
+
+
+# ---- costs --------------------------------------------------------------------------------
+
+
+def element_cost(e: Expr) -> int:
+    """Arithmetic per evaluation of `e`, reductions excluded (their bodies and the reduce
+    node weigh nothing here), index arithmetic free. Roughly: add/mul/compare 1, division
+    and sqrt 4, transcendental functions and general powers 16."""
+    total = 0
+    seen: set[Expr] = set()
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if isinstance(n, Reduce):
+            continue
+        total += _weight(n)
+        stack.extend(children(n))
+    return total
+
+
+def _weight(n: Expr) -> int:
+    if isinstance(n, Unary):
+        return 1 if n.op in _CHEAP_UNARY else 4 if n.op in _MID_UNARY else 16
+    if isinstance(n, Binary):
+        if n.a.dtype is I64 or (n.op in ("and", "or", "xor") and n.a.dtype is DType.bool):
+            return 0  # index arithmetic, masks
+        if n.op in _DIV_OPS:
+            return 4
+        if n.op == "pow":
+            ex = n.b.value if isinstance(n.b, Const) else None
+            return 1 if ex in (0.0, 1.0, 2.0) else 4 if ex in (0.5, 3.0, -1.0) else 16
+        return 1
+    if isinstance(n, Cast):
+        return 0 if n.dtype is I64 or n.a.dtype is I64 else 1
+    if isinstance(n, Select):
+        return 1 if any(isinstance(x, Load) for x in walk(n.cond)) else 0
+    return 0  # Load, Check, Var, Const, SymRef
+
+
+def can_fail(e: Expr) -> bool:
+    """Whether evaluating `e` may make the kernel return an error code."""
+    for n in walk(e):
+        if isinstance(n, Check):
+            return True
+        if isinstance(n, Binary) and n.op in _DIV_OPS and not n.dtype.is_float and not _nonzero(n.b):
+            return True
+    return False
+
+
+def _nonzero(e: Expr) -> bool:
+    if isinstance(e, Const):
+        return e.value != 0
+    if isinstance(e, SymRef):
+        return True
+    if isinstance(e, Binary) and e.op in ("add", "mul"):
+        return _positive(e.a) and _positive(e.b)
+    return False
+
+
+def _positive(e: Expr) -> bool:
+    if isinstance(e, Const):
+        return e.value > 0
+    return isinstance(e, SymRef) or (isinstance(e, Binary) and e.op in ("add", "mul", "max")
+                                      and _positive(e.a) and _positive(e.b))
+
+
+def _affine_remap(body: Expr) -> bool:
+    """A single load whose indices are affine in vars and symbols (transpose, slice, ...)."""
+    if not isinstance(body, Load):
+        return False
+    for i in body.indices:
+        for n in walk(i):
+            if isinstance(n, (Load, Select, Check, Reduce, Cast)) or \
+                    (isinstance(n, Binary) and n.op not in ("add", "sub", "mul")):
+                return False
+    return True
+
+
+# ---- dims ---------------------------------------------------------------------------------
+
+
+def expr_to_dim(e: Expr) -> Dim | None:
+    """An i64 extent expression as a Dim (None when it depends on vars or data)."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, SymRef):
+        return sym(e.name)
+    if isinstance(e, Binary):
+        a, b = expr_to_dim(e.a), expr_to_dim(e.b)
+        if a is None or b is None:
+            return None
+        a, b = sympy.sympify(a), sympy.sympify(b)
+        ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+               "floordiv": lambda: sympy.floor(a / b), "mod": lambda: sympy.Mod(a, b),
+               "max": lambda: sympy.Max(a, b), "min": lambda: sympy.Min(a, b)}
+        f = ops.get(e.op)
+        return canon(f()) if f else None
+    return None
+
+
+class _Prover:
+    def __init__(self, symbols: SymbolTable | None):
+        self.table = symbols if symbols is not None else SymbolTable()
+        self._eq: dict[tuple, bool] = {}
+
+    def eq(self, a: Dim | None, b: Dim | None) -> bool:
+        if a is None or b is None:
+            return False
+        a, b = canon(a), canon(b)
+        if isinstance(a, int) and isinstance(b, int):
+            return a == b
+        key = (a, b)
+        hit = self._eq.get(key)
+        if hit is None:
+            hit = self.table.prove_eq(a, b) is True
+            self._eq[key] = hit
+        return hit
+
+    def one(self, d: Dim | None) -> bool:
+        return self.eq(d, 1)
+
+
+# ---- load sites ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class _Site:
+    load: Load
+    reduces: tuple[Reduce, ...]  # enclosing reductions, outermost first
+    in_arm: bool                 # inside a select arm (may not run; nothing is hoisted)
+
+
+def _sites(body: Expr, group: set[str]) -> list[_Site]:
+    """Distinct (load, context) pairs of loads of `group` buffers in `body`."""
+    out: dict[tuple, _Site] = {}
+    seen: set[tuple] = set()
+
+    def go(n: Expr, reds: tuple[Reduce, ...], arm: bool) -> None:
+        key = (n, tuple(id(r) for r in reds), arm)
+        if key in seen or isinstance(n, (Var, Const, SymRef)):
+            return
+        seen.add(key)
+        if isinstance(n, Load) and n.buffer in group:
+            out.setdefault(key, _Site(n, reds, arm))
+        if isinstance(n, Reduce):
+            for _, x in n.vars:
+                go(x, reds, arm)
+            go(n.body, reds + (n,), arm)
+            if n.init is not None:
+                go(n.init, reds, arm)
+        elif isinstance(n, Select):
+            go(n.cond, reds, arm)
+            go(n.a, reds, True)
+            go(n.b, reds, True)
+        else:
+            for c in children(n):
+                go(c, reds, arm)
+
+    go(body, (), False)
+    return list(out.values())
+
+
+def _chain(site: _Site, c: Compute) -> list[tuple[str, Dim | None]]:
+    """The loops (var, extent) a site is evaluated under, outermost first, after the
+    emitter hoisted it out of every loop it does not depend on."""
+    chain: list[tuple[str, Dim | None]] = [(v.name, d) for v, d in c.vars]
+    if site.in_arm:  # nothing inside a lazy select is hoisted
+        for r in site.reduces:
+            chain += [(v.name, expr_to_dim(x)) for v, x in r.vars]
+        return chain
+    for r in site.reduces:
+        chain = chain[:_cut(chain, free_vars(r))] + [(v.name, expr_to_dim(x)) for v, x in r.vars]
+    return chain[:_cut(chain, free_vars(site.load))]
+
+
+def _cut(chain: list[tuple[str, Dim | None]], fv: Iterable[str]) -> int:
+    fv = set(fv)
+    k = 0
+    for pos, (name, _) in enumerate(chain):
+        if name in fv:
+            k = pos + 1
+    return k
+
+
+# ---- the pass -----------------------------------------------------------------------------
+
+
+class _Fuser:
+    def __init__(self, program: KernelProgram, symbols: SymbolTable | None):
+        self.p = program
+        self.prove = _Prover(symbols)
+        self.members: dict[str, tuple[str, ...]] = {}
+        self.report = FusionReport(0, 0)
+        self._reads: dict[int, set[str]] = {}
+        self._bound_names: dict[Expr, str] = {}
+        self._generated: set[str] = set()
+
+    # ---- program queries ---------------------------------------------------------------
+    def reads(self, s: Stmt) -> set[str]:
+        r = self._reads.get(id(s))
+        if r is None:
+            r = {self.p.root(b) for b in s.reads()}
+            self._reads[id(s)] = r
+        return r
+
+    def writes(self, s: Stmt) -> set[str]:
+        return {self.p.root(b) for b in s.writes()}
+
+    def group(self, root: str) -> set[str]:
+        return {n for n in self.p.buffers if self.p.root(n) == root}
+
+    # ---- driver ------------------------------------------------------------------------
+    def run(self) -> FusionReport:
+        p = self.p
+        self.report.kernels_before = sum(1 for _ in p.computes())
+        for c in p.computes():
+            self.members[c.out] = (c.out,)
+        changed = True
+        while changed:
+            changed = False
+            self.report.kept = []
+            for s in list(p.body):
+                if isinstance(s, Compute) and any(t is s for t in p.body):
+                    changed |= self.try_inline(s)
+        self.remove_dead()
+        for c in p.computes():
+            self.report.groups.append(FusedGroup(c.out, classify(c), self.members.get(c.out, (c.out,)),
+                                                 c.origin))
+        self.report.kernels_after = len(self.report.groups)
+        p.verify()
+        return self.report
+
+    def keep(self, t: str, why: str) -> bool:
+        self.report.kept.append((t, why))
+        return False
+
+    def try_inline(self, P: Compute) -> bool:
+        p = self.p
+        t = P.out
+        buf = p.buffers[t]
+        if buf.kind != "temp" or buf.alias_of is not None:
+            return False  # outputs are always written; views are not produced by computes
+        body = p.body
+        k = next(i for i, s in enumerate(body) if s is P)
+        writers = [i for i, s in enumerate(body) if t in self.writes(s)]
+        if writers != [k]:
+            return self.keep(t, "written by several statements")
+        consumers = [i for i, s in enumerate(body) if t in self.reads(s)]
+        if not consumers:
+            return False  # dead: remove_dead deletes it
+        if any(i < k or not isinstance(body[i], Compute) for i in consumers):
+            return self.keep(t, "read by a statement that is not a later compute")
+        # P's inputs must hold the same values where the consumers run
+        last = max(consumers)
+        ins = self.reads(P)
+        if any(ins & self.writes(body[i]) for i in range(k + 1, last + 1)):
+            return self.keep(t, "an input is overwritten before a consumer runs")
+        if any(p.root(body[i].out) in ins for i in consumers):
+            return self.keep(t, "a consumer writes a buffer the producer reads")
+        group = self.group(t)
+        sites = {i: _sites(body[i].body, group) for i in consumers}
+        ok, rule = self.judge(P, [(body[i], s) for i, s in sites.items()])
+        return self.commit(P, consumers, group, rule) if ok else self.keep(t, rule)
+
+    # ---- the rules -----------------------------------------------------------------------
+    def judge(self, P: Compute, uses: list[tuple[Compute, list[_Site]]]) -> tuple[bool, str]:
+        """(fuse?, rule or reason)."""
+        n_sites = sum(len(s) for _, s in uses)
+        has_reduce = any(isinstance(n, Reduce) for n in walk(P.body))
+        cost = element_cost(P.body)
+        if can_fail(P.body):
+            for c, sites in uses:
+                for s in sites:
+                    if s.in_arm or s.reduces or not self.identity(s, c):
+                        return False, "can fail and a read is not an identity read"
+        if not has_reduce:
+            for c, sites in uses:
+                contraction = classify(c) in ("matmul", "conv")
+                for s in sites:
+                    if self.read_once(s, c):
+                        continue
+                    if cost == 0:
+                        if contraction and s.reduces and not _affine_remap(P.body):
+                            return False, "non-affine index remap into a contraction"
+                        continue
+                    if cost > CHEAP:
+                        return False, f"recomputation too costly (cost {cost}, a read is not read-once)"
+                    if contraction and s.reduces:
+                        return False, "arithmetic would be recomputed inside a contraction"
+            if cost == 0:
+                return True, "index remap"
+            if cost <= CHEAP:
+                if n_sites > MAX_SITES:
+                    return False, f"{n_sites} load sites"
+                return True, "cheap elementwise"
+            if n_sites != 1:
+                return False, f"costly producer (cost {cost}) read at {n_sites} sites"
+            return True, "single read-once site"
+        # P holds reductions
+        contraction = classify(P) in ("matmul", "conv")
+        for c, sites in uses:
+            if contraction and any(isinstance(n, Reduce) for n in walk(c.body)):
+                return False, "a matmul only takes epilogues without reductions"
+            for s in sites:
+                if contraction and s.reduces:
+                    return False, "a matmul result read inside a reduction"
+                if s.in_arm:
+                    return False, "reduction producer read inside a select arm"
+                if not self.read_once(s, c):
+                    return False, "reduction producer read more than once per element"
+                if not self.hoists(s, c, P):
+                    return False, "its reductions would be recomputed per element"
+        if n_sites == 1:
+            return True, "epilogue / single read-once site"
+        if len(uses) > 1 and not all(self.identity(s, c) for c, sites in uses for s in sites):
+            return False, "reduction producer read through different index maps"
+        if not all(self.identity(s, c) for c, sites in uses for s in sites):
+            return False, "reduction producer read at several sites"
+        if not self.row_level(P):
+            return False, "per-element reduction read at several sites"
+        if cost > CHEAP or n_sites > MAX_SITES:
+            return False, f"per-element cost {cost} at {n_sites} sites"
+        return True, "row-level reduction shared by identity reads"
+
+    def identity(self, s: _Site, c: Compute) -> bool:
+        idx = s.load.indices
+        shape = self.p.buffers[s.load.buffer].shape
+        if len(idx) != len(c.vars):
+            return False
+        return all(i == v and self.prove.eq(d, e) for i, (v, e), d in zip(idx, c.vars, shape))
+
+    def read_once(self, s: _Site, c: Compute) -> bool:
+        """Each element of the loaded buffer is evaluated at most once at this site."""
+        chain = dict(_chain(s, c))
+        shape = self.p.buffers[s.load.buffer].shape
+        used: set[str] = set()
+        for i, d in zip(s.load.indices, shape):
+            if isinstance(i, Const):
+                if not (i.value == 0 and self.prove.one(d)):
+                    return False
+            elif isinstance(i, Var):
+                if i.name in used or i.name not in chain or not self.prove.eq(chain[i.name], d):
+                    return False
+                used.add(i.name)
+            else:
+                return False
+        return all(name in used or self.prove.one(ext) for name, ext in chain.items())
+
+    def hoists(self, s: _Site, c: Compute, P: Compute) -> bool:
+        """P's top-level reductions, moved to the site, depend on a prefix of its chain
+        (so the emitter still computes each of them once per value of that prefix)."""
+        chain = [(n, e) for n, e in _chain(s, c) if not self.prove.one(e)]
+        names = [n for n, _ in chain]
+        pos = dict(zip(P.var_names, s.load.indices))
+        for r in _top_reduces(P.body):
+            mapped = {pos[v].name for v in free_vars(r) if v in pos and isinstance(pos[v], Var)}
+            mapped &= set(names)
+            if set(names[:len(mapped)]) != mapped:
+                return False
+        return True
+
+    def row_level(self, P: Compute) -> bool:
+        own = {v.name for v, d in P.vars if not self.prove.one(d)}
+        return all(not own <= set(free_vars(r)) for r in _top_reduces(P.body))
+
+    # ---- rewriting -----------------------------------------------------------------------
+    def commit(self, P: Compute, consumers: list[int], group: set[str], rule: str) -> bool:
+        p = self.p
+        pbody = self.canon_bound(P.body)
+        new_bodies = {}
+        for i in consumers:
+            c = p.body[i]
+            nb = self.inline(c.body, P, pbody, group)
+            if sum(1 for _ in walk(nb)) > MAX_NODES:
+                return self.keep(P.out, "fused body would be too big")
+            new_bodies[i] = nb
+        outs = []
+        for i, nb in new_bodies.items():
+            c = p.body[i]
+            origin = _merge(P.origin or (P.out,), c.origin or (c.out,))
+            p.body[i] = dataclasses.replace(c, body=nb, origin=origin)
+            self.members[c.out] = tuple(dict.fromkeys(self.members.get(P.out, (P.out,))
+                                                      + self.members.get(c.out, (c.out,))))
+            outs.append(c.out)
+        p.body.remove(P)
+        self._reads.clear()
+        self.report.inlined.append((P.out, tuple(outs), rule))
+        return True
+
+    def inline(self, body: Expr, P: Compute, pbody: Expr, group: set[str]) -> Expr:
+        names = P.var_names
+        tshape = self.p.buffers[P.out].shape
+
+        def fn(n: Expr) -> Expr | None:
+            if isinstance(n, Load) and n.buffer in group:
+                idx = n.indices
+                if n.buffer != P.out:
+                    idx = self.reshape_index(idx, self.p.buffers[n.buffer].shape, tshape)
+                return substitute(pbody, dict(zip(names, idx)))
+            return None
+
+        return transform(body, fn)
+
+    def reshape_index(self, idx: tuple[Expr, ...], src: tuple[Dim, ...], dst: tuple[Dim, ...]) -> tuple[Expr, ...]:
+        """Indices into `dst` of the element at `idx` of a row-major view with shape `src`,
+        splitting the shapes into blocks of equal size so that only merged or split dims
+        pay for divisions (a squeeze or unsqueeze costs nothing)."""
+        sv = [(i, d) for i, d in zip(idx, src) if not self.prove.one(d)]
+        dv = [k for k, d in enumerate(dst) if not self.prove.one(d)]
+        out: list[Expr] = [Const(0, I64)] * len(dst)
+        a = b = 0
+        while a < len(sv) or b < len(dv):
+            a0, b0 = a, b
+            pa: Dim = 1
+            pb: Dim = 1
+            while True:
+                if a < len(sv) and (b >= len(dv) or not self._ge(pa, pb)):
+                    pa = canon(pa * sv[a][1])
+                    a += 1
+                elif b < len(dv):
+                    pb = canon(pb * dst[dv[b]])
+                    b += 1
+                if (self.prove.eq(pa, pb) and a > a0 and b > b0) or (a >= len(sv) and b >= len(dv)):
+                    break
+            seg_i = [i for i, _ in sv[a0:a]]
+            seg_s = [d for _, d in sv[a0:a]]
+            seg_d = [dst[k] for k in dv[b0:b]]
+            if len(seg_i) == 1 and len(seg_d) == 1:
+                vals: tuple[Expr, ...] = (seg_i[0],)
+            else:
+                vals = unflatten_index(flatten_index(seg_i, seg_s), seg_d) if seg_d else ()
+            for k, v in zip(dv[b0:b], vals):
+                out[k] = v
+        return tuple(out)
+
+    def _ge(self, a: Dim, b: Dim) -> bool:
+        r = self.prove.table.prove_le(b, a)
+        return r is True
+
+    def canon_bound(self, e: Expr) -> Expr:
+        """Give every reduction var in `e` a fusion-wide unique name, the same for
+        structurally equal reductions (so inlined copies stay CSE-able for the emitter and
+        no reduction ever shadows another's var)."""
+
+        def fn(n: Expr) -> Expr | None:
+            if not isinstance(n, Reduce) or all(v.name in self._generated for v, _ in n.vars):
+                return None
+            tag = self._bound_names.get(n)
+            if tag is None:
+                tag = str(len(self._bound_names) + 1)
+                self._bound_names[n] = tag
+            mapping = {}
+            new_vars = []
+            for v, x in n.vars:
+                nv = Var(f"{v.name.split('.')[0]}.f{tag}")
+                self._generated.add(nv.name)
+                new_vars.append((nv, substitute(x, mapping)))
+                mapping[v.name] = nv
+            init = n.init
+            return Reduce(n.op, tuple(new_vars), substitute(n.body, mapping), init)
+
+        return transform(e, fn)
+
+    # ---- cleanup -------------------------------------------------------------------------
+    def remove_dead(self) -> None:
+        p = self.p
+        while True:
+            self._reads.clear()
+            read = set().union(*(self.reads(s) for s in p.body)) if p.body else set()
+            dead = [s for s in p.body if isinstance(s, Compute) and p.buffers[p.root(s.out)].kind == "temp"
+                    and p.root(s.out) not in read]
+            if not dead:
+                break
+            for s in dead:
+                p.body.remove(s)
+        used = set()
+        for s in p.body:
+            used |= s.reads() | s.writes()
+        used_roots = {p.root(n) for n in used}
+        for name in list(p.buffers):
+            b = p.buffers[name]
+            if b.kind != "temp" or name in used:
+                continue
+            if b.alias_of is None and name in used_roots:
+                continue
+            del p.buffers[name]
+            self.report.removed.append(name)
+        # views whose chain now leads nowhere
+        for name in list(p.buffers):
+            b = p.buffers[name]
+            if b.alias_of is not None and b.alias_of not in p.buffers:
+                del p.buffers[name]
+                self.report.removed.append(name)
+
+
+def _top_reduces(e: Expr) -> list[Reduce]:
+    """Reductions in `e` not nested inside another reduction."""
+    out, seen, stack = [], set(), [e]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if isinstance(n, Reduce):
+            out.append(n)
+            continue
+        stack.extend(children(n))
+    return out
+
+
+def _merge(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(a + b))
+
+
+def fuse(program: KernelProgram, symbols: SymbolTable | None = None) -> FusionReport:
+    """Fuse `program` in place (see the module docstring) and return what was done.
+    `symbols` gives symbol ranges for proving extents equal (default ranges otherwise)."""
+    return _Fuser(program, symbols).run()

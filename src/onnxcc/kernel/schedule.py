@@ -1,0 +1,557 @@
+"""Schedules: how each `Compute` of a kernel program maps to loops on a target.
+
+`schedule_program(program, target, facts)` attaches a `Schedule` to every compute (it
+replaces the computes in `program.body`, which are frozen); codegen reads it. Decisions:
+
+- matmul-like computes (one `sum` reduce whose body is a product of factors that split into
+  an "A" side over (batch, m, k) vars and a "B" side over (batch, n, k) vars, with an
+  elementwise epilogue around the reduce; the output vars ordered batch..., m..., n...) get
+  a `GemmPlan`: codegen packs B (once per call, or at compile time when B is constant) and
+  A (per task, on the stack), runs a register-tiled micro-kernel over cache blocks in
+  parallel, and applies the epilogue once per output tile. MatMul, Gemm, batched and
+  broadcast MatMul, 1x1 and general Conv (im2col through the packing) all take this path.
+- every other compute: the innermost output axis (the contiguous one) is strip-mined to
+  the target's vector width with a scalar tail, or with no tail where the extent is a
+  proven multiple of the width (the version's `multiple_of` facts); the outer loops run in
+  parallel when the work is big enough (decided at run time when it is symbolic).
+
+`facts` maps symbol names to a known divisor (`{"seq": 16}`), from the version's guard
+(`Function.attrs["multiple_of"]`, see `facts_from_attrs`) and the symbol table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import sympy
+
+from onnxcc.ir import Dim, DType, canon
+
+from .expr import Binary, Cast, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
+from .program import Compute, KernelProgram
+
+F32 = DType.f32
+
+
+# ---- the target ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What schedules need to know about the machine."""
+
+    vector_width: int = 16
+    """f32 lanes of the widest vector unit (AVX-512: 16)"""
+    parallel: bool = True
+    """whether computes may run on the runtime's thread pool"""
+    min_parallel_work: int = 1 << 15
+    """estimated element-operations below which a compute stays serial"""
+    l1_bytes: int = 48 * 1024
+    l2_bytes: int = 1 << 20
+    gemm_mr: int = 12
+    """micro-kernel rows (broadcast A values)"""
+    gemm_nr: int = 32
+    """micro-kernel columns (a multiple of vector_width)"""
+    gemm_kc: int = 256
+    """contraction block (the B micro-panel kc x nr stays in L1)"""
+    gemm_mc_panels: int = 8
+    """max A panels (of mr rows) per task block (the A block mc x kc stays in L2)"""
+    gemm_tasks: int = 16
+    """blocks to aim for per GEMM call (load balance across threads)"""
+    gemm_min_work: int = 4096
+    """M*N*K below which a matmul stays on the plain loop nest"""
+
+    @classmethod
+    def from_features(cls, features: str = "", **overrides) -> TargetInfo:
+        """A target from an LLVM feature string (`+avx512f,...`)."""
+        if "+avx512f" in features:
+            vw, mr, nr = 16, 12, 32
+        elif "+avx" in features:
+            vw, mr, nr = 8, 6, 16
+        else:
+            vw, mr, nr = 4, 6, 8
+        return cls(**{"vector_width": vw, "gemm_mr": mr, "gemm_nr": nr, **overrides})
+
+
+# ---- schedules ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class GemmPlan:
+    """A compute recognised as `out[batch, m, n] = epilogue(sum(k: A(batch, m, k) * B(batch, n, k)))`.
+
+    The vars of `batch`, `m` and `n` are consecutive runs of the compute's vars (in that
+    order), so the output is a row-major [Bt, M, N] matrix stack; `k` are the reduce's vars
+    (flattened row-major into K). `a` / `b` are arbitrary expressions (loads, casts,
+    selects: conv padding); the packers evaluate them."""
+
+    reduce: Reduce
+    a: Expr
+    b: Expr
+    batch: tuple[str, ...]
+    m: tuple[str, ...]
+    n: tuple[str, ...]
+    a_batch: bool
+    """A depends on a batch var (else one A serves every batch)"""
+    b_batch: bool
+    epilogue: Expr | None
+    """the compute body with the reduce replaced by a load of the output element (None:
+    the body is the reduce itself)"""
+    a_k_inner: bool
+    """pack A reading along k (A is contiguous in k) rather than along m"""
+    b_k_inner: bool
+    k_inner: int
+    """product of the extents of every reduce var but the first (blocks cut the first)"""
+    mr: int
+    nr: int
+    kc: int
+    mc_panels: int
+    tasks: int
+    min_work: int
+    vl: int = 16
+    """lanes of one micro-kernel vector (nr is a multiple)"""
+    b_packed: np.ndarray | None = None
+    """B packed at compile time (it reads only constant buffers and its extents are
+    static): float32 [B batches, N panels, K, nr], zero-padded columns"""
+
+    @property
+    def b_const(self) -> bool:
+        return self.b_packed is not None
+
+    def describe(self) -> str:
+        k = ", ".join(v.name for v, _ in self.reduce.vars)
+        return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
+                f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
+                f"b={'prepacked' if self.b_const else 'packed'}"
+                f"{'' if self.epilogue is None else ' +epilogue'}")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The loop structure of one compute (read by codegen/cpu.py through `NestPlan`)."""
+
+    order: tuple[str, ...] | None = None
+    """loop order, outermost first (None: the domain's order)"""
+    tiles: Mapping[str, int] = field(default_factory=dict)
+    vector_width: int | None = None
+    """strip-mine the innermost loop into chunks of this many lanes"""
+    vector_tail: str = "scalar"
+    """"scalar": a scalar loop finishes the extent; "none": the extent is a proven multiple"""
+    parallel: bool | None = None
+    """run the outer loops on the thread pool (None: decide by the work at run time)"""
+    unroll: int | None = None
+    reduce_vector_width: int | None = None
+    """vector width asked of inner reduction loops (vector accumulators)"""
+    gemm: GemmPlan | None = None
+    scratch_bytes: Dim = 0
+    """workspace the compute needs while it runs (packed B panels)"""
+
+    def describe(self) -> str:
+        if self.gemm is not None:
+            return self.gemm.describe() + f" parallel={self.parallel} scratch={self.scratch_bytes}"
+        parts = []
+        if self.vector_width:
+            parts.append(f"vector={self.vector_width} tail={self.vector_tail}")
+        parts.append(f"parallel={self.parallel}")
+        if self.order:
+            parts.append(f"order=({', '.join(self.order)})")
+        return " ".join(parts)
+
+
+# ---- facts --------------------------------------------------------------------------------
+
+
+def facts_from_attrs(items: Iterable[str] = (), symbols=None) -> dict[str, int]:
+    """Divisibility facts: `["seq:16", ...]` (a version's `multiple_of` attr) merged with the
+    symbol table's `multiple_of` (an `ir.SymbolTable` or None)."""
+    out: dict[str, int] = {}
+    if symbols is not None:
+        for s in symbols:
+            if getattr(s, "multiple_of", 1) > 1:
+                out[s.name] = int(s.multiple_of)
+    for it in items:
+        name, _, k = str(it).partition(":")
+        if k:
+            out[name] = _lcm(out.get(name, 1), int(k))
+    return out
+
+
+def _lcm(a: int, b: int) -> int:
+    import math
+
+    return a * b // math.gcd(a, b)
+
+
+def proves_multiple(d: Dim | Expr, k: int, facts: Mapping[str, int]) -> bool:
+    """Whether `d` (a dim or a var-free i64 expression) is a multiple of `k` for every
+    value of its symbols allowed by `facts`."""
+    if k <= 1:
+        return True
+    if isinstance(d, Const):
+        d = d.value
+    if isinstance(d, Expr):
+        d = _expr_to_dim(d)
+        if d is None:
+            return False
+    d = canon(d)
+    if isinstance(d, int):
+        return d % k == 0
+    e = sympy.sympify(d)
+    subs = {}
+    for s in e.free_symbols:
+        m = facts.get(s.name, 1)
+        subs[s] = m * sympy.Symbol(f"_q_{s.name}", integer=True, positive=True)
+    e = sympy.expand(e.xreplace(subs))
+    try:
+        poly = sympy.Poly(e, *sorted(e.free_symbols, key=str)) if e.free_symbols else None
+    except sympy.PolynomialError:
+        return False
+    if poly is None:
+        return e.is_Integer and int(e) % k == 0
+    return all(c.is_Integer and int(c) % k == 0 for c in poly.coeffs())
+
+
+def _expr_to_dim(e: Expr) -> Dim | None:
+    """A var-free i64 kernel expression (add/sub/mul of symbols and constants) as a Dim."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, SymRef):
+        from onnxcc.ir import sym
+
+        return sym(e.name)
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul"):
+        a, b = _expr_to_dim(e.a), _expr_to_dim(e.b)
+        if a is None or b is None:
+            return None
+        return canon(a + b if e.op == "add" else a - b if e.op == "sub" else a * b)
+    return None
+
+
+# ---- work estimates -----------------------------------------------------------------------
+
+_UNKNOWN_EXTENT = 64
+
+
+def compute_work(c: Compute) -> Dim:
+    """Estimated element-operations of a compute: domain size x the biggest reduction."""
+    n: Dim = 1
+    for d in c.extents:
+        n = canon(n * d)
+    cost = 1
+    for e in walk(c.body):
+        if isinstance(e, Reduce):
+            k = 1
+            for _, x in e.vars:
+                k *= x.value if isinstance(x, Const) else _UNKNOWN_EXTENT
+            cost = max(cost, k)
+    return canon(n * cost)
+
+
+# ---- GEMM recognition ---------------------------------------------------------------------
+
+
+def _factors(e: Expr) -> list[Expr]:
+    if isinstance(e, Binary) and e.op == "mul":
+        return _factors(e.a) + _factors(e.b)
+    return [e]
+
+
+def _product(fs: list[Expr]) -> Expr:
+    out = fs[0]
+    for f in fs[1:]:
+        out = out * f
+    return out
+
+
+def _reads_const_only(e: Expr, program: KernelProgram) -> bool:
+    for n in walk(e):
+        if isinstance(n, Load) and program.buffers[n.buffer].kind != "const":
+            return False
+        if isinstance(n, SymRef):
+            return False
+    return True
+
+
+def _k_inner(e: Expr, kvars: set[str], ovars: set[str], default: bool) -> bool:
+    """Whether the operand's main load walks memory along a k var (its last index uses one)
+    rather than along an output var."""
+    for n in walk(e):
+        if isinstance(n, Load) and n.indices:
+            fv = free_vars(n.indices[-1])
+            if fv & kvars and not fv & ovars:
+                return True
+            if fv & ovars and not fv & kvars:
+                return False
+    return default
+
+
+def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPlan | None:
+    """The GEMM reading of `c`, or None when it is not matmul-like (see `GemmPlan`)."""
+    out = program.buffers[c.out]
+    if out.dtype is not F32 or c.body.dtype is not F32 or len(c.vars) < 2:
+        return None
+    reduces = [n for n in walk(c.body) if isinstance(n, Reduce)]
+    if len(reduces) != 1:
+        return None
+    r = reduces[0]
+    if r.op != "sum" or r.init is not None or r.dtype is not F32:
+        return None
+    if any(free_vars(x) for _, x in r.vars):
+        return None
+    kvars = {v.name for v, _ in r.vars}
+    # every reduce var but the first must have a small static extent (blocks cut the first)
+    k_inner = 1
+    for _, x in r.vars[1:]:
+        if not isinstance(x, Const):
+            return None
+        k_inner *= x.value
+    if k_inner > target.gemm_kc // 2:
+        return None
+    fs = _factors(r.body)
+    if len(fs) < 2 or any(f.dtype is not F32 for f in fs):
+        return None
+    names = c.var_names
+    rank = len(names)
+    plan_parts = None
+    for s1 in range(rank - 1):
+        for s2 in range(s1 + 1, rank):
+            batch, mv, nv = set(names[:s1]), set(names[s1:s2]), set(names[s2:])
+            a_side, b_side = [], []
+            ok = True
+            for f in fs:
+                fv = free_vars(f)
+                if fv & mv and fv & nv:
+                    ok = False
+                    break
+                (b_side if fv & nv else a_side).append(f)
+            if not ok or not a_side or not b_side:
+                continue
+            if not any(free_vars(f) & mv for f in a_side) or not any(free_vars(f) & nv for f in b_side):
+                continue
+            plan_parts = (s1, s2, a_side, b_side)
+            break
+        if plan_parts is not None:
+            break
+    if plan_parts is None:
+        return None
+    s1, s2, a_side, b_side = plan_parts
+    a, b = _product(a_side), _product(b_side)
+    batch, mv, nv = names[:s1], names[s1:s2], names[s2:]
+    # static size check: tiny products stay on the loop nest
+    sizes = [_static(c.extents[i]) for i in range(rank)]
+    ks = [x.value if isinstance(x, Const) else None for _, x in r.vars]
+    if all(s is not None for s in sizes) and all(k is not None for k in ks):
+        mm = _prod(sizes[s1:s2])
+        nn = _prod(sizes[s2:])
+        kk = _prod(ks)
+        if kk == 0 or mm * nn * kk < target.gemm_min_work:
+            return None
+    epi: Expr | None = None
+    if c.body is not r:
+        acc = Load(c.out, tuple(Var(n) for n in names), F32)
+        epi = transform(c.body, lambda n: acc if n == r else None)
+    b_vars = set(free_vars(b))
+    a_vars = set(free_vars(a))
+    g = GemmPlan(
+        reduce=r, a=a, b=b, batch=tuple(batch), m=tuple(mv), n=tuple(nv),
+        a_batch=bool(a_vars & set(batch)), b_batch=bool(b_vars & set(batch)), epilogue=epi,
+        a_k_inner=_k_inner(a, kvars, set(mv), True), b_k_inner=_k_inner(b, kvars, set(nv), False),
+        k_inner=k_inner, mr=target.gemm_mr, nr=target.gemm_nr, kc=target.gemm_kc,
+        mc_panels=target.gemm_mc_panels, tasks=target.gemm_tasks, min_work=target.gemm_min_work,
+        vl=min(target.vector_width, target.gemm_nr))
+    if _reads_const_only(b, program):
+        packed = prepack_b(c, g, program)
+        if packed is not None:
+            g = dataclasses.replace(g, b_packed=packed)
+    return g
+
+
+# ---- packing constant operands at compile time ----------------------------------------------
+
+_PREPACK_LIMIT = 1 << 26  # bytes
+
+
+class _NoEval(Exception):
+    pass
+
+
+def prepack_b(c: Compute, g: GemmPlan, program: KernelProgram) -> np.ndarray | None:
+    """B evaluated with numpy and laid out as the packer would: [Bt or 1, panels, K, nr]."""
+    ext = dict(zip(c.var_names, c.extents))
+    bvars = list(g.batch) if g.b_batch else []
+    kvars = [(v.name, x) for v, x in g.reduce.vars]
+    dims = [_static(ext[v]) for v in bvars] + [x.value if isinstance(x, Const) else None for _, x in kvars] \
+        + [_static(ext[v]) for v in g.n]
+    if any(d is None for d in dims):
+        return None
+    nb, kk, nn = _prod(dims[:len(bvars)]), _prod(dims[len(bvars):len(bvars) + len(kvars)]), \
+        _prod(dims[len(bvars) + len(kvars):])
+    panels = -(-nn // g.nr)
+    if nb * panels * g.nr * kk * 4 > _PREPACK_LIMIT or nb * kk * nn == 0:
+        return None
+    names = bvars + [n for n, _ in kvars] + list(g.n)
+    grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in dims], indexing="ij", sparse=True)
+    env = dict(zip(names, grids))
+    try:
+        vals = _np_eval(g.b, env, program)
+    except _NoEval:
+        return None
+    vals = np.broadcast_to(np.asarray(vals, dtype=np.float32), tuple(dims)).reshape(nb, kk, nn)
+    out = np.zeros((nb, kk, panels * g.nr), np.float32)
+    out[:, :, :nn] = vals
+    return np.ascontiguousarray(out.reshape(nb, kk, panels, g.nr).transpose(0, 2, 1, 3))
+
+
+_NP_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+    "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+}
+
+
+def _np_eval(e: Expr, env: Mapping[str, np.ndarray], program: KernelProgram):
+    """numpy value of a side-effect-free expression over const buffers (arrays broadcast
+    over the vars in `env`); raises _NoEval on anything else."""
+    memo: dict[Expr, object] = {}
+    for n in walk(e):
+        if isinstance(n, Var):
+            if n.name not in env:
+                raise _NoEval
+            v = env[n.name]
+        elif isinstance(n, Const):
+            v = np.array(n.value, dtype=n.dtype.np)
+        elif isinstance(n, Load):
+            buf = program.buffers[n.buffer]
+            if buf.kind != "const" or buf.dtype is DType.bf16:
+                raise _NoEval
+            data = buf.data
+            # NOTE: clipped, so the arm of a select that is not taken reads something valid
+            idx = tuple(np.clip(memo[i], 0, max(0, s - 1)) for i, s in zip(n.indices, data.shape))
+            v = data[idx] if idx else data[()]
+        elif isinstance(n, Binary):
+            a, b = memo[n.a], memo[n.b]
+            if n.op in _NP_BINARY:
+                v = _NP_BINARY[n.op](a, b)
+            elif n.op == "div" and n.dtype.is_float:
+                v = np.divide(a, b)
+            elif n.op in ("floordiv", "div") and n.dtype.is_int:
+                v = np.floor_divide(a, np.where(b == 0, 1, b))
+            elif n.op == "mod" and n.dtype.is_int:
+                v = np.mod(a, np.where(b == 0, 1, b))
+            else:
+                raise _NoEval
+            if n.dtype.is_float:
+                v = np.asarray(v, dtype=n.dtype.np)
+        elif isinstance(n, Unary) and n.op in ("neg", "abs"):
+            v = np.negative(memo[n.a]) if n.op == "neg" else np.abs(memo[n.a])
+        elif isinstance(n, Cast) and n.dtype is not DType.bf16 and n.a.dtype is not DType.bf16:
+            v = np.asarray(memo[n.a]).astype(n.dtype.np)
+        elif isinstance(n, Select):
+            v = np.where(memo[n.cond], memo[n.a], memo[n.b])
+        else:
+            raise _NoEval
+        memo[n] = v
+    return memo[e]
+
+
+def _static(d: Dim) -> int | None:
+    d = canon(d)
+    return d if isinstance(d, int) else None
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
+    """Bytes of packed B: [B batches][N panels][K][nr] floats (0 when packed at compile time)."""
+    if g.b_const:
+        return 0
+    ext = dict(zip(c.var_names, c.extents))
+    n: Dim = 1
+    for v in g.n:
+        n = canon(n * ext[v])
+    k: Dim = 1
+    for _, x in g.reduce.vars:
+        d = _expr_to_dim(x)
+        if d is None:
+            return None  # type: ignore[return-value]
+        k = canon(k * d)
+    nb: Dim = 1
+    if g.b_batch:
+        for v in g.batch:
+            nb = canon(nb * ext[v])
+    panels = canon(sympy.ceiling(sympy.sympify(n) / g.nr)) if not isinstance(n, int) else -(-n // g.nr)
+    return canon(nb * panels * g.nr * k * 4)
+
+
+# ---- the scheduler ------------------------------------------------------------------------
+
+
+def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
+                     facts: Mapping[str, int] | None = None) -> Schedule:
+    facts = facts or {}
+    work = compute_work(c)
+    if isinstance(work, int):
+        parallel: bool | None = target.parallel and work >= target.min_parallel_work
+    else:
+        parallel = None if target.parallel else False
+    g = match_gemm(c, program, target)
+    if g is not None:
+        scratch = gemm_scratch_bytes(c, g)
+        if scratch is not None:
+            return Schedule(parallel=target.parallel, gemm=g, scratch_bytes=scratch)
+    if not c.vars:
+        return Schedule(parallel=False)
+    vw = target.vector_width
+    inner, ext = c.vars[-1]
+    sext = _static(ext)
+    use_vec = not (sext is not None and sext < vw)
+    # a reduction that runs per element of the inner axis keeps the inner loop scalar: its
+    # own loop is the one LLVM vectorises (k innermost)
+    for n in walk(c.body):
+        if isinstance(n, Reduce) and inner in free_vars(n):
+            use_vec = False
+            break
+    if not use_vec:
+        return Schedule(parallel=parallel, reduce_vector_width=vw)
+    tail = "none" if proves_multiple(ext, vw, facts) else "scalar"
+    return Schedule(vector_width=vw, vector_tail=tail, parallel=parallel, reduce_vector_width=vw)
+
+
+def schedule_program(program: KernelProgram, target: TargetInfo | None = None,
+                     facts: Mapping[str, int] | None = None) -> None:
+    """Attach a Schedule to every compute of `program` (in place)."""
+    target = target or TargetInfo()
+    body = []
+    for s in program.body:
+        if isinstance(s, Compute):
+            s = dataclasses.replace(s, schedule=schedule_compute(s, program, target, facts))
+        body.append(s)
+    program.body[:] = body
+
+
+def scratch_bytes(program: KernelProgram) -> Dim:
+    """The scratch region the scheduled computes share (they run one after another): the
+    biggest of their needs."""
+    sizes = [canon(s.schedule.scratch_bytes) for s in program.computes()
+             if getattr(s.schedule, "scratch_bytes", 0) not in (0, None)]
+    if not sizes:
+        return 0
+    if all(isinstance(x, int) for x in sizes):
+        return max(sizes)
+    return canon(sympy.Max(*[sympy.sympify(x) for x in sizes]))
+
+
+def describe_schedules(program: KernelProgram) -> str:
+    lines = []
+    for c in program.computes():
+        sch = c.schedule
+        lines.append(f"{c.out}: {sch.describe() if sch is not None else 'default'}")
+    return "\n".join(lines)

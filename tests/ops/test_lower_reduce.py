@@ -1,0 +1,214 @@
+"""Lowerings of the reductions (ops/reduce.py) to kernel computes: Reduce* over several axis
+sets (negative axes, keepdims 0/1, empty axes), ArgMax/ArgMin, the fused Softmax family and
+CumSum, JIT-compiled and compared with onnxruntime at several settings of the symbolic dims
+(one of them 1). Each model compiles once and runs on every feed set."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper as h
+
+from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.errors import RuntimeCallError
+from onnxcc.frontend import load_onnx
+from onnxcc.interp import run as interp_run
+from onnxcc.passes import run_pipeline
+from onnxcc.passes.lower import lower_function
+from onnxcc.testing import check_lowering, ort_run
+
+F32, I64, I32, BOOL = np.float32, np.int64, np.int32, np.bool_
+DIMS = ({"N": 1, "M": 3}, {"N": 5, "M": 7})
+REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+              "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+
+
+def model(nodes, inputs, outputs, inits=None, opset=18):
+    """inputs [(name, numpy dtype, shape, *value range)], outputs [names], inits {name: array}."""
+    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s)
+           for n, t, s, *_ in inputs]
+    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
+    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
+    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def feeds_for(inputs, dims, seed):
+    """Random feeds: each input (name, dtype, shape, lo, hi) uniform in [lo, hi) (ints: integers)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, t, s, *r in inputs:
+        shape = tuple(dims[d] if isinstance(d, str) else d for d in s)
+        if np.dtype(t) == BOOL:
+            out[n] = rng.random(shape) < 0.5
+        elif np.dtype(t).kind in "iu":
+            lo, hi = r or (0, 10)
+            out[n] = rng.integers(lo, hi, size=shape).astype(t)
+        else:
+            lo, hi = r or (-2.0, 2.0)
+            out[n] = rng.uniform(lo, hi, size=shape).astype(t)
+    return out
+
+
+def compile_model(m):
+    mod = load_onnx(m)
+    run_pipeline(mod, "shape-inference,canonicalize")
+    prog = lower_function(mod, mod.main, "jit_main")
+    return JitKernel(prog), mod, prog
+
+
+def check(m, inputs, dims_list=DIMS, rtol=1e-4, atol=1e-5, oracle="ort"):
+    """Compile once; at each dims setting compare values, dtypes and shapes with onnxruntime
+    (or with onnxcc's numpy interpreter, oracle="interp")."""
+    k, mod, prog = compile_model(m)
+    names = [o.name for o in m.graph.output]
+    for seed, dims in enumerate(dims_list):
+        feeds = feeds_for(inputs, dims, seed)
+        args = [feeds[a.name] for a in mod.main.params]
+        want = ort_run(m, feeds) if oracle == "ort" else dict(zip(names, interp_run(mod, args)))
+        got = k(*args)
+        for (name, w), g in zip(want.items(), got):
+            assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
+            assert g.shape == w.shape, (name, g.shape, w.shape)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
+    return prog
+
+
+# ---- Reduce* -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("axes,keepdims", [([1], 1), ([0, 2], 0), ([-1], 1), ([-3, -1], 0), (None, 1),
+                                           ([2, 1, 0], 0)])
+def test_lower_reduce_ops_over_axes(axes, keepdims):
+    inputs = [("x", F32, ["N", 4, "M"], 0.5, 1.5)]
+    ins = ["x"] if axes is None else ["x", "axes"]
+    inits = {} if axes is None else {"axes": np.array(axes, I64)}
+    nodes = [h.make_node(op, ins, [op], keepdims=keepdims) for op in REDUCE_OPS]
+    check(model(nodes, inputs, list(REDUCE_OPS), inits), inputs)
+
+
+def test_lower_reduce_attribute_axes_opset13():
+    inputs = [("x", F32, ["N", 4, "M"], -1.0, 1.0)]
+    nodes = [h.make_node("ReduceMax", ["x"], ["max"], axes=[-2]),
+             h.make_node("ReduceMean", ["x"], ["mean"], axes=[0, -1], keepdims=0),
+             h.make_node("ReduceLogSumExp", ["x"], ["lse"], axes=[1, 2]),
+             h.make_node("ReduceSum", ["x", "axes"], ["sum"], keepdims=0)]
+    check(model(nodes, inputs, ["max", "mean", "lse", "sum"], {"axes": np.array([1], I64)}, opset=13), inputs)
+
+
+def test_lower_reduce_empty_axes():
+    """Empty axes reduce everything, unless noop_with_empty_axes: then only the op's
+    elementwise part applies (checked against the numpy reference, the spec's reading)."""
+    inputs = [("x", F32, ["N", "M"], 0.5, 1.5)]
+    nodes = [h.make_node("ReduceSum", ["x", "none"], ["sum_all"], keepdims=0),
+             h.make_node("ReduceMean", ["x", "none"], ["mean_all"]),
+             h.make_node("ReduceSum", ["x", "none"], ["sum_noop"], noop_with_empty_axes=1),
+             h.make_node("ReduceMax", ["x", "none"], ["max_noop"], noop_with_empty_axes=1),
+             h.make_node("ReduceSumSquare", ["x", "none"], ["sq_noop"], noop_with_empty_axes=1),
+             h.make_node("ReduceLogSum", ["x", "none"], ["log_noop"], noop_with_empty_axes=1)]
+    m = model(nodes, inputs, [nd.output[0] for nd in nodes], {"none": np.zeros(0, I64)})
+    prog = check(m, inputs, oracle="interp")
+    assert "out4[i0, i1] = in0[i0, i1] * in0[i0, i1]" in str(prog)
+    m = model(nodes[:4], inputs, [nd.output[0] for nd in nodes[:4]], {"none": np.zeros(0, I64)})
+    check(m, inputs)
+
+
+@pytest.mark.parametrize("dt", [I64, I32])
+def test_lower_reduce_integer(dt):
+    inputs = [("x", dt, ["N", 4, "M"], -5, 6)]
+    ops = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceSumSquare")
+    nodes = [h.make_node(op, ["x", "axes"], [op], keepdims=0) for op in ops]
+    nodes.append(h.make_node("ReduceMax", ["x"], ["all"]))
+    check(model(nodes, inputs, list(ops) + ["all"], {"axes": np.array([-1], I64)}), inputs)
+
+
+def test_lower_reduce_bool():
+    inputs = [("b", BOOL, ["N", "M"])]
+    nodes = [h.make_node("ReduceMax", ["b", "axes"], ["any"], keepdims=0),
+             h.make_node("ReduceMin", ["b", "axes"], ["all"], keepdims=1)]
+    check(model(nodes, inputs, ["any", "all"], {"axes": np.array([1], I64)}, opset=20), inputs)
+
+
+def test_lower_reduce_via_check_lowering():
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 6])
+    axes = onnx.numpy_helper.from_array(np.array([-1], I64), "axes")
+    g = h.make_graph([h.make_node("ReduceMean", ["x", "axes"], ["y"])], "g", [x],
+                     [h.make_empty_tensor_value_info("y")], [axes])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 8
+    check_lowering(m, [{"N": 1}, {"N": 5}])
+
+
+def test_lower_reduce_kernel_text():
+    inputs = [("x", F32, ["N", 4, "M"])]
+    nodes = [h.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=0),
+             h.make_node("ReduceLogSumExp", ["x", "axes"], ["lse"])]
+    _, _, prog = compile_model(model(nodes, inputs, ["mean", "lse"], {"axes": np.array([0, -1], I64)}))
+    text = str(prog)
+    assert "out0[i0] = sum(r0 < N, r2 < M: in0[r0, i0, r2]) / f32(M * N)" in text
+    assert "max(m0 < N, m2 < M: in0[m0, i1, m2])" in text  # the max of the stable log-sum-exp
+    assert len(list(prog.computes())) == 2
+
+
+# ---- ArgMax / ArgMin -----------------------------------------------------------------------------
+
+
+def test_lower_argmax_argmin():
+    inputs = [("t", I32, ["N", 4, "M"], 0, 3), ("x", F32, ["N", "M"])]  # t: small ints, many ties
+    nodes = []
+    for op in ("ArgMax", "ArgMin"):
+        for axis in (0, 1, -1):
+            for keep in (0, 1):
+                for last in (0, 1):
+                    attrs = dict(axis=axis, keepdims=keep, select_last_index=last)
+                    nodes.append(h.make_node(op, ["t"], [f"{op}_{axis}_{keep}_{last}"], **attrs))
+        nodes.append(h.make_node(op, ["x"], [f"{op}_f"], axis=-1, keepdims=0))
+    check(model(nodes, inputs, [nd.output[0] for nd in nodes]), inputs)
+
+
+# ---- Softmax family --------------------------------------------------------------------------------
+
+
+def test_lower_softmax_family():
+    inputs = [("x", F32, ["N", 5, "M"], -3.0, 3.0), ("big", F32, ["N", "M"], -200.0, 200.0)]
+    nodes = [h.make_node("Round", ["x"], ["r"])]  # ties for Hardmax
+    for op in ("Softmax", "LogSoftmax", "Hardmax"):
+        for axis in (-1, 1, 0):
+            nodes.append(h.make_node(op, ["r" if op == "Hardmax" else "x"], [f"{op}_{axis}"], axis=axis))
+        nodes.append(h.make_node(op, ["big"], [f"{op}_big"]))  # exp overflows without the max shift
+    check(model(nodes, inputs, [nd.output[0] for nd in nodes[1:]], opset=13), inputs)
+
+
+def test_lower_softmax_is_one_fused_compute():
+    inputs = [("x", F32, ["N", 5, "M"])]
+    nodes = [h.make_node("Softmax", ["x"], ["y"], axis=1)]
+    _, _, prog = compile_model(model(nodes, inputs, ["y"], opset=13))
+    (c,) = prog.computes()
+    text = "\n".join(c.format(""))
+    assert text == ("out0[i0, i1, i2] = exp(in0[i0, i1, i2] - $0) / sum(d < 5: exp(in0[i0, d, i2] - $0))\n"
+                    "    where $0 = max(c < 5: in0[i0, c, i2])")
+
+
+# ---- CumSum ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt,lo,hi", [(F32, -2.0, 2.0), (I64, -9, 10), (I32, -9, 10)])
+def test_lower_cumsum(dt, lo, hi):
+    inputs = [("x", dt, ["N", "M"], lo, hi)]
+    inits = {"a0": np.array(0, I64), "a1": np.array(-1, I32)}
+    nodes = [h.make_node("CumSum", ["x", ax], [f"cs_{ax}_{e}{r}"], exclusive=e, reverse=r)
+             for ax in ("a0", "a1") for e in (0, 1) for r in (0, 1)]
+    check(model(nodes, inputs, [nd.output[0] for nd in nodes], inits), inputs)
+
+
+def test_lower_cumsum_axis_known_only_at_run_time():
+    inputs = [("x", F32, ["N", "M"]), ("axis", I64, [1])]
+    nodes = [h.make_node("CumSum", ["x", "axis"], ["y"], reverse=1)]
+    m = model(nodes, inputs, ["y"])
+    k, _, _ = compile_model(m)
+    x = np.random.default_rng(0).standard_normal((3, 7)).astype(F32)
+    for a in (0, 1, -1, -2):
+        feeds = {"x": x, "axis": np.array([a], I64)}
+        np.testing.assert_allclose(k(x, feeds["axis"])[0], ort_run(m, feeds)["y"], rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeCallError, match="index out of range"):
+        k(x, np.array([2], I64))
