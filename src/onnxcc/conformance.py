@@ -32,6 +32,9 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import hashlib
+import os
+import pickle
 import re
 import signal
 import sys
@@ -88,6 +91,52 @@ class CaseTimeout(BaseException):
 
 @functools.lru_cache(maxsize=1)
 def _all_cases() -> tuple:
+    """Every node case, sorted by name. Generating them takes ~3 s, so they are pickled (with
+    the op each was written for) once per onnx / numpy / Python version under the onnxcc cache
+    directory (ONNXCC_CACHE_DIR, else ~/.cache/onnxcc); ONNXCC_CONFORMANCE_CACHE=0 turns it off."""
+    path = _cache_file()
+    if path is not None and path.is_file():
+        try:
+            with open(path, "rb") as f:
+                fmt, cases, ops = pickle.load(f)
+            if fmt == _CACHE_FORMAT:
+                _CASE_OPS.update(ops)
+                return cases
+        except Exception:  # a stale or torn file: rebuild it
+            pass
+    cases = _generate_cases()
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as f:
+                pickle.dump((_CACHE_FORMAT, cases, dict(_CASE_OPS)), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return cases
+
+
+#: bump when what the cache file holds changes
+_CACHE_FORMAT = 1
+#: case name -> op key, from onnx's generator records (filled by `_all_cases`)
+_CASE_OPS: dict[str, str] = {}
+
+
+def _cache_file() -> Path | None:
+    if os.environ.get("ONNXCC_CONFORMANCE_CACHE", "1").lower() in ("0", "no", "off", "false"):
+        return None
+    import onnx
+
+    from onnxcc.runtime.cache import default_root
+
+    where = Path(onnx.__file__).resolve().parent
+    tag = f"onnx{onnx.__version__}-np{np.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    key = hashlib.sha256(f"{tag}|{where}|{_CACHE_FORMAT}".encode()).hexdigest()[:12]
+    return default_root() / "conformance" / f"cases-{tag}-{key}.pkl"
+
+
+def _generate_cases() -> tuple:
     from onnx.backend.test.case import node
 
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -98,6 +147,12 @@ def _all_cases() -> tuple:
         if c.name not in seen:
             seen.add(c.name)
             out.append(c)
+    # every generator calls expect(node, ...), which records the node under the case name
+    records = getattr(node, "_existing_names", {})
+    for c in out:
+        rec = records.get(base_name(c.name))
+        if rec is not None:
+            _CASE_OPS[c.name] = _op_key(rec.op_type, rec.domain)
     return tuple(sorted(out, key=lambda c: c.name))
 
 
@@ -112,14 +167,10 @@ def _op_key(op_type: str, domain: str) -> str:
 
 def case_op(case) -> str:
     """The op a case was written for (see the module docstring for the rule)."""
-    try:
-        from onnx.backend.test.case import node as _node
-
-        rec = getattr(_node, "_existing_names", {}).get(base_name(case.name))
-    except ImportError:  # pragma: no cover
-        rec = None
-    if rec is not None:
-        return _op_key(rec.op_type, rec.domain)
+    _all_cases()
+    op = _CASE_OPS.get(case.name)
+    if op is not None:
+        return op
     nodes = list(case.model.graph.node)
     kinds = {_op_key(n.op_type, n.domain) for n in nodes}
     if len(kinds) == 1:
@@ -387,11 +438,10 @@ def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Compile with the native backend and run the artifact (placeholder until the backend lands).
+    """Compile with the native backend into a temporary directory, load it, run it.
 
-    Assumes `onnxcc.compile(model, output_path) -> artifact path` and `onnxcc.load(path)` giving
-    an object with `run(list of arrays) -> list of arrays` (or a callable taking the arrays);
-    adjust here once the public API is settled.
+    `onnxcc.compile(model, out_dir, name=...)` builds libNAME.so + NAME.h + NAME.json and
+    `onnxcc.load(out_dir).run(list of arrays)` returns {output name: array} in output order.
     """
     import tempfile
 
@@ -401,11 +451,9 @@ def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     if compile_ is None or load is None:
         raise BackendUnavailable("native backend not built yet")
     with tempfile.TemporaryDirectory(prefix="onnxcc-conf-") as d:
-        art = compile_(model, str(Path(d) / "libcase.so"))
-        lib = load(art if art is not None else str(Path(d) / "libcase.so"))
-        outs = lib.run(inputs) if hasattr(lib, "run") else lib(*inputs)
-        if isinstance(outs, dict):
-            outs = list(outs.values())
+        compile_(model, d, name="conf_case")
+        outs = load(d).run(inputs)
+        outs = list(outs.values()) if isinstance(outs, dict) else list(outs)
         return [np.array(o, copy=True) for o in outs]
 
 

@@ -8,7 +8,7 @@ Stages, in order (each a named stop point for `emit`):
   ir      graph pipeline + specialize: the versioned module (printed IR)
   kernel  each version lowered to a kernel program (printed)
   llvm    one LLVM module holding every version's kernel function
-  asm     target assembly
+  asm     target assembly (ptx: the same, for target cuda)
   lib     NAME.h, NAME.json, libNAME.so (the default)
 """
 
@@ -22,7 +22,8 @@ from .errors import OnnxccError
 from .ir import Module, identifier
 from .ir.printer import print_bool
 
-EMIT_STAGES = ("ir", "kernel", "llvm", "asm", "lib")
+EMIT_STAGES = ("ir", "kernel", "llvm", "asm", "ptx", "lib")
+TARGETS = ("cpu", "cuda")
 
 
 @dataclass
@@ -40,17 +41,24 @@ class CompileOptions:
     divisible: int | None = None
     max_versions: int = 8
     target: str = "cpu"
+    #: target cuda: the PTX target (the device's compute capability must be at least this)
+    cuda_arch: str = "sm_80"
     triple: str | None = None
     cpu: str | None = None
     features: str | None = None
     opt: int = 3
     parallel: bool = True
     cc: str = "cc"
+    #: kernel-level fusion (kernel/fuse.py); False keeps one compute per lowered op
+    fuse: bool = True
+    #: bucket versions (pad up to the next bound, exact masks): {"seq": [64, 128, 512]}
+    buckets: dict[str, list[int]] = field(default_factory=dict)
 
     def cache_key(self) -> dict:
         d = asdict(self)
         d["dims"] = {k: list(v) for k, v in sorted(self.dims.items())}
         d["specialize"] = {k: sorted(v) for k, v in sorted(self.specialize.items())}
+        d["buckets"] = {k: sorted(set(v)) for k, v in sorted(self.buckets.items())}
         return d
 
 
@@ -98,6 +106,18 @@ def vector_width(options: CompileOptions) -> int:
     return 4
 
 
+def target_info(options: CompileOptions):
+    """The schedules' view of the target (vector width, threads on or off)."""
+    from .kernel.schedule import TargetInfo
+
+    feats = options.features
+    if feats is None and options.triple is None:
+        from .codegen.cpu import host_cpu
+
+        feats = host_cpu()[1]
+    return TargetInfo.from_features(feats or "", parallel=options.parallel)
+
+
 def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
     for name, (lo, hi) in dims.items():
         if name not in module.symbols:
@@ -122,6 +142,10 @@ def graph_stage(module: Module, options: CompileOptions, ctx=None) -> Module:
     exact = "|".join(f"{s}:{':'.join(str(v) for v in vals)}" for s, vals in options.specialize.items())
     spec = SpecializePass(exact=exact, one=options.specialize_one, divisible=k, max_versions=options.max_versions)
     run_pipeline(module, [spec], ctx)
+    if options.buckets:
+        from .passes.bucketize import BucketizePass, format_buckets
+
+        run_pipeline(module, [BucketizePass(buckets=format_buckets(options.buckets))], ctx)
     return module
 
 
@@ -130,8 +154,10 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     options = options or CompileOptions()
     if emit not in EMIT_STAGES:
         raise OnnxccError(f"unknown emit stage {emit!r} (one of {', '.join(EMIT_STAGES)})")
-    if options.target != "cpu":
-        raise OnnxccError(f"target {options.target!r} is not supported yet (cpu)")
+    if options.target not in TARGETS:
+        raise OnnxccError(f"unknown target {options.target!r} (one of {', '.join(TARGETS)})")
+    if emit == "ptx" and options.target != "cuda":
+        raise OnnxccError("--emit ptx needs --target cuda")
     t = {}
     t0 = time.perf_counter()
     module = load_module(model)
@@ -147,20 +173,46 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
         art.text = str(module)
         return art
 
-    from .kernel.plan_memory import plan as plan_memory
+    from .kernel.control import has_control, optimize_nested
+    from .kernel.fuse import fuse
+    from .kernel.plan_memory import plan as plan_memory, reserve_scratch
+    from .kernel.schedule import facts_from_attrs, schedule_program
     from .passes.lower import lower_function
 
     t0 = time.perf_counter()
     versions = [module.functions[v] for v in module.dispatch["main"]]
     programs = []
+    stats: dict[str, dict] = {}  # per version: kernel counts and memory figures (VersionSpec.info)
+    target = target_info(options)
     for k, f in enumerate(versions):
         prog = lower_function(module, f, f"{name}_v{k}")
-        programs.append((f, prog, plan_memory(prog)))
+        before = sum(1 for _ in prog.computes())
+        if options.fuse:
+            fuse(prog, module.symbols)
+        # schedules (vector width, tails the version's divisibility facts remove, parallel
+        # axis, the GEMM path) come before memory planning: GEMM packing needs scratch
+        if options.target == "cpu":  # CUDA kernels map the domain to the grid themselves
+            schedule_program(prog, target, facts_from_attrs(f.attrs.get("multiple_of", []), module.symbols))
+        if has_control(prog):  # the same fusion and schedules inside If / Loop / Scan bodies
+            optimize_nested(prog, module.symbols, fuse=options.fuse,
+                            target=target if options.target == "cpu" else None,
+                            facts=facts_from_attrs(f.attrs.get("multiple_of", []), module.symbols))
+        mplan = plan_memory(prog, module.symbols)
+        stats[prog.name] = {"kernels_before": before, "kernels_after": sum(1 for _ in prog.computes()),
+                            "arena_bytes": str(mplan.workspace_bytes), "peak_live_bytes": str(mplan.peak_live_bytes),
+                            "total_bytes": str(mplan.total_bytes)}
+        programs.append((f, prog, reserve_scratch(mplan, prog)))
     t["lower"] = time.perf_counter() - t0
     if emit == "kernel":
-        art.text = "\n\n".join(f"// version {k}: @{f.name} guard {print_bool(f.guard)}\n{p}"
+        art.text = "\n\n".join(f"// version {k}: @{f.name} guard {print_bool(f.guard)}\n"
+                               f"// kernels {stats[p.name]['kernels_before']} -> {stats[p.name]['kernels_after']}, "
+                               f"arena {stats[p.name]['arena_bytes']}, peak {stats[p.name]['peak_live_bytes']}\n{p}"
                                for k, (f, p, _) in enumerate(programs))
         return art
+    if options.target == "cuda":
+        from .driver_cuda import finish_cuda
+
+        return finish_cuda(art, module, programs, options, emit)
 
     from llvmlite import ir as llir
 
@@ -188,7 +240,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     from .codegen.link import build_library
 
     t0 = time.perf_counter()
-    spec = artifact_spec(module, name, programs, options)
+    spec = artifact_spec(module, name, programs, options, stats)
     lib = build_library(spec, [obj_path], out, cc=options.cc)
     obj_path.unlink()
     t["link"] = time.perf_counter() - t0
@@ -197,7 +249,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     return art
 
 
-def artifact_spec(module: Module, name: str, programs, options: CompileOptions):
+def artifact_spec(module: Module, name: str, programs, options: CompileOptions, stats: dict | None = None):
     from .codegen.abi import ArtifactSpec, TensorSig, VersionSpec
     from .codegen.cpu import host_cpu
 
@@ -214,13 +266,17 @@ def artifact_spec(module: Module, name: str, programs, options: CompileOptions):
             workspace_bytes=mplan.workspace_bytes, kind=kind,
             info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
                   "workspace_bytes": str(mplan.workspace_bytes),
-                  "multiple_of": list(f.attrs.get("multiple_of", []))}))
+                  "multiple_of": list(f.attrs.get("multiple_of", [])),
+                  **(stats or {}).get(prog.name, {}),
+                  **({"bucket": f.attrs["bucket"], "symbol": f.attrs["symbol"]} if kind == "bucket" else {})}))
     constraints = [(c.expr, c.origin) for c in module.constraints]
     triple = options.triple or __import__("llvmlite.binding", fromlist=["x"]).get_process_triple()
     cpu = options.cpu or host_cpu()[0]
     meta = {"options": options.cache_key(), "cpu": cpu,
             "dropped_versions": list(module.attrs.get("dropped_versions", []))}
-    return ArtifactSpec(name, inputs, outputs, list(module.symbols), constraints, versions, "cpu", triple, meta)
+    spec = ArtifactSpec(name, inputs, outputs, list(module.symbols), constraints, versions, "cpu", triple, meta)
+    spec.run_dims = dict(programs[-1][1].run_dims)  # run-determined dims (control flow): the generic bounds
+    return spec
 
 
 def _record_timings(art: Artifact) -> None:

@@ -69,6 +69,7 @@ from .compile_cmd import compile_  # noqa: E402
 from .inspect_cmd import inspect  # noqa: E402
 from .ir_cmd import ir  # noqa: E402
 from .run_cmd import run  # noqa: E402
+from .simulate_cmd import simulate  # noqa: E402
 
-for _command in (ir, compile_, run, inspect):
+for _command in (ir, compile_, run, inspect, simulate):
     main.add_command(_command)

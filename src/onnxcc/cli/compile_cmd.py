@@ -13,7 +13,8 @@ from .options import compile_flags
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="artifact directory (default: ./NAME)")
-@click.option("--emit", type=click.Choice(["ir", "kernel", "llvm", "asm", "lib"]), default="lib", show_default=True,
+@click.option("--emit", type=click.Choice(["ir", "kernel", "llvm", "asm", "ptx", "lib"]), default="lib",
+              show_default=True,
               help="stop after this stage; all but lib print the stage's text to stdout")
 @click.option("--print-ir-after-all", is_flag=True, help="print the IR after every graph pass (stderr)")
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path), help="IR after each pass, one file each")

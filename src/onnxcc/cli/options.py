@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import inspect
+from pathlib import Path
 
 import click
 
@@ -20,21 +22,47 @@ def compile_flags(fn):
     @click.option("--divisible", type=int, default=None, metavar="K",
                   help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
     @click.option("--max-versions", type=int, default=8, show_default=True, help="bound on versions (generic included)")
-    @click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+    @click.option("--bucket", "bucket_specs", multiple=True, metavar="SYM=B1,B2,...|SYM=auto",
+                  help="bucket versions: pad SYM up to the next bound (exact masks); auto: chosen from --trace")
+    @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="observed values of the bucketed symbol: one per line, or VALUE,COUNT")
+    @click.option("--max-buckets", type=int, default=4, show_default=True, help="bucket count for --bucket SYM=auto")
+    @click.option("--target", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+    @click.option("--cuda-arch", default="sm_80", show_default=True, metavar="sm_XY",
+                  help="target cuda: the PTX target (the GPU's compute capability must be at least this)")
     @click.option("--triple", default=None, help="LLVM target triple (default: the host)")
     @click.option("--cpu", "cpu_name", default=None, help="LLVM CPU name (default: the host's)")
     @click.option("--features", default=None, help="LLVM target features (default: the host's)")
     @click.option("--no-parallel", is_flag=True, help="emit single-threaded kernels")
+    @click.option("--no-fuse", is_flag=True, help="no kernel-level fusion (one compute per lowered op)")
     @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
     @functools.wraps(fn)
-    def wrapper(*args, name, dims, specs, no_specialize_one, divisible, max_versions, target, triple, cpu_name,
-                features, no_parallel, opt, **kwargs):
+    def wrapper(*args, name, dims, specs, no_specialize_one, divisible, max_versions, target, cuda_arch, triple,
+                cpu_name,
+                features, no_parallel, no_fuse, opt, bucket_specs, trace, max_buckets, **kwargs):
         from ..driver import CompileOptions
 
         options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
                                  specialize_one=not no_specialize_one, divisible=divisible,
-                                 max_versions=max_versions, target=target, triple=triple, cpu=cpu_name,
-                                 features=features, opt=opt, parallel=not no_parallel)
+                                 max_versions=max_versions, target=target, cuda_arch=cuda_arch, triple=triple,
+                                 cpu=cpu_name,
+                                 features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse)
+        buckets, auto = parse_buckets(bucket_specs)
+        choices = []
+        if auto and "model" in kwargs:
+            from ..simulate import auto_buckets
+
+            if trace is None:
+                raise OnnxccError(f"--bucket {auto[0]}=auto needs --trace FILE (observed values of {auto[0]})")
+            for symbol in auto:
+                choice = auto_buckets(kwargs["model"], options, symbol, trace, max_buckets)
+                click.echo(choice.report(), err=True)
+                buckets[symbol] = choice.buckets
+                choices.append(choice)
+        options.buckets = buckets
+        wanted = inspect.signature(fn).parameters
+        extra = {"trace": trace, "max_buckets": max_buckets, "bucket_choices": choices, "auto_buckets": auto}
+        kwargs.update({k: v for k, v in extra.items() if k in wanted})
         return fn(*args, options=options, **kwargs)
 
     return wrapper
@@ -65,6 +93,27 @@ def parse_specs(items) -> dict[str, list[int]]:
         except ValueError:
             raise OnnxccError(f"--specialize {item!r}: expected SYM=V[,V...], e.g. batch=1") from None
     return out
+
+
+def parse_buckets(items) -> tuple[dict[str, list[int]], list[str]]:
+    """['seq=16,64', 'batch=auto'] -> ({'seq': [16, 64]}, ['batch'])."""
+    out: dict[str, list[int]] = {}
+    auto: list[str] = []
+    for item in items:
+        name, sep, vals = item.partition("=")
+        name = name.strip()
+        if sep and vals.strip() == "auto":
+            auto.append(name)
+            continue
+        try:
+            nums = [int(v) for v in vals.split(",")] if sep and name else []
+            if not nums or any(n < 1 for n in nums):
+                raise ValueError
+        except ValueError:
+            raise OnnxccError(f"--bucket {item!r}: expected SYM=B1,B2,... (positive) or SYM=auto, "
+                              "e.g. seq=64,128,512") from None
+        out.setdefault(name, []).extend(nums)
+    return {k: sorted(set(v)) for k, v in out.items()}, auto
 
 
 def parse_assignments(text: str, flag: str) -> dict[str, int]:

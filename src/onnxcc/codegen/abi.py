@@ -117,6 +117,11 @@ class ArtifactSpec:
     metadata: dict = field(default_factory=dict)
     device: DeviceCode | None = None
     """target "cuda": the PTX and what the runtime needs to load it"""
+    run_dims: dict[str, Any] = field(default_factory=dict)
+    """run-determined symbols (a loop's data-dependent trip count, a branch-dependent extent)
+    -> their upper bound over the input symbols: the dispatcher binds the symbol to the
+    bound (outputs are allocated for it), the kernel writes the true value back into its
+    `syms` slot, and `NAME_output_dims` reports it after the run"""
 
     def symbol_index(self) -> dict[str, int]:
         return {s.name: k for k, s in enumerate(self.symbols)}
@@ -146,6 +151,10 @@ class ArtifactSpec:
                     _check_symbols(d, known, f'{kind} "{t.name}" dim {j}')
         for expr, origin in self.constraints:
             _check_symbols(expr, known, f"constraint from {origin or '?'}")
+        for name, bound in self.run_dims.items():
+            if name not in known:
+                raise ValueError(f"run-determined symbol {name} is not a declared symbol")
+            _check_symbols(bound, known - set(self.run_dims), f"upper bound of run-determined symbol {name}")
 
 
 def _check_symbols(e, known: set[str], where: str) -> None:

@@ -285,11 +285,9 @@ class _KernelEmitter:
         if par is None:
             work = domain_work(c)
             par = self.opts.parallel and not (isinstance(work, int) and work < self.opts.parallel_min_work)
-        else:
-            par = bool(par) and self.opts.parallel  # the option can always switch threads off
-        tail = getattr(sch, "vector_tail", "scalar")
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
-                        getattr(sch, "unroll", None), tail)
+                        getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
+                        bool(getattr(sch, "strip_mine", False)))
 
     def emit_compute(self, ctx: _FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
@@ -332,7 +330,7 @@ class _KernelEmitter:
             for j in range(first, len(names)):
                 v = plan.order[j]
                 innermost = j + 1 == len(names)
-                if innermost and plan.vector_width:
+                if innermost and plan.vector_width and plan.strip_mine:
                     self.emit_strip_mined(em, ctx, c, plan, v, vals, i64(0), ctx.dim(exts[v]))
                     return
                 md = loop_metadata(self.module, plan.vector_width, plan.unroll) if innermost else None
@@ -363,8 +361,9 @@ class _KernelEmitter:
             b.sub(hi, lo, name=f"{name}.count", flags=("nsw",))
         chunks = b.udiv(count, i64(vw), name=f"{name}.chunks")
         divisible = plan.vector_tail == "none"
-        vec_md = loop_metadata(self.module, vw, None)
-        with for_range(b, chunks, f"{name}.vo", guard=not divisible) as jo:
+        vec_md = loop_metadata(self.module, vw, None, no_unroll=True)
+        with for_range(b, chunks, f"{name}.vo", guard=not divisible,
+                       metadata=scalar_loop_metadata(self.module, unroll=True)) as jo:
             base = b.add(lo, b.mul(jo, i64(vw), name=f"{name}.base", flags=("nuw", "nsw")),
                          name=f"{name}.base", flags=("nuw", "nsw"))
             with for_range(b, i64(vw), f"{name}.vi", guard=False, metadata=vec_md) as ji:
@@ -383,7 +382,7 @@ class _KernelEmitter:
         rank = len(c.vars)
         ncol = rank - 1 if rank >= 2 else 1
         b = ctx.b
-        if rank == 1 and plan.vector_width:
+        if rank == 1 and plan.vector_width and plan.strip_mine:
             # one axis: run groups of whole vector chunks in parallel
             ncol = 0
             body = self._parallel_body(c, plan, ncol, md)
@@ -493,7 +492,8 @@ class _KernelEmitter:
 class NestPlan:
     """The loop structure of one compute. Read from `Compute.schedule` when present (any
     object with optional attributes `order` (var names, outermost first), `parallel`
-    (bool), `vector_width` and `unroll` (ints, for the innermost loop)), else defaults."""
+    (bool), `vector_width` and `unroll` (ints, for the innermost loop), `strip_mine` and
+    `vector_tail` (see kernel/schedule.py)), else defaults."""
 
     order: tuple[int, ...]
     parallel: bool
@@ -501,11 +501,18 @@ class NestPlan:
     unroll: int | None = None
     vector_tail: str = "scalar"
     """"none": the innermost extent is a proven multiple of vector_width (no tail loop)"""
+    strip_mine: bool = False
+    """split the innermost loop into vector_width chunks + tail (else vector_width is only
+    a hint to LLVM's loop vectorizer)"""
 
 
 STMT_EMITTERS: dict[type[Stmt], Callable[[_KernelEmitter, _FnCtx, Stmt, int], None]] = {
     Compute: _KernelEmitter.emit_compute,  # type: ignore[dict-item]
 }
+
+from .cpu_control import CONTROL_EMITTERS  # noqa: E402  (If / Loop / WriteAt / SetSymbol: kernel/control.py)
+
+STMT_EMITTERS.update(CONTROL_EMITTERS)  # type: ignore[arg-type]
 
 
 # ---- object code ----------------------------------------------------------------------------

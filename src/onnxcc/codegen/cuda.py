@@ -15,7 +15,10 @@ The compute's domain is flattened (row-major, so neighbouring threads touch neig
 elements of the output) and run as a grid-stride loop over `[0, numel)`: thread `t` of
 the grid takes `t, t + gridsize, ...`. The host launches `KernelLaunch.work` = numel
 threads' worth of work (blocks of `BLOCK` threads, the grid capped by the runtime) and
-never launches an empty domain. Reductions run per thread. A failing check stores its
+never launches an empty domain. Reductions run per thread. A compute with a reduction
+that does not depend on its innermost var (softmax, normalisations: a row statistic)
+runs row-wise instead: the grid strides over the outer vars, and each thread computes the
+row's reductions once and loops over the row, rather than every element recomputing them. A failing check stores its
 error code into `*status` and leaves; every kernel starts by leaving when `*status` is
 already nonzero, and the host reads `*status` after the version's last kernel.
 
@@ -30,11 +33,12 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+import sympy
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, DType, canon
-from onnxcc.kernel.expr import dim_to_expr
+from onnxcc.kernel.expr import Reduce, dim_to_expr, free_vars, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram
 
@@ -44,7 +48,7 @@ from .cpu import optimize as optimize_module
 from .cuda_math import FUNCTIONS as MATH_FUNCTIONS
 from .cuda_math import INTRINSIC_REPLACEMENTS, math_function
 from .llvm_exprs import F32, F64, AccessMetadata, ExprEmitter
-from .llvm_helpers import I32, I64, PTR, VOID, i32, i64, move_to_end, name_unnamed
+from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, i64, move_to_end, name_unnamed
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_80"
@@ -84,11 +88,16 @@ def const_symbol(data: np.ndarray) -> str:
 class CudaModule:
     """One NVPTX LLVM module holding the kernels of every version of an artifact."""
 
-    def __init__(self, name: str, arch: str = DEFAULT_ARCH):
+    def __init__(self, name: str, arch: str = DEFAULT_ARCH, *, emulate: bool = False):
         parse_arch(arch)
         self.arch = arch
+        self.emulate = emulate
+        """host emulation (tests): plain functions taking the special registers (tid.x, ntid.x,
+        ctaid.x, nctaid.x) as four trailing i32 parameters, consts in address space 0; the
+        same kernels, JIT-compiled for the host and run one "thread" per call"""
         self.ir = ir.Module(name=name)
-        self.ir.triple = TRIPLE
+        if not emulate:
+            self.ir.triple = TRIPLE
         self.kernels: list[str] = []
         """kernel entry names, in emission order (the host refers to them by index)"""
         self.consts: dict[str, bytes] = {}
@@ -104,10 +113,11 @@ class CudaModule:
             work = _numel(stmt.extents)
             if isinstance(work, int) and work == 0:
                 continue
+            work = grid_work(stmt)
             name = f"{prefix}_k{j}"
             if name in self.ir.globals:
                 raise CompileError(f"cuda codegen: kernel {name} already exists in module {self.ir.name}")
-            _KernelBuilder(self, program, plan, stmt, name, j).run()
+            _KernelBuilder(self, program, plan, stmt, name).run()
             self.kernels.append(name)
             launches.append(KernelLaunch(name, work))
         return launches
@@ -118,7 +128,7 @@ class CudaModule:
         if g is None:
             raw = data.tobytes()
             ty = ir.ArrayType(ir.IntType(8), max(1, len(raw)))
-            g = ir.GlobalVariable(self.ir, ty, name=name, addrspace=1)
+            g = ir.GlobalVariable(self.ir, ty, name=name, addrspace=0 if self.emulate else 1)
             g.initializer = ir.Constant(ty, None)  # zeros: the host writes the data at load time
             g.align = 64
             self.consts[name] = raw
@@ -142,6 +152,23 @@ def emit_ptx(modules, arch: str = DEFAULT_ARCH, opt: int = 3, features: str = ""
     return tm.emit_assembly(mod)
 
 
+def row_wise(c: Compute) -> bool:
+    """Whether `c` runs a row per thread: rank >= 2 and some reduction depends on no var
+    but the outer ones (so computing it once per row saves a factor of the row length)."""
+    if len(c.vars) < 2:
+        return False
+    outer = set(c.var_names[:-1])
+    return any(isinstance(n, Reduce) and free_vars(n) <= outer for n in walk(c.body))
+
+
+def grid_work(c: Compute) -> Dim:
+    """The iterations of the kernel's grid-stride loop: the domain's size, or for a row-wise
+    compute the number of rows (0 when the rows are empty)."""
+    if not row_wise(c):
+        return _numel(c.extents)
+    return canon(_numel(c.extents[:-1]) * sympy.Min(c.extents[-1], 1))
+
+
 def _numel(extents: Sequence[Dim]) -> Dim:
     n: Dim = 1
     for d in extents:
@@ -155,14 +182,15 @@ def _numel(extents: Sequence[Dim]) -> Dim:
 class _KernelBuilder:
     """Builds one kernel entry for one compute (implements llvm_exprs.FunctionContext)."""
 
-    def __init__(self, owner: CudaModule, program: KernelProgram, plan: MemoryPlan, c: Compute, name: str,
-                 index: int):
+    def __init__(self, owner: CudaModule, program: KernelProgram, plan: MemoryPlan, c: Compute, name: str):
         self.owner, self.program, self.plan, self.c = owner, program, plan, c
         self.module = owner.ir
         nsym, nin, nout = len(program.symbols), len(program.inputs), len(program.outputs)
-        fnty = ir.FunctionType(VOID, [I64] * nsym + [PTR] * (nin + nout + 2))
+        nsreg = len(_SREGS) if owner.emulate else 0
+        fnty = ir.FunctionType(VOID, [I64] * nsym + [PTR] * (nin + nout + 2) + [I32] * nsreg)
         fn = ir.Function(self.module, fnty, name=name)
-        fn.calling_convention = "ptx_kernel"
+        if not owner.emulate:
+            fn.calling_convention = "ptx_kernel"
         fn.attributes.add("nounwind")
         args = list(fn.args)
         for a, s in zip(args, program.symbols):
@@ -175,11 +203,13 @@ class _KernelBuilder:
             a.name = n
             a.add_attribute("noalias")
             a.add_attribute("noundef")
+        self.sregs = dict(zip(_SREGS, args[len(args) - nsreg:])) if nsreg else {}
+        args = args[:len(args) - nsreg]
         self.ws, self.status = args[-2], args[-1]
         self.ws.name, self.status.name = "workspace", "status"
         for a in (self.ws, self.status):
             a.add_attribute("noalias")
-        self.fn, self.args, self.index = fn, args, index
+        self.fn, self.args = fn, args
         self.eb = ir.IRBuilder(fn.append_basic_block("entry"))
         self.start = fn.append_basic_block("start")
         self.b = ir.IRBuilder(self.start)
@@ -230,7 +260,7 @@ class _KernelBuilder:
                             source_etype=ir.IntType(8))
         else:
             g = self.owner.const_global(buf.data)  # type: ignore[arg-type]
-            p = self.eb.addrspacecast(g, PTR, name=f"{name}.data")
+            p = g if self.owner.emulate else self.eb.addrspacecast(g, PTR, name=f"{name}.data")
         self._ptrs[name] = p
         return p
 
@@ -271,6 +301,8 @@ class _KernelBuilder:
                               store=[("alias.scope", writes), ("noalias", reads)])
 
     def sreg(self, name: str) -> ir.Value:
+        if self.sregs:
+            return self.b.zext(self.sregs[name], I64, name=name.replace(".", "_"))
         fn = self.module.globals.get(f"llvm.nvvm.read.ptx.sreg.{name}")
         if fn is None:
             fn = ir.Function(self.module, ir.FunctionType(I32, []), name=f"llvm.nvvm.read.ptx.sreg.{name}")
@@ -289,7 +321,8 @@ class _KernelBuilder:
         first = b.add(b.mul(ctaid, ntid, name="block.base", flags=("nuw", "nsw")), tid, name="gid",
                       flags=("nuw", "nsw"))
         step = b.mul(nctaid, ntid, name="grid.size", flags=("nuw", "nsw"))
-        total = self.dim(_numel(c.extents))
+        total = self.dim(grid_work(c))
+        rows = row_wise(c)
         em = CudaExprEmitter(self, b, access_md=self.access_md())
         em.hoist(c.body)
         pre = b.block
@@ -299,16 +332,25 @@ class _KernelBuilder:
         p = b.phi(I64, name="flat")
         p.add_incoming(first, pre)
         names, exts = c.var_names, c.extents
+        grid = names[:-1] if rows else names
         vals: dict[str, ir.Value] = {}
         rest: ir.Value = p
-        for k in range(len(names) - 1, 0, -1):
+        for k in range(len(grid) - 1, 0, -1):
             e = self.dim(exts[k])
             vals[names[k]] = b.urem(rest, e, name=names[k])
             rest = b.udiv(rest, e, name=f"flat.{names[k]}")
-        if names:
+        if grid:
             vals[names[0]] = rest
-        em.push(vals, dict(zip(names, exts)))
-        em.store(c.out, [vals[n] for n in names], em.emit(c.body))
+        em.push(dict(vals), dict(zip(grid, exts)))
+        if rows:
+            em.hoist(c.body)  # the row's reductions, once
+            with for_range(b, self.dim(exts[-1]), names[-1], guard=False) as j:
+                vals[names[-1]] = j
+                em.push({names[-1]: j}, {names[-1]: exts[-1]})
+                em.store(c.out, [vals[n] for n in names], em.emit(c.body))
+                em.pop()
+        else:
+            em.store(c.out, [vals[n] for n in names], em.emit(c.body))
         em.pop()
         latch = b.block
         nxt = b.add(p, step, name="flat.next", flags=("nuw", "nsw"))

@@ -49,7 +49,9 @@ DL_DTYPE = {
 TARGET_DEVICES = {"cpu": ("kDLCPU",), "cuda": ("kDLCUDA", "kDLCUDAManaged")}
 
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
-_DISPATCH_STATICS = {"bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl"}
+_DISPATCH_STATICS = {"bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl", "run_syms_tl",
+                     "run_ok_tl"}
+_CUDA_STATICS = {"cuda_image", "cuda_kernels", "cuda_consts", "cuda_kernel_errors", "shape_devices"}
 
 
 def _dlpack_types() -> str:
@@ -85,9 +87,12 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(text(d) for d in shape) + "]"
 
 
-def _api_names(name: str) -> list[str]:
+def _api_names(name: str, target: str = "cpu", run_dims: bool = False) -> list[str]:
+    """The exported functions; `NAME_output_dims` only where some dim is run-determined."""
+    extra = ("set_stream",) if target == "cuda" else ()
+    extra += ("output_dims",) if run_dims else ()
     return [f"{name}_{f}" for f in ("run", "output_shape", "last_error", "num_versions", "version_info",
-                                    "last_version")]
+                                    "last_version", *extra)]
 
 
 class _Msg:
@@ -186,7 +191,8 @@ def _plan(spec: ArtifactSpec) -> _Plan:
             order.append(b)
             solved.add((i, j))
             changed = True
-    missing = [s.name for s in spec.symbols if s.name not in bound]
+    # run-determined symbols are bound to their upper bound after the others (see _run_dims_doc)
+    missing = [s.name for s in spec.symbols if s.name not in bound and s.name not in spec.run_dims]
     if missing:
         raise CompileError(
             f"artifact {spec.name}: symbol(s) {', '.join(missing)} cannot be determined from the input "
@@ -211,8 +217,12 @@ def generate_header(spec: ArtifactSpec) -> str:
     if spec.symbols:
         doc.append(" *\n * symbols (bound from the input dims at every call):")
         for s in spec.symbols:
+            if s.name in spec.run_dims:  # listed below
+                continue
             mult = f", multiple of {s.multiple_of}" if s.multiple_of > 1 else ""
             doc.append(f" *   {s.name} in [{s.lo}, {s.hi}]{mult}")
+    if spec.run_dims:
+        doc += _run_dims_doc(spec)
     if spec.constraints:
         doc.append(" *\n * checked at every call:")
         for expr, origin in spec.constraints:
@@ -222,6 +232,12 @@ def generate_header(spec: ArtifactSpec) -> str:
         doc.append(f" *   {k}: {v.kind}, {_comment(_guard_text(v))}")
     doc.append(" */")
     codes = ",\n".join(f"  {up}_{k} = {v}" for k, v in ERROR_CODES.items())
+    where = "on the CPU" if spec.target == "cpu" else "on one CUDA device (device pointers)"
+    stream = "" if spec.target == "cpu" else f"""
+/* The CUstream this thread's next {n}_run calls launch on (NULL: the default stream).
+ * {n}_run waits for its kernels on that stream before it returns. Thread-local. */
+{up}_API void {n}_set_stream(void *stream);
+"""
     return "\n".join(doc) + f"""
 #ifndef {up}_H_
 #define {up}_H_
@@ -247,7 +263,7 @@ enum {{
 #endif
 
 /* Runs the model. inputs/outputs: {up}_NUM_INPUTS / {up}_NUM_OUTPUTS tensors in the
- * order listed above, on the CPU, compact row-major (strides NULL or compact). Outputs
+ * order listed above, {where}, compact row-major (strides NULL or compact). Outputs
  * are allocated by the caller with the shapes {n}_output_shape reports. Re-entrant and
  * thread-safe; each call allocates its own workspace. Returns {up}_OK or an error code. */
 {up}_API int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs);
@@ -255,7 +271,7 @@ enum {{
 /* Writes the shape of output `output` (its rank many int64_t) for these inputs, after
  * the same checks {n}_run makes of them. Only the inputs' shapes and dtypes are read. */
 {up}_API int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape);
-
+{_output_dims_decl(spec)}
 /* The message of this thread's last failed call, "" when it succeeded. */
 {up}_API const char *{n}_last_error(void);
 
@@ -265,11 +281,35 @@ enum {{
 {up}_API int {n}_num_versions(void);
 {up}_API const char *{n}_version_info(int version);
 {up}_API int {n}_last_version(void);
-
+{stream}
 #ifdef __cplusplus
 }}
 #endif
 #endif /* {up}_H_ */
+"""
+
+
+def _run_dims_doc(spec: ArtifactSpec) -> list[str]:
+    lines = [" *", " * determined by the run (data-dependent: a loop's trip count, the extent of the branch",
+             " * taken), at most:"]
+    for name, bound in spec.run_dims.items():
+        lines.append(f" *   {name} <= {_comment(text(bound))}")
+    lines += [" * An output with such a dim is allocated for the upper bound: {n}_output_shape reports",
+              " * it. {n}_run lays the data out row-major in that allocated shape; after the run,",
+              " * {n}_output_dims gives the true extents, and the valid elements are the leading",
+              " * corner [0, d0) x [0, d1) x ... of the allocation (a compact prefix when only the",
+              " * leading dim is run-determined, as for a Loop's stacked scan outputs)."]
+    return [line.replace("{n}", spec.name) for line in lines]
+
+
+def _output_dims_decl(spec: ArtifactSpec) -> str:
+    if not spec.run_dims:
+        return ""
+    n, up = spec.name, spec.name.upper()
+    return f"""
+/* The true shape of output `output` after this thread's last successful {n}_run (some
+ * dims are determined by the run, see above); {up}_ERR_ARGS if there was none. */
+{up}_API int {n}_output_dims(int output, int64_t *shape);
 """
 
 
@@ -293,7 +333,11 @@ class _Dispatch:
         if spec.target not in TARGET_DEVICES:
             raise CompileError(f"artifact {spec.name}: unknown target {spec.target!r} "
                                f"(known: {', '.join(TARGET_DEVICES)})")
-        clash = sorted({v.symbol for v in spec.versions} & (_DISPATCH_STATICS | set(_api_names(spec.name))))
+        if spec.target == "cuda" and spec.device is None:
+            raise CompileError(f"artifact {spec.name}: target cuda needs the device code (spec.device)")
+        statics = _DISPATCH_STATICS | (_CUDA_STATICS if spec.target == "cuda" else set())
+        own = statics | set(_api_names(spec.name, spec.target, True))
+        clash = sorted({v.symbol for v in spec.versions} & own)
         if clash or any(v.symbol.startswith("onnxcc_") for v in spec.versions):
             raise CompileError(f"artifact {spec.name}: kernel symbol(s) {clash or 'onnxcc_*'} clash with the "
                                "dispatcher's own names")
@@ -315,7 +359,8 @@ class _Dispatch:
 
     def sym_context(self, msg: _Msg, e, only: bool = False) -> None:
         """' (seq = 7 bound by input "y" dim 0; ...)' for the symbols of e."""
-        syms = sorted((s.name for s in sympy.sympify(e).free_symbols), key=lambda n: self.bind[n].index)
+        index = self.spec.symbol_index()
+        syms = sorted((s.name for s in sympy.sympify(e).free_symbols), key=lambda n: index[n])
         if not syms:
             return
         msg.text(" (")
@@ -323,7 +368,7 @@ class _Dispatch:
             if k:
                 msg.text("; ")
             msg.text(f"{name} = ").value(self.names[name])
-            if not only:
+            if not only and name in self.bind:
                 msg.text(f" {self.bind[name].provenance}")
         msg.text(")")
 
@@ -331,8 +376,13 @@ class _Dispatch:
     def prelude(self) -> str:
         s = self.spec
         kernels = sorted({v.symbol for v in s.versions})
-        decls = "\n".join(f"extern int32_t {k}(const int64_t *syms, void *const *inputs,\n"
-                           f"{' ' * (16 + len(k))}void *const *outputs, void *workspace);" for k in kernels)
+        if s.target == "cuda":
+            from .cuda_host import prelude as cuda_prelude
+
+            decls = cuda_prelude(s, self.names)
+        else:
+            decls = "\n".join(f"extern int32_t {k}(const int64_t *syms, void *const *inputs,\n"
+                               f"{' ' * (16 + len(k))}void *const *outputs, void *workspace);" for k in kernels)
         infos = ",\n".join(f'  "{_c_string(_version_info_text(k, v))}"' for k, v in enumerate(s.versions))
         devices = ", ".join(TARGET_DEVICES[s.target])
         asserts = "\n".join(f'_Static_assert((int){self.up}_{k} == (int)ONNXCC_{k}, "return codes drifted");'
@@ -355,7 +405,7 @@ static const char *const version_infos[{len(s.versions)}] = {{
 
 /* thread-local, so concurrent callers each see their own */
 static __thread int last_version_tl = -1;
-
+{self.run_statics()}
 /* device types this target's kernels can read */
 static const int32_t devices[] = {{{devices}}};
 #define NUM_DEVICES ((int)(sizeof devices / sizeof devices[0]))
@@ -363,28 +413,34 @@ static const int32_t devices[] = {{{devices}}};
 {asserts}
 """
 
-    def tensor_check_call(self, kind: str, arr: str, k: int, t: TensorSig) -> str:
+    def tensor_check_call(self, kind: str, arr: str, k: int, t: TensorSig, devs: str = "devices",
+                          n_devs: str = "NUM_DEVICES") -> str:
         code, bits = DL_DTYPE[t.dtype]
-        return (f'  if ((rc = onnxcc_check_tensor(&{arr}[{k}], "{kind}", "{_c_string(t.name)}", devices, '
-                f'NUM_DEVICES, {t.rank}, {code}, {bits}, "{t.dtype.value}", '
+        return (f'  if ((rc = onnxcc_check_tensor(&{arr}[{k}], "{kind}", "{_c_string(t.name)}", {devs}, '
+                f'{n_devs}, {t.rank}, {code}, {bits}, "{t.dtype.value}", '
                 f'"{_c_string(_shape_text(t.shape))}")) != 0) return rc;')
 
     def bind_fn(self) -> str:
         s = self.spec
         count = _Msg(f"expected {len(s.inputs)} inputs ({', '.join(t.name for t in s.inputs)}), got ")
-        out = ["/* Validates the inputs and binds s[] from their dims. */",
-               "static int bind_inputs(const DLTensor *inputs, int n_inputs, int64_t *s) {",
+        out = ["/* Validates the inputs (on one of devs[]) and binds s[] from their dims. */",
+               "static int bind_inputs(const DLTensor *inputs, int n_inputs, int64_t *s, const int32_t *devs, "
+               "int n_devs) {",
                "  int rc = 0;", "  (void)s; (void)rc;",
                f"  if (n_inputs != {len(s.inputs)}) " + count.value("n_inputs").fail(self.code("ERR_ARGS")),
                "  if (inputs == NULL && n_inputs > 0) " + _Msg("inputs is NULL").fail(self.code("ERR_ARGS"))]
         for k, t in enumerate(s.inputs):
-            out.append(self.tensor_check_call("input", "inputs", k, t))
+            out.append(self.tensor_check_call("input", "inputs", k, t, "devs", "n_devs"))
         out.append("  /* bind each symbol where it first appears, then check its range at once */")
         for b in self.plan.bindings:
             out += self.binding(b)
         out.append("  /* every other input dim must agree with the bound symbols */")
         for i, j, d in self.plan.checks:
             out += self.dim_check(i, j, d)
+        if s.run_dims:
+            out.append("  /* run-determined dims: the upper bound (the kernel writes back the true value) */")
+        for name, bound in s.run_dims.items():
+            out.append(f"  {self.names[name]} = {self.ci(canon(bound))};")
         if s.constraints:
             out.append("  /* the model's own constraints */")
         for expr, origin in s.constraints:
@@ -459,7 +515,8 @@ static const int32_t devices[] = {{{devices}}};
         lines = [f"int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs) {{",
                  "  int64_t s[SYM_CAP];", "  int rc;",
                  "  onnxcc_error_clear();", "  last_version_tl = -1;",
-                 "  if ((rc = bind_inputs(inputs, n_inputs, s)) != 0) return rc;",
+                 *(["  run_ok_tl = 0;"] if s.run_dims else []),
+                 "  if ((rc = bind_inputs(inputs, n_inputs, s, devices, NUM_DEVICES)) != 0) return rc;",
                  f"  if (n_outputs != {len(s.outputs)}) " + self.fail(count.value("n_outputs"), "ERR_ARGS"),
                  "  if (outputs == NULL && n_outputs > 0) " + self.fail(_Msg("outputs is NULL"), "ERR_ARGS"),
                  f"  int64_t dims[{max_rank}];", "  (void)dims;"]
@@ -479,12 +536,25 @@ static const int32_t devices[] = {{{devices}}};
                   "  (void)in_ptrs; (void)out_ptrs;"]
         for arr, ptrs, n_ in (("inputs", "in_ptrs", len(s.inputs)), ("outputs", "out_ptrs", len(s.outputs))):
             lines += [f"  {ptrs}[{k}] = (char *){arr}[{k}].data + {arr}[{k}].byte_offset;" for k in range(n_)]
+        if s.target == "cuda":
+            lines += ["  int dev = 0;",
+                      "  if ((rc = onnxcc_cuda_common_device(inputs, n_inputs, outputs, n_outputs, &dev)) != 0) "
+                      "return rc;"]
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
             ws = self.ci(canon(v.workspace_bytes))
+            if s.target == "cuda":
+                from .cuda_host import version_call
+
+                lines.append(f"  case {k}: {version_call(k, v, ws)} break;")
+                continue
             call = f"onnxcc_call_version({k}, {v.symbol}, {ws}, s, in_ptrs, out_ptrs)"
             lines.append(f"  case {k}: rc = {call}; break;")
-        lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }", "  return rc;", "}"]
+        lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
+        if s.run_dims:  # the kernel wrote the run-determined symbols' true values into s[]
+            lines += ["  if (rc == 0) {", "    for (int k = 0; k < SYM_CAP; ++k) run_syms_tl[k] = s[k];",
+                      "    run_ok_tl = 1;", "  }"]
+        lines += ["  return rc;", "}"]
         return "\n".join(lines)
 
     def select_version(self) -> list[str]:
@@ -503,13 +573,45 @@ static const int32_t devices[] = {{{devices}}};
         lines.append(f"  if (v < 0) {msg.fail(self.code('ERR_GUARD'))}")
         return lines
 
+    def run_statics(self) -> str:
+        if not self.spec.run_dims:
+            return ""
+        return ("/* the symbols of this thread's last successful run, run-determined ones as the run set them */\n"
+                "static __thread int64_t run_syms_tl[SYM_CAP];\nstatic __thread int run_ok_tl = 0;\n")
+
+    def output_dims_api(self) -> str:
+        if not self.spec.run_dims:
+            return ""
+        n, nout = self.n, len(self.spec.outputs)
+        return f"""
+int {n}_output_dims(int output, int64_t *shape) {{
+  if (!run_ok_tl) {{
+    onnxcc_error_set("{n}_output_dims: no successful {n}_run on this thread");
+    return {self.code("ERR_ARGS")};
+  }}
+  if (output < 0 || output >= {nout} || shape == NULL) {{
+    onnxcc_error_set("{n}_output_dims: output index %d out of range [0, {nout}) or shape is NULL", output);
+    return {self.code("ERR_ARGS")};
+  }}
+  return output_dims(run_syms_tl, output, shape);
+}}
+"""
+
     def api_fns(self) -> str:
         n, nout = self.n, len(self.spec.outputs)
-        return f"""int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape) {{
+        # only shapes and dtypes are read: a CUDA artifact takes host descriptions too
+        devs = "shape_devices, NUM_SHAPE_DEVICES" if self.spec.target == "cuda" else "devices, NUM_DEVICES"
+        shape_devs = "" if self.spec.target == "cpu" else f"""static const int32_t shape_devices[] = {{kDLCPU, kDLCUDAHost, {", ".join(TARGET_DEVICES[self.spec.target])}}};
+#define NUM_SHAPE_DEVICES ((int)(sizeof shape_devices / sizeof shape_devices[0]))
+
+"""
+        stream = "" if self.spec.target == "cpu" else \
+            f"\nvoid {n}_set_stream(void *stream) {{ onnxcc_cuda_set_stream(stream); }}\n"
+        return shape_devs + f"""int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape) {{
   int64_t s[SYM_CAP];
   int rc;
   onnxcc_error_clear();
-  if ((rc = bind_inputs(inputs, n_inputs, s)) != 0) return rc;
+  if ((rc = bind_inputs(inputs, n_inputs, s, {devs})) != 0) return rc;
   if (output < 0 || output >= {nout}) {{
     onnxcc_error_set("output index %d out of range [0, {nout})", output);
     return {self.code("ERR_ARGS")};
@@ -530,7 +632,7 @@ const char *{n}_version_info(int version) {{
 }}
 
 int {n}_last_version(void) {{ return last_version_tl; }}
-"""
+{stream}{self.output_dims_api()}"""
 
     def source(self) -> str:
         parts = [self.prelude(), self.bind_fn(), self.output_dims_fn(), self.run_fn(), self.api_fns()]
@@ -554,7 +656,11 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
     spec.validate()
 
     def tensor(t: TensorSig) -> dict:
-        return {"name": t.name, "dtype": t.dtype.value, "shape": [text(d) for d in t.shape]}
+        d = {"name": t.name, "dtype": t.dtype.value, "shape": [text(d) for d in t.shape]}
+        run = sorted({s.name for x in t.shape for s in sympy.sympify(x).free_symbols} & set(spec.run_dims))
+        if run:  # allocated for the bound; NAME_output_dims gives the true shape after a run
+            d["run_determined"] = run
+        return d
 
     return {
         "name": spec.name,
@@ -562,6 +668,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         "onnxcc_version": _onnxcc_version(),
         "target": spec.target,
         "triple": spec.triple,
+        **({"arch": spec.device.arch, "kernels": len(spec.device.kernels)} if spec.device is not None else {}),
         "library": f"lib{spec.name}.so",
         "header": f"{spec.name}.h",
         "error_codes": dict(ERROR_CODES),
@@ -570,8 +677,11 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         "symbols": [{"name": s.name, "lo": s.lo, "hi": s.hi, "multiple_of": s.multiple_of, "origin": s.origin}
                     for s in spec.symbols],
         "constraints": [{"text": text(e), "origin": o} for e, o in spec.constraints],
+        **({"run_dims": {k: text(v) for k, v in spec.run_dims.items()}} if spec.run_dims else {}),
         "versions": [{"index": k, "symbol": v.symbol, "kind": v.kind, "guard": _guard_text(v),
-                      "subs": dict(v.subs), "workspace_bytes": text(v.workspace_bytes), "info": v.info}
+                      "subs": dict(v.subs), "workspace_bytes": text(v.workspace_bytes), "info": v.info,
+                      **({"launches": [{"kernel": la.kernel, "work": text(la.work)} for la in v.launches]}
+                         if v.launches else {})}
                      for k, v in enumerate(spec.versions)],
         "metadata": spec.metadata,
     }
@@ -581,7 +691,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
 
 def _version_script(spec: ArtifactSpec) -> str:
     # Export the API and nothing else: kernels and the runtime stay private to the .so.
-    names = "".join(f"    {f};\n" for f in _api_names(spec.name))
+    names = "".join(f"    {f};\n" for f in _api_names(spec.name, spec.target, bool(spec.run_dims)))
     return f"{{\n  global:\n{names}  local:\n    *;\n}};\n"
 
 
@@ -606,6 +716,16 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
         if not f.is_file():
             raise CompileError(f"building lib{name}.so: input file {f} does not exist")
     dispatcher = generate_dispatcher(spec)
+    runtime = list(RUNTIME_SOURCES)
+    libs = ["-lm"]
+    if spec.target == "cuda":
+        from .cuda_host import RUNTIME_SOURCE, write_blob_object
+
+        blob = write_blob_object(spec, out)
+        objects.append(blob)
+        (out / f"{name}.ptx").write_text(spec.device.ptx)  # type: ignore[union-attr]
+        runtime.append(RUNTIME_SOURCE)
+        libs.append("-ldl")
     (out / f"{name}.h").write_text(generate_header(spec))
     (out / f"{name}_dispatch.c").write_text(dispatcher)
     # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
@@ -617,8 +737,8 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     tmp = str(out / f".lib{name}.so.{os.getpid()}.tmp")
     cmd = [*shlex.split(cc), "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", *cflags,
            f"-I{out}", f"-I{RUNTIME_DIR}", "-o", tmp, str(out / f"{name}_dispatch.c"),
-           *(str(RUNTIME_DIR / r) for r in RUNTIME_SOURCES), *map(str, extras), *map(str, objects),
-           "-Wl,-z,defs", f"-Wl,--version-script={out / f'{name}.map'}", "-lm"]
+           *(str(RUNTIME_DIR / r) for r in runtime), *map(str, extras), *map(str, objects),
+           "-Wl,-z,defs", f"-Wl,--version-script={out / f'{name}.map'}", *libs]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
     except FileNotFoundError:
@@ -628,6 +748,8 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
         Path(tmp).unlink(missing_ok=True)
         raise CompileError(_link_failure(spec, cc, proc))
     os.replace(tmp, lib)
+    if spec.target == "cuda":
+        blob.unlink()
     return lib
 
 

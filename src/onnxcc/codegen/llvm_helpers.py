@@ -65,10 +65,11 @@ def for_range(builder: ir.IRBuilder, count: ir.Value, name: str = "i", *, start:
     builder.position_at_end(exit_)
 
 
-def loop_metadata(module: ir.Module, vector_width: int | None = None, unroll: int | None = None
-                  ) -> ir.MDValue | None:
+def loop_metadata(module: ir.Module, vector_width: int | None = None, unroll: int | None = None, *,
+                  no_unroll: bool = False) -> ir.MDValue | None:
     """A fresh self-referential `!llvm.loop` node asking for a vector width and/or an
-    unroll count (None when nothing is asked)."""
+    unroll count (None when nothing is asked). `no_unroll` keeps LLVM from unrolling the
+    loop (a strip-mined chunk loop must reach the vectorizer whole, not fully unrolled)."""
     props = []
     if vector_width:
         props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
@@ -77,6 +78,8 @@ def loop_metadata(module: ir.Module, vector_width: int | None = None, unroll: in
                                           i32(vector_width)]))
     if unroll:
         props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.count"), i32(unroll)]))
+    if no_unroll:
+        props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]))
     if not props:
         return None
     # NOTE: llvmlite uniques metadata by content; a distinct tag keeps each loop ID its own
@@ -86,10 +89,12 @@ def loop_metadata(module: ir.Module, vector_width: int | None = None, unroll: in
     return node
 
 
-def scalar_loop_metadata(module: ir.Module) -> ir.MDValue:
-    """A fresh `!llvm.loop` node that keeps a loop scalar and rolled (tail loops)."""
-    props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)]),
-             module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]
+def scalar_loop_metadata(module: ir.Module, *, unroll: bool = False) -> ir.MDValue:
+    """A fresh `!llvm.loop` node that keeps a loop from being vectorized (tail loops, the
+    chunk loop around a vectorized one) and, unless `unroll`, from being unrolled."""
+    props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)])]
+    if not unroll:
+        props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]))
     tag = module.add_metadata([ir.MetaDataString(module, "onnxcc.loop"), i32(len(module.metadata))])
     node = module.add_metadata([tag, *props])
     node.operands = (node, *node.operands)

@@ -13,9 +13,11 @@ from .expr import (
     tanh, transform, truncdiv, unary, unflatten_index, walk, wrap_index,
 )
 from .plan_memory import MemoryPlan, align_up, plan
+from .control import IfStmt, LoopStmt, SetSymbol, WriteAt
 from .program import BUFFER_KINDS, Buffer, Compute, KernelProgram, Stmt
 
 __all__ = [
+    "IfStmt", "LoopStmt", "SetSymbol", "WriteAt",
     "BINARY_OPS", "BUFFER_KINDS", "ERROR_MESSAGES", "ERR_ASSERT", "ERR_DIV_ZERO", "ERR_INDEX", "REDUCE_OPS",
     "UNARY_OPS", "Binary", "Buffer", "Cast", "Check", "Compute", "Const", "Expr", "KernelProgram", "Load",
     "MemoryPlan", "Reduce", "Select", "Stmt", "SymRef", "Unary", "Var", "align_up", "argmax", "argmin",

@@ -156,8 +156,9 @@ def _contraction(r: Reduce) -> str | None:
             la = [x for x in walk(n.a) if isinstance(x, Load) and free_vars(x) & rv]
             lb = [x for x in walk(n.b) if isinstance(x, Load) and free_vars(x) & rv]
             if la and lb and {x.buffer for x in la} != {x.buffer for x in lb}:
-                plain = all(isinstance(i, (Var, Const)) for x in la + lb for i in x.indices)
-                return "matmul" if plain else "conv"
+                # conv: a reduction var is combined with other vars in an index (oh * s + kh)
+                windowed = any(free_vars(i) & rv and not isinstance(i, Var) for x in la + lb for i in x.indices)
+                return "conv" if windowed else "matmul"
     return None
 
 
@@ -384,9 +385,13 @@ class _Fuser:
         while changed:
             changed = False
             self.report.kept = []
-            for s in list(p.body):
-                if isinstance(s, Compute) and any(t is s for t in p.body):
-                    changed |= self.try_inline(s)
+            k = 0
+            while k < len(p.body):
+                s = p.body[k]
+                if isinstance(s, Compute) and self.try_inline(s):
+                    changed = True  # s is gone: p.body[k] is the next statement
+                else:
+                    k += 1
         self.remove_dead()
         for c in p.computes():
             self.report.groups.append(FusedGroup(c.out, classify(c), self.members.get(c.out, (c.out,)),

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from onnxcc.ir import Dim, canon
+from onnxcc.ir import Dim, SymbolTable, canon, evaluate
 
-from .program import KernelProgram
+from .expr import Load, Reduce, Var, walk
+from .program import Compute, KernelProgram
 
 ALIGN = 64
 
@@ -69,7 +70,324 @@ def align_up(x: Dim, a: int = ALIGN) -> Dim:
     return canon(sympy.ceiling(sympy.sympify(x) / a) * a)
 
 
-PLAN_PLACEHOLDER
+# ---- proving byte counts ------------------------------------------------------------------
+
+
+class Prover:
+    """Sound `a <= b` / `a == b` for byte counts over the symbols' ranges: True only when
+    it holds for every value (False means "not proved"). Handles `Max` (by distributing
+    sums over it), `ceiling` / `floor` (by their bounds) and polynomials in the symbols
+    (nonnegative coefficients after shifting each symbol by its lower bound), falling back
+    to the symbol table's interval arithmetic."""
+
+    def __init__(self, symbols: SymbolTable | None = None):
+        self.table = symbols if symbols is not None else SymbolTable()
+        self._le: dict[tuple, bool] = {}
+
+    def le(self, a: Dim, b: Dim) -> bool:
+        a, b = canon(a), canon(b)
+        if isinstance(a, int) and isinstance(b, int):
+            return a <= b
+        key = (a, b)
+        hit = self._le.get(key)
+        if hit is None:
+            hit = all(any(self._poly_le(x, y) for y in _alts(b)) for x in _alts(a))
+            self._le[key] = hit
+        return hit
+
+    def eq(self, a: Dim, b: Dim) -> bool:
+        a, b = canon(a), canon(b)
+        if isinstance(a, int) and isinstance(b, int):
+            return a == b
+        if sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0:
+            return True
+        return self.le(a, b) and self.le(b, a)
+
+    def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
+        d = sympy.expand(y - x)
+        if d.is_Number:
+            return bool(d >= 0)
+        bounded = self._bound_atoms(d)
+        if bounded is not None and self._nonneg(bounded):
+            return True
+        return self.table.prove_le(x, y) is True
+
+    def _bound_atoms(self, d: sympy.Expr) -> sympy.Expr | None:
+        """`d` with each ceiling / floor replaced by the bound that can only make it smaller."""
+        atoms = d.atoms(sympy.ceiling, sympy.floor)
+        if not atoms:
+            return d
+        out = sympy.Integer(0)
+        for term in sympy.Add.make_args(d):
+            at = [a for a in atoms if term.has(a)]
+            if not at:
+                out += term
+                continue
+            if len(at) > 1:
+                return None
+            a = at[0]
+            c = sympy.cancel(term / a)
+            if c.has(a):
+                return None
+            sign = _sign(c)
+            if sign is None:
+                return None
+            q = a.args[0]
+            slack = _ceil_slack(q)
+            lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
+            out += c * (lo if sign >= 0 else hi)
+        return sympy.expand(out)
+
+    def _nonneg(self, d: sympy.Expr) -> bool:
+        syms = sorted(d.free_symbols, key=str)
+        if not d.is_polynomial(*syms):
+            return False
+        shift = {}
+        for s in syms:
+            info = self.table.infos.get(s.name)
+            shift[s] = s + (info.lo if info is not None else 1)
+        e = sympy.expand(d.xreplace(shift))
+        return all(c >= 0 for c in e.as_coefficients_dict().values())
+
+
+def _alts(e: Dim) -> list[sympy.Expr]:
+    """Max-free expressions whose maximum is `e` (sums distributed over Max)."""
+    e = sympy.sympify(e)
+    if isinstance(e, sympy.Max):
+        return [x for a in e.args for x in _alts(a)]
+    if e.is_Add and e.has(sympy.Max):
+        out = [sympy.Integer(0)]
+        for a in e.args:
+            out = [x + y for x in out for y in _alts(a)]
+            if len(out) > 64:
+                return [e]
+        return out
+    if e.is_Mul and e.has(sympy.Max):
+        coeff, rest = e.as_coeff_Mul()
+        if coeff > 0 and isinstance(rest, sympy.Max):
+            return [coeff * x for x in _alts(rest)]
+    return [e]
+
+
+def _ceil_slack(q: sympy.Expr) -> sympy.Expr:
+    """How much ceiling(q) can exceed q: (d - 1) / d when q is an integer polynomial over
+    the integer d, else (up to) 1."""
+    num, den = sympy.fraction(sympy.together(q))
+    if den.is_Integer and int(den) > 0:
+        coeffs = sympy.expand(num).as_coefficients_dict().values()
+        if all(getattr(k, "is_Integer", False) for k in coeffs):
+            return sympy.Rational(int(den) - 1, int(den))
+    return sympy.Integer(1)
+
+
+def _sign(c: sympy.Expr) -> int | None:
+    """+1 / -1 when a polynomial in positive symbols is provably >= 0 / <= 0."""
+    c = sympy.expand(c)
+    if c.is_Number:
+        return 1 if c >= 0 else -1
+    coeffs = list(c.as_coefficients_dict().values())
+    if not all(getattr(k, "is_Number", False) for k in coeffs):
+        return None
+    if all(k >= 0 for k in coeffs):
+        return 1
+    if all(k <= 0 for k in coeffs):
+        return -1
+    return None
+
+
+def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
+    """The maximum of `items` as one Dim, dropping the ones another provably covers."""
+    uniq: list[Dim] = []
+    for d in items:
+        d = canon(d)
+        if not any(d == u for u in uniq):
+            uniq.append(d)
+    if not uniq:
+        return 0
+    if all(isinstance(d, int) for d in uniq):
+        return max(uniq)  # type: ignore[type-var]
+    if sample is not None:
+        uniq.sort(key=lambda d: -sample(d))
+    kept: list[Dim] = []
+    for d in uniq:
+        if not any(prover.le(d, k) for k in kept):
+            kept = [k for k in kept if not prover.le(k, d)] + [d]
+    return kept[0] if len(kept) == 1 else canon(sympy.Max(*[sympy.sympify(k) for k in kept]))
+
+
+# ---- the plan -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    members: list[str]
+    first: int
+    last: int
+    size: Dim  # aligned bytes
+    order: int
+    offset: Dim = 0
+
+    @property
+    def end(self) -> Dim:
+        return canon(self.offset + self.size)
+
+
+def liveness(program: KernelProgram) -> dict[str, tuple[int, int]]:
+    """Root temp -> (first, last) statement index that touches it or one of its views."""
+    out: dict[str, tuple[int, int]] = {}
+    for k, s in enumerate(program.body):
+        for n in s.reads() | s.writes():
+            r = program.root(n)
+            if program.buffers[r].kind == "temp":
+                out[r] = (out[r][0], k) if r in out else (k, k)
+    return out
+
+
+def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPlan:
+    """Offsets for every temp that owns memory (see the module docstring). `symbols`
+    gives the symbols' ranges (default: [1, 2**31-1])."""
+    prover = Prover(symbols)
+    temps = program.temps()
+    sizes = {b.name: b.nbytes() for b in temps}
+    live = liveness(program)
+    order = {b.name: k for k, b in enumerate(temps)}
+    slots = _in_place_slots(program, [b for b in temps if b.name in live], live, order, prover)
+    sample = _Sampler(program, prover.table)
+    _place(slots, prover, sample)
+    ws = max_dims([s.end for s in slots], prover, sample)
+    offsets: dict[str, Dim] = {}
+    for s in slots:
+        for m in s.members:
+            offsets[m] = canon(s.offset)
+    untouched = [b for b in temps if b.name not in live]
+    rest: Dim = 0
+    for b in untouched:  # never touched: stacked after the rest (they may be written elsewhere)
+        offsets[b.name] = canon(ws + rest)
+        rest = canon(rest + align_up(b.nbytes()))
+    ws = canon(ws + rest)
+    sums = [canon(sum((s.size for s in slots if s.first <= k <= s.last), sympy.Integer(0)))
+            for k in range(len(program.body))]
+    peak = canon(max_dims(sums, prover, sample) + rest)
+    total = canon(sum((align_up(d) for d in sizes.values()), sympy.Integer(0)))
+    offsets = {b.name: offsets[b.name] for b in temps}
+    return MemoryPlan(offsets, ws, sizes, peak_live_bytes=peak, total_bytes=total)
+
+
+def _in_place_slots(program: KernelProgram, temps, live, order, prover: Prover) -> list[_Slot]:
+    """One slot per temp, except that an output written in place over a dying input joins
+    that input's slot."""
+    slot_of: dict[str, _Slot] = {}
+    slots: list[_Slot] = []
+    for b in temps:
+        s = _Slot([b.name], live[b.name][0], live[b.name][1], align_up(b.nbytes()), order[b.name])
+        slot_of[b.name] = s
+        slots.append(s)
+    for k, st in enumerate(program.body):
+        if not isinstance(st, Compute):
+            continue
+        out = program.buffers[st.out]
+        if out.kind != "temp" or out.alias_of is not None or live[out.name][0] != k:
+            continue
+        for a in _in_place_candidates(program, st, k, live, prover):
+            host = slot_of[a]
+            if host.last != k or not prover.eq(program.buffers[a].nbytes(), out.nbytes()):
+                continue
+            mine = slot_of[out.name]
+            slots.remove(mine)
+            host.members.append(out.name)
+            host.last = mine.last
+            slot_of[out.name] = host
+            break
+    return slots
+
+
+def _in_place_candidates(program: KernelProgram, c: Compute, k: int, live, prover: Prover) -> list[str]:
+    """Temps read by `c` that die at `c` and are read only at the element `c` writes."""
+    out = program.buffers[c.out]
+    own = tuple(Var(n) for n in c.var_names)
+    loads: dict[str, list[Load]] = {}
+    for n in walk(c.body):
+        if isinstance(n, Reduce):
+            # NOTE: not elementwise; a GEMM schedule accumulates into the output over
+            # several passes before its epilogue reads the other operands
+            return []
+        if isinstance(n, Load):
+            loads.setdefault(program.root(n.buffer), []).append(n)
+    found = []
+    for root, lds in loads.items():
+        b = program.buffers[root]
+        if b.kind != "temp" or b.alias_of is not None or live[root][1] != k or b.dtype is not out.dtype:
+            continue
+        ok = True
+        for ld in lds:
+            shape = program.buffers[ld.buffer].shape
+            if ld.indices != own or len(shape) != len(out.shape) or \
+                    not all(prover.eq(x, y) for x, y in zip(shape, out.shape)):
+                ok = False
+                break
+        if ok:
+            found.append(root)
+    return found
+
+
+class _Sampler:
+    """Evaluates Dims at one representative point (symbols at 64, clipped to their
+    range): only to rank choices; never to decide whether one is valid."""
+
+    def __init__(self, program: KernelProgram, table: SymbolTable):
+        self.env = {}
+        for name in program.symbols:
+            info = table.infos.get(name)
+            lo, hi = (info.lo, info.hi) if info is not None else (1, 1 << 31)
+            self.env[name] = min(max(64, lo), hi)
+        self._memo: dict = {}
+
+    def __call__(self, d: Dim) -> int:
+        if isinstance(d, int):
+            return d
+        v = self._memo.get(d)
+        if v is None:
+            try:
+                v = evaluate(d, self.env)
+            except (ValueError, TypeError):
+                v = 0
+            self._memo[d] = v
+        return v
+
+
+def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
+    """Best fit, biggest first: each slot goes to the valid offset (0 or the end of an
+    overlapping slot) with the smallest gap left below the next overlapping slot."""
+    placed: list[_Slot] = []
+    for g in sorted(slots, key=lambda s: (-sample(s.size), s.first, s.order)):
+        conf = [q for q in placed if q.first <= g.last and g.first <= q.last]
+        cands: list[Dim] = [0]
+        for q in conf:
+            e = q.end
+            if not any(e == c for c in cands):
+                cands.append(e)
+        best: tuple | None = None
+        for o in cands:
+            lo, hi = sample(o), sample(o) + sample(g.size)
+            # cheap numeric filter first: what fails at the sample point cannot be proved
+            if any(not (hi <= sample(q.offset) or sample(q.end) <= lo) for q in conf):
+                continue
+            above = []
+            ok = True
+            for q in conf:
+                if prover.le(canon(o + g.size), q.offset):
+                    above.append(q)
+                elif not prover.le(q.end, o):
+                    ok = False
+                    break
+            if not ok:
+                continue
+            gap = min((sample(q.offset) - hi for q in above), default=1 << 62)
+            key = (gap, lo)
+            if best is None or key < best[0]:
+                best = (key, o)
+        g.offset = best[1] if best is not None else max_dims([q.end for q in conf], prover, sample)
+        placed.append(g)
 
 
 def reserve_scratch(mplan: MemoryPlan, program: KernelProgram) -> MemoryPlan:

@@ -112,6 +112,10 @@ class Stmt:
     def format(self, indent: str = "  ") -> list[str]:
         raise NotImplementedError
 
+    def bodies(self) -> tuple[list[Stmt], ...]:
+        """The statement lists nested in this one (control flow, see kernel/control.py)."""
+        return ()
+
     def __str__(self) -> str:
         return "\n".join(self.format(""))
 
@@ -178,6 +182,10 @@ class KernelProgram:
     inputs: list[str]
     outputs: list[str]
     body: list[Stmt] = field(default_factory=list)
+    run_dims: dict[str, Dim] = field(default_factory=dict)
+    """run-determined symbols (a loop's trip count, a branch's extent) -> the upper bound,
+    over the other symbols, that buffers are allocated for; a `SetSymbol` statement reports
+    the true value (see kernel/control.py)"""
 
     @classmethod
     def new(cls, name: str, symbols: Sequence[str] = ()) -> KernelProgram:
@@ -244,9 +252,15 @@ class KernelProgram:
         return [b for b in self.buffers.values() if b.kind == "temp" and b.alias_of is None]
 
     def computes(self) -> Iterator[Compute]:
-        for s in self.body:
+        """Every compute, including those nested in control-flow statements."""
+        stack = list(reversed(self.body))
+        while stack:
+            s = stack.pop()
             if isinstance(s, Compute):
                 yield s
+            else:
+                for b in reversed(s.bodies()):
+                    stack.extend(reversed(b))
 
     # ---- printing ----------------------------------------------------------------------
     def __str__(self) -> str:
@@ -287,10 +301,16 @@ class KernelProgram:
                 if n not in self.buffers or self.buffers[n].kind != kind:
                     raise VerifyError(f"{where}: {kind} {n} is not an {kind} buffer")
         for s in self.body:
-            if isinstance(s, Compute):
-                self._verify_compute(s, known_syms)
-            else:
-                raise VerifyError(f"{where}: unsupported statement {type(s).__name__}")
+            self.verify_stmt(s, known_syms)
+
+    def verify_stmt(self, s: Stmt, known_syms: set[str]) -> None:
+        """Verify one statement; control-flow statements verify themselves (`verify_in`)."""
+        if isinstance(s, Compute):
+            self._verify_compute(s, known_syms)
+        elif hasattr(s, "verify_in"):
+            s.verify_in(self, known_syms)
+        else:
+            raise VerifyError(f"kernel {self.name}: unsupported statement {type(s).__name__}")
 
     def _verify_compute(self, c: Compute, known_syms: set[str]) -> None:
         where = f"kernel {self.name}: compute {c.format('')[0]}"

@@ -5,8 +5,8 @@ replaces the computes in `program.body`, which are frozen); codegen reads it. De
 
 - matmul-like computes (one `sum` reduce whose body is a product of factors that split into
   an "A" side over (batch, m, k) vars and a "B" side over (batch, n, k) vars, with an
-  elementwise epilogue around the reduce; the output vars ordered batch..., m..., n...) get
-  a `GemmPlan`: codegen packs B (once per call, or at compile time when B is constant) and
+  elementwise epilogue around the reduce; n vars trailing, m vars consecutive) get a
+  `GemmPlan`: codegen packs B (once per call, or at compile time when B is constant) and
   A (per task, on the stack), runs a register-tiled micro-kernel over cache blocks in
   parallel, and applies the epilogue once per output tile. MatMul, Gemm, batched and
   broadcast MatMul, 1x1 and general Conv (im2col through the packing) all take this path.
@@ -30,7 +30,7 @@ import sympy
 
 from onnxcc.ir import Dim, DType, canon
 
-from .expr import Binary, Cast, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
+from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
 
 F32 = DType.f32
@@ -81,12 +81,14 @@ class TargetInfo:
 
 @dataclass(frozen=True, eq=False)
 class GemmPlan:
-    """A compute recognised as `out[batch, m, n] = epilogue(sum(k: A(batch, m, k) * B(batch, n, k)))`.
+    """A compute recognised as `out[...] = epilogue(sum(k: A(batch, m, k) * B(batch, n, k)))`.
 
-    The vars of `batch`, `m` and `n` are consecutive runs of the compute's vars (in that
-    order), so the output is a row-major [Bt, M, N] matrix stack; `k` are the reduce's vars
-    (flattened row-major into K). `a` / `b` are arbitrary expressions (loads, casts,
-    selects: conv padding); the packers evaluate them."""
+    The compute's vars split into `n` (a trailing run: the flattened n index is contiguous
+    in the output), `m` (a consecutive run: rows at a constant stride) and `batch` (all the
+    others, anywhere: a transposed output like attention's [b, s, h, d] has batch vars
+    between m and n). `k` are the reduce's vars (flattened row-major into K). `a` / `b` are
+    arbitrary expressions (loads, casts, selects: conv padding); the packers evaluate them.
+    An operand that does not use some batch vars is packed once for all of them."""
 
     reduce: Reduce
     a: Expr
@@ -94,9 +96,10 @@ class GemmPlan:
     batch: tuple[str, ...]
     m: tuple[str, ...]
     n: tuple[str, ...]
-    a_batch: bool
-    """A depends on a batch var (else one A serves every batch)"""
-    b_batch: bool
+    a_batch_vars: tuple[str, ...]
+    """the batch vars A depends on"""
+    b_batch_vars: tuple[str, ...]
+    """the batch vars B depends on (packed B holds one copy per combination of them)"""
     epilogue: Expr | None
     """the compute body with the reduce replaced by a load of the output element (None:
     the body is the reduce itself)"""
@@ -121,6 +124,14 @@ class GemmPlan:
     def b_const(self) -> bool:
         return self.b_packed is not None
 
+    @property
+    def a_batch(self) -> bool:
+        return bool(self.a_batch_vars)
+
+    @property
+    def b_batch(self) -> bool:
+        return bool(self.b_batch_vars)
+
     def describe(self) -> str:
         k = ", ".join(v.name for v, _ in self.reduce.vars)
         return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
@@ -140,6 +151,8 @@ class Schedule:
     """strip-mine the innermost loop into chunks of this many lanes"""
     vector_tail: str = "scalar"
     """"scalar": a scalar loop finishes the extent; "none": the extent is a proven multiple"""
+    strip_mine: bool = True
+    """codegen splits the innermost loop itself (False: vector_width only hints LLVM)"""
     parallel: bool | None = None
     """run the outer loops on the thread pool (None: decide by the work at run time)"""
     unroll: int | None = None
@@ -315,39 +328,45 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         return None
     names = c.var_names
     rank = len(names)
-    plan_parts = None
-    for s1 in range(rank - 1):
-        for s2 in range(s1 + 1, rank):
-            batch, mv, nv = set(names[:s1]), set(names[s1:s2]), set(names[s2:])
-            a_side, b_side = [], []
-            ok = True
-            for f in fs:
-                fv = free_vars(f)
-                if fv & mv and fv & nv:
-                    ok = False
-                    break
-                (b_side if fv & nv else a_side).append(f)
-            if not ok or not a_side or not b_side:
-                continue
-            if not any(free_vars(f) & mv for f in a_side) or not any(free_vars(f) & nv for f in b_side):
-                continue
-            plan_parts = (s1, s2, a_side, b_side)
+    found = None
+    # n: a trailing run (longest first: a conv's (oh, ow)); m: a consecutive run before it
+    # (the one next to n and longest first); batch: every other var
+    for s3 in range(1, rank):
+        nv = set(names[s3:])
+        for s2 in range(s3, 0, -1):
+            for s1 in range(0, s2):
+                mv = set(names[s1:s2])
+                a_side, b_side = [], []
+                ok = True
+                for f in fs:
+                    fv = free_vars(f)
+                    if fv & mv and fv & nv:
+                        ok = False
+                        break
+                    (b_side if fv & nv else a_side).append(f)
+                if not ok or not a_side or not b_side:
+                    continue
+                if not any(free_vars(f) & mv for f in a_side) or not any(free_vars(f) & nv for f in b_side):
+                    continue
+                found = (s1, s2, s3, a_side, b_side)
+                break
+            if found:
+                break
+        if found:
             break
-        if plan_parts is not None:
-            break
-    if plan_parts is None:
+    if found is None:
         return None
-    s1, s2, a_side, b_side = plan_parts
+    s1, s2, s3, a_side, b_side = found
     a, b = _product(a_side), _product(b_side)
-    batch, mv, nv = names[:s1], names[s1:s2], names[s2:]
+    mv, nv = names[s1:s2], names[s3:]
+    batch = tuple(n for n in names if n not in mv and n not in nv)
     # static size check: tiny products stay on the loop nest
-    sizes = [_static(c.extents[i]) for i in range(rank)]
+    ext = dict(zip(names, c.extents))
+    sizes = {n: _static(ext[n]) for n in names}
     ks = [x.value if isinstance(x, Const) else None for _, x in r.vars]
-    if all(s is not None for s in sizes) and all(k is not None for k in ks):
-        mm = _prod(sizes[s1:s2])
-        nn = _prod(sizes[s2:])
+    if all(sizes[n] is not None for n in (*mv, *nv)) and all(k is not None for k in ks):
         kk = _prod(ks)
-        if kk == 0 or mm * nn * kk < target.gemm_min_work:
+        if kk == 0 or _prod(sizes[n] for n in (*mv, *nv)) * kk < target.gemm_min_work:
             return None
     epi: Expr | None = None
     if c.body is not r:
@@ -356,8 +375,9 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
     b_vars = set(free_vars(b))
     a_vars = set(free_vars(a))
     g = GemmPlan(
-        reduce=r, a=a, b=b, batch=tuple(batch), m=tuple(mv), n=tuple(nv),
-        a_batch=bool(a_vars & set(batch)), b_batch=bool(b_vars & set(batch)), epilogue=epi,
+        reduce=r, a=a, b=b, batch=batch, m=tuple(mv), n=tuple(nv),
+        a_batch_vars=tuple(v for v in batch if v in a_vars), b_batch_vars=tuple(v for v in batch if v in b_vars),
+        epilogue=epi,
         a_k_inner=_k_inner(a, kvars, set(mv), True), b_k_inner=_k_inner(b, kvars, set(nv), False),
         k_inner=k_inner, mr=target.gemm_mr, nr=target.gemm_nr, kc=target.gemm_kc,
         mc_panels=target.gemm_mc_panels, tasks=target.gemm_tasks, min_work=target.gemm_min_work,
@@ -381,7 +401,7 @@ class _NoEval(Exception):
 def prepack_b(c: Compute, g: GemmPlan, program: KernelProgram) -> np.ndarray | None:
     """B evaluated with numpy and laid out as the packer would: [Bt or 1, panels, K, nr]."""
     ext = dict(zip(c.var_names, c.extents))
-    bvars = list(g.batch) if g.b_batch else []
+    bvars = list(g.b_batch_vars)
     kvars = [(v.name, x) for v, x in g.reduce.vars]
     dims = [_static(ext[v]) for v in bvars] + [x.value if isinstance(x, Const) else None for _, x in kvars] \
         + [_static(ext[v]) for v in g.n]
@@ -484,14 +504,32 @@ def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
             return None  # type: ignore[return-value]
         k = canon(k * d)
     nb: Dim = 1
-    if g.b_batch:
-        for v in g.batch:
-            nb = canon(nb * ext[v])
+    for v in g.b_batch_vars:
+        nb = canon(nb * ext[v])
     panels = canon(sympy.ceiling(sympy.sympify(n) / g.nr)) if not isinstance(n, int) else -(-n // g.nr)
     return canon(nb * panels * g.nr * k * 4)
 
 
 # ---- the scheduler ------------------------------------------------------------------------
+
+#: unary ops the CPU backend computes with a scalar libm call (f32); f64 adds erf
+_SCALAR_CALLS = frozenset({"tanh", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+                           "softplus"})
+
+
+def vectorizable(e: Expr) -> bool:
+    """Whether a body can run as vector code: no index checks (an early exit), integer
+    divisions by a non-constant (a zero check) or scalar library calls."""
+    for n in walk(e):
+        if isinstance(n, Check):
+            return False
+        if isinstance(n, Unary) and (n.op in _SCALAR_CALLS or (n.op == "erf" and n.dtype is not F32)):
+            return False
+        if isinstance(n, Binary) and n.op in ("div", "floordiv", "mod", "truncdiv", "rem") \
+                and not n.dtype.is_float and not isinstance(n.b, Const):
+            return False
+    return True
+
 
 
 def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
@@ -510,9 +548,10 @@ def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
     if not c.vars:
         return Schedule(parallel=False)
     vw = target.vector_width
-    inner, ext = c.vars[-1]
+    inner_var, ext = c.vars[-1]
+    inner = inner_var.name
     sext = _static(ext)
-    use_vec = not (sext is not None and sext < vw)
+    use_vec = not (sext is not None and sext < vw) and vectorizable(c.body)
     # a reduction that runs per element of the inner axis keeps the inner loop scalar: its
     # own loop is the one LLVM vectorises (k innermost)
     for n in walk(c.body):

@@ -6,7 +6,7 @@ from .registry import InferCtx, OpDef, RefCtx, define, get_opdef, onnx_inputs, r
 # Each family module registers its ops on import.
 import importlib as _importlib
 
-for _family in ("cc", "elementwise", "reduce", "shape", "matmul", "nn", "control_flow", "misc", "bucket"):
+for _family in ("cc", "elementwise", "reduce", "shape", "matmul", "nn", "control_flow", "misc", "bucket", "rnn"):
     try:
         _importlib.import_module(f"{__name__}.{_family}")
     except ModuleNotFoundError as _e:  # a family not written yet

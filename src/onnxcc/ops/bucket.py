@@ -69,7 +69,7 @@ class PadDimOp(OpDef):
         size = ctx.attr("size")
         if not isinstance(size, int) or size < 1:
             raise ctx.error(f"attribute 'size' must be a positive integer, got {size!r}")
-        return [t.with_shape(t.shape[:axis] + (size,) + t.shape[axis + 1:])]
+        return [t.with_shape((*t.shape[:axis], size, *t.shape[axis + 1:]))]
 
     def reference(self, ctx: RefCtx, x):
         axis, size = ctx.attr("axis") % x.ndim, ctx.attr("size")
@@ -96,7 +96,7 @@ class UnpadDimOp(OpDef):
     def infer(self, ctx: InferCtx):
         t = ctx.in_types[0]
         axis = _axis(ctx, t.rank)
-        return [t.with_shape(t.shape[:axis] + (parse_len(ctx.attr("len")),) + t.shape[axis + 1:])]
+        return [t.with_shape((*t.shape[:axis], parse_len(ctx.attr("len")), *t.shape[axis + 1:]))]
 
     def reference(self, ctx: RefCtx, x):
         axis, n = ctx.attr("axis") % x.ndim, _true_len(ctx)

@@ -10,6 +10,8 @@ Region layout (regions are isolated from above; captures are operands):
   Scan  operands (*states, *scan_inputs, *captures)  body args (*states, *scan_input_slices,
                                                  *captures); yields (*states, *scan_output_slices)
 
+Lowering to native code (If/Loop/Scan -> kernel control statements): ops/control_lower.py.
+
 The op's `infer_regions` sets the body's block-arg types from the operands before the body
 is inferred. A loop-carried value keeps its type across iterations; where the body proves a
 dim of it changes, that dim becomes a fresh symbol (the carried value's dim in the current
@@ -212,6 +214,11 @@ class IfOp(OpDef):
         taken = 0 if bool(np.asarray(cond).reshape(-1)[0]) else 1
         return _run_body(ctx, taken, list(caps))
 
+    def lower(self, ctx):
+        from .control_lower import lower_if
+
+        lower_if(ctx)
+
 
 # ---- Loop ------------------------------------------------------------------------------------
 
@@ -345,6 +352,11 @@ class LoopOp(OpDef):
                 s.append(v)
             i += 1
         return carried + [_stack(ctx, s, 0, r.type) for s, r in zip(scans, ctx.op.results[n:])]
+
+    def lower(self, ctx):
+        from .control_lower import lower_loop
+
+        lower_loop(ctx)
 
 
 def _const_true(ctx: InferCtx, i: int) -> bool:
@@ -496,3 +508,8 @@ class ScanOp(OpDef):
             ax = ax % r.type.rank
             result.append(_stack(ctx, o[::-1] if d else o, ax, r.type))
         return result
+
+    def lower(self, ctx):
+        from .control_lower import lower_scan
+
+        lower_scan(ctx)

@@ -140,8 +140,6 @@ class Reduction:
         body = fn(kwiden(self.x[idx]))
         if not vs:
             return body
-        if body.dtype is DType.bool and op in ("sum", "prod"):
-            raise TypeError(f"reduce {op} over bool")
         return K.reduce(op, [(vs[a], self.x.shape[a]) for a in self.axes], body)
 
     def sum(self, fn: Callable = lambda x: x) -> Expr:
@@ -348,30 +346,64 @@ def _row(x: K.Buffer, o, axis: int, tag: str) -> tuple[Var, Expr, Expr]:
     return v, K.dim_to_expr(x.shape[axis]), kwiden(_along(x, o, axis, v))
 
 
-def _row_max(x, o, axis) -> Expr:
-    c, n, xc = _row(x, o, axis, "c")
-    return K.rmax([(c, n)], xc)
+def _inline(fn: Callable, hint: str) -> Callable:
+    """Row statistics as sub-reductions of the consuming expression (the fused form)."""
+    return fn
 
 
-def _row_sum_exp(x, o, axis, m: Expr) -> Expr:
-    d, n, xd = _row(x, o, axis, "d")
-    return K.rsum([(d, n)], K.exp(xd - m))
+def k_softmax(x: K.Buffer, o, axis: int, stat: Callable = _inline) -> Expr:
+    """Kernel twin of softmax at output index `o`. `stat(fn, hint)` turns a per-row
+    statistic `fn(o)` into what the body reads (inline, or a load of a staged temp)."""
+
+    def row_max(o):
+        c, n, xc = _row(x, o, axis, "c")
+        return K.rmax([(c, n)], xc)
+
+    m = stat(row_max, "rowmax")
+
+    def row_sum(o):
+        d, n, xd = _row(x, o, axis, "d")
+        return K.rsum([(d, n)], K.exp(xd - m(o)))
+
+    return K.exp(kwiden(x[o]) - m(o)) / stat(row_sum, "rowsum")(o)
 
 
-def k_softmax(x: K.Buffer, o, axis: int) -> Expr:
-    m = _row_max(x, o, axis)
-    return K.exp(kwiden(x[o]) - m) / _row_sum_exp(x, o, axis, m)
+def k_log_softmax(x: K.Buffer, o, axis: int, stat: Callable = _inline) -> Expr:
+    def row_max(o):
+        c, n, xc = _row(x, o, axis, "c")
+        return K.rmax([(c, n)], xc)
+
+    m = stat(row_max, "rowmax")
+
+    def row_log_sum(o):
+        d, n, xd = _row(x, o, axis, "d")
+        return K.log(K.rsum([(d, n)], K.exp(xd - m(o))))
+
+    return (kwiden(x[o]) - m(o)) - stat(row_log_sum, "rowlogsum")(o)
 
 
-def k_log_softmax(x: K.Buffer, o, axis: int) -> Expr:
-    m = _row_max(x, o, axis)
-    return (kwiden(x[o]) - m) - K.log(_row_sum_exp(x, o, axis, m))
-
-
-def k_hardmax(x: K.Buffer, o, axis: int) -> Expr:
+def k_hardmax(x: K.Buffer, o, axis: int, stat: Callable = _inline) -> Expr:
     """Whether `o` is the first max of its row (a bool: the lowering casts it to 0 / 1)."""
-    c, n, xc = _row(x, o, axis, "c")
-    return o[axis].eq(K.argmax(c, n, xc))
+
+    def row_argmax(o):
+        c, n, xc = _row(x, o, axis, "c")
+        return K.argmax(c, n, xc)
+
+    return o[axis].eq(stat(row_argmax, "rowargmax")(o))
+
+
+def _staged(ctx, x: K.Buffer, axis: int) -> Callable:
+    """Row statistics written to temps (shape: x without `axis`), one compute each."""
+    rest = x.shape[:axis] + x.shape[axis + 1:]
+
+    def stat(fn: Callable, hint: str) -> Callable:
+        vs = [Var(f"i{k}") for k in range(len(rest))]
+        body = fn(tuple(vs[:axis]) + (K.Const(0, DType.i64),) + tuple(vs[axis:]))
+        t = ctx.temp(body.dtype, rest, hint)
+        ctx.program.compute(t, lambda *ix: body, names=[v.name for v in vs])
+        return lambda o: t[tuple(o[:axis]) + tuple(o[axis + 1:])]
+
+    return stat
 
 
 def _axis_op(name: str, math: Callable, kernel: Callable, kind: str = "reduction") -> None:
@@ -384,9 +416,14 @@ def _axis_op(name: str, math: Callable, kernel: Callable, kind: str = "reduction
         return [cast_out(ctx, math(widen(x), int(ctx.attr("axis", -1)) % max(x.ndim, 1)))]
 
     def lower(ctx) -> None:
+        """One fused compute when the axis is the innermost (its row statistics then run
+        once per row, hoisted out of the loop over the axis); otherwise the statistics go
+        to temps first, so they are not recomputed for every element of the row."""
         x, y = ctx.inputs[0], ctx.out(0)
         axis = int(ctx.attr("axis", -1)) % x.rank
-        ctx.compute(y, lambda *o: K.cast(kernel(x, o, axis), y.dtype))
+        innermost = all(isinstance(d, int) and d == 1 for d in x.shape[axis + 1:])
+        stat = _inline if innermost else _staged(ctx, x, axis)
+        ctx.compute(y, lambda *o: K.cast(kernel(x, o, axis, stat), y.dtype))
 
     define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind=kind, arity=1, math=math,
            kernel=kernel)

@@ -28,15 +28,13 @@ Options (CLI: `bucketize{buckets=seq:64:128:512}`; several symbols joined by `|`
 Bucket versions go into the dispatch list after the exact / 0-1 versions and before the
 rest (divisibility, generic): values above the last bucket fall through to those.
 
-Also here: the FLOP cost model of a graph as a polynomial in a symbol, the exact (dynamic
-programming) choice of bucket boundaries for a trace of observed values, and the waste of
-a set of buckets on a trace.
+Choosing the bounds from traffic (cost model, exact dynamic programme) is in bucket_choice.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce as _fold
 from typing import ClassVar
 
@@ -89,8 +87,9 @@ def _known(x) -> object:
 #: ops that map finite operands to finite results (overflow aside: padded positions hold
 #: values of the same magnitude as valid ones, computed from zeros)
 _FINITE_OPS = frozenset(f"onnx.{n}" for n in (
-    "Add", "Sub", "Mul", "Neg", "Abs", "Relu", "Identity", "Cast", "CastLike", "Erf", "Tanh", "Sigmoid", "Sin",
-    "Cos", "Max", "Min", "Sum", "Mean", "Clip", "Where", "LeakyRelu", "Gelu", "Dropout", "Floor", "Ceil", "Round",
+    "Add", "Sub", "Mul", "Neg", "Abs", "Relu", "Identity", "Cast", "CastLike", "Erf", "Tanh", "Sigmoid",
+    "Sin", "Cos", "Max", "Min", "Sum", "Mean", "Clip", "Where", "LeakyRelu", "Gelu", "Dropout", "Floor",
+    "Ceil", "Round",
     "Sign", "Softsign", "HardSigmoid", "HardSwish", "PRelu", "Not", "Equal", "Less", "Greater", "LessOrEqual",
     "GreaterOrEqual", "And", "Or", "Xor", "IsNaN", "IsInf", "Atan", "Elu", "Selu", "Celu", "Mish",
 )) | {"cc.mask_dim"}
@@ -188,7 +187,8 @@ class PadSafety:
     def new_op(self, anchor: Op, name: str, operands, attrs: dict, dtype: DType, hint: str) -> Op:
         """Insert a new op before `anchor` and infer its result type."""
         self.counter += 1
-        op = Op(name, list(operands), [TensorType(dtype, ())], attrs, loc=f"{anchor.loc or anchor.opname}.{hint}")
+        loc = f"{anchor.loc or anchor.opname}.{hint}"
+        op = Op(name, list(operands), [TensorType(dtype, ())], attrs, loc=loc)
         anchor.parent.insert_before(anchor, op)
         infer_op(op, self.module, self.values)
         return op
@@ -202,19 +202,14 @@ class PadSafety:
             mop = self.new_op(op, "cc.mask_dim", [v], {"axis": axis, "fill": float(fill), "len": self.name},
                               v.type.dtype, "mask")
             m = mop.result
-            self.fills[id(m)] = {**self.fills.get(id(v), {}), axis: float(fill)}
+            self.fills[id(m)] = {**self.fills.get(id(v), {}), axis: float(_fill_as(fill, v.type.dtype))}
             self.masks[key] = m
         op.set_operand(slot, m)
         self.notes.append(f'node "{op.loc}" ({op.name}): mask operand {slot} axis {axis} with {fill} ({why})')
 
     # ---- driver --------------------------------------------------------------------------------
     def run(self) -> None:
-        saved = self.module.constraints
-        self.module.constraints = []
-        try:
-            infer_block(self.f.body, self.module, self.values)
-        finally:
-            self.module.constraints = saved
+        self.values = known_values(self.module, self.f)
         for k, a in enumerate(self.f.params):
             for d in a.type.shape:
                 if self.involves(d) and not (isinstance(d, sympy.Symbol)):
@@ -246,7 +241,8 @@ class PadSafety:
             small = all((r.type.dtype.is_int or r.type.dtype is DType.bool) and not any(
                 self.involves(d) for d in r.type.shape) for r in op.results)
             if not small or padded_in:
-                raise self.refuse(op, f"reads {self.name} as data (operand {arith[0]} is computed from the shape)")
+                raise self.refuse(op, f"reads {self.name} as data (operand {arith[0]} is computed from the "
+                                      "shape)")
         if padded_in or touches_s:
             if handler is None:
                 if data_in:
@@ -261,7 +257,7 @@ class PadSafety:
 
     def set_results(self, op: Op, out: list[dict]) -> None:
         for r, fills in zip(op.results, out):
-            for a, d in enumerate(r.type.shape):
+            for d in r.type.shape:
                 if self.involves(d) and not isinstance(d, sympy.Symbol):
                     raise self.refuse(op, f"makes dim {d} of result {r.index} from padded dim {self.name}")
             axes = self.padded_axes(r.type)
@@ -280,8 +276,39 @@ class PadSafety:
             if v is not None:
                 if any(self.involves(canon(x)) for x in np.asarray(v, dtype=object).reshape(-1)):
                     self.shape_data.add(id(r))
-            elif from_data or op.name in ("onnx.Shape", "onnx.Size") and self.is_padded(op.operands[0]):
+            elif from_data or (op.name in ("onnx.Shape", "onnx.Size") and self.is_padded(op.operands[0])):
                 self.shape_data.add(id(r))
+
+
+def _fill_as(fill: float, dtype: DType):
+    from ..ops.bucket import fill_scalar
+
+    return fill_scalar(fill, dtype) if dtype is not DType.bf16 else fill
+
+
+def known_values(module: Module, f: Function) -> dict:
+    """The values shape inference knows in f (small integer tensors), without touching f or
+    the module: inference runs on a throwaway copy (which may make fresh symbols and record
+    constraints; both are undone) and the values are mapped back op by op."""
+    probe = clone_function(f, f.name + ".probe")
+    saved_c, saved_s = module.constraints, module.symbols
+    module.constraints, module.symbols = [], saved_s.copy()
+    found: dict = {}
+    try:
+        infer_block(probe.body, module, found)
+    finally:
+        module.constraints, module.symbols = saved_c, saved_s
+    out = {}
+    for a, b in zip(_all_values(probe), _all_values(f)):
+        if a in found:
+            out[b] = found[a]
+    return out
+
+
+def _all_values(f: Function):
+    yield from f.params
+    for op in f.walk():
+        yield from op.results
 
 
 def _attr_dims(attrs: dict):
@@ -307,8 +334,8 @@ def _elementwise(a: PadSafety, op: Op) -> list[dict]:
             elif k in a.fills.get(id(v), {}):
                 ins.append(a.fill(v, k))
             else:
-                raise a.refuse(op, f"dim {v.type.shape[k]} of operand {op.operands.index(v)} meets padded dim "
-                                   f"{a.name}")
+                i = op.operands.index(v)
+                raise a.refuse(op, f"dim {v.type.shape[k]} of operand {i} meets padded dim {a.name}")
         res[ax] = _eval_fill(a, op, ins)
     out = [res]
     for r in op.results[1:]:  # Dropout's mask and the like
@@ -325,13 +352,14 @@ def _eval_fill(a: PadSafety, op: Op, ins: list):
             with np.errstate(all="ignore"):
                 y = d.reference(RefCtx(op, {}, None), *arrays)[0]
             return _known(np.asarray(y).reshape(-1)[0])
-        except Exception:  # noqa: BLE001 - a fill we cannot evaluate is unknown, nothing worse
+        except Exception:  # a fill we cannot evaluate is unknown, nothing worse
             return GARBAGE
     if op.name == "onnx.Mul" and any(x == 0.0 for x in ins if is_known(x)) and all(is_finite(x) for x in ins):
         return 0.0
     if op.name == "onnx.Div":
         info = a.const_info(op.operands[1])
-        den_ok = (is_known(ins[1]) and ins[1] != 0.0 and math.isfinite(ins[1])) or (info and info[1] and info[2])
+        den_ok = (is_known(ins[1]) and ins[1] != 0.0 and math.isfinite(ins[1])) or bool(
+            info and info[1] and info[2])
         return FINITE if is_finite(ins[0]) and den_ok else GARBAGE
     if op.name == "onnx.Where":
         return FINITE if is_finite(ins[1]) and is_finite(ins[2]) else GARBAGE
@@ -423,7 +451,8 @@ def _product_fill(a: PadSafety, f, other: Value, k_padded: bool):
 
 
 def _contraction(a: PadSafety, op: Op, ia: int, ka: int, ib: int, kb: int) -> bool:
-    """A sum over a padded axis: one side must be 0 there and the other finite."""
+    """A sum over a padded axis: one side must hold 0 there and the other finite values
+    (0 * inf is NaN), so mask what is needed. Returns whether the contracted axis is padded."""
     A, B = op.operands[ia], op.operands[ib]
     pa, pb = ka in a.fills.get(id(A), {}), kb in a.fills.get(id(B), {})
     if not (pa or pb):
@@ -434,19 +463,13 @@ def _contraction(a: PadSafety, op: Op, ia: int, ka: int, ib: int, kb: int) -> bo
     if (fa == 0.0 and is_finite(fb)) or (fb == 0.0 and is_finite(fa)):
         return True
     why = f"contraction over padded dim {a.name}"
-    if fa == 0.0 or is_finite(fb):
-        if fa != 0.0:
-            a.mask(op, ia, ka, 0.0, why)
-        else:
-            a.mask(op, ib, kb, 0.0, why)
-        if not is_finite(a.fill(op.operands[ia], ka)) or not is_finite(a.fill(op.operands[ib], kb)):
-            a.mask(op, ib if fa == 0.0 else ia, kb if fa == 0.0 else ka, 0.0, why)
-        return True
-    if is_finite(fa):
+    if is_finite(fb):
+        a.mask(op, ia, ka, 0.0, why)
+    elif is_finite(fa):
         a.mask(op, ib, kb, 0.0, why)
-        return True
-    a.mask(op, ia, ka, 0.0, why)
-    a.mask(op, ib, kb, 0.0, why)
+    else:
+        a.mask(op, ia, ka, 0.0, why)
+        a.mask(op, ib, kb, 0.0, why)
     return True
 
 
@@ -534,7 +557,8 @@ def _rewrite_mean(a: PadSafety, op: Op, axes, padded) -> None:
     m = x
     for ax in padded:
         if a.fill(m, ax) != 0.0:
-            mop = a.new_op(op, "cc.mask_dim", [m], {"axis": ax, "fill": 0.0, "len": a.name}, x.type.dtype, "mask")
+            attrs = {"axis": ax, "fill": 0.0, "len": a.name}
+            mop = a.new_op(op, "cc.mask_dim", [m], attrs, x.type.dtype, "mask")
             a.visit(mop)
             m = mop.result
     ax_op = a.new_op(op, "cc.const", [], {"value": np.array(axes, dtype=np.int64)}, DType.i64, "axes")
@@ -548,7 +572,8 @@ def _rewrite_mean(a: PadSafety, op: Op, axes, padded) -> None:
     op.result.replace_all_uses_with(mean.result)
     mean.result.name = op.result.name
     op.erase()
-    a.notes.append(f'node "{op.loc}" (onnx.ReduceMean): sum over padded dim {a.name} divided by the true count')
+    a.notes.append(f'node "{op.loc}" (onnx.ReduceMean): sum over padded dim {a.name} divided by the true '
+                   "count")
 
 
 def _argreduce(a: PadSafety, op: Op) -> list[dict]:
@@ -603,12 +628,14 @@ def _rewrite_layernorm(a: PadSafety, op: Op, axis: int, padded) -> None:
     ax_v = a.new_op(op, "cc.const", [], {"value": np.array(axes, dtype=np.int64)}, DType.i64, "axes")
     a.visit(ax_v)
     n = add("cc.true_len", [], {"len": _true_count(a, x.type, axes)}, "count")
-    mean = add("onnx.Div", [add("onnx.ReduceSum", [masked(x), ax_v.result], {"keepdims": 1}, "sum"), n], hint="mean")
+    total = add("onnx.ReduceSum", [masked(x), ax_v.result], {"keepdims": 1}, "sum")
+    mean = add("onnx.Div", [total, n], hint="mean")
     d = add("onnx.Sub", [x, mean], hint="centered")
     dm = masked(d)
     var = add("onnx.Div", [add("onnx.ReduceSum", [add("onnx.Mul", [dm, dm], hint="sq"), ax_v.result],
                                {"keepdims": 1}, "sumsq"), n], hint="var")
-    eps_op = a.new_op(op, "cc.const", [], {"value": np.array(op.attrs.get("epsilon", 1e-5), dtype=dt.np)}, dt, "eps")
+    eps = np.array(op.attrs.get("epsilon", 1e-5), dtype=dt.np)
+    eps_op = a.new_op(op, "cc.const", [], {"value": eps}, dt, "eps")
     a.visit(eps_op)
     rstd = add("onnx.Reciprocal", [add("onnx.Sqrt", [add("onnx.Add", [var, eps_op.result], hint="vareps")],
                                        hint="std")], hint="rstd")
@@ -649,7 +676,7 @@ def _slice(a: PadSafety, op: Op) -> list[dict]:
     from ..ops.shape import _slice_params
 
     x = op.operands[0]
-    starts, ends, axes, steps, n = _slice_params(InferCtx(op, a.module, a.values))
+    starts, ends, axes, steps, _ = _slice_params(InferCtx(op, a.module, a.values))
     if starts is None or ends is None or axes is None or steps is None:
         raise a.refuse(op, f"slices with bounds known only at run time along padded dim {a.name}")
     rank = x.type.rank
@@ -722,7 +749,7 @@ def _cumsum(a: PadSafety, op: Op) -> list[dict]:
     if axis in a.fills.get(id(x), {}) and op.attrs.get("reverse", 0) and a.fill(x, axis) != 0.0:
         a.mask(op, 0, axis, 0.0, f"reverse CumSum over padded dim {a.name}")
     x = op.operands[0]
-    return [{ax: (f if f == 0.0 else GARBAGE) for ax, f in a.fills.get(id(x), {}).items()}]
+    return [{ax: (f if f == 0.0 and ax != axis else GARBAGE) for ax, f in a.fills.get(id(x), {}).items()}]
 
 
 def _batchnorm(a: PadSafety, op: Op) -> list[dict]:
@@ -732,6 +759,12 @@ def _batchnorm(a: PadSafety, op: Op) -> list[dict]:
     finite = all(a.const_finite(v) for v in op.operands[1:])
     res = [{ax: (FINITE if finite and is_finite(f) else GARBAGE) for ax, f in a.fills.get(id(x), {}).items()}]
     return res + [{} for _ in op.results[1:]]
+
+
+def _mask(a: PadSafety, op: Op) -> list[dict]:
+    x = op.operands[0]
+    fill = float(_fill_as(op.attrs.get("fill", 0.0), x.type.dtype))
+    return [{**a.fills.get(id(x), {}), op.attrs["axis"] % x.type.rank: fill}]
 
 
 def _passthrough(a: PadSafety, op: Op) -> list[dict]:
@@ -775,7 +808,7 @@ _HANDLERS = {
     "onnx.Shape": _passthrough,
     "onnx.Size": _passthrough,
     "onnx.Pad": _pad,
-    "cc.mask_dim": _elementwise,
+    "cc.mask_dim": _mask,
 }
 _KIND_HANDLERS = {"elementwise": _elementwise, "broadcast": _elementwise}
 
@@ -803,8 +836,9 @@ def bucket_version(module: Module, generic: Function, symbol: str, bucket: int, 
     for old, new in zip(static.params, body.args):
         v = new
         for ax in safety.padded_axes(new.type):
-            op = Op("cc.pad_dim", [v], [v.type.with_shape(v.type.shape[:ax] + (bucket,) + v.type.shape[ax + 1:])],
-                    {"axis": ax, "size": bucket, "fill": 0.0}, loc=f"{new.name or 'input'}.pad")
+            padded = v.type.with_shape((*v.type.shape[:ax], bucket, *v.type.shape[ax + 1:]))
+            op = Op("cc.pad_dim", [v], [padded], {"axis": ax, "size": bucket, "fill": 0.0},
+                    loc=f"{new.name or 'input'}.pad")
             body.append(op)
             v = op.result
         old.replace_all_uses_with(v)
@@ -813,7 +847,7 @@ def bucket_version(module: Module, generic: Function, symbol: str, bucket: int, 
     ret = body.ops[-1]
     for k, (v, want) in enumerate(zip(list(ret.operands), generic.result_types)):
         for ax in safety.padded_axes(want):
-            op = Op("cc.unpad_dim", [v], [v.type.with_shape(v.type.shape[:ax] + (s,) + v.type.shape[ax + 1:])],
+            op = Op("cc.unpad_dim", [v], [v.type.with_shape((*v.type.shape[:ax], s, *v.type.shape[ax + 1:]))],
                     {"axis": ax, "len": symbol}, loc=f"output{k}.unpad")
             body.insert_before(ret, op)
             v = op.result
@@ -896,160 +930,3 @@ class BucketizePass(ModulePass):
         module.dispatch["main"] = order[:at] + made + order[at:]
         ctx.options.setdefault("bucketize_notes", []).extend(notes)
         return bool(made)
-
-
-# ---- cost model and bucket choice ----------------------------------------------------------------
-
-
-def op_flops(op: Op) -> sympy.Expr:
-    """Floating-point work of one op as a dim expression (multiply-add = 2)."""
-    d = get_opdef(op.name)
-    if d is None or not op.results:
-        return sympy.Integer(0)
-    out = op.results[0].type.numel()
-    if out is None:
-        return sympy.Integer(0)
-    if op.name == "onnx.MatMul":
-        a = op.operands[0].type
-        return 2 * out * a.shape[-1]
-    if op.name == "onnx.Gemm":
-        a = op.operands[0].type
-        k = a.shape[0] if op.attrs.get("transA", 0) else a.shape[1]
-        return 2 * out * k + out
-    if op.name in ("onnx.Conv", "onnx.ConvTranspose"):
-        w = op.operands[1].type
-        return 2 * out * _prod(w.shape[1:])
-    if op.name in ("onnx.Softmax", "onnx.LogSoftmax"):
-        return 4 * out
-    if op.name == "onnx.LayerNormalization":
-        return 8 * out
-    if d.kind in ("elementwise", "broadcast"):
-        return sympy.sympify(sum((r.type.numel() or 0) for r in op.results))
-    if d.kind == "reduction":
-        return sympy.sympify(op.operands[0].type.numel() or 0)
-    return sympy.Integer(0)
-
-
-def flops_polynomial(f: Function) -> sympy.Expr:
-    """The FLOPs of one run of f as a polynomial in the symbols (e.g. 4*seq**2*... + ...)."""
-    return sympy.expand(sum((op_flops(op) for op in f.walk()), sympy.Integer(0)))
-
-
-def cost_function(f: Function, symbol: str, fixed: dict[str, int] | None = None):
-    """(cost(n) -> float, the polynomial in `symbol`), other symbols set from `fixed` (default 1)."""
-    poly = flops_polynomial(f)
-    subs = {s: (fixed or {}).get(s.name, 1) for s in poly.free_symbols if s.name != symbol}
-    p = sympy.expand(poly.xreplace({k: sympy.Integer(v) for k, v in subs.items()}))
-    fn = sympy.lambdify(sym(symbol), p, "math")
-    return (lambda n: float(fn(n))), p
-
-
-@dataclass
-class BucketChoice:
-    symbol: str
-    buckets: list[int]
-    waste: float               # fraction of executed FLOPs that are padding
-    pow2: list[int]
-    pow2_waste: float
-    polynomial: sympy.Expr = field(default=None)
-
-    def report(self) -> str:
-        return (f"cost model: {self.polynomial} FLOPs per call\n"
-                f"auto buckets {self.symbol} = {','.join(map(str, self.buckets))}: "
-                f"expected padding waste {100 * self.waste:.2f}% of FLOPs\n"
-                f"power-of-two buckets {','.join(map(str, self.pow2))} (same count): "
-                f"waste {100 * self.pow2_waste:.2f}% of FLOPs")
-
-
-def read_trace(path) -> list[tuple[int, int]]:
-    """A trace file: one observed value per line, or `value,count`; '#' comments.
-    Returns sorted distinct (value, count) pairs."""
-    from collections import Counter
-    from pathlib import Path
-
-    counts: Counter = Counter()
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as e:
-        raise OnnxccError(f"{path}: cannot read trace ({e})") from e
-    for k, line in enumerate(lines, 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = [p.strip() for p in line.split(",")]
-        try:
-            v, c = int(parts[0]), (int(parts[1]) if len(parts) > 1 else 1)
-            if v < 1 or c < 0 or len(parts) > 2:
-                raise ValueError
-        except ValueError:
-            raise OnnxccError(f"{path}:{k}: expected VALUE or VALUE,COUNT (positive integers), got {line!r}") from None
-        counts[v] += c
-    if not counts:
-        raise OnnxccError(f"{path}: the trace has no values")
-    return sorted((v, c) for v, c in counts.items() if c > 0)
-
-
-def optimal_buckets(trace: list[tuple[int, int]], cost, k: int) -> list[int]:
-    """Boundaries (at most k, the last = the largest value) minimising sum(count * cost(bucket)).
-
-    Exact: dynamic programming over the sorted distinct values (a bucket's best bound is the
-    largest value it holds): best[j][i] = min over p < i of best[j-1][p] + cost(v_i) *
-    (C_i - C_p), C the prefix sums of counts. O(k n^2) with the inner minimum vectorised."""
-    if k < 1:
-        raise OnnxccError("--max-buckets must be at least 1")
-    vals = [v for v, _ in trace]
-    n = len(vals)
-    k = min(k, n)
-    C = np.concatenate([[0.0], np.cumsum([c for _, c in trace], dtype=np.float64)])
-    cv = np.array([cost(v) for v in vals], dtype=np.float64)
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    arg = np.zeros((k + 1, n + 1), dtype=np.int64)
-    layers = [best]
-    for j in range(1, k + 1):
-        prev, cur = layers[-1], np.full(n + 1, np.inf)
-        for i in range(1, n + 1):
-            cand = prev[:i] + cv[i - 1] * (C[i] - C[:i])
-            p = int(np.argmin(cand))
-            cur[i], arg[j, i] = cand[p], p
-        layers.append(cur)
-    j = min(range(1, k + 1), key=lambda q: (layers[q][n], q))
-    out, i = [], n
-    while i > 0:
-        out.append(vals[i - 1])
-        i, j = int(arg[j, i]), j - 1
-    return sorted(out)
-
-
-def assign(value: int, buckets: list[int]) -> int | None:
-    """The smallest bucket holding value, or None (above the last: the fallback version)."""
-    for b in buckets:
-        if value <= b:
-            return b
-    return None
-
-
-def padding_waste(trace: list[tuple[int, int]], buckets: list[int], cost) -> tuple[float, float]:
-    """(wasted FLOPs, executed FLOPs) over the trace; values above the last bucket run unpadded."""
-    wasted = executed = 0.0
-    for v, c in trace:
-        b = assign(v, buckets) or v
-        executed += c * cost(b)
-        wasted += c * (cost(b) - cost(v))
-    return wasted, executed
-
-
-def pow2_buckets(max_value: int, k: int) -> list[int]:
-    """k consecutive powers of two ending at the first one >= max_value."""
-    top = 1 << max(0, (max_value - 1).bit_length())
-    return sorted({max(1, top >> i) for i in range(k)})
-
-
-def choose_buckets(f: Function, symbol: str, trace: list[tuple[int, int]], k: int,
-                   fixed: dict[str, int] | None = None) -> BucketChoice:
-    cost, poly = cost_function(f, symbol, fixed)
-    chosen = optimal_buckets(trace, cost, k)
-    w, e = padding_waste(trace, chosen, cost)
-    p2 = pow2_buckets(trace[-1][0], len(chosen))
-    w2, e2 = padding_waste(trace, p2, cost)
-    return BucketChoice(symbol, chosen, w / e if e else 0.0, p2, w2 / e2 if e2 else 0.0, poly)

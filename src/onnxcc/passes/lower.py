@@ -4,15 +4,26 @@ Buffers: parameters become program inputs, returned values program outputs (a re
 that is returned is written straight into the output buffer), every other result a
 workspace temp. `cc.const` becomes a const buffer, `cc.dims` a tiny i64 compute over the
 symbols, and results a lowering declared as views (Reshape...) take no memory at all.
+
+Ops with regions (If, Loop, Scan) lower their bodies through `lower_region` into nested
+statement lists (kernel/control.py); a value a body yields can be written straight into
+the buffer the op wants it in, as returned values are. A result dim that only the run
+determines (a Loop's data-dependent trip count, a branch-dependent If extent) is allowed
+when the op's lowering declares it with `declare_run_dim` (its upper bound, used for
+allocation) and reports the true value with `set_symbol`; such results may only be
+returned (or passed through Identity), never computed with.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
+import sympy
 
 from ..errors import CompileError, UnsupportedOp
 from ..ir import DType, Function, Module, Op, Value
-from ..kernel import KernelProgram, Var, dim_to_expr
+from ..kernel import Buffer, Compute, KernelProgram, SetSymbol, Stmt, Var, dim_to_expr
 from ..ops import require_opdef
 from ..ops.cc import const_array
 from ..ops.lowering import LowerCtx
@@ -25,7 +36,11 @@ class _Lowerer:
         self.program = KernelProgram.new(name, [s.name for s in module.symbols])
         self.buf: dict[int, object] = {}  # id(Value) -> Buffer
         self.counter = 0
-        self.out_slot: dict[int, int] = {}  # id(Value) -> output index it is written to
+        #: id(Value) -> the buffer its producer writes directly (an output, an If result)
+        self.target: dict[int, Buffer] = {}
+        self.depth = 0  # region nesting
+        self.set_syms: dict[str, SetSymbol] = {}  # run-determined symbol -> its report, emitted last
+        self.bound = {s.name for a in f.params for s in a.type.symbols()} | {str(k) for k in f.subs}
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
@@ -38,35 +53,94 @@ class _Lowerer:
             self.buf[id(a)] = p.input(f"in{k}", a.type.dtype, a.type.shape)
         ret = f.return_op
         outs = [p.output(f"out{k}", v.type.dtype, v.type.shape) for k, v in enumerate(ret.operands)]
-        for k, v in enumerate(ret.operands):
-            if isinstance(v.owner, Op) and id(v) not in self.out_slot and v.owner.name != "cc.const":
-                self.out_slot[id(v)] = k
-        for op in f.body.ops:
-            if op is ret:
-                break
-            first = len(p.body)
-            self.lower_op(op, outs)
-            _label(p, first, op.loc or op.name)
+        self.set_targets(ret.operands, outs)
+        self.lower_ops(f.body.ops)
         # outputs not written by their producer: params, consts, repeats, views
         for k, v in enumerate(ret.operands):
-            if self.out_slot.get(id(v)) == k and self.buf[id(v)] is outs[k]:
+            if self.buf[id(v)] is outs[k]:
                 continue
             src = self.buf[id(v)]
             p.compute(outs[k], lambda *ix, src=src: src[ix] if ix else src[()])
+        p.body.extend(self.set_syms.values())
         p.verify()
         return p
 
-    def lower_op(self, op: Op, outs) -> None:
-        if op.regions:
-            raise UnsupportedOp(op.opname, op.dialect, op.loc, "control flow is not compiled to native code yet")
-        for r in op.results:
-            self.check_bound(op, r)
+    def set_targets(self, values, buffers) -> None:
+        """Let the producer of each value write straight into its buffer (first use wins;
+        block args, consts and values defined elsewhere are copied by the caller)."""
+        for v, b in zip(values, buffers):
+            if b is not None and isinstance(v.owner, Op) and id(v) not in self.target \
+                    and v.owner.name != "cc.const" and id(v) not in self.buf:
+                self.target[id(v)] = b
+
+    def lower_ops(self, ops) -> None:
+        for op in ops:
+            if op.name in ("return", "yield"):
+                break
+            first = len(self.program.body)
+            self.lower_op(op)
+            _label(self.program.body, first, op.loc or op.name)
+
+    # ---- regions (used by the control-flow lowerings through LowerCtx) --------------------
+    @contextmanager
+    def into(self, stmts: list[Stmt]):
+        """Statements the lowering appends go to `stmts` inside the with-block."""
+        p = self.program
+        saved, p.body = p.body, stmts
+        try:
+            yield stmts
+        finally:
+            p.body = saved
+
+    def lower_region(self, block, args, targets) -> tuple[list[Stmt], list[Buffer]]:
+        """Lower `block` into a new statement list: its args read the buffers `args`; a
+        yielded value the block computes is written straight into its entry of `targets`
+        (None: anywhere). Returns the statements and the buffer of each yielded value."""
+        for a, b in zip(block.args, args):
+            self.buf[id(a)] = b
+        ys = list(block.terminator.operands) if block.terminator is not None else []
+        self.set_targets(ys, targets)
+        self.depth += 1
+        try:
+            with self.into([]) as stmts:
+                self.lower_ops(block.ops)
+        finally:
+            self.depth -= 1
+        return stmts, [self.buf[id(v)] for v in ys]
+
+    def is_run_dim(self, d) -> bool:
+        """A result dim that is a symbol no input binds (the run determines it)."""
+        return isinstance(d, sympy.Symbol) and d.name not in self.bound
+
+    def declare_run_dim(self, op: Op, name: str, bound) -> None:
+        """`name` is determined by the run; buffers are allocated for `bound` (a Dim over
+        the input symbols, at least 1)."""
+        where = f'node "{op.loc}" ({op.name})'
+        if self.depth:
+            raise UnsupportedOp(op.opname, op.dialect, op.loc, f"result dim {name} is known only at run time "
+                                "inside a loop or branch body")
+        extra = sorted(s.name for s in sympy.sympify(bound).free_symbols if s.name not in self.bound) \
+            if bound is not None else ["?"]
+        if extra:
+            raise CompileError(f"{where}: result dim {name} is known only at run time and has no upper bound "
+                               f"over the input dims; narrow its range (--dim {name}=1:N)")
+        self.program.run_dims[name] = sympy.Max(1, bound) if not isinstance(bound, int) else max(1, bound)
+
+    def set_symbol(self, name: str, value) -> None:
+        """Report the true value of run-determined symbol `name` (an i64 Expr) at the end."""
+        self.set_syms[name] = SetSymbol(name, value)
+
+    def lower_op(self, op: Op) -> None:
+        self.check_operands(op)
+        if not op.regions:
+            for r in op.results:
+                self.check_bound(op, r)
         if op.name == "cc.const":
             arr = const_array(op, self.module)
             data = np.ascontiguousarray(arr).reshape(np.shape(arr))  # NOTE: keeps 0-d arrays 0-d
             self.buf[id(op.result)] = self.program.const(self.fresh(op.loc or "const"), data)
             return
-        targets = [outs[self.out_slot[id(r)]] if id(r) in self.out_slot else None for r in op.results]
+        targets = [self.target.get(id(r)) for r in op.results]
         if op.name == "cc.dims":
             dims = list(op.attrs["dims"])
             out = targets[0] or self.program.temp(self.fresh("dims"), DType.i64, op.result.type.shape)
@@ -87,6 +161,7 @@ class _Lowerer:
         consts = [_const_of(v, self.module) for v in op.operands]
         known = [self.values.get(v) for v in op.operands]
         ctx = LowerCtx(op, self.program, ins, results, consts, known, self.fresh)
+        ctx.lowerer = self
         d.lower(ctx)
         for ri, oi in ctx.aliases.items():
             r = op.results[ri]
@@ -100,26 +175,41 @@ class _Lowerer:
                 results[ri] = self.program.view(self.fresh(op.loc or "view"), src, r.type.shape)
         for r, b in zip(op.results, results):
             self.buf[id(r)] = b
+        if op.regions:
+            for r in op.results:
+                self.check_bound(op, r)
+
+    def check_operands(self, op: Op) -> None:
+        """Values with run-determined dims are allocated for the bound and only partly valid:
+        they can be returned, not computed with."""
+        if op.name == "onnx.Identity":
+            return
+        for v in op.operands:
+            run = sorted(s.name for s in v.type.symbols() if s.name in self.program.run_dims)
+            if run:
+                raise UnsupportedOp(op.opname, op.dialect, op.loc, f"reads a value of type {v.type} whose dim "
+                                    f"{', '.join(run)} is known only after the run (such results can only be "
+                                    "returned)")
 
     def check_bound(self, op: Op, r: Value) -> None:
-        bound = {s.name for a in self.f.params for s in a.type.symbols()}
-        bound |= {str(k) for k in self.f.subs}
+        bound = self.bound | set(self.program.run_dims)
         extra = sorted(s.name for s in r.type.symbols() if s.name not in bound)
         if extra:
             raise CompileError(f'node "{op.loc}" ({op.name}): result shape {r.type} depends on data '
                                f"({', '.join(extra)} known only at run time); not compiled yet")
 
 
-def _label(p: KernelProgram, first: int, label: str) -> None:
-    """Tag the computes one op lowered to with its name (`Compute.origin`; fusion reports it)."""
+def _label(body: list[Stmt], first: int, label: str) -> None:
+    """Tag the computes one op lowered to with its name (`Compute.origin`; fusion reports
+    it), in nested bodies too (a loop's carried copies take the loop's name)."""
     import dataclasses
 
-    from ..kernel import Compute
-
-    for k in range(first, len(p.body)):
-        s = p.body[k]
+    for k in range(first, len(body)):
+        s = body[k]
         if isinstance(s, Compute) and not s.origin:
-            p.body[k] = dataclasses.replace(s, origin=(label,))
+            body[k] = dataclasses.replace(s, origin=(label,))
+        for b in s.bodies():
+            _label(b, 0, label)
 
 
 def _select_eq(i, j, a, b):

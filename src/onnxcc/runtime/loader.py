@@ -62,17 +62,20 @@ def dlpack_dtype(dt: np.dtype) -> tuple[int, int]:
 
 
 class _Tensors:
-    """A ctypes DLTensor array over numpy arrays; keeps the arrays and shapes alive."""
+    """A ctypes DLTensor array over numpy arrays; keeps the arrays and shapes alive.
+    `device` / `data`: (DLPack device type, id) and data pointers for arrays living
+    elsewhere (then `arrays` only give shapes and dtypes)."""
 
-    def __init__(self, arrays: list[np.ndarray], dtypes: list[str] | None = None):
+    def __init__(self, arrays: list[np.ndarray], dtypes: list[str] | None = None,
+                 device: tuple[int, int] = (KDL_CPU, 0), data: list[int] | None = None):
         self.arrays = arrays
         self.shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arrays]
         self.array = (DLTensor * max(1, len(arrays)))()
         for k, (t, a, shape) in enumerate(zip(self.array, arrays, self.shapes)):
             # The signature's dtype wins where given: bf16 data sits in uint16 arrays.
             code, bits = DTYPES[dtypes[k]][1:] if dtypes else dlpack_dtype(a.dtype)
-            t.data = a.ctypes.data
-            t.device = DLDevice(KDL_CPU, 0)
+            t.data = a.ctypes.data if data is None else data[k]
+            t.device = DLDevice(*device)
             t.ndim = a.ndim
             t.dtype = DLDataType(code, bits, 1)
             t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
@@ -102,6 +105,7 @@ class CompiledModel:
         self._num_versions = self._fn("num_versions", ctypes.c_int, [])
         self._version_info = self._fn("version_info", ctypes.c_char_p, [ctypes.c_int])
         self._last_version = self._fn("last_version", ctypes.c_int, [])
+        self._output_dims = None  # NAME_output_dims, bound on first use (only some artifacts have it)
 
     def _fn(self, suffix: str, restype, argtypes):
         f = getattr(self.lib, f"{self.name}_{suffix}")
@@ -201,9 +205,39 @@ class CompiledModel:
         ins = self._in_tensors(inputs)
         outs = [np.empty(self._shape(ins, k), dtype=DTYPES[t["dtype"]][0])
                 for k, t in enumerate(self.outputs)]
+        if self.meta.get("target") == "cuda":  # copy to the device, run there, copy back
+            from .cuda_device import driver
+
+            drv = driver()
+            d_in = [drv.to_device(a) for a in ins.arrays]
+            d_out = [drv.empty(a.shape, a.dtype) for a in outs]
+            self.run_device(d_in, d_out)
+            for a, d in zip(outs, d_out):
+                drv.dtoh(a, d.ptr)
+            return {t["name"]: a for t, a in zip(self.outputs, outs)}
         o = _Tensors(outs, [t["dtype"] for t in self.outputs])
         self._check(self._run(ins.array, len(ins), o.array, len(o)))
-        return {t["name"]: a for t, a in zip(self.outputs, outs)}
+        return {t["name"]: self._trim(k, a) for k, (t, a) in enumerate(zip(self.outputs, outs))}
+
+    def _trim(self, k: int, a: np.ndarray) -> np.ndarray:
+        """An output with run-determined dims (NAME.h: allocated for the upper bound, valid in
+        the leading corner) cut to the true shape NAME_output_dims reports."""
+        if not self.outputs[k].get("run_determined"):
+            return a
+        if self._output_dims is None:
+            self._output_dims = self._fn("output_dims", ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
+        shape = (ctypes.c_int64 * max(1, a.ndim))()
+        self._check(self._output_dims(k, shape))
+        corner = a[tuple(slice(0, int(shape[j])) for j in range(a.ndim))]
+        return corner if corner.flags.c_contiguous else np.ascontiguousarray(corner)
+
+    def run_device(self, inputs: list, outputs: list, device_id: int = 0) -> None:
+        """Run a CUDA artifact on device buffers (`cuda_device.DeviceArray`s, or anything with
+        `ptr`, `shape`, `dtype`, `ndim`) in input / output order; raises on failure."""
+        tensors = [_Tensors(list(arrs), [t["dtype"] for t in sigs], (2, device_id), [a.ptr for a in arrs])
+                   for arrs, sigs in ((inputs, self.inputs), (outputs, self.outputs))]
+        ins, outs = tensors
+        self._check(self._run(ins.array, len(ins), outs.array, len(outs)))
 
     def run_raw(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> int:
         """Call NAME_run on exactly these arrays (no dtype checks or conversion); returns the code.

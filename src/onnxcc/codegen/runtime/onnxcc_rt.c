@@ -218,14 +218,25 @@ static const char *onnxcc_dtype_text(uint8_t code, uint8_t bits, char *buf, size
   return buf;
 }
 
+static const char *onnxcc_device_text(int32_t type) {
+  switch (type) {
+    case kDLCPU: return "CPU memory";
+    case kDLCUDA: return "CUDA device memory";
+    case kDLCUDAHost: return "CUDA pinned host memory";
+    case kDLCUDAManaged: return "CUDA managed memory";
+    default: return "memory of another device";
+  }
+}
+
 int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, const int32_t *devices,
                         int n_devices, int32_t rank, uint8_t code, uint8_t bits, const char *dtype_text,
                         const char *shape_text) {
   int device_ok = 0;
   for (int i = 0; i < n_devices; i++) device_ok |= (int32_t)t->device.device_type == devices[i];
   if (!device_ok) {
-    onnxcc_error_set("%s \"%s\": tensor is on device type %d, which this artifact cannot read", kind,
-                     name, (int)t->device.device_type);
+    onnxcc_error_set("%s \"%s\": tensor is in %s (DLPack device type %d), but this artifact reads %s", kind,
+                     name, onnxcc_device_text(t->device.device_type), (int)t->device.device_type,
+                     n_devices > 0 ? onnxcc_device_text(devices[0]) : "no tensors");
     return ONNXCC_ERR_DEVICE;
   }
   if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {

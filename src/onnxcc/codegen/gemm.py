@@ -1,0 +1,564 @@
+"""GEMM codegen: a compute with a `GemmPlan` schedule (see kernel/schedule.py) as a packed,
+cache-blocked, register-tiled matrix multiply with its epilogue.
+
+The compute is read as `C[bt, m, n] = epilogue(sum_k A(bt, m, k) * B(bt, n, k))`: for each
+combination bt of the batch vars an [M, N] matrix of the output with contiguous rows at a
+constant stride (n are the output's trailing vars, m a consecutive run); A and B are arbitrary expressions (loads through any
+affine or non-affine index, casts, the padding selects of a convolution), evaluated only
+by the packers, so the micro-kernel reads nothing but contiguous panels:
+
+1. B is packed once per call into the scratch region (or at compile time when it reads
+   only constants): [combinations of B's batch vars][N panels][K][nr] floats, columns past
+   N zero. One
+   onnxcc_parallel_for over (batch, panel).
+2. One onnxcc_parallel_for over tasks (bt, m block, n block). A task, for each block of
+   the contraction (kc values of K, cut along the first reduce var so multi-var reductions
+   such as a conv's (c, kh, kw) need no division), packs its A rows into a stack buffer
+   [panels][kc][mr], then for each B panel and A panel calls the micro-kernel.
+3. The micro-kernel (one internal function per (rows, nr)) keeps rows x nr/vl vector
+   accumulators in registers (several sets when there are too few to cover the FMA
+   latency), runs the k loop unrolled by UNROLL with one broadcast of A and nr/vl loads of
+   B per step, and adds into C with masked vector loads/stores (columns past N) — or
+   stores, for the first k block. Rows past M are handled by calling the 8/4/2/1-row
+   variants on the rest of the panel.
+4. After the last k block of a tile, the epilogue (bias, activation, residual...) runs
+   once over the tile, reading the sum back from C (hot in L1).
+
+Blocks: m blocks of at most `mc_panels` panels, enough blocks (m, and n when M is small) to
+give about `tasks` work items for load balance; panels are split evenly between blocks.
+A contraction that may be empty (K = 0) runs the plain loop nest instead; static shapes too
+small for packing to pay (M*N*K < `min_work`) never get a GemmPlan; a GEMM smaller than
+PARALLEL_MIN_WORK stays on the calling thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from onnxcc.ir import canon
+from onnxcc.kernel.expr import Const, Expr
+from onnxcc.kernel.program import Compute
+from onnxcc.kernel.schedule import GemmPlan
+
+from .llvm_exprs import F32, ExprEmitter, known_positive
+from .llvm_helpers import (
+    I1, I8, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then,
+)
+
+if TYPE_CHECKING:
+    from .cpu import _FnCtx, _KernelEmitter
+
+UNROLL = 4
+"""k steps per micro-kernel loop iteration"""
+MIN_CHAINS = 8
+"""independent FMA chains to keep in flight (FMA latency x FMA ports)"""
+PARALLEL_MIN_WORK = 1 << 17
+"""multiply-adds below which a GEMM runs on the calling thread (waking the pool costs more)"""
+
+
+# ---- small integer helpers ------------------------------------------------------------------
+
+
+def _umin(b: ir.IRBuilder, x: ir.Value, y: ir.Value, name: str) -> ir.Value:
+    return b.select(b.icmp_unsigned("<", x, y, name=f"{name}.lt"), x, y, name=name)
+
+
+def _umax(b: ir.IRBuilder, x: ir.Value, y: ir.Value, name: str) -> ir.Value:
+    return b.select(b.icmp_unsigned(">", x, y, name=f"{name}.gt"), x, y, name=name)
+
+
+def _ceildiv(b: ir.IRBuilder, x: ir.Value, d: int, name: str) -> ir.Value:
+    return b.udiv(b.add(x, i64(d - 1), name=f"{name}.up"), i64(d), name=name)
+
+
+def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value | int, name: str) -> ir.Value:
+    if isinstance(y, int):
+        if y == 1:
+            return x
+        y = i64(y)
+    return b.mul(x, y, name=name, flags=("nuw", "nsw"))
+
+
+def _add(b: ir.IRBuilder, x: ir.Value, y: ir.Value | int, name: str) -> ir.Value:
+    if isinstance(y, int):
+        if y == 0:
+            return x
+        y = i64(y)
+    return b.add(x, y, name=name, flags=("nuw", "nsw"))
+
+
+def _product(b: ir.IRBuilder, xs: Sequence[ir.Value], name: str) -> ir.Value:
+    out: ir.Value = i64(1)
+    for x in xs:
+        out = x if isinstance(out, ir.Constant) and out.constant == 1 else _mul(b, out, x, name)
+    return out
+
+
+def _unflatten(b: ir.IRBuilder, flat: ir.Value, exts: Sequence[ir.Value], names: Sequence[str]
+               ) -> dict[str, ir.Value]:
+    """Row-major indices of `flat` in a box of extents `exts` (all >= 1)."""
+    if not names:
+        return {}
+    if len(names) == 1:
+        return {names[0]: flat}
+    out: dict[str, ir.Value] = {}
+    rest = flat
+    for n, e in zip(reversed(names[1:]), reversed(exts[1:])):
+        out[n] = b.urem(rest, e, name=n)
+        rest = b.udiv(rest, e, name=f"{n}.rest")
+    out[names[0]] = rest
+    return out
+
+
+def _f32_ptr(b: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, name: str) -> ir.Value:
+    off = i64(offset) if isinstance(offset, int) else offset
+    return b.gep(base, [off], inbounds=True, name=name, source_etype=F32)
+
+
+# ---- geometry: every size a GEMM function needs, from the symbols ---------------------------
+
+
+class _Geometry:
+    """Run-time sizes and blocking of one GEMM compute, computed at the builder's position
+    (the same arithmetic in every function, so they agree)."""
+
+    def __init__(self, fctx: _FnCtx, b: ir.IRBuilder, c: Compute, g: GemmPlan):
+        ext = dict(zip(c.var_names, c.extents))
+        self.ext = {v: fctx.dim(ext[v]) for v in c.var_names}
+        strides = fctx.strides(c.out)
+        self.stride = dict(zip(c.var_names, strides))
+        self.ldc = self.stride[g.m[-1]]
+        self.batch_ext = [fctx.dim(ext[v]) for v in g.batch]
+        self.bb_ext = [fctx.dim(ext[v]) for v in g.b_batch_vars]
+        self.m_ext = [fctx.dim(ext[v]) for v in g.m]
+        self.n_ext = [fctx.dim(ext[v]) for v in g.n]
+        self.k_ext = [fctx.entry_em.emit(x) for _, x in g.reduce.vars]
+        self.Bt = _product(b, self.batch_ext, "gemm.Bt")
+        self.M = _product(b, self.m_ext, "gemm.M")
+        self.N = _product(b, self.n_ext, "gemm.N")
+        self.K0 = self.k_ext[0]
+        self.K = _mul(b, self.K0, g.k_inner, "gemm.K")
+        self.Pm = _ceildiv(b, self.M, g.mr, "gemm.Pm")
+        self.Pn = _ceildiv(b, self.N, g.nr, "gemm.Pn")
+        self.kco = max(1, g.kc // g.k_inner)
+        self.npc = _ceildiv(b, self.K0, self.kco, "gemm.npc")
+        by_size = _ceildiv(b, self.Pm, g.mc_panels, "gemm.nic.size")
+        by_tasks = _umin(b, self.Pm, i64(g.tasks), "gemm.nic.tasks")
+        self.n_ic = _umax(b, _umax(b, by_size, by_tasks, "gemm.nic"), i64(1), "gemm.nic")
+        per = _umax(b, _mul(b, self.Bt, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
+        want = b.udiv(_add(b, i64(g.tasks), b.sub(per, i64(1), name="gemm.per1"), "gemm.njc.up"), per,
+                      name="gemm.njc.want")
+        self.n_jc = _umax(b, _umin(b, want, _umax(b, self.Pn, i64(1), "gemm.pn1"), "gemm.njc"), i64(1),
+                          "gemm.njc")
+        self.n_tasks = _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), self.n_jc, "gemm.tasks")
+        self.nbB = _product(b, self.bb_ext, "gemm.nbB")
+
+
+def emit_gemm(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, fallback: Callable[[], None]) -> None:
+    """Emit compute `c` through the GEMM path at `ctx.b` (its domain is known nonempty);
+    `fallback()` emits the plain loop nest, used when the contraction may be empty (then
+    the output is the epilogue of 0, which the packed path would never write)."""
+    b = ctx.b
+    geo = _Geometry(ctx, b, c, g)
+    if all(known_positive(x) for _, x in g.reduce.vars):
+        _run(kem, ctx, c, g, geo)
+        return
+    with if_else(b, b.icmp_signed(">", geo.K, i64(0), name="gemm.k.pos"), name=f"{c.out}.gemm") as (then, other):
+        with then:
+            _run(kem, ctx, c, g, geo)
+        with other:
+            fallback()
+
+
+def _run(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, geo: _Geometry) -> None:
+    from .cpu import PAR_FOR_FNTY, PARALLEL_FOR
+
+    b = ctx.b
+    pctx = kem._parallel_ctx(ctx)
+    par = getattr(c.schedule, "parallel", None)
+    parallel = kem.opts.parallel if par is None else bool(par)
+    runtime = get_or_declare(kem.module, PARALLEL_FOR, PAR_FOR_FNTY)
+
+    work = _mul(b, _mul(b, geo.M, geo.N, "gemm.mn"), _mul(b, geo.K, geo.Bt, "gemm.kb"), "gemm.work")
+    big = b.icmp_unsigned(">=", work, i64(PARALLEL_MIN_WORK), name="gemm.big")
+
+    def call(fn: ir.Function, n: ir.Value) -> None:
+        if parallel:
+            with if_else(b, big, name="gemm.par") as (then, other):
+                with then:
+                    b.call(runtime, [n, fn, pctx])
+                with other:
+                    b.call(fn, [i64(0), n, pctx])
+        else:
+            b.call(fn, [i64(0), n, pctx])
+        st = b.load(ctx.status, name="status", align=4)
+        with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
+            b.ret(st)
+
+    if not g.b_const:
+        if kem.plan.scratch_offset is None:
+            from onnxcc.errors import CompileError
+
+            raise CompileError(f"kernel {kem.program.name}: compute {c.out} packs B into scratch, but the "
+                               "memory plan reserves none (use kernel.plan_memory.reserve_scratch)")
+        call(_pack_b_function(kem, c, g), _mul(b, geo.nbB, geo.Pn, "gemm.packb.items"))
+    call(_task_function(kem, c, g), geo.n_tasks)
+
+
+# ---- operand packing --------------------------------------------------------------------------
+
+
+def _scratch_ptr(kem: _KernelEmitter, fctx: _FnCtx) -> ir.Value:
+    return fctx.eb.gep(fctx.ws_p, [fctx.dim(kem.plan.scratch_offset)], inbounds=True, name="gemm.scratch",
+                       source_etype=I8)
+
+
+def _packed_b_ptr(kem: _KernelEmitter, fctx: _FnCtx, g: GemmPlan) -> ir.Value:
+    if not g.b_const:
+        return _scratch_ptr(kem, fctx)
+    raw = bytearray(g.b_packed.tobytes())  # type: ignore[union-attr]
+    gname = f"onnxcc.const.{hashlib.sha1(raw).hexdigest()[:20]}.{len(raw)}"
+    gv = kem.module.globals.get(gname)
+    if gv is None:
+        ty = ir.ArrayType(I8, len(raw))
+        gv = ir.GlobalVariable(kem.module, ty, name=gname)
+        gv.global_constant = True
+        gv.linkage = "internal"
+        gv.unnamed_addr = True
+        gv.align = 64
+        gv.initializer = ir.Constant(ty, raw)
+    return gv
+
+
+class _KLoops:
+    """Nested loops over the reduce vars (the first over [lo, lo + count), the others whole),
+    binding them in an emitter; `flat` is the row-major position inside the block."""
+
+    def __init__(self, b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry,
+                 lo: ir.Value | None = None, count: ir.Value | None = None):
+        self.b, self.em, self.g, self.geo = b, em, g, geo
+        self.lo = lo if lo is not None else i64(0)
+        self.count = count if count is not None else geo.K0
+        self.flat: ir.Value | None = None
+
+    def __enter__(self) -> _KLoops:
+        b, em, g = self.b, self.em, self.g
+        self._st = ExitStack()
+        flat: ir.Value = i64(0)
+        for j, ((v, x), e) in enumerate(zip(g.reduce.vars, self.geo.k_ext)):
+            if j == 0:
+                local = self._st.enter_context(for_range(b, self.count, f"{v.name}.l", guard=True))
+                idx = _add(b, self.lo, local, v.name) if not (isinstance(self.lo, ir.Constant)
+                                                              and self.lo.constant == 0) else local
+                flat = local
+            else:
+                idx = self._st.enter_context(for_range(b, e, v.name, guard=True))
+                flat = _add(b, _mul(b, flat, e, "kf"), idx, "kf")
+            em.push({v.name: idx}, {v.name: x})
+            self._st.callback(em.pop)
+        self.flat = flat
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._st.__exit__(*exc)
+
+
+def _bind(em: ExprEmitter, vals: dict[str, ir.Value], exts: dict[str, object]) -> None:
+    em.push(vals, {n: exts[n] for n in vals})
+
+
+def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+    """Items (bB, panel): B[bB][panel][k][col] = b(batch vars, n = panel*nr + col, k)."""
+    fn, fctx = kem.body_function(f"gemm.packb.{c.out}")
+    begin, end, _ = fn.args
+    b = fctx.b
+    geo = _Geometry(fctx, b, c, g)
+    ext = dict(zip(c.var_names, c.extents))
+    base = _scratch_ptr(kem, fctx)
+    NR = g.nr
+    zero = ir.Constant(F32, 0.0)
+    em = ExprEmitter(fctx, b)
+    em.hoist(g.b, guarded=True)
+    with for_range(b, end, "it", start=begin, guard=True) as it:
+        bb = b.udiv(it, geo.Pn, name="bb")
+        pn = b.urem(it, geo.Pn, name="pn")
+        _bind(em, _unflatten(b, bb, geo.bb_ext, g.b_batch_vars), ext)
+        em.hoist(g.b, guarded=True)
+        dst = _f32_ptr(b, base, _mul(b, _add(b, _mul(b, bb, geo.Pn, "bp"), pn, "bp"),
+                                     _mul(b, geo.K, NR, "panel"), "bp.off"), "bpanel")
+        j0 = _mul(b, pn, NR, "j0")
+        ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
+
+        def bind_n(cc: ir.Value) -> None:
+            _bind(em, _unflatten(b, _add(b, j0, cc, "jj"), geo.n_ext, g.n), ext)
+
+        if not g.b_k_inner:
+            with _KLoops(b, em, g, geo) as kl:
+                row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
+                with for_range(b, ncols, "cc", guard=False) as cc:
+                    bind_n(cc)
+                    b.store(em.emit(g.b), _f32_ptr(b, row, cc, "bdst"), align=4)
+                    em.pop()
+                with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
+                    b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
+        else:
+            with for_range(b, ncols, "cc", guard=False) as cc:
+                bind_n(cc)
+                em.hoist(g.b, guarded=True)
+                with _KLoops(b, em, g, geo) as kl:
+                    off = _add(b, _mul(b, kl.flat, NR, "row"), cc, "boff")
+                    b.store(em.emit(g.b), _f32_ptr(b, dst, off, "bdst"), align=4)
+                em.pop()
+            with for_range(b, geo.K, "kz", guard=True) as kz:
+                row = _f32_ptr(b, dst, _mul(b, kz, NR, "row"), "brow")
+                with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
+                    b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
+        em.pop()
+    b.ret_void()
+    fctx.finish()
+    return fn
+
+
+# ---- the task loop ----------------------------------------------------------------------------
+
+
+def _row_variants(mr: int) -> list[int]:
+    """Micro-kernel heights used for the rows of a partial panel (binary decomposition)."""
+    out, v = [], 1
+    while v < mr:
+        out.append(v)
+        v *= 2
+    return sorted(out, reverse=True)
+
+
+def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+    fn, fctx = kem.body_function(f"gemm.{c.out}")
+    begin, end, _ = fn.args
+    b = fctx.b
+    geo = _Geometry(fctx, b, c, g)
+    ext = dict(zip(c.var_names, c.extents))
+    MR, NR = g.mr, g.nr
+    kc_max = geo.kco * g.k_inner
+    apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
+    apack.align = 64
+    apack.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+    bbase = _packed_b_ptr(kem, fctx, g)
+    out = fctx.buffer_ptr(c.out)
+    ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *_row_variants(MR)]}
+    r0_slot = fctx.eb.alloca(I64, name="r0")
+    em_a = ExprEmitter(fctx, b)
+    em_e = ExprEmitter(fctx, b)
+    em_a.hoist(g.a, guarded=True)
+    if g.epilogue is not None:
+        em_e.hoist(g.epilogue, guarded=True)
+
+    with for_range(b, end, "it", start=begin, guard=True) as it:
+        jc = b.urem(it, geo.n_jc, name="jc")
+        t = b.udiv(it, geo.n_jc, name="t")
+        ic = b.urem(t, geo.n_ic, name="ic")
+        bt = b.udiv(t, geo.n_ic, name="bt")
+        pm0 = b.udiv(_mul(b, ic, geo.Pm, "pm0"), geo.n_ic, name="pm0")
+        pm1 = b.udiv(_mul(b, _add(b, ic, 1, "ic1"), geo.Pm, "pm1"), geo.n_ic, name="pm1")
+        pn0 = b.udiv(_mul(b, jc, geo.Pn, "pn0"), geo.n_jc, name="pn0")
+        pn1 = b.udiv(_mul(b, _add(b, jc, 1, "jc1"), geo.Pn, "pn1"), geo.n_jc, name="pn1")
+        m0 = _mul(b, pm0, MR, "m0")
+        m1 = _umin(b, _mul(b, pm1, MR, "m1"), geo.M, "m1")
+        batch_vals = _unflatten(b, bt, geo.batch_ext, g.batch)
+        _bind(em_a, {v: batch_vals[v] for v in g.a_batch_vars}, ext)
+        em_a.hoist(g.a, guarded=True)
+        _bind(em_e, batch_vals, ext)
+        bB: ir.Value = i64(0)
+        for v, e in zip(g.b_batch_vars, geo.bb_ext):
+            bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
+        cbatch: ir.Value = i64(0)  # element offset of this batch's [M, N] matrix in C
+        for v in g.batch:
+            cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
+        with for_range(b, geo.npc, "pc", guard=True) as pc:
+            ko0 = _mul(b, pc, geo.kco, "ko0")
+            kcoc = _umin(b, b.sub(geo.K0, ko0, name="kleft"), i64(geo.kco), "kcoc")
+            kcur = _mul(b, kcoc, g.k_inner, "kcur")
+            k0 = _mul(b, ko0, g.k_inner, "k0")
+            _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur)
+            first = b.icmp_unsigned("==", pc, i64(0), name="first")
+            last = b.icmp_unsigned("==", _add(b, pc, 1, "pc1"), geo.npc, name="last")
+            with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
+                boff = _mul(b, _add(b, _mul(b, _add(b, _mul(b, bB, geo.Pn, "bo"), pn, "bo"), geo.K, "bo"),
+                                    k0, "bo"), NR, "bo")
+                bpanel = _f32_ptr(b, bbase, boff, "bpanel")
+                j0 = _mul(b, pn, NR, "j0")
+                ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
+                with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
+                    i0 = _mul(b, pm, MR, "i0")
+                    rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
+                    apanel = _f32_ptr(b, apack, _mul(b, _mul(b, b.sub(pm, pm0, name="pl"), kcur, "ap"), MR, "ap"),
+                                      "apanel")
+                    cbase = _f32_ptr(b, out, _add(b, _add(b, cbatch, _mul(b, i0, geo.ldc, "crow"), "coff"), j0,
+                                                  "coff"), "ctile")
+                    full = b.icmp_unsigned("==", rows, i64(MR), name="full")
+                    with if_else(b, full, name="tile") as (then, otherwise):
+                        with then:
+                            b.call(ukr[MR], [apanel, bpanel, kcur, cbase, geo.ldc, first, ncols])
+                        with otherwise:
+                            b.store(i64(0), r0_slot)
+                            for v in _row_variants(MR):
+                                r0 = b.load(r0_slot, name="r0")
+                                more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
+                                with if_then(b, more, name=f"rows{v}"):
+                                    b.call(ukr[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, kcur,
+                                                    _f32_ptr(b, cbase, _mul(b, r0, geo.ldc, "c.r"), "c.r"),
+                                                    geo.ldc, first, ncols])
+                                    b.store(_add(b, r0, v, "r0.next"), r0_slot)
+                    if g.epilogue is not None:
+                        with if_then(b, last, name="epilogue"):
+                            _epilogue(b, em_e, c, g, geo, ext, i0, rows, j0, ncols)
+        em_e.pop()
+        em_a.pop()
+    b.ret_void()
+    fctx.finish()
+    return fn
+
+
+def _pack_a(b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry, ext: dict, apack: ir.Value,
+            m0: ir.Value, m1: ir.Value, pm0: ir.Value, ko0: ir.Value, kcoc: ir.Value, kcur: ir.Value) -> None:
+    """Rows [m0, m1) x the k block into apack: [panel - pm0][k][r] (row r of the panel)."""
+    MR = g.mr
+
+    def dst(ii: ir.Value, kl: ir.Value) -> ir.Value:
+        p = b.sub(b.udiv(ii, i64(MR), name="ap.p"), pm0, name="ap.p")
+        r = b.urem(ii, i64(MR), name="ap.r")
+        off = _add(b, _mul(b, _add(b, _mul(b, p, kcur, "ap.o"), kl, "ap.o"), MR, "ap.o"), r, "ap.o")
+        return _f32_ptr(b, apack, off, "adst")
+
+    if g.a_k_inner:
+        with for_range(b, m1, "ii", start=m0, guard=True) as ii:
+            _bind(em, _unflatten(b, ii, geo.m_ext, g.m), ext)
+            em.hoist(g.a, guarded=True)
+            with _KLoops(b, em, g, geo, ko0, kcoc) as kl:
+                b.store(em.emit(g.a), dst(ii, kl.flat), align=4)
+            em.pop()
+    else:
+        with _KLoops(b, em, g, geo, ko0, kcoc) as kl:
+            em.hoist(g.a, guarded=True)
+            with for_range(b, m1, "ii", start=m0, guard=True) as ii:
+                _bind(em, _unflatten(b, ii, geo.m_ext, g.m), ext)
+                b.store(em.emit(g.a), dst(ii, kl.flat), align=4)
+                em.pop()
+
+
+def _epilogue(b: ir.IRBuilder, em: ExprEmitter, c: Compute, g: GemmPlan, geo: _Geometry, ext: dict,
+              i0: ir.Value, rows: ir.Value, j0: ir.Value, ncols: ir.Value) -> None:
+    """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0)."""
+    epi: Expr = g.epilogue  # type: ignore[assignment]
+    names = c.var_names
+    with for_range(b, rows, "er", guard=False) as r:
+        mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
+        _bind(em, mvals, ext)
+        em.hoist(epi, guarded=True)
+        with for_range(b, ncols, "ec", guard=False) as cc:
+            nvals = _unflatten(b, _add(b, j0, cc, "ej"), geo.n_ext, g.n)
+            _bind(em, nvals, ext)
+            em.store(c.out, [em.var_vals[n] for n in names], em.emit(epi))
+            em.pop()
+        em.pop()
+
+
+# ---- the micro-kernel -------------------------------------------------------------------------
+
+
+def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
+    """`void ukr(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i1 first, i64 ncols)`:
+    C[r][j] (+)= sum_k a[k*mr + r] * b[k*nr + j] for r < rows, j < ncols (C row stride ldc;
+    `first`: store instead of accumulate). `b` is 64-byte aligned, nr floats per k."""
+    MR, NR, VL = g.mr, g.nr, g.vl
+    name = f"onnxcc.gemm.ukr.{rows}x{NR}.a{MR}.v{VL}"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    V = ir.VectorType(F32, VL)
+    MASK = ir.VectorType(I1, VL)
+    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I1, I64]), name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")
+    a, bp, kc, cp, ldc, first, ncols = fn.args
+    for arg, n in zip(fn.args, ("a", "b", "kc", "c", "ldc", "first", "ncols")):
+        arg.name = n
+    for arg in (a, bp, cp):
+        arg.add_attribute("noalias")
+    NV = NR // VL
+    sets = max(1, min(UNROLL, -(-MIN_CHAINS // (rows * NV))))
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    vzero = ir.Constant(V, [0.0] * VL)
+    acc = [[[b.alloca(V, name=f"acc.{s}.{r}.{v}") for v in range(NV)] for r in range(rows)] for s in range(sets)]
+    for s in range(sets):
+        for r in range(rows):
+            for v in range(NV):
+                b.store(vzero, acc[s][r][v])
+    fma = get_or_declare(module, f"llvm.fma.v{VL}f32", ir.FunctionType(V, [V, V, V]))
+    undef = ir.Constant(V, ir.Undefined)
+    splat_mask = ir.Constant(ir.VectorType(I32, VL), [0] * VL)
+    balign = min(64, VL * 4)
+
+    def step(k: ir.Value, s: int) -> None:
+        brow = _f32_ptr(b, bp, _mul(b, k, NR, "bk"), "bk")
+        bv = [b.load(_f32_ptr(b, brow, v * VL, "bv.p"), name=f"bv{v}", typ=V, align=balign) for v in range(NV)]
+        arow = _f32_ptr(b, a, _mul(b, k, MR, "ak"), "ak")
+        for r in range(rows):
+            x = b.load(_f32_ptr(b, arow, r, "a.p"), name=f"a{r}", typ=F32, align=4)
+            xv = b.shuffle_vector(b.insert_element(undef, x, i32(0), name="a.ins"), undef, splat_mask,
+                                  name=f"a{r}.v")
+            for v in range(NV):
+                cur = b.load(acc[s][r][v], name="acc", typ=V)
+                b.store(b.call(fma, [xv, bv[v], cur], name="fma"), acc[s][r][v])
+
+    kmain = b.and_(kc, i64(-UNROLL), name="kmain")
+    nq = b.lshr(kc, i64(UNROLL.bit_length() - 1), name="kq.n")
+    with for_range(b, nq, "kq", guard=True) as kq:
+        k = _mul(b, kq, UNROLL, "k")
+        for u in range(UNROLL):
+            step(_add(b, k, u, "ku"), u % sets)
+    with for_range(b, kc, "kr", start=kmain, guard=True) as kr:
+        step(kr, 0)
+    vals = []
+    for r in range(rows):
+        row = []
+        for v in range(NV):
+            x = b.load(acc[0][r][v], name="sum", typ=V)
+            for s in range(1, sets):
+                x = b.fadd(x, b.load(acc[s][r][v], name="part", typ=V), name="sum")
+            row.append(x)
+        vals.append(row)
+    # column masks: lane l of vector v is stored when v*VL + l < ncols
+    iota = ir.Constant(ir.VectorType(I64, VL), list(range(VL)))
+    masks = []
+    for v in range(NV):
+        left = b.sub(ncols, i64(v * VL), name=f"left{v}")
+        sv = b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(I64, VL), ir.Undefined), left, i32(0),
+                                               name="left.ins"),
+                              ir.Constant(ir.VectorType(I64, VL), ir.Undefined), splat_mask, name=f"left{v}.v")
+        m = b.icmp_signed(">", sv, iota, name=f"mask{v}")
+        m.type = MASK
+        masks.append(m)
+    suffix = f"v{VL}f32.p0"
+    mload = get_or_declare(module, f"llvm.masked.load.{suffix}", ir.FunctionType(V, [PTR, I32, MASK, V]))
+    mstore = get_or_declare(module, f"llvm.masked.store.{suffix}", ir.FunctionType(VOID, [V, PTR, I32, MASK]))
+    with if_else(b, first, name="store") as (then, otherwise):
+        with then:
+            for r in range(rows):
+                crow = _f32_ptr(b, cp, _mul(b, ldc, r, "cr") if r else i64(0), "crow")
+                for v in range(NV):
+                    b.call(mstore, [vals[r][v], _f32_ptr(b, crow, v * VL, "cp"), i32(4), masks[v]])
+        with otherwise:
+            for r in range(rows):
+                crow = _f32_ptr(b, cp, _mul(b, ldc, r, "cr") if r else i64(0), "crow")
+                for v in range(NV):
+                    p = _f32_ptr(b, crow, v * VL, "cp")
+                    old = b.call(mload, [p, i32(4), masks[v], vzero], name="old")
+                    b.call(mstore, [b.fadd(vals[r][v], old, name="new"), p, i32(4), masks[v]])
+    b.ret_void()
+    return fn

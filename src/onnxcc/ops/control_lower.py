@@ -1,0 +1,215 @@
+"""Lowering of If, Loop and Scan to the kernel's control statements (kernel/control.py).
+
+If    IfStmt(cond[0], then, else). Both branches read the captured operand buffers as they
+      are (no copies); a value a branch yields is computed straight into the result buffer
+      when its shape is the result's. When the branches' extents differ, the result dim is
+      run-determined: the result is allocated for the larger extent, each branch writes its
+      value into the leading corner (WriteAt) and records its own extent, which SetSymbol
+      reports after the run.
+Loop  The results are the state buffers: initialised from the carried inputs, then a
+      LoopStmt over t < M while cond runs the body, writes each scan output's row t
+      (WriteAt) and copies the yielded values and condition into the states (through a temp
+      when a yielded value is another state, e.g. a swap). Scan outputs over a data-dependent
+      trip count are allocated for its upper bound (M, else the symbol's range) and the
+      count of iterations is reported with SetSymbol; the loop fails rather than overrun.
+Scan  A LoopStmt over the scan length: each iteration slices the scan inputs (a compute
+      reading X at t, or at L-1-t when reversed, which fusion can inline into its
+      consumers), runs the body, writes the output slices on their axes and copies states.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy
+
+from ..ir import INT_MAX, DType, Op, canon
+from ..kernel import Buffer, IfStmt, LoopStmt, Var, WriteAt, dim_to_expr, flatten_index, unflatten_index
+
+
+def _first(buf: Buffer):
+    """Element 0 of a one-element buffer (a scalar condition or trip count of any rank)."""
+    return buf[(0,) * buf.rank]
+
+
+def _same(a, b) -> bool:
+    return canon(a) == canon(b) or sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+
+
+def copy(p, dst: Buffer, src: Buffer) -> None:
+    """dst = src (same element count; a scalar from any one-element buffer)."""
+    if dst.rank == 0:
+        p.compute(dst, _first(src))
+    elif src.rank == dst.rank:
+        p.compute(dst, lambda *ix: src[ix])
+    else:
+        p.compute(dst, lambda *ix: src[tuple(unflatten_index(flatten_index(list(ix), dst.shape), src.shape))])
+
+
+def write_slice(p, out: Buffer, src: Buffer, axis: int, pos) -> None:
+    """out[..., pos, ...] (pos on `axis`) = src."""
+    vs = tuple(Var(f"w{j}") for j in range(src.rank))
+    p.body.append(WriteAt(out.name, tuple(zip(vs, src.shape)), (*vs[:axis], pos, *vs[axis:]), src[vs]))
+
+
+def carry(ctx, updates: list[tuple[Buffer, Buffer]]) -> None:
+    """Copy each yielded buffer into its state buffer. A yielded buffer that is itself one
+    of the states is staged through a temp first, so no copy reads a state already
+    overwritten."""
+    p = ctx.program
+    roots = {p.root(d.name) for d, _ in updates}
+    staged = []
+    for dst, src in updates:
+        if p.root(src.name) == p.root(dst.name):
+            continue  # passed through unchanged
+        if p.root(src.name) in roots:
+            tmp = ctx.temp(src.dtype, src.shape, "carried")
+            copy(p, tmp, src)
+            src = tmp
+        staged.append((dst, src))
+    for dst, src in staged:
+        copy(p, dst, src)
+
+
+def _init_states(ctx, states, inits, arg_types, what: str) -> None:
+    for k, (st, i, at) in enumerate(zip(states, inits, arg_types)):
+        if not _same_shape(at.shape, ctx.in_type(i).shape):
+            raise ctx.unsupported(f"{what} {k} changes shape across iterations ({ctx.in_type(i)} -> {at})")
+        copy(ctx.program, st, ctx.inputs[i])
+
+
+# ---- If ------------------------------------------------------------------------------------
+
+
+def lower_if(ctx) -> None:
+    L, p, op = ctx.lowerer, ctx.program, ctx.op
+    caps = list(ctx.inputs[1:])
+    outs = [ctx.out(k) for k in range(len(op.results))]
+    c = ctx.const_value(0)
+    if c is not None and c.size == 1:  # a constant condition: only the taken branch
+        p.body.extend(_branch(ctx, 0 if bool(c.reshape(-1)[0]) else 1, caps, outs, {}))
+        return
+    extents: dict[str, tuple[Buffer, list]] = {}
+    then_s = _branch(ctx, 0, caps, outs, extents)
+    else_s = _branch(ctx, 1, caps, outs, extents)
+    p.body.append(IfStmt(_first(ctx.inputs[0]), then_s, else_s))
+    for name, (buf, exts) in extents.items():
+        L.declare_run_dim(op, name, canon(sympy.Max(*[sympy.sympify(e) for e in exts])))
+        L.set_symbol(name, buf[()])
+
+
+def _branch(ctx, i: int, caps, outs, extents) -> list:
+    L, p = ctx.lowerer, ctx.program
+    block = ctx.op.regions[i].block
+    ys = list(block.terminator.operands)
+    targets = [o if _same_shape(o.shape, y.type.shape) else None for o, y in zip(outs, ys)]
+    stmts, bufs = L.lower_region(block, caps, targets)
+    with L.into(stmts):
+        for o, y in zip(outs, bufs):
+            if p.root(y.name) == p.root(o.name):
+                continue
+            if _same_shape(o.shape, y.shape):
+                copy(p, o, y)
+                continue
+            _corner(p, o, y)
+            for d, e in zip(o.shape, y.shape):
+                if L.is_run_dim(d) and not _same(d, e):
+                    buf, exts = extents.setdefault(d.name, (ctx.temp(DType.i64, (), "extent"), []))
+                    p.compute(buf, dim_to_expr(e))
+                    exts.append(e)
+    return stmts
+
+
+def _corner(p, out: Buffer, src: Buffer) -> None:
+    vs = tuple(Var(f"w{j}") for j in range(src.rank))
+    p.body.append(WriteAt(out.name, tuple(zip(vs, src.shape)), vs, src[vs]))
+
+
+# ---- Loop ----------------------------------------------------------------------------------
+
+
+def lower_loop(ctx) -> None:
+    from .control_flow import _loop_layout
+
+    L, p, op = ctx.lowerer, ctx.program, ctx.op
+    lay = _loop_layout(op)
+    body = op.regions[0].block
+    n = len(lay.carried)
+    outs = [ctx.out(k) for k in range(len(op.results))]
+    states, scans = outs[:n], outs[n:]
+    _init_states(ctx, states, lay.carried, [a.type for a in body.args[2:2 + n]], "loop-carried value")
+    t = ctx.temp(DType.i64, (), "loop_t")
+    cond = None
+    if lay.cond is not None:
+        cond = ctx.temp(DType.bool, (), "loop_cond")
+        p.compute(cond, _first(ctx.inputs[lay.cond]))
+    trips = _first(ctx.inputs[lay.m]) if lay.m is not None else None
+    if trips is None and cond is None:
+        raise ctx.unsupported("a Loop with neither a trip count M nor a condition never ends")
+    cond_arg = cond if cond is not None else ctx.const(np.array(True), "true")
+    args = [t, cond_arg, *states, *(ctx.inputs[i] for i in lay.captures)]
+    stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)))
+    count = cap = None
+    run = sorted({d.name for d in (o.shape[0] for o in scans) if L.is_run_dim(d)})
+    if run:
+        bound = _trip_bound(ctx, lay, run[0])
+        count = ctx.temp(DType.i64, (), "loop_count")
+        for name in run:
+            L.declare_run_dim(op, name, bound)
+            L.set_symbol(name, count[()])
+        cap = p.run_dims[run[0]]
+    with L.into(stmts):
+        for o, y in zip(scans, ys[1 + n:]):
+            write_slice(p, o, y, 0, t[()])
+        carry(ctx, ([(cond, ys[0])] if cond is not None else []) + list(zip(states, ys[1:1 + n])))
+    p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
+                           count=None if count is None else count.name, max_trips=cap))
+
+
+def _trip_bound(ctx, lay, name: str):
+    """An upper bound of the trip count, over the input symbols: M when it is a constant or
+    a dim (cc.dims), else the run-determined symbol's range (None if it has none)."""
+    if lay.m is not None:
+        c = ctx.const_value(lay.m)
+        if c is not None and c.size == 1:
+            return int(c.reshape(-1)[0])
+        owner = ctx.op.operands[lay.m].owner
+        if isinstance(owner, Op) and owner.name == "cc.dims" and len(owner.attrs["dims"]) == 1:
+            return owner.attrs["dims"][0]
+    info = ctx.lowerer.module.symbols[name]
+    return info.hi if info.hi < INT_MAX else None
+
+
+# ---- Scan ----------------------------------------------------------------------------------
+
+
+def lower_scan(ctx) -> None:
+    from .control_flow import _scan_layout
+
+    L, p, op = ctx.lowerer, ctx.program, ctx.op
+    lay = _scan_layout(op)
+    body = op.regions[0].block
+    ns, ni = len(lay.states), len(lay.inputs)
+    outs = [ctx.out(k) for k in range(len(op.results))]
+    states, scans = outs[:ns], outs[ns:]
+    _init_states(ctx, states, lay.states, [a.type for a in body.args[:ns]], "scan state")
+    axes = [a % ctx.in_type(i).rank for a, i in zip(lay.in_axes, lay.inputs)]
+    length = ctx.in_type(lay.inputs[0]).shape[axes[0]]
+    t = ctx.temp(DType.i64, (), "scan_t")
+    fwd, rev = t[()], dim_to_expr(length) - 1 - t[()]
+    slices = [ctx.temp(a.type.dtype, a.type.shape, "scan_in") for a in body.args[ns:ns + ni]]
+    args = [*states, *slices, *(ctx.inputs[i] for i in lay.captures)]
+    stmts, ys = L.lower_region(body, args, [None] * len(outs))
+    with L.into([]) as pre:  # slice t of every scan input, first thing in the body
+        for sl, i, ax, d in zip(slices, lay.inputs, axes, lay.in_dirs):
+            x, pos = ctx.inputs[i], (rev if d else fwd)
+            p.compute(sl, lambda *ix, x=x, ax=ax, pos=pos: x[(*ix[:ax], pos, *ix[ax:])])
+    stmts[:0] = pre
+    with L.into(stmts):
+        for o, y, ax, d in zip(scans, ys[ns:], lay.out_axes, lay.out_dirs):
+            write_slice(p, o, y, ax % o.rank, rev if d else fwd)
+        carry(ctx, list(zip(states, ys[:ns])))
+    p.body.append(LoopStmt(stmts, index=t.name, trips=dim_to_expr(length)))

@@ -1,0 +1,263 @@
+"""The GEMM path (kernel/schedule.py recognises, codegen/gemm.py emits): numerics vs numpy
+through JitKernel for many shapes, symbolic dims, batch broadcasting, transposed operands,
+epilogues, convolutions, parallel on and off. Timing lives in benchmarks/gemm.py."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from onnxcc.codegen import cpu_jit
+from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.errors import RuntimeCallError
+from onnxcc.ir import DType, sym
+from onnxcc.kernel import KernelProgram, Var, broadcast_indices, relu, rsum, select, wrap_index
+from onnxcc.kernel.schedule import TargetInfo, schedule_program
+
+F32, I64 = DType.f32, DType.i64
+M, N, K, Bt, H, W = sym("M"), sym("N"), sym("K"), sym("Bt"), sym("H"), sym("W")
+SIZES = (1, 3, 17, 64, 100, 129)
+rng = np.random.default_rng(7)
+# every shape through the GEMM path, however small (the default keeps tiny ones on loops)
+ALWAYS = dict(gemm_min_work=1)
+
+
+def randf(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def scheduled(p: KernelProgram, parallel: bool = False, **target) -> JitKernel:
+    schedule_program(p, TargetInfo(parallel=parallel, **{**ALWAYS, **target}))
+    for c in p.computes():
+        assert c.schedule.gemm is not None, c.schedule.describe()
+    return JitKernel(p, parallel=parallel)
+
+
+def close(got, want, k=1):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1, k) ** 0.5 * 4)
+
+
+# ---- plain / transposed matmuls with and without epilogue, every size combination ------------
+
+
+def matmul_program(name="mm"):
+    """Four GEMMs over symbolic M, N, K: plain, A transposed, B transposed (+ bias + relu),
+    both transposed."""
+    p = KernelProgram.new(name, ["M", "N", "K"])
+    A, At = p.input("A", F32, (M, K)), p.input("At", F32, (K, M))
+    B, Bt_ = p.input("B", F32, (K, N)), p.input("Bt", F32, (N, K))
+    bias = p.input("bias", F32, (N,))
+    outs = [p.output(f"C{i}", F32, (M, N)) for i in range(4)]
+    k = Var("k")
+    p.compute(outs[0], lambda i, j: rsum([(k, K)], A[i, k] * B[k, j]))
+    p.compute(outs[1], lambda i, j: rsum([(k, K)], At[k, i] * B[k, j]))
+    p.compute(outs[2], lambda i, j: relu(rsum([(k, K)], A[i, k] * Bt_[j, k]) + bias[j]))
+    p.compute(outs[3], lambda i, j: rsum([(k, K)], At[k, i] * Bt_[j, k]) * 2.0)
+    return p
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["serial", "parallel"])
+def mm_kernel(request):
+    return scheduled(matmul_program(f"mm{int(request.param)}"), request.param), request.param
+
+
+def test_matmul_all_sizes_symbolic(mm_kernel):
+    kern, parallel = mm_kernel
+    flags = [(c.schedule.gemm.a_k_inner, c.schedule.gemm.b_k_inner) for c in kern.program.computes()]
+    assert flags == [(True, False), (False, False), (True, True), (False, True)]
+    before = cpu_jit.PARALLEL_CALLS[0]
+    for m, n, k in itertools.product(SIZES, SIZES, SIZES):
+        a, b, bias = randf(m, k), randf(k, n), randf(n)
+        c0, c1, c2, c3 = kern(a, a.T.copy(), b, b.T.copy(), bias, syms={"M": m, "N": n, "K": k})
+        ref = a @ b
+        close(c0, ref, k)
+        close(c1, ref, k)
+        close(c2, np.maximum(ref + bias, 0), k)
+        close(c3, ref * 2, k)
+    # the pool only runs GEMMs big enough to pay for waking it
+    assert (cpu_jit.PARALLEL_CALLS[0] > before) == parallel
+
+
+def test_ir_has_vector_micro_kernel(mm_kernel):
+    kern, _ = mm_kernel
+    assert "onnxcc.gemm.ukr.12x32" in kern.llvm_ir
+    assert "llvm.fma.v16f32" in kern.optimized_ir
+    assert "llvm.masked.store.v16f32" in kern.optimized_ir
+
+
+def test_static_shapes_const_b_prepacked():
+    w = randf(129, 100)
+    p = KernelProgram.new("mmc", ["M"])
+    A = p.input("A", F32, (M, 129))
+    Wc = p.const("W", w)
+    bias = p.const("bias", randf(100))
+    C = p.output("C", F32, (M, 100))
+    k = Var("k")
+    p.compute(C, lambda i, j: rsum([(k, 129)], A[i, k] * Wc[k, j]) * 0.5 + bias[j])
+    kern = scheduled(p)
+    g = p.body[0].schedule.gemm
+    assert g.b_const and g.b_packed.shape == (1, 4, 129, 32)
+    assert p.body[0].schedule.scratch_bytes == 0 and kern.plan.scratch_offset is None
+    for m in (1, 13, 100):
+        a = randf(m, 129)
+        close(kern(a)[0], (a @ w) * 0.5 + p.buffers["bias"].data, 129)
+
+
+# ---- batches ----------------------------------------------------------------------------------
+
+
+def test_batched_and_broadcast_batches():
+    p = KernelProgram.new("bmm", ["Bt", "M", "N", "K"])
+    A3 = p.input("A3", F32, (Bt, M, K))
+    B3 = p.input("B3", F32, (Bt, K, N))
+    A2 = p.input("A2", F32, (M, K))
+    B2 = p.input("B2", F32, (K, N))
+    A4 = p.input("A4", F32, (Bt, 1, M, K))
+    B4 = p.input("B4", F32, (1, 3, K, N))
+    outs = [p.output(f"C{i}", F32, (Bt, M, N)) for i in range(3)]
+    C4 = p.output("C4", F32, (Bt, 3, M, N))
+    k = Var("k")
+    p.compute(outs[0], lambda b, i, j: rsum([(k, K)], A3[b, i, k] * B3[b, k, j]))
+    p.compute(outs[1], lambda b, i, j: rsum([(k, K)], A3[b, i, k] * B2[k, j]))   # m = (b, i)
+    p.compute(outs[2], lambda b, i, j: rsum([(k, K)], A2[i, k] * B3[b, k, j]))   # A shared by batches
+    p.compute(C4, lambda b, h, i, j: rsum([(k, K)], A4[(*broadcast_indices((b, h), (Bt, 1)), i, k)]
+                                        * B4[(*broadcast_indices((b, h), (1, 3)), k, j)]))
+    kern = scheduled(p, parallel=True)
+    g = [c.schedule.gemm for c in p.computes()]
+    assert (g[0].batch, g[0].m) == (("b",), ("i",))
+    assert (g[1].batch, g[1].m) == ((), ("b", "i"))
+    assert g[2].batch == ("b",) and g[2].a_batch_vars == () and g[2].b_batch_vars == ("b",)
+    for bt, m, n, kk in [(1, 1, 1, 1), (2, 17, 33, 64), (3, 13, 40, 129)]:
+        a3, b3, a2, b2 = randf(bt, m, kk), randf(bt, kk, n), randf(m, kk), randf(kk, n)
+        a4, b4 = randf(bt, 1, m, kk), randf(1, 3, kk, n)
+        c0, c1, c2, c4 = kern(a3, b3, a2, b2, a4, b4, syms={"Bt": bt, "M": m, "N": n, "K": kk})
+        close(c0, a3 @ b3, kk)
+        close(c1, a3 @ b2, kk)
+        close(c2, a2 @ b3, kk)
+        close(c4, a4 @ b4, kk)
+
+
+# ---- epilogues and operand expressions ----------------------------------------------------------
+
+
+def test_residual_epilogue_scaled_operand_and_empty_contraction():
+    p = KernelProgram.new("epi", ["M", "N", "K"])
+    A = p.input("A", F32, (M, 48))
+    B = p.input("B", F32, (48, N))
+    R = p.input("R", F32, (M, N))
+    s = p.input("s", F32, (M,))
+    A0 = p.input("A0", F32, (M, K - 1))
+    B0 = p.input("B0", F32, (K - 1, N))
+    C = p.output("C", F32, (M, N))
+    C0 = p.output("C0", F32, (M, N))
+    k = Var("k")
+    # a prologue scale on A (a third factor over m only), residual + relu after
+    p.compute(C, lambda i, j: relu(rsum([(k, 48)], A[i, k] * s[i] * B[k, j]) + R[i, j]) - 0.5)
+    # a contraction that may be empty (K = 1): the loop nest writes the epilogue of 0
+    p.compute(C0, lambda i, j: rsum([(k, K - 1)], A0[i, k] * B0[k, j]) + R[i, j])
+    kern = scheduled(p, parallel=True)
+    for m, n, kk in [(1, 1, 1), (25, 70, 1), (100, 129, 20)]:
+        a, b, r, sv = randf(m, 48), randf(48, n), randf(m, n), randf(m)
+        a0, b0 = randf(m, kk - 1), randf(kk - 1, n)
+        c, c0 = kern(a, b, r, sv, a0, b0, syms={"K": kk})
+        close(c, np.maximum((a * sv[:, None]) @ b + r, 0) - 0.5, 48)
+        close(c0, a0 @ b0 + r, kk)
+
+
+def test_gather_operand_errors_propagate():
+    p = KernelProgram.new("emb", ["M"])
+    idx = p.input("idx", I64, (M,))
+    table = p.input("table", F32, (50, 32))
+    Wt = p.input("Wt", F32, (32, 64))
+    C = p.output("C", F32, (M, 64))
+    k = Var("k")
+    p.compute(C, lambda i, j: rsum([(k, 32)], table[wrap_index(idx[i], 50), k] * Wt[k, j]))
+    kern = scheduled(p, parallel=True)
+    t, w = randf(50, 32), randf(32, 64)
+    for ids in (np.array([3, -1, 49, 0, 7], np.int64), rng.integers(-50, 50, 300)):
+        close(kern(ids, t, w)[0], t[ids] @ w, 32)
+    for bad in (np.array([1, 50], np.int64), np.r_[rng.integers(0, 50, 299), -51]):
+        with pytest.raises(RuntimeCallError, match="index out of range"):
+            kern(bad, t, w)
+
+
+# ---- convolutions ---------------------------------------------------------------------------------
+
+
+def conv_ref(x, w, b, pad):
+    n, c, h, wd = x.shape
+    f, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
+    y = np.zeros((n, f, oh, ow), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            y += np.einsum("nchw,fc->nfhw", xp[:, :, i:i + oh, j:j + ow], w[:, :, i, j])
+    return y + b[None, :, None, None]
+
+
+def test_conv_3x3_and_1x1():
+    p = KernelProgram.new("conv", ["Bt", "H", "W"])
+    X = p.input("X", F32, (Bt, 5, H, W))
+    W3 = p.const("W3", randf(16, 5, 3, 3))
+    W1 = p.const("W1", randf(7, 5, 1, 1))
+    bias = p.const("bias", randf(16))
+    Y3 = p.output("Y3", F32, (Bt, 16, H, W))
+    Y1 = p.output("Y1", F32, (Bt, 7, H, W))
+    c, kh, kw = Var("c"), Var("kh"), Var("kw")
+
+    def conv3(n, f, oh, ow):
+        ih, iw = oh + kh - 1, ow + kw - 1
+        x = select((ih >= 0) & (ih < H) & (iw >= 0) & (iw < W), X[n, c, ih, iw], 0.0)
+        return relu(rsum([(c, 5), (kh, 3), (kw, 3)], x * W3[f, c, kh, kw]) + bias[f])
+
+    p.compute(Y3, conv3)
+    p.compute(Y1, lambda n, f, oh, ow: rsum([(c, 5), (kh, 1), (kw, 1)], X[n, c, oh + kh, ow + kw] * W1[f, c, kh, kw]))
+    kern = scheduled(p, parallel=True)
+    g = p.body[0].schedule.gemm
+    assert (g.batch, g.m, g.n, g.k_inner) == (("n",), ("f",), ("oh", "ow"), 9)
+    for bt, h, w in [(1, 1, 1), (2, 7, 9), (1, 16, 13)]:
+        x = randf(bt, 5, h, w)
+        y3, y1 = kern(x, syms={"Bt": bt, "H": h, "W": w})
+        close(y3, np.maximum(conv_ref(x, p.buffers["W3"].data, p.buffers["bias"].data, 1), 0), 45)
+        close(y1, conv_ref(x, p.buffers["W1"].data, np.zeros(7, np.float32), 0), 5)
+
+
+# ---- fused attention layouts: batch vars between m and n, operands using some batch vars -------
+
+
+def test_attention_layouts():
+    Sq = sym("S")
+    p = KernelProgram.new("attn", ["Bt", "S"])
+    X = p.input("X", F32, (Bt, Sq, 24))
+    Wq = p.const("Wq", randf(24, 3 * 8))
+    bq = p.const("bq", randf(3 * 8))
+    Pm = p.input("P", F32, (Bt, 3, Sq, Sq))
+    V = p.input("V", F32, (Bt, 3, Sq, 8))
+    Kt = p.input("Kt", F32, (Bt, Sq, 3, 8))
+    Q = p.output("Q", F32, (Bt, 3, Sq, 8))
+    O = p.output("O", F32, (Bt, Sq, 3, 8))
+    Sc = p.output("Sc", F32, (Bt, 3, Sq, Sq))
+    k = Var("k")
+    # projection straight into heads: B = W[k, h*8 + d] uses batch var h only (prepacked per head)
+    p.compute(Q, lambda b, h, s, d: rsum([(k, 24)], X[b, s, k] * Wq[k, h * 8 + d]) + bq[h * 8 + d])
+    # P @ V written transposed to [b, s, h, d]: batch var h sits between m (s) and n (d)
+    p.compute(O, lambda b, s, h, d: rsum([(k, Sq)], Pm[b, h, s, k] * V[b, h, k, d]))
+    # Q @ K^T with K read as [b, j, h, k] (B walks k contiguously)
+    p.compute(Sc, lambda b, h, i, j: rsum([(k, 8)], Q[b, h, i, k] * Kt[b, j, h, k]) * 0.25)
+    kern = scheduled(p, parallel=True)
+    gq, go, gs = (c.schedule.gemm for c in p.computes())
+    assert (gq.batch, gq.m, gq.n, gq.a_batch_vars, gq.b_batch_vars) == (("b", "h"), ("s",), ("d",), ("b",), ("h",))
+    assert gq.b_const and gq.b_packed.shape[0] == 3
+    assert (go.batch, go.m, go.n) == (("b", "h"), ("s",), ("d",))
+    assert gs.b_k_inner and (gs.m, gs.n) == (("i",), ("j",))
+    wq, bqv = p.buffers["Wq"].data, p.buffers["bq"].data
+    for bt, s in [(1, 1), (2, 17), (1, 40)]:
+        x, pm, v, kt = randf(bt, s, 24), randf(bt, 3, s, s), randf(bt, 3, s, 8), randf(bt, s, 3, 8)
+        q, o, sc = kern(x, pm, v, kt, syms={"Bt": bt, "S": s})
+        qr = (x @ wq + bqv).reshape(bt, s, 3, 8).transpose(0, 2, 1, 3)
+        close(q, qr, 24)
+        close(o, (pm @ v).transpose(0, 2, 1, 3), s)
+        close(sc, (qr @ kt.transpose(0, 2, 3, 1)) * 0.25, 8)
