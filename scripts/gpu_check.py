@@ -53,13 +53,14 @@ static void *slurp(const char *path, size_t n) {
   return p;
 }
 
-/* argv: repeat, then per input: path ndim dims... itemsize code bits, then per output: path itemsize code bits */
+/* argv: repeat; per input: path ndim dims... itemsize code bits; per output: path itemsize code bits ndim */
 int main(int argc, char **argv) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW);
   if (!lib) { fprintf(stderr, "no libcuda.so.1\n"); return 2; }
   cuInit_ = dlsym(lib, "cuInit"); cuDeviceGet_ = dlsym(lib, "cuDeviceGet");
   cuRetain_ = dlsym(lib, "cuDevicePrimaryCtxRetain"); cuSetCurrent_ = dlsym(lib, "cuCtxSetCurrent");
-  cuAlloc_ = dlsym(lib, "cuMemAlloc_v2"); cuHtoD_ = dlsym(lib, "cuMemcpyHtoD_v2"); cuDtoH_ = dlsym(lib, "cuMemcpyDtoH_v2");
+  cuAlloc_ = dlsym(lib, "cuMemAlloc_v2"); cuHtoD_ = dlsym(lib, "cuMemcpyHtoD_v2");
+  cuDtoH_ = dlsym(lib, "cuMemcpyDtoH_v2");
   int dev; void *ctx;
   if (cuInit_(0) || cuDeviceGet_(&dev, 0) || cuRetain_(&ctx, dev) || cuSetCurrent_(ctx)) return 3;
   int a = 1, repeat = atoi(argv[a++]);
@@ -76,7 +77,9 @@ int main(int argc, char **argv) {
     in[i] = (DLTensor){0};
     in[i].device.device_type = kDLCUDA;
     in[i].ndim = nd; in[i].shape = shapes[i];
-    in[i].dtype.code = (uint8_t)atoi(argv[a++]); in[i].dtype.bits = (uint8_t)atoi(argv[a++]); in[i].dtype.lanes = 1;
+    in[i].dtype.code = (uint8_t)atoi(argv[a++]);
+    in[i].dtype.bits = (uint8_t)atoi(argv[a++]);
+    in[i].dtype.lanes = 1;
     void *host = slurp(path, n * item);
     dptr p; if (cuAlloc_(&p, n * item + 1) || cuHtoD_(p, host, n * item)) return 4;
     in[i].data = (void *)(uintptr_t)p;
@@ -87,11 +90,15 @@ int main(int argc, char **argv) {
     int item = atoi(argv[a++]);
     out[k] = (DLTensor){0};
     out[k].device.device_type = kDLCUDA;
-    out[k].dtype.code = (uint8_t)atoi(argv[a++]); out[k].dtype.bits = (uint8_t)atoi(argv[a++]); out[k].dtype.lanes = 1;
+    out[k].dtype.code = (uint8_t)atoi(argv[a++]);
+    out[k].dtype.bits = (uint8_t)atoi(argv[a++]);
+    out[k].dtype.lanes = 1;
     out[k].shape = shapes[@NUM_INPUTS@ + k];
-    if (@NAME@_output_shape(in, @NUM_INPUTS@, k, out[k].shape)) { fprintf(stderr, "%s\n", @NAME@_last_error()); return 5; }
-    /* the rank: count the shape entries the json says; passed implicitly by output_shape */
     out[k].ndim = atoi(argv[a++]);
+    if (@NAME@_output_shape(in, @NUM_INPUTS@, k, out[k].shape)) {
+      fprintf(stderr, "%s\n", @NAME@_last_error());
+      return 5;
+    }
     size_t n = 1;
     for (int d = 0; d < out[k].ndim; d++) n *= (size_t)out[k].shape[d];
     out_bytes[k] = n * item;
@@ -233,7 +240,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="artifact directory (default: a temporary one)")
     args = ap.parse_args()
     arch = args.arch or detect_arch()
-    print(f"GPU check: PTX {arch}, rtol {RTOL}, atol {ATOL}, latency = mean of {args.repeat} synchronous runs")
+    print(f"GPU check: PTX {arch}, rtol {RTOL}, atol {ATOL}, "
+          f"latency = mean of {args.repeat} synchronous runs")
     with tempfile.TemporaryDirectory() as td:
         root = args.out or Path(td)
         results = {m: check_model(m, arch, root, args.repeat) for m in args.models.split(",") if m}

@@ -452,9 +452,24 @@ def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
         raise BackendUnavailable("native backend not built yet")
     with tempfile.TemporaryDirectory(prefix="onnxcc-conf-") as d:
         compile_(model, d, name="conf_case")
-        outs = load(d).run(inputs)
+        lib = load(d)
+        # the runtime passes bf16 as its uint16 bits; the cases hold ml_dtypes.bfloat16 arrays
+        bf16 = next((x.dtype for x in inputs if x.dtype.name == "bfloat16"), None)
+        outs = lib.run([x.view(np.uint16) if x.dtype.name == "bfloat16" else x for x in inputs])
         outs = list(outs.values()) if isinstance(outs, dict) else list(outs)
-        return [np.array(o, copy=True) for o in outs]
+        sigs = getattr(lib, "outputs", [{}] * len(outs))
+        res = []
+        for sig, o in zip(sigs, outs):
+            if sig.get("dtype") == "bf16" and o.dtype == np.uint16:
+                o = o.view(bf16 if bf16 is not None else _bfloat16())
+            res.append(np.array(o, copy=True))
+        return res
+
+
+def _bfloat16() -> np.dtype:
+    import ml_dtypes  # onnx depends on it
+
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 EXECUTORS: dict[str, Executor] = {"interp": interp_executor, "native": compiled_executor}
@@ -629,7 +644,7 @@ def reason_key(r: CaseResult) -> str:
     """A failure detail with the case-specific bits (numbers, quoted names) blurred, for grouping."""
     s = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", r.detail)
     s = re.sub(r"has dtype \w+", "has dtype …", s)
-    s = re.sub(r"\b[A-Za-z]+_\d+\b", "…", s)  # node names (Cast_19)
+    s = re.sub(r"\b[A-Za-z]+(_\d+)+\b", "…", s)  # node names (Cast_19, Mul_52_16)
     s = re.sub(r"\(\d+(, ?\d+)*,?\)", "(…)", s)
     s = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(e[-+]?\d+)?(?!\w)", "N", s)
     return f"{r.status}: {s[:160]}"

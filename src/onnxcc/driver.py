@@ -138,6 +138,9 @@ def graph_stage(module: Module, options: CompileOptions, ctx=None) -> Module:
     narrow_dims(module, options.dims)
     ctx = ctx or PassContext()
     run_pipeline(module, DEFAULT_GRAPH_PIPELINE, ctx)
+    from .passes.prune_symbols import prune_stale_symbols
+
+    prune_stale_symbols(module)  # symbols only an earlier inference round of a region body used
     k = options.divisible if options.divisible is not None else vector_width(options)
     exact = "|".join(f"{s}:{':'.join(str(v) for v in vals)}" for s, vals in options.specialize.items())
     spec = SpecializePass(exact=exact, one=options.specialize_one, divisible=k, max_versions=options.max_versions)

@@ -25,7 +25,8 @@ def finish_cuda(art, module, programs, options, emit: str):
     symbols = [s.name for s in module.symbols]
     for f, prog, mplan in programs:
         if prog.symbols != symbols:
-            raise CompileError(f"cuda: version {prog.name} takes symbols {prog.symbols}, the module has {symbols}")
+            raise CompileError(f"cuda: version {prog.name} takes symbols {prog.symbols}, "
+                               f"the module has {symbols}")
         launches.append(cm.add_program(prog, mplan, prog.name))
     t["llvm"] = time.perf_counter() - t0
     if emit == "llvm":

@@ -333,11 +333,17 @@ def results_json(results: list[PolicyResult]) -> str:
 
 
 def svg_chart(results: list[PolicyResult], title: str = "") -> str:
-    """Horizontal bars per policy: compile time, run time, and the run time's padding share."""
-    w, left, right, top, bar, gap = 900, 210, 150, 56, 34, 22
+    """Horizontal bars per policy: compile time, run time, and the run time's padding share.
+
+    A bar more than 3x longer than the next longest is drawn broken (zigzag), its segments
+    keeping their shares, so the others stay readable."""
+    w, left, right, top, bar, gap = 900, 210, 170, 56, 34, 22
     h = top + len(results) * (bar + gap) + 70
-    span = max((r.total_s for r in results), default=1.0) or 1.0
-    scale = (w - left - right) / span
+    totals = sorted((r.total_s for r in results), reverse=True) or [1.0]
+    span = totals[0] or 1.0
+    if len(totals) > 1 and totals[1] > 0 and totals[0] > 3 * totals[1]:
+        span = 1.5 * totals[1]
+    full = w - left - right
 
     def esc(s: str) -> str:
         return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -352,6 +358,8 @@ def svg_chart(results: list[PolicyResult], title: str = "") -> str:
            f'{esc(title or "policy comparison")}</text>']
     for k, r in enumerate(results):
         y = top + k * (bar + gap)
+        broken = r.total_s > span
+        scale = (full + 12) / r.total_s if broken else full / span
         cw, rw = r.compile_s * scale, r.run_s * scale
         pw = rw * r.waste
         out.append(f'<text x="{left - 8}" y="{y + bar / 2 + 4}" text-anchor="end">{esc(r.label)}</text>')
@@ -362,8 +370,14 @@ def svg_chart(results: list[PolicyResult], title: str = "") -> str:
         if pw > 0:
             out.append(f'<rect x="{left + cw + rw - pw:.2f}" y="{y}" width="{pw:.2f}" height="{bar}" '
                        f'fill="url(#hatch)"><title>padding {100 * r.waste:.1f}% of FLOPs</title></rect>')
-        out.append(f'<text x="{left + cw + rw + 6:.2f}" y="{y + bar / 2 + 4}">{r.total_s:.2f} s'
-                   f'{f" ({100 * r.waste:.0f}% pad)" if r.waste else ""}</text>')
+        end = left + cw + rw
+        if broken:  # a white zigzag across the bar, a little before its end
+            x0 = left + full * 0.6
+            zig = " ".join(f"{x0 + (4 if i % 2 else -4):.1f},{y - 3 + i * (bar + 6) / 6:.1f}" for i in range(7))
+            out.append(f'<polyline points="{zig}" fill="none" stroke="white" stroke-width="5"/>')
+        note = f" ({100 * r.waste:.0f}% pad)" if r.waste else ""
+        out.append(f'<text x="{end + 6:.2f}" y="{y + bar / 2 + 4}">{r.total_s:.2f} s{note}'
+                   f'{" (axis broken)" if broken else ""}</text>')
     ly = h - 34
     legend = [("#5b8def", "compile"), ("#f2a541", "run"), ("url(#hatch)", "run share on padding (by FLOPs)")]
     x = left
@@ -371,8 +385,8 @@ def svg_chart(results: list[PolicyResult], title: str = "") -> str:
         out.append(f'<rect x="{x}" y="{ly}" width="14" height="14" fill="{color}"/>')
         out.append(f'<text x="{x + 20}" y="{ly + 12}">{esc(text)}</text>')
         x += 40 + 8 * len(text)
-    out.append(f'<text x="{left}" y="{h - 8}" font-size="11" fill="#555">seconds (wall), measured; '
-               f'scale: {span:.2f} s full width</text>')
+    out.append(f'<text x="{left}" y="{h - 8}" font-size="11" fill="#555">wall seconds, measured; full width = '
+               f'{span:.2f} s</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -4,6 +4,8 @@ tensors; a fake driver for the launch path). `@pytest.mark.gpu` tests need a rea
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 import re
@@ -18,12 +20,13 @@ import pytest
 from click.testing import CliRunner
 
 from onnxcc.cli import main
-from onnxcc.codegen.cuda import CudaModule, parse_arch
+from onnxcc.codegen.cuda import CudaModule, emit_ptx, parse_arch
 from onnxcc.driver import CompileOptions, compile_model
 from onnxcc.errors import CompileError, OnnxccError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    KernelProgram, Var, argmin, cast, check, maximum, plan, power, rem, rmin, rprod, rsum, select, truncdiv, unary,
+    KernelProgram, Var, argmin, cast, check, maximum, plan, power, rem, rmin, rprod, rsum, select, truncdiv,
+    unary,
 )
 from onnxcc.kernel.expr import FLOAT_UNARY
 from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS
@@ -138,25 +141,37 @@ def model_options(model: str, arch: str) -> CompileOptions:
     return CompileOptions(target="cuda", cuda_arch=arch, specialize={"batch": [1]}, buckets=buckets)
 
 
+@functools.cache
+def model_llvm(model: str):
+    """The NVPTX LLVM module of a sample model (the IR is the same for every arch)."""
+    return compile_model(MODELS_DIR / f"{model}.onnx", "unused", model_options(model, "sm_80"), emit="llvm")
+
+
 @needs_ptxas
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("model", NATIVE_MODELS)
 def test_sample_model_ptx_assembles(model, arch, tmp_path):
-    art = compile_model(MODELS_DIR / f"{model}.onnx", tmp_path / model, model_options(model, arch), emit="ptx")
+    art = model_llvm(model)
     kinds = {art.module.functions[v].attrs.get("kind", "generic") for v in art.module.dispatch["main"]}
     assert {"generic", "exact"} <= kinds
     if "seq" in SAMPLE_MODELS[model][0]:
         assert "bucket" in kinds
     if model in ("transformer", "convnet"):
         assert "divisible" in kinds
-    assert f".target {arch}" in art.text
-    assert undefined_functions(art.text) == []
-    assemble(art.text, arch, tmp_path)
+    ptx = emit_ptx(art.text, arch)
+    assert f".target {arch}" in ptx
+    assert undefined_functions(ptx) == []
+    assemble(ptx, arch, tmp_path)
 
 
+@needs_ptxas
 @pytest.mark.parametrize("model", CONTROL_FLOW)
-def test_control_flow_models_are_not_native_yet(model, tmp_path):
-    pytest.skip(f"{model}: control flow (If/Loop/Scan) is not compiled to native code yet")
+def test_control_flow_models(model, tmp_path):
+    try:
+        art = compile_model(MODELS_DIR / f"{model}.onnx", tmp_path, CompileOptions(target="cuda"), emit="ptx")
+    except OnnxccError as e:  # a clear refusal, not a crash
+        pytest.skip(f"{model}: control flow is not compiled for CUDA yet ({str(e).splitlines()[0]})")
+    assemble(art.text, "sm_80", tmp_path)
 
 
 # ---- the library ------------------------------------------------------------------------------
@@ -177,7 +192,8 @@ def test_cuda_artifact_files_and_metadata(mlp_cuda):
     assert (mlp_cuda / "mlp.ptx").read_text().startswith("//")
     header = (mlp_cuda / "mlp.h").read_text()
     assert "void mlp_set_stream(void *stream);" in header
-    nm = subprocess.run(["nm", "-D", "--defined-only", str(mlp_cuda / "libmlp.so")], capture_output=True, text=True)
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(mlp_cuda / "libmlp.so")], capture_output=True,
+                        text=True)
     exported = set(re.findall(r" T (\w+)", nm.stdout))
     assert {"mlp_run", "mlp_output_shape", "mlp_set_stream"} <= exported
     assert not any(e.startswith("onnxcc_") for e in exported)
@@ -248,18 +264,27 @@ def test_no_driver_is_a_clean_error(mlp_cuda, tmp_path):
     assert out["error"].startswith("no CUDA driver: cannot load ")
 
 
-def test_default_driver_lookup_never_crashes(mlp_cuda):
+def _have_driver() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def test_default_driver_lookup_without_driver(mlp_cuda):
+    if _have_driver() or os.environ.get("ONNXCC_CUDA_DRIVER"):
+        pytest.skip("a CUDA driver is installed here")
     out = call_lib(mlp_cuda, [0, 0])
-    assert out["rc"] in (0, out["codes"]["ERR_DEVICE"]), out
-    if out["rc"]:
-        assert "CUDA" in out["error"]
+    assert out["rc"] == out["codes"]["ERR_DEVICE"]
+    assert out["error"].startswith("no CUDA driver: cannot load libcuda.so.1 (")
 
 
 def test_cpu_tensor_is_a_device_error(mlp_cuda):
     out = call_lib(mlp_cuda, None)
     assert out["rc"] == out["codes"]["ERR_DEVICE"]
-    assert out["error"] == ('input "x": tensor is in CPU memory (DLPack device type 1), but this artifact reads '
-                            "CUDA device memory")
+    assert out["error"] == ('input "x": tensor is in CPU memory (DLPack device type 1), but this artifact '
+                            "reads CUDA device memory")
 
 
 # ---- the launch path, through a fake driver ------------------------------------------------
@@ -309,8 +334,8 @@ def test_fake_driver_launch_sequence(mlp_cuda, fake_driver, tmp_path):
 def test_fake_driver_low_compute_capability(mlp_cuda, fake_driver, tmp_path):
     out = fake_call(mlp_cuda, fake_driver, tmp_path, cc=75)
     assert out["rc"] == out["codes"]["ERR_DEVICE"]
-    assert out["error"] == ("CUDA device 0 has compute capability 7.5, but this artifact's PTX targets sm_80 or "
-                            "newer; recompile with --cuda-arch sm_75")
+    assert out["error"] == ("CUDA device 0 has compute capability 7.5, but this artifact's PTX targets sm_80 "
+                            "or newer; recompile with --cuda-arch sm_75")
     assert not [ln for ln in out["log"] if ln.startswith("launch")]
 
 
@@ -326,8 +351,8 @@ def test_fake_driver_no_device(mlp_cuda, fake_driver, tmp_path):
 def test_fake_driver_mixed_devices(mlp_cuda, fake_driver, tmp_path):
     out = fake_call(mlp_cuda, fake_driver, tmp_path, device=(0, 1), devices=2)
     assert out["rc"] == out["codes"]["ERR_DEVICE"]
-    assert out["error"] == ("output 0 is on CUDA device 1 but input 0 is on device 0: all tensors must be on one "
-                            "device")
+    assert out["error"] == ("output 0 is on CUDA device 1 but input 0 is on device 0: all tensors must be "
+                            "on one device")
 
 
 def test_fake_driver_kernel_status(mlp_cuda, fake_driver, tmp_path):
@@ -353,5 +378,6 @@ def test_gpu_sample_model_matches_onnxruntime(model, tmp_path):
         want = ort_run(path, feeds)
         got = m.run(feeds)
         for name, w in want.items():
-            np.testing.assert_allclose(got[name], w, rtol=1e-3, atol=1e-4, err_msg=f"{model} {name} at {dims}")
+            np.testing.assert_allclose(got[name], w, rtol=1e-3, atol=1e-4,
+                                       err_msg=f"{model} {name} at {dims}")
 

@@ -18,8 +18,9 @@ from onnxcc.codegen.cpu import parse_modules, target_machine
 from onnxcc.codegen.cpu import optimize as optimize_module
 from onnxcc.codegen.cuda import CudaModule
 from onnxcc.ir import DType, evaluate, sym
-from onnxcc.kernel import ERR_INDEX, KernelProgram, Var, argmax, cast, erf, exp, plan, rmax, rsum, select, tanh
-from onnxcc.kernel import wrap_index
+from onnxcc.kernel import (
+    ERR_INDEX, KernelProgram, Var, argmax, cast, erf, exp, plan, rmax, rsum, select, tanh, wrap_index,
+)
 from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS, ort_run, random_inputs
 
 F32 = DType.f32
@@ -59,8 +60,9 @@ class Emulated:
         for la in launches:
             if evaluate(la.work, syms) <= 0:  # the runtime launches nothing then
                 continue
-            fnty = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * len(prog.symbols)),
-                                    *([ctypes.c_void_p] * (nargs - len(prog.symbols))), *([ctypes.c_int32] * 4))
+            nsym = len(prog.symbols)
+            fnty = ctypes.CFUNCTYPE(None, *([ctypes.c_int64] * nsym), *([ctypes.c_void_p] * (nargs - nsym)),
+                                    *([ctypes.c_int32] * 4))
             fn = fnty(self.ee.get_function_address(la.kernel))
             for ctaid in range(GRID):
                 for tid in range(BLOCK):
@@ -186,7 +188,8 @@ def test_emulated_sample_model_matches_onnxruntime(model):
             outs, status = emu.run(k, ins, syms)
             assert status == 0, f"version {k} failed with status {status}"
             for (name, w), g in zip(want.items(), outs):
-                np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4, err_msg=f"{model} v{k} {name} at {dims}")
+                np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4,
+                                           err_msg=f"{model} v{k} {name} at {dims}")
     assert {"generic", "exact"} <= ran
     if "seq" in SAMPLE_MODELS[model][0]:
         assert "bucket" in ran

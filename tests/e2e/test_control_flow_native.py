@@ -156,6 +156,51 @@ def test_lstm_sequence_lens(built):
         _close(m.run(feeds), ort_run(model, feeds), f"lens {lens}")
 
 
+def torch_style_lstm() -> onnx.ModelProto:
+    """What torch.onnx.export writes for nn.LSTM(4, 6, num_layers=2, batch_first=True) and a
+    linear head on the last step: zero initial states from a Shape -> Gather -> Concat ->
+    ConstantOfShape chain, Transpose to time-major, Squeeze of the direction axis."""
+    rng = np.random.default_rng(11)
+    inits, nodes = [], []
+
+    def init(name, arr):
+        inits.append(onnx.numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def node(op, ins, out, **attrs):
+        nodes.append(oh.make_node(op, ins, [out] if isinstance(out, str) else out, **attrs))
+        return out
+
+    shape = node("Shape", ["x"], "shape")
+    b = node("Unsqueeze", [node("Gather", [shape, init("zero_i", np.array(0))], "b0"), init("ax0", np.array([0]))],
+             "b")
+    dims = node("Concat", [init("one_l", np.array([1])), b, init("hid", np.array([HID]))], "h0_shape", axis=0)
+    zeros = onnx.numpy_helper.from_array(np.zeros(1, np.float32), "v")
+    h = node("Transpose", ["x"], "xt", perm=[1, 0, 2])
+    for layer, inp in enumerate((INP, HID)):
+        h0 = node("ConstantOfShape", [dims], f"h0_{layer}", value=zeros)
+        w = init(f"W{layer}", (rng.standard_normal((1, 4 * HID, inp)) * 0.4).astype(np.float32))
+        r = init(f"R{layer}", (rng.standard_normal((1, 4 * HID, HID)) * 0.4).astype(np.float32))
+        bb = init(f"B{layer}", (rng.standard_normal((1, 8 * HID)) * 0.4).astype(np.float32))
+        y = node("LSTM", [h, w, r, bb, "", h0, h0], [f"y{layer}", f"yh{layer}", f"yc{layer}"], hidden_size=HID)[0]
+        h = node("Squeeze", [y, init(f"ax1_{layer}", np.array([1]))], f"ys{layer}")
+    out = node("Transpose", [h], "out", perm=[1, 0, 2])
+    last = node("Gather", [out, init("minus1", np.array(-1))], "last", axis=1)
+    head = node("MatMul", [last, init("Wo", rng.standard_normal((HID, 3)).astype(np.float32))], "head")
+    return _model(nodes, [oh.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", INP])],
+                  [oh.make_tensor_value_info("out", TP.FLOAT, ["batch", "seq", HID]),
+                   oh.make_tensor_value_info("head", TP.FLOAT, ["batch", 3]),
+                   oh.make_tensor_value_info("yh1", TP.FLOAT, [1, "batch", HID])], inits, opset=14)
+
+
+@pytest.mark.parametrize("dims", [{"batch": 1, "seq": 1}, {"batch": 4, "seq": 3}, {"batch": 2, "seq": 33}])
+def test_torch_style_stacked_lstm(built, dims):
+    model = torch_style_lstm()
+    _, m = built("torch_lstm", model)
+    feeds = random_inputs(model, dims, seed=dims["seq"])
+    _close(m.run(feeds), ort_run(model, feeds), str(dims))
+
+
 # ---- If with branch-dependent shapes, while loops, nesting ----------------------------------
 
 
@@ -257,9 +302,12 @@ def test_stacked_outputs_need_a_bound_when_the_trip_count_is_data(tmp_path, buil
         onnxcc.compile(stacked_while_model(), tmp_path / "nobound", name="nobound")
     _, m = built("bounded", stacked_while_model(), dims={"iters": (1, 6)})
     v = np.array([0.5, 1.0, 0.25], np.float32)
-    for M, lim in ((4, 100.0), (10, 3.0), (0, 1.0)):
+    for M, lim in ((4, 100.0), (10, 3.0), (1, 1.0)):
         feeds = {"M": np.array(M, np.int64), "lim": np.array(lim, np.float32), "v": v}
         _close(m.run(feeds), ort_run(stacked_while_model(), feeds), f"M={M} lim={lim}")
+    # no trip at all: zero rows of the slice shape (onnxruntime says (0, 0))
+    got = m.run({"M": np.array(0, np.int64), "lim": np.array(1.0, np.float32), "v": v})
+    assert got["hist"].shape == (0, 3) and np.array_equal(got["v_f"], v)
     with pytest.raises(RuntimeCallError, match="code 4"):  # a 7th trip would overrun the 6 rows
         m.run({"M": np.array(10, np.int64), "lim": np.array(1e9, np.float32), "v": v})
 

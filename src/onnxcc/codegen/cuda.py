@@ -18,7 +18,8 @@ threads' worth of work (blocks of `BLOCK` threads, the grid capped by the runtim
 never launches an empty domain. Reductions run per thread. A compute with a reduction
 that does not depend on its innermost var (softmax, normalisations: a row statistic)
 runs row-wise instead: the grid strides over the outer vars, and each thread computes the
-row's reductions once and loops over the row, rather than every element recomputing them. A failing check stores its
+row's reductions once and loops over the row, rather than every element recomputing them.
+A failing check stores its
 error code into `*status` and leaves; every kernel starts by leaving when `*status` is
 already nonzero, and the host reads `*status` after the version's last kernel.
 
@@ -106,10 +107,14 @@ class CudaModule:
     def add_program(self, program: KernelProgram, plan: MemoryPlan, prefix: str) -> list[KernelLaunch]:
         """Emit one kernel per compute of `program`; returns the launches, in order."""
         program.verify()
+        if getattr(program, "run_dims", None):
+            raise CompileError(f"cuda codegen: kernel {program.name} has run-determined dims "
+                               f"({', '.join(program.run_dims)}): control flow is not supported on CUDA yet")
         launches = []
         for j, stmt in enumerate(program.body):
             if not isinstance(stmt, Compute):
-                raise CompileError(f"cuda codegen: unsupported statement {type(stmt).__name__}")
+                raise CompileError(f"cuda codegen: {type(stmt).__name__} statements (control flow) are not "
+                                   "supported on CUDA yet")
             work = _numel(stmt.extents)
             if isinstance(work, int) and work == 0:
                 continue

@@ -61,7 +61,8 @@ def prelude(spec: ArtifactSpec, names: dict[str, str]) -> str:
     out.append(f"static const char *const cuda_kernel_errors[{n_err}] = {{{errs}}};")
     out.append(f"""static const onnxcc_cuda_image cuda_image = {{
   (const char *){PTX_SYMBOL}, {_c_str(dev.arch)}, {cc}, {int(exact)}, {dev.block},
-  {len(dev.kernels)}, {"cuda_kernels" if dev.kernels else "NULL"}, {len(consts)}, {"cuda_consts" if consts else "NULL"},
+  {len(dev.kernels)}, {"cuda_kernels" if dev.kernels else "NULL"},
+  {len(consts)}, {"cuda_consts" if consts else "NULL"},
   {n_err}, cuda_kernel_errors
 }};""")
     nargs = len(spec.symbols) + len(spec.inputs) + len(spec.outputs) + 2

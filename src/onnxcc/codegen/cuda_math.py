@@ -391,7 +391,8 @@ def _erf(m: _Math, x):
     a = m.abs(x)
     z = m.mul(x, x)
     two_sqrtpi = 2.0 / math.sqrt(math.pi)
-    coeffs = [two_sqrtpi * (-1.0) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(19 if m.f64 else 11)]
+    coeffs = [two_sqrtpi * (-1.0) ** n / (math.factorial(n) * (2 * n + 1))
+              for n in range(19 if m.f64 else 11)]
     small = m.mul(x, m.horner(z, coeffs))
     lo, hi, cheb = _ERFC_Q[m.tag]
     ac = m.minnum(a, m.c(hi))

@@ -129,7 +129,6 @@ class _Geometry:
 
     def __init__(self, fctx: _FnCtx, b: ir.IRBuilder, c: Compute, g: GemmPlan):
         ext = dict(zip(c.var_names, c.extents))
-        self.ext = {v: fctx.dim(ext[v]) for v in c.var_names}
         strides = fctx.strides(c.out)
         self.stride = dict(zip(c.var_names, strides))
         self.ldc = self.stride[g.m[-1]]
@@ -272,6 +271,32 @@ def _bind(em: ExprEmitter, vals: dict[str, ir.Value], exts: dict[str, object]) -
     em.push(vals, {n: exts[n] for n in vals})
 
 
+def _column_binder(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, names: Sequence[str],
+                   exts: Sequence[ir.Value], dims: dict, j0: ir.Value, ncols: ir.Value, width: int
+                   ) -> Callable[[ir.Value], None]:
+    """`bind(cc)` binds the vars `names` (their Dims in `dims`) to the row-major
+    unflattening of column j0 + cc (cc < ncols <= width) in `em`. With several vars (a
+    conv's (oh, ow)) the columns are unflattened once, here, into stack arrays, instead of
+    dividing in every inner loop."""
+    if len(names) == 1:
+        return lambda cc: _bind(em, {names[0]: _add(b, j0, cc, names[0])}, dims)
+    arrays = []
+    for n in names:
+        a = fctx.eb.alloca(ir.ArrayType(I64, width), name=f"{n}.cols")
+        a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+        arrays.append(a)
+    with for_range(b, ncols, "col", guard=True) as cc:
+        vals = _unflatten(b, _add(b, j0, cc, "jj"), exts, names)
+        for n, a in zip(names, arrays):
+            b.store(vals[n], b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), align=8)
+
+    def bind(cc: ir.Value) -> None:
+        _bind(em, {n: b.load(b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), name=n, align=8,
+                             typ=I64) for n, a in zip(names, arrays)}, dims)
+
+    return bind
+
+
 def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     """Items (bB, panel): B[bB][panel][k][col] = b(batch vars, n = panel*nr + col, k)."""
     fn, fctx = kem.body_function(f"gemm.packb.{c.out}")
@@ -294,8 +319,7 @@ def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Functio
         j0 = _mul(b, pn, NR, "j0")
         ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
 
-        def bind_n(cc: ir.Value) -> None:
-            _bind(em, _unflatten(b, _add(b, j0, cc, "jj"), geo.n_ext, g.n), ext)
+        bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
 
         if not g.b_k_inner:
             with _KLoops(b, em, g, geo) as kl:
@@ -415,7 +439,7 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                                     b.store(_add(b, r0, v, "r0.next"), r0_slot)
                     if g.epilogue is not None:
                         with if_then(b, last, name="epilogue"):
-                            _epilogue(b, em_e, c, g, geo, ext, i0, rows, j0, ncols)
+                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j0, ncols)
         em_e.pop()
         em_a.pop()
     b.ret_void()
@@ -450,18 +474,18 @@ def _pack_a(b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry, ext: 
                 em.pop()
 
 
-def _epilogue(b: ir.IRBuilder, em: ExprEmitter, c: Compute, g: GemmPlan, geo: _Geometry, ext: dict,
+def _epilogue(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, c: Compute, g: GemmPlan, geo: _Geometry, ext: dict,
               i0: ir.Value, rows: ir.Value, j0: ir.Value, ncols: ir.Value) -> None:
     """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0)."""
     epi: Expr = g.epilogue  # type: ignore[assignment]
     names = c.var_names
+    bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
     with for_range(b, rows, "er", guard=False) as r:
         mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
         _bind(em, mvals, ext)
         em.hoist(epi, guarded=True)
         with for_range(b, ncols, "ec", guard=False) as cc:
-            nvals = _unflatten(b, _add(b, j0, cc, "ej"), geo.n_ext, g.n)
-            _bind(em, nvals, ext)
+            bind_n(cc)
             em.store(c.out, [em.var_vals[n] for n in names], em.emit(epi))
             em.pop()
         em.pop()

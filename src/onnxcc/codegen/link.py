@@ -298,8 +298,9 @@ def _run_dims_doc(spec: ArtifactSpec) -> list[str]:
               " * it. {n}_run lays the data out row-major in that allocated shape; after the run,",
               " * {n}_output_dims gives the true extents, and the valid elements are the leading",
               " * corner [0, d0) x [0, d1) x ... of the allocation (a compact prefix when only the",
-              " * leading dim is run-determined, as for a Loop's stacked scan outputs)."]
-    return [line.replace("{n}", spec.name) for line in lines]
+              " * leading dim is run-determined, as for a Loop's stacked scan outputs). A loop that would",
+              " * run past its bound fails ({N}_ERR_KERNEL, kernel code 4) instead of overrunning."]
+    return [line.replace("{n}", spec.name).replace("{N}", spec.name.upper()) for line in lines]
 
 
 def _output_dims_decl(spec: ArtifactSpec) -> str:

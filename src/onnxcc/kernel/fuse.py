@@ -27,8 +27,10 @@ Rules, for a producer P writing temp T:
   but a contraction; expensive ones (exp, erf, ...) only into one read-once site.
 - P with reductions (ReduceMean, a matmul, a fused softmax row max): every site must be
   read-once, outside any select arm, and map P's reductions onto a prefix of the site's
-  chain (so they are still hoisted and computed once per row). One consumer with one
-  distinct site: fuse (matmul epilogues: bias, activation, residual). Several sites: only
+  chain (so they are still hoisted and computed once per row). A matmul / conv only goes
+  into identity reads (of T or of a view of T) by consumers without reductions: its
+  epilogue (bias, activation, residual) is applied at its own store. One consumer with one
+  distinct site: fuse. Several sites: only
   if all are identity reads (`C[v] = f(T[v])`), P's reductions are row-level (each free of
   some var of P, so the emitter computes them once per row and shares them) and P's
   per-element cost is cheap: LayerNorm's `X - mean(X)` feeding both the variance and the
@@ -156,8 +158,8 @@ def _contraction(r: Reduce) -> str | None:
             la = [x for x in walk(n.a) if isinstance(x, Load) and free_vars(x) & rv]
             lb = [x for x in walk(n.b) if isinstance(x, Load) and free_vars(x) & rv]
             if la and lb and {x.buffer for x in la} != {x.buffer for x in lb}:
-                # conv: a reduction var is combined with other vars in an index (oh * s + kh)
-                windowed = any(free_vars(i) & rv and not isinstance(i, Var) for x in la + lb for i in x.indices)
+                # conv: an index slides a window, combining a reduction var with an output var
+                windowed = any(free_vars(i) & rv and free_vars(i) - rv for x in la + lb for i in x.indices)
                 return "conv" if windowed else "matmul"
     return None
 
@@ -450,7 +452,7 @@ class _Fuser:
                     if self.read_once(s, c):
                         continue
                     if cost == 0:
-                        if contraction and s.reduces and not _affine_remap(P.body):
+                        if contraction and s.reduces and not (_affine_remap(P.body) and _EXPERIMENT(self, P, s, c)):
                             return False, "non-affine index remap into a contraction"
                         continue
                     if cost > CHEAP:
@@ -472,8 +474,10 @@ class _Fuser:
             if contraction and any(isinstance(n, Reduce) for n in walk(c.body)):
                 return False, "a matmul only takes epilogues without reductions"
             for s in sites:
-                if contraction and s.reduces:
-                    return False, "a matmul result read inside a reduction"
+                if contraction and (s.reduces or not self.identity(s, c)):
+                    # NOTE: an epilogue must keep the GEMM's own output order (a permuted
+                    # store turns one big GEMM into many small batched ones)
+                    return False, "a matmul result read other than at the element it computes"
                 if s.in_arm:
                     return False, "reduction producer read inside a select arm"
                 if not self.read_once(s, c):
@@ -686,3 +690,7 @@ def fuse(program: KernelProgram, symbols: SymbolTable | None = None) -> FusionRe
     """Fuse `program` in place (see the module docstring) and return what was done.
     `symbols` gives symbol ranges for proving extents equal (default ranges otherwise)."""
     return _Fuser(program, symbols).run()
+
+
+def _EXPERIMENT(self, P, s, c):
+    return True

@@ -577,9 +577,16 @@ def schedule_program(program: KernelProgram, target: TargetInfo | None = None,
 
 
 def scratch_bytes(program: KernelProgram) -> Dim:
-    """The scratch region the scheduled computes share (they run one after another): the
-    biggest of their needs."""
-    sizes = [canon(s.schedule.scratch_bytes) for s in program.computes()
+    """The scratch region the scheduled computes share (they run one after another, those
+    in control-flow bodies included): the biggest of their needs."""
+    def computes(stmts):
+        for st in stmts:
+            if isinstance(st, Compute):
+                yield st
+            for body in st.bodies():  # computes inside control statements run one at a time too
+                yield from computes(body)
+
+    sizes = [canon(s.schedule.scratch_bytes) for s in computes(program.body)
              if getattr(s.schedule, "scratch_bytes", 0) not in (0, None)]
     if not sizes:
         return 0

@@ -1,0 +1,107 @@
+"""Latency of onnxcc vs onnxruntime on the sample models, side by side in one process.
+
+Each sample model is compiled once (one library, every shape below served by it). For
+each shape the two runtimes alternate call by call (same inputs, same thread count), and
+the median of each is reported with the ratio onnxcc / onnxruntime (lower is better) and
+the geometric mean over all rows.
+
+    python benchmarks/compare_ort.py [--threads N] [--repeats R] [--models a,b] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SEQS = (17, 64, 128, 200, 512)
+BATCHES = (1, 4)
+
+SHAPES = {
+    "mlp": [{"batch": b} for b in (1, 4, 64, 256)],
+    "gelu_layernorm": [{"batch": b, "seq": s} for b in BATCHES for s in SEQS],
+    "transformer": [{"batch": b, "seq": s} for b in BATCHES for s in SEQS],
+    "convnet": [{"batch": b, "H": h, "W": h} for b in BATCHES for h in (32, 64)],
+}
+
+
+def bench_pair(fn_a, fn_b, repeats: int, budget_s: float = 2.0) -> tuple[float, float]:
+    """Median seconds per call of a and b, alternating a, b, a, b..."""
+    fn_a(), fn_b()  # warm up
+    ta, tb = [], []
+    deadline = time.perf_counter() + budget_s
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        fn_a()
+        t1 = time.perf_counter()
+        fn_b()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+        if i >= 4 and time.perf_counter() > deadline:
+            break
+    return statistics.median(ta), statistics.median(tb)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--models", default=",".join(SHAPES))
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
+
+    import numpy as np
+    import onnxruntime as ort
+
+    import onnxcc
+    from onnxcc.testing import random_inputs
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            path = ROOT / "models" / f"{name}.onnx"
+            t0 = time.perf_counter()
+            onnxcc.compile(path, Path(tmp) / name)
+            compile_s = time.perf_counter() - t0
+            lib = onnxcc.load(Path(tmp) / name)
+            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            print(f"{name}: compiled in {compile_s:.2f} s, {lib.num_versions} versions")
+            for dims in SHAPES[name]:
+                feeds = random_inputs(path, dims, seed=1)
+                ours = lib.run(feeds)
+                theirs = sess.run(None, feeds)
+                err = max(float(np.max(np.abs(o - t))) for o, t in zip(ours.values(), theirs))
+                t_cc, t_ort = bench_pair(lambda: lib.run(feeds), lambda: sess.run(None, feeds), args.repeats)
+                ratio = t_cc / t_ort
+                rows.append({"model": name, "dims": dims, "onnxcc_ms": t_cc * 1e3, "ort_ms": t_ort * 1e3,
+                             "ratio": ratio, "version": lib.last_version, "max_abs_err": err})
+                shape = ",".join(f"{k}={v}" for k, v in dims.items())
+                print(f"  {shape:24s} onnxcc {t_cc * 1e3:9.3f} ms  ort {t_ort * 1e3:9.3f} ms  "
+                      f"ratio {ratio:6.3f}  (version {lib.last_version}, max err {err:.1e})")
+    by_model = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r["ratio"])
+    geo = {m: math.exp(statistics.fmean(math.log(x) for x in v)) for m, v in by_model.items()}
+    overall = math.exp(statistics.fmean(math.log(r["ratio"]) for r in rows))
+    for m, g in geo.items():
+        print(f"geomean ratio {m}: {g:.3f}")
+    print(f"geomean ratio overall ({len(rows)} shapes, {args.threads} threads): {overall:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"threads": args.threads, "rows": rows, "geomean": geo,
+                                         "geomean_overall": overall}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
