@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 _CLEANED = "ONNXCC_BENCH_ENV_CLEANED"
-ROUNDS = 4
+ROUNDS = 6
 """the two sides alternate in this many rounds of reps/ROUNDS calls each"""
 PAUSE_S = 0.2
 

@@ -177,7 +177,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
         return art
 
     from .kernel.control import has_control, optimize_nested
-    from .kernel.fuse import fuse
+    from .kernel.fuse import count_kernels, fuse
     from .kernel.plan_memory import plan as plan_memory, reserve_scratch
     from .kernel.schedule import facts_from_attrs, schedule_program
     from .passes.lower import lower_function
@@ -189,7 +189,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     target = target_info(options)
     for k, f in enumerate(versions):
         prog = lower_function(module, f, f"{name}_v{k}")
-        before = sum(1 for _ in prog.computes())
+        before = count_kernels(prog.body)
         if options.fuse:
             fuse(prog, module.symbols)
         # schedules (vector width, tails the version's divisibility facts remove, parallel
@@ -201,7 +201,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
                             target=target if options.target == "cpu" else None,
                             facts=facts_from_attrs(f.attrs.get("multiple_of", []), module.symbols))
         mplan = plan_memory(prog, module.symbols)
-        stats[prog.name] = {"kernels_before": before, "kernels_after": sum(1 for _ in prog.computes()),
+        stats[prog.name] = {"kernels_before": before, "kernels_after": count_kernels(prog.body),
                             "arena_bytes": str(mplan.workspace_bytes), "peak_live_bytes": str(mplan.peak_live_bytes),
                             "total_bytes": str(mplan.total_bytes)}
         programs.append((f, prog, reserve_scratch(mplan, prog)))

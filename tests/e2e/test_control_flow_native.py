@@ -32,6 +32,16 @@ def _close(got: dict, want: dict, where: str) -> None:
         np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=ATOL, err_msg=f"{name} at {where}")
 
 
+def vi(name: str, elem: int, shape) -> onnx.ValueInfoProto:
+    return oh.make_tensor_value_info(name, elem, shape)
+
+
+def cst(name: str, value, elem: int = TP.FLOAT, shape=()) -> onnx.NodeProto:
+    """A Constant node (a scalar unless `shape` is given)."""
+    vals = list(value) if shape else [value]
+    return oh.make_node("Constant", [], [name], value=oh.make_tensor(name, elem, list(shape), vals))
+
+
 def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
     m = oh.make_model(oh.make_graph(nodes, "m", inputs, outputs, list(inits)),
                       opset_imports=[oh.make_opsetid("", opset)])
@@ -47,7 +57,8 @@ def built(tmp_path_factory):
     def get(name: str, model=None, **options):
         if name not in cache:
             d = tmp_path_factory.mktemp(name)
-            onnxcc.compile(model if model is not None else MODELS_DIR / f"{name}.onnx", d, name=name, **options)
+            src = model if model is not None else MODELS_DIR / f"{name}.onnx"
+            onnxcc.compile(src, d, name=name, **options)
             cache[name] = (d, onnxcc.load(d))
         return cache[name]
 
@@ -69,7 +80,8 @@ def test_if_model_takes_each_branch(built, batch, sign):
 def test_loop_model_data_dependent_exit(built, dims):
     _, m = built("loop_model")
     for seed, scale in ((0, 1.0), (1, 0.05)):  # small inputs converge in fewer iterations
-        feeds = {k: v * np.float32(scale) for k, v in random_inputs(MODELS_DIR / "loop_model.onnx", dims, seed).items()}
+        feeds = random_inputs(MODELS_DIR / "loop_model.onnx", dims, seed)
+        feeds = {k: v * np.float32(scale) for k, v in feeds.items()}
         want = ort_run(MODELS_DIR / "loop_model.onnx", feeds)
         got = m.run(feeds)
         _close(got, want, f"{dims} scale {scale}")
@@ -141,7 +153,8 @@ def test_lstm_sequence_lens(built):
     """Per-row lengths: Y is zero past a row's length, Y_h holds its last valid step."""
     rng = np.random.default_rng(3)
     shapes = {"W": (2, 4 * HID, INP), "R": (2, 4 * HID, HID)}
-    inits = [oh.make_tensor(k, TP.FLOAT, s, (rng.standard_normal(s) * 0.4).ravel()) for k, s in shapes.items()]
+    inits = [oh.make_tensor(k, TP.FLOAT, v, (rng.standard_normal(v) * 0.4).ravel())
+             for k, v in shapes.items()]
     model = _model([oh.make_node("LSTM", ["X", "W", "R", "", "L"], ["Y", "Yh", "Yc"], hidden_size=HID,
                                  direction="bidirectional")],
                    [oh.make_tensor_value_info("X", TP.FLOAT, ["seq", "batch", INP]),
@@ -172,8 +185,8 @@ def torch_style_lstm() -> onnx.ModelProto:
         return out
 
     shape = node("Shape", ["x"], "shape")
-    b = node("Unsqueeze", [node("Gather", [shape, init("zero_i", np.array(0))], "b0"), init("ax0", np.array([0]))],
-             "b")
+    b0 = node("Gather", [shape, init("zero_i", np.array(0))], "b0")
+    b = node("Unsqueeze", [b0, init("ax0", np.array([0]))], "b")
     dims = node("Concat", [init("one_l", np.array([1])), b, init("hid", np.array([HID]))], "h0_shape", axis=0)
     zeros = onnx.numpy_helper.from_array(np.zeros(1, np.float32), "v")
     h = node("Transpose", ["x"], "xt", perm=[1, 0, 2])
@@ -182,7 +195,8 @@ def torch_style_lstm() -> onnx.ModelProto:
         w = init(f"W{layer}", (rng.standard_normal((1, 4 * HID, inp)) * 0.4).astype(np.float32))
         r = init(f"R{layer}", (rng.standard_normal((1, 4 * HID, HID)) * 0.4).astype(np.float32))
         bb = init(f"B{layer}", (rng.standard_normal((1, 8 * HID)) * 0.4).astype(np.float32))
-        y = node("LSTM", [h, w, r, bb, "", h0, h0], [f"y{layer}", f"yh{layer}", f"yc{layer}"], hidden_size=HID)[0]
+        outs = [f"y{layer}", f"yh{layer}", f"yc{layer}"]
+        y = node("LSTM", [h, w, r, bb, "", h0, h0], outs, hidden_size=HID)[0]
         h = node("Squeeze", [y, init(f"ax1_{layer}", np.array([1]))], f"ys{layer}")
     out = node("Transpose", [h], "out", perm=[1, 0, 2])
     last = node("Gather", [out, init("minus1", np.array(-1))], "last", axis=1)
@@ -206,15 +220,13 @@ def test_torch_style_stacked_lstm(built, dims):
 
 def if_shapes_model() -> onnx.ModelProto:
     """then: x * 2 (f32[n, 16]); else: x[:, :8] + 1 (f32[n, 8]); the result's dim 1 is run-determined."""
-    c = lambda name, v: oh.make_node("Constant", [], [name], value=oh.make_tensor(name, TP.INT64, [len(v)], v))  # noqa: E731
-    two = oh.make_node("Constant", [], ["two"], value=oh.make_tensor("two", TP.FLOAT, [], [2.0]))
-    one = oh.make_node("Constant", [], ["one"], value=oh.make_tensor("one", TP.FLOAT, [], [1.0]))
-    then_g = oh.make_graph([two, oh.make_node("Mul", ["x", "two"], ["t_out"])], "then", [],
-                           [oh.make_tensor_value_info("t_out", TP.FLOAT, ["n", 16])])
-    else_g = oh.make_graph([c("st", [0]), c("en", [8]), c("ax", [1]), one,
+    then_g = oh.make_graph([cst("two", 2.0), oh.make_node("Mul", ["x", "two"], ["t_out"])], "then", [],
+                           [vi("t_out", TP.FLOAT, ["n", 16])])
+    ints = [cst(k, [v], TP.INT64, [1]) for k, v in (("st", 0), ("en", 8), ("ax", 1))]
+    else_g = oh.make_graph([*ints, cst("one", 1.0),
                             oh.make_node("Slice", ["x", "st", "en", "ax"], ["sl"]),
                             oh.make_node("Add", ["sl", "one"], ["e_out"])], "else", [],
-                           [oh.make_tensor_value_info("e_out", TP.FLOAT, ["n", 8])])
+                           [vi("e_out", TP.FLOAT, ["n", 8])])
     nodes = [oh.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
              oh.make_node("Constant", [], ["zero"], value=oh.make_tensor("zero", TP.FLOAT, [], [0.0])),
              oh.make_node("Greater", ["s", "zero"], ["p"]),
@@ -237,26 +249,23 @@ def test_if_branches_with_different_shapes(built, n, sign):
 def while_model() -> onnx.ModelProto:
     """Loop(M from an input, cond): carried (a, b) swapped every trip and a counter; inside the
     body an If doubles `a` on even trips; stops when sum(a) > limit. No scan outputs."""
-    f = lambda name, v: oh.make_node("Constant", [], [name], value=oh.make_tensor(name, TP.FLOAT, [], [v]))  # noqa: E731
-    i = lambda name, v: oh.make_node("Constant", [], [name], value=oh.make_tensor(name, TP.INT64, [], [v]))  # noqa: E731
-    then_g = oh.make_graph([f("k2", 2.0), oh.make_node("Mul", ["b_in", "k2"], ["dbl"])], "then", [],
+    then_g = oh.make_graph([cst("k2", 2.0), oh.make_node("Mul", ["b_in", "k2"], ["dbl"])], "then", [],
                            [oh.make_tensor_value_info("dbl", TP.FLOAT, ["n"])])
     else_g = oh.make_graph([oh.make_node("Identity", ["b_in"], ["same"])], "else", [],
                            [oh.make_tensor_value_info("same", TP.FLOAT, ["n"])])
     body = oh.make_graph(
-        [i("two_i", 2), oh.make_node("Mod", ["it", "two_i"], ["par"]), i("zero_i", 0),
+        [cst("two_i", 2, TP.INT64), oh.make_node("Mod", ["it", "two_i"], ["par"]), cst("zero_i", 0, TP.INT64),
          oh.make_node("Equal", ["par", "zero_i"], ["even"]),
          oh.make_node("If", ["even"], ["b2"], then_branch=then_g, else_branch=else_g),
-         f("one_f", 1.0), oh.make_node("Add", ["cnt_in", "one_f"], ["cnt_out"]),
+         cst("one_f", 1.0), oh.make_node("Add", ["cnt_in", "one_f"], ["cnt_out"]),
          oh.make_node("ReduceSum", ["b2"], ["sb"], keepdims=0),
          oh.make_node("Less", ["sb", "limit"], ["go"]),
          oh.make_node("Identity", ["a_in"], ["a_out"])],
         "body",
-        [oh.make_tensor_value_info("it", TP.INT64, []), oh.make_tensor_value_info("c", TP.BOOL, []),
-         oh.make_tensor_value_info("a_in", TP.FLOAT, ["n"]), oh.make_tensor_value_info("b_in", TP.FLOAT, ["n"]),
-         oh.make_tensor_value_info("cnt_in", TP.FLOAT, [])],
-        [oh.make_tensor_value_info("go", TP.BOOL, []), oh.make_tensor_value_info("b2", TP.FLOAT, ["n"]),
-         oh.make_tensor_value_info("a_out", TP.FLOAT, ["n"]), oh.make_tensor_value_info("cnt_out", TP.FLOAT, [])])
+        [vi("it", TP.INT64, []), vi("c", TP.BOOL, []), vi("a_in", TP.FLOAT, ["n"]),
+         vi("b_in", TP.FLOAT, ["n"]), vi("cnt_in", TP.FLOAT, [])],
+        [vi("go", TP.BOOL, []), vi("b2", TP.FLOAT, ["n"]), vi("a_out", TP.FLOAT, ["n"]),
+         vi("cnt_out", TP.FLOAT, [])])
     nodes = [oh.make_node("Constant", [], ["t"], value=oh.make_tensor("t", TP.BOOL, [], [True])),
              oh.make_node("Constant", [], ["c0"], value=oh.make_tensor("c0", TP.FLOAT, [], [0.0])),
              oh.make_node("Loop", ["M", "t", "a", "b", "c0"], ["a_f", "b_f", "cnt"], body=body)]
@@ -370,5 +379,6 @@ def test_loop_model_from_c(built):
         iters = want["h_all"].shape[0]
         assert r.stdout.strip() == f"bound=10 iters={iters}"
         out = np.fromfile(d / "out.bin", np.float32)
-        got = {"h_final": out[:batch * 8].reshape(batch, 8), "h_all": out[batch * 8:].reshape(iters, batch, 8)}
+        got = {"h_final": out[:batch * 8].reshape(batch, 8),
+               "h_all": out[batch * 8:].reshape(iters, batch, 8)}
         _close(got, want, f"C batch={batch}")

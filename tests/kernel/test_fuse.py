@@ -240,6 +240,35 @@ def test_reshape_index_splits_only_merged_dims():
     _same_numerics(before, p, _rand(3, 4, 1, 6))
 
 
+def test_reshape_index_with_symbolic_merged_dims():
+    b, s = sym("B"), sym("S")
+    p = KernelProgram.new("rs2", ["B", "S"])
+    x = p.input("x", F32, (b, s, 8))
+    t = p.temp("t", F32, (b, s, 8))
+    v = p.view("v", t, (b * s, 2, 4))
+    y = p.output("y", F32, (b * s, 2, 4))
+    p.compute(t, lambda a, e, f: exp(x[a, e, f]))
+    p.compute(y, lambda i, j, q: v[i, j, q] + 1.0)
+    before, rep = _fused(p)
+    assert "x[i // S, i % S, j * 4 + q]" in str(p)
+    _same_numerics(before, p, _rand(2, 3, 8))
+
+
+def test_row_reduction_read_through_a_reshape_view_is_inlined():
+    s = sym("S")
+    p = KernelProgram.new("rv", ["N", "S"])
+    x = p.input("x", F32, (N, s, 8))
+    z = p.input("z", F32, (N * s, 8))
+    m = p.temp("m", F32, (N, s, 1))
+    v = p.view("v", m, (N * s,))
+    y = p.output("y", F32, (N * s, 8))
+    p.compute(m, lambda a, b, e: rsum([(k, 8)], x[a, b, k]))
+    p.compute(y, lambda i, j: z[i, j] - v[i])
+    before, rep = _fused(p)
+    assert rep.kernels_after == 1 and "m" not in p.buffers
+    _same_numerics(before, p, _rand(2, 3, 8), _rand(6, 8))
+
+
 def test_costs_and_classes():
     p = KernelProgram.new("cls", ["N"])
     x = p.input("x", F32, (N, 4))

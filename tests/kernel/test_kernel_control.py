@@ -9,7 +9,9 @@ import pytest
 from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.errors import VerifyError
 from onnxcc.ir import DType, sym
-from onnxcc.kernel import Compute, IfStmt, KernelProgram, LoopStmt, SetSymbol, Var, WriteAt, const, dim_to_expr
+from onnxcc.kernel import (
+    Compute, IfStmt, KernelProgram, LoopStmt, SetSymbol, Var, WriteAt, const, dim_to_expr,
+)
 from onnxcc.kernel.control import optimize_nested
 
 F32 = DType.f32

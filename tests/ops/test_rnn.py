@@ -92,7 +92,8 @@ def test_shapes_are_symbolic():
 
 
 CASES = [("LSTM", "forward", {}), ("LSTM", "reverse", {"init": True, "peep": True, "clip": 1.5}),
-         ("LSTM", "bidirectional", {"lens": True, "bias": False}), ("GRU", "forward", {"lbr": 1, "init": True}),
+         ("LSTM", "bidirectional", {"lens": True, "bias": False}),
+         ("GRU", "forward", {"lbr": 1, "init": True}),
          ("GRU", "reverse", {"lens": True, "clip": 2.0}), ("GRU", "bidirectional", {"init": True})]
 DIMS = [{"seq": 1, "batch": 1}, {"seq": 6, "batch": 3}]
 
@@ -105,7 +106,8 @@ def test_reference_and_lowering_match_onnxruntime(kind, direction, kw):
     for k, dims in enumerate(DIMS):
         feeds = feeds_for(model, dims, k)
         want = list(ort_run(model, feeds).values())
-        for what, got in (("reference", interp_run(m, list(feeds.values()))), ("lowering", kernel(*feeds.values()))):
+        ref, low = interp_run(m, list(feeds.values())), kernel(*feeds.values())
+        for what, got in (("reference", ref), ("lowering", low)):
             for w, g in zip(want, got):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{what} at {dims}")
 

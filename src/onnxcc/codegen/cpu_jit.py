@@ -44,7 +44,7 @@ def _parallel_for(n: int, body_addr: int, ctx: int) -> None:
     if n <= 0:
         return
     body = _BODY_CFUNC(body_addr)
-    workers = max(1, min(8, os.cpu_count() or 1))
+    workers = _num_threads()
     chunks = min(n, workers * 4)
     bounds = [n * k // chunks for k in range(chunks + 1)]
     if _POOL is None:
@@ -54,6 +54,10 @@ def _parallel_for(n: int, body_addr: int, ctx: int) -> None:
         f.result()
 
 
+def _num_threads() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
 def _install_parallel_for() -> None:
     import llvmlite.binding as llvm
 
@@ -61,6 +65,9 @@ def _install_parallel_for() -> None:
         cb = _PAR_FOR_CFUNC(_parallel_for)
         _PAR_FOR_KEEPALIVE.append(cb)
         llvm.add_symbol(PARALLEL_FOR, ctypes.cast(cb, ctypes.c_void_p).value)
+        nt = ctypes.CFUNCTYPE(ctypes.c_int32)(_num_threads)  # onnxcc_num_threads (GEMM blocking)
+        _PAR_FOR_KEEPALIVE.append(nt)
+        llvm.add_symbol("onnxcc_num_threads", ctypes.cast(nt, ctypes.c_void_p).value)
 
 
 def _np_dtype(dt: DType) -> np.dtype:

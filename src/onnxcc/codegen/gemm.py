@@ -24,8 +24,9 @@ by the packers, so the micro-kernel reads nothing but contiguous panels:
 4. After the last k block of a tile, the epilogue (bias, activation, residual...) runs
    once over the tile, reading the sum back from C (hot in L1).
 
-Blocks: m blocks of at most `mc_panels` panels, enough blocks (m, and n when M is small) to
-give about `tasks` work items for load balance; panels are split evenly between blocks.
+Blocks: m blocks of at most `mc_panels` panels, and enough blocks (m, and n when M is
+small) to give about `tasks` work items per thread (onnxcc_num_threads()), their count a
+multiple of the threads; panels are split evenly between blocks.
 A contraction that may be empty (K = 0) runs the plain loop nest instead; static shapes too
 small for packing to pay (M*N*K < `min_work`) never get a GemmPlan; a GEMM smaller than
 PARALLEL_MIN_WORK stays on the calling thread.
@@ -57,6 +58,8 @@ UNROLL = 4
 """k steps per micro-kernel loop iteration"""
 MIN_CHAINS = 8
 """independent FMA chains to keep in flight (FMA latency x FMA ports)"""
+NUM_THREADS = "onnxcc_num_threads"
+"""`int onnxcc_num_threads(void)`: the runtime pool's threads, the caller included"""
 PARALLEL_MIN_WORK = 1 << 17
 """multiply-adds below which a GEMM runs on the calling thread (waking the pool costs more)"""
 
@@ -74,6 +77,11 @@ def _umax(b: ir.IRBuilder, x: ir.Value, y: ir.Value, name: str) -> ir.Value:
 
 def _ceildiv(b: ir.IRBuilder, x: ir.Value, d: int, name: str) -> ir.Value:
     return b.udiv(b.add(x, i64(d - 1), name=f"{name}.up"), i64(d), name=name)
+
+
+def _ceildiv_v(b: ir.IRBuilder, x: ir.Value, d: ir.Value, name: str) -> ir.Value:
+    """ceil(x / d) for d >= 1."""
+    return b.udiv(b.add(x, b.sub(d, i64(1), name=f"{name}.d1"), name=f"{name}.up"), d, name=name)
 
 
 def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value | int, name: str) -> ir.Value:
@@ -127,7 +135,7 @@ class _Geometry:
     """Run-time sizes and blocking of one GEMM compute, computed at the builder's position
     (the same arithmetic in every function, so they agree)."""
 
-    def __init__(self, fctx: _FnCtx, b: ir.IRBuilder, c: Compute, g: GemmPlan):
+    def __init__(self, fctx: _FnCtx, b: ir.IRBuilder, c: Compute, g: GemmPlan, threads: ir.Value):
         ext = dict(zip(c.var_names, c.extents))
         strides = fctx.strides(c.out)
         self.stride = dict(zip(c.var_names, strides))
@@ -146,16 +154,34 @@ class _Geometry:
         self.Pn = _ceildiv(b, self.N, g.nr, "gemm.Pn")
         self.kco = max(1, g.kc // g.k_inner)
         self.npc = _ceildiv(b, self.K0, self.kco, "gemm.npc")
+        # m blocks: at most mc_panels panels each (the A block stays in L2), and at least
+        # `tasks` per thread in all, rounded up to a multiple of the threads (balance);
+        # n blocks only when the batches and m blocks are too few
+        tasks = _mul(b, threads, g.tasks, "gemm.want")
         by_size = _ceildiv(b, self.Pm, g.mc_panels, "gemm.nic.size")
-        by_tasks = _umin(b, self.Pm, i64(g.tasks), "gemm.nic.tasks")
-        self.n_ic = _umax(b, _umax(b, by_size, by_tasks, "gemm.nic"), i64(1), "gemm.nic")
+        per_batch = _ceildiv_v(b, tasks, _umax(b, self.Bt, i64(1), "gemm.bt1"), "gemm.nic.tasks")
+        n_ic = _umax(b, by_size, _umin(b, self.Pm, per_batch, "gemm.nic.tasks"), "gemm.nic")
+        n_ic = _mul(b, _ceildiv_v(b, n_ic, threads, "gemm.nic.t"), threads, "gemm.nic.r")
+        self.n_ic = _umax(b, _umin(b, n_ic, self.Pm, "gemm.nic"), i64(1), "gemm.nic")
         per = _umax(b, _mul(b, self.Bt, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
-        want = b.udiv(_add(b, i64(g.tasks), b.sub(per, i64(1), name="gemm.per1"), "gemm.njc.up"), per,
-                      name="gemm.njc.want")
-        self.n_jc = _umax(b, _umin(b, want, _umax(b, self.Pn, i64(1), "gemm.pn1"), "gemm.njc"), i64(1),
-                          "gemm.njc")
+        self.n_jc = _umax(b, _umin(b, _ceildiv_v(b, tasks, per, "gemm.njc.want"),
+                                   _umax(b, self.Pn, i64(1), "gemm.pn1"), "gemm.njc"), i64(1), "gemm.njc")
         self.n_tasks = _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), self.n_jc, "gemm.tasks")
         self.nbB = _product(b, self.bb_ext, "gemm.nbB")
+
+
+def _parallel(kem: _KernelEmitter, c: Compute) -> bool:
+    par = getattr(c.schedule, "parallel", None)
+    return kem.opts.parallel if par is None else bool(par)
+
+
+def _threads(kem: _KernelEmitter, c: Compute, b: ir.IRBuilder) -> ir.Value:
+    """The pool's thread count (fixed at its first use, so every function agrees), or 1."""
+    if not _parallel(kem, c):
+        return i64(1)
+    fn = get_or_declare(kem.module, NUM_THREADS, ir.FunctionType(I32, []))
+    n = b.sext(b.call(fn, [], name="threads"), I64, name="threads")
+    return _umax(b, n, i64(1), "threads")
 
 
 def emit_gemm(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, fallback: Callable[[], None]) -> None:
@@ -163,7 +189,7 @@ def emit_gemm(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, fallbac
     `fallback()` emits the plain loop nest, used when the contraction may be empty (then
     the output is the epilogue of 0, which the packed path would never write)."""
     b = ctx.b
-    geo = _Geometry(ctx, b, c, g)
+    geo = _Geometry(ctx, b, c, g, _threads(kem, c, b))
     if all(known_positive(x) for _, x in g.reduce.vars):
         _run(kem, ctx, c, g, geo)
         return
@@ -179,8 +205,7 @@ def _run(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, geo: _Geomet
 
     b = ctx.b
     pctx = kem._parallel_ctx(ctx)
-    par = getattr(c.schedule, "parallel", None)
-    parallel = kem.opts.parallel if par is None else bool(par)
+    parallel = _parallel(kem, c)
     runtime = get_or_declare(kem.module, PARALLEL_FOR, PAR_FOR_FNTY)
 
     work = _mul(b, _mul(b, geo.M, geo.N, "gemm.mn"), _mul(b, geo.K, geo.Bt, "gemm.kb"), "gemm.work")
@@ -302,7 +327,7 @@ def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Functio
     fn, fctx = kem.body_function(f"gemm.packb.{c.out}")
     begin, end, _ = fn.args
     b = fctx.b
-    geo = _Geometry(fctx, b, c, g)
+    geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
     ext = dict(zip(c.var_names, c.extents))
     base = _scratch_ptr(kem, fctx)
     NR = g.nr
@@ -364,7 +389,7 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     fn, fctx = kem.body_function(f"gemm.{c.out}")
     begin, end, _ = fn.args
     b = fctx.b
-    geo = _Geometry(fctx, b, c, g)
+    geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
     kc_max = geo.kco * g.k_inner

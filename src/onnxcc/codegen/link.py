@@ -49,8 +49,8 @@ DL_DTYPE = {
 TARGET_DEVICES = {"cpu": ("kDLCPU",), "cuda": ("kDLCUDA", "kDLCUDAManaged")}
 
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
-_DISPATCH_STATICS = {"bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl", "run_syms_tl",
-                     "run_ok_tl"}
+_DISPATCH_STATICS = {"bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl",
+                     "run_syms_tl", "run_ok_tl"}
 _CUDA_STATICS = {"cuda_image", "cuda_kernels", "cuda_consts", "cuda_kernel_errors", "shape_devices"}
 
 
@@ -577,7 +577,7 @@ static const int32_t devices[] = {{{devices}}};
     def run_statics(self) -> str:
         if not self.spec.run_dims:
             return ""
-        return ("/* the symbols of this thread's last successful run, run-determined ones as the run set them */\n"
+        return ("/* this thread's last successful run: its symbols, run-determined ones as the run set them */\n"
                 "static __thread int64_t run_syms_tl[SYM_CAP];\nstatic __thread int run_ok_tl = 0;\n")
 
     def output_dims_api(self) -> str:

@@ -152,7 +152,8 @@ class LoopStmt(Stmt):
         return _writes(self.body) | {n for n in (self.index, self.count) if n is not None}
 
     def format(self, indent: str = "  ") -> list[str]:
-        head = f"{indent}loop {self.index or 't'} < {format_expr(self.trips) if self.trips is not None else 'inf'}"
+        trips = format_expr(self.trips) if self.trips is not None else "inf"
+        head = f"{indent}loop {self.index or 't'} < {trips}"
         if self.cond is not None:
             head += f" while ({format_expr(self.cond)})"
         if self.max_trips is not None:
@@ -221,7 +222,8 @@ class WriteAt(Stmt):
         if len(self.index) != out.rank:
             raise VerifyError(f"{where}: {len(self.index)} indices for rank-{out.rank} buffer {self.out}")
         if self.body.dtype is not out.dtype:
-            raise VerifyError(f"{where}: body is {self.body.dtype.value}, buffer {self.out} is {out.dtype.value}")
+            raise VerifyError(f"{where}: body is {self.body.dtype.value}, buffer {self.out} is "
+                              f"{out.dtype.value}")
         bound = set(self.var_names)
         for e in (self.body, *self.index):
             _check_expr(p, e, known_syms, bound, where)
@@ -269,6 +271,19 @@ def _all_stmts(stmts: list[Stmt]):
             yield from _all_stmts(b)
 
 
+def _own(s: Stmt) -> set[str]:
+    """The buffers a statement itself touches, not counting its nested bodies."""
+    if isinstance(s, IfStmt):
+        return buffers_read(s.cond)
+    if isinstance(s, LoopStmt):
+        out = {n for n in (s.index, s.count) if n is not None}
+        for e in (s.trips, s.cond):
+            if e is not None:
+                out |= buffers_read(e)
+        return out
+    return s.reads() | s.writes()
+
+
 def _sub_program(p: KernelProgram, stmts: list[Stmt]) -> KernelProgram:
     """A program over the same buffers whose body IS `stmts` (the list object), where every
     buffer the rest of the program (or another iteration) may read is an output, so fusion
@@ -278,13 +293,8 @@ def _sub_program(p: KernelProgram, stmts: list[Stmt]) -> KernelProgram:
     outside: set[str] = set()
     inside = {id(s) for s in _all_stmts(stmts)}
     for s in _all_stmts(p.body):
-        if id(s) not in inside and not s.bodies():
-            outside |= {p.root(n) for n in s.reads() | s.writes()}
-    for s in _all_stmts(p.body):  # control statements' own operands (trip counts, conditions)
-        if id(s) not in inside and s.bodies():
-            own = s.reads() - _reads([x for b in s.bodies() for x in b])
-            outside |= {p.root(n) for n in own}
-            outside |= {p.root(n) for n in s.writes() - _writes([x for b in s.bodies() for x in b])}
+        if id(s) not in inside:
+            outside |= {p.root(n) for n in _own(s)}
     keep = inner_w & outside
     # read before written within the body: carried from the previous iteration
     written: set[str] = set()

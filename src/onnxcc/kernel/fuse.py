@@ -60,6 +60,7 @@ from .expr import (
     I64, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children,
     flatten_index, free_vars, substitute, transform, unflatten_index, walk,
 )
+from .plan_memory import Prover
 from .program import Compute, KernelProgram, Stmt
 
 CHEAP = 8
@@ -269,6 +270,7 @@ def expr_to_dim(e: Expr) -> Dim | None:
 class _Prover:
     def __init__(self, symbols: SymbolTable | None):
         self.table = symbols if symbols is not None else SymbolTable()
+        self.dims = Prover(self.table)
         self._eq: dict[tuple, bool] = {}
 
     def eq(self, a: Dim | None, b: Dim | None) -> bool:
@@ -280,9 +282,12 @@ class _Prover:
         key = (a, b)
         hit = self._eq.get(key)
         if hit is None:
-            hit = self.table.prove_eq(a, b) is True
+            hit = self.dims.eq(a, b) or self.table.prove_eq(a, b) is True
             self._eq[key] = hit
         return hit
+
+    def le(self, a: Dim, b: Dim) -> bool:
+        return self.dims.le(a, b)
 
     def one(self, d: Dim | None) -> bool:
         return self.eq(d, 1)
@@ -452,7 +457,7 @@ class _Fuser:
                     if self.read_once(s, c):
                         continue
                     if cost == 0:
-                        if contraction and s.reduces and not (_affine_remap(P.body) and _EXPERIMENT(self, P, s, c)):
+                        if contraction and s.reduces and not _affine_remap(P.body):
                             return False, "non-affine index remap into a contraction"
                         continue
                     if cost > CHEAP:
@@ -525,10 +530,12 @@ class _Fuser:
         (so the emitter still computes each of them once per value of that prefix)."""
         chain = [(n, e) for n, e in _chain(s, c) if not self.prove.one(e)]
         names = [n for n, _ in chain]
-        pos = dict(zip(P.var_names, s.load.indices))
+        idx = s.load.indices
+        if s.load.buffer != P.out:  # through a view: the indices P's vars will take
+            idx = self.reshape_index(idx, self.p.buffers[s.load.buffer].shape, self.p.buffers[P.out].shape)
+        pos = dict(zip(P.var_names, idx))
         for r in _top_reduces(P.body):
-            mapped = {pos[v].name for v in free_vars(r) if v in pos and isinstance(pos[v], Var)}
-            mapped &= set(names)
+            mapped = set().union(*(free_vars(pos[v]) for v in free_vars(r) if v in pos)) & set(names)
             if set(names[:len(mapped)]) != mapped:
                 return False
         return True
@@ -608,8 +615,7 @@ class _Fuser:
         return tuple(out)
 
     def _ge(self, a: Dim, b: Dim) -> bool:
-        r = self.prove.table.prove_le(b, a)
-        return r is True
+        return self.prove.le(b, a)
 
     def canon_bound(self, e: Expr) -> Expr:
         """Give every reduction var in `e` a fusion-wide unique name, the same for
@@ -686,11 +692,18 @@ def _merge(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(a + b))
 
 
+def count_kernels(stmts: Iterable[Stmt]) -> int:
+    """Loop nests a statement list runs: computes (and `WriteAt`s), nested bodies included."""
+    n = 0
+    for s in stmts:
+        if isinstance(s, Compute) or type(s).__name__ == "WriteAt":
+            n += 1
+        for b in s.bodies():
+            n += count_kernels(b)
+    return n
+
+
 def fuse(program: KernelProgram, symbols: SymbolTable | None = None) -> FusionReport:
     """Fuse `program` in place (see the module docstring) and return what was done.
     `symbols` gives symbol ranges for proving extents equal (default ranges otherwise)."""
     return _Fuser(program, symbols).run()
-
-
-def _EXPERIMENT(self, P, s, c):
-    return True

@@ -11,8 +11,9 @@ disjoint 64-byte aligned slots; others may share memory:
   when both have the same shape and dtype and every load of that input reads exactly the
   element being written (identity index map), so each element is read before it is
   overwritten, by the same iteration;
-- best fit: slots are placed biggest first, each at the offset (0 or the end of an
-  overlapping slot) that leaves the smallest gap below an overlapping slot, else on top.
+- best fit: slots are placed biggest first (a few orders are tried, the best plan kept),
+  each at the offset (0 or the end of an overlapping slot) that leaves the smallest gap
+  below an overlapping slot, else on top.
 
 Offsets and sizes are Dims. With concrete sizes (a version whose symbols are fixed) the
 plan is a static best fit. With symbolic sizes every placement is checked by `prove_le`
@@ -252,9 +253,24 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     live = liveness(program)
     order = {b.name: k for k, b in enumerate(temps)}
     slots = _in_place_slots(program, [b for b in temps if b.name in live], live, order, prover)
-    sample = _Sampler(program, prover.table)
-    _place(slots, prover, sample)
-    ws = max_dims([s.end for s in slots], prover, sample)
+    samplers = [_Sampler(env) for env in _sample_points(program, prover.table)]
+    sums = [canon(sum((s.size for s in slots if s.first <= k <= s.last), sympy.Integer(0)))
+            for k in range(len(program.body))]
+    peak = max_dims(sums, prover, samplers[0])
+    # NOTE: with symbolic sizes the best choices depend on the symbols' values: place once
+    # per sample point (ranking by sizes there) and keep the plan whose arena is closest
+    # to the peak at every point; each is valid for all values
+    best = None
+    static = all(isinstance(x.size, int) for x in slots)
+    for sample in samplers[:1] if static else samplers:
+        for key in _ORDERS:
+            trial = [_Slot(list(x.members), x.first, x.last, x.size, x.order) for x in slots]
+            _place(sorted(trial, key=lambda x: key(x, sample)), prover, sample)
+            ws = max_dims([x.end for x in trial], prover, sample)
+            score = (max(q(ws) / max(1, q(peak)) for q in samplers), sum(q(ws) for q in samplers))
+            if best is None or score < best[0]:
+                best = (score, trial, ws)
+    _, slots, ws = best if best is not None else (None, [], 0)
     offsets: dict[str, Dim] = {}
     for s in slots:
         for m in s.members:
@@ -265,9 +281,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
         offsets[b.name] = canon(ws + rest)
         rest = canon(rest + align_up(b.nbytes()))
     ws = canon(ws + rest)
-    sums = [canon(sum((s.size for s in slots if s.first <= k <= s.last), sympy.Integer(0)))
-            for k in range(len(program.body))]
-    peak = canon(max_dims(sums, prover, sample) + rest)
+    peak = canon(peak + rest)
     total = canon(sum((align_up(d) for d in sizes.values()), sympy.Integer(0)))
     offsets = {b.name: offsets[b.name] for b in temps}
     return MemoryPlan(offsets, ws, sizes, peak_live_bytes=peak, total_bytes=total)
@@ -331,15 +345,11 @@ def _in_place_candidates(program: KernelProgram, c: Compute, k: int, live, prove
 
 
 class _Sampler:
-    """Evaluates Dims at one representative point (symbols at 64, clipped to their
-    range): only to rank choices; never to decide whether one is valid."""
+    """Evaluates Dims at one point (symbol values): only to rank choices, never to decide
+    whether one is valid."""
 
-    def __init__(self, program: KernelProgram, table: SymbolTable):
-        self.env = {}
-        for name in program.symbols:
-            info = table.infos.get(name)
-            lo, hi = (info.lo, info.hi) if info is not None else (1, 1 << 31)
-            self.env[name] = min(max(64, lo), hi)
+    def __init__(self, env: dict[str, int]):
+        self.env = env
         self._memo: dict = {}
 
     def __call__(self, d: Dim) -> int:
@@ -355,11 +365,38 @@ class _Sampler:
         return v
 
 
+SAMPLE_VALUES = (64, 4, 512, 4096)
+"""symbol values (each clipped to its range) the symbolic plan is ranked at; the first one
+also orders the terms of `Max` expressions"""
+
+
+def _sample_points(program: KernelProgram, table: SymbolTable) -> list[dict[str, int]]:
+    out: list[dict[str, int]] = []
+    for v in SAMPLE_VALUES:
+        env = {}
+        for name in program.symbols:
+            info = table.infos.get(name)
+            lo, hi = (info.lo, info.hi) if info is not None else (1, 1 << 31)
+            env[name] = min(max(v, lo), hi)
+        if env not in out:
+            out.append(env)
+    return out or [{}]
+
+
+#: placement orders tried (best fit depends on it): biggest first, then longest-lived first
+#: among equal sizes, then biggest lifetime x size first
+_ORDERS = (
+    lambda s, q: (-q(s.size), s.first, s.order),
+    lambda s, q: (-q(s.size), s.first - s.last, s.order),
+    lambda s, q: (-q(s.size) * (s.last - s.first + 1), s.first, s.order),
+)
+
+
 def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
-    """Best fit, biggest first: each slot goes to the valid offset (0 or the end of an
+    """Best fit in the given order: each slot goes to the valid offset (0 or the end of an
     overlapping slot) with the smallest gap left below the next overlapping slot."""
     placed: list[_Slot] = []
-    for g in sorted(slots, key=lambda s: (-sample(s.size), s.first, s.order)):
+    for g in slots:
         conf = [q for q in placed if q.first <= g.last and g.first <= q.last]
         cands: list[Dim] = [0]
         for q in conf:

@@ -59,8 +59,8 @@ class TargetInfo:
     """contraction block (the B micro-panel kc x nr stays in L1)"""
     gemm_mc_panels: int = 8
     """max A panels (of mr rows) per task block (the A block mc x kc stays in L2)"""
-    gemm_tasks: int = 16
-    """blocks to aim for per GEMM call (load balance across threads)"""
+    gemm_tasks: int = 2
+    """blocks to aim for per thread and GEMM call (load balance)"""
     gemm_min_work: int = 4096
     """M*N*K below which a matmul stays on the plain loop nest"""
 
@@ -301,6 +301,13 @@ def _k_inner(e: Expr, kvars: set[str], ovars: set[str], default: bool) -> bool:
     return default
 
 
+def _under_select(body: Expr, r: Expr) -> bool:
+    for n in walk(body):
+        if isinstance(n, Select) and any(x == r for arm in (n.a, n.b) for x in walk(arm)):
+            return True
+    return False
+
+
 def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPlan | None:
     """The GEMM reading of `c`, or None when it is not matmul-like (see `GemmPlan`)."""
     out = program.buffers[c.out]
@@ -314,6 +321,8 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         return None
     if any(free_vars(x) for _, x in r.vars):
         return None
+    if not vectorizable(r.body) and _under_select(c.body, r):
+        return None  # the packers evaluate every element: a lazy arm could fail for nothing
     kvars = {v.name for v, _ in r.vars}
     # every reduce var but the first must have a small static extent (blocks cut the first)
     k_inner = 1

@@ -174,7 +174,8 @@ def _trip_bound(ctx, lay, name: str):
     a dim (cc.dims), else the run-determined symbol's range (None if it has none)."""
     if lay.m is not None:
         c = ctx.const_value(lay.m)
-        if c is not None and c.size == 1 and int(c.reshape(-1)[0]) < INT_MAX:  # torch writes 2**63-1 for "none"
+        # (torch.onnx writes M = 2**63-1 for "no trip count": no bound)
+        if c is not None and c.size == 1 and int(c.reshape(-1)[0]) < INT_MAX:
             return int(c.reshape(-1)[0])
         owner = ctx.op.operands[lay.m].owner
         if isinstance(owner, Op) and owner.name == "cc.dims" and len(owner.attrs["dims"]) == 1:

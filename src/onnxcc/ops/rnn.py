@@ -71,7 +71,9 @@ class _RNN(OpDef):
             raise ctx.error(f"X, W and R must be 3-D, got {x}, {w}, {r}")
         seq, batch = (x.shape[1], x.shape[0]) if layout else (x.shape[0], x.shape[1])
         hidden = ctx.attr("hidden_size", None)
-        hidden = ctx.require_eq(hidden, r.shape[2], "hidden_size vs R dim 2") if hidden is not None else r.shape[2]
+        if hidden is None:
+            hidden = r.shape[2]
+        hidden = ctx.require_eq(hidden, r.shape[2], "hidden_size vs R dim 2")
         g = GATES[k]
         for name, t, want in (("W", w, (nd, g * hidden, x.shape[2])), ("R", r, (nd, g * hidden, hidden))):
             for j, (d, e) in enumerate(zip(t.shape, want)):
@@ -241,7 +243,8 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
     with L.into([]) as body:
         if k == "LSTM":
             G = ctx.temp(dt, (nd, batch, 4 * hid), "rnn_gates")
-            p.compute(G, lambda d, b, j: XW[d, pos(d, b), b, j] + rsum([(kk, hid)], Hs[d, b, kk] * R[d, j, kk]))
+            p.compute(G, lambda d, b, j: XW[d, pos(d, b), b, j]
+                      + rsum([(kk, hid)], Hs[d, b, kk] * R[d, j, kk]))
             P = a.get("P")
 
             def peep(d, n, h):
@@ -272,7 +275,8 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
             if lbr:
                 def cand(d, b, h):
                     rg = sigmoid(act(gate(d, b, 1, h)))
-                    return XW[d, pos(d, b), b, 2 * hid + h] + rg * (G[d, b, 2 * hid + h] + bias(d, 5 * hid + h))
+                    rec = G[d, b, 2 * hid + h] + bias(d, 5 * hid + h)
+                    return XW[d, pos(d, b), b, 2 * hid + h] + rg * rec
             else:
                 RH = ctx.temp(dt, state, "rnn_rh")
                 p.compute(RH, lambda d, b, h: sigmoid(act(gate(d, b, 1, h))) * Hs[d, b, h])
@@ -294,7 +298,8 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
             d, b, h = Var("d"), Var("b"), Var("h")
             tp = pos(d, b)
             idx = (b, tp, d, h) if layout else (tp, d, b, h)
-            body.append(WriteAt(outs[0].name, ((d, nd), (b, batch), (h, hid)), idx, masked(b, Hn[d, b, h], zero)))
+            dom = ((d, nd), (b, batch), (h, hid))
+            body.append(WriteAt(outs[0].name, dom, idx, masked(b, Hn[d, b, h], zero)))
         for dst, src in updates:
             p.compute(dst, lambda d, b, h, s=src: s[d, b, h])
     p.body.append(LoopStmt(body, index=tb.name, trips=dim_to_expr(seq)))

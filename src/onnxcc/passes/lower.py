@@ -22,7 +22,7 @@ import numpy as np
 import sympy
 
 from ..errors import CompileError, UnsupportedOp
-from ..ir import DType, Function, Module, Op, Value
+from ..ir import DType, Function, Module, Op, Value, canon
 from ..kernel import Buffer, Compute, KernelProgram, SetSymbol, Stmt, Var, dim_to_expr
 from ..ops import require_opdef
 from ..ops.cc import const_array
@@ -124,7 +124,7 @@ class _Lowerer:
         if extra:
             raise CompileError(f"{where}: result dim {name} is known only at run time and has no upper bound "
                                f"over the input dims; narrow its range (--dim {name}=1:N)")
-        self.program.run_dims[name] = sympy.Max(1, bound) if not isinstance(bound, int) else max(1, bound)
+        self.program.run_dims[name] = canon(sympy.Max(1, sympy.sympify(bound)))
 
     def set_symbol(self, name: str, value) -> None:
         """Report the true value of run-determined symbol `name` (an i64 Expr) at the end."""
@@ -187,9 +187,9 @@ class _Lowerer:
         for v in op.operands:
             run = sorted(s.name for s in v.type.symbols() if s.name in self.program.run_dims)
             if run:
-                raise UnsupportedOp(op.opname, op.dialect, op.loc, f"reads a value of type {v.type} whose dim "
-                                    f"{', '.join(run)} is known only after the run (such results can only be "
-                                    "returned)")
+                raise UnsupportedOp(op.opname, op.dialect, op.loc,
+                                    f"reads a value of type {v.type} whose dim {', '.join(run)} is known "
+                                    "only after the run (such results can only be returned)")
 
     def check_bound(self, op: Op, r: Value) -> None:
         bound = self.bound | set(self.program.run_dims)

@@ -225,7 +225,8 @@ class CompiledModel:
         if not self.outputs[k].get("run_determined"):
             return a
         if self._output_dims is None:
-            self._output_dims = self._fn("output_dims", ctypes.c_int, [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
+            self._output_dims = self._fn("output_dims", ctypes.c_int,
+                                         [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
         shape = (ctypes.c_int64 * max(1, a.ndim))()
         self._check(self._output_dims(k, shape))
         corner = a[tuple(slice(0, int(shape[j])) for j in range(a.ndim))]
