@@ -7,8 +7,8 @@ driver makes, prints: computes before and after `kernel.fuse`, the fused groups,
 memory plan: arena bytes, the peak of simultaneously live bytes (the lower bound) and the
 sum of all temp buffers, symbolically and evaluated at each of the model's test dim
 settings (`onnxcc.testing.SAMPLE_MODELS`) with the arena / peak ratio, plus the worst ratio
-over the issue's benchmark shapes (`GRID`). `--check` also
-JIT-runs the fused generic version at each setting and compares it with onnxruntime.
+over the issue's benchmark shapes (`GRID`). `--check` also builds each library (fusion
+on) and compares it with onnxruntime at every test setting.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import numpy as np
 
 from onnxcc.driver import CompileOptions, graph_stage, load_module
 from onnxcc.ir import evaluate
-from onnxcc.kernel.fuse import fuse
+from onnxcc.kernel.control import has_control, optimize_nested
+from onnxcc.kernel.fuse import count_kernels, fuse
 from onnxcc.kernel.plan_memory import plan
 from onnxcc.passes.lower import lower_function
 from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS, ort_run, random_inputs
 
-NATIVE = ["mlp", "gelu_layernorm", "transformer", "convnet"]
+NATIVE = ["mlp", "gelu_layernorm", "transformer", "convnet", "if_model", "loop_model", "scan_model"]
 
 #: the benchmark shapes of issue 5 (sequence models: batch 1 and 4, seq 17 ... 512)
 GRID = {
@@ -45,9 +46,12 @@ def model_stats(name: str, check: bool = False) -> dict:
     for k, vname in enumerate(module.dispatch["main"]):
         f = module.functions[vname]
         prog = lower_function(module, f, f"{name}_v{k}")
+        before = count_kernels(prog.body)
         rep = fuse(prog, module.symbols)
+        if has_control(prog):  # as the driver does: fuse inside If / Loop / Scan bodies too
+            optimize_nested(prog, module.symbols)
         mp = plan(prog, module.symbols)
-        v = {"function": vname, "kernels_before": rep.kernels_before, "kernels_after": rep.kernels_after,
+        v = {"function": vname, "kernels_before": before, "kernels_after": count_kernels(prog.body),
              "arena_bytes": str(mp.workspace_bytes), "peak_live_bytes": str(mp.peak_live_bytes),
              "total_bytes": str(mp.total_bytes), "groups": [list(g.origin or g.members) for g in rep.groups],
              "at": []}
@@ -65,29 +69,34 @@ def model_stats(name: str, check: bool = False) -> dict:
                                 "arena/peak": round(a / p, 3) if p else 1.0})
         v["worst_arena_over_peak"] = round(worst, 4)
         out["versions"].append(v)
-        if check and k == len(module.dispatch["main"]) - 1:  # the generic version
-            _check(name, prog, f)
+    if check:
+        _check(name)
     return out
 
 
-def _check(name: str, prog, f) -> None:
-    from onnxcc.codegen.cpu_jit import JitKernel
+def _check(name: str) -> None:
+    """Build the library (fusion on) and compare with onnxruntime at every test setting."""
+    import tempfile
+
+    import onnxcc
 
     path = MODELS_DIR / f"{name}.onnx"
-    kern = JitKernel(prog)
-    for k, dims in enumerate(SAMPLE_MODELS[name]):
-        feeds = random_inputs(path, dims, seed=k)
-        want = ort_run(path, feeds)
-        got = kern(*[feeds[a.name] for a in f.params])
-        for (out, w), g in zip(want.items(), got):
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{name} {out} at {dims}")
+    with tempfile.TemporaryDirectory(prefix="onnxcc-stats-") as d:
+        onnxcc.compile(path, d)
+        model = onnxcc.load(d)
+        for k, dims in enumerate(SAMPLE_MODELS[name]):
+            feeds = random_inputs(path, dims, seed=k)
+            want = ort_run(path, feeds)
+            got = model.run(feeds)
+            for out, w in want.items():
+                np.testing.assert_allclose(got[out], w, rtol=1e-4, atol=1e-5, err_msg=f"{name} {out} at {dims}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=NATIVE)
     ap.add_argument("--json", default=None, help="also write the figures here")
-    ap.add_argument("--check", action="store_true", help="compare the fused generic version with onnxruntime")
+    ap.add_argument("--check", action="store_true", help="build each library and compare it with onnxruntime")
     args = ap.parse_args(argv)
     results = []
     for name in args.models:

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import sympy
-
 from onnxcc.errors import VerifyError
 from onnxcc.ir import Dim, DType, canon
 
@@ -344,9 +342,4 @@ def has_control(p: KernelProgram) -> bool:
     return any(s.bodies() or isinstance(s, SetSymbol) for s in p.body)
 
 
-def max_dim(a: Dim, b: Dim) -> Dim:
-    return canon(sympy.Max(sympy.sympify(a), sympy.sympify(b)))
-
-
-__all__ = ["CONTROL_STMTS", "IfStmt", "LoopStmt", "SetSymbol", "WriteAt", "has_control", "max_dim",
-           "optimize_nested"]
+__all__ = ["CONTROL_STMTS", "IfStmt", "LoopStmt", "SetSymbol", "WriteAt", "has_control", "optimize_nested"]

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- errors -------------------------------------------------------------------------- */
@@ -95,22 +96,82 @@ static void onnxcc_run_chunks(const onnxcc_job *job) {
   }
 }
 
+/* Spinning: a worker that finished a job, and the caller waiting for the workers, poll
+ * (with a pause hint) for up to ONNXCC_SPIN_US microseconds (default 100; 0: never)
+ * before blocking on a condition variable, so the back-to-back parallel kernels of one
+ * model call do not pay a futex wake-up each, while an idle library burns no CPU. */
+#define ONNXCC_SPIN_US_DEFAULT 100
+
+static inline void onnxcc_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t onnxcc_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t onnxcc_spin_ns; /* set once by onnxcc_pool_init */
+
+/* Poll `done(arg)` for up to onnxcc_spin_ns; returns whether it became true. */
+static int onnxcc_spin_until(int (*done)(const void *), const void *arg) {
+  if (onnxcc_spin_ns <= 0) return done(arg);
+  int64_t deadline = 0;
+  for (unsigned i = 0;; i++) {
+    if (done(arg)) return 1;
+    onnxcc_cpu_relax();
+    if ((i & 63) == 63) {
+      int64_t now = onnxcc_now_ns();
+      if (deadline == 0)
+        deadline = now + onnxcc_spin_ns;
+      else if (now >= deadline)
+        return done(arg);
+    }
+  }
+}
+
+static int onnxcc_job_ready(const void *seen) {
+  return __atomic_load_n(&onnxcc_pool.shutdown, __ATOMIC_ACQUIRE) ||
+         (__atomic_load_n(&onnxcc_pool.active, __ATOMIC_ACQUIRE) &&
+          __atomic_load_n(&onnxcc_pool.generation, __ATOMIC_ACQUIRE) != *(const uint64_t *)seen);
+}
+
+static int onnxcc_workers_idle(const void *unused) {
+  (void)unused;
+  return __atomic_load_n(&onnxcc_pool.busy, __ATOMIC_ACQUIRE) == 0;
+}
+
 static void *onnxcc_worker_main(void *arg) {
   (void)arg;
   onnxcc_in_parallel = 1;
   uint64_t seen = 0;
-  pthread_mutex_lock(&onnxcc_pool.mu);
   for (;;) {
+    /* The spin reads without the lock; the decision is re-made under it. A job seen while
+     * spinning may be retired before the lock is taken: then spin again for the next. */
+    int spun = onnxcc_spin_until(onnxcc_job_ready, &seen);
+    pthread_mutex_lock(&onnxcc_pool.mu);
+    if (spun && !onnxcc_pool.shutdown && !(onnxcc_pool.active && onnxcc_pool.generation != seen)) {
+      pthread_mutex_unlock(&onnxcc_pool.mu);
+      continue;
+    }
     while (!onnxcc_pool.shutdown && !(onnxcc_pool.active && onnxcc_pool.generation != seen))
       pthread_cond_wait(&onnxcc_pool.work_cv, &onnxcc_pool.mu);
     if (onnxcc_pool.shutdown) break;
     seen = onnxcc_pool.generation;
     onnxcc_job job = onnxcc_pool.job;
-    onnxcc_pool.busy++;
+    __atomic_store_n(&onnxcc_pool.busy, onnxcc_pool.busy + 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&onnxcc_pool.mu);
     onnxcc_run_chunks(&job);
     pthread_mutex_lock(&onnxcc_pool.mu);
-    if (--onnxcc_pool.busy == 0) pthread_cond_broadcast(&onnxcc_pool.done_cv);
+    int left = onnxcc_pool.busy - 1;
+    __atomic_store_n(&onnxcc_pool.busy, left, __ATOMIC_RELEASE);
+    if (left == 0) pthread_cond_broadcast(&onnxcc_pool.done_cv);
+    pthread_mutex_unlock(&onnxcc_pool.mu);
   }
   pthread_mutex_unlock(&onnxcc_pool.mu);
   return NULL;
@@ -144,6 +205,14 @@ static void onnxcc_pool_after_fork(void) {
 
 static void onnxcc_pool_init(void) {
   onnxcc_pool.nthreads = onnxcc_configured_threads();
+  long spin_us = ONNXCC_SPIN_US_DEFAULT;
+  const char *spin_env = getenv("ONNXCC_SPIN_US");
+  if (spin_env && *spin_env) {
+    char *end = NULL;
+    long v = strtol(spin_env, &end, 10);
+    if (*end == '\0' && v >= 0) spin_us = v > 100000 ? 100000 : v;
+  }
+  onnxcc_spin_ns = (int64_t)spin_us * 1000;
   /* Workers inherit this mask: keep the host's signals on the host's threads. */
   sigset_t all, old;
   sigfillset(&all);
@@ -160,7 +229,7 @@ static void onnxcc_pool_init(void) {
 __attribute__((destructor)) static void onnxcc_pool_fini(void) {
   if (onnxcc_pool.nworkers == 0) return;
   pthread_mutex_lock(&onnxcc_pool.mu);
-  onnxcc_pool.shutdown = 1;
+  __atomic_store_n(&onnxcc_pool.shutdown, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&onnxcc_pool.work_cv);
   pthread_mutex_unlock(&onnxcc_pool.mu);
   for (int i = 0; i < onnxcc_pool.nworkers; i++) pthread_join(onnxcc_pool.threads[i], NULL);
@@ -190,8 +259,8 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
   pthread_mutex_lock(&onnxcc_pool.mu);
   onnxcc_pool.job = job;
   __atomic_store_n(&onnxcc_pool.next, 0, __ATOMIC_RELAXED);
-  onnxcc_pool.active = 1;
-  onnxcc_pool.generation++;
+  __atomic_store_n(&onnxcc_pool.generation, onnxcc_pool.generation + 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&onnxcc_pool.active, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&onnxcc_pool.work_cv);
   pthread_mutex_unlock(&onnxcc_pool.mu);
 
@@ -199,8 +268,14 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
   onnxcc_run_chunks(&job);
   onnxcc_in_parallel = 0;
 
+  /* Retire the job: no worker joins it after this (they check `active` under the lock),
+   * so `busy` only falls from here on; spin on it a while before sleeping. */
   pthread_mutex_lock(&onnxcc_pool.mu);
-  onnxcc_pool.active = 0;
+  __atomic_store_n(&onnxcc_pool.active, 0, __ATOMIC_RELEASE);
+  int idle = onnxcc_pool.busy == 0;
+  pthread_mutex_unlock(&onnxcc_pool.mu);
+  if (!idle) onnxcc_spin_until(onnxcc_workers_idle, NULL);
+  pthread_mutex_lock(&onnxcc_pool.mu);
   while (onnxcc_pool.busy > 0) pthread_cond_wait(&onnxcc_pool.done_cv, &onnxcc_pool.mu);
   pthread_mutex_unlock(&onnxcc_pool.mu);
   pthread_mutex_unlock(&onnxcc_pool.submit_mu);
