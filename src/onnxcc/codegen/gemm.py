@@ -48,7 +48,7 @@ from onnxcc.kernel.schedule import GemmPlan
 
 from .llvm_exprs import F32, ExprEmitter, known_positive
 from .llvm_helpers import (
-    I1, I8, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then,
+    I1, I8, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, loop_metadata,
 )
 
 if TYPE_CHECKING:
@@ -310,16 +310,87 @@ def _column_binder(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, names: Sequen
         a = fctx.eb.alloca(ir.ArrayType(I64, width), name=f"{n}.cols")
         a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
         arrays.append(a)
+    # unflatten j0 once, then step column by column with carries (no division per column)
+    cur = []
+    for n, v in _unflatten(b, j0, exts, names).items():
+        slot = fctx.eb.alloca(I64, name=f"{n}.cur")
+        b.store(v, slot, align=8)
+        cur.append((n, slot))
+    cur.sort(key=lambda t: names.index(t[0]))
     with for_range(b, ncols, "col", guard=True) as cc:
-        vals = _unflatten(b, _add(b, j0, cc, "jj"), exts, names)
+        vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in cur}
         for n, a in zip(names, arrays):
             b.store(vals[n], b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), align=8)
+        carry: ir.Value = i64(1)
+        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
+            nxt = b.add(vals[n], carry, name=f"{n}.step")
+            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
+            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
+            carry = b.zext(wrap, I64, name=f"{n}.carry")
 
     def bind(cc: ir.Value) -> None:
         _bind(em, {n: b.load(b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), name=n, align=8,
                              typ=I64) for n, a in zip(names, arrays)}, dims)
 
     return bind
+
+
+def _column_segments(b: ir.IRBuilder, fctx: _FnCtx, names: Sequence[str], exts: Sequence[ir.Value],
+                     j0: ir.Value, ncols: ir.Value, width: int
+                     ) -> tuple[ir.Value, ir.Value, dict[str, ir.Value], ir.Value]:
+    """Columns [j0, j0 + ncols) (1 <= ncols <= width) of several n vars (a conv's (oh, ow))
+    cut into runs along which every var but the last is constant and the last counts up
+    by one. Returns stack arrays (start column of each run, with ncols after the last;
+    the last var's first value; each leading var's value) and the number of runs."""
+    def arr(n: str) -> ir.Value:
+        a = fctx.eb.alloca(ir.ArrayType(I64, width + 1), name=n)
+        a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+        return a
+
+    def at(a: ir.Value, i: ir.Value) -> ir.Value:
+        return b.gep(a, [i], inbounds=True, name="seg.p", source_etype=I64)
+
+    last = names[-1]
+    seg_cc, seg_last = arr("seg.cc"), arr(f"{last}.seg")
+    leads = {n: arr(f"{n}.seg") for n in names[:-1]}
+    nseg = fctx.eb.alloca(I64, name="nseg")
+    cur = []
+    for n in names:
+        slot = fctx.eb.alloca(I64, name=f"{n}.cur")
+        cur.append((n, slot))
+    start = _unflatten(b, j0, exts, names)
+    for n, slot in cur:
+        b.store(start[n], slot, align=8)
+    b.store(i64(0), nseg, align=8)
+    with for_range(b, ncols, "col", guard=True) as cc:
+        vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in cur}
+        new = b.or_(b.icmp_unsigned("==", cc, i64(0), name="seg.first"),
+                    b.icmp_unsigned("==", vals[last], i64(0), name="seg.wrap"), name="seg.new")
+        with if_then(b, new, name="seg.new"):
+            sidx = b.load(nseg, name="seg", align=8, typ=I64)
+            b.store(cc, at(seg_cc, sidx), align=8)
+            b.store(vals[last], at(seg_last, sidx), align=8)
+            for n, a in leads.items():
+                b.store(vals[n], at(a, sidx), align=8)
+            b.store(_add(b, sidx, 1, "seg.next"), nseg, align=8)
+        carry: ir.Value = i64(1)
+        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
+            nxt = b.add(vals[n], carry, name=f"{n}.step")
+            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
+            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
+            carry = b.zext(wrap, I64, name=f"{n}.carry")
+    count = b.load(nseg, name="nseg", align=8, typ=I64)
+    b.store(ncols, at(seg_cc, count), align=8)
+    return seg_cc, seg_last, leads, count
+
+
+def _run_loop_metadata(module: ir.Module, vl: int) -> ir.MDValue:
+    """`!llvm.loop` for a run of at most nr columns: vectorise by vl lanes without
+    interleaving (interleaved vector bodies would need more iterations than a run has)."""
+    md = loop_metadata(module, vector_width=vl)
+    extra = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])
+    md.operands = (*md.operands, extra)
+    return md
 
 
 def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
@@ -344,18 +415,46 @@ def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Functio
         j0 = _mul(b, pn, NR, "j0")
         ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
 
-        bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
+        if not g.b_k_inner and len(g.n) > 1:
+            # several n vars (a conv's (oh, ow)): runs of columns along the last var, so
+            # the inner loop walks the input contiguously (and vectorises, padding masked)
+            seg_cc, seg_last, leads, nseg = _column_segments(b, fctx, g.n, geo.n_ext, j0, ncols, NR)
 
-        if not g.b_k_inner:
+            def seg_at(a: ir.Value, i: ir.Value, name: str) -> ir.Value:
+                return b.load(b.gep(a, [i], inbounds=True, name=f"{name}.p", source_etype=I64), name=name,
+                              align=8, typ=I64)
+
+            last = g.n[-1]
             with _KLoops(b, em, g, geo) as kl:
                 row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
-                with for_range(b, ncols, "cc", guard=False) as cc:
+                with for_range(b, nseg, "seg", guard=False) as si:
+                    cc0 = seg_at(seg_cc, si, "seg.c0")
+                    cc1 = seg_at(seg_cc, _add(b, si, 1, "seg.n"), "seg.c1")
+                    l0 = seg_at(seg_last, si, f"{last}.0")
+                    _bind(em, {n: seg_at(a, si, n) for n, a in leads.items()}, ext)
+                    em.hoist(g.b, guarded=True)
+                    srow = _f32_ptr(b, row, cc0, "bseg")
+                    md = _run_loop_metadata(kem.module, g.vl)
+                    with for_range(b, b.sub(cc1, cc0, name="seg.len"), "t", guard=False, metadata=md) as t:
+                        _bind(em, {last: _add(b, l0, t, last)}, ext)
+                        b.store(em.emit(g.b), _f32_ptr(b, srow, t, "bdst"), align=4)
+                        em.pop()
+                    em.pop()
+                with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
+                    b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
+        elif not g.b_k_inner:
+            bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
+            with _KLoops(b, em, g, geo) as kl:
+                row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
+                md = _run_loop_metadata(kem.module, g.vl) if len(g.n) == 1 else None
+                with for_range(b, ncols, "cc", guard=False, metadata=md) as cc:
                     bind_n(cc)
                     b.store(em.emit(g.b), _f32_ptr(b, row, cc, "bdst"), align=4)
                     em.pop()
                 with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
                     b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
         else:
+            bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
             with for_range(b, ncols, "cc", guard=False) as cc:
                 bind_n(cc)
                 em.hoist(g.b, guarded=True)
@@ -509,7 +608,8 @@ def _epilogue(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, c: Compute, g: Gem
         mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
         _bind(em, mvals, ext)
         em.hoist(epi, guarded=True)
-        with for_range(b, ncols, "ec", guard=False) as cc:
+        md = _run_loop_metadata(fctx.module, g.vl) if len(g.n) == 1 else None
+        with for_range(b, ncols, "ec", guard=False, metadata=md) as cc:
             bind_n(cc)
             em.store(c.out, [em.var_vals[n] for n in names], em.emit(epi))
             em.pop()

@@ -30,13 +30,13 @@ Rules, for a producer P writing temp T:
   chain (so they are still hoisted and computed once per row). A matmul / conv only goes
   into identity reads (of T or of a view of T) by consumers without reductions: its
   epilogue (bias, activation, residual) is applied at its own store. One consumer with one
-  distinct site: fuse. Several sites: only
-  if all are identity reads (`C[v] = f(T[v])`), P's reductions are row-level (each free of
-  some var of P, so the emitter computes them once per row and shares them) and P's
-  per-element cost is cheap: LayerNorm's `X - mean(X)` feeding both the variance and the
-  output. A temp with a reduction read through different index maps is kept.
+  distinct site: fuse. Several sites: only if all are identity reads (`C[v] = f(T[v])`),
+  P's reductions are row-level (each free of some var of P, so the emitter computes them
+  once per row and shares them) and P's per-element cost is cheap: LayerNorm's
+  `X - mean(X)` feeding both the variance and the output. A temp with a reduction read
+  through different index maps is kept (softmax's `exp(x - max)`).
 
-Extents are compared with `SymbolTable.prove_eq`: what cannot be proved equal is not
+Extents are compared with `prove_eq` over the symbols' ranges: what cannot be proved equal is not
 read-once, so it blocks every fusion that needs read-once (expensive and reduction
 producers); cheap producers do not depend on extents. Outputs are never inlined away (an
 output buffer is always written), and a producer whose inputs are overwritten before its

@@ -7,10 +7,11 @@ Liveness is taken over the statement order: a temp (with all its views) is live 
 first statement that touches it to the last one. Buffers whose lifetimes overlap get
 disjoint 64-byte aligned slots; others may share memory:
 
-- in place: an elementwise compute writes its output over an input temp that dies there
-  when both have the same shape and dtype and every load of that input reads exactly the
-  element being written (identity index map), so each element is read before it is
-  overwritten, by the same iteration;
+- in place: an elementwise compute (no reductions: a GEMM schedule stores partial sums
+  before its epilogue reads the other operands) writes its output over an input temp
+  that dies there when both have the same shape and dtype and every load of that input
+  reads exactly the element being written (identity index map), so each element is read
+  before it is overwritten, by the same iteration;
 - best fit: slots are placed biggest first (a few orders are tried, the best plan kept),
   each at the offset (0 or the end of an overlapping slot) that leaves the smallest gap
   below an overlapping slot, else on top.
@@ -20,7 +21,10 @@ plan is a static best fit. With symbolic sizes every placement is checked by `pr
 over the symbols' ranges (polynomials in positive symbols, `ceiling` bounds, `Max`): a slot
 reuses a gap only when it provably fits, else it is stacked on top (`Max` of the ends when
 no end provably dominates), so offsets are expressions the codegen evaluates once per
-call. `peak_live_bytes` is the lower bound (the most aligned bytes live at one statement;
+call. Which valid plan is best depends on the symbols' values, so plans are made ranking
+choices at a few sample points (`SAMPLE_VALUES`) and the one closest to the peak at all of
+them is kept (one symbolic layout cannot be optimal at every size: the transformer's
+scores, 16*batch*seq**2 bytes, outgrow its 1024*batch*seq projections at seq = 64). `peak_live_bytes` is the lower bound (the most aligned bytes live at one statement;
 a `Max` when symbolic), `total_bytes` the sum of all temps (aligned). Temps no statement
 touches still get slots, stacked after the others.
 """

@@ -1,10 +1,3 @@
-"""Import every pass module so their @register_pass decorators run."""
+"""Import every pass module so their @register_pass decorators run (one line per pass)."""
 
-import importlib
-
-for _mod in ("shape_inference", "canonicalize", "dce", "cse", "specialize", "bucketize"):
-    try:
-        importlib.import_module(f"{__package__}.{_mod}")
-    except ModuleNotFoundError as e:  # pass not written yet
-        if e.name != f"{__package__}.{_mod}":
-            raise
+from . import bucketize, canonicalize, cse, dce, shape_inference, specialize  # noqa: F401

@@ -4,6 +4,7 @@
 #include "onnxcc_rt.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -97,7 +98,8 @@ static void onnxcc_run_chunks(const onnxcc_job *job) {
 }
 
 /* Spinning: a worker that finished a job, and the caller waiting for the workers, poll
- * (with a pause hint) for up to ONNXCC_SPIN_US microseconds (default 100; 0: never)
+ * (with a pause hint, yielding the core every few microseconds) for up to ONNXCC_SPIN_US
+ * microseconds (default 100; 0: never)
  * before blocking on a condition variable, so the back-to-back parallel kernels of one
  * model call do not pay a futex wake-up each, while an idle library burns no CPU. */
 #define ONNXCC_SPIN_US_DEFAULT 100
@@ -131,6 +133,9 @@ static int onnxcc_spin_until(int (*done)(const void *), const void *arg) {
         deadline = now + onnxcc_spin_ns;
       else if (now >= deadline)
         return done(arg);
+      /* Give the core up if someone else is runnable on it (more threads than free
+       * cores: a spinner must not delay the thread it waits for). */
+      sched_yield();
     }
   }
 }
