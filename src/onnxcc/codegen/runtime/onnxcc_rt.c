@@ -99,8 +99,7 @@ static void onnxcc_run_chunks(const onnxcc_job *job) {
 
 /* Spinning: a worker that finished a job, and the caller waiting for the workers, poll
  * (with a pause hint, yielding the core every few microseconds) for up to ONNXCC_SPIN_US
- * microseconds (default 100; 0: never)
- * before blocking on a condition variable, so the back-to-back parallel kernels of one
+ * microseconds (default 100; 0: never) before blocking on a condition variable, so the back-to-back parallel kernels of one
  * model call do not pay a futex wake-up each, while an idle library burns no CPU. */
 #define ONNXCC_SPIN_US_DEFAULT 100
 
@@ -366,20 +365,81 @@ int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, c
   return ONNXCC_OK;
 }
 
+/* Workspace cache: each calling thread keeps its last workspace and reuses it while it is
+ * big enough, so a model called in a loop does not map (and page-fault in) a fresh arena
+ * on every call. ONNXCC_WORKSPACE_CACHE=0 turns this off. Freed when the thread exits. */
+static pthread_key_t onnxcc_ws_key;
+static pthread_once_t onnxcc_ws_once = PTHREAD_ONCE_INIT;
+static int onnxcc_ws_cache_on = 1;
+static __thread void *onnxcc_ws_buf;
+static __thread size_t onnxcc_ws_cap;
+static __thread int onnxcc_ws_busy; /* a nested call (from inside a kernel) allocates afresh */
+
+static void onnxcc_ws_free(void *p) { onnxcc_aligned_free(p); }
+
+static int onnxcc_ws_key_made;
+
+/* On unload: no thread-exit destructor may run into unmapped code after this. */
+__attribute__((destructor)) static void onnxcc_ws_fini(void) {
+  if (!onnxcc_ws_key_made) return;
+  if (!onnxcc_ws_busy) {
+    onnxcc_aligned_free(onnxcc_ws_buf);
+    onnxcc_ws_buf = NULL;
+    onnxcc_ws_cap = 0;
+  }
+  pthread_key_delete(onnxcc_ws_key);
+  onnxcc_ws_key_made = 0;
+  onnxcc_ws_cache_on = 0;
+}
+
+static void onnxcc_ws_init(void) {
+  const char *env = getenv("ONNXCC_WORKSPACE_CACHE");
+  if (env && env[0] == '0' && env[1] == '\0') onnxcc_ws_cache_on = 0;
+  if (pthread_key_create(&onnxcc_ws_key, onnxcc_ws_free) != 0)
+    onnxcc_ws_cache_on = 0;
+  else
+    onnxcc_ws_key_made = 1;
+}
+
+static void *onnxcc_ws_get(size_t bytes, int *cached) {
+  *cached = 0;
+  pthread_once(&onnxcc_ws_once, onnxcc_ws_init);
+  if (!onnxcc_ws_cache_on || onnxcc_ws_busy) return onnxcc_aligned_alloc(bytes);
+  if (onnxcc_ws_buf == NULL || onnxcc_ws_cap < bytes) {
+    void *p = onnxcc_aligned_alloc(bytes);
+    if (p == NULL) return NULL;
+    onnxcc_aligned_free(onnxcc_ws_buf);
+    onnxcc_ws_buf = p;
+    onnxcc_ws_cap = bytes;
+    pthread_setspecific(onnxcc_ws_key, p); /* frees it at thread exit */
+  }
+  onnxcc_ws_busy = 1;
+  *cached = 1;
+  return onnxcc_ws_buf;
+}
+
+static void onnxcc_ws_release(void *p, int cached) {
+  if (cached)
+    onnxcc_ws_busy = 0;
+  else
+    onnxcc_aligned_free(p);
+}
+
 int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes, const int64_t *syms,
                         void *const *inputs, void *const *outputs) {
   void *ws = NULL;
+  int cached = 0;
   if (ws_bytes < 0) {
     onnxcc_error_set("version %d: workspace size evaluates to %lld bytes", v, (long long)ws_bytes);
     return ONNXCC_ERR_ALLOC;
   }
-  if (ws_bytes > 0 && (ws = onnxcc_aligned_alloc((size_t)ws_bytes)) == NULL) {
+  if (ws_bytes > 0 && (ws = onnxcc_ws_get((size_t)ws_bytes, &cached)) == NULL) {
     onnxcc_error_set("version %d: could not allocate %lld bytes of workspace", v, (long long)ws_bytes);
     return ONNXCC_ERR_ALLOC;
   }
   onnxcc_error_clear();
   int32_t rc = fn(syms, inputs, outputs, ws);
-  onnxcc_aligned_free(ws);
+  onnxcc_ws_release(ws, cached);
   if (rc == 0) return ONNXCC_OK;
   if (onnxcc_err_buf[0] != '\0')
     onnxcc_error_set("kernel failed in version %d with code %d: %s", v, (int)rc, onnxcc_err_buf);

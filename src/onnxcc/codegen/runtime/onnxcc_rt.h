@@ -99,7 +99,9 @@ ONNXCC_HIDDEN int onnxcc_check_tensor(const DLTensor *t, const char *kind, const
 
 typedef int32_t (*onnxcc_version_fn)(const int64_t *syms, void *const *inputs,
                                      void *const *outputs, void *workspace);
-/* Allocates ws_bytes of aligned workspace, calls version v, frees it. A nonzero return
+/* Allocates ws_bytes of aligned workspace (reusing the calling thread's cached one when it
+ * is big enough; ONNXCC_WORKSPACE_CACHE=0: fresh each call), calls version v, releases
+ * it. A nonzero return
  * becomes ONNXCC_ERR_KERNEL with "kernel failed in version V with code C" (followed by
  * any message the kernel set itself with onnxcc_error_set). */
 ONNXCC_HIDDEN int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes,
