@@ -223,6 +223,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
 
     t0 = time.perf_counter()
     llmod = llir.Module(name=name)
+    llmod.triple = options.triple or _host_triple()  # so --emit llvm output is self-describing
     for f, prog, mplan in programs:
         emit_llvm(prog, mplan, prog.name, llmod, parallel=options.parallel)
     t["llvm"] = time.perf_counter() - t0
@@ -347,3 +348,9 @@ def compile_cached(model, options: CompileOptions | None = None, cache=None, ext
         options = CompileOptions(**{**options.__dict__, "name": Path(model).stem})
     path = cache.store(key, doc, lambda d: compile_model(model, d, options))
     return path, False
+
+
+def _host_triple() -> str:
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple()

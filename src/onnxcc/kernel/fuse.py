@@ -657,6 +657,13 @@ class _Fuser:
         for s in p.body:
             used |= s.reads() | s.writes()
         used_roots = {p.root(n) for n in used}
+        # a view of a view (Reshape -> Unsqueeze, as exporters write) keeps the views in
+        # between alive even when nothing reads them directly
+        for n in list(used):
+            b = p.buffers.get(n)
+            while b is not None and b.alias_of is not None and b.alias_of not in used:
+                used.add(b.alias_of)
+                b = p.buffers.get(b.alias_of)
         for name in list(p.buffers):
             b = p.buffers[name]
             if b.kind != "temp" or name in used:

@@ -1,0 +1,119 @@
+"""A generic C driver for any compiled artifact, for tests that call libNAME.so from C.
+
+`build_c_runner(artifact_dir)` writes and compiles a small C program that includes NAME.h,
+reads each input from a raw file whose shape is given on the command line, allocates the
+outputs from `NAME_output_shape`, calls `NAME_run` and writes each output to a raw file.
+It prints `version=V` (from `NAME_last_version`) or the error code and message.
+
+    runner IN0.bin RANK D0 D1 ... [IN1.bin RANK ...] -- OUT0.bin [OUT1.bin ...]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+_DL = {"f32": ("kDLFloat", 32), "f64": ("kDLFloat", 64), "f16": ("kDLFloat", 16), "i64": ("kDLInt", 64),
+       "i32": ("kDLInt", 32), "i8": ("kDLInt", 8), "u8": ("kDLUInt", 8), "bool": ("kDLBool", 8)}
+
+_TEMPLATE = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "@NAME@.h"
+
+static const int IN_CODE[] = {@IN_CODES@}, IN_BITS[] = {@IN_BITS@};
+static const int OUT_CODE[] = {@OUT_CODES@}, OUT_BITS[] = {@OUT_BITS@}, OUT_RANK[] = {@OUT_RANKS@};
+
+static void *read_file(const char *path, size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  FILE *f = fopen(path, "rb");
+  if (!f || fread(p, 1, bytes, f) != bytes) { fprintf(stderr, "cannot read %s\n", path); exit(20); }
+  fclose(f);
+  return p;
+}
+
+int main(int argc, char **argv) {
+  DLTensor in[@NIN@ + 1], out[@NOUT@ + 1];
+  int64_t in_shape[@NIN@ + 1][8], out_shape[@NOUT@ + 1][8];
+  int a = 1;
+  memset(in, 0, sizeof in); memset(out, 0, sizeof out);
+  for (int k = 0; k < @NIN@; k++) {
+    const char *path = argv[a++];
+    int rank = atoi(argv[a++]);
+    size_t n = 1;
+    for (int j = 0; j < rank; j++) { in_shape[k][j] = atoll(argv[a++]); n *= (size_t)in_shape[k][j]; }
+    in[k].data = read_file(path, n * (size_t)(IN_BITS[k] / 8));
+    in[k].device.device_type = kDLCPU; in[k].ndim = rank; in[k].shape = in_shape[k];
+    in[k].dtype.code = (uint8_t)IN_CODE[k]; in[k].dtype.bits = (uint8_t)IN_BITS[k]; in[k].dtype.lanes = 1;
+  }
+  a++; /* "--" */
+  for (int k = 0; k < @NOUT@; k++) {
+    int rc = @NAME@_output_shape(in, @NIN@, k, out_shape[k]);
+    if (rc) { printf("error rc=%d %s\n", rc, @NAME@_last_error()); return 0; }
+    size_t n = 1;
+    for (int j = 0; j < OUT_RANK[k]; j++) n *= (size_t)out_shape[k][j];
+    out[k].data = calloc(n ? n : 1, (size_t)(OUT_BITS[k] / 8));
+    out[k].device.device_type = kDLCPU; out[k].ndim = OUT_RANK[k]; out[k].shape = out_shape[k];
+    out[k].dtype.code = (uint8_t)OUT_CODE[k]; out[k].dtype.bits = (uint8_t)OUT_BITS[k]; out[k].dtype.lanes = 1;
+  }
+  int rc = @NAME@_run(in, @NIN@, out, @NOUT@);
+  if (rc) { printf("error rc=%d %s\n", rc, @NAME@_last_error()); return 0; }
+  for (int k = 0; k < @NOUT@; k++) {
+    size_t n = 1;
+    for (int j = 0; j < OUT_RANK[k]; j++) n *= (size_t)out_shape[k][j];
+    FILE *f = fopen(argv[a + k], "wb");
+    fwrite(out[k].data, (size_t)(OUT_BITS[k] / 8), n, f);
+    fclose(f);
+  }
+  printf("version=%d\n", @NAME@_last_version());
+  return 0;
+}
+"""
+
+
+def build_c_runner(artifact_dir: str | Path) -> Path:
+    d = Path(artifact_dir)
+    meta = json.loads(next(p for p in d.glob("*.json") if p.name != "MANIFEST.json").read_text())
+    name = meta["name"]
+    ins, outs = meta["inputs"], meta["outputs"]
+
+    def codes(ts, i):
+        return ", ".join(str(_DL[t["dtype"]][i]) for t in ts) or "0"
+
+    src = (_TEMPLATE.replace("@NAME@", name).replace("@NIN@", str(len(ins))).replace("@NOUT@", str(len(outs)))
+           .replace("@IN_CODES@", codes(ins, 0)).replace("@IN_BITS@", codes(ins, 1))
+           .replace("@OUT_CODES@", codes(outs, 0)).replace("@OUT_BITS@", codes(outs, 1))
+           .replace("@OUT_RANKS@", ", ".join(str(len(t["shape"])) for t in outs) or "0"))
+    (d / "c_runner.c").write_text(src)
+    exe = d / "c_runner"
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(d / "c_runner.c"), f"-I{d}", f"-L{d}", f"-l{name}",
+                    f"-Wl,-rpath,{d}"], check=True, capture_output=True, text=True)
+    return exe
+
+
+def run_c(exe: Path, meta_outputs: list[dict], feeds: list[np.ndarray], work: Path) -> tuple[str, list]:
+    """Run the C runner on `feeds`; returns (its stdout line, output arrays or [] on error)."""
+    args = [str(exe)]
+    for k, a in enumerate(feeds):
+        p = work / f"in{k}.bin"
+        np.ascontiguousarray(a).tofile(p)
+        args += [str(p), str(a.ndim), *[str(s) for s in a.shape]]
+    args.append("--")
+    out_paths = [work / f"out{k}.bin" for k in range(len(meta_outputs))]
+    args += [str(p) for p in out_paths]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"C runner failed ({r.returncode}): {r.stdout}{r.stderr}")
+    line = r.stdout.strip()
+    if not line.startswith("version="):
+        return line, []
+    return line, [np.fromfile(p, dtype=_np(t["dtype"])) for p, t in zip(out_paths, meta_outputs)]
+
+
+def _np(dt: str):
+    return {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i64": np.int64, "i32": np.int32,
+            "i8": np.int8, "u8": np.uint8, "bool": np.bool_}[dt]
