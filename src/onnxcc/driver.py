@@ -133,13 +133,12 @@ def graph_stage(module: Module, options: CompileOptions, ctx=None) -> Module:
     """Graph passes and versioning, in place."""
     from .passes import PassContext, run_pipeline
     from .passes.pipelines import DEFAULT_GRAPH_PIPELINE
+    from .passes.prune_symbols import prune_stale_symbols
     from .passes.specialize import SpecializePass
 
     narrow_dims(module, options.dims)
     ctx = ctx or PassContext()
     run_pipeline(module, DEFAULT_GRAPH_PIPELINE, ctx)
-    from .passes.prune_symbols import prune_stale_symbols
-
     prune_stale_symbols(module)  # symbols only an earlier inference round of a region body used
     k = options.divisible if options.divisible is not None else vector_width(options)
     exact = "|".join(f"{s}:{':'.join(str(v) for v in vals)}" for s, vals in options.specialize.items())
@@ -150,6 +149,35 @@ def graph_stage(module: Module, options: CompileOptions, ctx=None) -> Module:
 
         run_pipeline(module, [BucketizePass(buckets=format_buckets(options.buckets))], ctx)
     return module
+
+
+def kernel_stage(module: Module, f, kname: str, options: CompileOptions):
+    """One version: lower to a kernel program, fuse, schedule, plan memory.
+    Returns (function, program, memory plan, stats for the artifact's metadata)."""
+    from .kernel.control import has_control, optimize_nested
+    from .kernel.fuse import count_kernels, fuse
+    from .kernel.plan_memory import plan as plan_memory, reserve_scratch
+    from .kernel.schedule import facts_from_attrs, schedule_program
+    from .passes.lower import lower_function
+
+    target = target_info(options)
+    facts = facts_from_attrs(f.attrs.get("multiple_of", []), module.symbols)
+    prog = lower_function(module, f, kname)
+    before = count_kernels(prog.body)
+    if options.fuse:
+        fuse(prog, module.symbols)
+    # schedules (vector width, tails the version's divisibility facts remove, parallel axis,
+    # the GEMM path) come before memory planning: GEMM packing needs scratch
+    if options.target == "cpu":  # CUDA kernels map the domain to the grid themselves
+        schedule_program(prog, target, facts)
+    if has_control(prog):  # the same fusion and schedules inside If / Loop / Scan bodies
+        optimize_nested(prog, module.symbols, fuse=options.fuse,
+                        target=target if options.target == "cpu" else None, facts=facts)
+    mplan = plan_memory(prog, module.symbols)
+    stats = {"kernels_before": before, "kernels_after": count_kernels(prog.body),
+             "arena_bytes": str(mplan.workspace_bytes), "peak_live_bytes": str(mplan.peak_live_bytes),
+             "total_bytes": str(mplan.total_bytes)}
+    return f, prog, reserve_scratch(mplan, prog), stats
 
 
 def compile_model(model, out_dir, options: CompileOptions | None = None, emit: str = "lib",
@@ -176,35 +204,12 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
         art.text = str(module)
         return art
 
-    from .kernel.control import has_control, optimize_nested
-    from .kernel.fuse import count_kernels, fuse
-    from .kernel.plan_memory import plan as plan_memory, reserve_scratch
-    from .kernel.schedule import facts_from_attrs, schedule_program
-    from .passes.lower import lower_function
-
     t0 = time.perf_counter()
-    versions = [module.functions[v] for v in module.dispatch["main"]]
     programs = []
     stats: dict[str, dict] = {}  # per version: kernel counts and memory figures (VersionSpec.info)
-    target = target_info(options)
-    for k, f in enumerate(versions):
-        prog = lower_function(module, f, f"{name}_v{k}")
-        before = count_kernels(prog.body)
-        if options.fuse:
-            fuse(prog, module.symbols)
-        # schedules (vector width, tails the version's divisibility facts remove, parallel
-        # axis, the GEMM path) come before memory planning: GEMM packing needs scratch
-        if options.target == "cpu":  # CUDA kernels map the domain to the grid themselves
-            schedule_program(prog, target, facts_from_attrs(f.attrs.get("multiple_of", []), module.symbols))
-        if has_control(prog):  # the same fusion and schedules inside If / Loop / Scan bodies
-            optimize_nested(prog, module.symbols, fuse=options.fuse,
-                            target=target if options.target == "cpu" else None,
-                            facts=facts_from_attrs(f.attrs.get("multiple_of", []), module.symbols))
-        mplan = plan_memory(prog, module.symbols)
-        stats[prog.name] = {"kernels_before": before, "kernels_after": count_kernels(prog.body),
-                            "arena_bytes": str(mplan.workspace_bytes), "peak_live_bytes": str(mplan.peak_live_bytes),
-                            "total_bytes": str(mplan.total_bytes)}
-        programs.append((f, prog, reserve_scratch(mplan, prog)))
+    for k, fname in enumerate(module.dispatch["main"]):
+        f, prog, mplan, stats[f"{name}_v{k}"] = kernel_stage(module, module.functions[fname], f"{name}_v{k}", options)
+        programs.append((f, prog, mplan))
     t["lower"] = time.perf_counter() - t0
     if emit == "kernel":
         art.text = "\n\n".join(f"// version {k}: @{f.name} guard {print_bool(f.guard)}\n"
