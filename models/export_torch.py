@@ -178,6 +178,22 @@ def export_one(name, out: Path, dynamo: bool) -> Path | None:
     return path
 
 
+def export_unfolded(name, out: Path) -> Path:
+    """Legacy export without constant folding: BatchNormalization (and the exporter's raw
+    shape arithmetic) stay in the graph instead of being folded into Conv."""
+    factory, make_args, inames, onames, axes = MODELS[name]
+    torch.manual_seed(0)
+    model = factory().eval()
+    for m in model.modules():  # non-trivial running statistics, so BatchNorm does something
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    path = out / f"{name}_nofold.onnx"
+    torch.onnx.export(model, make_args(), str(path), dynamo=False, input_names=inames, output_names=onames,
+                      dynamic_axes=axes, opset_version=OPSET, do_constant_folding=False)
+    return path
+
+
 def main(argv):
     out = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1] / "tests" / "data" / "torch"
     out.mkdir(parents=True, exist_ok=True)
@@ -190,6 +206,9 @@ def main(argv):
             except Exception:  # noqa: BLE001 - report and carry on with the other models
                 print(f"FAILED {name} dynamo={dynamo}:", file=sys.stderr)
                 traceback.print_exc(limit=3)
+    for name in ("cnn", "transformer"):
+        p = export_unfolded(name, out)
+        print(f"wrote {p} ({p.stat().st_size} bytes)")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ import onnx
 import pytest
 
 import onnxcc
+from onnxcc.errors import GuardError
 from onnxcc.ir.parser import parse_module
+from onnxcc.ir.verify import verify
 from onnxcc.passes import PassContext, parse_pipeline, run_pipeline
 from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from onnxcc.testing import ort_run, random_inputs
@@ -39,15 +41,22 @@ MODELS = {
     "while_loop": _BATCH,
     "cnn": _IMG,
     "cnn_dynamo": _IMG,
+    "cnn_nofold": _IMG,  # legacy export with do_constant_folding=False: keeps BatchNormalization
     "mlp_gelu": _SEQ,
     "mlp_gelu_dynamo": _SEQ,
 }
 
-#: the dynamo exporter unrolls nn.LSTM / nn.GRU over the example's time steps and so
-#: specialises seq to 5 (the exported output type says `[batch, 5, ...]`, while the input
-#: keeps a `seq` dim_param): only seq = 5 is a valid setting for these files
-MODELS["lstm_dynamo"] = [{"batch": 1, "seq": 5}, {"batch": 3, "seq": 5}, {"batch": 7, "seq": 5}]
-MODELS["bigru_dynamo"] = MODELS["lstm_dynamo"]
+#: the dynamo exporter declares the RNN outputs as `[batch, 5, ...]` (the example's seq):
+#: onnxruntime only warns when they differ, and onnxcc infers `[batch, seq, ...]` from the
+#: LSTM / GRU op instead of trusting the declared type, so any seq is fine
+MODELS["lstm_dynamo"] = _SEQ
+MODELS["bigru_dynamo"] = _SEQ
+#: the legacy exporter bakes the traced key length into nn.MultiheadAttention's
+#: `k.view(...)` reshape targets ([5, 4*batch, 16] from f32[seq, batch, 64]): onnxruntime
+#: fails for any seq but 5; onnxcc records `seq == 5` as a constraint and checks it at run time
+MODELS["transformer"] = [{"batch": 1, "seq": 5}, {"batch": 3, "seq": 5}, {"batch": 6, "seq": 5}]
+#: the same without constant folding (raw Shape / Gather / Div / Cast shape arithmetic)
+MODELS["transformer_nofold"] = MODELS["transformer"]
 
 
 def test_every_exported_file_is_listed():
@@ -57,7 +66,9 @@ def test_every_exported_file_is_listed():
 @pytest.mark.parametrize("stem", sorted(MODELS))
 def test_torch_export_imports_fully_symbolic(stem):
     module = onnxcc.load_onnx(DATA / f"{stem}.onnx")
+    verify(module)  # what `onnxcc ir` does: verify the import, run the default pipeline, verify
     run_pipeline(module, parse_pipeline(DEFAULT_GRAPH_PIPELINE), PassContext())
+    verify(module)
     text = onnxcc.print_ir(module)
     unknown = [line.strip() for line in text.splitlines() if "?" in line]
     assert not unknown, f"{stem}: unknown dims in\n" + "\n".join(unknown[:5])
@@ -72,9 +83,19 @@ def test_torch_export_native_matches_onnxruntime(stem, tmp_path):
     names = [o.name for o in onnx.load(str(path)).graph.output]
     for k, dims in enumerate(MODELS[stem]):
         feeds = random_inputs(path, dims, seed=k)
+        if k == 1:  # flip the signs once so that data-dependent branches (cond: sum(x) > 0) go both ways
+            feeds = {n: -a for n, a in feeds.items()}
         want = ort_run(path, feeds)
         got = model.run(feeds)
         assert sorted(got) == sorted(names)
         for name, w in want.items():
             assert got[name].shape == w.shape, f"{stem} {name} at {dims}: {got[name].shape} != {w.shape}"
             np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=ATOL, err_msg=f"{stem} {name} at {dims}")
+
+
+def test_legacy_transformer_baked_seq_is_a_guard_error(tmp_path):
+    path = DATA / "transformer.onnx"
+    onnxcc.compile(path, tmp_path)
+    model = onnxcc.load(tmp_path)
+    with pytest.raises(GuardError, match="Reshape_4"):
+        model.run(random_inputs(path, {"batch": 2, "seq": 7}))

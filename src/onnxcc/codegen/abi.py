@@ -28,7 +28,8 @@ from onnxcc.ir.types import DType
 
 Dim = Union[int, sympy.Expr]
 
-VERSION_KINDS = ("generic", "exact", "bucket", "divisible")
+#: "one": the 0/1-rule version `SYM == 1` that passes/specialize.py makes for a symbol meeting a broadcast
+VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible")
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

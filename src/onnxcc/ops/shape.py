@@ -30,7 +30,7 @@ from ..errors import UnsupportedOp
 from ..ir import Dim, DType, TensorType, canon
 from ..kernel import (
     Const as KConst, Expr, broadcast_indices, cast, clamp, dim_to_expr, lift, maximum, minimum, select,
-    wrap_index,
+    flatten_index, unflatten_index, wrap_index,
 )
 from .cc import const_array
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
@@ -434,7 +434,16 @@ class ReshapeOp(OpDef):
         return [np.asarray(v, dtype=object).reshape(t.shape)]
 
     def lower(self, ctx):
-        ctx.alias(0, 0)
+        x, y = ctx.in_type(0), ctx.out_type(0)
+        if sympy.simplify(sympy.sympify(x.numel()) - sympy.sympify(y.numel())) == 0:
+            ctx.alias(0, 0)
+            return
+        # The element counts are equal only under a recorded constraint (torch's legacy
+        # exporter bakes a traced length into some reshape targets: f32[seq, batch, 64] to
+        # [5, 4*batch, 16], valid only for seq == 5, checked at run time). A view must have
+        # provably the same size as its buffer, so copy through the row-major flat index.
+        src = ctx.inputs[0]
+        emit(ctx, ctx.out(0), lambda ix: src[unflatten_index(flatten_index(ix, y.shape), x.shape)])
 
     def reference(self, ctx, x, shape):
         shape = _ints(ctx, shape)

@@ -21,7 +21,7 @@ from typing import ClassVar
 
 import sympy
 
-from ..errors import OnnxccError
+from ..errors import OnnxccError, ShapeError
 from ..ir import Function, Module, sym
 from ..ir.clone import clone_function
 from ..ops import get_opdef
@@ -52,12 +52,20 @@ def parse_exact(text: str) -> dict[str, list[int]]:
     return out
 
 
+#: "broadcast" ops whose operands do not line up from the right: BatchNormalization's
+#: parameters are per channel (axis 1) and Expand's second operand is a shape, so a trailing
+#: symbol opposite them (the W of an NCHW BatchNorm) is not a broadcast
+_NOT_NUMPY_BROADCAST = ("onnx.BatchNormalization", "onnx.Expand")
+
+
 def broadcast_symbols(f: Function) -> set[str]:
     """Symbols that sit, in some elementwise op, opposite a different dim (so 1 would broadcast)."""
     found: set[str] = set()
     for op in f.walk():
         d = get_opdef(op.name)
         if d is None or len(op.operands) < 2 or d.kind not in ("elementwise", "broadcast"):
+            continue
+        if op.name in _NOT_NUMPY_BROADCAST:
             continue
         shapes = [v.type.shape for v in op.operands]
         rank = max(len(s) for s in shapes)
@@ -136,7 +144,16 @@ class SpecializePass(ModulePass):
         for c in keep:
             v = clone_function(generic, f"main.{c.tag}", c.subs)
             module.add_function(v)
-            needs = infer_function_constraints(module, v)
+            try:
+                needs = infer_function_constraints(module, v)
+            except ShapeError as e:
+                if c.kind == "exact":
+                    raise  # asked for by the user: say why it cannot be built
+                # a version of our own choosing that can never run (W == 1 before a 2x2
+                # pool leaves an empty dim): drop it rather than fail the compile
+                module.functions.pop(v.name, None)
+                module.attrs.setdefault("dropped_versions", []).append(f"{c.tag}: {e}")
+                continue
             v.guard = sympy.And(c.pred, *[n.expr for n in needs])
             v.attrs["kind"] = c.kind
             if c.multiple_of:
