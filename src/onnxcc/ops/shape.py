@@ -34,8 +34,11 @@ from ..kernel import (
 )
 from .registry import OpDef, RefCtx, get_opdef, onnx_inputs, register
 
-from .shape_util import (  # noqa: F401  (re-exported: misc.py and control_flow.py import them from here)
-    onnx_slice, simplify, fresh_dim, norm_axis, known_dims, const_value, obj, value_shape_ok, prod, _divides, exact_div, _is_neg, slice_dim, _ints, emit, scalar, lowered_value, lowered_ints, value_expr, same_dim, nonneg, I64, MAX_VALUE,
+# shared helpers, re-exported: misc.py and control_flow.py import them from here
+from .shape_util import (  # noqa: F401
+    I64, MAX_VALUE, _divides, _ints, _is_neg, const_value, emit, exact_div, fresh_dim, known_dims,
+    lowered_ints, lowered_value, nonneg, norm_axis, obj, onnx_slice, prod, same_dim, scalar, simplify,
+    slice_dim, value_expr, value_shape_ok,
 )
 
 # ---- Shape, Size, Identity ----------------------------------------------------------------

@@ -7,12 +7,9 @@ import numpy as np
 import sympy
 
 from ..ir import Dim, DType, TensorType, canon
-from ..kernel import (
-    Expr, cast, dim_to_expr, lift,
-)
+from ..kernel import Expr, cast, dim_to_expr, lift
 from .cc import const_array
 from .registry import InferCtx, RefCtx
-
 
 I64 = DType.i64
 #: values of small integer results are propagated up to this many elements (as the pass does)
