@@ -14,7 +14,7 @@ from onnxcc.codegen import cpu_jit
 from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    KernelProgram, Var, exp, maximum, plan, rmax, rsum, select, sqrt,
+    KernelProgram, Var, exp, maximum, plan, rmax, rsum, sqrt,
 )
 from onnxcc.kernel.plan_memory import reserve_scratch
 from onnxcc.kernel.schedule import (

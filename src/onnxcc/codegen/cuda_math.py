@@ -299,7 +299,6 @@ def _tan(m: _Math, x):
 
 
 def _atan(m: _Math, x):
-    b = m.b
     a = m.abs(x)
     inv = m.gt(a, m.c(1.0))
     t = m.sel(inv, m.div(m.c(1.0), a), a)

@@ -41,8 +41,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.ir import canon
-from onnxcc.kernel.expr import Const, Expr
+from onnxcc.kernel.expr import Expr
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
 
