@@ -29,7 +29,7 @@ def test_compile_writes_library_header_metadata_and_inspect_reads_them(tmp_path)
     lines = [ln for ln in r.output.splitlines() if ln.strip().startswith("version")]
     assert len(lines) == 3
     assert "guard batch == 1" in lines[0] and "guard batch == 4" in lines[1] and "[generic]" in lines[2]
-    assert "workspace" in lines[2]
+    assert "workspace" in r.output and "arena" in r.output and "peak live" in r.output
 
 
 def test_emit_stops_early_and_prints_the_stage(tmp_path):

@@ -49,23 +49,20 @@ def inspect(artifact: Path, as_json: bool) -> None:
     for v in meta.get("versions", []):
         subs = ", ".join(f"{k}={x}" for k, x in v.get("subs", {}).items()) or "none"
         info = v.get("info", {})
+        kernels = info.get("kernels_after", info.get("kernels", "?"))
+        fused = f" (fused from {info['kernels_before']})" if "kernels_before" in info else ""
         click.echo(f"  version {v['index']} [{v['kind']}] {v['symbol']}: guard {v['guard']}; subs {subs}; "
-                   f"workspace {v['workspace_bytes']} bytes; {info.get('kernels', '?')} kernels"
-                   + _fusion_memory(info))
+                   f"{kernels} kernels{fused}")
+        # one line per memory figure: the expressions are long when sizes are symbolic
+        click.echo(f"      workspace {v['workspace_bytes']} bytes")
+        if "arena_bytes" in info:
+            click.echo(f"      arena {info['arena_bytes']}; peak live {info.get('peak_live_bytes', '?')}; "
+                       f"sum {info.get('total_bytes', '?')}")
     for d in meta.get("dropped_versions", []) or meta.get("metadata", {}).get("dropped_versions", []):
         click.echo(f"  dropped {d}")
     if "compile_seconds" in meta:
         click.echo("  compile: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in meta["compile_seconds"].items()))
 
-
-def _fusion_memory(info: dict) -> str:
-    """'; fused 23 -> 9; arena A (peak P, sum S)' when the version records them."""
-    out = ""
-    if "kernels_before" in info:
-        out += f"; fused {info['kernels_before']} -> {info.get('kernels_after', '?')}"
-    if "arena_bytes" in info:
-        out += f"; arena {info['arena_bytes']} (peak {info.get('peak_live_bytes', '?')}, sum {info.get('total_bytes', '?')})"
-    return out
 
 
 def _cpu(meta: dict) -> str:

@@ -51,8 +51,9 @@ def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_
         feeds = _random_inputs(compiled, parse_assignments(random_dims, "--random"))
     outs = compiled.run(feeds)
     v = compiled.last_version
-    click.echo(f"{'cached' if hit else 'compiled'} {path.name[:12]}; ran version {v}: {compiled.version_info(v)}",
-               err=True)
+    # version_info reads "version V (kind, symbol): guard G; subs S; workspace W": keep kind and guard
+    info = compiled.version_info(v) or ""
+    click.echo(f"{'cached' if hit else 'compiled'} {path.name[:12]}; ran {info.split(';')[0]}", err=True)
     for k, a in outs.items():
         click.echo(f"{k}: {a.dtype}{list(a.shape)} mean {float(np.mean(a)) if a.size else 0:.6g}")
     if outputs_path is not None:
