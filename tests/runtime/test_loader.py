@@ -149,3 +149,63 @@ def test_loader_needs_no_compiler(art):
     lines = out.stdout.splitlines()
     assert lines[0] == "[5.0, 5.0]"
     assert not any(m.startswith(("onnxcc.codegen", "onnxcc.ir")) for m in eval(lines[1]))
+
+
+def test_run_fast_path_edge_inputs(model):
+    """run() precomputes dtypes and reuses per-thread DLTensor buffers: the checks stay."""
+    # a dict of the right size with a wrong name still names the culprit
+    with pytest.raises(GuardError, match=r"has no input\(s\) nope"):
+        model.run({"x": np.zeros(2, np.float16), "flag": np.zeros(2, bool), "nope": 1})
+    # python lists take the model's dtypes; numpy scalars keep theirs
+    out = model.run({"x": [1.0, 2.0], "flag": [True, False], "k": 4})
+    assert out["y"].tolist() == [4.0, 0.0] and int(out["count"]) == 1
+    with pytest.raises(GuardError, match=r'input "k": expected dtype i64 \(int64\), got int32'):
+        model.run({"x": [1.0], "flag": [True], "k": np.int32(4)})
+    # a rank mismatch reaches the C side's check (the shape buffers take any rank)
+    with pytest.raises(GuardError, match='input "x"') as e:
+        model.run({"x": np.zeros((2, 3), np.float16), "flag": np.zeros(2, bool), "k": 1})
+    assert e.value.code in (3, 4)
+    # a rank-1 input after a rank-2 one in the same slot: the slot's shape is rewritten
+    good = model.run({"x": np.ones(3, np.float16), "flag": np.ones(3, bool), "k": 1})
+    assert good["y"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_run_outputs_fresh_and_threads(model):
+    """Outputs are new arrays each call, and concurrent threads do not share buffers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = model.run({"x": np.ones(3, np.float16), "flag": np.ones(3, bool), "k": 1})
+    b = model.run({"x": np.ones(3, np.float16), "flag": np.ones(3, bool), "k": 2})
+    assert not np.shares_memory(a["y"], b["y"]) and a["y"].tolist() == [1.0] * 3
+
+    def work(n: int) -> bool:
+        x = np.arange(n, dtype=np.float16)
+        flag = np.arange(n) % 2 == 0
+        for k in range(30):
+            out = model.run({"x": x, "flag": flag, "k": k})
+            if out["y"].shape != (n,) or int(out["count"]) != int(flag.sum()):
+                return False
+            if not np.array_equal(out["y"], np.where(flag, x.astype(np.float32) * k, 0)):
+                return False
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(work, [1 + (i * 7) % 40 for i in range(32)]))
+
+
+def test_run_portable_pointer_reader(model, monkeypatch):
+    """The fast data-pointer reader agrees with numpy's, and run() works with the portable one."""
+    from onnxcc.runtime import loader
+
+    base = np.arange(30, dtype=np.int32).reshape(5, 6)
+    for a in (base, base[2:, 1:], base[::2], np.zeros(()), np.empty(0)):
+        assert loader._data_ptr(a) == a.ctypes.data
+    feed = {"x": np.full(4, 2, np.float16), "flag": np.ones(4, bool), "k": 3}
+    monkeypatch.setattr(loader, "_data_ptr", loader._data_ptr_slow)
+    assert model.run(feed)["y"].tolist() == [6.0] * 4
+    # the _Tensors path (CUDA artifacts, hosts with another DLTensor layout) agrees
+    monkeypatch.setattr(loader, "_WORD_LAYOUT", False)
+    out = model.run(feed)
+    assert out["y"].tolist() == [6.0] * 4 and int(out["count"]) == 4
+    with pytest.raises(GuardError, match="out of range"):
+        model.run({"x": np.zeros(101, np.float16), "flag": np.zeros(101, bool), "k": 1})
