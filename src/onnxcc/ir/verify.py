@@ -74,12 +74,20 @@ def _verify_block(b: Block, defined: set[int], declared: set[str], terminator: s
             defined.add(id(r))
 
 
-def _verify_op(op: Op) -> None:
-    from ..ops import get_opdef
+#: how the verifier finds an op's definition (arity, result count, own checks). `ir` imports
+#: nothing of the layers above it, so onnxcc.ops installs its registry lookup here on import.
+_opdef_lookup = None
 
-    if op.name in ("return", "yield"):
+
+def set_opdef_lookup(lookup) -> None:
+    global _opdef_lookup
+    _opdef_lookup = lookup
+
+
+def _verify_op(op: Op) -> None:
+    if op.name in ("return", "yield") or _opdef_lookup is None:
         return
-    d = get_opdef(op.name)
+    d = _opdef_lookup(op.name)
     if d is None:
         return  # unregistered ops (test.*) are allowed in the IR
     ar = d.arity

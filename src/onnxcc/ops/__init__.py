@@ -3,6 +3,11 @@
 from . import registry  # noqa: F401
 from .registry import InferCtx, OpDef, RefCtx, define, get_opdef, onnx_inputs, register, registered_ops, require_opdef
 
+# The verifier (in ir, which imports nothing above it) checks ops through this registry.
+from ..ir.verify import set_opdef_lookup  # noqa: E402
+
+set_opdef_lookup(get_opdef)
+
 # Each family module registers its ops on import.
 from . import bucket, cc, control_flow, elementwise, matmul, misc, nn, reduce, rnn, shape  # noqa: F401,E402
 
