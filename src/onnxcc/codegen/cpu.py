@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
-from onnxcc.ir import Dim, DType, canon, evaluate
-from onnxcc.kernel.expr import Const, Reduce, dim_to_expr, walk
+from onnxcc.ir import Dim, canon, evaluate
+from onnxcc.kernel.expr import Const, Reduce, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 
-from .llvm_exprs import AccessMetadata, ExprEmitter
+from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
 from .llvm_helpers import (
     I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, loop_metadata, move_to_end,
     name_unnamed, scalar_loop_metadata,
@@ -80,7 +80,7 @@ def emit_llvm(program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir
 # ---- per-function services ---------------------------------------------------------------
 
 
-class _FnCtx:
+class _FnCtx(ProgramContext):
     """Entry-block services of one LLVM function (implements llvm_exprs.FunctionContext)."""
 
     def __init__(self, owner: _KernelEmitter, fn: ir.Function,
@@ -116,18 +116,8 @@ class _FnCtx:
             self._syms[name] = v
         return v
 
-    def dim(self, d: Dim) -> ir.Value:
-        """A Dim as an i64 value computed once in the entry block."""
-        d = canon(d)
-        if isinstance(d, int):
-            return i64(d)
-        return self.entry_em.emit(dim_to_expr(d))
 
-    def buffer_dtype(self, name: str) -> DType:
-        return self.program.buffers[name].dtype
 
-    def buffer_shape(self, name: str) -> tuple[Dim, ...]:
-        return self.program.buffers[name].shape
 
     def buffer_ptr(self, name: str) -> ir.Value:
         p = self._ptrs.get(name)
@@ -156,12 +146,6 @@ class _FnCtx:
         self._ptrs[name] = p
         return p
 
-    def strides(self, name: str) -> list[ir.Value]:
-        s = self._strides.get(name)
-        if s is None:
-            s = [self.dim(d) for d in row_major_strides(self.program.buffers[name].shape)]
-            self._strides[name] = s
-        return s
 
     def fail_block(self, code: int) -> ir.Block:
         blk = self._fails.get(code)
@@ -184,14 +168,6 @@ class _FnCtx:
             move_to_end(blk)
         name_unnamed(self.fn)
 
-
-def row_major_strides(shape: Sequence[Dim]) -> list[Dim]:
-    out: list[Dim] = []
-    acc: Dim = 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc = canon(acc * d)
-    return out[::-1]
 
 
 def domain_work(c: Compute) -> Dim:

@@ -38,18 +38,18 @@ import sympy
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
-from onnxcc.ir import Dim, DType, canon
-from onnxcc.kernel.expr import Reduce, dim_to_expr, free_vars, walk
+from onnxcc.ir import Dim, canon
+from onnxcc.kernel.expr import Reduce, free_vars, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram
 
 from .abi import KernelLaunch
-from .cpu import parse_modules, row_major_strides, target_machine
+from .cpu import parse_modules, target_machine
 from .cpu import optimize as optimize_module
 from .cuda_math import FUNCTIONS as MATH_FUNCTIONS
 from .cuda_math import INTRINSIC_REPLACEMENTS, math_function
-from .llvm_exprs import F32, F64, AccessMetadata, ExprEmitter
-from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, i64, move_to_end, name_unnamed
+from .llvm_exprs import F32, F64, AccessMetadata, ExprEmitter, ProgramContext
+from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_80"
@@ -184,7 +184,7 @@ def _numel(extents: Sequence[Dim]) -> Dim:
 # ---- one kernel -----------------------------------------------------------------------------
 
 
-class _KernelBuilder:
+class _KernelBuilder(ProgramContext):
     """Builds one kernel entry for one compute (implements llvm_exprs.FunctionContext)."""
 
     def __init__(self, owner: CudaModule, program: KernelProgram, plan: MemoryPlan, c: Compute, name: str):
@@ -230,17 +230,8 @@ class _KernelBuilder:
         except ValueError:
             raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
 
-    def dim(self, d: Dim) -> ir.Value:
-        d = canon(d)
-        if isinstance(d, int):
-            return i64(d)
-        return self.entry_em.emit(dim_to_expr(d))
 
-    def buffer_dtype(self, name: str) -> DType:
-        return self.program.buffers[name].dtype
 
-    def buffer_shape(self, name: str) -> tuple[Dim, ...]:
-        return self.program.buffers[name].shape
 
     def buffer_ptr(self, name: str) -> ir.Value:
         p = self._ptrs.get(name)
@@ -269,12 +260,6 @@ class _KernelBuilder:
         self._ptrs[name] = p
         return p
 
-    def strides(self, name: str) -> list[ir.Value]:
-        s = self._strides.get(name)
-        if s is None:
-            s = [self.dim(d) for d in row_major_strides(self.program.buffers[name].shape)]
-            self._strides[name] = s
-        return s
 
     def fail_block(self, code: int) -> ir.Block:
         blk = self._fails.get(code)

@@ -31,7 +31,7 @@ import numpy as np
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
-from onnxcc.ir import Dim, DType
+from onnxcc.ir import Dim, DType, canon
 from onnxcc.kernel.expr import (
     ERR_DIV_ZERO, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children,
     dim_to_expr, free_vars,
@@ -112,6 +112,42 @@ class FunctionContext(Protocol):
     def fail_block(self, code: int) -> ir.Block: ...
     def alloca(self, ty: ir.Type, name: str) -> ir.Value: ...
     def libm(self, name: str, ty: ir.Type) -> ir.Function: ...
+
+
+def row_major_strides(shape) -> list[Dim]:
+    """Element strides of a compact row-major tensor, as Dims."""
+    out: list[Dim] = []
+    acc: Dim = 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc = canon(acc * d)
+    return out[::-1]
+
+
+class ProgramContext:
+    """The FunctionContext services both backends derive the same way from the kernel
+    program: dims and strides computed once in the entry block, buffer dtypes and shapes.
+    Subclasses set `program`, `entry_em` (an emitter on the entry block) and `_strides`."""
+
+    def dim(self, d: Dim) -> ir.Value:
+        """A Dim as an i64 value computed once in the entry block."""
+        d = canon(d)
+        if isinstance(d, int):
+            return ir.Constant(I64, d)
+        return self.entry_em.emit(dim_to_expr(d))
+
+    def buffer_dtype(self, name: str) -> DType:
+        return self.program.buffers[name].dtype
+
+    def buffer_shape(self, name: str) -> tuple[Dim, ...]:
+        return self.program.buffers[name].shape
+
+    def strides(self, name: str) -> list[ir.Value]:
+        s = self._strides.get(name)
+        if s is None:
+            s = [self.dim(d) for d in row_major_strides(self.program.buffers[name].shape)]
+            self._strides[name] = s
+        return s
 
 
 @dataclass
