@@ -33,9 +33,9 @@ from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate
-from onnxcc.kernel.expr import Const, Reduce, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
+from onnxcc.kernel.schedule import compute_work
 
 from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
 from .llvm_helpers import (
@@ -53,7 +53,6 @@ _CTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR])  # syms, inputs, outpu
 _SYM_RANGE = (1, (1 << 63) - 1)
 PAR_GROUP = 4096
 """elements per parallel work item of a vectorised one-axis compute"""
-_UNKNOWN_REDUCE_EXTENT = 64
 
 
 @dataclass(frozen=True)
@@ -170,20 +169,6 @@ class _FnCtx(ProgramContext):
 
 
 
-def domain_work(c: Compute) -> Dim:
-    """Estimated element-operations of a compute: domain size x the biggest reduction."""
-    n: Dim = 1
-    for d in c.extents:
-        n = canon(n * d)
-    cost = 1
-    for e in walk(c.body):
-        if isinstance(e, Reduce):
-            k = 1
-            for _, x in e.vars:
-                k *= x.value if isinstance(x, Const) else _UNKNOWN_REDUCE_EXTENT
-            cost = max(cost, k)
-    return canon(n * cost)
-
 
 # ---- the kernel -----------------------------------------------------------------------------
 
@@ -259,7 +244,7 @@ class _KernelEmitter:
             order = tuple(names.index(n) for n in want)
         par = getattr(sch, "parallel", None)
         if par is None:
-            work = domain_work(c)
+            work = compute_work(c)
             par = self.opts.parallel and not (isinstance(work, int) and work < self.opts.parallel_min_work)
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
                         getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
@@ -372,7 +357,7 @@ class _KernelEmitter:
             n = ctx.dim(n_par)
         pctx = self._parallel_ctx(ctx)
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
-        work = domain_work(c)
+        work = compute_work(c)
         if isinstance(work, int):
             b.call(runtime, [n, body, pctx])
         else:
