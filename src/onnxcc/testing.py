@@ -119,3 +119,17 @@ def check_lowering(model, dims_list, rtol=1e-4, atol=1e-5, pipeline="shape-infer
         got = jit_run(m, feeds)
         for (name, w), g in zip(want.items(), got):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
+
+
+def jit_compile(model, pipeline: str = "shape-inference,canonicalize", name: str = "jit_main"):
+    """Import an ONNX model, run `pipeline`, lower @main and JIT it in-process.
+    Returns (module, kernel program, JitKernel): what op-lowering tests inspect and call."""
+    from onnxcc.codegen.cpu_jit import JitKernel
+    from onnxcc.frontend import load_onnx
+    from onnxcc.passes import run_pipeline
+    from onnxcc.passes.lower import lower_function
+
+    mod = load_onnx(model)
+    run_pipeline(mod, pipeline)
+    prog = lower_function(mod, mod.main, name)
+    return mod, prog, JitKernel(prog)

@@ -8,13 +8,9 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.codegen.cpu_jit import JitKernel
-from onnxcc.frontend import load_onnx
 from onnxcc.interp import run as interp_run
 from onnxcc.kernel import Reduce, walk
-from onnxcc.passes import run_pipeline
-from onnxcc.passes.lower import lower_function
-from onnxcc.testing import ort_run, random_inputs
+from onnxcc.testing import jit_compile, ort_run, random_inputs
 
 F = T.FLOAT
 _RNG = np.random.default_rng(7)
@@ -34,10 +30,8 @@ def _weights(*shape):
 
 
 def _compile(m):
-    mod = load_onnx(m)
-    run_pipeline(mod, "shape-inference,canonicalize")
-    prog = lower_function(mod, mod.main, "jit_main")
-    return prog, JitKernel(prog), mod
+    mod, prog, k = jit_compile(m)
+    return prog, k, mod
 
 
 def _check(m, dims_list, rtol=1e-4, atol=1e-5, feeds_fn=None, oracle="ort"):

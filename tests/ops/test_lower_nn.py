@@ -10,13 +10,9 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.codegen.cpu_jit import JitKernel
-from onnxcc.frontend import load_onnx
 from onnxcc.interp import run as interp_run
 from onnxcc.kernel import Reduce, Select, walk
-from onnxcc.passes import run_pipeline
-from onnxcc.passes.lower import lower_function
-from onnxcc.testing import ort_run, random_inputs
+from onnxcc.testing import jit_compile, ort_run, random_inputs
 
 F = T.FLOAT
 _RNG = np.random.default_rng(11)
@@ -44,10 +40,7 @@ class _Weights(dict):
 def _check(m, dims_list, rtol=1e-4, atol=1e-5, oracle="ort"):
     """Compile once; compare every output with the oracle (onnxruntime, or "interp": the
     numpy reference interpreter) at each dims setting. Returns the kernel program."""
-    mod = load_onnx(m)
-    run_pipeline(mod, "shape-inference,canonicalize")
-    prog = lower_function(mod, mod.main, "jit_main")
-    k = JitKernel(prog)
+    mod, prog, k = jit_compile(m)
     for seed, dims in enumerate(dims_list):
         feeds = random_inputs(m, dims, seed=seed)
         if oracle == "ort":

@@ -8,12 +8,8 @@ import onnx
 import pytest
 from onnx import helper as h
 
-from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.errors import RuntimeCallError
-from onnxcc.frontend import load_onnx
-from onnxcc.passes import run_pipeline
-from onnxcc.passes.lower import lower_function
-from onnxcc.testing import check_lowering, ort_run
+from onnxcc.testing import check_lowering, jit_compile, ort_run
 
 F32, I64, I32, BOOL = np.float32, np.int64, np.int32, np.bool_
 DIMS = ({"N": 1, "M": 3}, {"N": 5, "M": 7})
@@ -50,10 +46,8 @@ def feeds_for(inputs, dims, seed):
 
 
 def compile_model(m):
-    mod = load_onnx(m)
-    run_pipeline(mod, "shape-inference,canonicalize")
-    prog = lower_function(mod, mod.main, "jit_main")
-    return JitKernel(prog), mod, prog
+    mod, prog, k = jit_compile(m)
+    return k, mod, prog
 
 
 def check(m, inputs, dims_list=DIMS, rtol=1e-4, atol=1e-5):

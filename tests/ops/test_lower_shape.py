@@ -10,12 +10,11 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.errors import OnnxccError, RuntimeCallError
 from onnxcc.frontend import load_onnx
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
-from onnxcc.testing import MODELS_DIR, check_lowering, ort_run, random_inputs
+from onnxcc.testing import MODELS_DIR, check_lowering, jit_compile, ort_run, random_inputs
 
 FOLDED, UNFOLDED = "shape-inference,canonicalize", "shape-inference"
 BIG, SMALL = 2**63 - 1, -(2**63)
@@ -38,9 +37,8 @@ def i64(*v):
 
 
 def compile_jit(m, pipeline=FOLDED):
-    mod = load_onnx(m)
-    run_pipeline(mod, pipeline)
-    return JitKernel(lower_function(mod, mod.main, "jit_main")), mod
+    mod, _, k = jit_compile(m, pipeline)
+    return k, mod
 
 
 def check_feeds(m, feeds_list, pipeline=FOLDED, rtol=1e-4, atol=1e-5):
