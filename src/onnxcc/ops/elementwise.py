@@ -397,7 +397,8 @@ def binary(name: str, fn: Callable, *, kernel: Callable | None = None, out: DTyp
         lower_map(ctx, lambda a, b: kernel(a, b, ctx.attr), [0, 1])
 
     define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None,
-           lower=lower if kernel else None, kind=kind, arity=2, math=fn, kernel=kernel)
+           lower=lower if kernel else None, kind=kind, arity=2, math=fn, kernel=kernel,
+           numpy_broadcast=True)
 
 
 def int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -520,7 +521,7 @@ def _prelu_infer(ctx: InferCtx):
     return [ctx.in_types[0].with_dtype(dt)]
 
 
-define("onnx.PRelu", infer=_prelu_infer, kind="broadcast", arity=2, math=prelu, kernel=k_prelu,
+define("onnx.PRelu", infer=_prelu_infer, kind="broadcast", arity=2, numpy_broadcast=True, math=prelu, kernel=k_prelu,
        reference=lambda ctx, x, s: [cast_out(ctx, prelu(widen(x), widen(s)))],
        lower=lambda ctx: lower_map(ctx, k_prelu, [0, 1]))
 
@@ -557,7 +558,7 @@ def variadic(name: str, combine: Callable, kcombine: Callable, *, mean: bool = F
         lower_map(ctx, fold, range(n))
 
     define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None, lower=lower,
-           kind="broadcast", arity=(1, None), math=combine, kernel=kcombine)
+           kind="broadcast", arity=(1, None), math=combine, kernel=kcombine, numpy_broadcast=True)
 
 
 variadic("Min", np.minimum, K.minimum, value=sympy.Min)
@@ -588,6 +589,7 @@ def _where_lower(ctx) -> None:
 
 
 define("onnx.Where", infer=_where_infer, value=_where_value, lower=_where_lower, kind="broadcast", arity=3,
+       numpy_broadcast=True,
        math=np.where, kernel=K.select, reference=lambda ctx, c, x, y: [cast_out(ctx, np.where(c, x, y))])
 
 
@@ -671,7 +673,7 @@ def _clip_value(ctx: InferCtx):
 
 
 define("onnx.Clip", infer=_clip_infer, reference=_clip_ref, value=_clip_value, lower=_clip_lower,
-       kind="broadcast", arity=(1, 3), math=clip, kernel=k_clip)
+       kind="broadcast", arity=(1, 3), math=clip, kernel=k_clip, numpy_broadcast=True)
 
 
 def _dropout_infer(ctx: InferCtx):

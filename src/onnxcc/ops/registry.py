@@ -35,6 +35,9 @@ class OpDef:
     kind: str = "opaque"
     #: free of side effects, safe to CSE / DCE
     pure: bool = True
+    #: operands broadcast against each other numpy-style (a dim of 1 stretches): the 0/1
+    #: specialisation rule looks for symbols in such ops
+    numpy_broadcast: bool = False
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")

@@ -52,20 +52,13 @@ def parse_exact(text: str) -> dict[str, list[int]]:
     return out
 
 
-#: "broadcast" ops whose operands do not line up from the right: BatchNormalization's
-#: parameters are per channel (axis 1) and Expand's second operand is a shape, so a trailing
-#: symbol opposite them (the W of an NCHW BatchNorm) is not a broadcast
-_NOT_NUMPY_BROADCAST = ("onnx.BatchNormalization", "onnx.Expand")
-
-
 def broadcast_symbols(f: Function) -> set[str]:
-    """Symbols that sit, in some elementwise op, opposite a different dim (so 1 would broadcast)."""
+    """Symbols that sit, in an op whose operands broadcast numpy-style, opposite a different
+    dim (so a value of 1 would broadcast)."""
     found: set[str] = set()
     for op in f.walk():
         d = get_opdef(op.name)
-        if d is None or len(op.operands) < 2 or d.kind not in ("elementwise", "broadcast"):
-            continue
-        if op.name in _NOT_NUMPY_BROADCAST:
+        if d is None or len(op.operands) < 2 or not d.numpy_broadcast:
             continue
         shapes = [v.type.shape for v in op.operands]
         rank = max(len(s) for s in shapes)
@@ -74,10 +67,6 @@ def broadcast_symbols(f: Function) -> set[str]:
             col = [p[i] for p in padded if p[i] is not None]
             for dim in col:
                 if isinstance(dim, sympy.Symbol) and any(o != dim for o in col):
-                    found.add(dim.name)
-        if op.name in ("onnx.Squeeze",):
-            for dim in op.operands[0].type.shape:
-                if isinstance(dim, sympy.Symbol):
                     found.add(dim.name)
     return found
 
