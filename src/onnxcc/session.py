@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -67,7 +67,7 @@ class Session:
         self._lock = threading.Lock()
         self._counts: dict[tuple, int] = {}
         self._special: dict[tuple, object] = {}    # shape class -> CompiledModel
-        self._pending: dict[tuple, Future] = {}
+        self._pending: set[tuple] = set()  # shape classes being compiled
         self._pool = ThreadPoolExecutor(max_workers=1) if background else None
         self.base = self._build(self.options, None)
         self._bare = [self._bare_symbols(t["shape"]) for t in self.base.inputs]
@@ -106,7 +106,7 @@ class Session:
         compiled = self._build(opts, guard)
         with self._lock:
             self._special[key] = compiled
-            self._pending.pop(key, None)
+            self._pending.discard(key)
             self.stats.specialized.append(dict(key))
         return compiled
 
@@ -149,8 +149,7 @@ class Session:
             start = (n >= self.threshold and key not in self._special and key not in self._pending
                      and len(self._special) + len(self._pending) < self.max_specializations)
             if start:
-                fut: Future = Future()
-                self._pending[key] = fut
+                self._pending.add(key)
         if not start:
             return
         if _log_enabled("recompiles"):
