@@ -1,8 +1,8 @@
 """Latency of onnxcc vs onnxruntime on the sample models, side by side in one process.
 
 Each sample model is compiled once (one library, every shape below served by it). For
-each shape the two runtimes alternate call by call (same inputs, same thread count), and
-the median of each is reported with the ratio onnxcc / onnxruntime (lower is better) and
+each shape the two runtimes alternate in rounds (same inputs, same thread count; see
+`bench_pair`), and the median of each is reported with the ratio onnxcc / onnxruntime (lower is better) and
 the geometric mean over all rows.
 
     python benchmarks/compare_ort.py [--threads N] [--repeats R] [--models a,b] [--json out.json]
@@ -32,20 +32,43 @@ SHAPES = {
 }
 
 
+ROUNDS = 6
+"""the two runtimes alternate in this many rounds of calls each"""
+PAUSE_S = 0.15
+"""idle time before each round. Both runtimes' worker threads spin a while after a call
+(onnxcc's 100 us; onnxruntime's measured between 20 and 100 ms), and with as many threads as
+cores one runtime's spinning worker steals a core from the other's measured calls: calling
+them turn by turn measured the transformer 2x slower than it runs alone."""
+WARM_S = 0.025
+"""untimed calls at the start of each round, for at least this long (3 calls at least): after
+an idle spell the scheduler needs a few milliseconds to spread a runtime's threads over the
+cores again (measured on both runtimes: up to 1.5x slower calls for ~5 ms)"""
+
+
 def bench_pair(fn_a, fn_b, repeats: int, budget_s: float = 2.0) -> tuple[float, float]:
-    """Median seconds per call of a and b, alternating a, b, a, b..."""
-    fn_a(), fn_b()  # warm up
-    ta, tb = [], []
+    """Median seconds per call of a and b, each measured in its own steady state.
+
+    The two alternate in ROUNDS rounds; a round is a pause, untimed warm-up calls (WARM_S)
+    and repeats/ROUNDS timed calls. Alternating rounds instead of single calls measures each
+    runtime without the other's threads spinning beside it, and still keeps the comparison
+    fair when the machine's load drifts."""
+    per_round = max(1, -(-repeats // ROUNDS))
+    ta: list[float] = []
+    tb: list[float] = []
     deadline = time.perf_counter() + budget_s
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        fn_a()
-        t1 = time.perf_counter()
-        fn_b()
-        t2 = time.perf_counter()
-        ta.append(t1 - t0)
-        tb.append(t2 - t1)
-        if i >= 4 and time.perf_counter() > deadline:
+    for r in range(ROUNDS):
+        for fn, out in ((fn_a, ta), (fn_b, tb)):
+            time.sleep(PAUSE_S)
+            warm_until = time.perf_counter() + WARM_S
+            for i in range(1000):
+                fn()
+                if i >= 2 and time.perf_counter() > warm_until:
+                    break
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - t0)
+        if r >= 1 and time.perf_counter() > deadline:
             break
     return statistics.median(ta), statistics.median(tb)
 
@@ -58,6 +81,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
+    # numpy only makes inputs and checks outputs here: its BLAS threads would only add
+    # spinning workers competing for the measured cores
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
     import numpy as np
     import onnxruntime as ort

@@ -603,6 +603,78 @@ def test_thread_pool_in_c(tmp_path):
     assert out.stdout.splitlines()[1] == "err=x=3 y"
 
 
+PLACEMENT_TEST = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+#include "onnxcc_rt.h"
+
+static pthread_t caller_thread;
+static int worker_cpus = -1, worker_cpu = -1; /* the worker's affinity: CPU count, one CPU */
+
+static void probe(int64_t b, int64_t e, void *ctx) {
+  (void)b; (void)e; (void)ctx;
+  struct timespec ts = {0, 2000000};
+  nanosleep(&ts, NULL); /* long enough chunks that the worker surely takes one */
+  if (pthread_equal(pthread_self(), caller_thread)) return;
+  cpu_set_t set;
+  pthread_getaffinity_np(pthread_self(), sizeof set, &set);
+  worker_cpus = CPU_COUNT(&set);
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &set)) { worker_cpu = c; break; }
+}
+
+static void pin_caller(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  sched_setaffinity(0, sizeof one, &one);
+}
+
+int main(void) {
+  caller_thread = pthread_self();
+  onnxcc_num_threads(); /* the pool starts now, while the caller may use every CPU */
+  cpu_set_t all;
+  sched_getaffinity(0, sizeof all, &all);
+  int first = -1;
+  for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+    if (CPU_ISSET(c, &all)) first = c;
+  pin_caller(first);
+  onnxcc_parallel_for(8, probe, NULL);
+  printf("%d %d %d\n", first, worker_cpus, worker_cpu);
+  int was = worker_cpu;
+  pin_caller(was); /* the caller lands on the worker's CPU: the worker must move away */
+  onnxcc_parallel_for(8, probe, NULL);
+  printf("%d %d %d\n", was, worker_cpus, worker_cpu);
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+@pytest.mark.parametrize("pin", [True, False])
+def test_workers_keep_off_the_callers_cpu(tmp_path, pin):
+    """With a CPU per thread each worker is pinned to one, never the caller's current CPU
+    (a worker sharing the caller's core halves a parallel loop's speed); it follows the caller
+    when the caller moves onto its CPU. ONNXCC_PIN_THREADS=0 leaves workers unpinned."""
+    (tmp_path / "place.c").write_text(PLACEMENT_TEST)
+    exe = tmp_path / "place"
+    subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-pthread", "-I", str(RUNTIME_DIR),
+                    str(tmp_path / "place.c"), str(RUNTIME_DIR / "onnxcc_rt.c"), "-o", str(exe)], check=True)
+    env = dict(os.environ, ONNXCC_NUM_THREADS="2", ONNXCC_PIN_THREADS="1" if pin else "0")
+    out = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [[int(v) for v in line.split()] for line in out.stdout.splitlines()]
+    allowed = len(os.sched_getaffinity(0))
+    for caller_cpu, ncpus, cpu in rows:
+        if pin:
+            assert ncpus == 1 and cpu != caller_cpu, rows
+        else:
+            assert ncpus == allowed, rows
+
+
 # ---- c_exprs: rendered C agrees with sympy ---------------------------------------------
 
 A, B = sym("a"), sym("b")

@@ -1,14 +1,16 @@
 /* onnxcc runtime: thread-local errors, aligned memory, the thread pool, and the checks
  * every generated dispatcher shares. See onnxcc_rt.h for the contract of each function. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
 #include "onnxcc_rt.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -150,6 +152,55 @@ static int onnxcc_workers_idle(const void *unused) {
   return __atomic_load_n(&onnxcc_pool.busy, __ATOMIC_ACQUIRE) == 0;
 }
 
+/* Worker placement. With as many threads as cores, a worker woken after an idle spell is
+ * often put on the caller's core (the scheduler favours the waker's cache), and the two then
+ * share one core until load balancing moves one: measured, a 2-thread model call ran 2x
+ * slower for the next ~5 ms after every pause of 20 ms or more, and for as long as another
+ * runtime's threads kept the other core busy. So each worker is pinned to a CPU of its own
+ * and one allowed CPU is left free for the caller (the host's thread: never pinned). When
+ * the caller is found on a worker's CPU anyway, that worker moves to the free CPU: one
+ * sched_getcpu per parallel loop, a syscall only on a move. Only when every thread can have
+ * its own CPU; ONNXCC_PIN_THREADS=0 turns it off. Guarded by submit_mu. */
+static int onnxcc_pin_threads;                    /* set once by onnxcc_pool_init */
+static int onnxcc_worker_cpu[ONNXCC_MAX_THREADS]; /* each worker's CPU */
+static int onnxcc_free_cpu;                       /* the allowed CPU no worker holds */
+
+static void onnxcc_pin(pthread_t thread, int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  pthread_setaffinity_np(thread, sizeof one, &one); /* best effort: placement, not correctness */
+}
+
+/* Called by onnxcc_pool_init before the workers start: CPUs in order, caller's CPU free. */
+static void onnxcc_plan_placement(void) {
+  cpu_set_t allowed;
+  const char *env = getenv("ONNXCC_PIN_THREADS");
+  if ((env && strcmp(env, "0") == 0) || sched_getaffinity(0, sizeof allowed, &allowed) != 0 ||
+      CPU_COUNT(&allowed) < onnxcc_pool.nthreads || onnxcc_pool.nthreads < 2)
+    return;
+  int here = sched_getcpu();
+  if (here < 0 || !CPU_ISSET(here, &allowed)) return;
+  onnxcc_free_cpu = here;
+  int w = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE && w < onnxcc_pool.nthreads - 1; cpu++)
+    if (cpu != here && CPU_ISSET(cpu, &allowed)) onnxcc_worker_cpu[w++] = cpu;
+  onnxcc_pin_threads = 1;
+}
+
+static void onnxcc_keep_caller_core_free(void) {
+  if (!onnxcc_pin_threads) return;
+  int here = sched_getcpu();
+  if (here < 0 || here == onnxcc_free_cpu) return;
+  for (int i = 0; i < onnxcc_pool.nworkers; i++) {
+    if (onnxcc_worker_cpu[i] != here) continue;
+    onnxcc_pin(onnxcc_pool.threads[i], onnxcc_free_cpu);
+    onnxcc_worker_cpu[i] = onnxcc_free_cpu;
+    onnxcc_free_cpu = here;
+    return;
+  }
+}
+
 static void *onnxcc_worker_main(void *arg) {
   (void)arg;
   onnxcc_in_parallel = 1;
@@ -217,12 +268,14 @@ static void onnxcc_pool_init(void) {
     if (*end == '\0' && v >= 0) spin_us = v > 100000 ? 100000 : v;
   }
   onnxcc_spin_ns = (int64_t)spin_us * 1000;
+  onnxcc_plan_placement();
   /* Workers inherit this mask: keep the host's signals on the host's threads. */
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   for (int i = 0; i < onnxcc_pool.nthreads - 1; i++) {
     if (pthread_create(&onnxcc_pool.threads[i], NULL, onnxcc_worker_main, NULL) != 0) break;
+    if (onnxcc_pin_threads) onnxcc_pin(onnxcc_pool.threads[i], onnxcc_worker_cpu[i]);
     onnxcc_pool.nworkers++;
   }
   pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -256,6 +309,7 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
     body(0, n, ctx);
     return;
   }
+  onnxcc_keep_caller_core_free();
   int64_t want = (int64_t)(onnxcc_pool.nworkers + 1) * ONNXCC_CHUNKS_PER_THREAD;
   int64_t chunk = (n + want - 1) / want;
   onnxcc_job job = {body, ctx, n, chunk, (n + chunk - 1) / chunk};
