@@ -684,6 +684,7 @@ EXPRS = [
     sympy.Max(A, 2 * B - 3), sympy.Min(A - 4, B, 2),
     A * (A + 1) / 2, sympy.floor(A / 2 + sympy.Rational(1, 3)), (A - 3) ** 3, 3 * A - 2 * B + 7,
     sympy.floor((sympy.Max(A, B) - 1) / 2) + 1, sympy.Abs(A - B), sympy.Mod(A - 7, -3),
+    sympy.Piecewise((3 * A, A <= 4), (A * B, B > A), (A + 1, True)),  # per-range memory plans
 ]
 BOOLS = [
     sympy.Eq(sympy.Mod(A, 4), 0), sympy.And(A <= 5, sympy.Ne(B, 2)),

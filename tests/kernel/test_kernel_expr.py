@@ -11,7 +11,7 @@ import sympy
 from onnxcc.errors import VerifyError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    Binary, Check, Const, Expr, KernelProgram, Load, Reduce, SymRef, Unary, Var, buffers_read, cast,
+    Binary, Check, Const, Expr, KernelProgram, Load, Reduce, Select, SymRef, Unary, Var, buffers_read, cast,
     dim_to_expr, exp, free_vars, inline_load, maximum, rmax, rsum, select, substitute, transform, walk,
     wrap_index,
 )
@@ -95,10 +95,13 @@ def _eval_index(e: Expr, env: dict[str, int]) -> int:
         return e.value
     if isinstance(e, (SymRef, Var)):
         return env[e.name]
+    if isinstance(e, Select):
+        return _eval_index(e.a if _eval_index(e.cond, env) else e.b, env)
     assert isinstance(e, Binary), e
     a, b = _eval_index(e.a, env), _eval_index(e.b, env)
     ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
-           "mod": lambda: a % b, "max": lambda: max(a, b), "min": lambda: min(a, b)}
+           "mod": lambda: a % b, "max": lambda: max(a, b), "min": lambda: min(a, b),
+           "le": lambda: a <= b, "gt": lambda: a > b}
     return ops[e.op]()
 
 
@@ -106,7 +109,8 @@ def test_dim_to_expr_is_exact():
     N, M = sym("N"), sym("M")
     dims = [N, 2 * N - 1, sympy.floor(N / 2), sympy.ceiling(N / 3), sympy.floor((N + 1) / 2) * M,
             sympy.ceiling(4 * N * M / 64) * 64, sympy.Mod(N, 4), sympy.Max(N, M), sympy.Min(N, 3), N ** 2,
-            sympy.floor((N - 3) / 2) + 1, 7]
+            sympy.floor((N - 3) / 2) + 1, 7,
+            sympy.Piecewise((3 * N, N <= 4), (N * M, M > N), (N + 1, True))]  # per-range memory plans
     for d in dims:
         e = dim_to_expr(d)
         assert e.dtype is I64

@@ -52,7 +52,7 @@ _REL_OPS = {"==": "==", "!=": "!=", "<=": "<=", "<": "<", ">=": ">=", ">": ">"}
 
 
 class UnsupportedExpr(ValueError):
-    """A sympy construct with no C rendering (e.g. a float, Piecewise, a big power)."""
+    """A sympy construct with no C rendering (e.g. a float, a big power)."""
 
 
 Names = Mapping[str, str] | Callable[[str], str]
@@ -125,6 +125,14 @@ class _IntRenderer:
             return out
         if isinstance(e, sympy.Abs):
             return f"onnxcc_abs({self.render(e.args[0])})"
+        if isinstance(e, sympy.Piecewise):  # per-range memory plans
+            *pieces, (last, cond) = e.args
+            if cond is not sympy.true:
+                raise UnsupportedExpr(f"Piecewise without a final True piece: {e}")
+            out = self.render(last)
+            for value, c in reversed(pieces):
+                out = f"({self.boolean(c)} ? {self.render(value)} : {out})"
+            return out
         raise UnsupportedExpr(f"cannot render {type(e).__name__} expression {e} as a C integer")
 
     def _add(self, e: sympy.Add) -> str:

@@ -597,7 +597,25 @@ def _sympy_to_expr(e: sympy.Expr) -> Expr:
         for a in args[1:]:
             out = binary(op, out, a)
         return out
+    if isinstance(e, sympy.Piecewise):  # per-range memory plans: (value, condition) pairs
+        *pieces, (last, cond) = e.args
+        if cond is not sympy.true:
+            raise ValueError(f"dim {e}: a Piecewise needs a final `True` piece")
+        out = _sympy_to_expr(last)
+        for value, c in reversed(pieces):
+            out = select(_condition_to_expr(c), _sympy_to_expr(value), out)
+        return out
     raise ValueError(f"cannot turn dim {e} ({type(e).__name__}) into a kernel expression")
+
+
+_RELATIONS = {"<=": "le", "<": "lt", ">=": "ge", ">": "gt", "==": "eq", "!=": "ne"}
+
+
+def _condition_to_expr(c) -> Expr:
+    """A relational between integer dims (`seq <= 128`) as a bool Expr."""
+    if isinstance(c, sympy.core.relational.Relational) and c.rel_op in _RELATIONS:
+        return binary(_RELATIONS[c.rel_op], _sympy_to_expr(c.lhs), _sympy_to_expr(c.rhs))
+    raise ValueError(f"cannot turn condition {c} into a kernel expression")
 
 
 def _as_fraction(e: sympy.Expr) -> tuple[Expr, int]:

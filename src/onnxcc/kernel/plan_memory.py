@@ -31,7 +31,8 @@ touches still get slots, stacked after the others.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 import sympy
 
@@ -72,7 +73,10 @@ def align_up(x: Dim, a: int = ALIGN) -> Dim:
     """The least multiple of `a` that is >= x (exact for symbolic x)."""
     if isinstance(x, int):
         return -(-x // a) * a
-    return canon(sympy.ceiling(sympy.sympify(x) / a) * a)
+    x = sympy.sympify(x)
+    if isinstance(x, sympy.Piecewise):  # per part, so every part stays a plain dim
+        return sympy.Piecewise(*[(align_up(v, a), c) for v, c in x.args])
+    return canon(sympy.ceiling(x / a) * a)
 
 
 # ---- proving byte counts ------------------------------------------------------------------
@@ -261,24 +265,15 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     sums = [canon(sum((s.size for s in slots if s.first <= k <= s.last), sympy.Integer(0)))
             for k in range(len(program.body))]
     peak = max_dims(sums, prover, samplers[0])
-    # NOTE: with symbolic sizes the best choices depend on the symbols' values: place once
-    # per sample point (ranking by sizes there) and keep the plan whose arena is closest
-    # to the peak at every point; each is valid for all values
-    best = None
-    static = all(isinstance(x.size, int) for x in slots)
-    for sample in samplers[:1] if static else samplers:
-        for key in _ORDERS:
-            trial = [_Slot(list(x.members), x.first, x.last, x.size, x.order) for x in slots]
-            _place(sorted(trial, key=lambda x: key(x, sample)), prover, sample)
-            ws = max_dims([x.end for x in trial], prover, sample)
-            score = (max(q(ws) / max(1, q(peak)) for q in samplers), sum(q(ws) for q in samplers))
-            if best is None or score < best[0]:
-                best = (score, trial, ws)
-    _, slots, ws = best if best is not None else (None, [], 0)
+    if all(isinstance(x.size, int) for x in slots):
+        layout = _best_layout(slots, prover, samplers[:1], peak)
+    else:
+        layout = _range_layouts(slots, program, prover.table, peak)
+    slot_offsets, ws = layout.offsets, layout.workspace
     offsets: dict[str, Dim] = {}
-    for s in slots:
+    for s, off in zip(slots, slot_offsets):
         for m in s.members:
-            offsets[m] = canon(s.offset)
+            offsets[m] = canon(off)
     untouched = [b for b in temps if b.name not in live]
     rest: Dim = 0
     for b in untouched:  # never touched: stacked after the rest (they may be written elsewhere)
@@ -289,6 +284,110 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     total = canon(sum((align_up(d) for d in sizes.values()), sympy.Integer(0)))
     offsets = {b.name: offsets[b.name] for b in temps}
     return MemoryPlan(offsets, ws, sizes, peak_live_bytes=peak, total_bytes=total)
+
+
+@dataclass
+class _Layout:
+    offsets: list[Dim]  # one per slot, in the slots' order
+    workspace: Dim
+    worst: float        # the largest arena / peak ratio at the sample points
+
+
+def _best_layout(slots: list[_Slot], prover: Prover, samplers: list[_Sampler], peak: Dim,
+                 sweep: list[_Sampler] | None = None) -> _Layout:
+    """Best fit in each order of `_ORDERS`, ranked at each sample point; the layout whose
+    arena is closest to the peak at every point is kept. Every layout tried is valid over the
+    whole range of `prover.table`. `worst` is taken over `sweep` (default: the samplers)."""
+    best = None
+    for sample in samplers:
+        for key in _ORDERS:
+            trial = [_Slot(list(x.members), x.first, x.last, x.size, x.order) for x in slots]
+            _place(sorted(trial, key=lambda x: key(x, sample)), prover, sample)
+            ws = max_dims([x.end for x in trial], prover, sample)
+            ratios = [q(ws) / max(1, q(peak)) for q in samplers]
+            score = (max(ratios), sum(q(ws) for q in samplers))
+            if best is None or score < best[0]:
+                best = (score, _Layout([x.offset for x in trial], ws, 0.0))
+    if best is None:
+        return _Layout([], 0, 1.0)
+    lay = best[1]
+    lay.worst = max(q(lay.workspace) / max(1, q(peak)) for q in (sweep or samplers))
+    return lay
+
+
+SPLIT_ABOVE = 1.05
+"""a symbolic layout whose arena exceeds the peak by more than this at a sample point is
+split into per-range layouts (`_range_layouts`)"""
+MAX_SPLIT_DEPTH = 4
+SPLIT_CAP = 1 << 16
+"""ranges are bisected geometrically below this value (symbols' ranges often end at 2**31)"""
+
+
+def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTable, peak: Dim) -> _Layout:
+    """One symbolic layout, or one per range of a symbol chosen at run time.
+
+    One layout valid for every value cannot be best at every value: a gap that holds a
+    buffer at one size is too small at another, so the placer stacks it on top (the
+    transformer's scores, 16*batch*seq**2 bytes, outgrow its 1024*batch*seq projections
+    near seq = 64: 1.14x the peak at seq = 200). When the whole-range layout is more than
+    SPLIT_ABOVE over the peak, the range of the symbol of highest degree in the buffer sizes
+    is bisected (geometrically) and each part planned under its narrowed range, where more
+    placements provably fit; equal neighbours merge. Offsets and the arena become
+    `Piecewise((part 1, sym <= hi1), ..., (last part, True))`, evaluated once per call."""
+    def layout(t: SymbolTable) -> _Layout:
+        return _best_layout(slots, Prover(t), [_Sampler(e) for e in _sample_points(program, t)], peak,
+                            [_Sampler(e) for e in _sweep_points(program, t)])
+
+    whole = layout(table)
+    split = _split_symbol(slots)
+    if whole.worst <= SPLIT_ABOVE or split is None or split not in table.infos:
+        return whole
+    info = table.infos[split]
+
+    def solve(lo: int, hi: int, depth: int) -> list[tuple[int, _Layout]]:
+        sub = SymbolTable(dict(table.infos))
+        sub.infos[split] = replace(info, lo=lo, hi=hi)
+        lay = layout(sub)
+        top = min(hi, SPLIT_CAP)
+        if lay.worst <= SPLIT_ABOVE or depth == 0 or top - lo < 2:
+            return [(hi, lay)]
+        mid = max(lo, min(top - 1, int(math.isqrt(lo * top))))
+        return solve(lo, mid, depth - 1) + solve(mid + 1, hi, depth - 1)
+
+    parts: list[tuple[int, _Layout]] = []
+    for hi, lay in solve(info.lo, info.hi, MAX_SPLIT_DEPTH):
+        if parts and parts[-1][1].offsets == lay.offsets and parts[-1][1].workspace == lay.workspace:
+            parts[-1] = (hi, lay)  # the same layout as the range below: one part
+        else:
+            parts.append((hi, lay))
+    if len(parts) == 1:
+        return parts[0][1]
+    s = sympy.Symbol(split, integer=True, positive=True)
+
+    def pick(values: list[Dim]) -> Dim:
+        if all(v == values[0] for v in values):
+            return values[0]
+        pieces = [(sympy.sympify(v), s <= hi) for (hi, _), v in zip(parts[:-1], values)]
+        return sympy.Piecewise(*pieces, (sympy.sympify(values[-1]), True))
+
+    offsets = [pick([lay.offsets[i] for _, lay in parts]) for i in range(len(slots))]
+    return _Layout(offsets, pick([lay.workspace for _, lay in parts]), max(lay.worst for _, lay in parts))
+
+
+def _split_symbol(slots: list[_Slot]) -> str | None:
+    """The symbol of highest degree in the slots' sizes (the one whose value most changes
+    which buffers are big), ties to the first by name."""
+    best: tuple[int, str] | None = None
+    for x in slots:
+        if isinstance(x.size, int):
+            continue
+        e = sympy.sympify(x.size).replace(sympy.ceiling, lambda a: a).replace(sympy.floor, lambda a: a)
+        e = sympy.expand(e)
+        for v in e.free_symbols:
+            key = (-int(sympy.degree(e, v)) if e.is_polynomial(v) else 0, v.name)
+            if best is None or key < best:
+                best = key
+    return best[1] if best is not None else None
 
 
 def _in_place_slots(program: KernelProgram, temps, live, order, prover: Prover) -> list[_Slot]:
@@ -382,6 +481,26 @@ def _sample_points(program: KernelProgram, table: SymbolTable) -> list[dict[str,
             info = table.infos.get(name)
             lo, hi = (info.lo, info.hi) if info is not None else (1, 1 << 31)
             env[name] = min(max(v, lo), hi)
+        if env not in out:
+            out.append(env)
+    return out or [{}]
+
+
+def _sweep_points(program: KernelProgram, table: SymbolTable) -> list[dict[str, int]]:
+    """Where a layout's arena is compared with the peak: every symbol at each power of two
+    (and each range's ends), clipped to its range, up to SPLIT_CAP."""
+    values = {1 << k for k in range(17)}
+    for name in program.symbols:
+        info = table.infos.get(name)
+        if info is not None:
+            values |= {info.lo, min(info.hi, SPLIT_CAP)}
+    out: list[dict[str, int]] = []
+    for v in sorted(values):
+        env = {}
+        for name in program.symbols:
+            info = table.infos.get(name)
+            lo, hi = (info.lo, info.hi) if info is not None else (1, 1 << 31)
+            env[name] = min(max(v, lo), hi, max(lo, SPLIT_CAP))
         if env not in out:
             out.append(env)
     return out or [{}]
