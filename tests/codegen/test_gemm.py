@@ -253,6 +253,7 @@ def test_attention_layouts():
     assert gq.b_const and gq.b_packed.shape[0] == 3
     assert (go.batch, go.m, go.n) == (("b", "h"), ("s",), ("d",))
     assert gs.b_k_inner and (gs.m, gs.n) == (("i",), ("j",))
+    assert gq.a_direct and go.a_direct and gs.a_direct  # A's rows read in place, never packed
     wq, bqv = p.buffers["Wq"].data, p.buffers["bq"].data
     for bt, s in [(1, 1), (2, 17), (1, 40)]:
         x, pm, v, kt = randf(bt, s, 24), randf(bt, 3, s, s), randf(bt, 3, s, 8), randf(bt, s, 3, 8)
@@ -261,3 +262,37 @@ def test_attention_layouts():
         close(q, qr, 24)
         close(o, (pm @ v).transpose(0, 2, 1, 3), s)
         close(sc, (qr @ kt.transpose(0, 2, 3, 1)) * 0.25, 8)
+
+
+def test_a_read_in_place_where_its_rows_are_strided_rows():
+    """A is read in place (no packing) when it is a plain load with k last and the m vars
+    consecutive (any batch vars around them); otherwise it is packed. Both agree with numpy."""
+    Sq = sym("S")
+    p = KernelProgram.new("adirect", ["Bt", "S"])
+    Xh = p.input("Xh", F32, (Bt, Sq, 3, 8))    # [b, s, h, d]: rows s at stride 24, h between
+    Y = p.input("Y", F32, (Bt, Sq + 1, 8))     # rows of a longer buffer: flattened (b, s) would skip
+    At = p.input("At", F32, (8, Bt, Sq))       # k first: packed
+    Wt = p.const("Wt", randf(8, 16))
+    Wh = p.const("Wh", randf(3, 8, 16))        # per head: h is a batch var, m = (s)
+    O1 = p.output("O1", F32, (Bt, 3, Sq, 16))
+    O2 = p.output("O2", F32, (Bt, Sq, 16))
+    O3 = p.output("O3", F32, (Bt, Sq, 16))
+    O4 = p.output("O4", F32, (Bt, Sq, 16))
+    k = Var("k")
+    p.compute(O1, lambda b, h, s, j: rsum([(k, 8)], Xh[b, s, h, k] * Wh[h, k, j]))
+    p.compute(O2, lambda b, s, j: rsum([(k, 8)], Y[b, s, k] * Wt[k, j]))
+    p.compute(O3, lambda b, s, j: rsum([(k, 8)], At[k, b, s] * Wt[k, j]))
+    p.compute(O4, lambda b, s, j: rsum([(k, 8)], Xh[b, s, 1, k] * Wt[k, j]))  # a constant index
+    kern = scheduled(p, parallel=True)
+    g1, g2, g3, g4 = (c.schedule.gemm for c in p.computes())
+    assert g1.a_direct and (g1.m, g1.batch) == (("s",), ("b", "h"))
+    assert (g2.m, g2.a_direct) == (("b", "s"), False)  # Y's dim S + 1 != the extent S
+    assert not g3.a_direct and not g4.a_direct
+    wt, wh = p.buffers["Wt"].data, p.buffers["Wh"].data
+    for bt, s in [(1, 1), (2, 13), (3, 40)]:
+        xh, y, at = randf(bt, s, 3, 8), randf(bt, s + 1, 8), randf(8, bt, s)
+        o1, o2, o3, o4 = kern(xh, y, at, syms={"Bt": bt, "S": s})
+        close(o1, xh.transpose(0, 2, 1, 3) @ wh, 8)
+        close(o2, y[:, :s] @ wt, 8)
+        close(o3, at.transpose(1, 2, 0) @ wt, 8)
+        close(o4, xh[:, :, 1] @ wt, 8)

@@ -491,9 +491,15 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
     kc_max = geo.kco * g.k_inner
-    apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
-    apack.align = 64
-    apack.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+    if g.a_direct:  # A's rows are read in place: its pointer, row stride, strides per index
+        a_load = g.a
+        a_base_ptr = fctx.buffer_ptr(a_load.buffer)
+        a_strides = dict(zip((i.name for i in a_load.indices), fctx.strides(a_load.buffer)))
+        lda = a_strides[g.m[-1]]
+    else:
+        apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
+        apack.align = 64
+        apack.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     bbase = _packed_b_ptr(kem, fctx, g)
     out = fctx.buffer_ptr(c.out)
     ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *_row_variants(MR)]}
@@ -525,12 +531,18 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         cbatch: ir.Value = i64(0)  # element offset of this batch's [M, N] matrix in C
         for v in g.batch:
             cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
+        if g.a_direct:
+            abatch: ir.Value = i64(0)  # element offset of this batch's rows in A
+            for v in g.a_batch_vars:
+                abatch = _add(b, abatch, _mul(b, batch_vals[v], a_strides[v], "ab"), "ab")
+            a_rows = _f32_ptr(b, a_base_ptr, abatch, "a.rows")
         with for_range(b, geo.npc, "pc", guard=True) as pc:
             ko0 = _mul(b, pc, geo.kco, "ko0")
             kcoc = _umin(b, b.sub(geo.K0, ko0, name="kleft"), i64(geo.kco), "kcoc")
             kcur = _mul(b, kcoc, g.k_inner, "kcur")
             k0 = _mul(b, ko0, g.k_inner, "k0")
-            _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur)
+            if not g.a_direct:
+                _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur)
             first = b.icmp_unsigned("==", pc, i64(0), name="first")
             last = b.icmp_unsigned("==", _add(b, pc, 1, "pc1"), geo.npc, name="last")
             with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
@@ -542,21 +554,28 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                 with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
                     i0 = _mul(b, pm, MR, "i0")
                     rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
-                    apanel = _f32_ptr(b, apack, _mul(b, _mul(b, b.sub(pm, pm0, name="pl"), kcur, "ap"), MR, "ap"),
-                                      "apanel")
+                    if g.a_direct:
+                        apanel = _f32_ptr(b, a_rows, _add(b, _mul(b, i0, lda, "ap"), k0, "ap"), "apanel")
+                        a_args = [apanel, lda]
+                    else:
+                        apanel = _f32_ptr(b, apack, _mul(b, _mul(b, b.sub(pm, pm0, name="pl"), kcur, "ap"), MR,
+                                                         "ap"), "apanel")
+                        a_args = [apanel]
                     cbase = _f32_ptr(b, out, _add(b, _add(b, cbatch, _mul(b, i0, geo.ldc, "crow"), "coff"), j0,
                                                   "coff"), "ctile")
                     full = b.icmp_unsigned("==", rows, i64(MR), name="full")
                     with if_else(b, full, name="tile") as (then, otherwise):
                         with then:
-                            b.call(ukr[MR], [apanel, bpanel, kcur, cbase, geo.ldc, first, ncols])
+                            b.call(ukr[MR], [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols])
                         with otherwise:
                             b.store(i64(0), r0_slot)
                             for v in _row_variants(MR):
                                 r0 = b.load(r0_slot, name="r0")
                                 more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
                                 with if_then(b, more, name=f"rows{v}"):
-                                    b.call(ukr[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, kcur,
+                                    a_r = ([_f32_ptr(b, apanel, _mul(b, r0, lda, "ap.r"), "ap.r"), lda]
+                                           if g.a_direct else [_f32_ptr(b, apanel, r0, "ap.r")])
+                                    b.call(ukr[v], [*a_r, bpanel, kcur,
                                                     _f32_ptr(b, cbase, _mul(b, r0, geo.ldc, "c.r"), "c.r"),
                                                     geo.ldc, first, ncols])
                                     b.store(_add(b, r0, v, "r0.next"), r0_slot)
@@ -621,21 +640,28 @@ def _epilogue(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, c: Compute, g: Gem
 def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     """`void ukr(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i1 first, i64 ncols)`:
     C[r][j] (+)= sum_k a[k*mr + r] * b[k*nr + j] for r < rows, j < ncols (C row stride ldc;
-    `first`: store instead of accumulate). `b` is 64-byte aligned, nr floats per k."""
+    `first`: store instead of accumulate). `b` is 64-byte aligned, nr floats per k.
+    With `g.a_direct` A is read in place: `ukr(ptr a, i64 lda, ptr b, ...)` sums
+    a[r*lda + k] * b[k*nr + j] (A's rows at stride lda, k contiguous)."""
     MR, NR, VL = g.mr, g.nr, g.vl
-    name = f"onnxcc.gemm.ukr.{rows}x{NR}.a{MR}.v{VL}"
+    direct = g.a_direct
+    name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}.v{VL}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
     V = ir.VectorType(F32, VL)
     MASK = ir.VectorType(I1, VL)
-    fn = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, I64, PTR, I64, I1, I64]), name=name)
+    params = [PTR, I64] if direct else [PTR]
+    fn = ir.Function(module, ir.FunctionType(VOID, [*params, PTR, I64, PTR, I64, I1, I64]), name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     fn.attributes.add("noinline")
-    a, bp, kc, cp, ldc, first, ncols = fn.args
-    for arg, n in zip(fn.args, ("a", "b", "kc", "c", "ldc", "first", "ncols")):
+    names = ("a", "lda", "b", "kc", "c", "ldc", "first", "ncols") if direct else \
+        ("a", "b", "kc", "c", "ldc", "first", "ncols")
+    for arg, n in zip(fn.args, names):
         arg.name = n
+    args = dict(zip(names, fn.args))
+    a, bp, kc, cp, ldc, first, ncols = (args[n] for n in ("a", "b", "kc", "c", "ldc", "first", "ncols"))
     for arg in (a, bp, cp):
         arg.add_attribute("noalias")
     NV = NR // VL
@@ -652,12 +678,16 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     splat_mask = ir.Constant(ir.VectorType(I32, VL), [0] * VL)
     balign = min(64, VL * 4)
 
+    # where row r of A starts: packed, r floats into each k step; direct, r rows of lda
+    a_row = [_f32_ptr(b, a, _mul(b, args["lda"], r, "a.row"), f"a.row{r}") for r in range(rows)] if direct else None
+
     def step(k: ir.Value, s: int) -> None:
         brow = _f32_ptr(b, bp, _mul(b, k, NR, "bk"), "bk")
         bv = [b.load(_f32_ptr(b, brow, v * VL, "bv.p"), name=f"bv{v}", typ=V, align=balign) for v in range(NV)]
-        arow = _f32_ptr(b, a, _mul(b, k, MR, "ak"), "ak")
+        arow = None if direct else _f32_ptr(b, a, _mul(b, k, MR, "ak"), "ak")
         for r in range(rows):
-            x = b.load(_f32_ptr(b, arow, r, "a.p"), name=f"a{r}", typ=F32, align=4)
+            ap = _f32_ptr(b, a_row[r], k, "a.p") if direct else _f32_ptr(b, arow, r, "a.p")
+            x = b.load(ap, name=f"a{r}", typ=F32, align=4)
             xv = b.shuffle_vector(b.insert_element(undef, x, i32(0), name="a.ins"), undef, splat_mask,
                                   name=f"a{r}.v")
             for v in range(NV):

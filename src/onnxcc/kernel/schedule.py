@@ -22,7 +22,7 @@ replaces the computes in `program.body`, which are frozen); codegen reads it. De
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,6 +116,11 @@ class GemmPlan:
     min_work: int
     vl: int = 16
     """lanes of one micro-kernel vector (nr is a multiple)"""
+    a_direct: bool = False
+    """A is a plain load `X[..., m..., ..., k]` (k the last index, unit stride; the m vars
+    consecutive, X's dims matching their extents; every other index a batch var): the
+    micro-kernel reads A's rows in place (row stride = X's stride of the last m var) and A
+    is not packed"""
     b_packed: np.ndarray | None = None
     """B packed at compile time (it reads only constant buffers and its extents are
     static): float32 [B batches, N panels, K, nr], zero-padded columns"""
@@ -136,7 +141,7 @@ class GemmPlan:
         k = ", ".join(v.name for v, _ in self.reduce.vars)
         return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
-                f"b={'prepacked' if self.b_const else 'packed'}"
+                f"a={'direct' if self.a_direct else 'packed'} b={'prepacked' if self.b_const else 'packed'}"
                 f"{'' if self.epilogue is None else ' +epilogue'}")
 
 
@@ -301,6 +306,27 @@ def _k_inner(e: Expr, kvars: set[str], ovars: set[str], default: bool) -> bool:
     return default
 
 
+def _a_direct(a: Expr, r: Reduce, m: Sequence[str], batch: Sequence[str], ext: Mapping[str, Dim],
+              program: KernelProgram) -> bool:
+    """Whether A can be read in place (see `GemmPlan.a_direct`)."""
+    if len(r.vars) != 1 or not isinstance(a, Load) or a.dtype is not F32:
+        return False
+    if not all(isinstance(i, Var) for i in a.indices):
+        return False
+    names = [i.name for i in a.indices]
+    if len(set(names)) != len(names) or names[-1] != r.vars[0][0].name:
+        return False
+    nm = len(m)
+    if m[0] not in names:
+        return False
+    at = names.index(m[0])
+    if names[at:at + nm] != list(m) or not set(names[:at] + names[at + nm:-1]) <= set(batch):
+        return False
+    shape = program.buffers[a.buffer].shape
+    # rows are flattened over the m vars with the compute's extents: X's dims must agree
+    return all(sympy.sympify(shape[at + j]) == sympy.sympify(ext[v]) for j, v in enumerate(m) if j > 0)
+
+
 def _under_select(body: Expr, r: Expr) -> bool:
     for n in walk(body):
         if isinstance(n, Select) and any(x == r for arm in (n.a, n.b) for x in walk(arm)):
@@ -390,7 +416,8 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         a_k_inner=_k_inner(a, kvars, set(mv), True), b_k_inner=_k_inner(b, kvars, set(nv), False),
         k_inner=k_inner, mr=target.gemm_mr, nr=target.gemm_nr, kc=target.gemm_kc,
         mc_panels=target.gemm_mc_panels, tasks=target.gemm_tasks, min_work=target.gemm_min_work,
-        vl=min(target.vector_width, target.gemm_nr))
+        vl=min(target.vector_width, target.gemm_nr),
+        a_direct=_a_direct(a, r, mv, batch, ext, program))
     if _reads_const_only(b, program):
         packed = prepack_b(c, g, program)
         if packed is not None:
