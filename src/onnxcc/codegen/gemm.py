@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import Expr
+from onnxcc.kernel.expr import Expr, Var
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
 
@@ -494,8 +494,8 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     if g.a_direct:  # A's rows are read in place: its pointer, row stride, strides per index
         a_load = g.a
         a_base_ptr = fctx.buffer_ptr(a_load.buffer)
-        a_strides = dict(zip((i.name for i in a_load.indices), fctx.strides(a_load.buffer)))
-        lda = a_strides[g.m[-1]]
+        a_strides = {i.name: st for i, st in zip(a_load.indices, fctx.strides(a_load.buffer)) if isinstance(i, Var)}
+        lda = a_strides[[v for v in g.m if v in a_strides][-1]]  # m vars of extent 1 may read 0
     else:
         apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
         apack.align = 64

@@ -502,11 +502,14 @@ class _Fuser:
         return True, "row-level reduction shared by identity reads"
 
     def identity(self, s: _Site, c: Compute) -> bool:
+        """The site reads the element `c` writes. Index 0 on a dim of extent 1 counts as the
+        var itself (broadcast lowering writes 0 for size-1 dims: a batch == 1 version)."""
         idx = s.load.indices
         shape = self.p.buffers[s.load.buffer].shape
         if len(idx) != len(c.vars):
             return False
-        return all(i == v and self.prove.eq(d, e) for i, (v, e), d in zip(idx, c.vars, shape))
+        return all((i == v or (isinstance(i, Const) and i.value == 0 and self.prove.one(e)))
+                   and self.prove.eq(d, e) for i, (v, e), d in zip(idx, c.vars, shape))
 
     def read_once(self, s: _Site, c: Compute) -> bool:
         """Each element of the loaded buffer is evaluated at most once at this site."""

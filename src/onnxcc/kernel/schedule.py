@@ -311,18 +311,22 @@ def _a_direct(a: Expr, r: Reduce, m: Sequence[str], batch: Sequence[str], ext: M
     """Whether A can be read in place (see `GemmPlan.a_direct`)."""
     if len(r.vars) != 1 or not isinstance(a, Load) or a.dtype is not F32:
         return False
-    if not all(isinstance(i, Var) for i in a.indices):
+    shape = program.buffers[a.buffer].shape
+    # index 0 on a dim of size 1 (a batch == 1 version's broadcast lowering) adds nothing
+    keep = [j for j, i in enumerate(a.indices) if not (isinstance(i, Const) and i.value == 0 and shape[j] == 1)]
+    if not all(isinstance(a.indices[j], Var) for j in keep):
         return False
-    names = [i.name for i in a.indices]
+    names = [a.indices[j].name for j in keep]
+    shape = [shape[j] for j in keep]
     if len(set(names)) != len(names) or names[-1] != r.vars[0][0].name:
         return False
+    m = [v for v in m if v in names or sympy.sympify(ext[v]) != 1]  # extent-1 m vars may read 0
     nm = len(m)
-    if m[0] not in names:
+    if not m or m[0] not in names:
         return False
     at = names.index(m[0])
     if names[at:at + nm] != list(m) or not set(names[:at] + names[at + nm:-1]) <= set(batch):
         return False
-    shape = program.buffers[a.buffer].shape
     # rows are flattened over the m vars with the compute's extents: X's dims must agree
     return all(sympy.sympify(shape[at + j]) == sympy.sympify(ext[v]) for j, v in enumerate(m) if j > 0)
 
