@@ -14,7 +14,9 @@ by the packers, so the micro-kernel reads nothing but contiguous panels:
 2. One onnxcc_parallel_for over tasks (bt, m block, n block). A task, for each block of
    the contraction (kc values of K, cut along the first reduce var so multi-var reductions
    such as a conv's (c, kh, kw) need no division), packs its A rows into a stack buffer
-   [panels][kc][mr], then for each B panel and A panel calls the micro-kernel.
+   [panels][kc][mr], then for each B panel and A panel calls the micro-kernel. An A that
+   is a plain strided load (`GemmPlan.a_direct`) is not packed: the micro-kernel reads its
+   rows in place through a row pointer and stride.
 3. The micro-kernel (one internal function per (rows, nr)) keeps rows x nr/vl vector
    accumulators in registers (several sets when there are too few to cover the FMA
    latency), runs the k loop unrolled by UNROLL with one broadcast of A and nr/vl loads of

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 import sympy
 
-from onnxcc.ir import Dim, SymbolTable, canon, evaluate
+from onnxcc.ir import Dim, SymbolTable, canon, evaluate, sym
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
@@ -362,7 +362,7 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTabl
             parts.append((hi, lay))
     if len(parts) == 1:
         return parts[0][1]
-    s = sympy.Symbol(split, integer=True, positive=True)
+    s = sym(split)
 
     def pick(values: list[Dim]) -> Dim:
         if all(v == values[0] for v in values):
