@@ -115,9 +115,6 @@ class _FnCtx(ProgramContext):
             self._syms[name] = v
         return v
 
-
-
-
     def buffer_ptr(self, name: str) -> ir.Value:
         p = self._ptrs.get(name)
         if p is not None:

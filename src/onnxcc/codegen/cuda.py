@@ -230,9 +230,6 @@ class _KernelBuilder(ProgramContext):
         except ValueError:
             raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
 
-
-
-
     def buffer_ptr(self, name: str) -> ir.Value:
         p = self._ptrs.get(name)
         if p is not None:
