@@ -244,7 +244,7 @@ class Function:
     the generic version) and `subs` maps symbols to the values this version fixed.
     """
 
-    def __init__(self, name: str, body: Block, result_types=(), guard=sympy.true,
+    def __init__(self, name: str, body: Block, result_types=(), guard: sympy.logic.boolalg.Boolean = sympy.true,
                  subs: dict | None = None, attrs: dict | None = None):
         self.name = name
         self.body = body

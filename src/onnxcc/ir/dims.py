@@ -9,11 +9,11 @@ and let it become a run-time guard. Never compare dims with a bare `==`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, cast
 
 import sympy
 
-Dim = Union[int, sympy.Expr]
+Dim = int | sympy.Expr
 
 INT_MAX = 2**31 - 1
 
@@ -23,8 +23,9 @@ def sym(name: str) -> sympy.Symbol:
     return sympy.Symbol(name, integer=True, positive=True)
 
 
-def canon(d) -> Dim:
-    """Normalise a dim: python ints stay ints, integer-valued sympy numbers become ints."""
+def canon(d) -> Any:
+    """Normalise a dim: python ints stay ints, integer-valued sympy numbers become ints
+    (None stays None: an unknown dim)."""
     if d is None:
         return None
     if isinstance(d, bool):
@@ -33,9 +34,9 @@ def canon(d) -> Dim:
         return d
     if hasattr(d, "item") and not isinstance(d, sympy.Basic):  # numpy scalar
         return int(d)
-    e = sympy.sympify(d)
+    e = cast(sympy.Expr, sympy.sympify(d))
     if e.is_Integer:
-        return int(e)
+        return int(cast(sympy.Integer, e))
     return e
 
 
@@ -44,7 +45,7 @@ def is_static(d: Dim) -> bool:
 
 
 def free_symbols(d: Dim) -> set[sympy.Symbol]:
-    return set() if isinstance(d, int) or d is None else set(d.free_symbols)
+    return set() if isinstance(d, int) or d is None else cast(set[sympy.Symbol], set(d.free_symbols))
 
 
 @dataclass
@@ -99,7 +100,7 @@ class SymbolTable:
         return SymbolTable({k: SymbolInfo(**vars(v)) for k, v in self.infos.items()})
 
     # ---- bounds -------------------------------------------------------------------------
-    def bounds(self, d: Dim) -> tuple[float, float]:
+    def bounds(self, d: Dim) -> tuple[Any, Any]:
         """Interval bounds of a dim over the symbols' ranges (sound, maybe loose)."""
         if isinstance(d, int):
             return d, d
@@ -149,7 +150,7 @@ class _NoBound(Exception):
     pass
 
 
-def _interval(e: sympy.Expr, table: SymbolTable) -> tuple:
+def _interval(e: Any, table: SymbolTable) -> tuple:
     """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges."""
     if e.is_Integer:
         return int(e), int(e)
@@ -191,7 +192,7 @@ def _interval(e: sympy.Expr, table: SymbolTable) -> tuple:
         ivs = [_interval(a, table) for a in e.args]
         return min(i[0] for i in ivs), min(i[1] for i in ivs)
     if isinstance(e, sympy.Mod):
-        m = e.args[1]
+        m: Any = e.args[1]
         if m.is_Integer and m > 0:
             return 0, int(m) - 1
     raise _NoBound

@@ -6,6 +6,7 @@ nothing is ever `eval`ed. Errors carry line and column.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ def tokenize(text: str, filename: str) -> list[Tok]:
         m = _TOKEN.match(text, pos)
         if not m:
             raise ParseError(f"unexpected character {text[pos]!r}", line, pos - line_start + 1, filename)
-        kind = m.lastgroup
+        kind = m.lastgroup or ""
         s = m.group()
         if kind != "ws":
             toks.append(Tok(kind, s, line, pos - line_start + 1))
@@ -199,7 +200,8 @@ class Parser:
             self.accept(",")
         self.expect("->")
         results = self.parse_type_list()
-        guard, subs, attrs = sympy.true, {}, {}
+        guard: sympy.logic.boolalg.Boolean = sympy.true
+        subs, attrs = {}, {}
         if self.accept("guard"):
             guard = self.parse_bool()
         if self.accept("subs"):
@@ -498,11 +500,12 @@ class Parser:
             self.accept(",")
         self.expect(">")
         arr = np.array(vals, dtype=ty.dtype.np)
-        n = int(np.prod(ty.shape)) if ty.shape else 1
+        shape = [int(d) for d in ty.shape]  # a dense constant's type is static (checked above)
+        n = math.prod(shape)
         if arr.size != n:
             raise ParseError(f"dense constant of type {ty} needs {n} values, got {arr.size}", start.line,
                              start.col, self.filename)
-        return arr.reshape(ty.shape)
+        return arr.reshape(shape)
 
 
 def _fits(v, dt: DType) -> bool:

@@ -94,7 +94,8 @@ class TensorType:
     def has_unknown(self) -> bool:
         return any(d is None for d in self.shape)
 
-    def numel(self) -> Dim:
+    def numel(self) -> Dim | None:
+        """Element count; None when some dim is unknown."""
         n: Dim = 1
         for d in self.shape:
             if d is None:
@@ -102,7 +103,7 @@ class TensorType:
             n = n * d
         return canon(n)
 
-    def nbytes(self) -> Dim:
+    def nbytes(self) -> Dim | None:
         n = self.numel()
         return None if n is None else canon(n * self.dtype.itemsize)
 
