@@ -81,3 +81,69 @@ def test_run_user_errors_exit_1_with_one_line(tmp_path):
     assert r.exit_code == 1 and "no such file" in r.stderr
     r = _run("compile", MLP, "--dim", "nosuch=1:4", "-o", str(tmp_path / "x"))
     assert r.exit_code == 1 and "no symbol 'nosuch'" in r.stderr
+
+
+def test_run_dir_runs_the_built_artifact_without_compiling(tmp_path):
+    out = tmp_path / "mlp"
+    assert _run("compile", MLP, "-o", str(out)).exit_code == 0
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)  # one input: an .npy is enough
+    env = {"ONNXCC_CACHE_DIR": str(tmp_path / "cache")}
+    r = _run("run", str(out), "--inputs", str(tmp_path / "x.npy"), "--outputs", str(tmp_path / "y.npz"), env=env)
+    assert r.exit_code == 0, r.output
+    assert f"artifact {out}" in r.stderr
+    assert not (tmp_path / "cache").exists()  # nothing was compiled
+    np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], ort_run(MLP, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+    r = _run("run", str(tmp_path), "--random", "batch=2")
+    assert r.exit_code == 1 and "expected one artifact" in r.stderr
+
+
+def test_run_model_prints_the_cached_build_directory(tmp_path):
+    env = {"ONNXCC_CACHE_DIR": str(tmp_path / "cache")}
+    r = _run("run", MLP, "--random", "batch=2", env=env)
+    assert r.exit_code == 0, r.output
+    where = r.stderr.split("compiled build ", 1)[1].split(";", 1)[0]
+    assert where.startswith(str(tmp_path / "cache"))
+    assert _run("inspect", where).exit_code == 0
+
+
+def test_run_check_exits_4_on_a_mismatch_beyond_the_tolerance(tmp_path):
+    env = {"ONNXCC_CACHE_DIR": str(tmp_path / "cache")}
+    r = _run("run", MLP, "--random", "batch=3", "--check", env=env)
+    assert r.exit_code == 0 and "(ok: rtol" in r.output
+    # a tolerance no float computation meets: an honest check must fail
+    r = _run("run", MLP, "--random", "batch=3", "--check", "--rtol", "0", "--atol", "0", env=env)
+    diffs = [line for line in r.output.splitlines() if "max abs diff" in line]
+    if all(" 0 (" in line for line in diffs):  # bit-identical to onnxruntime: nothing to detect
+        assert r.exit_code == 0
+    else:
+        assert r.exit_code == 4 and "MISMATCH" in r.output
+
+
+def test_run_random_refuses_an_unknown_symbol_and_a_bad_npy(tmp_path):
+    env = {"ONNXCC_CACHE_DIR": str(tmp_path / "cache")}
+    r = _run("run", MLP, "--random", "batch=2,foo=3", env=env)
+    assert r.exit_code == 1 and "no symbol foo" in r.stderr and "batch" in r.stderr
+    r = _run("run", MLP, "--random", "seqq=2", env=env)
+    assert r.exit_code == 1 and "no symbol seqq" in r.stderr
+
+
+def test_flag_values_are_validated(tmp_path):
+    o = str(tmp_path / "x")
+    for flags in (["--max-versions", "0"], ["--divisible", "-4"], ["--max-buckets", "0"]):
+        r = _run("compile", MLP, "-o", o, *flags)
+        assert r.exit_code == 2 and "Invalid value" in r.output, flags
+    r = _run("compile", MLP, "-o", o, "--dim", "batch=1:64", "--bucket", "batch=32,3000")
+    assert r.exit_code == 1 and "--bucket batch=3000: outside --dim batch=1:64" in r.stderr
+    r = _run("compile", MLP, "-o", o, "--dim", "batch=8:4")
+    assert r.exit_code == 1 and "LO <= HI" in r.stderr
+
+
+def test_duplicate_specialize_values_build_one_version(tmp_path):
+    from onnxcc.cli.options import parse_specs
+
+    assert parse_specs(["batch=1,1", "batch=4,1"]) == {"batch": [1, 4]}
+    o = tmp_path / "x"
+    assert _run("compile", MLP, "-o", str(o), "--specialize", "batch=1,1", "--no-specialize-one").exit_code == 0
+    r = _run("inspect", str(o))
+    assert r.output.count("batch == 1") == 1, r.output

@@ -155,18 +155,18 @@ def test_parse_error_in_onnxir_is_a_user_error(tmp_path):
     assert r.exit_code == 1 and _is_one_error_line(r.stderr) and "bad.onnxir:2:" in r.stderr
 
 
-def test_internal_error_exits_2_with_a_hint(monkeypatch):
+def test_internal_error_exits_70_with_a_hint(monkeypatch):
     def boom(path):
         raise KeyError("something broke")
 
     monkeypatch.setattr(onnxcc, "load_model", boom)
     r = _run("ir", MLP, "-p", "")
-    assert r.exit_code == 2
+    assert r.exit_code == 70
     lines = r.stderr.strip().splitlines()
     assert lines[0] == "internal error: KeyError: 'something broke'"
     assert "report" in lines[1] and "Traceback" not in r.stderr and len(lines) == 2
     r = _run("ir", MLP, "-p", "", env={"ONNXCC_DEBUG": "1"})
-    assert r.exit_code == 2 and "Traceback" in r.stderr and "internal error: KeyError" in r.stderr
+    assert r.exit_code == 70 and "Traceback" in r.stderr and "internal error: KeyError" in r.stderr
 
 
 def test_a_crashing_pass_is_an_internal_error(monkeypatch):
@@ -178,7 +178,7 @@ def test_a_crashing_pass_is_an_internal_error(monkeypatch):
     monkeypatch.setattr(ShapeInferencePass, "run", crash)
     assert PASSES["shape-inference"] is ShapeInferencePass
     r = _run("ir", MLP, "-p", "shape-inference")
-    assert r.exit_code == 2 and r.stderr.startswith("internal error: pass 'shape-inference' failed")
+    assert r.exit_code == 70 and r.stderr.startswith("internal error: pass 'shape-inference' failed")
 
 
 def test_version_and_help():
@@ -186,3 +186,12 @@ def test_version_and_help():
     assert r.exit_code == 0 and "0.1.0" in r.stdout
     r = _run("ir", "--help")
     assert r.exit_code == 0 and "--print-ir-after-all" in r.stdout
+
+
+def test_ctrl_c_exits_130_with_one_line(monkeypatch):
+    def interrupted(path):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(onnxcc, "load_model", interrupted)
+    r = _run("ir", MLP, "-p", "")
+    assert r.exit_code == 130 and r.stderr.strip() == "interrupted"

@@ -3,8 +3,10 @@
 Commands stay thin: parse flags, call the library, print. Errors are handled here, once:
   - an OnnxccError prints `error: <message>` (one line) on stderr and exits with its
     `exit_code` (1 for user errors, 3 for UnsupportedOp);
-  - anything else is a bug: `internal error: ...` plus a hint to report it, exit 2.
-Set ONNXCC_DEBUG=1 to get the full traceback as well.
+  - Ctrl-C prints `interrupted` and exits 130;
+  - anything else is a bug: `internal error: ...` plus a hint to report it, exit 70.
+Usage errors (unknown flags, malformed values) are click's: exit 2. The codes are in
+exit_codes.py. Set ONNXCC_DEBUG=1 to get the full traceback as well.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ import click
 
 from .. import __version__
 from ..errors import OnnxccError, PassError
-
-EXIT_INTERNAL = 2
+from .exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, HELP
 
 
 def _debug() -> bool:
@@ -36,8 +37,11 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+        except (click.exceptions.ClickException, click.exceptions.Exit):
             raise
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:  # output piped into `head` and closed: not an error
             sys.stderr.close()
             ctx.exit(0)
@@ -58,7 +62,7 @@ class _Group(click.Group):
             ctx.exit(getattr(e, "exit_code", 1))
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]}, epilog=HELP)
 @click.version_option(__version__, prog_name="onnxcc")
 def main() -> None:
     """onnxcc: ahead-of-time compiler for ONNX models with symbolic shapes."""

@@ -19,14 +19,14 @@ def compile_flags(fn):
     @click.option("--specialize", "specs", multiple=True, metavar="SYM=V[,V...]",
                   help="add exact versions with SYM fixed to each value; repeatable")
     @click.option("--no-specialize-one", is_flag=True, help="no `SYM == 1` versions for broadcast symbols")
-    @click.option("--divisible", type=int, default=None, metavar="K",
+    @click.option("--divisible", type=click.IntRange(min=0), default=None, metavar="K",
                   help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
-    @click.option("--max-versions", type=int, default=8, show_default=True, help="bound on versions (generic included)")
+    @click.option("--max-versions", type=click.IntRange(min=1), default=8, show_default=True, help="bound on versions (generic included)")
     @click.option("--bucket", "bucket_specs", multiple=True, metavar="SYM=B1,B2,...|SYM=auto",
                   help="bucket versions: pad SYM up to the next bound (exact masks); auto: chosen from --trace")
     @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="observed values of the bucketed symbol: one per line, or VALUE,COUNT")
-    @click.option("--max-buckets", type=int, default=4, show_default=True, help="bucket count for --bucket SYM=auto")
+    @click.option("--max-buckets", type=click.IntRange(min=1), default=4, show_default=True, help="bucket count for --bucket SYM=auto")
     @click.option("--target", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
     @click.option("--cuda-arch", default="sm_80", show_default=True, metavar="sm_XY",
                   help="target cuda: the PTX target (the GPU's compute capability must be at least this)")
@@ -48,6 +48,8 @@ def compile_flags(fn):
                                  cpu=cpu_name,
                                  features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse)
         buckets, auto = parse_buckets(bucket_specs)
+        check_within_dims(options.dims, options.specialize, "--specialize")
+        check_within_dims(options.dims, buckets, "--bucket")
         choices = []
         if auto and "model" in kwargs:
             from ..simulate import auto_buckets
@@ -76,9 +78,12 @@ def parse_dims(items) -> dict[str, tuple[int, int]]:
         try:
             if not (sep and sep2):
                 raise ValueError
-            out[name.strip()] = (int(lo), int(hi))
+            lo_, hi_ = int(lo), int(hi)
+            if not name.strip() or not 0 <= lo_ <= hi_:
+                raise ValueError
+            out[name.strip()] = (lo_, hi_)
         except ValueError:
-            raise OnnxccError(f"--dim {item!r}: expected SYM=LO:HI, e.g. seq=1:2048") from None
+            raise OnnxccError(f"--dim {item!r}: expected SYM=LO:HI with 0 <= LO <= HI, e.g. seq=1:2048") from None
     return out
 
 
@@ -89,10 +94,25 @@ def parse_specs(items) -> dict[str, list[int]]:
         try:
             if not sep:
                 raise ValueError
-            out.setdefault(name.strip(), []).extend(int(v) for v in vals.split(","))
+            nums = [int(v) for v in vals.split(",")]
+            if not name.strip() or any(n < 0 for n in nums):
+                raise ValueError
+            out.setdefault(name.strip(), []).extend(nums)
         except ValueError:
-            raise OnnxccError(f"--specialize {item!r}: expected SYM=V[,V...], e.g. batch=1") from None
-    return out
+            raise OnnxccError(f"--specialize {item!r}: expected SYM=V[,V...] (V >= 0), e.g. batch=1") from None
+    # a value given twice is one version, not two identical ones
+    return {k: sorted(set(v)) for k, v in out.items()}
+
+
+def check_within_dims(dims: dict[str, tuple[int, int]], values: dict[str, list[int]], flag: str) -> None:
+    """Values for a symbol whose range --dim narrowed must lie inside it (a version outside the
+    range could never run)."""
+    for name, vals in values.items():
+        if name in dims:
+            lo, hi = dims[name]
+            bad = [v for v in vals if not lo <= v <= hi]
+            if bad:
+                raise OnnxccError(f"{flag} {name}={','.join(map(str, bad))}: outside --dim {name}={lo}:{hi}")
 
 
 def parse_buckets(items) -> tuple[dict[str, list[int]], list[str]]:

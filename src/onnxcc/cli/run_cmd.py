@@ -1,4 +1,9 @@
-"""`onnxcc run MODEL --inputs in.npz --outputs out.npz`: compile (cached), run, save outputs."""
+"""`onnxcc run MODEL.onnx|DIR --inputs in.npz --outputs out.npz`: run a model or a built artifact.
+
+A `.onnx` model is compiled through the artifact cache (reused when the model and flags are
+the same) and the cached build's directory is printed, so it can be inspected; a directory
+that `onnxcc compile` wrote is loaded as it is, with no compile.
+"""
 
 from __future__ import annotations
 
@@ -8,63 +13,102 @@ import click
 import numpy as np
 
 from ..errors import OnnxccError
+from ..ir import parse_dim
+from .exit_codes import EXIT_MISMATCH
 from .options import compile_flags, parse_assignments
 
 
-def _read_inputs(path: Path) -> dict[str, np.ndarray]:
+def _read_inputs(path: Path, input_names: list[str]) -> dict[str, np.ndarray]:
+    """An .npz keyed by input name, or an .npy for a model with one input."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
+        loaded = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
         raise OnnxccError(f"{path}: cannot read inputs ({e}); expected an .npz keyed by input name") from e
+    if isinstance(loaded, np.ndarray):
+        if len(input_names) != 1:
+            raise OnnxccError(f"{path}: an .npy holds one array but the model takes {len(input_names)} inputs "
+                              f"({', '.join(input_names)}); give an .npz keyed by input name")
+        return {input_names[0]: loaded}
+    with loaded as z:
+        return {k: z[k] for k in z.files}
 
 
 @click.command("run")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False, path_type=Path),
-              help=".npz with one array per graph input, keyed by input name")
+              help=".npz with one array per graph input, keyed by input name (.npy for one input)")
 @click.option("--random", "random_dims", default=None, metavar="SYM=V,...",
               help="instead of --inputs: random inputs with these symbol values (seeded)")
 @click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False, path_type=Path),
               help="write one array per graph output (keyed by output name) to this .npz")
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="artifact cache (default: $ONNXCC_CACHE_DIR or ~/.cache/onnxcc)")
-@click.option("--check", is_flag=True, help="also run onnxruntime and report the max abs difference")
+@click.option("--check", is_flag=True,
+              help="also run onnxruntime on the same inputs; exit 4 if an output differs beyond the tolerance")
+@click.option("--rtol", type=click.FloatRange(min=0), default=1e-4, show_default=True, help="--check: relative tolerance")
+@click.option("--atol", type=click.FloatRange(min=0), default=1e-5, show_default=True, help="--check: absolute tolerance")
 @compile_flags
 def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_path: Path | None,
-        cache_dir: Path | None, check: bool, options) -> None:
-    """Compile MODEL (reusing a cached build of the same model and flags) and run it."""
-    from ..driver import compile_cached
+        cache_dir: Path | None, check: bool, rtol: float, atol: float, options) -> None:
+    """Run MODEL (an .onnx file, compiled through the cache) or DIR (an artifact `compile` wrote)."""
     from ..runtime import load
-    from ..runtime.cache import ArtifactCache
 
     if (inputs_path is None) == (random_dims is None):
         raise OnnxccError("give exactly one of --inputs FILE.npz or --random SYM=V,...")
-    if not model.is_file():
-        raise OnnxccError(f"{model}: no such file")
-    cache = ArtifactCache(cache_dir)
-    path, hit = compile_cached(model, options, cache)
-    compiled = load(path)
+    if model.is_dir():
+        if check:
+            raise OnnxccError(f"{model}: --check needs the .onnx model to run onnxruntime on, not a built artifact")
+        try:
+            compiled = load(model)
+        except FileNotFoundError as e:
+            raise OnnxccError(str(e)) from None
+        origin = f"artifact {model}"
+    elif model.is_file():
+        from ..driver import compile_cached
+        from ..runtime.cache import ArtifactCache
+
+        path, hit = compile_cached(model, options, ArtifactCache(cache_dir))
+        compiled = load(path)
+        origin = f"{'cached' if hit else 'compiled'} build {path}"
+    else:
+        raise OnnxccError(f"{model}: no such file or directory")
     if inputs_path is not None:
-        feeds = _read_inputs(inputs_path)
+        feeds = _read_inputs(inputs_path, [t["name"] for t in compiled.inputs])
     else:
         feeds = _random_inputs(compiled, parse_assignments(random_dims, "--random"))
     outs = compiled.run(feeds)
     v = compiled.last_version
     # version_info reads "version V (kind, symbol): guard G; subs S; workspace W": keep kind and guard
     info = compiled.version_info(v) or ""
-    click.echo(f"{'cached' if hit else 'compiled'} {path.name[:12]}; ran {info.split(';')[0]}", err=True)
+    click.echo(f"{origin}; ran {info.split(';')[0]}", err=True)
     for k, a in outs.items():
         click.echo(f"{k}: {a.dtype}{list(a.shape)} mean {float(np.mean(a)) if a.size else 0:.6g}")
     if outputs_path is not None:
         np.savez(outputs_path, **outs)
-    if check:
-        from ..testing import ort_run
+    if check and not _check_against_onnxruntime(model, feeds, outs, rtol, atol):
+        raise click.exceptions.Exit(EXIT_MISMATCH)
 
-        want = ort_run(str(model), feeds)
-        for k, w in want.items():
-            err = float(np.max(np.abs(w.astype(np.float64) - outs[k].astype(np.float64)))) if w.size else 0.0
-            click.echo(f"{k}: max abs diff vs onnxruntime {err:.3g}")
+
+def _check_against_onnxruntime(model: Path, feeds, outs, rtol: float, atol: float) -> bool:
+    """Print each output's max abs difference from onnxruntime; True when all are within tolerance."""
+    try:
+        from ..testing import ort_run
+    except ImportError as e:
+        raise OnnxccError(f"--check needs onnxruntime ({e}); install onnxcc[test]") from None
+    ok = True
+    for k, want in ort_run(str(model), feeds).items():
+        got = outs[k]
+        if got.shape != want.shape:
+            click.echo(f"{k}: MISMATCH shape {list(got.shape)}, onnxruntime gives {list(want.shape)}")
+            ok = False
+            continue
+        w, g = want.astype(np.float64), got.astype(np.float64)
+        err = float(np.max(np.abs(w - g))) if w.size else 0.0
+        within = bool(np.all(np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)))
+        ok &= within
+        click.echo(f"{k}: max abs diff vs onnxruntime {err:.3g} ({'ok' if within else 'MISMATCH'}: "
+                   f"rtol {rtol:g}, atol {atol:g})")
+    return ok
 
 
 def _random_inputs(compiled, dims: dict[str, int]) -> dict[str, np.ndarray]:
@@ -72,14 +116,21 @@ def _random_inputs(compiled, dims: dict[str, int]) -> dict[str, np.ndarray]:
     import sympy
 
     rng = np.random.default_rng(0)
-    feeds = {}
+    shapes = {t["name"]: [parse_dim(str(d)) for d in t["shape"]] for t in compiled.inputs}
+    known = {s.name for dims_ in shapes.values() for d in dims_ if not isinstance(d, int) for s in d.free_symbols}
+    unknown = sorted(set(dims) - known)
+    if unknown:
+        raise OnnxccError(f"--random: the model has no symbol {', '.join(unknown)} "
+                          f"(its inputs' symbols: {', '.join(sorted(known)) or 'none'})")
     env = {sympy.Symbol(k, integer=True, positive=True): v for k, v in dims.items()}
+    feeds = {}
     for t in compiled.inputs:
         shape = []
-        for d in t["shape"]:
-            e = sympy.sympify(d, locals={str(s): s for s in env}).subs(env)
+        for d in shapes[t["name"]]:
+            e = sympy.sympify(d).subs(env)
             if not e.is_Integer:
-                raise OnnxccError(f'input "{t["name"]}" dim {d}: give a value with --random (e.g. {d}=4)')
+                missing = ", ".join(sorted(str(s) for s in e.free_symbols))
+                raise OnnxccError(f'input "{t["name"]}" dim {d}: give a value with --random (e.g. {missing}=4)')
             shape.append(int(e))
         dt = np.dtype({"f32": "float32", "f16": "float16", "f64": "float64", "i64": "int64", "i32": "int32",
                        "bool": "bool", "u8": "uint8", "i8": "int8"}.get(t["dtype"], "float32"))

@@ -2,10 +2,11 @@
 
 from .core import Block, BlockArg, Constraint, Function, Module, Op, OpResult, Region, Use, Value, WeightRef
 from .dims import INT_MAX, Dim, SymbolInfo, SymbolTable, canon, evaluate, free_symbols, identifier, is_static, sym
+from .parser import parse_dim, parse_module
 from .types import DType, TensorType
 
 __all__ = [
     "Block", "BlockArg", "Constraint", "Function", "Module", "Op", "OpResult", "Region", "Use", "Value",
     "WeightRef", "INT_MAX", "Dim", "SymbolInfo", "SymbolTable", "canon", "evaluate", "free_symbols",
-    "identifier", "is_static", "sym", "DType", "TensorType",
+    "identifier", "is_static", "parse_dim", "parse_module", "sym", "DType", "TensorType",
 ]

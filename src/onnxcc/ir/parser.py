@@ -15,7 +15,7 @@ import sympy
 
 from ..errors import ParseError
 from .core import Block, Function, Module, Op, Region, Value, WeightRef
-from .dims import SymbolInfo, sym
+from .dims import SymbolInfo, canon, sym
 from .types import DType, TensorType
 
 _TOKEN = re.compile(r"""
@@ -538,3 +538,13 @@ def _unquote(s: str) -> str:
 
 def parse_module(text: str, filename: str = "<text>") -> Module:
     return Parser(text, filename).parse_module()
+
+
+def parse_dim(text: str, filename: str = "<dim>"):
+    """Parse one dim expression as the IR writes it (`seq + 1`, `2*batch`, `floor(seq/2)`), without
+    eval; a ParseError (line:col) for anything else, trailing text included."""
+    p = Parser(text, filename)
+    d = canon(p.parse_dim())
+    if p.peek().kind != "eof":
+        raise p.error("unexpected text after the dim expression")
+    return d
