@@ -9,6 +9,7 @@ The public API:
     compile(model, out_dir, **options) -> Artifact                   build libNAME.so + NAME.h + NAME.json
     load(out_dir) -> CompiledModel                                   load a built artifact (ctypes)
     Session(model, **options)                                        JIT: serve now, specialise hot shapes
+    InferenceSession(model, **options)                               onnxruntime-style: .run(None, feeds)
 
 Heavy modules (onnx, the op registry, passes) are imported on first use.
 """
@@ -92,7 +93,12 @@ def __getattr__(name: str):
         from .session import Session
 
         return Session
+    if name == "InferenceSession":
+        from .ort_compat import InferenceSession
+
+        return InferenceSession
     raise AttributeError(f"module 'onnxcc' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "Session", "compile", "load", "load_model", "load_onnx", "parse_ir", "print_ir"]
+__all__ = ["InferenceSession", "Session", "__version__", "compile", "load", "load_model", "load_onnx", "parse_ir",
+           "print_ir"]
