@@ -51,7 +51,7 @@ def ort_run(model: ModelLike, feeds: dict[str, np.ndarray], threads: int = 1) ->
         model = str(model)
     sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds)))
+    return dict(zip(names, sess.run(names, feeds), strict=True))
 
 
 def input_shapes(model: ModelLike, dims: dict[str, int]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -117,7 +117,8 @@ def check_lowering(model, dims_list, rtol=1e-4, atol=1e-5, pipeline="shape-infer
         feeds = random_inputs(model, dims, seed=k)
         want = ort_run(model, feeds)
         got = jit_run(m, feeds)
-        for (name, w), g in zip(want.items(), got):
+        assert len(got) == len(want), f"{len(got)} outputs, onnxruntime gives {len(want)} at {dims}"
+        for (name, w), g in zip(want.items(), got, strict=True):
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
 
 

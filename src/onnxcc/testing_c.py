@@ -111,7 +111,7 @@ def run_c(exe: Path, meta_outputs: list[dict], feeds: list[np.ndarray], work: Pa
     line = r.stdout.strip()
     if not line.startswith("version="):
         return line, []
-    return line, [np.fromfile(p, dtype=_np(t["dtype"])) for p, t in zip(out_paths, meta_outputs)]
+    return line, [np.fromfile(p, dtype=_np(t["dtype"])) for p, t in zip(out_paths, meta_outputs, strict=True)]
 
 
 def _np(dt: str):

@@ -26,6 +26,7 @@ def test_c_runner_matches_onnxruntime(tmp_path, name):
         want = ort_run(path, feeds)
         line, outs = run_c(exe, meta_outputs, list(feeds.values()), tmp_path)
         assert line.startswith("version="), line
-        for (out_name, w), got in zip(want.items(), outs):
+        assert len(outs) == len(want), f"{name}: the C runner wrote {len(outs)} outputs, want {len(want)}"
+        for (out_name, w), got in zip(want.items(), outs, strict=True):
             np.testing.assert_allclose(got.reshape(w.shape), w, rtol=1e-4, atol=1e-5,
                                        err_msg=f"{name} {out_name} at {dims}")
