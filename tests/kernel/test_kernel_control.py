@@ -95,3 +95,34 @@ def test_verify_errors():
     with pytest.raises(VerifyError, match="unknown symbol m"):
         p.verify()
     assert not isinstance(p.body[0], IfStmt) and isinstance(p.body[0], Compute)
+
+
+def test_nested_cleanup_keeps_every_view_of_a_used_chain(tmp_path):
+    """An LSTM (a loop statement) reading a view of a view (Reshape then Unsqueeze): the temp
+    cleanup after nested optimisation dropped the middle view, orphaning the one the loop
+    reads ("loads unknown buffer"; found on a pretrained voice-activity model)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import onnxcc
+    from onnxcc.testing import ort_run
+
+    rng = np.random.default_rng(0)
+    hidden = 8
+    w = rng.standard_normal((1, 4 * hidden, 6)).astype(np.float32)
+    r = rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32)
+    nodes = [
+        helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+        helper.make_node("Unsqueeze", ["flat", "axes"], ["seq"]),
+        helper.make_node("LSTM", ["seq", "W", "R"], ["", "h"], hidden_size=hidden),
+    ]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(np.array([1, 6], np.int64), "shape"),
+                           onnx.numpy_helper.from_array(np.array([1], np.int64), "axes"),
+                           onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(r, "R")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnxcc.compile(model, tmp_path, name="chain")
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    got = onnxcc.load(tmp_path).run({"x": x})["h"]
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})["h"], rtol=1e-5, atol=1e-6)

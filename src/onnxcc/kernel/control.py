@@ -328,7 +328,13 @@ def optimize_nested(p: KernelProgram, symbols=None, *, fuse: bool = True, target
     used: set[str] = set()
     for s in _all_stmts(p.body):
         used |= s.reads() | s.writes()
-    used |= {p.root(n) for n in used}
+    # a used view keeps every buffer of its alias chain (a view of a view of a temp), not
+    # only the root: dropping an intermediate view orphaned the views built on it
+    for n in list(used):
+        b = p.buffers.get(n)
+        while b is not None and b.alias_of is not None:
+            used.add(b.alias_of)
+            b = p.buffers.get(b.alias_of)
     for name in [n for n, b in p.buffers.items() if b.kind == "temp" and n not in used]:
         if p.buffers[name].alias_of is None and any(p.root(m) == name for m in used):
             continue
