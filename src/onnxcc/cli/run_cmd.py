@@ -34,7 +34,7 @@ def _read_inputs(path: Path) -> dict[str, np.ndarray]:
 def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_path: Path | None,
         cache_dir: Path | None, check: bool, options) -> None:
     """Compile MODEL (reusing a cached build of the same model and flags) and run it."""
-    from ..driver import compile_cached
+    from ..compiler import compile_cached
     from ..runtime import load
     from ..runtime.cache import ArtifactCache
 
