@@ -104,7 +104,7 @@ def main() -> int:
     import numpy as np
 
     blas = _blas_info(args.threads)
-    from onnxcc.driver import CompileOptions, compile_model
+    from onnxcc.compiler import CompileOptions, compile_model
     from onnxcc.runtime import load
 
     sizes = [int(s) for s in args.sizes.split(",") if s]

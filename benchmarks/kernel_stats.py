@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from onnxcc.driver import CompileOptions, graph_stage, load_module
+from onnxcc.compiler import CompileOptions, graph_stage, load_module
 from onnxcc.ir import evaluate
 from onnxcc.kernel.control import has_control, optimize_nested
 from onnxcc.kernel.fuse import count_kernels, fuse

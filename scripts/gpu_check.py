@@ -24,7 +24,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from onnxcc.driver import CompileOptions, compile_model  # noqa: E402
+from onnxcc.compiler import CompileOptions, compile_model  # noqa: E402
 from onnxcc.runtime import load  # noqa: E402
 from onnxcc.runtime.cuda_device import driver  # noqa: E402
 from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS, ort_run, random_inputs  # noqa: E402

@@ -74,8 +74,8 @@ def load_model(path: str | os.PathLike) -> Module:
 
 def compile(model, out_dir, emit: str = "lib", **options):  # noqa: A001 - the natural name
     """Compile `model` (path, bytes, ModelProto or Module) into `out_dir`; options are the
-    fields of `onnxcc.driver.CompileOptions` (name, dims, specialize, target, ...)."""
-    from .driver import CompileOptions, compile_model
+    fields of `onnxcc.compiler.CompileOptions` (name, dims, specialize, target, ...)."""
+    from .compiler import CompileOptions, compile_model
 
     return compile_model(model, out_dir, CompileOptions(**options), emit=emit)
 

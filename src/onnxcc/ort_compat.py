@@ -44,7 +44,7 @@ class InferenceSession:
 
     def __init__(self, model, sess_options=None, providers=None, provider_options=None, *,
                  cache_dir: str | Path | None = None, **compile_options):
-        from .driver import CompileOptions, compile_cached
+        from .compiler import CompileOptions, compile_cached
         from .runtime import load
         from .runtime.cache import ArtifactCache
 

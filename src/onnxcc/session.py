@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .driver import CompileOptions, compile_cached
+from .compiler import CompileOptions, compile_cached
 from .errors import OnnxccError
 from .runtime import load
 from .runtime.cache import ArtifactCache

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .driver import CompileOptions, compile_model, load_module, narrow_dims
+from .compiler import CompileOptions, compile_model, load_module, narrow_dims
 from .errors import OnnxccError
 from .passes.bucket_choice import BucketChoice, assign, choose_buckets, cost_function, read_trace
 

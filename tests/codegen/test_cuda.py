@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from onnxcc.cli import main
 from onnxcc.codegen.cuda import CudaModule, emit_ptx, parse_arch
-from onnxcc.driver import CompileOptions, compile_model
+from onnxcc.compiler import CompileOptions, compile_model
 from onnxcc.errors import CompileError, OnnxccError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen.cpu import parse_modules, target_machine
-from onnxcc.codegen.cpu import optimize as optimize_module
 from onnxcc.codegen.cuda import CudaModule
+from onnxcc.codegen.llvm_target import optimize as optimize_module
+from onnxcc.codegen.llvm_target import parse_modules, target_machine
 from onnxcc.ir import DType, evaluate, sym
 from onnxcc.kernel import (
     ERR_INDEX, KernelProgram, Var, argmax, cast, erf, exp, plan, rmax, rsum, select, tanh, wrap_index,
@@ -138,7 +138,7 @@ NATIVE_MODELS = [m for m in SAMPLE_MODELS if m not in ("if_model", "loop_model",
 
 def version_options(model: str):
     """Options giving every version kind: exact (batch=1), bucket (seq), divisible (default)."""
-    from onnxcc.driver import CompileOptions
+    from onnxcc.compiler import CompileOptions
 
     buckets = {"seq": [8, 64]} if "seq" in SAMPLE_MODELS[model][0] else {}
     return CompileOptions(target="cuda", specialize={"batch": [1]}, buckets=buckets)
@@ -148,7 +148,7 @@ def version_options(model: str):
 def _build(model: str):
     """Versions (function, program, plan) of a sample model as the driver builds them for
     target cuda (exact batch=1 versions included)."""
-    from onnxcc.driver import graph_stage, load_module
+    from onnxcc.compiler import graph_stage, load_module
     from onnxcc.kernel.fuse import fuse
     from onnxcc.kernel.plan_memory import plan as plan_memory
     from onnxcc.passes.lower import lower_function

@@ -226,7 +226,7 @@ def test_schedule_dataclass_describe():
 def test_driver_schedules_every_version(tmp_path):
     from onnx import TensorProto, helper
 
-    from onnxcc.driver import CompileOptions, compile_model
+    from onnxcc.compiler import CompileOptions, compile_model
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])
     w = helper.make_tensor("w", TensorProto.FLOAT, [48, 48], randf(48, 48).ravel())

@@ -353,7 +353,7 @@ NATIVE = ["mlp", "gelu_layernorm", "transformer", "convnet"]
 
 @pytest.mark.parametrize("name", NATIVE)
 def test_sample_model_numerics_unchanged_by_fusion(name):
-    from onnxcc.driver import CompileOptions, graph_stage, load_module
+    from onnxcc.compiler import CompileOptions, graph_stage, load_module
 
     path = MODELS_DIR / f"{name}.onnx"
     module = load_module(path)
@@ -391,7 +391,7 @@ def test_batch_one_version_fuses_like_the_generic_one():
     """Broadcast lowering reads a size-1 dim at index 0; a `batch == 1` version must still see
     the bias add as the projection's epilogue and the head split as a remap into the next
     matmul (it once kept 15 kernels against the generic 11, and ran slower than generic)."""
-    from onnxcc.driver import CompileOptions, graph_stage, load_module
+    from onnxcc.compiler import CompileOptions, graph_stage, load_module
     from onnxcc.kernel.fuse import count_kernels
     from onnxcc.kernel.schedule import schedule_program
 

@@ -279,7 +279,7 @@ def test_prover_handles_ceiling_max_and_ranges():
 
 @pytest.mark.parametrize("name", ["mlp", "gelu_layernorm", "transformer", "convnet"])
 def test_sample_model_plans_are_disjoint_and_near_the_peak(name):
-    from onnxcc.driver import CompileOptions, graph_stage, load_module
+    from onnxcc.compiler import CompileOptions, graph_stage, load_module
     from onnxcc.kernel.fuse import fuse
     from onnxcc.passes.lower import lower_function
     from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS
@@ -303,7 +303,7 @@ def test_generic_transformer_plan_is_split_by_seq_and_at_the_peak():
     """One layout valid for every seq is 1.14x the peak at seq 200 (the scores, quadratic in
     seq, outgrow the projections); per-range layouts chosen at run time reach the peak at
     every benchmark shape and stay disjoint on both sides of each range boundary."""
-    from onnxcc.driver import CompileOptions, graph_stage, load_module
+    from onnxcc.compiler import CompileOptions, graph_stage, load_module
     from onnxcc.kernel.fuse import fuse
     from onnxcc.passes.lower import lower_function
     from onnxcc.testing import MODELS_DIR

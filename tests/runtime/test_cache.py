@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
-from onnxcc.driver import CompileOptions, cache_document, compile_cached
+from onnxcc.compiler import CompileOptions, cache_document, compile_cached
 from onnxcc.runtime.cache import MANIFEST, ArtifactCache, make_key
 
 
@@ -76,7 +76,7 @@ def test_damaged_entry_is_rebuilt_not_loaded(tmp_path, model_path, damage):
 def test_second_process_reuses_the_cache_with_zero_compiles(tmp_path, model_path):
     cache_dir = tmp_path / "c"
     compile_cached(model_path, CompileOptions(), ArtifactCache(cache_dir))
-    code = ("import sys; from onnxcc.driver import compile_cached; from onnxcc.runtime.cache import ArtifactCache;"
+    code = ("import sys; from onnxcc.compiler import compile_cached; from onnxcc.runtime.cache import ArtifactCache;"
             "p, hit = compile_cached(sys.argv[1], cache=ArtifactCache(sys.argv[2])); print('HIT' if hit else 'MISS')")
     r = subprocess.run([sys.executable, "-c", code, str(model_path), str(cache_dir)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..compiler.options import EMIT_STAGES
 from .options import compile_flags
 
 
@@ -13,22 +14,28 @@ from .options import compile_flags
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="artifact directory (default: ./NAME)")
-@click.option("--emit", type=click.Choice(["ir", "kernel", "llvm", "asm", "ptx", "lib"]), default="lib",
+@click.option("--emit", type=click.Choice(EMIT_STAGES), default="lib",
               show_default=True,
               help="stop after this stage; all but lib print the stage's text to stdout")
-@click.option("--print-ir-after-all", is_flag=True, help="print the IR after every graph pass (stderr)")
-@click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path), help="IR after each pass, one file each")
-@click.option("--time-passes", is_flag=True, help="report pass and stage times (stderr)")
+@click.option("--print-ir-after-all", is_flag=True,
+              help="print the IR after every pass, graph and kernel (stderr)")
+@click.option("--print-ir-after", "print_after", multiple=True, metavar="PASS",
+              help="print the IR after this pass (e.g. canonicalize, fuse, plan-memory; stderr); repeatable")
+@click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="IR after each pass, one file each, numbered across the build (NNN_<pass>.onnxir / .kir)")
+@click.option("--time-passes", is_flag=True, help="report the time of every pass and build step (stderr)")
 @compile_flags
-def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: bool, dump_dir: Path | None,
-             time_passes: bool, options) -> None:
+def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: bool,
+             print_after: tuple[str, ...], dump_dir: Path | None, time_passes: bool, options) -> None:
     """Compile MODEL (.onnx or .onnxir) into a guarded multi-version shared library."""
-    from ..driver import compile_model
-    from ..passes import DumpDir, PassContext, PrintAfter, TimePasses, VerifyAfterEach
+    from ..compiler import compile_model
+    from ..passes import DumpDir, PassContext, PrintAfter, TimePasses, VerifyAfterEach, get_pass
 
+    for name in print_after:
+        get_pass(name)  # an unknown pass name is an error, not a silent no-op
     instruments = [VerifyAfterEach()]
-    if print_ir_after_all:
-        instruments.append(PrintAfter(None))
+    if print_ir_after_all or print_after:
+        instruments.append(PrintAfter(None if print_ir_after_all else set(print_after)))
     if dump_dir is not None:
         instruments.append(DumpDir(dump_dir))
     timer = TimePasses() if time_passes else None
@@ -43,4 +50,3 @@ def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: b
         click.echo(f"wrote {art.library} ({n} version{'s' if n != 1 else ''}), {art.header}, {art.metadata}")
     if timer:
         click.echo(timer.report(), err=True)
-        click.echo("stages: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in art.timings.items()), err=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..compiler.options import TARGETS
 from ..errors import OnnxccError
 
 
@@ -26,8 +27,9 @@ def compile_flags(fn):
                   help="bucket versions: pad SYM up to the next bound (exact masks); auto: chosen from --trace")
     @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="observed values of the bucketed symbol: one per line, or VALUE,COUNT")
-    @click.option("--max-buckets", type=click.IntRange(min=1), default=4, show_default=True, help="bucket count for --bucket SYM=auto")
-    @click.option("--target", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+    @click.option("--max-buckets", type=click.IntRange(min=1), default=4, show_default=True,
+                  help="bucket count for --bucket SYM=auto")
+    @click.option("--target", type=click.Choice(TARGETS), default="cpu", show_default=True)
     @click.option("--cuda-arch", default="sm_80", show_default=True, metavar="sm_XY",
                   help="target cuda: the PTX target (the GPU's compute capability must be at least this)")
     @click.option("--triple", default=None, help="LLVM target triple (default: the host)")
@@ -40,7 +42,7 @@ def compile_flags(fn):
     def wrapper(*args, name, dims, specs, no_specialize_one, divisible, max_versions, target, cuda_arch, triple,
                 cpu_name,
                 features, no_parallel, no_fuse, opt, bucket_specs, trace, max_buckets, **kwargs):
-        from ..driver import CompileOptions
+        from ..compiler import CompileOptions
 
         options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
                                  specialize_one=not no_specialize_one, divisible=divisible,

@@ -64,7 +64,7 @@ def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_
             raise OnnxccError(str(e)) from None
         origin = f"artifact {model}"
     elif model.is_file():
-        from ..driver import compile_cached
+        from ..compiler import compile_cached
         from ..runtime.cache import ArtifactCache
 
         path, hit = compile_cached(model, options, ArtifactCache(cache_dir))

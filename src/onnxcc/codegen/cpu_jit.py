@@ -26,7 +26,8 @@ from onnxcc.kernel.expr import ERROR_MESSAGES
 from onnxcc.kernel.plan_memory import MemoryPlan, plan as plan_memory, reserve_scratch
 from onnxcc.kernel.program import KernelProgram
 
-from .cpu import PARALLEL_FOR, emit_llvm, optimize, parse_modules, target_machine
+from .cpu import PARALLEL_FOR, emit_llvm
+from .llvm_target import optimize, parse_modules, target_machine
 
 _KERNEL_CFUNC = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4)
 _BODY_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)

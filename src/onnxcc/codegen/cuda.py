@@ -44,12 +44,12 @@ from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram
 
 from .abi import KernelLaunch
-from .cpu import parse_modules, target_machine
-from .cpu import optimize as optimize_module
 from .cuda_math import FUNCTIONS as MATH_FUNCTIONS
 from .cuda_math import INTRINSIC_REPLACEMENTS, math_function
 from .llvm_exprs import F32, F64, AccessMetadata, ExprEmitter, ProgramContext
 from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
+from .llvm_target import optimize as optimize_module
+from .llvm_target import parse_modules, target_machine
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_80"

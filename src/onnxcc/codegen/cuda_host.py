@@ -18,10 +18,12 @@ from pathlib import Path
 
 from llvmlite import ir
 
+from onnxcc.errors import CompileError
 from onnxcc.kernel.expr import ERROR_MESSAGES
 
 from .abi import ArtifactSpec, VersionSpec
 from .c_exprs import c_int
+from .link import LinkTarget
 
 PTX_SYMBOL = "onnxcc_cuda_ptx"
 RUNTIME_SOURCE = "onnxcc_cuda.c"
@@ -125,8 +127,53 @@ def blob_module(spec: ArtifactSpec) -> ir.Module:
 
 
 def write_blob_object(spec: ArtifactSpec, out_dir: Path) -> Path:
-    from .cpu import emit_object
+    from .llvm_target import emit_object
 
     path = Path(out_dir) / f"{spec.name}_cuda_blobs.o"
     path.write_bytes(emit_object(blob_module(spec), opt=0))
     return path
+
+
+class CudaLink(LinkTarget):
+    """The dispatcher's CUDA part: the PTX image and a launch function per version, the
+    common device of a call's tensors, `NAME_set_stream`, and the CUDA runtime (driver API
+    through dlopen: linking needs no CUDA install)."""
+
+    devices = ("kDLCUDA", "kDLCUDAManaged")
+    shape_devices = ("kDLCPU", "kDLCUDAHost", "kDLCUDA", "kDLCUDAManaged")
+    api_extra = ("set_stream",)
+    statics = frozenset({"cuda_image", "cuda_kernels", "cuda_consts", "cuda_kernel_errors", "shape_devices"})
+    where = "on one CUDA device (device pointers)"
+
+    def validate(self, spec: ArtifactSpec) -> None:
+        if spec.device is None:
+            raise CompileError(f"artifact {spec.name}: target cuda needs the device code (spec.device)")
+
+    def declarations(self, spec: ArtifactSpec, names: dict[str, str]) -> str:
+        return prelude(spec, names)
+
+    def run_prologue(self) -> list[str]:
+        return ["  int dev = 0;",
+                "  if ((rc = onnxcc_cuda_common_device(inputs, n_inputs, outputs, n_outputs, &dev)) != 0) "
+                "return rc;"]
+
+    def version_call(self, k: int, v: VersionSpec, ws: str) -> str:
+        return version_call(k, v, ws)
+
+    def header_api(self, name: str, up: str) -> str:
+        return f"""
+/* The CUstream this thread's next {name}_run calls launch on (NULL: the default stream).
+ * {name}_run waits for its kernels on that stream before it returns. Thread-local. */
+{up}_API void {name}_set_stream(void *stream);
+"""
+
+    def api_defs(self, name: str) -> str:
+        return f"\nvoid {name}_set_stream(void *stream) {{ onnxcc_cuda_set_stream(stream); }}\n"
+
+    def link_inputs(self, spec: ArtifactSpec, out: Path) -> tuple[list[Path], list[str], list[str]]:
+        blob = write_blob_object(spec, out)
+        (out / f"{spec.name}.ptx").write_text(spec.device.ptx)  # type: ignore[union-attr]
+        return [blob], [RUNTIME_SOURCE], ["-ldl"]
+
+
+CUDA_LINK = CudaLink()

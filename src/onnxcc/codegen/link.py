@@ -45,13 +45,69 @@ DL_DTYPE = {
     DType.bool: (6, 8),
 }
 
-# Device types a target's kernels can dereference.
-TARGET_DEVICES = {"cpu": ("kDLCPU",), "cuda": ("kDLCUDA", "kDLCUDAManaged")}
-
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
 _DISPATCH_STATICS = {"bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl",
                      "run_syms_tl", "run_ok_tl"}
-_CUDA_STATICS = {"cuda_image", "cuda_kernels", "cuda_consts", "cuda_kernel_errors", "shape_devices"}
+
+
+class LinkTarget:
+    """What one target puts into the shared dispatcher, header and link; every backend has
+    one (`Backend.link`). This base is the CPU's: native kernel functions called in place,
+    nothing more to link. The CUDA one (codegen/cuda_host.py) adds the PTX image, a launch
+    function per version, `NAME_set_stream` and its runtime."""
+
+    #: DLPack device types the kernels can dereference
+    devices: tuple[str, ...] = ("kDLCPU",)
+    #: device types whose tensors NAME_output_shape accepts (it reads only shapes); None: `devices`
+    shape_devices: tuple[str, ...] | None = None
+    #: exported functions beyond the common API (NAME_ prefixed)
+    api_extra: tuple[str, ...] = ()
+    #: file-scope names the target's part of the dispatcher defines
+    statics: frozenset[str] = frozenset()
+    #: where NAME_run's tensors live, for the header's comment
+    where: str = "on the CPU"
+
+    def validate(self, spec: ArtifactSpec) -> None:
+        """Raise CompileError when the spec lacks what this target needs."""
+
+    def declarations(self, spec: ArtifactSpec, names: dict[str, str]) -> str:
+        """The dispatcher's declarations of the versions (`names`: symbol -> C value)."""
+        kernels = sorted({v.symbol for v in spec.versions})
+        return "\n".join(f"extern int32_t {k}(const int64_t *syms, void *const *inputs,\n"
+                         f"{' ' * (16 + len(k))}void *const *outputs, void *workspace);" for k in kernels)
+
+    def run_prologue(self) -> list[str]:
+        """NAME_run's lines after the pointers are set up, before the version switch."""
+        return []
+
+    def version_call(self, k: int, v: VersionSpec, ws: str) -> str:
+        """The statement running version k (s, in_ptrs, out_ptrs in scope; sets rc)."""
+        return f"rc = onnxcc_call_version({k}, {v.symbol}, {ws}, s, in_ptrs, out_ptrs);"
+
+    def header_api(self, name: str, up: str) -> str:
+        """Declarations NAME.h adds after the common API."""
+        return ""
+
+    def api_defs(self, name: str) -> str:
+        """Definitions of `api_extra`."""
+        return ""
+
+    def link_inputs(self, spec: ArtifactSpec, out: Path) -> tuple[list[Path], list[str], list[str]]:
+        """Written before the link: (object files, runtime sources, linker libraries) to add."""
+        return [], [], []
+
+
+CPU_LINK = LinkTarget()
+
+
+def link_target(spec: ArtifactSpec) -> LinkTarget:
+    """The spec's target's LinkTarget, from the backend registry."""
+    from .backend import BACKENDS, backend_class
+
+    if spec.target not in BACKENDS:
+        raise CompileError(f"artifact {spec.name}: unknown target {spec.target!r} "
+                           f"(known: {', '.join(BACKENDS)})")
+    return backend_class(spec.target).link
 
 
 def _dlpack_types() -> str:
@@ -87,10 +143,9 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(text(d) for d in shape) + "]"
 
 
-def _api_names(name: str, target: str = "cpu", run_dims: bool = False) -> list[str]:
+def _api_names(name: str, target: LinkTarget = CPU_LINK, run_dims: bool = False) -> list[str]:
     """The exported functions; `NAME_output_dims` only where some dim is run-determined."""
-    extra = ("set_stream",) if target == "cuda" else ()
-    extra += ("output_dims",) if run_dims else ()
+    extra = tuple(target.api_extra) + (("output_dims",) if run_dims else ())
     return [f"{name}_{f}" for f in ("run", "output_shape", "last_error", "num_versions", "version_info",
                                     "last_version", *extra)]
 
@@ -232,12 +287,8 @@ def generate_header(spec: ArtifactSpec) -> str:
         doc.append(f" *   {k}: {v.kind}, {_comment(_guard_text(v))}")
     doc.append(" */")
     codes = ",\n".join(f"  {up}_{k} = {v}" for k, v in ERROR_CODES.items())
-    where = "on the CPU" if spec.target == "cpu" else "on one CUDA device (device pointers)"
-    stream = "" if spec.target == "cpu" else f"""
-/* The CUstream this thread's next {n}_run calls launch on (NULL: the default stream).
- * {n}_run waits for its kernels on that stream before it returns. Thread-local. */
-{up}_API void {n}_set_stream(void *stream);
-"""
+    target = link_target(spec)
+    where, stream = target.where, target.header_api(n, up)
     return "\n".join(doc) + f"""
 #ifndef {up}_H_
 #define {up}_H_
@@ -331,13 +382,9 @@ class _Dispatch:
 
     def __init__(self, spec: ArtifactSpec):
         spec.validate()
-        if spec.target not in TARGET_DEVICES:
-            raise CompileError(f"artifact {spec.name}: unknown target {spec.target!r} "
-                               f"(known: {', '.join(TARGET_DEVICES)})")
-        if spec.target == "cuda" and spec.device is None:
-            raise CompileError(f"artifact {spec.name}: target cuda needs the device code (spec.device)")
-        statics = _DISPATCH_STATICS | (_CUDA_STATICS if spec.target == "cuda" else set())
-        own = statics | set(_api_names(spec.name, spec.target, True))
+        self.target = target = link_target(spec)
+        target.validate(spec)
+        own = _DISPATCH_STATICS | target.statics | set(_api_names(spec.name, target, True))
         clash = sorted({v.symbol for v in spec.versions} & own)
         if clash or any(v.symbol.startswith("onnxcc_") for v in spec.versions):
             raise CompileError(f"artifact {spec.name}: kernel symbol(s) {clash or 'onnxcc_*'} clash with the "
@@ -376,16 +423,9 @@ class _Dispatch:
     # -- pieces ------------------------------------------------------------------------
     def prelude(self) -> str:
         s = self.spec
-        kernels = sorted({v.symbol for v in s.versions})
-        if s.target == "cuda":
-            from .cuda_host import prelude as cuda_prelude
-
-            decls = cuda_prelude(s, self.names)
-        else:
-            decls = "\n".join(f"extern int32_t {k}(const int64_t *syms, void *const *inputs,\n"
-                               f"{' ' * (16 + len(k))}void *const *outputs, void *workspace);" for k in kernels)
+        decls = self.target.declarations(s, self.names)
         infos = ",\n".join(f'  "{_c_string(_version_info_text(k, v))}"' for k, v in enumerate(s.versions))
-        devices = ", ".join(TARGET_DEVICES[s.target])
+        devices = ", ".join(self.target.devices)
         asserts = "\n".join(f'_Static_assert((int){self.up}_{k} == (int)ONNXCC_{k}, "return codes drifted");'
                             for k in ERROR_CODES)
         return f"""/* {self.n}_dispatch.c: generated by onnxcc. Do not edit. */
@@ -537,20 +577,11 @@ static const int32_t devices[] = {{{devices}}};
                   "  (void)in_ptrs; (void)out_ptrs;"]
         for arr, ptrs, n_ in (("inputs", "in_ptrs", len(s.inputs)), ("outputs", "out_ptrs", len(s.outputs))):
             lines += [f"  {ptrs}[{k}] = (char *){arr}[{k}].data + {arr}[{k}].byte_offset;" for k in range(n_)]
-        if s.target == "cuda":
-            lines += ["  int dev = 0;",
-                      "  if ((rc = onnxcc_cuda_common_device(inputs, n_inputs, outputs, n_outputs, &dev)) != 0) "
-                      "return rc;"]
+        lines += self.target.run_prologue()
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
             ws = self.ci(canon(v.workspace_bytes))
-            if s.target == "cuda":
-                from .cuda_host import version_call
-
-                lines.append(f"  case {k}: {version_call(k, v, ws)} break;")
-                continue
-            call = f"onnxcc_call_version({k}, {v.symbol}, {ws}, s, in_ptrs, out_ptrs)"
-            lines.append(f"  case {k}: rc = {call}; break;")
+            lines.append(f"  case {k}: {self.target.version_call(k, v, ws)} break;")
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
         if s.run_dims:  # the kernel wrote the run-determined symbols' true values into s[]
             lines += ["  if (rc == 0) {", "    for (int k = 0; k < SYM_CAP; ++k) run_syms_tl[k] = s[k];",
@@ -600,14 +631,14 @@ int {n}_output_dims(int output, int64_t *shape) {{
 
     def api_fns(self) -> str:
         n, nout = self.n, len(self.spec.outputs)
-        # only shapes and dtypes are read: a CUDA artifact takes host descriptions too
-        devs = "shape_devices, NUM_SHAPE_DEVICES" if self.spec.target == "cuda" else "devices, NUM_DEVICES"
-        shape_devs = "" if self.spec.target == "cpu" else f"""static const int32_t shape_devices[] = {{kDLCPU, kDLCUDAHost, {", ".join(TARGET_DEVICES[self.spec.target])}}};
-#define NUM_SHAPE_DEVICES ((int)(sizeof shape_devices / sizeof shape_devices[0]))
-
-"""
-        stream = "" if self.spec.target == "cpu" else \
-            f"\nvoid {n}_set_stream(void *stream) {{ onnxcc_cuda_set_stream(stream); }}\n"
+        # only shapes and dtypes are read: a device target may take host descriptions too
+        devs, shape_devs = "devices, NUM_DEVICES", ""
+        if self.target.shape_devices is not None:
+            devs = "shape_devices, NUM_SHAPE_DEVICES"
+            listed = ", ".join(self.target.shape_devices)
+            shape_devs = (f"static const int32_t shape_devices[] = {{{listed}}};\n"
+                          "#define NUM_SHAPE_DEVICES ((int)(sizeof shape_devices / sizeof shape_devices[0]))\n\n")
+        stream = self.target.api_defs(n)
         return shape_devs + f"""int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape) {{
   int64_t s[SYM_CAP];
   int rc;
@@ -692,7 +723,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
 
 def _version_script(spec: ArtifactSpec) -> str:
     # Export the API and nothing else: kernels and the runtime stay private to the .so.
-    names = "".join(f"    {f};\n" for f in _api_names(spec.name, spec.target, bool(spec.run_dims)))
+    names = "".join(f"    {f};\n" for f in _api_names(spec.name, link_target(spec), bool(spec.run_dims)))
     return f"{{\n  global:\n{names}  local:\n    *;\n}};\n"
 
 
@@ -717,16 +748,10 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
         if not f.is_file():
             raise CompileError(f"building lib{name}.so: input file {f} does not exist")
     dispatcher = generate_dispatcher(spec)
-    runtime = list(RUNTIME_SOURCES)
-    libs = ["-lm"]
-    if spec.target == "cuda":
-        from .cuda_host import RUNTIME_SOURCE, write_blob_object
-
-        blob = write_blob_object(spec, out)
-        objects.append(blob)
-        (out / f"{name}.ptx").write_text(spec.device.ptx)  # type: ignore[union-attr]
-        runtime.append(RUNTIME_SOURCE)
-        libs.append("-ldl")
+    own_objects, own_runtime, own_libs = link_target(spec).link_inputs(spec, out)
+    objects += own_objects
+    runtime = [*RUNTIME_SOURCES, *own_runtime]
+    libs = ["-lm", *own_libs]
     (out / f"{name}.h").write_text(generate_header(spec))
     (out / f"{name}_dispatch.c").write_text(dispatcher)
     # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
@@ -749,8 +774,8 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
         Path(tmp).unlink(missing_ok=True)
         raise CompileError(_link_failure(spec, cc, proc))
     os.replace(tmp, lib)
-    if spec.target == "cuda":
-        blob.unlink()
+    for f in own_objects:  # intermediate: the library holds them now
+        f.unlink()
     return lib
 
 

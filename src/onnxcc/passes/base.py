@@ -2,6 +2,12 @@
 
 Passes transform; the runner observes. Printing, timing, verifying and dumping are
 instruments (`before`, `after`, `failed` hooks) chosen by the caller or the CLI flags.
+
+One pipeline runs graph passes and kernel passes alike: a pass with `converts = True`
+(lower-to-kernel) returns the module the passes after it see (the graph `Module` becomes
+a `KernelModule`). Instruments only ask a module to print (`str`) and to verify, so they
+cover both IRs; build steps that are not passes (the backend's emit, the link) report
+their time through `Instrument.step`.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ class ModulePass:
     """
 
     name: ClassVar[str] = ""
+    #: True for a conversion pass: `run` returns the new module instead of `changed`
+    converts: ClassVar[bool] = False
 
     def run(self, module: Module, ctx: PassContext) -> bool:
         raise NotImplementedError
@@ -43,6 +51,8 @@ class Instrument:
     def before(self, pass_: ModulePass, module: Module, index: int) -> None: ...
     def after(self, pass_: ModulePass, module: Module, index: int, changed: bool) -> None: ...
     def failed(self, pass_: ModulePass, module: Module, index: int, error: BaseException) -> None: ...
+    def step(self, name: str, seconds: float) -> None:
+        """A build step outside the pass list (import, backend emit, link) took `seconds`."""
 
 
 @dataclass
@@ -105,7 +115,9 @@ def parse_pipeline(text: str) -> list[ModulePass]:
     return [get_pass(p) for p in parts if p.strip()]
 
 
-def run_pipeline(module: Module, pipeline, ctx: PassContext | None = None) -> Module:
+def run_pipeline(module, pipeline, ctx: PassContext | None = None):
+    """Run the passes in order with ctx's instruments; returns the final module (a different
+    object than `module` once a converting pass ran)."""
     ctx = ctx or PassContext()
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     done: list[str] = []
@@ -114,6 +126,8 @@ def run_pipeline(module: Module, pipeline, ctx: PassContext | None = None) -> Mo
             ins.before(p, module, i)
         try:
             changed = p.run(module, ctx)
+            if getattr(p, "converts", False):
+                module, changed = changed, True
         except BaseException as e:
             for ins in ctx.instruments:
                 ins.failed(p, module, i, e)
@@ -142,7 +156,10 @@ class VerifyAfterEach(Instrument):
         from ..ir.verify import verify
 
         try:
-            verify(module)
+            if isinstance(module, Module):
+                verify(module)
+            else:  # the kernel module verifies its programs
+                module.verify()
         except OnnxccError as e:
             raise PassError(pass_.name, [], OnnxccError(f"IR invalid after pass: {e}")) from e
 
@@ -163,14 +180,20 @@ class PrintAfter(Instrument):
 
 
 class DumpDir(Instrument):
-    """Write one numbered file per pass: DIR/003_canonicalize.onnxir."""
+    """Write one numbered file per pass: DIR/003_canonicalize.onnxir, DIR/009_fuse.kir.
+
+    The number counts every pass this instrument saw, so it runs on across pipelines and
+    IRs (graph dumps are .onnxir and parse back; kernel dumps are .kir)."""
 
     def __init__(self, directory):
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.count = 0
 
     def after(self, pass_, module, index, changed):
-        path = self.dir / f"{index:03d}_{pass_.name}.onnxir"
+        suffix = getattr(module, "dump_suffix", ".onnxir")
+        path = self.dir / f"{self.count:03d}_{pass_.name}{suffix}"
+        self.count += 1
         path.write_text(dump_header(pass_.name) + "\n" + str(module))
 
 
@@ -185,6 +208,9 @@ class TimePasses(Instrument):
 
     def after(self, pass_, module, index, changed):
         self.times.append((pass_.name, time.perf_counter() - self._t0))
+
+    def step(self, name, seconds):
+        self.times.append((name, seconds))
 
     def report(self) -> str:
         total = sum(t for _, t in self.times) or 1e-12

@@ -17,6 +17,8 @@ returned (or passed through Identity), never computed with.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import sympy
@@ -24,9 +26,12 @@ import sympy
 from ..errors import CompileError, UnsupportedOp
 from ..ir import DType, Function, Module, Op, Value, canon
 from ..kernel import Buffer, Compute, KernelProgram, SetSymbol, Stmt, Var, dim_to_expr
+from ..kernel.fuse import count_kernels
+from ..kernel.module import KernelModule, KernelVersion
 from ..ops import require_opdef
 from ..ops.cc import const_array
 from ..ops.lowering import LowerCtx
+from .base import ModulePass, PassContext, register_pass
 
 
 class _Lowerer:
@@ -240,3 +245,22 @@ def _const_of(v: Value, module: Module):
 def lower_function(module: Module, f: Function, name: str, values: dict | None = None) -> KernelProgram:
     """The kernel program of one function (usually one version of @main)."""
     return _Lowerer(module, f, name, values).run()
+
+
+@register_pass
+@dataclass(frozen=True)
+class LowerToKernelPass(ModulePass):
+    """The versioned graph module -> a KernelModule: version k of @main becomes the kernel
+    program `PREFIX_vK` (the artifact's kernel symbols)."""
+
+    name: ClassVar[str] = "lower-to-kernel"
+    converts: ClassVar[bool] = True
+    prefix: str = "model"
+
+    def run(self, module: Module, ctx: PassContext) -> KernelModule:  # type: ignore[override]
+        kmod = KernelModule(module)
+        for k, fname in enumerate(module.dispatch["main"]):
+            f = module.functions[fname]
+            prog = lower_function(module, f, f"{self.prefix}_v{k}")
+            kmod.versions.append(KernelVersion(f, prog, stats={"kernels_before": count_kernels(prog.body)}))
+        return kmod

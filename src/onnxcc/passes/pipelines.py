@@ -1,6 +1,8 @@
-"""Named default pipelines, as plain lists of pass specs (one comment per step).
+"""Named graph pipelines, as plain lists of pass specs (one comment per step).
 
-Each is joined into the pipeline text the pass manager and `onnxcc ir -p` read.
+Each is joined into the pipeline text the pass manager and `onnxcc ir -p` read. The whole
+build (these, then versioning, lowering and the kernel passes) is one recipe in
+compiler/pipeline.py, which starts with DEFAULT_GRAPH_PIPELINE.
 """
 
 #: ONNX import -> clean graph IR

@@ -5,15 +5,20 @@ Region bodies are inferred more than once (at import, before their captures' val
 known, then again by shape inference): the first round may mint symbols for dims it could
 not tell yet (`Unsqueeze` axes from a captured constant) and record constraints over them.
 Once every type is concrete those symbols are stale, but the dispatcher would still have
-to bind them from the inputs and could not. The driver prunes them before versioning.
+to bind them from the inputs and could not. The pipeline prunes them before versioning
+(`prune-symbols`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import sympy
 
 from ..ir import Module
+from .base import ModulePass, PassContext, register_pass
 
 
 def _collect(x, used: set[str]) -> None:
@@ -57,3 +62,12 @@ def prune_stale_symbols(module: Module) -> list[str]:
         for name in stale:
             del module.symbols.infos[name]
     return stale
+
+
+@register_pass
+@dataclass(frozen=True)
+class PruneSymbolsPass(ModulePass):
+    name: ClassVar[str] = "prune-symbols"
+
+    def run(self, module: Module, ctx: PassContext) -> bool:
+        return bool(prune_stale_symbols(module))

@@ -1,0 +1,117 @@
+"""LLVM target tooling both backends share: target initialisation, the host CPU, target
+machines, parsing and linking llvmlite modules, the -O pipeline, objects and assembly.
+
+The CPU backend emits objects for the host (or `--triple`); the CUDA backend runs the same
+parse / optimize steps on an NVPTX target machine and prints PTX.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from onnxcc.errors import CompileError
+
+
+@functools.cache
+def _init_llvm() -> None:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    for name in ("initialize_all_targets", "initialize_all_asmprinters"):
+        fn = getattr(llvm, name, None)
+        if fn is not None:
+            try:
+                fn()
+            except RuntimeError:  # pragma: no cover - builds without extra targets
+                pass
+
+
+def host_cpu() -> tuple[str, str]:
+    """(cpu name, feature string) of the machine we run on."""
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    try:
+        features = llvm.get_host_cpu_features().flatten()
+    except RuntimeError:  # pragma: no cover - hosts without feature detection
+        features = ""
+    return llvm.get_host_cpu_name(), features
+
+
+def target_machine(triple: str | None = None, cpu: str | None = None, features: str | None = None,
+                   opt: int = 3, *, jit: bool = False):
+    """A TargetMachine (PIC); the host CPU and its features unless told otherwise."""
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    host = llvm.get_process_triple()
+    triple = triple or host
+    if triple == host and cpu is None:
+        cpu, host_features = host_cpu()
+        features = host_features if features is None else features
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu or "", features=features or "", opt=max(0, min(opt, 3)),
+                                        reloc="pic", codemodel="jitdefault" if jit else "default")
+
+
+def parse_modules(modules) -> object:
+    """Parse llvmlite ir.Modules or IR text (one or a list) into one verified ModuleRef."""
+    import llvmlite.binding as llvm
+
+    _init_llvm()
+    if not isinstance(modules, (list, tuple)):
+        modules = [modules]
+    if not modules:
+        raise CompileError("emit_object: no modules given")
+    refs = []
+    for m in modules:
+        try:
+            ref = llvm.parse_assembly(str(m))
+            ref.verify()
+        except RuntimeError as exc:
+            raise CompileError(f"invalid LLVM IR: {exc}") from exc
+        refs.append(ref)
+    main = refs[0]
+    for other in refs[1:]:
+        main.link_in(other)
+    return main
+
+
+def optimize(mod, tm, opt: int = 3) -> None:
+    """Run LLVM's new-pass-manager pipeline at -O`opt` (vectorizers on from -O2)."""
+    import llvmlite.binding as llvm
+
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    if opt <= 0:
+        return
+    pto = llvm.create_pipeline_tuning_options(speed_level=min(opt, 3))
+    pto.loop_vectorization = opt >= 2
+    pto.slp_vectorization = opt >= 2
+    pto.loop_unrolling = opt >= 2
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def emit_object(modules, triple: str | None = None, cpu: str | None = None, features: str | None = None,
+                opt: int = 3) -> bytes:
+    """Parse, link, verify and optimize LLVM modules (ir.Module or text) and return an ELF
+    (or the triple's native format) relocatable object, position independent."""
+    tm = target_machine(triple, cpu, features, opt)
+    mod = parse_modules(modules)
+    optimize(mod, tm, opt)
+    try:
+        mod.verify()
+    except RuntimeError as exc:  # pragma: no cover - would be an LLVM bug
+        raise CompileError(f"LLVM IR invalid after optimization: {exc}") from exc
+    return tm.emit_object(mod)
+
+
+def emit_assembly(modules, triple: str | None = None, cpu: str | None = None, features: str | None = None,
+                  opt: int = 3) -> str:
+    """Like `emit_object` but returns assembly text (for inspection and tests)."""
+    tm = target_machine(triple, cpu, features, opt)
+    mod = parse_modules(modules)
+    optimize(mod, tm, opt)
+    return tm.emit_assembly(mod)

@@ -1,0 +1,179 @@
+"""compile_model: import -> the pipeline (compiler/pipeline.py) -> backend.emit -> link.
+
+    import onnxcc
+    art = onnxcc.compile("models/transformer.onnx", "out/transformer", specialize={"batch": [1]})
+    model = onnxcc.load(art.out_dir)
+
+`emit` stops early: `ir` (the versioned graph module, printed), `kernel` (the kernel module:
+one program per version), or one of the backend's stop points (`llvm`, `asm`, `ptx`); the
+default `lib` writes NAME.h, NAME.json and libNAME.so.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
+from ..errors import OnnxccError
+from ..ir import Module, identifier
+from ..ir.printer import print_bool
+from ..passes import Instrument, PassContext, run_pipeline
+from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
+from .pipeline import graph_pipeline, pipeline
+
+
+@dataclass
+class Artifact:
+    out_dir: Path
+    name: str
+    module: Module
+    library: Path | None = None
+    header: Path | None = None
+    metadata: Path | None = None
+    #: seconds per stage
+    timings: dict[str, float] = field(default_factory=dict)
+    #: the text a non-lib `emit` stage produced
+    text: str = ""
+
+
+def load_module(model) -> Module:
+    """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module."""
+    if isinstance(model, Module):
+        return model
+    if isinstance(model, (str, Path)):
+        from .. import load_model
+
+        return load_model(model)
+    from ..frontend import load_onnx
+
+    return load_onnx(model)
+
+
+def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
+    for name, (lo, hi) in dims.items():
+        if name not in module.symbols:
+            known = ", ".join(s.name for s in module.symbols) or "none"
+            raise OnnxccError(f"--dim {name}: the model has no symbol {name!r} (symbols: {known})")
+        if lo < 1 or hi < lo:
+            raise OnnxccError(f"--dim {name}={lo}:{hi}: need 1 <= lo <= hi")
+        info = module.symbols[name]
+        info.lo, info.hi = max(info.lo, lo), min(info.hi, hi)
+
+
+def graph_stage(module: Module, options: CompileOptions, ctx: PassContext | None = None) -> Module:
+    """The recipe's graph and version passes on `module`, in place (the `ir` stop point)."""
+    narrow_dims(module, options.dims)
+    return run_pipeline(module, graph_pipeline(options, make_backend(options)), ctx)
+
+
+class _StageClock(Instrument):
+    """NAME.json's compile seconds: `graph` (the passes before lower-to-kernel) and `lower`
+    (it and the kernel passes)."""
+
+    def __init__(self, timings: dict[str, float]):
+        self.timings, self.stage, self._t0 = timings, "graph", 0.0
+
+    def before(self, pass_, module, index):
+        if getattr(pass_, "converts", False):
+            self.stage = "lower"
+        self._t0 = time.perf_counter()
+
+    def after(self, pass_, module, index, changed):
+        self.timings[self.stage] = self.timings.get(self.stage, 0.0) + time.perf_counter() - self._t0
+
+
+def compile_model(model, out_dir, options: CompileOptions | None = None, emit: str = "lib",
+                  pass_ctx: PassContext | None = None) -> Artifact:
+    options = options or CompileOptions()
+    if emit not in EMIT_STAGES:
+        raise OnnxccError(f"unknown emit stage {emit!r} (one of {', '.join(EMIT_STAGES)})")
+    backend = make_backend(options)
+    if emit not in PIPELINE_STAGES and emit not in backend.emit_stages:
+        owners = [n for n in BACKENDS if emit in backend_class(n).emit_stages]
+        raise OnnxccError(f"--emit {emit} needs --target {' or '.join(owners)}")
+    ctx = pass_ctx or PassContext()
+    t: dict[str, float] = {}
+
+    def step(what: str, seconds: float) -> None:  # a build step outside the pass list
+        t[what] = seconds
+        for ins in ctx.instruments:
+            getattr(ins, "step", lambda *_: None)(what, seconds)
+
+    t0 = time.perf_counter()
+    module = load_module(model)
+    name = identifier(options.name or _default_name(model, module))
+    step("import", time.perf_counter() - t0)
+    out = Path(out_dir)
+    art = Artifact(out, name, module, timings=t)
+
+    narrow_dims(module, options.dims)
+    run_ctx = PassContext(instruments=[_StageClock(t), *ctx.instruments], options=ctx.options)
+    result = run_pipeline(module, pipeline(options, backend, name, emit), run_ctx)
+    if emit in PIPELINE_STAGES:
+        art.text = str(result)
+        return art
+
+    emitted = backend.emit(result, name, emit, step)
+    if emit != "lib":
+        art.text = emitted.text
+        return art
+    t0 = time.perf_counter()
+    spec = artifact_spec(result, name, options, backend)
+    backend.describe(spec, emitted)
+    lib = backend.link_artifact(spec, emitted, out, options.cc)
+    step("link", time.perf_counter() - t0)
+    art.library, art.header, art.metadata = lib, out / f"{name}.h", out / f"{name}.json"
+    _record_timings(art)
+    return art
+
+
+def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
+    """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
+    backend fills in its target fields (`Backend.describe`)."""
+    from ..codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+
+    module = kmod.graph
+    generic = kmod.versions[-1].function
+    out_names = (list(generic.attrs.get("outputs", []))
+                 or [f"output{k}" for k in range(len(generic.result_types))])
+    inputs = [TensorSig(a.name or f"input{k}", a.type.dtype, a.type.shape)
+              for k, a in enumerate(generic.params)]
+    outputs = [TensorSig(n, t.dtype, t.shape) for n, t in zip(out_names, generic.result_types, strict=False)]
+    versions = []
+    for v in kmod.versions:
+        f, prog, mplan = v.function, v.program, v.plan
+        kind = f.attrs.get("kind", "generic")
+        subs = {str(k): int(x) for k, x in f.subs.items()
+                if isinstance(x, int) or getattr(x, "is_Integer", False)}
+        bucket = {"bucket": f.attrs["bucket"], "symbol": f.attrs["symbol"]} if kind == "bucket" else {}
+        versions.append(VersionSpec(
+            symbol=prog.name, guard=f.guard, guard_text=print_bool(f.guard), subs=subs,
+            workspace_bytes=mplan.workspace_bytes, kind=kind,
+            info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
+                  "workspace_bytes": str(mplan.workspace_bytes),
+                  "multiple_of": list(f.attrs.get("multiple_of", [])), **v.stats, **bucket}))
+    constraints = [(c.expr, c.origin) for c in module.constraints]
+    meta = {"options": options.cache_key(), **backend.metadata(),
+            "dropped_versions": list(module.attrs.get("dropped_versions", []))}
+    spec = ArtifactSpec(name, inputs, outputs, list(module.symbols), constraints, versions, backend.name, "",
+                        meta)
+    # run-determined dims (control flow): the generic version's bounds
+    spec.run_dims = dict(kmod.versions[-1].program.run_dims)
+    return spec
+
+
+def _record_timings(art: Artifact) -> None:
+    import json
+
+    if art.metadata and art.metadata.exists():
+        meta = json.loads(art.metadata.read_text())
+        meta["compile_seconds"] = {k: round(v, 4) for k, v in art.timings.items()}
+        art.metadata.write_text(json.dumps(meta, indent=2))
+
+
+def _default_name(model, module: Module) -> str:
+    if isinstance(model, (str, Path)):
+        return Path(model).stem
+    return module.name

@@ -1,0 +1,70 @@
+"""THE recipe: every pass of a build, graph and kernel alike, in order, from the options.
+
+One pass manager (passes/base.py) runs this list with the caller's instruments, so
+`--print-ir-after`, `--dump-dir`, `--verify-each` and `--time-passes` see every step.
+The backend's emit and the link come after it (compile.py). Each step is tagged with the
+`--emit` stop point it belongs to: `ir` (the versioned graph module) or `kernel` (the
+kernel module, one program per version).
+"""
+
+from __future__ import annotations
+
+from ..codegen.backend import Backend
+from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
+from ..passes import ModulePass, parse_pipeline
+from ..passes.bucketize import BucketizePass, format_buckets
+from ..passes.lower import LowerToKernelPass
+from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
+from ..passes.prune_symbols import PruneSymbolsPass
+from ..passes.specialize import SpecializePass
+from .options import PIPELINE_STAGES, CompileOptions
+
+
+def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[str, ModulePass]]:
+    """(stop point, pass) for every step of compiling a model called `name`."""
+    k = options.divisible if options.divisible is not None else backend.vector_width()
+    exact = "|".join(f"{s}:{':'.join(str(v) for v in vals)}" for s, vals in options.specialize.items())
+    steps: list[tuple[str, ModulePass]] = [
+        # ---- graph passes ----
+        # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
+        # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
+        *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
+        # drop symbols only an earlier inference round of a region body used (before versioning:
+        # the dispatcher could not bind them)
+        ("ir", PruneSymbolsPass()),
+        # ---- version passes ----
+        # exact, 0/1 and divisibility versions of @main, the generic one last
+        ("ir", SpecializePass(exact=exact, one=options.specialize_one, divisible=k,
+                              max_versions=options.max_versions)),
+    ]
+    if options.buckets:
+        # padded bucket versions with exact masks
+        steps.append(("ir", BucketizePass(buckets=format_buckets(options.buckets))))
+    # graph module -> kernel module: version k becomes the kernel program NAME_vK
+    steps.append(("kernel", LowerToKernelPass(prefix=name)))
+    # ---- kernel passes: every decision below depends on the version's extents ----
+    if options.fuse:
+        # inline injective producers, attach epilogues; control-flow bodies too
+        steps.append(("kernel", FusePass()))
+    if backend.schedules:
+        # loop order, vector width (tails the divisibility facts remove), parallel axis, the
+        # GEMM path; before memory planning, since GEMM packing needs scratch
+        steps.append(("kernel", SchedulePass(target=backend.target_info())))
+    # liveness over the scheduled order: a static layout per concrete version, expressions
+    # for the generic one
+    steps.append(("kernel", PlanMemoryPass()))
+    # the scratch region the schedules ask for, after the rest
+    steps.append(("kernel", ReserveScratchPass()))
+    return steps
+
+
+def pipeline(options: CompileOptions, backend: Backend, name: str, stop: str = "lib") -> list[ModulePass]:
+    """The passes to run for `--emit stop`: those of its stop point and before (all of them
+    for the backend's stop points)."""
+    last = PIPELINE_STAGES.index(stop) if stop in PIPELINE_STAGES else len(PIPELINE_STAGES)
+    return [p for stage, p in recipe(options, backend, name) if PIPELINE_STAGES.index(stage) <= last]
+
+
+def graph_pipeline(options: CompileOptions, backend: Backend) -> list[ModulePass]:
+    """The graph and version passes alone (the `ir` stop point)."""
+    return pipeline(options, backend, "model", "ir")

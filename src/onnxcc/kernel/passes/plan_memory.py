@@ -1,0 +1,43 @@
+"""plan-memory: a workspace layout per version (kernel/plan_memory.py); reserve-scratch: the
+scratch region the schedules ask for (GEMM packing), after the rest of the layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...errors import CompileError
+from ..fuse import count_kernels
+from ..module import KernelModule
+from ..plan_memory import plan, reserve_scratch
+
+
+@dataclass(frozen=True)
+class PlanMemoryPass:
+    name: ClassVar[str] = "plan-memory"
+
+    def run(self, module: KernelModule, ctx) -> bool:
+        for v in module.versions:
+            mplan = plan(v.program, module.graph.symbols)
+            v.plan = mplan
+            v.stats.update({"kernels_after": count_kernels(v.program.body),
+                            "arena_bytes": str(mplan.workspace_bytes),
+                            "peak_live_bytes": str(mplan.peak_live_bytes),
+                            "total_bytes": str(mplan.total_bytes)})
+        return bool(module.versions)
+
+
+@dataclass(frozen=True)
+class ReserveScratchPass:
+    name: ClassVar[str] = "reserve-scratch"
+
+    def run(self, module: KernelModule, ctx) -> bool:
+        changed = False
+        for v in module.versions:
+            if v.plan is None:
+                raise CompileError(f"reserve-scratch: version {v.program.name} has no memory plan "
+                                 "(run plan-memory first)")
+            new = reserve_scratch(v.plan, v.program)
+            changed |= new is not v.plan
+            v.plan = new
+        return changed
