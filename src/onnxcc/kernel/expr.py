@@ -612,9 +612,21 @@ _RELATIONS = {"<=": "le", "<": "lt", ">=": "ge", ">": "gt", "==": "eq", "!=": "n
 
 
 def _condition_to_expr(c) -> Expr:
-    """A relational between integer dims (`seq <= 128`) as a bool Expr."""
+    """A condition over integer dims as a bool Expr: relations (`seq <= 128`) and the boolean
+    forms sympy builds from them when it merges Piecewise pieces of equal value
+    (`(seq <= 8) | (seq <= 16)`), negations and constant truth values."""
     if isinstance(c, sympy.core.relational.Relational) and c.rel_op in _RELATIONS:
         return binary(_RELATIONS[c.rel_op], _sympy_to_expr(c.lhs), _sympy_to_expr(c.rhs))
+    if c is sympy.true or c is sympy.false:
+        return Const(bool(c), BOOL)
+    if isinstance(c, (sympy.And, sympy.Or)):
+        parts = [_condition_to_expr(a) for a in c.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = binary("and" if isinstance(c, sympy.And) else "or", out, p)
+        return out
+    if isinstance(c, sympy.Not):
+        return logical_not(_condition_to_expr(c.args[0]))
     raise ValueError(f"cannot turn condition {c} into a kernel expression")
 
 
