@@ -236,7 +236,9 @@ def _coords(M, coord: str, y, scale, in_len, out_len, roi):
         offset = (in_len / 2) * (1 - out_len / width)
         return offset + (y + 0.5) / scale - 0.5
     if coord == "pytorch_half_pixel":
-        return M.where(M.eq(width, 1.0), -0.5, (y + 0.5) / scale - 0.5)
+        # NOTE: the spec's `length_resized > 1 ? ... : 0` (as onnxruntime); the ONNX reference
+        # takes -0.5 when the unfloored width is 1, which differs only for cubic
+        return M.where(M.eq(out_len, 1.0), 0.0, (y + 0.5) / scale - 0.5)
     if coord == "align_corners":
         return M.where(M.eq(width, 1.0), 0.0, y * (in_len - 1) / (width - 1))
     if coord == "asymmetric":
