@@ -26,7 +26,9 @@ import numpy as np
 import sympy
 
 from ..ir import Dim, DType, canon
-from ..kernel import Const, Expr, Var, cast, ceil, clamp, dim_to_expr, floor, lift, maximum, rsum, select, unary
+from ..kernel import (
+    Const, Expr, Var, cast, ceil, clamp, dim_to_expr, floor, lift, maximum, rsum, select, unary,
+)
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .shape_util import const_value, fresh_dim, known_dims, lowered_value
 
@@ -81,12 +83,14 @@ def _spec(op) -> _Spec:
     roi, scales, sizes = (None if _empty(op, i) else i for i in (roi, scales, sizes))
     mode = a("mode", "nearest")
     mode = "linear" if mode == "bilinear" else mode  # Upsample-1's spelling
-    s = _Spec(x, roi, scales, sizes, mode, a("coordinate_transformation_mode", coord), a("nearest_mode", nearest),
-              float(a("cubic_coeff_a", -0.75)), bool(a("exclude_outside", 0)), float(a("extrapolation_value", 0.0)),
+    s = _Spec(x, roi, scales, sizes, mode, a("coordinate_transformation_mode", coord),
+              a("nearest_mode", nearest), float(a("cubic_coeff_a", -0.75)), bool(a("exclude_outside", 0)),
+              float(a("extrapolation_value", 0.0)),
               bool(a("antialias", 0)), None if a("axes") is None else tuple(a("axes")),
               a("keep_aspect_ratio_policy", "stretch"))
     for what, v, allowed in (("mode", s.mode, MODES), ("coordinate_transformation_mode", s.coord, COORDS),
-                             ("nearest_mode", s.nearest, NEAREST), ("keep_aspect_ratio_policy", s.policy, POLICIES)):
+                             ("nearest_mode", s.nearest, NEAREST),
+                             ("keep_aspect_ratio_policy", s.policy, POLICIES)):
         if v not in allowed:
             raise ValueError(f"unknown {what} {v!r}; expected one of {', '.join(allowed)}")
     if s.scales is not None and s.sizes is not None:
@@ -311,8 +315,8 @@ def _infer(ctx: InferCtx):
     if geo is None:  # data-dependent scales / sizes: only the run can tell
         out = list(x.shape)
         for ax in axes:
-            out[ax] = fresh_dim(ctx, "resized", f"dim {ax} of the resize (scales / sizes not known at compile "
-                                "time)", 0, ax)
+            why = f"dim {ax} of the resize (scales / sizes not known at compile time)"
+            out[ax] = fresh_dim(ctx, "resized", why, 0, ax)
         return [x.with_shape(out)]
     for ax, (d, _) in enumerate(geo):
         if isinstance(d, int) and d < 0:
@@ -435,7 +439,8 @@ def _lower_inputs(ctx, spec: _Spec, rank: int):
     if spec.scales is not None:
         c = ctx.const_value(spec.scales)
         if c is None:
-            raise ctx.unsupported("scales must be a compile-time constant (here they are computed at run time)")
+            raise ctx.unsupported("scales must be a compile-time constant (here they are known only at run "
+                                  "time)")
         scales = [float(v) for v in np.asarray(c, dtype=np.float64).reshape(-1)]
     elif spec.sizes is not None:
         v = lowered_value(ctx, spec.sizes)
@@ -514,7 +519,8 @@ def _finish(ctx, spec: _Spec, value: Expr, valid: list, ix, dt: DType) -> Expr:
         cond = c if cond is None else cond & c
     if cond is None:
         return value
-    return select(cond, value, Const(_fill(spec.extrap, value.dtype.np), value.dtype))
+    fill = spec.extrap if value.dtype.is_float else _fill(spec.extrap, value.dtype.np)
+    return select(cond, value, Const(fill, value.dtype))
 
 
 def _lower_nearest(ctx, spec: _Spec, x, y, axes: list[_Axis]) -> None:
@@ -557,7 +563,8 @@ def _tap_tables(ctx, spec: _Spec, a: _Axis, n: int, start: int, s: float, acc: D
         frac = xo - fl
 
         def w(tv):
-            d = abs(cast(tv, F64) + float(start) - frac) * s
+            off = cast(tv, F64) if start == 0 else cast(tv, F64) + float(start)
+            d = abs(off - frac) if s == 1.0 else abs(off - frac) * s
             k = lift(_filter(_KernelMath, spec, d), F64)
             if spec.exclude:
                 p = cast(fl, I64) + start + tv
