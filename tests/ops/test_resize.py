@@ -35,12 +35,13 @@ def _model(nodes, inputs, outputs, inits=None, opset=19):
     return m
 
 
-def _check(m, dims_list, rtol=1e-4, atol=1e-5, oracle=None, dtype=None):
+def _check(m, dims_list, rtol=1e-4, atol=1e-5, oracle=None, dtype=None, fixed=None):
     """Compile once; at each dims setting compare the native kernel and the interpreter with
-    onnxruntime (or with `oracle`, a model onnxruntime runs in its place)."""
+    onnxruntime (or with `oracle`, a model onnxruntime runs in its place). `fixed`: inputs
+    given, not random."""
     mod, prog, k = jit_compile(m)
     for seed, dims in enumerate(dims_list):
-        feeds = random_inputs(m, dims, seed=seed)
+        feeds = {**random_inputs(m, dims, seed=seed), **(fixed or {})}
         if dtype is not None:
             feeds = {n: (a * 40 + 100).clip(0, 255).astype(dtype) for n, a in feeds.items()}
         want = list(ort_run(oracle or m, feeds).items())
@@ -182,17 +183,31 @@ def test_uint8_nearest_and_linear():
 def test_opset_forms(opset):
     """Resize-13: roi absent or empty; 18: axes and antialias; 19: half_pixel_symmetric."""
     inits = {"s": np.array([1, 1, 2, 0.5], np.float32), "e": np.array([], np.float32),
-             "sa": np.array([2, 0.5], np.float32)}
+             "sa": np.array([2, 0.5], np.float32), "sz": np.array([2, 3, 5, 3], np.int64)}
     nodes = [h.make_node("Resize", ["x", "", "s"], ["y0"], mode="linear"),
              h.make_node("Resize", ["x", "e", "s"], ["y1"], mode="nearest"),
-             h.make_node("Resize", ["x", "e", "s", ""], ["y2"], mode="cubic")]
+             h.make_node("Resize", ["x", "e", "s", ""], ["y2"], mode="cubic"),
+             h.make_node("Resize", ["x", "e", "e", "sz"], ["y5"], mode="linear")]  # Resize-11's empty scales
     if opset >= 18:
         nodes.append(h.make_node("Resize", ["x", "", "sa"], ["y3"], mode="linear", axes=[2, 3], antialias=1))
     if opset >= 19:
         nodes.append(h.make_node("Resize", ["x", "", "s"], ["y4"], mode="linear",
                                  coordinate_transformation_mode="half_pixel_symmetric"))
     outs = [n.output[0] for n in nodes]
-    _check(_model(nodes, _X, outs, inits, opset=opset), _DIMS)
+    _check(_model(nodes, [("x", F, ["N", 3, 4, "W"])], outs, inits, opset=opset),
+           [dict(N=2, W=6), dict(N=2, W=2)])
+
+
+def test_roi_as_a_run_time_input():
+    """tf_crop_and_resize reads roi in the kernel when it is not a constant."""
+    nodes = [h.make_node("Resize", ["x", "roi", "s"], ["y0"], mode="linear",
+                         coordinate_transformation_mode="tf_crop_and_resize", extrapolation_value=-2.0),
+             h.make_node("Resize", ["x", "roi", "s"], ["y1"], mode="nearest",
+                         coordinate_transformation_mode="tf_crop_and_resize")]
+    m = _model(nodes, _X + [("roi", F, [8])], ["y0", "y1"], {"s": np.array([1, 1, 1.5, 2], np.float32)})
+    # NOTE: onnxruntime ignores roi on N and C (the spec does not): keep those (0, 1)
+    for roi in ([0, 0, 0.31, -0.2, 1, 1, 0.77, 1.3], [0, 0, 0.57, 0.13, 1, 1, 0.23, 0.71]):
+        _check(m, _DIMS, fixed={"roi": np.array(roi, np.float32)})
 
 
 def test_resize10_and_upsample_forms():
