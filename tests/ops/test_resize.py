@@ -231,6 +231,12 @@ def test_resize10_and_upsample_forms():
     _check(_model(up(), _X, ["u0", "u1"], inits, opset=13), _DIMS,
            oracle=_model(up(), _X, ["u0", "u1"], inits, opset=9))
 
+    def up7():  # Upsample-7: scales as an attribute
+        return [h.make_node("Upsample", ["x"], ["u2"], mode="nearest", scales=[1.0, 1.0, 2.0, 1.5]),
+                h.make_node("Upsample", ["x"], ["u3"], mode="linear", scales=[1.0, 1.0, 3.0, 2.0])]
+
+    _check(_model(up7(), _X, ["u2", "u3"], opset=13), _DIMS, oracle=_model(up7(), _X, ["u2", "u3"], opset=7))
+
 
 def test_data_dependent_scales_refused_natively_but_interpreted():
     m = _model([h.make_node("Resize", ["x", "", "s"], ["y"], mode="linear")], _X + [("s", F, [4])], ["y"])

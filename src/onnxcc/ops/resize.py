@@ -120,7 +120,7 @@ def _axes(spec: _Spec, rank: int) -> list[int]:
 
 def _scaled(d: Dim, s: float) -> Dim:
     """floor(d * s), exactly (the float32 scale's exact rational value times the dim)."""
-    if s == 1.0:
+    if s == 1.0 or d is None:  # None: a dim nothing knows
         return d
     if isinstance(d, int):
         return int(math.floor(d * s))  # exact: a float32 scale times an int < 2**29
