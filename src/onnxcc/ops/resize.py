@@ -97,8 +97,6 @@ def _spec(op) -> _Spec:
         raise ValueError("only one of scales and sizes may be given")
     if s.scales is None and s.sizes is None and a("scales") is None:
         raise ValueError("one of scales and sizes must be given")
-    if s.antialias and s.mode == "nearest":
-        raise ValueError("antialias is not defined for mode nearest")
     return s
 
 
@@ -512,7 +510,8 @@ def _valid_table(ctx, spec: _Spec, a: _Axis):
     return t
 
 
-def _finish(ctx, spec: _Spec, value: Expr, valid: list, ix, dt: DType) -> Expr:
+def _finish(spec: _Spec, value: Expr, valid: list, ix) -> Expr:
+    """`value`, or the extrapolation value where a tf_crop_and_resize coordinate is outside."""
     cond = None
     for a, t in valid:
         c = t[ix[a.ax]]
@@ -541,7 +540,7 @@ def _lower_nearest(ctx, spec: _Spec, x, y, axes: list[_Axis]) -> None:
 
     def gather(*ix):
         src = tuple(tables[k][ix[k]] if k in tables else ix[k] for k in range(len(ix)))
-        return _finish(ctx, spec, x[src], valid, ix, y.dtype)
+        return _finish(spec, x[src], valid, ix)
 
     ctx.compute(y, gather)
 
@@ -615,7 +614,7 @@ def _lower_filter(ctx, spec: _Spec, x, y, axes: list[_Axis], taps: list) -> None
             s = v if w is None else rsum(red, w * v)
             if not last:
                 return s
-            return _store(_finish(ctx, spec, s, valid, ix, acc), y.dtype)
+            return _store(_finish(spec, s, valid, ix), y.dtype)
 
         ctx.compute(dst, body)
         src = dst
