@@ -9,7 +9,18 @@ from ..ir.verify import set_opdef_lookup  # noqa: E402
 set_opdef_lookup(get_opdef)
 
 # Each family module registers its ops on import.
-from . import attention, bucket, cc, control_flow, elementwise, matmul, misc, nn, reduce, rnn, shape  # noqa: F401,E402
+from . import attention  # noqa: F401,E402
+from . import bucket  # noqa: F401,E402
+from . import cc  # noqa: F401,E402
+from . import control_flow  # noqa: F401,E402
+from . import elementwise  # noqa: F401,E402
+from . import matmul  # noqa: F401,E402
+from . import misc  # noqa: F401,E402
+from . import nn  # noqa: F401,E402
+from . import reduce  # noqa: F401,E402
+from . import resize  # noqa: F401,E402
+from . import rnn  # noqa: F401,E402
+from . import shape  # noqa: F401,E402
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]
