@@ -16,8 +16,15 @@ the single op type if all nodes share one, else the first node that is not a Con
 
 What `--update` runs: the cases of the ops onnxcc takes (`supported_ops()`: the registered
 `onnx.*` ops, Constant and the importer's converters), plus function-expanded cases of other
-ops whose bodies use only those ops. A case whose ai.onnx opset is older than the importer's
-MIN_OPSET runs after `onnx.version_converter` upgrades it (unless that changes its I/O shapes).
+ops whose bodies use only those ops. Every executor gets the case's model exactly as it is,
+whatever its opset (old opsets are the importer's business, as they are for a user); the
+`native` executor goes through the public path `onnxcc run` uses: onnxcc.compile, onnxcc.load,
+run.
+
+`--model-sets` runs onnx's own model directories instead (backend/test/data/{pytorch-converted,
+pytorch-operator,simple}: model.onnx + test_data_set_N/{input,output}_K.pb) through the same
+executors and comparison, every data set of a model; `--ort` adds onnxruntime's count on the
+same comparison, for reference.
 
 Statuses: pass; fail (ran, wrong count / shape / dtype / values); unsupported (UnsupportedOp or
 NotImplementedError anywhere in the cause chain, or inputs the harness cannot pass: sequences,
@@ -372,50 +379,10 @@ def _max_abs_err(e: np.ndarray, g: np.ndarray) -> float | None:
     return float(d.max()) if d.size else float("nan")
 
 
-def min_opset() -> int | None:
-    """The oldest ai.onnx opset the importer takes (None when it states none)."""
-    try:
-        from onnxcc.frontend import MIN_OPSET
-    except ImportError:
-        return None
-    return MIN_OPSET
-
-
-def case_model(case, upgrade: bool = True):
-    """The case's model; with `upgrade`, one whose ai.onnx opset is older than the importer takes
-    is converted with onnx.version_converter first (what the importer's error advises), so the
-    op's semantics are still tested."""
-    lo = min_opset() if upgrade else None
-    if lo is None or opset_of(case.model) >= lo:
-        return case.model
-    return _upgraded(case.name, lo)
-
-
 def opset_of(model) -> int:
+    """The model's ai.onnx opset (0 when it imports none)."""
     v = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     return v[0] if v else 0
-
-
-@functools.lru_cache(maxsize=None)
-def _upgraded(name: str, opset: int):
-    from onnx import version_converter
-
-    try:
-        return version_converter.convert_version(get_case(name).model, opset)
-    except Exception as e:
-        raise NotRunnable(f"cannot upgrade opset {opset_of(get_case(name).model)} to {opset}: "
-                          f"{_one_line(e)}") from e
-
-
-def _check_signature(model, inputs: list[np.ndarray], expected: list[np.ndarray]) -> None:
-    """An upgraded model must still take the case's data (Scan-8's batch axis does not survive)."""
-    for kind, vis, arrays in (("input", model.graph.input, inputs), ("output", model.graph.output, expected)):
-        for vi, a in zip(vis, arrays):
-            dims = vi.type.tensor_type.shape.dim
-            fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-            if len(fixed) != a.ndim or any(f is not None and f != n for f, n in zip(fixed, a.shape)):
-                raise NotRunnable(f"opset upgrade to {opset_of(model)} changed {kind} {vi.name!r} to "
-                                  f"{fixed}, the case's data is {list(a.shape)}")
 
 
 # ---- executors --------------------------------------------------------------------------------
@@ -475,6 +442,95 @@ def _bfloat16() -> np.dtype:
 EXECUTORS: dict[str, Executor] = {"interp": interp_executor, "native": compiled_executor}
 
 
+def ort_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime on the same model (the reference figure for `--model-sets --ort`)."""
+    import onnxruntime as ort
+
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), inputs)})
+
+
+# ---- onnx's model sets ------------------------------------------------------------------------
+
+#: the model directories onnx ships under onnx/backend/test/data
+MODEL_SETS = ("pytorch-converted", "pytorch-operator", "simple")
+
+
+def model_set_dirs(sets: Iterable[str] = MODEL_SETS) -> list[tuple[str, Path]]:
+    """(set, model directory) for every model of the installed onnx's sets, sorted."""
+    import onnx
+
+    root = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data"
+    return [(s, d) for s in sets for d in sorted((root / s).glob("*")) if (d / "model.onnx").is_file()]
+
+
+def _data_sets(d: Path, model) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    """Each test_data_set_N as (inputs in graph-input order, expected outputs)."""
+    from onnx import TensorProto, numpy_helper
+
+    inits = {t.name for t in model.graph.initializer}
+    names = [vi.name for vi in model.graph.input if vi.name not in inits]
+    out = []
+    for ds in sorted(d.glob("test_data_set_*")):
+        def read(kind):
+            files = sorted(ds.glob(f"{kind}_*.pb"), key=lambda f: int(f.stem.split("_")[-1]))
+            ts = []
+            for f in files:
+                t = TensorProto()
+                t.ParseFromString(f.read_bytes())
+                ts.append(t)
+            return ts
+        ins = read("input")
+        if all(t.name in names for t in ins) and len({t.name for t in ins}) == len(ins):
+            ins = sorted(ins, key=lambda t: names.index(t.name))
+        out.append(([numpy_helper.to_array(t) for t in ins], [numpy_helper.to_array(t) for t in read("output")]))
+    return out
+
+
+def run_model_dir(set_name: str, d: Path, executor: Executor, *,
+                  time_limit: float | None = TIME_LIMIT) -> CaseResult:
+    """One model of a set through `executor` (given the model's path, as a user would give it),
+    every data set compared with onnx's runner tolerances; never raises (but KeyboardInterrupt)."""
+    import onnx
+
+    t0 = time.perf_counter()
+    name = f"{set_name}/{d.name}"
+
+    def result(status, detail="", err=None):
+        return CaseResult(name, set_name, status, detail, err, round(time.perf_counter() - t0, 4))
+
+    try:
+        model = onnx.load(str(d / "model.onnx"))
+        sets = _data_sets(d, model)
+    except Exception as e:
+        return result("error", f"harness: {_one_line(e)}")
+    if not sets:
+        return result("unsupported", "no test_data_set_*")
+    worst = None
+    for k, (inputs, expected) in enumerate(sets):
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"), _Alarm(time_limit):
+                warnings.simplefilter("ignore")
+                got = executor(str(d / "model.onnx"), [a.copy() for a in inputs])
+        except KeyboardInterrupt:
+            raise
+        except CaseTimeout as e:
+            return result("error", str(e))
+        except BaseException as e:  # noqa: BLE001 - one bad model must not stop the run
+            return result(_classify(e), _one_line(e))
+        ok, detail, err = compare(expected, list(got))
+        if err is not None:
+            worst = err if worst is None else max(worst, err)
+        if not ok:
+            return result("fail", f"data set {k}: {detail}", worst)
+    return result("pass", "", worst)
+
+
+def run_model_sets(executor: Executor, sets: Iterable[str] = MODEL_SETS, **kw) -> list[CaseResult]:
+    return [run_model_dir(s, d, executor, **kw) for s, d in model_set_dirs(sets)]
+
+
 # ---- running one case -------------------------------------------------------------------------
 
 def _classify(e: BaseException) -> str:
@@ -526,10 +582,10 @@ class _Alarm:
 
 
 def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
-             max_bytes: int = MAX_CASE_BYTES, upgrade_opset: bool = True) -> CaseResult:
+             max_bytes: int = MAX_CASE_BYTES) -> CaseResult:
     """Run one case through `executor` and compare; never raises (but KeyboardInterrupt).
 
-    A case older than the importer's minimum opset runs upgraded (see `case_model`)."""
+    The executor gets the case's model as it is, whatever its opset: what a user hands onnxcc."""
     op = case_op(case)
     t0 = time.perf_counter()
 
@@ -539,9 +595,7 @@ def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
     try:
         _check_io_types(case)
         inputs, expected = case_arrays(case)
-        model = case_model(case, upgrade_opset)
-        if model is not case.model:
-            _check_signature(model, inputs, expected)
+        model = case.model
     except NotRunnable as e:
         return result("unsupported", str(e))
     except Exception as e:  # a malformed case: report, do not stop the run
@@ -702,8 +756,8 @@ def format_report(executor: str, results: list[CaseResult], seconds: float,
            "do not edit by hand.", "",
            f"{len(results)} cases run in {seconds:.1f} s: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
            + ". Cases are those of the ops onnxcc takes (registered ops, Constant, importer converters), "
-           "plus function-expanded cases of other ops whose bodies use only those ops; cases older than "
-           "the importer's minimum opset run upgraded by onnx.version_converter. Nondeterministic ops ("
+           "plus function-expanded cases of other ops whose bodies use only those ops; every case runs "
+           "as it is, whatever its opset. Nondeterministic ops ("
            + ", ".join(sorted(NONDETERMINISTIC_OPS)) + ") are run but never listed as expected.", "",
            "## Per op", "", format_table(results, markdown=True), "",
            "## Top failure reasons", "", "| count | reason | example |", "|---|---|---|"]
@@ -742,7 +796,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=EXPECTED_DIR, help="where expected_*.txt and REPORT.md live")
     p.add_argument("--failures", action="store_true", help="print every non-passing case")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--model-sets", nargs="?", const=",".join(MODEL_SETS), metavar="SET,...",
+                   help="run onnx's model sets (default: all of " + ", ".join(MODEL_SETS) + ") instead")
+    p.add_argument("--ort", action="store_true", help="with --model-sets: also onnxruntime's pass count")
     a = p.parse_args(argv)
+    if a.model_sets:
+        return _main_model_sets(a)
     executor = a.update or a.executor
     if a.update and (a.ops or a.case or a.all):
         p.error("--update runs the default selection: it does not take --ops, --case or --all")
@@ -781,6 +840,28 @@ def main(argv: list[str] | None = None) -> int:
         report = report_path(executor, a.dir)
         report.write_text(format_report(executor, results, seconds, dict(not_run)), encoding="utf-8")
         print(f"\nwrote {path} ({len(names)} cases) and {report}")
+    return 0
+
+
+def _main_model_sets(a) -> int:
+    sets = [s.strip() for s in a.model_sets.split(",") if s.strip()]
+    rx = re.compile(a.case) if a.case else None
+    dirs = [(s, d) for s, d in model_set_dirs(sets) if rx is None or rx.search(d.name)]
+    results = [run_model_dir(s, d, EXECUTORS[a.executor], time_limit=a.time_limit) for s, d in dirs]
+    for r in results:
+        print(f"{r.status:11s} {r.name}" + (f": {r.detail}" if r.detail else ""))
+    print()
+    print(format_table(results))
+    if a.ort:
+        ref = collections.Counter()
+        for s, d in dirs:
+            if run_model_dir(s, d, ort_executor, time_limit=a.time_limit).status == "pass":
+                ref[s] += 1
+        mine = collections.Counter(r.op for r in results if r.status == "pass")
+        print("\npasses, onnxcc vs onnxruntime (same comparison):")
+        for s in sets:
+            n = sum(1 for t, _ in dirs if t == s)
+            print(f"  {s:20s} onnxcc {mine[s]:3d}   onnxruntime {ref[s]:3d}   of {n}")
     return 0
 
 
