@@ -291,10 +291,13 @@ def _supported_elem_types() -> frozenset:
 
 
 def _check_io_types(case) -> None:
+    """NotRunnable unless every graph input and output of the case (or model) is a tensor of a
+    dtype onnxcc has."""
     from onnx import TensorProto
 
     ok = _supported_elem_types()
-    for kind, vis in (("input", case.model.graph.input), ("output", case.model.graph.output)):
+    model = getattr(case, "model", case)
+    for kind, vis in (("input", model.graph.input), ("output", model.graph.output)):
         for vi in vis:
             t = vi.type
             which = t.WhichOneof("value")
@@ -502,7 +505,10 @@ def run_model_dir(set_name: str, d: Path, executor: Executor, *,
 
     try:
         model = onnx.load(str(d / "model.onnx"))
+        _check_io_types(model)
         sets = _data_sets(d, model)
+    except NotRunnable as e:
+        return result("unsupported", str(e))
     except Exception as e:
         return result("error", f"harness: {_one_line(e)}")
     if not sets:

@@ -148,7 +148,9 @@ def _check_opset(proto: onnx.ModelProto, what: str) -> int:
     versions = {o.domain: o.version for o in proto.opset_import}
     v = versions.get("", versions.get("ai.onnx"))
     if v is None:
-        raise ImportError_(f"{what}: the model imports no ai.onnx opset")
+        if any(n.domain in _ONNX_DOMAINS for n in proto.graph.node):
+            raise ImportError_(f"{what}: the model imports no ai.onnx opset")
+        return newest  # only other domains' ops: they say for themselves what they take
     if v < MIN_OPSET:
         raise ImportError_(f"{what}: ai.onnx opset {v} is not a valid opset (onnxcc imports {MIN_OPSET} "
                            f"to {newest})")
