@@ -138,6 +138,8 @@ def _same_signature(a: onnx.ValueInfoProto, b: onnx.ValueInfoProto) -> bool:
     (the converter's shape inference may fill in what `a` leaves open)."""
     if a.name != b.name:
         return False
+    if a.type.WhichOneof("value") is None:  # untyped: anything the converter infers is fine
+        return True
     if not a.type.HasField("tensor_type"):
         return a.type == b.type
     ta, tb = a.type.tensor_type, b.type.tensor_type
