@@ -487,7 +487,8 @@ def _data_sets(d: Path, model) -> list[tuple[list[np.ndarray], list[np.ndarray]]
         ins = read("input")
         if all(t.name in names for t in ins) and len({t.name for t in ins}) == len(ins):
             ins = sorted(ins, key=lambda t: names.index(t.name))
-        out.append(([numpy_helper.to_array(t) for t in ins], [numpy_helper.to_array(t) for t in read("output")]))
+        outs = read("output")
+        out.append(([numpy_helper.to_array(t) for t in ins], [numpy_helper.to_array(t) for t in outs]))
     return out
 
 

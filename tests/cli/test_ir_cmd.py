@@ -136,7 +136,8 @@ def test_old_opset_imports_and_too_new_is_a_user_error(tmp_path):
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)]).SerializeToString())
     r = _run("ir", str(path))
     assert r.exit_code == 0 and "onnx.Relu" in r.stdout
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 999)]).SerializeToString())
+    new = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 999)])
+    path.write_bytes(new.SerializeToString())
     r = _run("ir", str(path))
     assert r.exit_code == 1 and _is_one_error_line(r.stderr) and "opset 999 is newer" in r.stderr
 

@@ -45,10 +45,6 @@ def _vs_ort(model, inputs, rtol=RTOL, atol=ATOL):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
 
 
-def _const(name, a):
-    return (name, np.asarray(a))
-
-
 # ---- the rules -----------------------------------------------------------------------------------
 
 def test_rules_are_keyed_by_since_version():
@@ -134,7 +130,8 @@ def test_upsample_forms_import_as_upsample(form, mode):
 def test_legacy_broadcast_axis():
     # onnxruntime has no Add-6 kernel for this: numpy on the opset-6 meaning
     b = np.array([0.1, 0.2, 0.3], np.float32)
-    m = _model(helper.make_node("Add", ["x", "b"], ["y"], broadcast=1, axis=1), 6, [("x", X4)], inits=[("b", b)])
+    node = helper.make_node("Add", ["x", "b"], ["y"], broadcast=1, axis=1)
+    m = _model(node, 6, [("x", X4)], inits=[("b", b)])
     (got,) = _ours(m, [("x", X4)])
     np.testing.assert_allclose(got, X4 + b[None, :, None, None], rtol=RTOL, atol=ATOL)
     c = np.arange(5, dtype=np.float32)
@@ -186,7 +183,8 @@ def test_rule_inside_a_subgraph():
     node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=other)
     m = _model(node, 6, [("x", X4)], inits=[("s", slope), ("c", np.array(True))])
     (got,) = _ours(m, [("x", X4)])
-    np.testing.assert_allclose(got, np.where(X4 < 0, X4 * slope[None, :, None, None], X4), rtol=RTOL, atol=ATOL)
+    want = np.where(X4 < 0, X4 * slope[None, :, None, None], X4)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 # ---- what the version converter upgrades exactly ---------------------------------------------------
@@ -195,17 +193,18 @@ _I64 = np.int64
 CONVERTED = {
     "Slice-1": (9, helper.make_node("Slice", ["x"], ["y"], starts=[0, 1], ends=[2, 100], axes=[1, 3]), []),
     "Pad-2": (9, helper.make_node("Pad", ["x"], ["y"], pads=[0, 1, 0, 2, 0, 0, 1, 1], value=1.5), []),
-    "Pad-2-reflect": (10, helper.make_node("Pad", ["x"], ["y"], pads=[0, 0, 1, 2, 0, 0, 1, 1], mode="reflect"),
-                      []),
+    "Pad-2-reflect": (10, helper.make_node("Pad", ["x"], ["y"], pads=[0, 0, 1, 2, 0, 0, 1, 1],
+                                           mode="reflect"), []),
     "Clip-6": (6, helper.make_node("Clip", ["x"], ["y"], min=-0.5, max=0.7), []),
-    "Squeeze-1": (9, helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0, 3]), []),
+    "Unsqueeze-1": (9, helper.make_node("Unsqueeze", ["x"], ["y"], axes=[0, 3]), []),
     "ReduceSum-1": (9, helper.make_node("ReduceSum", ["x"], ["y"], axes=[1], keepdims=0), []),
     "ReduceMean-1": (7, helper.make_node("ReduceMean", ["x"], ["y"], axes=[1, 2]), []),
     "Dropout-7": (7, helper.make_node("Dropout", ["x"], ["y"], ratio=0.3), []),
     "Gemm-7": (7, helper.make_node("Gemm", ["x2", "w", "c"], ["y"], transB=1),
                [("w", RNG.random((6, 5))), ("c", RNG.random(6))]),
     "MaxPool-1": (7, helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2]), []),
-    "Reshape-5": (5, helper.make_node("Reshape", ["x", "shape"], ["y"]), [("shape", np.array([2, -1], _I64))]),
+    "Reshape-5": (5, helper.make_node("Reshape", ["x", "shape"], ["y"]),
+                  [("shape", np.array([2, -1], _I64))]),
 }
 
 

@@ -240,7 +240,8 @@ def _batch_norm_old(node, b, since):
     if len(ins) != 5 or any(v is None for v in ins):
         raise _unsupported(node, b, f"takes 5 inputs, has {len(ins)}")
     if _outputs(node) > 1:
-        raise _unsupported(node, b, f"the training outputs (mean, var, saved_*) of BatchNormalization-{since}")
+        raise _unsupported(node, b, f"the training outputs (mean, var, saved_*) of BatchNormalization-"
+                                    f"{since}")
     attrs = b.attrs(node)
     eps = float(attrs.get("epsilon", 1e-5))
     x, scale, bias, mean, var = ins
