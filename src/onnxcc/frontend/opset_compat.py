@@ -110,7 +110,7 @@ def _set_aside(g: onnx.GraphProto, opset: int, used: set[int], what: str) -> Non
 
 def _upgrade_body(g: onnx.GraphProto, opset: int, what: str) -> onnx.GraphProto:
     """A set-aside node's subgraph, upgraded on its own (its free variables become inputs)."""
-    from .onnx_import import free_vars
+    from .onnx_import import free_vars  # here: onnx_import imports this module
 
     body = onnx.GraphProto()
     body.CopyFrom(g)
