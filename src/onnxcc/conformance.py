@@ -30,7 +30,8 @@ Statuses: pass; fail (ran, wrong count / shape / dtype / values); unsupported (U
 NotImplementedError anywhere in the cause chain, or inputs the harness cannot pass: sequences,
 optionals, dtypes onnxcc's DType lacks); error (anything else, including the per-case time limit).
 
-An executor is `fn(model: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarray]`.
+An executor is `fn(model, inputs: list[np.ndarray]) -> list[np.ndarray]`, the model an
+onnx.ModelProto (node cases) or a path (model sets), as a user hands either to onnxcc.
 This module sits on top of the compiler (like the CLI): it imports frontend, passes and interp.
 """
 
