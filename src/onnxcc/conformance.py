@@ -21,10 +21,8 @@ whatever its opset (old opsets are the importer's business, as they are for a us
 `native` executor goes through the public path `onnxcc run` uses: onnxcc.compile, onnxcc.load,
 run.
 
-`--model-sets` runs onnx's own model directories instead (backend/test/data/{pytorch-converted,
-pytorch-operator,simple}: model.onnx + test_data_set_N/{input,output}_K.pb) through the same
-executors and comparison, every data set of a model; `--ort` adds onnxruntime's count on the
-same comparison, for reference.
+`--model-sets` runs onnx's own model directories instead (onnxcc.model_sets), through the same
+executors and comparison; `--ort` adds onnxruntime's count on the same comparison.
 
 Statuses: pass; fail (ran, wrong count / shape / dtype / values); unsupported (UnsupportedOp or
 NotImplementedError anywhere in the cause chain, or inputs the harness cannot pass: sequences,
@@ -291,7 +289,7 @@ def _supported_elem_types() -> frozenset:
         return frozenset(table.values())
 
 
-def _check_io_types(case) -> None:
+def check_io_types(case) -> None:
     """NotRunnable unless every graph input and output of the case (or model) is a tensor of a
     dtype onnxcc has."""
     from onnx import TensorProto
@@ -446,102 +444,9 @@ def _bfloat16() -> np.dtype:
 EXECUTORS: dict[str, Executor] = {"interp": interp_executor, "native": compiled_executor}
 
 
-def ort_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """onnxruntime on the same model (the reference figure for `--model-sets --ort`)."""
-    import onnxruntime as ort
-
-    data = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-    return sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), inputs)})
-
-
-# ---- onnx's model sets ------------------------------------------------------------------------
-
-#: the model directories onnx ships under onnx/backend/test/data
-MODEL_SETS = ("pytorch-converted", "pytorch-operator", "simple")
-
-
-def model_set_dirs(sets: Iterable[str] = MODEL_SETS) -> list[tuple[str, Path]]:
-    """(set, model directory) for every model of the installed onnx's sets, sorted."""
-    import onnx
-
-    root = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data"
-    return [(s, d) for s in sets for d in sorted((root / s).glob("*")) if (d / "model.onnx").is_file()]
-
-
-def _data_sets(d: Path, model) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
-    """Each test_data_set_N as (inputs in graph-input order, expected outputs)."""
-    from onnx import TensorProto, numpy_helper
-
-    inits = {t.name for t in model.graph.initializer}
-    names = [vi.name for vi in model.graph.input if vi.name not in inits]
-    out = []
-    for ds in sorted(d.glob("test_data_set_*")):
-        def read(kind):
-            files = sorted(ds.glob(f"{kind}_*.pb"), key=lambda f: int(f.stem.split("_")[-1]))
-            ts = []
-            for f in files:
-                t = TensorProto()
-                t.ParseFromString(f.read_bytes())
-                ts.append(t)
-            return ts
-        ins = read("input")
-        if all(t.name in names for t in ins) and len({t.name for t in ins}) == len(ins):
-            ins = sorted(ins, key=lambda t: names.index(t.name))
-        outs = read("output")
-        out.append(([numpy_helper.to_array(t) for t in ins], [numpy_helper.to_array(t) for t in outs]))
-    return out
-
-
-def run_model_dir(set_name: str, d: Path, executor: Executor, *,
-                  time_limit: float | None = TIME_LIMIT) -> CaseResult:
-    """One model of a set through `executor` (given the model's path, as a user would give it),
-    every data set compared with onnx's runner tolerances; never raises (but KeyboardInterrupt)."""
-    import onnx
-
-    t0 = time.perf_counter()
-    name = f"{set_name}/{d.name}"
-
-    def result(status, detail="", err=None):
-        return CaseResult(name, set_name, status, detail, err, round(time.perf_counter() - t0, 4))
-
-    try:
-        model = onnx.load(str(d / "model.onnx"))
-        _check_io_types(model)
-        sets = _data_sets(d, model)
-    except NotRunnable as e:
-        return result("unsupported", str(e))
-    except Exception as e:
-        return result("error", f"harness: {_one_line(e)}")
-    if not sets:
-        return result("unsupported", "no test_data_set_*")
-    worst = None
-    for k, (inputs, expected) in enumerate(sets):
-        try:
-            with warnings.catch_warnings(), np.errstate(all="ignore"), _Alarm(time_limit):
-                warnings.simplefilter("ignore")
-                got = executor(str(d / "model.onnx"), [a.copy() for a in inputs])
-        except KeyboardInterrupt:
-            raise
-        except CaseTimeout as e:
-            return result("error", str(e))
-        except BaseException as e:  # noqa: BLE001 - one bad model must not stop the run
-            return result(_classify(e), _one_line(e))
-        ok, detail, err = compare(expected, list(got))
-        if err is not None:
-            worst = err if worst is None else max(worst, err)
-        if not ok:
-            return result("fail", f"data set {k}: {detail}", worst)
-    return result("pass", "", worst)
-
-
-def run_model_sets(executor: Executor, sets: Iterable[str] = MODEL_SETS, **kw) -> list[CaseResult]:
-    return [run_model_dir(s, d, executor, **kw) for s, d in model_set_dirs(sets)]
-
-
 # ---- running one case -------------------------------------------------------------------------
 
-def _classify(e: BaseException) -> str:
+def classify(e: BaseException) -> str:
     """'unsupported' when anything in the cause chain says so, else 'error'."""
     from onnxcc.errors import UnsupportedOp
 
@@ -554,14 +459,14 @@ def _classify(e: BaseException) -> str:
     return "error"
 
 
-def _one_line(e: BaseException, limit: int = 300) -> str:
+def one_line(e: BaseException, limit: int = 300) -> str:
     s = " ".join(str(e).split()) or type(e).__name__
     if not isinstance(e, Exception) or type(e).__name__ not in s:
         s = f"{type(e).__name__}: {s}"
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-class _Alarm:
+class Alarm:
     """A per-case wall-clock limit via SIGALRM (a no-op off the main thread or without SIGALRM)."""
 
     def __init__(self, seconds: float | None):
@@ -601,18 +506,18 @@ def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
         return CaseResult(case.name, op, status, detail, err, round(time.perf_counter() - t0, 4))
 
     try:
-        _check_io_types(case)
+        check_io_types(case)
         inputs, expected = case_arrays(case)
         model = case.model
     except NotRunnable as e:
         return result("unsupported", str(e))
     except Exception as e:  # a malformed case: report, do not stop the run
-        return result("error", f"harness: {_one_line(e)}")
+        return result("error", f"harness: {one_line(e)}")
     size = sum(a.nbytes for a in inputs) + sum(a.nbytes for a in expected)
     if size > max_bytes:
         return result("unsupported", f"case too large to run ({size} bytes)")
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"), _Alarm(time_limit):
+        with warnings.catch_warnings(), np.errstate(all="ignore"), Alarm(time_limit):
             warnings.simplefilter("ignore")
             got = executor(_copy_model(model), [a.copy() for a in inputs])
     except KeyboardInterrupt:
@@ -620,12 +525,12 @@ def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
     except CaseTimeout as e:
         return result("error", str(e))
     except BaseException as e:  # noqa: BLE001 - one bad case must not stop the run
-        return result(_classify(e), _one_line(e))
+        return result(classify(e), one_line(e))
     try:
         ok, detail, err = compare(expected, list(got), case.rtol or DEFAULT_RTOL,
                                   case.atol if case.atol is not None else DEFAULT_ATOL)
     except Exception as e:
-        return result("error", f"comparing: {_one_line(e)}")
+        return result("error", f"comparing: {one_line(e)}")
     return result("pass" if ok else "fail", detail, err)
 
 
@@ -804,12 +709,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=EXPECTED_DIR, help="where expected_*.txt and REPORT.md live")
     p.add_argument("--failures", action="store_true", help="print every non-passing case")
     p.add_argument("-q", "--quiet", action="store_true")
-    p.add_argument("--model-sets", nargs="?", const=",".join(MODEL_SETS), metavar="SET,...",
-                   help="run onnx's model sets (default: all of " + ", ".join(MODEL_SETS) + ") instead")
+    p.add_argument("--model-sets", nargs="?", const="all", metavar="SET,...",
+                   help="run onnx's model sets instead (onnxcc.model_sets; default: all of them)")
     p.add_argument("--ort", action="store_true", help="with --model-sets: also onnxruntime's pass count")
     a = p.parse_args(argv)
     if a.model_sets:
-        return _main_model_sets(a)
+        from onnxcc.model_sets import main_model_sets
+
+        return main_model_sets(a)
     executor = a.update or a.executor
     if a.update and (a.ops or a.case or a.all):
         p.error("--update runs the default selection: it does not take --ops, --case or --all")
@@ -848,28 +755,6 @@ def main(argv: list[str] | None = None) -> int:
         report = report_path(executor, a.dir)
         report.write_text(format_report(executor, results, seconds, dict(not_run)), encoding="utf-8")
         print(f"\nwrote {path} ({len(names)} cases) and {report}")
-    return 0
-
-
-def _main_model_sets(a) -> int:
-    sets = [s.strip() for s in a.model_sets.split(",") if s.strip()]
-    rx = re.compile(a.case) if a.case else None
-    dirs = [(s, d) for s, d in model_set_dirs(sets) if rx is None or rx.search(d.name)]
-    results = [run_model_dir(s, d, EXECUTORS[a.executor], time_limit=a.time_limit) for s, d in dirs]
-    for r in results:
-        print(f"{r.status:11s} {r.name}" + (f": {r.detail}" if r.detail else ""))
-    print()
-    print(format_table(results))
-    if a.ort:
-        ref = collections.Counter()
-        for s, d in dirs:
-            if run_model_dir(s, d, ort_executor, time_limit=a.time_limit).status == "pass":
-                ref[s] += 1
-        mine = collections.Counter(r.op for r in results if r.status == "pass")
-        print("\npasses, onnxcc vs onnxruntime (same comparison):")
-        for s in sets:
-            n = sum(1 for t, _ in dirs if t == s)
-            print(f"  {s:20s} onnxcc {mine[s]:3d}   onnxruntime {ref[s]:3d}   of {n}")
     return 0
 
 

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from onnx import numpy_helper
 
 from onnxcc import conformance as conf
+from onnxcc import model_sets as ms
 from onnxcc.cli import main
 
 #: old-opset models that exercise the importer's opset rules and the converter:
@@ -25,7 +26,7 @@ HANDFUL = ["pytorch-converted/test_PReLU_2d_multiparam", "pytorch-converted/test
 
 
 def _dirs():
-    return {f"{s}/{d.name}": (s, d) for s, d in conf.model_set_dirs()}
+    return {f"{s}/{d.name}": (s, d) for s, d in ms.model_set_dirs()}
 
 
 @pytest.mark.parametrize("name", HANDFUL)
@@ -33,7 +34,7 @@ def test_model_set_native(name):
     dirs = _dirs()
     if name not in dirs:
         pytest.skip(f"{name}: not in the installed onnx {onnx.__version__}")
-    r = conf.run_model_dir(*dirs[name], conf.compiled_executor)
+    r = ms.run_model_dir(*dirs[name], conf.compiled_executor)
     assert r.status == "pass", f"{name}: {r.status}: {r.detail}"
 
 
@@ -42,13 +43,13 @@ def test_model_set_string_model_is_unsupported():
     name = "simple/test_strnorm_model_monday_casesensintive_lower"
     if name not in dirs:
         pytest.skip(f"{name}: not in the installed onnx {onnx.__version__}")
-    r = conf.run_model_dir(*dirs[name], conf.interp_executor)
+    r = ms.run_model_dir(*dirs[name], conf.interp_executor)
     assert r.status == "unsupported" and "string" in r.detail
 
 
 def test_model_sets_interp_all_pytorch_converted():
     # the whole set through the numpy interpreter (fast): at least what onnxruntime passes (59)
-    results = conf.run_model_sets(conf.interp_executor, ["pytorch-converted"])
+    results = ms.run_model_sets(conf.interp_executor, ["pytorch-converted"])
     if not results:
         pytest.skip("the installed onnx ships no pytorch-converted models")
     bad = [f"{r.name}: {r.status}: {r.detail}" for r in results if r.status != "pass"]
