@@ -122,7 +122,7 @@ def test_upsample_forms_import_as_upsample(form, mode):
     module = load_onnx(m)
     up = [op for op in module.main.body.ops if op.name == "onnx.Upsample"]
     assert len(up) == 1 and up[0].attrs["mode"] == mode
-    scales = up[0].operands[1].producer
+    scales = up[0].operands[1].owner
     assert scales.name == "cc.const" and list(np.asarray(scales.attrs["value"])) == list(_SCALES)
     _vs_ort(m, [("x", x)])
 
@@ -230,16 +230,61 @@ def test_old_model_keeps_its_opset_in_the_module():
 # ---- errors ----------------------------------------------------------------------------------------
 
 def test_conversion_failure_is_one_line():
-    # Tile-1 (tiles, axis inputs) has no adapter in onnx's converter
-    node = helper.make_node("Tile", ["x", "t", "a"], ["y"])
-    m = _model(node, 5, [("x", X4)], inits=[("t", np.array(2, _I64)), ("a", np.array(1, _I64))])
+    # LSTM-1 (output_sequence attribute) has no adapter in onnx's converter and no rule here
+    w = RNG.random((1, 8, 5)).astype(np.float32)
+    r = RNG.random((1, 8, 2)).astype(np.float32)
+    node = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=2)
+    x = X4[0]
+    m = _model(node, 1, [("x", x)], inits=[("w", w), ("r", r)])
     with pytest.raises(ImportError_) as e:
         load_onnx(m)
     msg = str(e.value)
-    assert "\n" not in msg and "opset 5" in msg and "Tile" in msg and "Traceback" not in msg
+    assert "\n" not in msg and "opset 1" in msg and "LSTM" in msg and "Traceback" not in msg
 
 
 def test_opset_newer_than_onnx_knows():
     m = _model(helper.make_node("Relu", ["x"], ["y"]), onnx.defs.onnx_opset_version() + 1, [("x", X4)])
     with pytest.raises(ImportError_, match="newer than the installed onnx knows"):
         load_onnx(m)
+
+
+# ---- opset 1-5 forms the converter has no adapter for ------------------------------------------------
+
+def _x_model(node, opset, n_out=1, inits=()):
+    return _model(node, opset, [("x", X4)], n_out=n_out, inits=inits)
+
+
+def test_split1_attribute_and_equal_parts():
+    m = _x_model(helper.make_node("Split", ["x"], ["a", "b"], axis=1, split=[1, 2]), 1, n_out=2)
+    got = _ours(m, [("x", X4)])
+    assert [g.shape for g in got] == [(2, 1, 4, 5), (2, 2, 4, 5)]
+    np.testing.assert_array_equal(np.concatenate(got, axis=1), X4)
+    m = _x_model(helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1), 1, n_out=3)
+    for k, g in enumerate(_ours(m, [("x", X4)])):
+        np.testing.assert_array_equal(g, X4[:, k:k + 1])
+
+
+def test_tile1_repeats_one_axis():
+    inits = [("t", np.array(3, np.int64)), ("a", np.array(2, np.int64))]
+    (got,) = _ours(_x_model(helper.make_node("Tile", ["x", "t", "a"], ["y"]), 5, inits=inits), [("x", X4)])
+    np.testing.assert_array_equal(got, np.tile(X4, (1, 1, 3, 1)))
+
+
+def test_cast1_string_target():
+    node = helper.make_node("Cast", ["x"], ["y"], to="INT32")
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F32, list(X4.shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.INT32, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 5)], ir_version=7)
+    (got,) = _ours(m, [("x", X4)])
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, X4.astype(np.int32))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad1_paddings_attribute(mode):
+    pads = [0, 0, 1, 2, 0, 0, 2, 1]
+    node = helper.make_node("Pad", ["x"], ["y"], paddings=pads, mode=mode, value=0.5)
+    (got,) = _ours(_x_model(node, 1), [("x", X4)])
+    widths = list(zip(pads[:4], pads[4:]))
+    want = np.pad(X4, widths, mode=mode, **({"constant_values": 0.5} if mode == "constant" else {}))
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

@@ -22,7 +22,10 @@ The rules are the ops where the converter fails or changes the meaning:
     Resize-13 with half-pixel coordinates, which is wrong for `linear`; they become
     `onnx.Upsample(x, scales)` with `mode`;
   - Scan-8 (batch axis first, optional sequence_lens): a Scan over the batch whose body is a
-    Scan-9 over time; sequence_lens is refused.
+    Scan-9 over time; sequence_lens is refused;
+  - Add/Sub/Mul/Div/Pow/And/Or/Xor/Equal/Greater/Less before opset 7: `broadcast` / `axis`;
+  - Split-1, Tile-1, Cast-1 (string `to`), Pad-1 (`paddings`): the converter has no adapter.
+LSTM-1, GRU-1/3, RNN-1 and (Global)LpPool-1 have neither an adapter nor a rule: refused.
 A model the converter cannot upgrade, or whose inputs / outputs it would change, is one
 ImportError_ line.
 """
@@ -342,3 +345,63 @@ def _legacy_broadcast(node, b, since):
     elif not bcast and a.type.shape != y.type.shape:
         raise _unsupported(node, b, f"broadcast=0 with shapes {a.type} and {y.type}")
     return _emit(node, b, f"onnx.{node.op_type}", [a, y], attrs)
+
+
+def _const_value(v) -> np.ndarray | None:
+    """The value of a Value made by an inline cc.const, else None."""
+    op = getattr(v, "owner", None)
+    if getattr(op, "name", None) == "cc.const" and isinstance(op.attrs.get("value"), np.ndarray):
+        return op.attrs["value"]
+    return None
+
+
+@rule("Split", 1)
+def _split1(node, b, since):
+    """Split-1: the sizes come from the `split` attribute or a second input (the converter has
+    no adapter for it) -> Split(x, split) with equal parts when neither is given."""
+    ins = b.inputs(node)
+    attrs = b.attrs(node)
+    x = ins[0]
+    split = ins[1] if len(ins) > 1 and ins[1] is not None else None
+    if split is None and "split" in attrs:
+        split = b.const(_i64(attrs["split"]))
+    operands = [x] if split is None else [x, split]
+    return _emit(node, b, "onnx.Split", operands, {"axis": int(attrs.get("axis", 0))}, _outputs(node))
+
+
+@rule("Tile", 1)
+def _tile1(node, b, since):
+    """Tile-1 repeats one axis (`tiles` times along `axis`, both scalar inputs) -> Tile(x, repeats)."""
+    x, tiles, axis = (b.inputs(node) + [None, None])[:3]
+    t, a = (_const_value(v) if v is not None else None for v in (tiles, axis))
+    if t is None or a is None or t.size != 1 or a.size != 1:
+        raise _unsupported(node, b, "Tile-1 with tiles / axis computed at run time")
+    repeats = [1] * x.type.rank
+    repeats[int(a.reshape(())) % x.type.rank] = int(t.reshape(()))
+    return _emit(node, b, "onnx.Tile", [x, b.const(_i64(repeats))])
+
+
+@rule("Cast", 1)
+def _cast1(node, b, since):
+    """Cast-1 names the target type as a string ("FLOAT", "INT64", ...)."""
+    (x,) = b.inputs(node)[:1]
+    to = b.attrs(node).get("to")
+    if isinstance(to, str):
+        try:
+            to = onnx.TensorProto.DataType.Value(to.upper())
+        except ValueError:
+            raise _unsupported(node, b, f"unknown target type {to!r}") from None
+    return _emit(node, b, "onnx.Cast", [x], {"to": int(to)})
+
+
+@rule("Pad", 1)
+def _pad1(node, b, since):
+    """Pad-1: `paddings` (laid out like Pad-2's `pads`) and `value` attributes -> Pad(x, pads, value)."""
+    (x,) = b.inputs(node)[:1]
+    attrs = b.attrs(node)
+    pads = b.const(_i64(attrs.get("paddings", [0] * (2 * x.type.rank))))
+    mode = attrs.get("mode", "constant")
+    operands = [x, pads]
+    if mode == "constant":
+        operands.append(b.const(np.array(attrs.get("value", 0.0), dtype=x.type.dtype.np)))
+    return _emit(node, b, "onnx.Pad", operands, {"mode": mode})
