@@ -261,7 +261,7 @@ def _batch_norm_old(node, b, since):
     return _emit(node, b, "onnx.Add", [m, bias])
 
 
-@rule("Upsample", 1, 7, 9)
+@rule("Upsample", 1, 7, 9, 10)  # 10: deprecated, but exporters wrote it with 9's meaning
 @rule("Resize", 10)
 def _upsample(node, b, since):
     """-> onnx.Upsample(x, scales) with `mode`: Upsample-1's height/width_scale and Upsample-7's
