@@ -14,8 +14,8 @@ import collections
 import re
 import time
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 

@@ -33,7 +33,7 @@ ImportError_ line.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -273,8 +273,8 @@ def _upsample(node, b, since):
         mode = "linear"
     x = ins[0]
     if since == 1:
-        scales = [1.0] * (x.type.rank - 2) + [float(attrs.get("height_scale", 1.0)),
-                                              float(attrs.get("width_scale", 1.0))]
+        scales = [1.0] * x.type.rank
+        scales[-2:] = [float(attrs.get("height_scale", 1.0)), float(attrs.get("width_scale", 1.0))]
         s = b.const(np.array(scales, dtype=np.float32))
     elif since == 7:
         if "scales" not in attrs:
@@ -372,7 +372,7 @@ def _split1(node, b, since):
 @rule("Tile", 1)
 def _tile1(node, b, since):
     """Tile-1 repeats one axis (`tiles` times along `axis`, both scalar inputs) -> Tile(x, repeats)."""
-    x, tiles, axis = (b.inputs(node) + [None, None])[:3]
+    x, tiles, axis = [*b.inputs(node), None, None][:3]
     t, a = (_const_value(v) if v is not None else None for v in (tiles, axis))
     if t is None or a is None or t.size != 1 or a.size != 1:
         raise _unsupported(node, b, "Tile-1 with tiles / axis computed at run time")
