@@ -16,14 +16,20 @@ the single op type if all nodes share one, else the first node that is not a Con
 
 What `--update` runs: the cases of the ops onnxcc takes (`supported_ops()`: the registered
 `onnx.*` ops, Constant and the importer's converters), plus function-expanded cases of other
-ops whose bodies use only those ops. A case whose ai.onnx opset is older than the importer's
-MIN_OPSET runs after `onnx.version_converter` upgrades it (unless that changes its I/O shapes).
+ops whose bodies use only those ops. Every executor gets the case's model exactly as it is,
+whatever its opset (old opsets are the importer's business, as they are for a user); the
+`native` executor goes through the public path `onnxcc run` uses: onnxcc.compile, onnxcc.load,
+run.
+
+`--model-sets` runs onnx's own model directories instead (onnxcc.model_sets), through the same
+executors and comparison; `--ort` adds onnxruntime's count on the same comparison.
 
 Statuses: pass; fail (ran, wrong count / shape / dtype / values); unsupported (UnsupportedOp or
 NotImplementedError anywhere in the cause chain, or inputs the harness cannot pass: sequences,
 optionals, dtypes onnxcc's DType lacks); error (anything else, including the per-case time limit).
 
-An executor is `fn(model: onnx.ModelProto, inputs: list[np.ndarray]) -> list[np.ndarray]`.
+An executor is `fn(model, inputs: list[np.ndarray]) -> list[np.ndarray]`, the model an
+onnx.ModelProto (node cases) or a path (model sets), as a user hands either to onnxcc.
 This module sits on top of the compiler (like the CLI): it imports frontend, passes and interp.
 """
 
@@ -283,11 +289,14 @@ def _supported_elem_types() -> frozenset:
         return frozenset(table.values())
 
 
-def _check_io_types(case) -> None:
+def check_io_types(case) -> None:
+    """NotRunnable unless every graph input and output of the case (or model) is a tensor of a
+    dtype onnxcc has."""
     from onnx import TensorProto
 
     ok = _supported_elem_types()
-    for kind, vis in (("input", case.model.graph.input), ("output", case.model.graph.output)):
+    model = getattr(case, "model", case)
+    for kind, vis in (("input", model.graph.input), ("output", model.graph.output)):
         for vi in vis:
             t = vi.type
             which = t.WhichOneof("value")
@@ -372,50 +381,10 @@ def _max_abs_err(e: np.ndarray, g: np.ndarray) -> float | None:
     return float(d.max()) if d.size else float("nan")
 
 
-def min_opset() -> int | None:
-    """The oldest ai.onnx opset the importer takes (None when it states none)."""
-    try:
-        from onnxcc.frontend import MIN_OPSET
-    except ImportError:
-        return None
-    return MIN_OPSET
-
-
-def case_model(case, upgrade: bool = True):
-    """The case's model; with `upgrade`, one whose ai.onnx opset is older than the importer takes
-    is converted with onnx.version_converter first (what the importer's error advises), so the
-    op's semantics are still tested."""
-    lo = min_opset() if upgrade else None
-    if lo is None or opset_of(case.model) >= lo:
-        return case.model
-    return _upgraded(case.name, lo)
-
-
 def opset_of(model) -> int:
+    """The model's ai.onnx opset (0 when it imports none)."""
     v = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
     return v[0] if v else 0
-
-
-@functools.lru_cache(maxsize=None)
-def _upgraded(name: str, opset: int):
-    from onnx import version_converter
-
-    try:
-        return version_converter.convert_version(get_case(name).model, opset)
-    except Exception as e:
-        raise NotRunnable(f"cannot upgrade opset {opset_of(get_case(name).model)} to {opset}: "
-                          f"{_one_line(e)}") from e
-
-
-def _check_signature(model, inputs: list[np.ndarray], expected: list[np.ndarray]) -> None:
-    """An upgraded model must still take the case's data (Scan-8's batch axis does not survive)."""
-    for kind, vis, arrays in (("input", model.graph.input, inputs), ("output", model.graph.output, expected)):
-        for vi, a in zip(vis, arrays):
-            dims = vi.type.tensor_type.shape.dim
-            fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
-            if len(fixed) != a.ndim or any(f is not None and f != n for f, n in zip(fixed, a.shape)):
-                raise NotRunnable(f"opset upgrade to {opset_of(model)} changed {kind} {vi.name!r} to "
-                                  f"{fixed}, the case's data is {list(a.shape)}")
 
 
 # ---- executors --------------------------------------------------------------------------------
@@ -477,7 +446,7 @@ EXECUTORS: dict[str, Executor] = {"interp": interp_executor, "native": compiled_
 
 # ---- running one case -------------------------------------------------------------------------
 
-def _classify(e: BaseException) -> str:
+def classify(e: BaseException) -> str:
     """'unsupported' when anything in the cause chain says so, else 'error'."""
     from onnxcc.errors import UnsupportedOp
 
@@ -490,14 +459,14 @@ def _classify(e: BaseException) -> str:
     return "error"
 
 
-def _one_line(e: BaseException, limit: int = 300) -> str:
+def one_line(e: BaseException, limit: int = 300) -> str:
     s = " ".join(str(e).split()) or type(e).__name__
     if not isinstance(e, Exception) or type(e).__name__ not in s:
         s = f"{type(e).__name__}: {s}"
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-class _Alarm:
+class Alarm:
     """A per-case wall-clock limit via SIGALRM (a no-op off the main thread or without SIGALRM)."""
 
     def __init__(self, seconds: float | None):
@@ -526,10 +495,10 @@ class _Alarm:
 
 
 def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
-             max_bytes: int = MAX_CASE_BYTES, upgrade_opset: bool = True) -> CaseResult:
+             max_bytes: int = MAX_CASE_BYTES) -> CaseResult:
     """Run one case through `executor` and compare; never raises (but KeyboardInterrupt).
 
-    A case older than the importer's minimum opset runs upgraded (see `case_model`)."""
+    The executor gets the case's model as it is, whatever its opset: what a user hands onnxcc."""
     op = case_op(case)
     t0 = time.perf_counter()
 
@@ -537,20 +506,18 @@ def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
         return CaseResult(case.name, op, status, detail, err, round(time.perf_counter() - t0, 4))
 
     try:
-        _check_io_types(case)
+        check_io_types(case)
         inputs, expected = case_arrays(case)
-        model = case_model(case, upgrade_opset)
-        if model is not case.model:
-            _check_signature(model, inputs, expected)
+        model = case.model
     except NotRunnable as e:
         return result("unsupported", str(e))
     except Exception as e:  # a malformed case: report, do not stop the run
-        return result("error", f"harness: {_one_line(e)}")
+        return result("error", f"harness: {one_line(e)}")
     size = sum(a.nbytes for a in inputs) + sum(a.nbytes for a in expected)
     if size > max_bytes:
         return result("unsupported", f"case too large to run ({size} bytes)")
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"), _Alarm(time_limit):
+        with warnings.catch_warnings(), np.errstate(all="ignore"), Alarm(time_limit):
             warnings.simplefilter("ignore")
             got = executor(_copy_model(model), [a.copy() for a in inputs])
     except KeyboardInterrupt:
@@ -558,12 +525,12 @@ def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
     except CaseTimeout as e:
         return result("error", str(e))
     except BaseException as e:  # noqa: BLE001 - one bad case must not stop the run
-        return result(_classify(e), _one_line(e))
+        return result(classify(e), one_line(e))
     try:
         ok, detail, err = compare(expected, list(got), case.rtol or DEFAULT_RTOL,
                                   case.atol if case.atol is not None else DEFAULT_ATOL)
     except Exception as e:
-        return result("error", f"comparing: {_one_line(e)}")
+        return result("error", f"comparing: {one_line(e)}")
     return result("pass" if ok else "fail", detail, err)
 
 
@@ -702,8 +669,8 @@ def format_report(executor: str, results: list[CaseResult], seconds: float,
            "do not edit by hand.", "",
            f"{len(results)} cases run in {seconds:.1f} s: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES)
            + ". Cases are those of the ops onnxcc takes (registered ops, Constant, importer converters), "
-           "plus function-expanded cases of other ops whose bodies use only those ops; cases older than "
-           "the importer's minimum opset run upgraded by onnx.version_converter. Nondeterministic ops ("
+           "plus function-expanded cases of other ops whose bodies use only those ops; every case runs "
+           "as it is, whatever its opset. Nondeterministic ops ("
            + ", ".join(sorted(NONDETERMINISTIC_OPS)) + ") are run but never listed as expected.", "",
            "## Per op", "", format_table(results, markdown=True), "",
            "## Top failure reasons", "", "| count | reason | example |", "|---|---|---|"]
@@ -742,7 +709,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=EXPECTED_DIR, help="where expected_*.txt and REPORT.md live")
     p.add_argument("--failures", action="store_true", help="print every non-passing case")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--model-sets", nargs="?", const="all", metavar="SET,...",
+                   help="run onnx's model sets instead (onnxcc.model_sets; default: all of them)")
+    p.add_argument("--ort", action="store_true", help="with --model-sets: also onnxruntime's pass count")
     a = p.parse_args(argv)
+    if a.model_sets:
+        from onnxcc.model_sets import main_model_sets
+
+        return main_model_sets(a)
     executor = a.update or a.executor
     if a.update and (a.ops or a.case or a.all):
         p.error("--update runs the default selection: it does not take --ops, --case or --all")

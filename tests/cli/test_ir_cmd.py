@@ -121,15 +121,18 @@ def test_unsupported_op_exits_3_naming_op_domain_and_node(tmp_path):
     assert r.stderr.strip() == "error: unsupported op Frobnicate (domain com.example) at node 'frob_node'"
 
 
-def test_old_opset_is_a_user_error(tmp_path):
+def test_old_opset_imports_and_too_new_is_a_user_error(tmp_path):
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
     path = tmp_path / "old.onnx"
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
-    path.write_bytes(model.SerializeToString())
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)]).SerializeToString())
     r = _run("ir", str(path))
-    assert r.exit_code == 1 and _is_one_error_line(r.stderr) and "opset 11 is too old" in r.stderr
+    assert r.exit_code == 0 and "onnx.Relu" in r.stdout
+    new = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 999)])
+    path.write_bytes(new.SerializeToString())
+    r = _run("ir", str(path))
+    assert r.exit_code == 1 and _is_one_error_line(r.stderr) and "opset 999 is newer" in r.stderr
 
 
 def test_unknown_pass_and_bad_suffix_are_user_errors(tmp_path):

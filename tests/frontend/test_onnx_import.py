@@ -378,11 +378,11 @@ def test_ai_onnx_ml_is_unsupported():
         load_onnx(model)
 
 
-@pytest.mark.parametrize("opset", [12, 99])
+@pytest.mark.parametrize("opset", [0, 99])
 def test_opset_out_of_range(opset):
     model = _identity_model(["n"])
     model.opset_import[0].version = opset
-    with pytest.raises(ImportError_, match=f"opset {opset} is (too old|newer)"):
+    with pytest.raises(ImportError_, match=f"opset {opset} is (not a valid opset|newer)"):
         load_onnx(model.SerializeToString())
 
 

@@ -2,7 +2,9 @@
 
 What the importer does, in order:
   - reads the protobuf (a bad file is one clear `ImportError_` line), checks the ai.onnx
-    opset, inlines model-local functions;
+    opset (any the installed onnx knows), inlines model-local functions, and upgrades a model
+    older than opset 13 (opset_compat.py: onnx's version converter, plus per-op rules where
+    the converter fails or changes the meaning);
   - graph inputs (not initializers) become `@main` parameters; `dim_param` names become
     module symbols, unnamed / -1 dims fresh symbols named `<input>_d<axis>`;
   - initializers become `cc.const` at the top of their block (inline up to INLINE_MAX
@@ -37,10 +39,11 @@ from ..ir import (Block, Dim, DType, Function, Module, Op, Region, TensorType, V
 from ..ops import InferCtx, get_opdef
 from ..ops.dtypes import onnx_dtype
 from ..passes.shape_inference import infer_block, infer_op
+from . import opset_compat
 from .onnx_ops import CONVERTERS
 
 #: the oldest ai.onnx opset onnxcc imports; the newest is what the installed onnx knows
-MIN_OPSET = 13
+MIN_OPSET = 1
 #: constants with up to this many elements are stored inline in the IR, larger ones as weights
 INLINE_MAX = 64
 
@@ -77,6 +80,8 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:  # noqa: BLE001 - onnx raises assorted types here
             raise ImportError_(f"{what}: cannot inline model-local functions: {_one_line(e)}") from e
+    if opset < opset_compat.TARGET_OPSET:
+        proto = opset_compat.upgrade(proto, opset, what)
     module = Module(name=_ident(name))
     module.attrs["opset"] = opset
     _Importer(module, base_dir, what).import_main(proto.graph)
@@ -143,10 +148,12 @@ def _check_opset(proto: onnx.ModelProto, what: str) -> int:
     versions = {o.domain: o.version for o in proto.opset_import}
     v = versions.get("", versions.get("ai.onnx"))
     if v is None:
-        raise ImportError_(f"{what}: the model imports no ai.onnx opset")
+        if any(n.domain in _ONNX_DOMAINS for n in proto.graph.node):
+            raise ImportError_(f"{what}: the model imports no ai.onnx opset")
+        return newest  # only other domains' ops: they say for themselves what they take
     if v < MIN_OPSET:
-        raise ImportError_(f"{what}: ai.onnx opset {v} is too old: onnxcc imports opsets {MIN_OPSET} to "
-                           f"{newest} (upgrade it with onnx.version_converter.convert_version)")
+        raise ImportError_(f"{what}: ai.onnx opset {v} is not a valid opset (onnxcc imports {MIN_OPSET} "
+                           f"to {newest})")
     if v > newest:
         raise ImportError_(f"{what}: ai.onnx opset {v} is newer than the installed onnx knows "
                            f"(supported: {MIN_OPSET} to {newest})")
@@ -362,6 +369,12 @@ class GraphBuilder:
                 conv = _constant
             else:
                 conv = CONVERTERS.get(op_type)
+        elif opset_compat.compat_since(domain) is not None:
+            # an old-opset node set aside by opset_compat.upgrade: its rule imports it
+            since = opset_compat.compat_since(domain)
+            results = opset_compat.convert(node, self, since)
+            self._bind(node, results)
+            return
         elif domain == "ai.onnx.ml":
             raise UnsupportedOp(op_type, domain, self.loc, "the ai.onnx.ml domain is not supported")
         else:
@@ -369,6 +382,10 @@ class GraphBuilder:
         if conv is None and get_opdef(name) is None:
             raise UnsupportedOp(op_type, domain, self.loc)
         results = conv(node, self) if conv is not None else self.generic(node, name)
+        self._bind(node, results)
+
+    def _bind(self, node: onnx.NodeProto, results: list[Value]) -> None:
+        op_type = node.op_type
         wanted = [n for n in node.output]
         if len(results) < len(_trim(wanted)):
             raise ImportError_(f'{self.imp.what}: node "{self.loc}" ({op_type}) has {len(_trim(wanted))} '

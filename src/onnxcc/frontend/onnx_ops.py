@@ -1,9 +1,10 @@
 """Converters for ONNX ops whose import is not a 1:1 node -> op copy.
 
 Most nodes go through the importer's generic path: `onnx.<OpType>` with the node's
-attributes converted and its inputs as operands (see onnx_import.py). An op whose ONNX
-form needs rewriting on the way in (an old-opset attribute that later became an input,
-an op expanded into several ops, ...) gets an entry here:
+attributes converted and its inputs as operands (see onnx_import.py). Old opsets are
+upgraded before the import (opset_compat.py: the version converter plus per-op rules keyed
+by (op_type, since_version)). An op whose opset-13+ form still needs rewriting on the way
+in (an op expanded into several ops, ...) gets an entry here:
 
     CONVERTERS["OpType"] = fn(node: onnx.NodeProto, b: GraphBuilder) -> list[Value]
 
