@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from onnxcc.codegen.backend import BACKENDS, backend_class, make_backend
-from onnxcc.compiler import EMIT_STAGES, PIPELINE_STAGES, CompileOptions, load_module, pipeline, recipe
+from onnxcc.compiler import EMIT_STAGES, PIPELINE_STAGES, CompileOptions, build_pipeline, load_module, recipe
 from onnxcc.errors import OnnxccError, PassError
 from onnxcc.kernel.module import KernelModule
 from onnxcc.kernel.passes import SchedulePass
@@ -14,7 +14,7 @@ from onnxcc.testing import MODELS_DIR
 
 
 def _names(options: CompileOptions, stop: str = "lib") -> list[str]:
-    return [p.name for p in pipeline(options, make_backend(options), "m", stop)]
+    return [p.name for p in build_pipeline(options, make_backend(options), "m", stop)]
 
 
 def test_recipe_order_follows_the_options_and_the_backend():
@@ -58,7 +58,8 @@ def test_one_run_converts_the_graph_into_a_kernel_module_and_times_each_step():
     opts = CompileOptions(specialize={"batch": [1]})
     module = load_module(MODELS_DIR / "mlp.onnx")
     timer = TimePasses()
-    kmod = run_pipeline(module, pipeline(opts, make_backend(opts), "mlp"), PassContext(instruments=[timer]))
+    passes = build_pipeline(opts, make_backend(opts), "mlp")
+    kmod = run_pipeline(module, passes, PassContext(instruments=[timer]))
     assert isinstance(kmod, KernelModule) and kmod.graph is module
     assert [v.program.name for v in kmod.versions] == ["mlp_v0", "mlp_v1"]
     assert [v.function.name for v in kmod.versions] == module.dispatch["main"]
