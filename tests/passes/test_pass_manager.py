@@ -215,3 +215,12 @@ def test_run_pipeline_returns_module_and_reports_change():
 
     assert run_pipeline(m, "cse,cse,dce,dce", PassContext(instruments=[Changed()])) is m
     assert changes == [("cse", True), ("cse", False), ("dce", True), ("dce", False)]
+
+
+def test_dump_dir_numbers_on_across_pipelines(tmp_path):
+    """One DumpDir numbers every pass it sees: a build that runs more than one pipeline
+    (or a graph and a kernel part) gets one sequence, not files overwritten at 000."""
+    ctx = PassContext(instruments=[DumpDir(tmp_path)])
+    run_pipeline(_module(), "cse,dce", ctx)
+    run_pipeline(_module(), "cse", ctx)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["000_cse.onnxir", "001_dce.onnxir", "002_cse.onnxir"]

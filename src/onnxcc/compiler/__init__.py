@@ -1,11 +1,25 @@
 """The compiler: options, the pipeline recipe, compile (import -> pipeline -> backend ->
-link) and the artifact cache's key. Import from here: `from onnxcc.compiler import ...`."""
+link) and the artifact cache's key. Import from here: `from onnxcc.compiler import ...`.
 
-from .cache import cache_document, compile_cached, model_digest
-from .compile import Artifact, artifact_spec, compile_model, graph_stage, load_module, narrow_dims
-from .options import EMIT_STAGES, PIPELINE_STAGES, TARGETS, CompileOptions
-from .pipeline import graph_pipeline, pipeline, recipe
+Names load on first use, so the CLI can read `options.EMIT_STAGES` without importing the
+passes, the ops and sympy.
+"""
 
-__all__ = ["EMIT_STAGES", "PIPELINE_STAGES", "TARGETS", "Artifact", "CompileOptions", "artifact_spec",
-           "cache_document", "compile_cached", "compile_model", "graph_pipeline", "graph_stage",
-           "load_module", "model_digest", "narrow_dims", "pipeline", "recipe"]
+import importlib
+
+_HOMES = {
+    "cache_document": "cache", "compile_cached": "cache", "model_digest": "cache",
+    "Artifact": "compile", "artifact_spec": "compile", "compile_model": "compile", "graph_stage": "compile",
+    "load_module": "compile", "narrow_dims": "compile",
+    "EMIT_STAGES": "options", "PIPELINE_STAGES": "options", "TARGETS": "options", "CompileOptions": "options",
+    "build_pipeline": "pipeline", "graph_pipeline": "pipeline", "recipe": "pipeline",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{home}", __name__), name)

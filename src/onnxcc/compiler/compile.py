@@ -21,7 +21,6 @@ from ..ir import Module, identifier
 from ..ir.printer import print_bool
 from ..passes import Instrument, PassContext, run_pipeline
 from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
-from .pipeline import graph_pipeline, pipeline
 
 
 @dataclass
@@ -64,6 +63,8 @@ def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
 
 def graph_stage(module: Module, options: CompileOptions, ctx: PassContext | None = None) -> Module:
     """The recipe's graph and version passes on `module`, in place (the `ir` stop point)."""
+    from .pipeline import graph_pipeline
+
     narrow_dims(module, options.dims)
     return run_pipeline(module, graph_pipeline(options, make_backend(options)), ctx)
 
@@ -86,6 +87,8 @@ class _StageClock(Instrument):
 
 def compile_model(model, out_dir, options: CompileOptions | None = None, emit: str = "lib",
                   pass_ctx: PassContext | None = None) -> Artifact:
+    from .pipeline import build_pipeline  # the passes and ops: loaded when a build starts
+
     options = options or CompileOptions()
     if emit not in EMIT_STAGES:
         raise OnnxccError(f"unknown emit stage {emit!r} (one of {', '.join(EMIT_STAGES)})")
@@ -110,7 +113,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
 
     narrow_dims(module, options.dims)
     run_ctx = PassContext(instruments=[_StageClock(t), *ctx.instruments], options=ctx.options)
-    result = run_pipeline(module, pipeline(options, backend, name, emit), run_ctx)
+    result = run_pipeline(module, build_pipeline(options, backend, name, emit), run_ctx)
     if emit in PIPELINE_STAGES:
         art.text = str(result)
         return art

@@ -58,7 +58,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     return steps
 
 
-def pipeline(options: CompileOptions, backend: Backend, name: str, stop: str = "lib") -> list[ModulePass]:
+def build_pipeline(options: CompileOptions, backend: Backend, name: str,
+                   stop: str = "lib") -> list[ModulePass]:
     """The passes to run for `--emit stop`: those of its stop point and before (all of them
     for the backend's stop points)."""
     last = PIPELINE_STAGES.index(stop) if stop in PIPELINE_STAGES else len(PIPELINE_STAGES)
@@ -67,4 +68,4 @@ def pipeline(options: CompileOptions, backend: Backend, name: str, stop: str = "
 
 def graph_pipeline(options: CompileOptions, backend: Backend) -> list[ModulePass]:
     """The graph and version passes alone (the `ir` stop point)."""
-    return pipeline(options, backend, "model", "ir")
+    return build_pipeline(options, backend, "model", "ir")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from ..errors import OnnxccError, PassError
+from ..errors import CompileError, OnnxccError, PassError
 from ..ir import Module
 
 PASSES: dict[str, type[ModulePass]] = {}
@@ -135,6 +135,8 @@ def run_pipeline(module, pipeline, ctx: PassContext | None = None):
                 raise
             if isinstance(e, OnnxccError) and getattr(e, "exit_code", 1) == 3:
                 raise  # unsupported op: keep its exit code and message
+            if isinstance(e, CompileError):
+                raise  # a refusal to compile (names its node and what to do): the user's message as is
             raise PassError(p.name, done, e) from e
         try:
             for ins in ctx.instruments:
