@@ -17,17 +17,12 @@ Heavy modules (onnx, the op registry, passes) are imported on first use.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from .version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from .ir import Module
-
-#: file suffixes `load_model` understands
-ONNX_SUFFIXES = (".onnx",)
-IR_SUFFIXES = (".onnxir",)
 
 
 def load_onnx(model, name: str | None = None) -> Module:
@@ -54,22 +49,9 @@ def print_ir(module: Module) -> str:
 
 def load_model(path: str | os.PathLike) -> Module:
     """Load a model file: `.onnx` through the ONNX importer, `.onnxir` through the IR parser."""
-    from .errors import ImportError_
+    from .frontend.model_file import load_model as _load_model
 
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix in ONNX_SUFFIXES:
-        return load_onnx(p)
-    if suffix in IR_SUFFIXES:
-        if not p.is_file():
-            raise ImportError_(f"{p}: no such file" if not p.exists() else f"{p}: not a file")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ImportError_(f"{p}: cannot read: {e}") from e
-        return parse_ir(text, str(p))
-    kind = repr(p.suffix) if p.suffix else "(no suffix)"
-    raise ImportError_(f"{p}: unknown model file type {kind}: expected .onnx or .onnxir")
+    return _load_model(path)
 
 
 def compile(model, out_dir, emit: str = "lib", **options):  # noqa: A001 - the natural name

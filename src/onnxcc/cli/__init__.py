@@ -17,7 +17,7 @@ import traceback
 
 import click
 
-from .. import __version__
+from ..version import __version__
 from ..errors import OnnxccError, PassError
 from .exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, HELP
 

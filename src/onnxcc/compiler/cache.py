@@ -36,7 +36,7 @@ def model_digest(model) -> str:
 
 def cache_document(model, options: CompileOptions, extra: dict | None = None) -> dict:
     """Everything that changes the build: the cache key is the sha256 of this document."""
-    from .. import __version__
+    from ..version import __version__
     from ..codegen.cpu import host_cpu
 
     cpu, feats = host_cpu()

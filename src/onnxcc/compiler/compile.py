@@ -42,7 +42,7 @@ def load_module(model) -> Module:
     if isinstance(model, Module):
         return model
     if isinstance(model, (str, Path)):
-        from .. import load_model
+        from ..frontend.model_file import load_model
 
         return load_model(model)
     from ..frontend import load_onnx
