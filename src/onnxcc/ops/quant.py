@@ -509,9 +509,10 @@ def _qlbin_np(mul: bool):
             v = (da.astype(f) * db.astype(f)) * (sa * sb / sc)
         else:
             v = (sa / sc) * da.astype(f) + (sb / sc) * db.astype(f)
-        z = 0 if cz is None else int(cz.reshape(-1)[0])
+        if cz is not None:  # onnxruntime adds the zero point in f32 before rounding
+            v = v + f(cz.reshape(-1)[0])
         lo, hi = qrange(ctx.out_type().dtype)
-        return [np.clip(np.rint(v).astype(np.float64) + z, lo, hi).astype(a.dtype)]
+        return [np.clip(np.rint(v), lo, hi).astype(a.dtype)]
 
     return ref
 
@@ -527,11 +528,10 @@ def _qlbin_lower(mul: bool):
             db = cast(cast(b[broadcast_indices(ix, b.shape)], i32) - cast(_per(bz, 0), i32), f)
             sa, sb, sc = _f32(_per(a_s, 0)), _f32(_per(b_s, 0)), _f32(_per(c_s, 0))
             v = (da * db) * (sa * sb / sc) if mul else (sa / sc) * da + (sb / sc) * db
-            lo, hi = qrange(y.dtype)
-            q = cast(K.unary("round", v), DType.f64)
             if cz is not None:
-                q = q + cast(_per(cz, 0), DType.f64)
-            return cast(clamp(q, Const(float(lo), DType.f64), Const(float(hi), DType.f64)), y.dtype)
+                v = v + cast(_per(cz, 0), f)
+            lo, hi = qrange(y.dtype)
+            return cast(clamp(K.unary("round", v), Const(float(lo), f), Const(float(hi), f)), y.dtype)
 
         ctx.compute(y, body)
 
@@ -541,3 +541,89 @@ def _qlbin_lower(mul: bool):
 for _name, _mul in (("QLinearAdd", False), ("QLinearMul", True)):
     define(f"com.microsoft.{_name}", infer=_qlbin_infer, reference=_qlbin_np(_mul), lower=_qlbin_lower(_mul),
            kind="elementwise", arity=(7, 8), numpy_broadcast=True)
+
+
+# ---- com.microsoft MatMulIntegerToFloat / DynamicQuantizeMatMul --------------------------------
+
+
+def _scaled_out_np(acc, a_s, b_s, bias):
+    """onnxruntime's float output processor: f32(acc) * (a_scale * b_scale[col]) + bias[col]."""
+    y = acc.astype(np.float32) * (np.float32(_vec(a_s)[0]) * _vec(b_s))
+    return y if bias is None else y + bias.astype(np.float32)
+
+
+def _scaled_out_lower(ctx, y, acc, a_s: K.Expr, b_s, bias) -> None:
+    def body(*ix):
+        v = cast(acc[ix], DType.f32) * (a_s * _f32(_per(b_s, ix[-1])))
+        return v if bias is None else v + _f32(bias[broadcast_indices(ix, bias.shape)])
+
+    ctx.compute(y, body)
+
+
+def _zp_loader(x, z, axis: int):
+    i32 = DType.i32
+    if z is None:
+        return lambda idx: cast(x[idx], i32)
+    return lambda idx: cast(x[idx], i32) - cast(_per(z, idx[axis]), i32)
+
+
+def _mmif_infer(ctx: InferCtx):
+    a, b = ctx.in_types[0], ctx.in_types[1]
+    for t, what in ((a, "A"), (b, "B")):
+        if t.dtype not in (DType.u8, DType.i8):
+            raise ctx.error(f"{what} must be u8 or i8, got {t.dtype.value}")
+    return [TensorType(ctx.in_types[2].dtype, matmul_shape(ctx, a.shape, b.shape))]
+
+
+def _mmif_ref(ctx: RefCtx, *args):
+    a, b, a_s, b_s, az, bz, bias = _args(ctx, args, 7)
+    acc = matmul_integer(a, b, az, bz)
+    return [_scaled_out_np(acc, a_s, b_s, bias).astype(ctx.out_type().dtype.np)]
+
+
+def _mmif_lower(ctx) -> None:
+    a, b, a_s, b_s, az, bz, bias = _args(ctx, ctx.inputs, 7)
+    y = ctx.out(0)
+    acc = ctx.temp(DType.i32, y.shape, "acc")
+    matmul_compute(ctx, acc, a.shape, b.shape, _zp_loader(a, az, -2 if a.rank > 1 else -1),
+                   _zp_loader(b, bz, -1))
+    _scaled_out_lower(ctx, y, acc, _f32(_per(a_s, 0)), b_s, bias)
+
+
+define("com.microsoft.MatMulIntegerToFloat", infer=_mmif_infer, reference=_mmif_ref, lower=_mmif_lower,
+       kind="matmul", arity=(4, 7))
+
+
+def _dqmm_infer(ctx: InferCtx):
+    a, b = ctx.in_types[0], ctx.in_types[1]
+    if a.dtype is not DType.f32 or b.dtype not in (DType.u8, DType.i8):
+        raise ctx.error(f"A must be f32 and B u8 or i8, got {a.dtype.value} and {b.dtype.value}")
+    return [TensorType(DType.f32, matmul_shape(ctx, a.shape, b.shape))]
+
+
+def _dqmm_ref(ctx: RefCtx, *args):
+    a, b, b_s, bz, bias = _args(ctx, args, 5)
+    scale, zp = dynamic_qparams_np(a)
+    aq = quantize_np(a, scale, zp, DType.u8)
+    acc = matmul_integer(aq, b, np.array(zp), bz)
+    return [_scaled_out_np(acc, np.array(scale), b_s, bias)]
+
+
+def _dqmm_lower(ctx) -> None:
+    """A's uint8 parameters (as DynamicQuantizeLinear), A quantized, the i32 contraction, then
+    the float epilogue."""
+    a, b, b_s, bz, bias = _args(ctx, ctx.inputs, 5)
+    y = ctx.out(0)
+    sc, zp = ctx.temp(DType.f32, (), "a_scale"), ctx.temp(DType.u8, (), "a_zp")
+    dynamic_qparams_lower(ctx, a, sc, zp)
+    aq = ctx.temp(DType.u8, a.shape, "aq")
+    ctx.compute(aq, lambda *ix: quantize_expr(a[ix], sc[()], zp[()], DType.u8))
+    acc = ctx.temp(DType.i32, y.shape, "acc")
+    i32 = DType.i32
+    matmul_compute(ctx, acc, a.shape, b.shape, lambda idx: cast(aq[idx], i32) - cast(zp[()], i32),
+                   _zp_loader(b, bz, -1))
+    _scaled_out_lower(ctx, y, acc, sc[()], b_s, bias)
+
+
+define("com.microsoft.DynamicQuantizeMatMul", infer=_dqmm_infer, reference=_dqmm_ref, lower=_dqmm_lower,
+       kind="matmul", arity=(3, 5))
