@@ -81,7 +81,8 @@ def test_quantize_dequantize_forms():
               h.make_node("DequantizeLinear", ["x32", "s", "zi32"], ["d_i32"]),
               h.make_node("DequantizeLinear", ["q_block", "sb", "zb"], ["d_block"], axis=1, block_size=2)]
     outs = [n.output[0] for n in nodes]
-    m = _model(nodes, [("x", F, ["N", 3, 4]), ("xb", F, [3, 3]), ("x32", I32, ["N"])], outs, inits)  # blocks: 2 + a partial 1
+    # xb's blocks along dim 1: one of 2 columns and a partial one of 1
+    m = _model(nodes, [("x", F, ["N", 3, 4]), ("xb", F, [3, 3]), ("x32", I32, ["N"])], outs, inits)
     feeds = []
     for n, seed in ((1, 0), (6, 1)):
         x = _rng(seed).uniform(-40, 40, (n, 3, 4)).astype(np.float32)
@@ -113,7 +114,8 @@ def test_dynamic_quantize_linear():
 def test_conv_integer_and_qlinear_conv():
     w = _rng(2).integers(-128, 127, (4, 3, 3, 3)).astype(np.int8)
     inits = {"w": w, "xz": np.uint8(120), "wz": np.int8(0), "xs": np.float32(0.02),
-             "ws": np.array([0.01, 0.03, 0.002, 0.05], np.float32), "ys": np.float32(0.4), "yz": np.uint8(100),
+             "ws": np.array([0.01, 0.03, 0.002, 0.05], np.float32), "ys": np.float32(0.4),
+             "yz": np.uint8(100),
              "b": np.array([100, -2000, 0, 55], np.int32)}
     nodes = [h.make_node("ConvInteger", ["x", "w", "xz"], ["c0"], pads=[1, 1, 1, 1]),
              h.make_node("ConvInteger", ["x", "w"], ["c1"], strides=[2, 1]),
@@ -121,7 +123,8 @@ def test_conv_integer_and_qlinear_conv():
                          pads=[1, 0, 1, 0], dilations=[1, 2]),
              h.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["q1"])]
     m = _model(nodes, [("x", U8, ["N", 3, "H", 7])], ["c0", "c1", "q0", "q1"], inits, opset=13)
-    feeds = [{"x": _rng(s).integers(0, 255, (n, 3, hh, 7)).astype(np.uint8)} for s, n, hh in ((0, 1, 5), (1, 3, 8))]
+    feeds = [{"x": _rng(s).integers(0, 255, (n, 3, hh, 7)).astype(np.uint8)}
+             for s, n, hh in ((0, 1, 5), (1, 3, 8))]
     _check(m, feeds)
 
 
@@ -131,7 +134,8 @@ def test_qlinear_matmul(dt):
     lo, hi = np.iinfo(npd).min, np.iinfo(npd).max
     r = _rng(3)
     inits = {"as": np.float32(0.03), "az": npd(5), "b": r.integers(lo, hi, (6, 4)).astype(npd),
-             "bs": np.array([0.01, 0.02, 0.005, 0.04], np.float32), "bz": np.array([0, 3, -1 if dt == I8 else 9, 7], npd),
+             "bs": np.array([0.01, 0.02, 0.005, 0.04], np.float32),
+             "bz": np.array([0, 3, -1 if dt == I8 else 9, 7], npd),
              "ys": np.float32(0.7), "yz": npd(10)}
     nodes = [h.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"]),
              h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"])]
@@ -180,15 +184,18 @@ def test_contrib_matmul_integer_to_float_and_dynamic_quantize_matmul(bt):
     lo, hi = np.iinfo(npd).min, np.iinfo(npd).max
     r = _rng(4)
     inits = {"b": r.integers(lo, hi, (6, 5)).astype(npd), "as": np.float32(0.03), "az": np.uint8(7),
-             "bs": np.array([0.01, 0.02, 0.005, 0.04, 0.1], np.float32), "bz": r.integers(lo, hi, (5,)).astype(npd),
+             "bs": np.array([0.01, 0.02, 0.005, 0.04, 0.1], np.float32),
+             "bz": r.integers(lo, hi, (5,)).astype(npd),
              "bs1": np.float32(0.02), "bias": r.standard_normal(5).astype(np.float32)}
     ms = "com.microsoft"
-    nodes = [h.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs", "az", "bz", "bias"], ["y0"], domain=ms),
+    nodes = [h.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs", "az", "bz", "bias"], ["y0"],
+                         domain=ms),
              h.make_node("MatMulIntegerToFloat", ["a", "b", "as", "bs1"], ["y1"], domain=ms),
              h.make_node("DynamicQuantizeMatMul", ["x", "b", "bs", "bz", "bias"], ["y2"], domain=ms),
              h.make_node("DynamicQuantizeMatMul", ["x", "b", "bs1"], ["y3"], domain=ms)]
     m = _model(nodes, [("a", U8, ["M", 6]), ("x", F, ["B", "M", 6])], ["y0", "y1", "y2", "y3"], inits,
                opset=13, ms=True)
     feeds = [{"a": _rng(s).integers(0, 255, (mm, 6)).astype(np.uint8),
-              "x": _rng(s).standard_normal((bb, mm, 6)).astype(np.float32)} for s, bb, mm in ((0, 1, 1), (1, 3, 4))]
+              "x": _rng(s).standard_normal((bb, mm, 6)).astype(np.float32)}
+             for s, bb, mm in ((0, 1, 1), (1, 3, 4))]
     _check(m, feeds, rtol=1e-5, atol=1e-5)

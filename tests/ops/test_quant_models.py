@@ -27,7 +27,8 @@ def _qdq_model():
     wm = _RNG.integers(-127, 127, (6 * 4 * 4, 10)).astype(np.int8)
     inits = {
         "xs": np.float32(0.02), "xz": np.uint8(128),
-        "w": w, "ws": np.array([0.01, 0.02, 0.005, 0.03, 0.015, 0.008], np.float32), "wz": np.zeros(6, np.int8),
+        "w": w, "ws": np.array([0.01, 0.02, 0.005, 0.03, 0.015, 0.008], np.float32),
+        "wz": np.zeros(6, np.int8),
         "bq": _RNG.integers(-500, 500, (6,)).astype(np.int32), "bs": (0.02 * np.array(
             [0.01, 0.02, 0.005, 0.03, 0.015, 0.008])).astype(np.float32), "bz": np.zeros(6, np.int32),
         "ys": np.float32(0.25), "yz": np.uint8(120),
@@ -49,7 +50,7 @@ def _qdq_model():
     ]
     inits = [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()]
     g = h.make_graph(nodes, "qdq", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 3, 4, 4])],
-                     [h.make_tensor_value_info("cq", T.UINT8, None), h.make_tensor_value_info("y", T.UINT8, None)],
+                     [h.make_tensor_value_info(n, T.UINT8, None) for n in ("cq", "y")],
                      inits)
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
     m.ir_version = 8

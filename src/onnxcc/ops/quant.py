@@ -264,7 +264,8 @@ def dynamic_qparams_lower(ctx, x, scale_buf, zp_buf) -> None:
         ctx.compute(lo_b, lambda: K.minimum(x[()], zero))
         ctx.compute(hi_b, lambda: K.maximum(x[()], zero))
     lo, hi = lo_b[()], hi_b[()]
-    ctx.compute(scale_buf, lambda: select(hi.eq(lo), Const(1.0, DType.f32), (hi - lo) / Const(255.0, DType.f32)))
+    one, qmax = Const(1.0, DType.f32), Const(255.0, DType.f32)
+    ctx.compute(scale_buf, lambda: select(hi.eq(lo), one, (hi - lo) / qmax))
     sc = scale_buf[()]
     ctx.compute(zp_buf, lambda: cast(K.unary("round", clamp(zero - lo / sc, Const(0.0, DType.f32),
                                                                   Const(255.0, DType.f32))), DType.u8))
