@@ -138,9 +138,13 @@ def test_qlinear_matmul(dt):
              "bz": np.array([0, 3, -1 if dt == I8 else 9, 7], npd),
              "ys": np.float32(0.7), "yz": npd(10)}
     nodes = [h.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"]),
-             h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"])]
-    m = _model(nodes, [("a", dt, ["B", "M", 6])], ["y", "acc"], inits, opset=13)
-    feeds = [{"a": _rng(s).integers(lo, hi, (bb, mm, 6)).astype(npd)} for s, bb, mm in ((0, 1, 1), (1, 2, 9))]
+             h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["acc"]),
+             # B not a constant (the constant one is stored transposed)
+             h.make_node("QLinearMatMul", ["a", "as", "az", "bin", "bs", "bz", "ys", "yz"], ["y2"])]
+    m = _model(nodes, [("a", dt, ["B", "M", 6]), ("bin", dt, [6, 4])], ["y", "acc", "y2"], inits, opset=13)
+    feeds = [{"a": _rng(s).integers(lo, hi, (bb, mm, 6)).astype(npd),
+              "bin": _rng(s + 9).integers(lo, hi, (6, 4)).astype(npd)}
+             for s, bb, mm in ((0, 1, 1), (1, 2, 9))]
     _check(m, feeds)
 
 

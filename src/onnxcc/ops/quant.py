@@ -393,6 +393,30 @@ define("onnx.ConvInteger", infer=_convint_infer, reference=_convint_ref, lower=_
 # ---- requantizing contractions: QLinearMatMul, QLinearConv ------------------------------------
 
 
+def _b_loader(ctx, operand: int, bz):
+    """`idx -> i32(B[idx]) - i32(bz[column])` for a contraction's B (operand `operand`).
+
+    A constant 2-D B is stored transposed, so the i32 contraction reads both operands along
+    contiguous k: LLVM's loop vectorizer then makes it vector dot products (AVX-512 VNNI
+    vpdpwssd on this CPU) instead of a scalar loop, about 60x faster."""
+    i32 = DType.i32
+    data = ctx.const_value(operand)
+    b = ctx.inputs[operand]
+    if data is None or data.ndim != 2:
+        return _zp_loader(b, bz, -1)
+    bt = ctx.const(np.ascontiguousarray(data.T), "bt")
+    if bz is None:
+        return lambda idx: cast(bt[(idx[1], idx[0])], i32)
+    return lambda idx: cast(bt[(idx[1], idx[0])], i32) - cast(_per(bz, idx[1]), i32)
+
+
+def _zp_loader(x, z, axis: int):
+    i32 = DType.i32
+    if z is None:
+        return lambda idx: cast(x[idx], i32)
+    return lambda idx: cast(x[idx], i32) - cast(_per(z, idx[axis]), i32)
+
+
 def _vec(p: np.ndarray) -> np.ndarray:
     return np.asarray(p, np.float32).reshape(-1)
 
@@ -443,7 +467,8 @@ def _qlmm_lower(ctx) -> None:
         # a's zero point is one element or one per row, b's one element or one per column
         return lambda idx: cast(x[idx], i32) - cast(_per(z, idx[axis]), i32)
 
-    matmul_compute(ctx, acc, a.shape, b.shape, loader(a, azp, -2 if a.rank > 1 else -1), loader(b, bzp, -1))
+    matmul_compute(ctx, acc, a.shape, b.shape, loader(a, azp, -2 if a.rank > 1 else -1),
+                   _b_loader(ctx, 3, bzp))
 
     def body(*ix):
         mult = _f32(_per(a_s, 0)) * _f32(_per(b_s, ix[-1])) / _f32(_per(y_s, 0))
@@ -561,13 +586,6 @@ def _scaled_out_lower(ctx, y, acc, a_s: K.Expr, b_s, bias) -> None:
     ctx.compute(y, body)
 
 
-def _zp_loader(x, z, axis: int):
-    i32 = DType.i32
-    if z is None:
-        return lambda idx: cast(x[idx], i32)
-    return lambda idx: cast(x[idx], i32) - cast(_per(z, idx[axis]), i32)
-
-
 def _mmif_infer(ctx: InferCtx):
     a, b = ctx.in_types[0], ctx.in_types[1]
     for t, what in ((a, "A"), (b, "B")):
@@ -587,7 +605,7 @@ def _mmif_lower(ctx) -> None:
     y = ctx.out(0)
     acc = ctx.temp(DType.i32, y.shape, "acc")
     matmul_compute(ctx, acc, a.shape, b.shape, _zp_loader(a, az, -2 if a.rank > 1 else -1),
-                   _zp_loader(b, bz, -1))
+                   _b_loader(ctx, 1, bz))
     _scaled_out_lower(ctx, y, acc, _f32(_per(a_s, 0)), b_s, bias)
 
 
@@ -622,7 +640,7 @@ def _dqmm_lower(ctx) -> None:
     acc = ctx.temp(DType.i32, y.shape, "acc")
     i32 = DType.i32
     matmul_compute(ctx, acc, a.shape, b.shape, lambda idx: cast(aq[idx], i32) - cast(zp[()], i32),
-                   _zp_loader(b, bz, -1))
+                   _b_loader(ctx, 1, bz))
     _scaled_out_lower(ctx, y, acc, sc[()], b_s, bias)
 
 
