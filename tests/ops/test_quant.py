@@ -175,10 +175,17 @@ def test_contrib_qlinear_binary(op):
         assert np.mean(got.reshape(want.shape) != want) <= 0.02
 
 
-def test_refuses_float8_output_type():
-    nodes = [h.make_node("QuantizeLinear", ["x", "s"], ["q"], output_dtype=T.FLOAT8E4M3FN)]
+@pytest.mark.parametrize("typ,name", [(T.FLOAT8E4M3FN, "FLOAT8E4M3FN"), (T.INT4, "INT4"), (T.UINT4, "UINT4")])
+def test_refuses_float8_and_int4(typ, name):
+    """Not modelled yet: refused by name, as an output_dtype and as a zero point's type."""
+    nodes = [h.make_node("QuantizeLinear", ["x", "s"], ["q"], output_dtype=typ)]
     m = _model(nodes, [("x", F, [4])], ["q"], {"s": np.float32(1.0)})
-    with pytest.raises(OnnxccError, match="FLOAT8E4M3FN"):
+    with pytest.raises(OnnxccError, match=name):
+        jit_compile(m)
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"])]
+    m = _model(nodes, [("x", F, [4])], ["q"], {"s": np.float32(1.0)})
+    m.graph.initializer.append(h.make_tensor("z", typ, [], [0]))
+    with pytest.raises(OnnxccError, match=name):
         jit_compile(m)
 
 

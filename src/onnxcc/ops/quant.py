@@ -138,8 +138,8 @@ def _quantize_infer(ctx: InferCtx):
     if x.dtype not in (*_FLOATS, DType.i32):
         raise ctx.error(f"x must be float or i32, got {x.dtype.value}")
     _check_param_shape(ctx, x.shape, s.shape, "y_scale")
-    if zp is not None and zp.shape != s.shape:
-        ctx.require_eq(len(zp.shape), len(s.shape), "y_zero_point rank vs y_scale rank")
+    if zp is not None and len(zp.shape) != len(s.shape):
+        raise ctx.error(f"y_zero_point must have y_scale's shape {s}, got {zp}")
     return [TensorType(dt, x.shape)]
 
 
