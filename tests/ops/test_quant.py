@@ -210,3 +210,38 @@ def test_contrib_matmul_integer_to_float_and_dynamic_quantize_matmul(bt):
               "x": _rng(s).standard_normal((bb, mm, 6)).astype(np.float32)}
              for s, bb, mm in ((0, 1, 1), (1, 3, 4))]
     _check(m, feeds, rtol=1e-5, atol=1e-5)
+
+
+def test_shape_rules_and_constraints(infer_ir):
+    m = infer_ir("""module @t {
+  sym S in [1, 64]
+  sym N in [1, 64]
+  func @main(%x: f32[N, S], %s: f32[N, 2], %sa: f32[S], %q: i8[N, S], %z: i8[S])
+      -> (u8[?], u8[?], f32[?], u8[?], f32[?], u8[?]) {
+    %0 = onnx.QuantizeLinear(%x, %s) {axis = 1, block_size = 4} loc("qb") : (u8[?])
+    %1 = onnx.QuantizeLinear(%x, %sa) {axis = -1} loc("qa") : (u8[?])
+    %2 = onnx.DequantizeLinear(%q, %sa, %z) {axis = 1} : (f32[?])
+    %3, %4, %5 = onnx.DynamicQuantizeLinear(%x) : (u8[?], f32[?], u8[?])
+    return %0, %1, %2, %3, %4, %5
+  }
+}""")
+    text = str(m)
+    assert 'constraint 2 == ceiling(S/4)  // node "qb": y_scale dim 1 vs ceil(x dim 1 / block_size)' in text
+    assert "onnx.QuantizeLinear(%x, %s) {axis = 1, block_size = 4} loc(\"qb\") : (u8[N, S])" in text
+    assert "onnx.DequantizeLinear(%q, %sa, %z) {axis = 1} : (f32[N, S])" in text
+    assert ": (u8[N, S], f32[], u8[])" in text
+
+
+def test_shape_errors():
+    from onnxcc.errors import ShapeError
+    from onnxcc.ir.parser import parse_module
+    from onnxcc.passes.shape_inference import infer_shapes
+
+    m = parse_module("""module @t {
+  func @main(%x: f32[2, 3], %s: f32[4]) -> (u8[?]) {
+    %0 = onnx.QuantizeLinear(%x, %s) loc("q") : (u8[?])
+    return %0
+  }
+}""")
+    with pytest.raises(ShapeError, match=r'node "q" \(onnx.QuantizeLinear\): y_scale length vs x dim 1: 4 != 3'):
+        infer_shapes(m)

@@ -15,6 +15,7 @@ float8 / int4 element types are refused by name (the importer already refuses su
 from __future__ import annotations
 
 import numpy as np
+import sympy
 
 from .. import kernel as K
 from ..errors import UnsupportedOp
@@ -87,11 +88,12 @@ def _check_param_shape(ctx: InferCtx, x_shape: tuple, p_shape: tuple, what: str)
     if kind == "axis":
         ctx.require_eq(p_shape[0], x_shape[axis], f"{what} length vs x dim {axis}")
     elif kind == "block":
+        # every block has its scale: the lowering reads scale[..., i // block_size, ...]
         for d, (xd, pd) in enumerate(zip(x_shape, p_shape)):
-            want = canon(-(-xd // block)) if isinstance(xd, int) else None
             if d != axis:
                 ctx.require_eq(pd, xd, f"{what} dim {d} vs x dim {d}")
-            elif want is not None:
+            else:
+                want = canon(sympy.ceiling(sympy.sympify(xd) / block))
                 ctx.require_eq(pd, want, f"{what} dim {d} vs ceil(x dim {d} / block_size)")
 
 
