@@ -243,5 +243,6 @@ def test_shape_errors():
     return %0
   }
 }""")
-    with pytest.raises(ShapeError, match=r'node "q" \(onnx.QuantizeLinear\): y_scale length vs x dim 1: 4 != 3'):
+    want = r'node "q" \(onnx.QuantizeLinear\): y_scale length vs x dim 1: 4 != 3'
+    with pytest.raises(ShapeError, match=want):
         infer_shapes(m)
