@@ -17,6 +17,7 @@ from . import elementwise  # noqa: F401,E402
 from . import matmul  # noqa: F401,E402
 from . import misc  # noqa: F401,E402
 from . import nn  # noqa: F401,E402
+from . import quant  # noqa: F401,E402
 from . import reduce  # noqa: F401,E402
 from . import resize  # noqa: F401,E402
 from . import rnn  # noqa: F401,E402
