@@ -1,26 +1,36 @@
-"""Float math as LLVM IR functions, for targets without a libm (NVPTX: libdevice is not
-available to llvmlite, and `llvm.log`, `llvm.sin`, `llvm.pow`, ... would become calls to
-undefined functions in the PTX).
+"""The one vector libm of both backends: float math as branch-free LLVM IR functions.
 
 `math_function(module, "tanh", F32)` defines (once per module) an internal, always-inline
-function `onnxcc.math.tanh.f32` built from adds, multiplies, fmas, selects, bit casts and
-the few intrinsics NVPTX lowers natively (fma, sqrt, fabs, floor, roundeven, min/max,
-copysign). The IR is target independent, so tests JIT it on the host and compare it with
-numpy. Accuracy: a few ulp for f32 and f64 over the usual ranges; sin/cos/tan reduce by
-pi/2 with a three-part Cody-Waite split, so they lose accuracy for |x| beyond ~1e5 (f32).
+function `onnxcc.math.tanh.f32` built from adds, multiplies, fmas, selects, bit casts and the
+few intrinsics every target lowers natively (fma, sqrt, fabs, floor, roundeven, min/max,
+copysign, saturating fp->int). No branches and no libm calls: on the CPU the loop vectorizer
+widens a fused loop that calls these (a scalar `tanhf` call keeps the whole loop scalar), and
+on NVPTX there is no libm at all. The IR is target independent; tests JIT it on the host and
+compare it with mpmath in ulps (tests/codegen/test_vmath_functions.py, which states the
+measured bounds: `MAX_ULP`).
 
 Methods, per function:
 - exp: n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), Taylor polynomial, 2**n in two
-  steps; expm1: Taylor below |x| < ln(2)/2, else exp(x) - 1.
-- log: x = m 2**e with m in [sqrt(1/2), sqrt(2)), log(m) = f - s (f - R(s**2)), s = f/(2+f)
-  (the atanh series); log1p(x) = log(u) * x / (u - 1) with u = 1 + x.
-- sin/cos/tan: quadrant reduction, Taylor polynomials on [-pi/4, pi/4].
+  steps (so results down into the denormals are not flushed); expm1: Taylor below
+  |x| < ln(2)/2, else exp(x) - 1.
+- log: x = m 2**e with m in [sqrt(1/2), sqrt(2)) (denormals scaled up first), log(m) =
+  f - s (f - R(s**2)), s = f/(2+f) (the atanh series); log2 the same scaled by 1/ln 2;
+  log1p(x) = log(u) * x / (u - 1) with u = 1 + x.
+- sin/cos/tan: quadrant reduction by pi/2, Taylor polynomials on [-pi/4, pi/4]. f32 runs in
+  f64 with a three-part Cody-Waite split whose first two parts are exact products for
+  |x| < 2**29 (so the reduced argument is exact to f32 precision there: <= 1 ulp up to
+  ~8e8; beyond, the result is still in [-1, 1] but not accurate). f64 splits pi/2 in three
+  with fmas: a few ulp for |x| up to ~1e5, losing accuracy with |x| (no Payne-Hanek).
 - atan: 1/x above 1, then the tan(pi/6) shift below tan(pi/12), Taylor; asin, acos via atan.
-- sinh/cosh/tanh via exp/expm1 (series for small sinh); asinh/acosh/atanh via log1p.
+- tanh: f32 a fitted odd polynomial below 0.55 and 1 - 2/(exp(2|x|) + 1) above; f64 via
+  expm1. sinh/cosh via exp (series for small sinh); asinh/acosh/atanh via log1p.
+- sigmoid 1/(1 + exp(-x)); softplus max(x, 0) + log1p(exp(-|x|)).
 - erf: Taylor below 1; above, erfc(x) = exp(-x**2) Q(x) with Q a Chebyshev interpolant of
   exp(x**2) erfc(x) (coefficients below, computed with mpmath at 40 digits).
-- pow: binary powering for integer exponents (exact for integer results), else
-  exp(y log|x|) with IEEE special cases; f32 pow runs in f64.
+- pow: exp(y log|x|) with the IEEE special cases (sign for odd integer y, NaN for negative x
+  and non-integer y, pow(x, 0) = pow(1, y) = 1); f32 runs in f64 and is rounded once (<= 1
+  ulp); f64 takes integer |y| <= 1024 by unrolled binary powering (exact whenever the
+  result is), and otherwise loses about |y log x| * 2**-53 relative.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from llvmlite import ir
 
 from .llvm_helpers import I32, I64, intrinsic
@@ -36,12 +47,13 @@ F32 = ir.FloatType()
 F64 = ir.DoubleType()
 
 #: the functions this module provides (all unary but pow)
-FUNCTIONS = ("exp", "expm1", "log", "log1p", "sin", "cos", "tan", "pow", "tanh", "erf", "asin", "acos",
-             "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+FUNCTIONS = ("exp", "expm1", "log", "log1p", "log2", "sin", "cos", "tan", "pow", "tanh", "sigmoid", "softplus",
+             "erf", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 
-#: LLVM intrinsics a libm-less target must not see, and the function replacing each
-INTRINSIC_REPLACEMENTS = {"llvm.exp": "exp", "llvm.log": "log", "llvm.sin": "sin", "llvm.cos": "cos",
-                          "llvm.pow": "pow"}
+#: LLVM intrinsics that lower to scalar libm calls (or, on NVPTX, to undefined functions),
+#: and the function replacing each
+INTRINSIC_REPLACEMENTS = {"llvm.exp": "exp", "llvm.log": "log", "llvm.log2": "log2", "llvm.sin": "sin",
+                          "llvm.cos": "cos", "llvm.tan": "tan", "llvm.pow": "pow"}
 
 # Chebyshev coefficients of Q(x) = exp(x**2) erfc(x) on [lo, hi] (interpolation at 12 / 30
 # first-kind nodes), evaluated at u = (2x - lo - hi) / (hi - lo) by Clenshaw's recurrence.
@@ -61,9 +73,14 @@ _ERFC_Q = {
         2.6494001992231862e-17, -5.394020788469484e-18]),
 }
 
-# pi/2 as a sum of three numbers of the type (Cody-Waite with fma)
-_PIO2 = {"f32": (1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15),
+# pi/2 as a sum of three doubles (Cody-Waite). "f32" (used in f64 arithmetic): the first two
+# have 24 significant bits, so k * part is exact for |k| < 2**29; "f64": three doubles, with fma
+_PIO2 = {"f32": (1.5707963705062866, -4.371138828673793e-08, -1.7151244994428829e-15),
          "f64": (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)}
+# tanh(x) / x as a polynomial in x**2 on [0, 0.55**2] (least squares at Chebyshev nodes against
+# mpmath; relative error 9e-10)
+_TANH_F32 = (0.9999999990813541, -0.3333331123195477, 0.13332467939077722, -0.05384336944869202,
+             0.021042167769626408, -0.006238845482553957)
 # ln 2 = hi + lo, hi with trailing zero bits so n * hi is exact
 _LN2 = {"f32": (0.693359375, -2.12194440e-4), "f64": (6.93147180369123816490e-01, 1.90821492927058770002e-10)}
 
@@ -92,7 +109,8 @@ def math_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
-    m = _Math(fn, ty)
+    fn.attributes.add("readnone")
+    m = _Math(fn, ty, ir.IRBuilder(fn.append_basic_block("entry")))
     m.b.ret(build(m, *fn.args))
     return fn
 
@@ -100,7 +118,7 @@ def math_function(module: ir.Module, name: str, ty: ir.Type) -> ir.Function:
 class _Math:
     """A builder over one math function, with float helpers for its type."""
 
-    def __init__(self, fn: ir.Function, ty: ir.Type):
+    def __init__(self, fn: ir.Function, ty: ir.Type, builder: ir.IRBuilder):
         self.fn, self.ty = fn, ty
         self.module = fn.module
         self.tag = type_tag(ty)
@@ -108,7 +126,12 @@ class _Math:
         self.ity = I64 if self.f64 else I32
         self.mant = 52 if self.f64 else 23
         self.bias = 1023 if self.f64 else 127
-        self.b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.b = builder
+
+    def wide(self) -> _Math:
+        """The same function and builder, computing in double (f32 functions that need the
+        extra precision)."""
+        return _Math(self.fn, F64, self.b)
 
     # constants and intrinsics
     def c(self, v: float) -> ir.Constant:
@@ -176,15 +199,20 @@ def _taylor(n: int, k0: int = 0, step: int = 1, alternate: bool = False) -> list
 
 
 def _exp(m: _Math, x):
+    return _exp_scaled(m, x, 0)
+
+
+def _exp_scaled(m: _Math, x, shift: int):
+    """exp(x) * 2**shift, with no intermediate overflow (shift in [-1, 0])."""
     b = m.b
-    lo, hi = (-746.0, 710.0) if m.f64 else (-104.0, 89.0)
+    lo, hi = (-746.0, 710.0 - shift) if m.f64 else (-104.0, 89.0 - shift)
     xc = m.minnum(m.maxnum(x, m.c(lo)), m.c(hi))
     n = m.intr("llvm.roundeven", m.mul(xc, m.c(1.0 / math.log(2.0))))
     l_hi, l_lo = _LN2[m.tag]
     r = m.fma(b.fneg(n), m.c(l_hi), xc)
     r = m.fma(b.fneg(n), m.c(l_lo), r)
     p = m.horner(r, _taylor(14 if m.f64 else 8))
-    ni = b.fptosi(n, I32)
+    ni = b.add(b.fptosi(n, I32), ir.Constant(I32, shift))
     if m.f64:
         ni = b.sext(ni, I64)
     n1 = b.ashr(ni, m.i(1))
@@ -203,7 +231,8 @@ def _expm1(m: _Math, x):
 # ---- log, log1p ---------------------------------------------------------------------------
 
 
-def _log(m: _Math, x):
+def _log_parts(m: _Math, x):
+    """(e, log(mant)) for a positive finite x = mant * 2**e (e as a float)."""
     b = m.b
     shift = 54 if m.f64 else 24
     tiny = m.lt(x, m.c(2.2250738585072014e-308 if m.f64 else 1.1754943508222875e-38))
@@ -221,13 +250,28 @@ def _log(m: _Math, x):
     z = m.mul(s, s)
     R = m.mul(z, m.horner(z, [2.0 / (2 * k + 3) for k in range(11 if m.f64 else 4)]))
     lm = m.sub(f, m.mul(s, m.sub(f, R)))
-    ef = b.sitofp(e, m.ty)
-    l_hi, l_lo = _LN2[m.tag]
-    y = m.fma(ef, m.c(l_hi), m.fma(ef, m.c(l_lo), lm))
+    return b.sitofp(e, m.ty), lm
+
+
+def _log_specials(m: _Math, x, y):
     y = m.sel(m.eq(x, m.c(math.inf)), x, y)
     y = m.sel(m.lt(x, m.c(0.0)), m.nan(), y)
     y = m.sel(m.eq(x, m.c(0.0)), m.c(-math.inf), y)
     return m.sel(m.isnan(x), x, y)
+
+
+def _log(m: _Math, x):
+    ef, lm = _log_parts(m, x)
+    l_hi, l_lo = _LN2[m.tag]
+    return _log_specials(m, x, m.fma(ef, m.c(l_hi), m.fma(ef, m.c(l_lo), lm)))
+
+
+def _log2(m: _Math, x):
+    ef, lm = _log_parts(m, x)
+    hi, lo = 1.4426950408889634, 2.0355273740931033e-17  # log2(e) = hi + lo
+    if not m.f64:
+        hi, lo = float(np.float32(hi)), hi - float(np.float32(hi))
+    return _log_specials(m, x, m.fma(lm, m.c(hi), m.fma(lm, m.c(lo), ef)))
 
 
 def _log1p(m: _Math, x):
@@ -241,12 +285,12 @@ def _log1p(m: _Math, x):
 # ---- trigonometry -------------------------------------------------------------------------
 
 
-def _reduce_pio2(m: _Math, x):
+def _reduce_pio2(m: _Math, x, split: str):
     """(r, q): x = q pi/2 + r, |r| <= pi/4 (q as i32, only its low two bits matter)."""
     b = m.b
     k = m.intr("llvm.roundeven", m.mul(x, m.c(2.0 / math.pi)))
     nk = b.fneg(k)
-    p1, p2, p3 = _PIO2[m.tag]
+    p1, p2, p3 = _PIO2[split]
     r = m.fma(nk, m.c(p1), x)
     r = m.fma(nk, m.c(p2), r)
     r = m.fma(nk, m.c(p3), r)
@@ -255,16 +299,35 @@ def _reduce_pio2(m: _Math, x):
     return r, q
 
 
-def _sin_poly(m: _Math, r):
+def _sin_poly(m: _Math, r, terms: int):
     z = m.mul(r, r)
-    s = m.horner(z, [-v for v in _taylor(8 if m.f64 else 4, 3, 2, alternate=True)])  # -1/3!, 1/5!, ...
+    s = m.horner(z, [-v for v in _taylor(terms, 3, 2, alternate=True)])  # -1/3!, 1/5!, ...
     return m.fma(m.mul(r, z), s, r)
 
 
-def _cos_poly(m: _Math, r):
+def _cos_poly(m: _Math, r, terms: int):
     z = m.mul(r, r)
-    c = m.horner(z, _taylor(8 if m.f64 else 4, 4, 2, alternate=True))  # 1/4!, -1/6!, ...
+    c = m.horner(z, _taylor(terms, 4, 2, alternate=True))  # 1/4!, -1/6!, ...
     return m.fma(m.mul(z, z), c, m.fma(z, m.c(-0.5), m.c(1.0)))
+
+
+def _trig(m: _Math, x, which: str):
+    """sin, cos or tan; f32 computes in double (exact reduction, short polynomials) and
+    rounds once."""
+    if m.f64:
+        w, xw, split, terms = m, x, "f64", 8
+    else:
+        w, xw, split, terms = m.wide(), m.b.fpext(x, F64), "f32", 5
+    r, q = _reduce_pio2(w, xw, split)
+    s, c = _sin_poly(w, r, terms), _cos_poly(w, r, terms)
+    if which == "tan":
+        odd, _ = _quadrant_bits(w, q)
+        y = w.sel(odd, w.b.fneg(w.div(c, s)), w.div(s, c))
+    else:  # cos(r + q pi/2) = sin(r + (q + 1) pi/2)
+        odd, neg = _quadrant_bits(w, q, 1 if which == "cos" else 0)
+        v = w.sel(odd, c, s)
+        y = w.sel(neg, w.b.fneg(v), v)
+    return y if m.f64 else m.b.fptrunc(y, F32)
 
 
 def _quadrant_bits(m: _Math, q, add: int = 0) -> tuple[ir.Value, ir.Value]:
@@ -276,26 +339,15 @@ def _quadrant_bits(m: _Math, q, add: int = 0) -> tuple[ir.Value, ir.Value]:
 
 
 def _sin(m: _Math, x):
-    r, q = _reduce_pio2(m, x)
-    s, c = _sin_poly(m, r), _cos_poly(m, r)
-    odd, neg = _quadrant_bits(m, q)
-    v = m.sel(odd, c, s)
-    return m.sel(neg, m.b.fneg(v), v)
+    return _trig(m, x, "sin")
 
 
 def _cos(m: _Math, x):
-    r, q = _reduce_pio2(m, x)
-    s, c = _sin_poly(m, r), _cos_poly(m, r)
-    odd, neg = _quadrant_bits(m, q, 1)
-    v = m.sel(odd, c, s)  # cos(r + q pi/2) = sin(r + (q + 1) pi/2)
-    return m.sel(neg, m.b.fneg(v), v)
+    return _trig(m, x, "cos")
 
 
 def _tan(m: _Math, x):
-    r, q = _reduce_pio2(m, x)
-    s, c = _sin_poly(m, r), _cos_poly(m, r)
-    odd, _ = _quadrant_bits(m, q)
-    return m.sel(odd, m.b.fneg(m.div(c, s)), m.div(s, c))
+    return _trig(m, x, "tan")
 
 
 def _atan(m: _Math, x):
@@ -341,8 +393,7 @@ def _sinh(m: _Math, x):
 
 def _half_exp(m: _Math, a):
     """exp(a) / 2 for a >= 0, finite as long as the result is."""
-    near = m.call("exp", m.sub(a, m.c(math.log(2.0))))
-    return m.sel(m.lt(a, m.c(700.0 if m.f64 else 88.0)), m.mul(m.call("exp", a), m.c(0.5)), near)
+    return _exp_scaled(m, a, -1)
 
 
 def _cosh(m: _Math, x):
@@ -352,10 +403,28 @@ def _cosh(m: _Math, x):
 
 def _tanh(m: _Math, x):
     a = m.abs(x)
+    if not m.f64:
+        small = m.mul(x, m.horner(m.mul(x, x), _TANH_F32))
+        e = m.call("exp", m.mul(a, m.c(2.0)))
+        big = m.sub(m.c(1.0), m.div(m.c(2.0), m.add(e, m.c(1.0))))
+        return m.sel(m.lt(a, m.c(0.55)), small, m.copysign(big, x))
     em = m.call("expm1", m.mul(a, m.c(2.0)))
     y = m.div(em, m.add(em, m.c(2.0)))
     y = m.sel(m.gt(a, m.c(22.0 if m.f64 else 10.0)), m.c(1.0), y)
     return m.copysign(y, x)
+
+
+def _sigmoid(m: _Math, x):
+    # e = exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below (down to denormals)
+    e = m.call("exp", m.b.fneg(m.abs(x)))
+    s = m.div(m.c(1.0), m.add(m.c(1.0), e))
+    return m.sel(m.lt(x, m.c(0.0)), m.mul(e, s), s)
+
+
+def _softplus(m: _Math, x):
+    # max(x, 0) + log1p(exp(-|x|)): no overflow for large x, full accuracy for very negative x
+    t = m.call("log1p", m.call("exp", m.b.fneg(m.abs(x))))
+    return m.add(m.maxnum(x, m.c(0.0)), t)
 
 
 def _asinh(m: _Math, x):
@@ -413,41 +482,20 @@ def _pow(m: _Math, x, y):
     if not m.f64:  # f32 pow in double, rounded once
         r = b.call(math_function(m.module, "pow", F64), [b.fpext(x, F64), b.fpext(y, F64)])
         return b.fptrunc(r, F32)
-    fn = m.fn
     c = m.c
     yint = m.eq(m.floor(y), y)
     ay = m.abs(y)
-    small_int = b.and_(yint, m.lt(ay, c(float(1 << 20))))
-    pw_loop, pw_body, pw_end, gen, done = (fn.append_basic_block(n) for n in
-                                           ("pow.int", "pow.int.step", "pow.int.end", "pow.gen", "pow.done"))
-    b.cbranch(small_int, pw_loop, gen)
-    # binary powering: exact whenever the result is exact in double
-    b.position_at_end(pw_loop)
-    n0 = b.fptosi(ay, I32)
-    b.branch(pw_body)
-    b.position_at_end(pw_body)
-    n = b.phi(I32)
-    acc = b.phi(m.ty)
-    base = b.phi(m.ty)
-    n.add_incoming(n0, pw_loop)
-    acc.add_incoming(c(1.0), pw_loop)
-    base.add_incoming(x, pw_loop)
-    more = b.icmp_unsigned("!=", n, ir.Constant(I32, 0))
-    bit = b.icmp_unsigned("!=", b.and_(n, ir.Constant(I32, 1)), ir.Constant(I32, 0))
-    acc2 = m.sel(bit, m.mul(acc, base), acc)
-    base2 = m.mul(base, base)
-    n2 = b.lshr(n, ir.Constant(I32, 1))
-    n.add_incoming(n2, pw_body)
-    acc.add_incoming(acc2, pw_body)
-    base.add_incoming(base2, pw_body)
-    # the loop test is on n before the step: the step with n == 0 is discarded
-    b.cbranch(more, pw_body, pw_end)
-    b.position_at_end(pw_end)
-    neg_y = m.lt(y, c(0.0))
-    r_int = m.sel(neg_y, m.div(c(1.0), acc), acc)
-    b.branch(done)
+    # integer |y| <= 1024 by binary powering, unrolled (exact whenever the result is exact)
+    n = b.fptosi(m.minnum(ay, c(1024.0)), I32)
+    acc, base = c(1.0), x
+    for bit in range(11):
+        on = b.icmp_unsigned("!=", b.and_(n, ir.Constant(I32, 1 << bit)), ir.Constant(I32, 0))
+        acc = m.sel(on, m.mul(acc, base), acc)
+        base = m.mul(base, base)
+    r_int = m.sel(m.lt(y, c(0.0)), m.div(c(1.0), acc), acc)
+    # a power that overflowed before its reciprocal was taken goes the general way
+    use_int = b.and_(b.and_(yint, b.fcmp_ordered("<=", ay, c(1024.0))), m.lt(m.abs(acc), c(math.inf)))
     # the general case: exp(y log|x|) and IEEE special cases
-    b.position_at_end(gen)
     ax = m.abs(x)
     r = m.call("exp", m.mul(y, m.call("log", ax)))
     half = m.mul(y, c(0.5))
@@ -456,20 +504,15 @@ def _pow(m: _Math, x, y):
     r = m.sel(b.and_(odd, sign), b.fneg(r), r)
     bad = b.and_(b.and_(m.lt(x, c(0.0)), b.not_(yint)), b.fcmp_ordered("!=", x, c(-math.inf)))
     r = m.sel(bad, m.nan(), r)
+    r = m.sel(use_int, r_int, r)
     one_special = b.and_(m.eq(ax, c(1.0)), m.eq(ay, c(math.inf)))
     r = m.sel(b.or_(one_special, m.eq(x, c(1.0))), c(1.0), r)
-    r = m.sel(m.eq(y, c(0.0)), c(1.0), r)
-    b.branch(done)
-    b.position_at_end(done)
-    out = b.phi(m.ty)
-    out.add_incoming(r_int, pw_end)
-    out.add_incoming(r, gen)
-    return out
+    return m.sel(m.eq(y, c(0.0)), c(1.0), r)
 
 
 _BUILDERS: dict[str, Callable] = {
-    "exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "sin": _sin, "cos": _cos, "tan": _tan,
-    "pow": _pow, "tanh": _tanh, "erf": _erf, "asin": _asin, "acos": _acos, "atan": _atan, "sinh": _sinh,
+    "exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "log2": _log2, "sin": _sin, "cos": _cos,
+    "tan": _tan, "pow": _pow, "tanh": _tanh, "sigmoid": _sigmoid, "softplus": _softplus, "erf": _erf, "asin": _asin, "acos": _acos, "atan": _atan, "sinh": _sinh,
     "cosh": _cosh, "asinh": _asinh, "acosh": _acosh, "atanh": _atanh,
 }
 assert set(_BUILDERS) == set(FUNCTIONS)
