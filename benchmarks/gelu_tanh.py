@@ -23,7 +23,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_ort import bench_pair  # noqa: E402
+from compare_ort import bench_pair
 
 WIDTH = 768
 
@@ -82,7 +82,8 @@ def main() -> None:
             ours = lib.run({"x": x})["y"]
             theirs = sess.run(None, {"x": x})[0]
             err = float(np.max(np.abs(ours - theirs)))
-            t_cc, t_ort = bench_pair(lambda: lib.run({"x": x}), lambda: sess.run(None, {"x": x}), args.repeats)
+            feeds = {"x": x}
+            t_cc, t_ort = bench_pair(lambda f=feeds: lib.run(f), lambda f=feeds: sess.run(None, f), args.repeats)
             gb = 2 * x.nbytes / 1e9
             print(f"batch={b} seq={s}: onnxcc {t_cc * 1e3:8.3f} ms ({gb / t_cc:5.1f} GB/s)  "
                   f"ort {t_ort * 1e3:8.3f} ms ({gb / t_ort:5.1f} GB/s)  ratio {t_cc / t_ort:6.3f}  "

@@ -44,8 +44,8 @@ from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram
 
 from .abi import KernelLaunch
-from .cpu import parse_modules, target_machine
 from .cpu import optimize as optimize_module
+from .cpu import parse_modules, target_machine
 from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
 from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
 

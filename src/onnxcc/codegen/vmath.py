@@ -17,10 +17,12 @@ Methods, per function:
   f - s (f - R(s**2)), s = f/(2+f) (the atanh series); log2 the same scaled by 1/ln 2;
   log1p(x) = log(u) * x / (u - 1) with u = 1 + x.
 - sin/cos/tan: quadrant reduction by pi/2, Taylor polynomials on [-pi/4, pi/4]. f32 runs in
-  f64 with a three-part Cody-Waite split whose first two parts are exact products for
-  |x| < 2**29 (so the reduced argument is exact to f32 precision there: <= 1 ulp up to
-  ~8e8; beyond, the result is still in [-1, 1] but not accurate). f64 splits pi/2 in three
-  with fmas: a few ulp for |x| up to ~1e5, losing accuracy with |x| (no Payne-Hanek).
+  double: below 2**28 a three-part Cody-Waite split whose first two parts are exact products;
+  above, a table-driven Payne-Hanek reduction (x = M 2**E, (2**E 2/pi) mod 4 from a table
+  of 105 rows, products exact), so f32 is within 1 ulp over the whole range. f64 splits
+  pi/2 in three with fmas: within ~2 ulp for |x| < 2**50 (~1e15) away from the zeros of
+  sin/cos far from the origin; beyond 2**50 the f64 reduction is not accurate (no f64
+  Payne-Hanek yet).
 - atan: 1/x above 1, then the tan(pi/6) shift below tan(pi/12), Taylor; asin, acos via atan.
 - tanh: f32 a fitted odd polynomial below 0.55 and 1 - 2/(exp(2|x|) + 1) above; f64 via
   expm1. sinh/cosh via exp (series for small sinh); asinh/acosh/atanh via log1p.
@@ -77,6 +79,11 @@ _ERFC_Q = {
 # have 24 significant bits, so k * part is exact for |k| < 2**29; "f64": three doubles, with fma
 _PIO2 = {"f32": (1.5707963705062866, -4.371138828673793e-08, -1.7151244994428829e-15),
          "f64": (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)}
+# floor(2/pi * 2**256): the bits the large-argument (Payne-Hanek) reduction of f32 sin/cos/tan
+# takes its table from
+_TWO_OVER_PI_BITS = 0xA2F9836E4E441529FC2757D1F534DDC0DB6295993C439041FE5163ABDEBBC561
+_PH_MAX_E = 104  # f32 x = M 2**E with M a 24-bit integer: E <= 104
+_PH_FROM = float(2 ** 28)  # |x| from here takes the table (below, Cody-Waite is exact)
 # tanh(x) / x as a polynomial in x**2 on [0, 0.55**2] (least squares at Chebyshev nodes against
 # mpmath; relative error 9e-10)
 _TANH_F32 = (0.9999999990813541, -0.3333331123195477, 0.13332467939077722, -0.05384336944869202,
@@ -319,6 +326,10 @@ def _trig(m: _Math, x, which: str):
     else:
         w, xw, split, terms = m.wide(), m.b.fpext(x, F64), "f32", 5
     r, q = _reduce_pio2(w, xw, split)
+    if not m.f64:
+        r_big, q_big = _reduce_large_f32(m, w, x)
+        big = m.b.fcmp_unordered(">=", m.abs(x), m.c(_PH_FROM))  # NaN, inf too: made NaN below
+        r, q = w.sel(big, r_big, r), m.b.select(big, q_big, q)
     s, c = _sin_poly(w, r, terms), _cos_poly(w, r, terms)
     if which == "tan":
         odd, _ = _quadrant_bits(w, q)
@@ -327,7 +338,64 @@ def _trig(m: _Math, x, which: str):
         odd, neg = _quadrant_bits(w, q, 1 if which == "cos" else 0)
         v = w.sel(odd, c, s)
         y = w.sel(neg, w.b.fneg(v), v)
-    return y if m.f64 else m.b.fptrunc(y, F32)
+    if m.f64:
+        return y
+    y = m.b.fptrunc(y, F32)
+    return m.sel(m.eq(m.abs(x), m.c(math.inf)), m.nan(), m.sel(m.isnan(x), x, y))
+
+
+def _ph_rows() -> list[tuple[float, float, float]]:
+    """Per E in [0, _PH_MAX_E]: (2**E * 2/pi) mod 4 as h + mid + lo, h a multiple of 2**-22
+    and mid of 2**-46 below 2**-22 (both 24-bit, so M * h and M * mid are exact doubles)."""
+    rows = []
+    for e in range(_PH_MAX_E + 1):
+        f = (_TWO_OVER_PI_BITS << e) % (4 << 256)
+        h = f >> (256 - 22)
+        rest = f - (h << (256 - 22))
+        mid = rest >> (256 - 46)
+        lo = rest - (mid << (256 - 46))
+        rows.append((h / 2 ** 22, mid / 2 ** 46, lo / 2 ** 256))
+    return rows
+
+
+def _ph_table(module: ir.Module, part: int) -> ir.GlobalVariable:
+    name = f"onnxcc.math.two_over_pi.{part}"
+    gv = module.globals.get(name)
+    if gv is None:
+        ty = ir.ArrayType(F64, _PH_MAX_E + 1)
+        # NVPTX keeps tables in the constant address space; every other target in the default one
+        space = 4 if (module.triple or "").startswith("nvptx") else 0
+        gv = ir.GlobalVariable(module, ty, name, addrspace=space)
+        gv.global_constant = True
+        gv.linkage = "internal"
+        gv.initializer = ir.Constant(ty, [row[part] for row in _ph_rows()])
+    return gv
+
+
+def _reduce_large_f32(m: _Math, w: _Math, x):
+    """(r, q) like _reduce_pio2 for an f32 x of any finite magnitude, in double: x = M 2**E
+    (M the 24-bit significand), x 2/pi mod 4 = M ((2**E 2/pi) mod 4) from the table; the
+    products with its two 24-bit parts are exact, so r keeps ~70 bits after cancellation."""
+    b = m.b
+    i32 = lambda v: ir.Constant(I32, v)
+    bits = b.bitcast(x, I32)
+    e = b.sub(b.and_(b.lshr(bits, i32(23)), i32(0xFF)), i32(150))
+    e = b.select(b.icmp_signed("<", e, i32(0)), i32(0), e)
+    e = b.select(b.icmp_signed(">", e, i32(_PH_MAX_E)), i32(_PH_MAX_E), e)
+    sig = w.b.sitofp(b.or_(b.and_(bits, i32(0x7FFFFF)), i32(0x800000)), F64)
+    parts = []
+    for k in range(3):
+        gv = _ph_table(m.module, k)
+        ptr = b.gep(gv, [i32(0), e], inbounds=True, source_etype=gv.value_type)
+        parts.append(w.mul(sig, b.load(ptr, typ=F64)))
+    hi, mid, lo = parts
+    t = w.sub(hi, w.mul(w.c(4.0), w.floor(w.mul(hi, w.c(0.25)))))  # exact: hi mod 4
+    t = w.add(t, mid)  # exact: < 8, a multiple of 2**-46
+    k = w.intr("llvm.roundeven", t)
+    r = w.mul(w.add(w.sub(t, k), lo), w.c(math.pi / 2))
+    q = b.fptosi(k, I32)
+    neg = b.icmp_signed("<", bits, i32(0))  # sin(-x) = -sin(x): -x = (-q) pi/2 + (-r)
+    return w.sel(neg, b.fneg(r), r), b.select(neg, b.sub(i32(0), q), q)
 
 
 def _quadrant_bits(m: _Math, q, add: int = 0) -> tuple[ir.Value, ir.Value]:
