@@ -79,9 +79,10 @@ REFERENCE = {
     "softplus": lambda v: mp.log1p(mp.exp(v)), "erf": mp.erf, "asin": mp.asin, "acos": mp.acos, "atan": mp.atan,
     "sinh": mp.sinh, "cosh": mp.cosh, "asinh": mp.asinh, "acosh": mp.acosh, "atanh": mp.atanh, "pow": mp.power,
 }
-#: the bound each function is held to (worst measured, rounded up; see __main__ below)
+#: the bound each function is held to (worst measured: 2.8 ulp f32 (expm1), 3.2 f64 (asin);
+#: the table is in vmath's docstring, from __main__ below)
 MAX_ULP = {"f32": 3.0, "f64": 4.0}
-MAX_ULP_F64 = {"pow": 64.0}  # exp(y log x) in double: the error grows with |y log x|
+MAX_ULP_F64 = {"pow": 64.0}  # exp(y log x) in double: the error grows with |y log x| (37 measured)
 
 
 @functools.cache

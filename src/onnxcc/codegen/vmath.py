@@ -6,8 +6,14 @@ few intrinsics every target lowers natively (fma, sqrt, fabs, floor, roundeven, 
 copysign, saturating fp->int). No branches and no libm calls: on the CPU the loop vectorizer
 widens a fused loop that calls these (a scalar `tanhf` call keeps the whole loop scalar), and
 on NVPTX there is no libm at all. The IR is target independent; tests JIT it on the host and
-compare it with mpmath in ulps (tests/codegen/test_vmath_functions.py, which states the
-measured bounds: `MAX_ULP`).
+compare it with mpmath in ulps (tests/codegen/test_vmath_functions.py; run it as a script
+for the table). Worst error measured over each function's whole domain (4000 random points
+plus log-spaced magnitudes, denormals, near-singular points), f32 / f64 ulps:
+
+    exp 0.8/1.0  expm1 2.8/1.3  log 0.8/1.2  log1p 1.7/1.8  log2 1.2/1.3  sin 0.5/1.4
+    cos 0.5/1.3  tan 0.5/2.5  tanh 1.0/2.3  sigmoid 1.9/1.9  softplus 2.2/2.1  erf 2.1/1.2
+    asin 2.3/3.2  acos 2.1/3.0  atan 1.3/1.8  sinh 1.1/1.1  cosh 1.0/0.9  asinh 2.0/1.8
+    acosh 2.2/2.6  atanh 2.5/2.3  pow 0.5/37 (x in [1e-3, 1e3], y in [-10, 10])
 
 Methods, per function:
 - exp: n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), Taylor polynomial, 2**n in two
