@@ -49,8 +49,10 @@ def _domain(name: str, f64: bool, rng, n: int) -> np.ndarray:
         return np.concatenate([_mags(rng, 1e-30, big, n // 2), -_mags(rng, 1e-30, 1 - 1e-7, n // 2),
                                -1 + _mags(rng, 1e-7 if not f64 else 1e-15, 0.5, n // 4)])
     if name in ("sin", "cos", "tan"):
-        top = 1e15 if f64 else 3.4e38
-        return np.concatenate([lin(-10, 10, n // 2), _signed(rng, _mags(rng, 1e-30, top, n)), lin(-1e4, 1e4, n // 2)])
+        # the double and the float closest to a multiple of pi/2 (the hardest reductions)
+        hard = [6381956970095103 * 2.0 ** 797, 1.5707963267948966] if f64 else [16367173.0 * 2 ** 72, 1.5707964]
+        return np.concatenate([lin(-10, 10, n // 2), _signed(rng, _mags(rng, 1e-30, big, n)), lin(-1e4, 1e4, n // 2),
+                               hard])
     if name == "tanh":
         return np.concatenate([lin(-20, 20, n), _signed(rng, _mags(rng, 1e-30, 1, n // 2))])
     if name == "softplus":
@@ -211,6 +213,12 @@ def test_vmath_pow_cases(tag):
     assert list(np.signbit(got[num])) == list(np.signbit(want[num]))  # -0.0 and -inf where IEEE says so
     ints = run("pow", np.array([3, 7, -5, 10], dt), np.array([4, 11, 3, 6], dt))
     assert list(ints) == [81, 7 ** 11, -125, 10 ** 6]  # integer powers are exact
+
+
+def test_vmath_two_over_pi_bits():
+    """The 2/pi bits the large-argument reductions take their tables from."""
+    mp.mp.dps = 420
+    assert int(mp.floor(2 / mp.pi * mp.mpf(2) ** 1216)) == cm.TWO_OVER_PI_1216
 
 
 if __name__ == "__main__":

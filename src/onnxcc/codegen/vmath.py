@@ -10,8 +10,8 @@ compare it with mpmath in ulps (tests/codegen/test_vmath_functions.py; run it as
 for the table). Worst error measured over each function's whole domain (4000 random points
 plus log-spaced magnitudes, denormals, near-singular points), f32 / f64 ulps:
 
-    exp 0.8/1.0  expm1 2.8/1.3  log 0.8/1.2  log1p 1.7/1.8  log2 1.2/1.3  sin 0.5/1.4
-    cos 0.5/1.3  tan 0.5/2.5  tanh 1.0/2.3  sigmoid 1.9/1.9  softplus 2.2/2.1  erf 2.1/1.2
+    exp 0.8/1.0  expm1 2.8/1.3  log 0.8/1.2  log1p 1.7/1.8  log2 1.2/1.3  sin 0.5/1.9
+    cos 0.5/2.1  tan 0.5/3.2  tanh 1.0/2.3  sigmoid 1.9/1.9  softplus 2.2/2.1  erf 2.1/1.2
     asin 2.3/3.2  acos 2.1/3.0  atan 1.3/1.8  sinh 1.1/1.1  cosh 1.0/0.9  asinh 2.0/1.8
     acosh 2.2/2.6  atanh 2.5/2.3  pow 0.5/37 (x in [1e-3, 1e3], y in [-10, 10])
 
@@ -25,10 +25,9 @@ Methods, per function:
 - sin/cos/tan: quadrant reduction by pi/2, Taylor polynomials on [-pi/4, pi/4]. f32 runs in
   double: below 2**28 a three-part Cody-Waite split whose first two parts are exact products;
   above, a table-driven Payne-Hanek reduction (x = M 2**E, (2**E 2/pi) mod 4 from a table
-  of 105 rows, products exact), so f32 is within 1 ulp over the whole range. f64 splits
-  pi/2 in three with fmas: within ~2 ulp for |x| < 2**50 (~1e15) away from the zeros of
-  sin/cos far from the origin; beyond 2**50 the f64 reduction is not accurate (no f64
-  Payne-Hanek yet).
+  of 105 rows, products exact). f64: Cody-Waite with fmas below 1, above it an integer
+  Payne-Hanek (M times a 192-bit window of 2/pi, 64x64-bit products from 32-bit halves).
+  Both are accurate over the whole range, the hardest reductions included.
 - atan: 1/x above 1, then the tan(pi/6) shift below tan(pi/12), Taylor; asin, acos via atan.
 - tanh: f32 a fitted odd polynomial below 0.55 and 1 - 2/(exp(2|x|) + 1) above; f64 via
   expm1. sinh/cosh via exp (series for small sinh); asinh/acosh/atanh via log1p.
@@ -85,9 +84,15 @@ _ERFC_Q = {
 # have 24 significant bits, so k * part is exact for |k| < 2**29; "f64": three doubles, with fma
 _PIO2 = {"f32": (1.5707963705062866, -4.371138828673793e-08, -1.7151244994428829e-15),
          "f64": (1.5707963267948966, 6.123233995736766e-17, -1.4973849048591698e-33)}
-# floor(2/pi * 2**256): the bits the large-argument (Payne-Hanek) reduction of f32 sin/cos/tan
-# takes its table from
-_TWO_OVER_PI_BITS = 0xA2F9836E4E441529FC2757D1F534DDC0DB6295993C439041FE5163ABDEBBC561
+# floor(2/pi * 2**1216): the bits the large-argument (Payne-Hanek) reductions of sin/cos/tan
+# take their tables from (checked against mpmath in the tests)
+TWO_OVER_PI_1216 = int(
+    "A2F9836E4E441529FC2757D1F534DDC0DB6295993C439041FE5163ABDEBBC561B7246E3A424DD2E006492EEA09D1921C"
+    "FE1DEB1CB129A73EE88235F52EBB4484E99C7026B45F7E413991D639835339F49C845F8BBDF9283B1FF897FFDE05980F"
+    "EF2F118B5A0A6D1F6D367ECF27CB09B74F463F669E5FEA2D7527BAC7EBE5F17B3D0739F78A5292EA6BFB5FB11F8D5D08"
+    "56033046FC7B6BAB",
+    16)
+_TWO_OVER_PI_BITS = TWO_OVER_PI_1216 >> (1216 - 256)  # the first 256 (f32)
 _PH_MAX_E = 104  # f32 x = M 2**E with M a 24-bit integer: E <= 104
 _PH_FROM = float(2 ** 28)  # |x| from here takes the table (below, Cody-Waite is exact)
 # tanh(x) / x as a polynomial in x**2 on [0, 0.55**2] (least squares at Chebyshev nodes against
@@ -332,10 +337,13 @@ def _trig(m: _Math, x, which: str):
     else:
         w, xw, split, terms = m.wide(), m.b.fpext(x, F64), "f32", 5
     r, q = _reduce_pio2(w, xw, split)
-    if not m.f64:
+    if m.f64:
+        r_big, q_big = _reduce_large_f64(m, x)
+        big = m.b.fcmp_unordered(">=", m.abs(x), m.c(_PH64_FROM))  # NaN, inf too: made NaN below
+    else:
         r_big, q_big = _reduce_large_f32(m, w, x)
-        big = m.b.fcmp_unordered(">=", m.abs(x), m.c(_PH_FROM))  # NaN, inf too: made NaN below
-        r, q = w.sel(big, r_big, r), m.b.select(big, q_big, q)
+        big = m.b.fcmp_unordered(">=", m.abs(x), m.c(_PH_FROM))
+    r, q = w.sel(big, r_big, r), m.b.select(big, q_big, q)
     s, c = _sin_poly(w, r, terms), _cos_poly(w, r, terms)
     if which == "tan":
         odd, _ = _quadrant_bits(w, q)
@@ -344,9 +352,8 @@ def _trig(m: _Math, x, which: str):
         odd, neg = _quadrant_bits(w, q, 1 if which == "cos" else 0)
         v = w.sel(odd, c, s)
         y = w.sel(neg, w.b.fneg(v), v)
-    if m.f64:
-        return y
-    y = m.b.fptrunc(y, F32)
+    if not m.f64:
+        y = m.b.fptrunc(y, F32)
     return m.sel(m.eq(m.abs(x), m.c(math.inf)), m.nan(), m.sel(m.isnan(x), x, y))
 
 
@@ -402,6 +409,75 @@ def _reduce_large_f32(m: _Math, w: _Math, x):
     q = b.fptosi(k, I32)
     neg = b.icmp_signed("<", bits, i32(0))  # sin(-x) = -sin(x): -x = (-q) pi/2 + (-r)
     return w.sel(neg, b.fneg(r), r), b.select(neg, b.sub(i32(0), q), q)
+
+
+_PH64_WORDS = 1216 // 64 + 1  # 2/pi as little-endian 64-bit words, one zero word on top
+_PH64_FROM = 1.0  # |x| from here takes the f64 table (E >= -52 keeps the window inside it)
+
+
+def _ph64_table(module: ir.Module) -> ir.GlobalVariable:
+    name = "onnxcc.math.two_over_pi.words"
+    gv = module.globals.get(name)
+    if gv is None:
+        ty = ir.ArrayType(I64, _PH64_WORDS)
+        space = 4 if (module.triple or "").startswith("nvptx") else 0
+        gv = ir.GlobalVariable(module, ty, name, addrspace=space)
+        gv.global_constant = True
+        gv.linkage = "internal"
+        mask = (1 << 64) - 1
+        words = [(TWO_OVER_PI_1216 >> (64 * i)) & mask for i in range(_PH64_WORDS)]
+        gv.initializer = ir.Constant(ty, [w - (1 << 64) if w >> 63 else w for w in words])
+    return gv
+
+
+def _mul_wide(b: ir.IRBuilder, x, y):
+    """(hi, lo) of the 128-bit product of two unsigned i64s, from 32-bit halves (no i128:
+    every target lowers this, and it vectorizes)."""
+    c = lambda v: ir.Constant(I64, v)
+    m32 = c(0xFFFFFFFF)
+    x0, x1 = b.and_(x, m32), b.lshr(x, c(32))
+    y0, y1 = b.and_(y, m32), b.lshr(y, c(32))
+    p00, p01, p10, p11 = b.mul(x0, y0), b.mul(x0, y1), b.mul(x1, y0), b.mul(x1, y1)
+    mid = b.add(b.add(b.lshr(p00, c(32)), b.and_(p01, m32)), b.and_(p10, m32))
+    lo = b.or_(b.and_(p00, m32), b.shl(mid, c(32)))
+    hi = b.add(b.add(p11, b.lshr(p01, c(32))), b.add(b.lshr(p10, c(32)), b.lshr(mid, c(32))))
+    return hi, lo
+
+
+def _reduce_large_f64(m: _Math, x):
+    """(r, q) like _reduce_pio2 for an f64 x of any finite magnitude >= 1, in integers:
+    x = M 2**E (M the 53-bit significand); the 192 bits of (2**E 2/pi) mod 4 from weight 2**1
+    down are a funnel-shifted window of the 2/pi words; M times them mod 2**192 is x 2/pi
+    mod 4 as a 2.190 fixed-point number, whose top 128 bits give r to full precision."""
+    b = m.b
+    c = lambda v: ir.Constant(I64, v)
+    bits = b.bitcast(x, I64)
+    e = b.sub(b.and_(b.lshr(bits, c(52)), c(0x7FF)), c(1075))
+    e = b.select(b.icmp_signed("<", e, c(-52)), c(-52), e)
+    e = b.select(b.icmp_signed(">", e, c(971)), c(971), e)
+    sig = b.or_(b.and_(bits, c((1 << 52) - 1)), c(1 << 52))
+    shift = b.sub(c(1216 - 190), e)  # the window is floor(2/pi 2**1216) >> shift, mod 2**192
+    j, o = b.lshr(shift, c(6)), b.and_(shift, c(63))
+    gv = _ph64_table(m.module)
+    words = []
+    for k in range(4):
+        ptr = b.gep(gv, [ir.Constant(I32, 0), b.add(j, c(k))], inbounds=True, source_etype=gv.value_type)
+        words.append(b.load(ptr, typ=I64))
+    fshr = intrinsic(m.module, "llvm.fshr", I64, [I64, I64, I64])
+    f2, f1, f0 = (b.call(fshr, [words[k + 1], words[k], o]) for k in range(3))
+    h2, _ = _mul_wide(b, sig, f2)  # the low word only rounds r below its precision
+    h1, l1 = _mul_wide(b, sig, f1)
+    w1 = b.add(l1, h2)
+    carry = b.zext(b.icmp_unsigned("<", w1, h2), I64)
+    w2 = b.add(b.add(b.mul(sig, f0), h1), carry)  # only the low 64 bits survive mod 2**192
+    # nearest quadrant from the top two bits, then the signed remainder (w2 - q 2**62) : w1
+    q = b.lshr(b.add(w2, c(1 << 61)), c(62))
+    rest = b.sub(w2, b.shl(q, c(62)))
+    frac = m.fma(b.sitofp(rest, F64), m.c(2.0 ** -62), m.mul(b.uitofp(w1, F64), m.c(2.0 ** -126)))
+    r = m.mul(frac, m.c(math.pi / 2))
+    qi = b.trunc(q, I32)
+    neg = b.icmp_signed("<", bits, c(0))
+    return m.sel(neg, b.fneg(r), r), b.select(neg, b.sub(ir.Constant(I32, 0), qi), qi)
 
 
 def _quadrant_bits(m: _Math, q, add: int = 0) -> tuple[ir.Value, ir.Value]:
