@@ -214,6 +214,8 @@ def test_vmath_pow_cases(tag):
     assert list(np.signbit(got[num])) == list(np.signbit(want[num]))  # -0.0 and -inf where IEEE says so
     ints = run("pow", np.array([3, 7, -5, 10], dt), np.array([4, 11, 3, 6], dt))
     assert list(ints) == [81, 7 ** 11, -125, 10 ** 6]  # integer powers are exact
+    exact = run("pow", np.array([0.5, -1.5, 0.25, 3], dt), np.array([3, 5, -4, -2], dt))
+    assert list(exact) == [0.125, -7.59375, 256.0, dt(1 / 9)]  # so are exactly representable ones
 
 
 def test_vmath_two_over_pi_bits():

@@ -37,8 +37,8 @@ Methods, per function:
   coefficients below, computed with mpmath).
 - pow: exp(y log|x|) with the IEEE special cases (sign for odd integer y, NaN for negative x
   and non-integer y, pow(x, 0) = pow(1, y) = 1); f32 runs in f64 and is rounded once (<= 1
-  ulp); f64 takes integer x**y for integer |y| <= 1024 by unrolled binary powering when
-  the power is below 2**53 (exact), otherwise y log|x| in double-double (log to ~2**-60), so the error stays a
+  ulp); f64 takes integer |y| <= 1024 by unrolled binary powering when every product is
+  exact (checked with fmas: exact results stay exact), otherwise y log|x| in double-double (log to ~2**-60), so the error stays a
   few ulp up to the overflow threshold.
 """
 
@@ -674,18 +674,24 @@ def _pow(m: _Math, x, y):
     c = m.c
     yint = m.eq(m.floor(y), y)
     ay = m.abs(y)
-    # an integer x to an integer |y| <= 1024 by binary powering, unrolled: exact while the
-    # power stays below 2**53 (every intermediate is a smaller integer power), and then
-    # 1 / power rounds once
+    # integer |y| <= 1024 by binary powering, unrolled, taken only when every product that
+    # counts was exact (its fma residual is 0): then x**|y| is exact and 1 / x**|y| rounds once
     n = b.fptosi(m.minnum(ay, c(1024.0)), I32)
     acc, base = c(1.0), x
+    inexact = ir.Constant(ir.IntType(1), 0)
+    zero32 = ir.Constant(I32, 0)
     for bit in range(11):
-        on = b.icmp_unsigned("!=", b.and_(n, ir.Constant(I32, 1 << bit)), ir.Constant(I32, 0))
-        acc = m.sel(on, m.mul(acc, base), acc)
-        base = m.mul(base, base)
+        on = b.icmp_unsigned("!=", b.and_(n, ir.Constant(I32, 1 << bit)), zero32)
+        prod = m.mul(acc, base)
+        lost = b.fcmp_unordered("!=", m.fma(acc, base, b.fneg(prod)), c(0.0))
+        inexact = b.or_(inexact, b.and_(on, lost))
+        acc = m.sel(on, prod, acc)
+        sq = m.mul(base, base)
+        used = b.icmp_unsigned("!=", b.lshr(n, ir.Constant(I32, bit + 1)), zero32)  # a higher bit reads it
+        inexact = b.or_(inexact, b.and_(used, b.fcmp_unordered("!=", m.fma(base, base, b.fneg(sq)), c(0.0))))
+        base = sq
     r_int = m.sel(m.lt(y, c(0.0)), m.div(c(1.0), acc), acc)
-    use_int = b.and_(b.and_(yint, b.fcmp_ordered("<=", ay, c(1024.0))), m.eq(m.floor(x), x))
-    use_int = b.and_(use_int, m.lt(m.abs(acc), c(2.0 ** 53)))
+    use_int = b.and_(b.and_(yint, b.fcmp_ordered("<=", ay, c(1024.0))), b.not_(inexact))
     # the general case: exp(y log|x|) with y log|x| in double-double, and IEEE special cases
     ax = m.abs(x)
     l_hi, l_lo = _log_dd(m, ax)
