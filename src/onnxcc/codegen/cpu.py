@@ -158,10 +158,6 @@ class _FnCtx(ProgramContext):
     def alloca(self, ty: ir.Type, name: str) -> ir.Value:
         return self.eb.alloca(ty, name=name)
 
-    def libm(self, name: str, ty: ir.Type) -> ir.Function:
-        full = name + ("f" if ty == ir.FloatType() else "")
-        return get_or_declare(self.module, full, ir.FunctionType(ty, [ty]), ("nounwind", "readnone"))
-
     def finish(self) -> None:
         self.eb.branch(self.start)
         for blk in self._fails.values():

@@ -24,7 +24,7 @@ error code into `*status` and leaves; every kernel starts by leaving when `*stat
 already nonzero, and the host reads `*status` after the version's last kernel.
 
 Expressions are emitted by `ExprEmitter` (shared with the CPU backend); the float
-functions NVPTX has no instruction for come from `cuda_math` instead of libm.
+functions NVPTX has no instruction for come from `vmath` (the libm the CPU backend uses too).
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram
 
 from .abi import KernelLaunch
-from .cuda_math import FUNCTIONS as MATH_FUNCTIONS
-from .cuda_math import INTRINSIC_REPLACEMENTS, math_function
-from .llvm_exprs import F32, F64, AccessMetadata, ExprEmitter, ProgramContext
+from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
 from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
 from .llvm_target import optimize as optimize_module
 from .llvm_target import parse_modules, target_machine
@@ -67,17 +65,6 @@ def parse_arch(arch: str) -> tuple[int, bool]:
     if m is None or int(m.group(1)) < 50:
         raise CompileError(f"CUDA arch {arch!r}: expected sm_XY with XY >= 50, e.g. sm_80 or sm_90")
     return int(m.group(1)), bool(m.group(2))
-
-
-class CudaExprEmitter(ExprEmitter):
-    """An ExprEmitter whose libm-backed intrinsics become `cuda_math` functions."""
-
-    def intr(self, name: str, args: list[ir.Value], ret: ir.Type | None = None, *,
-             overload: list[ir.Type] | None = None, label: str = "") -> ir.Value:
-        fn = INTRINSIC_REPLACEMENTS.get(name)
-        if fn is not None and args[0].type in (F32, F64):
-            return self.b.call(math_function(self.ctx.module, fn, args[0].type), args, name=label or fn)
-        return super().intr(name, args, ret, overload=overload, label=label)
 
 
 def const_symbol(data: np.ndarray) -> str:
@@ -218,7 +205,7 @@ class _KernelBuilder(ProgramContext):
         self.eb = ir.IRBuilder(fn.append_basic_block("entry"))
         self.start = fn.append_basic_block("start")
         self.b = ir.IRBuilder(self.start)
-        self.entry_em = CudaExprEmitter(self, self.eb, check_div=False)
+        self.entry_em = ExprEmitter(self, self.eb, check_div=False)
         self._ptrs: dict[str, ir.Value] = {}
         self._strides: dict[str, list[ir.Value]] = {}
         self._fails: dict[int, ir.Block] = {}
@@ -271,11 +258,6 @@ class _KernelBuilder(ProgramContext):
     def alloca(self, ty: ir.Type, name: str) -> ir.Value:
         return self.eb.alloca(ty, name=name)
 
-    def libm(self, name: str, ty: ir.Type) -> ir.Function:
-        if name not in MATH_FUNCTIONS:
-            raise CompileError(f"cuda codegen: no device implementation of {name}")
-        return math_function(self.module, name, ty)
-
     # ---- the kernel ------------------------------------------------------------------------
     def access_md(self) -> AccessMetadata:
         """Scoped-noalias metadata: the compute's loads never alias its store."""
@@ -310,7 +292,7 @@ class _KernelBuilder(ProgramContext):
         step = b.mul(nctaid, ntid, name="grid.size", flags=("nuw", "nsw"))
         total = self.dim(grid_work(c))
         rows = row_wise(c)
-        em = CudaExprEmitter(self, b, access_md=self.access_md())
+        em = ExprEmitter(self, b, access_md=self.access_md())
         em.hoist(c.body)
         pre = b.block
         loop = fn.append_basic_block("grid.loop")

@@ -15,8 +15,11 @@ nothing inside its arms is hoisted; sub-expressions that can fail (a `Check`, an
 division by a value not known to be nonzero) are never hoisted out of a reduction loop
 that may run zero times.
 
-Op semantics live in tables (`FLOAT_BINARY`, `INT_BINARY`, `FLOAT_UNARY`, `INT_UNARY`,
-`LIBM`), one small function per op.
+Op semantics live in tables (`FLOAT_BINARY`, `INT_BINARY`, `FLOAT_UNARY`, `INT_UNARY`),
+one small function per op. Transcendental functions come from `vmath`, the branch-free
+vector libm both backends share: never a scalar libm call, which would keep LLVM from
+vectorizing the loop around it (`intr` maps the LLVM intrinsics that lower to libm calls,
+`llvm.exp`, `llvm.log`, `llvm.sin`, ..., to it as well).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from onnxcc.kernel.expr import (
 )
 
 from .llvm_helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
+from .vmath import INTRINSIC_REPLACEMENTS, math_function
 
 F32 = ir.FloatType()
 F64 = ir.DoubleType()
@@ -111,7 +115,6 @@ class FunctionContext(Protocol):
     def buffer_shape(self, name: str) -> tuple[Dim, ...]: ...
     def fail_block(self, code: int) -> ir.Block: ...
     def alloca(self, ty: ir.Type, name: str) -> ir.Value: ...
-    def libm(self, name: str, ty: ir.Type) -> ir.Function: ...
 
 
 def row_major_strides(shape) -> list[Dim]:
@@ -397,12 +400,15 @@ class ExprEmitter:
         br.set_weights([1 << 20, 1])
         self.b.position_at_end(cont)
 
-    def libm(self, name: str, x: ir.Value) -> ir.Value:
-        fn = self.ctx.libm(name, x.type)
-        return self.b.call(fn, [x], name=name)
+    def math(self, name: str, *args: ir.Value) -> ir.Value:
+        """The vmath function `name` (exp, tanh, pow, ...) of float or double arguments."""
+        return self.b.call(math_function(self.ctx.module, name, args[0].type), list(args), name=name)
 
     def intr(self, name: str, args: list[ir.Value], ret: ir.Type | None = None, *,
              overload: list[ir.Type] | None = None, label: str = "") -> ir.Value:
+        repl = INTRINSIC_REPLACEMENTS.get(name)
+        if repl is not None and args[0].type in (F32, F64):
+            return self.math(repl, *args)
         ty = ret or args[0].type
         fn = intrinsic(self.ctx.module, name, ty, [a.type for a in args], overload)
         return self.b.call(fn, args, name=label or name.split(".")[-1])
@@ -549,7 +555,7 @@ FLOAT_BINARY: dict[str, BinFn] = {
     "rem": lambda em, a, b, e: em.b.frem(a, b, name="rem"),
     "max": lambda em, a, b, e: em.intr("llvm.maximum", [a, b], label="max"),
     "min": lambda em, a, b, e: em.intr("llvm.minimum", [a, b], label="min"),
-    "pow": lambda em, a, b, e: em.intr("llvm.pow", [a, b], label="pow"),
+    "pow": lambda em, a, b, e: em.math("pow", a, b),
     "lt": lambda em, a, b, e: em.b.fcmp_ordered("<", a, b, name="lt"),
     "le": lambda em, a, b, e: em.b.fcmp_ordered("<=", a, b, name="le"),
     "gt": lambda em, a, b, e: em.b.fcmp_ordered(">", a, b, name="gt"),
@@ -630,7 +636,7 @@ def _int_pow(em, a, b, e):
     # NOTE: via f64, exact for results below 2**53 (ONNX integer Pow is rare)
     src = e.dtype
     fa, fb = cast_value(em, a, src, DType.f64), cast_value(em, b, src, DType.f64)
-    return cast_value(em, em.intr("llvm.pow", [fa, fb], label="pow"), DType.f64, src)
+    return cast_value(em, em.math("pow", fa, fb), DType.f64, src)
 
 
 INT_BINARY: dict[str, BinFn] = {
@@ -673,89 +679,6 @@ def _fconst(x: ir.Value, v: float) -> ir.Constant:
     return ir.Constant(x.type, v)
 
 
-def _exp(em: ExprEmitter, x: ir.Value, e: Unary | None = None) -> ir.Value:
-    """exp; for f32 a branch-free Cephes-style polynomial that the loop vectorizer can
-    widen (libm's expf stays scalar), within ~1 ulp over the whole range; f64 uses libm."""
-    if x.type != F32:
-        return em.intr("llvm.exp", [x], label="exp")
-    b = em.b
-
-    def c(v: float) -> ir.Constant:
-        return ir.Constant(F32, v)
-
-    xc = em.intr("llvm.minnum", [em.intr("llvm.maxnum", [x, c(-104.0)], label="exp.lo"), c(89.0)],
-                 label="exp.x")
-    n = em.intr("llvm.roundeven", [b.fmul(xc, c(1.44269504088896341), name="exp.t")], label="exp.n")
-    r = b.fsub(xc, b.fmul(n, c(0.693359375), name="exp.hi"), name="exp.r")
-    r = b.fsub(r, b.fmul(n, c(-2.12194440e-4), name="exp.lo"), name="exp.r")
-    p = c(1.9875691500e-4)
-    for k in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-        p = b.fadd(b.fmul(p, r, name="exp.p"), c(k), name="exp.p")
-    r2 = b.fmul(r, r, name="exp.r2")
-    y = b.fadd(b.fadd(b.fmul(p, r2, name="exp.p"), r, name="exp.p"), c(1.0), name="exp.poly")
-    # y * 2**n in two steps, so n in [-150, 129] neither overflows nor flushes early
-    ni = b.fptosi(n, I32, name="exp.ni")
-    n1 = b.ashr(ni, ir.Constant(I32, 1), name="exp.n1")
-    n2 = b.sub(ni, n1, name="exp.n2")
-    for k in (n1, n2):
-        bits = b.shl(b.add(k, ir.Constant(I32, 127), name="exp.e"), ir.Constant(I32, 23), name="exp.e")
-        y = b.fmul(y, b.bitcast(bits, F32, name="exp.scale"), name="exp.y")
-    return b.select(b.fcmp_unordered("uno", x, x, name="exp.isnan"), x, y, name="exp")
-
-
-_ERF_TAYLOR = tuple((-1) ** n * 2 / math.sqrt(math.pi) / (math.factorial(n) * (2 * n + 1)) for n in range(7))
-# Abramowitz & Stegun 7.1.26: erf(x) = 1 - t*(a1 + t*(a2 + ...)) * exp(-x^2), t = 1/(1 + p x),
-# absolute error below 1.5e-7 for x >= 0
-_ERF_AS_P = 0.3275911
-_ERF_AS_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
-
-
-def _erf(em: ExprEmitter, x: ir.Value, e: Unary | None = None) -> ir.Value:
-    """erf; for f32 branch-free (so loops stay vectorizable; libm's erff is scalar): the
-    Taylor series below |x| = 0.5 (full relative accuracy near 0), Abramowitz & Stegun
-    7.1.26 above (absolute error < 4e-7 in f32), odd symmetry; f64 uses libm."""
-    if x.type != F32:
-        return em.libm("erf", x)
-    b = em.b
-
-    def c(v: float) -> ir.Constant:
-        return ir.Constant(F32, v)
-
-    ax = em.intr("llvm.fabs", [x], label="erf.ax")
-    x2 = b.fmul(x, x, name="erf.x2")
-    # small |x|: x * sum_n c_n x^(2n)
-    p = c(_ERF_TAYLOR[-1])
-    for k in reversed(_ERF_TAYLOR[:-1]):
-        p = b.fadd(b.fmul(p, x2, name="erf.s"), c(k), name="erf.s")
-    small = b.fmul(x, p, name="erf.small")
-    # large |x| (clamped at 4, where erf is 1 in f32)
-    xc = em.intr("llvm.minnum", [ax, c(4.0)], label="erf.xc")
-    t = b.fdiv(c(1.0), b.fadd(c(1.0), b.fmul(c(_ERF_AS_P), xc, name="erf.px"), name="erf.den"), name="erf.t")
-    q = c(_ERF_AS_A[-1])
-    for k in reversed(_ERF_AS_A[:-1]):
-        q = b.fadd(b.fmul(q, t, name="erf.q"), c(k), name="erf.q")
-    q = b.fmul(q, t, name="erf.q")
-    g = _exp(em, b.fneg(b.fmul(xc, xc, name="erf.xc2"), name="erf.nx2"))
-    big = b.fsub(c(1.0), b.fmul(q, g, name="erf.tail"), name="erf.big")
-    big = em.intr("llvm.copysign", [big, x], label="erf.signed")
-    y = b.select(b.fcmp_ordered("<", ax, c(0.5), name="erf.issmall"), small, big, name="erf.y")
-    return b.select(b.fcmp_unordered("uno", x, x, name="erf.isnan"), x, y, name="erf")
-
-
-def _sigmoid(em, x, e):
-    b = em.b
-    t = _exp(em, b.fneg(x, name="negx"))
-    return b.fdiv(_fconst(x, 1.0), b.fadd(_fconst(x, 1.0), t, name="onep"), name="sigmoid")
-
-
-def _softplus(em, x, e):
-    # max(x, 0) + log1p(exp(-|x|)), stable for large |x|
-    b = em.b
-    ax = em.intr("llvm.fabs", [x], label="abs")
-    t = em.libm("log1p", _exp(em, b.fneg(ax, name="negabs")))
-    return b.fadd(em.intr("llvm.maxnum", [x, _fconst(x, 0.0)], label="pos"), t, name="softplus")
-
-
 def _fsign(em, x, e):
     b = em.b
     z = _fconst(x, 0.0)
@@ -767,27 +690,22 @@ def _intrinsic1(name: str) -> UnFn:
     return lambda em, x, e: em.intr(name, [x], label=name.split(".")[-1])
 
 
-def _libm1(name: str) -> UnFn:
-    return lambda em, x, e: em.libm(name, x)
+def _math1(name: str) -> UnFn:
+    return lambda em, x, e: em.math(name, x)
 
 
-#: libm functions used for ops without an LLVM intrinsic (float: name + "f")
-LIBM = ("tanh", "erf", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log1p")
+#: unary ops computed by the vmath function of the same name
+MATH = ("exp", "log", "sin", "cos", "tan", "tanh", "sigmoid", "softplus", "erf", "asin", "acos", "atan",
+        "sinh", "cosh", "asinh", "acosh", "atanh", "log1p", "expm1", "log2")
 
 FLOAT_UNARY: dict[str, UnFn] = {
     "neg": lambda em, x, e: em.b.fneg(x, name="neg"),
     "abs": _intrinsic1("llvm.fabs"),
     "sqrt": _intrinsic1("llvm.sqrt"),
-    "exp": _exp,
-    "log": _intrinsic1("llvm.log"),
-    "sin": _intrinsic1("llvm.sin"),
-    "cos": _intrinsic1("llvm.cos"),
     "floor": _intrinsic1("llvm.floor"),
     "ceil": _intrinsic1("llvm.ceil"),
     "round": _intrinsic1("llvm.roundeven"),
     "trunc": _intrinsic1("llvm.trunc"),
-    "sigmoid": _sigmoid,
-    "softplus": _softplus,
     "recip": lambda em, x, e: em.b.fdiv(_fconst(x, 1.0), x, name="recip"),
     "sign": _fsign,
     "relu": lambda em, x, e: em.b.select(em.b.fcmp_ordered("<", x, _fconst(x, 0.0), name="isneg"),
@@ -795,8 +713,7 @@ FLOAT_UNARY: dict[str, UnFn] = {
     "isnan": lambda em, x, e: em.b.fcmp_unordered("uno", x, x, name="isnan"),
     "isinf": lambda em, x, e: em.b.fcmp_ordered("==", em.intr("llvm.fabs", [x], label="abs"),
                                                 _fconst(x, math.inf), name="isinf"),
-    **{n: _libm1(n) for n in LIBM if n not in ("log1p", "erf")},
-    "erf": _erf,
+    **{n: _math1(n) for n in MATH},
 }
 
 

@@ -457,9 +457,30 @@ def _k_pow(a, b, attr):
     if a.dtype.is_int and b.dtype.is_float:
         return K.power(K.cast(a, DType.f64), K.cast(b, DType.f64))
     b = K.Const(b.value, a.dtype) if isinstance(b, K.Const) else K.cast(b, a.dtype)
-    if a.dtype.is_float and isinstance(b, K.Const) and b.value in (1.0, 2.0, 3.0):
-        return a if b.value == 1.0 else a * a if b.value == 2.0 else a * a * a  # as onnxruntime does
+    if a.dtype.is_float and isinstance(b, K.Const):
+        reduced = _pow_const(a, float(b.value))
+        if reduced is not None:
+            return reduced
     return K.power(a, b)
+
+
+def _pow_const(a, y: float):
+    """x**y for the constant exponents worth strength-reducing (None for the others, which
+    take the general pow): small integers by multiplication (as onnxruntime does; each
+    product adds at most one rounding: y in [-3, 4] stays within ~3 ulp), 1/2 and -1/2 by sqrt
+    with pow's IEEE cases: pow(-inf, 0.5) = inf, pow(-inf, -0.5) = 0, pow(-0, 0.5) = +0
+    (`abs` turns sqrt's -0 into +0; a NaN stays NaN)."""
+    if y in (0.5, -0.5):
+        root = abs(K.sqrt(a))
+        minus_inf = K.binary("eq", a, -math.inf)
+        if y < 0:
+            return K.select(minus_inf, 0.0, 1.0 / root)
+        return K.select(minus_inf, math.inf, root)
+    if y != int(y) or not (1 <= y <= 4 or -3 <= y <= -1):
+        return None
+    base = a if y > 0 else 1.0 / a  # the reciprocal first: x**-2 of a huge x is a denormal, not 0
+    sq = base * base
+    return {1: base, 2: sq, 3: sq * base, 4: sq * sq}[abs(int(y))]
 
 
 def _bitshift(a, b, attr):
