@@ -63,8 +63,8 @@ def test_fused_matmul_trans_alpha_and_batch_transposes():
         h.make_node("FusedMatMul", ["q", "x"], ["y5"], domain=MS, transB=1, transBatchB=1, alpha=2.0),
         h.make_node("FusedMatMul", ["v", "w2"], ["y6"], domain=MS, transB=1),  # 1-D A
     ]
-    m = _model(nodes, [("x", F, ["N", "M", 8]), ("xt", F, ["N", 8, "M"]), ("q", F, ["M", 5, 8]), ("v", F, [8]),
-                       ("r", F, ["M", 8, 6])],
+    m = _model(nodes, [("x", F, ["N", "M", 8]), ("xt", F, ["N", 8, "M"]), ("q", F, ["M", 5, 8]),
+                       ("v", F, [8]), ("r", F, ["M", 8, 6])],
                [f"y{i}" for i in range(7)], inits)
     prog = _check(m, [{"N": 2, "M": 3}, {"N": 1, "M": 7}, {"N": 3, "M": 1}])
     assert len(list(prog.computes())) == 7  # each FusedMatMul is one compute (no transposed copies)
@@ -115,7 +115,8 @@ def test_simplified_layer_normalizations():
 def test_skip_simplified_mean_output_is_refused_when_used():
     m = _model([h.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y", "mean"], domain=MS)],
                [("x", F, ["N", 16]), ("s", F, ["N", 16])], ["y", "mean"], {"g": _w(16)})
-    with pytest.raises(UnsupportedOp, match=r"SkipSimplifiedLayerNormalization \(domain com\.microsoft\).*mean"):
+    with pytest.raises(UnsupportedOp, match=r"SkipSimplifiedLayerNormalization \(domain com\.microsoft\)"
+                                             r".*mean"):
         jit_compile(m)
 
 
@@ -126,18 +127,19 @@ def _caches(rows, half):
 
 @pytest.mark.parametrize("interleaved", [0, 1])
 def test_contrib_rotary_embedding(interleaved):
+    il = interleaved
     c, cr = _caches(32, 4), _caches(32, 2)
     inits = {"cos": c["cos"], "sin": c["sin"], "cosr": cr["cos"], "sinr": cr["sin"]}
     nodes = [
         # 3-D [B, S, N*H] with position ids [B, S]
-        h.make_node("RotaryEmbedding", ["x3", "pid", "cos", "sin"], ["y0"], domain=MS, interleaved=interleaved,
+        h.make_node("RotaryEmbedding", ["x3", "pid", "cos", "sin"], ["y0"], domain=MS, interleaved=il,
                     num_heads=2),
         # 3-D without num_heads: head size from the cache width
-        h.make_node("RotaryEmbedding", ["x3", "pid", "cos", "sin"], ["y1"], domain=MS, interleaved=interleaved),
+        h.make_node("RotaryEmbedding", ["x3", "pid", "cos", "sin"], ["y1"], domain=MS, interleaved=il),
         # 4-D [B, N, S, H], offset form of position ids ([1]: positions off + s)
-        h.make_node("RotaryEmbedding", ["x4", "off", "cos", "sin"], ["y2"], domain=MS, interleaved=interleaved),
+        h.make_node("RotaryEmbedding", ["x4", "off", "cos", "sin"], ["y2"], domain=MS, interleaved=il),
         # partial rotation: 4 of 8 head elements
-        h.make_node("RotaryEmbedding", ["x3", "pid", "cosr", "sinr"], ["y3"], domain=MS, interleaved=interleaved,
+        h.make_node("RotaryEmbedding", ["x3", "pid", "cosr", "sinr"], ["y3"], domain=MS, interleaved=il,
                     num_heads=2, rotary_embedding_dim=4),
     ]
     m = _model(nodes, [("x3", F, ["B", "S", 16]), ("x4", F, ["B", 3, "S", 8]), ("pid", I64, ["B", "S"]),
@@ -157,18 +159,20 @@ def test_contrib_rotary_position_out_of_range_fails_the_kernel():
 
 @pytest.mark.parametrize("interleaved", [0, 1])
 def test_onnx_rotary_embedding_symbolic(interleaved):
+    il = interleaved
     c = _caches(16, 3)
     nodes = [
-        h.make_node("RotaryEmbedding", ["x4", "cos", "sin", "pid"], ["y0"], interleaved=interleaved),
-        h.make_node("RotaryEmbedding", ["x3", "cos", "sin", "pid"], ["y1"], interleaved=interleaved, num_heads=2),
-        h.make_node("RotaryEmbedding", ["x3b", "cos", "sin", "pid"], ["y2"], interleaved=interleaved, num_heads=2,
+        h.make_node("RotaryEmbedding", ["x4", "cos", "sin", "pid"], ["y0"], interleaved=il),
+        h.make_node("RotaryEmbedding", ["x3", "cos", "sin", "pid"], ["y1"], interleaved=il, num_heads=2),
+        h.make_node("RotaryEmbedding", ["x3b", "cos", "sin", "pid"], ["y2"], interleaved=il, num_heads=2,
                     rotary_embedding_dim=6),  # 6 of 8
         # no position ids: per-token caches [B, S, rot/2]
-        h.make_node("RotaryEmbedding", ["x4", "cb", "sb"], ["y3"], interleaved=interleaved),
+        h.make_node("RotaryEmbedding", ["x4", "cb", "sb"], ["y3"], interleaved=il),
     ]
     m = _model(nodes, [("x4", F, ["B", 2, "S", 6]), ("x3", F, ["B", "S", 12]), ("x3b", F, ["B", "S", 16]),
                        ("pid", I64, ["B", "S"]),
-                       ("cb", F, ["B", "S", 3]), ("sb", F, ["B", "S", 3])], ["y0", "y1", "y2", "y3"], c, opset=23)
+                       ("cb", F, ["B", "S", 3]), ("sb", F, ["B", "S", 3])], ["y0", "y1", "y2", "y3"], c,
+               opset=23)
     _check(m, [{"B": 2, "S": 4}, {"B": 1, "S": 1}])
 
 
@@ -184,7 +188,8 @@ def test_rms_normalization_symbolic():
 def test_other_contrib_ops_are_refused_naming_op_domain_and_node():
     m = _model([h.make_node("BiasSoftmax", ["x", "x"], ["y"], domain=MS, name="bs0")],
                [("x", F, ["N", 4])], ["y"])
-    with pytest.raises(UnsupportedOp, match=r"unsupported op BiasSoftmax \(domain com\.microsoft\) at node 'bs0'"):
+    with pytest.raises(UnsupportedOp,
+                       match=r"unsupported op BiasSoftmax \(domain com\.microsoft\) at node 'bs0'"):
         load_onnx(m)
 
 
@@ -192,5 +197,6 @@ def test_rotary_scale_is_refused():
     m = _model([h.make_node("RotaryEmbedding", ["x", "pid", "cos", "sin"], ["y"], domain=MS, scale=0.5,
                             name="rope")],
                [("x", F, ["B", 1, "S", 8]), ("pid", I64, ["B", "S"])], ["y"], _caches(8, 4))
-    with pytest.raises(UnsupportedOp, match=r"RotaryEmbedding \(domain com\.microsoft\) at node 'rope': scale"):
+    with pytest.raises(UnsupportedOp,
+                       match=r"RotaryEmbedding \(domain com\.microsoft\) at node 'rope': scale"):
         load_onnx(m)

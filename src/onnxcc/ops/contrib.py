@@ -149,8 +149,11 @@ def _gelu_op(name: str, fn, kfn, arity) -> None:
 
     def lower(ctx) -> None:
         y = ctx.out(0)
-        ctx.compute(y, lambda *ix: cast(kfn(ctx.attr, *(kwiden(operand(ctx, i, ix)) for i in range(len(ctx.inputs)))),
-                                        y.dtype))
+        n = len(ctx.inputs)
+        def body(*ix):
+            return cast(kfn(ctx.attr, *(kwiden(operand(ctx, i, ix)) for i in range(n))), y.dtype)
+
+        ctx.compute(y, body)
 
     define(MS + name, infer=infer, reference=reference, lower=lower, kind="elementwise", arity=arity, math=fn,
            kernel=kfn)
@@ -283,9 +286,9 @@ def _ssln_lower(ctx) -> None:
         ctx.compute(ctx.out(1), lambda *ix: Const(0.0, ctx.out(1).dtype))
 
 
-define(MS + "SkipSimplifiedLayerNormalization", infer=lambda ctx: _skip_infer(ctx, _SSLN), reference=_ssln_ref,
-       lower=_ssln_lower, kind="reduction", arity=(3, 4), num_results=None, verify=results_between(1, 4),
-       math=rms_norm)
+define(MS + "SkipSimplifiedLayerNormalization", infer=lambda ctx: _skip_infer(ctx, _SSLN),
+       reference=_ssln_ref, lower=_ssln_lower, kind="reduction", arity=(3, 4), num_results=None,
+       verify=results_between(1, 4), math=rms_norm)
 
 
 def _simplified_infer(ctx: InferCtx):

@@ -39,7 +39,8 @@ def rotary(x, cos, sin, pos, *, interleaved: bool, rot: int, heads: int):
     rot = rot or x4.shape[-1]
     if pos is not None:
         cos, sin = cos[pos], sin[pos]
-    cos, sin = np.broadcast_to(cos, (*x4.shape[:2], rot // 2)), np.broadcast_to(sin, (*x4.shape[:2], rot // 2))
+    rows = (*x4.shape[:2], rot // 2)
+    cos, sin = np.broadcast_to(cos, rows), np.broadcast_to(sin, rows)
     c, s = cos[:, :, None, :], sin[:, :, None, :]
     xr = x4[..., :rot]
     x1, x2 = (xr[..., 0::2], xr[..., 1::2]) if interleaved else (xr[..., :rot // 2], xr[..., rot // 2:])
@@ -82,7 +83,8 @@ def _head_size(ctx, sig: _Sig, x_shape, cos_shape):
         if isinstance(hidden, int) and hidden % sig.heads:
             raise ctx.error(f"hidden size {hidden} not divisible by num_heads {sig.heads}")
         if not isinstance(hidden, int):
-            ctx.require(sympy.Eq(sympy.Mod(hidden, sig.heads), 0), f"hidden size divisible by num_heads {sig.heads}")
+            ctx.require(sympy.Eq(sympy.Mod(hidden, sig.heads), 0),
+                        f"hidden size divisible by num_heads {sig.heads}")
         return canon(sympy.sympify(hidden) / sig.heads)
     if sig.ms and sig.rot == 0:
         return canon(2 * sympy.sympify(cos_shape[-1]))
@@ -95,7 +97,8 @@ def _infer(ctx: InferCtx):
     if x.rank not in (3, 4):
         raise ctx.error(f"input must be 3-D or 4-D, got {x}")
     if cos.dtype is not x.dtype or sin.dtype is not x.dtype:
-        raise ctx.error(f"cos / sin caches must be {x.dtype.value}, got {cos.dtype.value} / {sin.dtype.value}")
+        raise ctx.error(f"cos / sin caches must be {x.dtype.value}, "
+                        f"got {cos.dtype.value} / {sin.dtype.value}")
     h = _head_size(ctx, sig, x.shape, cos.shape)
     rot = sig.rot or h
     if isinstance(rot, int) and rot % 2:
@@ -179,8 +182,10 @@ def _lower(ctx) -> None:
         if pos is None:
             row = (*broadcast_indices((b, s), cos.shape[:2]), j)
         else:
-            p = cast(pos[broadcast_indices((b, s), pos.shape)] if pos.rank == 2 else pos[(Const(0, i64),)], i64)
-            p = p if pos.rank == 2 else p + s
+            if pos.rank == 2:
+                p = cast(pos[broadcast_indices((b, s), pos.shape)], i64)
+            else:  # the offset form
+                p = cast(pos[(Const(0, i64),)], i64) + s
             row = (wrap_index(p, cos.shape[0], negative=False), j)
         c, sn = kwiden(cos[row]), kwiden(sin[row])
         xv, xp = kwiden(x[ix]), kwiden(x[at(partner)])

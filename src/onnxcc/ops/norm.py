@@ -1,7 +1,7 @@
 """Normalizations: BatchNormalization (inference and training form), InstanceNormalization,
 LayerNormalization (optional Mean / InvStdDev outputs), RMSNormalization (opset 23),
-GroupNormalization (opset 18 per-group and opset 21 per-channel scale), LpNormalization and LRN. Registered on import (nn.py imports
-this module)."""
+GroupNormalization (opset 18 per-group and opset 21 per-channel scale), LpNormalization and LRN.
+Registered on import (nn.py imports this module)."""
 
 from __future__ import annotations
 
@@ -355,7 +355,8 @@ def rms_lower(ctx, x, scale, axis: int, eps: float, st: DType, y, inv=None) -> N
     rv = [Var(f"r{i}") for i in range(len(norm))]
 
     def stat(ix):
-        return inv_rms(lambda vs: cast(x[(*ix[:axis], *vs)], st), list(zip(rv, norm)), _numel(ctx, norm), eps, st)
+        return inv_rms(lambda vs: cast(x[(*ix[:axis], *vs)], st), list(zip(rv, norm)), _numel(ctx, norm), eps,
+                       st)
 
     def y_body(*ix):
         s = cast(scale[broadcast_indices(ix[axis:], scale.shape)], st)
