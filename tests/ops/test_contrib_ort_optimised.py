@@ -47,7 +47,8 @@ class _Builder:
         x = h.make_tensor_value_info("x", T.FLOAT, ["B", "S", D])
         y = h.make_tensor_value_info("y", T.FLOAT, ["B", "S", D])
         inits = [nh.from_array(a, k) for k, a in self.inits.items()]
-        m = h.make_model(h.make_graph(self.nodes, name, [x], [y], inits), opset_imports=[h.make_opsetid("", opset)])
+        m = h.make_model(h.make_graph(self.nodes, name, [x], [y], inits),
+                         opset_imports=[h.make_opsetid("", opset)])
         m.ir_version = 8
         onnx.checker.check_model(m)
         return m
@@ -61,7 +62,8 @@ def bert_layer() -> onnx.ModelProto:
         return b.n("Add", [b.n("MatMul", [x, b.w(f"w{name}", k, n)]), b.w(f"b{name}", n)])
 
     q, k, v = (dense("x", s, D, D) for s in "qkv")
-    scores = b.n("Div", [b.n("MatMul", [q, b.n("Transpose", [k], perm=[0, 2, 1])]), b.c("sqrt_d", math.sqrt(D))])
+    kt = b.n("Transpose", [k], perm=[0, 2, 1])
+    scores = b.n("Div", [b.n("MatMul", [q, kt]), b.c("sqrt_d", math.sqrt(D))])
     att = dense(b.n("MatMul", [b.n("Softmax", [scores], axis=-1), v]), "o", D, D)
     h1 = b.n("LayerNormalization", [b.n("Add", [att, "x"]), b.w("g1", D), b.w("be1", D)], epsilon=1e-5)
     f = dense(h1, "f1", D, 2 * D)
