@@ -200,3 +200,41 @@ def test_rotary_scale_is_refused():
     with pytest.raises(UnsupportedOp,
                        match=r"RotaryEmbedding \(domain com\.microsoft\) at node 'rope': scale"):
         load_onnx(m)
+
+
+def test_attention_packed_projection_masks_and_bias():
+    d, heads = 16, 4
+    inits = {"w": _w(d, 3 * d, scale=0.3), "b": _w(3 * d), "w2": _w(d, 32, scale=0.3)}
+    nodes = [
+        h.make_node("Attention", ["x", "w", "b"], ["y0", "present"], domain=MS, num_heads=heads),
+        h.make_node("Attention", ["x", "w", "b", "mask"], ["y1"], domain=MS, num_heads=heads),
+        h.make_node("Attention", ["x", "w", "", "", "", "ab"], ["y2"], domain=MS, num_heads=heads,
+                    unidirectional=1, scale=0.2),
+        # q, k, v of different sizes: 8 + 8 + 16
+        h.make_node("Attention", ["x", "w2"], ["y3"], domain=MS, num_heads=2, qkv_hidden_sizes=[8, 8, 16]),
+    ]
+    m = _model(nodes, [("x", F, ["B", "S", d]), ("mask", T.INT32, ["B", "S"]), ("ab", F, [1, heads, "S", "S"])],
+               ["y0", "present", "y1", "y2", "y3"], inits)
+    _check(m, [{"B": 2, "S": 5}, {"B": 1, "S": 1}, {"B": 3, "S": 8}], atol=3e-5)
+
+
+def test_multi_head_attention_cross_and_self():
+    d, heads = 16, 2
+    nodes = [
+        h.make_node("MultiHeadAttention", ["q", "k", "v"], ["y0"], domain=MS, num_heads=heads),
+        h.make_node("MultiHeadAttention", ["q", "k", "v", "b", "kpm"], ["y1", "pk", "pv"], domain=MS,
+                    num_heads=heads),
+        h.make_node("MultiHeadAttention", ["q", "q", "q", "", "", "ab"], ["y2"], domain=MS, num_heads=heads,
+                    unidirectional=1),
+    ]
+    m = _model(nodes, [("q", F, ["B", "S", d]), ("k", F, ["B", "L", d]), ("v", F, ["B", "L", d]),
+                       ("kpm", T.INT32, ["B", "L"]), ("ab", F, ["B", heads, "S", "S"])],
+               ["y0", "y1", "pk", "pv", "y2"], {"b": _w(3 * d)})
+    _check(m, [{"B": 2, "S": 3, "L": 6}, {"B": 1, "S": 1, "L": 1}], atol=3e-5)
+
+
+def test_attention_past_state_is_refused():
+    m = _model([h.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain=MS, num_heads=2, name="att")],
+               [("x", F, ["B", "S", 8]), ("past", F, [2, "B", 2, "P", 4])], ["y"], {"w": _w(8, 24), "b": _w(24)})
+    with pytest.raises(UnsupportedOp, match=r"Attention \(domain com\.microsoft\) at node 'att': input 'past'"):
+        load_onnx(m)

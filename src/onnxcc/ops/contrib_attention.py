@@ -1,0 +1,349 @@
+"""onnxruntime's fused attention ops, without a KV cache:
+
+com.microsoft.Attention           (input, weights, bias?, mask_index?, past?, attention_bias?)
+                                  Q, K, V = split(input @ weights + bias), then multi-head
+                                  scaled dot-product attention; outputs output, present
+com.microsoft.MultiHeadAttention  (query, key, value, bias?, key_padding_mask?, attention_bias?)
+                                  Q, K, V given as [B, S|L, N*H]; outputs output, present_key,
+                                  present_value
+
+The mask forms handled are the raw ones: mask_index [B, T] or [B, S, T] (0 = masked), and
+key_padding_mask [B, L]; masked scores get `mask_filter_value` added (-10000 by default), as do
+future positions when `unidirectional` = 1. attention_bias is [B | 1, N | 1, S, T]. Everything
+else (past state, the 1-D length forms of the masks, packed QKV, rotary inside Attention) is
+refused naming the input.
+
+The lowering composes what onnxcc already has: the projection is MatMul's compute (bias as an
+epilogue), the scores a per-head contraction into a [B, N, S, T] temp, the probabilities
+Softmax's kernel twin over T, the output a contraction over T. A fused (flash-attention style)
+kernel would not materialise the two [B, N, S, T] temps and would make one pass over K and V
+per query block; that is a schedule for codegen, not a different meaning.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy
+
+from ..ir import DType, TensorType, canon
+from ..kernel import Const, Var, broadcast_indices, cast, rsum, select
+from .contrib_rotary import refusal
+from .elementwise import cast_out, widen
+from .matmul import matmul_compute
+from .reduce import k_softmax
+from .registry import InferCtx, RefCtx, define, onnx_inputs
+
+_ATT = ("input", "weights", "bias", "mask_index", "past", "attention_bias", "past_sequence_length")
+_MHA = ("query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key", "past_value")
+
+
+def _named(op, items: list, names: tuple) -> dict:
+    """ONNX input name -> item (None where absent, trailing ones included)."""
+    vals = onnx_inputs(op, items)
+    return {n: vals[i] if i < len(vals) else None for i, n in enumerate(names)}
+
+
+def _refuse_unhandled(op, a: dict, names: tuple[str, ...]) -> None:
+    for n in names:
+        if a.get(n) is not None:
+            raise refusal(op, f"input {n!r} (KV cache / past state) is not supported")
+
+
+def sdpa(q, k, v, heads: int, scale: float | None, add=None):
+    """numpy multi-head attention of q [B, S, N*H], k [B, T, N*H], v [B, T, N*Hv]; `add` is
+    added to the scaled scores (broadcast to [B, N, S, T]). Returns [B, S, N*Hv]."""
+    b, s, t = q.shape[0], q.shape[1], k.shape[1]
+    hq, hv = q.shape[2] // heads, v.shape[2] // heads
+    qh = q.reshape(b, s, heads, hq).transpose(0, 2, 1, 3)
+    kh = k.reshape(b, t, heads, hq).transpose(0, 2, 1, 3)
+    vh = v.reshape(b, t, heads, hv).transpose(0, 2, 1, 3)
+    scores = (qh @ kh.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(hq) if not scale else scale)
+    if add is not None:
+        scores = scores + add
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    return (p @ vh).transpose(0, 2, 1, 3).reshape(b, s, heads * hv)
+
+
+def _mask_add(mask, causal: bool, s: int, t: int, fill: float, bias=None):
+    """What gets added to the scores: fill where mask == 0 or (causal) t > s, plus bias."""
+    add = np.zeros((1, 1, s, t), np.float32)
+    if mask is not None:
+        m = mask[:, None, None, :] if mask.ndim == 2 else mask[:, None, :, :]
+        add = add + np.where(m > 0, 0.0, fill)
+    if causal:
+        add = add + np.where(np.arange(t)[None, :] > np.arange(s)[:, None], fill, 0.0)
+    return add if bias is None else add + bias
+
+
+# ---- shape rules ------------------------------------------------------------------------------------
+
+
+def _heads(ctx: InferCtx) -> int:
+    n = ctx.attr("num_heads")
+    if not isinstance(n, int) or n < 1:
+        raise ctx.error(f"attribute 'num_heads' must be a positive int, got {n!r}")
+    return n
+
+
+def _divisible(ctx: InferCtx, d, n: int, what: str):
+    if isinstance(d, int) and d % n:
+        raise ctx.error(f"{what} {d} not divisible by num_heads {n}")
+    if not isinstance(d, int):
+        ctx.require(sympy.Eq(sympy.Mod(d, n), 0), f"{what} divisible by num_heads {n}")
+
+
+def _check_mask(ctx: InferCtx, m, b, s, t, what: str) -> None:
+    if m is None:
+        return
+    if m.dtype is not DType.i32:
+        raise ctx.error(f"{what} must be int32, got {m.dtype.value}")
+    if m.rank not in (2, 3):
+        raise UnsupportedMask(ctx, what, m)
+    want = (b, t) if m.rank == 2 else (b, s, t)
+    for i, (d, w) in enumerate(zip(m.shape, want)):
+        ctx.require_eq(d, w, f"{what} dim {i}")
+
+
+def UnsupportedMask(ctx, what: str, m):  # noqa: N802 (reads as the error it builds)
+    return refusal(ctx.op, f"{what} of shape {m} (only the raw [B, T] / [B, S, T] forms)")
+
+
+def _check_bias(ctx: InferCtx, ab, b, n: int, s, t) -> None:
+    if ab is None:
+        return
+    if ab.rank != 4:
+        raise ctx.error(f"attention_bias must be 4-D [B, N, S, T], got {ab}")
+    for i, (d, w) in enumerate(zip(ab.shape, (b, n, s, t))):
+        if not (isinstance(d, int) and d == 1 and i < 2):
+            ctx.require_eq(d, w, f"attention_bias dim {i}")
+
+
+def _att_sizes(ctx, a) -> tuple:
+    """(q, k, v) hidden sizes of Attention's packed projection."""
+    sizes = ctx.attr("qkv_hidden_sizes")
+    w = a["weights"].shape[1]
+    if sizes:
+        return tuple(int(x) for x in sizes)
+    h = canon(sympy.sympify(w) / 3)
+    return h, h, h
+
+
+def _att_infer(ctx: InferCtx):
+    a = _named(ctx.op, list(ctx.in_types), _ATT)
+    _refuse_unhandled(ctx.op, a, ("past", "past_sequence_length"))
+    if ctx.attr("do_rotary", 0):
+        raise refusal(ctx.op, "do_rotary = 1")
+    x, w = a["input"], a["weights"]
+    if x.rank != 3 or w.rank != 2:
+        raise ctx.error(f"input must be [B, S, D] and weights [D, 3H], got {x} and {w}")
+    n = _heads(ctx)
+    hq, hk, hv = _att_sizes(ctx, a)
+    ctx.require_eq(w.shape[0], x.shape[2], "weights dim 0 vs input dim 2")
+    ctx.require_eq(w.shape[1], canon(sympy.sympify(hq) + hk + hv), "weights dim 1 vs the q + k + v sizes")
+    if a["bias"] is not None:
+        ctx.require_eq(a["bias"].shape[0], w.shape[1], "bias length vs weights dim 1")
+    for d, what in ((hq, "q hidden size"), (hv, "v hidden size")):
+        _divisible(ctx, d, n, what)
+    ctx.require_eq(hq, hk, "q and k hidden sizes")
+    b, s = x.shape[0], x.shape[1]
+    _check_mask(ctx, a["mask_index"], b, s, s, "mask_index")
+    _check_bias(ctx, a["attention_bias"], b, n, s, s)
+    out = [TensorType(x.dtype, (b, s, hv))]
+    if len(ctx.op.results) > 1:
+        out.append(TensorType(x.dtype, (2, b, n, s, canon(sympy.sympify(hk) / n))))
+        if hk != hv:
+            raise refusal(ctx.op, "the present output with different k and v sizes")
+    return out
+
+
+def _mha_infer(ctx: InferCtx):
+    a = _named(ctx.op, list(ctx.in_types), _MHA)
+    _refuse_unhandled(ctx.op, a, ("past_key", "past_value"))
+    q, k, v = a["query"], a["key"], a["value"]
+    if k is None or v is None or q.rank != 3 or k.rank != 3 or v.rank != 3:
+        raise refusal(ctx.op, "only separate 3-D query, key and value [B, S|L, N*H]")
+    n = _heads(ctx)
+    b, s, hq = q.shape
+    ctx.require_eq(k.shape[0], b, "key dim 0 vs query dim 0")
+    ctx.require_eq(v.shape[0], b, "value dim 0 vs query dim 0")
+    ctx.require_eq(k.shape[2], hq, "key dim 2 vs query dim 2")
+    t = ctx.require_eq(k.shape[1], v.shape[1], "key dim 1 vs value dim 1")
+    for d, what in ((hq, "query hidden size"), (v.shape[2], "value hidden size")):
+        _divisible(ctx, d, n, what)
+    if a["bias"] is not None:
+        ctx.require_eq(a["bias"].shape[0], canon(2 * sympy.sympify(hq) + v.shape[2]), "bias length")
+    m = a["key_padding_mask"]
+    if m is not None and m.rank != 2:
+        raise UnsupportedMask(ctx, "key_padding_mask", m)
+    _check_mask(ctx, m, b, s, t, "key_padding_mask")
+    _check_bias(ctx, a["attention_bias"], b, n, s, t)
+    hk, hv = canon(sympy.sympify(hq) / n), canon(sympy.sympify(v.shape[2]) / n)
+    return [TensorType(q.dtype, (b, s, v.shape[2])), TensorType(q.dtype, (b, n, t, hk)),
+            TensorType(q.dtype, (b, n, t, hv))][: len(ctx.op.results)]
+
+
+# ---- references -----------------------------------------------------------------------------------
+
+
+def _att_ref(ctx: RefCtx, *args):
+    a = _named(ctx.op, [None if x is None else widen(x) for x in args], _ATT)
+    n = int(ctx.attr("num_heads"))
+    hq, hk, _ = _att_sizes(ctx, a)
+    qkv = a["input"] @ a["weights"]
+    if a["bias"] is not None:
+        qkv = qkv + a["bias"]
+    q, k, v = qkv[..., :hq], qkv[..., hq:hq + hk], qkv[..., hq + hk:]
+    s = q.shape[1]
+    add = _mask_add(a["mask_index"], bool(ctx.attr("unidirectional", 0)), s, s,
+                    float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"])
+    outs = [sdpa(q, k, v, n, float(ctx.attr("scale", 0.0)), add)]
+    if len(ctx.op.results) > 1:
+        def heads(z):
+            return z.reshape(z.shape[0], s, n, -1).transpose(0, 2, 1, 3)
+
+        outs.append(np.stack([heads(k), heads(v)]))
+    return [cast_out(ctx, o, i) for i, o in enumerate(outs)]
+
+
+def _mha_ref(ctx: RefCtx, *args):
+    a = _named(ctx.op, [None if x is None else widen(x) for x in args], _MHA)
+    n = int(ctx.attr("num_heads"))
+    q, k, v = a["query"], a["key"], a["value"]
+    if a["bias"] is not None:
+        d = q.shape[2]
+        q, k, v = q + a["bias"][:d], k + a["bias"][d:2 * d], v + a["bias"][2 * d:]
+    add = _mask_add(a["key_padding_mask"], bool(ctx.attr("unidirectional", 0)), q.shape[1], k.shape[1],
+                    float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"])
+    outs = [sdpa(q, k, v, n, float(ctx.attr("scale", 0.0)), add)]
+    for z in (k, v):
+        outs.append(z.reshape(z.shape[0], z.shape[1], n, -1).transpose(0, 2, 1, 3))
+    return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
+
+
+# ---- lowering -------------------------------------------------------------------------------------
+
+
+class _Biased:
+    """A LowerCtx stand-in for matmul_compute: the projection's bias as an epilogue."""
+
+    def __init__(self, ctx, bias):
+        self.ctx, self.bias = ctx, bias
+
+    def compute(self, out, fn) -> None:
+        b = self.bias
+        self.ctx.compute(out, lambda *ix: fn(*ix) if b is None else fn(*ix) + b[(ix[-1],)])
+
+
+def _static_head(ctx, d, n: int, what: str) -> int:
+    h = canon(sympy.sympify(d) / n)
+    if not isinstance(h, int):
+        raise refusal(ctx.op, f"a symbolic {what} head size ({h})")
+    return h
+
+
+def lower_sdpa(ctx, q, k, v, dims, heads: int, hq: int, hv: int, scale: float, extra, out) -> None:
+    """out[b, s, n*hv + e] = sum_t softmax_t(scale * q(b,n,s,.) . k(b,n,t,.) + extra(b,n,s,t))
+    * v(b, n, t, e). `q(b, n, s, d)` etc. give the loads; `dims` = (B, S, T)."""
+    b_, s_, t_ = dims
+    dt = out.dtype
+    scores = ctx.temp(dt, (b_, heads, s_, t_), "att_scores")
+    d = Var("d")
+
+    def score(b, n, s, t):
+        acc = Const(scale, dt) * rsum([(d, hq)], q(b, n, s, d) * k(b, n, t, d))
+        return acc if extra is None else acc + extra(b, n, s, t)
+
+    ctx.compute(scores, score)
+    probs = ctx.temp(dt, (b_, heads, s_, t_), "att_probs")
+    ctx.compute(probs, lambda *o: k_softmax(scores, o, 3))
+    t = Var("t")
+
+    def body(b, s, c):
+        n, e = c // hv, c % hv
+        return rsum([(t, t_)], probs[(b, n, s, t)] * v(b, n, t, e))
+
+    ctx.compute(out, body)
+
+
+def _extra(ctx, mask, causal: bool, fill: float, bias, dt: DType):
+    """The additive term of the scores, or None: mask fill, causal fill, attention_bias."""
+    if mask is None and not causal and bias is None:
+        return None
+    f = Const(fill, dt)
+    zero = Const(0.0, dt)
+
+    def extra(b, n, s, t):
+        terms = []
+        if mask is not None:
+            mv = mask[(b, t)] if mask.rank == 2 else mask[(b, s, t)]
+            terms.append(select(mv > Const(0, mask.dtype), zero, f))
+        if causal:
+            terms.append(select(t > s, f, zero))
+        if bias is not None:
+            terms.append(cast(bias[broadcast_indices((b, n, s, t), bias.shape)], dt))
+        out = terms[0]
+        for x in terms[1:]:
+            out = out + x
+        return out
+
+    return extra
+
+
+def _att_lower(ctx) -> None:
+    a = _named(ctx.op, list(ctx.inputs), _ATT)
+    x, w = a["input"], a["weights"]
+    y = ctx.out(0)
+    n = int(ctx.attr("num_heads"))
+    hq_all, hk_all, hv_all = _att_sizes(ctx, a)
+    hq, hv = _static_head(ctx, hq_all, n, "q"), _static_head(ctx, hv_all, n, "v")
+    if not all(isinstance(z, int) for z in (hq_all, hk_all)):
+        raise refusal(ctx.op, "symbolic q / k hidden sizes")
+    qkv = ctx.temp(y.dtype, (*x.shape[:2], w.shape[1]), "qkv")
+    matmul_compute(_Biased(ctx, a["bias"]), qkv, x.shape, w.shape, lambda i: x[i], lambda i: w[i])
+    scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(hq)
+    extra = _extra(ctx, a["mask_index"], bool(ctx.attr("unidirectional", 0)),
+                   float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], y.dtype)
+    lower_sdpa(ctx,
+               lambda b, h, s, d: qkv[(b, s, h * hq + d)],
+               lambda b, h, t, d: qkv[(b, t, hq_all + h * hq + d)],
+               lambda b, h, t, e: qkv[(b, t, hq_all + hk_all + h * hv + e)],
+               (x.shape[0], x.shape[1], x.shape[1]), n, hq, hv, scale, extra, y)
+    if len(ctx.op.results) > 1:
+        ctx.compute(ctx.out(1), lambda kv, b, h, t, d: qkv[(b, t, hq_all + kv * hk_all + h * hq + d)])
+
+
+def _mha_lower(ctx) -> None:
+    a = _named(ctx.op, list(ctx.inputs), _MHA)
+    q, k, v, bias = a["query"], a["key"], a["value"], a["bias"]
+    y = ctx.out(0)
+    n = int(ctx.attr("num_heads"))
+    dq = q.shape[2]
+    hq, hv = _static_head(ctx, dq, n, "query"), _static_head(ctx, v.shape[2], n, "value")
+    if not isinstance(dq, int):
+        raise refusal(ctx.op, f"a symbolic query hidden size ({dq})")
+
+    def load(buf, off):
+        if bias is None:
+            return lambda b, s, c: buf[(b, s, c)]
+        return lambda b, s, c: buf[(b, s, c)] + bias[(c + off,)]
+
+    lq, lk, lv = load(q, 0), load(k, dq), load(v, 2 * dq)
+    scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(hq)
+    extra = _extra(ctx, a["key_padding_mask"], bool(ctx.attr("unidirectional", 0)),
+                   float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], y.dtype)
+    lower_sdpa(ctx,
+               lambda b, h, s, d: lq(b, s, h * hq + d),
+               lambda b, h, t, d: lk(b, t, h * hq + d),
+               lambda b, h, t, e: lv(b, t, h * hv + e),
+               (q.shape[0], q.shape[1], k.shape[1]), n, hq, hv, scale, extra, y)
+    for i, (ld, hd) in enumerate(((lk, hq), (lv, hv))[: len(ctx.op.results) - 1]):
+        ctx.compute(ctx.out(i + 1), lambda b, h, t, d, ld=ld, hd=hd: ld(b, t, h * hd + d))
+
+
+define("com.microsoft.Attention", infer=_att_infer, reference=_att_ref, lower=_att_lower, kind="opaque",
+       arity=(2, 7), num_results=None, math=sdpa)
+define("com.microsoft.MultiHeadAttention", infer=_mha_infer, reference=_mha_ref, lower=_mha_lower,
+       kind="opaque", arity=(1, 10), num_results=None, math=sdpa)
