@@ -213,7 +213,8 @@ def test_attention_packed_projection_masks_and_bias():
         # q, k, v of different sizes: 8 + 8 + 16
         h.make_node("Attention", ["x", "w2"], ["y3"], domain=MS, num_heads=2, qkv_hidden_sizes=[8, 8, 16]),
     ]
-    m = _model(nodes, [("x", F, ["B", "S", d]), ("mask", T.INT32, ["B", "S"]), ("ab", F, [1, heads, "S", "S"])],
+    m = _model(nodes, [("x", F, ["B", "S", d]), ("mask", T.INT32, ["B", "S"]),
+                       ("ab", F, [1, heads, "S", "S"])],
                ["y0", "present", "y1", "y2", "y3"], inits)
     _check(m, [{"B": 2, "S": 5}, {"B": 1, "S": 1}, {"B": 3, "S": 8}], atol=3e-5)
 
@@ -234,7 +235,42 @@ def test_multi_head_attention_cross_and_self():
 
 
 def test_attention_past_state_is_refused():
-    m = _model([h.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain=MS, num_heads=2, name="att")],
-               [("x", F, ["B", "S", 8]), ("past", F, [2, "B", 2, "P", 4])], ["y"], {"w": _w(8, 24), "b": _w(24)})
+    node = h.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain=MS, num_heads=2, name="att")
+    m = _model([node], [("x", F, ["B", "S", 8]), ("past", F, [2, "B", 2, "P", 4])], ["y"],
+               {"w": _w(8, 24), "b": _w(24)})
     with pytest.raises(UnsupportedOp, match=r"Attention \(domain com\.microsoft\) at node 'att': input 'past'"):
         load_onnx(m)
+
+
+def _nbits_weights(k, n, bits, block, zp: str):
+    kb = -(-k // block)
+    b = _RNG.integers(0, 256, (n, kb, block * bits // 8)).astype(np.uint8)
+    sc = (_RNG.uniform(0.01, 0.1, n * kb)).astype(np.float32)
+    out = {"B": b, "sc": sc}
+    if zp == "packed":
+        out["zp"] = _RNG.integers(0, 256, n * (-(-kb * bits // 8))).astype(np.uint8)
+    elif zp == "float":
+        out["zp"] = _RNG.uniform(0, 1 << bits, (n, kb)).astype(np.float32)
+    return out
+
+
+@pytest.mark.parametrize("bits,block,zp", [(4, 16, "packed"), (4, 32, "none"), (4, 16, "float"),
+                                           (8, 16, "packed"), (2, 16, "packed")])
+def test_matmul_nbits_constant_weights(bits, block, zp):
+    k, n = 40, 12  # K not a multiple of the block: the last block is padded
+    inits = _nbits_weights(k, n, bits, block, zp) | {"bias": _w(n)}
+    ins = ["x", "B", "sc", "zp" if zp != "none" else "", "", "bias"]
+    m = _model([h.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block)],
+               [("x", F, ["B_", "S", k])], ["y"], inits)
+    prog = _check(m, [{"B_": 2, "S": 3}, {"B_": 1, "S": 1}], rtol=1e-4, atol=1e-4)
+    # constant weights are dequantized at compile time into one float [K, N] constant
+    assert [b.shape for name, b in prog.buffers.items() if "nbits_w" in name] == [(k, n)]
+
+
+def test_matmul_nbits_runtime_weights_decode_in_kernel():
+    k, n, bits, block = 32, 8, 4, 16
+    m = _model([h.make_node("MatMulNBits", ["x", "B", "sc", "zp"], ["y"], domain=MS, K=k, N=n, bits=bits,
+                            block_size=block)],
+               [("x", F, ["S", k]), ("B", T.UINT8, [n, 2, 8]), ("sc", F, [n * 2]), ("zp", T.UINT8, [n])],
+               ["y"])
+    _check(m, [{"S": 3}, {"S": 1}], rtol=1e-4, atol=1e-4)

@@ -14,6 +14,7 @@ com.microsoft.SkipSimplifiedLayerNormalization  RMS norm of S = input + skip (+ 
                                      outputs Y, (mean: refused when used), inv_std_var, S
 com.microsoft.RotaryEmbedding        see contrib_rotary.py
 com.microsoft.Attention, MultiHeadAttention   see contrib_attention.py
+com.microsoft.MatMulNBits            see contrib_quant.py
 
 Each one is a composition of ops onnxcc already lowers, so each lowering reuses theirs:
 FusedMatMul is MatMul's compute over permuted loads, the Gelus are onnx.Gelu's kernel twin,
@@ -26,14 +27,14 @@ import numpy as np
 
 from ..ir import DType, TensorType
 from ..kernel import Const, Var, broadcast_indices, cast, sigmoid
-from . import contrib_attention, contrib_rotary
+from . import contrib_attention, contrib_quant, contrib_rotary
 from .elementwise import cast_out, kwiden, operand, results_between, same_dtype, unidirectional, widen
 from .matmul import matmul_compute, matmul_shape
 from .norm import moments, rms_lower, rms_norm
 from .registry import InferCtx, RefCtx, define, get_opdef, onnx_inputs
 
 refusal = contrib_rotary.refusal
-ATTENTION = contrib_attention  # registered on import
+ATTENTION, QUANT = contrib_attention, contrib_quant  # registered on import
 MS = "com.microsoft."
 
 
