@@ -238,7 +238,8 @@ def test_attention_past_state_is_refused():
     node = h.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain=MS, num_heads=2, name="att")
     m = _model([node], [("x", F, ["B", "S", 8]), ("past", F, [2, "B", 2, "P", 4])], ["y"],
                {"w": _w(8, 24), "b": _w(24)})
-    with pytest.raises(UnsupportedOp, match=r"Attention \(domain com\.microsoft\) at node 'att': input 'past'"):
+    with pytest.raises(UnsupportedOp,
+                       match=r"Attention \(domain com\.microsoft\) at node 'att': input 'past'"):
         load_onnx(m)
 
 
