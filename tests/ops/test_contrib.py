@@ -275,3 +275,25 @@ def test_matmul_nbits_runtime_weights_decode_in_kernel():
                [("x", F, ["S", k]), ("B", T.UINT8, [n, 2, 8]), ("sc", F, [n * 2]), ("zp", T.UINT8, [n])],
                ["y"])
     _check(m, [{"S": 3}, {"S": 1}], rtol=1e-4, atol=1e-4)
+
+
+def test_group_query_attention_prompt_step():
+    n, nkv, hd = 4, 2, 8
+    node = h.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tot"], ["y", "pk", "pv"],
+                       domain=MS, num_heads=n, kv_num_heads=nkv)
+    m = _model([node], [("q", F, ["B", "S", n * hd]), ("k", F, ["B", "S", nkv * hd]),
+                        ("v", F, ["B", "S", nkv * hd]), ("sl", T.INT32, ["B"]), ("tot", T.INT32, [])],
+               ["y", "pk", "pv"])
+    mod, _, k = jit_compile(m)
+    for seed, (b, s) in enumerate([(2, 5), (1, 1), (3, 7)]):
+        feeds = random_inputs(m, {"B": b, "S": s}, seed=seed)
+        # right padding: each batch row's last valid key (seqlens_k = length - 1)
+        feeds["sl"] = np.array([s - 1 - (i % s) for i in range(b)], np.int32)
+        feeds["tot"] = np.array(s, np.int32)
+        want = ort_run(m, feeds)
+        native = k(*[feeds[a.name] for a in mod.main.params])
+        for engine, got in (("native", native), ("interp", interp_run(mod, feeds))):
+            for (name, w), g in zip(want.items(), got):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=3e-5, err_msg=f"{engine} {name} at {(b, s)}")
+    with pytest.raises(Exception, match="assert"):  # total_sequence_length must be S without past state
+        k(*[np.array(s + 1, np.int32) if a.name == "tot" else feeds[a.name] for a in mod.main.params])

@@ -6,6 +6,12 @@ com.microsoft.Attention           (input, weights, bias?, mask_index?, past?, at
 com.microsoft.MultiHeadAttention  (query, key, value, bias?, key_padding_mask?, attention_bias?)
                                   Q, K, V given as [B, S|L, N*H]; outputs output, present_key,
                                   present_value
+com.microsoft.GroupQueryAttention (query, key, value, past_key?, past_value?, seqlens_k,
+                                  total_sequence_length): the prompt step (no past state),
+                                  kv_num_heads K / V heads shared by groups of query heads,
+                                  causal, keys past seqlens_k[b] masked; outputs output,
+                                  present_key, present_value [B, Nkv, S, H]; total_sequence_length
+                                  must be S (checked at run time)
 
 The mask forms handled are the raw ones: mask_index [B, T] or [B, S, T] (0 = masked), and
 key_padding_mask [B, L]; masked scores get `mask_filter_value` added (-10000 by default), as do
@@ -28,7 +34,7 @@ import numpy as np
 import sympy
 
 from ..ir import DType, TensorType, canon
-from ..kernel import Const, Var, broadcast_indices, cast, rsum, select
+from ..kernel import ERR_ASSERT, Const, Var, broadcast_indices, cast, check, rsum, select
 from .contrib_rotary import refusal
 from .elementwise import cast_out, widen
 from .matmul import matmul_compute
@@ -37,6 +43,8 @@ from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 _ATT = ("input", "weights", "bias", "mask_index", "past", "attention_bias", "past_sequence_length")
 _MHA = ("query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key", "past_value")
+_GQA = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length", "cos_cache",
+        "sin_cache", "position_ids", "attention_bias", "head_sink")
 
 
 def _named(op, items: list, names: tuple) -> dict:
@@ -347,3 +355,98 @@ define("com.microsoft.Attention", infer=_att_infer, reference=_att_ref, lower=_a
        arity=(2, 7), num_results=None, math=sdpa)
 define("com.microsoft.MultiHeadAttention", infer=_mha_infer, reference=_mha_ref, lower=_mha_lower,
        kind="opaque", arity=(1, 10), num_results=None, math=sdpa)
+
+
+# ---- GroupQueryAttention (the prompt step) -----------------------------------------------------------
+
+
+def _gqa_heads(ctx) -> tuple[int, int]:
+    n, nkv = ctx.attr("num_heads"), ctx.attr("kv_num_heads")
+    if not (isinstance(n, int) and isinstance(nkv, int) and n >= 1 and nkv >= 1 and n % nkv == 0):
+        raise ctx.error(f"num_heads ({n!r}) must be a positive multiple of kv_num_heads ({nkv!r})")
+    return n, nkv
+
+
+def _gqa_infer(ctx: InferCtx):
+    a = _named(ctx.op, list(ctx.in_types), _GQA)
+    _refuse_unhandled(ctx.op, a, ("past_key", "past_value"))
+    for name in _GQA[7:]:
+        if a[name] is not None:
+            raise refusal(ctx.op, f"input {name!r}")
+    unhandled = (("do_rotary", 0), ("softcap", 0.0), ("local_window_size", -1), ("smooth_softmax", 0))
+    for attr, default in unhandled:
+        if ctx.attr(attr, default) != default:
+            raise refusal(ctx.op, f"{attr} = {ctx.attr(attr)}")
+    q, k, v = a["query"], a["key"], a["value"]
+    if k is None or v is None or q.rank != 3 or k.rank != 3 or v.rank != 3:
+        raise refusal(ctx.op, "only separate 3-D query, key and value (no packed QKV)")
+    n, nkv = _gqa_heads(ctx)
+    b, s, dq = q.shape
+    _divisible(ctx, dq, n, "query hidden size")
+    hd = canon(sympy.sympify(dq) / n)
+    for t, what in ((k, "key"), (v, "value")):
+        for i, (d, want) in enumerate(zip(t.shape, (b, s, canon(hd * nkv)))):
+            ctx.require_eq(d, want, f"{what} dim {i}")
+    sl, tot = a["seqlens_k"], a["total_sequence_length"]
+    if sl is None or tot is None or sl.dtype is not DType.i32 or tot.dtype is not DType.i32:
+        raise ctx.error("seqlens_k and total_sequence_length are required int32 inputs")
+    if sl.rank != 1:
+        raise ctx.error(f"seqlens_k must be [B], got {sl}")
+    ctx.require_eq(sl.shape[0], b, "seqlens_k length vs batch")
+    if tot.rank > 1 or (tot.rank == 1 and ctx.symbols.prove_eq(tot.shape[0], 1) is not True):
+        raise ctx.error(f"total_sequence_length must be a scalar, got {tot}")
+    present = TensorType(q.dtype, (b, nkv, s, hd))
+    return [TensorType(q.dtype, (b, s, dq)), present, present][: len(ctx.op.results)]
+
+
+def _gqa_ref(ctx: RefCtx, *args):
+    a = _named(ctx.op, list(args), _GQA)
+    q, k, v = (widen(a[x]) for x in ("query", "key", "value"))
+    n, nkv = int(ctx.attr("num_heads")), int(ctx.attr("kv_num_heads"))
+    b, s, _ = q.shape
+    if int(np.asarray(a["total_sequence_length"]).reshape(-1)[0]) != s:
+        raise ValueError("GroupQueryAttention: total_sequence_length must equal the sequence length "
+                         "without past state")
+    hd = q.shape[2] // n
+
+    def rep(z):  # each K / V head serves num_heads / kv_num_heads query heads
+        return z.reshape(b, s, nkv, hd).repeat(n // nkv, axis=2).reshape(b, s, n * hd)
+
+    t = np.arange(s)
+    masked = (t[None, None, None, :] > t[None, None, :, None]) | \
+        (t[None, None, None, :] > a["seqlens_k"].astype(np.int64)[:, None, None, None])
+    add = np.where(masked, -np.inf, 0.0)
+    outs = [sdpa(q, rep(k), rep(v), n, float(ctx.attr("scale", 0.0)), add)]
+    for z in (k, v):
+        outs.append(z.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3))
+    return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
+
+
+def _gqa_lower(ctx) -> None:
+    a = _named(ctx.op, list(ctx.inputs), _GQA)
+    q, k, v, sl, tot = (a[x] for x in ("query", "key", "value", "seqlens_k", "total_sequence_length"))
+    y = ctx.out(0)
+    n, nkv = _gqa_heads(ctx)
+    hd = _static_head(ctx, q.shape[2], n, "query")
+    group = n // nkv
+    scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(hd)
+    dt = y.dtype
+    lowest, zero = Const(float(np.finfo(np.float32).min), dt), Const(0.0, dt)
+    s_dim = ctx.dim(q.shape[1])
+
+    def extra(b, h, s, t):
+        masked = (t > s) | (t > cast(sl[(b,)], DType.i64))  # causal, and keys past the batch's length
+        total = cast(tot[(Const(0, DType.i64),) * tot.rank], DType.i64)
+        return check(total.eq(s_dim), select(masked, lowest, zero), ERR_ASSERT)
+
+    lower_sdpa(ctx,
+               lambda b, h, s, d: q[(b, s, h * hd + d)],
+               lambda b, h, t, d: k[(b, t, (h // group) * hd + d)],
+               lambda b, h, t, e: v[(b, t, (h // group) * hd + e)],
+               (q.shape[0], q.shape[1], q.shape[1]), n, hd, hd, scale, extra, y)
+    for i, src in enumerate((k, v)[: len(ctx.op.results) - 1]):
+        ctx.compute(ctx.out(i + 1), lambda b, h, t, d, src=src: src[(b, t, h * hd + d)])
+
+
+define("com.microsoft.GroupQueryAttention", infer=_gqa_infer, reference=_gqa_ref, lower=_gqa_lower,
+       kind="opaque", arity=(3, 12), num_results=None, math=sdpa)
