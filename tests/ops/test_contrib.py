@@ -208,14 +208,16 @@ def test_attention_packed_projection_masks_and_bias():
     nodes = [
         h.make_node("Attention", ["x", "w", "b"], ["y0", "present"], domain=MS, num_heads=heads),
         h.make_node("Attention", ["x", "w", "b", "mask"], ["y1"], domain=MS, num_heads=heads),
+        # mask_index as each batch row's end position
+        h.make_node("Attention", ["x", "w", "b", "ends"], ["y4"], domain=MS, num_heads=heads),
         h.make_node("Attention", ["x", "w", "", "", "", "ab"], ["y2"], domain=MS, num_heads=heads,
                     unidirectional=1, scale=0.2),
         # q, k, v of different sizes: 8 + 8 + 16
         h.make_node("Attention", ["x", "w2"], ["y3"], domain=MS, num_heads=2, qkv_hidden_sizes=[8, 8, 16]),
     ]
     m = _model(nodes, [("x", F, ["B", "S", d]), ("mask", T.INT32, ["B", "S"]),
-                       ("ab", F, [1, heads, "S", "S"])],
-               ["y0", "present", "y1", "y2", "y3"], inits)
+                       ("ab", F, [1, heads, "S", "S"]), ("ends", T.INT32, ["B"])],
+               ["y0", "present", "y1", "y2", "y3", "y4"], inits)
     _check(m, [{"B": 2, "S": 5}, {"B": 1, "S": 1}, {"B": 3, "S": 8}], atol=3e-5)
 
 

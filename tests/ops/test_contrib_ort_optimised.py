@@ -43,11 +43,11 @@ class _Builder:
         self.nodes.append(h.make_node(op, ins, [out], **attrs))
         return out
 
-    def model(self, name: str, opset: int) -> onnx.ModelProto:
-        x = h.make_tensor_value_info("x", T.FLOAT, ["B", "S", D])
+    def model(self, name: str, opset: int, extra_inputs=()) -> onnx.ModelProto:
+        x = [h.make_tensor_value_info("x", T.FLOAT, ["B", "S", D]), *extra_inputs]
         y = h.make_tensor_value_info("y", T.FLOAT, ["B", "S", D])
         inits = [nh.from_array(a, k) for k, a in self.inits.items()]
-        m = h.make_model(h.make_graph(self.nodes, name, [x], [y], inits),
+        m = h.make_model(h.make_graph(self.nodes, name, x, [y], inits),
                          opset_imports=[h.make_opsetid("", opset)])
         m.ir_version = 8
         onnx.checker.check_model(m)
@@ -90,6 +90,48 @@ def llama_mlp() -> onnx.ModelProto:
     return b.model("llama_mlp", 13)
 
 
+def bert_multihead_layer() -> onnx.ModelProto:
+    """A BERT encoder layer as exporters wrote it (opset 13: LayerNorm as primitives,
+    per-head Reshape / Transpose, the additive (1 - mask) * -10000 mask), for onnxruntime's
+    transformers optimizer, which fuses it into Attention (mask_index = end positions),
+    SkipLayerNormalization and BiasGelu."""
+    b = _Builder(2)
+    heads, hd = 4, D // 4
+    shape = b.n("Constant", [], value=nh.from_array(np.array([0, 0, heads, hd], np.int64)))
+    back = b.n("Constant", [], value=nh.from_array(np.array([0, 0, D], np.int64)))
+
+    def dense(x, name, k, n):
+        return b.n("Add", [b.n("MatMul", [x, b.w(f"w{name}", k, n)]), b.w(f"b{name}", n)])
+
+    def split_heads(x, perm):
+        return b.n("Transpose", [b.n("Reshape", [x, shape])], perm=perm)
+
+    def layer_norm(x, g, be, out=None):
+        mu = b.n("ReduceMean", [x], axes=[-1])
+        d = b.n("Sub", [x, mu])
+        var = b.n("ReduceMean", [b.n("Pow", [d, b.c(f"two{len(b.nodes)}", 2.0)])], axes=[-1])
+        inv = b.n("Sqrt", [b.n("Add", [var, b.c(f"eps{len(b.nodes)}", 1e-12)])])
+        return b.n("Add", [b.n("Mul", [b.n("Div", [d, inv]), b.w(g, D)]), b.w(be, D)], out)
+
+    q = split_heads(dense("x", "q", D, D), [0, 2, 1, 3])
+    k = split_heads(dense("x", "k", D, D), [0, 2, 3, 1])
+    v = split_heads(dense("x", "v", D, D), [0, 2, 1, 3])
+    ax1 = b.n("Constant", [], value=nh.from_array(np.array([1], np.int64)))
+    ax2 = b.n("Constant", [], value=nh.from_array(np.array([2], np.int64)))
+    m = b.n("Unsqueeze", [b.n("Unsqueeze", ["mask", ax1]), ax2])
+    m = b.n("Mul", [b.n("Sub", [b.c("one", 1.0), b.n("Cast", [m], to=T.FLOAT)]), b.c("neg", -10000.0)])
+    s = b.n("Add", [b.n("Div", [b.n("MatMul", [q, k]), b.c("sqrt_hd", math.sqrt(hd))]), m])
+    ctx = b.n("MatMul", [b.n("Softmax", [s], axis=-1), v])
+    ctx = b.n("Reshape", [b.n("Transpose", [ctx], perm=[0, 2, 1, 3]), back])
+    h1 = layer_norm(b.n("Add", [dense(ctx, "o", D, D), "x"]), "g1", "be1")
+    f = dense(h1, "f1", D, 2 * D)
+    erf = b.n("Erf", [b.n("Div", [f, b.c("sqrt2", math.sqrt(2.0))])])
+    gelu = b.n("Mul", [b.n("Mul", [f, b.c("half", 0.5)]), b.n("Add", [erf, b.c("one2", 1.0)])])
+    layer_norm(b.n("Add", [dense(gelu, "f2", 2 * D, D), h1]), "g2", "be2", "y")
+    mask = h.make_tensor_value_info("mask", T.INT64, ["B", "S"])
+    return b.model("bert_multihead", 13, extra_inputs=[mask])
+
+
 def _optimise(m: onnx.ModelProto, path) -> onnx.ModelProto:
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
@@ -115,6 +157,10 @@ def _optimised(tmp_path, m: onnx.ModelProto, expect: set[tuple[str, str]]):
 def _compare(m, opt, run) -> None:
     for seed, dims in enumerate(_DIMS):
         feeds = random_inputs(m, dims, seed=seed)
+        if "mask" in feeds:  # an attention mask: each batch row's first tokens are real, the rest padding
+            b, s = feeds["mask"].shape
+            ends = np.array([s - i % s for i in range(b)])
+            feeds["mask"] = (np.arange(s)[None, :] < ends[:, None]).astype(np.int64)
         want = ort_run(m, feeds)["y"]
         np.testing.assert_allclose(ort_run(opt, feeds)["y"], want, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(run(feeds), want, rtol=1e-4, atol=1e-4, err_msg=f"at {dims}")
@@ -151,3 +197,23 @@ def test_ort_optimised_rms_mlp_jit_matches(tmp_path):
 
 def test_ort_optimised_rms_mlp_compiles_and_matches(tmp_path):
     _compile_and_compare(tmp_path, llama_mlp(), _RMS_OPS)
+
+
+def test_transformers_optimised_bert_attention_compiles_and_matches(tmp_path):
+    from onnxruntime.transformers import optimizer
+
+    src = tmp_path / "bert.onnx"
+    onnx.save(bert_multihead_layer(), str(src))
+    fused = optimizer.optimize_model(str(src), model_type="bert", num_heads=4, hidden_size=D, opt_level=0)
+    opt_path = tmp_path / "opt.onnx"
+    fused.save_model_to_file(str(opt_path))
+    opt = onnx.load(str(opt_path))
+    ops = {(nd.domain, nd.op_type) for nd in opt.graph.node}
+    expect = {("com.microsoft", "Attention"), ("com.microsoft", "SkipLayerNormalization"),
+              ("com.microsoft", "BiasGelu")}
+    assert expect <= ops, f"the transformers optimizer no longer emits {expect - ops}; got {sorted(ops)}"
+    mod, _, k = jit_compile(opt)
+    _compare(bert_multihead_layer(), opt, lambda feeds: k(*[feeds[a.name] for a in mod.main.params])[0])
+    onnxcc.compile(opt_path, tmp_path / "lib")
+    lib = onnxcc.load(tmp_path / "lib")
+    _compare(bert_multihead_layer(), opt, lambda feeds: lib.run(feeds)["y"])

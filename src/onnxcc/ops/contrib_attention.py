@@ -13,11 +13,11 @@ com.microsoft.GroupQueryAttention (query, key, value, past_key?, past_value?, se
                                   present_key, present_value [B, Nkv, S, H]; total_sequence_length
                                   must be S (checked at run time)
 
-The mask forms handled are the raw ones: mask_index [B, T] or [B, S, T] (0 = masked), and
-key_padding_mask [B, L]; masked scores get `mask_filter_value` added (-10000 by default), as do
-future positions when `unidirectional` = 1. attention_bias is [B | 1, N | 1, S, T]. Everything
-else (past state, the 1-D length forms of the masks, packed QKV, rotary inside Attention) is
-refused naming the input.
+The mask forms handled: mask_index [B, T] or [B, S, T] (raw: 0 = masked) or [B] (each batch
+row's end position: keys t >= end are masked), and key_padding_mask [B, L] (raw); masked
+scores get `mask_filter_value` added (-10000 by default), as do future positions when
+`unidirectional` = 1. attention_bias is [B | 1, N | 1, S, T]. Everything else (past state,
+the [2B] start / end form, packed QKV, rotary inside Attention) is refused naming the input.
 
 The lowering composes what onnxcc already has: the projection is MatMul's compute (bias as an
 epilogue), the scores a per-head contraction into a [B, N, S, T] temp, the probabilities
@@ -78,7 +78,9 @@ def sdpa(q, k, v, heads: int, scale: float | None, add=None):
 def _mask_add(mask, causal: bool, s: int, t: int, fill: float, bias=None):
     """What gets added to the scores: fill where mask == 0 or (causal) t > s, plus bias."""
     add = np.zeros((1, 1, s, t), np.float32)
-    if mask is not None:
+    if mask is not None and mask.ndim == 1:  # end positions
+        add = add + np.where(np.arange(t)[None, None, None, :] < mask[:, None, None, None], 0.0, fill)
+    elif mask is not None:
         m = mask[:, None, None, :] if mask.ndim == 2 else mask[:, None, :, :]
         add = add + np.where(m > 0, 0.0, fill)
     if causal:
@@ -108,6 +110,8 @@ def _check_mask(ctx: InferCtx, m, b, s, t, what: str) -> None:
         return
     if m.dtype is not DType.i32:
         raise ctx.error(f"{what} must be int32, got {m.dtype.value}")
+    if m.rank == 1 and what == "mask_index" and ctx.symbols.prove_eq(m.shape[0], b) is True:
+        return
     if m.rank not in (2, 3):
         raise UnsupportedMask(ctx, what, m)
     want = (b, t) if m.rank == 2 else (b, s, t)
@@ -116,7 +120,8 @@ def _check_mask(ctx: InferCtx, m, b, s, t, what: str) -> None:
 
 
 def UnsupportedMask(ctx, what: str, m):  # noqa: N802 (reads as the error it builds)
-    return refusal(ctx.op, f"{what} of shape {m} (only the raw [B, T] / [B, S, T] forms)")
+    return refusal(ctx.op, f"{what} of shape {m} (only [B] end positions or the raw [B, T] / [B, S, T] "
+                           "forms)")
 
 
 def _check_bias(ctx: InferCtx, ab, b, n: int, s, t) -> None:
@@ -286,8 +291,11 @@ def _extra(ctx, mask, causal: bool, fill: float, bias, dt: DType):
     def extra(b, n, s, t):
         terms = []
         if mask is not None:
-            mv = mask[(b, t)] if mask.rank == 2 else mask[(b, s, t)]
-            terms.append(select(mv > Const(0, mask.dtype), zero, f))
+            if mask.rank == 1:  # the batch row's end position
+                terms.append(select(cast(t, mask.dtype) < mask[(b,)], zero, f))
+            else:
+                mv = mask[(b, t)] if mask.rank == 2 else mask[(b, s, t)]
+                terms.append(select(mv > Const(0, mask.dtype), zero, f))
         if causal:
             terms.append(select(t > s, f, zero))
         if bias is not None:
