@@ -7,11 +7,14 @@ com.microsoft.MultiHeadAttention  (query, key, value, bias?, key_padding_mask?, 
                                   Q, K, V given as [B, S|L, N*H]; outputs output, present_key,
                                   present_value
 com.microsoft.GroupQueryAttention (query, key, value, past_key?, past_value?, seqlens_k,
-                                  total_sequence_length): the prompt step (no past state),
-                                  kv_num_heads K / V heads shared by groups of query heads,
-                                  causal, keys past seqlens_k[b] masked; outputs output,
-                                  present_key, present_value [B, Nkv, S, H]; total_sequence_length
-                                  must be S (checked at run time)
+                                  total_sequence_length): kv_num_heads K / V heads shared by
+                                  groups of query heads, causal. The prompt step (no past):
+                                  keys past seqlens_k[b] masked (right padding). With past
+                                  [B, Nkv, P, H] (not shared with present): present =
+                                  concat(past, new) [B, Nkv, P + S, H], queries at positions
+                                  P.., and every row must be full (seqlens_k[b] = P + S - 1).
+                                  total_sequence_length must be P + S. Both are checked at
+                                  run time (the kernel fails rather than guess a layout)
 
 The mask forms handled: mask_index [B, T] or [B, S, T] (raw: 0 = masked) or [B] (each batch
 row's end position: keys t >= end are masked), and key_padding_mask [B, L] (raw); masked
@@ -34,7 +37,7 @@ import numpy as np
 import sympy
 
 from ..ir import DType, TensorType, canon
-from ..kernel import ERR_ASSERT, Const, Var, broadcast_indices, cast, check, rsum, select
+from ..kernel import ERR_ASSERT, Const, Var, broadcast_indices, cast, check, maximum, minimum, rsum, select
 from .contrib_rotary import refusal
 from .elementwise import cast_out, widen
 from .matmul import matmul_compute
@@ -377,7 +380,10 @@ def _gqa_heads(ctx) -> tuple[int, int]:
 
 def _gqa_infer(ctx: InferCtx):
     a = _named(ctx.op, list(ctx.in_types), _GQA)
-    _refuse_unhandled(ctx.op, a, ("past_key", "past_value"))
+    if (a["past_key"] is None) != (a["past_value"] is None):
+        raise ctx.error("past_key and past_value go together")
+    if ctx.attr("past_present_share_buffer", 0):
+        raise refusal(ctx.op, "past_present_share_buffer = 1")
     for name in _GQA[7:]:
         if a[name] is not None:
             raise refusal(ctx.op, f"input {name!r}")
@@ -403,7 +409,16 @@ def _gqa_infer(ctx: InferCtx):
     ctx.require_eq(sl.shape[0], b, "seqlens_k length vs batch")
     if tot.rank > 1 or (tot.rank == 1 and ctx.symbols.prove_eq(tot.shape[0], 1) is not True):
         raise ctx.error(f"total_sequence_length must be a scalar, got {tot}")
-    present = TensorType(q.dtype, (b, nkv, s, hd))
+    total = s
+    if a["past_key"] is not None:
+        pk, pv = a["past_key"], a["past_value"]
+        if pk.rank != 4 or pv.rank != 4:
+            raise refusal(ctx.op, f"past_key / past_value of shapes {pk} / {pv} (only [B, Nkv, P, H])")
+        for t, what in ((pk, "past_key"), (pv, "past_value")):
+            for i, (d, want) in enumerate(zip(t.shape, (b, nkv, pk.shape[2], hd))):
+                ctx.require_eq(d, want, f"{what} dim {i}")
+        total = canon(sympy.sympify(pk.shape[2]) + s)
+    present = TensorType(q.dtype, (b, nkv, total, hd))
     return [TensorType(q.dtype, (b, s, dq)), present, present][: len(ctx.op.results)]
 
 
@@ -412,21 +427,26 @@ def _gqa_ref(ctx: RefCtx, *args):
     q, k, v = (widen(a[x]) for x in ("query", "key", "value"))
     n, nkv = int(ctx.attr("num_heads")), int(ctx.attr("kv_num_heads"))
     b, s, _ = q.shape
-    if int(np.asarray(a["total_sequence_length"]).reshape(-1)[0]) != s:
-        raise ValueError("GroupQueryAttention: total_sequence_length must equal the sequence length "
-                         "without past state")
     hd = q.shape[2] // n
+    new_k, new_v = (z.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3) for z in (k, v))  # [B, Nkv, S, H]
+    past = 0 if a["past_key"] is None else a["past_key"].shape[2]
+    if past:
+        new_k = np.concatenate([widen(a["past_key"]), new_k], axis=2)
+        new_v = np.concatenate([widen(a["past_value"]), new_v], axis=2)
+    total, lens = past + s, a["seqlens_k"].astype(np.int64)
+    if int(np.asarray(a["total_sequence_length"]).reshape(-1)[0]) != total:
+        raise ValueError(f"GroupQueryAttention: total_sequence_length must be {total}")
+    if past and np.any(lens != total - 1):
+        raise ValueError("GroupQueryAttention: with past state every seqlens_k must be P + S - 1")
 
-    def rep(z):  # each K / V head serves num_heads / kv_num_heads query heads
-        return z.reshape(b, s, nkv, hd).repeat(n // nkv, axis=2).reshape(b, s, n * hd)
+    def rep(z):  # [B, Nkv, T, H] -> [B, T, N*H]: each K / V head serves N / Nkv query heads
+        return z.repeat(n // nkv, axis=1).transpose(0, 2, 1, 3).reshape(b, total, n * hd)
 
-    t = np.arange(s)
-    masked = (t[None, None, None, :] > t[None, None, :, None]) | \
-        (t[None, None, None, :] > a["seqlens_k"].astype(np.int64)[:, None, None, None])
+    t, pos = np.arange(total), past + np.arange(s)
+    keys = t[None, None, None, :]
+    masked = (keys > pos[None, None, :, None]) | (keys > lens[:, None, None, None])
     add = np.where(masked, -np.inf, 0.0)
-    outs = [sdpa(q, rep(k), rep(v), n, float(ctx.attr("scale", 0.0)), add)]
-    for z in (k, v):
-        outs.append(z.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3))
+    outs = [sdpa(q, rep(new_k), rep(new_v), n, float(ctx.attr("scale", 0.0)), add), new_k, new_v]
     return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
 
 
@@ -440,20 +460,45 @@ def _gqa_lower(ctx) -> None:
     scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(hd)
     dt = y.dtype
     lowest, zero = Const(float(np.finfo(np.float32).min), dt), Const(0.0, dt)
-    s_dim = ctx.dim(q.shape[1])
+
+    i64 = DType.i64
+    pk, pv = a["past_key"], a["past_value"]
+    past = 0 if pk is None else pk.shape[2]
+    if isinstance(past, int) and past == 0:  # an empty past is no past
+        pk = pv = None
+    p_dim = ctx.dim(past)
+    total_dim = canon(sympy.sympify(past) + q.shape[1])
 
     def extra(b, h, s, t):
-        masked = (t > s) | (t > cast(sl[(b,)], DType.i64))  # causal, and keys past the batch's length
-        total = cast(tot[(Const(0, DType.i64),) * tot.rank], DType.i64)
-        return check(total.eq(s_dim), select(masked, lowest, zero), ERR_ASSERT)
+        lens = cast(sl[(b,)], i64)
+        masked = (t > s + p_dim) | (t > lens)  # causal, and keys past the batch row's length
+        total = cast(tot[(Const(0, i64),) * tot.rank], i64)
+        ok = total.eq(ctx.dim(total_dim))
+        if pk is not None:  # with past state every row is full: no per-row placement to guess
+            ok = ok & lens.eq(ctx.dim(total_dim) - 1)
+        return check(ok, select(masked, lowest, zero), ERR_ASSERT)
 
+    # present K / V [B, Nkv, P + S, H]: the past rows, then the new ones
+    presents = []
+    for i, (new, old) in enumerate(((k, pk), (v, pv))):
+        shape = (q.shape[0], nkv, total_dim, hd)
+        buf = ctx.out(i + 1) if len(ctx.op.results) > i + 1 else ctx.temp(dt, shape, "kv")
+
+        def body(b, h, t, d, new=new, old=old):
+            if old is None:
+                return new[(b, t, h * hd + d)]
+            # both loads stay in range whichever side the select takes
+            fresh = new[(b, maximum(t - p_dim, Const(0, i64)), h * hd + d)]
+            return select(t < p_dim, old[(b, h, minimum(t, p_dim - 1), d)], fresh)
+
+        ctx.compute(buf, body)
+        presents.append(buf)
+    pkb, pvb = presents
     lower_sdpa(ctx,
                lambda b, h, s, d: q[(b, s, h * hd + d)],
-               lambda b, h, t, d: k[(b, t, (h // group) * hd + d)],
-               lambda b, h, t, e: v[(b, t, (h // group) * hd + e)],
-               (q.shape[0], q.shape[1], q.shape[1]), n, hd, hd, scale, extra, y)
-    for i, src in enumerate((k, v)[: len(ctx.op.results) - 1]):
-        ctx.compute(ctx.out(i + 1), lambda b, h, t, d, src=src: src[(b, t, h * hd + d)])
+               lambda b, h, t, d: pkb[(b, h // group, t, d)],
+               lambda b, h, t, e: pvb[(b, h // group, t, e)],
+               (q.shape[0], q.shape[1], total_dim), n, hd, hd, scale, extra, y)
 
 
 define("com.microsoft.GroupQueryAttention", infer=_gqa_infer, reference=_gqa_ref, lower=_gqa_lower,
