@@ -27,14 +27,15 @@ import numpy as np
 
 from ..ir import DType, TensorType
 from ..kernel import Const, Var, broadcast_indices, cast, sigmoid
-from . import contrib_attention, contrib_quant, contrib_rotary
+from . import contrib_attention, contrib_quant  # noqa: F401
+from .contrib_rotary import refusal
 from .elementwise import cast_out, kwiden, operand, results_between, same_dtype, unidirectional, widen
 from .matmul import matmul_compute, matmul_shape
 from .norm import moments, rms_lower, rms_norm
 from .registry import InferCtx, RefCtx, define, get_opdef, onnx_inputs
 
-refusal = contrib_rotary.refusal
-ATTENTION, QUANT = contrib_attention, contrib_quant  # registered on import
+# contrib_attention and contrib_quant register their ops on import (this module is the family's
+# entry point in ops/__init__.py)
 MS = "com.microsoft."
 
 

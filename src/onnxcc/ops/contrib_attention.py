@@ -116,13 +116,13 @@ def _check_mask(ctx: InferCtx, m, b, s, t, what: str) -> None:
     if m.rank == 1 and what == "mask_index" and ctx.symbols.prove_eq(m.shape[0], b) is True:
         return
     if m.rank not in (2, 3):
-        raise UnsupportedMask(ctx, what, m)
+        raise _mask_refusal(ctx, what, m)
     want = (b, t) if m.rank == 2 else (b, s, t)
     for i, (d, w) in enumerate(zip(m.shape, want)):
         ctx.require_eq(d, w, f"{what} dim {i}")
 
 
-def UnsupportedMask(ctx, what: str, m):  # noqa: N802 (reads as the error it builds)
+def _mask_refusal(ctx, what: str, m):
     return refusal(ctx.op, f"{what} of shape {m} (only [B] end positions or the raw [B, T] / [B, S, T] "
                            "forms)")
 
@@ -193,7 +193,7 @@ def _mha_infer(ctx: InferCtx):
         ctx.require_eq(a["bias"].shape[0], canon(2 * sympy.sympify(hq) + v.shape[2]), "bias length")
     m = a["key_padding_mask"]
     if m is not None and m.rank != 2:
-        raise UnsupportedMask(ctx, "key_padding_mask", m)
+        raise _mask_refusal(ctx, "key_padding_mask", m)
     _check_mask(ctx, m, b, s, t, "key_padding_mask")
     _check_bias(ctx, a["attention_bias"], b, n, s, t)
     hk, hv = canon(sympy.sympify(hq) / n), canon(sympy.sympify(v.shape[2]) / n)
