@@ -43,7 +43,7 @@ def _check(m, dims_list, rtol=1e-4, atol=1e-5):
         args = [feeds[a.name] for a in mod.main.params]
         for engine, got in (("native", k(*args)), ("interp", interp_run(mod, feeds))):
             assert len(got) == len(want)
-            for (name, w), g in zip(want.items(), got):
+            for (name, w), g in zip(want.items(), got, strict=True):
                 assert g.shape == w.shape, (engine, name, dims, g.shape, w.shape)
                 assert g.dtype == w.dtype, (engine, name, g.dtype, w.dtype)
                 np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"{engine} {name} at {dims}")
@@ -151,7 +151,7 @@ def test_contrib_rotary_position_out_of_range_fails_the_kernel():
     c = _caches(4, 4)
     m = _model([h.make_node("RotaryEmbedding", ["x", "pid", "cos", "sin"], ["y"], domain=MS)],
                [("x", F, ["B", 1, "S", 8]), ("pid", I64, ["B", "S"])], ["y"], c)
-    mod, _, k = jit_compile(m)
+    _, _, k = jit_compile(m)
     x = np.ones((1, 1, 2, 8), np.float32)
     with pytest.raises(Exception, match="index"):
         k(x, np.array([[0, 7]], np.int64))
@@ -295,7 +295,7 @@ def test_group_query_attention_prompt_step():
         want = ort_run(m, feeds)
         native = k(*[feeds[a.name] for a in mod.main.params])
         for engine, got in (("native", native), ("interp", interp_run(mod, feeds))):
-            for (name, w), g in zip(want.items(), got):
+            for (name, w), g in zip(want.items(), got, strict=True):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=3e-5, err_msg=f"{engine} {name} at {(b, s)}")
     with pytest.raises(Exception, match="assert"):  # total_sequence_length must be S without past state
         k(*[np.array(s + 1, np.int32) if a.name == "tot" else feeds[a.name] for a in mod.main.params])
@@ -317,7 +317,7 @@ def test_group_query_attention_decode_step_with_past():
         want = ort_run(m, feeds)
         native = k(*[feeds[a.name] for a in mod.main.params])
         for engine, got in (("native", native), ("interp", interp_run(mod, feeds))):
-            for (name, w), g in zip(want.items(), got):
+            for (name, w), g in zip(want.items(), got, strict=True):
                 assert g.shape == w.shape, (engine, name)
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=3e-5, err_msg=f"{engine} {name} at {(b, p)}")
     feeds["sl"][0] -= 1  # a ragged batch row: the kernel refuses to guess where its keys go

@@ -178,7 +178,7 @@ def _stat_dtype(dt: DType) -> DType:
 def _skip_infer(ctx: InferCtx, names: tuple[str, ...]):
     """Shared shape rule: input [.., H]; skip broadcasts to it; the 1-D params are [H];
     outputs Y, mean, inv_std_var ([.., 1] each) and the sum S (input's type)."""
-    items = dict(zip(names, onnx_inputs(ctx.op, list(ctx.in_types))))
+    items = dict(zip(names, onnx_inputs(ctx.op, list(ctx.in_types)), strict=False))
     x = items["input"]
     if x.rank < 2:
         raise ctx.error(f"input must have rank >= 2, got {x}")
@@ -190,7 +190,7 @@ def _skip_infer(ctx: InferCtx, names: tuple[str, ...]):
             if t.rank != 1:
                 raise ctx.error(f"{name} must be 1-D of the hidden size, got {t}")
             ctx.require_eq(t.shape[0], x.shape[-1], f"{name} length vs input dim -1")
-    stat = TensorType(_stat_dtype(dt), x.shape[:-1] + (1,))
+    stat = TensorType(_stat_dtype(dt), (*x.shape[:-1], 1))
     return [x.with_dtype(dt), stat, stat, x.with_dtype(dt)][: len(ctx.op.results)]
 
 
@@ -215,7 +215,7 @@ def skip_layer_norm(x, skip, gamma, beta, bias, epsilon: float):
 
 
 def _sln_ref(ctx: RefCtx, *args):
-    a = dict(zip(_SLN, onnx_inputs(ctx.op, [widen(v) for v in args]) + [None] * 5))
+    a = dict(zip(_SLN, onnx_inputs(ctx.op, [widen(v) for v in args]) + [None] * 5, strict=False))
     outs = skip_layer_norm(a["input"], a["skip"], a["gamma"], a["beta"], a["bias"],
                            float(ctx.attr("epsilon", 1e-12)))
     return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
@@ -237,7 +237,7 @@ def _skip_sum_lower(ctx, items: dict):
 def _sln_lower(ctx) -> None:
     """S (a buffer), then Y = (S - mean) * inv_std * gamma + beta over the last dim, one
     compute whose statistics the codegen hoists per row; mean and inv_std_var recompute them."""
-    items = dict(zip(_SLN, onnx_inputs(ctx.op, list(ctx.inputs))))
+    items = dict(zip(_SLN, onnx_inputs(ctx.op, list(ctx.inputs)), strict=False))
     s = _skip_sum_lower(ctx, items)
     gamma, beta = items["gamma"], items.get("beta")
     y = ctx.out(0)
@@ -267,7 +267,7 @@ define(MS + "SkipLayerNormalization", infer=lambda ctx: _skip_infer(ctx, _SLN), 
 
 
 def _ssln_ref(ctx: RefCtx, *args):
-    a = dict(zip(_SSLN, onnx_inputs(ctx.op, [widen(v) for v in args]) + [None] * 4))
+    a = dict(zip(_SSLN, onnx_inputs(ctx.op, [widen(v) for v in args]) + [None] * 4, strict=False))
     s = skip_sum(a["input"], a["skip"], a["bias"])
     st = np.float64 if s.dtype == np.float64 else np.float32
     y, inv = rms_norm(s, a["gamma"], s.ndim - 1, float(ctx.attr("epsilon", 1e-12)), st)
@@ -277,7 +277,7 @@ def _ssln_ref(ctx: RefCtx, *args):
 
 
 def _ssln_lower(ctx) -> None:
-    items = dict(zip(_SSLN, onnx_inputs(ctx.op, list(ctx.inputs))))
+    items = dict(zip(_SSLN, onnx_inputs(ctx.op, list(ctx.inputs)), strict=False))
     if len(ctx.op.results) > 1 and ctx.op.results[1].uses:
         raise refusal(ctx.op, "output 1 (mean) is not computed by onnxruntime for the simplified form")
     s = _skip_sum_lower(ctx, items)

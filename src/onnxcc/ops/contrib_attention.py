@@ -118,7 +118,7 @@ def _check_mask(ctx: InferCtx, m, b, s, t, what: str) -> None:
     if m.rank not in (2, 3):
         raise _mask_refusal(ctx, what, m)
     want = (b, t) if m.rank == 2 else (b, s, t)
-    for i, (d, w) in enumerate(zip(m.shape, want)):
+    for i, (d, w) in enumerate(zip(m.shape, want, strict=True)):
         ctx.require_eq(d, w, f"{what} dim {i}")
 
 
@@ -132,7 +132,7 @@ def _check_bias(ctx: InferCtx, ab, b, n: int, s, t) -> None:
         return
     if ab.rank != 4:
         raise ctx.error(f"attention_bias must be 4-D [B, N, S, T], got {ab}")
-    for i, (d, w) in enumerate(zip(ab.shape, (b, n, s, t))):
+    for i, (d, w) in enumerate(zip(ab.shape, (b, n, s, t), strict=True)):
         if not (isinstance(d, int) and d == 1 and i < 2):
             ctx.require_eq(d, w, f"attention_bias dim {i}")
 
@@ -399,7 +399,7 @@ def _gqa_infer(ctx: InferCtx):
     _divisible(ctx, dq, n, "query hidden size")
     hd = canon(sympy.sympify(dq) / n)
     for t, what in ((k, "key"), (v, "value")):
-        for i, (d, want) in enumerate(zip(t.shape, (b, s, canon(hd * nkv)))):
+        for i, (d, want) in enumerate(zip(t.shape, (b, s, canon(hd * nkv)), strict=True)):
             ctx.require_eq(d, want, f"{what} dim {i}")
     sl, tot = a["seqlens_k"], a["total_sequence_length"]
     if sl is None or tot is None or sl.dtype is not DType.i32 or tot.dtype is not DType.i32:
@@ -415,7 +415,7 @@ def _gqa_infer(ctx: InferCtx):
         if pk.rank != 4 or pv.rank != 4:
             raise refusal(ctx.op, f"past_key / past_value of shapes {pk} / {pv} (only [B, Nkv, P, H])")
         for t, what in ((pk, "past_key"), (pv, "past_value")):
-            for i, (d, want) in enumerate(zip(t.shape, (b, nkv, pk.shape[2], hd))):
+            for i, (d, want) in enumerate(zip(t.shape, (b, nkv, pk.shape[2], hd), strict=True)):
                 ctx.require_eq(d, want, f"{what} dim {i}")
         total = canon(sympy.sympify(pk.shape[2]) + s)
     present = TensorType(q.dtype, (b, nkv, total, hd))

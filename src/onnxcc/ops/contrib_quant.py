@@ -88,7 +88,7 @@ def _infer(ctx: InferCtx):
         raise ctx.error(f"B must be uint8, got {w.dtype.value}")
     blob = block * bits // 8
     if w.rank == 3:
-        for i, (d, want) in enumerate(zip(w.shape, (n, kb, blob))):
+        for i, (d, want) in enumerate(zip(w.shape, (n, kb, blob), strict=True)):
             ctx.require_eq(d, want, f"B dim {i}")
     else:
         ctx.require_eq(canon(sympy.prod(list(w.shape))), n * kb * blob, "B size vs N * k_blocks * blob")

@@ -123,7 +123,7 @@ def _infer(ctx: InferCtx):
 
 
 def _broadcast_bs(ctx: InferCtx, target: tuple, src: tuple, what: str) -> None:
-    for i, (t, d) in enumerate(zip(target, src)):
+    for i, (t, d) in enumerate(zip(target, src, strict=True)):
         if not (isinstance(d, int) and d == 1):
             ctx.require_eq(t, d, f"{what} dim {i}")
 
