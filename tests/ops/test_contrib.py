@@ -236,12 +236,13 @@ def test_multi_head_attention_cross_and_self():
     _check(m, [{"B": 2, "S": 3, "L": 6}, {"B": 1, "S": 1, "L": 1}], atol=3e-5)
 
 
-def test_attention_past_state_is_refused():
-    node = h.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain=MS, num_heads=2, name="att")
+def test_attention_shared_past_buffer_is_refused():
+    node = h.make_node("Attention", ["x", "w", "b", "", "past"], ["y"], domain=MS, num_heads=2, name="att",
+                       past_present_share_buffer=1)
     m = _model([node], [("x", F, ["B", "S", 8]), ("past", F, [2, "B", 2, "P", 4])], ["y"],
                {"w": _w(8, 24), "b": _w(24)})
     with pytest.raises(UnsupportedOp,
-                       match=r"Attention \(domain com\.microsoft\) at node 'att': input 'past'"):
+                       match=r"Attention \(domain com\.microsoft\) at node 'att': past_present_share_buffer"):
         load_onnx(m)
 
 
@@ -323,3 +324,21 @@ def test_group_query_attention_decode_step_with_past():
     feeds["sl"][0] -= 1  # a ragged batch row: the kernel refuses to guess where its keys go
     with pytest.raises(Exception, match="assert"):
         k(*[feeds[a.name] for a in mod.main.params])
+
+
+def test_attention_with_past_state_gpt2_style():
+    d, heads = 16, 4
+    node = h.make_node("Attention", ["x", "w", "b", "mask", "past"], ["y", "present"], domain=MS,
+                       num_heads=heads, unidirectional=1)
+    ins = [("x", F, ["B", "S", d]), ("mask", T.INT32, ["B", "T"]), ("past", F, [2, "B", heads, "P", 4])]
+    m = _model([node], ins, ["y", "present"], {"w": _w(d, 3 * d, scale=0.3), "b": _w(3 * d)})
+    mod, _, k = jit_compile(m)
+    for seed, (b, s, p) in enumerate([(2, 1, 3), (1, 4, 2), (3, 2, 1)]):
+        feeds = random_inputs(m, {"B": b, "S": s, "P": p, "T": p + s}, seed=seed)
+        want = ort_run(m, feeds)
+        native = k(*[feeds[a.name] for a in mod.main.params])
+        for engine, got in (("native", native), ("interp", interp_run(mod, feeds))):
+            for (name, w), g in zip(want.items(), got, strict=True):
+                assert g.shape == w.shape, (engine, name)
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=3e-5,
+                                           err_msg=f"{engine} {name} at {(b, s, p)}")

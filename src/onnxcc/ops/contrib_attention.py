@@ -3,6 +3,8 @@
 com.microsoft.Attention           (input, weights, bias?, mask_index?, past?, attention_bias?)
                                   Q, K, V = split(input @ weights + bias), then multi-head
                                   scaled dot-product attention; outputs output, present
+                                  [2, B, N, P + S, H] (past [2, B, N, P, H] then the new K / V;
+                                  queries at positions P..)
 com.microsoft.MultiHeadAttention  (query, key, value, bias?, key_padding_mask?, attention_bias?)
                                   Q, K, V given as [B, S|L, N*H]; outputs output, present_key,
                                   present_value
@@ -19,8 +21,9 @@ com.microsoft.GroupQueryAttention (query, key, value, past_key?, past_value?, se
 The mask forms handled: mask_index [B, T] or [B, S, T] (raw: 0 = masked) or [B] (each batch
 row's end position: keys t >= end are masked), and key_padding_mask [B, L] (raw); masked
 scores get `mask_filter_value` added (-10000 by default), as do future positions when
-`unidirectional` = 1. attention_bias is [B | 1, N | 1, S, T]. Everything else (past state,
-the [2B] start / end form, packed QKV, rotary inside Attention) is refused naming the input.
+`unidirectional` = 1. attention_bias is [B | 1, N | 1, S, T]. Everything else (MultiHeadAttention's
+past state, past_sequence_length, the [2B] start / end form, packed QKV, rotary inside
+Attention) is refused naming the input.
 
 The lowering composes what onnxcc already has: the projection is MatMul's compute (bias as an
 epilogue), the scores a per-head contraction into a [B, N, S, T] temp, the probabilities
@@ -78,8 +81,8 @@ def sdpa(q, k, v, heads: int, scale: float | None, add=None):
     return (p @ vh).transpose(0, 2, 1, 3).reshape(b, s, heads * hv)
 
 
-def _mask_add(mask, causal: bool, s: int, t: int, fill: float, bias=None):
-    """What gets added to the scores: fill where mask == 0 or (causal) t > s, plus bias."""
+def _mask_add(mask, causal: bool, s: int, t: int, fill: float, bias=None, past: int = 0):
+    """What gets added to the scores: fill where mask == 0 or (causal) t > past + s, plus bias."""
     add = np.zeros((1, 1, s, t), np.float32)
     if mask is not None and mask.ndim == 1:  # end positions
         add = add + np.where(np.arange(t)[None, None, None, :] < mask[:, None, None, None], 0.0, fill)
@@ -87,7 +90,7 @@ def _mask_add(mask, causal: bool, s: int, t: int, fill: float, bias=None):
         m = mask[:, None, None, :] if mask.ndim == 2 else mask[:, None, :, :]
         add = add + np.where(m > 0, 0.0, fill)
     if causal:
-        add = add + np.where(np.arange(t)[None, :] > np.arange(s)[:, None], fill, 0.0)
+        add = add + np.where(np.arange(t)[None, :] > past + np.arange(s)[:, None], fill, 0.0)
     return add if bias is None else add + bias
 
 
@@ -149,7 +152,9 @@ def _att_sizes(ctx, a) -> tuple:
 
 def _att_infer(ctx: InferCtx):
     a = _named(ctx.op, list(ctx.in_types), _ATT)
-    _refuse_unhandled(ctx.op, a, ("past", "past_sequence_length"))
+    _refuse_unhandled(ctx.op, a, ("past_sequence_length",))
+    if ctx.attr("past_present_share_buffer", 0):
+        raise refusal(ctx.op, "past_present_share_buffer = 1")
     if ctx.attr("do_rotary", 0):
         raise refusal(ctx.op, "do_rotary = 1")
     x, w = a["input"], a["weights"]
@@ -165,13 +170,24 @@ def _att_infer(ctx: InferCtx):
         _divisible(ctx, d, n, what)
     ctx.require_eq(hq, hk, "q and k hidden sizes")
     b, s = x.shape[0], x.shape[1]
-    _check_mask(ctx, a["mask_index"], b, s, s, "mask_index")
-    _check_bias(ctx, a["attention_bias"], b, n, s, s)
+    hd = canon(sympy.sympify(hk) / n)
+    t = s
+    past = a["past"]
+    if past is not None:
+        if hk != hv:
+            raise refusal(ctx.op, "past state with different k and v sizes")
+        if past.rank != 5:
+            raise ctx.error(f"past must be [2, B, N, P, H], got {past}")
+        for i, (d, want) in enumerate(zip(past.shape, (2, b, n, past.shape[3], hd), strict=True)):
+            ctx.require_eq(d, want, f"past dim {i}")
+        t = canon(sympy.sympify(past.shape[3]) + s)
+    _check_mask(ctx, a["mask_index"], b, s, t, "mask_index")
+    _check_bias(ctx, a["attention_bias"], b, n, s, t)
     out = [TensorType(x.dtype, (b, s, hv))]
     if len(ctx.op.results) > 1:
-        out.append(TensorType(x.dtype, (2, b, n, s, canon(sympy.sympify(hk) / n))))
         if hk != hv:
             raise refusal(ctx.op, "the present output with different k and v sizes")
+        out.append(TensorType(x.dtype, (2, b, n, t, hd)))
     return out
 
 
@@ -212,15 +228,23 @@ def _att_ref(ctx: RefCtx, *args):
     if a["bias"] is not None:
         qkv = qkv + a["bias"]
     q, k, v = qkv[..., :hq], qkv[..., hq:hq + hk], qkv[..., hq + hk:]
-    s = q.shape[1]
-    add = _mask_add(a["mask_index"], bool(ctx.attr("unidirectional", 0)), s, s,
-                    float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"])
-    outs = [sdpa(q, k, v, n, float(ctx.attr("scale", 0.0)), add)]
-    if len(ctx.op.results) > 1:
-        def heads(z):
-            return z.reshape(z.shape[0], s, n, -1).transpose(0, 2, 1, 3)
+    b, s = q.shape[:2]
 
-        outs.append(np.stack([heads(k), heads(v)]))
+    def heads(z):  # [B, S, N*H] -> [B, N, S, H]
+        return z.reshape(b, z.shape[1], n, -1).transpose(0, 2, 1, 3)
+
+    def merged(z):  # [B, N, T, H] -> [B, T, N*H]
+        return z.transpose(0, 2, 1, 3).reshape(b, z.shape[2], -1)
+
+    kh, vh = heads(k), heads(v)
+    past = 0 if a["past"] is None else a["past"].shape[3]
+    if past:
+        kh, vh = np.concatenate([a["past"][0], kh], axis=2), np.concatenate([a["past"][1], vh], axis=2)
+    add = _mask_add(a["mask_index"], bool(ctx.attr("unidirectional", 0)), s, past + s,
+                    float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], past)
+    outs = [sdpa(q, merged(kh), merged(vh), n, float(ctx.attr("scale", 0.0)), add)]
+    if len(ctx.op.results) > 1:
+        outs.append(np.stack([kh, vh]))
     return [cast_out(ctx, o, i) for i, o in enumerate(outs)]
 
 
@@ -284,8 +308,9 @@ def lower_sdpa(ctx, q, k, v, dims, heads: int, hq: int, hv: int, scale: float, e
     ctx.compute(out, body)
 
 
-def _extra(ctx, mask, causal: bool, fill: float, bias, dt: DType):
-    """The additive term of the scores, or None: mask fill, causal fill, attention_bias."""
+def _extra(ctx, mask, causal: bool, fill: float, bias, dt: DType, past=0):
+    """The additive term of the scores, or None: mask fill, causal fill (keys after the
+    query's position `past + s`), attention_bias."""
     if mask is None and not causal and bias is None:
         return None
     f = Const(fill, dt)
@@ -300,7 +325,7 @@ def _extra(ctx, mask, causal: bool, fill: float, bias, dt: DType):
                 mv = mask[(b, t)] if mask.rank == 2 else mask[(b, s, t)]
                 terms.append(select(mv > Const(0, mask.dtype), zero, f))
         if causal:
-            terms.append(select(t > s, f, zero))
+            terms.append(select(t > s + ctx.dim(past), f, zero))
         if bias is not None:
             terms.append(cast(bias[broadcast_indices((b, n, s, t), bias.shape)], dt))
         out = terms[0]
@@ -323,15 +348,45 @@ def _att_lower(ctx) -> None:
     qkv = ctx.temp(y.dtype, (*x.shape[:2], w.shape[1]), "qkv")
     matmul_compute(_Biased(ctx, a["bias"]), qkv, x.shape, w.shape, lambda i: x[i], lambda i: w[i])
     scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(hq)
+    past = a["past"]
+    p = 0 if past is None else past.shape[3]
+    if isinstance(p, int) and p == 0:  # an empty past is no past
+        past = None
     extra = _extra(ctx, a["mask_index"], bool(ctx.attr("unidirectional", 0)),
-                   float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], y.dtype)
-    lower_sdpa(ctx,
-               lambda b, h, s, d: qkv[(b, s, h * hq + d)],
-               lambda b, h, t, d: qkv[(b, t, hq_all + h * hq + d)],
-               lambda b, h, t, e: qkv[(b, t, hq_all + hk_all + h * hv + e)],
-               (x.shape[0], x.shape[1], x.shape[1]), n, hq, hv, scale, extra, y)
-    if len(ctx.op.results) > 1:
-        ctx.compute(ctx.out(1), lambda kv, b, h, t, d: qkv[(b, t, hq_all + kv * hk_all + h * hq + d)])
+                   float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], y.dtype, p)
+    t_dim = canon(sympy.sympify(p) + x.shape[1])
+    i64, pd = DType.i64, ctx.dim(p)
+
+    def row(t):  # the projection row of key position t (>= P when there is a past)
+        return t if past is None else maximum(t - pd, Const(0, i64))
+
+    def lk(b, h, t, d):
+        return qkv[(b, row(t), hq_all + h * hq + d)]
+
+    def lv(b, h, t, e):
+        return qkv[(b, row(t), hq_all + hk_all + h * hv + e)]
+
+    def new_kv(kv, b, h, t, d):  # K (kv = 0) or V (kv = 1); present needs equal k / v sizes
+        return qkv[(b, row(t), hq_all + kv * hk_all + h * hq + d)]
+
+    if past is not None or len(ctx.op.results) > 1:  # present [2, B, N, P + S, H]: past rows, then new
+        shape = (2, x.shape[0], n, t_dim, hq)
+        pres = ctx.out(1) if len(ctx.op.results) > 1 else ctx.temp(y.dtype, shape, "present")
+
+        def present(kv, b, h, t, d):
+            if past is None:
+                return new_kv(kv, b, h, t, d)
+            # both loads stay in range whichever side the select takes
+            return select(t < pd, past[(kv, b, h, minimum(t, pd - 1), d)], new_kv(kv, b, h, t, d))
+
+        ctx.compute(pres, present)
+
+        def load_pres(kv):
+            return lambda b, h, t, d: pres[(Const(kv, i64), b, h, t, d)]
+
+        lk, lv = load_pres(0), load_pres(1)
+    lower_sdpa(ctx, lambda b, h, s, d: qkv[(b, s, h * hq + d)], lk, lv, (x.shape[0], x.shape[1], t_dim), n,
+               hq, hv, scale, extra, y)
 
 
 def _mha_lower(ctx) -> None:
