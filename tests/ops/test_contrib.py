@@ -342,3 +342,14 @@ def test_attention_with_past_state_gpt2_style():
                 assert g.shape == w.shape, (engine, name)
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=3e-5,
                                            err_msg=f"{engine} {name} at {(b, s, p)}")
+
+
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_multi_head_attention_with_past_state(unidirectional):
+    d, heads = 16, 2
+    node = h.make_node("MultiHeadAttention", ["q", "k", "v", "b", "", "", "pk", "pv"], ["y", "ok", "ov"],
+                       domain=MS, num_heads=heads, unidirectional=unidirectional)
+    ins = [("q", F, ["B", "S", d]), ("k", F, ["B", "S", d]), ("v", F, ["B", "S", d]),
+           ("pk", F, ["B", heads, "P", 8]), ("pv", F, ["B", heads, "P", 8])]
+    m = _model([node], ins, ["y", "ok", "ov"], {"b": _w(3 * d)})
+    _check(m, [{"B": 2, "S": 1, "P": 3}, {"B": 1, "S": 3, "P": 1}, {"B": 3, "S": 2, "P": 6}], atol=3e-5)

@@ -5,9 +5,10 @@ com.microsoft.Attention           (input, weights, bias?, mask_index?, past?, at
                                   scaled dot-product attention; outputs output, present
                                   [2, B, N, P + S, H] (past [2, B, N, P, H] then the new K / V;
                                   queries at positions P..)
-com.microsoft.MultiHeadAttention  (query, key, value, bias?, key_padding_mask?, attention_bias?)
-                                  Q, K, V given as [B, S|L, N*H]; outputs output, present_key,
-                                  present_value
+com.microsoft.MultiHeadAttention  (query, key, value, bias?, key_padding_mask?, attention_bias?,
+                                  past_key?, past_value?) Q, K, V given as [B, S|L, N*H]; outputs
+                                  output, present_key, present_value [B, N, P + L, H] (the past
+                                  [B, N, P, H] rows, then the new ones)
 com.microsoft.GroupQueryAttention (query, key, value, past_key?, past_value?, seqlens_k,
                                   total_sequence_length): kv_num_heads K / V heads shared by
                                   groups of query heads, causal. The prompt step (no past):
@@ -21,9 +22,9 @@ com.microsoft.GroupQueryAttention (query, key, value, past_key?, past_value?, se
 The mask forms handled: mask_index [B, T] or [B, S, T] (raw: 0 = masked) or [B] (each batch
 row's end position: keys t >= end are masked), and key_padding_mask [B, L] (raw); masked
 scores get `mask_filter_value` added (-10000 by default), as do future positions when
-`unidirectional` = 1. attention_bias is [B | 1, N | 1, S, T]. Everything else (MultiHeadAttention's
-past state, past_sequence_length, the [2B] start / end form, packed QKV, rotary inside
-Attention) is refused naming the input.
+`unidirectional` = 1. attention_bias is [B | 1, N | 1, S, T]. Everything else
+(past_sequence_length, shared past / present buffers, the [2B] start / end mask form, packed
+QKV, rotary inside Attention) is refused naming the input.
 
 The lowering composes what onnxcc already has: the projection is MatMul's compute (bias as an
 epilogue), the scores a per-head contraction into a [B, N, S, T] temp, the probabilities
@@ -193,7 +194,11 @@ def _att_infer(ctx: InferCtx):
 
 def _mha_infer(ctx: InferCtx):
     a = _named(ctx.op, list(ctx.in_types), _MHA)
-    _refuse_unhandled(ctx.op, a, ("past_key", "past_value"))
+    for name in _MHA[8:]:
+        if a.get(name) is not None:
+            raise refusal(ctx.op, f"input {name!r}")
+    if (a["past_key"] is None) != (a["past_value"] is None):
+        raise ctx.error("past_key and past_value go together")
     q, k, v = a["query"], a["key"], a["value"]
     if k is None or v is None or q.rank != 3 or k.rank != 3 or v.rank != 3:
         raise refusal(ctx.op, "only separate 3-D query, key and value [B, S|L, N*H]")
@@ -205,6 +210,15 @@ def _mha_infer(ctx: InferCtx):
     t = ctx.require_eq(k.shape[1], v.shape[1], "key dim 1 vs value dim 1")
     for d, what in ((hq, "query hidden size"), (v.shape[2], "value hidden size")):
         _divisible(ctx, d, n, what)
+    hk, hv = canon(sympy.sympify(hq) / n), canon(sympy.sympify(v.shape[2]) / n)
+    if a["past_key"] is not None:
+        pk, pv = a["past_key"], a["past_value"]
+        if pk.rank != 4 or pv.rank != 4:
+            raise refusal(ctx.op, f"past_key / past_value of shapes {pk} / {pv} (only [B, N, P, H])")
+        for x, hd, what in ((pk, hk, "past_key"), (pv, hv, "past_value")):
+            for i, (d, want) in enumerate(zip(x.shape, (b, n, pk.shape[2], hd), strict=True)):
+                ctx.require_eq(d, want, f"{what} dim {i}")
+        t = canon(sympy.sympify(pk.shape[2]) + t)
     if a["bias"] is not None:
         ctx.require_eq(a["bias"].shape[0], canon(2 * sympy.sympify(hq) + v.shape[2]), "bias length")
     m = a["key_padding_mask"]
@@ -212,7 +226,6 @@ def _mha_infer(ctx: InferCtx):
         raise _mask_refusal(ctx, "key_padding_mask", m)
     _check_mask(ctx, m, b, s, t, "key_padding_mask")
     _check_bias(ctx, a["attention_bias"], b, n, s, t)
-    hk, hv = canon(sympy.sympify(hq) / n), canon(sympy.sympify(v.shape[2]) / n)
     return [TensorType(q.dtype, (b, s, v.shape[2])), TensorType(q.dtype, (b, n, t, hk)),
             TensorType(q.dtype, (b, n, t, hv))][: len(ctx.op.results)]
 
@@ -255,11 +268,18 @@ def _mha_ref(ctx: RefCtx, *args):
     if a["bias"] is not None:
         d = q.shape[2]
         q, k, v = q + a["bias"][:d], k + a["bias"][d:2 * d], v + a["bias"][2 * d:]
-    add = _mask_add(a["key_padding_mask"], bool(ctx.attr("unidirectional", 0)), q.shape[1], k.shape[1],
-                    float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"])
-    outs = [sdpa(q, k, v, n, float(ctx.attr("scale", 0.0)), add)]
-    for z in (k, v):
-        outs.append(z.reshape(z.shape[0], z.shape[1], n, -1).transpose(0, 2, 1, 3))
+    b = q.shape[0]
+    kh, vh = (z.reshape(b, z.shape[1], n, -1).transpose(0, 2, 1, 3) for z in (k, v))  # [B, N, L, H]
+    past = 0 if a["past_key"] is None else a["past_key"].shape[2]
+    if past:
+        kh, vh = np.concatenate([a["past_key"], kh], axis=2), np.concatenate([a["past_value"], vh], axis=2)
+
+    def merged(z):  # [B, N, T, H] -> [B, T, N*H]
+        return z.transpose(0, 2, 1, 3).reshape(b, z.shape[2], -1)
+
+    add = _mask_add(a["key_padding_mask"], bool(ctx.attr("unidirectional", 0)), q.shape[1], kh.shape[2],
+                    float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], past)
+    outs = [sdpa(q, merged(kh), merged(vh), n, float(ctx.attr("scale", 0.0)), add), kh, vh]
     return [cast_out(ctx, o, i) for i, o in enumerate(outs[: len(ctx.op.results)])]
 
 
@@ -406,15 +426,35 @@ def _mha_lower(ctx) -> None:
 
     lq, lk, lv = load(q, 0), load(k, dq), load(v, 2 * dq)
     scale = float(ctx.attr("scale", 0.0)) or 1.0 / math.sqrt(hq)
+    pk, pv = a["past_key"], a["past_value"]
+    p = 0 if pk is None else pk.shape[2]
+    if isinstance(p, int) and p == 0:  # an empty past is no past
+        pk = pv = None
     extra = _extra(ctx, a["key_padding_mask"], bool(ctx.attr("unidirectional", 0)),
-                   float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], y.dtype)
-    lower_sdpa(ctx,
-               lambda b, h, s, d: lq(b, s, h * hq + d),
-               lambda b, h, t, d: lk(b, t, h * hq + d),
-               lambda b, h, t, e: lv(b, t, h * hv + e),
-               (q.shape[0], q.shape[1], k.shape[1]), n, hq, hv, scale, extra, y)
-    for i, (ld, hd) in enumerate(((lk, hq), (lv, hv))[: len(ctx.op.results) - 1]):
-        ctx.compute(ctx.out(i + 1), lambda b, h, t, d, ld=ld, hd=hd: ld(b, t, h * hd + d))
+                   float(ctx.attr("mask_filter_value", -10000.0)), a["attention_bias"], y.dtype, p)
+    t_dim = canon(sympy.sympify(p) + k.shape[1])
+    i64, pd = DType.i64, ctx.dim(p)
+    heads = []  # per K / V: idx (b, h, t, d) -> the element, t over past + new positions
+    for i, (ld, hd, past) in enumerate(((lk, hq, pk), (lv, hv, pv))):
+        def new(b, h, t, d, ld=ld, hd=hd, past=past):
+            return ld(b, t if past is None else maximum(t - pd, Const(0, i64)), h * hd + d)
+
+        if past is None and len(ctx.op.results) <= i + 1:
+            heads.append(new)
+            continue
+        shape = (q.shape[0], n, t_dim, hd)
+        out = ctx.out(i + 1) if len(ctx.op.results) > i + 1 else ctx.temp(y.dtype, shape, "kv")
+
+        def present(b, h, t, d, new=new, past=past):
+            if past is None:
+                return new(b, h, t, d)
+            # both loads stay in range whichever side the select takes
+            return select(t < pd, past[(b, h, minimum(t, pd - 1), d)], new(b, h, t, d))
+
+        ctx.compute(out, present)
+        heads.append(lambda b, h, t, d, out=out: out[(b, h, t, d)])
+    lower_sdpa(ctx, lambda b, h, s, d: lq(b, s, h * hq + d), heads[0], heads[1],
+               (q.shape[0], q.shape[1], t_dim), n, hq, hv, scale, extra, y)
 
 
 define("com.microsoft.Attention", infer=_att_infer, reference=_att_ref, lower=_att_lower, kind="opaque",
