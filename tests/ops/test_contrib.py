@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.errors import UnsupportedOp
+from onnxcc.errors import OnnxccError, UnsupportedOp
 from onnxcc.frontend import load_onnx
 from onnxcc.interp import run as interp_run
 from onnxcc.testing import jit_compile, ort_run, random_inputs
@@ -353,3 +353,27 @@ def test_multi_head_attention_with_past_state(unidirectional):
            ("pk", F, ["B", heads, "P", 8]), ("pv", F, ["B", heads, "P", 8])]
     m = _model([node], ins, ["y", "ok", "ov"], {"b": _w(3 * d)})
     _check(m, [{"B": 2, "S": 1, "P": 3}, {"B": 1, "S": 3, "P": 1}, {"B": 3, "S": 2, "P": 6}], atol=3e-5)
+
+
+def test_float16_models_compute_in_float32_like_onnxruntime():
+    def w16(*shape):
+        return _w(*shape).astype(np.float16)
+
+    nodes = [
+        h.make_node("FastGelu", ["x", "b"], ["y0"], domain=MS),
+        h.make_node("QuickGelu", ["x"], ["y1"], domain=MS),
+        h.make_node("SkipLayerNormalization", ["x", "x", "g", "b"], ["y2"], domain=MS),
+        h.make_node("SkipSimplifiedLayerNormalization", ["x", "x", "g"], ["y3"], domain=MS),
+        h.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y4"]),
+        h.make_node("FusedMatMul", ["x", "wm"], ["y5"], domain=MS, transB=1, alpha=0.5),
+    ]
+    m = _model(nodes, [("x", T.FLOAT16, ["N", 16])], [f"y{i}" for i in range(6)],
+               {"b": w16(16), "g": w16(16), "wm": w16(8, 16)})
+    _check(m, [{"N": 3}, {"N": 1}], rtol=2e-3, atol=2e-3)
+
+
+def test_skip_layer_norm_needs_2d_or_3d_operands():
+    m = _model([h.make_node("SkipLayerNormalization", ["x", "s", "g"], ["y"], domain=MS)],
+               [("x", F, ["N", 16]), ("s", F, [16])], ["y"], {"g": _w(16)})
+    with pytest.raises(OnnxccError, match="2-D or 3-D"):
+        load_onnx(m)

@@ -176,14 +176,14 @@ def _stat_dtype(dt: DType) -> DType:
 
 
 def _skip_infer(ctx: InferCtx, names: tuple[str, ...]):
-    """Shared shape rule: input [.., H]; skip broadcasts to it; the 1-D params are [H];
-    outputs Y, mean, inv_std_var ([.., 1] each) and the sum S (input's type)."""
+    """Shared shape rule: input [B, S, H] or [S, H]; skip like it, [1, S, H] or [S, H]; the 1-D
+    params are [H]; outputs Y, mean, inv_std_var ([.., 1] each) and the sum S (input's type)."""
     items = dict(zip(names, onnx_inputs(ctx.op, list(ctx.in_types)), strict=False))
-    x = items["input"]
-    if x.rank < 2:
-        raise ctx.error(f"input must have rank >= 2, got {x}")
+    x, skip = items["input"], items["skip"]
+    if x.rank not in (2, 3) or skip.rank not in (2, 3):  # as onnxruntime's kernels require
+        raise ctx.error(f"input and skip must be 2-D or 3-D, got {x} and {skip}")
     dt = same_dtype(ctx)
-    unidirectional(ctx, x.shape, items["skip"].shape, "skip")
+    unidirectional(ctx, x.shape, skip.shape, "skip")
     for name in names[2:]:
         t = items.get(name)
         if t is not None:
