@@ -377,3 +377,32 @@ def test_skip_layer_norm_needs_2d_or_3d_operands():
                [("x", F, ["N", 16]), ("s", F, [16])], ["y"], {"g": _w(16)})
     with pytest.raises(OnnxccError, match="2-D or 3-D"):
         load_onnx(m)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_group_query_attention_with_rotary(interleaved):
+    n, nkv, hd = 4, 2, 16  # onnxruntime wants head sizes that are multiples of 16 here
+    c = _caches(32, hd // 2)
+    for past in (False, True):
+        ins = ["q", "k", "v", "pk" if past else "", "pv" if past else "", "sl", "tot", "cos", "sin"]
+        node = h.make_node("GroupQueryAttention", ins, ["y", "ok", "ov"], domain=MS, num_heads=n,
+                           kv_num_heads=nkv, do_rotary=1, rotary_interleaved=interleaved)
+        s = 1 if past else "S"
+        vis = [("q", F, ["B", s, n * hd]), ("k", F, ["B", s, nkv * hd]), ("v", F, ["B", s, nkv * hd]),
+               ("sl", T.INT32, ["B"]), ("tot", T.INT32, [])]
+        if past:
+            vis += [("pk", F, ["B", nkv, "P", hd]), ("pv", F, ["B", nkv, "P", hd])]
+        m = _model([node], vis, ["y", "ok", "ov"], c)
+        mod, _, k = jit_compile(m)
+        for seed, (b, sp) in enumerate([(2, 3), (1, 1), (3, 6)]):
+            dims = {"B": b, "P": sp} if past else {"B": b, "S": sp}
+            feeds = random_inputs(m, dims, seed=seed)
+            total = sp + 1 if past else sp
+            feeds["sl"] = np.full(b, total - 1, np.int32)
+            feeds["tot"] = np.array(total, np.int32)
+            want = ort_run(m, feeds)
+            native = k(*[feeds[a.name] for a in mod.main.params])
+            for engine, got in (("native", native), ("interp", interp_run(mod, feeds))):
+                for (name, w), g in zip(want.items(), got, strict=True):
+                    np.testing.assert_allclose(g, w, rtol=1e-4, atol=3e-5,
+                                               err_msg=f"{engine} {name} past={past} at {dims}")

@@ -17,7 +17,9 @@ com.microsoft.GroupQueryAttention (query, key, value, past_key?, past_value?, se
                                   concat(past, new) [B, Nkv, P + S, H], queries at positions
                                   P.., and every row must be full (seqlens_k[b] = P + S - 1).
                                   total_sequence_length must be P + S. Both are checked at
-                                  run time (the kernel fails rather than guess a layout)
+                                  run time (the kernel fails rather than guess a layout).
+                                  do_rotary = 1 rotates Q and K (cos / sin caches [max, H/2],
+                                  positions P + s) before attention, as RotaryEmbedding does
 
 The mask forms handled: mask_index [B, T] or [B, S, T] (raw: 0 = masked) or [B] (each batch
 row's end position: keys t >= end are masked), and key_padding_mask [B, L] (raw); masked
@@ -41,8 +43,20 @@ import numpy as np
 import sympy
 
 from ..ir import DType, TensorType, canon
-from ..kernel import ERR_ASSERT, Const, Var, broadcast_indices, cast, check, maximum, minimum, rsum, select
-from .contrib_rotary import refusal
+from ..kernel import (
+    ERR_ASSERT,
+    Const,
+    Var,
+    broadcast_indices,
+    cast,
+    check,
+    maximum,
+    minimum,
+    rsum,
+    select,
+    wrap_index,
+)
+from .contrib_rotary import refusal, rope_compute, rotary
 from .elementwise import cast_out, widen
 from .matmul import matmul_compute
 from .reduce import k_softmax
@@ -479,10 +493,10 @@ def _gqa_infer(ctx: InferCtx):
         raise ctx.error("past_key and past_value go together")
     if ctx.attr("past_present_share_buffer", 0):
         raise refusal(ctx.op, "past_present_share_buffer = 1")
-    for name in _GQA[7:]:
+    for name in _GQA[9 if ctx.attr("do_rotary", 0) else 7:]:
         if a[name] is not None:
             raise refusal(ctx.op, f"input {name!r}")
-    unhandled = (("do_rotary", 0), ("softcap", 0.0), ("local_window_size", -1), ("smooth_softmax", 0))
+    unhandled = (("softcap", 0.0), ("local_window_size", -1), ("smooth_softmax", 0))
     for attr, default in unhandled:
         if ctx.attr(attr, default) != default:
             raise refusal(ctx.op, f"{attr} = {ctx.attr(attr)}")
@@ -513,6 +527,13 @@ def _gqa_infer(ctx: InferCtx):
             for i, (d, want) in enumerate(zip(t.shape, (b, nkv, pk.shape[2], hd), strict=True)):
                 ctx.require_eq(d, want, f"{what} dim {i}")
         total = canon(sympy.sympify(pk.shape[2]) + s)
+    if ctx.attr("do_rotary", 0):
+        for name in ("cos_cache", "sin_cache"):
+            c = a[name]
+            if c is None or c.rank != 2 or c.dtype is not q.dtype:
+                raise ctx.error(f"do_rotary = 1 needs {name} [max_positions, head_size / 2] of "
+                                f"{q.dtype.value}")
+            ctx.require_eq(c.shape[1], canon(sympy.sympify(hd) / 2), f"{name} dim 1 vs head size / 2")
     present = TensorType(q.dtype, (b, nkv, total, hd))
     return [TensorType(q.dtype, (b, s, dq)), present, present][: len(ctx.op.results)]
 
@@ -523,8 +544,15 @@ def _gqa_ref(ctx: RefCtx, *args):
     n, nkv = int(ctx.attr("num_heads")), int(ctx.attr("kv_num_heads"))
     b, s, _ = q.shape
     hd = q.shape[2] // n
-    new_k, new_v = (z.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3) for z in (k, v))  # [B, Nkv, S, H]
     past = 0 if a["past_key"] is None else a["past_key"].shape[2]
+    if ctx.attr("do_rotary", 0):
+        pos = np.broadcast_to(past + np.arange(s), (b, s))
+        if np.any(pos >= a["cos_cache"].shape[0]):
+            raise ValueError("GroupQueryAttention: a position past the cos / sin caches")
+        il = bool(ctx.attr("rotary_interleaved", 0))
+        cs, sn = widen(a["cos_cache"]), widen(a["sin_cache"])
+        q, k = (rotary(z, cs, sn, pos, interleaved=il, rot=0, heads=nh) for z, nh in ((q, n), (k, nkv)))
+    new_k, new_v = (z.reshape(b, s, nkv, hd).transpose(0, 2, 1, 3) for z in (k, v))  # [B, Nkv, S, H]
     if past:
         new_k = np.concatenate([widen(a["past_key"]), new_k], axis=2)
         new_v = np.concatenate([widen(a["past_value"]), new_v], axis=2)
@@ -562,6 +590,18 @@ def _gqa_lower(ctx) -> None:
     if isinstance(past, int) and past == 0:  # an empty past is no past
         pk = pv = None
     p_dim = ctx.dim(past)
+    if ctx.attr("do_rotary", 0):  # Q and K rotated into temps first, at positions P + s
+        cs, sn = a["cos_cache"], a["sin_cache"]
+
+        def row_of(b, s, j):
+            return (wrap_index(s + p_dim, cs.shape[0], negative=False), j)
+
+        rotated = []
+        for src in (q, k):
+            t = ctx.temp(dt, src.shape, "rope")
+            rope_compute(ctx, src, t, cs, sn, hd, hd, bool(ctx.attr("rotary_interleaved", 0)), row_of)
+            rotated.append(t)
+        q, k = rotated
     total_dim = canon(sympy.sympify(past) + q.shape[1])
 
     def extra(b, h, s, t):

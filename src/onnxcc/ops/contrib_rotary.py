@@ -154,7 +154,23 @@ def _lower(ctx) -> None:
     h = _head_size(ctx, sig, x.shape, cos.shape)
     if not isinstance(h, int):
         raise refusal(ctx.op, f"a symbolic head size ({h})")
-    rot = sig.rot or h
+    i64 = DType.i64
+
+    def row_of(b, s, j):
+        if pos is None:
+            return (*broadcast_indices((b, s), cos.shape[:2]), j)
+        if pos.rank == 2:
+            p = cast(pos[broadcast_indices((b, s), pos.shape)], i64)
+        else:  # the offset form
+            p = cast(pos[(Const(0, i64),)], i64) + s
+        return (wrap_index(p, cos.shape[0], negative=False), j)
+
+    rope_compute(ctx, x, y, cos, sin, h, sig.rot or h, sig.interleaved, row_of)
+
+
+def rope_compute(ctx, x, y, cos, sin, h: int, rot: int, interleaved: bool, row_of) -> None:
+    """y = RoPE(x) as one compute; x is [B, N, S, H] or [B, S, N*H] (head size `h`), and
+    `row_of(b, s, j)` is the cos / sin cache index of token (b, s), pair j."""
     half = rot // 2
     i64 = DType.i64
 
@@ -170,7 +186,7 @@ def _lower(ctx) -> None:
 
             def at(dd):
                 return (b, s, col + (dd - d))
-        if sig.interleaved:
+        if interleaved:
             first = rem(d, Const(2, i64)).eq(Const(0, i64))
             partner, j = select(first, d + 1, d - 1), d // 2
         else:
@@ -179,14 +195,7 @@ def _lower(ctx) -> None:
         inside = None if rot == h else d < rot
         if inside is not None:  # elements past the rotary dim pass through: keep their loads in range
             partner, j = select(inside, partner, d), select(inside, j, Const(0, i64))
-        if pos is None:
-            row = (*broadcast_indices((b, s), cos.shape[:2]), j)
-        else:
-            if pos.rank == 2:
-                p = cast(pos[broadcast_indices((b, s), pos.shape)], i64)
-            else:  # the offset form
-                p = cast(pos[(Const(0, i64),)], i64) + s
-            row = (wrap_index(p, cos.shape[0], negative=False), j)
+        row = row_of(b, s, j)
         c, sn = kwiden(cos[row]), kwiden(sin[row])
         xv, xp = kwiden(x[ix]), kwiden(x[at(partner)])
         out = xv * c + select(first, -sn, sn) * xp
