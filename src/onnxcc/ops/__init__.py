@@ -12,6 +12,7 @@ set_opdef_lookup(get_opdef)
 from . import attention  # noqa: F401,E402
 from . import bucket  # noqa: F401,E402
 from . import cc  # noqa: F401,E402
+from . import contrib  # noqa: F401,E402
 from . import control_flow  # noqa: F401,E402
 from . import elementwise  # noqa: F401,E402
 from . import matmul  # noqa: F401,E402

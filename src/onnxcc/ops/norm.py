@@ -1,7 +1,7 @@
 """Normalizations: BatchNormalization (inference and training form), InstanceNormalization,
-LayerNormalization (optional Mean / InvStdDev outputs), GroupNormalization (opset 18 per-group
-and opset 21 per-channel scale), LpNormalization and LRN. Registered on import (nn.py imports
-this module)."""
+LayerNormalization (optional Mean / InvStdDev outputs), RMSNormalization (opset 23),
+GroupNormalization (opset 18 per-group and opset 21 per-channel scale), LpNormalization and LRN.
+Registered on import (nn.py imports this module)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _numel(ctx, dims) -> Expr:
     return ctx.dim(canon(sympy.prod(list(dims))))
 
 
-def _moments(load, axes, count: Expr, eps: float, dt: DType) -> tuple[Expr, Expr]:
+def moments(load, axes, count: Expr, eps: float, dt: DType) -> tuple[Expr, Expr]:
     """(mean, 1/sqrt(var + eps)) of `load(vars)` over the reduce box `axes` = [(var, extent)],
     in dtype `dt`, two-pass (the variance sums squared deviations from the mean). The mean
     is ONE expression object shared by both, so codegen evaluates it once."""
@@ -57,6 +57,13 @@ def _moments(load, axes, count: Expr, eps: float, dt: DType) -> tuple[Expr, Expr
     dev = load([v for v, _ in vaxes]) - mean
     var = rsum(vaxes, dev * dev) / n
     return mean, Const(1.0, dt) / sqrt(var + Const(float(eps), dt))
+
+
+def inv_rms(load, axes, count: Expr, eps: float, dt: DType) -> Expr:
+    """1/sqrt(mean(x^2) + eps) of `load(vars)` over the reduce box `axes`, in dtype `dt`
+    (RMSNormalization and onnxruntime's SimplifiedLayerNormalization family)."""
+    v = load([v for v, _ in axes])
+    return Const(1.0, dt) / sqrt(rsum(axes, v * v) / cast(count, dt) + Const(float(eps), dt))
 
 
 def _lp_lower(ctx) -> None:
@@ -220,7 +227,7 @@ def _in_lower(ctx) -> None:
 
     def body(*ix):
         n, c = ix[0], ix[1]
-        mean, inv = _moments(lambda vs: x[(n, c, *vs)], list(zip(rv, sp)), _numel(ctx, sp),
+        mean, inv = moments(lambda vs: x[(n, c, *vs)], list(zip(rv, sp)), _numel(ctx, sp),
                              float(ctx.attr("epsilon", 1e-5)), x.dtype)
         return (x[ix] - mean) * inv * scale[c] + bias[c]
 
@@ -288,7 +295,7 @@ def _ln_lower(ctx) -> None:
         def load(vs):
             return cast(x[(*ix[:axis], *vs)], st)
 
-        return _moments(load, list(zip(rv, norm)), _numel(ctx, norm), eps, st)
+        return moments(load, list(zip(rv, norm)), _numel(ctx, norm), eps, st)
 
     def y_body(*ix):
         mean, inv = stats(ix)
@@ -305,6 +312,69 @@ def _ln_lower(ctx) -> None:
 
 define("onnx.LayerNormalization", infer=_ln_infer, reference=_ln_ref, kind="reduction", arity=(2, 3),
        num_results=None, verify=results_between(1, 3), math=layer_norm, lower=_ln_lower)
+
+
+# ---- RMSNormalization (opset 23) -------------------------------------------------------------------
+
+
+def rms_norm(x, scale, axis: int, epsilon: float, stash: np.dtype):
+    """Returns (y, inv_rms): y = x / sqrt(mean(x^2 over dims axis..) + eps) * scale, with the
+    statistic computed in the stash dtype."""
+    xs = x.astype(stash)
+    inv = 1.0 / np.sqrt(np.mean(xs * xs, axis=tuple(range(axis, x.ndim)), keepdims=True) + epsilon)
+    return xs * inv * scale.astype(stash), inv
+
+
+def norm_stash(ctx: InferCtx) -> DType:
+    try:
+        return onnx_dtype(ctx.attr("stash_type", 1))
+    except ValueError as e:
+        raise ctx.error(f"attribute 'stash_type': {e}") from None
+
+
+def _rms_infer(ctx: InferCtx):
+    x = ctx.in_types[0]
+    dt = same_dtype(ctx)
+    axis = _ln_axis(x.rank, ctx.attr("axis", -1), ctx.error)
+    unidirectional(ctx, x.shape[axis:], ctx.in_types[1].shape, "scale")
+    norm_stash(ctx)
+    return [x.with_dtype(dt)]
+
+
+def _rms_ref(ctx: RefCtx, x, scale):
+    y, _ = rms_norm(x, scale, ctx.attr("axis", -1) % x.ndim, float(ctx.attr("epsilon", 1e-5)),
+                    onnx_dtype(ctx.attr("stash_type", 1)).np)
+    return [cast_out(ctx, y)]
+
+
+def rms_lower(ctx, x, scale, axis: int, eps: float, st: DType, y, inv=None) -> None:
+    """Y = X * inv_rms * scale in the stash dtype, one compute; the sum of squares over dims
+    axis.. depends only on the leading vars, so the codegen hoists it per row. `inv`, when
+    given, receives the statistic (shape x.shape[:axis] + 1s)."""
+    norm = x.shape[axis:]
+    rv = [Var(f"r{i}") for i in range(len(norm))]
+
+    def stat(ix):
+        return inv_rms(lambda vs: cast(x[(*ix[:axis], *vs)], st), list(zip(rv, norm)), _numel(ctx, norm), eps,
+                       st)
+
+    def y_body(*ix):
+        s = cast(scale[broadcast_indices(ix[axis:], scale.shape)], st)
+        return cast(cast(x[ix], st) * stat(ix) * s, y.dtype)
+
+    ctx.compute(y, y_body)
+    if inv is not None:
+        ctx.compute(inv, lambda *ix: cast(stat(ix), inv.dtype))
+
+
+def _rms_lower(ctx) -> None:
+    x, scale = ctx.inputs
+    rms_lower(ctx, x, scale, ctx.attr("axis", -1) % x.rank, float(ctx.attr("epsilon", 1e-5)),
+              onnx_dtype(ctx.attr("stash_type", 1)), ctx.out(0))
+
+
+define("onnx.RMSNormalization", infer=_rms_infer, reference=_rms_ref, kind="reduction", arity=2,
+       math=rms_norm, lower=_rms_lower)
 
 
 def group_norm(x, scale, bias, groups: int, epsilon: float, stash: np.dtype):
@@ -359,7 +429,7 @@ def _gn_lower(ctx) -> None:
         n, c = ix[0], ix[1]
         g = c if _proved_eq(cg, 1) else c // ctx.dim(cg)
         first = g * ctx.dim(cg)
-        mean, inv = _moments(lambda vs: cast(x[(n, first + vs[0], *vs[1:])], st), axes,
+        mean, inv = moments(lambda vs: cast(x[(n, first + vs[0], *vs[1:])], st), axes,
                              _numel(ctx, (cg, *sp)), eps, st)
         p = c if per_channel else g
         y = (cast(x[ix], st) - mean) * inv * cast(scale[p], st) + cast(bias[p], st)
