@@ -183,10 +183,8 @@ def test_ort_optimised_bert_layer_jit_matches(tmp_path):
     _jit_and_compare(tmp_path, bert_layer(), _BERT_OPS)
 
 
-# the per-range memory plan (kernel/plan_memory.py) of this graph has a layout offset whose
-# Piecewise condition sympy merged into `(S <= 16) | (S <= 33)`; kernel/expr.py's
-# `_condition_to_expr` turns only plain relationals into kernel expressions (not Or / And)
-@pytest.mark.xfail(strict=True, raises=ValueError, reason="plan_memory Piecewise with an Or condition")
+# the per-range memory plan of this graph has a layout offset whose Piecewise condition sympy
+# merged into `(S <= 16) | (S <= 33)` (an internal error before kernel exprs took Or / And)
 def test_ort_optimised_bert_layer_compiles_and_matches(tmp_path):
     _compile_and_compare(tmp_path, bert_layer(), _BERT_OPS)
 
