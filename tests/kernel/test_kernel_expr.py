@@ -114,7 +114,9 @@ def test_dim_to_expr_is_exact():
             sympy.Piecewise((3 * N, N <= 4), (N * M, M > N), (N + 1, True)),  # per-range memory plans
             # the conditions sympy makes when it merges pieces of equal value (a BERT encoder's
             # plan gave `(seq <= 8) | (seq <= 16)`: an internal error before)
-            sympy.Piecewise((2 * N, (N <= 2) | (N <= 5)), (M, (N > 7) & (M < 3)), (N + M, True))]
+            sympy.Piecewise((2 * N, (N <= 2) | (N <= 5)), (M, (N > 7) & (M < 3)), (N + M, True)),
+            # divisions by symbols (a reshape's -1 dim over inputs with their own symbols)
+            sympy.floor(N * M / (M + 1)), sympy.ceiling(5 * N / M), sympy.floor((N + 1) / (2 * M))]
     for d in dims:
         e = dim_to_expr(d)
         assert e.dtype is I64

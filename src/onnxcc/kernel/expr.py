@@ -571,12 +571,13 @@ def _sympy_to_expr(e: sympy.Expr) -> Expr:
         return Const(int(e), I64)
     if e.is_Symbol:
         return SymRef(e.name)
-    if isinstance(e, sympy.floor):
-        num, den = _as_fraction(e.args[0])
-        return binary("floordiv", num, den) if den != 1 else num
-    if isinstance(e, sympy.ceiling):
-        num, den = _as_fraction(e.args[0])  # ceil(n/d) == floor((n + d - 1)/d) for integer n
-        return binary("floordiv", binary("add", num, den - 1), den) if den != 1 else num
+    if isinstance(e, (sympy.floor, sympy.ceiling)):
+        num, den = _quotient(e.args[0])
+        if isinstance(den, Const) and den.value == 1:
+            return num
+        if isinstance(e, sympy.ceiling):  # ceil(n/d) == floor((n + d - 1)/d) for integer n, d > 0
+            num = binary("sub", binary("add", num, den), Const(1, I64))
+        return binary("floordiv", num, den)
     if e.is_Rational or e.is_Add or e.is_Mul:
         num, den = _as_fraction(e)
         if den != 1:
@@ -628,6 +629,19 @@ def _condition_to_expr(c) -> Expr:
     if isinstance(c, sympy.Not):
         return logical_not(_condition_to_expr(c.args[0]))
     raise ValueError(f"cannot turn condition {c} into a kernel expression")
+
+
+def _quotient(e: sympy.Expr) -> tuple[Expr, Expr]:
+    """Write a rational function of dims as (integer numerator, positive denominator) Exprs:
+    `s6*s81/s33` (a reshape's -1 dim between inputs with their own symbols) as well as
+    `(seq + 1)/2`. Symbols are positive, so the denominator is too."""
+    num, den = sympy.fraction(sympy.together(e))
+    if den.is_Integer:
+        n, d = _as_fraction(num)
+        return n, Const(d * int(den), I64)
+    n, d = _as_fraction(num)
+    den_expr = _sympy_to_expr(den)
+    return n, den_expr if d == 1 else binary("mul", den_expr, d)
 
 
 def _as_fraction(e: sympy.Expr) -> tuple[Expr, int]:
