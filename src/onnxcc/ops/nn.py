@@ -1,4 +1,4 @@
-"""Neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool, GlobalAveragePool and
+"""Neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, GlobalAveragePool and
 GlobalMaxPool (the normalizations are in norm.py, imported from here).
 
 `window_geometry` is the one place the sliding-window arithmetic lives; it works on Dims,
@@ -13,9 +13,10 @@ import sympy
 
 from ..ir import DType, TensorType, canon
 from ..kernel import (
-    Const, Expr, Var, argmax, cast, flatten_index, maximum, minimum, rmax, rsum, select, unflatten_index,
+    Const, Expr, Var, argmax, cast, flatten_index, maximum, minimum, power, rmax, rsum, select, sqrt,
+    unflatten_index,
 )
-from .elementwise import cast_out, results_between, same_dtype, widen
+from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
 
 # ---- window arithmetic on Dims ---------------------------------------------------------------------
@@ -556,6 +557,61 @@ define("onnx.MaxPool", infer=_pool_infer, reference=_pool_ref("max"), kind="redu
 define("onnx.AveragePool", infer=_pool_infer, reference=_pool_ref("avg"), kind="reduction", arity=1,
        math=pool, lower=_pool_lower("avg"))
 
+
+
+# ---- LpPool ----------------------------------------------------------------------------------------
+
+
+def lp_pool(x, p: int, kernel, strides, pads_begin, out_dims, dilations):
+    """(sum over the window of |x|^p)^(1/p); padding contributes zeros."""
+    sp = x.shape[2:]
+    nd = len(sp)
+    acc = np.zeros((x.shape[0], x.shape[1], *out_dims), dtype=x.dtype)
+    for k in np.ndindex(*kernel):
+        pos = [np.arange(out_dims[i]) * strides[i] + k[i] * dilations[i] - pads_begin[i] for i in range(nd)]
+        valid = np.ones(out_dims, dtype=bool)
+        for i in range(nd):
+            valid &= ((pos[i] >= 0) & (pos[i] < sp[i])).reshape([-1 if j == i else 1 for j in range(nd)])
+        vals = x[(slice(None), slice(None)) + np.ix_(*[np.clip(q, 0, s - 1) for q, s in zip(pos, sp)])]
+        acc = acc + np.where(valid, np.abs(vals) ** p, 0)
+    return acc ** (1.0 / p)
+
+
+def _lppool_ref(ctx: RefCtx, x):
+    win, (outs, pb, _) = _pool_geometry(ctx, x.shape[2:])
+    y = lp_pool(widen(x), ctx.attr("p", 2), win["kernel"], win["strides"], pb, outs, win["dilations"])
+    return [cast_out(ctx, y)]
+
+
+def _lppool_infer(ctx: InferCtx):
+    if not ctx.in_types[0].dtype.is_float:
+        raise ctx.error(f"LpPool needs a float input, got {ctx.in_types[0].dtype.value}")
+    return _pool_infer(ctx)
+
+
+def _lppool_lower(ctx) -> None:
+    x = ctx.inputs[0]
+    win, (_, pb, pe) = _pool_geometry(ctx, x.shape[2:])
+    kernel, strides, dil, ceil_mode = win["kernel"], win["strides"], win["dilations"], win["ceil_mode"]
+    p = int(ctx.attr("p", 2))
+    kv = _window_vars(kernel)
+    axes = _reduce_axes(zip(kv, kernel))
+    y = ctx.out(0)
+
+    def body(n, c, *o):
+        pos = _window_positions(ctx, o, kv, strides, dil, pb)
+        v = abs(kwiden(x[(n, c, *pos)]))
+        term = v if p == 1 else v * v if p == 2 else power(v, float(p))
+        term = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe, ceil_mode), term, 0.0)
+        acc = rsum(axes, term) if axes else term
+        out = acc if p == 1 else sqrt(acc) if p == 2 else power(acc, 1.0 / p)
+        return cast(out, y.dtype)
+
+    ctx.program.compute(y, body, names=["n", "c"] + [f"o{i}" for i in range(x.rank - 2)])
+
+
+define("onnx.LpPool", infer=_lppool_infer, reference=_lppool_ref, kind="reduction", arity=1, math=lp_pool,
+       lower=_lppool_lower)
 
 def _global_infer(ctx: InferCtx):
     x = _spatial_input(ctx)
