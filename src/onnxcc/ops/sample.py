@@ -1,0 +1,249 @@
+"""Sampling ops: GridSample (nearest / linear / cubic over any number of spatial dims, padding
+zeros / border / reflection, align_corners).
+
+GridSample reads, for every output position, a normalized coordinate per spatial dim from
+the grid (the grid's last axis lists them innermost dim first: x, then y, then z) and
+interpolates X there. The steps, shared by the numpy reference and the lowering:
+  1. denormalize: align_corners ? (g + 1) / 2 * (size - 1) : ((g + 1) * size - 1) / 2;
+  2. nearest rounds half to even;
+  3. a coordinate outside the borders ([0, size - 1] with align_corners, else
+     [-0.5, size - 0.5]) is clamped to [0, size - 1] (border) or reflected into them
+     (reflection);
+  4. the taps (1, 2 or 4 per dim) around the coordinate are read with the padding rule:
+     zeros gives 0 outside X, border clamps the index, reflection reflects it.
+The lowering is one compute: a sum over the tap box (vars with constant extents) of the
+product of the per-dim tap weights and the padded read; the coordinates depend only on the
+output position.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import kernel as K
+from ..ir import DType, TensorType
+from ..kernel import Expr, Var
+from .elementwise import kwiden
+from .registry import InferCtx, RefCtx, define
+
+_MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic", "bicubic": "cubic"}
+_PADDING = ("zeros", "border", "reflection")
+_CUBIC_A = -0.75
+_TAPS = {"nearest": 1, "linear": 2, "cubic": 4}
+
+
+def _attrs(ctx, fail) -> tuple[str, str, int]:
+    mode = ctx.attr("mode", "linear")
+    if mode not in _MODES:
+        raise fail(f"mode must be one of {sorted(_MODES)}, got {mode!r}")
+    pad = ctx.attr("padding_mode", "zeros")
+    if pad not in _PADDING:
+        raise fail(f"padding_mode must be one of {_PADDING}, got {pad!r}")
+    return _MODES[mode], pad, int(ctx.attr("align_corners", 0))
+
+
+def _gs_infer(ctx: InferCtx) -> list[TensorType]:
+    x, g = ctx.in_types
+    _attrs(ctx, ctx.error)
+    if x.rank < 3:
+        raise ctx.error(f"X must be (N, C, spatial...) with rank >= 3, got {x}")
+    if not x.dtype.is_float or not g.dtype.is_float:
+        raise ctx.error(f"X and grid must be float tensors, got {x.dtype.value} and {g.dtype.value}")
+    r = x.rank - 2
+    if g.rank != r + 2:
+        raise ctx.error(f"grid must be (N, out spatial..., {r}) with rank {r + 2}, got {g}")
+    if g.shape[-1] != r:
+        raise ctx.error(f"grid's last dim must be {r} (one coordinate per spatial dim), got {g.shape[-1]}")
+    n = ctx.require_eq(x.shape[0], g.shape[0], "grid batch == X batch")
+    return [TensorType(x.dtype, (n, x.shape[1], *g.shape[1:-1]))]
+
+
+# ---- the per-dim arithmetic, written once over numpy arrays or kernel expressions ------------------
+
+
+class _NumpyMath:
+    floor = staticmethod(np.floor)
+    round = staticmethod(np.rint)
+
+    @staticmethod
+    def select(c, a, b):
+        return np.where(c, a, b)
+
+    @staticmethod
+    def clamp(x, lo, hi):
+        return np.minimum(np.maximum(x, lo), hi)
+
+    @staticmethod
+    def to_int(x):
+        return x.astype(np.int64)
+
+    @staticmethod
+    def odd(n):
+        return n.astype(np.int64) % 2 == 1
+
+
+class _KernelMath:
+    floor = staticmethod(K.floor)
+
+    @staticmethod
+    def round(x):
+        return K.unary("round", x)
+
+    @staticmethod
+    def select(c, a, b):
+        return K.select(c, a, b)
+
+    @staticmethod
+    def clamp(x, lo, hi):
+        return K.clamp(x, lo, hi)
+
+    @staticmethod
+    def to_int(x):
+        return K.cast(x, DType.i64)
+
+    @staticmethod
+    def odd(n):
+        return (K.cast(n, DType.i64) % 2).eq(1)
+
+
+def _reflect(m, x, lo: float, hi: float):
+    """Reflect x by the near border until it lies in [lo, hi]."""
+    span = hi - lo
+    if span <= 0:  # a single position: everything maps onto it
+        return m.clamp(x, lo, hi)
+    below = x < lo
+    dx = m.select(below, lo - x, x - hi)
+    k = m.floor(dx / span)
+    rest = dx - k * span
+    odd = m.odd(k)
+    lowside = m.select(odd, hi - rest, lo + rest)   # reflected from below
+    highside = m.select(odd, lo + rest, hi - rest)  # reflected from above
+    return m.select(below, lowside, m.select(x > hi, highside, x))
+
+
+def _cubic_weights(t) -> list:
+    a = _CUBIC_A
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+
+
+def _coordinate(m, g, size: int, mode: str, pad: str, align: int):
+    """Steps 1-3 for one dim: the (float) sampling coordinate."""
+    x = (g + 1) / 2 * (size - 1) if align else ((g + 1) * size - 1) / 2
+    if mode == "nearest":
+        x = m.round(x)
+    lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+    if pad == "border":
+        x = m.select((x < lo) | (x > hi), m.clamp(x, 0.0, size - 1.0), x)
+    elif pad == "reflection":
+        x = _reflect(m, x, lo, hi)
+    return x
+
+
+def _index(m, i, size: int, pad: str, align: int):
+    """Step 4 for one dim: (index to read, whether it is inside X) for integer tap index i."""
+    if pad == "zeros":
+        return i, (i >= 0) & (i < size)
+    if pad == "border":
+        return m.clamp(i, 0, size - 1), None
+    lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+    fi = K.cast(i, DType.f64) if isinstance(i, Expr) else i.astype(np.float64)
+    return m.to_int(_reflect(m, fi, lo, hi)), None
+
+
+# ---- numpy reference -------------------------------------------------------------------------------
+
+
+def grid_sample(x, grid, mode: str, pad: str, align: int):
+    mode = _MODES[mode]
+    m = _NumpyMath
+    n, c, sp = x.shape[0], x.shape[1], x.shape[2:]
+    r = len(sp)
+    out_sp = grid.shape[1:-1]
+    ct = np.result_type(x.dtype, grid.dtype, np.float32)
+    coords = [_coordinate(m, grid[..., r - 1 - i].astype(ct), sp[i], mode, pad, align) for i in range(r)]
+    base = [m.floor(v) if mode != "nearest" else v for v in coords]
+    y = np.zeros((n, c, *out_sp), ct)
+    taps = _TAPS[mode]
+    for tap in np.ndindex(*([taps] * r)):
+        w = np.ones((n, *out_sp), ct)
+        idx, ok = [], np.ones((n, *out_sp), bool)
+        for i in range(r):
+            t = coords[i] - base[i]
+            if mode == "linear":
+                w = w * (1 - t if tap[i] == 0 else t)
+            elif mode == "cubic":
+                w = w * _cubic_weights(t)[tap[i]]
+            off = -1 if mode == "cubic" else 0
+            j, inside = _index(m, base[i].astype(np.int64) + tap[i] + off, sp[i], pad, align)
+            if inside is not None:
+                ok &= inside
+            idx.append(np.clip(j, 0, sp[i] - 1))
+        nn = np.arange(n).reshape((n,) + (1,) * len(out_sp))
+        vals = x[(nn[:, None], np.arange(c).reshape((1, c) + (1,) * len(out_sp)),
+                  *[j[:, None] for j in idx])]
+        y = y + np.where(ok[:, None], vals, 0) * w[:, None]
+    return y.astype(x.dtype)
+
+
+def _gs_ref(ctx: RefCtx, x, grid):
+    mode, pad, align = _attrs(ctx, ValueError)
+    return [grid_sample(x, grid, mode, pad, align)]
+
+
+# ---- lowering --------------------------------------------------------------------------------------
+
+
+def _gs_lower(ctx) -> None:
+    x, grid = ctx.inputs
+    y = ctx.out(0)
+    mode, pad, align = _attrs(ctx, ctx.unsupported)
+    sp = x.shape[2:]
+    r = len(sp)
+    if not all(isinstance(d, int) for d in sp):
+        raise ctx.unsupported("GridSample needs static spatial dims of X (their borders are constants)")
+    ct = DType.f64 if DType.f64 in (x.dtype, grid.dtype) else DType.f32
+    m = _KernelMath
+    taps = _TAPS[mode]
+    tv = [Var(f"t{i}") for i in range(r)]
+
+    def body(n, c, *o):
+        val: Expr = K.Const(1.0, ct)
+        conds = []
+        idx = []
+        for i in range(r):
+            g = K.cast(grid[(n, *o, r - 1 - i)], ct)
+            v = _coordinate(m, g, sp[i], mode, pad, align)
+            b = v if mode == "nearest" else m.floor(v)
+            t = v - b
+            if mode == "linear":
+                val = val * K.select(tv[i].eq(0), 1.0 - t, t)
+            elif mode == "cubic":
+                w = _cubic_weights(t)
+                val = val * K.select(tv[i].eq(0), w[0], K.select(tv[i].eq(1), w[1],
+                                                                 K.select(tv[i].eq(2), w[2], w[3])))
+            off = -1 if mode == "cubic" else 0
+            j, inside = _index(m, K.cast(b, DType.i64) + tv[i] + off if taps > 1 else K.cast(b, DType.i64),
+                               sp[i], pad, align)
+            if inside is not None:
+                conds.append(inside)
+            idx.append(j)
+        read = kwiden(x[(n, c, *idx)])
+        read = K.cast(read, ct)
+        if conds:
+            ok = conds[0]
+            for cnd in conds[1:]:
+                ok = ok & cnd
+            read = K.select(ok, read, K.Const(0.0, ct))
+        term = read * val if mode != "nearest" else read
+        if taps == 1:
+            return K.cast(term, y.dtype)
+        return K.cast(K.rsum([(v, taps) for v in tv], term), y.dtype)
+
+    ctx.program.compute(y, body, names=["n", "c"] + [f"o{i}" for i in range(r)])
+
+
+define("onnx.GridSample", infer=_gs_infer, reference=_gs_ref, lower=_gs_lower, kind="opaque", arity=2,
+       math=grid_sample)
