@@ -8,7 +8,8 @@ interpolates X there. The steps, shared by the numpy reference and the lowering:
   2. nearest rounds half to even;
   3. a coordinate outside the borders ([0, size - 1] with align_corners, else
      [-0.5, size - 0.5]) is clamped to [0, size - 1] (border) or reflected into them
-     (reflection);
+     (reflection); cubic with border padding skips the clamp and only clamps its taps, as
+     onnxruntime (and PyTorch) do (the ONNX reference clamps first; no node test covers it);
   4. the taps (1, 2 or 4 per dim) around the coordinate are read with the padding rule:
      zeros gives 0 outside X, border clamps the index, reflection reflects it.
 The lowering is one compute: a sum over the tap box (vars with constant extents) of the
@@ -135,7 +136,7 @@ def _coordinate(m, g, size: int, mode: str, pad: str, align: int):
     if mode == "nearest":
         x = m.round(x)
     lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
-    if pad == "border":
+    if pad == "border" and mode != "cubic":
         x = m.select((x < lo) | (x > hi), m.clamp(x, 0.0, size - 1.0), x)
     elif pad == "reflection":
         x = _reflect(m, x, lo, hi)

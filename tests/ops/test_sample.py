@@ -1,0 +1,77 @@
+"""GridSample (ops/sample.py): native lowering and numpy reference vs onnxruntime over every
+mode x padding x align_corners, 2-D and 3-D, compiled once with symbolic batch / channel /
+output dims and run at two settings; refusals."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper as h
+
+from onnxcc.errors import OnnxccError
+from onnxcc.interp import run as interp_run
+from onnxcc.testing import jit_compile, ort_run
+
+F32 = np.float32
+DIMS = ({"N": 1, "C": 1, "H": 1, "W": 2}, {"N": 2, "C": 3, "H": 4, "W": 5})
+
+
+def model(node, inputs, opset=20):
+    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s) for n, t, s in inputs]
+    m = h.make_model(h.make_graph([node], "g", vis, [h.make_empty_tensor_value_info("y")]),
+                     opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def check(node, inputs, opset=20, rtol=1e-4, atol=1e-5):
+    m = model(node, inputs, opset)
+    mod, _, k = jit_compile(m)
+    for seed, dims in enumerate(DIMS):
+        rng = np.random.default_rng(seed)
+        # the grid reaches past [-1, 1] so that every padding rule is exercised
+        f = {n: rng.uniform(-1.6, 1.6, size=tuple(dims.get(d, d) for d in s)).astype(t) for n, t, s in inputs}
+        want = ort_run(m, f)["y"]
+        args = [f[a.name] for a in mod.main.params]
+        for got in (k(*args)[0], interp_run(mod, args)[0]):
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"at {dims}")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_2d(mode, pad, align):
+    inputs = [("x", F32, ["N", "C", 3, 4]), ("g", F32, ["N", "H", "W", 2])]
+    node = h.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad, align_corners=align)
+    check(node, inputs)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+def test_grid_sample_3d(mode, pad):
+    inputs = [("x", F32, ["N", "C", 2, 3, 4]), ("g", F32, ["N", "H", "W", 2, 3])]
+    node = h.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad)
+    check(node, inputs)
+
+
+def test_grid_sample_opset16_names():
+    inputs = [("x", F32, ["N", "C", 3, 4]), ("g", F32, ["N", "H", "W", 2])]
+    check(h.make_node("GridSample", ["x", "g"], ["y"], mode="bicubic", padding_mode="border"), inputs, opset=16)
+
+
+def test_grid_sample_symbolic_output_shape():
+    inputs = [("x", F32, ["N", "C", 3, 4]), ("g", F32, ["N", "H", "W", 2])]
+    mod, _, _ = jit_compile(model(h.make_node("GridSample", ["x", "g"], ["y"]), inputs))
+    assert "-> (f32[N, C, H, W])" in str(mod)
+
+
+def test_grid_sample_refuses_symbolic_spatial_dims():
+    inputs = [("x", F32, ["N", "C", "H", 4]), ("g", F32, ["N", 2, 2, 2])]
+    with pytest.raises(OnnxccError, match="GridSample.*static spatial dims"):
+        jit_compile(model(h.make_node("GridSample", ["x", "g"], ["y"]), inputs))
+
+
+def test_grid_sample_checks_grid_shape():
+    inputs = [("x", F32, ["N", "C", 3, 4]), ("g", F32, ["N", 2, 2, 3])]
+    with pytest.raises(OnnxccError, match="last dim must be 2"):
+        jit_compile(model(h.make_node("GridSample", ["x", "g"], ["y"]), inputs))
