@@ -94,6 +94,10 @@ def _dft_infer(ctx: InferCtx) -> list[TensorType]:
         raise ctx.error(f"input must be a float tensor, got {x.dtype.value}")
     if x.rank < 2 or x.shape[-1] not in (1, 2):
         raise ctx.error(f"input must end in a dim of 1 (real) or 2 (complex), got {x}")
+    inverse, onesided = int(ctx.attr("inverse", 0)), int(ctx.attr("onesided", 0))
+    if onesided and x.shape[-1] != (2 if inverse else 1):
+        raise ctx.error("a one-sided inverse DFT needs complex input (last dim 2)" if inverse else
+                        "a one-sided DFT needs real input (last dim 1)")
     n_len = None
     if lp is not None:
         n_len = _int_of(ctx, lp)
