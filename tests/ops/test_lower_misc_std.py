@@ -94,3 +94,15 @@ def test_reverse_sequence_checks_lens_length():
     m = model(node, [("x", F32, [4, 3, 2]), ("s", I64, [2])])
     with pytest.raises(OnnxccError, match="sequence_lens length"):
         jit_compile(m)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_det(n):
+    node = h.make_node("Det", ["x"], ["y"])
+    check(node, [("x", F32, ["N", 2, n, n], -2.0, 2.0)], opset=22, ir=10, rtol=1e-4, atol=1e-4)
+
+
+def test_det_refuses_large_matrices():
+    m = model(h.make_node("Det", ["x"], ["y"]), [("x", F32, [5, 5])], opset=22)
+    with pytest.raises(OnnxccError, match="only sizes up to 4"):
+        jit_compile(m)
