@@ -106,3 +106,35 @@ def test_det_refuses_large_matrices():
     m = model(h.make_node("Det", ["x"], ["y"]), [("x", F32, [5, 5])], opset=22)
     with pytest.raises(OnnxccError, match="only sizes up to 4"):
         jit_compile(m)
+
+
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [2, 2], "strides": [2, 2]},
+                                   {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [1, 0, 1, 0]}])
+@pytest.mark.parametrize("out_shape", [None, "default"])
+def test_max_unpool_after_max_pool(attrs, out_shape):
+    """MaxPool's indices scattered back; overlapping windows (stride 1) repeat an index."""
+    m = _pool_unpool(attrs, [2, 3, 6, 4] if out_shape else None)
+    mod, _, k = jit_compile(m)
+    for seed, (n, c) in enumerate([(2, 3)] if out_shape else [(1, 1), (2, 3)]):
+        xv = np.random.default_rng(seed).uniform(-2, 2, size=(n, c, 6, 4)).astype(F32)
+        want = ort_run(m, {"x": xv})["y"]
+        for got in (k(xv)[0], interp_run(mod, [xv])[0]):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+
+
+def test_max_unpool_refuses_another_output_shape():
+    m = _pool_unpool({"kernel_shape": [2, 2], "strides": [2, 2]}, [2, 3, 7, 5])
+    with pytest.raises(OnnxccError, match="disagree on where the indices go"):
+        jit_compile(m)
+
+
+def _pool_unpool(attrs, out_shape):
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", "M", 6, 4])
+    pool = h.make_node("MaxPool", ["x"], ["p", "i"], **attrs)
+    unpool = h.make_node("MaxUnpool", ["p", "i"] + (["s"] if out_shape else []), ["y"], **attrs)
+    inits = [onnx.numpy_helper.from_array(np.array(out_shape, I64), "s")] if out_shape else []
+    m = h.make_model(h.make_graph([pool, unpool], "g", [x], [h.make_empty_tensor_value_info("y")], inits),
+                     opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 10
+    return m

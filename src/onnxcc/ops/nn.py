@@ -1,5 +1,5 @@
-"""Neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, GlobalAveragePool and
-GlobalMaxPool (the normalizations are in norm.py, imported from here).
+"""Neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, MaxUnpool,
+GlobalAveragePool and GlobalMaxPool (the normalizations are in norm.py, imported from here).
 
 `window_geometry` is the one place the sliding-window arithmetic lives; it works on Dims,
 so the same code gives symbolic output dims (`floor((H + pb + pe - d*(k-1) - 1)/s) + 1`)
@@ -612,6 +612,98 @@ def _lppool_lower(ctx) -> None:
 
 define("onnx.LpPool", infer=_lppool_infer, reference=_lppool_ref, kind="reduction", arity=1, math=lp_pool,
        lower=_lppool_lower)
+
+
+# ---- MaxUnpool -------------------------------------------------------------------------------------
+
+
+def _unpool_default(ctx, sp, fail) -> tuple:
+    """The inverse of MaxPool's geometry: (in - 1) * stride - pad_begin - pad_end + kernel.
+    The indices are flat positions in (N, C, these dims) even when output_shape is given."""
+    nd = len(sp)
+    kernel = list(ctx.attr("kernel_shape") or [])
+    strides, pads = _ints_attr(ctx, "strides", nd, 1), _ints_attr(ctx, "pads", 2 * nd, 0)
+    if len(kernel) != nd or len(strides) != nd or len(pads) != 2 * nd:
+        raise fail(f"kernel_shape, strides and pads must have {nd}, {nd} and {2 * nd} values")
+    return tuple(canon((sp[i] - 1) * strides[i] - pads[i] - pads[nd + i] + kernel[i]) for i in range(nd))
+
+
+def _unpool_dims(ctx, x: TensorType):
+    """The output spatial dims: output_shape's when given (a fresh symbol when only the run
+    knows it), else the default."""
+    default = _unpool_default(ctx, x.shape[2:], ctx.error)
+    if len(ctx.in_types) > 2:
+        known = ctx.known_ints(2)
+        if known is None:
+            return tuple(ctx.fresh("unpool_dim") for _ in default)
+        if len(known) != x.rank:
+            raise ctx.error(f"output_shape must have {x.rank} values, got {known}")
+        return tuple(known[2:])
+    return default
+
+
+def _same(a, b) -> bool:
+    return canon(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _unpool_infer(ctx: InferCtx):
+    x = _spatial_input(ctx)
+    ind = ctx.in_types[1]
+    if ind.dtype is not DType.i64 or ind.rank != x.rank:
+        raise ctx.error(f"I must be an int64 tensor shaped like X, got {ind}")
+    for i, (a, b) in enumerate(zip(x.shape, ind.shape)):
+        ctx.require_eq(a, b, f"I dim {i} == X dim {i}")
+    return [x.with_shape((x.shape[0], x.shape[1], *_unpool_dims(ctx, x)))]
+
+
+def max_unpool(x, indices, default, out_shape):
+    """Scatter x to the flat positions `indices` of a zero (N, C, *default) tensor (a later
+    write wins), then cut or zero-pad its spatial dims to `out_shape`."""
+    full = (x.shape[0], x.shape[1], *default)
+    y = np.zeros(int(np.prod(full)), x.dtype)
+    y[indices.reshape(-1)] = x.reshape(-1)
+    y = y.reshape(full)
+    out = np.zeros(out_shape, x.dtype)
+    common = tuple(slice(0, min(a, b)) for a, b in zip(full, out_shape))
+    out[common] = y[common]
+    return out
+
+
+def _unpool_ref(ctx: RefCtx, x, ind, *rest):
+    default = _unpool_default(ctx, x.shape[2:], ValueError)
+    shape = [int(d) for d in np.asarray(rest[0]).reshape(-1)] if rest else [x.shape[0], x.shape[1], *default]
+    return [max_unpool(x, ind, default, shape)]
+
+
+def _unpool_lower(ctx) -> None:
+    """Each output element searches I for its own flat position (O(|X|) per element, the last
+    match winning, as a sequence of writes would): an argmax over I in reverse order."""
+    x, ind = ctx.inputs[0], ctx.inputs[1]
+    y = ctx.out(0)
+    default = _unpool_default(ctx, x.shape[2:], ctx.unsupported)
+    if any(not _same(d, e) for d, e in zip(default, y.shape[2:])):
+        # the ONNX node tests place index i of the default layout at the same coordinates of
+        # the bigger output; onnxruntime reads i as a flat position in output_shape itself
+        raise ctx.unsupported(f"output_shape {list(y.shape[2:])} other than the default {list(default)} "
+                              "(onnxruntime and the ONNX reference disagree on where the indices go)")
+    total = ctx.dim(canon(sympy.prod(list(x.shape))))
+    r = Var("r")
+    zero = Const(0.0 if x.dtype.is_float else 0, x.dtype)
+
+    def at(q):
+        return unflatten_index(q, x.shape)
+
+    def body(*o):
+        p = flatten_index(o, (x.shape[0], x.shape[1], *default))
+        hit = argmax(r, total, cast(ind[at(total - 1 - r)].eq(p), DType.i32))
+        q = at(total - 1 - hit)
+        return select(ind[q].eq(p), x[q], zero)
+
+    ctx.compute(y, body)
+
+
+define("onnx.MaxUnpool", infer=_unpool_infer, reference=_unpool_ref, kind="opaque", arity=(2, 3),
+       math=max_unpool, lower=_unpool_lower)
 
 def _global_infer(ctx: InferCtx):
     x = _spatial_input(ctx)
