@@ -17,7 +17,8 @@ C = 4
 
 
 def model(node, inputs, n_out=1, opset=18):
-    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s) for n, t, s in inputs]
+    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s)
+           for n, t, s in inputs]
     outs = [h.make_empty_tensor_value_info(o) for o in node.output[:n_out]]
     m = h.make_model(h.make_graph([node], "g", vis, outs), opset_imports=[h.make_opsetid("", opset)])
     m.ir_version = 10
@@ -58,7 +59,8 @@ def check(node, inputs, n_out=1, ignore=None, rtol=1e-5, atol=1e-5):
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("ii", [None, 2, -1])
 def test_nll_loss(reduction, weighted, ii):
-    inputs = [("x", F32, ["N", C, "D", 2]), ("t", I64, ["N", "D", 2])] + ([("w", F32, [C])] if weighted else [])
+    inputs = [("x", F32, ["N", C, "D", 2]), ("t", I64, ["N", "D", 2])]
+    inputs += [("w", F32, [C])] if weighted else []
     attrs = {"reduction": reduction} | ({} if ii is None else {"ignore_index": ii})
     node = h.make_node("NegativeLogLikelihoodLoss", [i[0] for i in inputs], ["y"], **attrs)
     check(node, inputs, ignore=ii)
@@ -73,7 +75,8 @@ def test_nll_loss_2d_int32_target_f64():
 @pytest.mark.parametrize("weighted,ii", [(False, None), (True, None), (True, 0), (False, -5)])
 @pytest.mark.parametrize("log_prob", [False, True])
 def test_softmax_cross_entropy(reduction, weighted, ii, log_prob):
-    inputs = [("x", F32, ["N", C, "D"]), ("t", I64, ["N", "D"])] + ([("w", F32, [C])] if weighted else [])
+    inputs = [("x", F32, ["N", C, "D"]), ("t", I64, ["N", "D"])]
+    inputs += [("w", F32, [C])] if weighted else []
     attrs = {"reduction": reduction} | ({} if ii is None else {"ignore_index": ii})
     outs = ["y", "lp"] if log_prob else ["y"]
     node = h.make_node("SoftmaxCrossEntropyLoss", [i[0] for i in inputs], outs, **attrs)

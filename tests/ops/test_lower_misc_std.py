@@ -132,7 +132,7 @@ def test_max_unpool_refuses_another_output_shape():
 def _pool_unpool(attrs, out_shape):
     x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", "M", 6, 4])
     pool = h.make_node("MaxPool", ["x"], ["p", "i"], **attrs)
-    unpool = h.make_node("MaxUnpool", ["p", "i"] + (["s"] if out_shape else []), ["y"], **attrs)
+    unpool = h.make_node("MaxUnpool", ["p", "i", "s"] if out_shape else ["p", "i"], ["y"], **attrs)
     inits = [onnx.numpy_helper.from_array(np.array(out_shape, I64), "s")] if out_shape else []
     m = h.make_model(h.make_graph([pool, unpool], "g", [x], [h.make_empty_tensor_value_info("y")], inits),
                      opset_imports=[h.make_opsetid("", 18)])

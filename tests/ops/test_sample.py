@@ -16,7 +16,8 @@ DIMS = ({"N": 1, "C": 1, "H": 1, "W": 2}, {"N": 2, "C": 3, "H": 4, "W": 5})
 
 
 def model(node, inputs, opset=20):
-    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s) for n, t, s in inputs]
+    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s)
+           for n, t, s in inputs]
     m = h.make_model(h.make_graph([node], "g", vis, [h.make_empty_tensor_value_info("y")]),
                      opset_imports=[h.make_opsetid("", opset)])
     m.ir_version = 10
@@ -56,7 +57,8 @@ def test_grid_sample_3d(mode, pad):
 
 def test_grid_sample_opset16_names():
     inputs = [("x", F32, ["N", "C", 3, 4]), ("g", F32, ["N", "H", "W", 2])]
-    check(h.make_node("GridSample", ["x", "g"], ["y"], mode="bicubic", padding_mode="border"), inputs, opset=16)
+    node = h.make_node("GridSample", ["x", "g"], ["y"], mode="bicubic", padding_mode="border")
+    check(node, inputs, opset=16)
 
 
 def test_grid_sample_symbolic_output_shape():

@@ -26,7 +26,8 @@ def model(node, x_shape, inits=None, opset=19):
 def check(m, x_shape, rtol=1e-4, atol=1e-4):
     mod, _, k = jit_compile(m)
     for seed, n in enumerate((1, 3)):
-        x = np.random.default_rng(seed).uniform(-2, 2, size=[n if d == "N" else d for d in x_shape]).astype(F32)
+        shape = [n if d == "N" else d for d in x_shape]
+        x = np.random.default_rng(seed).uniform(-2, 2, size=shape).astype(F32)
         want = ort_run(m, {"x": x})["y"]
         for got in (k(x)[0], interp_run(mod, [x])[0]):
             assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
@@ -34,7 +35,8 @@ def check(m, x_shape, rtol=1e-4, atol=1e-4):
 
 
 # (inverse, onesided, last dim): one-sided forward takes real input, one-sided inverse complex
-@pytest.mark.parametrize("inverse,onesided,c", [(0, 0, 1), (0, 0, 2), (1, 0, 1), (1, 0, 2), (0, 1, 1), (1, 1, 2)])
+@pytest.mark.parametrize("inverse,onesided,c",
+                         [(0, 0, 1), (0, 0, 2), (1, 0, 1), (1, 0, 2), (0, 1, 1), (1, 1, 2)])
 @pytest.mark.parametrize("axis", [1, 2])
 def test_dft_opset19(inverse, onesided, axis, c):
     shape = ["N", 8, 7, c] if not (inverse and onesided) else ["N", 5, 5, c]

@@ -135,7 +135,10 @@ def softmax_cross_entropy(x, labels, weight, reduction: str, ignore_index):
 def _sce_ref(ctx: RefCtx, x, t, *rest):
     w = widen(rest[0]) if rest else None
     loss, lp = softmax_cross_entropy(widen(x), t, w, ctx.attr("reduction", "mean"), ctx.attr("ignore_index"))
-    return [cast_out(ctx, loss)] + ([cast_out(ctx, lp, 1)] if len(ctx.op.results) > 1 else [])
+    out = [cast_out(ctx, loss)]
+    if len(ctx.op.results) > 1:
+        out.append(cast_out(ctx, lp, 1))
+    return out
 
 
 def _sce_lower(ctx) -> None:

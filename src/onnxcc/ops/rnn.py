@@ -277,7 +277,8 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
             G = ctx.temp(dt, state, "rnn_gates")
             p.compute(G, lambda d, b, j: rsum([(kk, hid)], Hs[d, b, kk] * R[d, j, kk]))
             Hn = ctx.temp(dt, state, "rnn_hn")
-            p.compute(Hn, lambda d, b, h: masked(b, tanh(act(XW[d, pos(d, b), b, h] + G[d, b, h])), Hs[d, b, h]))
+            p.compute(Hn, lambda d, b, h: masked(b, tanh(act(XW[d, pos(d, b), b, h] + G[d, b, h])),
+                                                 Hs[d, b, h]))
             updates = [(Hs, Hn)]
         else:
             width = 3 * hid if lbr else 2 * hid

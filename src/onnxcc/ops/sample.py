@@ -27,7 +27,9 @@ from ..kernel import Expr, Var
 from .elementwise import kwiden
 from .registry import InferCtx, RefCtx, define
 
-_MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic", "bicubic": "cubic"}
+#: opset 16 names (bilinear, bicubic) and opset 20 names
+_MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic",
+          "bicubic": "cubic"}
 _PADDING = ("zeros", "border", "reflection")
 _CUBIC_A = -0.75
 _TAPS = {"nearest": 1, "linear": 2, "cubic": 4}

@@ -89,7 +89,7 @@ def _geometry(ctx, shape, axis: int, n_len) -> tuple[tuple, int | object]:
 
 def _dft_infer(ctx: InferCtx) -> list[TensorType]:
     x = ctx.in_types[0]
-    xp, lp, ap = _args(ctx, len(ctx.in_types))
+    _, lp, ap = _args(ctx, len(ctx.in_types))
     if not x.dtype.is_float:
         raise ctx.error(f"input must be a float tensor, got {x.dtype.value}")
     if x.rank < 2 or x.shape[-1] not in (1, 2):
@@ -222,4 +222,5 @@ def _dft_lower(ctx) -> None:
     ctx.compute(y, body)
 
 
-define("onnx.DFT", infer=_dft_infer, reference=_dft_ref, lower=_dft_lower, kind="opaque", arity=(1, 3), math=dft)
+define("onnx.DFT", infer=_dft_infer, reference=_dft_ref, lower=_dft_lower, kind="opaque", arity=(1, 3),
+       math=dft)
