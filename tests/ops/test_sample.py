@@ -77,3 +77,34 @@ def test_grid_sample_checks_grid_shape():
     inputs = [("x", F32, ["N", "C", 3, 4]), ("g", F32, ["N", 2, 2, 3])]
     with pytest.raises(OnnxccError, match="last dim must be 2"):
         jit_compile(model(h.make_node("GridSample", ["x", "g"], ["y"]), inputs))
+
+
+@pytest.mark.parametrize("attrs,c,oc,extra", [
+    ({}, 1, 1, []),
+    ({"pads": [1, 1, 1, 1], "strides": [2, 1]}, 2, 3, ["b"]),
+    ({"dilations": [1, 2], "offset_group": 2, "group": 2}, 4, 2, ["b", "m"]),
+])
+def test_deform_conv(attrs, c, oc, extra):
+    kh, kw, hh, ww = 2, 3, 5, 6
+    pads = attrs.get("pads", [0] * 4)
+    st, dl = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    oh = (hh + pads[0] + pads[2] - dl[0] * (kh - 1) - 1) // st[0] + 1
+    ow = (ww + pads[1] + pads[3] - dl[1] * (kw - 1) - 1) // st[1] + 1
+    og = attrs.get("offset_group", 1)
+    inputs = [("x", F32, ["N", c, hh, ww]), ("w", F32, [oc, c // attrs.get("group", 1), kh, kw]),
+              ("off", F32, ["N", og * 2 * kh * kw, oh, ow])]
+    names = ["x", "w", "off"]
+    if "b" in extra:
+        inputs.append(("b", F32, [oc]))
+        names.append("b")
+    if "m" in extra:
+        inputs.append(("m", F32, ["N", og * kh * kw, oh, ow]))
+        names += ["m"] if "b" in extra else ["", "m"]
+    node = h.make_node("DeformConv", names, ["y"], kernel_shape=[kh, kw], **attrs)
+    check(node, inputs, opset=22)
+
+
+def test_deform_conv_refuses_3d():
+    inputs = [("x", F32, ["N", 1, 3, 3, 3]), ("w", F32, [1, 1, 2, 2, 2]), ("off", F32, ["N", 24, 2, 2, 2])]
+    with pytest.raises(OnnxccError, match="must be 4-D \(2-D DeformConv\)"):
+        jit_compile(model(h.make_node("DeformConv", ["x", "w", "off"], ["y"]), inputs, opset=22))

@@ -1,5 +1,5 @@
 """Sampling ops: GridSample (nearest / linear / cubic over any number of spatial dims, padding
-zeros / border / reflection, align_corners).
+zeros / border / reflection, align_corners) and 2-D DeformConv (at the end of the file).
 
 GridSample reads, for every output position, a normalized coordinate per spatial dim from
 the grid (the grid's last axis lists them innermost dim first: x, then y, then z) and
@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernel as K
-from ..ir import DType, TensorType
+from ..ir import DType, TensorType, canon
 from ..kernel import Expr, Var
 from .elementwise import kwiden
-from .registry import InferCtx, RefCtx, define
+from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 #: opset 16 names (bilinear, bicubic) and opset 20 names
 _MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic",
@@ -250,3 +250,133 @@ def _gs_lower(ctx) -> None:
 
 define("onnx.GridSample", infer=_gs_infer, reference=_gs_ref, lower=_gs_lower, kind="opaque", arity=2,
        math=grid_sample)
+
+
+# ---- DeformConv ------------------------------------------------------------------------------------
+#
+# 2-D deformable convolution: every kernel tap (i, j) of output (oh, ow) reads X bilinearly
+# (zero outside X) at the regular position plus a learned offset, offset[n, og, tap, (dh, dw),
+# oh, ow] with og the channel's offset group, scaled by mask[n, og, tap, oh, ow] when given.
+
+
+def _deform_attrs(ctx, x_shape, w_shape, fail) -> dict:
+    kernel = list(ctx.attr("kernel_shape") or w_shape[2:])
+    nd = len(x_shape) - 2
+    if nd != 2:
+        raise fail(f"only 2-D DeformConv is supported, got {nd} spatial dims")
+    strides = list(ctx.attr("strides") or [1] * nd)
+    dil = list(ctx.attr("dilations") or [1] * nd)
+    pads = list(ctx.attr("pads") or [0] * (2 * nd))
+    outs = [canon((x_shape[2 + i] + pads[i] + pads[nd + i] - dil[i] * (kernel[i] - 1) - 1) // strides[i] + 1)
+            if isinstance(x_shape[2 + i], int) else None for i in range(nd)]
+    return dict(kernel=kernel, strides=strides, dil=dil, pads=pads, outs=outs,
+                group=int(ctx.attr("group", 1)), og=int(ctx.attr("offset_group", 1)))
+
+
+def _deform_infer(ctx: InferCtx) -> list[TensorType]:
+    x, w = ctx.in_types[0], ctx.in_types[1]
+    if x.rank != 4 or w.rank != 4:
+        raise ctx.error(f"X and W must be 4-D (2-D DeformConv), got {x} and {w}")
+    a = _deform_attrs(ctx, x.shape, w.shape, ctx.error)
+    if any(d is None for d in a["outs"]):
+        raise ctx.error("DeformConv needs static spatial dims of X")
+    if not all(isinstance(d, int) for d in (*x.shape[1:], *w.shape)):
+        raise ctx.error(f"DeformConv needs static channel and kernel dims, got {x} and {w}")
+    kh, kw = a["kernel"]
+    if x.shape[1] % a["group"] or w.shape[0] % a["group"] or x.shape[1] % a["og"]:
+        raise ctx.error("channels must divide by group and offset_group")
+    off = ctx.in_types[2]
+    want = (x.shape[0], a["og"] * 2 * kh * kw, *a["outs"])
+    for i, (d, e) in enumerate(zip(off.shape, want)):
+        ctx.require_eq(d, e, f"offset dim {i}")
+    return [TensorType(x.dtype, (x.shape[0], w.shape[0], *a["outs"]))]
+
+
+def _bilinear_np(img, h, w):
+    """img (N, C, H, W) sampled at per-(n, c) positions h, w (N, C, ...): zero outside."""
+    hh, ww = img.shape[2], img.shape[3]
+    h0, w0 = np.floor(h).astype(np.int64), np.floor(w).astype(np.int64)
+    out = np.zeros(h.shape, img.dtype)
+    n = np.arange(img.shape[0]).reshape((-1,) + (1,) * (h.ndim - 1))
+    c = np.arange(img.shape[1]).reshape((1, -1) + (1,) * (h.ndim - 2))
+    for dh in (0, 1):
+        for dw in (0, 1):
+            hi, wi = h0 + dh, w0 + dw
+            wt = (1 - np.abs(h - hi)) * (1 - np.abs(w - wi))
+            ok = (hi >= 0) & (hi < hh) & (wi >= 0) & (wi < ww)
+            out = out + np.where(ok, img[n, c, np.clip(hi, 0, hh - 1), np.clip(wi, 0, ww - 1)], 0) * wt
+    return out
+
+
+def deform_conv(x, w, offset, b, mask, a: dict):
+    n, c = x.shape[:2]
+    oc, cg = w.shape[:2]
+    kh, kw = a["kernel"]
+    oh, ow = a["outs"]
+    og = a["og"]
+    per_og = c // og
+    ys = np.arange(oh)[:, None] * a["strides"][0] - a["pads"][0]
+    xs = np.arange(ow)[None, :] * a["strides"][1] - a["pads"][1]
+    off = offset.reshape(n, og, kh * kw, 2, oh, ow)
+    msk = np.ones((n, og, kh * kw, oh, ow), x.dtype) if mask is None else mask.reshape(n, og, kh * kw, oh, ow)
+    cols = np.zeros((n, c, kh * kw, oh, ow), x.dtype)  # the sampled, masked input per tap
+    groups = np.arange(c) // per_og
+    for i in range(kh):
+        for j in range(kw):
+            t = i * kw + j
+            h = ys + i * a["dil"][0] + off[:, groups, t, 0]
+            ww = xs + j * a["dil"][1] + off[:, groups, t, 1]
+            cols[:, :, t] = _bilinear_np(x, h, ww) * msk[:, groups, t]
+    y = np.zeros((n, oc, oh, ow), x.dtype)
+    ocg = oc // a["group"]
+    for g in range(a["group"]):
+        wg = w[g * ocg:(g + 1) * ocg].reshape(ocg, cg * kh * kw)
+        colg = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * kh * kw, oh * ow)
+        y[:, g * ocg:(g + 1) * ocg] = np.einsum("ok,nkp->nop", wg, colg).reshape(n, ocg, oh, ow)
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
+
+
+def _deform_ref(ctx: RefCtx, x, w, offset, *rest):
+    items = [*onnx_inputs(ctx.op, [x, w, offset, *rest]), None, None]
+    a = _deform_attrs(ctx, x.shape, w.shape, ValueError)
+    return [deform_conv(x, w, offset, items[3], items[4], a)]
+
+
+def _deform_lower(ctx) -> None:
+    items = [*onnx_inputs(ctx.op, list(ctx.inputs)), None, None]
+    x, w, off, b, mask = items[:5]
+    y = ctx.out(0)
+    a = _deform_attrs(ctx, x.shape, w.shape, ctx.unsupported)
+    c, oc, cg = x.shape[1], w.shape[0], w.shape[1]
+    kh, kw = a["kernel"]
+    hh, ww = x.shape[2], x.shape[3]
+    per_og, ocg = c // a["og"], oc // a["group"]
+    dt = kwiden(K.Const(0.0, x.dtype)).dtype
+    ci, i, j, ch, cw = Var("ci"), Var("ki"), Var("kj"), Var("ch"), Var("cw")
+
+    def body(n, o, p, q):
+        ch_ = (o // ocg) * cg + ci  # the input channel
+        g = ch_ // per_og
+        tap = i * kw + j
+        base = g * (2 * kh * kw) + 2 * tap
+        h = K.cast(p * a["strides"][0] - a["pads"][0] + i * a["dil"][0], dt) + kwiden(off[(n, base, p, q)])
+        v = K.cast(q * a["strides"][1] - a["pads"][1] + j * a["dil"][1], dt) + kwiden(off[(n, base + 1, p, q)])
+        hi = K.cast(K.floor(h), DType.i64) + ch
+        wi = K.cast(K.floor(v), DType.i64) + cw
+        wt = (1.0 - abs(h - K.cast(hi, dt))) * (1.0 - abs(v - K.cast(wi, dt)))
+        ok = (hi >= 0) & (hi < hh) & (wi >= 0) & (wi < ww)
+        val = K.select(ok, kwiden(x[(n, ch_, hi, wi)]), K.Const(0.0, dt)) * wt
+        if mask is not None:
+            val = val * kwiden(mask[(n, g * kh * kw + tap, p, q)])
+        acc = K.rsum([(ci, cg), (i, kh), (j, kw), (ch, 2), (cw, 2)], val * kwiden(w[(o, ci, i, j)]))
+        if b is not None:
+            acc = acc + kwiden(b[(o,)])
+        return K.cast(acc, y.dtype)
+
+    ctx.program.compute(y, body, names=["n", "o", "p", "q"])
+
+
+define("onnx.DeformConv", infer=_deform_infer, reference=_deform_ref, lower=_deform_lower, kind="opaque",
+       arity=(3, 5), math=deform_conv)
