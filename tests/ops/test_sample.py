@@ -106,5 +106,5 @@ def test_deform_conv(attrs, c, oc, extra):
 
 def test_deform_conv_refuses_3d():
     inputs = [("x", F32, ["N", 1, 3, 3, 3]), ("w", F32, [1, 1, 2, 2, 2]), ("off", F32, ["N", 24, 2, 2, 2])]
-    with pytest.raises(OnnxccError, match="must be 4-D \(2-D DeformConv\)"):
+    with pytest.raises(OnnxccError, match=r"must be 4-D \(2-D DeformConv\)"):
         jit_compile(model(h.make_node("DeformConv", ["x", "w", "off"], ["y"]), inputs, opset=22))

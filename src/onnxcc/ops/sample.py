@@ -361,8 +361,9 @@ def _deform_lower(ctx) -> None:
         g = ch_ // per_og
         tap = i * kw + j
         base = g * (2 * kh * kw) + 2 * tap
-        h = K.cast(p * a["strides"][0] - a["pads"][0] + i * a["dil"][0], dt) + kwiden(off[(n, base, p, q)])
-        v = K.cast(q * a["strides"][1] - a["pads"][1] + j * a["dil"][1], dt) + kwiden(off[(n, base + 1, p, q)])
+        (sh, sw), (dh, dw) = a["strides"], a["dil"]
+        h = K.cast(p * sh - a["pads"][0] + i * dh, dt) + kwiden(off[(n, base, p, q)])
+        v = K.cast(q * sw - a["pads"][1] + j * dw, dt) + kwiden(off[(n, base + 1, p, q)])
         hi = K.cast(K.floor(h), DType.i64) + ch
         wi = K.cast(K.floor(v), DType.i64) + cw
         wt = (1.0 - abs(h - K.cast(hi, dt))) * (1.0 - abs(v - K.cast(wi, dt)))
