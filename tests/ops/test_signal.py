@@ -67,3 +67,28 @@ def test_dft_refuses_the_last_axis():
     node = h.make_node("DFT", ["x"], ["y"], axis=3)
     with pytest.raises(OnnxccError, match="not the last dim"):
         jit_compile(model(node, ["N", 4, 6, 2]))
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("size,dtype", [(10, 1), (7, 11)])
+def test_windows_with_a_constant_size(op, periodic, size, dtype):
+    node = h.make_node(op, ["n"], ["y"], periodic=periodic, output_datatype=dtype)
+    m = h.make_model(h.make_graph([node], "g", [], [h.make_empty_tensor_value_info("y")],
+                                  [onnx.numpy_helper.from_array(np.array(size, np.int64), "n")]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 10
+    mod, _, k = jit_compile(m)
+    want = ort_run(m, {})["y"]
+    for got in (k()[0], interp_run(mod, [])[0]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_window_size_known_only_at_run_time_is_refused():
+    node = h.make_node("HannWindow", ["n"], ["y"])
+    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("n", onnx.TensorProto.INT64, [])],
+                                  [h.make_empty_tensor_value_info("y")]), opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 10
+    with pytest.raises(OnnxccError, match="depends on data"):
+        jit_compile(m)

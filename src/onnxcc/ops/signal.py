@@ -1,4 +1,5 @@
-"""Signal ops: DFT (opset 17/20: forward, inverse, one-sided forward, one-sided inverse = irfft).
+"""Signal ops: DFT (opset 17/20: forward, inverse, one-sided forward, one-sided inverse = irfft)
+and the Hann / Hamming / Blackman windows (at the end of the file).
 
 x is (..., L, ..., c) with c = 1 (real) or 2 (complex, real then imaginary part last); the
 transform runs along `axis` (an attribute up to opset 19, an input from 20; never the last
@@ -23,6 +24,7 @@ import sympy
 from .. import kernel as K
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr, Var
+from .dtypes import onnx_dtype
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 
@@ -224,3 +226,59 @@ def _dft_lower(ctx) -> None:
 
 define("onnx.DFT", infer=_dft_infer, reference=_dft_ref, lower=_dft_lower, kind="opaque", arity=(1, 3),
        math=dft)
+
+
+# ---- Hann / Hamming / Blackman windows -------------------------------------------------------------
+#
+# w[n] = sum_k a_k cos(2 pi k n / D), n < size, D = size (periodic, the default) or size - 1.
+# The size is an input: a constant (or a value shape inference knows) gives a static length;
+# one only the run knows gives a data-dependent dim (not compiled).
+
+#: the cosine coefficients a_k of each window
+_WINDOWS = {"HannWindow": (0.5, -0.5), "HammingWindow": (25 / 46, -21 / 46),
+            "BlackmanWindow": (0.42, -0.5, 0.08)}
+
+
+def window(name: str, size: int, periodic: bool, dtype) -> np.ndarray:
+    n = np.arange(size, dtype=np.float64)
+    d = size if periodic else size - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = sum(c * np.cos(2 * np.pi * k * n / d) for k, c in enumerate(_WINDOWS[name]))
+    return np.asarray(w).astype(dtype)
+
+
+def _window_op(name: str) -> None:
+    def infer(ctx: InferCtx):
+        t = ctx.in_types[0]
+        if t.dtype not in (DType.i32, DType.i64) or t.rank > 1 or (t.rank == 1 and t.shape[0] != 1):
+            raise ctx.error(f"size must be an int32 / int64 scalar, got {t}")
+        known = ctx.known_ints(0)
+        if known is not None and known[0] < 0:
+            raise ctx.error(f"size must be >= 0, got {known[0]}")
+        n = known[0] if known is not None else ctx.fresh("window_size")
+        return [TensorType(onnx_dtype(ctx.attr("output_datatype", 1)), (n,))]
+
+    def reference(ctx: RefCtx, size):
+        dt = ctx.out_type().dtype.np
+        return [window(name, int(np.asarray(size).reshape(-1)[0]), bool(ctx.attr("periodic", 1)), dt)]
+
+    def lower(ctx) -> None:
+        y = ctx.out(0)
+        size = K.cast(K.dim_to_expr(y.shape[0]), DType.f64)
+        d = size if ctx.attr("periodic", 1) else size - 1.0
+
+        def body(i):
+            th = K.cast(i, DType.f64) * (2.0 * math.pi) / d
+            acc = None
+            for k, c in enumerate(_WINDOWS[name]):
+                term = K.Const(c, DType.f64) if k == 0 else K.unary("cos", th * float(k)) * c
+                acc = term if acc is None else acc + term
+            return K.cast(acc, y.dtype)
+
+        ctx.compute(y, body)
+
+    define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind="opaque", arity=1, math=window)
+
+
+for _name in _WINDOWS:
+    _window_op(_name)
