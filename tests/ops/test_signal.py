@@ -87,8 +87,9 @@ def test_windows_with_a_constant_size(op, periodic, size, dtype):
 
 def test_window_size_known_only_at_run_time_is_refused():
     node = h.make_node("HannWindow", ["n"], ["y"])
-    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("n", onnx.TensorProto.INT64, [])],
-                                  [h.make_empty_tensor_value_info("y")]), opset_imports=[h.make_opsetid("", 17)])
+    size = h.make_tensor_value_info("n", onnx.TensorProto.INT64, [])
+    m = h.make_model(h.make_graph([node], "g", [size], [h.make_empty_tensor_value_info("y")]),
+                     opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 10
     with pytest.raises(OnnxccError, match="depends on data"):
         jit_compile(m)
