@@ -138,3 +138,13 @@ def _pool_unpool(attrs, out_shape):
                      opset_imports=[h.make_opsetid("", 18)])
     m.ir_version = 10
     return m
+
+
+@pytest.mark.parametrize("target,axes", [([3, 7], None), ([5, 2], None), ([6], [-1]), ([1, 8], [0, 2])])
+def test_center_crop_pad(target, axes):
+    """Crop and pad (odd and even differences) with a constant shape; N stays symbolic when
+    it is not a cropped axis."""
+    attrs = {} if axes is None else {"axes": axes}
+    node = h.make_node("CenterCropPad", ["x", "s"], ["y"], **attrs)
+    shape = [4, 5] if axes is None else (["N", 4, 5] if axes == [-1] else [4, "N", 5])
+    check(node, [("x", F32, shape, -2.0, 2.0)], {"s": np.array(target, I64)})

@@ -736,3 +736,73 @@ class DetOp(OpDef):
     def reference(self, ctx, x):
         xw = x.astype(np.float32) if x.dtype == np.float16 else x
         return [np.asarray(np.linalg.det(xw)).astype(x.dtype)]
+
+
+# ---- CenterCropPad ------------------------------------------------------------------------------
+
+@register("onnx.CenterCropPad")
+class CenterCropPadOp(OpDef):
+    """Each listed axis becomes its target length: a longer input is cropped around its center
+    (the window starting at floor((in - target) / 2)), a shorter one zero-padded on both sides
+    (floor((target - in) / 2) before it, the odd pixel after). The targets come from the
+    `shape` input: known at compile time, or a data-dependent dim (not compiled)."""
+
+    arity = 2
+    kind = "injective"
+
+    def _axes(self, ctx, rank: int) -> list[int]:
+        axes = ctx.attr("axes", None)
+        axes = list(range(rank)) if axes is None else [norm_axis(ctx, a, rank) for a in axes]
+        if len(set(axes)) != len(axes):
+            raise ctx.error(f"repeated axes {axes}")
+        return axes
+
+    def infer(self, ctx):
+        x, s = ctx.in_types
+        axes = self._axes(ctx, x.rank)
+        if s.rank != 1 or not s.dtype.is_int:
+            raise ctx.error(f"shape must be a 1-D integer tensor, got {s}")
+        ctx.require_eq(s.shape[0], len(axes), "shape length == number of axes")
+        known = ctx.known_ints(1)
+        if known is not None and any(v < 0 for v in known):
+            raise ctx.error(f"negative target dims {known}")
+        out = list(x.shape)
+        for k, a in enumerate(axes):
+            out[a] = known[k] if known is not None else \
+                fresh_dim(ctx, f"crop{a}", "target from the shape input", dim=a)
+        return [x.with_shape(tuple(out))]
+
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        axes = self._axes(ctx, x.rank)
+        zero = KConst(False if x.dtype is DType.bool else 0, x.dtype)
+
+        def body(ix):
+            src, inside = list(ix), None
+            for a in axes:
+                n, t = dim_to_expr(x.shape[a]), dim_to_expr(y.shape[a])
+                s = select(n >= t, ix[a] + (n - t) // 2, ix[a] - (t - n) // 2)
+                ok = (s >= 0) & (s < n)
+                src[a], inside = s, ok if inside is None else inside & ok
+            v = x[tuple(src)]
+            return v if inside is None else select(inside, v, zero)
+
+        emit(ctx, y, body)
+
+    def reference(self, ctx, x, shape):
+        axes = self._axes(ctx, x.ndim)
+        out_shape = list(x.shape)
+        for a, t in zip(axes, np.asarray(shape).reshape(-1)):
+            out_shape[a] = int(t)
+        y = np.zeros(out_shape, x.dtype)
+        src, dst = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+        for a in axes:
+            n, t = x.shape[a], out_shape[a]
+            if n >= t:
+                st = (n - t) // 2
+                src[a], dst[a] = slice(st, st + t), slice(0, t)
+            else:
+                st = (t - n) // 2
+                src[a], dst[a] = slice(0, n), slice(st, st + n)
+        y[tuple(dst)] = x[tuple(src)]
+        return [y]

@@ -18,6 +18,7 @@ from ..kernel import (
 )
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
+from .shape import fresh_dim
 
 # ---- window arithmetic on Dims ---------------------------------------------------------------------
 
@@ -635,7 +636,8 @@ def _unpool_dims(ctx, x: TensorType):
     if len(ctx.in_types) > 2:
         known = ctx.known_ints(2)
         if known is None:
-            return tuple(ctx.fresh("unpool_dim") for _ in default)
+            return tuple(fresh_dim(ctx, "unpool_dim", "output_shape input", dim=2 + i)
+                         for i in range(len(default)))
         if len(known) != x.rank:
             raise ctx.error(f"output_shape must have {x.rank} values, got {known}")
         return tuple(known[2:])

@@ -26,6 +26,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Expr, Var
 from .dtypes import onnx_dtype
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .shape import fresh_dim
 
 
 def _opset(ctx) -> int:
@@ -104,7 +105,7 @@ def _dft_infer(ctx: InferCtx) -> list[TensorType]:
     if lp is not None:
         n_len = _int_of(ctx, lp)
         if n_len is None:
-            n_len = ctx.fresh("dft_length")
+            n_len = fresh_dim(ctx, "dft_length", "dft_length input", dim=x.rank)
         elif n_len < 1:
             raise ctx.error(f"dft_length must be >= 1, got {n_len}")
     axis = _axis_attr(ctx, x.rank, ap, ctx.error)
@@ -116,7 +117,7 @@ def _dft_infer(ctx: InferCtx) -> list[TensorType]:
     out = []
     for i in range(x.rank):
         dims = {canon(s[i]) for s in shapes}
-        out.append(dims.pop() if len(dims) == 1 else ctx.fresh("dft_dim"))
+        out.append(dims.pop() if len(dims) == 1 else fresh_dim(ctx, "dft_dim", "DFT axis input", dim=i))
     return [TensorType(x.dtype, tuple(out))]
 
 
@@ -255,7 +256,7 @@ def _window_op(name: str) -> None:
         known = ctx.known_ints(0)
         if known is not None and known[0] < 0:
             raise ctx.error(f"size must be >= 0, got {known[0]}")
-        n = known[0] if known is not None else ctx.fresh("window_size")
+        n = known[0] if known is not None else fresh_dim(ctx, "window_size", "size input")
         return [TensorType(onnx_dtype(ctx.attr("output_datatype", 1)), (n,))]
 
     def reference(ctx: RefCtx, size):
