@@ -108,3 +108,25 @@ def test_deform_conv_refuses_3d():
     inputs = [("x", F32, ["N", 1, 3, 3, 3]), ("w", F32, [1, 1, 2, 2, 2]), ("off", F32, ["N", 24, 2, 2, 2])]
     with pytest.raises(OnnxccError, match=r"must be 4-D \(2-D DeformConv\)"):
         jit_compile(model(h.make_node("DeformConv", ["x", "w", "off"], ["y"]), inputs, opset=22))
+
+
+@pytest.mark.parametrize("size", [[2, 3, 4, 5], [2, 1, 1, 6], [2, 3, 2, 3, 4]])
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_with_a_constant_size(size, align):
+    r = len(size) - 2
+    node = h.make_node("AffineGrid", ["t", "s"], ["y"], align_corners=align)
+    vis = [h.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [2, r, r + 1])]
+    m = h.make_model(h.make_graph([node], "g", vis, [h.make_empty_tensor_value_info("y")],
+                                  [onnx.numpy_helper.from_array(np.array(size, np.int64), "s")]),
+                     opset_imports=[h.make_opsetid("", 20)])
+    m.ir_version = 10
+    if align and 1 in size[2:]:
+        with pytest.raises(OnnxccError, match="disagree on its coordinate"):
+            jit_compile(m)
+        return
+    mod, _, k = jit_compile(m)
+    t = np.random.default_rng(0).uniform(-2, 2, size=(2, r, r + 1)).astype(F32)
+    want = ort_run(m, {"t": t})["y"]
+    for got in (k(t)[0], interp_run(mod, [t])[0]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,5 @@
 """Sampling ops: GridSample (nearest / linear / cubic over any number of spatial dims, padding
-zeros / border / reflection, align_corners) and 2-D DeformConv (at the end of the file).
+zeros / border / reflection, align_corners), 2-D DeformConv and AffineGrid (at the end of the file).
 
 GridSample reads, for every output position, a normalized coordinate per spatial dim from
 the grid (the grid's last axis lists them innermost dim first: x, then y, then z) and
@@ -26,6 +26,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Expr, Var
 from .elementwise import kwiden
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .shape import fresh_dim
 
 #: opset 16 names (bilinear, bicubic) and opset 20 names
 _MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic",
@@ -381,3 +382,78 @@ def _deform_lower(ctx) -> None:
 
 define("onnx.DeformConv", infer=_deform_infer, reference=_deform_ref, lower=_deform_lower, kind="opaque",
        arity=(3, 5), math=deform_conv)
+
+
+# ---- AffineGrid ------------------------------------------------------------------------------------
+#
+# grid[n, (d,) h, w, :] = theta[n] @ (x_w, y_h, (z_d,) 1): the normalized coordinates of an
+# (N, C, (D,) H, W) output, transformed. Base coordinate i of a length-L dim: -1 + 2i / (L - 1)
+# with align_corners (-1 when L is 1), else (2i + 1) / L - 1. The size comes from an input:
+# known at compile time, or data-dependent dims (not compiled).
+
+
+def _base(i, length, align: int):
+    if align:
+        return -1.0 + 2.0 * i / (length - 1) if length != 1 else -1.0 + 0.0 * i
+    return (2.0 * i + 1.0) / length - 1.0
+
+
+def _affine_infer(ctx: InferCtx) -> list[TensorType]:
+    theta, size = ctx.in_types
+    if theta.rank != 3 or not theta.dtype.is_float:
+        raise ctx.error(f"theta must be a float (N, 2, 3) or (N, 3, 4) tensor, got {theta}")
+    if size.rank != 1 or size.shape[0] not in (4, 5):
+        raise ctx.error(f"size must be a 1-D tensor of 4 or 5 values, got {size}")
+    r = size.shape[0] - 2
+    ctx.require_eq(theta.shape[1], r, "theta dim 1 == spatial rank")
+    ctx.require_eq(theta.shape[2], r + 1, "theta dim 2 == spatial rank + 1")
+    known = ctx.known_ints(1)
+    if known is not None:
+        ctx.require_eq(theta.shape[0], known[0], "theta batch == size[0]")
+        sp = tuple(known[2:])
+    else:
+        sp = tuple(fresh_dim(ctx, "grid_dim", "size input", dim=1 + i) for i in range(r))
+    return [TensorType(theta.dtype, (theta.shape[0], *sp, r))]
+
+
+def affine_grid(theta, size, align: int):
+    sp = [int(d) for d in size[2:]]
+    r = len(sp)
+    axes = [_base(np.arange(n, dtype=np.float64), n, align) for n in sp]
+    mesh = np.meshgrid(*axes, indexing="ij")  # per spatial dim, innermost last
+    homo = np.stack([*mesh[::-1], np.ones(sp)], -1)  # (..., x, y, (z,) 1)
+    out = np.einsum("nij,...j->n...i", theta.astype(np.float64), homo)
+    return out.reshape(theta.shape[0], *sp, r).astype(theta.dtype)
+
+
+def _affine_ref(ctx: RefCtx, theta, size):
+    return [affine_grid(theta, np.asarray(size).reshape(-1), int(ctx.attr("align_corners", 0)))]
+
+
+def _affine_lower(ctx) -> None:
+    theta, y = ctx.inputs[0], ctx.out(0)
+    sp = y.shape[1:-1]
+    r = len(sp)
+    if not all(isinstance(d, int) for d in sp):
+        raise ctx.unsupported(f"output spatial dims {list(sp)} must be known at compile time")
+    align = int(ctx.attr("align_corners", 0))
+    if align and 1 in sp:
+        # the ONNX reference puts a single position at -1; onnxruntime does not agree
+        raise ctx.unsupported("align_corners=1 with a spatial dim of 1 (onnxruntime and the ONNX reference "
+                              "disagree on its coordinate)")
+    f64 = DType.f64
+
+    def body(n, *rest):
+        pos, comp = rest[:-1], rest[-1]
+        # homogeneous coordinates: x (innermost dim), y, (z,), then 1
+        coords = [_base(K.cast(pos[r - 1 - j], f64), sp[r - 1 - j], align) for j in range(r)]
+        acc = K.cast(theta[(n, comp, r)], f64)
+        for j, c in enumerate(coords):
+            acc = acc + K.cast(theta[(n, comp, j)], f64) * c
+        return K.cast(acc, y.dtype)
+
+    ctx.compute(y, body)
+
+
+define("onnx.AffineGrid", infer=_affine_infer, reference=_affine_ref, lower=_affine_lower, kind="opaque",
+       arity=2, math=affine_grid)
