@@ -130,3 +130,32 @@ def test_affine_grid_with_a_constant_size(size, align):
     for got in (k(t)[0], interp_run(mod, [t])[0]):
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("image,block,attrs", [
+    ([5, 5], [2, 2], {}),
+    ([6, 5], [3, 2], {"strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+    ([4, 3, 4], [2, 1, 2], {"strides": [2, 1, 1]}),
+])
+def test_col2im_with_constant_shapes(image, block, attrs):
+    nd = len(image)
+    st, dl = attrs.get("strides", [1] * nd), attrs.get("dilations", [1] * nd)
+    pads = attrs.get("pads", [0] * (2 * nd))
+    counts = [(image[i] + pads[i] + pads[nd + i] - dl[i] * (block[i] - 1) - 1) // st[i] + 1
+              for i in range(nd)]
+    c = 2
+    inputs = [("x", F32, ["N", c * int(np.prod(block)), int(np.prod(counts))])]
+    vis = [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, inputs[0][2])]
+    inits = [onnx.numpy_helper.from_array(np.array(image, np.int64), "i"),
+             onnx.numpy_helper.from_array(np.array(block, np.int64), "b")]
+    node = h.make_node("Col2Im", ["x", "i", "b"], ["y"], **attrs)
+    m = h.make_model(h.make_graph([node], "g", vis, [h.make_empty_tensor_value_info("y")], inits),
+                     opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 10
+    mod, _, k = jit_compile(m)
+    for seed, n in enumerate((1, 3)):
+        x = np.random.default_rng(seed).uniform(-2, 2, size=(n, *inputs[0][2][1:])).astype(F32)
+        want = ort_run(m, {"x": x})["y"]
+        for got in (k(x)[0], interp_run(mod, [x])[0]):
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,5 @@
 """Sampling ops: GridSample (nearest / linear / cubic over any number of spatial dims, padding
-zeros / border / reflection, align_corners), 2-D DeformConv and AffineGrid (at the end of the file).
+zeros / border / reflection, align_corners); 2-D DeformConv, AffineGrid and Col2Im follow it.
 
 GridSample reads, for every output position, a normalized coordinate per spatial dim from
 the grid (the grid's last axis lists them innermost dim first: x, then y, then z) and
@@ -20,6 +20,7 @@ output position.
 from __future__ import annotations
 
 import numpy as np
+import sympy
 
 from .. import kernel as K
 from ..ir import DType, TensorType, canon
@@ -457,3 +458,96 @@ def _affine_lower(ctx) -> None:
 
 define("onnx.AffineGrid", infer=_affine_infer, reference=_affine_ref, lower=_affine_lower, kind="opaque",
        arity=2, math=affine_grid)
+
+
+# ---- Col2Im ----------------------------------------------------------------------------------------
+#
+# The inverse of im2col: x (N, C * prod(block), L) holds, for each of the L sliding blocks
+# (row-major over the block grid), its C * prod(block) values; each lands at its position in
+# an (N, C, *image) output, overlapping contributions summing. image_shape and block_shape
+# are inputs: they must be known at compile time to lower (else data-dependent dims).
+
+
+def _col2im_geometry(image, block, strides, dil, pads) -> list:
+    """The number of block positions along each spatial dim."""
+    nd = len(image)
+    return [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+            for i in range(nd)]
+
+
+def _col2im_attrs(ctx, nd: int) -> tuple[list, list, list]:
+    return (list(ctx.attr("strides") or [1] * nd), list(ctx.attr("dilations") or [1] * nd),
+            list(ctx.attr("pads") or [0] * (2 * nd)))
+
+
+def _col2im_infer(ctx: InferCtx) -> list[TensorType]:
+    x, img, blk = ctx.in_types
+    if x.rank != 3:
+        raise ctx.error(f"input must be (N, C * prod(block_shape), L), got {x}")
+    if img.rank != 1 or blk.rank != 1 or not isinstance(img.shape[0], int) or img.shape[0] != blk.shape[0]:
+        raise ctx.error(f"image_shape and block_shape must be 1-D of one static length, got {img} and {blk}")
+    nd = img.shape[0]
+    image, block = ctx.known_ints(1), ctx.known_ints(2)
+    if block is not None:
+        nb = int(np.prod(block))
+        if isinstance(x.shape[1], int) and x.shape[1] % nb:
+            raise ctx.error(f"input dim 1 ({x.shape[1]}) is not a multiple of prod(block_shape) = {nb}")
+        c = canon(sympy.sympify(x.shape[1]) / nb)
+    else:
+        c = fresh_dim(ctx, "col2im_c", "block_shape input", dim=1)
+    if image is not None and block is not None:
+        n_blocks = int(np.prod(_col2im_geometry(image, block, *_col2im_attrs(ctx, nd))))
+        ctx.require_eq(x.shape[2], n_blocks, "L == the number of sliding blocks")
+    sp = tuple(image) if image is not None else \
+        tuple(fresh_dim(ctx, "col2im_dim", "image_shape input", dim=2 + i) for i in range(nd))
+    return [TensorType(x.dtype, (x.shape[0], c, *sp))]
+
+
+def col2im(x, image, block, strides, dil, pads):
+    nd = len(image)
+    counts = _col2im_geometry(image, block, strides, dil, pads)
+    n, cb, _ = x.shape
+    c = cb // int(np.prod(block))
+    padded = np.zeros((n, c, *[image[i] + pads[i] + pads[nd + i] for i in range(nd)]), x.dtype)
+    cols = x.reshape(n, c, *block, *counts)
+    for b in np.ndindex(*block):
+        for lpos in np.ndindex(*counts):
+            at = tuple(lpos[i] * strides[i] + b[i] * dil[i] for i in range(nd))
+            padded[(slice(None), slice(None), *at)] += cols[(slice(None), slice(None), *b, *lpos)]
+    return padded[(slice(None), slice(None), *[slice(pads[i], pads[i] + image[i]) for i in range(nd)])]
+
+
+def _col2im_ref(ctx: RefCtx, x, image, block):
+    image, block = [int(v) for v in image.reshape(-1)], [int(v) for v in block.reshape(-1)]
+    return [col2im(x, image, block, *_col2im_attrs(ctx, len(image)))]
+
+
+def _col2im_lower(ctx) -> None:
+    x, y = ctx.inputs[0], ctx.out(0)
+    image, block = ctx.const_value(1), ctx.const_value(2)
+    if image is None or block is None:
+        raise ctx.unsupported("image_shape and block_shape must be known at compile time")
+    image, block = [int(v) for v in image.reshape(-1)], [int(v) for v in block.reshape(-1)]
+    nd = len(image)
+    strides, dil, pads = _col2im_attrs(ctx, nd)
+    counts = _col2im_geometry(image, block, strides, dil, pads)
+    bv = [Var(f"b{i}") for i in range(nd)]
+
+    def body(n, c, *p):
+        conds, lpos = [], []
+        for i in range(nd):
+            off = p[i] + pads[i] - bv[i] * dil[i]  # = l * stride for the block position l
+            conds += [off >= 0, (off % strides[i]).eq(0), off // strides[i] < counts[i]]
+            lpos.append(off // strides[i])
+        ch = c * int(np.prod(block)) + K.flatten_index(bv, block)
+        ok = conds[0]
+        for cnd in conds[1:]:
+            ok = ok & cnd
+        v = K.select(ok, kwiden(x[(n, ch, K.flatten_index(lpos, counts))]), 0.0)
+        return K.cast(K.rsum([(b, e) for b, e in zip(bv, block)], v), y.dtype)
+
+    ctx.compute(y, body)
+
+
+define("onnx.Col2Im", infer=_col2im_infer, reference=_col2im_ref, lower=_col2im_lower, kind="opaque", arity=3,
+       math=col2im)
