@@ -9,7 +9,9 @@ from ..ir.verify import set_opdef_lookup  # noqa: E402
 set_opdef_lookup(get_opdef)
 
 # Each family module registers its ops on import.
-from . import bucket, cc, control_flow, elementwise, loss, matmul, misc, nn, reduce, rnn, sample, shape, signal  # noqa: F401,E402
+from . import (  # noqa: F401,E402
+    bucket, cc, control_flow, elementwise, linalg, loss, matmul, misc, nn, reduce, rnn, sample, shape, signal,
+)
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]
