@@ -1,4 +1,4 @@
-"""LSTM and GRU: symbolic shape rules, the numpy reference against onnxruntime (layout 0) and
+"""RNN, LSTM and GRU: symbolic shape rules, the numpy reference against onnxruntime (layout 0) and
 onnx.reference (layout 1, which onnxruntime does not run), the lowering through the JIT, and
 the messages for what is not supported."""
 
@@ -23,7 +23,7 @@ HID, INP = 5, 3
 
 def rnn(kind, direction="forward", layout=0, *, bias=True, init=False, lens=False, peep=False, clip=None,
         lbr=0, **attrs) -> onnx.ModelProto:
-    nd, g = (2 if direction == "bidirectional" else 1), (4 if kind == "LSTM" else 3)
+    nd, g = (2 if direction == "bidirectional" else 1), {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
     rng = np.random.default_rng(g * 10 + nd)
 
     def w(name, *shape):
@@ -89,12 +89,16 @@ def test_shapes_are_symbolic():
     assert "-> (f32[seq, 2, batch, 5], f32[2, batch, 5], f32[2, batch, 5])" in text
     text = str(imported(rnn("GRU", "reverse", layout=1)))
     assert "-> (f32[batch, seq, 1, 5], f32[batch, 1, 5])" in text
+    text = str(imported(rnn("RNN", "bidirectional")))
+    assert "-> (f32[seq, 2, batch, 5], f32[2, batch, 5])" in text
 
 
 CASES = [("LSTM", "forward", {}), ("LSTM", "reverse", {"init": True, "peep": True, "clip": 1.5}),
          ("LSTM", "bidirectional", {"lens": True, "bias": False}),
          ("GRU", "forward", {"lbr": 1, "init": True}),
-         ("GRU", "reverse", {"lens": True, "clip": 2.0}), ("GRU", "bidirectional", {"init": True})]
+         ("GRU", "reverse", {"lens": True, "clip": 2.0}), ("GRU", "bidirectional", {"init": True}),
+         ("RNN", "forward", {}), ("RNN", "reverse", {"lens": True, "init": True, "clip": 0.8}),
+         ("RNN", "bidirectional", {"lens": True, "bias": False})]
 DIMS = [{"seq": 1, "batch": 1}, {"seq": 6, "batch": 3}]
 
 
@@ -112,7 +116,7 @@ def test_reference_and_lowering_match_onnxruntime(kind, direction, kw):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=f"{what} at {dims}")
 
 
-@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
 def test_layout_1_matches_onnx_reference(kind):
     model = rnn(kind, "bidirectional", layout=1, init=True)
     m = imported(model)
@@ -128,3 +132,8 @@ def test_layout_1_matches_onnx_reference(kind):
 def test_unsupported_attributes_say_so(attrs, msg):
     with pytest.raises(UnsupportedOp, match=msg):
         imported(rnn("LSTM", **attrs))
+
+
+def test_rnn_unsupported_activation_says_so():
+    with pytest.raises(UnsupportedOp, match="only the defaults"):
+        imported(rnn("RNN", activations=["Relu"]))

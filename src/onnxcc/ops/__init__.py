@@ -15,6 +15,8 @@ from . import cc  # noqa: F401,E402
 from . import contrib  # noqa: F401,E402
 from . import control_flow  # noqa: F401,E402
 from . import elementwise  # noqa: F401,E402
+from . import linalg  # noqa: F401,E402
+from . import loss  # noqa: F401,E402
 from . import matmul  # noqa: F401,E402
 from . import misc  # noqa: F401,E402
 from . import nn  # noqa: F401,E402
@@ -22,7 +24,9 @@ from . import quant  # noqa: F401,E402
 from . import reduce  # noqa: F401,E402
 from . import resize  # noqa: F401,E402
 from . import rnn  # noqa: F401,E402
+from . import sample  # noqa: F401,E402
 from . import shape  # noqa: F401,E402
+from . import signal  # noqa: F401,E402
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]

@@ -1,5 +1,7 @@
 """Leftover data-movement ops: Pad, Trilu, OneHot, DepthToSpace, SpaceToDepth, ScatterND,
-ScatterElements, NonZero, TopK, EyeLike.
+ScatterElements, NonZero, TopK, EyeLike, ReverseSequence, CenterCropPad; also
+MeanVarianceNormalization and Swish (kept here so the norm and elementwise families stay
+untouched).
 
 Shape rules follow the same habits as shape.py: targets read from propagated values where
 the ONNX form computes them at run time, fresh symbols (with an origin naming the node)
@@ -19,7 +21,7 @@ import sympy
 from ..ir import DType, TensorType, canon
 from ..kernel import (
     Const as KConst, Expr, cast, clamp, dim_to_expr, flatten_index, fresh_var, maximum, minimum, rmax, rmin,
-    rprod, rsum, select, unflatten_index, wrap_index,
+    rprod, rsum, select, sigmoid, sqrt, unflatten_index, wrap_index,
 )
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
@@ -535,3 +537,213 @@ class TopKOp(OpDef):
         idx = order[..., :k]
         vals = np.take_along_axis(xm, idx, axis=-1)
         return [np.moveaxis(vals, -1, axis), np.moveaxis(idx, -1, axis).astype(np.int64)]
+
+
+# ---- ReverseSequence --------------------------------------------------------------------------
+
+@register("onnx.ReverseSequence")
+class ReverseSequenceOp(OpDef):
+    """Reverse the first `sequence_lens[b]` steps along `time_axis` of every batch entry `b`
+    (along `batch_axis`); the steps after that stay in place."""
+
+    arity = 2
+    kind = "injective"
+
+    def _axes(self, ctx, rank: int) -> tuple[int, int]:
+        t, b = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+        if sorted((t, b)) != [0, 1]:
+            raise ctx.error(f"time_axis and batch_axis must be 0 and 1 in some order, got {t}, {b}")
+        return t, b
+
+    def infer(self, ctx):
+        x, lens = ctx.in_types
+        if x.rank < 2:
+            raise ctx.error(f"input must have rank >= 2, got {x}")
+        _, b = self._axes(ctx, x.rank)
+        if lens.rank != 1 or lens.dtype is not DType.i64:
+            raise ctx.error(f"sequence_lens must be a 1-D int64 tensor, got {lens}")
+        ctx.require_eq(lens.shape[0], x.shape[b], "sequence_lens length == batch size")
+        return [x]
+
+    def lower(self, ctx):
+        x, lens = ctx.inputs
+        t, b = self._axes(ctx, x.rank)
+
+        def body(ix):
+            n = clamp(cast(lens[(ix[b],)], I64), 0, dim_to_expr(x.shape[t]))
+            src = select(ix[t] < n, n - 1 - ix[t], ix[t])
+            return x[tuple(src if k == t else v for k, v in enumerate(ix))]
+
+        emit(ctx, ctx.out(0), body)
+
+    def reference(self, ctx, x, lens):
+        t, b = self._axes(ctx, x.ndim)
+        y = x.copy()
+        for k, n in enumerate(np.asarray(lens).reshape(-1)):
+            n = int(min(max(n, 0), x.shape[t]))
+            src = [slice(None)] * x.ndim
+            src[b], src[t] = k, slice(None, n)
+            y[tuple(src)] = np.flip(x[tuple(src)], axis=t - (1 if b < t else 0))
+        return [y]
+
+
+# ---- MeanVarianceNormalization, Swish ------------------------------------------------------------
+
+#: the spec's function body adds this to the standard deviation (not to the variance)
+_MVN_EPS = 1e-9
+
+
+def mean_variance_normalization(x, axes):
+    """(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9) over `axes`, as the spec's function body."""
+    mean = np.mean(x, axis=axes, keepdims=True)
+    var = np.mean(x * x, axis=axes, keepdims=True) - mean * mean
+    return (x - mean) / (np.sqrt(var) + x.dtype.type(_MVN_EPS))
+
+
+@register("onnx.MeanVarianceNormalization")
+class MeanVarianceNormalizationOp(OpDef):
+    arity = 1
+    kind = "reduction"
+
+    def _axes(self, ctx, rank: int) -> tuple[int, ...]:
+        axes = ctx.attr("axes", [0, 2, 3])
+        out = []
+        for a in axes:
+            if not -rank <= a < rank:
+                raise ctx.error(f"axis {a} out of range for rank {rank}")
+            out.append(a % rank)
+        if len(set(out)) != len(out):
+            raise ctx.error(f"repeated axes {list(axes)}")
+        return tuple(sorted(out))
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        if not x.dtype.is_float:
+            raise ctx.error(f"input must be a float tensor, got {x.dtype.value}")
+        self._axes(ctx, x.rank)
+        return [x]
+
+    def lower(self, ctx):
+        """One compute: the two means are reductions over `axes` that depend only on the
+        kept vars, so the codegen hoists them out of the loops over the normalized axes."""
+        x = ctx.inputs[0]
+        axes = self._axes(ctx, x.rank)
+        y = ctx.out(0)
+        dt = DType.f32 if x.dtype in (DType.f16, DType.bf16) else x.dtype
+        count = cast(dim_to_expr(canon(sympy.prod([x.shape[a] for a in axes]))), dt)
+
+        def body(ix):
+            def over(tag, fn):
+                vs = {a: fresh_var(f"{tag}{a}") for a in axes}
+                v = cast(x[tuple(vs.get(k, ix[k]) for k in range(x.rank))], dt)
+                return rsum([(vs[a], x.shape[a]) for a in axes], fn(v)) if axes else fn(v)
+
+            mean = over("m", lambda v: v) / count
+            var = over("s", lambda v: v * v) / count - mean * mean
+            return cast((cast(x[ix], dt) - mean) / (sqrt(var) + KConst(_MVN_EPS, dt)), y.dtype)
+
+        emit(ctx, y, body)
+
+    def reference(self, ctx, x):
+        xw = x.astype(np.float32) if x.dtype == np.float16 else x
+        return [mean_variance_normalization(xw, self._axes(ctx, x.ndim)).astype(x.dtype)]
+
+
+@register("onnx.Swish")
+class SwishOp(OpDef):
+    """x * sigmoid(alpha * x)."""
+
+    arity = 1
+    kind = "elementwise"
+
+    def infer(self, ctx):
+        x = ctx.in_types[0]
+        if not x.dtype.is_float:
+            raise ctx.error(f"input must be a float tensor, got {x.dtype.value}")
+        return [x]
+
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        alpha = float(ctx.attr("alpha", 1.0))
+        dt = DType.f32 if x.dtype in (DType.f16, DType.bf16) else x.dtype
+
+        def body(ix):
+            v = cast(x[ix], dt)
+            return cast(v * sigmoid(v * KConst(alpha, dt)), y.dtype)
+
+        emit(ctx, y, body)
+
+    def reference(self, ctx, x):
+        xw = x.astype(np.float32) if x.dtype == np.float16 else x
+        alpha = xw.dtype.type(ctx.attr("alpha", 1.0))
+        return [(xw / (1 + np.exp(-alpha * xw))).astype(x.dtype)]
+
+
+# ---- CenterCropPad ------------------------------------------------------------------------------
+
+@register("onnx.CenterCropPad")
+class CenterCropPadOp(OpDef):
+    """Each listed axis becomes its target length: a longer input is cropped around its center
+    (the window starting at floor((in - target) / 2)), a shorter one zero-padded on both sides
+    (floor((target - in) / 2) before it, the odd pixel after). The targets come from the
+    `shape` input: known at compile time, or a data-dependent dim (not compiled)."""
+
+    arity = 2
+    kind = "injective"
+
+    def _axes(self, ctx, rank: int) -> list[int]:
+        axes = ctx.attr("axes", None)
+        axes = list(range(rank)) if axes is None else [norm_axis(ctx, a, rank) for a in axes]
+        if len(set(axes)) != len(axes):
+            raise ctx.error(f"repeated axes {axes}")
+        return axes
+
+    def infer(self, ctx):
+        x, s = ctx.in_types
+        axes = self._axes(ctx, x.rank)
+        if s.rank != 1 or not s.dtype.is_int:
+            raise ctx.error(f"shape must be a 1-D integer tensor, got {s}")
+        ctx.require_eq(s.shape[0], len(axes), "shape length == number of axes")
+        known = ctx.known_ints(1)
+        if known is not None and any(v < 0 for v in known):
+            raise ctx.error(f"negative target dims {known}")
+        out = list(x.shape)
+        for k, a in enumerate(axes):
+            out[a] = known[k] if known is not None else \
+                fresh_dim(ctx, f"crop{a}", "target from the shape input", dim=a)
+        return [x.with_shape(tuple(out))]
+
+    def lower(self, ctx):
+        x, y = ctx.inputs[0], ctx.out(0)
+        axes = self._axes(ctx, x.rank)
+        zero = KConst(False if x.dtype is DType.bool else 0, x.dtype)
+
+        def body(ix):
+            src, inside = list(ix), None
+            for a in axes:
+                n, t = dim_to_expr(x.shape[a]), dim_to_expr(y.shape[a])
+                s = select(n >= t, ix[a] + (n - t) // 2, ix[a] - (t - n) // 2)
+                ok = (s >= 0) & (s < n)
+                src[a], inside = s, ok if inside is None else inside & ok
+            v = x[tuple(src)]
+            return v if inside is None else select(inside, v, zero)
+
+        emit(ctx, y, body)
+
+    def reference(self, ctx, x, shape):
+        axes = self._axes(ctx, x.ndim)
+        out_shape = list(x.shape)
+        for a, t in zip(axes, np.asarray(shape).reshape(-1)):
+            out_shape[a] = int(t)
+        y = np.zeros(out_shape, x.dtype)
+        src, dst = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+        for a in axes:
+            n, t = x.shape[a], out_shape[a]
+            if n >= t:
+                st = (n - t) // 2
+                src[a], dst[a] = slice(st, st + t), slice(0, t)
+            else:
+                st = (t - n) // 2
+                src[a], dst[a] = slice(0, n), slice(st, st + n)
+        y[tuple(dst)] = x[tuple(src)]
+        return [y]

@@ -1,5 +1,5 @@
-"""Neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool, GlobalAveragePool and
-GlobalMaxPool (the normalizations are in norm.py, imported from here).
+"""Neural-network ops: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, MaxUnpool,
+GlobalAveragePool and GlobalMaxPool (the normalizations are in norm.py, imported from here).
 
 `window_geometry` is the one place the sliding-window arithmetic lives; it works on Dims,
 so the same code gives symbolic output dims (`floor((H + pb + pe - d*(k-1) - 1)/s) + 1`)
@@ -13,10 +13,12 @@ import sympy
 
 from ..ir import DType, TensorType, canon
 from ..kernel import (
-    Const, Expr, Var, argmax, cast, flatten_index, maximum, minimum, rmax, rsum, select, unflatten_index,
+    Const, Expr, Var, argmax, cast, flatten_index, maximum, minimum, power, rmax, rsum, select, sqrt,
+    unflatten_index,
 )
-from .elementwise import cast_out, results_between, same_dtype, widen
+from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
+from .shape import fresh_dim
 
 # ---- window arithmetic on Dims ---------------------------------------------------------------------
 
@@ -556,6 +558,154 @@ define("onnx.MaxPool", infer=_pool_infer, reference=_pool_ref("max"), kind="redu
 define("onnx.AveragePool", infer=_pool_infer, reference=_pool_ref("avg"), kind="reduction", arity=1,
        math=pool, lower=_pool_lower("avg"))
 
+
+
+# ---- LpPool ----------------------------------------------------------------------------------------
+
+
+def lp_pool(x, p: int, kernel, strides, pads_begin, out_dims, dilations):
+    """(sum over the window of |x|^p)^(1/p); padding contributes zeros."""
+    sp = x.shape[2:]
+    nd = len(sp)
+    acc = np.zeros((x.shape[0], x.shape[1], *out_dims), dtype=x.dtype)
+    for k in np.ndindex(*kernel):
+        pos = [np.arange(out_dims[i]) * strides[i] + k[i] * dilations[i] - pads_begin[i] for i in range(nd)]
+        valid = np.ones(out_dims, dtype=bool)
+        for i in range(nd):
+            valid &= ((pos[i] >= 0) & (pos[i] < sp[i])).reshape([-1 if j == i else 1 for j in range(nd)])
+        vals = x[(slice(None), slice(None)) + np.ix_(*[np.clip(q, 0, s - 1) for q, s in zip(pos, sp)])]
+        acc = acc + np.where(valid, np.abs(vals) ** p, 0)
+    return acc ** (1.0 / p)
+
+
+def _lppool_ref(ctx: RefCtx, x):
+    win, (outs, pb, _) = _pool_geometry(ctx, x.shape[2:])
+    y = lp_pool(widen(x), ctx.attr("p", 2), win["kernel"], win["strides"], pb, outs, win["dilations"])
+    return [cast_out(ctx, y)]
+
+
+def _lppool_infer(ctx: InferCtx):
+    if not ctx.in_types[0].dtype.is_float:
+        raise ctx.error(f"LpPool needs a float input, got {ctx.in_types[0].dtype.value}")
+    return _pool_infer(ctx)
+
+
+def _lppool_lower(ctx) -> None:
+    x = ctx.inputs[0]
+    win, (_, pb, pe) = _pool_geometry(ctx, x.shape[2:])
+    kernel, strides, dil, ceil_mode = win["kernel"], win["strides"], win["dilations"], win["ceil_mode"]
+    p = int(ctx.attr("p", 2))
+    kv = _window_vars(kernel)
+    axes = _reduce_axes(zip(kv, kernel))
+    y = ctx.out(0)
+
+    def body(n, c, *o):
+        pos = _window_positions(ctx, o, kv, strides, dil, pb)
+        v = abs(kwiden(x[(n, c, *pos)]))
+        term = v if p == 1 else v * v if p == 2 else power(v, float(p))
+        term = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe, ceil_mode), term, 0.0)
+        acc = rsum(axes, term) if axes else term
+        out = acc if p == 1 else sqrt(acc) if p == 2 else power(acc, 1.0 / p)
+        return cast(out, y.dtype)
+
+    ctx.program.compute(y, body, names=["n", "c"] + [f"o{i}" for i in range(x.rank - 2)])
+
+
+define("onnx.LpPool", infer=_lppool_infer, reference=_lppool_ref, kind="reduction", arity=1, math=lp_pool,
+       lower=_lppool_lower)
+
+
+# ---- MaxUnpool -------------------------------------------------------------------------------------
+
+
+def _unpool_default(ctx, sp, fail) -> tuple:
+    """The inverse of MaxPool's geometry: (in - 1) * stride - pad_begin - pad_end + kernel.
+    The indices are flat positions in (N, C, these dims) even when output_shape is given."""
+    nd = len(sp)
+    kernel = list(ctx.attr("kernel_shape") or [])
+    strides, pads = _ints_attr(ctx, "strides", nd, 1), _ints_attr(ctx, "pads", 2 * nd, 0)
+    if len(kernel) != nd or len(strides) != nd or len(pads) != 2 * nd:
+        raise fail(f"kernel_shape, strides and pads must have {nd}, {nd} and {2 * nd} values")
+    return tuple(canon((sp[i] - 1) * strides[i] - pads[i] - pads[nd + i] + kernel[i]) for i in range(nd))
+
+
+def _unpool_dims(ctx, x: TensorType):
+    """The output spatial dims: output_shape's when given (a fresh symbol when only the run
+    knows it), else the default."""
+    default = _unpool_default(ctx, x.shape[2:], ctx.error)
+    if len(ctx.in_types) > 2:
+        known = ctx.known_ints(2)
+        if known is None:
+            return tuple(fresh_dim(ctx, "unpool_dim", "output_shape input", dim=2 + i)
+                         for i in range(len(default)))
+        if len(known) != x.rank:
+            raise ctx.error(f"output_shape must have {x.rank} values, got {known}")
+        return tuple(known[2:])
+    return default
+
+
+def _same(a, b) -> bool:
+    return canon(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def _unpool_infer(ctx: InferCtx):
+    x = _spatial_input(ctx)
+    ind = ctx.in_types[1]
+    if ind.dtype is not DType.i64 or ind.rank != x.rank:
+        raise ctx.error(f"I must be an int64 tensor shaped like X, got {ind}")
+    for i, (a, b) in enumerate(zip(x.shape, ind.shape)):
+        ctx.require_eq(a, b, f"I dim {i} == X dim {i}")
+    return [x.with_shape((x.shape[0], x.shape[1], *_unpool_dims(ctx, x)))]
+
+
+def max_unpool(x, indices, default, out_shape):
+    """Scatter x to the flat positions `indices` of a zero (N, C, *default) tensor (a later
+    write wins), then cut or zero-pad its spatial dims to `out_shape`."""
+    full = (x.shape[0], x.shape[1], *default)
+    y = np.zeros(int(np.prod(full)), x.dtype)
+    y[indices.reshape(-1)] = x.reshape(-1)
+    y = y.reshape(full)
+    out = np.zeros(out_shape, x.dtype)
+    common = tuple(slice(0, min(a, b)) for a, b in zip(full, out_shape))
+    out[common] = y[common]
+    return out
+
+
+def _unpool_ref(ctx: RefCtx, x, ind, *rest):
+    default = _unpool_default(ctx, x.shape[2:], ValueError)
+    shape = [int(d) for d in np.asarray(rest[0]).reshape(-1)] if rest else [x.shape[0], x.shape[1], *default]
+    return [max_unpool(x, ind, default, shape)]
+
+
+def _unpool_lower(ctx) -> None:
+    """Each output element searches I for its own flat position (O(|X|) per element, the last
+    match winning, as a sequence of writes would): an argmax over I in reverse order."""
+    x, ind = ctx.inputs[0], ctx.inputs[1]
+    y = ctx.out(0)
+    default = _unpool_default(ctx, x.shape[2:], ctx.unsupported)
+    if any(not _same(d, e) for d, e in zip(default, y.shape[2:])):
+        # the ONNX node tests place index i of the default layout at the same coordinates of
+        # the bigger output; onnxruntime reads i as a flat position in output_shape itself
+        raise ctx.unsupported(f"output_shape {list(y.shape[2:])} other than the default {list(default)} "
+                              "(onnxruntime and the ONNX reference disagree on where the indices go)")
+    total = ctx.dim(canon(sympy.prod(list(x.shape))))
+    r = Var("r")
+    zero = Const(0.0 if x.dtype.is_float else 0, x.dtype)
+
+    def at(q):
+        return unflatten_index(q, x.shape)
+
+    def body(*o):
+        p = flatten_index(o, (x.shape[0], x.shape[1], *default))
+        hit = argmax(r, total, cast(ind[at(total - 1 - r)].eq(p), DType.i32))
+        q = at(total - 1 - hit)
+        return select(ind[q].eq(p), x[q], zero)
+
+    ctx.compute(y, body)
+
+
+define("onnx.MaxUnpool", infer=_unpool_infer, reference=_unpool_ref, kind="opaque", arity=(2, 3),
+       math=max_unpool, lower=_unpool_lower)
 
 def _global_infer(ctx: InferCtx):
     x = _spatial_input(ctx)

@@ -1,5 +1,5 @@
 """Reductions: ReduceSum/Mean/Max/Min/Prod/L1/L2/LogSum/LogSumExp/SumSquare, ArgMax/ArgMin,
-Softmax/LogSoftmax/Hardmax (opset 13 semantics: one axis) and CumSum.
+Softmax/LogSoftmax/Hardmax (opset 13 semantics: one axis), CumSum and CumProd.
 
 Reduce axes come from the second operand when present (ReduceSum from opset 13, the others
 from 18) and from the `axes` attribute otherwise. Axes only the run knows (a graph input)
@@ -10,7 +10,7 @@ Sum/Prod/Max/Min also propagate values, so `Shape -> ReduceProd` gives a symboli
 Lowering: each reduction is one compute whose body reduces over the reduced axes
 (`REDUCE_KERNEL`, the kernel twins of `REDUCE_MATH`, read a `Reduction`); Softmax,
 LogSoftmax and Hardmax are one fused compute each (the row max / sum are sub-reductions
-the code generator hoists out of the loop over the axis); CumSum reduces over a prefix
+the code generator hoists out of the loop over the axis); CumSum / CumProd reduce over a prefix
 (or suffix) whose extent depends on the output index.
 """
 
@@ -434,55 +434,77 @@ _axis_op("LogSoftmax", log_softmax, k_log_softmax)
 _axis_op("Hardmax", hardmax, k_hardmax)
 
 
-# ---- CumSum --------------------------------------------------------------------------------------
+# ---- CumSum / CumProd ----------------------------------------------------------------------------
 
 
-def cumsum(x, axis: int, exclusive: bool = False, reverse: bool = False):
+def cumulative(x, axis: int, exclusive: bool = False, reverse: bool = False, op: str = "sum"):
+    """numpy CumSum (op "sum") / CumProd (op "prod"); exclusive starts from the identity."""
     if reverse:
         x = np.flip(x, axis)
-    y = np.cumsum(x, axis=axis, dtype=x.dtype)
+    y = (np.cumsum if op == "sum" else np.cumprod)(x, axis=axis, dtype=x.dtype)
     if exclusive:
         y = np.roll(y, 1, axis=axis)
         first = [slice(None)] * x.ndim
         first[axis] = slice(0, 1)
-        y[tuple(first)] = 0
+        y[tuple(first)] = 0 if op == "sum" else 1
     return np.flip(y, axis) if reverse else y
 
 
-def k_cumsum(x: K.Buffer, o, axis: int, exclusive: bool = False, reverse: bool = False) -> Expr:
-    """Kernel twin of cumsum at output index `o`: a sum over a prefix (suffix if reverse)
-    of the axis whose extent depends on the position `i` on the axis."""
+def cumsum(x, axis: int, exclusive: bool = False, reverse: bool = False):
+    return cumulative(x, axis, exclusive, reverse, "sum")
+
+
+def cumprod(x, axis: int, exclusive: bool = False, reverse: bool = False):
+    return cumulative(x, axis, exclusive, reverse, "prod")
+
+
+def k_cumulative(x: K.Buffer, o, axis: int, exclusive: bool = False, reverse: bool = False,
+                 op: str = "sum") -> Expr:
+    """Kernel twin of `cumulative` at output index `o`: `op` over a prefix (suffix if
+    reverse) of the axis whose extent depends on the position `i` on the axis (an empty
+    range gives the op's identity)."""
     i, n, k = o[axis], K.dim_to_expr(x.shape[axis]), Var("k")
     if reverse:  # positions i (i + 1 if exclusive) .. n - 1
         first = i + 1 if exclusive else i
-        return K.rsum([(k, n - first)], kwiden(_along(x, o, axis, first + k)))
-    return K.rsum([(k, i if exclusive else i + 1)], kwiden(_along(x, o, axis, k)))
+        return K.reduce(op, [(k, n - first)], kwiden(_along(x, o, axis, first + k)))
+    return K.reduce(op, [(k, i if exclusive else i + 1)], kwiden(_along(x, o, axis, k)))
 
 
-def _cumsum_lower(ctx) -> None:
-    """The axis is usually a constant; one only the run knows picks among the per-axis
-    bodies with a select (out of range: the kernel fails with ERR_INDEX)."""
-    x, y = ctx.inputs[0], ctx.out(0)
-    excl, rev = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
-    axis = ctx.const_value(1)
-    if axis is None:
-        known = ctx.known_value(1)
-        if known is not None and isinstance(canon(known.reshape(-1)[0]), int):
-            axis = canon(known.reshape(-1)[0])
-    if axis is not None:
-        ax = int(np.asarray(axis).reshape(-1)[0]) % x.rank
-        ctx.compute(y, lambda *o: K.cast(k_cumsum(x, o, ax, excl, rev), y.dtype))
-        return
-    a = ctx.inputs[1]
+def k_cumsum(x: K.Buffer, o, axis: int, exclusive: bool = False, reverse: bool = False) -> Expr:
+    return k_cumulative(x, o, axis, exclusive, reverse, "sum")
 
-    def body(*o):
-        ax = K.wrap_index(a[(0,) * a.rank], x.rank)
-        e = k_cumsum(x, o, x.rank - 1, excl, rev)
-        for d in range(x.rank - 2, -1, -1):
-            e = K.select(ax.eq(d), k_cumsum(x, o, d, excl, rev), e)
-        return K.cast(e, y.dtype)
 
-    ctx.compute(y, body)
+def k_cumprod(x: K.Buffer, o, axis: int, exclusive: bool = False, reverse: bool = False) -> Expr:
+    return k_cumulative(x, o, axis, exclusive, reverse, "prod")
+
+
+def _cum_lower(op: str) -> Callable:
+    def lower(ctx) -> None:
+        """The axis is usually a constant; one only the run knows picks among the per-axis
+        bodies with a select (out of range: the kernel fails with ERR_INDEX)."""
+        x, y = ctx.inputs[0], ctx.out(0)
+        excl, rev = bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))
+        axis = ctx.const_value(1)
+        if axis is None:
+            known = ctx.known_value(1)
+            if known is not None and isinstance(canon(known.reshape(-1)[0]), int):
+                axis = canon(known.reshape(-1)[0])
+        if axis is not None:
+            ax = int(np.asarray(axis).reshape(-1)[0]) % x.rank
+            ctx.compute(y, lambda *o: K.cast(k_cumulative(x, o, ax, excl, rev, op), y.dtype))
+            return
+        a = ctx.inputs[1]
+
+        def body(*o):
+            ax = K.wrap_index(a[(0,) * a.rank], x.rank)
+            e = k_cumulative(x, o, x.rank - 1, excl, rev, op)
+            for d in range(x.rank - 2, -1, -1):
+                e = K.select(ax.eq(d), k_cumulative(x, o, d, excl, rev, op), e)
+            return K.cast(e, y.dtype)
+
+        ctx.compute(y, body)
+
+    return lower
 
 
 def _cumsum_infer(ctx: InferCtx):
@@ -495,10 +517,16 @@ def _cumsum_infer(ctx: InferCtx):
     return [t]
 
 
-def _cumsum_ref(ctx: RefCtx, x, axis):
-    ax = int(np.asarray(axis).reshape(-1)[0]) % x.ndim
-    return [cast_out(ctx, cumsum(widen(x), ax, bool(ctx.attr("exclusive", 0)), bool(ctx.attr("reverse", 0))))]
+def _cum_ref(op: str) -> Callable:
+    def reference(ctx: RefCtx, x, axis):
+        ax = int(np.asarray(axis).reshape(-1)[0]) % x.ndim
+        return [cast_out(ctx, cumulative(widen(x), ax, bool(ctx.attr("exclusive", 0)),
+                                         bool(ctx.attr("reverse", 0)), op))]
+
+    return reference
 
 
-define("onnx.CumSum", infer=_cumsum_infer, reference=_cumsum_ref, lower=_cumsum_lower, kind="opaque", arity=2,
-       math=cumsum, kernel=k_cumsum)
+define("onnx.CumSum", infer=_cumsum_infer, reference=_cum_ref("sum"), lower=_cum_lower("sum"), kind="opaque",
+       arity=2, math=cumsum, kernel=k_cumsum)
+define("onnx.CumProd", infer=_cumsum_infer, reference=_cum_ref("prod"), lower=_cum_lower("prod"),
+       kind="opaque", arity=2, math=cumprod, kernel=k_cumprod)

@@ -1,4 +1,4 @@
-"""Recurrent layers: LSTM and GRU (opset 14 semantics).
+"""Recurrent layers: RNN, LSTM and GRU (opset 14 semantics).
 
 Inputs (ONNX positions, optional ones may be absent): X, W, R, B, sequence_lens, initial_h,
 initial_c (LSTM), P (LSTM peepholes). Outputs (each optional): Y [seq, dirs, batch, hidden],
@@ -6,7 +6,8 @@ Y_h [dirs, batch, hidden], Y_c (LSTM); `layout=1` puts batch first in X, Y, Y_h,
 initial states. `direction` forward / reverse / bidirectional; `clip` bounds the inputs of
 the activations; sequence_lens stops each batch row after its own length (Y is zero past
 it, Y_h holds the last valid step; reverse runs over each row's valid prefix backwards).
-Only the default activations (Sigmoid, Tanh, Tanh) are supported, and LSTM's input_forget=0.
+Only the default activations (RNN: Tanh; LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid, Tanh) are
+supported, and LSTM's input_forget=0.
 
 Lowering: one compute for the input projection of every step at once,
 `XW[d, t, b, g] = X[t, b] . W[d, g] + biases` (a GEMM), then a LoopStmt over the time steps
@@ -24,10 +25,11 @@ from ..ir import DType, TensorType
 from ..kernel import LoopStmt, Var, WriteAt, cast, clamp, const, dim_to_expr, rsum, select, sigmoid, tanh
 from .registry import InferCtx, OpDef, RefCtx, onnx_inputs, register
 
-DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
-GATES = {"LSTM": 4, "GRU": 3}
+DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 NAMES = {"LSTM": ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"),
-         "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h")}
+         "GRU": ("X", "W", "R", "B", "sequence_lens", "initial_h"),
+         "RNN": ("X", "W", "R", "B", "sequence_lens", "initial_h")}
 
 
 def _check_attrs(kind: str, attr, where, unsupported) -> tuple[int, int]:
@@ -135,6 +137,8 @@ class _RNN(OpDef):
                     cn = f * c + i * th(cc)
                     hn = sig(o + po * cn) * th(cn)
                     c = np.where(valid[:, None], cn, c)
+                elif k == "RNN":
+                    hn = th(xt @ w.T + h @ r.T + wb + rb)
                 else:
                     xz, xr, xh = np.split(xt @ w.T + wb, 3, -1)
                     rz, rr, rh = np.split(r, 3)
@@ -165,6 +169,11 @@ class LSTMOp(_RNN):
 @register("onnx.GRU")
 class GRUOp(_RNN):
     kind_name = "GRU"
+
+
+@register("onnx.RNN")
+class RNNOp(_RNN):
+    kind_name = "RNN"
 
 
 def _lower_rnn(opdef: _RNN, ctx) -> None:
@@ -264,6 +273,13 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
                 b, sigmoid(act(G[d, b, hid + h] + peep(d, 1, h) * Cn[d, b, h])) * tanh(act(Cn[d, b, h])),
                 Hs[d, b, h]))
             updates = [(Hs, Hn), (Cs, Cn)]
+        elif k == "RNN":  # H = tanh(X W + biases + H R), the biases already in XW
+            G = ctx.temp(dt, state, "rnn_gates")
+            p.compute(G, lambda d, b, j: rsum([(kk, hid)], Hs[d, b, kk] * R[d, j, kk]))
+            Hn = ctx.temp(dt, state, "rnn_hn")
+            p.compute(Hn, lambda d, b, h: masked(b, tanh(act(XW[d, pos(d, b), b, h] + G[d, b, h])),
+                                                 Hs[d, b, h]))
+            updates = [(Hs, Hn)]
         else:
             width = 3 * hid if lbr else 2 * hid
             G = ctx.temp(dt, (nd, batch, width), "rnn_gates")

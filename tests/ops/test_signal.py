@@ -1,0 +1,95 @@
+"""DFT (ops/signal.py): native lowering and numpy reference vs onnxruntime for forward,
+inverse, one-sided and irfft, real and complex input, attribute (opset 19) and input (20)
+axis, with dft_length; compiled once with a symbolic batch dim, run at two batch sizes."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper as h
+
+from onnxcc.errors import OnnxccError
+from onnxcc.interp import run as interp_run
+from onnxcc.testing import jit_compile, ort_run
+
+F32 = np.float32
+
+
+def model(node, x_shape, inits=None, opset=19):
+    vis = [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x_shape)]
+    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
+    m = h.make_model(h.make_graph([node], "g", vis, [h.make_empty_tensor_value_info("y")], inits),
+                     opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def check(m, x_shape, rtol=1e-4, atol=1e-4):
+    mod, _, k = jit_compile(m)
+    for seed, n in enumerate((1, 3)):
+        shape = [n if d == "N" else d for d in x_shape]
+        x = np.random.default_rng(seed).uniform(-2, 2, size=shape).astype(F32)
+        want = ort_run(m, {"x": x})["y"]
+        for got in (k(x)[0], interp_run(mod, [x])[0]):
+            assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"N={n}")
+
+
+# (inverse, onesided, last dim): one-sided forward takes real input, one-sided inverse complex
+@pytest.mark.parametrize("inverse,onesided,c",
+                         [(0, 0, 1), (0, 0, 2), (1, 0, 1), (1, 0, 2), (0, 1, 1), (1, 1, 2)])
+@pytest.mark.parametrize("axis", [1, 2])
+def test_dft_opset19(inverse, onesided, axis, c):
+    shape = ["N", 8, 7, c] if not (inverse and onesided) else ["N", 5, 5, c]
+    node = h.make_node("DFT", ["x"], ["y"], axis=axis, inverse=inverse, onesided=onesided)
+    check(model(node, shape), shape)
+
+
+@pytest.mark.parametrize("length", [5, 12])
+@pytest.mark.parametrize("inverse", [0, 1])
+def test_dft_opset20_length_and_axis_inputs(length, inverse):
+    shape = ["N", 8, 6, 2]
+    node = h.make_node("DFT", ["x", "n", "a"], ["y"], inverse=inverse)
+    inits = {"n": np.array(length, np.int64), "a": np.array(-2, np.int64)}
+    check(model(node, shape, inits, opset=20), shape)
+
+
+def test_dft_opset20_default_axis_is_minus_two():
+    shape = ["N", 4, 6, 1]
+    check(model(h.make_node("DFT", ["x"], ["y"], onesided=1), shape, opset=20), shape)
+
+
+def test_dft_one_sided_needs_real_input():
+    with pytest.raises(OnnxccError, match="needs real input"):
+        jit_compile(model(h.make_node("DFT", ["x"], ["y"], onesided=1), ["N", 4, 6, 2]))
+
+
+def test_dft_refuses_the_last_axis():
+    node = h.make_node("DFT", ["x"], ["y"], axis=3)
+    with pytest.raises(OnnxccError, match="not the last dim"):
+        jit_compile(model(node, ["N", 4, 6, 2]))
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "HammingWindow", "BlackmanWindow"])
+@pytest.mark.parametrize("periodic", [0, 1])
+@pytest.mark.parametrize("size,dtype", [(10, 1), (7, 11)])
+def test_windows_with_a_constant_size(op, periodic, size, dtype):
+    node = h.make_node(op, ["n"], ["y"], periodic=periodic, output_datatype=dtype)
+    m = h.make_model(h.make_graph([node], "g", [], [h.make_empty_tensor_value_info("y")],
+                                  [onnx.numpy_helper.from_array(np.array(size, np.int64), "n")]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 10
+    mod, _, k = jit_compile(m)
+    want = ort_run(m, {})["y"]
+    for got in (k()[0], interp_run(mod, [])[0]):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_window_size_known_only_at_run_time_is_refused():
+    node = h.make_node("HannWindow", ["n"], ["y"])
+    size = h.make_tensor_value_info("n", onnx.TensorProto.INT64, [])
+    m = h.make_model(h.make_graph([node], "g", [size], [h.make_empty_tensor_value_info("y")]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 10
+    with pytest.raises(OnnxccError, match="depends on data"):
+        jit_compile(m)
