@@ -244,7 +244,7 @@ def _loop_num_captures(op: Op) -> int:
     return n
 
 
-def _loop_layout(op: Op) -> _LoopLayout:
+def loop_layout(op: Op) -> _LoopLayout:
     pos = onnx_inputs(op, list(range(len(op.operands))))
     pos += [None] * (2 - len(pos))
     rest = [p for p in pos[2:] if p is not None]
@@ -261,7 +261,7 @@ class LoopOp(OpDef):
     num_results = None
 
     def infer_regions(self, ctx, infer_block):
-        op, lay = ctx.op, _loop_layout(ctx.op)
+        op, lay = ctx.op, loop_layout(ctx.op)
         body = op.regions[0].block
         n = len(lay.carried)
         if len(body.args) != 2 + n + len(lay.captures):
@@ -273,7 +273,7 @@ class LoopOp(OpDef):
         return _fixed_point(ctx, body, infer_block, body.args[2:2 + n], 1, "loop-carried")
 
     def infer(self, ctx):
-        op, lay = ctx.op, _loop_layout(ctx.op)
+        op, lay = ctx.op, loop_layout(ctx.op)
         body = op.regions[0].block
         ys, n = _yields(body), len(lay.carried)
         n_scan = len(op.results) - n
@@ -310,7 +310,7 @@ class LoopOp(OpDef):
     def verify(self, op):
         if len(op.regions) != 1:
             raise VerifyError(f"expects 1 region (body), got {len(op.regions)}", op)
-        lay = _loop_layout(op)
+        lay = loop_layout(op)
         body, n = op.regions[0].block, len(lay.carried)
         if len(body.args) != 2 + n + len(lay.captures):
             raise VerifyError(f"body takes {len(body.args)} arguments, expected 2 (iter_num, cond) + {n} carried "
@@ -335,7 +335,7 @@ class LoopOp(OpDef):
                 raise VerifyError(f"scan output {k} is {r.type}; the body yields slices {y.type}", op)
 
     def reference(self, ctx, *ins):
-        lay = _loop_layout(ctx.op)
+        lay = loop_layout(ctx.op)
         m = None if lay.m is None else int(np.asarray(ins[lay.m]).reshape(-1)[0])
         cond = True if lay.cond is None else bool(np.asarray(ins[lay.cond]).reshape(-1)[0])
         carried = [ins[i] for i in lay.carried]
@@ -391,7 +391,7 @@ class _ScanLayout:
     out_dirs: list[int]
 
 
-def _scan_layout(op: Op) -> _ScanLayout:
+def scan_layout(op: Op) -> _ScanLayout:
     n_in = int(op.attrs.get("num_scan_inputs", 0))
     n_caps = int(op.attrs.get("num_captures", 0))
     n_ops = len(op.operands)
@@ -427,7 +427,7 @@ class ScanOp(OpDef):
     num_results = None
 
     def infer_regions(self, ctx, infer_block):
-        op, lay = ctx.op, _scan_layout(ctx.op)
+        op, lay = ctx.op, scan_layout(ctx.op)
         body = op.regions[0].block
         ns, ni = len(lay.states), len(lay.inputs)
         if len(body.args) != ns + ni + len(lay.captures):
@@ -442,7 +442,7 @@ class ScanOp(OpDef):
         return _fixed_point(ctx, body, infer_block, body.args[:ns], 0, "scan state")
 
     def infer(self, ctx):
-        op, lay = ctx.op, _scan_layout(ctx.op)
+        op, lay = ctx.op, scan_layout(ctx.op)
         body = op.regions[0].block
         ys, ns = _yields(body), len(lay.states)
         n_out = len(op.results) - ns
@@ -467,7 +467,7 @@ class ScanOp(OpDef):
     def verify(self, op):
         if len(op.regions) != 1:
             raise VerifyError(f"expects 1 region (body), got {len(op.regions)}", op)
-        lay = _scan_layout(op)
+        lay = scan_layout(op)
         body = op.regions[0].block
         ns, ni, nc = len(lay.states), len(lay.inputs), len(lay.captures)
         if len(body.args) != ns + ni + nc:
@@ -489,7 +489,7 @@ class ScanOp(OpDef):
                 raise VerifyError(f"scan output {k} is {r.type}; the body yields slices {y.type}", op)
 
     def reference(self, ctx, *ins):
-        lay = _scan_layout(ctx.op)
+        lay = scan_layout(ctx.op)
         states = [ins[i] for i in lay.states]
         xs = [ins[i] for i in lay.inputs]
         caps = [ins[i] for i in lay.captures]

@@ -132,10 +132,10 @@ def _corner(p, out: Buffer, src: Buffer) -> None:
 
 
 def lower_loop(ctx) -> None:
-    from .control_flow import _loop_layout
+    from .control_flow import loop_layout
 
     L, p, op = ctx.lowerer, ctx.program, ctx.op
-    lay = _loop_layout(op)
+    lay = loop_layout(op)
     body = op.regions[0].block
     n = len(lay.carried)
     outs = [ctx.out(k) for k in range(len(op.results))]
@@ -188,10 +188,10 @@ def _trip_bound(ctx, lay, name: str):
 
 
 def lower_scan(ctx) -> None:
-    from .control_flow import _scan_layout
+    from .control_flow import scan_layout
 
     L, p, op = ctx.lowerer, ctx.program, ctx.op
-    lay = _scan_layout(op)
+    lay = scan_layout(op)
     body = op.regions[0].block
     ns, ni = len(lay.states), len(lay.inputs)
     outs = [ctx.out(k) for k in range(len(op.results))]

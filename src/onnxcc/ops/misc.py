@@ -26,7 +26,7 @@ from ..kernel import (
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
 from .shape import (
-    I64, _scalar, emit, exact_div, fresh_dim, known_dims, lowered_ints, norm_axis, same_dim, scalar,
+    I64, scalar_operand, emit, exact_div, fresh_dim, known_dims, lowered_ints, norm_axis, same_dim, scalar,
     value_expr,
 )
 
@@ -211,7 +211,7 @@ class OneHotOp(OpDef):
         idx, _, vals = ctx.in_types
         rank = idx.rank + 1
         axis = norm_axis(ctx, ctx.attr("axis", -1), rank)
-        depth = _scalar(ctx, 1)
+        depth = scalar_operand(ctx, 1)
         if isinstance(depth, float):
             depth = int(depth)
         if depth is None:

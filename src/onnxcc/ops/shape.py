@@ -36,7 +36,7 @@ from .registry import OpDef, RefCtx, get_opdef, onnx_inputs, register
 
 # shared helpers, re-exported: misc.py and control_flow.py import them from here
 from .shape_util import (  # noqa: F401
-    I64, MAX_VALUE, _divides, _ints, _is_neg, const_value, emit, exact_div, fresh_dim, known_dims,
+    I64, MAX_VALUE, divides, static_ints, is_negative, const_value, emit, exact_div, fresh_dim, known_dims,
     lowered_ints, lowered_value, nonneg, norm_axis, obj, onnx_slice, prod, same_dim, scalar, simplify,
     slice_dim, value_expr, value_shape_ok,
 )
@@ -199,7 +199,7 @@ class ReshapeOp(OpDef):
         emit(ctx, ctx.out(0), lambda ix: src[unflatten_index(flatten_index(ix, y.shape), x.shape)])
 
     def reference(self, ctx, x, shape):
-        shape = _ints(ctx, shape)
+        shape = static_ints(ctx, shape)
         if not ctx.attr("allowzero", 0):
             shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
         return [x.reshape(shape)]
@@ -260,7 +260,7 @@ def _unknown_axes_result(ctx, x: TensorType, sign: int) -> list[TensorType]:
 def _ref_axes(ctx: RefCtx, args) -> list[int] | None:
     if "axes" in ctx.op.attrs:
         return list(ctx.attr("axes"))
-    return _ints(ctx, args[0]) if args else None
+    return static_ints(ctx, args[0]) if args else None
 
 
 @register("onnx.Squeeze")
@@ -487,7 +487,7 @@ class SplitOp(OpDef):
         n = len(ctx.op.results)
         split = ctx.attr("split", None)
         if split is None and rest:
-            split = _ints(ctx, rest[0])
+            split = static_ints(ctx, rest[0])
         if split is None:
             d, k = x.shape[axis], ctx.attr("num_outputs", n)
             chunk = d // k if d % k == 0 else d // k + 1
@@ -497,7 +497,7 @@ class SplitOp(OpDef):
 
 # ---- Slice ----------------------------------------------------------------------------------
 
-def _slice_params(ctx) -> tuple:
+def slice_params(ctx) -> tuple:
     """(starts, ends, axes, steps) as lists of Dims (starts/ends/axes/steps may be None)."""
     if "starts" in ctx.op.attrs:  # opset < 10
         starts, ends = list(ctx.attr("starts")), list(ctx.attr("ends"))
@@ -518,7 +518,7 @@ class SliceOp(OpDef):
 
     def infer(self, ctx):
         x = ctx.in_types[0]
-        starts, ends, axes, steps, n = _slice_params(ctx)
+        starts, ends, axes, steps, n = slice_params(ctx)
         if axes is None:  # the run decides which dims are sliced
             return [x.with_shape([fresh_dim(ctx, "slice", f"dim {i}: slice axes not known at compile time", 0, i)
                                   for i in range(x.rank)])]
@@ -540,7 +540,7 @@ class SliceOp(OpDef):
         v = ctx.known(0)
         if v is None or not value_shape_ok(ctx.op.results[0].type):
             return None
-        starts, ends, axes, steps, n = _slice_params(ctx)
+        starts, ends, axes, steps, n = slice_params(ctx)
         if starts is None or ends is None or steps is None:
             return None
         if not all(isinstance(s, int) for s in starts + ends):
@@ -594,9 +594,9 @@ class SliceOp(OpDef):
             steps = [1] * len(starts)
         else:
             args = onnx_inputs(ctx.op, [x, *rest]) + [None] * 5
-            starts, ends = _ints(ctx, args[1]), _ints(ctx, args[2])
-            axes = None if args[3] is None else _ints(ctx, args[3])
-            steps = [1] * len(starts) if args[4] is None else _ints(ctx, args[4])
+            starts, ends = static_ints(ctx, args[1]), static_ints(ctx, args[2])
+            axes = None if args[3] is None else static_ints(ctx, args[3])
+            steps = [1] * len(starts) if args[4] is None else static_ints(ctx, args[4])
         axes = list(range(len(starts))) if axes is None else list(axes)
         return [x[_slices(x.shape, starts, ends, axes, steps)]]
 
@@ -783,7 +783,7 @@ class ExpandOp(OpDef):
         emit(ctx, ctx.out(0), lambda ix: x[broadcast_indices(ix, x.shape)])
 
     def reference(self, ctx, x, shape):
-        out = np.broadcast_shapes(x.shape, tuple(_ints(ctx, shape)))
+        out = np.broadcast_shapes(x.shape, tuple(static_ints(ctx, shape)))
         return [np.broadcast_to(x, out).copy()]
 
 
@@ -818,12 +818,12 @@ class TileOp(OpDef):
         emit(ctx, y, lambda ix: x[tuple(at(i, d, od) for i, d, od in zip(ix, x.shape, y.shape))])
 
     def reference(self, ctx, x, reps):
-        return [np.tile(x, _ints(ctx, reps))]
+        return [np.tile(x, static_ints(ctx, reps))]
 
 
 # ---- Range, ConstantOfShape ---------------------------------------------------------------------
 
-def _scalar(ctx, i) -> Dim | float | None:
+def scalar_operand(ctx, i) -> Dim | float | None:
     """A scalar operand's value: a Dim from value propagation, or a literal constant."""
     dims = known_dims(ctx, i)
     if dims is not None and len(dims) == 1:
@@ -840,7 +840,7 @@ class RangeOp(OpDef):
     arity = 3
 
     def _len(self, ctx) -> Dim:
-        start, limit, delta = (_scalar(ctx, i) for i in range(3))
+        start, limit, delta = (scalar_operand(ctx, i) for i in range(3))
         if start is None or limit is None or delta is None:
             return None
         if all(isinstance(v, (int, float)) for v in (start, limit, delta)):
@@ -916,4 +916,4 @@ class ConstantOfShapeOp(OpDef):
 
     def reference(self, ctx, shape):
         fill = _fill_value(ctx)
-        return [np.full(_ints(ctx, shape), fill.reshape(-1)[0], dtype=fill.dtype)]
+        return [np.full(static_ints(ctx, shape), fill.reshape(-1)[0], dtype=fill.dtype)]

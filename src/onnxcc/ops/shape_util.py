@@ -116,7 +116,7 @@ def prod(dims) -> Dim:
     return canon(n)
 
 
-def _divides(symbols, a: Dim, b: int) -> bool:
+def divides(symbols, a: Dim, b: int) -> bool:
     """Whether b provably divides a, using the symbols' multiple_of facts."""
     subs = {}
     for s in sympy.sympify(a).free_symbols:
@@ -140,13 +140,13 @@ def exact_div(ctx: InferCtx, a: Dim, b: Dim, why: str) -> Dim:
     q = canon(sympy.cancel(sympy.sympify(a) / sympy.sympify(b)))
     if isinstance(q, int) or q.is_integer:
         return q
-    if isinstance(b, int) and _divides(ctx.symbols, a, b):
+    if isinstance(b, int) and divides(ctx.symbols, a, b):
         return canon(sympy.floor(q))
     ctx.require(sympy.Eq(sympy.Mod(a, b), 0), f"{why} ({a} divisible by {b})")
     return canon(sympy.floor(q))
 
 
-def _is_neg(symbols, x: Dim) -> bool | None:
+def is_negative(symbols, x: Dim) -> bool | None:
     if isinstance(x, int):
         return x < 0
     if symbols.prove_le(0, x) is True:
@@ -163,7 +163,7 @@ def slice_dim(symbols, d: Dim, start: Dim, end: Dim, step: int) -> Dim:
         return len(range(d)[sl])
     if d is None or not isinstance(step, int) or step == 0:
         return None
-    ns, ne = _is_neg(symbols, start), _is_neg(symbols, end)
+    ns, ne = is_negative(symbols, start), is_negative(symbols, end)
     if ns is None or ne is None:
         return None
     s = start + d if ns else start
@@ -178,7 +178,7 @@ def slice_dim(symbols, d: Dim, start: Dim, end: Dim, step: int) -> Dim:
     return simplify(symbols, sympy.Max(0, sympy.ceiling(sympy.sympify(e - s) / step)))
 
 
-def _ints(ctx: RefCtx, a) -> list[int]:
+def static_ints(ctx: RefCtx, a) -> list[int]:
     return [int(x) for x in np.asarray(a).reshape(-1)]
 
 

@@ -673,10 +673,10 @@ def _split(a: PadSafety, op: Op) -> list[dict]:
 
 
 def _slice(a: PadSafety, op: Op) -> list[dict]:
-    from ..ops.shape import _slice_params
+    from ..ops.shape import slice_params
 
     x = op.operands[0]
-    starts, ends, axes, steps, _ = _slice_params(InferCtx(op, a.module, a.values))
+    starts, ends, axes, steps, _ = slice_params(InferCtx(op, a.module, a.values))
     if starts is None or ends is None or axes is None or steps is None:
         raise a.refuse(op, f"slices with bounds known only at run time along padded dim {a.name}")
     rank = x.type.rank
