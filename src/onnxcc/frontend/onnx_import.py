@@ -38,7 +38,7 @@ from ..ir import (Block, Dim, DType, Function, Module, Op, Region, TensorType, V
                   identifier)
 from ..ops import InferCtx, get_opdef
 from ..ops.dtypes import onnx_dtype
-from ..passes.shape_inference import infer_block, infer_op
+from ..ops.infer import infer_block, infer_op
 from . import opset_compat
 from .onnx_ops import CONVERTERS
 

@@ -10,74 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
-
-from ..errors import OnnxccError, ShapeError
-from ..ir import Block, DType, Module, Op, TensorType
-from ..ops import InferCtx, get_opdef, require_opdef
+from ..ir import Module
+from ..ops.infer import MAX_TRACKED, infer_block, infer_op, infer_shapes
 from .base import ModulePass, PassContext, register_pass
 
-#: integer tensors up to this many elements have their values tracked
-MAX_TRACKED = 64
-
-
-def infer_op(op: Op, module: Module, values: dict) -> bool:
-    """Run one op's shape rule (and value rule); update its result types. Returns changed."""
-    d = require_opdef(op)
-    ctx = InferCtx(op, module, values)
-    try:
-        types = d.infer(ctx)
-    except OnnxccError:
-        raise
-    except Exception as e:
-        raise ShapeError(f'node "{ctx.loc}" ({op.name}): shape rule failed: {type(e).__name__}: {e}') from e
-    if len(types) != len(op.results):
-        raise ShapeError(f'node "{ctx.loc}" ({op.name}): shape rule gave {len(types)} types for '
-                         f"{len(op.results)} results")
-    changed = False
-    for r, t in zip(op.results, types):
-        if not isinstance(t, TensorType):
-            raise ShapeError(f'node "{ctx.loc}" ({op.name}): shape rule returned {t!r}')
-        if r.type != t:
-            r.type = t
-            changed = True
-    vals = d.value(ctx)
-    if vals:
-        for r, v in zip(op.results, vals):
-            tracked = r.type.dtype.is_int or r.type.dtype is DType.bool  # bools as 0/1 (Equal -> Where)
-            if v is not None and tracked and np.size(v) <= MAX_TRACKED:
-                values[r] = np.asarray(v, dtype=object).reshape(r.type.shape) if r.type.is_static else v
-    return changed
-
-
-def infer_block(block: Block, module: Module, values: dict) -> bool:
-    changed = False
-    for op in block.ops:
-        if op.name in ("return", "yield"):
-            continue
-        # regions first: a control-flow op's shape rule reads its bodies' yields; its OpDef
-        # may drive the bodies itself (block arg types from operands, loop fixed points)
-        done = None
-        d = get_opdef(op.name) if op.regions else None
-        if d is not None:
-            done = d.infer_regions(InferCtx(op, module, values),
-                                   lambda blk: infer_block(blk, module, values))
-        if done is None:
-            for reg in op.regions:
-                changed |= infer_block(reg.block, module, values)
-        else:
-            changed |= bool(done)
-        changed |= infer_op(op, module, values)
-    return changed
-
-
-def infer_shapes(module: Module) -> dict:
-    """Infer the whole module; returns the value map (Value -> object ndarray of Dims)."""
-    values: dict = {}
-    for f in module.functions.values():
-        infer_block(f.body, module, values)
-        f.result_types = [v.type for v in f.return_op.operands]
-    return values
+__all__ = ["MAX_TRACKED", "ShapeInferencePass", "infer_block", "infer_function_constraints", "infer_op",
+           "infer_shapes"]
 
 
 @register_pass
