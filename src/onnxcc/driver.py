@@ -304,35 +304,15 @@ def _default_name(model, module: Module) -> str:
 
 
 
-def model_digest(model) -> str:
-    """sha256 of the model's content (file bytes, serialized proto, or IR text + weights)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    if isinstance(model, Module):
-        h.update(str(model).encode())
-        for k in sorted(model.weights):
-            h.update(k.encode())
-            h.update(model.weights[k].tobytes())
-    elif isinstance(model, (str, Path)):
-        p = Path(model)
-        if not p.is_file():
-            raise OnnxccError(f"{p}: no such file")
-        h.update(p.read_bytes())
-    elif isinstance(model, bytes):
-        h.update(model)
-    else:
-        h.update(model.SerializeToString())
-    return h.hexdigest()
-
-
 def cache_document(model, options: CompileOptions, extra: dict | None = None) -> dict:
     """Everything that changes the build: the cache key is the sha256 of this document."""
     from . import __version__
+    from .cache_key import model_digest, source_digest
     from .codegen.cpu import host_cpu
 
     cpu, feats = host_cpu()
-    return {"model": model_digest(model), "onnxcc": __version__, "options": options.cache_key(),
+    return {"model": model_digest(model), "onnxcc": __version__, "source": source_digest(),
+            "options": options.cache_key(),
             "triple": options.triple or "host", "cpu": options.cpu or cpu,
             "features": options.features or feats, "extra": extra or {}}
 
