@@ -107,7 +107,8 @@ def export_one(name: str, out: Path, dynamo: bool) -> Path:
 
 
 def main(argv):
-    out = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1] / "tests" / "data" / "encoders"
+    default = Path(__file__).resolve().parents[1] / "tests" / "data" / "encoders"
+    out = Path(argv[1]) if len(argv) > 1 else default
     out.mkdir(parents=True, exist_ok=True)
     failed = 0
     for name in MODELS:

@@ -72,4 +72,5 @@ def test_encoder_matches_onnxruntime_across_plan_ranges(stem, tmp_path):
         assert sorted(got) == sorted(names)
         for name, w in want.items():
             assert got[name].shape == w.shape, f"{stem} {name} at {batch}x{seq}"
-            np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=ATOL, err_msg=f"{stem} {name} at {batch}x{seq}")
+            np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=ATOL,
+                                       err_msg=f"{stem} {name} at {batch}x{seq}")
