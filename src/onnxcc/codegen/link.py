@@ -10,6 +10,7 @@ straight-line code with every message spelled out.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -729,8 +730,6 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
         libs.append("-ldl")
     (out / f"{name}.h").write_text(generate_header(spec))
     (out / f"{name}_dispatch.c").write_text(dispatcher)
-    # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
-    (out / f"{name}.json").write_text(json.dumps(generate_metadata(spec), indent=2, default=str) + "\n")
     (out / f"{name}.map").write_text(_version_script(spec))
     lib = out / f"lib{name}.so"
     # Link to a temporary name, then rename: a process that has the old library mapped
@@ -748,10 +747,28 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     if proc.returncode != 0:
         Path(tmp).unlink(missing_ok=True)
         raise CompileError(_link_failure(spec, cc, proc))
+    # NAME.json records the library's size and sha256 (the loader checks both before dlopen:
+    # a truncated or swapped .so is refused instead of faulting); written after the link,
+    # each file renamed into place whole.
+    meta = generate_metadata(spec)
+    meta["library_size"] = Path(tmp).stat().st_size
+    meta["library_sha256"] = _sha256(Path(tmp))
+    meta_tmp = out / f".{name}.json.{os.getpid()}.tmp"
+    # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
+    meta_tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
     os.replace(tmp, lib)
+    os.replace(meta_tmp, out / f"{name}.json")
     if spec.target == "cuda":
         blob.unlink()
     return lib
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _link_failure(spec: ArtifactSpec, cc: str, proc: subprocess.CompletedProcess) -> str:
