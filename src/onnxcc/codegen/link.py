@@ -27,7 +27,7 @@ from onnxcc.ir.dims import canon
 from onnxcc.ir.types import DType
 
 from .abi import ArtifactSpec, TensorSig, VersionSpec
-from .c_exprs import C_HELPERS, c_bool, c_int, text
+from .c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_SOURCES = ("onnxcc_rt.c",)
@@ -450,7 +450,12 @@ static const int32_t devices[] = {{{devices}}};
             self.sym_context(msg, expr, only=True)
             if origin:
                 msg.text(f", needed by {origin}")
-            out.append(f"  if (!{c_bool(expr, self.names)}) {msg.fail(self.code('ERR_CONSTRAINT'))}")
+            try:
+                cond = c_bool(expr, self.names)
+            except UnsupportedExpr as e:
+                raise CompileError(f"building lib{s.name}.so: constraint {text(expr)}"
+                                   f"{f' (needed by {origin})' if origin else ''} cannot be checked: {e}") from None
+            out.append(f"  if (!{cond}) {msg.fail(self.code('ERR_CONSTRAINT'))}")
         out += ["  return 0;", "}"]
         return "\n".join(out)
 
@@ -544,14 +549,23 @@ static const int32_t devices[] = {{{devices}}};
                       "return rc;"]
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
-            ws = self.ci(canon(v.workspace_bytes))
+            # the workspace size is evaluated with checked arithmetic: an overflow is refused
+            # (ERR_ALLOC, naming the size) instead of wrapping to a small arena
+            ws_expr = canon(v.workspace_bytes)
+            too_big = _Msg(f"version {k}: workspace size {text(ws_expr)} bytes overflows int64")
+            self.sym_context(too_big, ws_expr, only=True)
+            lines.append(f"  case {k}: {{")
+            lines += ["    int ws_ovf = 0;",
+                      f"    int64_t ws = {c_int_checked(ws_expr, self.names, 'ws_ovf')};",
+                      f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC')}"]
             if s.target == "cuda":
                 from .cuda_host import version_call
 
-                lines.append(f"  case {k}: {version_call(k, v, ws)} break;")
+                lines.append(f"    {version_call(k, v, 'ws')} break;")
+                lines.append("  }")
                 continue
-            call = f"onnxcc_call_version({k}, {v.symbol}, {ws}, s, in_ptrs, out_ptrs)"
-            lines.append(f"  case {k}: rc = {call}; break;")
+            call = f"onnxcc_call_version({k}, {v.symbol}, ws, s, in_ptrs, out_ptrs)"
+            lines += [f"    rc = {call}; break;", "  }"]
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
         if s.run_dims:  # the kernel wrote the run-determined symbols' true values into s[]
             lines += ["  if (rc == 0) {", "    for (int k = 0; k < SYM_CAP; ++k) run_syms_tl[k] = s[k];",
