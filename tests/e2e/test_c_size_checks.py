@@ -90,3 +90,18 @@ def test_checked_expressions_and_wide_constants():
     with pytest.raises(UnsupportedExpr, match="does not fit in int64"):
         c_bool(sympy.Le(n, 2**64), {"N": "s[0]"})
     assert "INT64_C(9223372036854775807)" in c_bool(sympy.Le(n, 2**63 - 1), {"N": "s[0]"})
+
+
+def test_constraint_constant_past_int64_is_a_compile_error(tmp_path):
+    from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+    from onnxcc.codegen.link import build_library
+    from onnxcc.errors import CompileError
+    from onnxcc.ir import DType, SymbolInfo
+
+    n = sym("N")
+    spec = ArtifactSpec(name="wide", inputs=[TensorSig("x", DType.f32, (n,))],
+                        outputs=[TensorSig("y", DType.f32, (n,))], symbols=[SymbolInfo("N", 1, 100)],
+                        constraints=[(sympy.Le(n * n, 2**64), 'node "Reshape_1"')],
+                        versions=[VersionSpec("wide_any", sympy.true)])
+    with pytest.raises(CompileError, match=r"constraint N\*\*2 <= 18446744073709551616 \(needed by node"):
+        build_library(spec, [], tmp_path)

@@ -453,8 +453,9 @@ static const int32_t devices[] = {{{devices}}};
             try:
                 cond = c_bool(expr, self.names)
             except UnsupportedExpr as e:
-                raise CompileError(f"building lib{s.name}.so: constraint {text(expr)}"
-                                   f"{f' (needed by {origin})' if origin else ''} cannot be checked: {e}") from None
+                needed = f" (needed by {origin})" if origin else ""
+                raise CompileError(f"building lib{s.name}.so: constraint {text(expr)}{needed} "
+                                   f"cannot be checked: {e}") from None
             out.append(f"  if (!{cond}) {msg.fail(self.code('ERR_CONSTRAINT'))}")
         out += ["  return 0;", "}"]
         return "\n".join(out)
