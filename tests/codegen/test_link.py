@@ -249,9 +249,13 @@ def test_introspection(toy):
 
 
 def test_metadata(toy_dir):
+    import hashlib
     import json
 
     meta = json.loads((toy_dir / "toy.json").read_text())
+    lib = (toy_dir / "libtoy.so").read_bytes()
+    assert meta.pop("library_size") == len(lib)  # recorded for the loader's check
+    assert meta.pop("library_sha256") == hashlib.sha256(lib).hexdigest()
     assert meta == generate_metadata(toy_spec())
     assert meta["outputs"][1] == {"name": "w", "dtype": "f32", "shape": ["M + 1"]}
     assert meta["symbols"][0] == {"name": "N", "lo": 1, "hi": 1000, "multiple_of": 1,

@@ -97,12 +97,15 @@ def _eval_index(e: Expr, env: dict[str, int]) -> int:
         return env[e.name]
     if isinstance(e, Select):
         return _eval_index(e.a if _eval_index(e.cond, env) else e.b, env)
+    if isinstance(e, Unary) and e.op == "not":
+        return not _eval_index(e.a, env)
     assert isinstance(e, Binary), e
     a, b = _eval_index(e.a, env), _eval_index(e.b, env)
     ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
            "mod": lambda: a % b, "max": lambda: max(a, b), "min": lambda: min(a, b),
-           "le": lambda: a <= b, "gt": lambda: a > b, "lt": lambda: a < b, "ge": lambda: a >= b,
-           "and": lambda: a and b, "or": lambda: a or b}
+           "le": lambda: a <= b, "lt": lambda: a < b, "ge": lambda: a >= b, "gt": lambda: a > b,
+           "eq": lambda: a == b, "ne": lambda: a != b,
+           "and": lambda: bool(a and b), "or": lambda: bool(a or b)}
     return ops[e.op]()
 
 
@@ -128,6 +131,27 @@ def test_dim_to_expr_is_exact():
     assert str(dim_to_expr(2 * N - 1)) == "N * 2 - 1"
     with pytest.raises(ValueError):
         dim_to_expr(N / 2)
+
+
+def test_piecewise_conditions_of_every_boolean_form():
+    # sympy merges equal neighbouring parts of a per-range plan into an Or (issue 13: "cannot turn
+    # condition (seq <= 33) | (seq <= 65) | (seq <= 256) into a kernel expression")
+    seq, b = sym("seq"), sym("batch")
+    merged = sympy.Piecewise((b * seq, seq <= 33), (b * seq, seq <= 65), (b * seq, seq <= 256),
+                             (2 * b * seq, seq <= 300), (7, True))
+    assert isinstance(merged.args[0][1], sympy.Or)
+    dims = [merged,
+            sympy.Piecewise((seq, sympy.And(seq > 3, b <= 2)), (b, True)),
+            sympy.Piecewise((seq, sympy.Not(sympy.Eq(seq, 4))), (b, True)),
+            sympy.Piecewise((seq, sympy.Ne(seq, b)), (3, True)),
+            sympy.Piecewise((seq, seq / 2 <= 4), (b, seq * 2 / 3 > b), (1, True)),  # rational sides
+            sympy.Piecewise((seq, sympy.false), (b, True)), sympy.Piecewise((seq, True))]
+    for d in dims:
+        e = dim_to_expr(d)
+        for n in (1, 3, 4, 5, 8, 9, 33, 34, 65, 66, 256, 257, 300, 301):
+            for m in (1, 2, 5):
+                want = int(sympy.sympify(d).subs({seq: n, b: m}))
+                assert _eval_index(e, {"seq": n, "batch": m}) == want, (d, n, m, str(e))
 
 
 def test_symbolic_dims_lift_in_expressions():

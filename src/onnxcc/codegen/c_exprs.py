@@ -44,6 +44,22 @@ static inline int64_t onnxcc_mod(int64_t a, int64_t b) {
 static inline int64_t onnxcc_max(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t onnxcc_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t onnxcc_abs(int64_t a) { return a < 0 ? -a : a; }
+/* checked forms (c_int_checked): set *o instead of wrapping */
+static inline int64_t onnxcc_add_ck(int64_t a, int64_t b, int *o) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) *o = 1;
+  return r;
+}
+static inline int64_t onnxcc_sub_ck(int64_t a, int64_t b, int *o) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) *o = 1;
+  return r;
+}
+static inline int64_t onnxcc_mul_ck(int64_t a, int64_t b, int *o) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) *o = 1;
+  return r;
+}
 """
 
 MAX_POW = 8  # x**k is unrolled into k multiplications; bigger exponents are not dims
@@ -66,14 +82,35 @@ def c_int(expr, names: Names) -> str:
     return _IntRenderer(names).render(expr)
 
 
+def c_int_checked(expr, names: Names, flag: str) -> str:
+    """c_int with every sum, difference and product checked: on int64 overflow the C
+    expression sets the int `flag` (a variable the caller declares, 0 before) to 1."""
+    return _IntRenderer(names, flag).render(expr)
+
+
 def c_bool(expr, names: Names) -> str:
     """C int (0/1) expression for a sympy boolean or relational."""
     return _IntRenderer(names).boolean(expr)
 
 
 class _IntRenderer:
-    def __init__(self, names: Names):
+    def __init__(self, names: Names, flag: str | None = None):
         self._names = names
+        self._flag = flag  # checked arithmetic: the overflow flag's C name
+
+    def _op(self, op: str, a: str, b: str) -> str:
+        if self._flag is None:
+            return f"({a} {op} {b})"
+        fn = {"+": "onnxcc_add_ck", "-": "onnxcc_sub_ck", "*": "onnxcc_mul_ck"}[op]
+        return f"{fn}({a}, {b}, &{self._flag})"
+
+    def _chain(self, op: str, parts: list[str]) -> str:
+        if self._flag is None:
+            return "(" + f" {op} ".join(parts) + ")"
+        out = parts[0]
+        for p in parts[1:]:
+            out = self._op(op, out, p)
+        return out
 
     def name(self, s: sympy.Symbol) -> str:
         if callable(self._names):
@@ -102,7 +139,7 @@ class _IntRenderer:
             if e.is_Add:
                 return self._add(e)
             if e.is_Mul:
-                return "(" + " * ".join(self.render(a) for a in e.args) + ")"
+                return self._chain("*", [self.render(a) for a in e.args])
             return self._pow(e)
         if isinstance(e, (sympy.floor, sympy.ceiling)):
             num, den = sympy.fraction(sympy.together(e.args[0]))
@@ -137,6 +174,12 @@ class _IntRenderer:
 
     def _add(self, e: sympy.Add) -> str:
         terms = list(e.as_ordered_terms())
+        if self._flag is not None:
+            out = self.render(terms[0])
+            for t in terms[1:]:
+                neg = t.as_coeff_Mul()[0].is_negative
+                out = self._op("-" if neg else "+", out, self.render(-t if neg else t))
+            return out
         out = self.render(terms[0])
         for t in terms[1:]:
             coeff, _ = t.as_coeff_Mul()
@@ -153,7 +196,7 @@ class _IntRenderer:
         if int(exp) == 0:
             return "1"
         b = self.render(base)
-        return "(" + " * ".join([b] * int(exp)) + ")"
+        return self._chain("*", [b] * int(exp))
 
     def boolean(self, e) -> str:
         if isinstance(e, bool) or e is sympy.true or e is sympy.false:
@@ -189,7 +232,10 @@ def _is_integral(e) -> bool:
 
 
 def _lit(v: int) -> str:
-    # Plain literals read best; ones outside int range need the int64 suffix.
+    # Plain literals read best; ones outside int range need the int64 suffix. One outside
+    # int64 (a constraint `N <= 2**64`) has no C literal: refused here, never wrapped.
+    if not -(2**63) < v < 2**63:
+        raise UnsupportedExpr(f"integer constant {v} does not fit in int64")
     if -(2**31) < v < 2**31:
         return f"({v})" if v < 0 else str(v)
     return f"INT64_C({v})"

@@ -10,6 +10,7 @@ straight-line code with every message spelled out.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from onnxcc.ir.dims import canon
 from onnxcc.ir.types import DType
 
 from .abi import ArtifactSpec, TensorSig, VersionSpec
-from .c_exprs import C_HELPERS, c_bool, c_int, text
+from .c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_SOURCES = ("onnxcc_rt.c",)
@@ -489,7 +490,13 @@ static const int32_t devices[] = {{{devices}}};
             self.sym_context(msg, expr, only=True)
             if origin:
                 msg.text(f", needed by {origin}")
-            out.append(f"  if (!{c_bool(expr, self.names)}) {msg.fail(self.code('ERR_CONSTRAINT'))}")
+            try:
+                cond = c_bool(expr, self.names)
+            except UnsupportedExpr as e:
+                needed = f" (needed by {origin})" if origin else ""
+                raise CompileError(f"building lib{s.name}.so: constraint {text(expr)}{needed} "
+                                   f"cannot be checked: {e}") from None
+            out.append(f"  if (!{cond}) {msg.fail(self.code('ERR_CONSTRAINT'))}")
         out += ["  return 0;", "}"]
         return "\n".join(out)
 
@@ -580,8 +587,16 @@ static const int32_t devices[] = {{{devices}}};
         lines += self.target.run_prologue()
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
-            ws = self.ci(canon(v.workspace_bytes))
-            lines.append(f"  case {k}: {self.target.version_call(k, v, ws)} break;")
+            # the workspace size is evaluated with checked arithmetic: an overflow is refused
+            # (ERR_ALLOC, naming the size) instead of wrapping to a small arena
+            ws_expr = canon(v.workspace_bytes)
+            too_big = _Msg(f"version {k}: workspace size {text(ws_expr)} bytes overflows int64")
+            self.sym_context(too_big, ws_expr, only=True)
+            lines.append(f"  case {k}: {{")
+            lines += ["    int ws_ovf = 0;",
+                      f"    int64_t ws = {c_int_checked(ws_expr, self.names, 'ws_ovf')};",
+                      f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC')}",
+                      f"    {self.target.version_call(k, v, 'ws')} break;", "  }"]
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
         if s.run_dims:  # the kernel wrote the run-determined symbols' true values into s[]
             lines += ["  if (rc == 0) {", "    for (int k = 0; k < SYM_CAP; ++k) run_syms_tl[k] = s[k];",
@@ -754,8 +769,6 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     libs = ["-lm", *own_libs]
     (out / f"{name}.h").write_text(generate_header(spec))
     (out / f"{name}_dispatch.c").write_text(dispatcher)
-    # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
-    (out / f"{name}.json").write_text(json.dumps(generate_metadata(spec), indent=2, default=str) + "\n")
     (out / f"{name}.map").write_text(_version_script(spec))
     lib = out / f"lib{name}.so"
     # Link to a temporary name, then rename: a process that has the old library mapped
@@ -773,10 +786,28 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     if proc.returncode != 0:
         Path(tmp).unlink(missing_ok=True)
         raise CompileError(_link_failure(spec, cc, proc))
+    # NAME.json records the library's size and sha256 (the loader checks both before dlopen:
+    # a truncated or swapped .so is refused instead of faulting); written after the link,
+    # each file renamed into place whole.
+    meta = generate_metadata(spec)
+    meta["library_size"] = Path(tmp).stat().st_size
+    meta["library_sha256"] = _sha256(Path(tmp))
+    meta_tmp = out / f".{name}.json.{os.getpid()}.tmp"
+    # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
+    meta_tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
     os.replace(tmp, lib)
+    os.replace(meta_tmp, out / f"{name}.json")
     for f in own_objects:  # intermediate: the library holds them now
         f.unlink()
     return lib
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _link_failure(spec: ArtifactSpec, cc: str, proc: subprocess.CompletedProcess) -> str:

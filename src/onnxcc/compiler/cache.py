@@ -1,37 +1,17 @@
-"""The artifact cache's compiler side: the key document of a build (model digest, onnxcc
-version, options, target machine) and `compile_cached` (compile on a miss only).
+"""The artifact cache's compiler side: the key document of a build (the model and every
+external-data file it reads, onnxcc's version and a digest of its own source, options, target
+machine) and `compile_cached` (compile on a miss only).
 The store itself is runtime/cache.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import OnnxccError
-from ..ir import Module
+from .cache_key import model_digest, source_digest
 from .compile import compile_model
 from .options import CompileOptions
 
-
-def model_digest(model) -> str:
-    """sha256 of the model's content (file bytes, serialized proto, or IR text + weights)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    if isinstance(model, Module):
-        h.update(str(model).encode())
-        for k in sorted(model.weights):
-            h.update(k.encode())
-            h.update(model.weights[k].tobytes())
-    elif isinstance(model, (str, Path)):
-        p = Path(model)
-        if not p.is_file():
-            raise OnnxccError(f"{p}: no such file")
-        h.update(p.read_bytes())
-    elif isinstance(model, bytes):
-        h.update(model)
-    else:
-        h.update(model.SerializeToString())
-    return h.hexdigest()
+__all__ = ["cache_document", "compile_cached", "model_digest", "source_digest"]
 
 
 def cache_document(model, options: CompileOptions, extra: dict | None = None) -> dict:
@@ -40,7 +20,8 @@ def cache_document(model, options: CompileOptions, extra: dict | None = None) ->
     from ..codegen.cpu import host_cpu
 
     cpu, feats = host_cpu()
-    return {"model": model_digest(model), "onnxcc": __version__, "options": options.cache_key(),
+    return {"model": model_digest(model), "onnxcc": __version__, "source": source_digest(),
+            "options": options.cache_key(),
             "triple": options.triple or "host", "cpu": options.cpu or cpu,
             "features": options.features or feats, "extra": extra or {}}
 

@@ -613,22 +613,29 @@ _RELATIONS = {"<=": "le", "<": "lt", ">=": "ge", ">": "gt", "==": "eq", "!=": "n
 
 
 def _condition_to_expr(c) -> Expr:
-    """A condition over integer dims as a bool Expr: relations (`seq <= 128`) and the boolean
-    forms sympy builds from them when it merges Piecewise pieces of equal value
-    (`(seq <= 8) | (seq <= 16)`), negations and constant truth values."""
-    if isinstance(c, sympy.core.relational.Relational) and c.rel_op in _RELATIONS:
-        return binary(_RELATIONS[c.rel_op], _sympy_to_expr(c.lhs), _sympy_to_expr(c.rhs))
-    if c is sympy.true or c is sympy.false:
+    """A sympy boolean over integer dims as a bool Expr: relations (`seq <= 128`, also with
+    rational sides such as `seq/2 <= 4`), `And` / `Or` / `Not` of them (sympy merges the
+    conditions of equal neighbouring Piecewise parts into an `Or`) and the constants."""
+    if c is sympy.true or c is sympy.false or isinstance(c, (bool, np.bool_)):
         return Const(bool(c), BOOL)
     if isinstance(c, (sympy.And, sympy.Or)):
-        parts = [_condition_to_expr(a) for a in c.args]
-        out = parts[0]
-        for p in parts[1:]:
-            out = binary("and" if isinstance(c, sympy.And) else "or", out, p)
+        op = "and" if isinstance(c, sympy.And) else "or"
+        args = [_condition_to_expr(a) for a in c.args]
+        out = args[0]
+        for a in args[1:]:
+            out = binary(op, out, a)
         return out
     if isinstance(c, sympy.Not):
         return logical_not(_condition_to_expr(c.args[0]))
-    raise ValueError(f"cannot turn condition {c} into a kernel expression")
+    if isinstance(c, sympy.core.relational.Relational) and c.rel_op in _RELATIONS:
+        op = _RELATIONS[c.rel_op]
+        (a, da), (b, db) = _as_fraction(c.lhs), _as_fraction(c.rhs)
+        if da == 1 and db == 1:
+            return binary(op, a, b)
+        # lhs - rhs == num / den with den > 0, so `lhs op rhs` is exactly `num op 0`
+        num, _ = _as_fraction(sympy.sympify(c.lhs) - sympy.sympify(c.rhs))
+        return binary(op, num, Const(0, I64))
+    raise ValueError(f"cannot turn condition {c} ({type(c).__name__}) into a kernel expression")
 
 
 def _quotient(e: sympy.Expr) -> tuple[Expr, Expr]:

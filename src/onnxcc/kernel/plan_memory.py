@@ -367,8 +367,16 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTabl
     def pick(values: list[Dim]) -> Dim:
         if all(v == values[0] for v in values):
             return values[0]
-        pieces = [(sympy.sympify(v), s <= hi) for (hi, _), v in zip(parts[:-1], values)]
-        return sympy.Piecewise(*pieces, (sympy.sympify(values[-1]), True))
+        # Merge runs of equal neighbours here: the parts are ascending ranges, so a run ends
+        # at one `s <= hi` (left to sympy, equal neighbours become `(s <= 33) | (s <= 65)`).
+        runs: list[tuple[Dim, int]] = []
+        for (hi, _), v in zip(parts, values):
+            if runs and runs[-1][0] == v:
+                runs[-1] = (v, hi)
+            else:
+                runs.append((v, hi))
+        pieces = [(sympy.sympify(v), s <= hi) for v, hi in runs[:-1]]
+        return sympy.Piecewise(*pieces, (sympy.sympify(runs[-1][0]), True))
 
     offsets = [pick([lay.offsets[i] for _, lay in parts]) for i in range(len(slots))]
     return _Layout(offsets, pick([lay.workspace for _, lay in parts]), max(lay.worst for _, lay in parts))

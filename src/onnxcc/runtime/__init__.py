@@ -1,5 +1,5 @@
 """The Python side of built artifacts; imports nothing of the compiler."""
 
-from .loader import CompiledModel, load
+from .loader import ArtifactError, CompiledModel, load
 
-__all__ = ["CompiledModel", "load"]
+__all__ = ["ArtifactError", "CompiledModel", "load"]

@@ -10,16 +10,25 @@ imported, so a deployed artifact runs where sympy and llvmlite are not installed
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from onnxcc.errors import GuardError, RuntimeCallError
+from onnxcc.errors import GuardError, OnnxccError, RuntimeCallError
+
+
+class ArtifactError(OnnxccError):
+    """An artifact that must not be loaded: its library is missing, outside the artifact
+    directory, or not the file NAME.json recorded (truncated, rebuilt, swapped)."""
 
 # dtype name in NAME.json -> (numpy dtype, DLPack code, bits). bf16 travels as uint16 bits.
 DTYPES = {
@@ -151,6 +160,62 @@ class _Scratch(threading.local):
         return words, shapes, ctypes.c_void_p(ctypes.addressof(words))
 
 
+# ---- loading libraries by content ----------------------------------------------------------
+#
+# dlopen hands back the object already loaded from the same path (or the same inode), so a
+# library rebuilt in place and loaded again in one process would run the old code. Each
+# library is therefore loaded from a private copy named by its sha256: new content, new
+# path, new object; the same content loads once. The copy is written from the very bytes
+# that were hashed and checked against NAME.json, so what runs is what was verified, and a
+# file truncated or rewritten later cannot fault the mapping (SIGBUS) or change it.
+
+_LIB_LOCK = threading.Lock()
+_LIB_DIR: Path | None = None
+
+
+def _private_dir() -> Path:
+    global _LIB_DIR
+    if _LIB_DIR is None:
+        _LIB_DIR = Path(tempfile.mkdtemp(prefix="onnxcc-libs-"))  # mode 0700: this user only
+        atexit.register(shutil.rmtree, _LIB_DIR, True)  # mapped copies stay valid once unlinked
+    return _LIB_DIR
+
+
+def _check_library(meta: dict, lib_path: Path, data: bytes) -> str:
+    """sha256 of `data` (the library's bytes), checked against NAME.json where it records them."""
+    size, want = meta.get("library_size"), meta.get("library_sha256")
+    if size is not None and len(data) != size:
+        raise ArtifactError(f"{lib_path}: {len(data)} bytes, but {meta['name']}.json records {size} "
+                            "(truncated or replaced; rebuild the artifact)")
+    digest = hashlib.sha256(data).hexdigest()
+    if want is not None and digest != want:
+        raise ArtifactError(f"{lib_path}: sha256 {digest[:16]}... does not match {meta['name']}.json's "
+                            f"{str(want)[:16]}... (modified or replaced; rebuild the artifact)")
+    if data[:4] != b"\x7fELF":
+        raise ArtifactError(f"{lib_path}: not a shared library (no ELF header)")
+    return digest
+
+
+def _load_by_content(meta: dict, lib_path: Path) -> tuple[ctypes.CDLL, Path]:
+    try:
+        data = lib_path.read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"{lib_path}: cannot read the library: {e.strerror or e}") from e
+    digest = _check_library(meta, lib_path, data)
+    with _LIB_LOCK:
+        d = _private_dir() / digest
+        copy = d / lib_path.name
+        if not copy.is_file():
+            d.mkdir(exist_ok=True)
+            tmp = d / f".{lib_path.name}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, copy)
+        try:
+            return ctypes.CDLL(str(copy)), copy
+        except OSError as e:
+            raise ArtifactError(f"{lib_path}: cannot load the library: {e}") from e
+
+
 class CompiledModel:
     """One loaded artifact. Thread-safe: calls release the GIL and the C side is re-entrant."""
 
@@ -160,8 +225,9 @@ class CompiledModel:
         self.inputs: list[dict] = meta["inputs"]
         self.outputs: list[dict] = meta["outputs"]
         self.codes: dict[str, int] = meta["error_codes"]
-        self.path = lib_path
-        self.lib = ctypes.CDLL(str(lib_path))
+        self.path = Path(lib_path)
+        #: the content-addressed private copy the library is loaded from
+        self.lib, self.loaded_path = _load_by_content(meta, self.path)
         self._run = self._fn("run", ctypes.c_int, [ctypes.POINTER(DLTensor), ctypes.c_int,
                                                    ctypes.POINTER(DLTensor), ctypes.c_int])
         self._output_shape = self._fn("output_shape", ctypes.c_int, [
@@ -406,10 +472,24 @@ def load(path: str | os.PathLike) -> CompiledModel:
                                     f"found {len(found)}")
         p = found[0]
     meta = json.loads(p.read_text())
-    lib = p.parent / meta.get("library", f"lib{meta['name']}.so")
+    lib = _library_path(p, meta)
     if not lib.is_file():
         raise FileNotFoundError(f"{p}: library {lib} not found")
     return CompiledModel(meta, lib)
+
+
+def _library_path(meta_path: Path, meta: dict) -> Path:
+    """NAME.json's `library`: a plain file name inside the artifact directory, never a path
+    that leads elsewhere (an absolute path, `..`, a symlink out of the directory)."""
+    name = meta.get("library", f"lib{meta['name']}.so")
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\0" in name):
+        raise ArtifactError(f"{meta_path}: library {name!r} must be a file name inside the artifact "
+                            "directory")
+    lib = meta_path.parent / name
+    if lib.resolve().parent != meta_path.parent.resolve():
+        raise ArtifactError(f"{meta_path}: library {name!r} resolves outside the artifact directory")
+    return lib
 
 
 def _artifact_meta(path: Path) -> dict | None:
@@ -420,4 +500,7 @@ def _artifact_meta(path: Path) -> dict | None:
         return None
     if not isinstance(meta, dict) or "name" not in meta or "error_codes" not in meta:
         return None
-    return meta if (path.parent / meta.get("library", f"lib{meta['name']}.so")).is_file() else None
+    try:
+        return meta if _library_path(path, meta).is_file() else None
+    except ArtifactError:
+        return meta  # an artifact all the same: load() reports what is wrong with it

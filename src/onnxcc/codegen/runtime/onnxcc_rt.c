@@ -398,7 +398,24 @@ int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, c
                        (long long)t->shape[d]);
       return ONNXCC_ERR_SHAPE;
     }
-    numel *= t->shape[d];
+  }
+  /* element count and byte size with overflow checks: a shape whose size wraps int64 is
+   * refused, never taken for a small tensor (an empty one stays empty whatever the rest) */
+  int empty = 0;
+  for (int32_t d = 0; d < rank; d++) empty |= t->shape[d] == 0;
+  if (empty) numel = 0;
+  int64_t nbytes = 0;
+  for (int32_t d = 0; d < rank && !empty; d++) {
+    if (__builtin_mul_overflow(numel, t->shape[d], &numel)) {
+      onnxcc_error_set("%s \"%s\": element count overflows int64 at dim %d (extent %lld; shape %s)",
+                       kind, name, (int)d, (long long)t->shape[d], shape_text);
+      return ONNXCC_ERR_SHAPE;
+    }
+  }
+  if (__builtin_mul_overflow(numel, (int64_t)((bits + 7) / 8), &nbytes)) {
+    onnxcc_error_set("%s \"%s\": %lld elements of %d bits overflow int64 bytes (shape %s)", kind, name,
+                     (long long)numel, (int)bits, shape_text);
+    return ONNXCC_ERR_SHAPE;
   }
   if (t->strides != NULL && numel > 0) {
     /* size-1 dims may carry any stride: DLPack exporters differ there */
