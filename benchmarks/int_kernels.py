@@ -48,7 +48,6 @@ def _models():
                               [vi("A", u8, ["M", k]), vi("B", i8, [k, n])], [vi("Y", i32, None)],
                               [("az", np.array(3, np.uint8))]),
                         {"A": a, "B": b})
-    f32 = TensorProto.FLOAT
     sc = np.array(0.02, np.float32)
     cases["qlmm"] = (model([helper.make_node("QLinearMatMul", ["A", "as", "az", "B", "bs", "bz", "ys", "yz"],
                                              ["Y"])],
@@ -70,7 +69,6 @@ def _models():
                               ("wz", np.array(0, np.int8)), ("ys", np.array(4.0, np.float32)),
                               ("yz", np.array(128, np.uint8))]),
                        {"X": x})
-    del f32
     return cases
 
 
@@ -123,7 +121,7 @@ def main() -> None:
                 feeds = cases[name][1]
                 lib = onnxcc.load(Path(tmp) / name)
                 sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-                ours = list(lib.run(feeds).values())[0]
+                ours = next(iter(lib.run(feeds).values()))
                 theirs = sess.run(None, feeds)[0]
                 same = ours.shape == theirs.shape and bool(np.array_equal(ours, theirs))
                 t_cc, t_ort = bench_pair(lambda: lib.run(feeds), lambda: sess.run(None, feeds), args.repeats)

@@ -132,7 +132,7 @@ def test_lower_matmul_integer_constant_and_variable_b():
     """A constant 2-D B is read from a transposed copy made at compile time (the k loop then
     runs along contiguous memory in both operands); a B that is an input keeps the plain path.
     Exact i32 results vs onnxruntime at symbolic M, with and without zero points."""
-    u8, i8 = T.UINT8, T.INT8
+    u8 = T.UINT8
     k, n = 40, 24
     w = _RNG.integers(-128, 128, (k, n), dtype=np.int8)
     wu = _RNG.integers(0, 256, (k, n), dtype=np.uint8)

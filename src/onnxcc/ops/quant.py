@@ -325,7 +325,7 @@ def iconv_np(ctx, x, w, xz, wz) -> np.ndarray:
 
 def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
     """out[n, m, o...] = sum(c, k...: (X - xz)[pad-guarded, 0 outside] * (W - wz)[m, c, k...]) in i32."""
-    outs, pb, pe, strides, dil = _conv_geometry(ctx, x.shape, w.shape)
+    _, pb, pe, strides, dil = _conv_geometry(ctx, x.shape, w.shape)
     group = ctx.attr("group", 1)
     cg, kernel = w.shape[1], list(w.shape[2:])
     mg = canon(w.shape[0] // group) if isinstance(w.shape[0], int) else None
@@ -413,7 +413,7 @@ def requant_expr(acc: K.Expr, mult: K.Expr, zp: K.Expr, dt: DType) -> K.Expr:
 
 
 def _qlmm_infer(ctx: InferCtx):
-    a, _, azp, b, _, bzp, _, yzp = ctx.in_types
+    a, _, _, b, _, _, _, yzp = ctx.in_types
     for t, what in ((a, "a"), (b, "b")):
         if t.dtype not in (DType.u8, DType.i8):
             raise ctx.error(f"{what} must be u8 or i8, got {t.dtype.value}")
