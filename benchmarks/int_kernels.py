@@ -30,7 +30,8 @@ def _models():
     m, k, n = 128, 512, 512
 
     def model(nodes, inputs, outputs, inits):
-        g = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, nm) for nm, v in inits])
+        tensors = [numpy_helper.from_array(v, nm) for nm, v in inits]
+        g = helper.make_graph(nodes, "g", inputs, outputs, tensors)
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
     def vi(name, dt, shape):

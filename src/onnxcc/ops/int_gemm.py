@@ -2,8 +2,8 @@
 MatMulIntegerToFloat, DynamicQuantizeMatMul).
 
 The contraction body is `rsum(k: load_a(.., k) * load_b(k, ..))` in i32. With B in its ONNX
-layout (K, N) the k loop strides through B by N and LLVM leaves it a scalar loop; with a
-constant B stored transposed, (N, K), both operands are read along contiguous k and LLVM's loop
+layout (K, N) the k loop strides through B by N and LLVM leaves it a scalar loop; with B
+stored transposed, (N, K), both operands are read along contiguous k and LLVM's loop
 vectorizer turns the sum into vector dot products (AVX-512 VNNI vpdpwssd where the CPU has it),
 measured 60x to 300x faster at 128x512x512."""
 
@@ -35,25 +35,45 @@ def zp_loader(x, z, axis: int) -> Loader:
     return lambda idx: cast(x[idx], i32) - cast(per_element(z, idx[axis]), i32)
 
 
-def transposed_b_loader(ctx, operand: int, zp: Callable[[tuple], K.Expr] | None) -> Loader | None:
-    """The loader of a constant 2-D B (input `operand`) read from a transposed copy made at
-    compile time; None when B is not a constant 2-D tensor (the caller keeps its plain loader).
+def _swap(idx: tuple) -> tuple:
+    return (*idx[:-2], idx[-1], idx[-2])
 
-    `zp(idx)` gives the zero point of B's element at its logical index `idx = (k, n)`, or is None."""
-    data = ctx.const_value(operand)
-    if data is None or data.ndim != 2:
+
+def transposed_b_loader(ctx, operand: int, zp: Callable[[tuple], K.Expr] | None) -> Loader | None:
+    """The loader of B (input `operand`, rank >= 2) read from a copy with its last two dims
+    swapped, so the contraction over k reads it contiguously; None for a 1-D B (already
+    contiguous along k: the caller keeps its plain loader).
+
+    A constant B is transposed at compile time. Any other B is transposed at run time into an
+    i16 temp holding `B - zero point` (both lie in [-255, 255]): O(K*N) work before an O(M*K*N)
+    contraction, and the subtraction keeps the fuser from inlining the copy back into the
+    contraction (it does not recompute arithmetic inside one).
+    `zp(idx)` gives the zero point of B's element at its logical index `idx = (..., k, n)`, or is None."""
+    b = ctx.inputs[operand]
+    if b.rank < 2:
         return None
-    bt = _transposed_const(ctx, data)
     i32 = DType.i32
-    if zp is None:
-        return lambda idx: cast(bt[(idx[1], idx[0])], i32)
-    return lambda idx: cast(bt[(idx[1], idx[0])], i32) - cast(zp(idx), i32)
+    data = ctx.const_value(operand)
+    if data is not None:
+        bt = _transposed_const(ctx, data)
+        if zp is None:
+            return lambda idx: cast(bt[_swap(idx)], i32)
+        return lambda idx: cast(bt[_swap(idx)], i32) - cast(zp(idx), i32)
+    i16 = DType.i16
+    bt = ctx.temp(i16, _swap(tuple(b.shape)), "bt")
+
+    def body(*ix):
+        v = cast(b[_swap(ix)], i16)
+        return v if zp is None else v - cast(zp(_swap(ix)), i16)
+
+    ctx.compute(bt, body)
+    return lambda idx: cast(bt[_swap(idx)], i32)
 
 
 def _transposed_const(ctx, data: np.ndarray):
-    """`data.T` as a constant buffer; one weight shared by several contractions (tied weights)
-    is transposed into one buffer, not one per use."""
-    t = np.ascontiguousarray(data.T)
+    """`data` with its last two dims swapped, as a constant buffer; one weight shared by several
+    contractions (tied weights) is transposed into one buffer, not one per use."""
+    t = np.ascontiguousarray(np.swapaxes(data, -1, -2))
     for buf in ctx.program.buffers.values():
         if (buf.kind == "const" and buf.shape == t.shape and buf.data.dtype == t.dtype
                 and np.array_equal(buf.data, t)):
@@ -63,6 +83,6 @@ def _transposed_const(ctx, data: np.ndarray):
 
 def b_loader(ctx, operand: int, bz) -> Loader:
     """B's loader for the QLinear / contrib contractions, whose B zero point is one element or one
-    per column: transposed when B is a constant 2-D tensor, plain otherwise."""
-    zp = None if bz is None else (lambda idx: per_element(bz, idx[1]))
+    per column: read transposed unless B is 1-D."""
+    zp = None if bz is None else (lambda idx: per_element(bz, idx[-1]))
     return transposed_b_loader(ctx, operand, zp) or zp_loader(ctx.inputs[operand], bz, -1)

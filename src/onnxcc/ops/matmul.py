@@ -164,7 +164,7 @@ def _zero_point_loader(ctx, operand: int, zp, per_row: bool):
     if zp is None or (data is not None and not np.any(data)):
         zp = None
     if not per_row:
-        # a constant 2-D B is read from a transposed copy (see int_gemm)
+        # B (rank >= 2) is read from a transposed copy, made at compile time when constant (int_gemm)
         zpv = None if zp is None else (lambda idx: zp[_zp_index(zp, idx, False)])
         fast = transposed_b_loader(ctx, operand, zpv)
         if fast is not None:
