@@ -325,12 +325,15 @@ def iconv_np(ctx, x, w, xz, wz) -> np.ndarray:
 
 def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
     """out[n, m, o...] = sum(c, k...: (X - xz)[pad-guarded, 0 outside] * (W - wz)[m, c, k...]) in i32."""
-    _, pb, pe, strides, dil = _conv_geometry(ctx, x.shape, w.shape)
+    outs, pb, pe, strides, dil = _conv_geometry(ctx, x.shape, w.shape)
     group = ctx.attr("group", 1)
     cg, kernel = w.shape[1], list(w.shape[2:])
     mg = canon(w.shape[0] // group) if isinstance(w.shape[0], int) else None
     if group != 1 and mg is None:
         raise ctx.unsupported("grouped integer conv needs a static output channel count")
+    static = isinstance(cg, int) and all(isinstance(k, int) for k in kernel)
+    if static and (xz is None or xz.rank == 0 or all(isinstance(d, int) and d == 1 for d in xz.shape)):
+        return _iconv_gemm(ctx, out, x, w, xz, wz, bias, (outs, pb, pe, strides, dil), group, mg)
     c = Var("c")
     kv = [Var(f"k{i}") for i in range(len(kernel))]
     axes = [(c, cg)] + list(zip(kv, kernel))
@@ -366,6 +369,95 @@ def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
         if wzv is not None:
             wv = wv - wzv
         acc = rsum(axes, xv * wv)
+        return acc if bias is None else acc + cast(bias[(m,)], i32)
+
+    ctx.compute(out, body)
+
+
+def _pad_guard(ctx, pos, in_dims, pb, pe):
+    """The condition that every window position lies inside the input (None: no padding)."""
+    conds = []
+    for p, h, b, e in zip(pos, in_dims, pb, pe):
+        if not (isinstance(b, int) and b == 0):
+            conds.append(p >= 0)
+        if not (isinstance(e, int) and e == 0):
+            conds.append(p < ctx.dim(h))
+    if not conds:
+        return None
+    cond = conds[0]
+    for cc in conds[1:]:
+        cond = cond & cc
+    return cond
+
+
+def _iconv_gemm(ctx, out, x, w, xz, wz, bias, geometry, group: int, mg) -> None:
+    """The integer conv as a GEMM over one contraction axis r = (c, k...) (static channel count
+    and kernel): the windows of `x - xz` are copied once into an i16 temp `col[n, (g,) o..., r]`
+    (0 where padding), W is read as (M, R), transposed-free since its contraction is already
+    innermost, so both operands of the i32 sum are contiguous along r and LLVM vectorizes it
+    (vpdpwssd) as for MatMulInteger. The copy costs one output channel's work."""
+    outs, pb, pe, strides, dil = geometry
+    cg, kernel = w.shape[1], list(w.shape[2:])
+    kk = int(np.prod(kernel))
+    red = cg * kk
+    i16, i32 = DType.i16, DType.i32
+    grouped = group != 1
+    col = ctx.temp(i16, (x.shape[0], *((group,) if grouped else ()), *outs, red), "col")
+
+    def split(r):
+        """r -> (c, k0, k1, ...) for r = c * kk + k0 * (k1 * ...) + ... (W's row-major order)"""
+        steps = [int(np.prod(kernel[i + 1:])) for i in range(len(kernel))]
+        return r // kk, [(r // st) % k if st > 1 else r % k for k, st in zip(kernel, steps)]
+
+    def col_body(n, *ix):
+        g, o, r = (ix[0], ix[1:-1], ix[-1]) if grouped else (None, ix[:-1], ix[-1])
+        c, ks = split(r)
+        ch = c if g is None else g * cg + c
+        pos = [oi * st + k * d - ctx.dim(p) for oi, k, st, d, p in zip(o, ks, strides, dil, pb)]
+        xv = cast(x[(n, ch, *pos)], i16)
+        if xz is not None:
+            xv = xv - cast(xz[(0,) * xz.rank], i16)
+        cond = _pad_guard(ctx, pos, x.shape[2:], pb, pe)
+        return xv if cond is None else select(cond, xv, Const(0, i16))
+
+    ctx.compute(col, col_body)
+
+    def wzero(m):
+        if wz is None:
+            return None
+        if wz.rank == 0 or all(isinstance(d, int) and d == 1 for d in wz.shape):
+            return wz[(0,) * wz.rank]
+        return wz[(m,)]
+
+    data = ctx.const_value(ctx.inputs.index(w))
+    if data is not None:
+        wm = ctx.const(data.reshape(data.shape[0], red), "wr")
+
+        def wload(m, r):
+            v = cast(wm[(m, r)], i32)
+            z = wzero(m)
+            return v if z is None else v - cast(z, i32)
+    else:
+        # W in a temp (M, R) with its zero point applied (the subtraction, or the cast, keeps the
+        # fuser from inlining it back into the contraction)
+        wm = ctx.temp(i16, (w.shape[0], red), "wr")
+
+        def wbody(m, r):
+            c, ks = split(r)
+            v = cast(w[(m, c, *ks)], i16)
+            z = wzero(m)
+            return v if z is None else v - cast(z, i16)
+
+        ctx.compute(wm, wbody)
+
+        def wload(m, r):
+            return cast(wm[(m, r)], i32)
+
+    rv = Var("r")
+
+    def body(n, m, *o):
+        g = (m // mg,) if grouped else ()
+        acc = rsum([(rv, red)], cast(col[(n, *g, *o, rv)], i32) * wload(m, rv))
         return acc if bias is None else acc + cast(bias[(m,)], i32)
 
     ctx.compute(out, body)
