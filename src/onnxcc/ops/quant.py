@@ -333,7 +333,10 @@ def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
         raise ctx.unsupported("grouped integer conv needs a static output channel count")
     static = isinstance(cg, int) and all(isinstance(k, int) for k in kernel)
     if static and (xz is None or xz.rank == 0 or all(isinstance(d, int) and d == 1 for d in xz.shape)):
-        return _iconv_gemm(ctx, out, x, w, xz, wz, bias, (outs, pb, pe, strides, dil), group, mg)
+        geometry = (outs, pb, pe, strides, dil)
+        if group == 1 and len(kernel) == 2 and dil[1] == 1:
+            return _iconv_rows(ctx, out, x, w, xz, wz, bias, geometry)
+        return _iconv_gemm(ctx, out, x, w, xz, wz, bias, geometry, group, mg)
     c = Var("c")
     kv = [Var(f"k{i}") for i in range(len(kernel))]
     axes = [(c, cg)] + list(zip(kv, kernel))
@@ -390,6 +393,71 @@ def _pad_guard(ctx, pos, in_dims, pb, pe):
     return cond
 
 
+def _wzero(wz, m):
+    if wz is None:
+        return None
+    if wz.rank == 0 or all(isinstance(d, int) and d == 1 for d in wz.shape):
+        return wz[(0,) * wz.rank]
+    return wz[(m,)]
+
+
+def _iconv_rows(ctx, out, x, w, xz, wz, bias, geometry) -> None:
+    """A 2-D integer conv (one group, no dilation along W) over channels-last rows: `x - xz`
+    is copied once, padded with zeros, into an i16 temp `xp[n, h, (w, c)]`; for one window row
+    kh the taps (kw, c) are then one contiguous run of KW * C elements of xp, and W is stored as
+    (M, KH, (kw, c)), so the inner i32 sum reads both operands contiguously and LLVM vectorizes
+    it (vpdpwssd). The copy is about the size of the input (no K-fold im2col blow-up)."""
+    _, pb, pe, strides, dil = geometry
+    n_, cin, hin, win = x.shape
+    mo, _, kh_, kw_ = w.shape
+    i16, i32 = DType.i16, DType.i32
+    hp, wp = canon(hin + pb[0] + pe[0]), canon(win + pb[1] + pe[1])
+    xp = ctx.temp(i16, (n_, hp, canon(wp * cin)), "xp")
+    cdim = ctx.dim(cin)
+
+    def xp_body(n, h, q):
+        pos = [h - ctx.dim(pb[0]), q // cdim - ctx.dim(pb[1])]
+        xv = cast(x[(n, q % cdim, *pos)], i16)
+        if xz is not None:
+            xv = xv - cast(xz[(0,) * xz.rank], i16)
+        cond = _pad_guard(ctx, pos, x.shape[2:], pb, pe)
+        return xv if cond is None else select(cond, xv, Const(0, i16))
+
+    ctx.compute(xp, xp_body)
+    row = kw_ * cin
+    data = ctx.const_value(ctx.inputs.index(w))
+    if data is not None:
+        wt = ctx.const(np.ascontiguousarray(data.transpose(0, 2, 3, 1)).reshape(mo, kh_, row), "wt")
+
+        def wload(m, kh, j):
+            v = cast(wt[(m, kh, j)], i32)
+            z = _wzero(wz, m)
+            return v if z is None else v - cast(z, i32)
+    else:
+        # W re-laid in a temp with its zero point applied (the subtraction, or the cast, keeps
+        # the fuser from inlining it back into the contraction)
+        wt = ctx.temp(i16, (mo, kh_, row), "wt")
+
+        def wbody(m, kh, j):
+            v = cast(w[(m, j % cdim, kh, j // cdim)], i16)
+            z = _wzero(wz, m)
+            return v if z is None else v - cast(z, i16)
+
+        ctx.compute(wt, wbody)
+
+        def wload(m, kh, j):
+            return cast(wt[(m, kh, j)], i32)
+
+    khv, jv = Var("kh"), Var("j")
+
+    def body(n, m, oh, ow):
+        xi = (n, oh * strides[0] + khv * dil[0], ow * (strides[1] * cdim) + jv)
+        acc = rsum([(khv, kh_), (jv, row)], cast(xp[xi], i32) * wload(m, khv, jv))
+        return acc if bias is None else acc + cast(bias[(m,)], i32)
+
+    ctx.compute(out, body)
+
+
 def _iconv_gemm(ctx, out, x, w, xz, wz, bias, geometry, group: int, mg) -> None:
     """The integer conv as a GEMM over one contraction axis r = (c, k...) (static channel count
     and kernel): the windows of `x - xz` are copied once into an i16 temp `col[n, (g,) o..., r]`
@@ -422,20 +490,13 @@ def _iconv_gemm(ctx, out, x, w, xz, wz, bias, geometry, group: int, mg) -> None:
 
     ctx.compute(col, col_body)
 
-    def wzero(m):
-        if wz is None:
-            return None
-        if wz.rank == 0 or all(isinstance(d, int) and d == 1 for d in wz.shape):
-            return wz[(0,) * wz.rank]
-        return wz[(m,)]
-
     data = ctx.const_value(ctx.inputs.index(w))
     if data is not None:
         wm = ctx.const(data.reshape(data.shape[0], red), "wr")
 
         def wload(m, r):
             v = cast(wm[(m, r)], i32)
-            z = wzero(m)
+            z = _wzero(wz, m)
             return v if z is None else v - cast(z, i32)
     else:
         # W in a temp (M, R) with its zero point applied (the subtraction, or the cast, keeps the
@@ -445,7 +506,7 @@ def _iconv_gemm(ctx, out, x, w, xz, wz, bias, geometry, group: int, mg) -> None:
         def wbody(m, r):
             c, ks = split(r)
             v = cast(w[(m, c, *ks)], i16)
-            z = wzero(m)
+            z = _wzero(wz, m)
             return v if z is None else v - cast(z, i16)
 
         ctx.compute(wm, wbody)
