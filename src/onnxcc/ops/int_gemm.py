@@ -27,6 +27,14 @@ def per_element(buf, i) -> K.Expr:
     return buf[(i,) if buf.rank == 1 else broadcast_indices((i,), buf.shape)]
 
 
+def nonzero_zero_point(ctx, zp):
+    """A zero point, or None when it is absent or a constant of zeros (nothing to subtract)."""
+    if zp is None:
+        return None
+    data = ctx.const_value(ctx.inputs.index(zp))
+    return None if data is not None and not np.any(data) else zp
+
+
 def zp_loader(x, z, axis: int) -> Loader:
     """`idx -> i32(x[idx]) - i32(z[idx[axis]])` (z one element or one per index along `axis`)."""
     i32 = DType.i32
@@ -84,5 +92,6 @@ def _transposed_const(ctx, data: np.ndarray):
 def b_loader(ctx, operand: int, bz) -> Loader:
     """B's loader for the QLinear / contrib contractions, whose B zero point is one element or one
     per column: read transposed unless B is 1-D."""
+    bz = nonzero_zero_point(ctx, bz)
     zp = None if bz is None else (lambda idx: per_element(bz, idx[-1]))
     return transposed_b_loader(ctx, operand, zp) or zp_loader(ctx.inputs[operand], bz, -1)

@@ -23,7 +23,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
 from .elementwise import kwiden
-from .int_gemm import b_loader, per_element, zp_loader
+from .int_gemm import b_loader, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
 from .registry import InferCtx, RefCtx, define, onnx_inputs
@@ -326,6 +326,7 @@ def iconv_np(ctx, x, w, xz, wz) -> np.ndarray:
 def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
     """out[n, m, o...] = sum(c, k...: (X - xz)[pad-guarded, 0 outside] * (W - wz)[m, c, k...]) in i32."""
     outs, pb, pe, strides, dil = _conv_geometry(ctx, x.shape, w.shape)
+    xz, wz = nonzero_zero_point(ctx, xz), nonzero_zero_point(ctx, wz)
     group = ctx.attr("group", 1)
     cg, kernel = w.shape[1], list(w.shape[2:])
     mg = canon(w.shape[0] // group) if isinstance(w.shape[0], int) else None
