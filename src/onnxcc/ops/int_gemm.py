@@ -66,7 +66,10 @@ def transposed_b_loader(ctx, operand: int, zp: Callable[[tuple], K.Expr] | None)
         bt = _transposed_const(ctx, data)
         if zp is None:
             return lambda idx: cast(bt[_swap(idx)], i32)
-        return lambda idx: cast(bt[_swap(idx)], i32) - cast(zp(idx), i32)
+        # the difference in i16 (it lies in [-255, 255]) then widened: LLVM matches the i16
+        # products summed into i32 to vpmaddwd / vpdpwssd
+        i16 = DType.i16
+        return lambda idx: cast(cast(bt[_swap(idx)], i16) - cast(zp(idx), i16), i32)
     i16 = DType.i16
     bt = ctx.temp(i16, _swap(tuple(b.shape)), "bt")
 

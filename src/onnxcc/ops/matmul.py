@@ -171,7 +171,10 @@ def _zero_point_loader(ctx, operand: int, zp, per_row: bool):
             return fast
     if zp is None:
         return lambda idx: cast(x[idx], DType.i32)
-    return lambda idx: cast(x[idx], DType.i32) - cast(zp[_zp_index(zp, idx, per_row)], DType.i32)
+    # the difference in i16 (it lies in [-255, 255]) then widened: LLVM matches the i16 products
+    # summed into i32 to vpmaddwd / vpdpwssd
+    i16 = DType.i16
+    return lambda idx: cast(cast(x[idx], i16) - cast(zp[_zp_index(zp, idx, per_row)], i16), DType.i32)
 
 
 def _mmi_lower(ctx) -> None:
