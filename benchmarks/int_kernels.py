@@ -106,21 +106,21 @@ def main() -> None:
 
     cases = _models()
     with tempfile.TemporaryDirectory() as tmp:
-        libs = {}
-        for name in args.cases.split(","):
-            path = Path(tmp) / f"{name}.onnx"
-            onnx.save(cases[name][0], path)
-            onnxcc.compile(path, Path(tmp) / name)
-            libs[name] = path
+        names = args.cases.split(",")
+        for name in names:
+            onnx.save(cases[name][0], Path(tmp) / f"{name}.onnx")
         for threads in (int(t) for t in args.threads.split(",")):
-            # the runtime reads ONNXCC_NUM_THREADS when a library is loaded
+            # a library's runtime fixes its thread count (ONNXCC_NUM_THREADS) at its first
+            # parallel call, so each thread count gets its own build (its own .so)
             os.environ["ONNXCC_NUM_THREADS"] = str(threads)
             so = ort.SessionOptions()
             so.intra_op_num_threads = threads
             so.inter_op_num_threads = 1
-            for name, path in libs.items():
+            for name in names:
+                path = Path(tmp) / f"{name}.onnx"
+                onnxcc.compile(path, Path(tmp) / f"{name}_t{threads}")
                 feeds = cases[name][1]
-                lib = onnxcc.load(Path(tmp) / name)
+                lib = onnxcc.load(Path(tmp) / f"{name}_t{threads}")
                 sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
                 ours = next(iter(lib.run(feeds).values()))
                 theirs = sess.run(None, feeds)[0]
