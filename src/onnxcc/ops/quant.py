@@ -23,7 +23,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
 from .elementwise import kwiden
-from .int_gemm import b_loader, nonzero_zero_point, per_element, zp_loader
+from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
 from .registry import InferCtx, RefCtx, define, onnx_inputs
@@ -336,8 +336,8 @@ def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
     if static and (xz is None or xz.rank == 0 or all(isinstance(d, int) and d == 1 for d in xz.shape)):
         geometry = (outs, pb, pe, strides, dil)
         if group == 1 and len(kernel) == 2 and dil[1] == 1:
-            return _iconv_rows(ctx, out, x, w, xz, wz, bias, geometry)
-        return _iconv_gemm(ctx, out, x, w, xz, wz, bias, geometry, group, mg)
+            return conv_rows(ctx, out, x, w, xz, wz, bias, geometry)
+        return conv_im2col(ctx, out, x, w, xz, wz, bias, geometry, group, mg)
     c = Var("c")
     kv = [Var(f"k{i}") for i in range(len(kernel))]
     axes = [(c, cg)] + list(zip(kv, kernel))
@@ -373,153 +373,6 @@ def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
         if wzv is not None:
             wv = wv - wzv
         acc = rsum(axes, xv * wv)
-        return acc if bias is None else acc + cast(bias[(m,)], i32)
-
-    ctx.compute(out, body)
-
-
-def _pad_guard(ctx, pos, in_dims, pb, pe):
-    """The condition that every window position lies inside the input (None: no padding)."""
-    conds = []
-    for p, h, b, e in zip(pos, in_dims, pb, pe):
-        if not (isinstance(b, int) and b == 0):
-            conds.append(p >= 0)
-        if not (isinstance(e, int) and e == 0):
-            conds.append(p < ctx.dim(h))
-    if not conds:
-        return None
-    cond = conds[0]
-    for cc in conds[1:]:
-        cond = cond & cc
-    return cond
-
-
-def _wzero(wz, m):
-    if wz is None:
-        return None
-    if wz.rank == 0 or all(isinstance(d, int) and d == 1 for d in wz.shape):
-        return wz[(0,) * wz.rank]
-    return wz[(m,)]
-
-
-def _iconv_rows(ctx, out, x, w, xz, wz, bias, geometry) -> None:
-    """A 2-D integer conv (one group, no dilation along W) over channels-last rows: `x - xz`
-    is copied once, padded with zeros, into an i16 temp `xp[n, h, (w, c)]`; for one window row
-    kh the taps (kw, c) are then one contiguous run of KW * C elements of xp, and W is stored as
-    (M, KH, (kw, c)), so the inner i32 sum reads both operands contiguously and LLVM vectorizes
-    it (vpdpwssd). The copy is about the size of the input (no K-fold im2col blow-up)."""
-    _, pb, pe, strides, dil = geometry
-    n_, cin, hin, win = x.shape
-    mo, _, kh_, kw_ = w.shape
-    i16, i32 = DType.i16, DType.i32
-    hp, wp = canon(hin + pb[0] + pe[0]), canon(win + pb[1] + pe[1])
-    xp = ctx.temp(i16, (n_, hp, canon(wp * cin)), "xp")
-    cdim = ctx.dim(cin)
-
-    def xp_body(n, h, q):
-        pos = [h - ctx.dim(pb[0]), q // cdim - ctx.dim(pb[1])]
-        xv = cast(x[(n, q % cdim, *pos)], i16)
-        if xz is not None:
-            xv = xv - cast(xz[(0,) * xz.rank], i16)
-        cond = _pad_guard(ctx, pos, x.shape[2:], pb, pe)
-        return xv if cond is None else select(cond, xv, Const(0, i16))
-
-    ctx.compute(xp, xp_body)
-    row = kw_ * cin
-    data = ctx.const_value(ctx.inputs.index(w))
-    if data is not None:
-        wt = ctx.const(np.ascontiguousarray(data.transpose(0, 2, 3, 1)).reshape(mo, kh_, row), "wt")
-
-        def wload(m, kh, j):
-            v = cast(wt[(m, kh, j)], i32)
-            z = _wzero(wz, m)
-            return v if z is None else v - cast(z, i32)
-    else:
-        # W re-laid in a temp with its zero point applied (the subtraction, or the cast, keeps
-        # the fuser from inlining it back into the contraction)
-        wt = ctx.temp(i16, (mo, kh_, row), "wt")
-
-        def wbody(m, kh, j):
-            v = cast(w[(m, j % cdim, kh, j // cdim)], i16)
-            z = _wzero(wz, m)
-            return v if z is None else v - cast(z, i16)
-
-        ctx.compute(wt, wbody)
-
-        def wload(m, kh, j):
-            return cast(wt[(m, kh, j)], i32)
-
-    khv, jv = Var("kh"), Var("j")
-
-    def body(n, m, oh, ow):
-        xi = (n, oh * strides[0] + khv * dil[0], ow * (strides[1] * cdim) + jv)
-        acc = rsum([(khv, kh_), (jv, row)], cast(xp[xi], i32) * wload(m, khv, jv))
-        return acc if bias is None else acc + cast(bias[(m,)], i32)
-
-    ctx.compute(out, body)
-
-
-def _iconv_gemm(ctx, out, x, w, xz, wz, bias, geometry, group: int, mg) -> None:
-    """The integer conv as a GEMM over one contraction axis r = (c, k...) (static channel count
-    and kernel): the windows of `x - xz` are copied once into an i16 temp `col[n, (g,) o..., r]`
-    (0 where padding), W is read as (M, R), transposed-free since its contraction is already
-    innermost, so both operands of the i32 sum are contiguous along r and LLVM vectorizes it
-    (vpdpwssd) as for MatMulInteger. The copy costs one output channel's work."""
-    outs, pb, pe, strides, dil = geometry
-    cg, kernel = w.shape[1], list(w.shape[2:])
-    kk = int(np.prod(kernel))
-    red = cg * kk
-    i16, i32 = DType.i16, DType.i32
-    grouped = group != 1
-    col = ctx.temp(i16, (x.shape[0], *((group,) if grouped else ()), *outs, red), "col")
-
-    def split(r):
-        """r -> (c, k0, k1, ...) for r = c * kk + k0 * (k1 * ...) + ... (W's row-major order)"""
-        steps = [int(np.prod(kernel[i + 1:])) for i in range(len(kernel))]
-        return r // kk, [(r // st) % k if st > 1 else r % k for k, st in zip(kernel, steps)]
-
-    def col_body(n, *ix):
-        g, o, r = (ix[0], ix[1:-1], ix[-1]) if grouped else (None, ix[:-1], ix[-1])
-        c, ks = split(r)
-        ch = c if g is None else g * cg + c
-        pos = [oi * st + k * d - ctx.dim(p) for oi, k, st, d, p in zip(o, ks, strides, dil, pb)]
-        xv = cast(x[(n, ch, *pos)], i16)
-        if xz is not None:
-            xv = xv - cast(xz[(0,) * xz.rank], i16)
-        cond = _pad_guard(ctx, pos, x.shape[2:], pb, pe)
-        return xv if cond is None else select(cond, xv, Const(0, i16))
-
-    ctx.compute(col, col_body)
-
-    data = ctx.const_value(ctx.inputs.index(w))
-    if data is not None:
-        wm = ctx.const(data.reshape(data.shape[0], red), "wr")
-
-        def wload(m, r):
-            v = cast(wm[(m, r)], i32)
-            z = _wzero(wz, m)
-            return v if z is None else v - cast(z, i32)
-    else:
-        # W in a temp (M, R) with its zero point applied (the subtraction, or the cast, keeps the
-        # fuser from inlining it back into the contraction)
-        wm = ctx.temp(i16, (w.shape[0], red), "wr")
-
-        def wbody(m, r):
-            c, ks = split(r)
-            v = cast(w[(m, c, *ks)], i16)
-            z = _wzero(wz, m)
-            return v if z is None else v - cast(z, i16)
-
-        ctx.compute(wm, wbody)
-
-        def wload(m, r):
-            return cast(wm[(m, r)], i32)
-
-    rv = Var("r")
-
-    def body(n, m, *o):
-        g = (m // mg,) if grouped else ()
-        acc = rsum([(rv, red)], cast(col[(n, *g, *o, rv)], i32) * wload(m, rv))
         return acc if bias is None else acc + cast(bias[(m,)], i32)
 
     ctx.compute(out, body)
