@@ -128,6 +128,52 @@ def test_lower_matmul_integer_per_row_zero_point_vs_interp():
     _check(m, [{"N": 1}, {"N": 6}], oracle="interp")
 
 
+def test_lower_matmul_integer_constant_and_variable_b():
+    """B is read from a transposed copy (the k loop then runs along contiguous memory in both
+    operands): made at compile time for a constant B, at run time for a B that is an input.
+    Exact i32 results vs onnxruntime at symbolic M, with and without zero points."""
+    u8 = T.UINT8
+    k, n = 40, 24
+    w = _RNG.integers(-128, 128, (k, n), dtype=np.int8)
+    wu = _RNG.integers(0, 256, (k, n), dtype=np.uint8)
+    inits = {"w": w, "wu": wu, "az": np.array(131, np.uint8), "bz": np.array(-5, np.int8),
+             "bzc": _RNG.integers(0, 256, (n,), dtype=np.uint8),
+             "w3": _RNG.integers(-128, 128, (2, k, n), dtype=np.int8)}
+    nodes = [
+        h.make_node("MatMulInteger", ["a", "w", "az", "bz"], ["y0"]),   # scalar zero points
+        h.make_node("MatMulInteger", ["a", "wu", "", "bzc"], ["y1"]),   # per-column b zero point
+        h.make_node("MatMulInteger", ["a3", "w"], ["y2"]),              # batched A, no zero points
+        h.make_node("MatMulInteger", ["a", "b", "az", "bv"], ["y3"]),   # B and its zero point inputs
+        h.make_node("MatMulInteger", ["a", "w3", "az", "bz"], ["y4"]),  # batched constant B
+        h.make_node("MatMulInteger", ["a3", "b3"], ["y5"]),             # batched input B
+    ]
+
+    def feeds(dims, seed):
+        rng = np.random.default_rng(seed)
+        m = dims["M"]
+        return {"a": rng.integers(0, 256, (m, k), dtype=np.uint8),
+                "a3": rng.integers(0, 256, (2, m, k), dtype=np.uint8),
+                "b": rng.integers(0, 256, (k, n), dtype=np.uint8),
+                "bv": rng.integers(0, 256, (n,), dtype=np.uint8),
+                "b3": rng.integers(0, 256, (2, k, n), dtype=np.uint8)}
+
+    m = _model(nodes, [("a", u8, ["M", k]), ("a3", u8, [2, "M", k]), ("b", u8, [k, n]), ("bv", u8, [n]),
+                       ("b3", u8, [2, k, n])], [f"y{i}" for i in range(6)], inits, opset=13)
+    prog = _check(m, [{"M": 1}, {"M": 9}, {"M": 33}], rtol=0, atol=0, feeds_fn=feeds)
+    transposed = [b for b in prog.buffers.values() if b.kind == "const" and b.shape == (n, k)]
+    assert sorted(b.dtype.value for b in transposed) == ["i8", "u8"], prog.buffers
+    for t in transposed:
+        src = w if t.dtype.value == "i8" else wu
+        np.testing.assert_array_equal(t.data, src.T)
+    # y3's B (the third parameter) minus its zero point is transposed at run time into an i16
+    # temp, which the fuser must not inline back into the contraction
+    (var,) = [c for c in prog.computes() if c.out == prog.outputs[3]]
+    (bt,) = [prog.buffers[r] for r in var.reads() if prog.buffers[r].kind == "temp"]
+    assert (bt.dtype.value, bt.shape) == ("i16", (n, k))
+    (copy,) = [c for c in prog.computes() if c.out == bt.name]
+    assert prog.inputs[2] in copy.reads() and prog.inputs[2] not in var.reads()
+
+
 def test_lower_einsum():
     eqs = [
         ("bij,bjk->bik", [["B", 3, 4], ["B", 4, 5]]),

@@ -128,6 +128,34 @@ def test_conv_integer_and_qlinear_conv():
     _check(m, feeds)
 
 
+def test_integer_conv_gemm_forms():
+    """The two GEMM forms of the integer conv: channels-last padded rows (2-D, one group, no
+    dilation along W) and the general im2col (groups, 1-D, W dilation): W as an input (copied
+    into a temp with its zero point applied), per-channel W zero points, strided / padded
+    windows; exact vs onnxruntime."""
+    r = _rng(5)
+    w = r.integers(-128, 127, (6, 2, 3, 2)).astype(np.int8)
+    w1 = r.integers(-128, 127, (4, 4, 3)).astype(np.int8)
+    inits = {"w": w, "w1": w1, "xz": np.uint8(7), "wz": np.int8(3), "xs": np.float32(0.02),
+             "ws": np.linspace(0.01, 0.06, 6).astype(np.float32), "ys": np.float32(0.3),
+             "yz": np.uint8(90), "wzc": r.integers(-4, 4, (6,)).astype(np.int8),
+             "b": r.integers(-900, 900, (6,)).astype(np.int32),
+             "w4": r.integers(-128, 127, (6, 4, 2, 3)).astype(np.int8)}
+    nodes = [h.make_node("ConvInteger", ["x", "w", "xz", "wz"], ["c0"], group=2, pads=[1, 0, 1, 1]),
+             h.make_node("QLinearConv", ["x", "xs", "xz", "w4", "ws", "wzc", "ys", "yz", "b"], ["q1"],
+                         pads=[1, 2, 0, 1], strides=[1, 2], dilations=[2, 1]),
+             h.make_node("ConvInteger", ["x", "wv", "xz"], ["c1"], strides=[2, 1]),   # W an input
+             h.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wzc", "ys", "yz", "b"], ["q0"],
+                         group=2, pads=[0, 1, 0, 1], dilations=[2, 1]),
+             h.make_node("ConvInteger", ["x1", "w1", "xz"], ["c2"], pads=[2, 1], strides=[2])]
+    m = _model(nodes, [("x", U8, ["N", 4, "H", 5]), ("wv", U8, [3, 4, 2, 2]), ("x1", U8, ["N", 4, "L"])],
+               ["c0", "q1", "c1", "q0", "c2"], inits, opset=13)
+    feeds = [{"x": r.integers(0, 255, (n, 4, hh, 5)).astype(np.uint8),
+              "wv": r.integers(0, 255, (3, 4, 2, 2)).astype(np.uint8),
+              "x1": r.integers(0, 255, (n, 4, hh + 2)).astype(np.uint8)} for n, hh in ((1, 5), (2, 9))]
+    _check(m, feeds)
+
+
 @pytest.mark.parametrize("dt", [U8, I8])
 def test_qlinear_matmul(dt):
     npd = np.uint8 if dt == U8 else np.int8

@@ -8,6 +8,7 @@ import numpy as np
 from ..ir import DType, TensorType
 from ..kernel import Const, Var, broadcast_indices, cast, rsum
 from .elementwise import cast_out, same_dtype, unidirectional, widen
+from .int_gemm import transposed_b_loader
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 
@@ -142,28 +143,38 @@ def _mmi_ref(ctx: RefCtx, *args):
     return [matmul_integer(a, b, az, bz)]
 
 
-def _zero_point_loader(ctx, operand: int, zp, per_row: bool):
-    """`idx -> i32(X[idx]) - i32(zp[...])` for MatMulInteger's A (per_row) or B operand.
+def _zp_index(zp, idx, per_row: bool) -> tuple:
+    """The zero point's index for operand index `idx`: A's is a scalar, one value per row of A
+    (1-D, length M) or broadcast like A; B's a scalar, one per column (1-D, length N) or
+    broadcast like B."""
+    if zp.rank == 0:
+        return ()
+    if all(isinstance(d, int) and d == 1 for d in zp.shape):
+        return (0,) * zp.rank
+    if per_row and zp.rank == 1:
+        return (idx[-2],)
+    return broadcast_indices(idx, zp.shape)
 
-    A's zero point is a scalar, one value per row of A (1-D, length M) or broadcast like A;
-    B's is a scalar, one value per column (1-D, length N) or broadcast like B."""
+
+def _zero_point_loader(ctx, operand: int, zp, per_row: bool):
+    """`idx -> i32(X[idx]) - i32(zp[...])` for MatMulInteger's A (per_row) or B operand; an
+    all-zero constant zero point is dropped."""
     x = ctx.inputs[operand]
+    data = None if zp is None else ctx.const_value(ctx.inputs.index(zp))
+    if zp is None or (data is not None and not np.any(data)):
+        zp = None
+    if not per_row:
+        # B (rank >= 2) is read from a transposed copy, made at compile time when constant (int_gemm)
+        zpv = None if zp is None else (lambda idx: zp[_zp_index(zp, idx, False)])
+        fast = transposed_b_loader(ctx, operand, zpv)
+        if fast is not None:
+            return fast
     if zp is None:
         return lambda idx: cast(x[idx], DType.i32)
-    data = ctx.const_value(ctx.inputs.index(zp))
-    if data is not None and not np.any(data):
-        return lambda idx: cast(x[idx], DType.i32)
-
-    def zp_index(idx):
-        if zp.rank == 0:
-            return ()
-        if all(isinstance(d, int) and d == 1 for d in zp.shape):
-            return (0,) * zp.rank
-        if per_row and zp.rank == 1:
-            return (idx[-2],)
-        return broadcast_indices(idx, zp.shape)
-
-    return lambda idx: cast(x[idx], DType.i32) - cast(zp[zp_index(idx)], DType.i32)
+    # the difference in i16 (it lies in [-255, 255]) then widened: LLVM matches the i16 products
+    # summed into i32 to vpmaddwd / vpdpwssd
+    i16 = DType.i16
+    return lambda idx: cast(cast(x[idx], i16) - cast(zp[_zp_index(zp, idx, per_row)], i16), DType.i32)
 
 
 def _mmi_lower(ctx) -> None:

@@ -23,6 +23,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
 from .elementwise import kwiden
+from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
 from .registry import InferCtx, RefCtx, define, onnx_inputs
@@ -325,11 +326,18 @@ def iconv_np(ctx, x, w, xz, wz) -> np.ndarray:
 def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
     """out[n, m, o...] = sum(c, k...: (X - xz)[pad-guarded, 0 outside] * (W - wz)[m, c, k...]) in i32."""
     outs, pb, pe, strides, dil = _conv_geometry(ctx, x.shape, w.shape)
+    xz, wz = nonzero_zero_point(ctx, xz), nonzero_zero_point(ctx, wz)
     group = ctx.attr("group", 1)
     cg, kernel = w.shape[1], list(w.shape[2:])
     mg = canon(w.shape[0] // group) if isinstance(w.shape[0], int) else None
     if group != 1 and mg is None:
         raise ctx.unsupported("grouped integer conv needs a static output channel count")
+    static = isinstance(cg, int) and all(isinstance(k, int) for k in kernel)
+    if static and (xz is None or xz.rank == 0 or all(isinstance(d, int) and d == 1 for d in xz.shape)):
+        geometry = (outs, pb, pe, strides, dil)
+        if group == 1 and len(kernel) == 2 and dil[1] == 1:
+            return conv_rows(ctx, out, x, w, xz, wz, bias, geometry)
+        return conv_im2col(ctx, out, x, w, xz, wz, bias, geometry, group, mg)
     c = Var("c")
     kv = [Var(f"k{i}") for i in range(len(kernel))]
     axes = [(c, cg)] + list(zip(kv, kernel))
@@ -395,30 +403,6 @@ define("onnx.ConvInteger", infer=_convint_infer, reference=_convint_ref, lower=_
 # ---- requantizing contractions: QLinearMatMul, QLinearConv ------------------------------------
 
 
-def _b_loader(ctx, operand: int, bz):
-    """`idx -> i32(B[idx]) - i32(bz[column])` for a contraction's B (operand `operand`).
-
-    A constant 2-D B is stored transposed, so the i32 contraction reads both operands along
-    contiguous k: LLVM's loop vectorizer then makes it vector dot products (AVX-512 VNNI
-    vpdpwssd on this CPU) instead of a scalar loop, about 60x faster."""
-    i32 = DType.i32
-    data = ctx.const_value(operand)
-    b = ctx.inputs[operand]
-    if data is None or data.ndim != 2:
-        return _zp_loader(b, bz, -1)
-    bt = ctx.const(np.ascontiguousarray(data.T), "bt")
-    if bz is None:
-        return lambda idx: cast(bt[(idx[1], idx[0])], i32)
-    return lambda idx: cast(bt[(idx[1], idx[0])], i32) - cast(_per(bz, idx[1]), i32)
-
-
-def _zp_loader(x, z, axis: int):
-    i32 = DType.i32
-    if z is None:
-        return lambda idx: cast(x[idx], i32)
-    return lambda idx: cast(x[idx], i32) - cast(_per(z, idx[axis]), i32)
-
-
 def _vec(p: np.ndarray) -> np.ndarray:
     return np.asarray(p, np.float32).reshape(-1)
 
@@ -429,13 +413,6 @@ def requant_np(acc: np.ndarray, mult: np.ndarray, zp, dt: DType) -> np.ndarray:
     return np.clip(q + np.asarray(zp, np.float64).reshape(()), lo, hi).astype(dt.np)
 
 
-def _per(buf, i) -> K.Expr:
-    """A scale / zero point that is one element or one per index `i`."""
-    if buf.rank == 0 or all(isinstance(d, int) and d == 1 for d in buf.shape):
-        return buf[(0,) * buf.rank]
-    return buf[(i,) if buf.rank == 1 else broadcast_indices((i,), buf.shape)]
-
-
 def requant_expr(acc: K.Expr, mult: K.Expr, zp: K.Expr, dt: DType) -> K.Expr:
     lo, hi = qrange(dt)
     q = cast(K.unary("round", cast(acc, DType.f32) * mult), DType.f64) + cast(zp, DType.f64)
@@ -443,7 +420,7 @@ def requant_expr(acc: K.Expr, mult: K.Expr, zp: K.Expr, dt: DType) -> K.Expr:
 
 
 def _qlmm_infer(ctx: InferCtx):
-    a, _, azp, b, _, bzp, _, yzp = ctx.in_types
+    a, _, _, b, _, _, _, yzp = ctx.in_types
     for t, what in ((a, "a"), (b, "b")):
         if t.dtype not in (DType.u8, DType.i8):
             raise ctx.error(f"{what} must be u8 or i8, got {t.dtype.value}")
@@ -467,14 +444,14 @@ def _qlmm_lower(ctx) -> None:
 
     def loader(x, z, axis: int):
         # a's zero point is one element or one per row, b's one element or one per column
-        return lambda idx: cast(x[idx], i32) - cast(_per(z, idx[axis]), i32)
+        return lambda idx: cast(x[idx], i32) - cast(per_element(z, idx[axis]), i32)
 
     matmul_compute(ctx, acc, a.shape, b.shape, loader(a, azp, -2 if a.rank > 1 else -1),
-                   _b_loader(ctx, 3, bzp))
+                   b_loader(ctx, 3, bzp))
 
     def body(*ix):
-        mult = _f32(_per(a_s, 0)) * _f32(_per(b_s, ix[-1])) / _f32(_per(y_s, 0))
-        return requant_expr(acc[ix], mult, _per(yzp, 0), y.dtype)
+        mult = _f32(per_element(a_s, 0)) * _f32(per_element(b_s, ix[-1])) / _f32(per_element(y_s, 0))
+        return requant_expr(acc[ix], mult, per_element(yzp, 0), y.dtype)
 
     ctx.compute(y, body)
 
@@ -505,8 +482,8 @@ def _qlconv_lower(ctx) -> None:
     iconv_compute(ctx, acc, x, w, xz, wz, b)
 
     def body(*ix):
-        mult = _f32(_per(x_s, 0)) * _f32(_per(w_s, ix[1])) / _f32(_per(y_s, 0))
-        return requant_expr(acc[ix], mult, _per(yz, 0), y.dtype)
+        mult = _f32(per_element(x_s, 0)) * _f32(per_element(w_s, ix[1])) / _f32(per_element(y_s, 0))
+        return requant_expr(acc[ix], mult, per_element(yz, 0), y.dtype)
 
     ctx.compute(y, body)
 
@@ -552,12 +529,12 @@ def _qlbin_lower(mul: bool):
         i32, f = DType.i32, DType.f32
 
         def body(*ix):
-            da = cast(cast(a[broadcast_indices(ix, a.shape)], i32) - cast(_per(az, 0), i32), f)
-            db = cast(cast(b[broadcast_indices(ix, b.shape)], i32) - cast(_per(bz, 0), i32), f)
-            sa, sb, sc = _f32(_per(a_s, 0)), _f32(_per(b_s, 0)), _f32(_per(c_s, 0))
+            da = cast(cast(a[broadcast_indices(ix, a.shape)], i32) - cast(per_element(az, 0), i32), f)
+            db = cast(cast(b[broadcast_indices(ix, b.shape)], i32) - cast(per_element(bz, 0), i32), f)
+            sa, sb, sc = _f32(per_element(a_s, 0)), _f32(per_element(b_s, 0)), _f32(per_element(c_s, 0))
             v = (da * db) * (sa * sb / sc) if mul else (sa / sc) * da + (sb / sc) * db
             if cz is not None:
-                v = v + cast(_per(cz, 0), f)
+                v = v + cast(per_element(cz, 0), f)
             lo, hi = qrange(y.dtype)
             return cast(clamp(K.unary("round", v), Const(float(lo), f), Const(float(hi), f)), y.dtype)
 
@@ -582,7 +559,7 @@ def _scaled_out_np(acc, a_s, b_s, bias):
 
 def _scaled_out_lower(ctx, y, acc, a_s: K.Expr, b_s, bias) -> None:
     def body(*ix):
-        v = cast(acc[ix], DType.f32) * (a_s * _f32(_per(b_s, ix[-1])))
+        v = cast(acc[ix], DType.f32) * (a_s * _f32(per_element(b_s, ix[-1])))
         return v if bias is None else v + _f32(bias[broadcast_indices(ix, bias.shape)])
 
     ctx.compute(y, body)
@@ -606,9 +583,9 @@ def _mmif_lower(ctx) -> None:
     a, b, a_s, b_s, az, bz, bias = _args(ctx, ctx.inputs, 7)
     y = ctx.out(0)
     acc = ctx.temp(DType.i32, y.shape, "acc")
-    matmul_compute(ctx, acc, a.shape, b.shape, _zp_loader(a, az, -2 if a.rank > 1 else -1),
-                   _b_loader(ctx, 1, bz))
-    _scaled_out_lower(ctx, y, acc, _f32(_per(a_s, 0)), b_s, bias)
+    matmul_compute(ctx, acc, a.shape, b.shape, zp_loader(a, az, -2 if a.rank > 1 else -1),
+                   b_loader(ctx, 1, bz))
+    _scaled_out_lower(ctx, y, acc, _f32(per_element(a_s, 0)), b_s, bias)
 
 
 define("com.microsoft.MatMulIntegerToFloat", infer=_mmif_infer, reference=_mmif_ref, lower=_mmif_lower,
@@ -642,7 +619,7 @@ def _dqmm_lower(ctx) -> None:
     acc = ctx.temp(DType.i32, y.shape, "acc")
     i32 = DType.i32
     matmul_compute(ctx, acc, a.shape, b.shape, lambda idx: cast(aq[idx], i32) - cast(zp[()], i32),
-                   _b_loader(ctx, 1, bz))
+                   b_loader(ctx, 1, bz))
     _scaled_out_lower(ctx, y, acc, sc[()], b_s, bias)
 
 
