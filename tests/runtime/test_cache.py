@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
+import onnxcc.version
 from onnxcc.compiler import CompileOptions, cache_document, compile_cached
 from onnxcc.runtime.cache import MANIFEST, ArtifactCache, make_key
 
@@ -44,7 +45,7 @@ def test_changed_flag_or_version_misses(tmp_path, model_path, monkeypatch):
     assert make_key(cache_document(model_path, CompileOptions(opt=2))) != base
     assert make_key(cache_document(model_path, CompileOptions(specialize={"N": [1]}))) != base
     assert make_key(cache_document(model_path, CompileOptions(), extra={"guard": "N == 4"})) != base
-    monkeypatch.setattr(onnxcc, "__version__", "9.9.9")
+    monkeypatch.setattr(onnxcc.version, "__version__", "9.9.9")
     assert make_key(cache_document(model_path, CompileOptions())) != base
 
 
