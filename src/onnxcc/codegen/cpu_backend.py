@@ -4,6 +4,7 @@ for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatche
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -135,7 +136,9 @@ def _jobs() -> int:
     env = os.environ.get("ONNXCC_JOBS")
     if env:
         return max(1, int(env))
-    if not hasattr(os, "fork"):
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        # forking while another thread may hold a lock (llvmlite's among them) could
+        # leave the child waiting on it forever: a threaded host compiles serially
         return 1
     try:
         return len(os.sched_getaffinity(0))

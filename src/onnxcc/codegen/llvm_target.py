@@ -21,7 +21,8 @@ from onnxcc.errors import CompileError
 # reduction it cannot reorder. The loop still runs correctly (scalar); the user cannot act
 # on it, so it is dropped. Every other line LLVM writes goes through unchanged.
 _MISSED_HINT = re.compile(rb"^warning: [^\n]*: loop not "
-                          rb"(vectorized|unrolled|interleaved|unroll-and-jammed|distributed): the optimizer was unable to perform the requested transformation[^\n]*\n?",
+                          rb"(vectorized|unrolled|interleaved|unroll-and-jammed|distributed): "
+                          rb"the optimizer was unable to perform the requested transformation[^\n]*\n?",
                           re.MULTILINE)
 
 
