@@ -91,14 +91,18 @@ class CpuBackend:
             emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel)
             for gname, gv in m.globals.items():
                 if gname.startswith(_CONST_PREFIX) and isinstance(gv, llir.GlobalVariable):
-                    consts.setdefault(gname, gv)
-                    gv.linkage = "available_externally hidden"
+                    if consts.setdefault(gname, (gv, gv.initializer))[0] is not gv:
+                        gv.initializer = consts[gname][1]
+                    if _nbytes(gv.value_type) > _INLINE_CONST_BYTES:
+                        gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
+                    else:
+                        gv.linkage = "available_externally hidden"
             mods.append(m)
         cmod = llir.Module(name=f"{name}.consts")
         cmod.triple = triple
-        for gname, gv in consts.items():
+        for gname, (gv, init) in consts.items():
             c = llir.GlobalVariable(cmod, gv.value_type, gname)
-            c.initializer, c.global_constant, c.align = gv.initializer, gv.global_constant, gv.align
+            c.initializer, c.global_constant, c.align = init, gv.global_constant, gv.align
             c.unnamed_addr, c.linkage = gv.unnamed_addr, "hidden"
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
@@ -128,6 +132,17 @@ class CpuBackend:
 
 
 _CONST_PREFIX = "onnxcc.const."
+#: constants up to this size stay visible to each version's optimiser (available_externally:
+#: a small table it may fold); larger ones (weights, only ever indexed by loops) are plain
+#: hidden declarations there, so their bytes are printed and parsed once
+_INLINE_CONST_BYTES = 4096
+
+
+def _nbytes(ty) -> int:
+    count = getattr(ty, "count", None)
+    if count is not None:
+        return count * _nbytes(ty.element)
+    return max(1, getattr(ty, "width", 64) // 8)
 _WORK: list = []  # the modules a forked worker reads (inherited, not pickled)
 
 
