@@ -1,5 +1,7 @@
 """The CPU backend: every version's kernel function in one LLVM module (cpu.py), one object
-for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatcher."""
+for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatcher. A library
+with several versions instead gets one module and object per version, built in parallel
+(`_emit_parallel`), plus one object holding the weight constants."""
 
 from __future__ import annotations
 
