@@ -1,8 +1,12 @@
 """The CPU backend: every version's kernel function in one LLVM module (cpu.py), one object
-for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatcher."""
+for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatcher. A library
+with several versions instead gets one module and object per version, built in parallel
+(`_emit_parallel`), plus one object holding the weight constants."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -52,6 +56,8 @@ class CpuBackend:
 
         from .cpu import emit_assembly, emit_llvm, emit_object
 
+        if stop == "lib" and len(module.versions) > 1 and _jobs() > 1:
+            return self._emit_parallel(module, name, step)
         t0 = time.perf_counter()
         llmod = llir.Module(name=name)
         llmod.triple = self.triple or llvm.get_process_triple()  # so --emit llvm output is self-describing
@@ -66,6 +72,45 @@ class CpuBackend:
         obj = emit_object(llmod, self.triple, self.cpu, self.features, self.opt)
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=[obj])
+
+    def _emit_parallel(self, module, name: str, step: StepClock) -> Emitted:
+        """One LLVM module (and object) per version, optimised and compiled in forked worker
+        processes (llvmlite serialises every LLVM call behind one lock, so threads would not
+        overlap). The weight constants all versions share are defined once, in their own
+        object; each version module sees them `available_externally` (the optimiser still
+        reads their values, nothing is emitted twice)."""
+        import llvmlite.binding as llvm
+        from llvmlite import ir as llir
+
+        from .cpu import emit_llvm
+
+        t0 = time.perf_counter()
+        triple = self.triple or llvm.get_process_triple()
+        mods, consts = [], {}
+        for v in module.versions:
+            m = llir.Module(name=f"{name}.{v.program.name}")
+            m.triple = triple
+            emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel)
+            for gname, gv in m.globals.items():
+                if gname.startswith(_CONST_PREFIX) and isinstance(gv, llir.GlobalVariable):
+                    if consts.setdefault(gname, (gv, gv.initializer))[0] is not gv:
+                        gv.initializer = consts[gname][1]
+                    if _nbytes(gv.value_type) > _INLINE_CONST_BYTES:
+                        gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
+                    else:
+                        gv.linkage = "available_externally hidden"
+            mods.append(m)
+        cmod = llir.Module(name=f"{name}.consts")
+        cmod.triple = triple
+        for gname, (gv, init) in consts.items():
+            c = llir.GlobalVariable(cmod, gv.value_type, gname)
+            c.initializer, c.global_constant, c.align = init, gv.global_constant, gv.align
+            c.unnamed_addr, c.linkage = gv.unnamed_addr, "hidden"
+        step("llvm", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        objs = compile_in_workers([cmod, *mods], (self.triple, self.cpu, self.features, self.opt), _jobs())
+        step("codegen", time.perf_counter() - t0)
+        return Emitted(objects=objs)
 
     def metadata(self) -> dict:
         return {"cpu": self.cpu or host_cpu()[0]}
@@ -86,3 +131,57 @@ class CpuBackend:
         for path in paths:
             path.unlink()
         return lib
+
+
+_CONST_PREFIX = "onnxcc.const."
+#: constants up to this size stay visible to each version's optimiser (available_externally:
+#: a small table it may fold); larger ones (weights, only ever indexed by loops) are plain
+#: hidden declarations there, so their bytes are printed and parsed once
+_INLINE_CONST_BYTES = 4096
+
+
+def _nbytes(ty) -> int:
+    count = getattr(ty, "count", None)
+    if count is not None:
+        return count * _nbytes(ty.element)
+    return max(1, getattr(ty, "width", 64) // 8)
+_WORK: list = []  # the modules a forked worker reads (inherited, not pickled)
+
+
+def _jobs() -> int:
+    """Worker processes for codegen: ONNXCC_JOBS, else the CPUs this process may use."""
+    env = os.environ.get("ONNXCC_JOBS")
+    if env:
+        return max(1, int(env))
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        # forking while another thread may hold a lock (llvmlite's among them) could
+        # leave the child waiting on it forever: a threaded host compiles serially
+        return 1
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _compile_one(k: int) -> bytes:
+    from .llvm_target import emit_object
+
+    mod, target = _WORK[k]
+    triple, cpu, features, opt = target
+    return emit_object(mod, triple, cpu, features, opt)
+
+
+def compile_in_workers(mods, target, jobs: int) -> list[bytes]:
+    """emit_object for each module, `jobs` forked processes at a time, largest first;
+    objects come back in the modules' order."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _WORK[:] = [(m, target) for m in mods]
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(jobs, len(mods)), mp_context=ctx) as pool:
+            futs = {k: pool.submit(_compile_one, k) for k in range(len(mods))}
+            return [futs[k].result() for k in range(len(mods))]
+    finally:
+        _WORK.clear()

@@ -7,9 +7,23 @@ parse / optimize steps on an NVPTX target machine and prints PTX.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import re
+import sys
+import tempfile
 
 from onnxcc.errors import CompileError
+
+# LLVM's "missed transformation" remark: a loop carries a vectorize / unroll hint (the
+# schedules ask for widths on every candidate loop) that LLVM could not honour, e.g. a
+# reduction it cannot reorder. The loop still runs correctly (scalar); the user cannot act
+# on it, so it is dropped. Every other line LLVM writes goes through unchanged.
+_MISSED_HINT = re.compile(rb"^warning: [^\n]*: loop not "
+                          rb"(vectorized|unrolled|interleaved|unroll-and-jammed|distributed): "
+                          rb"the optimizer was unable to perform the requested transformation[^\n]*\n?",
+                          re.MULTILINE)
 
 
 @functools.cache
@@ -91,7 +105,32 @@ def optimize(mod, tm, opt: int = 3) -> None:
     pto.slp_vectorization = opt >= 2
     pto.loop_unrolling = opt >= 2
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    with _quiet_missed_hints():
+        pb.getModulePassManager().run(mod, pb)
+
+
+@contextlib.contextmanager
+def _quiet_missed_hints():
+    """Run the body with fd 2 sent to a temp file, then write back what LLVM printed there,
+    less the missed-transformation remarks (`_MISSED_HINT`). LLVM writes to the C stream,
+    so Python's sys.stderr cannot catch it."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # pragma: no cover - no fd 2 (embedded interpreters)
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            rest = _MISSED_HINT.sub(b"", tmp.read())
+            if rest:
+                os.write(2, rest)
 
 
 def emit_object(modules, triple: str | None = None, cpu: str | None = None, features: str | None = None,
