@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 from pathlib import Path
 
@@ -32,10 +31,10 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
 
+    from compare_ort import bench_pair
+
     import onnxcc
     from onnxcc.testing import random_inputs
-
-    from compare_ort import bench_pair  # noqa: E402  (same folder)
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,6 +35,7 @@ def load_onnx(model, name: str | None = None) -> Module:
 def parse_ir(text: str, filename: str = "<text>") -> Module:
     """Parse the textual IR (what `print_ir` writes) into a Module."""
     import onnxcc.ops  # noqa: F401  (op definitions, for passes run on the result)
+
     from .ir.parser import parse_module
 
     return parse_module(text, filename)
@@ -54,7 +55,7 @@ def load_model(path: str | os.PathLike) -> Module:
     return _load_model(path)
 
 
-def compile(model, out_dir, emit: str = "lib", **options):  # noqa: A001 - the natural name
+def compile(model, out_dir, emit: str = "lib", **options):
     """Compile `model` (path, bytes, ModelProto or Module) into `out_dir`; options are the
     fields of `onnxcc.compiler.CompileOptions` (name, dims, specialize, target, ...)."""
     from .compiler import CompileOptions, compile_model

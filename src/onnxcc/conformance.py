@@ -47,9 +47,9 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 
@@ -524,7 +524,7 @@ def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
         raise
     except CaseTimeout as e:
         return result("error", str(e))
-    except BaseException as e:  # noqa: BLE001 - one bad case must not stop the run
+    except BaseException as e:
         return result(classify(e), one_line(e))
     try:
         ok, detail, err = compare(expected, list(got), case.rtol or DEFAULT_RTOL,
@@ -682,7 +682,7 @@ def format_report(executor: str, results: list[CaseResult], seconds: float,
     out += ["", "## Failures by op", ""]
     for op, groups in failure_groups(results).items():
         out.append(f"- **{op}**")
-        for key, cnt, ex in groups[:4]:
+        for _key, cnt, ex in groups[:4]:
             out.append(f"  - {cnt}x `{ex.name}`: {ex.status}: {_md(ex.detail[:240])}")
     if not_run:
         out += ["", "## Ops not run (not registered), by number of cases", "",

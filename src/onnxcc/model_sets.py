@@ -106,7 +106,7 @@ def run_model_dir(set_name: str, d: Path, executor: conf.Executor, *,
             raise
         except conf.CaseTimeout as e:
             return result("error", str(e))
-        except BaseException as e:  # noqa: BLE001 - one bad model must not stop the run
+        except BaseException as e:
             return result(conf.classify(e), conf.one_line(e))
         ok, detail, err = conf.compare(expected, list(got))
         if err is not None:

@@ -7,7 +7,6 @@ onnxruntime is a test-only dependency, so it is imported inside `ort_run`, not a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import onnx
@@ -15,7 +14,7 @@ import onnx
 # src/onnxcc/testing.py -> parents[2] is the repository root (works for editable installs).
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
 
-ModelLike = Union[str, Path, bytes, onnx.ModelProto]
+ModelLike = str | Path | bytes | onnx.ModelProto
 
 # name (models/NAME.onnx) -> dim settings to test at. Each list includes 1 and a
 # non-power-of-two. convnet's H/W start at 8: two 2x2 pools need H, W >= 4 to stay non-empty.

@@ -17,8 +17,25 @@ from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.errors import RuntimeCallError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    ERR_DIV_ZERO, ERR_INDEX, KernelProgram, Unary, Var, argmax, argmin, cast, exp, maximum, plan, rem, rmax,
-    rmin, rprod, rsum, select, truncdiv, wrap_index,
+    ERR_DIV_ZERO,
+    ERR_INDEX,
+    KernelProgram,
+    Unary,
+    Var,
+    argmax,
+    argmin,
+    cast,
+    exp,
+    maximum,
+    plan,
+    rem,
+    rmax,
+    rmin,
+    rprod,
+    rsum,
+    select,
+    truncdiv,
+    wrap_index,
 )
 
 F32, F16, I64, I32, BOOL = DType.f32, DType.f16, DType.i64, DType.i32, DType.bool

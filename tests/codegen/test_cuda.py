@@ -25,7 +25,20 @@ from onnxcc.compiler import CompileOptions, compile_model
 from onnxcc.errors import CompileError, OnnxccError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    KernelProgram, Var, argmin, cast, check, maximum, plan, power, rem, rmin, rprod, rsum, select, truncdiv,
+    KernelProgram,
+    Var,
+    argmin,
+    cast,
+    check,
+    maximum,
+    plan,
+    power,
+    rem,
+    rmin,
+    rprod,
+    rsum,
+    select,
+    truncdiv,
     unary,
 )
 from onnxcc.kernel.expr import FLOAT_UNARY
@@ -323,7 +336,7 @@ def test_fake_driver_launch_sequence(mlp_cuda, fake_driver, tmp_path):
     names = [la["kernel"] for la in generic["launches"]]
     assert [ln[1] for ln in launches] == names * 2
     for ln, la in zip(launches, generic["launches"] * 2):
-        work = eval(la["work"].replace("batch", "3"))  # noqa: S307 - test data from our own metadata
+        work = eval(la["work"].replace("batch", "3"))
         assert ln[2:] == [str(-(-work // 256)), "256", "119"]
     assert sum(ln.startswith("load ptx") for ln in log) == 1
     assert sum(ln.startswith("alloc ws") for ln in log) == 1  # the workspace is reused

@@ -19,7 +19,19 @@ from onnxcc.codegen.llvm_target import optimize as optimize_module
 from onnxcc.codegen.llvm_target import parse_modules, target_machine
 from onnxcc.ir import DType, evaluate, sym
 from onnxcc.kernel import (
-    ERR_INDEX, KernelProgram, Var, argmax, cast, erf, exp, plan, rmax, rsum, select, tanh, wrap_index,
+    ERR_INDEX,
+    KernelProgram,
+    Var,
+    argmax,
+    cast,
+    erf,
+    exp,
+    plan,
+    rmax,
+    rsum,
+    select,
+    tanh,
+    wrap_index,
 )
 from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS, ort_run, random_inputs
 
@@ -181,7 +193,7 @@ def test_emulated_sample_model_matches_onnxruntime(model):
         generic = versions[-1][0]
         ins = [feeds[a.name] for a in generic.params]
         syms = {s.name: dims[s.name] for s in module.symbols}
-        for k, (f, prog, _) in enumerate(versions):
+        for k, (f, _prog, _) in enumerate(versions):
             if not _holds(f.guard, dims):
                 continue
             ran.add(f.attrs.get("kind", "generic"))

@@ -492,8 +492,8 @@ def test_parallel_for_from_a_kernel(par_dir):
 
 @pytest.mark.parametrize("env,expect", [("3", 3), ("1", 1), (None, "cpus"), ("junk", "cpus")])
 def test_num_threads_env(par_dir, env, expect):
-    script = ("import numpy as np\nfrom onnxcc.runtime import load\nm = load(%r)\n"
-              "print(int(m.run({'x': np.ones(1000, np.float32)})['t'][0]))" % str(par_dir))
+    script = ("import numpy as np\nfrom onnxcc.runtime import load\nm = load({!r})\n"  # noqa: UP032
+              "print(int(m.run({{'x': np.ones(1000, np.float32)}})['t'][0]))".format(str(par_dir)))
     e = {k: v for k, v in os.environ.items() if k != "ONNXCC_NUM_THREADS"}
     if env is not None:
         e["ONNXCC_NUM_THREADS"] = env

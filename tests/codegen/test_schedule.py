@@ -14,11 +14,24 @@ from onnxcc.codegen import cpu_jit
 from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    KernelProgram, Var, exp, maximum, plan, rmax, rsum, sqrt,
+    KernelProgram,
+    Var,
+    exp,
+    maximum,
+    plan,
+    rmax,
+    rsum,
+    sqrt,
 )
 from onnxcc.kernel.plan_memory import reserve_scratch
 from onnxcc.kernel.schedule import (
-    Schedule, TargetInfo, facts_from_attrs, match_gemm, proves_multiple, schedule_program, scratch_bytes,
+    Schedule,
+    TargetInfo,
+    facts_from_attrs,
+    match_gemm,
+    proves_multiple,
+    schedule_program,
+    scratch_bytes,
 )
 
 F32 = DType.f32
@@ -259,7 +272,8 @@ def test_erf_is_vector_code_and_accurate():
     schedule_program(p, TargetInfo(parallel=False))
     kern = JitKernel(p)
     assert "erff" not in kern.optimized_ir and "<16 x float>" in kern.optimized_ir
-    x = np.concatenate([np.linspace(-5, 5, 4001), [0.0, 1e-30, -1e-20, 0.5, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    x = np.concatenate([np.linspace(-5, 5, 4001),
+                        [0.0, 1e-30, -1e-20, 0.5, np.inf, -np.inf, np.nan]]).astype(np.float32)
     y = kern(x)[0]
     ref = 0.5 * np.array([math.erf(float(v)) for v in x])
     np.testing.assert_allclose(y, ref, rtol=1e-6, atol=2e-7)

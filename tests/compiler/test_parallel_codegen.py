@@ -19,7 +19,8 @@ def _model() -> onnx.ModelProto:
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "B"], ["a"]),
              helper.make_node("Tanh", ["a"], ["t"]), helper.make_node("ReduceSum", ["t", "ax"], ["y"], keepdims=0)]
     g = helper.make_graph(nodes, "par", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])], [w, b, numpy_helper.from_array(np.array([1], np.int64), "ax")])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"])],
+                          [w, b, numpy_helper.from_array(np.array([1], np.int64), "ax")])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 

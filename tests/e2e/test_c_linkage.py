@@ -90,7 +90,7 @@ def test_c_program_matches_onnxruntime(program, batch, seq):
 
 
 def test_c_program_gets_error_codes_and_messages(program):
-    d, exe = program
+    _d, exe = program
     r = subprocess.run([str(exe), "errors"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     rank_line, range_line = r.stdout.strip().splitlines()

@@ -16,7 +16,8 @@ import subprocess
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as TP, helper as oh
+from onnx import TensorProto as TP
+from onnx import helper as oh
 
 import onnxcc
 from onnxcc.errors import CompileError, RuntimeCallError
@@ -200,7 +201,7 @@ def torch_style_lstm() -> onnx.ModelProto:
         h = node("Squeeze", [y, init(f"ax1_{layer}", np.array([1]))], f"ys{layer}")
     out = node("Transpose", [h], "out", perm=[1, 0, 2])
     last = node("Gather", [out, init("minus1", np.array(-1))], "last", axis=1)
-    head = node("MatMul", [last, init("Wo", rng.standard_normal((HID, 3)).astype(np.float32))], "head")
+    _head = node("MatMul", [last, init("Wo", rng.standard_normal((HID, 3)).astype(np.float32))], "head")
     return _model(nodes, [oh.make_tensor_value_info("x", TP.FLOAT, ["batch", "seq", INP])],
                   [oh.make_tensor_value_info("out", TP.FLOAT, ["batch", "seq", HID]),
                    oh.make_tensor_value_info("head", TP.FLOAT, ["batch", 3]),

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from onnx import TensorProto as TP, helper as oh
+from onnx import TensorProto as TP
+from onnx import helper as oh
 
 import onnxcc
 from onnxcc.testing import ort_run

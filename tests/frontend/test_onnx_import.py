@@ -132,7 +132,7 @@ def test_loop_and_scan_region_layouts():
     scan = load_onnx(MODELS_DIR / "scan_model.onnx")
     (op,) = [o for o in scan.main.body.ops if o.name == "onnx.Scan"]
     assert op.attrs["num_captures"] == 1 and op.operands[-1].name == "W"
-    s_in, x_t, w = op.regions[0].block.args
+    _s_in, x_t, _w = op.regions[0].block.args
     assert x_t.type == TensorType(DType.f32, (sym("batch"), 16)), "a scan input's slice drops the scan axis"
 
 
@@ -374,7 +374,7 @@ def test_ai_onnx_ml_is_unsupported():
     node = helper.make_node("Normalizer", ["x"], ["y"], name="norm", domain="ai.onnx.ml", norm="MAX")
     model = _model([node], [helper.make_tensor_value_info("x", F32, ["n", 3])],
                    [helper.make_tensor_value_info("y", F32, None)], domains=["ai.onnx.ml"])
-    with pytest.raises(UnsupportedOp, match="Normalizer.*ai.onnx.ml.*norm"):
+    with pytest.raises(UnsupportedOp, match=r"Normalizer.*ai.onnx.ml.*norm"):
         load_onnx(model)
 
 
@@ -390,7 +390,7 @@ def test_undefined_input_and_non_tensor_input():
     model = _model([helper.make_node("Identity", ["ghost"], ["y"], name="ghostly")],
                    [helper.make_tensor_value_info("x", F32, ["n"])],
                    [helper.make_tensor_value_info("y", F32, None)])
-    with pytest.raises(ImportError_, match='node "ghostly".*"ghost"'):
+    with pytest.raises(ImportError_, match=r'node "ghostly".*"ghost"'):
         load_onnx(model)
     seq = helper.make_tensor_sequence_value_info("x", F32, None)
     model = _model([helper.make_node("Identity", ["x"], ["y"])], [seq],
@@ -409,7 +409,7 @@ def test_public_api_round_trip_and_load_model(tmp_path):
     path.write_text(text)
     assert onnxcc.print_ir(onnxcc.load_model(path)) == text
     assert onnxcc.print_ir(onnxcc.parse_ir(text)) == text
-    with pytest.raises(OnnxccError, match="expected .onnx or .onnxir"):
+    with pytest.raises(OnnxccError, match=r"expected .onnx or .onnxir"):
         onnxcc.load_model(tmp_path / "model.txt")
     with pytest.raises(OnnxccError, match="no such file"):
         onnxcc.load_model(tmp_path / "absent.onnxir")

@@ -98,7 +98,7 @@ def test_batch_norm_training_outputs_are_refused():
     params = [(n, (RNG.random(3) + 0.5).astype(np.float32)) for n in ("s", "b", "m", "v")]
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "mean", "var"], name="bn")
     m = _model(node, 7, [("x", X4)], n_out=3, inits=params)
-    with pytest.raises(UnsupportedOp, match="BatchNormalization.*bn.*training"):
+    with pytest.raises(UnsupportedOp, match=r"BatchNormalization.*bn.*training"):
         load_onnx(m)
 
 
@@ -142,7 +142,7 @@ def test_legacy_broadcast_axis():
 def test_legacy_broadcast_zero_needs_equal_shapes():
     c = np.arange(5, dtype=np.float32)
     m = _model(helper.make_node("Sub", ["x", "c"], ["y"], name="sub"), 6, [("x", X4)], inits=[("c", c)])
-    with pytest.raises(UnsupportedOp, match="Sub.*sub.*broadcast=0"):
+    with pytest.raises(UnsupportedOp, match=r"Sub.*sub.*broadcast=0"):
         load_onnx(m)
 
 
@@ -168,7 +168,7 @@ def test_scan8_batch_axis(batch):
 
 def test_scan8_sequence_lens_is_refused():
     m, _ = _scan8(2, with_lens=True)
-    with pytest.raises(UnsupportedOp, match="Scan.*scan.*sequence_lens"):
+    with pytest.raises(UnsupportedOp, match=r"Scan.*scan.*sequence_lens"):
         load_onnx(m)
 
 

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.ir import (INT_MAX, DType, SymbolTable, TensorType, canon, evaluate, free_symbols, identifier,
-                       is_static, sym)
+from onnxcc.ir import INT_MAX, DType, SymbolTable, TensorType, canon, evaluate, free_symbols, identifier, is_static, sym
 
 
 @pytest.fixture

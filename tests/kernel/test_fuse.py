@@ -101,7 +101,7 @@ def test_matmul_bias_relu_epilogue_is_one_compute():
     p.compute(mm, lambda i, j: rsum([(k, 8)], x[i, k] * w[k, j]))
     p.compute(z, lambda i, j: mm[i, j] + b[j])
     p.compute(y, lambda i, j: relu(z[i, j]))
-    before, rep = _fused(p)
+    before, _rep = _fused(p)
     (only,) = _computes(p)
     assert only.out == "y" and classify(only) == "matmul"
     assert sum(isinstance(n, Reduce) for n in walk(only.body)) == 1
@@ -220,7 +220,7 @@ def test_outputs_are_always_written_and_views_are_followed():
     p.compute(y1, lambda i, j: x[i, j] + 1.0)
     p.compute(t, lambda i, j: y1[i, j] * 3.0)
     p.compute(y2, lambda i, a, b: v[i, a, b] - y1[i, a * 3 + b])
-    before, rep = _fused(p)
+    before, _rep = _fused(p)
     assert [s.out for s in _computes(p)] == ["y1", "y2"]  # y1 kept, t inlined through the view
     assert "t" not in p.buffers and "v" not in p.buffers
     _same_numerics(before, p, _rand(4, 6))
@@ -249,7 +249,7 @@ def test_reshape_index_with_symbolic_merged_dims():
     y = p.output("y", F32, (b * s, 2, 4))
     p.compute(t, lambda a, e, f: exp(x[a, e, f]))
     p.compute(y, lambda i, j, q: v[i, j, q] + 1.0)
-    before, rep = _fused(p)
+    before, _rep = _fused(p)
     assert "x[i // S, i % S, j * 4 + q]" in str(p)
     _same_numerics(before, p, _rand(2, 3, 8))
 

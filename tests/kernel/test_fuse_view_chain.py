@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto as TP, helper as oh, numpy_helper as nh
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
 
 import onnxcc
 from onnxcc.testing import ort_run, random_inputs

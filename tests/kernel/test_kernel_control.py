@@ -10,7 +10,15 @@ from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.errors import VerifyError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    Compute, IfStmt, KernelProgram, LoopStmt, SetSymbol, Var, WriteAt, const, dim_to_expr,
+    Compute,
+    IfStmt,
+    KernelProgram,
+    LoopStmt,
+    SetSymbol,
+    Var,
+    WriteAt,
+    const,
+    dim_to_expr,
 )
 from onnxcc.kernel.control import optimize_nested
 
@@ -23,7 +31,7 @@ def cumsum_program() -> KernelProgram:
     Z = 2 * X when X[0, 0] > 0 else -X."""
     p = KernelProgram.new("ctl", ["n"])
     X = p.input("X", F32, (n, 4))
-    Y = p.output("Y", F32, (n, 4))
+    p.output("Y", F32, (n, 4))
     Z = p.output("Z", F32, (n, 4))
     S = p.temp("S", F32, (4,))
     T = p.temp("T", F32, (4,))

@@ -11,8 +11,30 @@ import sympy
 from onnxcc.errors import VerifyError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (
-    Binary, Check, Const, Expr, KernelProgram, Load, Reduce, Select, SymRef, Unary, Var, buffers_read, cast,
-    dim_to_expr, exp, free_vars, inline_load, maximum, rmax, rsum, select, substitute, transform, walk,
+    Binary,
+    Check,
+    Const,
+    Expr,
+    KernelProgram,
+    Load,
+    Reduce,
+    Select,
+    SymRef,
+    Unary,
+    Var,
+    buffers_read,
+    cast,
+    dim_to_expr,
+    exp,
+    free_vars,
+    inline_load,
+    maximum,
+    rmax,
+    rsum,
+    select,
+    substitute,
+    transform,
+    walk,
     wrap_index,
 )
 

@@ -14,7 +14,17 @@ import sympy
 from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.ir import DType, SymbolTable, evaluate, sym
 from onnxcc.kernel import (
-    KernelProgram, MemoryPlan, Reduce, Var, dim_to_expr, exp, plan, relu, rmax, rsum, walk,
+    KernelProgram,
+    MemoryPlan,
+    Reduce,
+    Var,
+    dim_to_expr,
+    exp,
+    plan,
+    relu,
+    rmax,
+    rsum,
+    walk,
 )
 from onnxcc.kernel.plan_memory import Prover, align_up
 

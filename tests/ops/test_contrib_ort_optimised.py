@@ -13,7 +13,6 @@ import math
 import numpy as np
 import onnx
 import onnxruntime as ort
-import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh

@@ -18,7 +18,7 @@ from onnxcc.passes.shape_inference import infer_shapes
 from onnxcc.testing import ort_run
 
 F = TensorProto.FLOAT
-I = TensorProto.INT64
+I = TensorProto.INT64  # noqa: E741 - the dtype table's short names
 B = TensorProto.BOOL
 
 
@@ -219,7 +219,8 @@ def test_loop_trip_count_from_shape_vs_ort():
     m = imported(model)
     assert out_types(m) == ["f32[N, S]", "f32[S, N, S]"]
     rng = np.random.default_rng(1)
-    compare(model, m, [{"x": rng.standard_normal((n, s)).astype(np.float32) * 0.1} for n, s in ((1, 1), (2, 3), (3, 6))])
+    compare(model, m, [
+       {"x": rng.standard_normal((n, s)).astype(np.float32) * 0.1} for n, s in ((1, 1), (2, 3), (3, 6))])
 
 
 def test_loop_data_dependent_condition_vs_ort():

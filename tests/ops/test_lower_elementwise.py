@@ -251,7 +251,7 @@ def test_lower_dropout_training_checked_at_run_time():
     inputs = [("x", F32, ["N", 5]), ("t", BOOL, [1])]
     m = model([h.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])], inputs, ["y", "mask"],
               {"r": np.array(0.25, F32)})
-    k, mod, _ = compile_model(m)
+    k, _mod, _ = compile_model(m)
     x = np.arange(10, dtype=F32).reshape(2, 5)
     y, mask = k(x, np.array([False]))
     np.testing.assert_array_equal(y, x)

@@ -7,14 +7,15 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as TP, helper as oh
+from onnx import TensorProto as TP
+from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 
 from onnxcc import load_onnx
+from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.errors import UnsupportedOp
 from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
-from onnxcc.codegen.cpu_jit import JitKernel
 from onnxcc.passes.lower import lower_function
 from onnxcc.testing import ort_run
 

@@ -69,7 +69,7 @@ def test_grid_sample_symbolic_output_shape():
 
 def test_grid_sample_refuses_symbolic_spatial_dims():
     inputs = [("x", F32, ["N", "C", "H", 4]), ("g", F32, ["N", 2, 2, 2])]
-    with pytest.raises(OnnxccError, match="GridSample.*static spatial dims"):
+    with pytest.raises(OnnxccError, match=r"GridSample.*static spatial dims"):
         jit_compile(model(h.make_node("GridSample", ["x", "g"], ["y"]), inputs))
 
 

@@ -381,7 +381,8 @@ def test_constant_of_shape_through_importer_vs_ort():
     from onnxcc.testing import ort_run
 
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
-             helper.make_node("ConstantOfShape", ["s"], ["y"], value=helper.make_tensor("v", TensorProto.INT32, [1], [7])),
+             helper.make_node("ConstantOfShape", ["s"], ["y"], 
+                              value=helper.make_tensor("v", TensorProto.INT32, [1], [7])),
              helper.make_node("ConstantOfShape", ["s"], ["z"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
                           [helper.make_tensor_value_info("y", TensorProto.INT32, None),

@@ -11,8 +11,19 @@ import pytest
 from onnxcc.errors import OnnxccError, PassError, UnsupportedOp
 from onnxcc.ir import Module
 from onnxcc.ir.parser import parse_module
-from onnxcc.passes import (PASSES, DumpDir, Instrument, ModulePass, PassContext, PrintAfter, TimePasses,
-                           VerifyAfterEach, get_pass, parse_pipeline, run_pipeline)
+from onnxcc.passes import (
+    PASSES,
+    DumpDir,
+    Instrument,
+    ModulePass,
+    PassContext,
+    PrintAfter,
+    TimePasses,
+    VerifyAfterEach,
+    get_pass,
+    parse_pipeline,
+    run_pipeline,
+)
 from onnxcc.passes.base import dump_header
 
 TEXT = """

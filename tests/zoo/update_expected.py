@@ -1,6 +1,8 @@
 """Rewrite tests/zoo/expected.json from what onnxcc does on each zoo model today.
 
     python tests/zoo/update_expected.py [NAME ...]
+    python tests/zoo/update_expected.py --shard K/N     # every N-th model from the K-th (0-based);
+                                                      # writes expected.shardK.json to merge by hand
 
 A model is "pass" when `onnxcc run` matches onnxruntime at all three dim settings (the
 tolerances of test_zoo.py); otherwise the first 120 characters of its one-line refusal are
@@ -21,10 +23,10 @@ import numpy as np
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_zoo import ATOL, EXPECTED, HERE, MANIFEST, RTOL, make_inputs  # noqa: E402
+from test_zoo import ATOL, EXPECTED, HERE, MANIFEST, RTOL, make_inputs
 
-from onnxcc.cli import main as cli  # noqa: E402
-from onnxcc.testing import ort_run  # noqa: E402
+from onnxcc.cli import main as cli
+from onnxcc.testing import ort_run
 
 
 def status(entry: dict) -> tuple[str, float]:
@@ -50,7 +52,11 @@ def status(entry: dict) -> tuple[str, float]:
 
 
 def main(names: list[str]) -> int:
-    expected = dict(EXPECTED) if names else {}
+    shard = None
+    if names[:1] == ["--shard"]:
+        k, n = (int(x) for x in names[1].split("/"))
+        shard, names = (k, n), [e["name"] for i, e in enumerate(MANIFEST) if i % n == k]
+    expected = dict(EXPECTED) if names and shard is None else {}
     bad = 0
     for e in MANIFEST:
         if names and e["name"] not in names:
@@ -61,7 +67,8 @@ def main(names: list[str]) -> int:
             bad += 1
             continue
         expected[e["name"]] = s
-    (HERE / "expected.json").write_text(json.dumps(dict(sorted(expected.items())), indent=1) + "\n")
+    out = HERE / ("expected.json" if shard is None else f"expected.shard{shard[0]}.json")
+    out.write_text(json.dumps(dict(sorted(expected.items())), indent=1) + "\n")
     n_pass = sum(v == "pass" for v in expected.values())
     print(f"{n_pass} of {len(expected)} pass; {bad} wrong or crashing (not written)")
     return 1 if bad else 0

@@ -17,8 +17,8 @@ import traceback
 
 import click
 
-from ..version import __version__
 from ..errors import OnnxccError, PassError
+from ..version import __version__
 from .exit_codes import EXIT_INTERNAL, EXIT_INTERRUPTED, HELP
 
 
@@ -45,7 +45,7 @@ class _Group(click.Group):
         except BrokenPipeError:  # output piped into `head` and closed: not an error
             sys.stderr.close()
             ctx.exit(0)
-        except Exception as e:  # noqa: BLE001 - the one place every error ends up
+        except Exception as e:
             internal = not isinstance(e, OnnxccError) or (
                 isinstance(e, PassError) and not isinstance(e.cause, OnnxccError))
             if _debug():

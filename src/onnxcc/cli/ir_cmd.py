@@ -26,8 +26,16 @@ def ir(model: Path, pipeline: str | None, print_ir_after_all: bool, print_after:
     """Print MODEL (.onnx or .onnxir) as IR after running PIPELINE on it."""
     from .. import load_model, print_ir
     from ..ir.verify import verify
-    from ..passes import (DumpDir, PassContext, PrintAfter, TimePasses, VerifyAfterEach, get_pass,
-                          parse_pipeline, run_pipeline)
+    from ..passes import (
+        DumpDir,
+        PassContext,
+        PrintAfter,
+        TimePasses,
+        VerifyAfterEach,
+        get_pass,
+        parse_pipeline,
+        run_pipeline,
+    )
     from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 
     passes = parse_pipeline(DEFAULT_GRAPH_PIPELINE if pipeline is None else pipeline)

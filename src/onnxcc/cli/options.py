@@ -22,7 +22,8 @@ def compile_flags(fn):
     @click.option("--no-specialize-one", is_flag=True, help="no `SYM == 1` versions for broadcast symbols")
     @click.option("--divisible", type=click.IntRange(min=0), default=None, metavar="K",
                   help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
-    @click.option("--max-versions", type=click.IntRange(min=1), default=8, show_default=True, help="bound on versions (generic included)")
+    @click.option("--max-versions", type=click.IntRange(min=1), default=8, show_default=True,
+                  help="bound on versions (generic included)")
     @click.option("--bucket", "bucket_specs", multiple=True, metavar="SYM=B1,B2,...|SYM=auto",
                   help="bucket versions: pad SYM up to the next bound (exact masks); auto: chosen from --trace")
     @click.option("--trace", type=click.Path(dir_okay=False, path_type=Path), default=None,

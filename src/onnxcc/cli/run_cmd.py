@@ -45,8 +45,10 @@ def _read_inputs(path: Path, input_names: list[str]) -> dict[str, np.ndarray]:
               help="artifact cache (default: $ONNXCC_CACHE_DIR or ~/.cache/onnxcc)")
 @click.option("--check", is_flag=True,
               help="also run onnxruntime on the same inputs; exit 4 if an output differs beyond the tolerance")
-@click.option("--rtol", type=click.FloatRange(min=0), default=1e-4, show_default=True, help="--check: relative tolerance")
-@click.option("--atol", type=click.FloatRange(min=0), default=1e-5, show_default=True, help="--check: absolute tolerance")
+@click.option("--rtol", type=click.FloatRange(min=0), default=1e-4, show_default=True,
+              help="--check: relative tolerance")
+@click.option("--atol", type=click.FloatRange(min=0), default=1e-5, show_default=True,
+              help="--check: absolute tolerance")
 @compile_flags
 def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_path: Path | None,
         cache_dir: Path | None, check: bool, rtol: float, atol: float, options) -> None:

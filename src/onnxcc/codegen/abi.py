@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import sympy
 
 from onnxcc.ir.dims import SymbolInfo
 from onnxcc.ir.types import DType
 
-Dim = Union[int, sympy.Expr]
+Dim = int | sympy.Expr
 
 #: "one": the 0/1-rule version `SYM == 1` that passes/specialize.py makes for a symbol meeting a broadcast
 VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible")

@@ -37,14 +37,31 @@ from onnxcc.kernel.schedule import compute_work
 
 from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
 from .llvm_helpers import (
-    I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, loop_metadata, move_to_end,
-    name_unnamed, scalar_loop_metadata,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    for_range,
+    get_or_declare,
+    i32,
+    i64,
+    if_else,
+    if_then,
+    loop_metadata,
+    move_to_end,
+    name_unnamed,
+    scalar_loop_metadata,
 )
 
 # the object-code entry points, at home in llvm_target (shared with the CUDA backend), kept
 # importable from here for callers that think of them as the CPU backend's
 from .llvm_target import (  # noqa: F401
-    emit_assembly, emit_object, host_cpu, optimize, parse_modules, target_machine,
+    emit_assembly,
+    emit_object,
+    host_cpu,
+    optimize,
+    parse_modules,
+    target_machine,
 )
 
 PARALLEL_FOR = "onnxcc_parallel_for"
@@ -408,7 +425,7 @@ class _KernelEmitter:
 
     def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:
         fn, bctx = self.body_function(f"par.{c.out}")
-        begin, end, pctx = fn.args
+        begin, end, _pctx = fn.args
         if ncol == 0:  # groups of PAR_GROUP elements of the one axis
             b = bctx.b
             em = ExprEmitter(bctx, b, access_md=md)

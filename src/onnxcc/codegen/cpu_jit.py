@@ -23,7 +23,8 @@ import sympy
 from onnxcc.errors import RuntimeCallError
 from onnxcc.ir import DType, evaluate
 from onnxcc.kernel.expr import ERROR_MESSAGES
-from onnxcc.kernel.plan_memory import MemoryPlan, plan as plan_memory, reserve_scratch
+from onnxcc.kernel.plan_memory import MemoryPlan, reserve_scratch
+from onnxcc.kernel.plan_memory import plan as plan_memory
 from onnxcc.kernel.program import KernelProgram
 
 from .cpu import PARALLEL_FOR, emit_llvm

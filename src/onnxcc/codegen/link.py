@@ -654,7 +654,8 @@ int {n}_output_dims(int output, int64_t *shape) {{
             shape_devs = (f"static const int32_t shape_devices[] = {{{listed}}};\n"
                           "#define NUM_SHAPE_DEVICES ((int)(sizeof shape_devices / sizeof shape_devices[0]))\n\n")
         stream = self.target.api_defs(n)
-        return shape_devs + f"""int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape) {{
+        head = f"int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape) {{"
+        return shape_devs + head + f"""
   int64_t s[SYM_CAP];
   int rc;
   onnxcc_error_clear();

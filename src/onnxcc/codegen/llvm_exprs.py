@@ -36,8 +36,21 @@ from llvmlite import ir
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, DType, canon
 from onnxcc.kernel.expr import (
-    ERR_DIV_ZERO, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children,
-    dim_to_expr, free_vars,
+    ERR_DIV_ZERO,
+    Binary,
+    Cast,
+    Check,
+    Const,
+    Expr,
+    Load,
+    Reduce,
+    Select,
+    SymRef,
+    Unary,
+    Var,
+    children,
+    dim_to_expr,
+    free_vars,
 )
 
 from .llvm_helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end

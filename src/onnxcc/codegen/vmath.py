@@ -38,8 +38,8 @@ Methods, per function:
 - pow: exp(y log|x|) with the IEEE special cases (sign for odd integer y, NaN for negative x
   and non-integer y, pow(x, 0) = pow(1, y) = 1); f32 runs in f64 and is rounded once (<= 1
   ulp); f64 takes integer |y| <= 1024 by unrolled binary powering when every product is
-  exact (checked with fmas: exact results stay exact), otherwise y log|x| in double-double (log to ~2**-60), so the error stays a
-  few ulp up to the overflow threshold.
+  exact (checked with fmas: exact results stay exact), otherwise y log|x| in double-double
+  (log to ~2**-60), so the error stays a few ulp up to the overflow threshold.
 """
 
 from __future__ import annotations
@@ -426,7 +426,9 @@ def _reduce_large_f32(m: _Math, w: _Math, x):
     (M the 24-bit significand), x 2/pi mod 4 = M ((2**E 2/pi) mod 4) from the table; the
     products with its two 24-bit parts are exact, so r keeps ~70 bits after cancellation."""
     b = m.b
-    i32 = lambda v: ir.Constant(I32, v)
+    def i32(v):
+        return ir.Constant(I32, v)
+
     bits = b.bitcast(x, I32)
     e = b.sub(b.and_(b.lshr(bits, i32(23)), i32(0xFF)), i32(150))
     e = b.select(b.icmp_signed("<", e, i32(0)), i32(0), e)
@@ -469,7 +471,9 @@ def _ph64_table(module: ir.Module) -> ir.GlobalVariable:
 def _mul_wide(b: ir.IRBuilder, x, y):
     """(hi, lo) of the 128-bit product of two unsigned i64s, from 32-bit halves (no i128:
     every target lowers this, and it vectorizes)."""
-    c = lambda v: ir.Constant(I64, v)
+    def c(v):
+        return ir.Constant(I64, v)
+
     m32 = c(0xFFFFFFFF)
     x0, x1 = b.and_(x, m32), b.lshr(x, c(32))
     y0, y1 = b.and_(y, m32), b.lshr(y, c(32))
@@ -486,7 +490,9 @@ def _reduce_large_f64(m: _Math, x):
     down are a funnel-shifted window of the 2/pi words; M times them mod 2**192 is x 2/pi
     mod 4 as a 2.190 fixed-point number, whose top 128 bits give r to full precision."""
     b = m.b
-    c = lambda v: ir.Constant(I64, v)
+    def c(v):
+        return ir.Constant(I64, v)
+
     bits = b.bitcast(x, I64)
     e = b.sub(b.and_(b.lshr(bits, c(52)), c(0x7FF)), c(1075))
     e = b.select(b.icmp_signed("<", e, c(-52)), c(-52), e)
@@ -715,7 +721,8 @@ def _pow(m: _Math, x, y):
 
 _BUILDERS: dict[str, Callable] = {
     "exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "log2": _log2, "sin": _sin, "cos": _cos,
-    "tan": _tan, "pow": _pow, "tanh": _tanh, "sigmoid": _sigmoid, "softplus": _softplus, "erf": _erf, "asin": _asin, "acos": _acos, "atan": _atan, "sinh": _sinh,
+    "tan": _tan, "pow": _pow, "tanh": _tanh, "sigmoid": _sigmoid, "softplus": _softplus, "erf": _erf,
+    "asin": _asin, "acos": _acos, "atan": _atan, "sinh": _sinh,
     "cosh": _cosh, "asinh": _asinh, "acosh": _acosh, "atanh": _atanh,
 }
 assert set(_BUILDERS) == set(FUNCTIONS)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import onnx
@@ -34,8 +33,7 @@ from google.protobuf.message import DecodeError
 from onnx.external_data_helper import uses_external_data
 
 from ..errors import ImportError_, ParseError, UnsupportedOp
-from ..ir import (Block, Dim, DType, Function, Module, Op, Region, TensorType, Value, WeightRef, canon,
-                  identifier)
+from ..ir import Block, Dim, DType, Function, Module, Op, Region, TensorType, Value, WeightRef, canon, identifier
 from ..ops import InferCtx, get_opdef
 from ..ops.dtypes import onnx_dtype
 from ..ops.infer import infer_block, infer_op
@@ -47,7 +45,7 @@ MIN_OPSET = 1
 #: constants with up to this many elements are stored inline in the IR, larger ones as weights
 INLINE_MAX = 64
 
-ModelSource = Union[str, os.PathLike, bytes, bytearray, onnx.ModelProto]
+ModelSource = str | os.PathLike | bytes | bytearray | onnx.ModelProto
 
 _ONNX_DOMAINS = ("", "ai.onnx")
 _ATTR = onnx.AttributeProto
@@ -78,7 +76,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
     if len(proto.functions):
         try:
             proto = onnx.inliner.inline_local_functions(proto)
-        except Exception as e:  # noqa: BLE001 - onnx raises assorted types here
+        except Exception as e:
             raise ImportError_(f"{what}: cannot inline model-local functions: {_one_line(e)}") from e
     if opset < opset_compat.TARGET_OPSET:
         proto = opset_compat.upgrade(proto, opset, what)
@@ -257,7 +255,7 @@ class _Importer:
             raise ImportError_(f"{self.what}: {where}: bf16 constants are not supported")
         try:
             arr = onnx.numpy_helper.to_array(t, base_dir=self.base_dir)
-        except Exception as e:  # noqa: BLE001 - a malformed tensor raises assorted types
+        except Exception as e:
             problem = "cannot read external data" if uses_external_data(t) else "malformed tensor"
             raise ImportError_(f"{self.what}: {where}: {problem}: {_one_line(e)}") from e
         return _c_array(arr, dt.np)

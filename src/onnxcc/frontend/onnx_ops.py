@@ -16,7 +16,7 @@ constant. The returned values are bound, in order, to the node's output names.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 #: ai.onnx op type -> converter; ops not listed take the generic path
 CONVERTERS: dict[str, Callable] = {}

@@ -80,7 +80,7 @@ def upgrade(proto: onnx.ModelProto, opset: int, what: str) -> onnx.ModelProto:
         from onnx import version_converter
 
         out = version_converter.convert_version(model, TARGET_OPSET)
-    except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError, ValueError, checker errors
+    except Exception as e:
         raise ImportError_(f"{what}: cannot upgrade ai.onnx opset {opset} to {TARGET_OPSET}: "
                            f"{_converter_message(e)}") from None
     for kind, a, b in (("inputs", model.graph.input, out.graph.input),

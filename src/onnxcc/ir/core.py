@@ -8,8 +8,9 @@ every pass and backend can treat a region like a small function.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import sympy

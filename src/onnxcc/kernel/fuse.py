@@ -57,8 +57,25 @@ import sympy
 from onnxcc.ir import Dim, DType, SymbolTable, canon, sym
 
 from .expr import (
-    I64, Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, children,
-    flatten_index, free_vars, substitute, transform, unflatten_index, walk,
+    I64,
+    Binary,
+    Cast,
+    Check,
+    Const,
+    Expr,
+    Load,
+    Reduce,
+    Select,
+    SymRef,
+    Unary,
+    Var,
+    children,
+    flatten_index,
+    free_vars,
+    substitute,
+    transform,
+    unflatten_index,
+    walk,
 )
 from .plan_memory import Prover
 from .program import Compute, KernelProgram, Stmt

@@ -24,8 +24,9 @@ no end provably dominates), so offsets are expressions the codegen evaluates onc
 call. Which valid plan is best depends on the symbols' values, so plans are made ranking
 choices at a few sample points (`SAMPLE_VALUES`) and the one closest to the peak at all of
 them is kept (one symbolic layout cannot be optimal at every size: the transformer's
-scores, 16*batch*seq**2 bytes, outgrow its 1024*batch*seq projections at seq = 64). `peak_live_bytes` is the lower bound (the most aligned bytes live at one statement;
-a `Max` when symbolic), `total_bytes` the sum of all temps (aligned). Temps no statement
+scores, 16*batch*seq**2 bytes, outgrow its 1024*batch*seq projections at seq = 64).
+`peak_live_bytes` is the lower bound (the most aligned bytes live at one statement; a `Max`
+when symbolic), `total_bytes` the sum of all temps (aligned). Temps no statement
 touches still get slots, stacked after the others.
 """
 
@@ -358,7 +359,7 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTabl
         top = min(hi, SPLIT_CAP)
         if lay.worst <= SPLIT_ABOVE or depth == 0 or top - lo < 2 or budget[0] < 2:
             return [(hi, lay)]
-        mid = max(lo, min(top - 1, int(math.isqrt(lo * top))))
+        mid = max(lo, min(top - 1, math.isqrt(lo * top)))
         return solve(lo, mid, depth - 1) + solve(mid + 1, hi, depth - 1)
 
     parts: list[tuple[int, _Layout]] = []

@@ -27,8 +27,19 @@ from onnxcc.errors import VerifyError
 from onnxcc.ir import Dim, DType, canon
 
 from .expr import (
-    Expr, ExprLike, Load, Reduce, Var, buffers_read, dim_to_expr, format_expr, format_shared, free_vars, lift,
-    symbols_used, walk,
+    Expr,
+    ExprLike,
+    Load,
+    Reduce,
+    Var,
+    buffers_read,
+    dim_to_expr,
+    format_expr,
+    format_shared,
+    free_vars,
+    lift,
+    symbols_used,
+    walk,
 )
 
 BUFFER_KINDS = ("input", "output", "temp", "const")

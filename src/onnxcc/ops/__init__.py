@@ -4,29 +4,29 @@ from . import registry  # noqa: F401
 from .registry import InferCtx, OpDef, RefCtx, define, get_opdef, onnx_inputs, register, registered_ops, require_opdef
 
 # The verifier (in ir, which imports nothing above it) checks ops through this registry.
-from ..ir.verify import set_opdef_lookup  # noqa: E402
+from ..ir.verify import set_opdef_lookup
 
 set_opdef_lookup(get_opdef)
 
 # Each family module registers its ops on import.
-from . import attention  # noqa: F401,E402
-from . import bucket  # noqa: F401,E402
-from . import cc  # noqa: F401,E402
-from . import contrib  # noqa: F401,E402
-from . import control_flow  # noqa: F401,E402
-from . import elementwise  # noqa: F401,E402
-from . import linalg  # noqa: F401,E402
-from . import loss  # noqa: F401,E402
-from . import matmul  # noqa: F401,E402
-from . import misc  # noqa: F401,E402
-from . import nn  # noqa: F401,E402
-from . import quant  # noqa: F401,E402
-from . import reduce  # noqa: F401,E402
-from . import resize  # noqa: F401,E402
-from . import rnn  # noqa: F401,E402
-from . import sample  # noqa: F401,E402
-from . import shape  # noqa: F401,E402
-from . import signal  # noqa: F401,E402
+from . import attention  # noqa: F401
+from . import bucket  # noqa: F401
+from . import cc  # noqa: F401
+from . import contrib  # noqa: F401
+from . import control_flow  # noqa: F401
+from . import elementwise  # noqa: F401
+from . import linalg  # noqa: F401
+from . import loss  # noqa: F401
+from . import matmul  # noqa: F401
+from . import misc  # noqa: F401
+from . import nn  # noqa: F401
+from . import quant  # noqa: F401
+from . import reduce  # noqa: F401
+from . import resize  # noqa: F401
+from . import rnn  # noqa: F401
+from . import sample  # noqa: F401
+from . import shape  # noqa: F401
+from . import signal  # noqa: F401
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]

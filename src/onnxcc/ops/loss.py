@@ -95,7 +95,7 @@ def _k_nll(ctx, scores: K.Buffer, target: K.Buffer, weight: K.Buffer | None, out
         return
     rv = [Var(f"r{k}") for k in range(target.rank)]
     box = list(zip(rv, target.shape))
-    loss, w = terms(tuple(rv))
+    loss, _w = terms(tuple(rv))
     total = K.rsum(box, loss)
     if red == "mean":
         wv = [Var(f"w{k}") for k in range(target.rank)]

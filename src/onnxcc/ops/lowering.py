@@ -15,7 +15,7 @@ symbolic value (object array of Dims) when shape inference knew it.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

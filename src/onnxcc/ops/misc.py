@@ -20,13 +20,40 @@ import sympy
 
 from ..ir import DType, TensorType, canon
 from ..kernel import (
-    Const as KConst, Expr, cast, clamp, dim_to_expr, flatten_index, fresh_var, maximum, minimum, rmax, rmin,
-    rprod, rsum, select, sigmoid, sqrt, unflatten_index, wrap_index,
+    Const as KConst,
+)
+from ..kernel import (
+    Expr,
+    cast,
+    clamp,
+    dim_to_expr,
+    flatten_index,
+    fresh_var,
+    maximum,
+    minimum,
+    rmax,
+    rmin,
+    rprod,
+    rsum,
+    select,
+    sigmoid,
+    sqrt,
+    unflatten_index,
+    wrap_index,
 )
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
 from .shape import (
-    I64, scalar_operand, emit, exact_div, fresh_dim, known_dims, lowered_ints, norm_axis, same_dim, scalar,
+    I64,
+    emit,
+    exact_div,
+    fresh_dim,
+    known_dims,
+    lowered_ints,
+    norm_axis,
+    same_dim,
+    scalar,
+    scalar_operand,
     value_expr,
 )
 

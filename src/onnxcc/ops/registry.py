@@ -14,7 +14,8 @@ print; passes that need a definition raise UnsupportedOp naming the op and node.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import sympy

@@ -27,7 +27,19 @@ import sympy
 
 from ..ir import Dim, DType, canon
 from ..kernel import (
-    Const, Expr, Var, cast, ceil, clamp, dim_to_expr, floor, lift, maximum, rsum, select, unary,
+    Const,
+    Expr,
+    Var,
+    cast,
+    ceil,
+    clamp,
+    dim_to_expr,
+    floor,
+    lift,
+    maximum,
+    rsum,
+    select,
+    unary,
 )
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .shape_util import const_value, fresh_dim, known_dims, lowered_value
@@ -121,7 +133,7 @@ def _scaled(d: Dim, s: float) -> Dim:
     if s == 1.0 or d is None:  # None: a dim nothing knows
         return d
     if isinstance(d, int):
-        return int(math.floor(d * s))  # exact: a float32 scale times an int < 2**29
+        return math.floor(d * s)  # exact: a float32 scale times an int < 2**29
     return canon(sympy.floor(sympy.Rational(s) * d))
 
 
@@ -190,7 +202,7 @@ def _taps(spec: _Spec, scale: float) -> tuple[int, int, float]:
     """(tap count, first tap offset from floor(x), filter scale) of the linear / cubic filter."""
     support = 1 if spec.mode == "linear" else 2
     s = min(scale, 1.0) if spec.antialias else 1.0
-    start = int(math.floor(-support / s)) + 1
+    start = math.floor(-support / s) + 1
     return 2 - 2 * start, start, s
 
 

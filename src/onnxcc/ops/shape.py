@@ -29,16 +29,48 @@ import sympy
 from ..errors import UnsupportedOp
 from ..ir import Dim, DType, TensorType, canon
 from ..kernel import (
-    Const as KConst, Expr, broadcast_indices, cast, clamp, dim_to_expr, maximum, minimum, select,
-    flatten_index, unflatten_index, wrap_index,
+    Const as KConst,
+)
+from ..kernel import (
+    Expr,
+    broadcast_indices,
+    cast,
+    clamp,
+    dim_to_expr,
+    flatten_index,
+    maximum,
+    minimum,
+    select,
+    unflatten_index,
+    wrap_index,
 )
 from .registry import OpDef, RefCtx, get_opdef, onnx_inputs, register
 
 # shared helpers, re-exported: misc.py and control_flow.py import them from here
 from .shape_util import (  # noqa: F401
-    I64, MAX_VALUE, divides, static_ints, is_negative, const_value, emit, exact_div, fresh_dim, known_dims,
-    lowered_ints, lowered_value, nonneg, norm_axis, obj, onnx_slice, prod, same_dim, scalar, simplify,
-    slice_dim, value_expr, value_shape_ok,
+    I64,
+    MAX_VALUE,
+    const_value,
+    divides,
+    emit,
+    exact_div,
+    fresh_dim,
+    is_negative,
+    known_dims,
+    lowered_ints,
+    lowered_value,
+    nonneg,
+    norm_axis,
+    obj,
+    onnx_slice,
+    prod,
+    same_dim,
+    scalar,
+    simplify,
+    slice_dim,
+    static_ints,
+    value_expr,
+    value_shape_ok,
 )
 
 # ---- Shape, Size, Identity ----------------------------------------------------------------
@@ -518,7 +550,7 @@ class SliceOp(OpDef):
 
     def infer(self, ctx):
         x = ctx.in_types[0]
-        starts, ends, axes, steps, n = slice_params(ctx)
+        starts, ends, axes, steps, _n = slice_params(ctx)
         if axes is None:  # the run decides which dims are sliced
             return [x.with_shape([fresh_dim(ctx, "slice", f"dim {i}: slice axes not known at compile time", 0, i)
                                   for i in range(x.rank)])]
@@ -540,7 +572,7 @@ class SliceOp(OpDef):
         v = ctx.known(0)
         if v is None or not value_shape_ok(ctx.op.results[0].type):
             return None
-        starts, ends, axes, steps, n = slice_params(ctx)
+        starts, ends, axes, steps, _n = slice_params(ctx)
         if starts is None or ends is None or steps is None:
             return None
         if not all(isinstance(s, int) for s in starts + ends):

@@ -273,7 +273,8 @@ class DropNeutralOperand(RewritePattern):
     """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x, when the result type is exactly x's."""
 
     op_names = ("onnx.Add", "onnx.Sub", "onnx.Mul", "onnx.Div")
-    _NEUTRAL = {"onnx.Add": (0, True), "onnx.Sub": (0, False), "onnx.Mul": (1, True), "onnx.Div": (1, False)}
+    _NEUTRAL: ClassVar[dict] = {"onnx.Add": (0, True), "onnx.Sub": (0, False), "onnx.Mul": (1, True),
+                                "onnx.Div": (1, False)}
 
     def __init__(self, module: Module):
         self.module = module

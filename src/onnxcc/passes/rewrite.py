@@ -21,7 +21,8 @@ apply_patterns(module, [DropIdentity()])
 from __future__ import annotations
 
 from collections import deque
-from typing import ClassVar, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 from ..ir import Block, Module, Op, Value
 
