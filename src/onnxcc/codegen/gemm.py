@@ -16,7 +16,8 @@ by the packers, so the micro-kernel reads nothing but contiguous panels:
    such as a conv's (c, kh, kw) need no division), packs its A rows into a stack buffer
    [panels][kc][mr], then for each B panel and A panel calls the micro-kernel. An A that
    is a plain strided load (`GemmPlan.a_direct`) is not packed: the micro-kernel reads its
-   rows in place through a row pointer and stride.
+   rows in place through a row pointer and stride. An A that reads only constants (a
+   conv's weights, `GemmPlan.a_packed`) was packed at compile time, for all of K.
 3. The micro-kernel (one internal function per (rows, nr)) keeps rows x nr/vl vector
    accumulators in registers (several sets when there are too few to cover the FMA
    latency), runs the k loop unrolled by UNROLL with one broadcast of A and nr/vl loads of
@@ -248,7 +249,12 @@ def _scratch_ptr(kem: _KernelEmitter, fctx: _FnCtx) -> ir.Value:
 def _packed_b_ptr(kem: _KernelEmitter, fctx: _FnCtx, g: GemmPlan) -> ir.Value:
     if not g.b_const:
         return _scratch_ptr(kem, fctx)
-    raw = bytearray(g.b_packed.tobytes())  # type: ignore[union-attr]
+    return _const_global(kem, g.b_packed)
+
+
+def _const_global(kem: _KernelEmitter, data) -> ir.Value:
+    """A 64-byte aligned internal constant holding `data`'s bytes (shared by content)."""
+    raw = bytearray(data.tobytes())
     gname = f"onnxcc.const.{hashlib.sha1(raw).hexdigest()[:20]}.{len(raw)}"
     gv = kem.module.globals.get(gname)
     if gv is None:
@@ -546,6 +552,8 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         a_base_ptr = fctx.buffer_ptr(a_load.buffer)
         a_strides = {i.name: st for i, st in zip(a_load.indices, fctx.strides(a_load.buffer)) if isinstance(i, Var)}
         lda = a_strides[[v for v in g.m if v in a_strides][-1]]  # m vars of extent 1 may read 0
+    elif g.a_const:  # packed at compile time, [panel][K][mr]
+        apack = _const_global(kem, g.a_packed)
     else:
         apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
         apack.align = 64
@@ -591,7 +599,7 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
             kcoc = _umin(b, b.sub(geo.K0, ko0, name="kleft"), i64(geo.kco), "kcoc")
             kcur = _mul(b, kcoc, g.k_inner, "kcur")
             k0 = _mul(b, ko0, g.k_inner, "k0")
-            if not g.a_direct:
+            if not g.a_direct and not g.a_const:
                 _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur)
             first = b.icmp_unsigned("==", pc, i64(0), name="first")
             last = b.icmp_unsigned("==", _add(b, pc, 1, "pc1"), geo.npc, name="last")
@@ -607,6 +615,10 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                     if g.a_direct:
                         apanel = _f32_ptr(b, a_rows, _add(b, _mul(b, i0, lda, "ap"), k0, "ap"), "apanel")
                         a_args = [apanel, lda]
+                    elif g.a_const:
+                        apanel = _f32_ptr(b, apack, _mul(b, _add(b, _mul(b, pm, geo.K, "ap"), k0, "ap"), MR, "ap"),
+                                          "apanel")
+                        a_args = [apanel]
                     else:
                         apanel = _f32_ptr(b, apack, _mul(b, _mul(b, b.sub(pm, pm0, name="pl"), kcur, "ap"), MR,
                                                          "ap"), "apanel")
