@@ -1,5 +1,6 @@
 """Convolutions through every native path (im2col GEMM with the interior/border split of
-the packing, 1x1, grouped, depthwise; strides, dilations, asymmetric padding) compiled
+the packing, 1x1, grouped, depthwise as unrolled taps, with a channel multiplier too;
+strides, dilations, asymmetric padding) compiled
 once at symbolic N, H, W and compared with onnxruntime at odd sizes (rtol 1e-4,
 atol 1e-4: sums of up to 144 products)."""
 
@@ -23,7 +24,10 @@ CONVS = [
     ("same", 8, (3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 1])),
     ("group2", 6, (3, 3), dict(pads=[1, 1, 1, 1], group=2)),
     ("depthwise", 4, (3, 3), dict(pads=[1, 1, 1, 1], group=4)),
+    ("dw_mult_s2_d2", 8, (3, 3), dict(pads=[2, 1, 2, 0], strides=[2, 2], dilations=[2, 2], group=4)),
+    ("dw_5x5_s2", 4, (5, 5), dict(pads=[2, 2, 2, 2], strides=[2, 1], group=4)),
     ("pointwise", 16, (1, 1), {}),
+    ("pointwise_s2", 8, (1, 1), dict(strides=[2, 2])),
     ("valid", 7, (3, 3), {}),
 ]
 
@@ -60,3 +64,25 @@ def test_conv_paths_match_onnxruntime(built, n, h, w):
     for name, *_ in CONVS:
         assert got[name].shape == want[name].shape, name
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} at {(n, h, w)}")
+
+
+def test_single_channel_input_takes_the_tap_path_and_matches(tmp_path):
+    """C == 1, group == 1 (an audio CNN's first layer): every output reads one input
+    channel, so it lowers as unrolled taps too; a 1x7 kernel and a 3x3 one."""
+    rng = np.random.default_rng(5)
+    inits, nodes, outs = [], [], []
+    for name, k, pads in (("k3", (3, 3), [1, 1, 1, 1]), ("k17", (1, 7), [0, 3, 0, 3])):
+        inits.append(numpy_helper.from_array(rng.standard_normal((8, 1, *k)).astype(np.float32), f"w_{name}"))
+        nodes.append(helper.make_node("Conv", ["x", f"w_{name}"], [name], pads=pads))
+        outs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, "H", "W"])
+    path = tmp_path / "c1.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "c1", [x], outs, inits),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    onnxcc.compile(path, tmp_path / "lib")
+    lib = onnxcc.load(tmp_path / "lib")
+    for n, h, w in [(1, 3, 40), (2, 11, 5)]:
+        feeds = {"x": rng.standard_normal((n, 1, h, w)).astype(np.float32)}
+        want, got = ort_run(path, feeds), lib.run(feeds)
+        for name in ("k3", "k17"):
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} {(n, h, w)}")
