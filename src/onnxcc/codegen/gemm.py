@@ -42,10 +42,11 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
+import sympy
 from llvmlite import ir
 
 from onnxcc.kernel.border import interior_split
-from onnxcc.kernel.expr import Expr, Var
+from onnxcc.kernel.expr import Expr, Load, Var
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
 
@@ -402,6 +403,21 @@ def _run_loop_metadata(module: ir.Module, vl: int) -> ir.MDValue:
     return md
 
 
+def _flat_columns(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> bool:
+    """Whether B is a plain f32 load whose last indices are the n vars themselves, over
+    trailing dims of their extents (past the first): its columns are then consecutive in
+    memory, and column j is element j of the last n var's dim read flat."""
+    ld = g.b
+    if not isinstance(ld, Load) or ld.dtype is not F32 or len(ld.indices) < len(g.n):
+        return False
+    tail = ld.indices[len(ld.indices) - len(g.n):]
+    if any(not isinstance(i, Var) or i.name != n for i, n in zip(tail, g.n)):
+        return False
+    shape = kem.program.buffers[ld.buffer].shape[len(ld.indices) - len(g.n):]
+    ext = dict(zip(c.var_names, c.extents))
+    return all(sympy.sympify(shape[j]) == sympy.sympify(ext[n]) for j, n in enumerate(g.n) if j > 0)
+
+
 def _split_run(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, full: Expr, split: tuple[Expr, Expr], last: str,
                l0: ir.Value, srow: ir.Value, seg_len: ir.Value, ext: dict, md: ir.MDValue) -> None:
     """srow[t] = full(last = l0 + t) for t < seg_len, the border apart (see kernel/border.py):
@@ -465,7 +481,22 @@ def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Functio
         j0 = _mul(b, pn, NR, "j0")
         ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
 
-        if not g.b_k_inner and len(g.n) > 1:
+        if not g.b_k_inner and len(g.n) > 1 and _flat_columns(kem, c, g):
+            # B's rows are contiguous over all the n vars (a 1x1 conv's (oh, ow)): the
+            # columns of a panel are one run, read as the flat index of the last var
+            md = _run_loop_metadata(kem.module, g.vl)
+            with _KLoops(b, em, g, geo) as kl:
+                row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
+                _bind(em, {n: i64(0) for n in g.n[:-1]}, ext)
+                em.hoist(g.b, guarded=True)
+                with for_range(b, ncols, "t", guard=False, metadata=md) as t:
+                    _bind(em, {g.n[-1]: _add(b, j0, t, g.n[-1])}, ext)
+                    b.store(em.emit(g.b), _f32_ptr(b, row, t, "bdst"), align=4)
+                    em.pop()
+                em.pop()
+                with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
+                    b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
+        elif not g.b_k_inner and len(g.n) > 1:
             # several n vars (a conv's (oh, ow)): runs of columns along the last var, so
             # the inner loop walks the input contiguously (and vectorises, padding masked)
             seg_cc, seg_last, leads, nseg = _column_segments(b, fctx, g.n, geo.n_ext, j0, ncols, NR)
