@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 import sympy
 from llvmlite import ir
 
+from onnxcc.ir import DType
 from onnxcc.kernel.border import interior_split
 from onnxcc.kernel.expr import Expr, Load, Var
 from onnxcc.kernel.program import Compute
@@ -408,7 +409,7 @@ def _flat_columns(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> bool:
     trailing dims of their extents (past the first): its columns are then consecutive in
     memory, and column j is element j of the last n var's dim read flat."""
     ld = g.b
-    if not isinstance(ld, Load) or ld.dtype is not F32 or len(ld.indices) < len(g.n):
+    if not isinstance(ld, Load) or ld.dtype is not DType.f32 or len(ld.indices) < len(g.n):
         return False
     tail = ld.indices[len(ld.indices) - len(g.n):]
     if any(not isinstance(i, Var) or i.name != n for i, n in zip(tail, g.n)):
