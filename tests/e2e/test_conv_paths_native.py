@@ -63,7 +63,8 @@ def test_conv_paths_match_onnxruntime(built, n, h, w):
     got = lib.run({"x": x})
     for name, *_ in CONVS:
         assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} at {(n, h, w)}")
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4,
+                                   err_msg=f"{name} at {(n, h, w)}")
 
 
 def test_single_channel_input_takes_the_tap_path_and_matches(tmp_path):
@@ -85,4 +86,5 @@ def test_single_channel_input_takes_the_tap_path_and_matches(tmp_path):
         feeds = {"x": rng.standard_normal((n, 1, h, w)).astype(np.float32)}
         want, got = ort_run(path, feeds), lib.run(feeds)
         for name in ("k3", "k17"):
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} {(n, h, w)}")
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4,
+                                       err_msg=f"{name} {(n, h, w)}")

@@ -419,8 +419,8 @@ def _flat_columns(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> bool:
     return all(sympy.sympify(shape[j]) == sympy.sympify(ext[n]) for j, n in enumerate(g.n) if j > 0)
 
 
-def _split_run(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, full: Expr, split: tuple[Expr, Expr], last: str,
-               l0: ir.Value, srow: ir.Value, seg_len: ir.Value, ext: dict, md: ir.MDValue) -> None:
+def _split_run(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, full: Expr, split: tuple[Expr, Expr],
+               last: str, l0: ir.Value, srow: ir.Value, seg_len: ir.Value, ext: dict, md: ir.MDValue) -> None:
     """srow[t] = full(last = l0 + t) for t < seg_len, the border apart (see kernel/border.py):
     scalar scans from both ends evaluate `full` until the guard holds, and the interval
     between them evaluates the interior expression (no selects: a vectorised copy)."""
@@ -648,8 +648,8 @@ def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                         apanel = _f32_ptr(b, a_rows, _add(b, _mul(b, i0, lda, "ap"), k0, "ap"), "apanel")
                         a_args = [apanel, lda]
                     elif g.a_const:
-                        apanel = _f32_ptr(b, apack, _mul(b, _add(b, _mul(b, pm, geo.K, "ap"), k0, "ap"), MR, "ap"),
-                                          "apanel")
+                        aoff = _mul(b, _add(b, _mul(b, pm, geo.K, "ap"), k0, "ap"), MR, "ap")
+                        apanel = _f32_ptr(b, apack, aoff, "apanel")
                         a_args = [apanel]
                     else:
                         apanel = _f32_ptr(b, apack, _mul(b, _mul(b, b.sub(pm, pm0, name="pl"), kcur, "ap"), MR,

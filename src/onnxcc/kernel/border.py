@@ -26,7 +26,8 @@ def _affine_in(e: Expr, t: str) -> bool:
     if isinstance(e, Binary) and e.op in ("add", "sub"):
         return _affine_in(e.a, t) and _affine_in(e.b, t)
     if isinstance(e, Binary) and e.op == "mul":
-        return (t not in free_vars(e.a) and _affine_in(e.b, t)) or (t not in free_vars(e.b) and _affine_in(e.a, t))
+        return ((t not in free_vars(e.a) and _affine_in(e.b, t))
+                or (t not in free_vars(e.b) and _affine_in(e.a, t)))
     if isinstance(e, Unary) and e.op == "neg":
         return _affine_in(e.a, t)
     return False

@@ -148,7 +148,8 @@ class GemmPlan:
         k = ", ".join(v.name for v, _ in self.reduce.vars)
         return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
-                f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} b={'prepacked' if self.b_const else 'packed'}"
+                f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
+                f"b={'prepacked' if self.b_const else 'packed'}"
                 f"{'' if self.epilogue is None else ' +epilogue'}")
 
 

@@ -251,7 +251,8 @@ def _conv_lower(ctx) -> None:
     kv = _window_vars(kernel)
     axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
 
-    if c is None and axes and all(isinstance(k, int) for k in kernel) and int(np.prod(kernel)) <= _UNROLL_WINDOW:
+    if c is None and axes and all(isinstance(k, int) for k in kernel) \
+            and int(np.prod(kernel)) <= _UNROLL_WINDOW:
         _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg)
         return
 
