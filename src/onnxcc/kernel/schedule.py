@@ -7,9 +7,12 @@ replaces the computes in `program.body`, which are frozen); codegen reads it. De
   an "A" side over (batch, m, k) vars and a "B" side over (batch, n, k) vars, with an
   elementwise epilogue around the reduce; n vars trailing, m vars consecutive) get a
   `GemmPlan`: codegen packs B (once per call, or at compile time when B is constant) and
-  A (per task, on the stack), runs a register-tiled micro-kernel over cache blocks in
-  parallel, and applies the epilogue once per output tile. MatMul, Gemm, batched and
-  broadcast MatMul, 1x1 and general Conv (im2col through the packing) all take this path.
+  A (per task, on the stack; at compile time when A is constant: a conv's weights), runs
+  a register-tiled micro-kernel over cache blocks in parallel, and applies the epilogue
+  once per output tile. MatMul, Gemm, batched and broadcast MatMul, 1x1 and general Conv
+  (im2col through the packing, padding split into border scans and a select-free
+  interior: kernel/border.py) take this path; depthwise convs lower as unrolled taps
+  (ops/nn.py) and take the elementwise one.
 - every other compute: the innermost output axis (the contiguous one) is strip-mined to
   the target's vector width with a scalar tail, or with no tail where the extent is a
   proven multiple of the width (the version's `multiple_of` facts); the outer loops run in
