@@ -1,8 +1,8 @@
-"""Convolutions through every native path (im2col GEMM with the interior/border split of
-the packing, 1x1, grouped, depthwise as unrolled taps, with a channel multiplier too;
-strides, dilations, asymmetric padding) compiled
-once at symbolic N, H, W and compared with onnxruntime at odd sizes (rtol 1e-4,
-atol 1e-4: sums of up to 144 products)."""
+"""Convolutions through every native path (im2col GEMM with constant weights packed at
+compile time, 1x1 with flat B columns, grouped, depthwise as unrolled taps with and
+without a channel multiplier; strides, dilations, asymmetric padding) compiled once at
+symbolic N, H, W and compared with onnxruntime at odd sizes (rtol 1e-4, atol 1e-4: sums
+of up to 144 products)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ replaces the computes in `program.body`, which are frozen); codegen reads it. De
   A (per task, on the stack; at compile time when A is constant: a conv's weights), runs
   a register-tiled micro-kernel over cache blocks in parallel, and applies the epilogue
   once per output tile. MatMul, Gemm, batched and broadcast MatMul, 1x1 and general Conv
-  (im2col through the packing, padding split into border scans and a select-free
-  interior: kernel/border.py) take this path; depthwise convs lower as unrolled taps
+  (im2col through the packing) take this path; depthwise convs lower as unrolled taps
   (ops/nn.py) and take the elementwise one.
 - every other compute: the innermost output axis (the contiguous one) is strip-mined to
   the target's vector width with a scalar tail, or with no tail where the extent is a
