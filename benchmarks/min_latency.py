@@ -45,8 +45,8 @@ def main() -> None:
             sess.run(None, feeds)
         a = min(_tmin(lambda: lib.run(feeds)) for _ in range(2))  # noqa: B023 - called at once
         b = min(_tmin(lambda: sess.run(None, feeds)) for _ in range(2))  # noqa: B023
-        print(f"{os.path.basename(path)} {dims} onnxcc {a * 1e3:.3f} ms ort {b * 1e3:.3f} ms ratio {a / b:.3f}",
-              flush=True)
+        name = os.path.basename(path)
+        print(f"{name} {dims} onnxcc {a * 1e3:.3f} ms ort {b * 1e3:.3f} ms ratio {a / b:.3f}", flush=True)
 
 
 if __name__ == "__main__":
