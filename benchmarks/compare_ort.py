@@ -6,6 +6,8 @@ each shape the two runtimes alternate in rounds (same inputs, same thread count;
 the geometric mean over all rows.
 
     python benchmarks/compare_ort.py [--threads N] [--repeats R] [--models a,b] [--json out.json]
+    python benchmarks/compare_ort.py --model tests/zoo/models/mobilenet_v2_ts13.onnx \
+        --dims batch=1,H=64,W=64 --dims batch=4,H=64,W=64
 """
 
 from __future__ import annotations
@@ -78,8 +80,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--models", default=",".join(SHAPES))
+    ap.add_argument("--model", type=Path, help="an arbitrary .onnx model instead of the samples")
+    ap.add_argument("--dims", action="append", default=[],
+                    help="symbol values for --model, e.g. batch=1,H=64,W=64 (repeatable: one row each)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.model is not None:
+        if not args.dims:
+            ap.error("--model needs at least one --dims")
+        args.models = args.model.stem
+        SHAPES[args.model.stem] = [{k: int(v) for k, v in (kv.split("=") for kv in d.split(","))}
+                                   for d in args.dims]
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
     # numpy only makes inputs and checks outputs here: its BLAS threads would only add
     # spinning workers competing for the measured cores
@@ -97,7 +108,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
-            path = ROOT / "models" / f"{name}.onnx"
+            path = args.model if args.model is not None else ROOT / "models" / f"{name}.onnx"
             t0 = time.perf_counter()
             onnxcc.compile(path, Path(tmp) / name)
             compile_s = time.perf_counter() - t0

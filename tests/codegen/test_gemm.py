@@ -218,6 +218,11 @@ def test_conv_3x3_and_1x1():
     kern = scheduled(p, parallel=True)
     g = p.body[0].schedule.gemm
     assert (g.batch, g.m, g.n, g.k_inner) == (("n",), ("f",), ("oh", "ow"), 9)
+    # the constant weights (A) are packed at compile time, all of K, rows zero-padded
+    assert g.a_const and g.a_packed.shape == (-(-16 // g.mr), 45, g.mr)
+    np.testing.assert_array_equal(g.a_packed.transpose(0, 2, 1).reshape(-1, 45)[:16],
+                                  p.buffers["W3"].data.reshape(16, 45))
+    assert not g.a_packed.transpose(0, 2, 1).reshape(-1, 45)[16:].any()
     for bt, h, w in [(1, 1, 1), (2, 7, 9), (1, 16, 13)]:
         x = randf(bt, 5, h, w)
         y3, y1 = kern(x, syms={"Bt": bt, "H": h, "W": w})

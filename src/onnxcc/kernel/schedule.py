@@ -7,9 +7,11 @@ replaces the computes in `program.body`, which are frozen); codegen reads it. De
   an "A" side over (batch, m, k) vars and a "B" side over (batch, n, k) vars, with an
   elementwise epilogue around the reduce; n vars trailing, m vars consecutive) get a
   `GemmPlan`: codegen packs B (once per call, or at compile time when B is constant) and
-  A (per task, on the stack), runs a register-tiled micro-kernel over cache blocks in
-  parallel, and applies the epilogue once per output tile. MatMul, Gemm, batched and
-  broadcast MatMul, 1x1 and general Conv (im2col through the packing) all take this path.
+  A (per task, on the stack; at compile time when A is constant: a conv's weights), runs
+  a register-tiled micro-kernel over cache blocks in parallel, and applies the epilogue
+  once per output tile. MatMul, Gemm, batched and broadcast MatMul, 1x1 and general Conv
+  (im2col through the packing) take this path; depthwise convs lower as unrolled taps
+  (ops/nn.py) and take the elementwise one.
 - every other compute: the innermost output axis (the contiguous one) is strip-mined to
   the target's vector width with a scalar tail, or with no tail where the extent is a
   proven multiple of the width (the version's `multiple_of` facts); the outer loops run in
@@ -124,10 +126,17 @@ class GemmPlan:
     b_packed: np.ndarray | None = None
     """B packed at compile time (it reads only constant buffers and its extents are
     static): float32 [B batches, N panels, K, nr], zero-padded columns"""
+    a_packed: np.ndarray | None = None
+    """A packed at compile time (it reads only constant buffers, uses no batch var and its
+    extents are static: a conv's weights): float32 [M panels, K, mr], zero-padded rows"""
 
     @property
     def b_const(self) -> bool:
         return self.b_packed is not None
+
+    @property
+    def a_const(self) -> bool:
+        return self.a_packed is not None
 
     @property
     def a_batch(self) -> bool:
@@ -141,7 +150,8 @@ class GemmPlan:
         k = ", ".join(v.name for v, _ in self.reduce.vars)
         return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
-                f"a={'direct' if self.a_direct else 'packed'} b={'prepacked' if self.b_const else 'packed'}"
+                f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
+                f"b={'prepacked' if self.b_const else 'packed'}"
                 f"{'' if self.epilogue is None else ' +epilogue'}")
 
 
@@ -426,6 +436,10 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         packed = prepack_b(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, b_packed=packed)
+    if not g.a_direct and not g.a_batch and _reads_const_only(a, program):
+        packed = prepack_a(c, g, program)
+        if packed is not None:
+            g = dataclasses.replace(g, a_packed=packed)
     return g
 
 
@@ -463,6 +477,30 @@ def prepack_b(c: Compute, g: GemmPlan, program: KernelProgram) -> np.ndarray | N
     out = np.zeros((nb, kk, panels * g.nr), np.float32)
     out[:, :, :nn] = vals
     return np.ascontiguousarray(out.reshape(nb, kk, panels, g.nr).transpose(0, 2, 1, 3))
+
+
+def prepack_a(c: Compute, g: GemmPlan, program: KernelProgram) -> np.ndarray | None:
+    """A (no batch vars) evaluated with numpy and laid out as the task packer would, for
+    the whole of K: [M panels, K, mr]; a k block starting at k0 is the slice [:, k0:]."""
+    ext = dict(zip(c.var_names, c.extents))
+    kvars = [(v.name, x) for v, x in g.reduce.vars]
+    dims = [_static(ext[v]) for v in g.m] + [x.value if isinstance(x, Const) else None for _, x in kvars]
+    if any(d is None for d in dims):
+        return None
+    mm, kk = _prod(dims[:len(g.m)]), _prod(dims[len(g.m):])
+    panels = -(-mm // g.mr)
+    if panels * g.mr * kk * 4 > _PREPACK_LIMIT or mm * kk == 0:
+        return None
+    names = list(g.m) + [n for n, _ in kvars]
+    grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in dims], indexing="ij", sparse=True)
+    try:
+        vals = _np_eval(g.a, dict(zip(names, grids)), program)
+    except _NoEval:
+        return None
+    vals = np.broadcast_to(np.asarray(vals, dtype=np.float32), tuple(dims)).reshape(mm, kk)
+    out = np.zeros((panels * g.mr, kk), np.float32)
+    out[:mm] = vals
+    return np.ascontiguousarray(out.reshape(panels, g.mr, kk).transpose(0, 2, 1))
 
 
 _NP_BINARY = {

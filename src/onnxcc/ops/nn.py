@@ -253,6 +253,11 @@ def _conv_lower(ctx) -> None:
     kv = _window_vars(kernel)
     axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
 
+    if c is None and axes and all(isinstance(k, int) for k in kernel) \
+            and int(np.prod(kernel)) <= _UNROLL_WINDOW:
+        _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg)
+        return
+
     def body(*ix):
         n, m, o = ix[0], ix[1], ix[2:]
         cw = Const(0, DType.i64) if c is None else c
@@ -265,6 +270,31 @@ def _conv_lower(ctx) -> None:
         xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
         prod = xv * w[(m, cw, *[Const(0, DType.i64) if k is None else k for k in kv])]
         acc = rsum(axes, prod) if axes else prod
+        return acc if bias is None else acc + bias[m]
+
+    ctx.compute(ctx.out(0), body)
+
+
+_UNROLL_WINDOW = 49
+"""kernel windows of at most this many taps are unrolled when each output reads one input
+channel (depthwise): a sum of taps with no reduce, so the output row loop vectorises"""
+
+
+def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg) -> None:
+    """Y[n, m, o...] = sum over the taps k (unrolled) of pad-guarded X[n, m // (M/group),
+    o*s + k*d - p] * W[m, 0, k...] (+ B[m]): a plain elementwise compute over the output."""
+    zero = Const(0, DType.i64)
+
+    def body(*ix):
+        n, m, o = ix[0], ix[1], ix[2:]
+        ch = m if _is_int(mg, 1) else m // ctx.dim(mg)
+        acc = None
+        for tap in np.ndindex(*kernel):
+            ks = [Const(int(t), DType.i64) for t in tap]
+            pos = _window_positions(ctx, o, ks, win["strides"], win["dilations"], pb)
+            xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
+            term = xv * w[(m, zero, *ks)]
+            acc = term if acc is None else acc + term
         return acc if bias is None else acc + bias[m]
 
     ctx.compute(ctx.out(0), body)
