@@ -43,8 +43,8 @@ def main() -> None:
         for _ in range(3):
             lib.run(feeds)
             sess.run(None, feeds)
-        a = min(_tmin(lambda: lib.run(feeds)) for _ in range(2))  # noqa: B023 - called at once
-        b = min(_tmin(lambda: sess.run(None, feeds)) for _ in range(2))  # noqa: B023
+        a = min(_tmin(lambda: lib.run(feeds)) for _ in range(2))
+        b = min(_tmin(lambda: sess.run(None, feeds)) for _ in range(2))
         name = os.path.basename(path)
         print(f"{name} {dims} onnxcc {a * 1e3:.3f} ms ort {b * 1e3:.3f} ms ratio {a / b:.3f}", flush=True)
 

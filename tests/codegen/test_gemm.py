@@ -187,7 +187,7 @@ def test_gather_operand_errors_propagate():
 
 
 def conv_ref(x, w, b, pad):
-    n, c, h, wd = x.shape
+    n, _c, h, wd = x.shape
     f, _, kh, kw = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     oh, ow = h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1
@@ -243,7 +243,7 @@ def test_attention_layouts():
     V = p.input("V", F32, (Bt, 3, Sq, 8))
     Kt = p.input("Kt", F32, (Bt, Sq, 3, 8))
     Q = p.output("Q", F32, (Bt, 3, Sq, 8))
-    O = p.output("O", F32, (Bt, Sq, 3, 8))
+    O = p.output("O", F32, (Bt, Sq, 3, 8))  # noqa: E741 - the attention output, as in the papers
     Sc = p.output("Sc", F32, (Bt, 3, Sq, Sq))
     k = Var("k")
     # projection straight into heads: B = W[k, h*8 + d] uses batch var h only (prepacked per head)

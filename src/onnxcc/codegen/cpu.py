@@ -93,17 +93,17 @@ def emit_llvm(program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir
     if fn_name in module.globals:
         raise CompileError(f"function {fn_name} already exists in module {module.name}")
     program.verify()
-    _KernelEmitter(program, plan, fn_name, module, CpuOptions(parallel, parallel_min_work)).run()
+    KernelEmitter(program, plan, fn_name, module, CpuOptions(parallel, parallel_min_work)).run()
     return module
 
 
 # ---- per-function services ---------------------------------------------------------------
 
 
-class _FnCtx(ProgramContext):
+class FnCtx(ProgramContext):
     """Entry-block services of one LLVM function (implements llvm_exprs.FunctionContext)."""
 
-    def __init__(self, owner: _KernelEmitter, fn: ir.Function,
+    def __init__(self, owner: KernelEmitter, fn: ir.Function,
                  base_ptrs: Callable[[ir.IRBuilder], Sequence[ir.Value]],
                  on_fail: Callable[[ir.IRBuilder, int], None]):
         self.owner = owner
@@ -187,7 +187,7 @@ class _FnCtx(ProgramContext):
 # ---- the kernel -----------------------------------------------------------------------------
 
 
-class _KernelEmitter:
+class KernelEmitter:
     def __init__(self, program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir.Module,
                  options: CpuOptions):
         self.program, self.plan, self.fn_name = program, plan, fn_name
@@ -202,7 +202,7 @@ class _KernelEmitter:
             arg.add_attribute("noalias")
             arg.add_attribute("captures(none)")
             arg.add_attribute("noundef")
-        ctx = _FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
+        ctx = FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
         for k, stmt in enumerate(self.program.body):
             emit = STMT_EMITTERS.get(type(stmt))
             if emit is None:
@@ -264,7 +264,7 @@ class _KernelEmitter:
                         getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
                         bool(getattr(sch, "strip_mine", False)))
 
-    def emit_compute(self, ctx: _FnCtx, c: Compute, k: int) -> None:
+    def emit_compute(self, ctx: FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
         if any(isinstance(d, int) and d == 0 for d in c.extents):
             return
@@ -285,7 +285,7 @@ class _KernelEmitter:
             else:
                 self.emit_nest(ctx, c, plan, md)
 
-    def emit_nest(self, ctx: _FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
+    def emit_nest(self, ctx: FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
         """The loop nest of `c` at the builder's position (the domain is known nonempty)."""
         if plan.parallel:
             self.emit_parallel(ctx, c, plan, md)
@@ -294,7 +294,7 @@ class _KernelEmitter:
             em.hoist(c.body)
             self.emit_loops(em, ctx, c, plan, 0, {})
 
-    def emit_loops(self, em: ExprEmitter, ctx: _FnCtx, c: Compute, plan: NestPlan, first: int,
+    def emit_loops(self, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, first: int,
                    bound: dict[str, ir.Value]) -> None:
         """Loops for `plan.order[first:]` (the vars before are bound to `bound`), the body
         and the store. The domain is known nonempty, so loops need no entry test."""
@@ -317,7 +317,7 @@ class _KernelEmitter:
                     em.hoist(c.body)
             em.store(c.out, [vals[n] for n in names], em.emit(c.body))
 
-    def emit_strip_mined(self, em: ExprEmitter, ctx: _FnCtx, c: Compute, plan: NestPlan, v: int,
+    def emit_strip_mined(self, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
                          vals: dict[str, ir.Value], lo: ir.Value, hi: ir.Value) -> None:
         """The innermost var `v` over [lo, hi) (nonempty) as chunks of `plan.vector_width`
         lanes (a constant-trip loop LLVM turns into one vector iteration) and, unless the
@@ -351,7 +351,7 @@ class _KernelEmitter:
                 body(jt)
 
     # ---- parallel ----------------------------------------------------------------------------
-    def emit_parallel(self, ctx: _FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
+    def emit_parallel(self, ctx: FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
         """Collapse the outer loops (all but the innermost) into one index and run it
         through onnxcc_parallel_for (or directly, when a symbolic size turns out small)."""
         rank = len(c.vars)
@@ -385,7 +385,7 @@ class _KernelEmitter:
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
 
-    def _parallel_ctx(self, ctx: _FnCtx) -> ir.Value:
+    def _parallel_ctx(self, ctx: FnCtx) -> ir.Value:
         if ctx.par_ctx is None:
             eb = ctx.eb
             ctx.status = eb.alloca(I32, name="status")
@@ -398,7 +398,7 @@ class _KernelEmitter:
             ctx.par_ctx = p
         return ctx.par_ctx
 
-    def body_function(self, label: str) -> tuple[ir.Function, _FnCtx]:
+    def body_function(self, label: str) -> tuple[ir.Function, FnCtx]:
         """A new internal `void(i64 begin, i64 end, ptr ctx)` function for
         onnxcc_parallel_for, with its own entry-block services (reading the kernel's
         arguments from the ctx struct; a failure stores the code in the status slot)."""
@@ -419,7 +419,7 @@ class _KernelEmitter:
             b._insert(ir.instructions.StoreAtomicInstr(b.block, i32(code), status, "monotonic", 4))
             b.ret_void()
 
-        bctx = _FnCtx(self, fn, lambda eb: [field(eb, k, n) for k, n in
+        bctx = FnCtx(self, fn, lambda eb: [field(eb, k, n) for k, n in
                                             enumerate(("syms", "inputs", "outputs", "workspace"))], on_fail)
         return fn, bctx
 
@@ -481,8 +481,8 @@ class NestPlan:
     a hint to LLVM's loop vectorizer)"""
 
 
-STMT_EMITTERS: dict[type[Stmt], Callable[[_KernelEmitter, _FnCtx, Stmt, int], None]] = {
-    Compute: _KernelEmitter.emit_compute,  # type: ignore[dict-item]
+STMT_EMITTERS: dict[type[Stmt], Callable[[KernelEmitter, FnCtx, Stmt, int], None]] = {
+    Compute: KernelEmitter.emit_compute,  # type: ignore[dict-item]
 }
 
 from .cpu_control import CONTROL_EMITTERS  # noqa: E402  (If / Loop / WriteAt / SetSymbol: kernel/control.py)

@@ -3,9 +3,10 @@ cache-blocked, register-tiled matrix multiply with its epilogue.
 
 The compute is read as `C[bt, m, n] = epilogue(sum_k A(bt, m, k) * B(bt, n, k))`: for each
 combination bt of the batch vars an [M, N] matrix of the output with contiguous rows at a
-constant stride (n are the output's trailing vars, m a consecutive run); A and B are arbitrary expressions (loads through any
-affine or non-affine index, casts, the padding selects of a convolution), evaluated only
-by the packers, so the micro-kernel reads nothing but contiguous panels:
+constant stride (n are the output's trailing vars, m a consecutive run); A and B are arbitrary
+expressions (loads through any affine or non-affine index, casts, the padding selects of a
+convolution), evaluated only by the packers, so the micro-kernel reads nothing but contiguous
+panels:
 
 1. B is packed once per call into the scratch region (or at compile time when it reads
    only constants): [combinations of B's batch vars][N panels][K][nr] floats, columns past
@@ -52,11 +53,23 @@ from onnxcc.kernel.schedule import GemmPlan
 
 from .llvm_exprs import F32, ExprEmitter, known_positive
 from .llvm_helpers import (
-    I1, I8, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then, loop_metadata,
+    I1,
+    I8,
+    I32,
+    I64,
+    PTR,
+    VOID,
+    for_range,
+    get_or_declare,
+    i32,
+    i64,
+    if_else,
+    if_then,
+    loop_metadata,
 )
 
 if TYPE_CHECKING:
-    from .cpu import _FnCtx, _KernelEmitter
+    from .cpu import FnCtx, KernelEmitter
 
 UNROLL = 4
 """k steps per micro-kernel loop iteration"""
@@ -139,7 +152,7 @@ class _Geometry:
     """Run-time sizes and blocking of one GEMM compute, computed at the builder's position
     (the same arithmetic in every function, so they agree)."""
 
-    def __init__(self, fctx: _FnCtx, b: ir.IRBuilder, c: Compute, g: GemmPlan, threads: ir.Value):
+    def __init__(self, fctx: FnCtx, b: ir.IRBuilder, c: Compute, g: GemmPlan, threads: ir.Value):
         ext = dict(zip(c.var_names, c.extents))
         strides = fctx.strides(c.out)
         self.stride = dict(zip(c.var_names, strides))
@@ -174,12 +187,12 @@ class _Geometry:
         self.nbB = _product(b, self.bb_ext, "gemm.nbB")
 
 
-def _parallel(kem: _KernelEmitter, c: Compute) -> bool:
+def _parallel(kem: KernelEmitter, c: Compute) -> bool:
     par = getattr(c.schedule, "parallel", None)
     return kem.opts.parallel if par is None else bool(par)
 
 
-def _threads(kem: _KernelEmitter, c: Compute, b: ir.IRBuilder) -> ir.Value:
+def _threads(kem: KernelEmitter, c: Compute, b: ir.IRBuilder) -> ir.Value:
     """The pool's thread count (fixed at its first use, so every function agrees), or 1."""
     if not _parallel(kem, c):
         return i64(1)
@@ -188,7 +201,7 @@ def _threads(kem: _KernelEmitter, c: Compute, b: ir.IRBuilder) -> ir.Value:
     return _umax(b, n, i64(1), "threads")
 
 
-def emit_gemm(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, fallback: Callable[[], None]) -> None:
+def emit_gemm(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, fallback: Callable[[], None]) -> None:
     """Emit compute `c` through the GEMM path at `ctx.b` (its domain is known nonempty);
     `fallback()` emits the plain loop nest, used when the contraction may be empty (then
     the output is the epilogue of 0, which the packed path would never write)."""
@@ -204,7 +217,7 @@ def emit_gemm(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, fallbac
             fallback()
 
 
-def _run(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, geo: _Geometry) -> None:
+def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry) -> None:
     from .cpu import PAR_FOR_FNTY, PARALLEL_FOR
 
     b = ctx.b
@@ -241,18 +254,18 @@ def _run(kem: _KernelEmitter, ctx: _FnCtx, c: Compute, g: GemmPlan, geo: _Geomet
 # ---- operand packing --------------------------------------------------------------------------
 
 
-def _scratch_ptr(kem: _KernelEmitter, fctx: _FnCtx) -> ir.Value:
+def _scratch_ptr(kem: KernelEmitter, fctx: FnCtx) -> ir.Value:
     return fctx.eb.gep(fctx.ws_p, [fctx.dim(kem.plan.scratch_offset)], inbounds=True, name="gemm.scratch",
                        source_etype=I8)
 
 
-def _packed_b_ptr(kem: _KernelEmitter, fctx: _FnCtx, g: GemmPlan) -> ir.Value:
+def _packed_b_ptr(kem: KernelEmitter, fctx: FnCtx, g: GemmPlan) -> ir.Value:
     if not g.b_const:
         return _scratch_ptr(kem, fctx)
     return _const_global(kem, g.b_packed)
 
 
-def _const_global(kem: _KernelEmitter, data) -> ir.Value:
+def _const_global(kem: KernelEmitter, data) -> ir.Value:
     """A 64-byte aligned internal constant holding `data`'s bytes (shared by content)."""
     raw = bytearray(data.tobytes())
     gname = f"onnxcc.const.{hashlib.sha1(raw).hexdigest()[:20]}.{len(raw)}"
@@ -305,7 +318,7 @@ def _bind(em: ExprEmitter, vals: dict[str, ir.Value], exts: dict[str, object]) -
     em.push(vals, {n: exts[n] for n in vals})
 
 
-def _column_binder(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, names: Sequence[str],
+def _column_binder(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, names: Sequence[str],
                    exts: Sequence[ir.Value], dims: dict, j0: ir.Value, ncols: ir.Value, width: int
                    ) -> Callable[[ir.Value], None]:
     """`bind(cc)` binds the vars `names` (their Dims in `dims`) to the row-major
@@ -344,7 +357,7 @@ def _column_binder(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, names: Sequen
     return bind
 
 
-def _column_segments(b: ir.IRBuilder, fctx: _FnCtx, names: Sequence[str], exts: Sequence[ir.Value],
+def _column_segments(b: ir.IRBuilder, fctx: FnCtx, names: Sequence[str], exts: Sequence[ir.Value],
                      j0: ir.Value, ncols: ir.Value, width: int
                      ) -> tuple[ir.Value, ir.Value, dict[str, ir.Value], ir.Value]:
     """Columns [j0, j0 + ncols) (1 <= ncols <= width) of several n vars (a conv's (oh, ow))
@@ -402,7 +415,7 @@ def _run_loop_metadata(module: ir.Module, vl: int) -> ir.MDValue:
     return md
 
 
-def _flat_columns(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> bool:
+def _flat_columns(kem: KernelEmitter, c: Compute, g: GemmPlan) -> bool:
     """Whether B is a plain f32 load whose last indices are the n vars themselves, over
     trailing dims of their extents (past the first): its columns are then consecutive in
     memory, and column j is element j of the last n var's dim read flat."""
@@ -417,7 +430,7 @@ def _flat_columns(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> bool:
     return all(sympy.sympify(shape[j]) == sympy.sympify(ext[n]) for j, n in enumerate(g.n) if j > 0)
 
 
-def _pack_b_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     """Items (bB, panel): B[bB][panel][k][col] = b(batch vars, n = panel*nr + col, k)."""
     fn, fctx = kem.body_function(f"gemm.packb.{c.out}")
     begin, end, _ = fn.args
@@ -526,7 +539,7 @@ def _row_variants(mr: int) -> list[int]:
     return sorted(out, reverse=True)
 
 
-def _task_function(kem: _KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     fn, fctx = kem.body_function(f"gemm.{c.out}")
     begin, end, _ = fn.args
     b = fctx.b
@@ -665,7 +678,7 @@ def _pack_a(b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry, ext: 
                 em.pop()
 
 
-def _epilogue(b: ir.IRBuilder, fctx: _FnCtx, em: ExprEmitter, c: Compute, g: GemmPlan, geo: _Geometry, ext: dict,
+def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: GemmPlan, geo: _Geometry, ext: dict,
               i0: ir.Value, rows: ir.Value, j0: ir.Value, ncols: ir.Value) -> None:
     """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0)."""
     epi: Expr = g.epilogue  # type: ignore[assignment]

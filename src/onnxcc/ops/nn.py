@@ -13,7 +13,19 @@ import sympy
 
 from ..ir import DType, TensorType, canon
 from ..kernel import (
-    Const, Expr, Var, argmax, cast, flatten_index, maximum, minimum, power, rmax, rsum, select, sqrt,
+    Const,
+    Expr,
+    Var,
+    argmax,
+    cast,
+    flatten_index,
+    maximum,
+    minimum,
+    power,
+    rmax,
+    rsum,
+    select,
+    sqrt,
     unflatten_index,
 )
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
