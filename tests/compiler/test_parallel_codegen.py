@@ -46,6 +46,8 @@ def test_parallel_versions_match_serial(tmp_path, monkeypatch):
         ref = np.tanh(x @ numpy_helper.to_array(_model().graph.initializer[0])
                       + numpy_helper.to_array(_model().graph.initializer[1])).sum(axis=1)
         np.testing.assert_allclose(b, ref, rtol=1e-4, atol=1e-4)
-    # the 8 KiB weight is stored once, not once per version (3 versions: a copy each would
-    # add 16 KiB; per-object section padding adds a few KiB)
-    assert par_art.library.stat().st_size < serial_art.library.stat().st_size + 8192
+    # the 8 KiB weight is stored once, not once per version: its bytes occur once in each
+    # library (the parallel one may differ in code size: its versions are separate modules)
+    w = numpy_helper.to_array(_model().graph.initializer[0]).tobytes()
+    for art in (serial_art, par_art):
+        assert art.library.read_bytes().count(w) == 1, art.library
