@@ -695,9 +695,9 @@ def generate_dispatcher(spec: ArtifactSpec) -> str:
 # ---- NAME.json ---------------------------------------------------------------------------
 
 def _onnxcc_version() -> str:
-    import onnxcc
+    from ..version import __version__
 
-    return getattr(onnxcc, "__version__", "0.1.0")
+    return __version__
 
 
 def generate_metadata(spec: ArtifactSpec) -> dict:
