@@ -46,8 +46,7 @@ from onnxcc.kernel.program import Compute, KernelProgram
 from .abi import KernelLaunch
 from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
 from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
-from .llvm_target import optimize as optimize_module
-from .llvm_target import parse_modules, target_machine
+from .llvm_target import optimized, target_machine
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_80"
@@ -135,13 +134,7 @@ def emit_ptx(modules, arch: str = DEFAULT_ARCH, opt: int = 3, features: str = ""
     `features` "" lets LLVM pick the lowest PTX ISA version the arch needs."""
     parse_arch(arch)
     tm = target_machine(TRIPLE, arch, features, opt)
-    mod = parse_modules(modules)
-    optimize_module(mod, tm, opt)
-    try:
-        mod.verify()
-    except RuntimeError as exc:  # pragma: no cover - would be an LLVM bug
-        raise CompileError(f"NVPTX LLVM IR invalid after optimization: {exc}") from exc
-    return tm.emit_assembly(mod)
+    return tm.emit_assembly(optimized(modules, tm, opt, "NVPTX LLVM IR"))
 
 
 def row_wise(c: Compute) -> bool:

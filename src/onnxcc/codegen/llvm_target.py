@@ -138,13 +138,19 @@ def emit_object(modules, triple: str | None = None, cpu: str | None = None, feat
     """Parse, link, verify and optimize LLVM modules (ir.Module or text) and return an ELF
     (or the triple's native format) relocatable object, position independent."""
     tm = target_machine(triple, cpu, features, opt)
+    return tm.emit_object(optimized(modules, tm, opt))
+
+
+def optimized(modules, tm, opt: int, what: str = "LLVM IR"):
+    """Parse and link `modules`, optimize them for `tm` at -O`opt` and verify the result (the
+    CPU and NVPTX targets share this; only the final emission differs)."""
     mod = parse_modules(modules)
     optimize(mod, tm, opt)
     try:
         mod.verify()
     except RuntimeError as exc:  # pragma: no cover - would be an LLVM bug
-        raise CompileError(f"LLVM IR invalid after optimization: {exc}") from exc
-    return tm.emit_object(mod)
+        raise CompileError(f"{what} invalid after optimization: {exc}") from exc
+    return mod
 
 
 def emit_assembly(modules, triple: str | None = None, cpu: str | None = None, features: str | None = None,
