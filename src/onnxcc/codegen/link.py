@@ -10,7 +10,6 @@ straight-line code with every message spelled out.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import sympy
 
+from onnxcc.digest import file_sha256
 from onnxcc.errors import CompileError
 from onnxcc.ir.dims import canon
 from onnxcc.ir.types import DType
@@ -792,7 +792,7 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     # each file renamed into place whole.
     meta = generate_metadata(spec)
     meta["library_size"] = Path(tmp).stat().st_size
-    meta["library_sha256"] = _sha256(Path(tmp))
+    meta["library_sha256"] = file_sha256(tmp)
     meta_tmp = out / f".{name}.json.{os.getpid()}.tmp"
     # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
     meta_tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
@@ -802,13 +802,6 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
         f.unlink()
     return lib
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _link_failure(spec: ArtifactSpec, cc: str, proc: subprocess.CompletedProcess) -> str:

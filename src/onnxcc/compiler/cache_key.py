@@ -16,6 +16,7 @@ from pathlib import Path
 
 import onnx
 
+from ..digest import file_sha256
 from ..errors import OnnxccError
 from ..ir import Module
 
@@ -62,18 +63,11 @@ def model_digest(model) -> str:
         h.update(b"\0external\0" + loc.encode() + b"\0")
         f = Path(base or ".") / loc
         try:
-            h.update(_file_sha256(f).encode())
+            h.update(file_sha256(f).encode())
         except OSError as e:  # the importer reports it; the key only needs to differ
             h.update(f"unreadable:{type(e).__name__}".encode())
     return h.hexdigest()
 
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _external_locations(data: bytes) -> list[str]:

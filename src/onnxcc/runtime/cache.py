@@ -19,6 +19,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..digest import file_sha256
+
 MANIFEST = "MANIFEST.json"
 
 
@@ -33,13 +35,6 @@ def default_root() -> Path:
 def make_key(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
-
-def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class ArtifactCache:
@@ -82,7 +77,7 @@ class ArtifactCache:
                 return f"{name} missing"
             if f.stat().st_size != info.get("size"):
                 return f"{name} has the wrong size"
-            if file_digest(f) != info.get("sha256"):
+            if file_sha256(f) != info.get("sha256"):
                 return f"{name} checksum mismatch"
         if not manifest.get("files"):
             return "manifest lists no files"
@@ -94,7 +89,7 @@ class ArtifactCache:
         tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=self.root))
         try:
             build(tmp)
-            files = {p.name: {"sha256": file_digest(p), "size": p.stat().st_size}
+            files = {p.name: {"sha256": file_sha256(p), "size": p.stat().st_size}
                      for p in sorted(tmp.iterdir()) if p.is_file()}
             (tmp / MANIFEST).write_text(json.dumps({"key": key, "doc": doc, "files": files}, indent=1,
                                                    sort_keys=True, default=str))
