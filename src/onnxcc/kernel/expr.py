@@ -592,12 +592,7 @@ def _sympy_to_expr(e: sympy.Expr) -> Expr:
     if isinstance(e, sympy.Mod):
         return binary("mod", _sympy_to_expr(e.args[0]), _sympy_to_expr(e.args[1]))
     if isinstance(e, (sympy.Max, sympy.Min)):
-        op = "max" if isinstance(e, sympy.Max) else "min"
-        args = [_sympy_to_expr(a) for a in e.args]
-        out = args[0]
-        for a in args[1:]:
-            out = binary(op, out, a)
-        return out
+        return _chain("max" if isinstance(e, sympy.Max) else "min", [_sympy_to_expr(a) for a in e.args])
     if isinstance(e, sympy.Piecewise):  # per-range memory plans: (value, condition) pairs
         *pieces, (last, cond) = e.args
         if cond is not sympy.true:
@@ -612,6 +607,14 @@ def _sympy_to_expr(e: sympy.Expr) -> Expr:
 _RELATIONS = {"<=": "le", "<": "lt", ">=": "ge", ">": "gt", "==": "eq", "!=": "ne"}
 
 
+def _chain(op: str, args: list[Expr]) -> Expr:
+    """`a op b op c ...`, left to right (sympy's n-ary Max/Min/And/Or as binary nodes)."""
+    out = args[0]
+    for a in args[1:]:
+        out = binary(op, out, a)
+    return out
+
+
 def _condition_to_expr(c) -> Expr:
     """A sympy boolean over integer dims as a bool Expr: relations (`seq <= 128`, also with
     rational sides such as `seq/2 <= 4`), `And` / `Or` / `Not` of them (sympy merges the
@@ -619,12 +622,7 @@ def _condition_to_expr(c) -> Expr:
     if c is sympy.true or c is sympy.false or isinstance(c, (bool, np.bool_)):
         return Const(bool(c), BOOL)
     if isinstance(c, (sympy.And, sympy.Or)):
-        op = "and" if isinstance(c, sympy.And) else "or"
-        args = [_condition_to_expr(a) for a in c.args]
-        out = args[0]
-        for a in args[1:]:
-            out = binary(op, out, a)
-        return out
+        return _chain("and" if isinstance(c, sympy.And) else "or", [_condition_to_expr(a) for a in c.args])
     if isinstance(c, sympy.Not):
         return logical_not(_condition_to_expr(c.args[0]))
     if isinstance(c, sympy.core.relational.Relational) and c.rel_op in _RELATIONS:
