@@ -69,11 +69,12 @@ def main() -> None:
 
 
 # One module per command (compile, run, inspect, simulate join here as they are written).
+from .cache_cmd import cache  # noqa: E402
 from .compile_cmd import compile_  # noqa: E402
 from .inspect_cmd import inspect  # noqa: E402
 from .ir_cmd import ir  # noqa: E402
 from .run_cmd import run  # noqa: E402
 from .simulate_cmd import simulate  # noqa: E402
 
-for _command in (ir, compile_, run, inspect, simulate):
+for _command in (ir, compile_, run, inspect, simulate, cache):
     main.add_command(_command)

@@ -40,5 +40,6 @@ def compile_cached(model, options: CompileOptions | None = None, cache=None, ext
         return hit, True
     if options.name is None and isinstance(model, (str, Path)):
         options = CompileOptions(**{**options.__dict__, "name": Path(model).stem})
-    path = cache.store(key, doc, lambda d: compile_model(model, d, options))
+    about = {"model": str(Path(model).resolve())} if isinstance(model, (str, Path)) else {}
+    path = cache.store(key, doc, lambda d: compile_model(model, d, options), about)
     return path, False
