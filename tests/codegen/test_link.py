@@ -256,7 +256,9 @@ def test_metadata(toy_dir):
     lib = (toy_dir / "libtoy.so").read_bytes()
     assert meta.pop("library_size") == len(lib)  # recorded for the loader's check
     assert meta.pop("library_sha256") == hashlib.sha256(lib).hexdigest()
-    assert meta == generate_metadata(toy_spec())
+    spec = toy_spec()
+    spec.build_id = meta["build_id"]  # fresh for every link
+    assert meta == generate_metadata(spec)
     assert meta["outputs"][1] == {"name": "w", "dtype": "f32", "shape": ["M + 1"]}
     assert meta["symbols"][0] == {"name": "N", "lo": 1, "hi": 1000, "multiple_of": 1,
                                   "origin": 'input "x" dim 0'}
@@ -272,7 +274,8 @@ def test_only_the_api_is_exported(toy_dir):
     if out.returncode != 0:
         pytest.skip("nm not available")
     exported = {line.split()[-1] for line in out.stdout.splitlines() if " T " in line}
-    api = ("run", "output_shape", "last_error", "num_versions", "version_info", "last_version")
+    api = ("run", "output_shape", "last_error", "num_versions", "version_info", "last_version", "build_id",
+           "abi_version")
     assert exported == {f"toy_{f}" for f in api}
 
 

@@ -18,6 +18,7 @@ already applied) of compact row-major tensors; `workspace` is 64-byte aligned an
 from __future__ import annotations
 
 import re
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +124,9 @@ class ArtifactSpec:
     -> their upper bound over the input symbols: the dispatcher binds the symbol to the
     bound (outputs are allocated for it), the kernel writes the true value back into its
     `syms` slot, and `NAME_output_dims` reports it after the run"""
+    build_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    """fresh for every link: NAME_build_id(), NAME.h's NAME_BUILD_ID and NAME.json's
+    build_id carry it, so a library, header and metadata from different builds are told apart"""
 
     def symbol_index(self) -> dict[str, int]:
         return {s.name: k for k, s in enumerate(self.symbols)}

@@ -32,6 +32,8 @@ from .c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, t
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_SOURCES = ("onnxcc_rt.c",)
 ABI_VERSION = 1
+#: the artifact's identity functions (NAME_ prefixed; _identity_header / _identity_defs)
+IDENTITY_API = ("build_id", "abi_version")
 
 # Return codes of NAME_run / NAME_output_shape, as onnxcc_rt.h defines them (ONNXCC_ERR_*;
 # every dispatcher static-asserts the two agree). Also written to NAME.json for loaders.
@@ -148,7 +150,7 @@ def _api_names(name: str, target: LinkTarget = CPU_LINK, run_dims: bool = False)
     """The exported functions; `NAME_output_dims` only where some dim is run-determined."""
     extra = tuple(target.api_extra) + (("output_dims",) if run_dims else ())
     return [f"{name}_{f}" for f in ("run", "output_shape", "last_error", "num_versions", "version_info",
-                                    "last_version", *extra)]
+                                    "last_version", *IDENTITY_API, *extra)]
 
 
 class _Msg:
@@ -304,7 +306,7 @@ extern "C" {{
 #define {up}_NUM_INPUTS {len(spec.inputs)}
 #define {up}_NUM_OUTPUTS {len(spec.outputs)}
 #define {up}_NUM_VERSIONS {len(spec.versions)}
-
+{_identity_header(spec)}
 /* Return codes. Every nonzero code comes with a message in {n}_last_error(). */
 enum {{
 {codes}
@@ -333,11 +335,37 @@ enum {{
 {up}_API int {n}_num_versions(void);
 {up}_API const char *{n}_version_info(int version);
 {up}_API int {n}_last_version(void);
+
+/* The loaded library's build id (compare with {up}_BUILD_ID) and C ABI version. */
+{up}_API const char *{n}_build_id(void);
+{up}_API int {n}_abi_version(void);
 {stream}
 #ifdef __cplusplus
 }}
 #endif
 #endif /* {up}_H_ */
+"""
+
+
+def _identity_header(spec: ArtifactSpec) -> str:
+    """NAME.h's build id and ABI version, as macros (what this header was generated for) and
+    functions (what the loaded library is): a program can compare the two at start-up."""
+    n, up = spec.name, spec.name.upper()
+    return f"""
+/* This header's build; {n}_build_id() returns the loaded library's. They differ when the
+ * header and the library come from different compiles: rebuild against the library. */
+#define {up}_BUILD_ID "{spec.build_id}"
+/* The C ABI this header describes; {n}_abi_version() returns the library's. */
+#define {up}_ABI_VERSION {ABI_VERSION}
+"""
+
+
+def _identity_defs(spec: ArtifactSpec) -> str:
+    n, up = spec.name, spec.name.upper()
+    return f"""/* the artifact's identity (NAME.h: {up}_BUILD_ID, {up}_ABI_VERSION) */
+const char *{n}_build_id(void) {{ return "{spec.build_id}"; }}
+
+int {n}_abi_version(void) {{ return {ABI_VERSION}; }}
 """
 
 
@@ -683,7 +711,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
 {stream}{self.output_dims_api()}"""
 
     def source(self) -> str:
-        parts = [self.prelude(), self.bind_fn(), self.output_dims_fn(), self.run_fn(), self.api_fns()]
+        parts = [self.prelude(), self.bind_fn(), self.output_dims_fn(), self.run_fn(), self.api_fns(),
+                 _identity_defs(self.spec)]
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
@@ -713,6 +742,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
     return {
         "name": spec.name,
         "abi_version": ABI_VERSION,
+        "build_id": spec.build_id,
         "onnxcc_version": _onnxcc_version(),
         "target": spec.target,
         "triple": spec.triple,

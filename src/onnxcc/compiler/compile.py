@@ -20,6 +20,7 @@ from ..errors import OnnxccError
 from ..ir import Module, identifier
 from ..ir.printer import print_bool
 from ..passes import Instrument, PassContext, run_pipeline
+from . import artifact_dir
 from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
 
 
@@ -125,10 +126,15 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     t0 = time.perf_counter()
     spec = artifact_spec(result, name, options, backend)
     backend.describe(spec, emitted)
-    lib = backend.link_artifact(spec, emitted, out, options.cc)
-    step("link", time.perf_counter() - t0)
-    art.library, art.header, art.metadata = lib, out / f"{name}.h", out / f"{name}.json"
-    _record_timings(art)
+
+    def link(tmp: Path) -> None:  # into a directory beside `out`, swapped in when complete
+        lib = backend.link_artifact(spec, emitted, tmp, options.cc)
+        step("link", time.perf_counter() - t0)
+        _record_timings(tmp / f"{name}.json", t)
+        art.library = out / lib.name
+
+    artifact_dir.build_in_place(out, link)
+    art.header, art.metadata = out / f"{name}.h", out / f"{name}.json"
     return art
 
 
@@ -167,13 +173,13 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     return spec
 
 
-def _record_timings(art: Artifact) -> None:
+def _record_timings(metadata: Path, timings: dict[str, float]) -> None:
     import json
 
-    if art.metadata and art.metadata.exists():
-        meta = json.loads(art.metadata.read_text())
-        meta["compile_seconds"] = {k: round(v, 4) for k, v in art.timings.items()}
-        art.metadata.write_text(json.dumps(meta, indent=2))
+    if metadata.exists():
+        meta = json.loads(metadata.read_text())
+        meta["compile_seconds"] = {k: round(v, 4) for k, v in timings.items()}
+        metadata.write_text(json.dumps(meta, indent=2))
 
 
 def _default_name(model, module: Module) -> str:

@@ -15,6 +15,7 @@ import ctypes
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -184,6 +185,14 @@ def _private_dir() -> Path:
 def _check_library(meta: dict, lib_path: Path, data: bytes) -> str:
     """sha256 of `data` (the library's bytes), checked against NAME.json where it records them."""
     size, want = meta.get("library_size"), meta.get("library_sha256")
+    build = meta.get("build_id")
+    if isinstance(size, int) and len(data) < size:
+        raise ArtifactError(f"{lib_path}: {len(data)} bytes, but {meta['name']}.json records {size} "
+                            "(truncated; rebuild the artifact)")
+    if isinstance(build, str) and build and build.encode() not in data:
+        raise ArtifactError(f"{lib_path} is not from build {build} that {meta['name']}.json records "
+                            "(library and metadata from different compiles; rebuild, or copy the whole "
+                            "artifact directory)")
     if size is not None and len(data) != size:
         raise ArtifactError(f"{lib_path}: {len(data)} bytes, but {meta['name']}.json records {size} "
                             "(truncated or replaced; rebuild the artifact)")
@@ -237,6 +246,7 @@ class CompiledModel:
         self._version_info = self._fn("version_info", ctypes.c_char_p, [ctypes.c_int])
         self._last_version = self._fn("last_version", ctypes.c_int, [])
         self._output_dims = None  # NAME_output_dims, bound on first use (only some artifacts have it)
+        self.build_id: str | None = self._check_identity()
         self._setup_fast_path()
 
     def _setup_fast_path(self) -> None:
@@ -265,6 +275,32 @@ class CompiledModel:
         self._output_shape_fast = self.lib[f"{self.name}_output_shape"]
         self._output_shape_fast.restype = ctypes.c_int
         self._scratch = _Scratch(len(self.inputs), len(self.outputs), KDL_CPU)
+
+    def _check_identity(self) -> str | None:
+        """The library's NAME_build_id() against NAME.json's build_id and NAME.h's
+        NAME_BUILD_ID (when the header is beside it): a mismatch is an ArtifactError."""
+        want = self.meta.get("build_id")
+        if want is None:
+            return None  # an artifact from before build ids
+        try:
+            got = self._fn("build_id", ctypes.c_char_p, [])()
+        except AttributeError:
+            raise ArtifactError(f"{self.path}: has no {self.name}_build_id(), but {self.name}.json records build "
+                                f"{want} (library and metadata from different compiles)") from None
+        got = (got or b"").decode(errors="replace")
+        if got != want:
+            raise ArtifactError(f"{self.path}: library build {got}, {self.name}.json records {want} "
+                                "(library and metadata from different compiles; rebuild)")
+        header = self.path.parent / str(self.meta.get("header", f"{self.name}.h"))
+        try:
+            text = header.read_text(errors="replace") if "/" not in str(self.meta.get("header", "")) else ""
+        except OSError:
+            return got
+        m = re.search(rf'#define {re.escape(self.name.upper())}_BUILD_ID "([^"]*)"', text)
+        if m and m.group(1) != got:
+            raise ArtifactError(f"{header}: header build {m.group(1)}, library build {got} (header and "
+                                "library from different compiles; rebuild)")
+        return got
 
     def _fn(self, suffix: str, restype, argtypes):
         f = getattr(self.lib, f"{self.name}_{suffix}")
