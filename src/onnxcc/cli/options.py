@@ -50,6 +50,12 @@ def compile_flags(fn):
                                  max_versions=max_versions, target=target, cuda_arch=cuda_arch, triple=triple,
                                  cpu=cpu_name,
                                  features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse)
+        if target == "cpu" and (triple or cpu_name or features):
+            from ..codegen.cpu_features import check_cpu
+
+            problem = check_cpu(triple, cpu_name, features)
+            if problem:  # a usage error (exit 2), before LLVM ignores the name or aborts
+                raise click.UsageError(problem)
         buckets, auto = parse_buckets(bucket_specs)
         check_within_dims(options.dims, options.specialize, "--specialize")
         check_within_dims(options.dims, buckets, "--bucket")

@@ -124,6 +124,9 @@ class ArtifactSpec:
     -> their upper bound over the input symbols: the dispatcher binds the symbol to the
     bound (outputs are allocated for it), the kernel writes the true value back into its
     `syms` slot, and `NAME_output_dims` reports it after the run"""
+    cpu_features: list[str] = field(default_factory=list)
+    """x86 features the kernels need (codegen/cpu_features.py CHECKABLE names): the
+    dispatcher checks them at the first call and refuses with ERR_CPU, never SIGILL"""
     build_id: str = field(default_factory=lambda: secrets.token_hex(8))
     """fresh for every link: NAME_build_id(), NAME.h's NAME_BUILD_ID and NAME.json's
     build_id carry it, so a library, header and metadata from different builds are told apart"""

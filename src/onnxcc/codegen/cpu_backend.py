@@ -5,6 +5,7 @@ with several versions instead gets one module and object per version, built in p
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -12,8 +13,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from .backend import Emitted, StepClock
+from .cpu_features import check_cpu, required_features
 from .link import CPU_LINK, LinkTarget, build_library
 from .llvm_target import host_cpu
+
+
+@functools.lru_cache(maxsize=16)
+def _checked_target(triple: str | None, cpu: str | None, features: str | None) -> str:
+    return check_cpu(triple, cpu, features)
 
 
 class CpuBackend:
@@ -28,6 +35,12 @@ class CpuBackend:
 
     @classmethod
     def from_options(cls, options) -> CpuBackend:
+        if options.triple or options.cpu or options.features:
+            problem = _checked_target(options.triple, options.cpu, options.features)
+            if problem:  # LLVM would only warn (and ignore the name) or abort
+                from onnxcc.errors import OnnxccError
+
+                raise OnnxccError(problem)
         return cls(options.triple, options.cpu, options.features, options.opt, options.parallel)
 
     def target_features(self) -> str:
@@ -119,6 +132,15 @@ class CpuBackend:
         import llvmlite.binding as llvm
 
         spec.target, spec.triple = self.name, self.triple or llvm.get_process_triple()
+        spec.cpu_features = self.required_features(spec.triple)
+
+    def required_features(self, triple: str) -> list[str]:
+        """What the kernels may use (the dispatcher checks them at the first call)."""
+        cpu, feats = self.cpu or "", self.features or ""
+        if self.triple is None and self.cpu is None:  # the build host's CPU
+            host_name, host_feats = host_cpu()
+            cpu, feats = host_name, feats or host_feats
+        return required_features(triple, cpu, feats)
 
     def link_artifact(self, spec, emitted: Emitted, out: Path, cc: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)

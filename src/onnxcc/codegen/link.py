@@ -28,6 +28,7 @@ from onnxcc.ir.types import DType
 
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
+from .cpu_check import cpu_check_fn
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_SOURCES = ("onnxcc_rt.c",)
@@ -38,7 +39,7 @@ IDENTITY_API = ("build_id", "abi_version")
 # Return codes of NAME_run / NAME_output_shape, as onnxcc_rt.h defines them (ONNXCC_ERR_*;
 # every dispatcher static-asserts the two agree). Also written to NAME.json for loaders.
 ERROR_CODES = {"OK": 0, "ERR_ARGS": 1, "ERR_DEVICE": 2, "ERR_DTYPE": 3, "ERR_SHAPE": 4, "ERR_CONSTRAINT": 5,
-               "ERR_GUARD": 6, "ERR_ALLOC": 7, "ERR_KERNEL": 8}
+               "ERR_GUARD": 6, "ERR_ALLOC": 7, "ERR_KERNEL": 8, "ERR_CPU": 9}
 
 # DLPack (code, bits) per dtype; lanes are always 1. bf16 is its own type code in DLPack.
 DL_DTYPE = {
@@ -49,7 +50,8 @@ DL_DTYPE = {
 }
 
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
-_DISPATCH_STATICS = {"bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl",
+_DISPATCH_STATICS = {"cpu_check", "cpu_missing", "cpu_masked", "cpu_state", "cpu_missing_name",
+                     "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl",
                      "run_syms_tl", "run_ok_tl"}
 
 
@@ -592,6 +594,7 @@ static const int32_t devices[] = {{{devices}}};
                  "  int64_t s[SYM_CAP];", "  int rc;",
                  "  onnxcc_error_clear();", "  last_version_tl = -1;",
                  *(["  run_ok_tl = 0;"] if s.run_dims else []),
+                 "  if ((rc = cpu_check()) != 0) return rc;",
                  "  if ((rc = bind_inputs(inputs, n_inputs, s, devices, NUM_DEVICES)) != 0) return rc;",
                  f"  if (n_outputs != {len(s.outputs)}) " + self.fail(count.value("n_outputs"), "ERR_ARGS"),
                  "  if (outputs == NULL && n_outputs > 0) " + self.fail(_Msg("outputs is NULL"), "ERR_ARGS"),
@@ -711,8 +714,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
 {stream}{self.output_dims_api()}"""
 
     def source(self) -> str:
-        parts = [self.prelude(), self.bind_fn(), self.output_dims_fn(), self.run_fn(), self.api_fns(),
-                 _identity_defs(self.spec)]
+        parts = [self.prelude(), cpu_check_fn(self.spec), self.bind_fn(), self.output_dims_fn(), self.run_fn(),
+                 self.api_fns(), _identity_defs(self.spec)]
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
@@ -743,6 +746,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         "name": spec.name,
         "abi_version": ABI_VERSION,
         "build_id": spec.build_id,
+        **({"cpu_features": list(spec.cpu_features)} if spec.cpu_features else {}),
         "onnxcc_version": _onnxcc_version(),
         "target": spec.target,
         "triple": spec.triple,

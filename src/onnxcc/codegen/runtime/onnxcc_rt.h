@@ -61,7 +61,8 @@ enum {
   ONNXCC_ERR_CONSTRAINT = 5, /* a constraint the model needs does not hold */
   ONNXCC_ERR_GUARD = 6,      /* no version's guard holds */
   ONNXCC_ERR_ALLOC = 7,
-  ONNXCC_ERR_KERNEL = 8      /* a version returned nonzero; its code is in the message */
+  ONNXCC_ERR_KERNEL = 8,     /* a version returned nonzero; its code is in the message */
+  ONNXCC_ERR_CPU = 9         /* this CPU lacks a feature the kernels were compiled for */
 };
 
 /* ---- errors: one thread-local message per artifact ---------------------------------- */

@@ -1,0 +1,82 @@
+"""CPU portability: the library records the features its kernels were compiled for and
+refuses (ERR_CPU, naming the feature) on a CPU without one, never SIGILL; `--cpu` and
+`--features` are checked against LLVM's names."""
+
+from __future__ import annotations
+
+import json
+import platform
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import onnxcc
+from onnxcc.cli import main
+from onnxcc.codegen.cpu_features import required_features
+from onnxcc.errors import OnnxccError, RuntimeCallError
+from onnxcc.testing import MODELS_DIR
+
+MLP = str(MODELS_DIR / "mlp.onnx")
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def _run(*args, env=None):
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+@pytest.fixture(scope="module")
+def v3(tmp_path_factory):
+    out = tmp_path_factory.mktemp("v3") / "mlp"
+    r = _run("compile", MLP, "-o", str(out), "--cpu", "x86-64-v3", "--max-versions", "1")
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_required_features_follow_cpu_and_feature_string():
+    t = "x86_64-unknown-linux-gnu"
+    assert required_features(t, "x86-64-v3", "")[-5:] == ["avx", "avx2", "fma", "bmi", "bmi2"]
+    assert "avx512f" in required_features(t, "znver4", "")
+    assert not any(f.startswith("avx512") for f in required_features(t, "znver4", "-avx512f"))
+    assert required_features(t, "x86-64", "+avx,+avx2") == ["avx", "avx2"]
+    assert required_features("aarch64-unknown-linux-gnu", "neoverse-v1", "") == []
+
+
+@pytest.mark.skipif(not X86, reason="the feature check is x86's")
+def test_metadata_records_the_features_and_the_library_runs(v3):
+    meta = json.loads((v3 / "mlp.json").read_text())
+    assert meta["cpu_features"] == required_features(meta["triple"], "x86-64-v3", "")
+    assert 'cpu_check()' in (v3 / "mlp_dispatch.c").read_text()
+    x = np.ones((2, 64), np.float32)
+    assert onnxcc.load(v3).run({"x": x})["y"].shape == (2, 10)
+
+
+@pytest.mark.skipif(not X86, reason="the feature check is x86's")
+def test_missing_feature_in_a_fresh_process(v3):
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, onnxcc, sys\n"
+            "m = onnxcc.load(sys.argv[1])\n"
+            "try:\n    m.run({'x': np.ones((2, 64), np.float32)})\n"
+            "except Exception as e:\n    print(type(e).__name__, getattr(e, 'code', ''), e)\n")
+    env = {**__import__("os").environ, "ONNXCC_CPU_DISABLE": "ssse3,avx2"}
+    p = subprocess.run([sys.executable, "-c", code, str(v3)], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("RuntimeCallError") and "this CPU lacks ssse3" in p.stdout, p.stdout
+    assert RuntimeCallError  # the loader's class for codes that are not guard failures
+    cli = "from onnxcc.cli import main; main()"
+    p = subprocess.run([sys.executable, "-c", cli, "run", str(v3), "--random", "batch=2"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 1 and p.stderr.startswith("error: this CPU lacks ssse3"), p.stderr
+
+
+def test_unknown_cpu_or_feature_is_a_usage_error_with_a_hint():
+    r = _run("compile", MLP, "--cpu", "znver9", "--emit", "ir")
+    assert r.exit_code == 2 and "--cpu znver9: not a CPU LLVM knows" in r.output
+    assert "did you mean znver5 or znver4" in r.output
+    r = _run("compile", MLP, "--features", "+avx2,+warp9", "--emit", "ir")
+    assert r.exit_code == 2 and "--features: +warp9 not a feature LLVM knows" in r.output
+    with pytest.raises(OnnxccError, match="not a CPU LLVM knows"):
+        onnxcc.compile(MLP, "/nonexistent/never", cpu="skylakee")
