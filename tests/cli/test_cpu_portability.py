@@ -80,3 +80,59 @@ def test_unknown_cpu_or_feature_is_a_usage_error_with_a_hint():
     assert r.exit_code == 2 and "--features: +warp9 not a feature LLVM knows" in r.output
     with pytest.raises(OnnxccError, match="not a CPU LLVM knows"):
         onnxcc.compile(MLP, "/nonexistent/never", cpu="skylakee")
+
+
+def _host_has(feature: str) -> bool:
+    from onnxcc.codegen.llvm_target import host_cpu
+
+    return f"+{feature}" in host_cpu()[1].split(",")
+
+
+@pytest.fixture(scope="module")
+def multi(tmp_path_factory):
+    out = tmp_path_factory.mktemp("multi") / "mlp"
+    r = _run("compile", MLP, "-o", str(out), "--cpu-versions", "x86-64-v3,x86-64-v4", "--max-versions", "1")
+    assert r.exit_code == 0, r.output
+    assert "(2 versions)" in r.output
+    return out
+
+
+def _run_in_process(art, env: dict) -> tuple[str, np.ndarray]:
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy as np, onnxcc, sys\n"
+            "m = onnxcc.load(sys.argv[1])\n"
+            "y = m.run({'x': np.linspace(-1, 1, 3 * 64, dtype=np.float32).reshape(3, 64)})['y']\n"
+            "print(m.version_info(m.last_version)); np.save(sys.argv[2], y)\n")
+    npy = art.parent / f"y{len(env)}{sorted(env.items())!s:.20}.npy".replace("/", "_").replace(" ", "")
+    p = subprocess.run([sys.executable, "-c", code, str(art), str(npy)], capture_output=True, text=True,
+                       env={**os.environ, **env}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout, np.load(npy)
+
+
+@pytest.mark.skipif(not X86 or not _host_has("avx512f"), reason="needs an x86-64-v4 host")
+def test_multi_isa_picks_by_cpu_and_the_level_can_be_forced(multi):
+    from onnxcc.testing import ort_run
+
+    meta = json.loads((multi / "mlp.json").read_text())
+    assert [v["cpu"] for v in meta["versions"]] == ["x86-64-v4", "x86-64-v3"]
+    assert "avx512f" in meta["cpu_levels"]["x86-64-v4"] and "avx512f" not in meta["cpu_features"]
+    x = np.linspace(-1, 1, 3 * 64, dtype=np.float32).reshape(3, 64)
+    want = ort_run(MLP, {"x": x})["y"]
+    info, y = _run_in_process(multi, {})
+    assert "cpu x86-64-v4" in info
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    for env in ({"ONNXCC_CPU_LEVEL": "x86-64-v3"}, {"ONNXCC_CPU_DISABLE": "avx512bw"}):
+        info, y = _run_in_process(multi, env)
+        assert "cpu x86-64-v3" in info, (env, info)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+def test_cpu_versions_flag_errors():
+    r = _run("compile", MLP, "--cpu-versions", "x86-64-v3,znver9")
+    assert r.exit_code == 2 and "--cpu-versions znver9: not a CPU LLVM knows" in r.output
+    r = _run("compile", MLP, "--cpu-versions", "znver1,znver2", "-o", "/nonexistent/x")
+    assert r.exit_code == 1 and "would never run" in r.output

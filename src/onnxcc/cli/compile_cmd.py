@@ -46,7 +46,9 @@ def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: b
     if emit != "lib":
         click.echo(art.text, nl=not art.text.endswith("\n"))
     else:
-        n = len(art.module.dispatch.get("main", []))
+        import json
+
+        n = len(json.loads(art.metadata.read_text()).get("versions", []))
         click.echo(f"wrote {art.library} ({n} version{'s' if n != 1 else ''}), {art.header}, {art.metadata}")
     if timer:
         click.echo(timer.report(), err=True)

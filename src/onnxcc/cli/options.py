@@ -36,12 +36,15 @@ def compile_flags(fn):
     @click.option("--triple", default=None, help="LLVM target triple (default: the host)")
     @click.option("--cpu", "cpu_name", default=None, help="LLVM CPU name (default: the host's)")
     @click.option("--features", default=None, help="LLVM target features (default: the host's)")
+    @click.option("--cpu-versions", "cpu_versions", default=None, metavar="CPU,CPU,...",
+                  help="build the versions once per LLVM CPU (e.g. x86-64-v3,znver4) into one library; "
+                       "the dispatcher picks by the running CPU")
     @click.option("--no-parallel", is_flag=True, help="emit single-threaded kernels")
     @click.option("--no-fuse", is_flag=True, help="no kernel-level fusion (one compute per lowered op)")
     @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
     @functools.wraps(fn)
     def wrapper(*args, name, dims, specs, no_specialize_one, divisible, max_versions, target, cuda_arch, triple,
-                cpu_name,
+                cpu_name, cpu_versions,
                 features, no_parallel, no_fuse, opt, bucket_specs, trace, max_buckets, **kwargs):
         from ..compiler import CompileOptions
 
@@ -50,12 +53,17 @@ def compile_flags(fn):
                                  max_versions=max_versions, target=target, cuda_arch=cuda_arch, triple=triple,
                                  cpu=cpu_name,
                                  features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse)
-        if target == "cpu" and (triple or cpu_name or features):
+        levels = [c.strip() for c in (cpu_versions or "").split(",") if c.strip()]
+        if cpu_versions is not None and not levels:
+            raise click.UsageError("--cpu-versions: expected CPU names, e.g. x86-64-v3,x86-64-v4")
+        options.cpu_versions = levels
+        if target == "cpu" and (triple or cpu_name or features or levels):
             from ..codegen.cpu_features import check_cpu
 
-            problem = check_cpu(triple, cpu_name, features)
-            if problem:  # a usage error (exit 2), before LLVM ignores the name or aborts
-                raise click.UsageError(problem)
+            for cpu in levels or [cpu_name]:
+                problem = check_cpu(triple, cpu, features)
+                if problem:  # a usage error (exit 2), before LLVM ignores the name or aborts
+                    raise click.UsageError(problem.replace("--cpu ", "--cpu-versions " if levels else "--cpu "))
         buckets, auto = parse_buckets(bucket_specs)
         check_within_dims(options.dims, options.specialize, "--specialize")
         check_within_dims(options.dims, buckets, "--bucket")

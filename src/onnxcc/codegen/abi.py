@@ -100,6 +100,9 @@ class VersionSpec:
     launches: list[KernelLaunch] = field(default_factory=list)
     """target "cuda": the kernels this version launches, in order (`symbol` then names the
     host function the dispatcher generates to launch them)"""
+    cpu: str = ""
+    """multi-ISA libraries (--cpu-versions): the LLVM CPU this version was compiled for; the
+    dispatcher tries it only on a CPU with that level's features (ArtifactSpec.cpu_levels)"""
 
 
 @dataclass
@@ -127,6 +130,9 @@ class ArtifactSpec:
     cpu_features: list[str] = field(default_factory=list)
     """x86 features the kernels need (codegen/cpu_features.py CHECKABLE names): the
     dispatcher checks them at the first call and refuses with ERR_CPU, never SIGILL"""
+    cpu_levels: dict[str, list[str]] = field(default_factory=dict)
+    """multi-ISA libraries: CPU name -> the features its versions need (beyond cpu_features,
+    which every level shares and cpu_check tests once)"""
     build_id: str = field(default_factory=lambda: secrets.token_hex(8))
     """fresh for every link: NAME_build_id(), NAME.h's NAME_BUILD_ID and NAME.json's
     build_id carry it, so a library, header and metadata from different builds are told apart"""

@@ -118,7 +118,8 @@ class CpuBackend:
         for gname, (gv, init) in consts.items():
             c = llir.GlobalVariable(cmod, gv.value_type, gname)
             c.initializer, c.global_constant, c.align = init, gv.global_constant, gv.align
-            c.unnamed_addr, c.linkage = gv.unnamed_addr, "hidden"
+            # weak: a multi-ISA library links several levels' objects, whose weights share names
+            c.unnamed_addr, c.linkage = gv.unnamed_addr, "weak_odr hidden"
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
         objs = compile_in_workers([cmod, *mods], (self.triple, self.cpu, self.features, self.opt), _jobs())

@@ -28,7 +28,7 @@ from onnxcc.ir.types import DType
 
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
-from .cpu_check import cpu_check_fn
+from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_SOURCES = ("onnxcc_rt.c",)
@@ -50,7 +50,8 @@ DL_DTYPE = {
 }
 
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
-_DISPATCH_STATICS = {"cpu_check", "cpu_missing", "cpu_masked", "cpu_state", "cpu_missing_name",
+_DISPATCH_STATICS = {"cpu_check", "cpu_missing", "cpu_masked", "cpu_state", "cpu_missing_name", "cpu_level",
+                     "cpu_level_state", "cpu_forced", "cpu_level_test",
                      "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl",
                      "run_syms_tl", "run_ok_tl"}
 
@@ -402,7 +403,8 @@ def _guard_text(v: VersionSpec) -> str:
 
 def _version_info_text(k: int, v: VersionSpec) -> str:
     subs = ", ".join(f"{a}={b}" for a, b in v.subs.items()) or "none"
-    return (f"version {k} ({v.kind}, {v.symbol}): guard {_guard_text(v)}; subs {subs}; "
+    cpu = f"cpu {v.cpu}, " if v.cpu else ""
+    return (f"version {k} ({v.kind}, {cpu}{v.symbol}): guard {_guard_text(v)}; subs {subs}; "
             f"workspace {text(v.workspace_bytes)} bytes")
 
 
@@ -638,7 +640,7 @@ static const int32_t devices[] = {{{devices}}};
     def select_version(self) -> list[str]:
         lines = ["  int v = -1;"]
         for k, v in enumerate(self.spec.versions):
-            cond = c_bool(v.guard, self.names)
+            cond = cpu_version_guard(self.spec, v, c_bool(v.guard, self.names))
             if cond == "1":  # the generic version: nothing after it can be reached
                 lines.append(f"  {'' if k == 0 else 'else '}v = {k};")
                 return lines
@@ -714,8 +716,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
 {stream}{self.output_dims_api()}"""
 
     def source(self) -> str:
-        parts = [self.prelude(), cpu_check_fn(self.spec), self.bind_fn(), self.output_dims_fn(), self.run_fn(),
-                 self.api_fns(), _identity_defs(self.spec)]
+        parts = [self.prelude(), cpu_check_fn(self.spec), cpu_levels_fn(self.spec), self.bind_fn(),
+                 self.output_dims_fn(), self.run_fn(), self.api_fns(), _identity_defs(self.spec)]
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
@@ -747,6 +749,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         "abi_version": ABI_VERSION,
         "build_id": spec.build_id,
         **({"cpu_features": list(spec.cpu_features)} if spec.cpu_features else {}),
+        **({"cpu_levels": dict(spec.cpu_levels)} if spec.cpu_levels else {}),
         "onnxcc_version": _onnxcc_version(),
         "target": spec.target,
         "triple": spec.triple,
@@ -762,6 +765,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         **({"run_dims": {k: text(v) for k, v in spec.run_dims.items()}} if spec.run_dims else {}),
         "versions": [{"index": k, "symbol": v.symbol, "kind": v.kind, "guard": _guard_text(v),
                       "subs": dict(v.subs), "workspace_bytes": text(v.workspace_bytes), "info": v.info,
+                      **({"cpu": v.cpu} if v.cpu else {}),
                       **({"launches": [{"kernel": la.kernel, "work": text(la.work)} for la in v.launches]}
                          if v.launches else {})}
                      for k, v in enumerate(spec.versions)],

@@ -91,6 +91,10 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     from .pipeline import build_pipeline  # the passes and ops: loaded when a build starts
 
     options = options or CompileOptions()
+    if options.cpu_versions:
+        from .multi_isa import compile_levels
+
+        return compile_levels(model, out_dir, options, emit, pass_ctx)
     if emit not in EMIT_STAGES:
         raise OnnxccError(f"unknown emit stage {emit!r} (one of {', '.join(EMIT_STAGES)})")
     backend = make_backend(options)
@@ -107,7 +111,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
 
     t0 = time.perf_counter()
     module = load_module(model)
-    name = identifier(options.name or _default_name(model, module))
+    name = identifier(options.name or default_name(model, module))
     step("import", time.perf_counter() - t0)
     out = Path(out_dir)
     art = Artifact(out, name, module, timings=t)
@@ -182,7 +186,7 @@ def _record_timings(metadata: Path, timings: dict[str, float]) -> None:
         metadata.write_text(json.dumps(meta, indent=2))
 
 
-def _default_name(model, module: Module) -> str:
+def default_name(model, module: Module) -> str:
     if isinstance(model, (str, Path)):
         return Path(model).stem
     return module.name

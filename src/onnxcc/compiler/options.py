@@ -40,6 +40,9 @@ class CompileOptions:
     fuse: bool = True
     #: bucket versions (pad up to the next bound, exact masks): {"seq": [64, 128, 512]}
     buckets: dict[str, list[int]] = field(default_factory=dict)
+    #: multi-ISA: the versions are built once per LLVM CPU listed (e.g. x86-64-v3, znver4) into one
+    #: library; the dispatcher picks by the running CPU's features (compiler/multi_isa.py)
+    cpu_versions: list[str] = field(default_factory=list)
 
     def cache_key(self) -> dict:
         d = asdict(self)
