@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import click
+import sympy
 
 from ..errors import OnnxccError
+from .size_text import evaluate, human_bytes, lines, parse_size
 
 
 def read_metadata(path: Path) -> dict:
@@ -29,14 +31,22 @@ def _shape(t: dict) -> str:
 @click.command("inspect")
 @click.argument("artifact", type=click.Path(exists=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print the raw metadata")
-def inspect(artifact: Path, as_json: bool) -> None:
+@click.option("--at", "points", multiple=True, metavar="SYM=V,...",
+              help="evaluate the sizes at these symbol values (default: every symbol at its low end, and "
+                   "at 128); repeatable")
+def inspect(artifact: Path, as_json: bool, points: tuple[str, ...]) -> None:
     """Print an artifact's inputs, outputs, symbols, constraints and versions."""
     meta = read_metadata(artifact)
     if as_json:
         click.echo(json.dumps(meta, indent=2))
         return
+    syms = {s["name"]: sympy.Symbol(s["name"], integer=True, positive=True) for s in meta.get("symbols", [])}
+    envs = _points(meta, syms, points)
+    build = f"  build {meta['build_id']}" if meta.get("build_id") else ""
     click.echo(f"artifact {meta.get('name')}  target {meta.get('target')} ({meta.get('triple', '')}"
-               f"{', ' + _cpu(meta) if _cpu(meta) else ''})  onnxcc {meta.get('onnxcc_version', '?')}")
+               f"{', ' + _cpu(meta) if _cpu(meta) else ''})  onnxcc {meta.get('onnxcc_version', '?')}{build}")
+    if meta.get("cpu_features"):
+        click.echo(f"  cpu features {' '.join(meta['cpu_features'])}")
     for kind in ("inputs", "outputs"):
         for t in meta.get(kind, []):
             click.echo(f"  {kind[:-1]:6} {t['name']}: {_shape(t)}")
@@ -47,22 +57,67 @@ def inspect(artifact: Path, as_json: bool) -> None:
     for c in meta.get("constraints", []):
         click.echo(f"  constraint {c['text']}" + (f"  ({c['origin']})" if c.get("origin") else ""))
     for v in meta.get("versions", []):
-        subs = ", ".join(f"{k}={x}" for k, x in v.get("subs", {}).items()) or "none"
-        info = v.get("info", {})
-        kernels = info.get("kernels_after", info.get("kernels", "?"))
-        fused = f" (fused from {info['kernels_before']})" if "kernels_before" in info else ""
-        click.echo(f"  version {v['index']} [{v['kind']}] {v['symbol']}: guard {v['guard']}; subs {subs}; "
-                   f"{kernels} kernels{fused}")
-        # one line per memory figure: the expressions are long when sizes are symbolic
-        click.echo(f"      workspace {v['workspace_bytes']} bytes")
-        if "arena_bytes" in info:
-            click.echo(f"      arena {info['arena_bytes']}; peak live {info.get('peak_live_bytes', '?')}; "
-                       f"sum {info.get('total_bytes', '?')}")
+        _version(v, syms, envs)
     for d in meta.get("dropped_versions", []) or meta.get("metadata", {}).get("dropped_versions", []):
         click.echo(f"  dropped {d}")
     if "compile_seconds" in meta:
         click.echo("  compile: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in meta["compile_seconds"].items()))
 
+
+def _points(meta: dict, syms: dict, points: tuple[str, ...]) -> list[dict]:
+    """The shapes to evaluate sizes at: --at's, else every symbol at its low end and at 128."""
+    from .options import parse_assignments
+
+    envs = []
+    for p in points:
+        given = parse_assignments(p, "--at")
+        unknown = sorted(set(given) - set(syms))
+        if unknown:
+            raise OnnxccError(f"--at {p}: the artifact has no symbol {', '.join(unknown)} "
+                              f"(symbols: {', '.join(syms) or 'none'})")
+        env = {s["name"]: s["lo"] for s in meta.get("symbols", [])}
+        env.update(given)
+        envs.append(env)
+    if envs or not syms:
+        return envs
+    lo = {s["name"]: s["lo"] for s in meta.get("symbols", [])}
+    # a batch-like symbol (bound by an input's dim 0) stays at its low end, the others go to 128
+    mid = {s["name"]: s["lo"] if str(s.get("origin", "")).endswith(" dim 0") and len(syms) > 1
+           else min(max(128, s["lo"]), s["hi"]) for s in meta.get("symbols", [])}
+    return [lo] + ([mid] if mid != lo else [])
+
+
+_FIGURES = (("arena", "arena_bytes"), ("peak live", "peak_live_bytes"), ("sum", "total_bytes"))
+
+
+def _version(v: dict, syms: dict, envs: list[dict]) -> None:
+    subs = ", ".join(f"{k}={x}" for k, x in v.get("subs", {}).items())
+    info = v.get("info", {})
+    kernels = info.get("kernels_after", info.get("kernels", "?"))
+    fused = f" (fused from {info['kernels_before']})" if "kernels_before" in info else ""
+    cpu = f" cpu {v['cpu']}," if v.get("cpu") else ""
+    click.echo(f"  version {v['index']} [{v['kind']}]{cpu} {v['symbol']}: guard {v['guard']}"
+               f"{'; subs ' + subs if subs else ''}; {kernels} kernels{fused}")
+    ws = parse_size(v["workspace_bytes"], syms)
+    ws_lines = lines(ws) if ws is not None else [str(v["workspace_bytes"])]
+    pad = " " * len("      workspace ")
+    for k, text in enumerate(ws_lines):
+        click.echo(("      workspace " if k == 0 else pad) + text + (" bytes" if len(ws_lines) == 1 else ""))
+    figures = {label: parse_size(info[key], syms) for label, key in _FIGURES if key in info}
+    if figures:
+        shown = []
+        for label, e in figures.items():
+            parts = lines(e) if e is not None else ["?"]
+            shown.append(f"{label} {parts[0] if len(parts) == 1 else f'piecewise ({len(parts)} ranges)'}")
+        click.echo("      " + "; ".join(shown))
+    if all(e is None or not e.free_symbols for e in [ws, *figures.values()]):
+        return  # sizes that do not depend on the shapes: the formulas are the numbers
+    for env in envs:
+        values = {s: env[s.name] for s in syms.values() if s.name in env}
+        at = ", ".join(f"{k}={x}" for k, x in env.items())
+        row = [f"workspace {human_bytes(evaluate(ws, values)) if ws is not None else '?'}"]
+        row += [f"{label} {human_bytes(evaluate(e, values)) if e is not None else '?'}" for label, e in figures.items()]
+        click.echo(f"      at {at}: " + "; ".join(row))
 
 
 def _cpu(meta: dict) -> str:

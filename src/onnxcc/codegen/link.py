@@ -404,8 +404,12 @@ def _guard_text(v: VersionSpec) -> str:
 def _version_info_text(k: int, v: VersionSpec) -> str:
     subs = ", ".join(f"{a}={b}" for a, b in v.subs.items()) or "none"
     cpu = f"cpu {v.cpu}, " if v.cpu else ""
-    return (f"version {k} ({v.kind}, {cpu}{v.symbol}): guard {_guard_text(v)}; subs {subs}; "
-            f"workspace {text(v.workspace_bytes)} bytes")
+    ws = text(v.workspace_bytes)
+    if len(ws) > 60 or "Piecewise" in ws:  # a symbolic plan: `onnxcc inspect` shows it by ranges
+        ws = "symbolic (see NAME.json or onnxcc inspect)"
+    else:
+        ws += " bytes"
+    return f"version {k} ({v.kind}, {cpu}{v.symbol}): guard {_guard_text(v)}; subs {subs}; workspace {ws}"
 
 
 # ---- the dispatcher ----------------------------------------------------------------------
