@@ -8,6 +8,7 @@ import click
 
 from ..compiler.options import EMIT_STAGES
 from .options import compile_flags
+from .progress import Progress
 
 
 @click.command("compile")
@@ -24,9 +25,10 @@ from .options import compile_flags
 @click.option("--dump-dir", type=click.Path(file_okay=False, path_type=Path),
               help="IR after each pass, one file each, numbered across the build (NNN_<pass>.onnxir / .kir)")
 @click.option("--time-passes", is_flag=True, help="report the time of every pass and build step (stderr)")
+@click.option("-q", "--quiet", is_flag=True, help="no progress on the terminal and no summary line")
 @compile_flags
 def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: bool,
-             print_after: tuple[str, ...], dump_dir: Path | None, time_passes: bool, options) -> None:
+             print_after: tuple[str, ...], dump_dir: Path | None, time_passes: bool, quiet: bool, options) -> None:
     """Compile MODEL (.onnx or .onnxir) into a guarded multi-version shared library."""
     from ..compiler import compile_model
     from ..passes import DumpDir, PassContext, PrintAfter, TimePasses, VerifyAfterEach, get_pass
@@ -41,11 +43,18 @@ def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: b
     timer = TimePasses() if time_passes else None
     if timer:
         instruments.append(timer)
+    progress = Progress() if Progress.wanted(quiet or print_ir_after_all or bool(print_after)) else None
+    if progress:
+        instruments.append(progress)
     out = out_dir or Path(options.name or model.stem)
-    art = compile_model(model, out, options, emit=emit, pass_ctx=PassContext(instruments=instruments))
+    try:
+        art = compile_model(model, out, options, emit=emit, pass_ctx=PassContext(instruments=instruments))
+    finally:
+        if progress:
+            progress.finish()
     if emit != "lib":
         click.echo(art.text, nl=not art.text.endswith("\n"))
-    else:
+    elif not quiet:
         import json
 
         n = len(json.loads(art.metadata.read_text()).get("versions", []))

@@ -55,6 +55,12 @@ def compile_levels(model, out_dir, options, emit: str = "lib", pass_ctx: PassCon
     t: dict[str, float] = {}
     specs, objects = [], []
     name = ""
+
+    def step(what: str, seconds: float) -> None:  # a build step outside the pass list
+        t[what] = t.get(what, 0.0) + seconds
+        for ins in ctx.instruments:
+            getattr(ins, "step", lambda *_: None)(f"{what} ({cpu})", seconds)
+
     for cpu, feats in levels:
         opts = replace(options, cpu=cpu, cpu_versions=[])
         backend = make_backend(opts)
@@ -65,7 +71,7 @@ def compile_levels(model, out_dir, options, emit: str = "lib", pass_ctx: PassCon
         narrow_dims(module, opts.dims)
         prefix = identifier(f"{name}_{cpu}")
         result = run_pipeline(module, build_pipeline(opts, backend, prefix, "lib"), ctx)
-        emitted = backend.emit(result, prefix, "lib", lambda what, s: t.__setitem__(what, t.get(what, 0.0) + s))
+        emitted = backend.emit(result, prefix, "lib", step)
         spec = artifact_spec(result, name, opts, backend)
         backend.describe(spec, emitted)
         for v in spec.versions:
