@@ -26,6 +26,8 @@ import numpy as np
 
 from onnxcc.errors import GuardError, OnnxccError, RuntimeCallError
 
+from .interop import as_input, as_output
+
 
 class ArtifactError(OnnxccError):
     """An artifact that must not be loaded: its library is missing, outside the artifact
@@ -350,7 +352,7 @@ class CompiledModel:
             raise GuardError(f"model {self.name} takes {len(self.inputs)} inputs, got {len(inputs)}")
         return inputs
 
-    def _prepare(self, inputs) -> list[np.ndarray]:
+    def _prepare(self, inputs, cast: bool = False) -> list[np.ndarray]:
         xs = None
         if type(inputs) is dict and len(inputs) == len(self._in_names):
             try:
@@ -361,19 +363,31 @@ class CompiledModel:
             xs = self._input_list(inputs)
         arrays = []
         for sig, want, x in zip(self.inputs, self._in_np, xs):
-            if type(x) is np.ndarray and x.dtype == want:
-                arrays.append(x if x.flags.c_contiguous else np.array(x, order="C"))
+            if type(x) is np.ndarray and x.dtype == want and x.flags.c_contiguous:
+                arrays.append(x)  # the common case, first
                 continue
-            if isinstance(x, np.generic):
-                x = np.asarray(x)
-            elif not isinstance(x, np.ndarray):
-                x = np.asarray(x, dtype=want)  # python scalars and lists take the model's dtype
-            if x.dtype != want:
-                name, dt = sig["name"], sig["dtype"]
-                raise GuardError(f'input "{name}": expected dtype {dt} ({want}), got {x.dtype}')
-            # not ascontiguousarray: it turns rank-0 arrays into rank 1
-            arrays.append(x if x.flags.c_contiguous else np.array(x, order="C"))
+            arrays.append(as_input(sig["name"], sig["dtype"], want, x, cast))
         return arrays
+
+    def _out_buffers(self, out) -> list | None:
+        """out= as a list in output order (None entries: allocate), or None."""
+        if out is None:
+            return None
+        if isinstance(out, dict):
+            unknown = sorted(set(out) - set(self._out_names))
+            if unknown:
+                raise GuardError(f"model {self.name} has no output(s) {', '.join(unknown)}; "
+                                 f"outputs are {self._out_names}")
+            bufs = [out.get(n) for n in self._out_names]
+        else:
+            bufs = list(out)
+            if len(bufs) != len(self._out_names):
+                raise GuardError(f"out: model {self.name} has {len(self._out_names)} outputs, got {len(bufs)}")
+        for k, b in enumerate(bufs):
+            if b is not None and self._run_determined[k]:
+                raise GuardError(f'out "{self._out_names[k]}": its shape is known only after the run; '
+                                 "let run() allocate it")
+        return bufs
 
     def _check(self, rc: int) -> None:
         if rc == 0:
@@ -405,11 +419,18 @@ class CompiledModel:
         self._check(self._output_shape(ins.array, len(ins), k, shape))
         return tuple(shape[: len(self.outputs[k]["shape"])])
 
-    def run(self, inputs) -> dict[str, np.ndarray]:
-        """Run on a dict {name: array} or a list in input order; returns {name: array}."""
+    def run(self, inputs, *, out=None, cast: bool = False) -> dict[str, np.ndarray]:
+        """Run on a dict {name: array} or a list in input order; returns {name: array}.
+
+        Inputs may be numpy arrays, anything with `__dlpack__` (viewed without a copy when
+        compact and on the CPU), numpy scalars or Python lists (runtime/interop.py); `cast=True`
+        converts any input to the model's dtype. `out`: a dict {name: array} or a list of
+        preallocated outputs (C-contiguous, exact dtype and shape), written in place and
+        returned."""
+        bufs = self._out_buffers(out)
         if self._cuda or not _WORD_LAYOUT:
-            return self._run_portable(inputs)
-        arrays = self._prepare(inputs)
+            return self._run_portable(inputs, cast, bufs)
+        arrays = self._prepare(inputs, cast)
         sc = self._scratch
         iw, ish = sc.iw, sc.ish
         j = m = 0
@@ -430,7 +451,10 @@ class CompiledModel:
                 if rc:
                     self._check(rc)
                 shape = tuple(sc.tmp[:self._out_ranks[k]])
-            a = np.empty(shape, self._out_np[k])
+            if bufs is not None and bufs[k] is not None:
+                a = as_output(self._out_names[k], self.outputs[k]["dtype"], self._out_np[k], shape, bufs[k])
+            else:
+                a = np.empty(shape, self._out_np[k])
             nd = len(shape)
             ow[j] = _data_ptr(a)
             ow[j + 2] = self._out_tags[k] | nd
@@ -445,11 +469,16 @@ class CompiledModel:
             outs = [self._trim(k, a) for k, a in enumerate(outs)]
         return dict(zip(self._out_names, outs))
 
-    def _run_portable(self, inputs) -> dict[str, np.ndarray]:
+    def _run_portable(self, inputs, cast: bool = False, bufs: list | None = None) -> dict[str, np.ndarray]:
         """run() through _Tensors: CUDA artifacts, and hosts where _WORD_LAYOUT fails."""
-        ins = self._in_tensors(inputs)
-        outs = [np.empty(self._shape(ins, k), dtype=DTYPES[t["dtype"]][0])
-                for k, t in enumerate(self.outputs)]
+        ins = _Tensors(self._prepare(inputs, cast), [t["dtype"] for t in self.inputs])
+        outs = []
+        for k, t in enumerate(self.outputs):
+            shape = self._shape(ins, k)
+            if bufs is not None and bufs[k] is not None:
+                outs.append(as_output(t["name"], t["dtype"], self._out_np[k], shape, bufs[k]))
+            else:
+                outs.append(np.empty(shape, dtype=DTYPES[t["dtype"]][0]))
         if self._cuda:  # copy to the device, run there, copy back
             from .cuda_device import driver
 
