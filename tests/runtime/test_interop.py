@@ -96,5 +96,5 @@ def test_float64_is_refused_the_same_way_for_every_input_type(model):
         model.run({"x": X, "b": np.float64(1.0) * np.ones(3)})
     # Python values have no dtype of their own: floats and ints become f32
     np.testing.assert_array_equal(model.run({"x": X.tolist(), "b": [10, 20, 30]})["y"], X + B)
-    with pytest.raises(GuardError, match='input "x": expected dtype f32 .* holds complex128'):
+    with pytest.raises(GuardError, match=r'input "x": expected dtype f32 .* holds complex128'):
         model.run({"x": [[1j, 2, 3]], "b": B})
