@@ -275,7 +275,7 @@ def test_only_the_api_is_exported(toy_dir):
         pytest.skip("nm not available")
     exported = {line.split()[-1] for line in out.stdout.splitlines() if " T " in line}
     api = ("run", "output_shape", "last_error", "num_versions", "version_info", "last_version", "build_id",
-           "abi_version")
+           "abi_version", "num_inputs", "num_outputs", "input_info", "output_info")
     assert exported == {f"toy_{f}" for f in api}
 
 

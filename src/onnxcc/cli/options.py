@@ -39,12 +39,14 @@ def compile_flags(fn):
     @click.option("--cpu-versions", "cpu_versions", default=None, metavar="CPU,CPU,...",
                   help="build the versions once per LLVM CPU (e.g. x86-64-v3,znver4) into one library; "
                        "the dispatcher picks by the running CPU")
+    @click.option("--cc", "cc", default=None, metavar="CC",
+                  help="C compiler (and flags) for the dispatcher and the link (default: $CC, else cc)")
     @click.option("--no-parallel", is_flag=True, help="emit single-threaded kernels")
     @click.option("--no-fuse", is_flag=True, help="no kernel-level fusion (one compute per lowered op)")
     @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
     @functools.wraps(fn)
     def wrapper(*args, name, dims, specs, no_specialize_one, divisible, max_versions, target, cuda_arch, triple,
-                cpu_name, cpu_versions,
+                cpu_name, cpu_versions, cc,
                 features, no_parallel, no_fuse, opt, bucket_specs, trace, max_buckets, **kwargs):
         from ..compiler import CompileOptions
 
@@ -53,6 +55,10 @@ def compile_flags(fn):
                                  max_versions=max_versions, target=target, cuda_arch=cuda_arch, triple=triple,
                                  cpu=cpu_name,
                                  features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse)
+        if cc is not None:
+            if not cc.strip():
+                raise click.UsageError("--cc: expected a C compiler, e.g. --cc gcc or --cc 'clang -O2'")
+            options.cc = cc
         levels = [c.strip() for c in (cpu_versions or "").split(",") if c.strip()]
         if cpu_versions is not None and not levels:
             raise click.UsageError("--cpu-versions: expected CPU names, e.g. x86-64-v3,x86-64-v4")

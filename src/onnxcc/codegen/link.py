@@ -28,6 +28,7 @@ from onnxcc.ir.types import DType
 
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
+from .c_package import ERROR_DOCS, SIGNATURE_API, cmake_config, pkg_config, signature_defs, signature_header
 from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
@@ -50,10 +51,10 @@ DL_DTYPE = {
 }
 
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
-_DISPATCH_STATICS = {"cpu_check", "cpu_missing", "cpu_masked", "cpu_state", "cpu_missing_name", "cpu_level",
-                     "cpu_level_state", "cpu_forced", "cpu_level_test",
-                     "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl",
-                     "run_syms_tl", "run_ok_tl"}
+_DISPATCH_STATICS = {"sig_in_infos", "sig_out_infos", "cpu_check", "cpu_missing", "cpu_masked", "cpu_state",
+                     "cpu_missing_name", "cpu_level", "cpu_level_state", "cpu_forced", "cpu_level_test",
+                     "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl", "run_syms_tl",
+                     "run_ok_tl"}
 
 
 class LinkTarget:
@@ -153,7 +154,7 @@ def _api_names(name: str, target: LinkTarget = CPU_LINK, run_dims: bool = False)
     """The exported functions; `NAME_output_dims` only where some dim is run-determined."""
     extra = tuple(target.api_extra) + (("output_dims",) if run_dims else ())
     return [f"{name}_{f}" for f in ("run", "output_shape", "last_error", "num_versions", "version_info",
-                                    "last_version", *IDENTITY_API, *extra)]
+                                    "last_version", *IDENTITY_API, *SIGNATURE_API, *extra)]
 
 
 class _Msg:
@@ -292,7 +293,9 @@ def generate_header(spec: ArtifactSpec) -> str:
     for k, v in enumerate(spec.versions):
         doc.append(f" *   {k}: {v.kind}, {_comment(_guard_text(v))}")
     doc.append(" */")
-    codes = ",\n".join(f"  {up}_{k} = {v}" for k, v in ERROR_CODES.items())
+    last = len(ERROR_CODES) - 1
+    codes = "\n".join(f"  {up}_{k} = {v}{',' if i < last else ' '}" + " " * max(1, 17 - len(k) - len(str(v)))
+                       + f"/* {ERROR_DOCS.get(k, '')} */" for i, (k, v) in enumerate(ERROR_CODES.items()))
     target = link_target(spec)
     where, stream = target.where, target.header_api(n, up)
     return "\n".join(doc) + f"""
@@ -342,7 +345,7 @@ enum {{
 /* The loaded library's build id (compare with {up}_BUILD_ID) and C ABI version. */
 {up}_API const char *{n}_build_id(void);
 {up}_API int {n}_abi_version(void);
-{stream}
+{signature_header(spec)}{stream}
 #ifdef __cplusplus
 }}
 #endif
@@ -721,7 +724,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
 
     def source(self) -> str:
         parts = [self.prelude(), cpu_check_fn(self.spec), cpu_levels_fn(self.spec), self.bind_fn(),
-                 self.output_dims_fn(), self.run_fn(), self.api_fns(), _identity_defs(self.spec)]
+                 self.output_dims_fn(), self.run_fn(), self.api_fns(), _identity_defs(self.spec),
+                 signature_defs(self.spec, DL_DTYPE)]
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
@@ -838,6 +842,8 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     meta_tmp = out / f".{name}.json.{os.getpid()}.tmp"
     # default=str: info/metadata may carry sympy numbers or expressions; the text is enough
     meta_tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    (out / f"{name}.pc").write_text(pkg_config(spec, meta["onnxcc_version"]))
+    (out / f"{name}Config.cmake").write_text(cmake_config(spec, meta["onnxcc_version"]))
     os.replace(tmp, lib)
     os.replace(meta_tmp, out / f"{name}.json")
     for f in own_objects:  # intermediate: the library holds them now

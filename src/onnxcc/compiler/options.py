@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 
 from ..codegen.backend import BACKENDS
@@ -35,7 +36,8 @@ class CompileOptions:
     features: str | None = None
     opt: int = 3
     parallel: bool = True
-    cc: str = "cc"
+    #: the C compiler (and flags) that builds the dispatcher and links the library: $CC, else cc
+    cc: str = field(default_factory=lambda: os.environ.get("CC") or "cc")
     #: kernel-level fusion (kernel/fuse.py); False keeps one compute per lowered op
     fuse: bool = True
     #: bucket versions (pad up to the next bound, exact masks): {"seq": [64, 128, 512]}
