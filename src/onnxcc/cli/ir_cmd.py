@@ -21,8 +21,10 @@ import click
 @click.option("--no-verify", is_flag=True, help="do not verify the IR on input and after each pass")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="write the final IR here instead of stdout")
+@click.option("--format", "fmt", type=click.Choice(["text", "dot"]), default="text", show_default=True,
+              help="text: the IR (parses back); dot: Graphviz (types on edges, big constants elided)")
 def ir(model: Path, pipeline: str | None, print_ir_after_all: bool, print_after: tuple[str, ...],
-       dump_dir: Path | None, time_passes: bool, no_verify: bool, output: Path | None) -> None:
+       dump_dir: Path | None, time_passes: bool, no_verify: bool, output: Path | None, fmt: str) -> None:
     """Print MODEL (.onnx or .onnxir) as IR after running PIPELINE on it."""
     from .. import load_model, print_ir
     from ..ir.verify import verify
@@ -55,7 +57,12 @@ def ir(model: Path, pipeline: str | None, print_ir_after_all: bool, print_after:
         instruments.append(timer)
 
     run_pipeline(module, passes, PassContext(instruments=instruments))
-    text = print_ir(module)
+    if fmt == "dot":
+        from .dot import module_dot
+
+        text = module_dot(module)
+    else:
+        text = print_ir(module)
     if output is not None:
         output.write_text(text)
     else:
