@@ -109,3 +109,10 @@ def test_swap_replaces_an_artifact_whole_and_keeps_other_files(art):
     artifact_dir.swap_into_place(art / "a", art / "b")
     assert (art / "b" / "notes.txt").read_text() == "mine"
     np.testing.assert_array_equal(onnxcc.load(art / "b").run({"x": X})["y"], -X)
+
+
+def test_a_symlinked_output_dir_stays_a_link(art, tmp_path):
+    (tmp_path / "link").symlink_to(art / "a")
+    artifact_dir.build_in_place(tmp_path / "link", lambda d: shutil.copytree(art / "c", d, dirs_exist_ok=True))
+    assert (tmp_path / "link").is_symlink()
+    np.testing.assert_array_equal(onnxcc.load(tmp_path / "link").run({"x": X})["y"], -X)

@@ -83,6 +83,8 @@ def is_replaceable(d: Path) -> bool:
 def build_in_place(out: Path, build: Callable[[Path], None], metadata_last: str = ".json") -> None:
     """Run build(tmp) on a temporary directory beside `out`, then put its files at `out`."""
     out = Path(out)
+    if out.is_symlink():  # build where the link points; the link itself stays
+        out = Path(os.path.realpath(out))
     parent = out.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.build-", dir=parent))
