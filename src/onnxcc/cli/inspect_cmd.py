@@ -46,7 +46,7 @@ def inspect(artifact: Path, as_json: bool, points: tuple[str, ...]) -> None:
     click.echo(f"artifact {meta.get('name')}  target {meta.get('target')} ({meta.get('triple', '')}"
                f"{', ' + _cpu(meta) if _cpu(meta) else ''})  onnxcc {meta.get('onnxcc_version', '?')}{build}")
     if meta.get("cpu_features"):
-        click.echo(f"  cpu features {' '.join(meta['cpu_features'])}")
+        click.echo(f"  cpu features {_features(meta['cpu_features'])}")
     for kind in ("inputs", "outputs"):
         for t in meta.get(kind, []):
             click.echo(f"  {kind[:-1]:6} {t['name']}: {_shape(t)}")
@@ -118,6 +118,17 @@ def _version(v: dict, syms: dict, envs: list[dict]) -> None:
         row = [f"workspace {human_bytes(evaluate(ws, values)) if ws is not None else '?'}"]
         row += [f"{label} {human_bytes(evaluate(e, values)) if e is not None else '?'}" for label, e in figures.items()]
         click.echo(f"      at {at}: " + "; ".join(row))
+
+
+def _features(feats: list[str]) -> str:
+    """`x86-64-v3 + aes pclmul`: the highest x86-64 level the features cover, then the rest."""
+    from ..codegen.cpu_features import CPU_FEATURES
+
+    for level in ("x86-64-v4", "x86-64-v3", "x86-64-v2"):
+        if set(CPU_FEATURES[level]) <= set(feats):
+            extra = [f for f in feats if f not in CPU_FEATURES[level]]
+            return level + (" + " + " ".join(extra) if extra else "")
+    return " ".join(feats)
 
 
 def _cpu(meta: dict) -> str:
