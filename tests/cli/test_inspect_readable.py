@@ -55,3 +55,14 @@ def test_formulas_use_one_spelling_and_metadata_is_never_evaluated_as_code():
     assert parse_size("__import__('os').system('true')", SYMS) is None
     assert parse_size("batch.__class__", SYMS) is None
     assert parse_size("nosuch*2", SYMS) is None
+
+
+def test_version_info_is_a_short_string():
+    from onnxcc.codegen import link
+    from onnxcc.codegen.abi import VersionSpec
+
+    ws = parse_size(json.loads(META.read_text())["versions"][0]["workspace_bytes"], SYMS)
+    long_ = link._version_info_text(0, VersionSpec("m_v0", workspace_bytes=ws))
+    assert len(long_) < 120 and "Piecewise" not in long_ and "symbolic" in long_
+    short_ = link._version_info_text(1, VersionSpec("m_v1", workspace_bytes=768 * B))
+    assert short_.endswith("workspace 768*batch bytes")
