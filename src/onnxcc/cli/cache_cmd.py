@@ -60,10 +60,11 @@ def cache() -> None:
 
 
 def _target(entry) -> str:
-    doc = entry.manifest.get("doc", {})
-    target = doc.get("options", {}).get("target") or entry.artifact.get("target") or "?"
-    cpu = doc.get("cpu") or ""
-    return f"{target}/{cpu}" if cpu and target == "cpu" else target
+    """`cpu/znver4`, `cuda/sm_90`: the artifact's target and what its backend recorded."""
+    art = entry.artifact
+    target = art.get("target") or entry.manifest.get("doc", {}).get("options", {}).get("target") or "?"
+    detail = art.get("arch") or art.get("metadata", {}).get("cpu") or ""
+    return f"{target}/{detail}" if detail else target
 
 
 @cache.command("list")

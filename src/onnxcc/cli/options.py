@@ -63,13 +63,13 @@ def compile_flags(fn):
         if cpu_versions is not None and not levels:
             raise click.UsageError("--cpu-versions: expected CPU names, e.g. x86-64-v3,x86-64-v4")
         options.cpu_versions = levels
-        if target == "cpu" and (triple or cpu_name or features or levels):
-            from ..codegen.cpu_features import check_cpu
+        if triple or cpu_name or features or levels:  # (only then: `run DIR` needs no LLVM)
+            from ..codegen.backend import backend_class
 
-            for cpu in levels or [cpu_name]:
-                problem = check_cpu(triple, cpu, features)
-                if problem:  # a usage error (exit 2), before LLVM ignores the name or aborts
-                    raise click.UsageError(problem.replace("--cpu ", "--cpu-versions " if levels else "--cpu "))
+            check = getattr(backend_class(target), "check_options", None)
+            problem = check(options) if check is not None else ""
+            if problem:  # a usage error (exit 2), before LLVM ignores the name or aborts
+                raise click.UsageError(problem)
         buckets, auto = parse_buckets(bucket_specs)
         check_within_dims(options.dims, options.specialize, "--specialize")
         check_within_dims(options.dims, buckets, "--bucket")

@@ -33,14 +33,27 @@ class CpuBackend:
                  opt: int = 3, parallel: bool = True):
         self.triple, self.cpu, self.features, self.opt, self.parallel = triple, cpu, features, opt, parallel
 
+    #: `--cpu-versions`: one library may hold versions for several CPU levels
+    cpu_levels: ClassVar[bool] = True
+
+    @classmethod
+    def check_options(cls, options) -> str:
+        """"" when LLVM knows the --triple, --cpu (each of --cpu-versions) and --features, else
+        the problem with a hint (LLVM itself would only warn and ignore the name, or abort)."""
+        for cpu in options.cpu_versions or [options.cpu]:
+            if options.triple or cpu or options.features:
+                problem = _checked_target(options.triple, cpu, options.features)
+                if problem:
+                    return problem.replace("--cpu ", "--cpu-versions ") if options.cpu_versions else problem
+        return ""
+
     @classmethod
     def from_options(cls, options) -> CpuBackend:
-        if options.triple or options.cpu or options.features:
-            problem = _checked_target(options.triple, options.cpu, options.features)
-            if problem:  # LLVM would only warn (and ignore the name) or abort
-                from onnxcc.errors import OnnxccError
+        problem = cls.check_options(options)
+        if problem:
+            from onnxcc.errors import OnnxccError
 
-                raise OnnxccError(problem)
+            raise OnnxccError(problem)
         return cls(options.triple, options.cpu, options.features, options.opt, options.parallel)
 
     def target_features(self) -> str:

@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..codegen.backend import Emitted, make_backend
+from ..codegen.backend import Emitted, backend_class, make_backend
 from ..codegen.cpu_features import required_features
 from ..errors import OnnxccError
 from ..ir import Module, identifier
@@ -39,8 +39,8 @@ def compile_levels(model, out_dir, options, emit: str = "lib", pass_ctx: PassCon
     from .compile import Artifact, artifact_spec, default_name, load_module, narrow_dims
     from .pipeline import build_pipeline
 
-    if options.target != "cpu":
-        raise OnnxccError(f"--cpu-versions needs --target cpu (not {options.target})")
+    if not getattr(backend_class(options.target), "cpu_levels", False):
+        raise OnnxccError(f"--cpu-versions: target {options.target} has no CPU levels")
     if options.cpu or options.features:
         raise OnnxccError("--cpu-versions names the CPUs itself: give it without --cpu or --features")
     if emit != "lib":
