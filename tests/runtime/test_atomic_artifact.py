@@ -116,3 +116,11 @@ def test_a_symlinked_output_dir_stays_a_link(art, tmp_path):
     artifact_dir.build_in_place(tmp_path / "link", lambda d: shutil.copytree(art / "c", d, dirs_exist_ok=True))
     assert (tmp_path / "link").is_symlink()
     np.testing.assert_array_equal(onnxcc.load(tmp_path / "link").run({"x": X})["y"], -X)
+
+
+def test_an_artifact_of_a_newer_abi_is_refused(art):
+    meta = json.loads((art / "a" / "relu.json").read_text())
+    meta["abi_version"] = 99
+    (art / "a" / "relu.json").write_text(json.dumps(meta))
+    with pytest.raises(ArtifactError, match="C ABI version 99, but this loader knows up to 1"):
+        onnxcc.load(art / "a")

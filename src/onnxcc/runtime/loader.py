@@ -43,6 +43,8 @@ DTYPES = {
 }
 
 KDL_CPU = 1
+#: the newest C ABI (NAME.json abi_version, NAME_abi_version()) this loader can call
+LOADER_ABI = 1
 
 # Codes that mean "these inputs do not fit the model" rather than "the run failed".
 _GUARD_CODES = ("ERR_DTYPE", "ERR_SHAPE", "ERR_CONSTRAINT", "ERR_GUARD")
@@ -281,6 +283,10 @@ class CompiledModel:
     def _check_identity(self) -> str | None:
         """The library's NAME_build_id() against NAME.json's build_id and NAME.h's
         NAME_BUILD_ID (when the header is beside it): a mismatch is an ArtifactError."""
+        abi = self.meta.get("abi_version", 1)
+        if not isinstance(abi, int) or abi > LOADER_ABI:
+            raise ArtifactError(f"{self.path}: C ABI version {abi}, but this loader knows up to {LOADER_ABI} "
+                                "(built by a newer onnxcc; load it with that version)")
         want = self.meta.get("build_id")
         if want is None:
             return None  # an artifact from before build ids
@@ -290,6 +296,9 @@ class CompiledModel:
             raise ArtifactError(f"{self.path}: has no {self.name}_build_id(), but {self.name}.json records build "
                                 f"{want} (library and metadata from different compiles)") from None
         got = (got or b"").decode(errors="replace")
+        lib_abi = self._fn("abi_version", ctypes.c_int, [])()
+        if lib_abi != abi:
+            raise ArtifactError(f"{self.path}: library C ABI {lib_abi}, {self.name}.json records {abi} (rebuild)")
         if got != want:
             raise ArtifactError(f"{self.path}: library build {got}, {self.name}.json records {want} "
                                 "(library and metadata from different compiles; rebuild)")
