@@ -34,11 +34,13 @@ def _model(path, op="Relu"):
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    """Two builds of relu.onnx (a, b) and one of neg.onnx under the name relu (c)."""
+    """Two builds of relu.onnx (a, b: other options), one of neg.onnx under the name relu (c), and
+    a rebuild of a (a2: the same inputs)."""
     d = tmp_path_factory.mktemp("art")
     relu, neg = _model(d / "relu.onnx"), _model(d / "neg.onnx", "Neg")
     compile_model(relu, d / "a", CompileOptions(max_versions=1))
-    compile_model(relu, d / "b", CompileOptions(max_versions=1))
+    compile_model(relu, d / "a2", CompileOptions(max_versions=1))
+    compile_model(relu, d / "b", CompileOptions(max_versions=1, opt=2))
     compile_model(neg, d / "c", CompileOptions(max_versions=1, name="relu"))
     return d
 
@@ -51,12 +53,14 @@ def art(builds, tmp_path):
     return tmp_path
 
 
-def test_library_header_and_metadata_share_one_build_id(art):
+def test_library_header_and_metadata_share_one_build_id(art, builds):
     meta = json.loads((art / "a" / "relu.json").read_text())
     m = onnxcc.load(art / "a")
     assert m.build_id == meta["build_id"] and len(m.build_id) == 16
     assert f'#define RELU_BUILD_ID "{m.build_id}"' in (art / "a" / "relu.h").read_text()
     assert m.build_id != onnxcc.load(art / "b").build_id
+    # the id is a digest of the library's inputs: a rebuild from the same inputs has the same one
+    assert json.loads((builds / "a2" / "relu.json").read_text())["build_id"] == m.build_id
 
 
 def test_a_library_from_another_build_is_refused(art):

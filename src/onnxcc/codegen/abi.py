@@ -134,8 +134,9 @@ class ArtifactSpec:
     """multi-ISA libraries: CPU name -> the features its versions need (beyond cpu_features,
     which every level shares and cpu_check tests once)"""
     build_id: str = field(default_factory=lambda: secrets.token_hex(8))
-    """fresh for every link: NAME_build_id(), NAME.h's NAME_BUILD_ID and NAME.json's
-    build_id carry it, so a library, header and metadata from different builds are told apart"""
+    """NAME_build_id(), NAME.h's NAME_BUILD_ID and NAME.json's build_id carry it, so a library,
+    header and metadata from different builds are told apart; build_library sets it to a digest
+    of the library's inputs (link.content_build_id: the same inputs, the same id)"""
 
     def symbol_index(self) -> dict[str, int]:
         return {s.name: k for k, s in enumerate(self.symbols)}

@@ -809,6 +809,7 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     for f in objects + extras:
         if not f.is_file():
             raise CompileError(f"building lib{name}.so: input file {f} does not exist")
+    spec.build_id = content_build_id(spec, objects + extras, cc, list(cflags))
     dispatcher = generate_dispatcher(spec)
     own_objects, own_runtime, own_libs = link_target(spec).link_inputs(spec, out)
     objects += own_objects
@@ -850,6 +851,25 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
         f.unlink()
     return lib
 
+
+
+def content_build_id(spec: ArtifactSpec, inputs: list[Path], cc: str, cflags: list[str]) -> str:
+    """The build id: a digest of everything the library is made of (the metadata, the device
+    code, the objects and sources, the runtime, the compiler and flags), so the same inputs
+    give the same id (reproducible builds) and different builds different ones."""
+    import hashlib
+
+    h = hashlib.sha256()
+    spec.build_id = ""
+    h.update(json.dumps(generate_metadata(spec), sort_keys=True, default=str).encode())
+    if spec.device is not None:
+        h.update(spec.device.ptx.encode())
+        for k, v in sorted(spec.device.consts.items()):
+            h.update(k.encode() + bytes(v))
+    for f in [*inputs, *(RUNTIME_DIR / r for r in RUNTIME_SOURCES), RUNTIME_DIR / "onnxcc_rt.h"]:
+        h.update(file_sha256(f).encode())
+    h.update(json.dumps([cc, cflags, ABI_VERSION]).encode())
+    return h.hexdigest()[:16]
 
 
 def _link_failure(spec: ArtifactSpec, cc: str, proc: subprocess.CompletedProcess) -> str:
