@@ -29,7 +29,8 @@ from onnxcc.ir.types import DType
 Dim = int | sympy.Expr
 
 #: "one": the 0/1-rule version `SYM == 1` that passes/specialize.py makes for a symbol meeting a broadcast
-VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible")
+#: "value": a version compiled for given values of some inputs (passes/specialize_value.py)
+VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible", "value")
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -79,6 +80,21 @@ class DeviceCode:
 
 
 @dataclass
+class ValueGuard:
+    """A value version's condition on one input: its data equals `data` byte for byte."""
+
+    input: int
+    """the input's index"""
+    name: str
+    numel: int
+    """the element count the input must have"""
+    data: bytes
+    """the value, in the input's dtype, row-major"""
+    text: str
+    """the value for people: `16000`, `[2, 3, 4]`"""
+
+
+@dataclass
 class VersionSpec:
     """One compiled version: its kernel symbol and when the dispatcher may call it."""
 
@@ -99,6 +115,9 @@ class VersionSpec:
     launches: list[KernelLaunch] = field(default_factory=list)
     """target "cuda": the kernels this version launches, in order (`symbol` then names the
     host function the dispatcher generates to launch them)"""
+    value_guards: list[ValueGuard] = field(default_factory=list)
+    """kind "value": the input values it was compiled for (checked on the input's data, on
+    top of `guard`)"""
 
 
 @dataclass
@@ -123,6 +142,9 @@ class ArtifactSpec:
     -> their upper bound over the input symbols: the dispatcher binds the symbol to the
     bound (outputs are allocated for it), the kernel writes the true value back into its
     `syms` slot, and `NAME_output_dims` reports it after the run"""
+    version_dims: dict[str, list[Any]] = field(default_factory=dict)
+    """version-determined symbols (an output dim the chosen value version fixes) -> their
+    value per version (None: left as bound); set by the dispatcher once it picked a version"""
 
     def symbol_index(self) -> dict[str, int]:
         return {s.name: k for k, s in enumerate(self.symbols)}
@@ -152,6 +174,20 @@ class ArtifactSpec:
                     _check_symbols(d, known, f'{kind} "{t.name}" dim {j}')
         for expr, origin in self.constraints:
             _check_symbols(expr, known, f"constraint from {origin or '?'}")
+        for name, per in self.version_dims.items():
+            if name not in known:
+                raise ValueError(f"version-determined symbol {name} is not a declared symbol")
+            if len(per) != len(self.versions):
+                raise ValueError(f"version-determined symbol {name}: {len(per)} values for "
+                                 f"{len(self.versions)} versions")
+            for d in per:
+                if d is not None:
+                    _check_symbols(d, known - set(self.version_dims), f"version-determined symbol {name}")
+        for k, v in enumerate(self.versions):
+            for g in v.value_guards:
+                if not 0 <= g.input < len(self.inputs) or self.inputs[g.input].name != g.name:
+                    raise ValueError(f"version {k}: value guard on input {g.input} ({g.name!r}) does not "
+                                     "name an input")
         for name, bound in self.run_dims.items():
             if name not in known:
                 raise ValueError(f"run-determined symbol {name} is not a declared symbol")

@@ -17,6 +17,7 @@ from ..passes.lower import LowerToKernelPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
 from ..passes.specialize import SpecializePass
+from ..passes.specialize_value import SpecializeValuePass, format_value_text
 from .options import PIPELINE_STAGES, CompileOptions
 
 
@@ -37,6 +38,10 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         ("ir", SpecializePass(exact=exact, one=options.specialize_one, divisible=k,
                               max_versions=options.max_versions)),
     ]
+    if options.specialize_value:
+        # value versions (an input folded to a given value) ahead of the others; the dispatcher
+        # compares the input's data before it picks one
+        steps.append(("ir", SpecializeValuePass(values=format_value_text(options.specialize_value))))
     if options.buckets:
         # padded bucket versions with exact masks
         steps.append(("ir", BucketizePass(buckets=format_buckets(options.buckets))))

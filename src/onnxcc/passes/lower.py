@@ -259,8 +259,20 @@ class LowerToKernelPass(ModulePass):
 
     def run(self, module: Module, ctx: PassContext) -> KernelModule:  # type: ignore[override]
         kmod = KernelModule(module)
-        for k, fname in enumerate(module.dispatch["main"]):
+        order = module.dispatch["main"]
+        # beside value versions, one that cannot be built (its shapes need the value) is dropped
+        has_values = any(module.functions[n].attrs.get("kind") == "value" for n in order)
+        kept = []
+        for fname in order:
             f = module.functions[fname]
-            prog = lower_function(module, f, f"{self.prefix}_v{k}")
+            try:
+                prog = lower_function(module, f, f"{self.prefix}_v{len(kept)}")
+            except (CompileError, UnsupportedOp) as e:
+                if not has_values or f.attrs.get("kind") == "value":
+                    raise
+                module.attrs.setdefault("dropped_versions", []).append(f"{fname.removeprefix('main.')}: {e}")
+                continue
+            kept.append(fname)
             kmod.versions.append(KernelVersion(f, prog, stats={"kernels_before": count_kernels(prog.body)}))
+        module.dispatch["main"] = kept
         return kmod

@@ -1,0 +1,129 @@
+"""Value versions: a version compiled for the VALUE of a small input, checked by the generated
+dispatcher on the input's data (passes/specialize_value.py, codegen/link.py)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import onnxcc
+from onnxcc.compiler import CompileOptions
+from onnxcc.compiler.cache import cache_document
+from onnxcc.compiler.value_versions import ValueDependentError
+from onnxcc.errors import GuardError, OnnxccError
+from onnxcc.testing import ort_run
+
+
+def _model(nodes, inputs, outputs, opset=18):
+    g = h.make_graph(nodes, "g", inputs, outputs)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+
+
+@pytest.fixture(scope="module")
+def reshape_model(tmp_path_factory):
+    m = _model([h.make_node("Reshape", ["x", "shape"], ["y"]), h.make_node("Relu", ["y"], ["z"])],
+               [h.make_tensor_value_info("x", T.FLOAT, ["n", 12]), h.make_tensor_value_info("shape", T.INT64, [3])],
+               [h.make_tensor_value_info("z", T.FLOAT, None)])
+    p = tmp_path_factory.mktemp("vv") / "reshape.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_generic_refused_names_the_input(reshape_model, tmp_path):
+    with pytest.raises(ValueDependentError) as e:
+        onnxcc.compile(reshape_model, tmp_path / "a")
+    msg = str(e.value)
+    assert e.value.inputs == ["shape"]
+    assert 'depends on the value of input "shape"' in msg and "--specialize-value shape=" in msg
+    assert "\n" not in msg
+
+
+def test_value_versions_run_and_refuse_other_values(reshape_model, tmp_path):
+    values = [[2, 3, 4], [4, 6, 1]]
+    art = onnxcc.compile(reshape_model, tmp_path / "a", specialize_value={"shape": values})
+    meta = json.loads(art.metadata.read_text())
+    assert [v["kind"] for v in meta["versions"]] == ["value", "value"]  # no generic: it cannot be built
+    # the value's own needs join the guard: 24 elements means n == 2
+    assert [v["guard"] for v in meta["versions"]] == ["shape == [2, 3, 4] & 12*n == 24",
+                                                      "shape == [4, 6, 1] & 12*n == 24"]
+    assert meta["versions"][0]["value_guards"] == [{"input": "shape", "value": "[2, 3, 4]"}]
+    assert any(d.startswith("generic:") for d in meta["metadata"]["dropped_versions"])
+    m = onnxcc.load(art.out_dir)
+    x = np.random.default_rng(0).standard_normal((2, 12)).astype(np.float32)
+    for k, sh in enumerate(values):
+        feeds = {"x": x, "shape": np.array(sh, dtype=np.int64)}
+        got = m.run(feeds)["z"]
+        want = ort_run(reshape_model, feeds)["z"]
+        assert got.shape == want.shape and m.last_version == k
+        np.testing.assert_array_equal(got, want)  # a reshape + relu is exact
+    with pytest.raises(GuardError) as e:  # the same element count, another value: refused, not guessed
+        m.run({"x": x, "shape": np.array([2, 4, 3], dtype=np.int64)})
+    assert 'input "shape" has another value than the ones compiled ([2, 3, 4] | [4, 6, 1])' in str(e.value)
+    with pytest.raises(GuardError, match="no version accepts this call"):  # the value, but 36 elements
+        m.run({"x": np.zeros((3, 12), np.float32), "shape": np.array([2, 3, 4], dtype=np.int64)})
+
+
+def test_value_guard_beside_a_generic_version(tmp_path):
+    """A scalar that changes no shape: its value version sits in front of the generic one."""
+    m = _model([h.make_node("Mul", ["x", "k"], ["y"])],
+               [h.make_tensor_value_info("x", T.FLOAT, ["n"]), h.make_tensor_value_info("k", T.FLOAT, [])],
+               [h.make_tensor_value_info("y", T.FLOAT, ["n"])])
+    art = onnxcc.compile(m, tmp_path / "a", specialize_value={"k": 2.5})
+    lib = onnxcc.load(art.out_dir)
+    kinds = [json.loads(art.metadata.read_text())["versions"][i]["kind"] for i in range(lib.num_versions)]
+    assert kinds[0] == "value" and kinds[-1] == "generic"
+    x = np.arange(5, dtype=np.float32)
+    for k, want_version in ((2.5, 0), (3.0, lib.num_versions - 1)):
+        y = lib.run({"x": x, "k": np.array(k, dtype=np.float32)})["y"]
+        np.testing.assert_allclose(y, x * np.float32(k), rtol=0, atol=0)
+        assert lib.last_version == want_version
+
+
+def test_slice_with_several_value_inputs(tmp_path):
+    m = _model([h.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"])],
+               [h.make_tensor_value_info("x", T.FLOAT, [4, 10]),
+                *(h.make_tensor_value_info(n, T.INT64, [2]) for n in ("starts", "ends", "axes"))],
+               [h.make_tensor_value_info("y", T.FLOAT, None)])
+    feeds = {"x": np.arange(40, dtype=np.float32).reshape(4, 10), "starts": np.array([1, 2]),
+             "ends": np.array([3, -1]), "axes": np.array([0, 1])}
+    art = onnxcc.compile(m, tmp_path / "a", specialize_value={k: v for k, v in feeds.items() if k != "x"})
+    got = onnxcc.load(art.out_dir).run(feeds)["y"]
+    np.testing.assert_array_equal(got, ort_run(m, feeds)["y"])
+
+
+def test_bad_values_are_one_line_errors(reshape_model, tmp_path):
+    for spec, want in (({"shape": [2, 3]}, "(3 elements), the value has 2"),
+                       ({"nope": [1]}, "has no input 'nope'"),
+                       ({"shape": [2.5, 3, 4]}, "not representable as i64")):
+        with pytest.raises(OnnxccError) as e:
+            onnxcc.compile(reshape_model, tmp_path / "a", specialize_value=spec)
+        assert want in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cache_key_holds_the_values(reshape_model):
+    docs = [cache_document(reshape_model, CompileOptions(specialize_value=v))
+            for v in ({"shape": [2, 3, 4]}, {"shape": [4, 3, 2]}, {})]
+    assert docs[0] != docs[1] and docs[0] != docs[2]
+    assert docs[0]["options"]["specialize_value"] == {"shape": [[2, 3, 4]]}
+
+
+def test_option_forms_normalize():
+    o = CompileOptions(specialize_value={"sr": 16000, "shape": [2, 3, 4], "two": [[1], [2]],
+                                         "arr": np.array([1.5, 2], np.float32), "empty": []})
+    assert o.specialize_value == {"sr": [[16000]], "shape": [[2, 3, 4]], "two": [[1], [2]],
+                                  "arr": [[1.5, 2.0]], "empty": [[]]}
+
+
+def test_cli_flag_syntax():
+    from onnxcc.cli.options import parse_value_specs
+
+    assert parse_value_specs(["shape=2,3,4;4,6,1", "sr=16000", "shape=[1,24]", "axes="]) == {
+        "shape": [[2, 3, 4], [4, 6, 1], [1, 24]], "sr": [[16000]], "axes": [[]]}
+    assert parse_value_specs(["a=1;b=2.5"]) == {"a": [[1]], "b": [[2.5]]}
+    with pytest.raises(OnnxccError, match="expected INPUT=V"):
+        parse_value_specs(["shape=2,x"])
