@@ -127,3 +127,37 @@ def test_cli_flag_syntax():
     assert parse_value_specs(["a=1;b=2.5"]) == {"a": [[1]], "b": [[2.5]]}
     with pytest.raises(OnnxccError, match="expected INPUT=V"):
         parse_value_specs(["shape=2,x"])
+
+
+# ---- (b) the user's path: `onnxcc run --inputs` and the Session propose value versions ----
+
+def test_run_specialises_on_the_inputs_values(reshape_model, tmp_path):
+    from click.testing import CliRunner
+
+    from onnxcc.cli import main
+
+    x = np.random.default_rng(1).standard_normal((2, 12)).astype(np.float32)
+    env = {"ONNXCC_CACHE_DIR": str(tmp_path / "cache")}
+    for k, sh in enumerate(([3, 8, 1], [3, 8, 1], [6, 4, 1])):
+        np.savez(tmp_path / "in.npz", x=x, shape=np.array(sh, dtype=np.int64))
+        r = CliRunner().invoke(main, ["run", str(reshape_model), "--inputs", str(tmp_path / "in.npz"),
+                                      "--outputs", str(tmp_path / "out.npz"), "--check"], env=env)
+        assert r.exit_code == 0, r.output
+        notes = [ln for ln in r.stderr.splitlines() if ln.startswith("onnxcc: shapes depend")]
+        assert notes == [f'onnxcc: shapes depend on the value of input "shape": specialising on the values given '
+                         f"(--specialize-value shape={','.join(map(str, sh))})"]
+        assert ("cached build" if k == 1 else "compiled build") in r.stderr  # the value is in the cache key
+        assert np.load(tmp_path / "out.npz")["z"].shape == tuple(sh)
+        assert "ok" in r.stdout
+    r = CliRunner().invoke(main, ["run", str(reshape_model), "--random", "n=2"], env=env)
+    assert r.exit_code == 1 and "--specialize-value shape=V" in r.output
+
+
+def test_session_builds_one_artifact_per_value(reshape_model, tmp_path):
+    s = onnxcc.Session(reshape_model, cache=str(tmp_path / "cache"), background=False)
+    assert s.base is None and s.value_inputs == ["shape"]
+    x = np.arange(24, dtype=np.float32).reshape(2, 12) - 7
+    for sh in ([2, 12, 1], [24, 1, 1], [2, 12, 1]):
+        y = s.run({"x": x, "shape": np.array(sh, dtype=np.int64)})["z"]
+        np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(sh))
+    assert s.stats.calls == 3 and s.stats.compiles == 2 and s.stats.hits == 1

@@ -11,7 +11,14 @@ from ..errors import CompileError
 from ..ir import Function, Module, canon
 from ..ir.dims import SymbolInfo
 from ..ir.printer import print_bool
-from ..passes.specialize_value import MAX_VALUE_ELEMENTS, guard_text, value_array, value_guards_of, value_inputs, value_text
+from ..passes.specialize_value import (
+    MAX_VALUE_ELEMENTS,
+    guard_text,
+    value_array,
+    value_guards_of,
+    value_inputs,
+    value_text,
+)
 
 
 class ValueDependentError(CompileError):
