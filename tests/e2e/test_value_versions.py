@@ -161,3 +161,20 @@ def test_session_builds_one_artifact_per_value(reshape_model, tmp_path):
         y = s.run({"x": x, "shape": np.array(sh, dtype=np.int64)})["z"]
         np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(sh))
     assert s.stats.calls == 3 and s.stats.compiles == 2 and s.stats.hits == 1
+
+
+def test_range_scalars_through_the_shared_path(tmp_path):
+    """Range's three scalars decide its length: the refusal names them, build_for_inputs (what
+    run, the Session and the conformance executor use) specialises on all three."""
+    from onnxcc.compiler.value_versions import build_for_inputs
+
+    m = _model([h.make_node("Range", ["start", "limit", "delta"], ["y"])],
+               [h.make_tensor_value_info(n, T.FLOAT, []) for n in ("start", "limit", "delta")],
+               [h.make_tensor_value_info("y", T.FLOAT, None)])
+    feeds = {"start": np.float32(1.5), "limit": np.float32(7.0), "delta": np.float32(0.75)}
+    notes = []
+    art = build_for_inputs(lambda o: onnxcc.compile(m, tmp_path / "a", **o.__dict__), CompileOptions(),
+                           lambda names: {n: feeds[n] for n in names}, notes.append)
+    assert notes and '"start", "limit", "delta"' in notes[0]
+    got = onnxcc.load(art.out_dir).run(feeds)["y"]
+    np.testing.assert_array_equal(got, ort_run(m, {k: np.array(v) for k, v in feeds.items()})["y"])

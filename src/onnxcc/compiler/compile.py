@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
-from ..errors import CompileError, OnnxccError
+from ..errors import CompileError, OnnxccError, UnsupportedOp
 from ..ir import Module, identifier
 from ..passes import Instrument, PassContext, run_pipeline
 from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
@@ -114,7 +114,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     run_ctx = PassContext(instruments=[_StageClock(t), *ctx.instruments], options=ctx.options)
     try:
         result = run_pipeline(module, build_pipeline(options, backend, name, emit), run_ctx)
-    except CompileError as e:
+    except (CompileError, UnsupportedOp) as e:
         from .value_versions import refuse_value_dependent
 
         raise refuse_value_dependent(e, module) from None

@@ -133,19 +133,23 @@ def _fresh(base: str, taken: set[str]) -> str:
     return out
 
 
-def refuse_value_dependent(e: CompileError, module: Module) -> CompileError:
+#: what the refusals of a shape known only from data say (passes/lower.py, the ops' lowerings)
+_DATA_DEPENDENT = ("depends on data", "known only at run time", "must be known at compile time")
+
+
+def refuse_value_dependent(e: Exception, module: Module) -> Exception:
     """A "depends on data" refusal, re-worded when the shapes depend on input values that a
     value version would fold: names the inputs and suggests --specialize-value."""
     generic = next((f for f in module.functions.values() if f.attrs.get("kind") == "generic"),
                    module.functions.get("main"))
-    if generic is None or "depends on data" not in str(e):
+    if generic is None or not any(w in str(e) for w in _DATA_DEPENDENT):
         return e
     names = value_inputs(module, generic)
     if not names:
         return e
     flags = " ".join(f"--specialize-value {n}=V" for n in names)
     which = ", ".join(f'"{n}"' for n in names)
-    head = str(e).split(" depends on data", 1)[0]
+    head = str(e).split(" depends on data", 1)[0] if "depends on data" in str(e) else f"{e};"
     return ValueDependentError(
         f"{head} depends on the value of input{'s' if len(names) > 1 else ''} {which}: compile versions for "
         f"given values with {flags} (onnxcc run --inputs does it from the inputs it is given)", names,
@@ -164,15 +168,23 @@ def with_values(options, names: list[str], feeds: dict):
         raise CompileError(f"the shapes depend on the value of input(s) {', '.join(missing)}, which the "
                            "inputs given do not hold")
     values = dict(options.specialize_value)
+    problems = {}
     for n in names:
         v = np.asarray(feeds[n])
         if v.ndim > 1 or v.size > MAX_VALUE_ELEMENTS:
-            raise CompileError(f'the shapes depend on the value of input "{n}" ({v.dtype}{list(v.shape)}), '
-                               f"too large for a value version (at most {MAX_VALUE_ELEMENTS} elements, rank <= 1)")
-        if v.dtype.kind not in "biuf":
-            raise CompileError(f'the shapes depend on the value of input "{n}", whose dtype {v.dtype} a value '
-                               "version cannot hold")
-        value = v.reshape(-1).tolist()
+            problems[n] = (f'the shapes depend on the value of input "{n}" ({v.dtype}{list(v.shape)}), too large '
+                           f"for a value version (at most {MAX_VALUE_ELEMENTS} elements, rank <= 1)")
+        elif v.dtype.kind not in "biuf":
+            problems[n] = (f'the shapes depend on the value of input "{n}", whose dtype {v.dtype} a value '
+                           "version cannot hold")
+    if len(problems) == len(names):
+        raise CompileError(next(iter(problems.values())))
+    # the analysis may name an input that reaches the op without deciding its shape (OneHot's
+    # values beside its depth): specialise on the others; if one was needed, the build says so
+    for n in names:
+        if n in problems:
+            continue
+        value = np.asarray(feeds[n]).reshape(-1).tolist()
         values[n] = [*(x for x in values.get(n, []) if x != value), value]
     return replace(options, specialize_value=values)
 
@@ -183,7 +195,7 @@ def values_flag(options, names: list[str]) -> str:
         return ",".join(str(x) for x in v)
 
     return " ".join(f"--specialize-value {n}={';'.join(one(v) for v in options.specialize_value[n])}"
-                    for n in names)
+                    for n in names if n in options.specialize_value)
 
 
 def build_for_inputs(build, options, feeds_for, note=None):
@@ -199,7 +211,8 @@ def build_for_inputs(build, options, feeds_for, note=None):
             raise
         options = with_values(options, e.inputs, feeds)
         if note is not None:
-            which = ", ".join(f'"{n}"' for n in e.inputs)
-            note(f"onnxcc: shapes depend on the value of input{'s' if len(e.inputs) > 1 else ''} {which}: "
+            used = [n for n in e.inputs if n in options.specialize_value]
+            which = ", ".join(f'"{n}"' for n in used)
+            note(f"onnxcc: shapes depend on the value of input{'s' if len(used) > 1 else ''} {which}: "
                  f"specialising on the values given ({values_flag(options, e.inputs)})")
         return build(options)
