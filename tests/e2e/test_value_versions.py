@@ -178,3 +178,53 @@ def test_range_scalars_through_the_shared_path(tmp_path):
     assert notes and '"start", "limit", "delta"' in notes[0]
     got = onnxcc.load(art.out_dir).run(feeds)["y"]
     np.testing.assert_array_equal(got, ort_run(m, {k: np.array(v) for k, v in feeds.items()})["y"])
+
+
+# ---- (c) --value-symbols: size-only int64 inputs read at dispatch, one generic version ----
+
+@pytest.fixture(scope="module")
+def sizes_model(tmp_path_factory):
+    fill = h.make_tensor("v", T.FLOAT, [1], [1.5])
+    m = _model([h.make_node("Reshape", ["x", "shape"], ["y"]), h.make_node("Relu", ["y"], ["z"]),
+                h.make_node("ConstantOfShape", ["cshape"], ["c"], value=fill),
+                h.make_node("Tile", ["x", "reps"], ["t"])],
+               [h.make_tensor_value_info("x", T.FLOAT, ["n", 12]), h.make_tensor_value_info("shape", T.INT64, [3]),
+                h.make_tensor_value_info("cshape", T.INT64, [2]), h.make_tensor_value_info("reps", T.INT64, [2])],
+               [h.make_tensor_value_info(n, T.FLOAT, None) for n in ("z", "c", "t")])
+    p = tmp_path_factory.mktemp("vs") / "sizes.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_value_symbols_one_generic_version_serves_every_value(sizes_model, tmp_path):
+    art = onnxcc.compile(sizes_model, tmp_path / "a", value_symbols=True, divisible=0)
+    meta = json.loads(art.metadata.read_text())
+    assert [v["kind"] for v in meta["versions"]] == ["generic"]
+    assert meta["outputs"][0]["shape"] == ["shape_0", "shape_1", "shape_2"]
+    lib = onnxcc.load(art.out_dir)
+    rng = np.random.default_rng(2)
+    for n, sh, cs, reps in ((2, [2, 3, 4], [3, 5], [2, 1]), (3, [9, 4, 1], [1, 32], [1, 3]),
+                            (2, [24, 1, 1], [2, 2], [3, 2])):
+        feeds = {"x": rng.standard_normal((n, 12)).astype(np.float32), "shape": np.array(sh),
+                 "cshape": np.array(cs), "reps": np.array(reps)}
+        got, want = lib.run(feeds), ort_run(sizes_model, feeds)
+        for k in want:  # copies, a relu and a fill: exact
+            np.testing.assert_array_equal(got[k], want[k])
+    base = {"x": np.zeros((2, 12), np.float32), "cshape": np.array([1, 1]), "reps": np.array([1, 1])}
+    for bad, want in (([2, -1, 12], 'input "shape" element 1: shape_1 = -1, out of range'),
+                      ([2, 3, 5], "constraint 12*n == shape_0*shape_1*shape_2 does not hold")):
+        with pytest.raises(GuardError) as e:
+            lib.run({**base, "shape": np.array(bad)})
+        assert want in str(e.value)
+
+
+def test_value_symbols_leave_inputs_with_value_versions_alone(sizes_model, tmp_path):
+    """-1 (infer) is no size: a value version takes it, the other inputs stay symbols."""
+    art = onnxcc.compile(sizes_model, tmp_path / "a", value_symbols=True, specialize_value={"shape": [2, -1, 4]})
+    lib = onnxcc.load(art.out_dir)
+    feeds = {"x": np.arange(24, dtype=np.float32).reshape(2, 12), "shape": np.array([2, -1, 4]),
+             "cshape": np.array([2, 7]), "reps": np.array([1, 2])}
+    got, want = lib.run(feeds), ort_run(sizes_model, feeds)
+    assert json.loads(art.metadata.read_text())["versions"][lib.last_version]["kind"] == "value"
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])

@@ -23,6 +23,9 @@ def compile_flags(fn):
                   help="add a version compiled for this value of a small input (a scalar or 1-D: "
                        "shape=2,3,4); `;` separates values (shape=2,3,4;4,6,1 or sr=16000;shape=2,3,4); "
                        "repeatable; several inputs combine")
+    @click.option("--value-symbols", is_flag=True,
+                  help="bind the elements of size-only int64 inputs (Reshape's shape, ConstantOfShape's, "
+                       "Tile's repeats) to symbols read from their data at each call: one generic version")
     @click.option("--no-specialize-one", is_flag=True, help="no `SYM == 1` versions for broadcast symbols")
     @click.option("--divisible", type=click.IntRange(min=0), default=None, metavar="K",
                   help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
@@ -44,10 +47,9 @@ def compile_flags(fn):
     @click.option("--no-fuse", is_flag=True, help="no kernel-level fusion (one compute per lowered op)")
     @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
     @functools.wraps(fn)
-    def wrapper(*args, name, dims, specs, value_specs, no_specialize_one, divisible, max_versions, target, cuda_arch,
-                triple,
-                cpu_name,
-                features, no_parallel, no_fuse, opt, bucket_specs, trace, max_buckets, **kwargs):
+    def wrapper(*args, name, dims, specs, value_specs, value_symbols, no_specialize_one, divisible, max_versions,
+                target, cuda_arch, triple, cpu_name, features, no_parallel, no_fuse, opt, bucket_specs, trace,
+                max_buckets, **kwargs):
         from ..compiler import CompileOptions
 
         options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
@@ -55,7 +57,7 @@ def compile_flags(fn):
                                  max_versions=max_versions, target=target, cuda_arch=cuda_arch, triple=triple,
                                  cpu=cpu_name,
                                  features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse,
-                                 specialize_value=parse_value_specs(value_specs))
+                                 specialize_value=parse_value_specs(value_specs), value_symbols=value_symbols)
         buckets, auto = parse_buckets(bucket_specs)
         check_within_dims(options.dims, options.specialize, "--specialize")
         check_within_dims(options.dims, buckets, "--bucket")

@@ -142,6 +142,9 @@ class ArtifactSpec:
     -> their upper bound over the input symbols: the dispatcher binds the symbol to the
     bound (outputs are allocated for it), the kernel writes the true value back into its
     `syms` slot, and `NAME_output_dims` reports it after the run"""
+    data_dims: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """symbols read from an input's data (a size-only int64 input, passes/value_symbols.py):
+    symbol -> (input index, element); bound by the dispatcher before any kernel runs"""
     version_dims: dict[str, list[Any]] = field(default_factory=dict)
     """version-determined symbols (an output dim the chosen value version fixes) -> their
     value per version (None: left as bound); set by the dispatcher once it picked a version"""
@@ -183,6 +186,14 @@ class ArtifactSpec:
             for d in per:
                 if d is not None:
                     _check_symbols(d, known - set(self.version_dims), f"version-determined symbol {name}")
+        for name, (i, j) in self.data_dims.items():
+            if name not in known:
+                raise ValueError(f"data-bound symbol {name} is not a declared symbol")
+            t = self.inputs[i] if 0 <= i < len(self.inputs) else None
+            if t is None or t.dtype is not DType.i64 or t.rank != 1 or not (isinstance(t.shape[0], int)
+                                                                            and 0 <= j < t.shape[0]):
+                raise ValueError(f"data-bound symbol {name}: input {i} element {j} is not an element of a "
+                                 "static 1-D i64 input")
         for k, v in enumerate(self.versions):
             for g in v.value_guards:
                 if not 0 <= g.input < len(self.inputs) or self.inputs[g.input].name != g.name:

@@ -249,7 +249,7 @@ def _plan(spec: ArtifactSpec) -> _Plan:
             changed = True
     # run-determined symbols are bound to their upper bound after the others (see _run_dims_doc)
     missing = [s.name for s in spec.symbols if s.name not in bound and s.name not in spec.run_dims
-               and s.name not in spec.version_dims]
+               and s.name not in spec.version_dims and s.name not in spec.data_dims]
     if missing:
         raise CompileError(
             f"artifact {spec.name}: symbol(s) {', '.join(missing)} cannot be determined from the input "
@@ -481,6 +481,7 @@ static const int32_t devices[] = {{{devices}}};
         out.append("  /* bind each symbol where it first appears, then check its range at once */")
         for b in self.plan.bindings:
             out += self.binding(b)
+        out += self.data_bindings()
         out.append("  /* every other input dim must agree with the bound symbols */")
         for i, j, d in self.plan.checks:
             out += self.dim_check(i, j, d)
@@ -504,6 +505,26 @@ static const int32_t devices[] = {{{devices}}};
             out.append(f"  if (!{cond}) {msg.fail(self.code('ERR_CONSTRAINT'))}")
         out += ["  return 0;", "}"]
         return "\n".join(out)
+
+    def data_bindings(self) -> list[str]:
+        """Symbols read from an int64 input's data (value symbols), range-checked at once."""
+        s = self.spec
+        if not s.data_dims:
+            return []
+        if "kDLCPU" not in self.target.devices or self.target.shape_devices is not None:
+            raise CompileError(f"artifact {s.name}: symbols read from input data need a target whose "
+                               f"dispatcher reads host memory (--target cpu), not {s.target}")
+        out = ["  /* symbols read from the data of size inputs, before any kernel runs */"]
+        for name, (i, j) in s.data_dims.items():
+            info = s.symbols[s.symbol_index()[name]]
+            var = self.names[name]
+            out.append(f"  {var} = ((const int64_t *)((const char *)inputs[{i}].data + "
+                       f"inputs[{i}].byte_offset))[{j}];")
+            msg = _Msg(f'input "{s.inputs[i].name}" element {j}: {name} = ').value(var)
+            msg.text(f", out of range [{info.lo}, {info.hi}] (sizes only; compile a version for this value "
+                     f"with --specialize-value {s.inputs[i].name}=...)")
+            out.append(f"  if ({var} < {info.lo} || {var} > {info.hi}) " + msg.fail(self.code("ERR_SHAPE")))
+        return out
 
     def binding(self, b: _Binding) -> list[str]:
         info = self.spec.symbols[b.index]

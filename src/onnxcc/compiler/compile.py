@@ -140,6 +140,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
     backend fills in its target fields (`Backend.describe`)."""
     from ..codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+    from ..passes.value_symbols import value_symbols_of
     from .value_versions import generic_function, output_signature, value_guards, version_guard_text
 
     module = kmod.graph
@@ -170,6 +171,8 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
             "dropped_versions": list(module.attrs.get("dropped_versions", []))}
     spec = ArtifactSpec(name, inputs, outputs, list(module.symbols) + extra_symbols, constraints, versions,
                         backend.name, "", meta, version_dims=version_dims)
+    names = [t.name for t in inputs]
+    spec.data_dims = {s: (names.index(i), k) for s, (i, k) in value_symbols_of(generic).items()}
     # run-determined dims (control flow): the generic version's bounds
     spec.run_dims = dict(kmod.versions[-1].program.run_dims)
     return spec

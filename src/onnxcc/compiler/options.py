@@ -46,6 +46,9 @@ class CompileOptions:
     #: several inputs combine (one version per combination). `{"sr": 16000}`, `{"shape": [2, 3, 4]}`
     #: or a numpy array are one value each (normalized on construction)
     specialize_value: dict[str, list[list]] = field(default_factory=dict)
+    #: bind the elements of size-only 1-D int64 inputs (Reshape's shape, ConstantOfShape's,
+    #: Tile's repeats) to symbols the dispatcher reads from the data: one generic version
+    value_symbols: bool = False
 
     def __post_init__(self):
         self.specialize_value = normalize_values(self.specialize_value)

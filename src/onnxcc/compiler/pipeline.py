@@ -18,6 +18,7 @@ from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
 from ..passes.specialize import SpecializePass
 from ..passes.specialize_value import SpecializeValuePass, format_value_text
+from ..passes.value_symbols import ValueSymbolsPass
 from .options import PIPELINE_STAGES, CompileOptions
 
 
@@ -30,6 +31,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
+        # --value-symbols: size-only int64 inputs become symbols read from their data at dispatch
+        *((("ir", ValueSymbolsPass(skip="|".join(options.specialize_value))),) if options.value_symbols else ()),
         # drop symbols only an earlier inference round of a region body used (before versioning:
         # the dispatcher could not bind them)
         ("ir", PruneSymbolsPass()),

@@ -70,7 +70,8 @@ def output_signature(module: Module, kmod, generic: Function, out_names: list[st
     dispatcher sets per version."""
     versions = [v.function for v in kmod.versions]
     n = len(versions)
-    bound = {s.name for p in generic.params for s in p.type.symbols()}
+    bound = ({s.name for p in generic.params for s in p.type.symbols()}
+             | {item.partition("=")[0] for item in generic.attrs.get("value_symbols", [])})
     built_generic = any(f is generic for f in versions)
     run_dims = set(kmod.versions[-1].program.run_dims)
     shapes: list[tuple] = []

@@ -45,7 +45,8 @@ class _Lowerer:
         self.target: dict[int, Buffer] = {}
         self.depth = 0  # region nesting
         self.set_syms: dict[str, SetSymbol] = {}  # run-determined symbol -> its report, emitted last
-        self.bound = {s.name for a in f.params for s in a.type.symbols()} | {str(k) for k in f.subs}
+        self.bound = ({s.name for a in f.params for s in a.type.symbols()} | {str(k) for k in f.subs}
+                      | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
 
     def fresh(self, hint: str) -> str:
         self.counter += 1

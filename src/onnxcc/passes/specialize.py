@@ -105,7 +105,8 @@ class SpecializePass(ModulePass):
         exact_names = {c.tag for c in out}
         # 0/1 and divisibility versions only for symbols the input shapes bind (a dim known
         # only from data, e.g. a Reshape target read from an input, cannot be guarded on)
-        bound = {s.name for p in f.params for s in p.type.symbols()}
+        bound = ({s.name for p in f.params for s in p.type.symbols()}
+                 | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
         if self.one:
             for name in sorted(broadcast_symbols(f) & bound):
                 if table[name].lo <= 1 and f"{name}1" not in exact_names:

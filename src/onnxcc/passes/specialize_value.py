@@ -206,7 +206,8 @@ def small_inputs(f: Function) -> list[int]:
 
 def unbound_symbols(f: Function) -> set[str]:
     """Symbols in f's result types that no parameter's shape binds (data-dependent dims)."""
-    bound = {s.name for p in f.params for s in p.type.symbols()} | {str(k) for k in f.subs}
+    bound = ({s.name for p in f.params for s in p.type.symbols()} | {str(k) for k in f.subs}
+             | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
     found = set()
     for op in f.walk():
         for r in op.results:
