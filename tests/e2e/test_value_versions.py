@@ -201,6 +201,7 @@ def test_value_symbols_one_generic_version_serves_every_value(sizes_model, tmp_p
     meta = json.loads(art.metadata.read_text())
     assert [v["kind"] for v in meta["versions"]] == ["generic"]
     assert meta["outputs"][0]["shape"] == ["shape_0", "shape_1", "shape_2"]
+    assert meta["data_dims"]["shape_1"] == {"input": "shape", "element": 1}
     lib = onnxcc.load(art.out_dir)
     rng = np.random.default_rng(2)
     for n, sh, cs, reps in ((2, [2, 3, 4], [3, 5], [2, 1]), (3, [9, 4, 1], [1, 32], [1, 3]),
