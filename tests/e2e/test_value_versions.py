@@ -229,3 +229,21 @@ def test_value_symbols_leave_inputs_with_value_versions_alone(sizes_model, tmp_p
     assert json.loads(art.metadata.read_text())["versions"][lib.last_version]["kind"] == "value"
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_device_targets_refuse_value_guards():
+    """A CUDA dispatcher cannot read device memory: value guards are refused at link time."""
+    import sympy
+
+    from onnxcc.codegen.abi import ArtifactSpec, TensorSig, ValueGuard, VersionSpec
+    from onnxcc.codegen.link import generate_dispatcher
+    from onnxcc.errors import CompileError
+    from onnxcc.ir import DType
+
+    spec = ArtifactSpec("vg", [TensorSig("k", DType.i64, (2,))], [TensorSig("y", DType.f32, (2,))], [],
+                        versions=[VersionSpec("vg_v0", sympy.true, "k == [1, 2]", {}, 0, "value",
+                                              value_guards=[ValueGuard(0, "k", 2, bytes(16), "[1, 2]")])])
+    assert "value_guard_holds(0, inputs)" in generate_dispatcher(spec)  # the CPU reads the data
+    spec.target = "cuda"
+    with pytest.raises(CompileError, match="value versions compare the input's data"):
+        generate_dispatcher(spec)

@@ -385,15 +385,15 @@ class _Dispatch:
     def __init__(self, spec: ArtifactSpec):
         spec.validate()
         self.target = target = link_target(spec)
+        if any(v.value_guards for v in spec.versions) and "kDLCPU" not in target.devices:
+            raise CompileError(f"artifact {spec.name}: value versions compare the input's data in the "
+                               f"dispatcher, which target {spec.target} cannot read (use --target cpu)")
         target.validate(spec)
         own = _DISPATCH_STATICS | target.statics | set(_api_names(spec.name, target, True))
         clash = sorted({v.symbol for v in spec.versions} & own)
         if clash or any(v.symbol.startswith("onnxcc_") for v in spec.versions):
             raise CompileError(f"artifact {spec.name}: kernel symbol(s) {clash or 'onnxcc_*'} clash with the "
                                "dispatcher's own names")
-        if any(v.value_guards for v in spec.versions) and "kDLCPU" not in target.devices:
-            raise CompileError(f"artifact {spec.name}: value versions compare the input's data in the "
-                               f"dispatcher, which target {spec.target} cannot read (use --target cpu)")
         self.spec = spec
         self.n = spec.name
         self.up = spec.name.upper()
