@@ -419,8 +419,14 @@ def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     compile_, load = getattr(onnxcc, "compile", None), getattr(onnxcc, "load", None)
     if compile_ is None or load is None:
         raise BackendUnavailable("native backend not built yet")
+    from onnxcc.compiler import CompileOptions
+    from onnxcc.compiler.value_versions import build_for_inputs
+
     with tempfile.TemporaryDirectory(prefix="onnxcc-conf-") as d:
-        compile_(model, d, name="conf_case")
+        # as `onnxcc run --inputs` does: when shapes depend on input values, value versions
+        # for the case's values
+        build_for_inputs(lambda o: compile_(model, d, **{**o.__dict__, "name": "conf_case"}), CompileOptions(),
+                         lambda names: dict(zip(names, inputs)) if len(names) == len(inputs) else None)
         lib = load(d)
         # the runtime passes bf16 as its uint16 bits; the cases hold ml_dtypes.bfloat16 arrays
         bf16 = next((x.dtype for x in inputs if x.dtype.name == "bfloat16"), None)

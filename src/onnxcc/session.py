@@ -11,6 +11,11 @@ background thread while calls keep being served by the generic version, and late
 of that class switch to it. Every artifact goes through the cache, keyed by the model's
 content, onnxcc's version, the target and every flag, plus the specialisation's guard.
 
+A model whose shapes depend on some inputs' values (a Reshape target, Slice starts read
+from an input) has no generic version: the session then builds, on the first call with each
+new value of those inputs, an artifact with a value version for it (synchronously: nothing
+else could serve the call), at most `max_specializations` of them.
+
 `ONNXCC_LOG=recompiles` logs every miss: the shape, the version that served it, and the
 guards that failed.
 """
@@ -28,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .compiler import CompileOptions, compile_cached
+from .compiler.value_versions import ValueDependentError, values_flag, with_values
 from .errors import OnnxccError
 from .runtime import load
 from .runtime.cache import ArtifactCache
@@ -69,7 +75,15 @@ class Session:
         self._special: dict[tuple, object] = {}    # shape class -> CompiledModel
         self._pending: set[tuple] = set()  # shape classes being compiled
         self._pool = ThreadPoolExecutor(max_workers=1) if background else None
-        self.base = self._build(self.options, None)
+        #: value-dependent shapes: the inputs whose values pick the artifact, and those artifacts
+        self.value_inputs: list[str] = []
+        self._by_value: dict[tuple, object] = {}
+        try:
+            self.base = self._build(self.options, None)
+        except ValueDependentError as e:  # no generic version: one artifact per value, on demand
+            self.base, self.value_inputs, self._input_names = None, e.inputs, e.all_inputs
+            return
+        self._input_names = [t["name"] for t in self.base.inputs]
         self._bare = [self._bare_symbols(t["shape"]) for t in self.base.inputs]
         self._symbol_names = [s["name"] for s in self.base.meta["symbols"]]
 
@@ -111,11 +125,43 @@ class Session:
         return compiled
 
     # ---- serving -----------------------------------------------------------------------------
+    def _value_model(self, arrays: list):
+        """The artifact whose value versions serve these inputs' values (built on a miss)."""
+        feeds = dict(zip(self._input_names, arrays))
+        key = tuple((n, np.asarray(feeds[n]).dtype.str, np.asarray(feeds[n]).tobytes()) for n in self.value_inputs)
+        with self._lock:
+            model = self._by_value.get(key)
+        if model is not None:
+            with self._lock:
+                self.stats.hits += 1
+            return model
+        if len(self._by_value) >= self.max_specializations:
+            raise OnnxccError(f"the shapes depend on the value of {', '.join(self.value_inputs)} and this session "
+                              f"already built {len(self._by_value)} value versions (max_specializations)")
+        opts = with_values(self.options, self.value_inputs, feeds)
+        if _log_enabled("recompiles"):
+            sys.stderr.write(f"onnxcc: specialising on the value of {', '.join(self.value_inputs)} "
+                             f"({values_flag(opts, self.value_inputs)})\n")
+        model = self._build(opts, None)
+        with self._lock:
+            self._by_value[key] = model
+            self.stats.misses += 1
+            self.stats.specialized.append({n: opts.specialize_value[n][-1] for n in self.value_inputs})
+        return model
+
     def run(self, inputs) -> dict[str, np.ndarray]:
-        names = [t["name"] for t in self.base.inputs]
+        names = self._input_names
         arrays = [inputs[n] for n in names] if isinstance(inputs, dict) else list(inputs)
         if len(arrays) != len(names):
             raise OnnxccError(f"expected {len(names)} inputs ({', '.join(names)}), got {len(arrays)}")
+        if self.base is None:
+            model = self._value_model(arrays)
+            t0 = time.perf_counter()
+            out = model.run(arrays)
+            with self._lock:
+                self.stats.calls += 1
+                self.stats.run_seconds += time.perf_counter() - t0
+            return out
         key = self.shape_class(arrays)
         with self._lock:
             model = self._special.get(key, self.base)

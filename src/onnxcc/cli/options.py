@@ -19,6 +19,13 @@ def compile_flags(fn):
     @click.option("--dim", "dims", multiple=True, metavar="SYM=LO:HI", help="narrow a symbol's range; repeatable")
     @click.option("--specialize", "specs", multiple=True, metavar="SYM=V[,V...]",
                   help="add exact versions with SYM fixed to each value; repeatable")
+    @click.option("--specialize-value", "value_specs", multiple=True, metavar="INPUT=V[,V...][;V,...]",
+                  help="add a version compiled for this value of a small input (a scalar or 1-D: "
+                       "shape=2,3,4); `;` separates values (shape=2,3,4;4,6,1 or sr=16000;shape=2,3,4); "
+                       "repeatable; several inputs combine")
+    @click.option("--value-symbols", is_flag=True,
+                  help="bind the elements of size-only int64 inputs (Reshape's shape, ConstantOfShape's, "
+                       "Tile's repeats) to symbols read from their data at each call: one generic version")
     @click.option("--no-specialize-one", is_flag=True, help="no `SYM == 1` versions for broadcast symbols")
     @click.option("--divisible", type=click.IntRange(min=0), default=None, metavar="K",
                   help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
@@ -45,16 +52,17 @@ def compile_flags(fn):
     @click.option("--no-fuse", is_flag=True, help="no kernel-level fusion (one compute per lowered op)")
     @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
     @functools.wraps(fn)
-    def wrapper(*args, name, dims, specs, no_specialize_one, divisible, max_versions, target, cuda_arch, triple,
-                cpu_name, cpu_versions, cc,
-                features, no_parallel, no_fuse, opt, bucket_specs, trace, max_buckets, **kwargs):
+    def wrapper(*args, name, dims, specs, value_specs, value_symbols, no_specialize_one, divisible, max_versions,
+                target, cuda_arch, triple, cpu_name, cpu_versions, cc, features, no_parallel, no_fuse, opt,
+                bucket_specs, trace, max_buckets, **kwargs):
         from ..compiler import CompileOptions
 
         options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
                                  specialize_one=not no_specialize_one, divisible=divisible,
                                  max_versions=max_versions, target=target, cuda_arch=cuda_arch, triple=triple,
                                  cpu=cpu_name,
-                                 features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse)
+                                 features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse,
+                                 specialize_value=parse_value_specs(value_specs), value_symbols=value_symbols)
         if cc is not None:
             if not cc.strip():
                 raise click.UsageError("--cc: expected a C compiler, e.g. --cc gcc or --cc 'clang -O2'")
@@ -125,6 +133,46 @@ def parse_specs(items) -> dict[str, list[int]]:
             raise OnnxccError(f"--specialize {item!r}: expected SYM=V[,V...] (V >= 0), e.g. batch=1") from None
     # a value given twice is one version, not two identical ones
     return {k: sorted(set(v)) for k, v in out.items()}
+
+
+def parse_value_specs(items) -> dict[str, list[list]]:
+    """['shape=2,3,4;4,6,1', 'sr=16000'] -> {'shape': [[2, 3, 4], [4, 6, 1]], 'sr': [[16000]]}.
+
+    Each `;`-separated piece is `INPUT=V,V,...` or, without `=`, one more value of the input
+    named before it; `INPUT=` (or `INPUT=[]`) is the empty value; brackets are optional."""
+    out: dict[str, list[list]] = {}
+    for item in items:
+        name = None
+        for piece in item.split(";"):
+            piece = piece.strip()
+            if not piece:
+                continue
+            if "=" in piece:
+                name, _, vals = piece.partition("=")
+                name = name.strip()
+            else:
+                vals = piece
+            try:
+                if not name:
+                    raise ValueError
+                body = vals.strip().removeprefix("[").removesuffix("]")
+                value = [_number(v) for v in body.split(",")] if body.strip() else []
+            except ValueError:
+                raise OnnxccError(f"--specialize-value {item!r}: expected INPUT=V[,V...] with numbers "
+                                  "(e.g. shape=2,3,4 or sr=16000; `;` between values)") from None
+            if value not in out.setdefault(name, []):
+                out[name].append(value)
+    return out
+
+
+def _number(text: str):
+    t = text.strip()
+    if t.lower() in ("true", "false"):
+        return int(t.lower() == "true")
+    try:
+        return int(t)
+    except ValueError:
+        return float(t)
 
 
 def check_within_dims(dims: dict[str, tuple[int, int]], values: dict[str, list[int]], flag: str) -> None:

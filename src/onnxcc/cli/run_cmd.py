@@ -67,9 +67,16 @@ def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_
         origin = f"artifact {model}"
     elif model.is_file():
         from ..compiler import compile_cached
+        from ..compiler.value_versions import build_for_inputs
         from ..runtime.cache import ArtifactCache
 
-        path, hit = compile_cached(model, options, ArtifactCache(cache_dir))
+        cache = ArtifactCache(cache_dir)
+        # shapes that depend on some inputs' values (a Reshape target, Slice starts...): value
+        # versions for the values in --inputs
+        path, hit = build_for_inputs(
+            lambda o: compile_cached(model, o, cache), options,
+            lambda names: None if inputs_path is None else _read_inputs(inputs_path, names),
+            lambda line: click.echo(line, err=True))
         compiled = load(path)
         origin = f"{'cached' if hit else 'compiled'} build {path}"
     else:

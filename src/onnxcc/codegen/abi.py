@@ -30,7 +30,8 @@ from onnxcc.ir.types import DType
 Dim = int | sympy.Expr
 
 #: "one": the 0/1-rule version `SYM == 1` that passes/specialize.py makes for a symbol meeting a broadcast
-VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible")
+#: "value": a version compiled for given values of some inputs (passes/specialize_value.py)
+VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible", "value")
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -80,6 +81,21 @@ class DeviceCode:
 
 
 @dataclass
+class ValueGuard:
+    """A value version's condition on one input: its data equals `data` byte for byte."""
+
+    input: int
+    """the input's index"""
+    name: str
+    numel: int
+    """the element count the input must have"""
+    data: bytes
+    """the value, in the input's dtype, row-major"""
+    text: str
+    """the value for people: `16000`, `[2, 3, 4]`"""
+
+
+@dataclass
 class VersionSpec:
     """One compiled version: its kernel symbol and when the dispatcher may call it."""
 
@@ -103,6 +119,9 @@ class VersionSpec:
     cpu: str = ""
     """multi-ISA libraries (--cpu-versions): the LLVM CPU this version was compiled for; the
     dispatcher tries it only on a CPU with that level's features (ArtifactSpec.cpu_levels)"""
+    value_guards: list[ValueGuard] = field(default_factory=list)
+    """kind "value": the input values it was compiled for (checked on the input's data, on
+    top of `guard`)"""
 
 
 @dataclass
@@ -137,6 +156,12 @@ class ArtifactSpec:
     """NAME_build_id(), NAME.h's NAME_BUILD_ID and NAME.json's build_id carry it, so a library,
     header and metadata from different builds are told apart; build_library sets it to a digest
     of the library's inputs (link.content_build_id: the same inputs, the same id)"""
+    data_dims: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """symbols read from an input's data (a size-only int64 input, passes/value_symbols.py):
+    symbol -> (input index, element); bound by the dispatcher before any kernel runs"""
+    version_dims: dict[str, list[Any]] = field(default_factory=dict)
+    """version-determined symbols (an output dim the chosen value version fixes) -> their
+    value per version (None: left as bound); set by the dispatcher once it picked a version"""
 
     def symbol_index(self) -> dict[str, int]:
         return {s.name: k for k, s in enumerate(self.symbols)}
@@ -166,6 +191,28 @@ class ArtifactSpec:
                     _check_symbols(d, known, f'{kind} "{t.name}" dim {j}')
         for expr, origin in self.constraints:
             _check_symbols(expr, known, f"constraint from {origin or '?'}")
+        for name, per in self.version_dims.items():
+            if name not in known:
+                raise ValueError(f"version-determined symbol {name} is not a declared symbol")
+            if len(per) != len(self.versions):
+                raise ValueError(f"version-determined symbol {name}: {len(per)} values for "
+                                 f"{len(self.versions)} versions")
+            for d in per:
+                if d is not None:
+                    _check_symbols(d, known - set(self.version_dims), f"version-determined symbol {name}")
+        for name, (i, j) in self.data_dims.items():
+            if name not in known:
+                raise ValueError(f"data-bound symbol {name} is not a declared symbol")
+            t = self.inputs[i] if 0 <= i < len(self.inputs) else None
+            if t is None or t.dtype is not DType.i64 or t.rank != 1 or not (isinstance(t.shape[0], int)
+                                                                            and 0 <= j < t.shape[0]):
+                raise ValueError(f"data-bound symbol {name}: input {i} element {j} is not an element of a "
+                                 "static 1-D i64 input")
+        for k, v in enumerate(self.versions):
+            for g in v.value_guards:
+                if not 0 <= g.input < len(self.inputs) or self.inputs[g.input].name != g.name:
+                    raise ValueError(f"version {k}: value guard on input {g.input} ({g.name!r}) does not "
+                                     "name an input")
         for name, bound in self.run_dims.items():
             if name not in known:
                 raise ValueError(f"run-determined symbol {name} is not a declared symbol")

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
-from ..errors import OnnxccError
+from ..errors import CompileError, OnnxccError, UnsupportedOp
 from ..ir import Module, identifier
-from ..ir.printer import print_bool
 from ..passes import Instrument, PassContext, run_pipeline
 from . import artifact_dir
 from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
@@ -118,7 +117,12 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
 
     narrow_dims(module, options.dims)
     run_ctx = PassContext(instruments=[_StageClock(t), *ctx.instruments], options=ctx.options)
-    result = run_pipeline(module, build_pipeline(options, backend, name, emit), run_ctx)
+    try:
+        result = run_pipeline(module, build_pipeline(options, backend, name, emit), run_ctx)
+    except (CompileError, UnsupportedOp) as e:
+        from .value_versions import refuse_value_dependent
+
+        raise refuse_value_dependent(e, module) from None
     if emit in PIPELINE_STAGES:
         art.text = str(result)
         return art
@@ -146,14 +150,18 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
     backend fills in its target fields (`Backend.describe`)."""
     from ..codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+    from ..passes.value_symbols import value_symbols_of
+    from .value_versions import generic_function, output_signature, value_guards, version_guard_text
 
     module = kmod.graph
-    generic = kmod.versions[-1].function
+    generic = generic_function(module, kmod)
     out_names = (list(generic.attrs.get("outputs", []))
                  or [f"output{k}" for k in range(len(generic.result_types))])
     inputs = [TensorSig(a.name or f"input{k}", a.type.dtype, a.type.shape)
               for k, a in enumerate(generic.params)]
-    outputs = [TensorSig(n, t.dtype, t.shape) for n, t in zip(out_names, generic.result_types, strict=False)]
+    shapes, extra_symbols, version_dims = output_signature(module, kmod, generic, out_names)
+    outputs = [TensorSig(n, t.dtype, s)
+               for n, t, s in zip(out_names, generic.result_types, shapes, strict=False)]
     versions = []
     for v in kmod.versions:
         f, prog, mplan = v.function, v.program, v.plan
@@ -162,7 +170,8 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
                 if isinstance(x, int) or getattr(x, "is_Integer", False)}
         bucket = {"bucket": f.attrs["bucket"], "symbol": f.attrs["symbol"]} if kind == "bucket" else {}
         versions.append(VersionSpec(
-            symbol=prog.name, guard=f.guard, guard_text=print_bool(f.guard), subs=subs,
+            symbol=prog.name, guard=f.guard, guard_text=version_guard_text(f), subs=subs,
+            value_guards=value_guards(module, generic, f),
             workspace_bytes=mplan.workspace_bytes, kind=kind,
             info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
                   "workspace_bytes": str(mplan.workspace_bytes),
@@ -170,8 +179,10 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     constraints = [(c.expr, c.origin) for c in module.constraints]
     meta = {"options": options.cache_key(), **backend.metadata(),
             "dropped_versions": list(module.attrs.get("dropped_versions", []))}
-    spec = ArtifactSpec(name, inputs, outputs, list(module.symbols), constraints, versions, backend.name, "",
-                        meta)
+    spec = ArtifactSpec(name, inputs, outputs, list(module.symbols) + extra_symbols, constraints, versions,
+                        backend.name, "", meta, version_dims=version_dims)
+    names = [t.name for t in inputs]
+    spec.data_dims = {s: (names.index(i), k) for s, (i, k) in value_symbols_of(generic).items()}
     # run-determined dims (control flow): the generic version's bounds
     spec.run_dims = dict(kmod.versions[-1].program.run_dims)
     return spec

@@ -17,6 +17,8 @@ from ..passes.lower import LowerToKernelPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
 from ..passes.specialize import SpecializePass
+from ..passes.specialize_value import SpecializeValuePass, format_value_text
+from ..passes.value_symbols import ValueSymbolsPass
 from .options import PIPELINE_STAGES, CompileOptions
 
 
@@ -29,6 +31,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
+        # --value-symbols: size-only int64 inputs become symbols read from their data at dispatch
+        *((("ir", ValueSymbolsPass(skip="|".join(options.specialize_value))),) if options.value_symbols else ()),
         # drop symbols only an earlier inference round of a region body used (before versioning:
         # the dispatcher could not bind them)
         ("ir", PruneSymbolsPass()),
@@ -37,6 +41,10 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         ("ir", SpecializePass(exact=exact, one=options.specialize_one, divisible=k,
                               max_versions=options.max_versions)),
     ]
+    if options.specialize_value:
+        # value versions (an input folded to a given value) ahead of the others; the dispatcher
+        # compares the input's data before it picks one
+        steps.append(("ir", SpecializeValuePass(values=format_value_text(options.specialize_value))))
     if options.buckets:
         # padded bucket versions with exact masks
         steps.append(("ir", BucketizePass(buckets=format_buckets(options.buckets))))

@@ -39,6 +39,9 @@ class OpDef:
     #: operands broadcast against each other numpy-style (a dim of 1 stretches): the 0/1
     #: specialisation rule looks for symbols in such ops
     numpy_broadcast: bool = False
+    #: operands whose elements are sizes (any value >= 1 is valid): a 1-D int64 graph input
+    #: used only there may be bound to symbols at dispatch (passes/value_symbols.py)
+    size_operands: tuple[int, ...] = ()
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")

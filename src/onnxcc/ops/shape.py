@@ -172,6 +172,7 @@ def _check_symbolic_target(ctx, x: TensorType, i: int, t: Dim, allowzero: int) -
 @register("onnx.Reshape")
 class ReshapeOp(OpDef):
     arity = 2
+    size_operands = (1,)
     kind = "injective"
 
     def infer(self, ctx):
@@ -822,6 +823,7 @@ class ExpandOp(OpDef):
 @register("onnx.Tile")
 class TileOp(OpDef):
     arity = 2
+    size_operands = (1,)
 
     def infer(self, ctx):
         x = ctx.in_types[0]
@@ -918,6 +920,7 @@ def _fill_value(ctx) -> np.ndarray:
 @register("onnx.ConstantOfShape")
 class ConstantOfShapeOp(OpDef):
     arity = 1
+    size_operands = (0,)
 
     def infer(self, ctx):
         dt = DType.from_np(_fill_value(ctx).dtype)

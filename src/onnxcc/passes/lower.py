@@ -45,7 +45,8 @@ class _Lowerer:
         self.target: dict[int, Buffer] = {}
         self.depth = 0  # region nesting
         self.set_syms: dict[str, SetSymbol] = {}  # run-determined symbol -> its report, emitted last
-        self.bound = {s.name for a in f.params for s in a.type.symbols()} | {str(k) for k in f.subs}
+        self.bound = ({s.name for a in f.params for s in a.type.symbols()} | {str(k) for k in f.subs}
+                      | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
@@ -259,8 +260,20 @@ class LowerToKernelPass(ModulePass):
 
     def run(self, module: Module, ctx: PassContext) -> KernelModule:  # type: ignore[override]
         kmod = KernelModule(module)
-        for k, fname in enumerate(module.dispatch["main"]):
+        order = module.dispatch["main"]
+        # beside value versions, one that cannot be built (its shapes need the value) is dropped
+        has_values = any(module.functions[n].attrs.get("kind") == "value" for n in order)
+        kept = []
+        for fname in order:
             f = module.functions[fname]
-            prog = lower_function(module, f, f"{self.prefix}_v{k}")
+            try:
+                prog = lower_function(module, f, f"{self.prefix}_v{len(kept)}")
+            except (CompileError, UnsupportedOp) as e:
+                if not has_values or f.attrs.get("kind") == "value":
+                    raise
+                module.attrs.setdefault("dropped_versions", []).append(f"{fname.removeprefix('main.')}: {e}")
+                continue
+            kept.append(fname)
             kmod.versions.append(KernelVersion(f, prog, stats={"kernels_before": count_kernels(prog.body)}))
+        module.dispatch["main"] = kept
         return kmod

@@ -103,13 +103,17 @@ class SpecializePass(ModulePass):
                     raise OnnxccError(f"specialize: {name} = {v} is outside its range [{info.lo}, {info.hi}]")
                 out.append(Candidate(f"{name}{v}", "exact", {sym(name): v}, sympy.Eq(sym(name), v), 0))
         exact_names = {c.tag for c in out}
+        # 0/1 and divisibility versions only for symbols the input shapes bind (a dim known
+        # only from data, e.g. a Reshape target read from an input, cannot be guarded on)
+        bound = ({s.name for p in f.params for s in p.type.symbols()}
+                 | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
         if self.one:
-            for name in sorted(broadcast_symbols(f)):
+            for name in sorted(broadcast_symbols(f) & bound):
                 if table[name].lo <= 1 and f"{name}1" not in exact_names:
                     out.append(Candidate(f"{name}1", "one", {sym(name): 1}, sympy.Eq(sym(name), 1), 1))
         k = self.divisible
         if k > 1:
-            for name in sorted(innermost_symbols(f)):
+            for name in sorted(innermost_symbols(f) & bound):
                 info = table[name]
                 if info.multiple_of % k == 0 or info.hi < k:
                     continue
