@@ -48,7 +48,7 @@ DL_DTYPE = {
 
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
 _DISPATCH_STATICS = {"bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl",
-                     "run_syms_tl", "run_ok_tl"}
+                     "run_syms_tl", "run_ok_tl", "check_aliasing", "input_names", "output_names"}
 
 
 class LinkTarget:
@@ -316,7 +316,9 @@ enum {{
 
 /* Runs the model. inputs/outputs: {up}_NUM_INPUTS / {up}_NUM_OUTPUTS tensors in the
  * order listed above, {where}, compact row-major (strides NULL or compact). Outputs
- * are allocated by the caller with the shapes {n}_output_shape reports. Re-entrant and
+ * are allocated by the caller with the shapes {n}_output_shape reports. No in-place calls:
+ * an output whose memory (data + byte_offset, its shape's extent) overlaps an input's or
+ * another output's is refused with {up}_ERR_ARGS naming both tensors. Re-entrant and
  * thread-safe; each call allocates its own workspace. Returns {up}_OK or an error code. */
 {up}_API int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs);
 
@@ -578,6 +580,7 @@ static const int32_t devices[] = {{{devices}}};
                     self.sym_context(msg, d, only=True)
                 msg.text(", got ").value(f"outputs[{k}].shape[{j}]")
                 lines.append(f"  if (outputs[{k}].shape[{j}] != dims[{j}]) " + self.fail(msg, "ERR_SHAPE"))
+        lines.append("  if ((rc = check_aliasing(inputs, outputs)) != 0) return rc;")
         lines += self.select_version()
         nin, nout = max(1, len(s.inputs)), max(1, len(s.outputs))
         lines += [f"  void *in_ptrs[{nin}];", f"  void *out_ptrs[{nout}];",
@@ -603,6 +606,22 @@ static const int32_t devices[] = {{{devices}}};
                       "    run_ok_tl = 1;", "  }"]
         lines += ["  return rc;", "}"]
         return "\n".join(lines)
+
+    def aliasing_fn(self) -> str:
+        """check_aliasing: an output whose bytes overlap an input's or another output's is
+        refused (ERR_ARGS naming both); the kernels assume every output is a buffer of its own."""
+        def names(ts: list[TensorSig]) -> str:
+            return ", ".join(f'"{_c_string(t.name)}"' for t in ts) or "NULL"
+
+        s = self.spec
+        return "\n".join([
+            f"static const char *const input_names[{max(1, len(s.inputs))}] = {{{names(s.inputs)}}};",
+            f"static const char *const output_names[{max(1, len(s.outputs))}] = {{{names(s.outputs)}}};",
+            "/* outputs must not overlap inputs or each other (no in-place calls) */",
+            "static int check_aliasing(const DLTensor *inputs, const DLTensor *outputs) {",
+            f"  return onnxcc_check_overlap(inputs, {len(s.inputs)}, input_names, outputs, {len(s.outputs)}, "
+            "output_names);",
+            "}"])
 
     def select_version(self) -> list[str]:
         lines = ["  int v = -1;"]
@@ -683,7 +702,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
 {stream}{self.output_dims_api()}"""
 
     def source(self) -> str:
-        parts = [self.prelude(), self.bind_fn(), self.output_dims_fn(), self.run_fn(), self.api_fns()]
+        parts = [self.prelude(), self.bind_fn(), self.output_dims_fn(), self.aliasing_fn(), self.run_fn(),
+                 self.api_fns()]
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
