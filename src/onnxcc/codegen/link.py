@@ -200,9 +200,12 @@ class _Binding:
 
     @property
     def provenance(self) -> str:
-        if self.expr is None:
-            return f"bound by {self.where}"
-        return f"bound by {self.where} = {text(self.expr)}"
+        return f"bound by {self.source}"
+
+    @property
+    def source(self) -> str:
+        """'input "a" dim 1' (or 'input "a" dim 1 = 2*s' for a solved dim)."""
+        return self.where if self.expr is None else f"{self.where} = {text(self.expr)}"
 
 
 @dataclass
@@ -408,6 +411,20 @@ class _Dispatch:
     def ci(self, e) -> str:
         return c_int(e, self.names)
 
+    def sym_sources(self, msg: _Msg, e) -> None:
+        """' (k = 5 from input "a" dim 1; k2 = 6 from input "b" dim 0)' for the symbols of e:
+        a failed constraint names where each of its symbols was bound."""
+        index = self.spec.symbol_index()
+        syms = sorted((s.name for s in sympy.sympify(e).free_symbols), key=lambda n: index[n])
+        for k, name in enumerate(syms):
+            msg.text("; " if k else " (").text(f"{name} = ").value(self.names[name])
+            if name in self.bind:
+                msg.text(f" from {self.bind[name].source}")
+            elif name in self.spec.run_dims:
+                msg.text(" (its upper bound; determined by the run)")
+        if syms:
+            msg.text(")")
+
     def sym_context(self, msg: _Msg, e, only: bool = False) -> None:
         """' (seq = 7 bound by input "y" dim 0; ...)' for the symbols of e."""
         index = self.spec.symbol_index()
@@ -489,7 +506,7 @@ static const int32_t devices[] = {{{devices}}};
             out.append("  /* the model's own constraints */")
         for expr, origin in s.constraints:
             msg = _Msg(f"constraint {text(expr)} does not hold")
-            self.sym_context(msg, expr, only=True)
+            self.sym_sources(msg, expr)
             if origin:
                 msg.text(f", needed by {origin}")
             try:
