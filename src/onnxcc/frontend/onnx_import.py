@@ -535,7 +535,7 @@ def _constant(node: onnx.NodeProto, b: GraphBuilder) -> list[Value]:
     elif a.name == "value_ints":
         arr = np.array(list(a.ints), dtype=np.int64)
     else:
-        raise UnsupportedOp("Constant", node.domain, b.loc, f"{a.name} constants are not supported")
+        raise UnsupportedOp("Constant", node.domain, b.loc, f"Constant attribute {a.name!r} is not supported")
     return [b.const(arr, node.output[0] if node.output else "")]
 
 
