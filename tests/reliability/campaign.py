@@ -85,23 +85,59 @@ def run_one(path: str, out_dir: str) -> dict:
         return {"outcome": "internal" if internal else "refused", "detail": msg[:300]}
     except Exception as e:
         return {"outcome": "internal", "detail": f"{type(e).__name__}: {e}"[:400]}
-    try:
-        from onnxcc.testing import ort_run
+    want, oracle = _ort_outputs(path, feeds, out_dir), "onnxruntime"
+    if isinstance(want, str):  # no onnxruntime answer: onnxcc's numpy interpreter is the oracle
+        why = want
+        try:
+            from onnxcc.frontend import load_onnx
+            from onnxcc.interp import run as interp_run
 
-        want = ort_run(path, feeds)
-    except Exception:
-        return {"outcome": "ok", "detail": "onnxruntime refuses the mutant"}
+            got = interp_run(load_onnx(path), [feeds[t["name"]] for t in cm.inputs])
+            want, oracle = dict(zip(outs, got)), "the interpreter"
+        except Exception:
+            return {"outcome": "ok", "detail": f"{why}; no oracle"}
     for k, w in want.items():
         g = outs.get(k)
         if g is None or g.shape != w.shape:
-            return {"outcome": "wrong", "detail": f"{k}: shape {None if g is None else g.shape} vs ORT {w.shape}"}
+            return {"outcome": "wrong", "detail": f"{k}: shape {None if g is None else g.shape} vs {w.shape} "
+                                                  f"from {oracle}"}
         if g.dtype.kind in "fc":
-            ok = np.allclose(g.astype(np.float64), w.astype(np.float64), rtol=1e-3, atol=1e-4, equal_nan=True)
+            # normwise: float noise (a different summation order over hundreds of terms) is not
+            # a wrong result; garbage, a wrong element or a NaN where ORT has a number is
+            g64, w64 = g.astype(np.float64), w.astype(np.float64)
+            finite = np.isfinite(w64)
+            scale = max(1.0, float(np.max(np.abs(w64[finite]))) if finite.any() else 1.0)
+            same_nonfinite = np.array_equal(np.isnan(g64), np.isnan(w64)) and np.array_equal(
+                g64[~finite & ~np.isnan(w64)], w64[~finite & ~np.isnan(w64)])
+            err = float(np.max(np.abs(g64[finite] - w64[finite]))) if finite.any() else 0.0
+            ok = same_nonfinite and err <= 1e-3 * scale
         else:
             ok = np.array_equal(g, w)
         if not ok:
-            return {"outcome": "wrong", "detail": f"{k}: values differ from onnxruntime's"}
-    return {"outcome": "ok"}
+            return {"outcome": "wrong", "detail": f"{k}: values differ from {oracle}'s"}
+    return {"outcome": "ok", "detail": f"checked against {oracle}"}
+
+
+def _ort_outputs(path: str, feeds: dict, out_dir: str) -> dict | str:
+    """onnxruntime's outputs, from a forked child of its own (onnxruntime itself crashes on some
+    mutants: that is not onnxcc's finding); a string says why there are none."""
+    npz = out_dir + ".ort.npz"
+
+    def run() -> dict:
+        try:
+            from onnxcc.testing import ort_run
+
+            np.savez(npz, **ort_run(path, feeds))
+            return {"outcome": "ok"}
+        except Exception as e:
+            return {"outcome": "refused", "detail": type(e).__name__}
+
+    res = in_child(run, 300)
+    if res["outcome"] != "ok":
+        verb = {"refused": "refuses", "crash": "crashes on", "hang": "hangs on"}.get(res["outcome"], "fails on")
+        return f"onnxruntime {verb} the mutant"
+    with np.load(npz) as z:
+        return {k: z[k] for k in z.files}
 
 
 def _feeds(cm) -> dict:
