@@ -142,3 +142,19 @@ def test_cli_refusal_is_one_line(tmp_path):
     assert res.exit_code == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "num_scan_inputs" in lines[0]
+
+
+def test_input_with_a_default_end_to_end(tmp_path):
+    """Compiled: the input is an input; a dict call that leaves it out gets the initializer."""
+    import onnxcc
+
+    p = tmp_path / "m.onnx"
+    onnx.save(_input_and_initializer(8), str(p))
+    onnxcc.compile(p, tmp_path / "art", name="dflt")
+    cm = onnxcc.load(tmp_path / "art")
+    assert [t["name"] for t in cm.inputs] == ["x", "w"]
+    x = np.zeros(2, np.float32)
+    np.testing.assert_array_equal(cm.run({"x": x})["y"], [1, 2])  # the default
+    np.testing.assert_array_equal(cm.run({"x": x, "w": np.full(2, 5, np.float32)})["y"], [5, 5])
+    with pytest.raises(Exception, match="takes 2 inputs"):
+        cm.run([x])  # positional calls give every input

@@ -106,6 +106,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
 
     t0 = time.perf_counter()
     module = load_module(model)
+    defaults = _take_input_defaults(module)
     name = identifier(options.name or _default_name(model, module))
     step("import", time.perf_counter() - t0)
     out = Path(out_dir)
@@ -129,7 +130,39 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     step("link", time.perf_counter() - t0)
     art.library, art.header, art.metadata = lib, out / f"{name}.h", out / f"{name}.json"
     _record_timings(art)
+    _record_input_defaults(art, defaults)
     return art
+
+
+def _take_input_defaults(module: Module) -> dict:
+    """The overridable inputs' defaults (the importer keeps them as weights no op reads),
+    taken out of the module: they are data for the loader, not part of the build."""
+    from ..frontend.onnx_import import DEFAULT_PREFIX
+
+    out = {}
+    for n in module.attrs.get("input_defaults", []):
+        arr = module.weights.pop(DEFAULT_PREFIX + n, None)
+        if arr is not None:
+            out[n] = arr
+    return out
+
+
+def _record_input_defaults(art: Artifact, defaults: dict) -> None:
+    """NAME.defaults.npz beside the library, named (with its sha256) in NAME.json: an input
+    named like an initializer (IR >= 4) takes it when the caller gives none (the loader)."""
+    import json
+
+    import numpy as np
+
+    from ..digest import file_sha256
+
+    if not defaults or not (art.metadata and art.metadata.exists()):
+        return
+    f = art.out_dir / f"{art.name}.defaults.npz"
+    np.savez(f, **defaults)
+    meta = json.loads(art.metadata.read_text())
+    meta["input_defaults"] = {"file": f.name, "sha256": file_sha256(f), "names": sorted(defaults)}
+    art.metadata.write_text(json.dumps(meta, indent=2))
 
 
 def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):

@@ -45,6 +45,9 @@ from .validate import validate_model
 MIN_OPSET = 1
 #: constants with up to this many elements are stored inline in the IR, larger ones as weights
 INLINE_MAX = 64
+#: an overridable input's default (its initializer) is `module.weights[DEFAULT_PREFIX + name]`,
+#: the names listed in `module.attrs["input_defaults"]`; compile writes them beside the library
+DEFAULT_PREFIX = "default:"
 
 ModelSource = str | os.PathLike | bytes | bytearray | onnx.ModelProto
 
@@ -192,6 +195,11 @@ class _Importer:
             if vi.name in b.scope:
                 raise ImportError_(f"{self.what}: graph input {vi.name!r} is declared twice")
             b.scope[vi.name] = body.add_arg(self.value_info_type(vi, f'input "{vi.name}"'), vi.name)
+        for t in g.initializer:
+            if t.name in overridable:
+                self.module.weights[DEFAULT_PREFIX + t.name] = self.tensor(t, f'initializer "{t.name}"')
+        if overridable:
+            self.module.attrs["input_defaults"] = [vi.name for vi in inputs if vi.name in overridable]
         b.build(g, skip_initializers=overridable)
         outs = [b.lookup(o.name, f'graph output "{o.name}"') for o in g.output]
         for o, v in zip(g.output, outs):

@@ -237,6 +237,7 @@ class CompiledModel:
         self._version_info = self._fn("version_info", ctypes.c_char_p, [ctypes.c_int])
         self._last_version = self._fn("last_version", ctypes.c_int, [])
         self._output_dims = None  # NAME_output_dims, bound on first use (only some artifacts have it)
+        self._defaults: dict | None = None  # input_defaults(), read on first use
         self._setup_fast_path()
 
     def _setup_fast_path(self) -> None:
@@ -265,6 +266,30 @@ class CompiledModel:
         self._output_shape_fast = self.lib[f"{self.name}_output_shape"]
         self._output_shape_fast.restype = ctypes.c_int
         self._scratch = _Scratch(len(self.inputs), len(self.outputs), KDL_CPU)
+
+    @property
+    def _defaults_names(self) -> list[str]:
+        return list((self.meta.get("input_defaults") or {}).get("names", []))
+
+    def input_defaults(self) -> dict[str, np.ndarray]:
+        """The defaults of the inputs named like an initializer (ONNX IR >= 4: the caller may
+        override them; a dict call that leaves one out gets its default). Read from
+        NAME.defaults.npz, checked against the sha256 NAME.json records."""
+        if self._defaults is None:
+            info = self.meta.get("input_defaults") or {}
+            if not info:
+                self._defaults = {}
+                return self._defaults
+            name = info.get("file", "")
+            path = self.path.parent / name
+            if not isinstance(name, str) or "/" in name or not path.is_file():
+                raise ArtifactError(f"{self.name}: input defaults file {name!r} not found beside the library")
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            if digest != info.get("sha256"):
+                raise ArtifactError(f"{path}: sha256 does not match {self.name}.json's (modified or replaced)")
+            with np.load(path, allow_pickle=False) as z:
+                self._defaults = {k: z[k] for k in z.files}
+        return self._defaults
 
     def _fn(self, suffix: str, restype, argtypes):
         f = getattr(self.lib, f"{self.name}_{suffix}")
@@ -306,6 +331,10 @@ class CompiledModel:
                 raise GuardError(f"model {self.name} has no input(s) {', '.join(unknown)}; "
                                  f"inputs are {names}")
             missing = [n for n in names if n not in inputs]
+            if missing and set(missing) <= set(self._defaults_names):
+                defaults = self.input_defaults()
+                inputs = {**inputs, **{n: defaults[n] for n in missing}}
+                missing = []
             if missing:
                 raise GuardError(f"missing input(s) {', '.join(missing)} of model {self.name}")
             return [inputs[n] for n in names]
