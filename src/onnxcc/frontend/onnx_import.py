@@ -472,8 +472,14 @@ class GraphBuilder:
             g = self._need(by_name, "body", node)
             inputs = [self.lookup(n, where) for n in node.input]
             n_scan = int(attrs.get("num_scan_inputs", 0))
+            if not 1 <= n_scan <= len(inputs):
+                raise ImportError_(f'{self.imp.what}: node "{self.loc}" (Scan): num_scan_inputs {n_scan} out of '
+                                   f"range [1, {len(inputs)}] (the node has {len(inputs)} inputs)")
             n_state = len(inputs) - n_scan
             axes = list(attrs.get("scan_input_axes", [0] * n_scan))
+            if len(axes) != n_scan:
+                raise ImportError_(f'{self.imp.what}: node "{self.loc}" (Scan): scan_input_axes has {len(axes)} '
+                                   f"entries for {n_scan} scan inputs")
             types = [v.type for v in inputs[:n_state]]
             for v, ax in zip(inputs[n_state:], axes):
                 ax = ax + v.type.rank if ax < 0 else ax

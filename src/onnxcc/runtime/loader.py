@@ -423,7 +423,7 @@ class CompiledModel:
                 if rc:
                     self._check(rc)
                 shape = tuple(sc.tmp[:self._out_ranks[k]])
-            a = np.empty(shape, self._out_np[k])
+            a = self._empty(k, shape, self._out_np[k])
             nd = len(shape)
             ow[j] = _data_ptr(a)
             ow[j + 2] = self._out_tags[k] | nd
@@ -441,8 +441,7 @@ class CompiledModel:
     def _run_portable(self, inputs) -> dict[str, np.ndarray]:
         """run() through _Tensors: CUDA artifacts, and hosts where _WORD_LAYOUT fails."""
         ins = self._in_tensors(inputs)
-        outs = [np.empty(self._shape(ins, k), dtype=DTYPES[t["dtype"]][0])
-                for k, t in enumerate(self.outputs)]
+        outs = [self._empty(k, self._shape(ins, k), DTYPES[t["dtype"]][0]) for k, t in enumerate(self.outputs)]
         if self._cuda:  # copy to the device, run there, copy back
             from .cuda_device import driver
 
@@ -456,6 +455,15 @@ class CompiledModel:
         o = _Tensors(outs, [t["dtype"] for t in self.outputs])
         self._check(self._run(ins.array, len(ins), o.array, len(o)))
         return {t["name"]: self._trim(k, a) for k, (t, a) in enumerate(zip(self.outputs, outs))}
+
+    def _empty(self, k: int, shape: tuple, dtype) -> np.ndarray:
+        """Output k's array; an allocation the machine cannot make is the caller's error, named."""
+        try:
+            return np.empty(shape, dtype)
+        except (MemoryError, ValueError) as e:
+            nbytes = np.dtype(dtype).itemsize * int(np.prod([int(d) for d in shape], dtype=object))
+            raise RuntimeCallError(f'output "{self.outputs[k]["name"]}" of shape {list(shape)} ({nbytes} bytes) '
+                                   f"cannot be allocated: {type(e).__name__}", self.codes.get("ERR_ALLOC", 7)) from None
 
     def _trim(self, k: int, a: np.ndarray) -> np.ndarray:
         """An output with run-determined dims (NAME.h: allocated for the upper bound, valid in
