@@ -73,6 +73,15 @@ def test_python_partial_and_output_overlaps_are_refused(art):
     np.testing.assert_allclose(y, a + a)
 
 
+def test_python_read_only_output_is_refused(art):
+    m = onnxcc.load(art)
+    a, b = _ab()
+    frozen = np.frombuffer(bytes(a.nbytes), np.float32).reshape(a.shape)  # memory of a bytes object
+    with pytest.raises(ValueError, match="output 0 is a read-only array"):
+        m.run_raw([a, b], [frozen, np.empty_like(a)])
+    assert not frozen.any()
+
+
 C_DRIVER = r"""
 #include <stdio.h>
 #include <stdint.h>

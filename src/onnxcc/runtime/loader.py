@@ -495,6 +495,9 @@ class CompiledModel:
         for a in [*inputs, *outputs]:
             if not a.flags.c_contiguous:
                 raise ValueError("run_raw needs C-contiguous arrays")
+        for k, a in enumerate(outputs):
+            if not a.flags.writeable:  # e.g. np.frombuffer over bytes: the run would write into them
+                raise ValueError(f"run_raw: output {k} is a read-only array")
         ins, outs = _Tensors(list(inputs)), _Tensors(list(outputs))
         return self._run(ins.array, len(ins), outs.array, len(outs))
 
