@@ -329,7 +329,8 @@ def test_symbol_out_of_range(toy):
 def test_violated_constraint(toy):
     rc, msg = _raw(toy, toy_inputs(14))
     assert rc == 5
-    assert msg == 'constraint N % 7 != 0 does not hold (N = 14), needed by node "Reshape_5": split into heads'
+    assert msg == ('constraint N % 7 != 0 does not hold (N = 14 from input "x" dim 0), needed'
+                   ' by node "Reshape_5": split into heads')
 
 
 def test_wrong_output_shape(toy):

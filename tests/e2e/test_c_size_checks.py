@@ -2,7 +2,8 @@
 size overflows int64, or whose workspace size does, is refused with an error code and a
 message naming it, never wrapped into a small size; data == NULL is refused for a tensor
 with elements. Driven from C on the transformer sample (x: f32[batch, seq, 256], batch and
-seq in [1, 2**31 - 1]) with dummy data pointers: a refusal never reads them. Constants that
+seq in [1, 2**31 - 1]) with dummy data pointers (far enough apart not to overlap): a refusal
+never reads them. Constants that
 do not fit int64 are refused when the library is built."""
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ int main(int argc, char **argv) {
   DLTensor t[2];
   memset(t, 0, sizeof t);
   for (int k = 0; k < 2; k++) {
-    t[k].data = atoi(argv[3]) ? NULL : dummy; t[k].device.device_type = kDLCPU; t[k].ndim = 3;
+    /* y's dummy address lies 2**44 bytes past x's, so the two never overlap (nor alias) */
+    t[k].data = atoi(argv[3]) ? NULL : (void *)((uintptr_t)dummy + ((uintptr_t)k << 44));
+    t[k].device.device_type = kDLCPU; t[k].ndim = 3;
     t[k].dtype.code = kDLFloat; t[k].dtype.bits = 32; t[k].dtype.lanes = 1; t[k].shape = shape;
   }
   int rc = transformer_run(&t[0], 1, &t[1], 1);

@@ -54,7 +54,8 @@ DL_DTYPE = {
 _DISPATCH_STATICS = {"sig_in_infos", "sig_out_infos", "cpu_check", "cpu_missing", "cpu_masked", "cpu_state",
                      "cpu_missing_name", "cpu_level", "cpu_level_state", "cpu_forced", "cpu_level_test",
                      "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl", "run_syms_tl",
-                     "run_ok_tl", "select_version", "value_guard_holds"}
+                     "run_ok_tl", "select_version", "value_guard_holds",
+                     "check_aliasing", "input_names", "output_names"}
 
 
 class LinkTarget:
@@ -206,9 +207,12 @@ class _Binding:
 
     @property
     def provenance(self) -> str:
-        if self.expr is None:
-            return f"bound by {self.where}"
-        return f"bound by {self.where} = {text(self.expr)}"
+        return f"bound by {self.source}"
+
+    @property
+    def source(self) -> str:
+        """'input "a" dim 1' (or 'input "a" dim 1 = 2*s' for a solved dim)."""
+        return self.where if self.expr is None else f"{self.where} = {text(self.expr)}"
 
 
 @dataclass
@@ -325,7 +329,9 @@ enum {{
 
 /* Runs the model. inputs/outputs: {up}_NUM_INPUTS / {up}_NUM_OUTPUTS tensors in the
  * order listed above, {where}, compact row-major (strides NULL or compact). Outputs
- * are allocated by the caller with the shapes {n}_output_shape reports. Re-entrant and
+ * are allocated by the caller with the shapes {n}_output_shape reports. No in-place calls:
+ * an output whose memory (data + byte_offset, its shape's extent) overlaps an input's or
+ * another output's is refused with {up}_ERR_ARGS naming both tensors. Re-entrant and
  * thread-safe; each call allocates its own workspace. Returns {up}_OK or an error code. */
 {up}_API int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs);
 
@@ -449,6 +455,20 @@ class _Dispatch:
     def ci(self, e) -> str:
         return c_int(e, self.names)
 
+    def sym_sources(self, msg: _Msg, e) -> None:
+        """' (k = 5 from input "a" dim 1; k2 = 6 from input "b" dim 0)' for the symbols of e:
+        a failed constraint names where each of its symbols was bound."""
+        index = self.spec.symbol_index()
+        syms = sorted((s.name for s in sympy.sympify(e).free_symbols), key=lambda n: index[n])
+        for k, name in enumerate(syms):
+            msg.text("; " if k else " (").text(f"{name} = ").value(self.names[name])
+            if name in self.bind:
+                msg.text(f" from {self.bind[name].source}")
+            elif name in self.spec.run_dims:
+                msg.text(" (its upper bound; determined by the run)")
+        if syms:
+            msg.text(")")
+
     def sym_context(self, msg: _Msg, e, only: bool = False) -> None:
         """' (seq = 7 bound by input "y" dim 0; ...)' for the symbols of e."""
         index = self.spec.symbol_index()
@@ -532,7 +552,7 @@ static const int32_t devices[] = {{{devices}}};
             out.append("  /* the model's own constraints */")
         for expr, origin in s.constraints:
             msg = _Msg(f"constraint {text(expr)} does not hold")
-            self.sym_context(msg, expr, only=True)
+            self.sym_sources(msg, expr)
             if origin:
                 msg.text(f", needed by {origin}")
             try:
@@ -646,6 +666,7 @@ static const int32_t devices[] = {{{devices}}};
                     self.sym_context(msg, d, only=True)
                 msg.text(", got ").value(f"outputs[{k}].shape[{j}]")
                 lines.append(f"  if (outputs[{k}].shape[{j}] != dims[{j}]) " + self.fail(msg, "ERR_SHAPE"))
+        lines.append("  if ((rc = check_aliasing(inputs, outputs)) != 0) return rc;")
         nin, nout = max(1, len(s.inputs)), max(1, len(s.outputs))
         lines += [f"  void *in_ptrs[{nin}];", f"  void *out_ptrs[{nout}];",
                   "  (void)in_ptrs; (void)out_ptrs;"]
@@ -670,6 +691,22 @@ static const int32_t devices[] = {{{devices}}};
                       "    run_ok_tl = 1;", "  }"]
         lines += ["  return rc;", "}"]
         return "\n".join(lines)
+
+    def aliasing_fn(self) -> str:
+        """check_aliasing: an output whose bytes overlap an input's or another output's is
+        refused (ERR_ARGS naming both); the kernels assume every output is a buffer of its own."""
+        def names(ts: list[TensorSig]) -> str:
+            return ", ".join(f'"{_c_string(t.name)}"' for t in ts) or "NULL"
+
+        s = self.spec
+        return "\n".join([
+            f"static const char *const input_names[{max(1, len(s.inputs))}] = {{{names(s.inputs)}}};",
+            f"static const char *const output_names[{max(1, len(s.outputs))}] = {{{names(s.outputs)}}};",
+            "/* outputs must not overlap inputs or each other (no in-place calls) */",
+            "static int check_aliasing(const DLTensor *inputs, const DLTensor *outputs) {",
+            f"  return onnxcc_check_overlap(inputs, {len(s.inputs)}, input_names, outputs, {len(s.outputs)}, "
+            "output_names);",
+            "}"])
 
     def select_version(self) -> str:
         """select_version(inputs, s): the first version whose guard holds (its value guards
@@ -815,8 +852,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
 
     def source(self) -> str:
         parts = [self.prelude(), cpu_check_fn(self.spec), cpu_levels_fn(self.spec), self.bind_fn(),
-                 self.value_guards_fn(), self.select_version(), self.output_dims_fn(), self.run_fn(), self.api_fns(),
-                 _identity_defs(self.spec), signature_defs(self.spec, DL_DTYPE)]
+                 self.value_guards_fn(), self.select_version(), self.output_dims_fn(), self.aliasing_fn(),
+                 self.run_fn(), self.api_fns(), _identity_defs(self.spec), signature_defs(self.spec, DL_DTYPE)]
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 

@@ -5,6 +5,7 @@ The store itself is runtime/cache.py."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from .cache_key import model_digest, source_digest
@@ -29,17 +30,27 @@ def cache_document(model, options: CompileOptions, extra: dict | None = None) ->
 def compile_cached(model, options: CompileOptions | None = None, cache=None, extra: dict | None = None):
     """The artifact directory for (model, options), compiled only on a cache miss.
     Returns (path, hit: bool)."""
-    from ..runtime.cache import ArtifactCache, make_key
+    from ..runtime.cache import ArtifactCache, CacheUnusable, make_key, warn
 
     options = options or CompileOptions()
     cache = cache if cache is not None else ArtifactCache()
     doc = cache_document(model, options, extra)
     key = make_key(doc)
-    hit = cache.lookup(key, doc)
-    if hit is not None:
-        return hit, True
     if options.name is None and isinstance(model, (str, Path)):
         options = CompileOptions(**{**options.__dict__, "name": Path(model).stem})
-    about = {"model": str(Path(model).resolve())} if isinstance(model, (str, Path)) else {}
-    path = cache.store(key, doc, lambda d: compile_model(model, d, options), about)
-    return path, False
+    problem = cache.problem()
+    if not problem:
+        hit = cache.lookup(key, doc)
+        if hit is not None:
+            return hit, True
+        about = {"model": str(Path(model).resolve())} if isinstance(model, (str, Path)) else {}
+        try:
+            return cache.store(key, doc, lambda d: compile_model(model, d, options), about), False
+        except CacheUnusable as e:
+            problem = str(e)
+    # the cache cannot be used: build without it (a private directory of its own)
+    warn(f"{problem}; building without the cache")
+    cache.events.append(("bypass", key, problem))
+    out = Path(tempfile.mkdtemp(prefix="onnxcc-nocache-"))
+    compile_model(model, out, options)
+    return out, False

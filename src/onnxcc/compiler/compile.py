@@ -110,6 +110,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
 
     t0 = time.perf_counter()
     module = load_module(model)
+    defaults = _take_input_defaults(module)
     name = identifier(options.name or default_name(model, module))
     step("import", time.perf_counter() - t0)
     out = Path(out_dir)
@@ -139,11 +140,44 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
         lib = backend.link_artifact(spec, emitted, tmp, options.cc)
         step("link", time.perf_counter() - t0)
         _record_timings(tmp / f"{name}.json", t)
+        _record_input_defaults(tmp, name, defaults)
         art.library = out / lib.name
 
     artifact_dir.build_in_place(out, link)
     art.header, art.metadata = out / f"{name}.h", out / f"{name}.json"
     return art
+
+
+def _take_input_defaults(module: Module) -> dict:
+    """The overridable inputs' defaults (the importer keeps them as weights no op reads),
+    taken out of the module: they are data for the loader, not part of the build."""
+    from ..frontend.onnx_import import DEFAULT_PREFIX
+
+    out = {}
+    for n in module.attrs.get("input_defaults", []):
+        arr = module.weights.pop(DEFAULT_PREFIX + n, None)
+        if arr is not None:
+            out[n] = arr
+    return out
+
+
+def _record_input_defaults(out_dir: Path, name: str, defaults: dict) -> None:
+    """NAME.defaults.npz beside the library, named (with its sha256) in NAME.json: an input
+    named like an initializer (IR >= 4) takes it when the caller gives none (the loader)."""
+    import json
+
+    import numpy as np
+
+    from ..digest import file_sha256
+
+    metadata = out_dir / f"{name}.json"
+    if not defaults or not metadata.exists():
+        return
+    f = out_dir / f"{name}.defaults.npz"
+    np.savez(f, **defaults)
+    meta = json.loads(metadata.read_text())
+    meta["input_defaults"] = {"file": f.name, "sha256": file_sha256(f), "names": sorted(defaults)}
+    metadata.write_text(json.dumps(meta, indent=2))
 
 
 def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):

@@ -39,11 +39,15 @@ from ..ops.dtypes import onnx_dtype
 from ..ops.infer import infer_block, infer_op
 from . import opset_compat
 from .onnx_ops import CONVERTERS
+from .validate import validate_model
 
 #: the oldest ai.onnx opset onnxcc imports; the newest is what the installed onnx knows
 MIN_OPSET = 1
 #: constants with up to this many elements are stored inline in the IR, larger ones as weights
 INLINE_MAX = 64
+#: an overridable input's default (its initializer) is `module.weights[DEFAULT_PREFIX + name]`,
+#: the names listed in `module.attrs["input_defaults"]`; compile writes them beside the library
+DEFAULT_PREFIX = "default:"
 
 ModelSource = str | os.PathLike | bytes | bytearray | onnx.ModelProto
 
@@ -73,6 +77,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
     if bad:
         raise ImportError_(f"{what}: not a valid ONNX model (field {bad} is not valid UTF-8)")
     opset = _check_opset(proto, what)
+    validate_model(proto, opset, what)
     if len(proto.functions):
         try:
             proto = onnx.inliner.inline_local_functions(proto)
@@ -82,7 +87,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         proto = opset_compat.upgrade(proto, opset, what)
     module = Module(name=_ident(name))
     module.attrs["opset"] = opset
-    _Importer(module, base_dir, what).import_main(proto.graph)
+    _Importer(module, base_dir, what).import_main(proto.graph, proto.ir_version)
     return module
 
 
@@ -172,9 +177,13 @@ class _Importer:
         #: dim_param string -> its Dim
         self.dim_params: dict[str, Dim] = {}
 
-    def import_main(self, g: onnx.GraphProto) -> Function:
+    def import_main(self, g: onnx.GraphProto, ir_version: int = onnx.IR_VERSION) -> Function:
         inits = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
-        inputs = [vi for vi in g.input if vi.name not in inits]
+        # From IR 4 on, a graph input named like an initializer is an input whose default is the
+        # initializer (onnxruntime lets the caller override it): an input here, not a constant.
+        # Before IR 4 every initializer had to be listed as an input too: those are constants.
+        overridable = {vi.name for vi in g.input if vi.name in inits} if ir_version >= 4 else set()
+        inputs = [vi for vi in g.input if vi.name not in inits or vi.name in overridable]
         # plain-identifier dim_params first, so an expression dim ("seq + 1") can refer to them
         for vi in inputs:
             for axis, d in enumerate(_dims_of(vi)):
@@ -186,12 +195,29 @@ class _Importer:
             if vi.name in b.scope:
                 raise ImportError_(f"{self.what}: graph input {vi.name!r} is declared twice")
             b.scope[vi.name] = body.add_arg(self.value_info_type(vi, f'input "{vi.name}"'), vi.name)
-        b.build(g)
+        for t in g.initializer:
+            if t.name in overridable:
+                self.module.weights[DEFAULT_PREFIX + t.name] = self.tensor(t, f'initializer "{t.name}"')
+        if overridable:
+            self.module.attrs["input_defaults"] = [vi.name for vi in inputs if vi.name in overridable]
+        b.build(g, skip_initializers=overridable)
         outs = [b.lookup(o.name, f'graph output "{o.name}"') for o in g.output]
+        for o, v in zip(g.output, outs):
+            self.check_declared(o, v.type, f'graph output "{o.name}"')
         body.append(Op("return", outs))
         # NOTE: returned values get renamed by passes; the artifact needs the graph's names
         return self.module.add_function(Function("main", body, [v.type for v in outs],
                                                  attrs={"outputs": [o.name for o in g.output]}))
+
+    def check_declared(self, vi: onnx.ValueInfoProto, got: TensorType, where: str) -> None:
+        """A declared elem_type that differs from the computed one is refused (as onnxruntime
+        and the ONNX checker do); declared shapes are hints (onnxruntime merges them leniently)."""
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
+            return
+        want = self.dtype(vi.type.tensor_type.elem_type, where)
+        if want != got.dtype:
+            raise ImportError_(f"{self.what}: {where} is declared {want.value}, but the graph computes "
+                               f"{got.dtype.value} there")
 
     # ---- types and dims ----------------------------------------------------------------------
     def dtype(self, enum: int, where: str) -> DType:
@@ -298,10 +324,12 @@ class GraphBuilder:
         #: the loc of the node being converted (the default loc of `emit`)
         self.loc = ""
 
-    def build(self, g: onnx.GraphProto) -> None:
+    def build(self, g: onnx.GraphProto, skip_initializers: set[str] = frozenset()) -> None:
         if len(g.sparse_initializer):
             raise ImportError_(f"{self.imp.what}: sparse initializers are not supported")
         for t in g.initializer:
+            if t.name in skip_initializers:  # an overridable input (import_main)
+                continue
             arr = self.imp.tensor(t, f'initializer "{t.name}"')
             self.scope[t.name] = self.const(arr, t.name, loc=t.name)
         for i, node in enumerate(g.node):
@@ -444,8 +472,14 @@ class GraphBuilder:
             g = self._need(by_name, "body", node)
             inputs = [self.lookup(n, where) for n in node.input]
             n_scan = int(attrs.get("num_scan_inputs", 0))
+            if not 1 <= n_scan <= len(inputs):
+                raise ImportError_(f'{self.imp.what}: node "{self.loc}" (Scan): num_scan_inputs {n_scan} out of '
+                                   f"range [1, {len(inputs)}] (the node has {len(inputs)} inputs)")
             n_state = len(inputs) - n_scan
             axes = list(attrs.get("scan_input_axes", [0] * n_scan))
+            if len(axes) != n_scan:
+                raise ImportError_(f'{self.imp.what}: node "{self.loc}" (Scan): scan_input_axes has {len(axes)} '
+                                   f"entries for {n_scan} scan inputs")
             types = [v.type for v in inputs[:n_state]]
             for v, ax in zip(inputs[n_state:], axes):
                 ax = ax + v.type.rank if ax < 0 else ax
@@ -515,7 +549,7 @@ def _constant(node: onnx.NodeProto, b: GraphBuilder) -> list[Value]:
     elif a.name == "value_ints":
         arr = np.array(list(a.ints), dtype=np.int64)
     else:
-        raise UnsupportedOp("Constant", node.domain, b.loc, f"{a.name} constants are not supported")
+        raise UnsupportedOp("Constant", node.domain, b.loc, f"Constant attribute {a.name!r} is not supported")
     return [b.const(arr, node.output[0] if node.output else "")]
 
 

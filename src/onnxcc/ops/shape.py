@@ -486,7 +486,10 @@ class SplitOp(OpDef):
                 return axis, [fresh_dim(ctx, "split", f"split size {i} not known at compile time", i, axis)
                               for i in range(n)]
         if split is None:
-            return axis, _split_sizes(ctx, x.shape[axis], ctx.attr("num_outputs", n))
+            k = ctx.attr("num_outputs", n)
+            if k != n:  # the spec: num_outputs is the number of outputs
+                raise ctx.error(f"num_outputs is {k}, but the node has {n} outputs")
+            return axis, _split_sizes(ctx, x.shape[axis], k)
         if len(split) != n:
             raise ctx.error(f"split has {len(split)} sizes for {n} outputs")
         ctx.require_eq(x.shape[axis], _sum(split), f"sum of split sizes along axis {axis}")

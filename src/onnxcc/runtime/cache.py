@@ -7,6 +7,13 @@ listing each file's sha256 and size and the key document itself. `lookup` re-has
 files: a truncated, corrupt or foreign entry (wrong key inside) is removed and reported
 as a miss, so it gets rebuilt and is never loaded. Entries are built in a temporary
 directory and renamed into place, so readers never see a half-written one.
+
+The cache never makes a build fail: a root that is not a usable directory (a file, one we
+cannot write, one owned by another user or writable by everyone: another user could plant
+a library we would load) is bypassed with a one-line warning on stderr (`problem()`,
+`warn`), and the caller builds without it. Directories it creates are private (0700). An
+entry path that is a file, or an entry holding a file its manifest does not list, is
+removed and rebuilt.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import hashlib
 import json
 import os
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +43,29 @@ def default_root() -> Path:
     return Path(base) / "onnxcc"
 
 
+class CacheUnusable(OSError):
+    """The cache directory cannot be used; the message says why (one line)."""
+
+
+def warn(msg: str) -> None:
+    """One line on stderr: the cache is bypassed or repaired, the build goes on."""
+    print(f"warning: {msg}", file=sys.stderr)
+
+
+def _private_mkdir(path: Path) -> None:
+    """mkdir -p, each directory it creates 0700."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+
+
 def make_key(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -48,16 +80,37 @@ class ArtifactCache:
     def entry(self, key: str) -> Path:
         return self.root / key[:2] / key
 
+    def problem(self) -> str:
+        """Why this cache cannot be used (one line), or "" when it can; creates the root (0700)."""
+        root = self.root
+        try:
+            if root.exists() and not root.is_dir():
+                return f"cache directory {root} is not a directory"
+            _private_mkdir(root)
+            st = root.stat()
+        except OSError as e:
+            return f"cache directory {root} cannot be created: {e.strerror or e}"
+        if st.st_uid != os.geteuid():
+            return f"cache directory {root} is owned by another user (uid {st.st_uid})"
+        if st.st_mode & stat.S_IWOTH:
+            return f"cache directory {root} is writable by every user"
+        if not os.access(root, os.W_OK | os.X_OK):
+            return f"cache directory {root} is not writable"
+        return ""
+
     def lookup(self, key: str, doc: dict | None = None) -> Path | None:
         """The entry's directory if present and intact, else None (a damaged one is removed)."""
         path = self.entry(key)
-        if not path.exists():
-            self.events.append(("miss", key, "absent"))
-            return None
-        problem = self.validate(path, key, doc)
+        try:
+            if not path.exists():
+                self.events.append(("miss", key, "absent"))
+                return None
+            problem = self.validate(path, key, doc)
+        except OSError as e:
+            problem = f"unreadable ({e.strerror or e})"
         if problem:
             self.events.append(("corrupt", key, problem))
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path)
             return None
         self.events.append(("hit", key, ""))
         try:  # last use, for `onnxcc cache prune` (least recently used first)
@@ -68,6 +121,11 @@ class ArtifactCache:
 
     @staticmethod
     def validate(path: Path, key: str, doc: dict | None) -> str:
+        if not path.is_dir():
+            return "entry is not a directory"
+        st = path.stat()
+        if st.st_uid != os.geteuid() or st.st_mode & stat.S_IWOTH:
+            return "entry is owned by another user or writable by every user"
         mf = path / MANIFEST
         try:
             manifest = json.loads(mf.read_text())
@@ -87,34 +145,73 @@ class ArtifactCache:
                 return f"{name} checksum mismatch"
         if not manifest.get("files"):
             return "manifest lists no files"
+        listed = set(manifest["files"]) | {MANIFEST}
+        extra = sorted(p.name for p in path.iterdir() if p.name not in listed)
+        if extra:
+            return f"unlisted file {extra[0]} in the entry"
         return ""
 
     def store(self, key: str, doc: dict, build: Callable[[Path], None], about: dict | None = None) -> Path:
         """Run `build(tmpdir)`, write the manifest, and move the result into place.
-        `about`: facts for `onnxcc cache list` that are not part of the key (the model's path)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=self.root))
+        `about`: facts for `onnxcc cache list` that are not part of the key (the model's path).
+
+        An OSError of the cache itself before the build raises CacheUnusable (the caller
+        builds without the cache); one after the build keeps the built artifact, moved to a
+        private directory outside the cache, with a warning. Errors of `build` propagate."""
+        try:
+            _private_mkdir(self.root)
+            tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=self.root))
+        except OSError as e:
+            raise CacheUnusable(f"cache directory {self.root} cannot be written: {e.strerror or e}") from None
         try:
             build(tmp)
-            files = {p.name: {"sha256": file_sha256(p), "size": p.stat().st_size}
-                     for p in sorted(tmp.iterdir()) if p.is_file()}
-            (tmp / MANIFEST).write_text(json.dumps({"key": key, "doc": doc, "files": files, "about": about or {}},
-                                                   indent=1, sort_keys=True, default=str))
-            dest = self.entry(key)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if dest.exists():
-                shutil.rmtree(dest, ignore_errors=True)
             try:
-                os.replace(tmp, dest)
-            except OSError:
-                # another process stored the same key first; theirs is as good as ours
-                if self.validate(dest, key, doc):
-                    raise
-            self.events.append(("store", key, ""))
-            return dest
+                return self._commit(tmp, key, doc, about or {})
+            except OSError as e:
+                out = Path(tempfile.mkdtemp(prefix="onnxcc-nocache-"))
+                for p in tmp.iterdir():
+                    shutil.move(str(p), str(out / p.name))
+                (out / MANIFEST).unlink(missing_ok=True)
+                warn(f"cache {self.root}: cannot store the build ({e.strerror or e}); it is in {out}")
+                self.events.append(("bypass", key, str(e)))
+                return out
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def _commit(self, tmp: Path, key: str, doc: dict, about: dict) -> Path:
+        files = {p.name: {"sha256": file_sha256(p), "size": p.stat().st_size}
+                 for p in sorted(tmp.iterdir()) if p.is_file()}
+        for p in tmp.iterdir():  # what the manifest does not list would make the entry invalid
+            if p.name not in files:
+                _remove(p)
+        (tmp / MANIFEST).write_text(json.dumps({"key": key, "doc": doc, "files": files, "about": about}, indent=1,
+                                               sort_keys=True, default=str))
+        dest = self.entry(key)
+        if dest.parent.exists() and not dest.parent.is_dir():
+            dest.parent.unlink()
+        _private_mkdir(dest.parent)
+        if dest.exists() or dest.is_symlink():
+            _remove(dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            # another process stored the same key first; theirs is as good as ours
+            if self.validate(dest, key, doc):
+                raise
+        self.events.append(("store", key, ""))
+        return dest
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, link or directory tree; quietly if it is already gone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
 
 
 # ---- listing, pruning, clearing (`onnxcc cache`) ---------------------------------------------

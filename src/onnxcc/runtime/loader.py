@@ -251,6 +251,7 @@ class CompiledModel:
         self._last_version = self._fn("last_version", ctypes.c_int, [])
         self._output_dims = None  # NAME_output_dims, bound on first use (only some artifacts have it)
         self.build_id: str | None = self._check_identity()
+        self._defaults: dict | None = None  # input_defaults(), read on first use
         self._setup_fast_path()
 
     def _setup_fast_path(self) -> None:
@@ -313,6 +314,30 @@ class CompiledModel:
                                 "library from different compiles; rebuild)")
         return got
 
+    @property
+    def _defaults_names(self) -> list[str]:
+        return list((self.meta.get("input_defaults") or {}).get("names", []))
+
+    def input_defaults(self) -> dict[str, np.ndarray]:
+        """The defaults of the inputs named like an initializer (ONNX IR >= 4: the caller may
+        override them; a dict call that leaves one out gets its default). Read from
+        NAME.defaults.npz, checked against the sha256 NAME.json records."""
+        if self._defaults is None:
+            info = self.meta.get("input_defaults") or {}
+            if not info:
+                self._defaults = {}
+                return self._defaults
+            name = info.get("file", "")
+            path = self.path.parent / name
+            if not isinstance(name, str) or "/" in name or not path.is_file():
+                raise ArtifactError(f"{self.name}: input defaults file {name!r} not found beside the library")
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            if digest != info.get("sha256"):
+                raise ArtifactError(f"{path}: sha256 does not match {self.name}.json's (modified or replaced)")
+            with np.load(path, allow_pickle=False) as z:
+                self._defaults = {k: z[k] for k in z.files}
+        return self._defaults
+
     def _fn(self, suffix: str, restype, argtypes):
         f = getattr(self.lib, f"{self.name}_{suffix}")
         f.restype, f.argtypes = restype, argtypes
@@ -353,6 +378,10 @@ class CompiledModel:
                 raise GuardError(f"model {self.name} has no input(s) {', '.join(unknown)}; "
                                  f"inputs are {names}")
             missing = [n for n in names if n not in inputs]
+            if missing and set(missing) <= set(self._defaults_names):
+                defaults = self.input_defaults()
+                inputs = {**inputs, **{n: defaults[n] for n in missing}}
+                missing = []
             if missing:
                 raise GuardError(f"missing input(s) {', '.join(missing)} of model {self.name}")
             return [inputs[n] for n in names]
@@ -463,7 +492,7 @@ class CompiledModel:
             if bufs is not None and bufs[k] is not None:
                 a = as_output(self._out_names[k], self.outputs[k]["dtype"], self._out_np[k], shape, bufs[k])
             else:
-                a = np.empty(shape, self._out_np[k])
+                a = self._empty(k, shape, self._out_np[k])
             nd = len(shape)
             ow[j] = _data_ptr(a)
             ow[j + 2] = self._out_tags[k] | nd
@@ -487,7 +516,7 @@ class CompiledModel:
             if bufs is not None and bufs[k] is not None:
                 outs.append(as_output(t["name"], t["dtype"], self._out_np[k], shape, bufs[k]))
             else:
-                outs.append(np.empty(shape, dtype=DTYPES[t["dtype"]][0]))
+                outs.append(self._empty(k, shape, DTYPES[t["dtype"]][0]))
         if self._cuda:  # copy to the device, run there, copy back
             from .cuda_device import driver
 
@@ -501,6 +530,15 @@ class CompiledModel:
         o = _Tensors(outs, [t["dtype"] for t in self.outputs])
         self._check(self._run(ins.array, len(ins), o.array, len(o)))
         return {t["name"]: self._trim(k, a) for k, (t, a) in enumerate(zip(self.outputs, outs))}
+
+    def _empty(self, k: int, shape: tuple, dtype) -> np.ndarray:
+        """Output k's array; an allocation the machine cannot make is the caller's error, named."""
+        try:
+            return np.empty(shape, dtype)
+        except (MemoryError, ValueError) as e:
+            nbytes = np.dtype(dtype).itemsize * int(np.prod([int(d) for d in shape], dtype=object))
+            raise RuntimeCallError(f'output "{self.outputs[k]["name"]}" of shape {list(shape)} ({nbytes} bytes) '
+                                   f"cannot be allocated: {type(e).__name__}", self.codes.get("ERR_ALLOC", 7)) from None
 
     def _trim(self, k: int, a: np.ndarray) -> np.ndarray:
         """An output with run-determined dims (NAME.h: allocated for the upper bound, valid in
@@ -532,6 +570,9 @@ class CompiledModel:
         for a in [*inputs, *outputs]:
             if not a.flags.c_contiguous:
                 raise ValueError("run_raw needs C-contiguous arrays")
+        for k, a in enumerate(outputs):
+            if not a.flags.writeable:  # e.g. np.frombuffer over bytes: the run would write into them
+                raise ValueError(f"run_raw: output {k} is a read-only array")
         ins, outs = _Tensors(list(inputs)), _Tensors(list(outputs))
         return self._run(ins.array, len(ins), outs.array, len(outs))
 

@@ -433,6 +433,53 @@ int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, c
     onnxcc_error_set("%s \"%s\": data is NULL", kind, name);
     return ONNXCC_ERR_ARGS;
   }
+  /* the bytes [data + byte_offset, + nbytes) must lie inside the address space: a
+   * byte_offset (or size) that wraps it is refused, never dereferenced */
+  uintptr_t start, end;
+  if (numel > 0 && (__builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &start) ||
+                    t->byte_offset > (uint64_t)UINTPTR_MAX ||
+                    __builtin_add_overflow(start, (uintptr_t)nbytes, &end))) {
+    onnxcc_error_set("%s \"%s\": data + byte_offset %llu + %lld bytes wraps the address space", kind, name,
+                     (unsigned long long)t->byte_offset, (long long)nbytes);
+    return ONNXCC_ERR_ARGS;
+  }
+  return ONNXCC_OK;
+}
+
+/* The byte range [*lo, *hi) a tensor already accepted by onnxcc_check_tensor covers (it is
+ * compact row-major, so the range is its whole extent); 0 for an empty tensor. */
+static int onnxcc_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
+  int64_t numel = 1;
+  for (int32_t d = 0; d < t->ndim; d++) numel *= t->shape[d]; /* checked for overflow already */
+  if (numel == 0) return 0;
+  *lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
+  *hi = *lo + (uintptr_t)numel * (uintptr_t)((t->dtype.bits + 7) / 8);
+  return 1;
+}
+
+static int onnxcc_overlap(const DLTensor *a, const DLTensor *b) {
+  uintptr_t alo, ahi, blo, bhi;
+  if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id) return 0;
+  if (!onnxcc_span(a, &alo, &ahi) || !onnxcc_span(b, &blo, &bhi)) return 0;
+  return alo < bhi && blo < ahi;
+}
+
+int onnxcc_check_overlap(const DLTensor *inputs, int n_inputs, const char *const *input_names,
+                         const DLTensor *outputs, int n_outputs, const char *const *output_names) {
+  for (int k = 0; k < n_outputs; k++) {
+    for (int i = 0; i < n_inputs; i++)
+      if (onnxcc_overlap(&outputs[k], &inputs[i])) {
+        onnxcc_error_set("output \"%s\" overlaps input \"%s\" in memory; in-place calls are not supported "
+                         "(pass an output buffer of its own)", output_names[k], input_names[i]);
+        return ONNXCC_ERR_ARGS;
+      }
+    for (int j = 0; j < k; j++)
+      if (onnxcc_overlap(&outputs[k], &outputs[j])) {
+        onnxcc_error_set("output \"%s\" overlaps output \"%s\" in memory; each output needs a buffer of "
+                         "its own", output_names[k], output_names[j]);
+        return ONNXCC_ERR_ARGS;
+      }
+  }
   return ONNXCC_OK;
 }
 

@@ -98,6 +98,12 @@ ONNXCC_HIDDEN int onnxcc_check_tensor(const DLTensor *t, const char *kind, const
                                       uint8_t code, uint8_t bits, const char *dtype_text,
                                       const char *shape_text);
 
+/* Refuses (ONNXCC_ERR_ARGS, naming both tensors) an output whose bytes overlap an input's or
+ * another output's; every tensor was accepted by onnxcc_check_tensor (compact, no wrap). */
+ONNXCC_HIDDEN int onnxcc_check_overlap(const DLTensor *inputs, int n_inputs, const char *const *input_names,
+                                       const DLTensor *outputs, int n_outputs,
+                                       const char *const *output_names);
+
 typedef int32_t (*onnxcc_version_fn)(const int64_t *syms, void *const *inputs,
                                      void *const *outputs, void *workspace);
 /* Allocates ws_bytes of aligned workspace (reusing the calling thread's cached one when it

@@ -1,0 +1,29 @@
+"""A failed node-imposed constraint names where each of its symbols was bound (issue 17)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxcc
+from onnxcc.errors import GuardError
+
+
+def test_constraint_names_where_each_symbol_was_bound(tmp_path):
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")], "g",
+                          [vi("a", TensorProto.FLOAT, ["M", "k"]), vi("b", TensorProto.FLOAT, ["k2", "N"])],
+                          [vi("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "mm.onnx"))
+    onnxcc.compile(tmp_path / "mm.onnx", tmp_path / "art", name="mm")
+    cm = onnxcc.load(tmp_path / "art")
+    with pytest.raises(GuardError) as e:
+        cm.run({"a": np.zeros((3, 5), np.float32), "b": np.zeros((6, 2), np.float32)})
+    assert str(e.value).startswith('constraint k == k2 does not hold (k = 5 from input "a" dim 1; '
+                                   'k2 = 6 from input "b" dim 0), needed by node "mm"')
+    y = cm.run({"a": np.ones((3, 5), np.float32), "b": np.ones((5, 2), np.float32)})["y"]
+    np.testing.assert_allclose(y, np.full((3, 2), 5, np.float32))
