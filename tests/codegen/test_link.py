@@ -15,8 +15,9 @@ import pytest
 import sympy
 
 from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+from onnxcc.codegen.c_build import build_library
 from onnxcc.codegen.c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, text
-from onnxcc.codegen.link import RUNTIME_DIR, build_library, generate_dispatcher, generate_metadata
+from onnxcc.codegen.link import RUNTIME_DIR, generate_dispatcher, generate_metadata
 from onnxcc.errors import CompileError, GuardError, RuntimeCallError
 from onnxcc.ir import DType, SymbolInfo, sym
 from onnxcc.runtime import load

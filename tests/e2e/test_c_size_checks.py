@@ -97,7 +97,7 @@ def test_checked_expressions_and_wide_constants():
 
 def test_constraint_constant_past_int64_is_a_compile_error(tmp_path):
     from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
-    from onnxcc.codegen.link import build_library
+    from onnxcc.codegen.c_build import build_library
     from onnxcc.errors import CompileError
     from onnxcc.ir import DType, SymbolInfo
 

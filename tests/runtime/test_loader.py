@@ -11,7 +11,7 @@ import pytest
 import sympy
 
 from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
-from onnxcc.codegen.link import build_library
+from onnxcc.codegen.c_build import build_library
 from onnxcc.errors import GuardError
 from onnxcc.ir import DType, SymbolInfo, sym
 from onnxcc.runtime import CompiledModel, load

@@ -155,7 +155,7 @@ class ArtifactSpec:
     build_id: str = field(default_factory=lambda: secrets.token_hex(8))
     """NAME_build_id(), NAME.h's NAME_BUILD_ID and NAME.json's build_id carry it, so a library,
     header and metadata from different builds are told apart; build_library sets it to a digest
-    of the library's inputs (link.content_build_id: the same inputs, the same id)"""
+    of the library's inputs (c_build.content_build_id: the same inputs, the same id)"""
     data_dims: dict[str, tuple[int, int]] = field(default_factory=dict)
     """symbols read from an input's data (a size-only int64 input, passes/value_symbols.py):
     symbol -> (input index, element); bound by the dispatcher before any kernel runs"""

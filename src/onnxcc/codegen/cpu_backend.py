@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from .backend import Emitted, StepClock
+from .c_build import build_library
 from .cpu_features import check_cpu, required_features
-from .link import CPU_LINK, LinkTarget, build_library
+from .link import CPU_LINK, LinkTarget
 from .llvm_target import host_cpu
 
 

@@ -14,8 +14,9 @@ from typing import ClassVar
 from onnxcc.errors import CompileError
 
 from .backend import Emitted, StepClock
+from .c_build import build_library
 from .cuda_host import CUDA_LINK
-from .link import LinkTarget, build_library
+from .link import LinkTarget
 
 #: threads of a warp: the divisibility versions' default k
 WARP = 32

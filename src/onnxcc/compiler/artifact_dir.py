@@ -20,6 +20,7 @@ import ctypes.util
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -98,7 +99,9 @@ def build_in_place(out: Path, build: Callable[[Path], None], metadata_last: str 
 
 def swap_into_place(tmp: Path, out: Path, metadata_last: str = ".json") -> None:
     """Make the finished build `tmp` the contents of `out` (see the module docstring)."""
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; an artifact dir is an ordinary one
+    # mkdtemp makes 0700: a directory that replaces another keeps its mode (a private cache
+    # entry stays private); a new artifact directory is an ordinary one
+    os.chmod(tmp, stat.S_IMODE(out.stat().st_mode) if out.is_dir() else 0o777 & ~_umask())
     if not out.exists():
         try:
             os.rename(tmp, out)
