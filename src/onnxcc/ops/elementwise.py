@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 from functools import reduce
 
+import ml_dtypes
 import numpy as np
 import sympy
 
@@ -40,15 +41,20 @@ from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 
 def widen(x: np.ndarray) -> np.ndarray:
-    """Compute half precision in float32 (as onnxruntime does), everything else as is."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+    """Compute half precision and the small floats in float32 (as onnxruntime does),
+    everything else as is."""
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype == np.float16 or _ml_float(x.dtype) else x
+
+
+def _ml_float(dt: np.dtype) -> bool:
+    """bfloat16 and the small floats (ml_dtypes' types: numpy's kind 'V')."""
+    return dt.kind == "V" and dt.names is None
 
 
 def cast_out(ctx: RefCtx, y, i: int = 0) -> np.ndarray:
     """Cast a computed result to result i's dtype."""
-    dt = ctx.out_type(i).dtype
-    y = np.asarray(y)
-    return y if dt is DType.bf16 else y.astype(dt.np, copy=False)
+    return np.asarray(y).astype(ctx.out_type(i).dtype.np, copy=False)
 
 
 def same_dtype(ctx: InferCtx, indices=None) -> DType:
@@ -164,7 +170,8 @@ def lower_map(ctx, fn: Callable, operands, out: int = 0) -> None:
 
 
 def unary(name: str, fn: Callable, *, kernel: Callable | None = None, out: DType | Callable | None = None,
-          value: Callable | None = None, kind: str = "elementwise", lower: Callable | None = None) -> None:
+          value: Callable | None = None, kind: str = "elementwise", lower: Callable | None = None,
+          **extra) -> None:
     """Register onnx.<name>: y = fn(x, attr); `out` fixes the result dtype (or computes it).
     `kernel(x, attr)` is fn's twin over kernel expressions (the lowering); `lower` replaces
     the generated lowering outright."""
@@ -184,7 +191,7 @@ def unary(name: str, fn: Callable, *, kernel: Callable | None = None, out: DType
         lower_map(ctx, lambda x: kernel(x, ctx.attr), [0])
 
     define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None,
-           lower=lower or (lower_kernel if kernel else None), kind=kind, arity=1, math=fn, kernel=kernel)
+           lower=lower or (lower_kernel if kernel else None), kind=kind, arity=1, math=fn, kernel=kernel, **extra)
 
 
 def _erf(x):
@@ -267,7 +274,24 @@ def _k_is_inf(x, a):
 
 
 def _cast(x, a):
-    return x.astype(onnx_dtype(a("to")).np)
+    return cast_array(x, onnx_dtype(a("to")), bool(a("saturate", 1)), a("round_mode", "up"))
+
+
+#: the float8 types a Cast saturates to when its `saturate` attribute is 1 (the default)
+SATURATING = (DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz)
+
+
+def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
+    """ONNX Cast of a (widened) array: numpy's astype (ml_dtypes' for bf16 and the small
+    types: nearest even, sub-byte integers wrapping or 0 out of range as ml_dtypes has it);
+    to a float8 type with `saturate`, out-of-range values and infinities clamp to the
+    largest finite value first."""
+    if to is DType.f8e8m0:
+        raise UnsupportedOp("Cast", "", "", "casts to f8e8m0 are not supported")
+    if to in SATURATING and saturate:
+        hi = float(ml_dtypes.finfo(to.np).max)
+        x = np.clip(x, -hi, hi)  # NaN stays NaN
+    return np.asarray(x).astype(to.np)
 
 
 def _cast_value(ctx: InferCtx, v):
@@ -287,10 +311,18 @@ def _cast_to(ctx: InferCtx) -> DType:
 
 def lower_cast(ctx) -> None:
     """Cast / CastLike: a view when the dtype does not change, else one converting compute
-    (read unwidened, so f16 -> f32 is one exact conversion)."""
+    (read unwidened, so f16 -> f32 is one exact conversion). A saturating cast to a float8
+    type clamps to its largest finite value first (NaN stays NaN)."""
     x, y = ctx.inputs[0], ctx.out(0)
     if x.dtype is y.dtype:
         ctx.alias(0, 0)
+        return
+    if DType.f8e8m0 in (x.dtype, y.dtype):
+        raise UnsupportedOp(ctx.op.opname, ctx.op.dialect, ctx.op.loc,
+                            "f8e8m0 is not supported by the native backend")
+    if y.dtype in SATURATING and ctx.attr("saturate", 1) and x.dtype.is_float:
+        hi = float(ml_dtypes.finfo(y.dtype.np).max)
+        ctx.compute(y, lambda *ix: K.cast(K.clamp(kwiden(x[ix]), -hi, hi), y.dtype))
         return
     if x.dtype is DType.f64 and y.dtype in _HALF:
         # NOTE: via f32 (double rounding, off by one f16 ulp only on rare ties): the CPU
@@ -371,7 +403,7 @@ unary("IsInf", _is_inf, kernel=_k_is_inf, out=DType.bool)
 unary("Not", lambda x, a: np.logical_not(x), kernel=lambda x, a: K.logical_not(x),
       value=lambda ctx, v: _truth(None if not _static(v) else not v))
 unary("Identity", lambda x, a: x, value=lambda ctx, v: v, lower=_lower_identity)
-unary("Cast", _cast, out=_cast_to, value=_cast_value, lower=lower_cast)
+unary("Cast", _cast, out=_cast_to, value=_cast_value, lower=lower_cast, small_types=True)
 
 
 # ---- binary (numpy broadcasting) -----------------------------------------------------------------
@@ -618,7 +650,8 @@ define("onnx.Where", infer=_where_infer, value=_where_value, lower=_where_lower,
 
 define("onnx.CastLike", kind="broadcast", arity=2,
        infer=lambda ctx: [ctx.in_types[0].with_dtype(ctx.in_types[1].dtype)],
-       reference=lambda ctx, x, like: [cast_out(ctx, x)], lower=lower_cast,
+       reference=lambda ctx, x, like: [cast_array(widen(x), ctx.out_type().dtype, bool(ctx.attr("saturate", 1)))],
+       lower=lower_cast, small_types=True,
        value=lambda ctx: map_values(ctx, lambda _, v: v, [0]) if ctx.in_types[1].dtype.is_int else None)
 
 

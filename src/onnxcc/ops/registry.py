@@ -39,6 +39,9 @@ class OpDef:
     #: operands broadcast against each other numpy-style (a dim of 1 stretches): the 0/1
     #: specialisation rule looks for symbols in such ops
     numpy_broadcast: bool = False
+    #: the native lowering takes the small types (8-bit and 4-bit floats, sub-byte integers);
+    #: other ops refuse them unless they only make views
+    small_types: bool = False
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")
