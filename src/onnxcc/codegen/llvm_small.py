@@ -8,8 +8,8 @@ flattened tensor sits in byte k // per, bits (k % per) * bits upward, per = 8 //
 - `encode(b, v, dt)`: a float (f32 or f64) rounded to nearest even into `dt`'s bit pattern
   (an i8), without saturation: past the largest finite value e5m2 gives inf and the other
   8-bit floats NaN (a saturating conversion clamps first; ops/elementwise.py does);
-  f4e2m1, which has neither inf nor NaN, always saturates and maps NaN to -0 (code 8), as
-  ml_dtypes and the ONNX reference do. fnuz types have no -0: a zero result is +0.
+  f4e2m1, which has neither inf nor NaN, always saturates and maps NaN to the zero of the
+  opposite sign (+NaN to -0), as ml_dtypes and so the ONNX reference do. fnuz types have no -0: a zero result is +0.
 - `decode(b, code, dt)`: an i8 bit pattern to the f32 it stands for.
 - `wrap_int(b, v, dt)`: an i8 wrapped into a sub-byte integer's range (two's complement).
 
@@ -104,7 +104,7 @@ def encode(b: ir.IRBuilder, v: ir.Value, dt: DType) -> ir.Value:
     code = b.or_(mag, sbit, name="f8.code")
     isnan = b.fcmp_unordered("uno", v, v, name="f8.isnan")
     if f.kind == "f4":
-        return b.select(isnan, _c(I8, 8), code, name="f4.bits")
+        return b.select(isnan, b.xor(sbit, _c(I8, 8)), code, name="f4.bits")  # NaN: the zero of the other sign
     over = b.fcmp_ordered(">", r, _c(ty, f.max), name="f8.over")
     if f.kind == "fn":
         nan = b.or_(b.shl(sign, _c(I8, 7)), _c(I8, 0x7F))

@@ -291,7 +291,8 @@ def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str 
     if to in SATURATING and saturate:
         hi = float(ml_dtypes.finfo(to.np).max)
         x = np.clip(x, -hi, hi)  # NaN stays NaN
-    return np.asarray(x).astype(to.np)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN / out of range: the rules above
+        return np.asarray(x).astype(to.np)
 
 
 def _cast_value(ctx: InferCtx, v):

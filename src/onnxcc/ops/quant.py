@@ -162,7 +162,8 @@ def quantize_np(x, scale, zp, dt: DType, saturate: bool = True) -> np.ndarray:
     q = np.rint(np.asarray(x, np.float32) / np.asarray(scale, np.float32))
     q = q.astype(np.float64) + (0 if zp is None else np.asarray(zp, np.float64))
     lo, hi = qrange(dt)
-    return np.clip(q, lo, hi).astype(dt.np)
+    with np.errstate(invalid="ignore"):  # NaN: numpy's (and ml_dtypes') cast decides
+        return np.clip(q, lo, hi).astype(dt.np)
 
 
 def _quantize_ref(ctx: RefCtx, *args):
