@@ -193,3 +193,35 @@ def test_views_of_packed_tensors(tmp_path):
     m.graph.input.pop()
     got = _native(m, {"x": x}, tmp_path)["y"]
     np.testing.assert_array_equal(got.astype(np.int32), x.reshape(5, 3).astype(np.int32))
+
+
+def test_cast_to_e8m0_every_round_mode(tmp_path):
+    """f32 / f16 / f64 -> f8e8m0 with round_mode up, down and nearest, saturating and not,
+    natively and in the interpreter, against ONNX's reference; and every code back to f32."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate([_probe_f32(rng),
+                        np.array([2.0 ** -127, 2.0 ** -127 * 1.5, 2.0 ** -128, 2.0 ** -149, 2.0 ** 127,
+                                  2.0 ** 127 * 1.5, 2.0 ** 127 * 1.25, 3.0, -3.0, 1.5, 1.4999999],
+                                 np.float32)]).astype(np.float32)
+    n = x.size
+    with np.errstate(over="ignore"):
+        srcs = {"x32": (T.FLOAT, x), "x16": (T.FLOAT16, x.astype(np.float16)), "x64": (T.DOUBLE, x.astype(np.float64))}
+    nodes, outs = [], []
+    for s in srcs:
+        for mode in ("up", "down", "nearest"):
+            for sat in (1, 0):
+                o = f"{s}_{mode}_{sat}"
+                nodes.append(h.make_node("Cast", [s], [o], to=T.FLOAT8E8M0, round_mode=mode, saturate=sat))
+                outs.append((o, T.FLOAT8E8M0, [n]))
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    nodes.append(h.make_node("Cast", ["c"], ["back"], to=T.FLOAT))
+    outs.append(("back", T.FLOAT, [256]))
+    m = _model(nodes, [(k, t, [n]) for k, (t, _) in srcs.items()] + [("c", T.FLOAT8E8M0, [256])], outs)
+    feeds = {k: a for k, (_, a) in srcs.items()} | {"c": codes}
+    got, mine = _native(m, feeds, tmp_path), _reference(m, feeds)
+    onnx_ref = dict(zip([o for o, _, _ in outs], ReferenceEvaluator(m).run(None, feeds), strict=True))
+    for o, _, _ in outs:
+        _same_bits(mine[o], onnx_ref[o], f"interpreter {o}")
+        _same_bits(got[o], onnx_ref[o], f"native {o}")

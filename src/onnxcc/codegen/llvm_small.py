@@ -55,7 +55,7 @@ FORMATS: dict[DType, FloatFormat] = {
 
 
 def is_small_float(dt: DType) -> bool:
-    return dt in FORMATS
+    return dt in FORMATS or dt is DType.f8e8m0
 
 
 def _c(ty: ir.Type, v) -> ir.Constant:
@@ -74,7 +74,13 @@ def _pow2(b: ir.IRBuilder, e: ir.Value, ty: ir.Type, name: str) -> ir.Value:
 
 
 def encode(b: ir.IRBuilder, v: ir.Value, dt: DType) -> ir.Value:
-    """Round a float to the nearest (ties to even) value of `dt`; its bit pattern as i8."""
+    """Round a float to the nearest (ties to even) value of `dt`; its bit pattern as i8.
+    f8e8m0 (powers of two, no sign): the exponent of |v| as an f32, rounded down (NaN and
+    inf give 0xFF, NaN); the Cast lowering rounds up or to nearest before."""
+    if dt is DType.f8e8m0:
+        if v.type == F64:
+            v = b.fptrunc(v, F32, name="e8m0.f32")
+        return b.trunc(b.lshr(b.bitcast(v, I32), _c(I32, 23)), I8, name="e8m0.bits")  # the sign drops out
     f = FORMATS[dt]
     ty = v.type
     ity, frac, tbias = _float_layout(ty)
@@ -120,6 +126,11 @@ def encode(b: ir.IRBuilder, v: ir.Value, dt: DType) -> ir.Value:
 
 def decode(b: ir.IRBuilder, code: ir.Value, dt: DType) -> ir.Value:
     """The f32 value of an i8 bit pattern of `dt`."""
+    if dt is DType.f8e8m0:  # 2**(code - 127); 0 is 2**-127 (an f32 subnormal); 0xFF NaN
+        c = b.zext(code, I32, name="e8m0.c")
+        bits = b.select(b.icmp_unsigned("==", c, _c(I32, 0)), _c(I32, 0x400000), b.shl(c, _c(I32, 23)))
+        nan = b.icmp_unsigned("==", c, _c(I32, 0xFF))
+        return b.select(nan, _c(F32, float("nan")), b.bitcast(bits, F32), name="e8m0")
     f = FORMATS[dt]
     c = b.zext(code, I32, name="f8.c")
     ebits = f.bits - 1 - f.mant

@@ -287,7 +287,7 @@ def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str 
     to a float8 type with `saturate`, out-of-range values and infinities clamp to the
     largest finite value first."""
     if to is DType.f8e8m0:
-        raise UnsupportedOp("Cast", "", "", "casts to f8e8m0 are not supported")
+        return _to_e8m0(np.asarray(x, np.float32), saturate, round_mode)
     if to in SATURATING and saturate:
         hi = float(ml_dtypes.finfo(to.np).max)
         x = np.clip(x, -hi, hi)  # NaN stays NaN
@@ -310,6 +310,56 @@ def _cast_to(ctx: InferCtx) -> DType:
         raise ctx.error(f"attribute 'to': {e}") from None
 
 
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """f32 -> f8e8m0 (ONNX Cast-24): the biased exponent of |x|, plus one where `round_mode`
+    rounds up ("up": any fraction; "nearest": a fraction of at least one half, ties up, and
+    below the smallest normal anything above 2**-127); not past 0xFE when saturating (else
+    0xFF, NaN); NaN and inf give 0xFF."""
+    if round_mode not in ("up", "down", "nearest"):
+        raise UnsupportedOp("Cast", "", "", f"round_mode {round_mode!r}")
+    bits = x.view(np.uint32)
+    e = ((bits >> 23) & 0xFF).astype(np.uint16)
+    frac = bits & 0x7FFFFF
+    normal = e != 0xFF
+    if round_mode == "up":
+        up = frac != 0
+    elif round_mode == "nearest":
+        up = ((frac & 0x400000) != 0) & (((frac & 0x3FFFFF) != 0) | (e > 0))
+    else:
+        up = np.zeros(x.shape, bool)
+    up &= normal
+    if saturate:
+        up &= e != 0xFE
+    return np.where(normal, e + up, 0xFF).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+
+
+def _lower_e8m0(ctx, x, y) -> None:
+    """The kernel twin of `_to_e8m0`, on values: p, the power of two below |x| (the plain
+    conversion rounds down), doubled where the round mode says (the doubling of 2**127 is
+    inf, which converts to 0xFF)."""
+    mode, sat = ctx.attr("round_mode", "up"), bool(ctx.attr("saturate", 1))
+    if mode not in ("up", "down", "nearest"):
+        raise UnsupportedOp(ctx.op.opname, ctx.op.dialect, ctx.op.loc, f"round_mode {mode!r}")
+    f32 = DType.f32
+    tiny, top = 2.0 ** -127, 2.0 ** 127
+
+    def body(*ix):
+        t = abs(K.cast(kwiden(x[ix]), f32))
+        p = K.cast(K.cast(t, DType.f8e8m0), f32)
+        if mode == "down":
+            return K.cast(p, DType.f8e8m0)
+        sub = p.eq(K.Const(tiny, f32))  # code 0: t below the smallest normal
+        if mode == "up":
+            up = K.select(sub, t > 0.0, t > p)
+        else:
+            up = K.select(sub, t > tiny, t >= p * 1.5)
+        if sat:
+            up = up & K.logical_not(p.eq(K.Const(top, f32)))
+        return K.cast(K.select(up, p * 2.0, p), DType.f8e8m0)
+
+    ctx.compute(y, body)
+
+
 def lower_cast(ctx) -> None:
     """Cast / CastLike: a view when the dtype does not change, else one converting compute
     (read unwidened, so f16 -> f32 is one exact conversion). A saturating cast to a float8
@@ -318,9 +368,9 @@ def lower_cast(ctx) -> None:
     if x.dtype is y.dtype:
         ctx.alias(0, 0)
         return
-    if DType.f8e8m0 in (x.dtype, y.dtype):
-        raise UnsupportedOp(ctx.op.opname, ctx.op.dialect, ctx.op.loc,
-                            "f8e8m0 is not supported by the native backend")
+    if y.dtype is DType.f8e8m0:
+        _lower_e8m0(ctx, x, y)
+        return
     if y.dtype in SATURATING and ctx.attr("saturate", 1) and x.dtype.is_float:
         hi = float(ml_dtypes.finfo(y.dtype.np).max)
         ctx.compute(y, lambda *ix: K.cast(K.clamp(kwiden(x[ix]), -hi, hi), y.dtype))
@@ -651,7 +701,8 @@ define("onnx.Where", infer=_where_infer, value=_where_value, lower=_where_lower,
 
 define("onnx.CastLike", kind="broadcast", arity=2,
        infer=lambda ctx: [ctx.in_types[0].with_dtype(ctx.in_types[1].dtype)],
-       reference=lambda ctx, x, like: [cast_array(widen(x), ctx.out_type().dtype, bool(ctx.attr("saturate", 1)))],
+       reference=lambda ctx, x, like: [cast_array(widen(x), ctx.out_type().dtype, bool(ctx.attr("saturate", 1)),
+                                                   ctx.attr("round_mode", "up"))],
        lower=lower_cast, small_types=True,
        value=lambda ctx: map_values(ctx, lambda _, v: v, [0]) if ctx.in_types[1].dtype.is_int else None)
 
