@@ -193,6 +193,8 @@ def test_views_of_packed_tensors(tmp_path):
     m.graph.input.pop()
     got = _native(m, {"x": x}, tmp_path)["y"]
     np.testing.assert_array_equal(got.astype(np.int32), x.reshape(5, 3).astype(np.int32))
+    header = (tmp_path / "small.h").read_text()
+    assert "i4: code 0, bits 4" in header and "sub-byte types are packed" in header
 
 
 def test_cast_to_e8m0_every_round_mode(tmp_path):
@@ -225,3 +227,38 @@ def test_cast_to_e8m0_every_round_mode(tmp_path):
     for o, _, _ in outs:
         _same_bits(mine[o], onnx_ref[o], f"interpreter {o}")
         _same_bits(got[o], onnx_ref[o], f"native {o}")
+
+
+@pytest.mark.parametrize("wt,lo,hi", [(T.INT4, -8, 7), (T.UINT4, 0, 15)])
+def test_weight_only_int4_matmul_matches_onnxruntime(tmp_path, wt, lo, hi):
+    """A packed 4-bit weight initializer (odd element count), blocked DequantizeLinear, MatMul:
+    compared with onnxruntime without its graph optimizations (which fuse the pair into
+    MatMulNBits and quantize the activations: 2e-2 off), and with numpy in f64 (rtol 1e-5:
+    the same f32 products, summed in another order)."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(5)
+    k, n, block = 33, 7, 16
+    npt = ml_dtypes.int4 if wt == T.INT4 else ml_dtypes.uint4
+    w = rng.integers(lo, hi + 1, (k, n)).astype(npt)
+    scale = (rng.random(((k + block - 1) // block, n)) * 0.1 + 0.01).astype(np.float32)
+    zp = rng.integers(lo, hi + 1, scale.shape).astype(npt)
+    inits = [h.make_tensor("w", wt, w.shape, w.astype(np.int32).reshape(-1).tolist()),
+             onnx.numpy_helper.from_array(scale, "s"),
+             h.make_tensor("z", wt, zp.shape, zp.astype(np.int32).reshape(-1).tolist())]
+    nodes = [h.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], axis=0, block_size=block),
+             h.make_node("MatMul", ["x", "wf"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["b", k])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["b", n])], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 21)])
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    x = rng.standard_normal((5, k)).astype(np.float32)
+    got = _native(m, {"x": x}, tmp_path)["y"]
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    rows = np.arange(k) // block
+    wf = (w.astype(np.float64) - zp.astype(np.float64)[rows]) * scale.astype(np.float64)[rows]
+    np.testing.assert_allclose(got, x.astype(np.float64) @ wf, rtol=1e-5, atol=1e-6)

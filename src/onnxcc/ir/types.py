@@ -87,10 +87,12 @@ class DType(enum.Enum):
     @classmethod
     def from_np(cls, dt) -> DType:
         dt = np.dtype(dt)
-        for k in DType:
-            if k.np == dt:
-                return k
-        raise TypeError(f"no onnxcc dtype for numpy dtype {dt}")
+        if not _BY_NP:
+            _BY_NP.update({k.np: k for k in reversed(DType)})  # first wins (f16 before the others)
+        try:
+            return _BY_NP[dt]
+        except KeyError:
+            raise TypeError(f"no onnxcc dtype for numpy dtype {dt}") from None
 
 
 _NP_NAME = {
@@ -105,6 +107,7 @@ _ML_NAME = {
     DType.f8e5m2: "float8_e5m2", DType.f8e5m2fnuz: "float8_e5m2fnuz", DType.f8e8m0: "float8_e8m0fnu",
     DType.f4e2m1: "float4_e2m1fn", DType.i4: "int4", DType.u4: "uint4", DType.i2: "int2", DType.u2: "uint2",
 }
+_BY_NP: dict = {}  # numpy dtype -> DType, filled on first use
 _SUB_BYTE = {DType.f4e2m1: 4, DType.i4: 4, DType.u4: 4, DType.i2: 2, DType.u2: 2}
 _FLOATS = frozenset({DType.f16, DType.bf16, DType.f32, DType.f64, DType.f8e4m3fn, DType.f8e4m3fnuz,
                      DType.f8e5m2, DType.f8e5m2fnuz, DType.f8e8m0, DType.f4e2m1})
