@@ -262,3 +262,21 @@ def test_weight_only_int4_matmul_matches_onnxruntime(tmp_path, wt, lo, hi):
     rows = np.arange(k) // block
     wf = (w.astype(np.float64) - zp.astype(np.float64)[rows]) * scale.astype(np.float64)[rows]
     np.testing.assert_allclose(got, x.astype(np.float64) @ wf, rtol=1e-5, atol=1e-6)
+
+
+def test_integers_to_float8_saturate_or_not(tmp_path):
+    """i32 / i64 / u8 -> each float8, saturating and not, as the reference casts them."""
+    x = np.array([0, 1, -1, 17, -17, 255, 448, 449, 464, 480, 1000, -1000, 57344, 61439, 61440, 1 << 20,
+                  -(1 << 30), 2**31 - 1], np.int64)
+    srcs = {"i32": (T.INT32, x.astype(np.int32)), "i64": (T.INT64, x), "u8": (T.UINT8, (x & 0xFF).astype(np.uint8))}
+    nodes, outs = [], []
+    for s in srcs:
+        for name, t in FLOAT8.items():
+            for sat in (1, 0):
+                nodes.append(h.make_node("Cast", [s], [f"{s}_{name}_{sat}"], to=t, saturate=sat))
+                outs.append((f"{s}_{name}_{sat}", t, [x.size]))
+    m = _model(nodes, [(k, t, [x.size]) for k, (t, _) in srcs.items()], outs)
+    feeds = {k: a for k, (_, a) in srcs.items()}
+    got, want = _native(m, feeds, tmp_path), _reference(m, feeds)
+    for o, _, _ in outs:
+        _same_bits(got[o], want[o], o)

@@ -371,9 +371,11 @@ def lower_cast(ctx) -> None:
     if y.dtype is DType.f8e8m0:
         _lower_e8m0(ctx, x, y)
         return
-    if y.dtype in SATURATING and ctx.attr("saturate", 1) and x.dtype.is_float:
+    if y.dtype in SATURATING and ctx.attr("saturate", 1):
         hi = float(ml_dtypes.finfo(y.dtype.np).max)
-        ctx.compute(y, lambda *ix: K.cast(K.clamp(kwiden(x[ix]), -hi, hi), y.dtype))
+        # integers through f32: exact up to 2**24, past every float8's largest value
+        ctx.compute(y, lambda *ix: K.cast(K.clamp(kwiden(x[ix]) if x.dtype.is_float else K.cast(x[ix], DType.f32),
+                                                  -hi, hi), y.dtype))
         return
     if x.dtype is DType.f64 and y.dtype in _HALF:
         # NOTE: via f32 (double rounding, off by one f16 ulp only on rare ties): the CPU
