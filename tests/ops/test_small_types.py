@@ -280,3 +280,28 @@ def test_integers_to_float8_saturate_or_not(tmp_path):
     got, want = _native(m, feeds, tmp_path), _reference(m, feeds)
     for o, _, _ in outs:
         _same_bits(got[o], want[o], o)
+
+
+def test_packed_tensors_through_c(tmp_path):
+    """The C ABI as a C program sees it (testing_c's runner): packed int4 / uint2 / f4e2m1
+    buffers and a float8 one in and out, the element counts odd."""
+    from onnxcc.testing_c import build_c_runner, run_c
+
+    x = np.linspace(-9, 9, 15, dtype=np.float32).reshape(3, 5)
+    ins = {"a": (T.INT4, x.astype(ml_dtypes.int4)), "b": (T.UINT2, np.abs(x).astype(ml_dtypes.uint2)),
+           "c": (T.FLOAT4E2M1, x.astype(ml_dtypes.float4_e2m1fn)), "d": (T.FLOAT8E5M2, x.astype(ml_dtypes.float8_e5m2))}
+    nodes, outs = [], []
+    for k, (t, _) in ins.items():
+        nodes += [h.make_node("Cast", [k], [f"{k}_f"], to=T.FLOAT), h.make_node("Identity", [k], [f"{k}_id"])]
+        outs += [(f"{k}_f", T.FLOAT, [3, 5]), (f"{k}_id", t, [3, 5])]
+    nodes.append(h.make_node("Cast", ["a_f"], ["i4"], to=T.INT4))
+    outs.append(("i4", T.INT4, [3, 5]))
+    m = _model(nodes, [(k, t, [3, 5]) for k, (t, _) in ins.items()], outs)
+    onnxcc.compile(m, tmp_path, name="cpk")
+    exe = build_c_runner(tmp_path)
+    meta = onnxcc.load(tmp_path).outputs
+    line, got = run_c(exe, meta, [a for _, a in ins.values()], tmp_path)
+    assert line.startswith("version="), line
+    want = _reference(m, {k: a for k, (_, a) in ins.items()})
+    for (o, _, _), g in zip(outs, got, strict=True):
+        _same_bits(g[:15].reshape(3, 5), want[o], o)
