@@ -280,7 +280,10 @@ def _supported_elem_types() -> frozenset:
 
     table = {"f16": T.FLOAT16, "bf16": T.BFLOAT16, "f32": T.FLOAT, "f64": T.DOUBLE, "i8": T.INT8,
              "i16": T.INT16, "i32": T.INT32, "i64": T.INT64, "u8": T.UINT8, "u16": T.UINT16,
-             "u32": T.UINT32, "u64": T.UINT64, "bool": T.BOOL}
+             "u32": T.UINT32, "u64": T.UINT64, "bool": T.BOOL, "f8e4m3fn": T.FLOAT8E4M3FN,
+             "f8e4m3fnuz": T.FLOAT8E4M3FNUZ, "f8e5m2": T.FLOAT8E5M2, "f8e5m2fnuz": T.FLOAT8E5M2FNUZ,
+             "f8e8m0": T.FLOAT8E8M0, "f4e2m1": T.FLOAT4E2M1, "i4": T.INT4, "u4": T.UINT4, "i2": T.INT2,
+             "u2": T.UINT2}
     try:
         from onnxcc.ir import DType
 

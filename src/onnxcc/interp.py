@@ -54,7 +54,7 @@ class Interpreter:
                                   f"expected {len(op.results)}")
             for r, o in zip(op.results, outs):
                 o = np.asarray(o)
-                if r.type.dtype.value != "bf16" and o.dtype != r.type.dtype.np:
+                if o.dtype != r.type.dtype.np:
                     o = o.astype(r.type.dtype.np)
                 vals[id(r)] = o
         return []

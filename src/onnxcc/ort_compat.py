@@ -20,7 +20,10 @@ from .errors import OnnxccError
 _ORT_TYPES = {"f16": "tensor(float16)", "bf16": "tensor(bfloat16)", "f32": "tensor(float)",
               "f64": "tensor(double)", "i8": "tensor(int8)", "i16": "tensor(int16)", "i32": "tensor(int32)",
               "i64": "tensor(int64)", "u8": "tensor(uint8)", "u16": "tensor(uint16)", "u32": "tensor(uint32)",
-              "u64": "tensor(uint64)", "bool": "tensor(bool)"}
+              "u64": "tensor(uint64)", "bool": "tensor(bool)", "f8e4m3fn": "tensor(float8e4m3fn)",
+              "f8e4m3fnuz": "tensor(float8e4m3fnuz)", "f8e5m2": "tensor(float8e5m2)",
+              "f8e5m2fnuz": "tensor(float8e5m2fnuz)", "f8e8m0": "tensor(float8e8m0)", "f4e2m1": "tensor(float4e2m1)",
+              "i4": "tensor(int4)", "u4": "tensor(uint4)", "i2": "tensor(int2)", "u2": "tensor(uint2)"}
 
 
 @dataclass(frozen=True)

@@ -133,3 +133,45 @@ def jit_compile(model, pipeline: str = "shape-inference,canonicalize", name: str
     run_pipeline(mod, pipeline)
     prog = lower_function(mod, mod.main, name)
     return mod, prog, JitKernel(prog)
+
+
+def to_half_model(model: ModelLike, elem: int = onnx.TensorProto.FLOAT16,
+                  frm: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+    """A copy of a float32 model in float16 (elem FLOAT16) or bfloat16 (BFLOAT16): its float
+    initializers and Constant / ConstantOfShape tensors rounded (nearest even), its float
+    inputs, outputs and value infos retyped, and its Casts to float retargeted, in every
+    subgraph. Float attributes (epsilon, alpha) stay what they are: ops read them as such.
+    `frm` names the float type to replace: to_half_model(half, FLOAT, BFLOAT16) turns a
+    bf16 model back into f32 with the rounded weights (an f32 oracle for it)."""
+    import ml_dtypes
+    from onnx import numpy_helper
+
+    T = onnx.TensorProto
+    npdt = {T.FLOAT16: np.float16, T.BFLOAT16: ml_dtypes.bfloat16, T.FLOAT: np.float32}[elem]
+    m = onnx.ModelProto()
+    m.CopyFrom(_load(model))
+
+    def tensor(t: onnx.TensorProto) -> None:
+        if t.data_type == frm:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(npdt), t.name))
+
+    def graph(g: onnx.GraphProto) -> None:
+        for t in g.initializer:
+            tensor(t)
+        for vi in [*g.input, *g.output, *g.value_info]:
+            if vi.type.tensor_type.elem_type == frm:
+                vi.type.tensor_type.elem_type = elem
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.TENSOR:
+                    tensor(a.t)
+                elif a.type == onnx.AttributeProto.GRAPH:
+                    graph(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for sub in a.graphs:
+                        graph(sub)
+                elif n.op_type == "Cast" and a.name == "to" and a.i == frm:
+                    a.i = elem
+
+    graph(m.graph)
+    return m

@@ -16,8 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
+from onnxcc.runtime.loader import DTYPES, pack_subbyte, unpack_subbyte
+
 _DL = {"f32": ("kDLFloat", 32), "f64": ("kDLFloat", 64), "f16": ("kDLFloat", 16), "i64": ("kDLInt", 64),
-       "i32": ("kDLInt", 32), "i8": ("kDLInt", 8), "u8": ("kDLUInt", 8), "bool": ("kDLBool", 8)}
+       "i32": ("kDLInt", 32), "i8": ("kDLInt", 8), "u8": ("kDLUInt", 8), "bool": ("kDLBool", 8),
+       "bf16": ("kDLBfloat", 16),
+       # the small types: DLPack 1.1's float8 / float4 codes; sub-byte tensors travel packed
+       "f8e4m3fn": (10, 8), "f8e4m3fnuz": (11, 8), "f8e5m2": (12, 8), "f8e5m2fnuz": (13, 8), "f8e8m0": (14, 8),
+       "f4e2m1": (17, 4), "i4": ("kDLInt", 4), "u4": ("kDLUInt", 4), "i2": ("kDLInt", 2), "u2": ("kDLUInt", 2)}
 
 _TEMPLATE = r"""
 #include <stdio.h>
@@ -46,7 +52,7 @@ int main(int argc, char **argv) {
     int rank = atoi(argv[a++]);
     size_t n = 1;
     for (int j = 0; j < rank; j++) { in_shape[k][j] = atoll(argv[a++]); n *= (size_t)in_shape[k][j]; }
-    in[k].data = read_file(path, n * (size_t)(IN_BITS[k] / 8));
+    in[k].data = read_file(path, (n * (size_t)IN_BITS[k] + 7) / 8); /* sub-byte types: packed */
     in[k].device.device_type = kDLCPU; in[k].ndim = rank; in[k].shape = in_shape[k];
     in[k].dtype.code = (uint8_t)IN_CODE[k]; in[k].dtype.bits = (uint8_t)IN_BITS[k]; in[k].dtype.lanes = 1;
   }
@@ -56,7 +62,7 @@ int main(int argc, char **argv) {
     if (rc) { printf("error rc=%d %s\n", rc, @NAME@_last_error()); return 0; }
     size_t n = 1;
     for (int j = 0; j < OUT_RANK[k]; j++) n *= (size_t)out_shape[k][j];
-    out[k].data = calloc(n ? n : 1, (size_t)(OUT_BITS[k] / 8));
+    out[k].data = calloc(n ? (n * (size_t)OUT_BITS[k] + 7) / 8 : 1, 1);
     out[k].device.device_type = kDLCPU; out[k].ndim = OUT_RANK[k]; out[k].shape = out_shape[k];
     out[k].dtype.code = (uint8_t)OUT_CODE[k]; out[k].dtype.bits = (uint8_t)OUT_BITS[k]; out[k].dtype.lanes = 1;
   }
@@ -66,7 +72,7 @@ int main(int argc, char **argv) {
     size_t n = 1;
     for (int j = 0; j < OUT_RANK[k]; j++) n *= (size_t)out_shape[k][j];
     FILE *f = fopen(argv[a + k], "wb");
-    fwrite(out[k].data, (size_t)(OUT_BITS[k] / 8), n, f);
+    fwrite(out[k].data, 1, (n * (size_t)OUT_BITS[k] + 7) / 8, f);
     fclose(f);
   }
   printf("version=%d\n", @NAME@_last_version());
@@ -100,7 +106,8 @@ def run_c(exe: Path, meta_outputs: list[dict], feeds: list[np.ndarray], work: Pa
     args = [str(exe)]
     for k, a in enumerate(feeds):
         p = work / f"in{k}.bin"
-        np.ascontiguousarray(a).tofile(p)
+        bits = _SUB_BYTE.get(a.dtype, 8)
+        (pack_subbyte(a, bits) if bits < 8 else np.ascontiguousarray(a)).tofile(p)
         args += [str(p), str(a.ndim), *[str(s) for s in a.shape]]
     args.append("--")
     out_paths = [work / f"out{k}.bin" for k in range(len(meta_outputs))]
@@ -111,9 +118,24 @@ def run_c(exe: Path, meta_outputs: list[dict], feeds: list[np.ndarray], work: Pa
     line = r.stdout.strip()
     if not line.startswith("version="):
         return line, []
-    return line, [np.fromfile(p, dtype=_np(t["dtype"])) for p, t in zip(out_paths, meta_outputs, strict=True)]
+    return line, [_read_output(p, t["dtype"]) for p, t in zip(out_paths, meta_outputs, strict=True)]
+
+
+#: numpy dtype -> bits, of the sub-byte types (whose files are packed)
+_SUB_BYTE = {np.dtype(t): bits for t, _, bits in DTYPES.values() if bits < 8}
+
+
+def _read_output(path: Path, dt: str) -> np.ndarray:
+    """An output file as a flat array; sub-byte types unpacked (the file's trailing bits of
+    the last byte are padding, so the count comes from the size and is trimmed by the caller)."""
+    bits = _DL[dt][1]
+    if bits >= 8:
+        return np.fromfile(path, dtype=_np(dt))
+    raw = np.fromfile(path, dtype=np.uint8)
+    out = np.empty(raw.size * (8 // bits), _np(dt))
+    unpack_subbyte(raw, out, bits)
+    return out
 
 
 def _np(dt: str):
-    return {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i64": np.int64, "i32": np.int32,
-            "i8": np.int8, "u8": np.uint8, "bool": np.bool_}[dt]
+    return DTYPES[dt][0]

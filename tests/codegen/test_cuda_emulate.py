@@ -205,3 +205,47 @@ def test_emulated_sample_model_matches_onnxruntime(model):
     assert {"generic", "exact"} <= ran
     if "seq" in SAMPLE_MODELS[model][0]:
         assert "bucket" in ran
+
+
+def test_emulated_float8_casts():
+    """f32 -> each 8-bit float (nearest even, not saturating) and back, as ml_dtypes casts."""
+    import ml_dtypes
+
+    p = KernelProgram.new("f8", ["N"])
+    X = p.input("X", F32, (N,))
+    kinds = [DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz]
+    outs = []
+    for dt in kinds:
+        Q = p.output(f"Q_{dt.value}", dt, (N,))
+        B = p.output(f"B_{dt.value}", F32, (N,))
+        p.compute(Q, lambda i: cast(X[i], dt))
+        p.compute(B, lambda i, Q=Q: cast(Q[i], F32))
+        outs.append(dt)
+    emu = Emulated([(p, plan(p))])
+    x = np.concatenate([np.random.default_rng(2).standard_normal(200).astype(np.float32) * 100,
+                        np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-6, 300.0, 1e5], np.float32)])
+    got, status = emu.run(0, [x], {"N": x.size})
+    assert status == 0
+    for k, dt in enumerate(outs):
+        want = x.astype(dt.np)
+        q, back = got[2 * k], got[2 * k + 1]
+        np.testing.assert_array_equal(back, want.astype(np.float32), err_msg=dt.value)
+        assert q.dtype == np.dtype(getattr(ml_dtypes, want.dtype.name))
+        np.testing.assert_array_equal(q.astype(np.float32), want.astype(np.float32), err_msg=dt.value)
+
+
+def test_cuda_refuses_sub_byte_types(tmp_path):
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    import onnxcc
+    from onnxcc.errors import CompileError
+
+    nodes = [h.make_node("Cast", ["x"], ["q"], to=T.INT4)]
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [4])],
+                                  [h.make_tensor_value_info("q", T.INT4, [4])]), opset_imports=[h.make_opsetid("", 25)])
+    m.ir_version = 11
+    onnx.checker.check_model(m)
+    with pytest.raises(CompileError, match=r"sub-byte types \(i4\)"):
+        onnxcc.compile(m, tmp_path, name="cs", target="cuda")

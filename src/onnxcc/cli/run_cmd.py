@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import ml_dtypes
 import numpy as np
 
 from ..errors import OnnxccError
 from ..ir import parse_dim
+from ..runtime.loader import DTYPES
 from .exit_codes import EXIT_MISMATCH
 from .options import compile_flags, parse_assignments
 
@@ -141,9 +143,11 @@ def _random_inputs(compiled, dims: dict[str, int]) -> dict[str, np.ndarray]:
                 missing = ", ".join(sorted(str(s) for s in e.free_symbols))
                 raise OnnxccError(f'input "{t["name"]}" dim {d}: give a value with --random (e.g. {missing}=4)')
             shape.append(int(e))
-        dt = np.dtype({"f32": "float32", "f16": "float16", "f64": "float64", "i64": "int64", "i32": "int32",
-                       "bool": "bool", "u8": "uint8", "i8": "int8"}.get(t["dtype"], "float32"))
-        if dt.kind == "f":
+        # bf16 as ml_dtypes.bfloat16 (the loader takes it as well as uint16 bits)
+        dt = np.dtype(ml_dtypes.bfloat16) if t["dtype"] == "bf16" else np.dtype(DTYPES[t["dtype"]][0])
+        if dt.kind == "V" and dt.name.startswith(("int", "uint")):  # the sub-byte integers
+            feeds[t["name"]] = rng.integers(0, 2, size=shape).astype(dt)
+        elif dt.kind in "fV":
             feeds[t["name"]] = (rng.standard_normal(shape) * 0.5).astype(dt)
         elif dt.kind == "b":
             feeds[t["name"]] = rng.random(shape) < 0.5

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
-from onnxcc.ir import Dim, canon, evaluate
+from onnxcc.ir import Dim, canon, evaluate, storage_bytes
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 from onnxcc.kernel.schedule import compute_work
@@ -216,8 +216,8 @@ class KernelEmitter:
     def const_global(self, name: str) -> ir.GlobalVariable:
         g = self._consts.get(name)
         if g is None:
-            data = self.program.buffers[name].data
-            raw = bytearray(data.tobytes())  # type: ignore[union-attr]
+            buf = self.program.buffers[name]
+            raw = bytearray(storage_bytes(buf.data, buf.dtype))  # sub-byte types packed
             # NOTE: named by content, so versions sharing one LLVM module share their weights
             gname = f"onnxcc.const.{hashlib.sha1(raw).hexdigest()[:20]}.{len(raw)}"
             if gname in self.module.globals:

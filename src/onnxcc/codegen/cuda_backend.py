@@ -56,6 +56,10 @@ class CudaBackend:
             if prog.symbols != symbols:
                 raise CompileError(f"cuda: version {prog.name} takes symbols {prog.symbols}, "
                                    f"the module has {symbols}")
+            packed = sorted({b.dtype.value for b in prog.buffers.values() if b.dtype.bits < 8})
+            if packed:  # the loader's device path moves unpacked arrays; stores would need byte atomics
+                raise CompileError(f"cuda: sub-byte types ({', '.join(packed)}) are not supported by the CUDA "
+                                   "backend; use the cpu target")
             launches.append(cm.add_program(prog, v.plan, prog.name))
         step("llvm", time.perf_counter() - t0)
         if stop == "llvm":

@@ -53,6 +53,7 @@ from onnxcc.kernel.expr import (
     free_vars,
 )
 
+from . import llvm_small as small
 from .llvm_helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
 
@@ -61,7 +62,8 @@ F64 = ir.DoubleType()
 F16 = ir.HalfType()
 
 _INT_BITS = {DType.i8: 8, DType.i16: 16, DType.i32: 32, DType.i64: 64,
-             DType.u8: 8, DType.u16: 16, DType.u32: 32, DType.u64: 64}
+             DType.u8: 8, DType.u16: 16, DType.u32: 32, DType.u64: 64,
+             DType.i4: 4, DType.u4: 4, DType.i2: 2, DType.u2: 2}
 
 
 # ---- types --------------------------------------------------------------------------------
@@ -77,20 +79,20 @@ def storage_type(dt: DType) -> ir.Type:
         return F32
     if dt is DType.f64:
         return F64
-    if dt is DType.bool:
+    if dt is DType.bool or dt.is_small:  # sub-byte types: the byte holding them
         return I8
     return ir.IntType(_INT_BITS[dt])
 
 
 def compute_type(dt: DType) -> ir.Type:
     """How a dtype's values are held in registers."""
-    if dt in (DType.f16, DType.bf16, DType.f32):
-        return F32
     if dt is DType.f64:
         return F64
+    if dt.is_float:  # f16, bf16 and the small floats compute in f32
+        return F32
     if dt is DType.bool:
         return I1
-    return ir.IntType(_INT_BITS[dt])
+    return ir.IntType(max(8, _INT_BITS[dt]))
 
 
 def round_const(value: float, dt: DType) -> float:
@@ -101,6 +103,8 @@ def round_const(value: float, dt: DType) -> float:
         return float(_bf16_round_np(np.float32(value)))
     if dt is DType.f32:
         return float(np.float32(value))
+    if dt.is_small:
+        return float(np.float32(np.asarray(value, np.float32).astype(dt.np)))
     return value
 
 
@@ -329,6 +333,12 @@ class ExprEmitter:
     # ---- memory --------------------------------------------------------------------------
     def address(self, buffer: str, idx: list[ir.Value]) -> ir.Value:
         """Pointer to `buffer[idx]` (row-major flat offset, strides hoisted to entry)."""
+        dt = self.ctx.buffer_dtype(buffer)
+        return self.b.gep(self.ctx.buffer_ptr(buffer), [self.flat_index(buffer, idx)], inbounds=True,
+                          name=f"{buffer}.ptr", source_etype=storage_type(dt))
+
+    def flat_index(self, buffer: str, idx: list[ir.Value]) -> ir.Value:
+        """The element offset of `buffer[idx]` from the buffer's start."""
         b = self.b
         strides = self.ctx.strides(buffer)
         flat: ir.Value | None = None
@@ -338,14 +348,12 @@ class ExprEmitter:
             term = i if (isinstance(s, ir.Constant) and s.constant == 1) else \
                 b.mul(i, s, name=f"{buffer}.off{k}", flags=("nsw",))
             flat = term if flat is None else b.add(flat, term, name=f"{buffer}.off", flags=("nsw",))
-        if flat is None:
-            flat = ir.Constant(I64, 0)
-        dt = self.ctx.buffer_dtype(buffer)
-        return b.gep(self.ctx.buffer_ptr(buffer), [flat], inbounds=True, name=f"{buffer}.ptr",
-                     source_etype=storage_type(dt))
+        return ir.Constant(I64, 0) if flat is None else flat
 
     def load(self, buffer: str, idx: list[ir.Value]) -> ir.Value:
         dt = self.ctx.buffer_dtype(buffer)
+        if dt.bits < 8:
+            return self._load_packed(buffer, idx, dt)
         ptr = self.address(buffer, idx)
         raw = self.b.load(ptr, name=f"{buffer}.raw" if dt in (DType.f16, DType.bf16, DType.bool) else buffer,
                           align=dt.itemsize, typ=storage_type(dt))
@@ -355,13 +363,50 @@ class ExprEmitter:
 
     def store(self, buffer: str, idx: list[ir.Value], value: ir.Value) -> None:
         dt = self.ctx.buffer_dtype(buffer)
+        if dt.bits < 8:
+            self._store_packed(buffer, idx, dt, value)
+            return
         ptr = self.address(buffer, idx)
         st = self.b.store(self.to_storage(value, dt), ptr, align=dt.itemsize)
         for kind, md in self.md.store:
             st.set_metadata(kind, md)
 
+    def _packed_slot(self, buffer: str, idx: list[ir.Value], dt: DType) -> tuple[ir.Value, ir.Value]:
+        """(pointer to the byte, bit offset as i8) of a packed sub-byte element."""
+        b = self.b
+        k = self.flat_index(buffer, idx)
+        per = 8 // dt.bits
+        byte = b.lshr(k, ir.Constant(I64, per.bit_length() - 1), name=f"{buffer}.byte")
+        shift = b.mul(b.trunc(b.and_(k, ir.Constant(I64, per - 1)), I8), ir.Constant(I8, dt.bits),
+                      name=f"{buffer}.shift")
+        ptr = b.gep(self.ctx.buffer_ptr(buffer), [byte], inbounds=True, name=f"{buffer}.bptr", source_etype=I8)
+        return ptr, shift
+
+    def _load_packed(self, buffer: str, idx: list[ir.Value], dt: DType) -> ir.Value:
+        b = self.b
+        ptr, shift = self._packed_slot(buffer, idx, dt)
+        raw = b.load(ptr, name=f"{buffer}.raw", align=1, typ=I8)
+        for kind, md in self.md.load:
+            raw.set_metadata(kind, md)
+        code = b.and_(b.lshr(raw, shift), ir.Constant(I8, (1 << dt.bits) - 1), name=f"{buffer}.code")
+        return self.from_storage(code, dt, buffer)
+
+    def _store_packed(self, buffer: str, idx: list[ir.Value], dt: DType, value: ir.Value) -> None:
+        """Two atomic read-modify-writes (clear the element's bits, then set them), so
+        threads writing neighbours in one byte never lose each other's bits."""
+        b = self.b
+        ptr, shift = self._packed_slot(buffer, idx, dt)
+        mask = ir.Constant(I8, (1 << dt.bits) - 1)
+        code = b.shl(b.and_(self.to_storage(value, dt), mask), shift, name=f"{buffer}.set")
+        b.atomic_rmw("and", ptr, b.not_(b.shl(mask, shift)), "monotonic", name=f"{buffer}.clear")
+        b.atomic_rmw("or", ptr, code, "monotonic", name=f"{buffer}.or")
+
     def from_storage(self, raw: ir.Value, dt: DType, name: str) -> ir.Value:
         b = self.b
+        if small.is_small_float(dt):
+            return small.decode(b, raw, dt)
+        if dt.is_small:  # sub-byte integers: the code, sign-extended
+            return small.wrap_int(b, raw, dt)
         if dt is DType.f16:
             return b.fpext(raw, F32, name=name)
         if dt is DType.bf16:
@@ -379,6 +424,8 @@ class ExprEmitter:
             return self._bf16_bits(v)
         if dt is DType.bool:
             return b.zext(v, I8, name="to.i8")
+        if small.is_small_float(dt):
+            return small.encode(b, v, dt)
         return v
 
     def _bf16_bits(self, v: ir.Value) -> ir.Value:
@@ -403,6 +450,8 @@ class ExprEmitter:
             if v.type == F64:
                 v = b.fptrunc(v, F32, name="ftrunc")
             return self.from_storage(self._bf16_bits(v), DType.bf16, "bf16")
+        if small.is_small_float(dt):
+            return small.decode(b, small.encode(b, v, dt), dt)
         return v
 
     # ---- failure -------------------------------------------------------------------------
@@ -512,11 +561,15 @@ def cast_value(em: ExprEmitter, v: ir.Value, src: DType, dst: DType) -> ir.Value
             return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0), name="tobool")
         return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0), name="tobool")
     if src.is_float and dst.is_float:
+        if small.is_small_float(dst):  # from f32 or f64 directly: one rounding
+            return small.decode(b, small.encode(b, v, dst), dst)
         if dst is DType.f16 and v.type == F64:
             return b.fpext(b.fptrunc(v, F16, name="half"), F32, name="f16")
         if v.type != dty:
             v = b.fpext(v, dty, name="fext") if dty == F64 else b.fptrunc(v, dty, name="ftrunc")
         return em.round_to(v, dst)
+    if src.is_float and dst.is_small:  # -> sub-byte integer
+        return small.float_to_small_int(b, v, dst)
     if src.is_float:  # -> int
         if dst is DType.u64:
             return em.intr("llvm.fptoui.sat", [v], I64, overload=[I64, v.type], label="toint")
@@ -528,6 +581,11 @@ def cast_value(em: ExprEmitter, v: ir.Value, src: DType, dst: DType) -> ir.Value
         return em.round_to(f, dst)
     # int/bool -> int
     sb, db = v.type.width, dty.width
+    if dst.is_small:  # wraps, as ml_dtypes does
+        signed = src.is_signed and src is not DType.bool
+        v = b.trunc(v, dty, name="icast") if db < sb else (v if db == sb else
+                                                           (b.sext if signed else b.zext)(v, dty, name="icast"))
+        return small.wrap_int(b, v, dst)
     if db < sb:
         return b.trunc(v, dty, name="icast")
     if db > sb:

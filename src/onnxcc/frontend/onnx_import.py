@@ -277,8 +277,6 @@ class _Importer:
     # ---- tensors and attributes ----------------------------------------------------------------
     def tensor(self, t: onnx.TensorProto, where: str) -> np.ndarray:
         dt = self.dtype(t.data_type, where)
-        if dt is DType.bf16:
-            raise ImportError_(f"{self.what}: {where}: bf16 constants are not supported")
         try:
             arr = onnx.numpy_helper.to_array(t, base_dir=self.base_dir)
         except Exception as e:

@@ -3,7 +3,7 @@
 from .core import Block, BlockArg, Constraint, Function, Module, Op, OpResult, Region, Use, Value, WeightRef
 from .dims import INT_MAX, Dim, SymbolInfo, SymbolTable, canon, evaluate, free_symbols, identifier, is_static, sym
 from .parser import parse_dim, parse_module
-from .types import DType, TensorType
+from .types import DType, TensorType, pack_bits, storage_bytes, storage_np, to_bits
 
 __all__ = [
     "INT_MAX",
@@ -28,7 +28,11 @@ __all__ = [
     "free_symbols",
     "identifier",
     "is_static",
+    "pack_bits",
     "parse_dim",
     "parse_module",
+    "storage_bytes",
+    "storage_np",
     "sym",
+    "to_bits",
 ]

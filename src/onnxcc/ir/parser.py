@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 import sympy
 
@@ -516,7 +517,7 @@ def _fits(v, dt: DType) -> bool:
         return not isinstance(v, bool)
     if isinstance(v, bool) or not isinstance(v, int):
         return False
-    info = np.iinfo(dt.np)
+    info = ml_dtypes.iinfo(dt.np) if dt.is_small else np.iinfo(dt.np)
     return info.min <= v <= info.max
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import sympy
 
 from onnxcc.errors import VerifyError
-from onnxcc.ir import Dim, DType, canon
+from onnxcc.ir import Dim, DType, canon, to_bits
 
 from .expr import (
     Expr,
@@ -69,8 +69,7 @@ class Buffer:
         if self.kind == "const":
             if self.data is None:
                 raise ValueError(f"const buffer {self.name} needs data")
-            want = np.uint16 if self.dtype is DType.bf16 else self.dtype.np
-            arr = np.asarray(self.data).astype(want, copy=False)
+            arr = to_bits(self.data, self.dtype)  # bf16 and the small types: bit patterns
             arr = np.ascontiguousarray(arr).reshape(arr.shape)  # NOTE: ascontiguousarray makes 0-d 1-d
             if tuple(arr.shape) != self.shape:
                 raise ValueError(f"const buffer {self.name}: data shape {arr.shape} != {self.shape}")

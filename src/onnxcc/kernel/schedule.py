@@ -523,8 +523,8 @@ def _np_eval(e: Expr, env: Mapping[str, np.ndarray], program: KernelProgram):
             v = np.array(n.value, dtype=n.dtype.np)
         elif isinstance(n, Load):
             buf = program.buffers[n.buffer]
-            if buf.kind != "const" or buf.dtype is DType.bf16:
-                raise _NoEval
+            if buf.kind != "const" or buf.dtype is DType.bf16 or buf.dtype.is_small:
+                raise _NoEval  # their data are bit patterns, not values
             data = buf.data
             # NOTE: clipped, so the arm of a select that is not taken reads something valid
             idx = tuple(np.clip(memo[i], 0, max(0, s - 1)) for i, s in zip(n.indices, data.shape))
@@ -545,7 +545,7 @@ def _np_eval(e: Expr, env: Mapping[str, np.ndarray], program: KernelProgram):
                 v = np.asarray(v, dtype=n.dtype.np)
         elif isinstance(n, Unary) and n.op in ("neg", "abs"):
             v = np.negative(memo[n.a]) if n.op == "neg" else np.abs(memo[n.a])
-        elif isinstance(n, Cast) and n.dtype is not DType.bf16 and n.a.dtype is not DType.bf16:
+        elif isinstance(n, Cast) and not any(d is DType.bf16 or d.is_small for d in (n.dtype, n.a.dtype)):
             v = np.asarray(memo[n.a]).astype(n.dtype.np)
         elif isinstance(n, Select):
             v = np.where(memo[n.cond], memo[n.a], memo[n.b])

@@ -214,7 +214,7 @@ def attention(q, k, v, mask=None, past_k=None, past_v=None, nonpad=None, *, q_he
         p = e / np.where(s == 0, 1.0, s)
     p = np.where(np.isneginf(np.max(bias, axis=-1, keepdims=True)), 0.0, p)
     qk = {0: raw, 1: scores, 2: x, 3: p}[opts["mode"]]
-    y = np.matmul(p.astype(q.dtype).astype(dt), vv)
+    y = np.matmul(p, vv)
     if rank3:
         y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], q_len, -1)
     return y, pk, pv, np.broadcast_to(qk, (q.shape[0], q.shape[1], q_len, kv_len))
@@ -378,7 +378,7 @@ def _lower(ctx) -> None:
         p = exp(x_buf[(b, h, s, t)] - mx[(b, h, s)]) / denom
         return select(dead[(b, h, s)], Const(0.0, acc), p) if masked else p
 
-    p_buf = ctx.out(3) if n_out > 3 and opts["mode"] == 3 else ctx.temp(y_dt, scores_shape, "probs")
+    p_buf = ctx.out(3) if n_out > 3 and opts["mode"] == 3 else ctx.temp(acc, scores_shape, "probs")
     ctx.compute(p_buf, lambda b, h, s, t: cast(prob(b, h, s, t), p_buf.dtype))
 
     def y_at(b, h, s, vv) -> Expr:

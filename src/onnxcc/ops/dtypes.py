@@ -12,14 +12,13 @@ from ..ir import DType
 _FROM_ONNX: dict[int, DType] = {
     1: DType.f32, 2: DType.u8, 3: DType.i8, 4: DType.u16, 5: DType.i16, 6: DType.i32,
     7: DType.i64, 9: DType.bool, 10: DType.f16, 11: DType.f64, 12: DType.u32, 13: DType.u64,
-    16: DType.bf16,
+    16: DType.bf16, 17: DType.f8e4m3fn, 18: DType.f8e4m3fnuz, 19: DType.f8e5m2, 20: DType.f8e5m2fnuz,
+    21: DType.u4, 22: DType.i4, 23: DType.f4e2m1, 24: DType.f8e8m0, 25: DType.u2, 26: DType.i2,
 }
 _TO_ONNX: dict[DType, int] = {v: k for k, v in _FROM_ONNX.items()}
 
 #: names of the ONNX types onnxcc does not model, for error messages
-_UNSUPPORTED = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128", 17: "FLOAT8E4M3FN",
-                18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4", 22: "INT4",
-                23: "FLOAT4E2M1"}
+_UNSUPPORTED = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128"}
 
 
 def onnx_dtype(enum: int | DType) -> DType:

@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable
 from functools import reduce
 
+import ml_dtypes
 import numpy as np
 import sympy
 
@@ -40,15 +41,20 @@ from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 
 def widen(x: np.ndarray) -> np.ndarray:
-    """Compute half precision in float32 (as onnxruntime does), everything else as is."""
-    return x.astype(np.float32) if x.dtype == np.float16 else x
+    """Compute half precision and the small floats in float32 (as onnxruntime does),
+    everything else as is."""
+    x = np.asarray(x)
+    return x.astype(np.float32) if x.dtype == np.float16 or _ml_float(x.dtype) else x
+
+
+def _ml_float(dt: np.dtype) -> bool:
+    """bfloat16 and the small floats (ml_dtypes' types: numpy's kind 'V')."""
+    return dt.kind == "V" and dt.names is None
 
 
 def cast_out(ctx: RefCtx, y, i: int = 0) -> np.ndarray:
     """Cast a computed result to result i's dtype."""
-    dt = ctx.out_type(i).dtype
-    y = np.asarray(y)
-    return y if dt is DType.bf16 else y.astype(dt.np, copy=False)
+    return np.asarray(y).astype(ctx.out_type(i).dtype.np, copy=False)
 
 
 def same_dtype(ctx: InferCtx, indices=None) -> DType:
@@ -164,7 +170,8 @@ def lower_map(ctx, fn: Callable, operands, out: int = 0) -> None:
 
 
 def unary(name: str, fn: Callable, *, kernel: Callable | None = None, out: DType | Callable | None = None,
-          value: Callable | None = None, kind: str = "elementwise", lower: Callable | None = None) -> None:
+          value: Callable | None = None, kind: str = "elementwise", lower: Callable | None = None,
+          **extra) -> None:
     """Register onnx.<name>: y = fn(x, attr); `out` fixes the result dtype (or computes it).
     `kernel(x, attr)` is fn's twin over kernel expressions (the lowering); `lower` replaces
     the generated lowering outright."""
@@ -184,7 +191,7 @@ def unary(name: str, fn: Callable, *, kernel: Callable | None = None, out: DType
         lower_map(ctx, lambda x: kernel(x, ctx.attr), [0])
 
     define(f"onnx.{name}", infer=infer, reference=reference, value=val if value else None,
-           lower=lower or (lower_kernel if kernel else None), kind=kind, arity=1, math=fn, kernel=kernel)
+           lower=lower or (lower_kernel if kernel else None), kind=kind, arity=1, math=fn, kernel=kernel, **extra)
 
 
 def _erf(x):
@@ -267,7 +274,25 @@ def _k_is_inf(x, a):
 
 
 def _cast(x, a):
-    return x.astype(onnx_dtype(a("to")).np)
+    return cast_array(x, onnx_dtype(a("to")), bool(a("saturate", 1)), a("round_mode", "up"))
+
+
+#: the float8 types a Cast saturates to when its `saturate` attribute is 1 (the default)
+SATURATING = (DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz)
+
+
+def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
+    """ONNX Cast of a (widened) array: numpy's astype (ml_dtypes' for bf16 and the small
+    types: nearest even, sub-byte integers wrapping or 0 out of range as ml_dtypes has it);
+    to a float8 type with `saturate`, out-of-range values and infinities clamp to the
+    largest finite value first."""
+    if to is DType.f8e8m0:
+        return _to_e8m0(np.asarray(x, np.float32), saturate, round_mode)
+    if to in SATURATING and saturate:
+        hi = float(ml_dtypes.finfo(to.np).max)
+        x = np.clip(x, -hi, hi)  # NaN stays NaN
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN / out of range: the rules above
+        return np.asarray(x).astype(to.np)
 
 
 def _cast_value(ctx: InferCtx, v):
@@ -285,12 +310,72 @@ def _cast_to(ctx: InferCtx) -> DType:
         raise ctx.error(f"attribute 'to': {e}") from None
 
 
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """f32 -> f8e8m0 (ONNX Cast-24): the biased exponent of |x|, plus one where `round_mode`
+    rounds up ("up": any fraction; "nearest": a fraction of at least one half, ties up, and
+    below the smallest normal anything above 2**-127); not past 0xFE when saturating (else
+    0xFF, NaN); NaN and inf give 0xFF."""
+    if round_mode not in ("up", "down", "nearest"):
+        raise UnsupportedOp("Cast", "", "", f"round_mode {round_mode!r}")
+    bits = x.view(np.uint32)
+    e = ((bits >> 23) & 0xFF).astype(np.uint16)
+    frac = bits & 0x7FFFFF
+    normal = e != 0xFF
+    if round_mode == "up":
+        up = frac != 0
+    elif round_mode == "nearest":
+        up = ((frac & 0x400000) != 0) & (((frac & 0x3FFFFF) != 0) | (e > 0))
+    else:
+        up = np.zeros(x.shape, bool)
+    up &= normal
+    if saturate:
+        up &= e != 0xFE
+    return np.where(normal, e + up, 0xFF).astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+
+
+def _lower_e8m0(ctx, x, y) -> None:
+    """The kernel twin of `_to_e8m0`, on values: p, the power of two below |x| (the plain
+    conversion rounds down), doubled where the round mode says (the doubling of 2**127 is
+    inf, which converts to 0xFF)."""
+    mode, sat = ctx.attr("round_mode", "up"), bool(ctx.attr("saturate", 1))
+    if mode not in ("up", "down", "nearest"):
+        raise UnsupportedOp(ctx.op.opname, ctx.op.dialect, ctx.op.loc, f"round_mode {mode!r}")
+    f32 = DType.f32
+    tiny, top = 2.0 ** -127, 2.0 ** 127
+
+    def body(*ix):
+        t = abs(K.cast(kwiden(x[ix]), f32))
+        p = K.cast(K.cast(t, DType.f8e8m0), f32)
+        if mode == "down":
+            return K.cast(p, DType.f8e8m0)
+        sub = p.eq(K.Const(tiny, f32))  # code 0: t below the smallest normal
+        if mode == "up":
+            up = K.select(sub, t > 0.0, t > p)
+        else:
+            up = K.select(sub, t > tiny, t >= p * 1.5)
+        if sat:
+            up = up & K.logical_not(p.eq(K.Const(top, f32)))
+        return K.cast(K.select(up, p * 2.0, p), DType.f8e8m0)
+
+    ctx.compute(y, body)
+
+
 def lower_cast(ctx) -> None:
     """Cast / CastLike: a view when the dtype does not change, else one converting compute
-    (read unwidened, so f16 -> f32 is one exact conversion)."""
+    (read unwidened, so f16 -> f32 is one exact conversion). A saturating cast to a float8
+    type clamps to its largest finite value first (NaN stays NaN)."""
     x, y = ctx.inputs[0], ctx.out(0)
     if x.dtype is y.dtype:
         ctx.alias(0, 0)
+        return
+    if y.dtype is DType.f8e8m0:
+        _lower_e8m0(ctx, x, y)
+        return
+    if y.dtype in SATURATING and ctx.attr("saturate", 1):
+        hi = float(ml_dtypes.finfo(y.dtype.np).max)
+        # integers through f32: exact up to 2**24, past every float8's largest value
+        ctx.compute(y, lambda *ix: K.cast(K.clamp(kwiden(x[ix]) if x.dtype.is_float else K.cast(x[ix], DType.f32),
+                                                  -hi, hi), y.dtype))
         return
     if x.dtype is DType.f64 and y.dtype in _HALF:
         # NOTE: via f32 (double rounding, off by one f16 ulp only on rare ties): the CPU
@@ -371,7 +456,7 @@ unary("IsInf", _is_inf, kernel=_k_is_inf, out=DType.bool)
 unary("Not", lambda x, a: np.logical_not(x), kernel=lambda x, a: K.logical_not(x),
       value=lambda ctx, v: _truth(None if not _static(v) else not v))
 unary("Identity", lambda x, a: x, value=lambda ctx, v: v, lower=_lower_identity)
-unary("Cast", _cast, out=_cast_to, value=_cast_value, lower=lower_cast)
+unary("Cast", _cast, out=_cast_to, value=_cast_value, lower=lower_cast, small_types=True)
 
 
 # ---- binary (numpy broadcasting) -----------------------------------------------------------------
@@ -618,7 +703,9 @@ define("onnx.Where", infer=_where_infer, value=_where_value, lower=_where_lower,
 
 define("onnx.CastLike", kind="broadcast", arity=2,
        infer=lambda ctx: [ctx.in_types[0].with_dtype(ctx.in_types[1].dtype)],
-       reference=lambda ctx, x, like: [cast_out(ctx, x)], lower=lower_cast,
+       reference=lambda ctx, x, like: [cast_array(widen(x), ctx.out_type().dtype, bool(ctx.attr("saturate", 1)),
+                                                   ctx.attr("round_mode", "up"))],
+       lower=lower_cast, small_types=True,
        value=lambda ctx: map_values(ctx, lambda _, v: v, [0]) if ctx.in_types[1].dtype.is_int else None)
 
 

@@ -9,11 +9,16 @@ Arithmetic follows onnxruntime's CPU kernels, so integer results match it exactl
   + y_zp`, clamped, the multiplier computed in f32 as onnxruntime does.
 Scales and zero points are per tensor (one element), per axis (1-D along `axis`) or blocked
 (`block_size` > 0: same rank as x, `axis` dim of length ceil(x dim / block_size)).
-float8 / int4 element types are refused by name (the importer already refuses such inputs).
+QuantizeLinear / DequantizeLinear also take the small types: sub-byte integers (i4, u4, i2,
+u2) like the others; float8 and f4e2m1 as ONNX defines them: `x / scale + zero_point`
+converted to nearest even (float8 with `saturate` clamped to the largest finite value
+first; f4e2m1 always saturates), and back `(x - zero_point) * scale` (a float zero point
+must be 0 for float8; the formula holds either way). The other ops here refuse them.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import sympy
 
@@ -22,18 +27,19 @@ from ..errors import UnsupportedOp
 from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
-from .elementwise import kwiden
+from .elementwise import SATURATING, cast_array, kwiden
 from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
-_QTYPES = (DType.u8, DType.i8, DType.u16, DType.i16, DType.i32)
+_QTYPES = (DType.u8, DType.i8, DType.u16, DType.i16, DType.i32, DType.u4, DType.i4, DType.u2, DType.i2,
+           DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz, DType.f4e2m1)
 _FLOATS = (DType.f32, DType.f16, DType.bf16)
 
 
 def qrange(dt: DType) -> tuple[int, int]:
-    info = np.iinfo(dt.np)
+    info = ml_dtypes.iinfo(dt.np) if dt.is_small else np.iinfo(dt.np)
     return int(info.min), int(info.max)
 
 
@@ -54,13 +60,13 @@ def _attr_dtype(ctx, name: str) -> DType | None:
     try:
         return onnx_dtype(v)
     except ValueError as e:
-        raise _fail(ctx, f"{name}: {e} (float8 / int4 quantization is not supported yet)") from None
+        raise _fail(ctx, f"{name}: {e}") from None
 
 
 def _check_qtype(ctx, dt: DType, what: str) -> None:
     if dt not in _QTYPES:
         raise _fail(ctx, f"{what} has element type {dt.value}; supported: "
-                         + ", ".join(t.value for t in _QTYPES) + " (float8 / int4 not yet)")
+                         + ", ".join(t.value for t in _QTYPES))
 
 
 # ---- where a scale / zero point applies ------------------------------------------------------
@@ -141,26 +147,40 @@ def _quantize_infer(ctx: InferCtx):
     if x.dtype not in (*_FLOATS, DType.i32):
         raise ctx.error(f"x must be float or i32, got {x.dtype.value}")
     _check_param_shape(ctx, x.shape, s.shape, "y_scale")
-    if zp is not None and len(zp.shape) != len(s.shape):
+    if zp is not None and len(zp.shape) != len(s.shape) and not (zp.numel() == 1 and s.numel() == 1):
         raise ctx.error(f"y_zero_point must have y_scale's shape {s}, got {zp}")
     return [TensorType(dt, x.shape)]
 
 
-def quantize_np(x, scale, zp, dt: DType) -> np.ndarray:
-    """round_half_even(x / scale) + zp, saturated; the quotient in f32 (f64 for i32 outputs)."""
+def quantize_np(x, scale, zp, dt: DType, saturate: bool = True) -> np.ndarray:
+    """round_half_even(x / scale) + zp, saturated; the quotient in f32 (f64 for i32 outputs).
+    To a float type: x / scale + zp in f32, converted (saturating as `cast_array` says)."""
+    if dt.is_float:
+        q = np.asarray(x, np.float32) / np.asarray(scale, np.float32)
+        q = q if zp is None else q + np.asarray(zp).astype(np.float32)
+        return cast_array(q, dt, saturate)
     q = np.rint(np.asarray(x, np.float32) / np.asarray(scale, np.float32))
     q = q.astype(np.float64) + (0 if zp is None else np.asarray(zp, np.float64))
     lo, hi = qrange(dt)
-    return np.clip(q, lo, hi).astype(dt.np)
+    with np.errstate(invalid="ignore"):  # NaN: numpy's (and ml_dtypes') cast decides
+        return np.clip(q, lo, hi).astype(dt.np)
 
 
 def _quantize_ref(ctx: RefCtx, *args):
     x, s, zp = _args(ctx, args, 3)
-    return [quantize_np(x, _param_np(ctx, s, x.shape), _param_np(ctx, zp, x.shape), ctx.out_type().dtype)]
+    return [quantize_np(x, _param_np(ctx, s, x.shape), _param_np(ctx, zp, x.shape), ctx.out_type().dtype,
+                        bool(ctx.attr("saturate", 1)))]
 
 
-def quantize_expr(value: K.Expr, scale: K.Expr, zp: K.Expr | None, dt: DType) -> K.Expr:
+def quantize_expr(value: K.Expr, scale: K.Expr, zp: K.Expr | None, dt: DType, saturate: bool = True) -> K.Expr:
     """The kernel twin of `quantize_np` for one element (value and scale as f32)."""
+    if dt.is_float:
+        q = value / scale
+        q = q if zp is None else q + cast(kwiden(zp), DType.f32)
+        if saturate and dt in SATURATING:
+            hi = float(ml_dtypes.finfo(dt.np).max)
+            q = clamp(q, Const(-hi, DType.f32), Const(hi, DType.f32))
+        return cast(q, dt)
     q = K.unary("round", value / scale)
     lo, hi = qrange(dt)
     wide = DType.f64 if dt is DType.i32 else DType.f32
@@ -178,12 +198,13 @@ def _f32(e: K.Expr) -> K.Expr:
 def _quantize_lower(ctx) -> None:
     x, s, zp = _args(ctx, ctx.inputs, 3)
     y = ctx.out(0)
+    sat = bool(ctx.attr("saturate", 1))
     ctx.compute(y, lambda *ix: quantize_expr(_f32(x[ix]), _f32(_param_expr(ctx, s, ix)),
-                                             None if zp is None else _param_expr(ctx, zp, ix), y.dtype))
+                                             None if zp is None else _param_expr(ctx, zp, ix), y.dtype, sat))
 
 
 define("onnx.QuantizeLinear", infer=_quantize_infer, reference=_quantize_ref, lower=_quantize_lower,
-       kind="elementwise", arity=(2, 3))
+       kind="elementwise", arity=(2, 3), small_types=True)
 
 
 # ---- DequantizeLinear --------------------------------------------------------------------------
@@ -201,7 +222,8 @@ def _dequantize_infer(ctx: InferCtx):
 
 
 def _widest(dt: DType) -> DType:
-    return DType.i64 if dt is DType.i32 else DType.i32
+    """Where x - zero_point is exact: f32 for the float types (exact for float8 and f4e2m1)."""
+    return DType.f32 if dt.is_float else DType.i64 if dt is DType.i32 else DType.i32
 
 
 def _dequantize_ref(ctx: RefCtx, *args):
@@ -209,7 +231,7 @@ def _dequantize_ref(ctx: RefCtx, *args):
     wide = _widest(DType.from_np(x.dtype)).np
     d = x.astype(wide) - (0 if zp is None else _param_np(ctx, zp, x.shape).astype(wide))
     y = d.astype(np.float32) * _param_np(ctx, s, x.shape).astype(np.float32)
-    return [y.astype(ctx.out_type().dtype.np) if ctx.out_type().dtype is not DType.bf16 else y]
+    return [y.astype(ctx.out_type().dtype.np)]
 
 
 def _dequantize_lower(ctx) -> None:
@@ -227,7 +249,7 @@ def _dequantize_lower(ctx) -> None:
 
 
 define("onnx.DequantizeLinear", infer=_dequantize_infer, reference=_dequantize_ref, lower=_dequantize_lower,
-       kind="elementwise", arity=(2, 3))
+       kind="elementwise", arity=(2, 3), small_types=True)
 
 
 # ---- DynamicQuantizeLinear ---------------------------------------------------------------------

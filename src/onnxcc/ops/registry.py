@@ -42,6 +42,9 @@ class OpDef:
     #: operands whose elements are sizes (any value >= 1 is valid): a 1-D int64 graph input
     #: used only there may be bound to symbols at dispatch (passes/value_symbols.py)
     size_operands: tuple[int, ...] = ()
+    #: the native lowering takes the small types (8-bit and 4-bit floats, sub-byte integers);
+    #: other ops refuse them unless they only make views
+    small_types: bool = False
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")

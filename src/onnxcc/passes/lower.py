@@ -169,6 +169,11 @@ class _Lowerer:
         ctx = LowerCtx(op, self.program, ins, results, consts, known, self.fresh)
         ctx.lowerer = self
         d.lower(ctx)
+        small = sorted({v.type.dtype.value for v in [*op.operands, *op.results] if v.type.dtype.is_small})
+        if small and not d.small_types and len(ctx.aliases) < len(op.results):
+            raise UnsupportedOp(op.opname, op.dialect, op.loc,
+                                f"{', '.join(small)} values are not supported by this op in the native backend "
+                                "(Cast, CastLike, QuantizeLinear, DequantizeLinear and views take them)")
         for ri, oi in ctx.aliases.items():
             r = op.results[ri]
             src = ins[oi]

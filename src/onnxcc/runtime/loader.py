@@ -33,7 +33,9 @@ class ArtifactError(OnnxccError):
     """An artifact that must not be loaded: its library is missing, outside the artifact
     directory, or not the file NAME.json recorded (truncated, rebuilt, swapped)."""
 
-# dtype name in NAME.json -> (numpy dtype, DLPack code, bits). bf16 travels as uint16 bits.
+# dtype name in NAME.json -> (numpy dtype, DLPack code, bits). bf16 travels as uint16 bits
+# (ml_dtypes.bfloat16 arrays are taken too); the small types are ml_dtypes' arrays, one
+# element per byte, packed for the call where they are narrower than a byte (below).
 DTYPES = {
     "f16": (np.float16, 2, 16), "bf16": (np.uint16, 4, 16), "f32": (np.float32, 2, 32),
     "f64": (np.float64, 2, 64), "i8": (np.int8, 0, 8), "i16": (np.int16, 0, 16),
@@ -41,6 +43,40 @@ DTYPES = {
     "u16": (np.uint16, 1, 16), "u32": (np.uint32, 1, 32), "u64": (np.uint64, 1, 64),
     "bool": (np.bool_, 6, 8),
 }
+# The small types: DLPack 1.1's codes for the 8- and 4-bit floats; sub-byte integers are
+# kDLInt / kDLUInt with bits 4 or 2. Sub-byte tensors are packed in the call (DLPack's and
+# ONNX's layout: element k of the flattened tensor in byte k // (8 // bits), lowest bits first).
+_SMALL = {
+    "f8e4m3fn": ("float8_e4m3fn", 10, 8), "f8e4m3fnuz": ("float8_e4m3fnuz", 11, 8),
+    "f8e5m2": ("float8_e5m2", 12, 8), "f8e5m2fnuz": ("float8_e5m2fnuz", 13, 8),
+    "f8e8m0": ("float8_e8m0fnu", 14, 8), "f4e2m1": ("float4_e2m1fn", 17, 4),
+    "i4": ("int4", 0, 4), "u4": ("uint4", 1, 4), "i2": ("int2", 0, 2), "u2": ("uint2", 1, 2),
+}
+try:
+    import ml_dtypes as _ml
+
+    DTYPES.update({k: (np.dtype(getattr(_ml, t)), code, bits) for k, (t, code, bits) in _SMALL.items()})
+    _BF16: np.dtype | None = np.dtype(_ml.bfloat16)
+except ImportError:  # pragma: no cover - ml_dtypes comes with onnx; without it, no small types
+    _BF16 = None
+
+
+def pack_subbyte(a: np.ndarray, bits: int) -> np.ndarray:
+    """An array of a sub-byte type (one element per byte) packed 8 // bits per byte."""
+    per = 8 // bits
+    c = np.ascontiguousarray(a).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
+    c = np.concatenate([c, np.zeros((-c.size) % per, np.uint8)]).reshape(-1, per)
+    out = np.zeros(max(1, c.shape[0]), np.uint8)
+    for k in range(per):
+        out[: c.shape[0]] |= c[:, k] << np.uint8(k * bits)
+    return out
+
+
+def unpack_subbyte(packed: np.ndarray, out: np.ndarray, bits: int) -> None:
+    """Fill `out` (a sub-byte type, one element per byte) from packed bytes."""
+    per, n = 8 // bits, out.size
+    codes = ((packed[:, None] >> (np.arange(per, dtype=np.uint8) * np.uint8(bits))) & np.uint8((1 << bits) - 1))
+    out.reshape(-1).view(np.uint8)[:] = codes.reshape(-1)[:n]  # ml_dtypes keeps the bare codes
 
 KDL_CPU = 1
 #: the newest C ABI (NAME.json abi_version, NAME_abi_version()) this loader can call
@@ -87,10 +123,13 @@ class _Tensors:
         self.arrays = arrays
         self.shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arrays]
         self.array = (DLTensor * max(1, len(arrays)))()
+        self.packed: dict[int, np.ndarray] = {}  # k -> the packed bytes of a sub-byte tensor
         for k, (t, a, shape) in enumerate(zip(self.array, arrays, self.shapes)):
             # The signature's dtype wins where given: bf16 data sits in uint16 arrays.
             code, bits = DTYPES[dtypes[k]][1:] if dtypes else dlpack_dtype(a.dtype)
-            t.data = a.ctypes.data if data is None else data[k]
+            if bits < 8 and data is None:
+                self.packed[k] = pack_subbyte(a, bits)
+            t.data = (self.packed[k] if k in self.packed else a).ctypes.data if data is None else data[k]
             t.device = DLDevice(*device)
             t.ndim = a.ndim
             t.dtype = DLDataType(code, bits, 1)
@@ -100,6 +139,11 @@ class _Tensors:
 
     def __len__(self) -> int:
         return len(self.arrays)
+
+    def unpack(self) -> None:
+        """Copy packed sub-byte results back into their arrays (after a call)."""
+        for k, p in self.packed.items():
+            unpack_subbyte(p, self.arrays[k], int(self.array[k].dtype.bits))
 
 
 def _data_ptr_slow(a: np.ndarray) -> int:
@@ -272,6 +316,8 @@ class CompiledModel:
         self._any_run_determined = any(self._run_determined)
         self._cuda = self.meta.get("target") == "cuda"
         self._guard_codes = frozenset(self.codes[k] for k in _GUARD_CODES)
+        # sub-byte tensors are packed and unpacked around the call: the portable path does it
+        self._packed = any(DTYPES[t["dtype"]][2] < 8 for t in self.inputs + self.outputs)
         # Second handles on the same symbols for run(), called with c_void_p objects made once
         # (the scratch buffers' addresses) and small Python ints, which ctypes passes as C int
         # without argtypes: about half the cost of a call that converts through argtypes.
@@ -404,6 +450,8 @@ class CompiledModel:
             if type(x) is np.ndarray and x.dtype == want and x.flags.c_contiguous:
                 arrays.append(x)  # the common case, first
                 continue
+            if isinstance(x, np.ndarray) and x.dtype == _BF16 and sig["dtype"] == "bf16":
+                x = x.view(np.uint16)  # ml_dtypes.bfloat16 in, its bits through the ABI
             arrays.append(as_input(sig["name"], sig["dtype"], want, x, cast))
         return arrays
 
@@ -466,7 +514,7 @@ class CompiledModel:
         preallocated outputs (C-contiguous, exact dtype and shape), written in place and
         returned."""
         bufs = self._out_buffers(out)
-        if self._cuda or not _WORD_LAYOUT:
+        if self._cuda or not _WORD_LAYOUT or self._packed:
             return self._run_portable(inputs, cast, bufs)
         arrays = self._prepare(inputs, cast)
         sc = self._scratch
@@ -529,6 +577,7 @@ class CompiledModel:
             return {t["name"]: a for t, a in zip(self.outputs, outs)}
         o = _Tensors(outs, [t["dtype"] for t in self.outputs])
         self._check(self._run(ins.array, len(ins), o.array, len(o)))
+        o.unpack()
         return {t["name"]: self._trim(k, a) for k, (t, a) in enumerate(zip(self.outputs, outs))}
 
     def _empty(self, k: int, shape: tuple, dtype) -> np.ndarray:

@@ -343,11 +343,15 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
 
 static const char *onnxcc_dtype_text(uint8_t code, uint8_t bits, char *buf, size_t cap) {
   static const char *const kinds[] = {"i", "u", "f", "opaque", "bf", "c", "bool"};
-  const char *kind = code <= 6 ? kinds[code] : "code?";
+  /* DLPack 1.1's small float codes 7..17, by the names onnxcc gives them */
+  static const char *const small[] = {"f8e3m4", "f8e4m3", "f8e4m3b11fnuz", "f8e4m3fn", "f8e4m3fnuz",
+                                      "f8e5m2", "f8e5m2fnuz", "f8e8m0", "f6e2m3fn", "f6e3m2fn", "f4e2m1"};
   if (code == kDLBool && bits == 8)
     snprintf(buf, cap, "bool");
+  else if (code >= 7 && code <= 17)
+    snprintf(buf, cap, "%s", small[code - 7]);
   else
-    snprintf(buf, cap, "%s%d", kind, (int)bits);
+    snprintf(buf, cap, "%s%d", code <= 6 ? kinds[code] : "code?", (int)bits);
   return buf;
 }
 
