@@ -457,7 +457,14 @@ static int onnxcc_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
   for (int32_t d = 0; d < t->ndim; d++) numel *= t->shape[d]; /* checked for overflow already */
   if (numel == 0) return 0;
   *lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
-  *hi = *lo + (uintptr_t)numel * (uintptr_t)((t->dtype.bits + 7) / 8);
+  uintptr_t n = (uintptr_t)numel, nbytes;
+  if (t->dtype.bits < 8 && t->dtype.bits > 0) { /* sub-byte types are packed 8 / bits per byte */
+    uintptr_t per = (uintptr_t)(8 / t->dtype.bits);
+    nbytes = n / per + (n % per != 0);
+  } else {
+    nbytes = n * (uintptr_t)((t->dtype.bits + 7) / 8);
+  }
+  *hi = *lo + nbytes;
   return 1;
 }
 
