@@ -1,7 +1,19 @@
 """The graph IR. Import everything IR from here: `from onnxcc.ir import Op, Module, ...`."""
 
 from .core import Block, BlockArg, Constraint, Function, Module, Op, OpResult, Region, Use, Value, WeightRef
-from .dims import INT_MAX, Dim, SymbolInfo, SymbolTable, canon, evaluate, free_symbols, identifier, is_static, sym
+from .dims import (
+    INT_MAX,
+    Dim,
+    Prover,
+    SymbolInfo,
+    SymbolTable,
+    canon,
+    evaluate,
+    free_symbols,
+    identifier,
+    is_static,
+    sym,
+)
 from .parser import parse_dim, parse_module
 from .types import DType, TensorType
 
@@ -16,6 +28,7 @@ __all__ = [
     "Module",
     "Op",
     "OpResult",
+    "Prover",
     "Region",
     "SymbolInfo",
     "SymbolTable",
