@@ -17,8 +17,7 @@ from pathlib import Path
 
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
 from ..errors import OnnxccError
-from ..ir import Module, identifier
-from ..ir.printer import print_bool
+from ..ir import Module, identifier, print_bool, print_dim
 from ..passes import Instrument, PassContext, run_pipeline
 from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
 
@@ -155,7 +154,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
             symbol=prog.name, guard=f.guard, guard_text=print_bool(f.guard), subs=subs,
             workspace_bytes=mplan.workspace_bytes, kind=kind,
             info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
-                  "workspace_bytes": str(mplan.workspace_bytes),
+                  "workspace_bytes": print_dim(mplan.workspace_bytes),
                   "multiple_of": list(f.attrs.get("multiple_of", [])), **v.stats, **bucket}))
     constraints = [(c.expr, c.origin) for c in module.constraints]
     meta = {"options": options.cache_key(), **backend.metadata(),

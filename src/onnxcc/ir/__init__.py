@@ -15,6 +15,7 @@ from .dims import (
     sym,
 )
 from .parser import parse_dim, parse_module
+from .printer import print_bool, print_dim, print_expr
 from .types import DType, TensorType
 
 __all__ = [
@@ -43,5 +44,8 @@ __all__ = [
     "is_static",
     "parse_dim",
     "parse_module",
+    "print_bool",
+    "print_dim",
+    "print_expr",
     "sym",
 ]

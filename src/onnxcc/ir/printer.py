@@ -30,7 +30,13 @@ INLINE_MAX = 64  # constants up to this many elements print inline
 
 
 class DimPrinter(StrPrinter):
-    """sympy's str printer, with `%` for Mod so dims read like C."""
+    """sympy's str printer, with `%` for Mod so dims read like C.
+
+    NOTE: this is the one printer of dims and guards: the IR text, the kernel IR, NAME.h,
+    NAME.json (`onnxcc inspect`) and every message about a dim or a guard go through
+    `print_dim` / `print_bool` / `print_expr`, so a guard reads the same everywhere and the
+    IR's parser reads back what they print (`parse_dim`).
+    """
 
     def _print_Mod(self, e):
         a, b = e.args
@@ -68,6 +74,15 @@ def print_bool(e) -> str:
     if isinstance(e, sympy.Not):
         return "!" + _paren_bool(e.args[0], force=True)
     raise TypeError(f"cannot print boolean {e!r}")
+
+
+def print_expr(e) -> str:
+    """A dim (`print_dim`) or a guard / constraint (`print_bool`), whichever `e` is."""
+    if isinstance(e, bool):
+        return "true" if e else "false"
+    if isinstance(e, sympy.Basic) and not isinstance(e, sympy.Expr):  # a relation, And, true...
+        return print_bool(e)
+    return print_dim(e)
 
 
 def _sorted_args(e):

@@ -21,7 +21,7 @@ import numpy as np
 import sympy
 
 from ..errors import ShapeError, UnsupportedOp
-from ..ir import Dim, Module, Op, TensorType, canon
+from ..ir import Dim, Module, Op, TensorType, canon, print_dim
 
 _REGISTRY: dict[str, OpDef] = {}
 
@@ -157,8 +157,8 @@ class InferCtx:
         if p is True:
             return a
         if p is False:
-            raise ShapeError(f'node "{self.loc}" ({self.op.name}): {why}: {a} != {b}')
-        self.require(sympy.Eq(sympy.sympify(a), sympy.sympify(b)), f"{why} ({a} == {b})")
+            raise ShapeError(f'node "{self.loc}" ({self.op.name}): {why}: {print_dim(a)} != {print_dim(b)}')
+        self.require(sympy.Eq(sympy.sympify(a), sympy.sympify(b)), f"{why} ({print_dim(a)} == {print_dim(b)})")
         # prefer the simpler side (a plain symbol over an expression)
         return a if _complexity(a) <= _complexity(b) else b
 
