@@ -155,7 +155,8 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
             workspace_bytes=mplan.workspace_bytes, kind=kind,
             info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
                   "workspace_bytes": print_dim(mplan.workspace_bytes),
-                  "multiple_of": list(f.attrs.get("multiple_of", [])), **v.stats, **bucket}))
+                  "multiple_of": [print_bool(d.predicate) for d in f.attrs.get("multiple_of", [])],
+                  **v.stats, **bucket}))
     constraints = [(c.expr, c.origin) for c in module.constraints]
     meta = {"options": options.cache_key(), **backend.metadata(),
             "dropped_versions": list(module.attrs.get("dropped_versions", []))}

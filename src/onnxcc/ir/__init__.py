@@ -4,6 +4,7 @@ from .core import Block, BlockArg, Constraint, Function, Module, Op, OpResult, R
 from .dims import (
     INT_MAX,
     Dim,
+    Divisible,
     Prover,
     SymbolInfo,
     SymbolTable,
@@ -25,6 +26,7 @@ __all__ = [
     "Constraint",
     "DType",
     "Dim",
+    "Divisible",
     "Function",
     "Module",
     "Op",

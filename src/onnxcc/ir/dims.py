@@ -63,6 +63,29 @@ class SymbolInfo:
         return sym(self.name)
 
 
+@dataclass(frozen=True, order=True)
+class Divisible:
+    """A divisibility fact a version may rely on: `symbol % k == 0` holds for every call it
+    runs (its guard says so). In the IR text: `#divisible<seq % 16 == 0>`."""
+
+    symbol: str
+    k: int
+
+    @property
+    def predicate(self) -> Any:
+        """The fact as a guard: `Eq(Mod(symbol, k), 0)`."""
+        return sympy.Eq(sympy.Mod(sym(self.symbol), self.k), 0)
+
+    @staticmethod
+    def from_predicate(e: Any) -> Divisible | None:
+        """The fact a guard term `symbol % k == 0` states, else None."""
+        if isinstance(e, sympy.Eq) and e.rhs == 0 and isinstance(e.lhs, sympy.Mod):
+            s, k = cast(tuple[Any, Any], e.lhs.args)
+            if isinstance(s, sympy.Symbol) and k.is_Integer and int(k) > 0:
+                return Divisible(s.name, int(k))
+        return None
+
+
 @dataclass
 class SymbolTable:
     """Ordered table of the module's symbols, keyed by name."""

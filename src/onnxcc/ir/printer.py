@@ -23,6 +23,7 @@ import sympy
 from sympy.printing.str import StrPrinter
 
 from .core import Block, Function, Module, Op, Value, WeightRef
+from .dims import Divisible
 from .types import DType, TensorType
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
@@ -113,6 +114,8 @@ def print_attr(v) -> str:
         return _symref(v.name)
     if isinstance(v, TensorType):
         return f"!{print_type(v)}"
+    if isinstance(v, Divisible):
+        return f"#divisible<{print_bool(v.predicate)}>"
     if isinstance(v, np.ndarray):
         return _print_dense(v)
     if isinstance(v, (list, tuple)):

@@ -24,7 +24,8 @@ rewritten to use the true count. Where a dim cannot be padded safely (a Reshape 
 with another dim, data-dependent indexing along it, the symbol read as data, an op the
 analysis does not know), the bucket is refused with an error naming the op and the node.
 
-Options (CLI: `bucketize{buckets=seq:64:128:512}`; several symbols joined by `|`).
+Options: `buckets`, the bounds per symbol (CLI: `bucketize{buckets=seq:64:128:512}`;
+several symbols joined by `|`).
 Bucket versions go into the dispatch list after the exact / 0-1 versions and before the
 rest (divisibility, generic): values above the last bucket fall through to those.
 
@@ -34,7 +35,7 @@ Choosing the bounds from traffic (cost model, exact dynamic programme) is in buc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce as _fold
 from typing import ClassVar
 
@@ -46,7 +47,7 @@ from ..ir import Block, DType, Function, Module, Op, TensorType, Value, canon, s
 from ..ir.clone import clone_function
 from ..ops import InferCtx, RefCtx, get_opdef
 from ..ops.cc import const_array
-from .base import ModulePass, PassContext, register_pass
+from .base import ModulePass, PassContext, SymValues, parse_sym_values, register_pass
 from .shape_inference import infer_block, infer_function_constraints, infer_op
 
 
@@ -870,23 +871,20 @@ def bucket_version(module: Module, generic: Function, symbol: str, bucket: int, 
     return f
 
 
-def parse_buckets(text: str) -> dict[str, list[int]]:
-    """'seq:64:128|batch:4' -> {'seq': [64, 128], 'batch': [4]}."""
+def parse_buckets(text: str) -> SymValues:
+    """'seq:64:128|batch:4' -> (('seq', (64, 128)), ('batch', (4,)))."""
+    return parse_sym_values(text, "bucketize: buckets")
+
+
+def bucket_table(buckets: SymValues) -> dict[str, list[int]]:
+    """Symbol -> its bucket bounds, ascending, each once (refusing a size below 1)."""
     out: dict[str, list[int]] = {}
-    for group in filter(None, (g.strip() for g in text.split("|"))):
-        name, *vals = group.split(":")
-        try:
-            nums = [int(v) for v in vals]
-        except ValueError:
-            raise OnnxccError(f"bucketize: bucket sizes must be integers in {group!r}") from None
-        if not nums or any(n < 1 for n in nums):
+    for name, sizes in buckets:
+        if not sizes or any(n < 1 for n in sizes):
+            group = ":".join([name, *map(str, sizes)])
             raise OnnxccError(f"bucketize: expected SYM:B1[:B2...] with positive sizes, got {group!r}")
-        out.setdefault(name.strip(), []).extend(nums)
+        out.setdefault(name, []).extend(sizes)
     return {k: sorted(set(v)) for k, v in out.items()}
-
-
-def format_buckets(buckets: dict[str, list[int]]) -> str:
-    return "|".join(f"{k}:{':'.join(str(b) for b in v)}" for k, v in buckets.items() if v)
 
 
 @register_pass
@@ -895,10 +893,11 @@ class BucketizePass(ModulePass):
     """Add exact bucket versions of @main (pad, run at the static size, mask, cut back)."""
 
     name: ClassVar[str] = "bucketize"
-    buckets: str = ""
+    #: bucket bounds per symbol (`seq:64:128|batch:4` in a textual pipeline)
+    buckets: SymValues = field(default=(), metadata={"parse": parse_buckets})
 
     def run(self, module: Module, ctx: PassContext) -> bool:
-        table = parse_buckets(self.buckets)
+        table = bucket_table(self.buckets)
         if not table:
             return False
         if "main" not in module.dispatch:
