@@ -35,6 +35,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .dtypes import onnx_dtype
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .traits import FINITE_ELEMENTWISE, set_pad
 
 # ---- shared helpers (also used by reduce / matmul / nn) ---------------------------------------
 
@@ -737,3 +738,12 @@ def _dropout_lower(ctx) -> None:
 
 define("onnx.Dropout", infer=_dropout_infer, reference=_dropout_ref, lower=_dropout_lower, kind="elementwise",
        arity=(1, 3), num_results=None, verify=results_between(1, 2))
+
+
+# ---- bucketing: these map finite operands to finite results (padded positions hold values
+# of the same magnitude as valid ones, computed from zeros); the rest keep the default rule
+set_pad(FINITE_ELEMENTWISE, *(f"onnx.{n}" for n in (
+    "Add", "Sub", "Mul", "Neg", "Abs", "Relu", "Identity", "Cast", "CastLike", "Erf", "Tanh", "Sigmoid",
+    "Sin", "Cos", "Max", "Min", "Sum", "Mean", "Clip", "Where", "LeakyRelu", "Gelu", "Dropout", "Floor",
+    "Ceil", "Round", "Sign", "Softsign", "HardSigmoid", "HardSwish", "PRelu", "Not", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "IsNaN", "IsInf", "Atan", "Elu", "Selu", "Celu", "Mish")))

@@ -10,6 +10,7 @@ from ..kernel import Const, Var, broadcast_indices, cast, rsum
 from .elementwise import cast_out, same_dtype, unidirectional, widen
 from .int_gemm import transposed_b_loader
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .traits import PadRule, set_pad
 
 
 def matmul_shape(ctx: InferCtx, a: tuple, b: tuple) -> tuple:
@@ -277,3 +278,8 @@ def _einsum_lower(ctx) -> None:
 define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=np.einsum,
        lower=_einsum_lower,
        reference=lambda ctx, *xs: [cast_out(ctx, np.einsum(ctx.attr("equation"), *[widen(x) for x in xs]))])
+
+
+# ---- bucketing: a contraction over a padded axis needs zeros in one operand
+set_pad(PadRule("matmul"), "onnx.MatMul")
+set_pad(PadRule("gemm"), "onnx.Gemm")

@@ -22,6 +22,7 @@ import sympy
 
 from ..errors import ShapeError, UnsupportedOp
 from ..ir import Dim, Module, Op, TensorType, canon, print_dim
+from .traits import ELEMENTWISE, PadRule
 
 _REGISTRY: dict[str, OpDef] = {}
 
@@ -39,6 +40,15 @@ class OpDef:
     #: operands broadcast against each other numpy-style (a dim of 1 stretches): the 0/1
     #: specialisation rule looks for symbols in such ops
     numpy_broadcast: bool = False
+    #: how the op treats positions padded for a bucket version (`traits.PadRule`); None:
+    #: bucketize refuses it by name (elementwise and broadcast ops default to the
+    #: elementwise rule, see `pad_rule`)
+    pad: PadRule | None = None
+
+    def pad_rule(self) -> PadRule | None:
+        if self.pad is not None:
+            return self.pad
+        return ELEMENTWISE if self.kind in ("elementwise", "broadcast") else None
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")
