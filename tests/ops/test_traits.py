@@ -25,3 +25,35 @@ def test_every_pad_rule_is_used_and_unknown_rules_are_refused():
     assert used == set(PAD_RULES)
     with pytest.raises(ValueError, match="unknown pad rule 'sorta'"):
         PadRule("sorta")
+
+
+def test_canonical_patterns_live_on_the_opdefs():
+    from onnxcc.ops.traits import Neutral, set_canonical
+    from onnxcc.passes.canonicalize import declaring
+
+    assert set(declaring("same-type-identity")) >= {"onnx.Identity", "onnx.Reshape", "onnx.Cast"}
+    assert set(declaring("neutral-operand")) == {"onnx.Add", "onnx.Sub", "onnx.Mul", "onnx.Div"}
+    assert get_opdef("onnx.Sub").neutral == Neutral(0, commutes=False)
+    assert declaring("transpose") == ("onnx.Transpose",) and declaring("dropout") == ("onnx.Dropout",)
+    with pytest.raises(ValueError, match="unknown canonical pattern"):
+        set_canonical("fold-everything", "onnx.Add")
+
+
+def test_costs_live_on_the_opdefs():
+    from onnxcc import parse_ir
+    from onnxcc.passes.bucket_choice import flops_polynomial
+
+    m = parse_ir("""module @m {
+  sym n in [1, 64]
+  func @main(%a: f32[n, 8], %b: f32[8, 4]) -> (f32[n, 4]) {
+    %0 = onnx.MatMul(%a, %b) : (f32[n, 4])
+    %1 = onnx.Relu(%0) : (f32[n, 4])
+    %2 = onnx.Softmax(%1) {axis = 1} : (f32[n, 4])
+    %3 = onnx.ReduceSum(%2) {keepdims = 1} : (f32[1, 1])
+    return %2
+  }
+}
+""")
+    n = m.symbols["n"].symbol
+    # MatMul 2*4n*8, Relu 4n, Softmax 4*4n, ReduceSum one per input element 4n
+    assert flops_polynomial(m.functions["main"]) == 64 * n + 4 * n + 16 * n + 4 * n

@@ -10,7 +10,7 @@ from ..kernel import Const, Var, broadcast_indices, cast, rsum
 from .elementwise import cast_out, same_dtype, unidirectional, widen
 from .int_gemm import transposed_b_loader
 from .registry import InferCtx, RefCtx, define, onnx_inputs
-from .traits import PadRule, set_pad
+from .traits import PadRule, set_cost, set_pad
 
 
 def matmul_shape(ctx: InferCtx, a: tuple, b: tuple) -> tuple:
@@ -283,3 +283,18 @@ define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=
 # ---- bucketing: a contraction over a padded axis needs zeros in one operand
 set_pad(PadRule("matmul"), "onnx.MatMul")
 set_pad(PadRule("gemm"), "onnx.Gemm")
+
+
+# ---- cost (multiply-add = 2)
+def _matmul_flops(op):
+    return 2 * op.results[0].type.numel() * op.operands[0].type.shape[-1]
+
+
+def _gemm_flops(op):
+    a, out = op.operands[0].type, op.results[0].type.numel()
+    k = a.shape[0] if op.attrs.get("transA", 0) else a.shape[1]
+    return 2 * out * k + out
+
+
+set_cost(_matmul_flops, "onnx.MatMul")
+set_cost(_gemm_flops, "onnx.Gemm")

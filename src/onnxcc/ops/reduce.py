@@ -29,7 +29,7 @@ from ..kernel import Expr, Var
 from .elementwise import cast_out, kfloat, kwiden, widen
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
-from .traits import PadRule, set_pad
+from .traits import PadRule, set_cost, set_pad
 
 # ---- axes ----------------------------------------------------------------------------------------
 
@@ -548,3 +548,5 @@ set_pad(PadRule("softmax", result_fill=0.0), "onnx.Hardmax")
 set_pad(PadRule("argreduce", identity=-math.inf), "onnx.ArgMax")
 set_pad(PadRule("argreduce", identity=math.inf), "onnx.ArgMin")
 set_pad(PadRule("cumsum"), "onnx.CumSum")
+
+set_cost(lambda op: 4 * op.results[0].type.numel(), "onnx.Softmax", "onnx.LogSoftmax")  # max, exp, sum, div

@@ -22,7 +22,7 @@ import sympy
 
 from ..errors import ShapeError, UnsupportedOp
 from ..ir import Dim, Module, Op, TensorType, canon, print_dim
-from .traits import ELEMENTWISE, PadRule
+from .traits import ELEMENTWISE, Neutral, PadRule
 
 _REGISTRY: dict[str, OpDef] = {}
 
@@ -33,7 +33,9 @@ class OpDef:
     arity: Any = None
     #: results: an int, or None when it depends on the op (e.g. Split, If)
     num_results: Any = 1
-    #: kernel class for fusion: elementwise | broadcast | injective | reduction | matmul | opaque
+    #: the op's class: elementwise | broadcast | injective | reduction | matmul | opaque. The
+    #: defaults of its traits read it (`pad_rule`, `flops`); fusion does not (it classifies
+    #: the lowered computes, kernel/fuse.py)
     kind: str = "opaque"
     #: free of side effects, safe to CSE / DCE
     pure: bool = True
@@ -44,6 +46,21 @@ class OpDef:
     #: bucketize refuses it by name (elementwise and broadcast ops default to the
     #: elementwise rule, see `pad_rule`)
     pad: PadRule | None = None
+    #: the canonical patterns that apply (`traits.CANONICAL_PATTERNS`)
+    canonical: tuple[str, ...] = ()
+    #: a binary op's neutral element, for the neutral-operand pattern
+    neutral: Neutral | None = None
+
+    def flops(self, op: Op) -> Any:
+        """Floating-point work of one run of `op` as a dim expression (multiply-add = 2),
+        for the bucket cost model. Default: one per result element for elementwise and
+        broadcast ops, one per input element for reductions, else 0. A family file sets its
+        own with `traits.set_cost`."""
+        if self.kind in ("elementwise", "broadcast"):
+            return sympy.sympify(sum((r.type.numel() or 0) for r in op.results))
+        if self.kind == "reduction":
+            return sympy.sympify(op.operands[0].type.numel() or 0)
+        return sympy.Integer(0)
 
     def pad_rule(self) -> PadRule | None:
         if self.pad is not None:

@@ -72,7 +72,7 @@ from .shape_util import (  # noqa: F401
     value_expr,
     value_shape_ok,
 )
-from .traits import PadRule, set_pad
+from .traits import PadRule, set_canonical, set_pad
 
 # ---- Shape, Size, Identity ----------------------------------------------------------------
 
@@ -964,3 +964,7 @@ set_pad(PadRule("gather"), "onnx.Gather")
 set_pad(PadRule("expand", shape_operands=(1,)), "onnx.Expand")
 set_pad(PadRule("constant_of_shape", shape_operands=(0,)), "onnx.ConstantOfShape")
 set_pad(PadRule("passthrough"), "onnx.Shape", "onnx.Size")
+
+# ---- canonical patterns
+set_canonical("same-type-identity", "onnx.Reshape", "onnx.Expand", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Flatten")
+set_canonical("transpose", "onnx.Transpose")

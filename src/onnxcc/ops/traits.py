@@ -1,6 +1,7 @@
 """Traits an OpDef declares for the passes that need them (DESIGN: op knowledge lives on
-the op): how it treats padded positions (`PadRule`, read by bucketize) and which of the
-shared identity patterns apply to it (`CANONICAL_PATTERNS`, read by canonicalize).
+the op): how it treats padded positions (`PadRule`, read by bucketize), which of the
+canonical patterns apply to it (`CANONICAL_PATTERNS` and `Neutral`, read by canonicalize)
+and its cost (`OpDef.flops`, read by the bucket cost model).
 
 A family file sets them next to its ops, e.g. `set_pad(PadRule("view", shape_operands=(1,)),
 "onnx.Reshape")`; adding an op touches only its family file.
@@ -47,12 +48,50 @@ ELEMENTWISE = PadRule("elementwise")
 FINITE_ELEMENTWISE = PadRule("elementwise", finite=True)
 
 
-def set_pad(rule: PadRule, *names: str) -> None:
-    """Give each registered op in `names` the pad rule `rule`."""
+#: the canonicalization patterns an op may declare (passes/canonicalize.py implements them):
+#:   same-type-identity  the op returns its first operand when the result type is the same
+#:   neutral-operand     `x op c` with c all the op's `Neutral` value is x (`Neutral`)
+#:   transpose           an identity permutation is dropped, two permutations are composed
+#:   dropout             inference-mode dropout is the identity
+CANONICAL_PATTERNS = ("same-type-identity", "neutral-operand", "transpose", "dropout")
+
+
+@dataclass(frozen=True)
+class Neutral:
+    """A binary op's neutral element: `x + 0`, `x * 1` are x (and `0 + x` when it commutes)."""
+
+    value: float
+    commutes: bool
+
+
+def set_canonical(pattern: str, *names: str, neutral: Neutral | None = None) -> None:
+    """Declare that canonical `pattern` applies to each registered op in `names`."""
+    if pattern not in CANONICAL_PATTERNS:
+        raise ValueError(f"unknown canonical pattern {pattern!r} (known: {', '.join(CANONICAL_PATTERNS)})")
+    for d in _opdefs(names):
+        d.canonical = (*d.canonical, pattern)
+        if neutral is not None:
+            d.neutral = neutral
+
+
+def _opdefs(names):
     from .registry import get_opdef
 
     for n in names:
         d = get_opdef(n)
         if d is None:
-            raise KeyError(f"set_pad: {n} is not registered")
+            raise KeyError(f"{n} is not registered")
+        yield d
+
+
+def set_cost(flops, *names: str) -> None:
+    """Give each registered op in `names` its cost: `flops(op)` -> the floating-point work
+    of one run as a dim expression (multiply-add = 2)."""
+    for d in _opdefs(names):
+        d.flops = flops
+
+
+def set_pad(rule: PadRule, *names: str) -> None:
+    """Give each registered op in `names` the pad rule `rule`."""
+    for d in _opdefs(names):
         d.pad = rule
