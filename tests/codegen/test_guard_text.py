@@ -10,9 +10,9 @@ import sympy
 from click.testing import CliRunner
 
 from onnxcc.cli import main
-from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
-from onnxcc.codegen.c_exprs import text
-from onnxcc.codegen.link import generate_dispatcher, generate_header, generate_metadata
+from onnxcc.codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+from onnxcc.codegen.c.exprs import text
+from onnxcc.codegen.c.link import generate_dispatcher, generate_header, generate_metadata
 from onnxcc.ir import DType, SymbolInfo, parse_dim, parse_module, print_bool, print_dim, print_expr, sym
 from onnxcc.ir.printer import print_module
 

@@ -1,4 +1,4 @@
-"""codegen.link end to end: hand-written LLVM kernels -> libNAME.so -> loader and C callers."""
+"""codegen.c.link end to end: hand-written LLVM kernels -> libNAME.so -> loader and C callers."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
-from onnxcc.codegen.c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, text
-from onnxcc.codegen.link import RUNTIME_DIR, build_library, generate_dispatcher, generate_metadata
+from onnxcc.codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+from onnxcc.codegen.c.exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, text
+from onnxcc.codegen.c.link import RUNTIME_DIR, build_library, generate_dispatcher, generate_metadata
 from onnxcc.errors import CompileError, GuardError, RuntimeCallError
 from onnxcc.ir import DType, SymbolInfo, sym
 from onnxcc.runtime import load

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen import cpu_jit
-from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.codegen.cpu import jit as cpu_jit
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.ir import Divisible, DType, sym
 from onnxcc.kernel import (
     KernelProgram,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.ir import DType, Prover, SymbolTable, evaluate, sym
 from onnxcc.kernel import (
     KernelProgram,

@@ -134,7 +134,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
 def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
     backend fills in its target fields (`Backend.describe`)."""
-    from ..codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+    from ..codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
 
     module = kmod.graph
     generic = kmod.versions[-1].function

@@ -1,6 +1,6 @@
 """The plain-data contract between the code generators and the linker.
 
-An `ArtifactSpec` says everything `codegen.link` needs to wrap compiled versions into
+An `ArtifactSpec` says everything `codegen.c.link` needs to wrap compiled versions into
 `libNAME.so`: the model's inputs and outputs with symbolic shapes, its symbols (order =
 the order of the `syms` array every version receives), the run-time constraints, and the
 versions in dispatch order (most specialised first, generic last).

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from .backend import Emitted, StepClock
-from .link import CPU_LINK, LinkTarget, build_library
-from .llvm_target import host_cpu
+from ..backend import Emitted, StepClock
+from ..c.link import CPU_LINK, LinkTarget, build_library
+from ..llvm.target import host_cpu
 
 
 class CpuBackend:
@@ -54,7 +54,7 @@ class CpuBackend:
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
-        from .cpu import emit_assembly, emit_llvm, emit_object
+        from .emit import emit_assembly, emit_llvm, emit_object
 
         if stop == "lib" and len(module.versions) > 1 and _jobs() > 1:
             return self._emit_parallel(module, name, step)
@@ -82,7 +82,7 @@ class CpuBackend:
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
-        from .cpu import emit_llvm
+        from .emit import emit_llvm
 
         t0 = time.perf_counter()
         triple = self.triple or llvm.get_process_triple()
@@ -164,7 +164,7 @@ def _jobs() -> int:
 
 
 def _compile_one(k: int) -> bytes:
-    from .llvm_target import emit_object
+    from ..llvm.target import emit_object
 
     mod, target = _WORK[k]
     triple, cpu, features, opt = target

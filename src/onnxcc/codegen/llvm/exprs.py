@@ -53,7 +53,7 @@ from onnxcc.kernel.expr import (
     free_vars,
 )
 
-from .llvm_helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
+from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
 
 F32 = ir.FloatType()
