@@ -18,6 +18,8 @@ def test_pad_rules_live_on_the_opdefs():
     assert get_opdef("onnx.Add").pad_rule().finite and not get_opdef("onnx.Exp").pad_rule().finite
     assert get_opdef("onnx.Exp").pad_rule() == PadRule("elementwise")  # the elementwise default
     assert get_opdef("onnx.NonZero").pad_rule() is None  # refused by bucketize, by name
+    assert [get_opdef(f"onnx.{n}").pad_rule().fills for n in ("Mul", "Div", "Where", "Add")] == [
+        "product", "quotient", "select", ""]
 
 
 def test_every_pad_rule_is_used_and_unknown_rules_are_refused():
@@ -25,6 +27,8 @@ def test_every_pad_rule_is_used_and_unknown_rules_are_refused():
     assert used == set(PAD_RULES)
     with pytest.raises(ValueError, match="unknown pad rule 'sorta'"):
         PadRule("sorta")
+    with pytest.raises(ValueError, match="unknown fill algebra 'sum'"):
+        PadRule("elementwise", fills="sum")
 
 
 def test_canonical_patterns_live_on_the_opdefs():

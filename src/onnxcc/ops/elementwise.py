@@ -35,7 +35,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .dtypes import onnx_dtype
 from .registry import InferCtx, RefCtx, define, onnx_inputs
-from .traits import FINITE_ELEMENTWISE, Neutral, set_canonical, set_pad
+from .traits import FINITE_ELEMENTWISE, Neutral, PadRule, set_canonical, set_pad
 
 # ---- shared helpers (also used by reduce / matmul / nn) ---------------------------------------
 
@@ -747,6 +747,9 @@ set_pad(FINITE_ELEMENTWISE, *(f"onnx.{n}" for n in (
     "Sin", "Cos", "Max", "Min", "Sum", "Mean", "Clip", "Where", "LeakyRelu", "Gelu", "Dropout", "Floor",
     "Ceil", "Round", "Sign", "Softsign", "HardSigmoid", "HardSwish", "PRelu", "Not", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "IsNaN", "IsInf", "Atan", "Elu", "Selu", "Celu", "Mish")))
+set_pad(PadRule("elementwise", finite=True, fills="product"), "onnx.Mul")
+set_pad(PadRule("elementwise", fills="quotient"), "onnx.Div")
+set_pad(PadRule("elementwise", finite=True, fills="select"), "onnx.Where")
 
 # ---- canonical patterns
 set_canonical("same-type-identity", "onnx.Identity", "onnx.Cast", "onnx.CastLike")

@@ -17,6 +17,13 @@ PAD_RULES = ("elementwise", "view", "transpose", "matmul", "gemm", "softmax", "r
              "batchnorm", "passthrough", "pad", "mask")
 
 
+#: how an elementwise op combines operand fills that are not all known numbers:
+#:   product   a zero times a finite value is zero (Mul)
+#:   quotient  finite over a finite, provably nonzero denominator is finite (Div)
+#:   select    finite when both arms are finite, whatever the condition (Where)
+FILL_ALGEBRA = ("", "product", "quotient", "select")
+
+
 @dataclass(frozen=True)
 class PadRule:
     """How an op treats positions padded up to a bucket bound (see passes/bucketize.py).
@@ -36,10 +43,14 @@ class PadRule:
     """reduce: a zero row stays zero and a finite row finite"""
     shape_operands: tuple[int, ...] = ()
     """operand slots read as a shape (safe at the padded size)"""
+    fills: str = ""
+    """elementwise: how unknown fills combine, one of FILL_ALGEBRA ("" for none)"""
 
     def __post_init__(self):
         if self.rule not in PAD_RULES:
             raise ValueError(f"unknown pad rule {self.rule!r} (known: {', '.join(PAD_RULES)})")
+        if self.fills not in FILL_ALGEBRA:
+            raise ValueError(f"unknown fill algebra {self.fills!r} (known: {', '.join(FILL_ALGEBRA)})")
 
 
 #: the default of elementwise and broadcast ops

@@ -337,16 +337,17 @@ def _eval_fill(a: PadSafety, op: Op, ins: list):
             return _known(np.asarray(y).reshape(-1)[0])
         except Exception:  # a fill we cannot evaluate is unknown, nothing worse
             return GARBAGE
-    if op.name == "onnx.Mul" and any(x == 0.0 for x in ins if is_known(x)) and all(is_finite(x) for x in ins):
+    rule = _rule(op)
+    fills = rule.fills if rule is not None else ""
+    if fills == "product" and any(x == 0.0 for x in ins if is_known(x)) and all(is_finite(x) for x in ins):
         return 0.0
-    if op.name == "onnx.Div":
+    if fills == "quotient":
         info = a.const_info(op.operands[1])
         den_ok = (is_known(ins[1]) and ins[1] != 0.0 and math.isfinite(ins[1])) or bool(
             info and info[1] and info[2])
         return FINITE if is_finite(ins[0]) and den_ok else GARBAGE
-    if op.name == "onnx.Where":
+    if fills == "select":
         return FINITE if is_finite(ins[1]) and is_finite(ins[2]) else GARBAGE
-    rule = _rule(op)
     if rule is not None and rule.finite and all(is_finite(x) for x in ins):
         return FINITE
     return GARBAGE
