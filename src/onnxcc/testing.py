@@ -94,7 +94,7 @@ def random_inputs(model: ModelLike, dims: dict[str, int], seed: int = 0) -> dict
 def jit_run(module, inputs, function=None, parallel: bool = False) -> list[np.ndarray]:
     """Lower one function of an IR module to a kernel program, JIT it in-process and run it
     on `inputs` (dict by parameter name, or list). Checks op lowerings without linking a .so."""
-    from onnxcc.codegen.cpu_jit import JitKernel
+    from onnxcc.codegen.cpu.jit import JitKernel
     from onnxcc.passes.lower import lower_function
 
     f = function or module.main
@@ -124,7 +124,7 @@ def check_lowering(model, dims_list, rtol=1e-4, atol=1e-5, pipeline="shape-infer
 def jit_compile(model, pipeline: str = "shape-inference,canonicalize", name: str = "jit_main"):
     """Import an ONNX model, run `pipeline`, lower @main and JIT it in-process.
     Returns (module, kernel program, JitKernel): what op-lowering tests inspect and call."""
-    from onnxcc.codegen.cpu_jit import JitKernel
+    from onnxcc.codegen.cpu.jit import JitKernel
     from onnxcc.frontend import load_onnx
     from onnxcc.passes import run_pipeline
     from onnxcc.passes.lower import lower_function

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import onnxcc
 from onnxcc.cli import main
-from onnxcc.codegen.cpu_features import required_features
+from onnxcc.codegen.cpu.features import required_features
 from onnxcc.errors import OnnxccError, RuntimeCallError
 from onnxcc.testing import MODELS_DIR
 
@@ -84,7 +84,7 @@ def test_unknown_cpu_or_feature_is_a_usage_error_with_a_hint():
 
 
 def _host_has(feature: str) -> bool:
-    from onnxcc.codegen.llvm_target import host_cpu
+    from onnxcc.codegen.llvm.target import host_cpu
 
     return f"+{feature}" in host_cpu()[1].split(",")
 

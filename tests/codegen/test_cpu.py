@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen import cpu_jit
-from onnxcc.codegen.cpu import emit_llvm, emit_object
-from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.codegen.cpu import jit as cpu_jit
+from onnxcc.codegen.cpu.emit import emit_llvm, emit_object
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import RuntimeCallError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from onnxcc.cli import main
-from onnxcc.codegen.cuda import CudaModule, emit_ptx, parse_arch
+from onnxcc.codegen.cuda.emit import CudaModule, emit_ptx, parse_arch
 from onnxcc.compiler import CompileOptions, compile_model
 from onnxcc.errors import CompileError, OnnxccError
 from onnxcc.ir import DType, sym

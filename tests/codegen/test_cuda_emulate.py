@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen.cuda import CudaModule
-from onnxcc.codegen.llvm_target import optimize as optimize_module
-from onnxcc.codegen.llvm_target import parse_modules, target_machine
+from onnxcc.codegen.cuda.emit import CudaModule
+from onnxcc.codegen.llvm.target import optimize as optimize_module
+from onnxcc.codegen.llvm.target import parse_modules, target_machine
 from onnxcc.ir import DType, evaluate, sym
 from onnxcc.kernel import (
     ERR_INDEX,

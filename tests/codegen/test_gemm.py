@@ -1,4 +1,4 @@
-"""The GEMM path (kernel/schedule.py recognises, codegen/gemm.py emits): numerics vs numpy
+"""The GEMM path (kernel/schedule.py recognises, codegen/cpu/gemm.py emits): numerics vs numpy
 through JitKernel for many shapes, symbolic dims, batch broadcasting, transposed operands,
 epilogues, convolutions, parallel on and off. Timing lives in benchmarks/gemm.py."""
 
@@ -9,8 +9,8 @@ import itertools
 import numpy as np
 import pytest
 
-from onnxcc.codegen import cpu_jit
-from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.codegen.cpu import jit as cpu_jit
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import RuntimeCallError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import KernelProgram, Var, broadcast_indices, relu, rsum, select, wrap_index

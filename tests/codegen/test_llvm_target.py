@@ -1,4 +1,4 @@
-"""llvm_target: LLVM's missed-transformation remarks never reach the user's stderr."""
+"""codegen/llvm/target.py: LLVM's missed-transformation remarks never reach the user's stderr."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from onnxcc.codegen.llvm_target import emit_object
+from onnxcc.codegen.llvm.target import emit_object
 
 # a loop with a loop-carried dependence (a[i] = a[i-1] * 3) that carries a forced
 # `llvm.loop.vectorize.enable`: LLVM cannot vectorize it and, unfiltered, prints

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen import cpu_jit
-from onnxcc.codegen.cpu_jit import JitKernel
-from onnxcc.ir import DType, sym
+from onnxcc.codegen.cpu import jit as cpu_jit
+from onnxcc.codegen.cpu.jit import JitKernel
+from onnxcc.ir import Divisible, DType, sym
 from onnxcc.kernel import (
     KernelProgram,
     Var,
@@ -53,7 +53,7 @@ def _fn_text(ir_text: str, name: str) -> str:
 
 
 def test_facts_and_divisibility_proofs():
-    facts = facts_from_attrs(["seq:16", "N:4"])
+    facts = facts_from_attrs([Divisible("seq", 16), Divisible("N", 4)])
     assert facts == {"seq": 16, "N": 4}
     seq = sym("seq")
     assert proves_multiple(seq, 16, facts)
@@ -105,7 +105,7 @@ def test_vectorized_elementwise_tails(rank, parallel):
 def test_divisible_version_has_no_tail_loop():
     generic, divisible = ew_program("ewg", 2), ew_program("ewd", 2)
     schedule_program(generic, TargetInfo(parallel=False))
-    schedule_program(divisible, TargetInfo(parallel=False), facts_from_attrs(["N:16"]))
+    schedule_program(divisible, TargetInfo(parallel=False), facts_from_attrs([Divisible("N", 16)]))
     assert divisible.body[0].schedule.vector_tail == "none"
     kg, kd = JitKernel(generic), JitKernel(divisible)
     assert "i.tail.loop" in kg.llvm_ir

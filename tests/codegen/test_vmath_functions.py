@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from onnxcc.codegen import vmath as cm
-from onnxcc.codegen.cpu import optimize as optimize_module
-from onnxcc.codegen.cpu import parse_modules, target_machine
-from onnxcc.codegen.llvm_helpers import I64, PTR, for_range
+from onnxcc.codegen.cpu.emit import optimize as optimize_module
+from onnxcc.codegen.cpu.emit import parse_modules, target_machine
+from onnxcc.codegen.llvm import vmath as cm
+from onnxcc.codegen.llvm.helpers import I64, PTR, for_range
 
 F32_TINY, F64_TINY = float(np.finfo(np.float32).smallest_subnormal), float(np.finfo(np.float64).smallest_subnormal)
 

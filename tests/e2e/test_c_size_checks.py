@@ -15,7 +15,7 @@ import pytest
 import sympy
 
 import onnxcc
-from onnxcc.codegen.c_exprs import UnsupportedExpr, c_bool, c_int_checked
+from onnxcc.codegen.c.exprs import UnsupportedExpr, c_bool, c_int_checked
 from onnxcc.ir import sym
 from onnxcc.testing import MODELS_DIR
 
@@ -96,8 +96,8 @@ def test_checked_expressions_and_wide_constants():
 
 
 def test_constraint_constant_past_int64_is_a_compile_error(tmp_path):
-    from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
-    from onnxcc.codegen.c_build import build_library
+    from onnxcc.codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+    from onnxcc.codegen.c.build import build_library
     from onnxcc.errors import CompileError
     from onnxcc.ir import DType, SymbolInfo
 

@@ -235,8 +235,8 @@ def test_device_targets_refuse_value_guards():
     """A CUDA dispatcher cannot read device memory: value guards are refused at link time."""
     import sympy
 
-    from onnxcc.codegen.abi import ArtifactSpec, TensorSig, ValueGuard, VersionSpec
-    from onnxcc.codegen.link import generate_dispatcher
+    from onnxcc.codegen.c.abi import ArtifactSpec, TensorSig, ValueGuard, VersionSpec
+    from onnxcc.codegen.c.link import generate_dispatcher
     from onnxcc.errors import CompileError
     from onnxcc.ir import DType
 

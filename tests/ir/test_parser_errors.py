@@ -65,7 +65,9 @@ CASES = {
     "bad_guard": (_GUARDED.format("N +"), 3, 29, r"expected a dim expression"),
     "guard_not_a_relation": (_GUARDED.format("N"), 3, 27, r"expected a comparison"),
     "unknown_dense_kind": (_op("%0 = test.a() {k = #foo<1>} : (f32[1])"), 3, 25,
-                           r"expected #dim<...> or #bool<...>, got 'foo'"),
+                           r"expected #dim<...>, #bool<...> or #divisible<...>, got 'foo'"),
+    "divisible_not_a_fact": (_op("%0 = test.a() {k = #divisible<N <= 4>} : (f32[1])"), 3, 35,
+                             r"expected #divisible<SYM % K == 0>, got 'N'"),
 }
 
 

@@ -14,7 +14,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnxcc
-from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.frontend import load_onnx
 from onnxcc.ir import DType, SymbolTable, sym
 from onnxcc.kernel import KernelProgram, Reduce, Var, exp, relu, rmax, rsum, select, sqrt, walk, wrap_index

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import VerifyError
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import (

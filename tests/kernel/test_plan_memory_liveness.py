@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen.cpu_jit import JitKernel
-from onnxcc.ir import DType, SymbolTable, evaluate, sym
+from onnxcc.codegen.cpu.jit import JitKernel
+from onnxcc.ir import DType, Prover, SymbolTable, evaluate, sym
 from onnxcc.kernel import (
     KernelProgram,
     MemoryPlan,
@@ -26,7 +26,7 @@ from onnxcc.kernel import (
     rsum,
     walk,
 )
-from onnxcc.kernel.plan_memory import Prover, align_up
+from onnxcc.kernel.plan_memory import align_up
 
 F32 = DType.f32
 N, M = sym("N"), sym("M")

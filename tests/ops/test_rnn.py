@@ -12,7 +12,7 @@ from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 
 from onnxcc import load_onnx
-from onnxcc.codegen.cpu_jit import JitKernel
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import UnsupportedOp
 from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline

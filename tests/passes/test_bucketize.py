@@ -14,7 +14,8 @@ from onnxcc.errors import OnnxccError
 from onnxcc.interp import run
 from onnxcc.ir import evaluate, sym
 from onnxcc.passes import run_pipeline
-from onnxcc.passes.bucketize import BucketError, parse_buckets
+from onnxcc.passes.base import get_pass
+from onnxcc.passes.bucketize import BucketError, BucketizePass, bucket_table, parse_buckets
 
 PIPE = "shape-inference,specialize{one=false},bucketize{buckets=seq:8:16}"
 
@@ -279,8 +280,13 @@ def test_bucketize_dispatch_order_and_roundtrip():
 
 
 def test_bucketize_option_parsing_and_errors():
-    assert parse_buckets("seq:64:16|batch:4") == {"seq": [16, 64], "batch": [4]}
+    # the pipeline text is parsed once, into the typed option
+    assert parse_buckets("seq:64:16|batch:4") == (("seq", (64, 16)), ("batch", (4,)))
+    assert get_pass("bucketize{buckets=seq:64:16|batch:4}") == BucketizePass((("seq", (64, 16)), ("batch", (4,))))
+    assert bucket_table(parse_buckets("seq:64:16|batch:4|seq:64")) == {"seq": [16, 64], "batch": [4]}
     with pytest.raises(OnnxccError, match="positive"):
-        parse_buckets("seq:0")
+        bucket_table(parse_buckets("seq:0"))
+    with pytest.raises(OnnxccError, match="must be integers in 'seq:x'"):
+        get_pass("bucketize{buckets=seq:x}")
     with pytest.raises(OnnxccError, match="unknown symbol 'len'"):
         bucketize(SOFTMAX, "shape-inference,bucketize{buckets=len:8}")

@@ -6,7 +6,10 @@ import pytest
 
 from onnxcc import parse_ir, print_ir
 from onnxcc.errors import OnnxccError, PassError
+from onnxcc.ir import Divisible
 from onnxcc.passes import run_pipeline
+from onnxcc.passes.base import get_pass
+from onnxcc.passes.specialize import SpecializePass
 
 BCAST = """module @m {
   sym n in [1, 100]
@@ -65,7 +68,16 @@ def test_divisibility_version_records_the_fact():
     assert vs == ["main.k_mod16", "main.generic"]
     f = m.functions["main.k_mod16"]
     assert "guard k % 16 == 0" in print_ir(m)
-    assert f.attrs["multiple_of"] == ["k:16"]
+    assert f.attrs["multiple_of"] == [Divisible("k", 16)]  # a typed fact, printed as a guard term
+    assert "multiple_of = [#divisible<k % 16 == 0>]" in print_ir(m)
+    assert parse_ir(print_ir(m)).functions["main.k_mod16"].attrs["multiple_of"] == [Divisible("k", 16)]
+
+
+def test_exact_values_are_a_typed_option():
+    assert get_pass("specialize{exact=n:1:4|k:2,one=false}") == SpecializePass(
+        exact=(("n", (1, 4)), ("k", (2,))), one=False)
+    with pytest.raises(OnnxccError, match="expected SYM:VALUE"):
+        get_pass("specialize{exact=n}")
 
 
 def test_max_versions_bounds_and_says_what_was_dropped():

@@ -148,6 +148,6 @@ def test_key_hashes_onnxcc_sources_not_just_the_version(tmp_path, model_path):
         return r.stdout.strip()
 
     assert digest() == source_digest()
-    rt = pkg / "onnxcc" / "codegen" / "runtime" / "onnxcc_rt.c"
+    rt = pkg / "onnxcc" / "codegen" / "c" / "runtime" / "onnxcc_rt.c"
     rt.write_text(rt.read_text() + "\n/* edited */\n")
     assert digest() != source_digest()

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import sympy
 
-from onnxcc.codegen.abi import ArtifactSpec, TensorSig, VersionSpec
-from onnxcc.codegen.c_build import build_library
+from onnxcc.codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+from onnxcc.codegen.c.build import build_library
 from onnxcc.errors import GuardError
 from onnxcc.ir import DType, SymbolInfo, sym
 from onnxcc.runtime import CompiledModel, load

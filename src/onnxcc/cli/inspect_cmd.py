@@ -122,7 +122,7 @@ def _version(v: dict, syms: dict, envs: list[dict]) -> None:
 
 def _features(feats: list[str]) -> str:
     """`x86-64-v3 + aes pclmul`: the highest x86-64 level the features cover, then the rest."""
-    from ..codegen.cpu_features import CPU_FEATURES
+    from ..codegen.cpu.features import CPU_FEATURES
 
     for level in ("x86-64-v4", "x86-64-v3", "x86-64-v2"):
         if set(CPU_FEATURES[level]) <= set(feats):

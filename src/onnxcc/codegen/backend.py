@@ -22,13 +22,13 @@ if TYPE_CHECKING:
     from onnxcc.kernel.module import KernelModule
     from onnxcc.kernel.schedule import TargetInfo
 
-    from .abi import ArtifactSpec, DeviceCode, KernelLaunch
-    from .link import LinkTarget
+    from .c.abi import ArtifactSpec, DeviceCode, KernelLaunch
+    from .c.link import LinkTarget
 
 #: name -> "module:class" of every backend
 BACKENDS = {
-    "cpu": "onnxcc.codegen.cpu_backend:CpuBackend",
-    "cuda": "onnxcc.codegen.cuda_backend:CudaBackend",
+    "cpu": "onnxcc.codegen.cpu.backend:CpuBackend",
+    "cuda": "onnxcc.codegen.cuda.backend:CudaBackend",
 }
 
 #: `step(name, seconds)`: how a backend reports the time of its steps

@@ -17,7 +17,7 @@ __all__ = ["cache_document", "compile_cached", "model_digest", "source_digest"]
 
 def cache_document(model, options: CompileOptions, extra: dict | None = None) -> dict:
     """Everything that changes the build: the cache key is the sha256 of this document."""
-    from ..codegen.cpu import host_cpu
+    from ..codegen.cpu.emit import host_cpu
     from ..version import __version__
 
     cpu, feats = host_cpu()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
 from ..errors import CompileError, OnnxccError, UnsupportedOp
-from ..ir import Module, identifier
+from ..ir import Module, identifier, print_bool, print_dim
 from ..passes import Instrument, PassContext, run_pipeline
 from . import artifact_dir
 from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
@@ -183,7 +183,7 @@ def _record_input_defaults(out_dir: Path, name: str, defaults: dict) -> None:
 def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
     backend fills in its target fields (`Backend.describe`)."""
-    from ..codegen.abi import ArtifactSpec, TensorSig, VersionSpec
+    from ..codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
     from ..passes.value_symbols import value_symbols_of
     from .value_versions import generic_function, output_signature, value_guards, version_guard_text
 
@@ -208,8 +208,9 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
             value_guards=value_guards(module, generic, f),
             workspace_bytes=mplan.workspace_bytes, kind=kind,
             info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
-                  "workspace_bytes": str(mplan.workspace_bytes),
-                  "multiple_of": list(f.attrs.get("multiple_of", [])), **v.stats, **bucket}))
+                  "workspace_bytes": print_dim(mplan.workspace_bytes),
+                  "multiple_of": [print_bool(d.predicate) for d in f.attrs.get("multiple_of", [])],
+                  **v.stats, **bucket}))
     constraints = [(c.expr, c.origin) for c in module.constraints]
     meta = {"options": options.cache_key(), **backend.metadata(),
             "dropped_versions": list(module.attrs.get("dropped_versions", []))}

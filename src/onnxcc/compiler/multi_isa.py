@@ -1,7 +1,7 @@
 """Multi-ISA libraries: `--cpu-versions x86-64-v3,znver4` runs the pipeline once per LLVM CPU
 (each level gets its own schedules: vector width, GEMM tiles) and links every level's
 versions into one library. The levels go most capable first; each version of a level whose
-features go beyond the shared ones gets a CPU test in front of its guard (codegen/cpu_check.py),
+features go beyond the shared ones gets a CPU test in front of its guard (codegen/c/cpu_check.py),
 so the dispatcher picks by the running CPU like by any other guard, and the least capable
 level's generic version is the last resort. `ONNXCC_CPU_LEVEL=NAME` forces a level.
 """
@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..codegen.backend import Emitted, backend_class, make_backend
-from ..codegen.cpu_features import required_features
+from ..codegen.cpu.features import required_features
 from ..errors import OnnxccError
 from ..ir import Module, identifier
 from ..passes import PassContext, run_pipeline

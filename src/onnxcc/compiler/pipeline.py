@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..codegen.backend import Backend
 from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
-from ..passes.bucketize import BucketizePass, format_buckets
+from ..passes.base import sym_values
+from ..passes.bucketize import BucketizePass
 from ..passes.lower import LowerToKernelPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
@@ -25,7 +26,6 @@ from .options import PIPELINE_STAGES, CompileOptions
 def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[str, ModulePass]]:
     """(stop point, pass) for every step of compiling a model called `name`."""
     k = options.divisible if options.divisible is not None else backend.vector_width()
-    exact = "|".join(f"{s}:{':'.join(str(v) for v in vals)}" for s, vals in options.specialize.items())
     steps: list[tuple[str, ModulePass]] = [
         # ---- graph passes ----
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
@@ -38,7 +38,7 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         ("ir", PruneSymbolsPass()),
         # ---- version passes ----
         # exact, 0/1 and divisibility versions of @main, the generic one last
-        ("ir", SpecializePass(exact=exact, one=options.specialize_one, divisible=k,
+        ("ir", SpecializePass(exact=sym_values(options.specialize), one=options.specialize_one, divisible=k,
                               max_versions=options.max_versions)),
     ]
     if options.specialize_value:
@@ -47,7 +47,7 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         steps.append(("ir", SpecializeValuePass(values=format_value_text(options.specialize_value))))
     if options.buckets:
         # padded bucket versions with exact masks
-        steps.append(("ir", BucketizePass(buckets=format_buckets(options.buckets))))
+        steps.append(("ir", BucketizePass(buckets=sym_values(options.buckets))))
     # graph module -> kernel module: version k becomes the kernel program NAME_vK
     steps.append(("kernel", LowerToKernelPass(prefix=name)))
     # ---- kernel passes: every decision below depends on the version's extents ----

@@ -41,7 +41,7 @@ def generic_function(module: Module, kmod) -> Function:
 
 def value_guards(module: Module, generic: Function, f: Function) -> list:
     """The ValueGuards of version f (none unless it is a value version)."""
-    from ..codegen.abi import ValueGuard
+    from ..codegen.c.abi import ValueGuard
 
     out = []
     for name, value in value_guards_of(f):

@@ -1,8 +1,22 @@
 """The graph IR. Import everything IR from here: `from onnxcc.ir import Op, Module, ...`."""
 
 from .core import Block, BlockArg, Constraint, Function, Module, Op, OpResult, Region, Use, Value, WeightRef
-from .dims import INT_MAX, Dim, SymbolInfo, SymbolTable, canon, evaluate, free_symbols, identifier, is_static, sym
+from .dims import (
+    INT_MAX,
+    Dim,
+    Divisible,
+    Prover,
+    SymbolInfo,
+    SymbolTable,
+    canon,
+    evaluate,
+    free_symbols,
+    identifier,
+    is_static,
+    sym,
+)
 from .parser import parse_dim, parse_module
+from .printer import print_bool, print_dim, print_expr
 from .types import DType, TensorType, pack_bits, storage_bytes, storage_np, to_bits
 
 __all__ = [
@@ -12,10 +26,12 @@ __all__ = [
     "Constraint",
     "DType",
     "Dim",
+    "Divisible",
     "Function",
     "Module",
     "Op",
     "OpResult",
+    "Prover",
     "Region",
     "SymbolInfo",
     "SymbolTable",
@@ -31,6 +47,9 @@ __all__ = [
     "pack_bits",
     "parse_dim",
     "parse_module",
+    "print_bool",
+    "print_dim",
+    "print_expr",
     "storage_bytes",
     "storage_np",
     "sym",

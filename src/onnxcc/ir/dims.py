@@ -63,6 +63,29 @@ class SymbolInfo:
         return sym(self.name)
 
 
+@dataclass(frozen=True, order=True)
+class Divisible:
+    """A divisibility fact a version may rely on: `symbol % k == 0` holds for every call it
+    runs (its guard says so). In the IR text: `#divisible<seq % 16 == 0>`."""
+
+    symbol: str
+    k: int
+
+    @property
+    def predicate(self) -> Any:
+        """The fact as a guard: `Eq(Mod(symbol, k), 0)`."""
+        return sympy.Eq(sympy.Mod(sym(self.symbol), self.k), 0)
+
+    @staticmethod
+    def from_predicate(e: Any) -> Divisible | None:
+        """The fact a guard term `symbol % k == 0` states, else None."""
+        if isinstance(e, sympy.Eq) and e.rhs == 0 and isinstance(e.lhs, sympy.Mod):
+            s, k = cast(tuple[Any, Any], e.lhs.args)
+            if isinstance(s, sympy.Symbol) and k.is_Integer and int(k) > 0:
+                return Divisible(s.name, int(k))
+        return None
+
+
 @dataclass
 class SymbolTable:
     """Ordered table of the module's symbols, keyed by name."""
@@ -115,30 +138,12 @@ class SymbolTable:
             return -sympy.oo, sympy.oo
 
     def prove_eq(self, a: Dim, b: Dim) -> bool | None:
-        if a is None or b is None:
-            return None
-        diff = sympy.simplify(sympy.sympify(a) - sympy.sympify(b))
-        if diff == 0:
-            return True
-        lo, hi = self.bounds(diff)
-        if lo == hi == 0:  # e.g. a symbol whose range is [1, 1]
-            return True
-        if lo > 0 or hi < 0:
-            return False
-        if diff.is_Number:
-            return False
-        return None
+        """True / False / None ("cannot tell"): see `Prover.prove_eq`."""
+        return Prover(self).prove_eq(a, b)
 
     def prove_le(self, a: Dim, b: Dim) -> bool | None:
-        if a is None or b is None:
-            return None
-        diff = sympy.sympify(b) - sympy.sympify(a)
-        lo, hi = self.bounds(diff)
-        if lo >= 0:
-            return True
-        if hi < 0:
-            return False
-        return None
+        """True / False / None ("cannot tell"): see `Prover.prove_le`."""
+        return Prover(self).prove_le(a, b)
 
     def substitute(self, d: Dim, subs: dict) -> Dim:
         if isinstance(d, int) or d is None:
@@ -148,6 +153,198 @@ class SymbolTable:
 
 class _NoBound(Exception):
     pass
+
+
+# ---- the prover ---------------------------------------------------------------------------
+
+
+class Prover:
+    """The one prover of dims over a symbol table's ranges (default: every symbol in
+    [1, 2**31-1]). Answers are sound for every value of the symbols in range.
+
+    `prove_le` / `prove_eq` answer True (holds for every value), False (holds for none) or
+    None (cannot tell at compile time: the caller records a constraint or a guard). `le` /
+    `eq` answer only "proved" (True) or not (False): the cheap question the kernel passes
+    ask, which skips the work of disproving.
+
+    How `a <= b` is proved, cheapest first: interval arithmetic over the ranges (`bounds`);
+    then for every Max-free piece of `a` (a `Max` on the left is split into its arguments,
+    sums distributed over it) some piece of `b` with `b - a` a polynomial in the symbols
+    whose coefficients are all nonnegative once each symbol is shifted by its lower bound,
+    after replacing each `ceiling` / `floor` by the bound that can only make `b - a`
+    smaller; failing that, by the interval arithmetic of that pair. Equality is an
+    identically zero difference (expanded, then `simplify` where the difference is not a
+    plain polynomial), a difference whose interval is [0, 0], or `<=` both ways.
+
+    The answers are cached per pair: a prover must not outlive a change to its table.
+    """
+
+    def __init__(self, symbols: SymbolTable | None = None):
+        self.table = symbols if symbols is not None else SymbolTable()
+        self._le: dict[tuple, bool] = {}
+        self._eq: dict[tuple, bool | None] = {}
+
+    # ---- the two questions, three answers -------------------------------------------------
+    def prove_le(self, a: Dim | None, b: Dim | None) -> bool | None:
+        if a is None or b is None:
+            return None
+        x, y = canon(a), canon(b)
+        if isinstance(x, int) and isinstance(y, int):
+            return x <= y
+        if self.le(x, y):
+            return True
+        if self.table.bounds(sympy.sympify(y) - sympy.sympify(x))[1] < 0:
+            return False
+        return None
+
+    def prove_eq(self, a: Dim | None, b: Dim | None) -> bool | None:
+        if a is None or b is None:
+            return None
+        x, y = canon(a), canon(b)
+        if isinstance(x, int) and isinstance(y, int):
+            return x == y
+        key = (x, y)
+        if key not in self._eq:
+            self._eq[key] = self._prove_eq(x, y)
+        return self._eq[key]
+
+    # ---- proved or not ---------------------------------------------------------------------
+    def le(self, a: Dim, b: Dim) -> bool:
+        """`a <= b` is proved for every value in range."""
+        a, b = canon(a), canon(b)
+        if isinstance(a, int) and isinstance(b, int):
+            return a <= b
+        key = (a, b)
+        hit = self._le.get(key)
+        if hit is None:
+            hit = self._le_interval(a, b) or all(any(self._poly_le(x, y) for y in _alts(b)) for x in _alts(a))
+            self._le[key] = hit
+        return hit
+
+    def eq(self, a: Dim | None, b: Dim | None) -> bool:
+        """`a == b` is proved for every value in range (never for an unknown dim)."""
+        return self.prove_eq(a, b) is True
+
+    def one(self, d: Dim | None) -> bool:
+        """`d == 1` is proved."""
+        return self.eq(d, 1)
+
+    # ---- the steps -------------------------------------------------------------------------
+    def _prove_eq(self, a: Dim, b: Dim) -> bool | None:
+        diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
+        if diff == 0:
+            return True
+        lo, hi = self.table.bounds(diff)
+        if lo == hi == 0:  # e.g. a symbol whose range is [1, 1]
+            return True
+        if lo > 0 or hi < 0:
+            return False
+        if self.le(a, b) and self.le(b, a):
+            return True
+        if not diff.is_polynomial(*diff.free_symbols):  # floor, Mod, Max...: ask sympy
+            diff = sympy.simplify(diff)
+            if diff == 0:
+                return True
+            lo, hi = self.table.bounds(diff)
+            if lo > 0 or hi < 0 or diff.is_Number:
+                return False
+            if lo == hi == 0:
+                return True
+        return None
+
+    def _le_interval(self, x: Dim, y: Dim) -> bool:
+        return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x))[0] >= 0)
+
+    def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
+        d = sympy.expand(y - x)
+        if d.is_Number:
+            return bool(d >= 0)
+        bounded = self._bound_atoms(d)
+        if bounded is not None and self._nonneg(bounded):
+            return True
+        return self._le_interval(x, y)
+
+    def _bound_atoms(self, d: sympy.Expr) -> sympy.Expr | None:
+        """`d` with each ceiling / floor replaced by the bound that can only make it smaller."""
+        atoms = d.atoms(sympy.ceiling, sympy.floor)
+        if not atoms:
+            return d
+        out = sympy.Integer(0)
+        for term in sympy.Add.make_args(d):
+            at = [a for a in atoms if term.has(a)]
+            if not at:
+                out += term
+                continue
+            if len(at) > 1:
+                return None
+            a = at[0]
+            c = sympy.cancel(term / a)
+            if c.has(a):
+                return None
+            sign = _sign(c)
+            if sign is None:
+                return None
+            q = a.args[0]
+            slack = _ceil_slack(q)
+            lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
+            out += c * (lo if sign >= 0 else hi)
+        return sympy.expand(out)
+
+    def _nonneg(self, d: sympy.Expr) -> bool:
+        syms: list[Any] = sorted(d.free_symbols, key=str)
+        if not d.is_polynomial(*syms):
+            return False
+        shift = {}
+        for s in syms:
+            info = self.table.infos.get(s.name)
+            shift[s] = s + (info.lo if info is not None else 1)
+        e = sympy.expand(d.xreplace(shift))
+        return all(c >= 0 for c in e.as_coefficients_dict().values())
+
+
+def _alts(d: Any) -> list[Any]:
+    """Max-free expressions whose maximum is `d` (sums distributed over Max)."""
+    e: Any = sympy.sympify(d)
+    if isinstance(e, sympy.Max):
+        return [x for a in e.args for x in _alts(a)]
+    if e.is_Add and e.has(sympy.Max):
+        out: list[Any] = [sympy.Integer(0)]
+        for a in e.args:
+            out = [x + y for x in out for y in _alts(a)]
+            if len(out) > 64:
+                return [e]
+        return out
+    if e.is_Mul and e.has(sympy.Max):
+        coeff, rest = e.as_coeff_Mul()
+        if coeff > 0 and isinstance(rest, sympy.Max):
+            return [coeff * x for x in _alts(rest)]
+    return [e]
+
+
+def _ceil_slack(q: sympy.Expr) -> sympy.Expr:
+    """How much ceiling(q) can exceed q: (d - 1) / d when q is an integer polynomial over
+    the integer d, else (up to) 1."""
+    num, den = sympy.fraction(sympy.together(q))
+    if den.is_Integer and int(den) > 0:
+        coeffs = sympy.expand(num).as_coefficients_dict().values()
+        if all(getattr(k, "is_Integer", False) for k in coeffs):
+            return sympy.Rational(int(den) - 1, int(den))
+    return sympy.Integer(1)
+
+
+def _sign(c: sympy.Expr) -> int | None:
+    """+1 / -1 when a polynomial in positive symbols is provably >= 0 / <= 0."""
+    c = sympy.expand(c)
+    if c.is_Number:
+        return 1 if c >= 0 else -1
+    coeffs = list(c.as_coefficients_dict().values())
+    if not all(getattr(k, "is_Number", False) for k in coeffs):
+        return None
+    if all(k >= 0 for k in coeffs):
+        return 1
+    if all(k <= 0 for k in coeffs):
+        return -1
+    return None
 
 
 def _interval(e: Any, table: SymbolTable) -> tuple:

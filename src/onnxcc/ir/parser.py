@@ -16,7 +16,7 @@ import sympy
 
 from ..errors import ParseError
 from .core import Block, Function, Module, Op, Region, Value, WeightRef
-from .dims import SymbolInfo, canon, sym
+from .dims import Divisible, SymbolInfo, canon, sym
 from .types import DType, TensorType
 
 _TOKEN = re.compile(r"""
@@ -445,12 +445,18 @@ class Parser:
             return self.parse_type()
         if self.accept("#"):
             kt = self.peek()
-            kind = self.expect_kind("ident", "#dim<...> or #bool<...>").text
-            if kind not in ("dim", "bool"):
-                raise self.error("expected #dim<...> or #bool<...>", kt)
+            kind = self.expect_kind("ident", "#dim<...>, #bool<...> or #divisible<...>").text
+            if kind not in ("dim", "bool", "divisible"):
+                raise self.error("expected #dim<...>, #bool<...> or #divisible<...>", kt)
             self.expect("<")
+            vt = self.peek()
             v = self.parse_dim() if kind == "dim" else self.parse_bool()
             self.expect(">")
+            if kind == "divisible":
+                fact = Divisible.from_predicate(v)
+                if fact is None:
+                    raise self.error("expected #divisible<SYM % K == 0>", vt)
+                return fact
             return v
         if t.kind == "ident":
             self.next()

@@ -23,6 +23,7 @@ import sympy
 from sympy.printing.str import StrPrinter
 
 from .core import Block, Function, Module, Op, Value, WeightRef
+from .dims import Divisible
 from .types import DType, TensorType
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
@@ -30,7 +31,13 @@ INLINE_MAX = 64  # constants up to this many elements print inline
 
 
 class DimPrinter(StrPrinter):
-    """sympy's str printer, with `%` for Mod so dims read like C."""
+    """sympy's str printer, with `%` for Mod so dims read like C.
+
+    NOTE: this is the one printer of dims and guards: the IR text, the kernel IR, NAME.h,
+    NAME.json (`onnxcc inspect`) and every message about a dim or a guard go through
+    `print_dim` / `print_bool` / `print_expr`, so a guard reads the same everywhere and the
+    IR's parser reads back what they print (`parse_dim`).
+    """
 
     def _print_Mod(self, e):
         a, b = e.args
@@ -70,6 +77,15 @@ def print_bool(e) -> str:
     raise TypeError(f"cannot print boolean {e!r}")
 
 
+def print_expr(e) -> str:
+    """A dim (`print_dim`) or a guard / constraint (`print_bool`), whichever `e` is."""
+    if isinstance(e, bool):
+        return "true" if e else "false"
+    if isinstance(e, sympy.Basic) and not isinstance(e, sympy.Expr):  # a relation, And, true...
+        return print_bool(e)
+    return print_dim(e)
+
+
 def _sorted_args(e):
     return sorted(e.args, key=lambda a: print_bool(a))
 
@@ -98,6 +114,8 @@ def print_attr(v) -> str:
         return _symref(v.name)
     if isinstance(v, TensorType):
         return f"!{print_type(v)}"
+    if isinstance(v, Divisible):
+        return f"#divisible<{print_bool(v.predicate)}>"
     if isinstance(v, np.ndarray):
         return _print_dense(v)
     if isinstance(v, (list, tuple)):

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from onnxcc.errors import VerifyError
-from onnxcc.ir import Dim, DType, canon
+from onnxcc.ir import Dim, DType, canon, print_dim
 
 from .expr import Expr, Load, Var, buffers_read, format_expr, free_vars, symbols_used, walk
 from .program import Buffer, KernelProgram, Stmt
@@ -155,7 +155,7 @@ class LoopStmt(Stmt):
         if self.cond is not None:
             head += f" while ({format_expr(self.cond)})"
         if self.max_trips is not None:
-            head += f" at most {self.max_trips}"
+            head += f" at most {print_dim(self.max_trips)}"
         if self.count is not None:
             head += f" count -> {self.count}"
         return [head + " {", *_fmt_body(self.body, indent), f"{indent}}}"]
@@ -206,7 +206,7 @@ class WriteAt(Stmt):
         return {self.out}
 
     def format(self, indent: str = "  ") -> list[str]:
-        dom = ", ".join(f"{v.name} < {d}" for v, d in self.vars)
+        dom = ", ".join(f"{v.name} < {print_dim(d)}" for v, d in self.vars)
         idx = ", ".join(format_expr(i) for i in self.index)
         return [f"{indent}{self.out}[{idx}] = {format_expr(self.body)}  for ({dom})"]
 

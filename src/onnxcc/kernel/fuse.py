@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from onnxcc.ir import Dim, DType, SymbolTable, canon, sym
+from onnxcc.ir import Dim, DType, Prover, SymbolTable, canon, sym
 
 from .expr import (
     I64,
@@ -77,7 +77,6 @@ from .expr import (
     unflatten_index,
     walk,
 )
-from .plan_memory import Prover
 from .program import Compute, KernelProgram, Stmt
 
 CHEAP = 8
@@ -284,32 +283,6 @@ def expr_to_dim(e: Expr) -> Dim | None:
     return None
 
 
-class _Prover:
-    def __init__(self, symbols: SymbolTable | None):
-        self.table = symbols if symbols is not None else SymbolTable()
-        self.dims = Prover(self.table)
-        self._eq: dict[tuple, bool] = {}
-
-    def eq(self, a: Dim | None, b: Dim | None) -> bool:
-        if a is None or b is None:
-            return False
-        a, b = canon(a), canon(b)
-        if isinstance(a, int) and isinstance(b, int):
-            return a == b
-        key = (a, b)
-        hit = self._eq.get(key)
-        if hit is None:
-            hit = self.dims.eq(a, b) or self.table.prove_eq(a, b) is True
-            self._eq[key] = hit
-        return hit
-
-    def le(self, a: Dim, b: Dim) -> bool:
-        return self.dims.le(a, b)
-
-    def one(self, d: Dim | None) -> bool:
-        return self.eq(d, 1)
-
-
 # ---- load sites ---------------------------------------------------------------------------
 
 
@@ -378,7 +351,7 @@ def _cut(chain: list[tuple[str, Dim | None]], fv: Iterable[str]) -> int:
 class _Fuser:
     def __init__(self, program: KernelProgram, symbols: SymbolTable | None):
         self.p = program
-        self.prove = _Prover(symbols)
+        self.prove = Prover(symbols)
         self.members: dict[str, tuple[str, ...]] = {}
         self.report = FusionReport(0, 0)
         self._reads: dict[int, set[str]] = {}

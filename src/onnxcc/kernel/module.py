@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import Function, Module
-from ..ir.printer import print_bool
+from ..ir import Function, Module, print_bool
 from .plan_memory import MemoryPlan
 from .program import KernelProgram
 

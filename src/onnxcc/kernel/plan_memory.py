@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 import sympy
 
-from onnxcc.ir import Dim, SymbolTable, canon, evaluate, sym
+from onnxcc.ir import Dim, Prover, SymbolTable, canon, evaluate, sym
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
@@ -78,131 +78,6 @@ def align_up(x: Dim, a: int = ALIGN) -> Dim:
     if isinstance(x, sympy.Piecewise):  # per part, so every part stays a plain dim
         return sympy.Piecewise(*[(align_up(v, a), c) for v, c in x.args])
     return canon(sympy.ceiling(x / a) * a)
-
-
-# ---- proving byte counts ------------------------------------------------------------------
-
-
-class Prover:
-    """Sound `a <= b` / `a == b` for byte counts over the symbols' ranges: True only when
-    it holds for every value (False means "not proved"). Handles `Max` (by distributing
-    sums over it), `ceiling` / `floor` (by their bounds) and polynomials in the symbols
-    (nonnegative coefficients after shifting each symbol by its lower bound), falling back
-    to the symbol table's interval arithmetic."""
-
-    def __init__(self, symbols: SymbolTable | None = None):
-        self.table = symbols if symbols is not None else SymbolTable()
-        self._le: dict[tuple, bool] = {}
-
-    def le(self, a: Dim, b: Dim) -> bool:
-        a, b = canon(a), canon(b)
-        if isinstance(a, int) and isinstance(b, int):
-            return a <= b
-        key = (a, b)
-        hit = self._le.get(key)
-        if hit is None:
-            hit = all(any(self._poly_le(x, y) for y in _alts(b)) for x in _alts(a))
-            self._le[key] = hit
-        return hit
-
-    def eq(self, a: Dim, b: Dim) -> bool:
-        a, b = canon(a), canon(b)
-        if isinstance(a, int) and isinstance(b, int):
-            return a == b
-        if sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0:
-            return True
-        return self.le(a, b) and self.le(b, a)
-
-    def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
-        d = sympy.expand(y - x)
-        if d.is_Number:
-            return bool(d >= 0)
-        bounded = self._bound_atoms(d)
-        if bounded is not None and self._nonneg(bounded):
-            return True
-        return self.table.prove_le(x, y) is True
-
-    def _bound_atoms(self, d: sympy.Expr) -> sympy.Expr | None:
-        """`d` with each ceiling / floor replaced by the bound that can only make it smaller."""
-        atoms = d.atoms(sympy.ceiling, sympy.floor)
-        if not atoms:
-            return d
-        out = sympy.Integer(0)
-        for term in sympy.Add.make_args(d):
-            at = [a for a in atoms if term.has(a)]
-            if not at:
-                out += term
-                continue
-            if len(at) > 1:
-                return None
-            a = at[0]
-            c = sympy.cancel(term / a)
-            if c.has(a):
-                return None
-            sign = _sign(c)
-            if sign is None:
-                return None
-            q = a.args[0]
-            slack = _ceil_slack(q)
-            lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
-            out += c * (lo if sign >= 0 else hi)
-        return sympy.expand(out)
-
-    def _nonneg(self, d: sympy.Expr) -> bool:
-        syms = sorted(d.free_symbols, key=str)
-        if not d.is_polynomial(*syms):
-            return False
-        shift = {}
-        for s in syms:
-            info = self.table.infos.get(s.name)
-            shift[s] = s + (info.lo if info is not None else 1)
-        e = sympy.expand(d.xreplace(shift))
-        return all(c >= 0 for c in e.as_coefficients_dict().values())
-
-
-def _alts(e: Dim) -> list[sympy.Expr]:
-    """Max-free expressions whose maximum is `e` (sums distributed over Max)."""
-    e = sympy.sympify(e)
-    if isinstance(e, sympy.Max):
-        return [x for a in e.args for x in _alts(a)]
-    if e.is_Add and e.has(sympy.Max):
-        out = [sympy.Integer(0)]
-        for a in e.args:
-            out = [x + y for x in out for y in _alts(a)]
-            if len(out) > 64:
-                return [e]
-        return out
-    if e.is_Mul and e.has(sympy.Max):
-        coeff, rest = e.as_coeff_Mul()
-        if coeff > 0 and isinstance(rest, sympy.Max):
-            return [coeff * x for x in _alts(rest)]
-    return [e]
-
-
-def _ceil_slack(q: sympy.Expr) -> sympy.Expr:
-    """How much ceiling(q) can exceed q: (d - 1) / d when q is an integer polynomial over
-    the integer d, else (up to) 1."""
-    num, den = sympy.fraction(sympy.together(q))
-    if den.is_Integer and int(den) > 0:
-        coeffs = sympy.expand(num).as_coefficients_dict().values()
-        if all(getattr(k, "is_Integer", False) for k in coeffs):
-            return sympy.Rational(int(den) - 1, int(den))
-    return sympy.Integer(1)
-
-
-def _sign(c: sympy.Expr) -> int | None:
-    """+1 / -1 when a polynomial in positive symbols is provably >= 0 / <= 0."""
-    c = sympy.expand(c)
-    if c.is_Number:
-        return 1 if c >= 0 else -1
-    coeffs = list(c.as_coefficients_dict().values())
-    if not all(getattr(k, "is_Number", False) for k in coeffs):
-        return None
-    if all(k >= 0 for k in coeffs):
-        return 1
-    if all(k <= 0 for k in coeffs):
-        return -1
-    return None
 
 
 def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:

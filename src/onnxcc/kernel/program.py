@@ -24,7 +24,7 @@ import numpy as np
 import sympy
 
 from onnxcc.errors import VerifyError
-from onnxcc.ir import Dim, DType, canon, to_bits
+from onnxcc.ir import Dim, DType, canon, print_dim, to_bits
 
 from .expr import (
     Expr,
@@ -101,7 +101,7 @@ class Buffer:
         return self[tuple(idx)]
 
     def header(self) -> str:
-        shape = ", ".join(str(d) for d in self.shape)
+        shape = ", ".join(print_dim(d) for d in self.shape)
         s = f"{self.kind} {self.name}: {self.dtype.value}[{shape}]"
         if self.alias_of is not None:
             s += f" = view({self.alias_of})"

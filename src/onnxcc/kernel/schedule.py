@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy
 
-from onnxcc.ir import Dim, DType, canon
+from onnxcc.ir import Dim, Divisible, DType, canon
 
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
@@ -192,18 +192,17 @@ class Schedule:
 # ---- facts --------------------------------------------------------------------------------
 
 
-def facts_from_attrs(items: Iterable[str] = (), symbols=None) -> dict[str, int]:
-    """Divisibility facts: `["seq:16", ...]` (a version's `multiple_of` attr) merged with the
-    symbol table's `multiple_of` (an `ir.SymbolTable` or None)."""
+def facts_from_attrs(items: Iterable[Divisible] = (), symbols=None) -> dict[str, int]:
+    """Divisibility facts: a version's `multiple_of` attr (`Divisible("seq", 16)`, ...)
+    merged with the symbol table's `multiple_of` (an `ir.SymbolTable` or None), as
+    symbol name -> a known divisor."""
     out: dict[str, int] = {}
     if symbols is not None:
         for s in symbols:
             if getattr(s, "multiple_of", 1) > 1:
                 out[s.name] = int(s.multiple_of)
-    for it in items:
-        name, _, k = str(it).partition(":")
-        if k:
-            out[name] = _lcm(out.get(name, 1), int(k))
+    for fact in items:
+        out[fact.symbol] = _lcm(out.get(fact.symbol, 1), fact.k)
     return out
 
 

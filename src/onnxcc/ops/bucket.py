@@ -23,6 +23,7 @@ import sympy
 from .. import kernel as K
 from ..ir import DType, TensorType, canon, evaluate, sym
 from .registry import InferCtx, OpDef, RefCtx, register
+from .traits import PadRule, set_pad
 
 
 def parse_len(text: str) -> sympy.Expr | int:
@@ -152,3 +153,7 @@ class TrueLenOp(OpDef):
         y = ctx.out(0)
         n = ctx.dim(parse_len(ctx.attr("len")))
         ctx.compute(y, lambda: K.cast(n, y.dtype))
+
+
+# ---- bucketing: a mask of a padded dim
+set_pad(PadRule("mask", finite=True), "cc.mask_dim")

@@ -36,6 +36,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .dtypes import onnx_dtype
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .traits import FINITE_ELEMENTWISE, Neutral, PadRule, set_canonical, set_pad
 
 # ---- shared helpers (also used by reduce / matmul / nn) ---------------------------------------
 
@@ -824,3 +825,23 @@ def _dropout_lower(ctx) -> None:
 
 define("onnx.Dropout", infer=_dropout_infer, reference=_dropout_ref, lower=_dropout_lower, kind="elementwise",
        arity=(1, 3), num_results=None, verify=results_between(1, 2))
+
+
+# ---- bucketing: these map finite operands to finite results (padded positions hold values
+# of the same magnitude as valid ones, computed from zeros); the rest keep the default rule
+set_pad(FINITE_ELEMENTWISE, *(f"onnx.{n}" for n in (
+    "Add", "Sub", "Mul", "Neg", "Abs", "Relu", "Identity", "Cast", "CastLike", "Erf", "Tanh", "Sigmoid",
+    "Sin", "Cos", "Max", "Min", "Sum", "Mean", "Clip", "Where", "LeakyRelu", "Gelu", "Dropout", "Floor",
+    "Ceil", "Round", "Sign", "Softsign", "HardSigmoid", "HardSwish", "PRelu", "Not", "Equal", "Less", "Greater",
+    "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "IsNaN", "IsInf", "Atan", "Elu", "Selu", "Celu", "Mish")))
+set_pad(PadRule("elementwise", finite=True, fills="product"), "onnx.Mul")
+set_pad(PadRule("elementwise", fills="quotient"), "onnx.Div")
+set_pad(PadRule("elementwise", finite=True, fills="select"), "onnx.Where")
+
+# ---- canonical patterns
+set_canonical("same-type-identity", "onnx.Identity", "onnx.Cast", "onnx.CastLike")
+set_canonical("neutral-operand", "onnx.Add", neutral=Neutral(0, commutes=True))
+set_canonical("neutral-operand", "onnx.Sub", neutral=Neutral(0, commutes=False))
+set_canonical("neutral-operand", "onnx.Mul", neutral=Neutral(1, commutes=True))
+set_canonical("neutral-operand", "onnx.Div", neutral=Neutral(1, commutes=False))
+set_canonical("dropout", "onnx.Dropout")

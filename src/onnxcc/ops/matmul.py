@@ -10,6 +10,7 @@ from ..kernel import Const, Var, broadcast_indices, cast, rsum
 from .elementwise import cast_out, same_dtype, unidirectional, widen
 from .int_gemm import transposed_b_loader
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .traits import PadRule, set_cost, set_pad
 
 
 def matmul_shape(ctx: InferCtx, a: tuple, b: tuple) -> tuple:
@@ -277,3 +278,23 @@ def _einsum_lower(ctx) -> None:
 define("onnx.Einsum", infer=_einsum_infer, kind="opaque", arity=(1, None), math=np.einsum,
        lower=_einsum_lower,
        reference=lambda ctx, *xs: [cast_out(ctx, np.einsum(ctx.attr("equation"), *[widen(x) for x in xs]))])
+
+
+# ---- bucketing: a contraction over a padded axis needs zeros in one operand
+set_pad(PadRule("matmul"), "onnx.MatMul")
+set_pad(PadRule("gemm"), "onnx.Gemm")
+
+
+# ---- cost (multiply-add = 2)
+def _matmul_flops(op):
+    return 2 * op.results[0].type.numel() * op.operands[0].type.shape[-1]
+
+
+def _gemm_flops(op):
+    a, out = op.operands[0].type, op.results[0].type.numel()
+    k = a.shape[0] if op.attrs.get("transA", 0) else a.shape[1]
+    return 2 * out * k + out
+
+
+set_cost(_matmul_flops, "onnx.MatMul")
+set_cost(_gemm_flops, "onnx.Gemm")

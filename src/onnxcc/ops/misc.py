@@ -56,6 +56,7 @@ from .shape import (
     scalar_operand,
     value_expr,
 )
+from .traits import PadRule, set_pad
 
 
 def _ints(a) -> list[int]:
@@ -774,3 +775,7 @@ class CenterCropPadOp(OpDef):
                 src[a], dst[a] = slice(0, n), slice(st, st + n)
         y[tuple(dst)] = x[tuple(src)]
         return [y]
+
+
+# ---- bucketing
+set_pad(PadRule("pad"), "onnx.Pad")

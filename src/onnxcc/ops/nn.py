@@ -8,6 +8,8 @@ at compile time and concrete pads and extents in the numpy references.
 
 from __future__ import annotations
 
+from functools import reduce as _fold
+
 import numpy as np
 import sympy
 
@@ -31,6 +33,7 @@ from ..kernel import (
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
+from .traits import set_cost
 
 # ---- window arithmetic on Dims ---------------------------------------------------------------------
 
@@ -783,3 +786,12 @@ define("onnx.GlobalMaxPool", infer=_global_infer, reference=_global(np.max), kin
 
 # the normalizations live in their own module; importing it registers them with this family
 from . import norm as _norm  # noqa: E402,F401
+
+
+# ---- cost (multiply-add = 2): each output element contracts a weight slice
+def _conv_flops(op):
+    w = op.operands[1].type
+    return 2 * op.results[0].type.numel() * canon(_fold(lambda a, b: a * b, w.shape[1:], 1))
+
+
+set_cost(_conv_flops, "onnx.Conv", "onnx.ConvTranspose")

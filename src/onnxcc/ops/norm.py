@@ -13,6 +13,7 @@ from ..kernel import Const, Expr, Var, broadcast_indices, cast, maximum, minimum
 from .dtypes import onnx_dtype
 from .elementwise import cast_out, results_between, same_dtype, unidirectional, widen
 from .registry import InferCtx, RefCtx, define
+from .traits import PadRule, set_cost, set_pad
 
 
 def lp_normalize(x, axis: int, p: int):
@@ -498,3 +499,12 @@ def _lrn_lower(ctx) -> None:
 
 
 define("onnx.LRN", infer=_lrn_infer, reference=_lrn_ref, kind="opaque", arity=1, math=lrn, lower=_lrn_lower)
+
+
+# ---- bucketing
+set_pad(PadRule("layernorm"), "onnx.LayerNormalization")  # rewritten to use the true count
+set_pad(PadRule("batchnorm"), "onnx.BatchNormalization")
+
+
+# ---- cost: mean, variance, normalise, scale and shift
+set_cost(lambda op: 8 * op.results[0].type.numel(), "onnx.LayerNormalization")

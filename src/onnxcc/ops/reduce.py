@@ -16,6 +16,7 @@ the code generator hoists out of the loop over the axis); CumSum / CumProd reduc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import reduce as _fold
 
@@ -28,6 +29,7 @@ from ..kernel import Expr, Var
 from .elementwise import cast_out, kfloat, kwiden, widen
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
+from .traits import PadRule, set_cost, set_pad
 
 # ---- axes ----------------------------------------------------------------------------------------
 
@@ -530,3 +532,21 @@ define("onnx.CumSum", infer=_cumsum_infer, reference=_cum_ref("sum"), lower=_cum
        arity=2, math=cumsum, kernel=k_cumsum)
 define("onnx.CumProd", infer=_cumsum_infer, reference=_cum_ref("prod"), lower=_cum_lower("prod"),
        kind="opaque", arity=2, math=cumprod, kernel=k_cumprod)
+
+
+# ---- bucketing: a reduction over a padded axis masks it with the reduction's identity;
+# those marked keeps_zero keep a zero row zero and a finite row finite
+for _name, _identity, _keeps_zero in (
+        ("ReduceSum", 0.0, True), ("ReduceL1", 0.0, True), ("ReduceL2", 0.0, True), ("ReduceSumSquare", 0.0, True),
+        ("ReduceLogSum", 0.0, False), ("ReduceMax", -math.inf, True), ("ReduceMin", math.inf, True),
+        ("ReduceProd", 1.0, False), ("ReduceLogSumExp", -math.inf, False)):
+    set_pad(PadRule("reduce", identity=_identity, keeps_zero=_keeps_zero), f"onnx.{_name}")
+set_pad(PadRule("mean", keeps_zero=True), "onnx.ReduceMean")  # sum / the true count
+set_pad(PadRule("softmax", result_fill=0.0, finite=True), "onnx.Softmax")
+set_pad(PadRule("softmax", result_fill=-math.inf), "onnx.LogSoftmax")
+set_pad(PadRule("softmax", result_fill=0.0), "onnx.Hardmax")
+set_pad(PadRule("argreduce", identity=-math.inf), "onnx.ArgMax")
+set_pad(PadRule("argreduce", identity=math.inf), "onnx.ArgMin")
+set_pad(PadRule("cumsum"), "onnx.CumSum")
+
+set_cost(lambda op: 4 * op.results[0].type.numel(), "onnx.Softmax", "onnx.LogSoftmax")  # max, exp, sum, div

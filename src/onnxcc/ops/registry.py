@@ -21,7 +21,8 @@ import numpy as np
 import sympy
 
 from ..errors import ShapeError, UnsupportedOp
-from ..ir import Dim, Module, Op, TensorType, canon
+from ..ir import Dim, Module, Op, TensorType, canon, print_dim
+from .traits import ELEMENTWISE, Neutral, PadRule
 
 _REGISTRY: dict[str, OpDef] = {}
 
@@ -32,7 +33,9 @@ class OpDef:
     arity: Any = None
     #: results: an int, or None when it depends on the op (e.g. Split, If)
     num_results: Any = 1
-    #: kernel class for fusion: elementwise | broadcast | injective | reduction | matmul | opaque
+    #: the op's class: elementwise | broadcast | injective | reduction | matmul | opaque. The
+    #: defaults of its traits read it (`pad_rule`, `flops`); fusion does not (it classifies
+    #: the lowered computes, kernel/fuse.py)
     kind: str = "opaque"
     #: free of side effects, safe to CSE / DCE
     pure: bool = True
@@ -45,6 +48,30 @@ class OpDef:
     #: the native lowering takes the small types (8-bit and 4-bit floats, sub-byte integers);
     #: other ops refuse them unless they only make views
     small_types: bool = False
+    #: how the op treats positions padded for a bucket version (`traits.PadRule`); None:
+    #: bucketize refuses it by name (elementwise and broadcast ops default to the
+    #: elementwise rule, see `pad_rule`)
+    pad: PadRule | None = None
+    #: the canonical patterns that apply (`traits.CANONICAL_PATTERNS`)
+    canonical: tuple[str, ...] = ()
+    #: a binary op's neutral element, for the neutral-operand pattern
+    neutral: Neutral | None = None
+
+    def flops(self, op: Op) -> Any:
+        """Floating-point work of one run of `op` as a dim expression (multiply-add = 2),
+        for the bucket cost model. Default: one per result element for elementwise and
+        broadcast ops, one per input element for reductions, else 0. A family file sets its
+        own with `traits.set_cost`."""
+        if self.kind in ("elementwise", "broadcast"):
+            return sympy.sympify(sum((r.type.numel() or 0) for r in op.results))
+        if self.kind == "reduction":
+            return sympy.sympify(op.operands[0].type.numel() or 0)
+        return sympy.Integer(0)
+
+    def pad_rule(self) -> PadRule | None:
+        if self.pad is not None:
+            return self.pad
+        return ELEMENTWISE if self.kind in ("elementwise", "broadcast") else None
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")
@@ -163,8 +190,8 @@ class InferCtx:
         if p is True:
             return a
         if p is False:
-            raise ShapeError(f'node "{self.loc}" ({self.op.name}): {why}: {a} != {b}')
-        self.require(sympy.Eq(sympy.sympify(a), sympy.sympify(b)), f"{why} ({a} == {b})")
+            raise ShapeError(f'node "{self.loc}" ({self.op.name}): {why}: {print_dim(a)} != {print_dim(b)}')
+        self.require(sympy.Eq(sympy.sympify(a), sympy.sympify(b)), f"{why} ({print_dim(a)} == {print_dim(b)})")
         # prefer the simpler side (a plain symbol over an expression)
         return a if _complexity(a) <= _complexity(b) else b
 

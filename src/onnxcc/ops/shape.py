@@ -72,6 +72,7 @@ from .shape_util import (  # noqa: F401
     value_expr,
     value_shape_ok,
 )
+from .traits import PadRule, set_canonical, set_pad
 
 # ---- Shape, Size, Identity ----------------------------------------------------------------
 
@@ -955,3 +956,21 @@ class ConstantOfShapeOp(OpDef):
     def reference(self, ctx, shape):
         fill = _fill_value(ctx)
         return [np.full(static_ints(ctx, shape), fill.reshape(-1)[0], dtype=fill.dtype)]
+
+
+# ---- bucketing: views, data movement and the shape reads (operands read as a shape are
+# safe at the padded size)
+set_pad(PadRule("view", shape_operands=(1,)), "onnx.Reshape")
+set_pad(PadRule("view"), "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze")
+set_pad(PadRule("transpose"), "onnx.Transpose")
+set_pad(PadRule("concat"), "onnx.Concat")
+set_pad(PadRule("split"), "onnx.Split")
+set_pad(PadRule("slice", shape_operands=(1, 2)), "onnx.Slice")
+set_pad(PadRule("gather"), "onnx.Gather")
+set_pad(PadRule("expand", shape_operands=(1,)), "onnx.Expand")
+set_pad(PadRule("constant_of_shape", shape_operands=(0,)), "onnx.ConstantOfShape")
+set_pad(PadRule("passthrough"), "onnx.Shape", "onnx.Size")
+
+# ---- canonical patterns
+set_canonical("same-type-identity", "onnx.Reshape", "onnx.Expand", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Flatten")
+set_canonical("transpose", "onnx.Transpose")

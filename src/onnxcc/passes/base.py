@@ -25,13 +25,39 @@ from ..ir import Module
 
 PASSES: dict[str, type[ModulePass]] = {}
 
+SymValues = tuple[tuple[str, tuple[int, ...]], ...]
+"""A pass option giving integer values per symbol: `(("seq", (64, 128)), ("batch", (4,)))`;
+in a textual pipeline `seq:64:128|batch:4`."""
+
+
+def sym_values(table: dict[str, list[int]]) -> SymValues:
+    """`{"seq": [64, 128]}` -> `(("seq", (64, 128)),)`."""
+    return tuple((name, tuple(vals)) for name, vals in table.items())
+
+
+def parse_sym_values(text: str, what: str) -> SymValues:
+    """The textual spelling `seq:64:128|batch:4` of a `SymValues` option (`what` names the
+    pass and option in errors)."""
+    out: dict[str, list[int]] = {}
+    for group in filter(None, (g.strip() for g in text.split("|"))):
+        name, *vals = group.split(":")
+        if not vals:
+            raise OnnxccError(f"{what}: expected SYM:VALUE[:VALUE...] in {group!r}")
+        try:
+            out.setdefault(name.strip(), []).extend(int(v) for v in vals)
+        except ValueError:
+            raise OnnxccError(f"{what}: values must be integers in {group!r}") from None
+    return sym_values(out)
+
 
 @dataclass(frozen=True)
 class ModulePass:
     """A pass: `run(module, ctx)` transforms in place and returns whether anything changed.
 
     A pass may assume verified input and must leave verified IR. Options are dataclass
-    fields, written on the command line as `name{opt-a=1,opt-b=x}`.
+    fields, written on the command line as `name{opt-a=1,opt-b=x}`. A typed option whose
+    text is not a plain bool / int / float / str names its parser in the field's metadata
+    (`field(default=(), metadata={"parse": parse_exact})`): the text is parsed once, here.
     """
 
     name: ClassVar[str] = ""
@@ -79,6 +105,10 @@ def get_pass(spec: str) -> ModulePass:
         key = k.strip().replace("-", "_")
         if key not in fields:
             raise OnnxccError(f"pass {name!r} has no option {k.strip()!r}")
+        parse = fields[key].metadata.get("parse")
+        if parse is not None:
+            kwargs[key] = parse(v.strip())
+            continue
         try:
             kwargs[key] = _convert(v.strip(), fields[key].type)
         except ValueError:

@@ -1,7 +1,8 @@
 """Choosing bucket bounds from traffic: a FLOP cost model read from the IR, and an exact choice.
 
 The cost of one run is a polynomial in the bucketed symbol, computed symbolically from the
-IR types: each MatMul / Gemm / Conv costs 2 * (result elements) * (contracted extent), so
+IR types, each op's cost read from its OpDef (`OpDef.flops`, set in its family file with
+`traits.set_cost`): each MatMul / Gemm / Conv costs 2 * (result elements) * (contracted extent), so
 the attention score and context MatMuls (the symbol on both sides) give the quadratic term
 and the projections the linear one; elementwise ops cost one FLOP per element, reductions
 one per input element, Softmax 4 and LayerNormalization 8 per element. Other symbols are
@@ -16,18 +17,13 @@ holds); `padding_waste` measures the share of executed FLOPs spent on padding.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import reduce as _fold
 
 import numpy as np
 import sympy
 
 from ..errors import OnnxccError
-from ..ir import Function, Op, canon, sym
+from ..ir import Function, Op, sym
 from ..ops import get_opdef
-
-
-def _prod(dims) -> object:
-    return canon(_fold(lambda a, b: a * b, dims, 1))
 
 
 def op_flops(op: Op) -> sympy.Expr:
@@ -38,25 +34,7 @@ def op_flops(op: Op) -> sympy.Expr:
     out = op.results[0].type.numel()
     if out is None:
         return sympy.Integer(0)
-    if op.name == "onnx.MatMul":
-        a = op.operands[0].type
-        return 2 * out * a.shape[-1]
-    if op.name == "onnx.Gemm":
-        a = op.operands[0].type
-        k = a.shape[0] if op.attrs.get("transA", 0) else a.shape[1]
-        return 2 * out * k + out
-    if op.name in ("onnx.Conv", "onnx.ConvTranspose"):
-        w = op.operands[1].type
-        return 2 * out * _prod(w.shape[1:])
-    if op.name in ("onnx.Softmax", "onnx.LogSoftmax"):
-        return 4 * out
-    if op.name == "onnx.LayerNormalization":
-        return 8 * out
-    if d.kind in ("elementwise", "broadcast"):
-        return sympy.sympify(sum((r.type.numel() or 0) for r in op.results))
-    if d.kind == "reduction":
-        return sympy.sympify(op.operands[0].type.numel() or 0)
-    return sympy.Integer(0)
+    return d.flops(op)  # the op's cost hook (ops/traits.py set_cost), else its kind's default
 
 
 def flops_polynomial(f: Function) -> sympy.Expr:

@@ -24,7 +24,8 @@ rewritten to use the true count. Where a dim cannot be padded safely (a Reshape 
 with another dim, data-dependent indexing along it, the symbol read as data, an op the
 analysis does not know), the bucket is refused with an error naming the op and the node.
 
-Options (CLI: `bucketize{buckets=seq:64:128:512}`; several symbols joined by `|`).
+Options: `buckets`, the bounds per symbol (CLI: `bucketize{buckets=seq:64:128:512}`;
+several symbols joined by `|`).
 Bucket versions go into the dispatch list after the exact / 0-1 versions and before the
 rest (divisibility, generic): values above the last bucket fall through to those.
 
@@ -34,7 +35,7 @@ Choosing the bounds from traffic (cost model, exact dynamic programme) is in buc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce as _fold
 from typing import ClassVar
 
@@ -46,7 +47,8 @@ from ..ir import Block, DType, Function, Module, Op, TensorType, Value, canon, s
 from ..ir.clone import clone_function
 from ..ops import InferCtx, RefCtx, get_opdef
 from ..ops.cc import const_array
-from .base import ModulePass, PassContext, register_pass
+from ..ops.traits import PAD_RULES, PadRule
+from .base import ModulePass, PassContext, SymValues, parse_sym_values, register_pass
 from .shape_inference import infer_block, infer_function_constraints, infer_op
 
 
@@ -84,30 +86,10 @@ def _known(x) -> object:
     return GARBAGE if math.isnan(x) else x
 
 
-#: ops that map finite operands to finite results (overflow aside: padded positions hold
-#: values of the same magnitude as valid ones, computed from zeros)
-_FINITE_OPS = frozenset(f"onnx.{n}" for n in (
-    "Add", "Sub", "Mul", "Neg", "Abs", "Relu", "Identity", "Cast", "CastLike", "Erf", "Tanh", "Sigmoid",
-    "Sin", "Cos", "Max", "Min", "Sum", "Mean", "Clip", "Where", "LeakyRelu", "Gelu", "Dropout", "Floor",
-    "Ceil", "Round",
-    "Sign", "Softsign", "HardSigmoid", "HardSwish", "PRelu", "Not", "Equal", "Less", "Greater", "LessOrEqual",
-    "GreaterOrEqual", "And", "Or", "Xor", "IsNaN", "IsInf", "Atan", "Elu", "Selu", "Celu", "Mish",
-)) | {"cc.mask_dim"}
-
-#: the identity of each reduction: what masked positions must hold
-_REDUCE_IDENTITY = {
-    "onnx.ReduceSum": 0.0, "onnx.ReduceL1": 0.0, "onnx.ReduceL2": 0.0, "onnx.ReduceSumSquare": 0.0,
-    "onnx.ReduceLogSum": 0.0, "onnx.ReduceMax": -math.inf, "onnx.ReduceMin": math.inf,
-    "onnx.ReduceProd": 1.0, "onnx.ReduceLogSumExp": -math.inf,
-}
-#: reductions that keep a zero row zero and a finite row finite
-_ZERO_KEEPING = {"onnx.ReduceSum", "onnx.ReduceMean", "onnx.ReduceMax", "onnx.ReduceMin", "onnx.ReduceL1",
-                 "onnx.ReduceL2", "onnx.ReduceSumSquare"}
-_VIEW_OPS = {"onnx.Reshape", "onnx.Flatten", "onnx.Squeeze", "onnx.Unsqueeze"}
-_SOFTMAX = {"onnx.Softmax": 0.0, "onnx.LogSoftmax": -math.inf, "onnx.Hardmax": 0.0}
-#: (op, operand slot) pairs that read a shape value as a shape (safe at the padded size)
-_SHAPE_SINKS = {("onnx.Reshape", 1), ("onnx.Expand", 1), ("onnx.ConstantOfShape", 0),
-                ("onnx.Slice", 1), ("onnx.Slice", 2)}
+def _rule(op: Op) -> PadRule | None:
+    """The op's pad rule (on its OpDef, `ops/traits.py`); None: not known to be pad-safe."""
+    d = get_opdef(op.name)
+    return d.pad_rule() if d is not None else None
 
 
 def _prod(dims) -> object:
@@ -234,8 +216,9 @@ class PadSafety:
             raise self.refuse(op, f"reads {self.name} as data (attribute)")
         if op.regions and (padded_in or data_in or touches_s):
             raise self.refuse(op, f"has regions over padded dim {self.name}")
-        handler = _HANDLERS.get(op.name) or _KIND_HANDLERS.get(getattr(get_opdef(op.name), "kind", None))
-        sinks = [i for i in data_in if (op.name, i) in _SHAPE_SINKS]
+        rule = _rule(op)
+        handler = _HANDLERS[rule.rule] if rule is not None else None
+        sinks = [i for i in data_in if rule is not None and i in rule.shape_operands]
         arith = [i for i in data_in if i not in sinks]
         if arith:
             small = all((r.type.dtype.is_int or r.type.dtype is DType.bool) and not any(
@@ -276,7 +259,7 @@ class PadSafety:
             if v is not None:
                 if any(self.involves(canon(x)) for x in np.asarray(v, dtype=object).reshape(-1)):
                     self.shape_data.add(id(r))
-            elif from_data or (op.name in ("onnx.Shape", "onnx.Size") and self.is_padded(op.operands[0])):
+            elif from_data or (getattr(_rule(op), "rule", None) == "passthrough" and self.is_padded(op.operands[0])):
                 self.shape_data.add(id(r))
 
 
@@ -354,16 +337,18 @@ def _eval_fill(a: PadSafety, op: Op, ins: list):
             return _known(np.asarray(y).reshape(-1)[0])
         except Exception:  # a fill we cannot evaluate is unknown, nothing worse
             return GARBAGE
-    if op.name == "onnx.Mul" and any(x == 0.0 for x in ins if is_known(x)) and all(is_finite(x) for x in ins):
+    rule = _rule(op)
+    fills = rule.fills if rule is not None else ""
+    if fills == "product" and any(x == 0.0 for x in ins if is_known(x)) and all(is_finite(x) for x in ins):
         return 0.0
-    if op.name == "onnx.Div":
+    if fills == "quotient":
         info = a.const_info(op.operands[1])
         den_ok = (is_known(ins[1]) and ins[1] != 0.0 and math.isfinite(ins[1])) or bool(
             info and info[1] and info[2])
         return FINITE if is_finite(ins[0]) and den_ok else GARBAGE
-    if op.name == "onnx.Where":
+    if fills == "select":
         return FINITE if is_finite(ins[1]) and is_finite(ins[2]) else GARBAGE
-    if op.name in _FINITE_OPS and all(is_finite(x) for x in ins):
+    if rule is not None and rule.finite and all(is_finite(x) for x in ins):
         return FINITE
     return GARBAGE
 
@@ -491,17 +476,19 @@ def _gemm(a: PadSafety, op: Op) -> list[dict]:
 
 
 def _softmax(a: PadSafety, op: Op) -> list[dict]:
+    rule = _rule(op)
+    assert rule is not None
     x = op.operands[0]
     axis = op.attrs.get("axis", -1) % x.type.rank
     res = {}
     if axis in a.fills.get(id(x), {}):
         if a.fill(x, axis) != -math.inf:
             a.mask(op, 0, axis, -math.inf, f"{op.opname} over padded dim {a.name}")
-        res[axis] = _SOFTMAX[op.name]
+        res[axis] = rule.result_fill
     x = op.operands[0]
     for ax, f in a.fills.get(id(x), {}).items():
         if ax != axis:
-            res[ax] = FINITE if op.name == "onnx.Softmax" and is_finite(f) else GARBAGE
+            res[ax] = FINITE if rule.finite and is_finite(f) else GARBAGE
     return [res]
 
 
@@ -534,14 +521,15 @@ def _reduce(a: PadSafety, op: Op) -> list[dict] | None:
     x = op.operands[0]
     axes, keep = _reduce_axes(a, op), bool(op.attrs.get("keepdims", 1))
     padded = [ax for ax in axes if ax in a.fills.get(id(x), {})]
-    if op.name == "onnx.ReduceMean" and padded:
+    rule = _rule(op)
+    assert rule is not None
+    if rule.rule == "mean" and padded:
         _rewrite_mean(a, op, axes, padded)
         return None
     for ax in padded:
-        ident = _REDUCE_IDENTITY[op.name]
-        if a.fill(op.operands[0], ax) != ident:
-            a.mask(op, 0, ax, ident, f"{op.opname} over padded dim {a.name}")
-    return [_kept_fills(a, op, axes, keep, op.name in _ZERO_KEEPING)]
+        if a.fill(op.operands[0], ax) != rule.identity:
+            a.mask(op, 0, ax, rule.identity, f"{op.opname} over padded dim {a.name}")
+    return [_kept_fills(a, op, axes, keep, rule.keeps_zero)]
 
 
 def _true_count(a: PadSafety, x: TensorType, axes) -> str:
@@ -583,7 +571,10 @@ def _argreduce(a: PadSafety, op: Op) -> list[dict]:
     if axis in a.fills.get(id(x), {}):
         if op.attrs.get("select_last_index", 0):
             raise a.refuse(op, f"selects the last index along padded dim {a.name}")
-        ident = -math.inf if op.name == "onnx.ArgMax" else math.inf
+        rule = _rule(op)
+        ident = rule.identity if rule is not None else None
+        if ident is None:
+            raise a.refuse(op, "has no identity to mask padded positions with")
         if a.fill(x, axis) != ident:
             a.mask(op, 0, axis, ident, f"{op.opname} over padded dim {a.name}")
     res = _kept_fills(a, op, (axis,), keep, False)
@@ -787,30 +778,31 @@ def _pad(a: PadSafety, op: Op) -> list[dict]:
     return [{ax: GARBAGE for ax in a.fills.get(id(x), {})}]
 
 
+#: each pad rule (`ops/traits.py`, declared on the OpDefs) -> the handler that applies it
 _HANDLERS = {
-    **{name: _view for name in _VIEW_OPS},
-    "onnx.Transpose": _transpose,
-    "onnx.MatMul": _matmul,
-    "onnx.Gemm": _gemm,
-    **{name: _softmax for name in _SOFTMAX},
-    **{name: _reduce for name in (*_REDUCE_IDENTITY, "onnx.ReduceMean")},
-    "onnx.ArgMax": _argreduce,
-    "onnx.ArgMin": _argreduce,
-    "onnx.LayerNormalization": _layernorm,
-    "onnx.Concat": _concat,
-    "onnx.Split": _split,
-    "onnx.Slice": _slice,
-    "onnx.Gather": _gather,
-    "onnx.Expand": _expand,
-    "onnx.ConstantOfShape": _constant_of_shape,
-    "onnx.CumSum": _cumsum,
-    "onnx.BatchNormalization": _batchnorm,
-    "onnx.Shape": _passthrough,
-    "onnx.Size": _passthrough,
-    "onnx.Pad": _pad,
-    "cc.mask_dim": _mask,
+    "elementwise": _elementwise,
+    "view": _view,
+    "transpose": _transpose,
+    "matmul": _matmul,
+    "gemm": _gemm,
+    "softmax": _softmax,
+    "reduce": _reduce,
+    "mean": _reduce,
+    "argreduce": _argreduce,
+    "layernorm": _layernorm,
+    "concat": _concat,
+    "split": _split,
+    "slice": _slice,
+    "gather": _gather,
+    "expand": _expand,
+    "constant_of_shape": _constant_of_shape,
+    "cumsum": _cumsum,
+    "batchnorm": _batchnorm,
+    "passthrough": _passthrough,
+    "pad": _pad,
+    "mask": _mask,
 }
-_KIND_HANDLERS = {"elementwise": _elementwise, "broadcast": _elementwise}
+assert set(_HANDLERS) == set(PAD_RULES), "every pad rule has a handler"
 
 
 # ---- building a bucket version -------------------------------------------------------------------
@@ -870,23 +862,20 @@ def bucket_version(module: Module, generic: Function, symbol: str, bucket: int, 
     return f
 
 
-def parse_buckets(text: str) -> dict[str, list[int]]:
-    """'seq:64:128|batch:4' -> {'seq': [64, 128], 'batch': [4]}."""
+def parse_buckets(text: str) -> SymValues:
+    """'seq:64:128|batch:4' -> (('seq', (64, 128)), ('batch', (4,)))."""
+    return parse_sym_values(text, "bucketize: buckets")
+
+
+def bucket_table(buckets: SymValues) -> dict[str, list[int]]:
+    """Symbol -> its bucket bounds, ascending, each once (refusing a size below 1)."""
     out: dict[str, list[int]] = {}
-    for group in filter(None, (g.strip() for g in text.split("|"))):
-        name, *vals = group.split(":")
-        try:
-            nums = [int(v) for v in vals]
-        except ValueError:
-            raise OnnxccError(f"bucketize: bucket sizes must be integers in {group!r}") from None
-        if not nums or any(n < 1 for n in nums):
+    for name, sizes in buckets:
+        if not sizes or any(n < 1 for n in sizes):
+            group = ":".join([name, *map(str, sizes)])
             raise OnnxccError(f"bucketize: expected SYM:B1[:B2...] with positive sizes, got {group!r}")
-        out.setdefault(name.strip(), []).extend(nums)
+        out.setdefault(name, []).extend(sizes)
     return {k: sorted(set(v)) for k, v in out.items()}
-
-
-def format_buckets(buckets: dict[str, list[int]]) -> str:
-    return "|".join(f"{k}:{':'.join(str(b) for b in v)}" for k, v in buckets.items() if v)
 
 
 @register_pass
@@ -895,10 +884,11 @@ class BucketizePass(ModulePass):
     """Add exact bucket versions of @main (pad, run at the static size, mask, cut back)."""
 
     name: ClassVar[str] = "bucketize"
-    buckets: str = ""
+    #: bucket bounds per symbol (`seq:64:128|batch:4` in a textual pipeline)
+    buckets: SymValues = field(default=(), metadata={"parse": parse_buckets})
 
     def run(self, module: Module, ctx: PassContext) -> bool:
-        table = parse_buckets(self.buckets)
+        table = bucket_table(self.buckets)
         if not table:
             return False
         if "main" not in module.dispatch:

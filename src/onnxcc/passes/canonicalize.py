@@ -34,7 +34,7 @@ import numpy as np
 import sympy
 
 from ..ir import Block, DType, Function, Module, Op, TensorType, Value, canon, free_symbols, sym
-from ..ops import InferCtx, RefCtx, get_opdef, onnx_inputs
+from ..ops import InferCtx, RefCtx, get_opdef, onnx_inputs, registered_ops
 from ..ops.cc import const_array
 from .base import ModulePass, PassContext, register_pass
 from .cse import cse
@@ -195,16 +195,19 @@ class FoldKnownValues(RewritePattern):
         return Op("cc.dims", (), [t], {"dims": flat}, loc=op.loc, result_names=[r.name])
 
 
-# ---- identities -----------------------------------------------------------------------------
+# ---- identities: each pattern applies to the ops whose OpDef declares it (ops/traits.py) ------
 
-_SAME_TYPE_IDENTITIES = ("onnx.Identity", "onnx.Reshape", "onnx.Expand", "onnx.Squeeze", "onnx.Unsqueeze",
-                         "onnx.Flatten", "onnx.Cast", "onnx.CastLike")
+
+def declaring(pattern: str) -> tuple[str, ...]:
+    """The registered ops that declare canonical `pattern` on their OpDef."""
+    return tuple(n for n in registered_ops() if pattern in get_opdef(n).canonical)  # type: ignore[union-attr]
 
 
 class DropSameTypeIdentity(RewritePattern):
     """An op that returns its first operand unchanged when the types say so."""
 
-    op_names = _SAME_TYPE_IDENTITIES
+    def __init__(self):
+        self.op_names = declaring("same-type-identity")
 
     def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
         if len(op.results) != 1 or not op.operands:
@@ -220,10 +223,9 @@ class DropSameTypeIdentity(RewritePattern):
 class DropDropout(RewritePattern):
     """Dropout at inference is the identity (the mask output, if any, must be unused)."""
 
-    op_names = ("onnx.Dropout",)
-
     def __init__(self, module: Module):
         self.module = module
+        self.op_names = declaring("dropout")
 
     def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
         x = op.operands[0]
@@ -248,7 +250,8 @@ def _perm(op: Op) -> list[int]:
 class SimplifyTranspose(RewritePattern):
     """Transpose by the identity perm -> its input; Transpose(Transpose(x)) -> one Transpose."""
 
-    op_names = ("onnx.Transpose",)
+    def __init__(self):
+        self.op_names = declaring("transpose")
 
     def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
         x, perm = op.operands[0], _perm(op)
@@ -270,19 +273,18 @@ class SimplifyTranspose(RewritePattern):
 
 
 class DropNeutralOperand(RewritePattern):
-    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x, when the result type is exactly x's."""
-
-    op_names = ("onnx.Add", "onnx.Sub", "onnx.Mul", "onnx.Div")
-    _NEUTRAL: ClassVar[dict] = {"onnx.Add": (0, True), "onnx.Sub": (0, False), "onnx.Mul": (1, True),
-                                "onnx.Div": (1, False)}
+    """x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x, when the result type is exactly x's (the
+    neutral element and whether it commutes are on the op's OpDef)."""
 
     def __init__(self, module: Module):
         self.module = module
+        self.op_names = declaring("neutral-operand")
 
     def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
         if len(op.operands) != 2:
             return False
-        neutral, commutes = self._NEUTRAL[op.name]
+        spec = get_opdef(op.name).neutral  # type: ignore[union-attr]
+        neutral, commutes = spec.value, spec.commutes
         a, b = op.operands
         for x, c in ((a, b), (b, a)) if commutes else ((a, b),):
             cv = const_value(c, self.module)

@@ -6,7 +6,8 @@ need). The dispatch table lists versions most specialised first; the generic ver
 last and is guarded only by the model's constraints (module level).
 
 Options (CLI: `specialize{exact=seq:128|batch:1,one=true,divisible=16,max-versions=8}`):
-  exact       `SYM:V[:V2...]` groups joined by `|`: one version per value
+  exact       values per symbol (`SymValues`; `SYM:V[:V2...]` groups joined by `|` in the
+              text): one version per value
   one         the 0/1 rule: a symbol that may be 1 and meets a broadcast gets a `SYM == 1` version
   divisible   k > 1: a `SYM % k == 0` version per symbol that is the innermost dim of a tensor;
               the version records the fact (attr multiple_of) so schedules drop tail code
@@ -16,16 +17,16 @@ Options (CLI: `specialize{exact=seq:128|batch:1,one=true,divisible=16,max-versio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import sympy
 
 from ..errors import OnnxccError, ShapeError
-from ..ir import Function, Module, sym
+from ..ir import Divisible, Function, Module, sym
 from ..ir.clone import clone_function
 from ..ops import get_opdef
-from .base import ModulePass, PassContext, register_pass
+from .base import ModulePass, PassContext, SymValues, parse_sym_values, register_pass
 from .shape_inference import infer_function_constraints
 
 
@@ -39,17 +40,8 @@ class Candidate:
     multiple_of: dict = None  # {name: k}: divisibility facts the version may rely on
 
 
-def parse_exact(text: str) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for group in filter(None, (g.strip() for g in text.split("|"))):
-        name, *vals = group.split(":")
-        if not vals:
-            raise OnnxccError(f"specialize: expected SYM:VALUE in {group!r}")
-        try:
-            out.setdefault(name.strip(), []).extend(int(v) for v in vals)
-        except ValueError:
-            raise OnnxccError(f"specialize: values must be integers in {group!r}") from None
-    return out
+def parse_exact(text: str) -> SymValues:
+    return parse_sym_values(text, "specialize: exact")
 
 
 def broadcast_symbols(f: Function) -> set[str]:
@@ -86,7 +78,7 @@ class SpecializePass(ModulePass):
     """Clone @main into guarded versions, most specialised first, generic last."""
 
     name: ClassVar[str] = "specialize"
-    exact: str = ""
+    exact: SymValues = field(default=(), metadata={"parse": parse_exact})
     one: bool = True
     divisible: int = 0
     max_versions: int = 8
@@ -94,7 +86,7 @@ class SpecializePass(ModulePass):
     def candidates(self, module: Module, f: Function) -> list[Candidate]:
         out: list[Candidate] = []
         table = module.symbols
-        for name, values in parse_exact(self.exact).items():
+        for name, values in self.exact:
             if name not in table:
                 raise OnnxccError(f"specialize: unknown symbol {name!r} (known: {', '.join(s.name for s in table)})")
             info = table[name]
@@ -150,7 +142,7 @@ class SpecializePass(ModulePass):
             v.guard = sympy.And(c.pred, *[n.expr for n in needs])
             v.attrs["kind"] = c.kind
             if c.multiple_of:
-                v.attrs["multiple_of"] = [f"{k}:{m}" for k, m in sorted(c.multiple_of.items())]
+                v.attrs["multiple_of"] = [Divisible(k, m) for k, m in sorted(c.multiple_of.items())]
             versions.append(v.name)
         module.add_function(generic)
         generic.attrs["kind"] = "generic"

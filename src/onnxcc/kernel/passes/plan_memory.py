@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...errors import CompileError
+from ...ir import print_dim
 from ..fuse import count_kernels
 from ..module import KernelModule
 from ..plan_memory import plan, reserve_scratch
@@ -21,9 +22,9 @@ class PlanMemoryPass:
             mplan = plan(v.program, module.graph.symbols)
             v.plan = mplan
             v.stats.update({"kernels_after": count_kernels(v.program.body),
-                            "arena_bytes": str(mplan.workspace_bytes),
-                            "peak_live_bytes": str(mplan.peak_live_bytes),
-                            "total_bytes": str(mplan.total_bytes)})
+                            "arena_bytes": print_dim(mplan.workspace_bytes),
+                            "peak_live_bytes": print_dim(mplan.peak_live_bytes),
+                            "total_bytes": print_dim(mplan.total_bytes)})
         return bool(module.versions)
 
 

@@ -1,6 +1,6 @@
 """The plain-data contract between the code generators and the linker.
 
-An `ArtifactSpec` says everything `codegen.link` needs to wrap compiled versions into
+An `ArtifactSpec` says everything `codegen.c.link` needs to wrap compiled versions into
 `libNAME.so`: the model's inputs and outputs with symbolic shapes, its symbols (order =
 the order of the `syms` array every version receives), the run-time constraints, and the
 versions in dispatch order (most specialised first, generic last).
@@ -147,7 +147,7 @@ class ArtifactSpec:
     bound (outputs are allocated for it), the kernel writes the true value back into its
     `syms` slot, and `NAME_output_dims` reports it after the run"""
     cpu_features: list[str] = field(default_factory=list)
-    """x86 features the kernels need (codegen/cpu_features.py CHECKABLE names): the
+    """x86 features the kernels need (codegen/cpu/features.py CHECKABLE names): the
     dispatcher checks them at the first call and refuses with ERR_CPU, never SIGILL"""
     cpu_levels: dict[str, list[str]] = field(default_factory=dict)
     """multi-ISA libraries: CPU name -> the features its versions need (beyond cpu_features,

@@ -16,8 +16,8 @@ from onnxcc.errors import CompileError
 from onnxcc.kernel.control import IfStmt, LoopStmt, SetSymbol, WriteAt
 from onnxcc.kernel.expr import ERR_ASSERT
 
-from .llvm_exprs import ExprEmitter
-from .llvm_helpers import I64, for_range, i64, if_else, move_to_end
+from ..llvm.exprs import ExprEmitter
+from ..llvm.helpers import I64, for_range, i64, if_else, move_to_end
 
 #: statement ids for nested statements (they name the scoped-noalias metadata of each one;
 #: top-level statements use their index, so start far above any body length)
@@ -26,7 +26,7 @@ _IDS = itertools.count(1 << 20)
 
 def emit_body(kem, ctx, stmts) -> None:
     """Emit a nested statement list at the builder's position."""
-    from .cpu import STMT_EMITTERS
+    from .emit import STMT_EMITTERS
 
     for s in stmts:
         emit = STMT_EMITTERS.get(type(s))

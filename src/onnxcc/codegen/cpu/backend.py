@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from .backend import Emitted, StepClock
-from .c_build import build_library
-from .cpu_features import check_cpu, required_features
-from .link import CPU_LINK, LinkTarget
-from .llvm_target import host_cpu
+from ..backend import Emitted, StepClock
+from ..c.build import build_library
+from ..c.link import CPU_LINK, LinkTarget
+from ..llvm.target import host_cpu
+from .features import check_cpu, required_features
 
 
 @functools.lru_cache(maxsize=16)
@@ -81,7 +81,7 @@ class CpuBackend:
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
-        from .cpu import emit_assembly, emit_llvm, emit_object
+        from .emit import emit_assembly, emit_llvm, emit_object
 
         if stop == "lib" and len(module.versions) > 1 and _jobs() > 1:
             return self._emit_parallel(module, name, step)
@@ -109,7 +109,7 @@ class CpuBackend:
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
-        from .cpu import emit_llvm
+        from .emit import emit_llvm
 
         t0 = time.perf_counter()
         triple = self.triple or llvm.get_process_triple()
@@ -201,7 +201,7 @@ def _jobs() -> int:
 
 
 def _compile_one(k: int) -> bytes:
-    from .llvm_target import emit_object
+    from ..llvm.target import emit_object
 
     mod, target = _WORK[k]
     triple, cpu, features, opt = target

@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from llvmlite import ir
 
-from .llvm_helpers import I32, I64, intrinsic
+from .helpers import I32, I64, intrinsic
 
 F32 = ir.FloatType()
 F64 = ir.DoubleType()

@@ -35,8 +35,8 @@ from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 from onnxcc.kernel.schedule import compute_work
 
-from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
-from .llvm_helpers import (
+from ..llvm.exprs import AccessMetadata, ExprEmitter, ProgramContext
+from ..llvm.helpers import (
     I32,
     I64,
     PTR,
@@ -53,9 +53,9 @@ from .llvm_helpers import (
     scalar_loop_metadata,
 )
 
-# the object-code entry points, at home in llvm_target (shared with the CUDA backend), kept
+# the object-code entry points, at home in llvm/target.py (shared with the CUDA backend), kept
 # importable from here for callers that think of them as the CPU backend's
-from .llvm_target import (  # noqa: F401
+from ..llvm.target import (  # noqa: F401
     emit_assembly,
     emit_object,
     host_cpu,
@@ -101,7 +101,7 @@ def emit_llvm(program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir
 
 
 class FnCtx(ProgramContext):
-    """Entry-block services of one LLVM function (implements llvm_exprs.FunctionContext)."""
+    """Entry-block services of one LLVM function (implements llvm.exprs.FunctionContext)."""
 
     def __init__(self, owner: KernelEmitter, fn: ir.Function,
                  base_ptrs: Callable[[ir.IRBuilder], Sequence[ir.Value]],
@@ -485,7 +485,7 @@ STMT_EMITTERS: dict[type[Stmt], Callable[[KernelEmitter, FnCtx, Stmt, int], None
     Compute: KernelEmitter.emit_compute,  # type: ignore[dict-item]
 }
 
-from .cpu_control import CONTROL_EMITTERS  # noqa: E402  (If / Loop / WriteAt / SetSymbol: kernel/control.py)
+from .control import CONTROL_EMITTERS  # noqa: E402  (If / Loop / WriteAt / SetSymbol: kernel/control.py)
 
 STMT_EMITTERS.update(CONTROL_EMITTERS)  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""Host side of a target "cuda" artifact: the C that `codegen.link` puts into the dispatcher
+"""Host side of a target "cuda" artifact: the C that `codegen.c.link` puts into the dispatcher
 (the image table and one launch function per version) and the object file that embeds the
 PTX and the const buffers' bytes.
 
@@ -8,7 +8,7 @@ A version's launch function has the type `onnxcc_cuda_version_fn`:
                        void *const *out);
 
 It fills the argument array every kernel of the artifact takes (symbols, input and output
-data pointers, workspace, status; see `codegen.cuda`) and launches the version's kernels
+data pointers, workspace, status; see `codegen.cuda.emit`) and launches the version's kernels
 in order, each over its work count computed from the symbols.
 """
 
@@ -21,9 +21,9 @@ from llvmlite import ir
 from onnxcc.errors import CompileError
 from onnxcc.kernel.expr import ERROR_MESSAGES
 
-from .abi import ArtifactSpec, VersionSpec
-from .c_exprs import c_int
-from .link import LinkTarget
+from ..c.abi import ArtifactSpec, VersionSpec
+from ..c.exprs import c_int
+from ..c.link import LinkTarget
 
 PTX_SYMBOL = "onnxcc_cuda_ptx"
 RUNTIME_SOURCE = "onnxcc_cuda.c"
@@ -42,7 +42,7 @@ def prelude(spec: ArtifactSpec, names: dict[str, str]) -> str:
     dev = spec.device
     if dev is None:
         raise ValueError(f"artifact {spec.name}: target cuda needs DeviceCode (spec.device)")
-    from .cuda import parse_arch
+    from .emit import parse_arch
 
     cc, exact = parse_arch(dev.arch)
     kindex = {k: i for i, k in enumerate(dev.kernels)}
@@ -127,7 +127,7 @@ def blob_module(spec: ArtifactSpec) -> ir.Module:
 
 
 def write_blob_object(spec: ArtifactSpec, out_dir: Path) -> Path:
-    from .llvm_target import emit_object
+    from ..llvm.target import emit_object
 
     path = Path(out_dir) / f"{spec.name}_cuda_blobs.o"
     path.write_bytes(emit_object(blob_module(spec), opt=0))

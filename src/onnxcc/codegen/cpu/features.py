@@ -106,7 +106,7 @@ def check_cpu(triple: str | None, cpu: str | None, features: str | None) -> str:
     subtarget, so a tiny function is compiled with fd 2 captured."""
     import llvmlite.binding as llvm
 
-    from .llvm_target import target_machine
+    from ..llvm.target import target_machine
 
     host = llvm.get_process_triple()
     triple_ = triple or host

@@ -15,7 +15,6 @@ from onnxcc.digest import file_sha256
 from onnxcc.errors import CompileError
 
 from .abi import ArtifactSpec
-from .c_package import cmake_config, pkg_config
 from .link import (
     ABI_VERSION,
     RUNTIME_DIR,
@@ -26,6 +25,7 @@ from .link import (
     generate_metadata,
     link_target,
 )
+from .package import cmake_config, pkg_config
 
 # ---- building libNAME.so -----------------------------------------------------------------
 

@@ -43,10 +43,10 @@ from onnxcc.kernel.expr import Reduce, free_vars, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram
 
-from .abi import KernelLaunch
-from .llvm_exprs import AccessMetadata, ExprEmitter, ProgramContext
-from .llvm_helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
-from .llvm_target import optimized, target_machine
+from ..c.abi import KernelLaunch
+from ..llvm.exprs import AccessMetadata, ExprEmitter, ProgramContext
+from ..llvm.helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
+from ..llvm.target import optimized, target_machine
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DEFAULT_ARCH = "sm_80"
@@ -165,7 +165,7 @@ def _numel(extents: Sequence[Dim]) -> Dim:
 
 
 class _KernelBuilder(ProgramContext):
-    """Builds one kernel entry for one compute (implements llvm_exprs.FunctionContext)."""
+    """Builds one kernel entry for one compute (implements llvm.exprs.FunctionContext)."""
 
     def __init__(self, owner: CudaModule, program: KernelProgram, plan: MemoryPlan, c: Compute, name: str):
         self.owner, self.program, self.plan, self.c = owner, program, plan, c

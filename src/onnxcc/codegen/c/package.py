@@ -48,7 +48,7 @@ typedef struct {{
 
 
 def _table(kind: str, sigs: list[TensorSig], n: str, dl_dtype) -> str:
-    from .c_exprs import text
+    from .exprs import text
 
     lines = []
     for k, t in enumerate(sigs):

@@ -20,9 +20,9 @@ from onnxcc.ir.dims import canon
 from onnxcc.ir.types import DType
 
 from .abi import ArtifactSpec, TensorSig, VersionSpec
-from .c_exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
-from .c_package import ERROR_DOCS, SIGNATURE_API, signature_defs, signature_header
 from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
+from .exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
+from .package import ERROR_DOCS, SIGNATURE_API, signature_defs, signature_header
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_SOURCES = ("onnxcc_rt.c",)
@@ -59,7 +59,7 @@ _DISPATCH_STATICS = {"sig_in_infos", "sig_out_infos", "cpu_check", "cpu_missing"
 class LinkTarget:
     """What one target puts into the shared dispatcher, header and link; every backend has
     one (`Backend.link`). This base is the CPU's: native kernel functions called in place,
-    nothing more to link. The CUDA one (codegen/cuda_host.py) adds the PTX image, a launch
+    nothing more to link. The CUDA one (codegen/cuda/host.py) adds the PTX image, a launch
     function per version, `NAME_set_stream` and its runtime."""
 
     #: DLPack device types the kernels can dereference
@@ -108,7 +108,7 @@ CPU_LINK = LinkTarget()
 
 def link_target(spec: ArtifactSpec) -> LinkTarget:
     """The spec's target's LinkTarget, from the backend registry."""
-    from .backend import BACKENDS, backend_class
+    from ..backend import BACKENDS, backend_class
 
     if spec.target not in BACKENDS:
         raise CompileError(f"artifact {spec.name}: unknown target {spec.target!r} "
@@ -879,7 +879,7 @@ def generate_dispatcher(spec: ArtifactSpec) -> str:
 # ---- NAME.json ---------------------------------------------------------------------------
 
 def _onnxcc_version() -> str:
-    from ..version import __version__
+    from ...version import __version__
 
     return __version__
 

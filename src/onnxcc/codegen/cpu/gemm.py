@@ -51,8 +51,8 @@ from onnxcc.kernel.expr import Expr, Load, Var
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
 
-from .llvm_exprs import F32, ExprEmitter, known_positive
-from .llvm_helpers import (
+from ..llvm.exprs import F32, ExprEmitter, known_positive
+from ..llvm.helpers import (
     I1,
     I8,
     I32,
@@ -69,7 +69,7 @@ from .llvm_helpers import (
 )
 
 if TYPE_CHECKING:
-    from .cpu import FnCtx, KernelEmitter
+    from .emit import FnCtx, KernelEmitter
 
 UNROLL = 4
 """k steps per micro-kernel loop iteration"""
@@ -218,7 +218,7 @@ def emit_gemm(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, fallback:
 
 
 def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry) -> None:
-    from .cpu import PAR_FOR_FNTY, PARALLEL_FOR
+    from .emit import PAR_FOR_FNTY, PARALLEL_FOR
 
     b = ctx.b
     pctx = kem._parallel_ctx(ctx)

@@ -1,6 +1,6 @@
 """The CUDA backend: every compute of every version a PTX kernel (cuda.py, llvmlite NVPTX),
 the PTX and the const buffers embedded in libNAME.so beside a launch function per version
-(cuda_host.py); loaded at run time through the driver API, so no build step needs a GPU.
+(cuda/host.py); loaded at run time through the driver API, so no build step needs a GPU.
 
 Stop points: `llvm` (the NVPTX LLVM module), `asm` / `ptx` (the PTX text), `lib`.
 """
@@ -13,10 +13,10 @@ from typing import ClassVar
 
 from onnxcc.errors import CompileError
 
-from .backend import Emitted, StepClock
-from .c_build import build_library
-from .cuda_host import CUDA_LINK
-from .link import LinkTarget
+from ..backend import Emitted, StepClock
+from ..c.build import build_library
+from ..c.link import LinkTarget
+from .host import CUDA_LINK
 
 #: threads of a warp: the divisibility versions' default k
 WARP = 32
@@ -44,8 +44,8 @@ class CudaBackend:
         return TargetInfo(vector_width=WARP)
 
     def emit(self, module, name: str, stop: str, step: StepClock) -> Emitted:
-        from .abi import DeviceCode
-        from .cuda import BLOCK, CudaModule
+        from ..c.abi import DeviceCode
+        from .emit import BLOCK, CudaModule
 
         t0 = time.perf_counter()
         cm = CudaModule(name, self.arch)
@@ -76,7 +76,7 @@ class CudaBackend:
         return {"cuda_arch": self.arch}
 
     def describe(self, spec, emitted: Emitted) -> None:
-        from .cuda import TRIPLE
+        from .emit import TRIPLE
 
         spec.target, spec.triple = self.name, TRIPLE
         for v, la in zip(spec.versions, emitted.launches, strict=True):

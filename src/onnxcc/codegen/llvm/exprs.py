@@ -53,8 +53,8 @@ from onnxcc.kernel.expr import (
     free_vars,
 )
 
-from . import llvm_small as small
-from .llvm_helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
+from . import small
+from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
 
 F32 = ir.FloatType()

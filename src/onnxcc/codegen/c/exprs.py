@@ -1,4 +1,4 @@
-"""Render sympy dims and guards to C, and to text for people.
+"""Render sympy dims and guards to C (and, through the IR's printer, to text for people).
 
 Integer expressions become int64_t arithmetic. Division never goes through floating point:
 `floor(p/q)` and `ceiling(p/q)` become calls to exact integer helpers, `Mod` keeps Python's
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 import sympy
-from sympy.printing.precedence import PRECEDENCE
-from sympy.printing.str import StrPrinter
+
+from onnxcc.ir import print_expr
 
 # NOTE: division by zero yields 0 instead of trapping; the dispatcher checks symbol ranges
 # before it evaluates anything that divides, so a 0 here means a range of [0, ...].
@@ -241,50 +241,7 @@ def _lit(v: int) -> str:
     return f"INT64_C({v})"
 
 
-class _TextPrinter(StrPrinter):
-    """sympy's str form with C-like operators: `batch % 8 == 0`, `max(a, b)`."""
-
-    def _print_Mod(self, e):
-        p = PRECEDENCE["Mul"]
-        return f"{self.parenthesize(e.args[0], p)} % {self.parenthesize(e.args[1], p + 1)}"
-
-    def _print_Relational(self, e):
-        p = PRECEDENCE["Relational"]
-        return f"{self.parenthesize(e.lhs, p)} {e.rel_op} {self.parenthesize(e.rhs, p)}"
-
-    def _print_Max(self, e):
-        return "max(" + ", ".join(self._print(a) for a in e.args) + ")"
-
-    def _print_Min(self, e):
-        return "min(" + ", ".join(self._print(a) for a in e.args) + ")"
-
-    def _print_And(self, e):
-        return " and ".join(self._bool_arg(a, sympy.And) for a in e.args)
-
-    def _print_Or(self, e):
-        return " or ".join(self._bool_arg(a, sympy.Or) for a in e.args)
-
-    def _print_Not(self, e):
-        return "not " + self._bool_arg(e.args[0], sympy.Not)
-
-    def _bool_arg(self, a, parent) -> str:
-        s = self._print(a)
-        return f"({s})" if isinstance(a, (sympy.And, sympy.Or)) and not isinstance(a, parent) else s
-
-    def _print_BooleanTrue(self, e):
-        return "true"
-
-    def _print_BooleanFalse(self, e):
-        return "false"
-
-
-_TEXT = _TextPrinter()
-
-
 def text(expr) -> str:
-    """Readable text of a dim or guard for messages: `seq + 1`, `batch % 8 == 0`."""
-    if isinstance(expr, bool):
-        return "true" if expr else "false"
-    if isinstance(expr, int):
-        return str(expr)
-    return _TEXT.doprint(sympy.sympify(expr))
+    """Readable text of a dim or guard for messages and NAME.h: the IR's one printer
+    (`seq + 1`, `batch % 8 == 0`, `16 < seq & seq <= 64`)."""
+    return print_expr(expr)

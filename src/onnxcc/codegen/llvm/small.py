@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from onnxcc.ir import DType
 
-from .llvm_helpers import intrinsic
+from .helpers import intrinsic
 
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)

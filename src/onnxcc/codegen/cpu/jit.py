@@ -27,8 +27,8 @@ from onnxcc.kernel.plan_memory import MemoryPlan, reserve_scratch
 from onnxcc.kernel.plan_memory import plan as plan_memory
 from onnxcc.kernel.program import KernelProgram
 
-from .cpu import PARALLEL_FOR, emit_llvm
-from .llvm_target import optimize, parse_modules, target_machine
+from ..llvm.target import optimize, parse_modules, target_machine
+from .emit import PARALLEL_FOR, emit_llvm
 
 _KERNEL_CFUNC = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.c_void_p] * 4)
 _BODY_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
