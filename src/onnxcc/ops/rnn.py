@@ -256,21 +256,21 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
                       + rsum([(kk, hid)], Hs[d, b, kk] * R[d, j, kk]))
             P = a.get("P")
 
-            def peep(d, n, h):
-                return P[d, n * hid + h] if P is not None else zero
+            def peep(g_, d, n, h, v):  # g_ + P[d, n] * v (no term at all without P)
+                return g_ + P[d, n * hid + h] * v if P is not None else g_
 
             Cn = ctx.temp(dt, state, "rnn_cn")
 
             def c_new(d, b, h):
                 c = Cs[d, b, h]
-                ig = sigmoid(act(G[d, b, h] + peep(d, 0, h) * c))
-                fg = sigmoid(act(G[d, b, 2 * hid + h] + peep(d, 2, h) * c))
+                ig = sigmoid(act(peep(G[d, b, h], d, 0, h, c)))
+                fg = sigmoid(act(peep(G[d, b, 2 * hid + h], d, 2, h, c)))
                 return masked(b, fg * c + ig * tanh(act(G[d, b, 3 * hid + h])), c)
 
             p.compute(Cn, c_new)
             Hn = ctx.temp(dt, state, "rnn_hn")
             p.compute(Hn, lambda d, b, h: masked(
-                b, sigmoid(act(G[d, b, hid + h] + peep(d, 1, h) * Cn[d, b, h])) * tanh(act(Cn[d, b, h])),
+                b, sigmoid(act(peep(G[d, b, hid + h], d, 1, h, Cn[d, b, h]))) * tanh(act(Cn[d, b, h])),
                 Hs[d, b, h]))
             updates = [(Hs, Hn), (Cs, Cn)]
         elif k == "RNN":  # H = tanh(X W + biases + H R), the biases already in XW
