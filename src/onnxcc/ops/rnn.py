@@ -201,10 +201,21 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
     # 1. the input projection of every time step, all gates, with the biases that add to it
     i = Var("i")
 
+    # a constant B: the biases XW adds (Wb + Rb; GRU with linear_before_reset keeps Rb of
+    # h out) folded into one constant at compile time, one load per element
+    bconst = ctx.const_value(opdef.operands(ctx.op)["B"]) if "B" in a else None
+    if bconst is not None:
+        wb, rb = bconst[:, :g * hid], bconst[:, g * hid:].copy()
+        if lbr:
+            rb[:, 2 * hid:] = 0
+        XB = ctx.const((wb + rb).astype(bconst.dtype), "rnn_bias")
+
     def xw(d, t, b, j):
         acc = rsum([(i, X.shape[2])], xl(t, b, i) * W[d, j, i])
         if "B" not in a:
             return acc
+        if bconst is not None:
+            return acc + XB[d, j]
         rb = bias(d, j + g * hid)
         if lbr:  # GRU's recurrent bias of h stays inside r * (...)
             rb = select(j < 2 * hid, rb, zero)
