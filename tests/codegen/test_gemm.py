@@ -105,6 +105,29 @@ def test_static_shapes_const_b_prepacked():
         close(kern(a)[0], (a @ w) * 0.5 + p.buffers["bias"].data, 129)
 
 
+@pytest.mark.parametrize("m", [3, 5, 7, 15, 27])
+def test_static_m_remainder_kernel(m):
+    """A static M whose remainder mod mr is no power of two gets a micro-kernel of exactly
+    that height (one pass over each B panel); direct, packed and prepacked A all agree."""
+    w, ac = randf(64, 40), randf(m, 64)
+    p = KernelProgram.new("mmr", [])
+    A, At = p.input("A", F32, (m, 64)), p.input("At", F32, (64, m))
+    Wc, Ac = p.const("W", w), p.const("Ac", ac)
+    outs = [p.output(f"C{i}", F32, (m, 40)) for i in range(3)]
+    k = Var("k")
+    p.compute(outs[0], lambda i, j: rsum([(k, 64)], A[i, k] * Wc[k, j]))
+    p.compute(outs[1], lambda i, j: rsum([(k, 64)], At[k, i] * Wc[k, j]) + 1.0)
+    p.compute(outs[2], lambda i, j: rsum([(k, 64)], Ac[i, k] * Wc[k, j]))
+    kern = scheduled(p)
+    rem = m % 12
+    if rem & (rem - 1):
+        assert f"ukr.{rem}x" in kern.optimized_ir
+    a = randf(m, 64)
+    got = kern(a, np.ascontiguousarray(a.T))
+    for g, want in zip(got, (a @ w, a @ w + 1.0, ac @ w)):
+        close(g, want, 64)
+
+
 # ---- batches ----------------------------------------------------------------------------------
 
 

@@ -589,18 +589,12 @@ def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
 
 # ---- the scheduler ------------------------------------------------------------------------
 
-#: unary ops the CPU backend computes with a scalar libm call (f32); f64 adds erf
-_SCALAR_CALLS = frozenset({"tanh", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
-                           "softplus"})
-
-
 def vectorizable(e: Expr) -> bool:
-    """Whether a body can run as vector code: no index checks (an early exit), integer
-    divisions by a non-constant (a zero check) or scalar library calls."""
+    """Whether a body can run as vector code: no index checks (an early exit) or integer
+    divisions by a non-constant (a zero check). Transcendental functions are the vmath
+    library's branch-free inline functions (f32 and f64), which widen like any arithmetic."""
     for n in walk(e):
         if isinstance(n, Check):
-            return False
-        if isinstance(n, Unary) and (n.op in _SCALAR_CALLS or (n.op == "erf" and n.dtype is not F32)):
             return False
         if isinstance(n, Binary) and n.op in ("div", "floordiv", "mod", "truncdiv", "rem") \
                 and not n.dtype.is_float and not isinstance(n.b, Const):

@@ -10,10 +10,13 @@ Only the default activations (RNN: Tanh; LSTM: Sigmoid, Tanh, Tanh; GRU: Sigmoid
 supported, and LSTM's input_forget=0.
 
 Lowering: one compute for the input projection of every step at once,
-`XW[d, t, b, g] = X[t, b] . W[d, g] + biases` (a GEMM), then a LoopStmt over the time steps
+`XW[d, t, b, g] = X[t, b] . W[d, g] + biases` (a GEMM with X read in place and W packed at
+compile time; a constant B folded into one bias constant), then a LoopStmt over the time steps
 whose body, for all directions together, adds the recurrent product (`H . R[d]`, also a
-GEMM), applies the gates, writes Y's row for the step (WriteAt: direction d reads and writes
-time position t, or seq-1-t when it runs in reverse) and copies the new states over the old.
+GEMM with R packed at compile time; LSTM adds XW's row in its epilogue), applies the gates (vector
+code: vmath's sigmoid and tanh), writes Y's row for the step (WriteAt: direction d reads and
+writes time position t, or seq-1-t when it runs in reverse) and copies the new states over
+the old. Timing against onnxruntime: benchmarks/rnn.py.
 """
 
 from __future__ import annotations
@@ -201,10 +204,21 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
     # 1. the input projection of every time step, all gates, with the biases that add to it
     i = Var("i")
 
+    # a constant B: the biases XW adds (Wb + Rb; GRU with linear_before_reset keeps Rb of
+    # h out) folded into one constant at compile time, one load per element
+    bconst = ctx.const_value(opdef.operands(ctx.op)["B"]) if "B" in a else None
+    if bconst is not None:
+        wb, rb = bconst[:, :g * hid], bconst[:, g * hid:].copy()
+        if lbr:
+            rb[:, 2 * hid:] = 0
+        XB = ctx.const((wb + rb).astype(bconst.dtype), "rnn_bias")
+
     def xw(d, t, b, j):
         acc = rsum([(i, X.shape[2])], xl(t, b, i) * W[d, j, i])
         if "B" not in a:
             return acc
+        if bconst is not None:
+            return acc + XB[d, j]
         rb = bias(d, j + g * hid)
         if lbr:  # GRU's recurrent bias of h stays inside r * (...)
             rb = select(j < 2 * hid, rb, zero)
@@ -256,21 +270,21 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
                       + rsum([(kk, hid)], Hs[d, b, kk] * R[d, j, kk]))
             P = a.get("P")
 
-            def peep(d, n, h):
-                return P[d, n * hid + h] if P is not None else zero
+            def peep(g_, d, n, h, v):  # g_ + P[d, n] * v (no term at all without P)
+                return g_ + P[d, n * hid + h] * v if P is not None else g_
 
             Cn = ctx.temp(dt, state, "rnn_cn")
 
             def c_new(d, b, h):
                 c = Cs[d, b, h]
-                ig = sigmoid(act(G[d, b, h] + peep(d, 0, h) * c))
-                fg = sigmoid(act(G[d, b, 2 * hid + h] + peep(d, 2, h) * c))
+                ig = sigmoid(act(peep(G[d, b, h], d, 0, h, c)))
+                fg = sigmoid(act(peep(G[d, b, 2 * hid + h], d, 2, h, c)))
                 return masked(b, fg * c + ig * tanh(act(G[d, b, 3 * hid + h])), c)
 
             p.compute(Cn, c_new)
             Hn = ctx.temp(dt, state, "rnn_hn")
             p.compute(Hn, lambda d, b, h: masked(
-                b, sigmoid(act(G[d, b, hid + h] + peep(d, 1, h) * Cn[d, b, h])) * tanh(act(Cn[d, b, h])),
+                b, sigmoid(act(peep(G[d, b, hid + h], d, 1, h, Cn[d, b, h]))) * tanh(act(Cn[d, b, h])),
                 Hs[d, b, h]))
             updates = [(Hs, Hn), (Cs, Cn)]
         elif k == "RNN":  # H = tanh(X W + biases + H R), the biases already in XW

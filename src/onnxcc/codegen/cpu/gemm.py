@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 import sympy
 from llvmlite import ir
 
-from onnxcc.ir import DType
+from onnxcc.ir import DType, canon
 from onnxcc.kernel.expr import Expr, Load, Var
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
@@ -530,13 +530,29 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
 # ---- the task loop ----------------------------------------------------------------------------
 
 
-def _row_variants(mr: int) -> list[int]:
-    """Micro-kernel heights used for the rows of a partial panel (binary decomposition)."""
+def _row_variants(mr: int, m: int | None = None) -> list[int]:
+    """Micro-kernel heights used for the rows of a partial panel, tried in order, each
+    taken when that many rows are left: the binary decomposition, led by the exact
+    remainder when M is static and its remainder is not a power of two (a batch-3 RNN
+    step: one 3-row pass over each B panel instead of a 2-row and a 1-row one)."""
     out, v = [], 1
     while v < mr:
         out.append(v)
         v *= 2
-    return sorted(out, reverse=True)
+    out = sorted(out, reverse=True)
+    rem = m % mr if m is not None else 0
+    return ([rem] if rem and rem not in out else []) + out
+
+
+def _static_m(c: Compute, g: GemmPlan) -> int | None:
+    ext = dict(zip(c.var_names, c.extents))
+    m = 1
+    for v in g.m:
+        d = canon(ext[v])
+        if not isinstance(d, int):
+            return None
+        m *= d
+    return m
 
 
 def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
@@ -560,7 +576,8 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         apack.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     bbase = _packed_b_ptr(kem, fctx, g)
     out = fctx.buffer_ptr(c.out)
-    ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *_row_variants(MR)]}
+    variants = _row_variants(MR, _static_m(c, g))
+    ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *variants]}
     r0_slot = fctx.eb.alloca(I64, name="r0")
     em_a = ExprEmitter(fctx, b)
     em_e = ExprEmitter(fctx, b)
@@ -631,7 +648,7 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                             b.call(ukr[MR], [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols])
                         with otherwise:
                             b.store(i64(0), r0_slot)
-                            for v in _row_variants(MR):
+                            for v in variants:
                                 r0 = b.load(r0_slot, name="r0")
                                 more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
                                 with if_then(b, more, name=f"rows{v}"):
