@@ -63,7 +63,11 @@ def ir(model: Path, pipeline: str | None, print_ir_after_all: bool, print_after:
         text = module_dot(module)
     else:
         text = print_ir(module)
-    if output is not None:
+    if output is not None and fmt == "text":
+        from ..frontend.model_file import write_ir
+
+        write_ir(module, output, print_ir)  # the weights beside it: the file compiles on its own
+    elif output is not None:
         output.write_text(text)
     else:
         click.echo(text, nl=False)

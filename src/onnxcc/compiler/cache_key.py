@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import onnx
@@ -59,7 +60,12 @@ def model_digest(model) -> str:
     else:
         data = model.SerializeToString()
     h.update(data)
-    for loc in _external_locations(data):
+    locations = _external_locations(data)
+    if isinstance(model, (str, os.PathLike)) and Path(model).suffix.lower() == ".onnxir":
+        # the weights file write_ir saved beside the text, as its module attribute names it
+        locations = re.findall(rb'weights_file = "([^"]+)"', data.split(b"\n", 1)[0])
+        locations = [x.decode(errors="replace") for x in locations]
+    for loc in locations:
         h.update(b"\0external\0" + loc.encode() + b"\0")
         f = Path(base or ".") / loc
         try:

@@ -31,6 +31,53 @@ def load_model(path: str | os.PathLike) -> Module:
             raise ImportError_(f"{p}: cannot read: {e}") from e
         import onnxcc.ops  # noqa: F401  (op definitions, for the passes run on the result)
 
-        return parse_module(text, str(p))
+        module = parse_module(text, str(p))
+        _load_weights(module, p)
+        return module
     kind = repr(p.suffix) if p.suffix else "(no suffix)"
     raise ImportError_(f"{p}: unknown model file type {kind}: expected .onnx or .onnxir")
+
+
+#: the module attribute naming the weights file `write_ir` saved beside the text
+WEIGHTS_ATTR = "weights_file"
+
+
+def write_ir(module: Module, path: str | os.PathLike, text_of) -> None:
+    """Write `module` as IR text to `path`, its weights (the tensors `cc.const {value =
+    @name}` refers to, which the text never holds) beside it in PATH.weights.npz, named by
+    the module attribute `weights_file`, so the file compiles on its own."""
+    import numpy as np
+
+    p = Path(path)
+    if module.weights:
+        npz = p.with_name(p.stem + ".weights.npz")
+        with open(npz, "wb") as f:
+            np.savez(f, **module.weights)
+        module.attrs[WEIGHTS_ATTR] = npz.name
+    p.write_text(text_of(module))
+
+
+def _load_weights(module: Module, path: Path) -> None:
+    """Fill module.weights from the file `weights_file` names (beside the text), then make
+    sure every referenced weight has data: a missing one is a user error, never a crash."""
+    from ..ir import WeightRef
+
+    name = module.attrs.get(WEIGHTS_ATTR)
+    if name is not None:
+        f = path.parent / str(name)
+        if not isinstance(name, str) or Path(name).name != name or not f.is_file():
+            raise ImportError_(f"{path}: weights file {name!r} (attribute {WEIGHTS_ATTR}) not found beside it")
+        import numpy as np
+
+        try:
+            with np.load(f, allow_pickle=False) as z:
+                for k in z.files:
+                    module.weights.setdefault(k, z[k])
+        except (OSError, ValueError) as e:
+            raise ImportError_(f"{f}: cannot read the weights: {e}") from None
+    for op in module.walk():
+        v = op.attrs.get("value") if op.name == "cc.const" else None
+        if isinstance(v, WeightRef) and v.name not in module.weights:
+            raise ImportError_(
+                f"{path}: weight @{v.name} has no data: IR text holds only small constants; write the IR "
+                f"with `onnxcc ir MODEL -o FILE.onnxir`, which saves the weights beside it")

@@ -1,0 +1,52 @@
+"""`onnxcc ir -o FILE.onnxir` writes a file that compiles on its own (its weights beside it,
+named by the module's `weights_file`); IR text without its weights is a one-line user error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from click.testing import CliRunner
+
+import onnxcc
+from onnxcc.cli import main
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def test_ir_written_to_a_file_compiles_and_matches(tmp_path):
+    ir_file = tmp_path / "mlp.onnxir"
+    r = CliRunner().invoke(main, ["ir", str(MODELS / "mlp.onnx"), "-o", str(ir_file)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "mlp.weights.npz").is_file()
+    assert 'weights_file = "mlp.weights.npz"' in ir_file.read_text().splitlines()[0]
+    r = CliRunner().invoke(main, ["compile", str(ir_file), "-o", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    got = onnxcc.load(tmp_path / "out").run({"x": x})["y"]
+    want = ort.InferenceSession(str(MODELS / "mlp.onnx")).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_ir_text_without_its_weights_is_a_user_error(tmp_path):
+    r = CliRunner().invoke(main, ["ir", str(MODELS / "mlp.onnx")])
+    assert r.exit_code == 0
+    ir_file = tmp_path / "mlp.onnxir"
+    ir_file.write_text(r.output)  # stdout: the text alone
+    r = CliRunner().invoke(main, ["compile", str(ir_file), "-o", str(tmp_path / "out")])
+    assert r.exit_code == 1, r.output
+    assert "weight @fc1.weight has no data" in r.output and "onnxcc ir MODEL -o FILE.onnxir" in r.output
+    assert "internal error" not in r.output and "Traceback" not in r.output
+
+
+def test_changed_weights_change_the_cache_key(tmp_path):
+    from onnxcc.compiler.cache_key import model_digest
+
+    ir_file = tmp_path / "mlp.onnxir"
+    assert CliRunner().invoke(main, ["ir", str(MODELS / "mlp.onnx"), "-o", str(ir_file)]).exit_code == 0
+    before = model_digest(ir_file)
+    w = dict(np.load(tmp_path / "mlp.weights.npz"))
+    w["fc1.weight"] = w["fc1.weight"] + 1
+    np.savez(tmp_path / "mlp.weights.npz", **w)
+    assert model_digest(ir_file) != before
