@@ -50,3 +50,13 @@ def test_changed_weights_change_the_cache_key(tmp_path):
     w["fc1.weight"] = w["fc1.weight"] + 1
     np.savez(tmp_path / "mlp.weights.npz", **w)
     assert model_digest(ir_file) != before
+
+
+def test_trace_values_outside_a_dims_range_are_refused(tmp_path):
+    trace = tmp_path / "trace.txt"
+    trace.write_text("17\n5000000000\n")
+    r = CliRunner().invoke(main, ["simulate", str(MODELS / "transformer.onnx"), "--trace", str(trace),
+                                  "--bucket", "seq=auto"])
+    assert r.exit_code == 1, r.output
+    assert "--trace seq=5000000000: outside the range of a dim, [1, 2147483647]" in r.output
+    assert "internal error" not in r.output

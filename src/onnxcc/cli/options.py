@@ -178,12 +178,14 @@ def _number(text: str):
 def check_within_dims(dims: dict[str, tuple[int, int]], values: dict[str, list[int]], flag: str) -> None:
     """Values for a symbol whose range --dim narrowed must lie inside it (a version outside the
     range could never run)."""
+    from ..ir import INT_MAX
+
     for name, vals in values.items():
-        if name in dims:
-            lo, hi = dims[name]
-            bad = [v for v in vals if not lo <= v <= hi]
-            if bad:
-                raise OnnxccError(f"{flag} {name}={','.join(map(str, bad))}: outside --dim {name}={lo}:{hi}")
+        lo, hi = dims.get(name, (1, INT_MAX))
+        bad = [v for v in vals if not lo <= v <= hi]
+        if bad:
+            where = f"--dim {name}={lo}:{hi}" if name in dims else f"the range of a dim, [1, {hi}]"
+            raise OnnxccError(f"{flag} {name}={','.join(map(str, bad[:5]))}: outside {where}")
 
 
 def parse_buckets(items) -> tuple[dict[str, list[int]], list[str]]:

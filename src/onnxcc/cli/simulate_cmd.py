@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import OnnxccError
-from .options import compile_flags, parse_assignments
+from .options import check_within_dims, compile_flags, parse_assignments
 
 
 @click.command("simulate")
@@ -53,10 +53,12 @@ def simulate(model: Path, fixed_text: str, repeats: int, jobs: int | None, chunk
         if symbol is None:
             raise OnnxccError(f"simulate: say which symbol the trace holds with --bucket SYM=auto "
                               f"(symbols: {', '.join(free)})")
+        check_within_dims(options.dims, {symbol: [v for v, _ in pairs]}, "--trace")
         choice = sim.auto_buckets(model, options, symbol, pairs, max_buckets, fixed)
         click.echo(choice.report(), err=True)
         bucket_choices = [choice]
         options.buckets = {symbol: choice.buckets}
+    check_within_dims(options.dims, {symbol: [v for v, _ in pairs]}, "--trace")
     buckets = options.buckets[symbol]
     n = sum(c for _, c in pairs)
     click.echo(f"trace: {n} requests, {len(pairs)} distinct {symbol} values in [{pairs[0][0]}, "
