@@ -57,7 +57,10 @@ def compile_(model: Path, out_dir: Path | None, emit: str, print_ir_after_all: b
     elif not quiet:
         import json
 
-        n = len(json.loads(art.metadata.read_text()).get("versions", []))
+        meta = json.loads(art.metadata.read_text())
+        n = len(meta.get("versions", []))
         click.echo(f"wrote {art.library} ({n} version{'s' if n != 1 else ''}), {art.header}, {art.metadata}")
+        for why in meta.get("metadata", {}).get("dropped_versions", []):  # never dropped without a word
+            click.echo(f"warning: version {why}", err=True)
     if timer:
         click.echo(timer.report(), err=True)

@@ -1,5 +1,6 @@
-"""`onnxcc ir -o FILE.onnxir` writes a file that compiles on its own (its weights beside it,
-named by the module's `weights_file`); IR text without its weights is a one-line user error."""
+"""Problems a new user reported (issue 18): `onnxcc ir -o FILE.onnxir` writes a file that compiles
+on its own; IR text without its weights, trace values outside a dim's range and versions dropped
+by --max-versions are each said in one line."""
 
 from __future__ import annotations
 
@@ -60,3 +61,11 @@ def test_trace_values_outside_a_dims_range_are_refused(tmp_path):
     assert r.exit_code == 1, r.output
     assert "--trace seq=5000000000: outside the range of a dim, [1, 2147483647]" in r.output
     assert "internal error" not in r.output
+
+
+def test_versions_dropped_by_max_versions_are_named(tmp_path):
+    r = CliRunner().invoke(main, ["compile", str(MODELS / "mlp.onnx"), "-o", str(tmp_path / "o"),
+                                  "--specialize", "batch=1,2,3", "--max-versions", "2"])
+    assert r.exit_code == 0, r.output
+    assert "warning: version batch2: over max-versions=2" in r.output
+    assert "warning: version batch3: over max-versions=2" in r.output
