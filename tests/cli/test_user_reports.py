@@ -69,3 +69,14 @@ def test_versions_dropped_by_max_versions_are_named(tmp_path):
     assert r.exit_code == 0, r.output
     assert "warning: version batch2: over max-versions=2" in r.output
     assert "warning: version batch3: over max-versions=2" in r.output
+
+
+def test_a_bare_array_is_the_one_input_and_inspect_of_a_model_says_what_to_do(tmp_path):
+    out = tmp_path / "o"
+    assert CliRunner().invoke(main, ["compile", str(MODELS / "mlp.onnx"), "-o", str(out)]).exit_code == 0
+    m = onnxcc.load(out)
+    x = np.ones((2, 64), np.float32)
+    np.testing.assert_array_equal(m.run(x)["y"], m.run({"x": x})["y"])
+    r = CliRunner().invoke(main, ["inspect", str(MODELS / "mlp.onnx")])
+    assert r.exit_code == 1
+    assert "inspect reads a compiled artifact" in r.output and "utf-8" not in r.output

@@ -18,6 +18,10 @@ def read_metadata(path: Path) -> dict:
         if not found:
             raise OnnxccError(f"{path}: no NAME.json here (is it an onnxcc artifact directory?)")
         path = found[0]
+    elif path.suffix.lower() in (".onnx", ".onnxir"):
+        raise OnnxccError(f"{path}: inspect reads a compiled artifact (a directory holding NAME.json), not a "
+                          f"model: compile it with `onnxcc compile {path} -o DIR`, or `onnxcc run {path}` "
+                          "prints the directory of its cached build")
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:

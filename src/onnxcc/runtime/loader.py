@@ -431,6 +431,12 @@ class CompiledModel:
             if missing:
                 raise GuardError(f"missing input(s) {', '.join(missing)} of model {self.name}")
             return [inputs[n] for n in names]
+        if isinstance(inputs, np.ndarray) or hasattr(inputs, "__dlpack__"):  # one tensor, not a list of them
+            if len(self.inputs) != 1:
+                raise GuardError(f"model {self.name} takes {len(self.inputs)} inputs "
+                                 f"({', '.join(t['name'] for t in self.inputs)}); got one array: pass a dict "
+                                 "{name: array} or a list in input order")
+            return [inputs]
         inputs = list(inputs)
         if len(inputs) != len(self.inputs):
             raise GuardError(f"model {self.name} takes {len(self.inputs)} inputs, got {len(inputs)}")
