@@ -72,6 +72,7 @@ class Session:
         self.stats = SessionStats()
         self._lock = threading.Lock()
         self._counts: dict[tuple, int] = {}
+        self._logged: set[tuple] = set()  # shape classes whose miss was logged
         self._special: dict[tuple, object] = {}    # shape class -> CompiledModel
         self._pending: set[tuple] = set()  # shape classes being compiled
         self._pool = ThreadPoolExecutor(max_workers=1) if background else None
@@ -182,7 +183,10 @@ class Session:
         return out
 
     def _on_miss(self, key: tuple, model, arrays) -> None:
-        if _log_enabled("recompiles"):
+        with self._lock:  # the log says a shape class's miss once, not on every call
+            first = key not in self._logged
+            self._logged.add(key)
+        if first and _log_enabled("recompiles"):
             failed = "; ".join(f"{model.version_info(i)}" for i in range(model.num_versions - 1)) or "none"
             shapes = ", ".join(f"{t['name']}{list(np.shape(a))}" for t, a in zip(model.inputs, arrays))
             sys.stderr.write(f"onnxcc: miss: {shapes} ({', '.join(f'{n}={v}' for n, v in key)}) served by the "
