@@ -174,13 +174,22 @@ class _Geometry:
         # m blocks: at most mc_panels panels each (the A block stays in L2), and at least
         # `tasks` per thread in all, rounded up to a multiple of the threads (balance);
         # n blocks only when the batches and m blocks are too few
+        # interleaved (one batch at a time, see _run): the blocks split one batch
+        self.inter: ir.Value | None = None
+        bt_split = self.Bt
+        if g.b_interleaved:
+            nbytes = _mul(b, _mul(b, self.Pn, self.K, "gemm.b.bytes"), g.nr * 4, "gemm.b.bytes")
+            self.inter = b.and_(b.icmp_unsigned(">", self.Bt, i64(1), name="gemm.bt.many"),
+                                b.icmp_unsigned(">=", nbytes, i64(INTERLEAVE_MIN_BYTES), name="gemm.b.big"),
+                                name="gemm.inter")
+            bt_split = b.select(self.inter, i64(1), self.Bt, name="gemm.bt.split")
         tasks = _mul(b, threads, g.tasks, "gemm.want")
         by_size = _ceildiv(b, self.Pm, g.mc_panels, "gemm.nic.size")
-        per_batch = _ceildiv_v(b, tasks, _umax(b, self.Bt, i64(1), "gemm.bt1"), "gemm.nic.tasks")
+        per_batch = _ceildiv_v(b, tasks, _umax(b, bt_split, i64(1), "gemm.bt1"), "gemm.nic.tasks")
         n_ic = _umax(b, by_size, _umin(b, self.Pm, per_batch, "gemm.nic.tasks"), "gemm.nic")
         n_ic = _mul(b, _ceildiv_v(b, n_ic, threads, "gemm.nic.t"), threads, "gemm.nic.r")
         self.n_ic = _umax(b, _umin(b, n_ic, self.Pm, "gemm.nic"), i64(1), "gemm.nic")
-        per = _umax(b, _mul(b, self.Bt, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
+        per = _umax(b, _mul(b, bt_split, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
         self.n_jc = _umax(b, _umin(b, _ceildiv_v(b, tasks, per, "gemm.njc.want"),
                                    _umax(b, self.Pn, i64(1), "gemm.pn1"), "gemm.njc"), i64(1), "gemm.njc")
         self.n_tasks = _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), self.n_jc, "gemm.tasks")
@@ -262,13 +271,8 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             # panels, run its tasks (its panels are still in the caches; all batches'
             # panels at once, written before any is read, are not)
             pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
-            nbytes = _mul(b, _mul(b, geo.Pn, geo.K, "gemm.b.bytes"), g.nr * 4, "gemm.b.bytes")
-            one = b.and_(b.icmp_unsigned(">", geo.Bt, i64(1), name="gemm.bt.many"),
-                         b.icmp_unsigned(">=", nbytes, i64(INTERLEAVE_MIN_BYTES), name="gemm.b.big"),
-                         name="gemm.interleave")
-            with if_else(b, one, name="gemm.inter") as (then, other):
+            with if_else(b, geo.inter, name="gemm.inter") as (then, other):
                 with then:
-                    _xctx_store(b, pctx, 6, i64(1))
                     per = _mul(b, geo.n_ic, geo.n_jc, "gemm.per.batch")
                     with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
                         _xctx_store(b, pctx, 5, bt)
@@ -276,7 +280,6 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                         call(task, per)
                 with other:
                     _xctx_store(b, pctx, 5, i64(0))
-                    _xctx_store(b, pctx, 6, i64(0))
                     call(pack, _mul(b, geo.nbB, geo.Pn, "gemm.packb.items"))
                     call(task, geo.n_tasks)
             return
@@ -287,9 +290,9 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
 INTERLEAVE_MIN_BYTES = 1 << 19
 """packed B bytes of one batch from which a GEMM with several batches packs and multiplies
 one batch at a time (below it, one parallel call per batch costs more than it saves)"""
-_XCTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, I64, I64])
+_XCTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, I64])
 """the kernel's parallel ctx (syms, inputs, outputs, workspace, status), then the batch an
-interleaved GEMM's body functions work on and whether they do (1) or take every batch (0)"""
+interleaved GEMM's body functions work on (0 when not interleaved)"""
 
 
 def _interleaved(g: GemmPlan) -> bool:
@@ -308,17 +311,15 @@ def _xctx_store(b: ir.IRBuilder, pctx: ir.Value, k: int, v: ir.Value) -> None:
     b.store(v, _xctx_slot(b, pctx, k), align=8)
 
 
-def _batch_items(b: ir.IRBuilder, fn: ir.Function, g: GemmPlan, per: ir.Value
+def _batch_items(b: ir.IRBuilder, fn: ir.Function, g: GemmPlan, geo: _Geometry, per: ir.Value
                  ) -> tuple[ir.Value, ir.Value, ir.Value | None]:
-    """The function's item range (offset by batch * per when interleaved) and the
-    interleaved flag (i1; None: the GEMM never interleaves)."""
+    """The function's item range (offset by batch * per: the ctx's batch is 0 when not
+    interleaved) and the interleaved flag (i1; None: the GEMM never interleaves)."""
     begin, end, pctx = fn.args
-    if not _interleaved(g):
+    if geo.inter is None:
         return begin, end, None
     off = _mul(b, b.load(_xctx_slot(b, pctx, 5), name="bt", align=8, typ=I64), per, "items.off")
-    mode = b.icmp_unsigned("!=", b.load(_xctx_slot(b, pctx, 6), name="inter", align=8, typ=I64), i64(0),
-                           name="inter")
-    return _add(b, begin, off, "begin"), _add(b, end, off, "end"), mode
+    return _add(b, begin, off, "begin"), _add(b, end, off, "end"), geo.inter
 
 
 # ---- operand packing --------------------------------------------------------------------------
@@ -505,7 +506,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
     fn, fctx = kem.body_function(f"gemm.packb.{c.out}")
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
-    begin, end, inter = _batch_items(b, fn, g, geo.Pn)
+    begin, end, inter = _batch_items(b, fn, g, geo, geo.Pn)
     ext = dict(zip(c.var_names, c.extents))
     base = _scratch_ptr(kem, fctx)
     NR = g.nr
@@ -614,7 +615,7 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     fn, fctx = kem.body_function(f"gemm.{c.out}")
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
-    begin, end, inter = _batch_items(b, fn, g, _mul(b, geo.n_ic, geo.n_jc, "per.batch"))
+    begin, end, inter = _batch_items(b, fn, g, geo, _mul(b, geo.n_ic, geo.n_jc, "per.batch"))
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
     kc_max = geo.kco * g.k_inner
