@@ -55,7 +55,7 @@ def built(tmp_path_factory):
     return d / "convs.onnx", onnxcc.load(d / "lib")
 
 
-@pytest.mark.parametrize("n,h,w", [(1, 5, 7), (2, 9, 4), (1, 17, 33), (3, 6, 6), (1, 40, 23)])
+@pytest.mark.parametrize("n,h,w", [(1, 5, 7), (2, 9, 4), (1, 17, 33), (3, 6, 6), (1, 40, 23), (2, 64, 61)])
 def test_conv_paths_match_onnxruntime(built, n, h, w):
     path, lib = built
     x = np.random.default_rng(h * w).standard_normal((n, C, h, w)).astype(np.float32)
@@ -88,3 +88,4 @@ def test_single_channel_input_takes_the_tap_path_and_matches(tmp_path):
         for name in ("k3", "k17"):
             np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4,
                                        err_msg=f"{name} {(n, h, w)}")
+

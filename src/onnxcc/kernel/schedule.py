@@ -139,6 +139,12 @@ class GemmPlan:
         return self.a_packed is not None
 
     @property
+    def b_interleaved(self) -> bool:
+        """B is packed per call and depends on every batch var (a conv's n): codegen may pack
+        and multiply one batch at a time, into batch 0's panels (decided at run time)"""
+        return not self.b_const and bool(self.batch) and tuple(self.b_batch_vars) == tuple(self.batch)
+
+    @property
     def a_batch(self) -> bool:
         return bool(self.a_batch_vars)
 

@@ -174,13 +174,22 @@ class _Geometry:
         # m blocks: at most mc_panels panels each (the A block stays in L2), and at least
         # `tasks` per thread in all, rounded up to a multiple of the threads (balance);
         # n blocks only when the batches and m blocks are too few
+        # interleaved (one batch at a time, see _run): the blocks split one batch
+        self.inter: ir.Value | None = None
+        bt_split = self.Bt
+        if g.b_interleaved:
+            nbytes = _mul(b, _mul(b, self.Pn, self.K, "gemm.b.bytes"), g.nr * 4, "gemm.b.bytes")
+            self.inter = b.and_(b.icmp_unsigned(">", self.Bt, i64(1), name="gemm.bt.many"),
+                                b.icmp_unsigned(">=", nbytes, i64(INTERLEAVE_MIN_BYTES), name="gemm.b.big"),
+                                name="gemm.inter")
+            bt_split = b.select(self.inter, i64(1), self.Bt, name="gemm.bt.split")
         tasks = _mul(b, threads, g.tasks, "gemm.want")
         by_size = _ceildiv(b, self.Pm, g.mc_panels, "gemm.nic.size")
-        per_batch = _ceildiv_v(b, tasks, _umax(b, self.Bt, i64(1), "gemm.bt1"), "gemm.nic.tasks")
+        per_batch = _ceildiv_v(b, tasks, _umax(b, bt_split, i64(1), "gemm.bt1"), "gemm.nic.tasks")
         n_ic = _umax(b, by_size, _umin(b, self.Pm, per_batch, "gemm.nic.tasks"), "gemm.nic")
         n_ic = _mul(b, _ceildiv_v(b, n_ic, threads, "gemm.nic.t"), threads, "gemm.nic.r")
         self.n_ic = _umax(b, _umin(b, n_ic, self.Pm, "gemm.nic"), i64(1), "gemm.nic")
-        per = _umax(b, _mul(b, self.Bt, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
+        per = _umax(b, _mul(b, bt_split, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
         self.n_jc = _umax(b, _umin(b, _ceildiv_v(b, tasks, per, "gemm.njc.want"),
                                    _umax(b, self.Pn, i64(1), "gemm.pn1"), "gemm.njc"), i64(1), "gemm.njc")
         self.n_tasks = _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), self.n_jc, "gemm.tasks")
@@ -228,6 +237,16 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
     work = _mul(b, _mul(b, geo.M, geo.N, "gemm.mn"), _mul(b, geo.K, geo.Bt, "gemm.kb"), "gemm.work")
     big = b.icmp_unsigned(">=", work, i64(PARALLEL_MIN_WORK), name="gemm.big")
 
+    inter = _interleaved(g)
+    if inter:  # the body functions read the batch from the ctx struct's extra field
+        xctx = ctx.eb.alloca(_XCTX_TY, name="gemm.xctx")
+        for k in range(5):
+            src = ctx.eb.gep(pctx, [i32(0), i32(k)], inbounds=True, name="ctx.f", source_etype=_XCTX_TY)
+            dst = ctx.eb.gep(xctx, [i32(0), i32(k)], inbounds=True, name="xctx.f", source_etype=_XCTX_TY)
+            src.type = dst.type = PTR  # NOTE: llvmlite types GEPs as typed pointers; the IR is opaque
+            ctx.eb.store(ctx.eb.load(src, name="ctx.v", typ=PTR), dst)
+        pctx = xctx
+
     def call(fn: ir.Function, n: ir.Value) -> None:
         if parallel:
             with if_else(b, big, name="gemm.par") as (then, other):
@@ -247,8 +266,60 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
 
             raise CompileError(f"kernel {kem.program.name}: compute {c.out} packs B into scratch, but the "
                                "memory plan reserves none (use kernel.plan_memory.reserve_scratch)")
+        if inter:
+            # one batch at a time when a batch's packed B is big: pack it into batch 0's
+            # panels, run its tasks (its panels are still in the caches; all batches'
+            # panels at once, written before any is read, are not)
+            pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
+            with if_else(b, geo.inter, name="gemm.inter") as (then, other):
+                with then:
+                    per = _mul(b, geo.n_ic, geo.n_jc, "gemm.per.batch")
+                    with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
+                        _xctx_store(b, pctx, 5, bt)
+                        call(pack, geo.Pn)
+                        call(task, per)
+                with other:
+                    _xctx_store(b, pctx, 5, i64(0))
+                    call(pack, _mul(b, geo.nbB, geo.Pn, "gemm.packb.items"))
+                    call(task, geo.n_tasks)
+            return
         call(_pack_b_function(kem, c, g), _mul(b, geo.nbB, geo.Pn, "gemm.packb.items"))
     call(_task_function(kem, c, g), geo.n_tasks)
+
+
+INTERLEAVE_MIN_BYTES = 1 << 19
+"""packed B bytes of one batch from which a GEMM with several batches packs and multiplies
+one batch at a time (below it, one parallel call per batch costs more than it saves)"""
+_XCTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, I64])
+"""the kernel's parallel ctx (syms, inputs, outputs, workspace, status), then the batch an
+interleaved GEMM's body functions work on (0 when not interleaved)"""
+
+
+def _interleaved(g: GemmPlan) -> bool:
+    """Whether the GEMM may pack and multiply one batch at a time (`GemmPlan.b_interleaved`;
+    decided at run time): its body functions read the batch and the mode from the ctx."""
+    return g.b_interleaved
+
+
+def _xctx_slot(b: ir.IRBuilder, pctx: ir.Value, k: int) -> ir.Value:
+    slot = b.gep(pctx, [i32(0), i32(k)], inbounds=True, name=f"xctx.{k}", source_etype=_XCTX_TY)
+    slot.type = PTR  # NOTE: llvmlite types GEPs as typed pointers; the IR is opaque
+    return slot
+
+
+def _xctx_store(b: ir.IRBuilder, pctx: ir.Value, k: int, v: ir.Value) -> None:
+    b.store(v, _xctx_slot(b, pctx, k), align=8)
+
+
+def _batch_items(b: ir.IRBuilder, fn: ir.Function, g: GemmPlan, geo: _Geometry, per: ir.Value
+                 ) -> tuple[ir.Value, ir.Value, ir.Value | None]:
+    """The function's item range (offset by batch * per: the ctx's batch is 0 when not
+    interleaved) and the interleaved flag (i1; None: the GEMM never interleaves)."""
+    begin, end, pctx = fn.args
+    if geo.inter is None:
+        return begin, end, None
+    off = _mul(b, b.load(_xctx_slot(b, pctx, 5), name="bt", align=8, typ=I64), per, "items.off")
+    return _add(b, begin, off, "begin"), _add(b, end, off, "end"), geo.inter
 
 
 # ---- operand packing --------------------------------------------------------------------------
@@ -433,9 +504,9 @@ def _flat_columns(kem: KernelEmitter, c: Compute, g: GemmPlan) -> bool:
 def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     """Items (bB, panel): B[bB][panel][k][col] = b(batch vars, n = panel*nr + col, k)."""
     fn, fctx = kem.body_function(f"gemm.packb.{c.out}")
-    begin, end, _ = fn.args
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
+    begin, end, inter = _batch_items(b, fn, g, geo, geo.Pn)
     ext = dict(zip(c.var_names, c.extents))
     base = _scratch_ptr(kem, fctx)
     NR = g.nr
@@ -447,7 +518,8 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
         pn = b.urem(it, geo.Pn, name="pn")
         _bind(em, _unflatten(b, bb, geo.bb_ext, g.b_batch_vars), ext)
         em.hoist(g.b, guarded=True)
-        dst = _f32_ptr(b, base, _mul(b, _add(b, _mul(b, bb, geo.Pn, "bp"), pn, "bp"),
+        slot_bb = bb if inter is None else b.select(inter, i64(0), bb, name="bb.slot")
+        dst = _f32_ptr(b, base, _mul(b, _add(b, _mul(b, slot_bb, geo.Pn, "bp"), pn, "bp"),
                                      _mul(b, geo.K, NR, "panel"), "bp.off"), "bpanel")
         j0 = _mul(b, pn, NR, "j0")
         ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
@@ -557,9 +629,9 @@ def _static_m(c: Compute, g: GemmPlan) -> int | None:
 
 def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     fn, fctx = kem.body_function(f"gemm.{c.out}")
-    begin, end, _ = fn.args
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
+    begin, end, inter = _batch_items(b, fn, g, geo, _mul(b, geo.n_ic, geo.n_jc, "per.batch"))
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
     kc_max = geo.kco * g.k_inner
@@ -603,6 +675,8 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         bB: ir.Value = i64(0)
         for v, e in zip(g.b_batch_vars, geo.bb_ext):
             bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
+        if inter is not None:  # batch 0's panels hold every batch's when interleaved
+            bB = b.select(inter, i64(0), bB, name="bB.slot")
         cbatch: ir.Value = i64(0)  # element offset of this batch's [M, N] matrix in C
         for v in g.batch:
             cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
