@@ -72,6 +72,8 @@ class Session:
         self.stats = SessionStats()
         self._lock = threading.Lock()
         self._counts: dict[tuple, int] = {}
+        #: shape classes whose specialised build failed -> why (not retried; the generic version serves them)
+        self.failed: dict[tuple, str] = {}
         self._logged: set[tuple] = set()  # shape classes whose miss was logged
         self._special: dict[tuple, object] = {}    # shape class -> CompiledModel
         self._pending: set[tuple] = set()  # shape classes being compiled
@@ -118,7 +120,15 @@ class Session:
             spec[n] = sorted(set(spec.get(n, [])) | {v})
         opts = replace(self.options, specialize=spec)
         guard = " & ".join(f"{n} == {v}" for n, v in key)
-        compiled = self._build(opts, guard)
+        try:
+            compiled = self._build(opts, guard)
+        except Exception as e:  # a failed build must not leave its class pending (or lost in a pool)
+            msg = str(e) if isinstance(e, OnnxccError) else f"{type(e).__name__}: {e}"
+            with self._lock:
+                self._pending.discard(key)
+                self.failed[key] = msg
+            sys.stderr.write(f"onnxcc: specialising {guard} failed; the generic version keeps serving it: {msg}\n")
+            return None
         with self._lock:
             self._special[key] = compiled
             self._pending.discard(key)
@@ -197,6 +207,7 @@ class Session:
             n = self._counts.get(key, 0) + 1
             self._counts[key] = n
             start = (n >= self.threshold and key not in self._special and key not in self._pending
+                     and key not in self.failed
                      and len(self._special) + len(self._pending) < self.max_specializations)
             if start:
                 self._pending.add(key)

@@ -80,3 +80,23 @@ def test_recompile_log_names_shape_and_failed_guards(tmp_path, model_path, monke
     assert "N == 1" in err
     # once per shape class, not on every call (a log line per call drowned the output)
     assert err.count("miss: x[5, 4]") == 1 and err.count("miss: x[7, 4]") == 1
+
+
+def test_a_failed_background_build_is_reported_and_not_left_pending(tmp_path, model_path, capsys):
+    with Session(model_path, cache=ArtifactCache(tmp_path / "c"), threshold=1, background=True) as s:
+        real_build = s._build
+
+        def failing(opts, guard):
+            if guard:  # the specialised build only; the generic one was built at start
+                raise RuntimeError("disk full")
+            return real_build(opts, guard)
+
+        s._build = failing
+        x = np.full((6, 4), -1.0, np.float32)
+        np.testing.assert_allclose(s.run({"x": x})["y"], reference(x))
+        s.wait()
+        assert s.failed == {(("N", 6),): "RuntimeError: disk full"} and not s._pending
+        np.testing.assert_allclose(s.run({"x": x})["y"], reference(x))  # still served, not retried
+        s.wait()
+        assert s.stats.specialized == []
+    assert capsys.readouterr().err.count("specialising N == 6 failed") == 1
