@@ -58,7 +58,7 @@ def test_formulas_use_one_spelling_and_metadata_is_never_evaluated_as_code():
 
 
 def test_version_info_is_a_short_string():
-    from onnxcc.codegen import link
+    from onnxcc.codegen.c import link
     from onnxcc.codegen.c.abi import VersionSpec
 
     ws = parse_size(json.loads(META.read_text())["versions"][0]["workspace_bytes"], SYMS)

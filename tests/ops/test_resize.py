@@ -211,8 +211,9 @@ def test_roi_as_a_run_time_input():
 
 
 def test_resize10_and_upsample_forms():
-    """Resize-10 (X, scales: asymmetric, floor) and Upsample (X, scales) at their own opsets in
-    onnxruntime; onnxcc reads the same nodes (its importer takes opset >= 13 models here)."""
+    """Resize-10 (X, scales: asymmetric, floor) and Upsample (X, scales; Upsample-7: scales as an
+    attribute), each in a model of its own opset, as onnxruntime runs it (the importer converts
+    old opsets; a node that does not fit its opset's schema is refused by the validator)."""
     inits = {"s": np.array([1, 1, 2, 3], np.float32), "d": np.array([1, 1, 0.5, 1.5], np.float32)}
 
     def nodes():
@@ -221,21 +222,19 @@ def test_resize10_and_upsample_forms():
                 h.make_node("Resize", ["x", "s"], ["y2"], mode="linear")]
 
     outs = ["y0", "y1", "y2"]
-    _check(_model(nodes(), _X, outs, inits, opset=13), _DIMS,
-           oracle=_model(nodes(), _X, outs, inits, opset=10))
+    _check(_model(nodes(), _X, outs, inits, opset=10), _DIMS)
 
     def up():
         return [h.make_node("Upsample", ["x", "s"], ["u0"], mode="nearest"),
                 h.make_node("Upsample", ["x", "s"], ["u1"], mode="linear")]
 
-    _check(_model(up(), _X, ["u0", "u1"], inits, opset=13), _DIMS,
-           oracle=_model(up(), _X, ["u0", "u1"], inits, opset=9))
+    _check(_model(up(), _X, ["u0", "u1"], inits, opset=9), _DIMS)
 
     def up7():  # Upsample-7: scales as an attribute
         return [h.make_node("Upsample", ["x"], ["u2"], mode="nearest", scales=[1.0, 1.0, 2.0, 1.5]),
                 h.make_node("Upsample", ["x"], ["u3"], mode="linear", scales=[1.0, 1.0, 3.0, 2.0])]
 
-    _check(_model(up7(), _X, ["u2", "u3"], opset=13), _DIMS, oracle=_model(up7(), _X, ["u2", "u3"], opset=7))
+    _check(_model(up7(), _X, ["u2", "u3"], opset=7), _DIMS)
 
 
 def test_data_dependent_scales_refused_natively_but_interpreted():
