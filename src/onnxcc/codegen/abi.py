@@ -29,7 +29,7 @@ from onnxcc.ir.types import DType
 Dim = int | sympy.Expr
 
 #: "one": the 0/1-rule version `SYM == 1` that passes/specialize.py makes for a symbol meeting a broadcast
-VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible")
+VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible", "split")
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

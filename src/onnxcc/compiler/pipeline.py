@@ -17,6 +17,7 @@ from ..passes.lower import LowerToKernelPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
 from ..passes.specialize import SpecializePass
+from ..passes.split_if import SplitIfPass
 from .options import PIPELINE_STAGES, CompileOptions
 
 
@@ -26,6 +27,9 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     exact = "|".join(f"{s}:{':'.join(str(v) for v in vals)}" for s, vals in options.specialize.items())
     steps: list[tuple[str, ModulePass]] = [
         # ---- graph passes ----
+        # an If whose result ranks depend on a condition over input dims: one function per
+        # value of the condition (guarded by it), the If folded into the taken branch
+        ("ir", SplitIfPass()),
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),

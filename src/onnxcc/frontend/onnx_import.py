@@ -325,8 +325,11 @@ class GraphBuilder:
             # them from the operands (e.g. a loop-carried value whose shape varies)
             values = self.imp.values
             get_opdef(name).infer_regions(InferCtx(op, self.module, values),
-                                          lambda blk: infer_block(blk, self.module, values))
-        infer_op(op, self.module, self.imp.values)
+                                          lambda blk: infer_block(blk, self.module, values, provisional=True))
+        # provisional: an If whose result ranks depend on a condition over dims is typed as its
+        # then_branch for now; the split-if pass gives each value of the condition its own
+        # version (any later shape inference of the unsplit If refuses it)
+        infer_op(op, self.module, self.imp.values, provisional=True)
         return list(op.results)
 
     def const(self, arr: np.ndarray, name: str = "", loc: str | None = None) -> Value:

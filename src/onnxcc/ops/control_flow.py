@@ -27,8 +27,8 @@ import numpy as np
 import sympy
 
 from ..errors import UnsupportedOp, VerifyError
-from ..ir import Block, DType, Op, TensorType, evaluate
-from .registry import InferCtx, OpDef, RefCtx, onnx_inputs, register
+from ..ir import Block, DType, Op, TensorType, canon, evaluate
+from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
 from .shape import const_value, fresh_dim, known_dims, norm_axis, simplify
 
 BOOL0 = TensorType(DType.bool, ())
@@ -148,6 +148,66 @@ def _verify_carried(op: Op, inits, args, yields, results, what: str) -> None:
 
 # ---- If ------------------------------------------------------------------------------------
 
+class BranchSplit(UnsupportedOp):
+    """An If whose branches give results of different ranks, on a condition that is a function
+    of dims only (`pred`): each value of the condition needs its own version. The split-if
+    pass makes them (passes/split_if.py); until then the importer types the results as the
+    then_branch's (`provisional`)."""
+
+    def __init__(self, op: Op, pred, detail: str, provisional: list):
+        super().__init__("If", "", op.loc or op.name, detail)
+        self.op, self.pred, self.provisional, self.detail = op, pred, provisional, detail
+
+
+#: how deep `dim_predicate` follows a condition's producers
+MAX_PRED_DEPTH = 16
+
+
+class PredCtx:
+    """What an OpDef's `predicate` rule sees of its op: operand i as a known scalar dim
+    (`dim`), as a condition (`pred`), and the dtypes."""
+
+    def __init__(self, op: Op, lookup, depth: int):
+        self.op, self._lookup, self._depth = op, lookup, depth
+
+    def dtype(self, i: int) -> DType:
+        return self.op.operands[i].type.dtype
+
+    def out_dtype(self) -> DType:
+        return self.op.results[0].type.dtype
+
+    def dim(self, i: int):
+        k = self._lookup(self.op.operands[i])
+        if k is None or np.size(k) != 1:
+            return None
+        return canon(np.asarray(k, dtype=object).reshape(-1)[0])
+
+    def pred(self, i: int):
+        return dim_predicate(self.op.operands[i], self._lookup, self._depth + 1)
+
+
+def dim_predicate(v, lookup, depth: int = 0):
+    """The condition a one-element bool value stands for, as a sympy Boolean over dims
+    (sympy.true / false when known), or None when it depends on data. `lookup(value)` gives
+    a value's propagated value (object array of Dims) or None."""
+    if depth > MAX_PRED_DEPTH or v.type.numel() != 1:
+        return None
+    k = lookup(v)
+    if k is not None and np.size(k) == 1:
+        x = canon(np.asarray(k, dtype=object).reshape(-1)[0])
+        if isinstance(x, int):
+            return sympy.true if x else sympy.false
+    owner = getattr(v, "op", None)
+    if owner is None or len(owner.results) != 1:
+        return None
+    d = get_opdef(owner.name)
+    rule = getattr(d, "predicate", None) if d is not None else None
+    if rule is None:
+        return None
+    p = rule(PredCtx(owner, lookup, depth))
+    return None if p is None else sympy.sympify(p)
+
+
 @register("onnx.If")
 class IfOp(OpDef):
     arity = (1, None)
@@ -176,8 +236,12 @@ class IfOp(OpDef):
             if at.dtype != bt.dtype:
                 raise ctx.error(f"result {k}: then_branch yields {at} but else_branch yields {bt}")
             if at.rank != bt.rank:
-                raise UnsupportedOp("If", "", ctx.loc, f"result {k} has rank {at.rank} in then_branch and "
-                                    f"{bt.rank} in else_branch")
+                what = f"result {k} has rank {at.rank} in then_branch and {bt.rank} in else_branch"
+                pred = dim_predicate(op.operands[0], ctx.value_of)
+                if pred is None:
+                    raise UnsupportedOp("If", "", ctx.loc, f"{what}, and the condition depends on data "
+                                        "(a version can be split only on a condition over input dims)")
+                raise BranchSplit(op, pred, f"{what}, on the condition {pred}", [y.type for y in then_y])
             shape = [d if ctx.symbols.prove_eq(d, e) is True else
                      fresh_dim(ctx, "branch", f"result {k} dim {j} is {d} or {e} depending on the branch", k, j)
                      for j, (d, e) in enumerate(zip(at.shape, bt.shape))]

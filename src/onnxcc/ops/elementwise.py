@@ -34,7 +34,7 @@ from ..errors import UnsupportedOp, VerifyError
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .dtypes import onnx_dtype
-from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .registry import InferCtx, RefCtx, define, get_opdef, onnx_inputs
 
 # ---- shared helpers (also used by reduce / matmul / nn) ---------------------------------------
 
@@ -737,3 +737,35 @@ def _dropout_lower(ctx) -> None:
 
 define("onnx.Dropout", infer=_dropout_infer, reference=_dropout_ref, lower=_dropout_lower, kind="elementwise",
        arity=(1, 3), num_results=None, verify=results_between(1, 2))
+
+
+# Predicate rules (`predicate`): the condition a bool result stands for, as a sympy Boolean over
+# dims, where the operands are dims or such conditions (`Equal(Shape(x)[0], 1)` -> Eq(batch, 1)).
+# An If whose branches differ in rank splits its version on it (passes/split_if.py).
+def _rel(fn: Callable):
+    def rule(p):
+        a, b = p.dim(0), p.dim(1)
+        return None if a is None or b is None else fn(sympy.sympify(a), sympy.sympify(b))
+    return rule
+
+
+def _logic(fn: Callable):
+    def rule(p):
+        a, b = p.pred(0), p.pred(1)
+        return None if a is None or b is None else fn(a, b)
+    return rule
+
+
+def _cast_pred(p):
+    if p.dtype(0) is DType.bool:
+        return p.pred(0)
+    d = p.dim(0) if p.out_dtype() is DType.bool else None
+    return None if d is None else sympy.Ne(sympy.sympify(d), 0)
+
+
+for _name, _rule in (("Equal", _rel(sympy.Eq)), ("Less", _rel(sympy.Lt)), ("Greater", _rel(sympy.Gt)),
+                     ("LessOrEqual", _rel(sympy.Le)), ("GreaterOrEqual", _rel(sympy.Ge)),
+                     ("And", _logic(sympy.And)), ("Or", _logic(sympy.Or)), ("Xor", _logic(sympy.Xor)),
+                     ("Not", lambda p: None if p.pred(0) is None else sympy.Not(p.pred(0))),
+                     ("Identity", lambda p: p.pred(0)), ("Cast", _cast_pred)):
+    get_opdef(f"onnx.{_name}").predicate = _rule

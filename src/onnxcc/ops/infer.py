@@ -12,18 +12,26 @@ import numpy as np
 
 from ..errors import OnnxccError, ShapeError
 from ..ir import Block, DType, Module, Op, TensorType
+from .control_flow import BranchSplit
 from .registry import InferCtx, get_opdef, require_opdef
 
 #: integer tensors up to this many elements have their values tracked
 MAX_TRACKED = 64
 
 
-def infer_op(op: Op, module: Module, values: dict) -> bool:
-    """Run one op's shape rule (and value rule); update its result types. Returns changed."""
+def infer_op(op: Op, module: Module, values: dict, provisional: bool = False) -> bool:
+    """Run one op's shape rule (and value rule); update its result types. Returns changed.
+
+    With `provisional` (the importer), an If whose result ranks depend on a condition over
+    dims is typed as its then_branch instead of refused; passes/split_if.py splits on it."""
     d = require_opdef(op)
     ctx = InferCtx(op, module, values)
     try:
         types = d.infer(ctx)
+    except BranchSplit as e:
+        if not provisional:
+            raise
+        types = e.provisional
     except OnnxccError:
         raise
     except Exception as e:
@@ -47,7 +55,7 @@ def infer_op(op: Op, module: Module, values: dict) -> bool:
     return changed
 
 
-def infer_block(block: Block, module: Module, values: dict) -> bool:
+def infer_block(block: Block, module: Module, values: dict, provisional: bool = False) -> bool:
     changed = False
     for op in block.ops:
         if op.name in ("return", "yield"):
@@ -58,13 +66,13 @@ def infer_block(block: Block, module: Module, values: dict) -> bool:
         d = get_opdef(op.name) if op.regions else None
         if d is not None:
             done = d.infer_regions(InferCtx(op, module, values),
-                                   lambda blk: infer_block(blk, module, values))
+                                   lambda blk: infer_block(blk, module, values, provisional))
         if done is None:
             for reg in op.regions:
-                changed |= infer_block(reg.block, module, values)
+                changed |= infer_block(reg.block, module, values, provisional)
         else:
             changed |= bool(done)
-        changed |= infer_op(op, module, values)
+        changed |= infer_op(op, module, values, provisional)
     return changed
 
 

@@ -39,6 +39,9 @@ class OpDef:
     #: operands broadcast against each other numpy-style (a dim of 1 stretches): the 0/1
     #: specialisation rule looks for symbols in such ops
     numpy_broadcast: bool = False
+    #: for ops with a bool result: `predicate(p)` -> the condition the result stands for, as a
+    #: sympy Boolean over dims (p: control_flow.PredCtx), or None when it is not one
+    predicate: Callable | None = None
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")
@@ -201,6 +204,10 @@ class InferCtx:
                 return None
             out.append(x)
         return out
+
+    def value_of(self, value) -> np.ndarray | None:
+        """The known value of any value inference has reached (not only an operand)."""
+        return self._values.get(value)
 
     def error(self, msg: str) -> ShapeError:
         return ShapeError(f'node "{self.loc}" ({self.op.name}): {msg}')

@@ -134,6 +134,22 @@ class SizeOp(OpDef):
         return [np.array(x.size, dtype=np.int64)]
 
 
+def view_or_copy(ctx) -> None:
+    """Result 0 is operand 0 with another shape (Reshape, Flatten, Squeeze, Unsqueeze): a view.
+
+    Where the element counts are equal only under a recorded constraint (torch's legacy
+    exporter bakes a traced length into some reshape targets: f32[seq, batch, 64] to
+    [5, 4*batch, 16], valid only for seq == 5; a Squeeze of a dim a version's guard makes 1),
+    checked at run time, a view must still have provably the same size as its buffer, so
+    copy through the row-major flat index instead."""
+    x, y = ctx.in_type(0), ctx.out_type(0)
+    if sympy.simplify(sympy.sympify(x.numel()) - sympy.sympify(y.numel())) == 0:
+        ctx.alias(0, 0)
+        return
+    src = ctx.inputs[0]
+    emit(ctx, ctx.out(0), lambda ix: src[unflatten_index(flatten_index(ix, y.shape), x.shape)])
+
+
 class IdentityOp(OpDef):
     arity = 1
     kind = "elementwise"
@@ -219,16 +235,7 @@ class ReshapeOp(OpDef):
         return [np.asarray(v, dtype=object).reshape(t.shape)]
 
     def lower(self, ctx):
-        x, y = ctx.in_type(0), ctx.out_type(0)
-        if sympy.simplify(sympy.sympify(x.numel()) - sympy.sympify(y.numel())) == 0:
-            ctx.alias(0, 0)
-            return
-        # The element counts are equal only under a recorded constraint (torch's legacy
-        # exporter bakes a traced length into some reshape targets: f32[seq, batch, 64] to
-        # [5, 4*batch, 16], valid only for seq == 5, checked at run time). A view must have
-        # provably the same size as its buffer, so copy through the row-major flat index.
-        src = ctx.inputs[0]
-        emit(ctx, ctx.out(0), lambda ix: src[unflatten_index(flatten_index(ix, y.shape), x.shape)])
+        view_or_copy(ctx)
 
     def reference(self, ctx, x, shape):
         shape = static_ints(ctx, shape)
@@ -254,7 +261,7 @@ class FlattenOp(OpDef):
         return ReshapeOp.value(self, ctx)
 
     def lower(self, ctx):
-        ctx.alias(0, 0)
+        view_or_copy(ctx)
 
     def reference(self, ctx, x):
         axis = ctx.attr("axis", 1)
@@ -324,7 +331,7 @@ class SqueezeOp(OpDef):
         return ReshapeOp.value(self, ctx)
 
     def lower(self, ctx):
-        ctx.alias(0, 0)
+        view_or_copy(ctx)
 
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)
@@ -357,7 +364,7 @@ class UnsqueezeOp(OpDef):
         return ReshapeOp.value(self, ctx)
 
     def lower(self, ctx):
-        ctx.alias(0, 0)
+        view_or_copy(ctx)
 
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)

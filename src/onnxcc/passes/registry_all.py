@@ -2,7 +2,7 @@
 register the kernel passes (which cannot import the registry: kernel sits below passes)."""
 
 from ..kernel.passes import KERNEL_PASSES
-from . import bucketize, canonicalize, cse, dce, lower, prune_symbols, shape_inference, specialize  # noqa: F401
+from . import bucketize, canonicalize, cse, dce, lower, prune_symbols, shape_inference, specialize, split_if  # noqa: F401
 from .base import register_pass
 
 for _cls in KERNEL_PASSES:
