@@ -956,3 +956,12 @@ class ConstantOfShapeOp(OpDef):
     def reference(self, ctx, shape):
         fill = _fill_value(ctx)
         return [np.full(static_ints(ctx, shape), fill.reshape(-1)[0], dtype=fill.dtype)]
+
+
+def _same_pred(p):
+    """A one-element bool reshaped stands for the same condition (control_flow.dim_predicate)."""
+    return p.pred(0)
+
+
+for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten"):
+    get_opdef(f"onnx.{_name}").predicate = _same_pred
