@@ -27,7 +27,7 @@ import numpy as np
 import sympy
 
 from ..errors import UnsupportedOp, VerifyError
-from ..ir import Block, DType, Op, TensorType, canon, evaluate
+from ..ir import Block, BlockArg, DType, Op, TensorType, canon, evaluate
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
 from .shape import const_value, fresh_dim, known_dims, norm_axis, simplify
 
@@ -274,6 +274,10 @@ class IfOp(OpDef):
             if not _same_kind(r.type, a.type) and not _same_kind(r.type, b.type):
                 raise VerifyError(f"result {k} is {r.type} but the branches yield {a.type} and {b.type}", op)
 
+    def capture_operand(self, op: Op, region: int, arg: int) -> int | None:
+        """The operand a region's block arg captures (None: not a capture)."""
+        return 1 + arg
+
     def reference(self, ctx, cond, *caps):
         taken = 0 if bool(np.asarray(cond).reshape(-1)[0]) else 1
         return _run_body(ctx, taken, list(caps))
@@ -282,6 +286,22 @@ class IfOp(OpDef):
         from .control_lower import lower_if
 
         lower_if(ctx)
+
+
+def captured_value(v):
+    """The value a region's block arg captures from outside (through nested regions), or `v`
+    itself when it is not a capture: so a lowering inside a branch or loop body sees a
+    captured constant (a Slice's axes) as the constant it is."""
+    while isinstance(v, BlockArg):
+        region = v.owner.parent
+        op = region.parent if region is not None else None
+        d = get_opdef(op.name) if op is not None else None
+        rule = getattr(d, "capture_operand", None)
+        i = rule(op, op.regions.index(region), v.index) if rule is not None else None
+        if i is None or i >= len(op.operands):
+            return v
+        v = op.operands[i]
+    return v
 
 
 # ---- Loop ------------------------------------------------------------------------------------
@@ -397,6 +417,11 @@ class LoopOp(OpDef):
         for k, (y, r) in enumerate(zip(ys[1 + n:], op.results[n:])):
             if r.type.dtype != y.type.dtype or r.type.rank != y.type.rank + 1:
                 raise VerifyError(f"scan output {k} is {r.type}; the body yields slices {y.type}", op)
+
+    def capture_operand(self, op: Op, region: int, arg: int) -> int | None:
+        lay = loop_layout(op)
+        k = arg - 2 - len(lay.carried)
+        return lay.captures[k] if 0 <= k < len(lay.captures) else None
 
     def reference(self, ctx, *ins):
         lay = loop_layout(ctx.op)
@@ -551,6 +576,11 @@ class ScanOp(OpDef):
         for k, (y, r) in enumerate(zip(ys[ns:], op.results[ns:])):
             if r.type.dtype != y.type.dtype or r.type.rank != y.type.rank + 1:
                 raise VerifyError(f"scan output {k} is {r.type}; the body yields slices {y.type}", op)
+
+    def capture_operand(self, op: Op, region: int, arg: int) -> int | None:
+        lay = scan_layout(op)
+        k = arg - len(lay.states) - len(lay.inputs)
+        return lay.captures[k] if 0 <= k < len(lay.captures) else None
 
     def reference(self, ctx, *ins):
         lay = scan_layout(ctx.op)

@@ -271,11 +271,17 @@ def _cast(x, a):
 
 
 def _cast_value(ctx: InferCtx, v):
-    to = onnx_dtype(ctx.attr("to"))
+    to, src = onnx_dtype(ctx.attr("to")), ctx.in_types[0].dtype
     if to is DType.bool:
         p = ctx.symbols.prove_eq(v, 0)
         return None if p is None else int(not p)
-    return v if to.is_int else None
+    if to.is_int:
+        if src.is_int or src is DType.bool:
+            return v
+        # a float shape value back to an integer: truncation, which is floor for v >= 0
+        return sympy.floor(v) if src.is_float and _nonneg(ctx, v) else None
+    # an integer dim as a float (torch.arange(seq, dtype=float)): exact below 2**24
+    return v if to.is_float and (src.is_int or src is DType.bool) else None
 
 
 def _cast_to(ctx: InferCtx) -> DType:
@@ -349,7 +355,8 @@ _NOATTR: dict[str, tuple[Callable, Callable]] = {
     "Erf": (_erf, K.erf),
     "BitwiseNot": (np.invert, lambda x: K.unary("not", x)),  # bitwise on ints
 }
-_VALUE_RULES = {"Neg": lambda ctx, v: -v, "Abs": _abs_value, "Relu": _relu_value, "Sign": _sign_value}
+_VALUE_RULES = {"Neg": lambda ctx, v: -v, "Abs": _abs_value, "Relu": _relu_value, "Sign": _sign_value,
+                "Ceil": lambda ctx, v: sympy.ceiling(v), "Floor": lambda ctx, v: sympy.floor(v)}
 
 for _n, (_f, _k) in _NOATTR.items():
     unary(_n, (lambda f: lambda x, attr: f(x))(_f), kernel=(lambda k: lambda x, attr: k(x))(_k),
@@ -420,6 +427,9 @@ def _k_div(a, b, attr):
 
 
 def _div_value(ctx, a, b):
+    if ctx.op.results[0].type.dtype.is_float:  # a float shape value: true division
+        nonzero = (_static(b) and canon(b) != 0) or ctx.symbols.prove_le(1, b) is True
+        return sympy.sympify(a) / sympy.sympify(b) if nonzero else None
     if _static(a, b):
         a, b = canon(a), canon(b)
         return None if b == 0 else int_div(np.int64(a), np.int64(b)).item()
@@ -769,3 +779,9 @@ for _name, _rule in (("Equal", _rel(sympy.Eq)), ("Less", _rel(sympy.Lt)), ("Grea
                      ("Not", lambda p: None if p.pred(0) is None else sympy.Not(p.pred(0))),
                      ("Identity", lambda p: p.pred(0)), ("Cast", _cast_pred)):
     get_opdef(f"onnx.{_name}").predicate = _rule
+
+# Float results whose value rules are exact on dims (integers below 2**24 and their ratios):
+# a shape value cast to float keeps its value through them (torch's float arange over seq,
+# Range(0.0, Cast(seq), 1.0), gets the symbolic length seq)
+for _name in ("Cast", "Add", "Sub", "Mul", "Div", "Neg", "Ceil", "Floor", "Max", "Min", "Identity"):
+    get_opdef(f"onnx.{_name}").float_values = True

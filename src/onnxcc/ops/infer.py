@@ -49,7 +49,10 @@ def infer_op(op: Op, module: Module, values: dict, provisional: bool = False) ->
     vals = d.value(ctx)
     if vals:
         for r, v in zip(op.results, vals):
-            tracked = r.type.dtype.is_int or r.type.dtype is DType.bool  # bools as 0/1 (Equal -> Where)
+            # bools as 0/1 (Equal -> Where); floats only through ops whose value rules stay
+            # exact on them (OpDef.float_values: Cast of a dim to float, arithmetic, reshapes)
+            tracked = r.type.dtype.is_int or r.type.dtype is DType.bool or \
+                (r.type.dtype.is_float and d.float_values)
             if v is not None and tracked and np.size(v) <= MAX_TRACKED:
                 values[r] = np.asarray(v, dtype=object).reshape(r.type.shape) if r.type.is_static else v
     return changed

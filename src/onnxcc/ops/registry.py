@@ -42,6 +42,8 @@ class OpDef:
     #: for ops with a bool result: `predicate(p)` -> the condition the result stands for, as a
     #: sympy Boolean over dims (p: control_flow.PredCtx), or None when it is not one
     predicate: Callable | None = None
+    #: the value rule is exact on float results too (their values are tracked like integers')
+    float_values: bool = False
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")

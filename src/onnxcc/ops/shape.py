@@ -886,6 +886,8 @@ class RangeOp(OpDef):
             if delta == 0:
                 raise ctx.error("delta is 0")
             return max(0, int(np.ceil((limit - start) / delta)))
+        start, limit, delta = (int(v) if isinstance(v, float) and v.is_integer() else v
+                               for v in (start, limit, delta))
         if any(isinstance(v, float) for v in (start, limit, delta)):
             return None
         if isinstance(delta, int) and delta == 0:
@@ -965,3 +967,7 @@ def _same_pred(p):
 
 for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten"):
     get_opdef(f"onnx.{_name}").predicate = _same_pred
+
+
+for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Concat", "Gather"):
+    get_opdef(f"onnx.{_name}").float_values = True  # they move elements (see elementwise.py)
