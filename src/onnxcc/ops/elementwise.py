@@ -280,8 +280,9 @@ def _cast_value(ctx: InferCtx, v):
             return v
         # a float shape value back to an integer: truncation, which is floor for v >= 0
         return sympy.floor(v) if src.is_float and _nonneg(ctx, v) else None
-    # an integer dim as a float (torch.arange(seq, dtype=float)): exact below 2**24
-    return v if to.is_float and (src.is_int or src is DType.bool) else None
+    # an integer dim as a float (torch.arange(seq, dtype=float)): exact below 2**24 in f32;
+    # half precision is exact only to 2048, so it is not tracked
+    return v if to in (DType.f32, DType.f64) and (src.is_int or src is DType.bool) else None
 
 
 def _cast_to(ctx: InferCtx) -> DType:
