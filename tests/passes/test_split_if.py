@@ -79,3 +79,30 @@ def test_without_the_split_shape_inference_still_refuses():
     mod = load_onnx(_model(_batch_is_one()))
     with pytest.raises(OnnxccError, match="rank 1 in then_branch and 2 in else_branch"):
         run_pipeline(mod, "shape-inference")
+
+
+def test_a_value_of_the_condition_whose_graph_cannot_hold_gets_no_version(tmp_path):
+    # then_branch squeezes to rank 1, but Gemm needs rank 2: batch == 1 can never run (onnxruntime
+    # fails there too); the build keeps the batch != 1 version and refuses batch == 1 by its guard
+    then_g = h.make_graph([h.make_node("Squeeze", ["x", "ax0"], ["t"])], "then", [],
+                          [h.make_tensor_value_info("t", T.FLOAT, None)])
+    else_g = h.make_graph([h.make_node("Identity", ["x"], ["e"])], "else", [],
+                         [h.make_tensor_value_info("e", T.FLOAT, None)])
+    nodes = [*_batch_is_one(), h.make_node("If", ["cond"], ["b"], then_branch=then_g, else_branch=else_g),
+             h.make_node("Gemm", ["b", "w"], ["y"])]
+    w = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    inits = [h.make_tensor("ax0", T.INT64, [1], [0]), h.make_tensor("zero", T.INT64, [1], [0]),
+             h.make_tensor("one", T.INT64, [1], [1]), h.make_tensor("w", T.FLOAT, [4, 3], w.reshape(-1))]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, ["batch", 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    mod = load_onnx(m)
+    run_pipeline(mod, "split-if")
+    assert list(mod.functions) == ["main"] and str(mod.functions["main"].guard) == "Ne(batch, 1)"
+    assert "Gemm" in mod.attrs["dropped_versions"][0]
+    sess = InferenceSession(m, cache_dir=tmp_path / "cache")
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ w, rtol=1e-5, atol=1e-6)
+    with pytest.raises(OnnxccError, match="batch"):
+        sess.run(None, {"x": x[:1]})

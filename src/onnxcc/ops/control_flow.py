@@ -151,12 +151,13 @@ def _verify_carried(op: Op, inits, args, yields, results, what: str) -> None:
 class BranchSplit(UnsupportedOp):
     """An If whose branches give results of different ranks, on a condition that is a function
     of dims only (`pred`): each value of the condition needs its own version. The split-if
-    pass makes them (passes/split_if.py); until then the importer types the results as the
-    then_branch's (`provisional`)."""
+    pass makes them (passes/split_if.py); until then the importer types the results as
+    one branch's (`branch_types[0]`: then, `[1]`: else; then first, else if the rest of the
+    graph does not fit)."""
 
-    def __init__(self, op: Op, pred, detail: str, provisional: list):
+    def __init__(self, op: Op, pred, detail: str, branch_types: list):
         super().__init__("If", "", op.loc or op.name, detail)
-        self.op, self.pred, self.provisional, self.detail = op, pred, provisional, detail
+        self.op, self.pred, self.branch_types, self.detail = op, pred, branch_types, detail
 
 
 #: how deep `dim_predicate` follows a condition's producers
@@ -241,7 +242,8 @@ class IfOp(OpDef):
                 if pred is None:
                     raise UnsupportedOp("If", "", ctx.loc, f"{what}, and the condition depends on data "
                                         "(a version can be split only on a condition over input dims)")
-                raise BranchSplit(op, pred, f"{what}, on the condition {pred}", [y.type for y in then_y])
+                raise BranchSplit(op, pred, f"{what}, on the condition {pred}",
+                                  [[y.type for y in then_y], [y.type for y in else_y]])
             shape = [d if ctx.symbols.prove_eq(d, e) is True else
                      fresh_dim(ctx, "branch", f"result {k} dim {j} is {d} or {e} depending on the branch", k, j)
                      for j, (d, e) in enumerate(zip(at.shape, bt.shape))]

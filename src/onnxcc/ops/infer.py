@@ -19,19 +19,21 @@ from .registry import InferCtx, get_opdef, require_opdef
 MAX_TRACKED = 64
 
 
-def infer_op(op: Op, module: Module, values: dict, provisional: bool = False) -> bool:
+def infer_op(op: Op, module: Module, values: dict, provisional: int | None = None) -> bool | None:
     """Run one op's shape rule (and value rule); update its result types. Returns changed.
 
-    With `provisional` (the importer), an If whose result ranks depend on a condition over
-    dims is typed as its then_branch instead of refused; passes/split_if.py splits on it."""
+    With `provisional` (the importer: 0 or 1), an If whose result ranks depend on a condition
+    over dims is typed as that branch instead of refused, and None is returned;
+    passes/split_if.py splits on it."""
     d = require_opdef(op)
     ctx = InferCtx(op, module, values)
+    split = False
     try:
         types = d.infer(ctx)
     except BranchSplit as e:
-        if not provisional:
+        if provisional is None:
             raise
-        types = e.provisional
+        types, split = e.branch_types[provisional], True
     except OnnxccError:
         raise
     except Exception as e:
@@ -55,10 +57,10 @@ def infer_op(op: Op, module: Module, values: dict, provisional: bool = False) ->
                 (r.type.dtype.is_float and d.float_values)
             if v is not None and tracked and np.size(v) <= MAX_TRACKED:
                 values[r] = np.asarray(v, dtype=object).reshape(r.type.shape) if r.type.is_static else v
-    return changed
+    return None if split else changed
 
 
-def infer_block(block: Block, module: Module, values: dict, provisional: bool = False) -> bool:
+def infer_block(block: Block, module: Module, values: dict, provisional: int | None = None) -> bool:
     changed = False
     for op in block.ops:
         if op.name in ("return", "yield"):
@@ -75,7 +77,7 @@ def infer_block(block: Block, module: Module, values: dict, provisional: bool = 
                 changed |= infer_block(reg.block, module, values, provisional)
         else:
             changed |= bool(done)
-        changed |= infer_op(op, module, values, provisional)
+        changed |= bool(infer_op(op, module, values, provisional))
     return changed
 
 

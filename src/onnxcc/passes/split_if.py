@@ -3,7 +3,7 @@ splits @main into one function per value of the condition.
 
 `If(Equal(Shape(x)[0], 1))` with a then_branch that squeezes the batch dim yields a rank-2
 result when batch == 1 and a rank-3 one otherwise; no single typing of the graph after it is
-right. The importer types such an If as its then_branch for the moment (ops/control_flow.py,
+right. The importer types such an If as one branch for the moment (ops/control_flow.py,
 `BranchSplit`); this pass, the first of the build, re-infers @main and, at each such If,
 clones the function: the clone takes the condition P as its guard (and, for P = `SYM == c`,
 the substitution SYM -> c, like an exact version) and the If is folded into the then_branch;
