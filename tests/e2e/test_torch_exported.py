@@ -44,6 +44,9 @@ MODELS = {
     "cnn_nofold": _IMG,  # legacy export with do_constant_folding=False: keeps BatchNormalization
     "mlp_gelu": _SEQ,
     "mlp_gelu_dynamo": _SEQ,
+    # positions from torch.arange over seq, int and float (Range(0.0, Cast(seq), 1.0)) and over a
+    # computed length ((seq + 1) // 2): each Range's length is symbolic (models/export_posenc.py)
+    "posenc_dynamo": _SEQ,
 }
 
 #: the dynamo exporter declares the RNN outputs as `[batch, 5, ...]` (the example's seq):

@@ -18,7 +18,8 @@ from ..passes.lower import LowerToKernelPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
 from ..passes.specialize import SpecializePass
-from ..passes.specialize_value import SpecializeValuePass, format_value_text
+from ..passes.specialize_value import SpecializeValuePass, value_specs
+from ..passes.split_if import SplitIfPass
 from ..passes.value_symbols import ValueSymbolsPass
 from .options import PIPELINE_STAGES, CompileOptions
 
@@ -28,11 +29,14 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     k = options.divisible if options.divisible is not None else backend.vector_width()
     steps: list[tuple[str, ModulePass]] = [
         # ---- graph passes ----
+        # an If whose result ranks depend on a condition over input dims: one function per
+        # value of the condition (guarded by it), the If folded into the taken branch
+        ("ir", SplitIfPass()),
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
         # --value-symbols: size-only int64 inputs become symbols read from their data at dispatch
-        *((("ir", ValueSymbolsPass(skip="|".join(options.specialize_value))),) if options.value_symbols else ()),
+        *((("ir", ValueSymbolsPass(skip=tuple(options.specialize_value))),) if options.value_symbols else ()),
         # drop symbols only an earlier inference round of a region body used (before versioning:
         # the dispatcher could not bind them)
         ("ir", PruneSymbolsPass()),
@@ -44,7 +48,7 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     if options.specialize_value:
         # value versions (an input folded to a given value) ahead of the others; the dispatcher
         # compares the input's data before it picks one
-        steps.append(("ir", SpecializeValuePass(values=format_value_text(options.specialize_value))))
+        steps.append(("ir", SpecializeValuePass(values=value_specs(options.specialize_value))))
     if options.buckets:
         # padded bucket versions with exact masks
         steps.append(("ir", BucketizePass(buckets=sym_values(options.buckets))))

@@ -32,7 +32,7 @@ import sympy
 from google.protobuf.message import DecodeError
 from onnx.external_data_helper import uses_external_data
 
-from ..errors import ImportError_, ParseError, UnsupportedOp
+from ..errors import ImportError_, OnnxccError, ParseError, UnsupportedOp
 from ..ir import Block, Dim, DType, Function, Module, Op, Region, TensorType, Value, WeightRef, canon, identifier
 from ..ops import InferCtx, get_opdef
 from ..ops.dtypes import onnx_dtype
@@ -87,7 +87,19 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         proto = opset_compat.upgrade(proto, opset, what)
     module = Module(name=_ident(name))
     module.attrs["opset"] = opset
-    _Importer(module, base_dir, what).import_main(proto.graph, proto.ir_version)
+    imp = _Importer(module, base_dir, what)
+    try:
+        imp.import_main(proto.graph, proto.ir_version)
+    except OnnxccError:
+        if not imp.split_ifs:
+            raise
+        # an If whose result ranks hang on a condition over dims was typed as its then_branch,
+        # and what follows does not fit that typing: type such Ifs as their else_branch (the
+        # split-if pass makes both versions, and drops the one that cannot hold)
+        module = Module(name=_ident(name))
+        module.attrs["opset"] = opset
+        imp = _Importer(module, base_dir, what, branch=1)
+        imp.import_main(proto.graph, proto.ir_version)
     return module
 
 
@@ -168,10 +180,14 @@ def _check_opset(proto: onnx.ModelProto, what: str) -> int:
 class _Importer:
     """Module-wide state: symbols from dim_params, weights, the value map for shape chains."""
 
-    def __init__(self, module: Module, base_dir: str, what: str):
+    def __init__(self, module: Module, base_dir: str, what: str, branch: int = 0):
         self.module = module
         self.base_dir = base_dir
         self.what = what
+        #: the branch an If whose result ranks depend on the condition is typed as, for now
+        self.branch = branch
+        #: whether the graph has such an If
+        self.split_ifs = False
         #: Value -> known value (object ndarray of Dims), shared by every shape rule run
         self.values: dict = {}
         #: dim_param string -> its Dim
@@ -351,8 +367,11 @@ class GraphBuilder:
             # them from the operands (e.g. a loop-carried value whose shape varies)
             values = self.imp.values
             get_opdef(name).infer_regions(InferCtx(op, self.module, values),
-                                          lambda blk: infer_block(blk, self.module, values))
-        infer_op(op, self.module, self.imp.values)
+                                          lambda blk: infer_block(blk, self.module, values, self.imp.branch))
+        # provisional: an If whose result ranks depend on a condition over dims is typed as its
+        # then_branch for now; the split-if pass gives each value of the condition its own
+        # version (any later shape inference of the unsplit If refuses it)
+        self.imp.split_ifs |= infer_op(op, self.module, self.imp.values, provisional=self.imp.branch) is None
         return list(op.results)
 
     def const(self, arr: np.ndarray, name: str = "", loc: str | None = None) -> Value:

@@ -27,8 +27,8 @@ import numpy as np
 import sympy
 
 from ..errors import UnsupportedOp, VerifyError
-from ..ir import Block, DType, Op, TensorType, evaluate
-from .registry import InferCtx, OpDef, RefCtx, onnx_inputs, register
+from ..ir import Block, BlockArg, DType, Op, TensorType, canon, evaluate
+from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
 from .shape import const_value, fresh_dim, known_dims, norm_axis, simplify
 
 BOOL0 = TensorType(DType.bool, ())
@@ -148,6 +148,67 @@ def _verify_carried(op: Op, inits, args, yields, results, what: str) -> None:
 
 # ---- If ------------------------------------------------------------------------------------
 
+class BranchSplit(UnsupportedOp):
+    """An If whose branches give results of different ranks, on a condition that is a function
+    of dims only (`pred`): each value of the condition needs its own version. The split-if
+    pass makes them (passes/split_if.py); until then the importer types the results as
+    one branch's (`branch_types[0]`: then, `[1]`: else; then first, else if the rest of the
+    graph does not fit)."""
+
+    def __init__(self, op: Op, pred, detail: str, branch_types: list):
+        super().__init__("If", "", op.loc or op.name, detail)
+        self.op, self.pred, self.branch_types, self.detail = op, pred, branch_types, detail
+
+
+#: how deep `dim_predicate` follows a condition's producers
+MAX_PRED_DEPTH = 16
+
+
+class PredCtx:
+    """What an OpDef's `predicate` rule sees of its op: operand i as a known scalar dim
+    (`dim`), as a condition (`pred`), and the dtypes."""
+
+    def __init__(self, op: Op, lookup, depth: int):
+        self.op, self._lookup, self._depth = op, lookup, depth
+
+    def dtype(self, i: int) -> DType:
+        return self.op.operands[i].type.dtype
+
+    def out_dtype(self) -> DType:
+        return self.op.results[0].type.dtype
+
+    def dim(self, i: int):
+        k = self._lookup(self.op.operands[i])
+        if k is None or np.size(k) != 1:
+            return None
+        return canon(np.asarray(k, dtype=object).reshape(-1)[0])
+
+    def pred(self, i: int):
+        return dim_predicate(self.op.operands[i], self._lookup, self._depth + 1)
+
+
+def dim_predicate(v, lookup, depth: int = 0):
+    """The condition a one-element bool value stands for, as a sympy Boolean over dims
+    (sympy.true / false when known), or None when it depends on data. `lookup(value)` gives
+    a value's propagated value (object array of Dims) or None."""
+    if depth > MAX_PRED_DEPTH or v.type.numel() != 1:
+        return None
+    k = lookup(v)
+    if k is not None and np.size(k) == 1:
+        x = canon(np.asarray(k, dtype=object).reshape(-1)[0])
+        if isinstance(x, int):
+            return sympy.true if x else sympy.false
+    owner = getattr(v, "op", None)
+    if owner is None or len(owner.results) != 1:
+        return None
+    d = get_opdef(owner.name)
+    rule = getattr(d, "predicate", None) if d is not None else None
+    if rule is None:
+        return None
+    p = rule(PredCtx(owner, lookup, depth))
+    return None if p is None else sympy.sympify(p)
+
+
 @register("onnx.If")
 class IfOp(OpDef):
     arity = (1, None)
@@ -176,8 +237,13 @@ class IfOp(OpDef):
             if at.dtype != bt.dtype:
                 raise ctx.error(f"result {k}: then_branch yields {at} but else_branch yields {bt}")
             if at.rank != bt.rank:
-                raise UnsupportedOp("If", "", ctx.loc, f"result {k} has rank {at.rank} in then_branch and "
-                                    f"{bt.rank} in else_branch")
+                what = f"result {k} has rank {at.rank} in then_branch and {bt.rank} in else_branch"
+                pred = dim_predicate(op.operands[0], ctx.value_of)
+                if pred is None:
+                    raise UnsupportedOp("If", "", ctx.loc, f"{what}, and the condition depends on data "
+                                        "(a version can be split only on a condition over input dims)")
+                raise BranchSplit(op, pred, f"{what}, on the condition {pred}",
+                                  [[y.type for y in then_y], [y.type for y in else_y]])
             shape = [d if ctx.symbols.prove_eq(d, e) is True else
                      fresh_dim(ctx, "branch", f"result {k} dim {j} is {d} or {e} depending on the branch", k, j)
                      for j, (d, e) in enumerate(zip(at.shape, bt.shape))]
@@ -210,6 +276,10 @@ class IfOp(OpDef):
             if not _same_kind(r.type, a.type) and not _same_kind(r.type, b.type):
                 raise VerifyError(f"result {k} is {r.type} but the branches yield {a.type} and {b.type}", op)
 
+    def capture_operand(self, op: Op, region: int, arg: int) -> int | None:
+        """The operand a region's block arg captures (None: not a capture)."""
+        return 1 + arg
+
     def reference(self, ctx, cond, *caps):
         taken = 0 if bool(np.asarray(cond).reshape(-1)[0]) else 1
         return _run_body(ctx, taken, list(caps))
@@ -218,6 +288,22 @@ class IfOp(OpDef):
         from .control_lower import lower_if
 
         lower_if(ctx)
+
+
+def captured_value(v):
+    """The value a region's block arg captures from outside (through nested regions), or `v`
+    itself when it is not a capture: so a lowering inside a branch or loop body sees a
+    captured constant (a Slice's axes) as the constant it is."""
+    while isinstance(v, BlockArg):
+        region = v.owner.parent
+        op = region.parent if region is not None else None
+        d = get_opdef(op.name) if op is not None else None
+        rule = getattr(d, "capture_operand", None)
+        i = rule(op, op.regions.index(region), v.index) if rule is not None else None
+        if i is None or i >= len(op.operands):
+            return v
+        v = op.operands[i]
+    return v
 
 
 # ---- Loop ------------------------------------------------------------------------------------
@@ -333,6 +419,11 @@ class LoopOp(OpDef):
         for k, (y, r) in enumerate(zip(ys[1 + n:], op.results[n:])):
             if r.type.dtype != y.type.dtype or r.type.rank != y.type.rank + 1:
                 raise VerifyError(f"scan output {k} is {r.type}; the body yields slices {y.type}", op)
+
+    def capture_operand(self, op: Op, region: int, arg: int) -> int | None:
+        lay = loop_layout(op)
+        k = arg - 2 - len(lay.carried)
+        return lay.captures[k] if 0 <= k < len(lay.captures) else None
 
     def reference(self, ctx, *ins):
         lay = loop_layout(ctx.op)
@@ -487,6 +578,11 @@ class ScanOp(OpDef):
         for k, (y, r) in enumerate(zip(ys[ns:], op.results[ns:])):
             if r.type.dtype != y.type.dtype or r.type.rank != y.type.rank + 1:
                 raise VerifyError(f"scan output {k} is {r.type}; the body yields slices {y.type}", op)
+
+    def capture_operand(self, op: Op, region: int, arg: int) -> int | None:
+        lay = scan_layout(op)
+        k = arg - len(lay.states) - len(lay.inputs)
+        return lay.captures[k] if 0 <= k < len(lay.captures) else None
 
     def reference(self, ctx, *ins):
         lay = scan_layout(ctx.op)

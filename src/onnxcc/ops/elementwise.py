@@ -35,7 +35,7 @@ from ..errors import UnsupportedOp, VerifyError
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .dtypes import onnx_dtype
-from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .registry import InferCtx, RefCtx, define, get_opdef, onnx_inputs
 from .traits import FINITE_ELEMENTWISE, Neutral, PadRule, set_canonical, set_pad
 
 # ---- shared helpers (also used by reduce / matmul / nn) ---------------------------------------
@@ -297,11 +297,18 @@ def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str 
 
 
 def _cast_value(ctx: InferCtx, v):
-    to = onnx_dtype(ctx.attr("to"))
+    to, src = onnx_dtype(ctx.attr("to")), ctx.in_types[0].dtype
     if to is DType.bool:
         p = ctx.symbols.prove_eq(v, 0)
         return None if p is None else int(not p)
-    return v if to.is_int else None
+    if to.is_int:
+        if src.is_int or src is DType.bool:
+            return v
+        # a float shape value back to an integer: truncation, which is floor for v >= 0
+        return sympy.floor(v) if src.is_float and _nonneg(ctx, v) else None
+    # an integer dim as a float (torch.arange(seq, dtype=float)): exact below 2**24 in f32;
+    # half precision is exact only to 2048, so it is not tracked
+    return v if to in (DType.f32, DType.f64) and (src.is_int or src is DType.bool) else None
 
 
 def _cast_to(ctx: InferCtx) -> DType:
@@ -435,7 +442,8 @@ _NOATTR: dict[str, tuple[Callable, Callable]] = {
     "Erf": (_erf, K.erf),
     "BitwiseNot": (np.invert, lambda x: K.unary("not", x)),  # bitwise on ints
 }
-_VALUE_RULES = {"Neg": lambda ctx, v: -v, "Abs": _abs_value, "Relu": _relu_value, "Sign": _sign_value}
+_VALUE_RULES = {"Neg": lambda ctx, v: -v, "Abs": _abs_value, "Relu": _relu_value, "Sign": _sign_value,
+                "Ceil": lambda ctx, v: sympy.ceiling(v), "Floor": lambda ctx, v: sympy.floor(v)}
 
 for _n, (_f, _k) in _NOATTR.items():
     unary(_n, (lambda f: lambda x, attr: f(x))(_f), kernel=(lambda k: lambda x, attr: k(x))(_k),
@@ -506,6 +514,9 @@ def _k_div(a, b, attr):
 
 
 def _div_value(ctx, a, b):
+    if ctx.op.results[0].type.dtype.is_float:  # a float shape value: true division
+        nonzero = (_static(b) and canon(b) != 0) or ctx.symbols.prove_le(1, b) is True
+        return sympy.sympify(a) / sympy.sympify(b) if nonzero else None
     if _static(a, b):
         a, b = canon(a), canon(b)
         return None if b == 0 else int_div(np.int64(a), np.int64(b)).item()
@@ -845,3 +856,40 @@ set_canonical("neutral-operand", "onnx.Sub", neutral=Neutral(0, commutes=False))
 set_canonical("neutral-operand", "onnx.Mul", neutral=Neutral(1, commutes=True))
 set_canonical("neutral-operand", "onnx.Div", neutral=Neutral(1, commutes=False))
 set_canonical("dropout", "onnx.Dropout")
+
+# Predicate rules (`predicate`): the condition a bool result stands for, as a sympy Boolean over
+# dims, where the operands are dims or such conditions (`Equal(Shape(x)[0], 1)` -> Eq(batch, 1)).
+# An If whose branches differ in rank splits its version on it (passes/split_if.py).
+def _rel(fn: Callable):
+    def rule(p):
+        a, b = p.dim(0), p.dim(1)
+        return None if a is None or b is None else fn(sympy.sympify(a), sympy.sympify(b))
+    return rule
+
+
+def _logic(fn: Callable):
+    def rule(p):
+        a, b = p.pred(0), p.pred(1)
+        return None if a is None or b is None else fn(a, b)
+    return rule
+
+
+def _cast_pred(p):
+    if p.dtype(0) is DType.bool:
+        return p.pred(0)
+    d = p.dim(0) if p.out_dtype() is DType.bool else None
+    return None if d is None else sympy.Ne(sympy.sympify(d), 0)
+
+
+for _name, _rule in (("Equal", _rel(sympy.Eq)), ("Less", _rel(sympy.Lt)), ("Greater", _rel(sympy.Gt)),
+                     ("LessOrEqual", _rel(sympy.Le)), ("GreaterOrEqual", _rel(sympy.Ge)),
+                     ("And", _logic(sympy.And)), ("Or", _logic(sympy.Or)), ("Xor", _logic(sympy.Xor)),
+                     ("Not", lambda p: None if p.pred(0) is None else sympy.Not(p.pred(0))),
+                     ("Identity", lambda p: p.pred(0)), ("Cast", _cast_pred)):
+    get_opdef(f"onnx.{_name}").predicate = _rule
+
+# Float results whose value rules are exact on dims (integers below 2**24 and their ratios):
+# a shape value cast to float keeps its value through them (torch's float arange over seq,
+# Range(0.0, Cast(seq), 1.0), gets the symbolic length seq)
+for _name in ("Cast", "Add", "Sub", "Mul", "Div", "Neg", "Ceil", "Floor", "Max", "Min", "Identity"):
+    get_opdef(f"onnx.{_name}").float_values = True

@@ -12,18 +12,28 @@ import numpy as np
 
 from ..errors import OnnxccError, ShapeError
 from ..ir import Block, DType, Module, Op, TensorType
+from .control_flow import BranchSplit
 from .registry import InferCtx, get_opdef, require_opdef
 
 #: integer tensors up to this many elements have their values tracked
 MAX_TRACKED = 64
 
 
-def infer_op(op: Op, module: Module, values: dict) -> bool:
-    """Run one op's shape rule (and value rule); update its result types. Returns changed."""
+def infer_op(op: Op, module: Module, values: dict, provisional: int | None = None) -> bool | None:
+    """Run one op's shape rule (and value rule); update its result types. Returns changed.
+
+    With `provisional` (the importer: 0 or 1), an If whose result ranks depend on a condition
+    over dims is typed as that branch instead of refused, and None is returned;
+    passes/split_if.py splits on it."""
     d = require_opdef(op)
     ctx = InferCtx(op, module, values)
+    split = False
     try:
         types = d.infer(ctx)
+    except BranchSplit as e:
+        if provisional is None:
+            raise
+        types, split = e.branch_types[provisional], True
     except OnnxccError:
         raise
     except Exception as e:
@@ -41,13 +51,16 @@ def infer_op(op: Op, module: Module, values: dict) -> bool:
     vals = d.value(ctx)
     if vals:
         for r, v in zip(op.results, vals):
-            tracked = r.type.dtype.is_int or r.type.dtype is DType.bool  # bools as 0/1 (Equal -> Where)
+            # bools as 0/1 (Equal -> Where); floats only through ops whose value rules stay
+            # exact on them (OpDef.float_values: Cast of a dim to float, arithmetic, reshapes)
+            tracked = r.type.dtype.is_int or r.type.dtype is DType.bool or \
+                (r.type.dtype.is_float and d.float_values)
             if v is not None and tracked and np.size(v) <= MAX_TRACKED:
                 values[r] = np.asarray(v, dtype=object).reshape(r.type.shape) if r.type.is_static else v
-    return changed
+    return None if split else changed
 
 
-def infer_block(block: Block, module: Module, values: dict) -> bool:
+def infer_block(block: Block, module: Module, values: dict, provisional: int | None = None) -> bool:
     changed = False
     for op in block.ops:
         if op.name in ("return", "yield"):
@@ -58,13 +71,13 @@ def infer_block(block: Block, module: Module, values: dict) -> bool:
         d = get_opdef(op.name) if op.regions else None
         if d is not None:
             done = d.infer_regions(InferCtx(op, module, values),
-                                   lambda blk: infer_block(blk, module, values))
+                                   lambda blk: infer_block(blk, module, values, provisional))
         if done is None:
             for reg in op.regions:
-                changed |= infer_block(reg.block, module, values)
+                changed |= infer_block(reg.block, module, values, provisional)
         else:
             changed |= bool(done)
-        changed |= infer_op(op, module, values)
+        changed |= bool(infer_op(op, module, values, provisional))
     return changed
 
 

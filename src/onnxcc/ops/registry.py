@@ -72,6 +72,11 @@ class OpDef:
         if self.pad is not None:
             return self.pad
         return ELEMENTWISE if self.kind in ("elementwise", "broadcast") else None
+    #: for ops with a bool result: `predicate(p)` -> the condition the result stands for, as a
+    #: sympy Boolean over dims (p: control_flow.PredCtx), or None when it is not one
+    predicate: Callable | None = None
+    #: the value rule is exact on float results too (their values are tracked like integers')
+    float_values: bool = False
 
     def infer(self, ctx: InferCtx) -> list[TensorType]:
         raise NotImplementedError(f"{self.name} has no shape rule")
@@ -234,6 +239,10 @@ class InferCtx:
                 return None
             out.append(x)
         return out
+
+    def value_of(self, value) -> np.ndarray | None:
+        """The known value of any value inference has reached (not only an operand)."""
+        return self._values.get(value)
 
     def error(self, msg: str) -> ShapeError:
         return ShapeError(f'node "{self.loc}" ({self.op.name}): {msg}')

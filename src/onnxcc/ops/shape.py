@@ -135,6 +135,22 @@ class SizeOp(OpDef):
         return [np.array(x.size, dtype=np.int64)]
 
 
+def view_or_copy(ctx) -> None:
+    """Result 0 is operand 0 with another shape (Reshape, Flatten, Squeeze, Unsqueeze): a view.
+
+    Where the element counts are equal only under a recorded constraint (torch's legacy
+    exporter bakes a traced length into some reshape targets: f32[seq, batch, 64] to
+    [5, 4*batch, 16], valid only for seq == 5; a Squeeze of a dim a version's guard makes 1),
+    checked at run time, a view must still have provably the same size as its buffer, so
+    copy through the row-major flat index instead."""
+    x, y = ctx.in_type(0), ctx.out_type(0)
+    if sympy.simplify(sympy.sympify(x.numel()) - sympy.sympify(y.numel())) == 0:
+        ctx.alias(0, 0)
+        return
+    src = ctx.inputs[0]
+    emit(ctx, ctx.out(0), lambda ix: src[unflatten_index(flatten_index(ix, y.shape), x.shape)])
+
+
 class IdentityOp(OpDef):
     arity = 1
     kind = "elementwise"
@@ -221,16 +237,7 @@ class ReshapeOp(OpDef):
         return [np.asarray(v, dtype=object).reshape(t.shape)]
 
     def lower(self, ctx):
-        x, y = ctx.in_type(0), ctx.out_type(0)
-        if sympy.simplify(sympy.sympify(x.numel()) - sympy.sympify(y.numel())) == 0:
-            ctx.alias(0, 0)
-            return
-        # The element counts are equal only under a recorded constraint (torch's legacy
-        # exporter bakes a traced length into some reshape targets: f32[seq, batch, 64] to
-        # [5, 4*batch, 16], valid only for seq == 5, checked at run time). A view must have
-        # provably the same size as its buffer, so copy through the row-major flat index.
-        src = ctx.inputs[0]
-        emit(ctx, ctx.out(0), lambda ix: src[unflatten_index(flatten_index(ix, y.shape), x.shape)])
+        view_or_copy(ctx)
 
     def reference(self, ctx, x, shape):
         shape = static_ints(ctx, shape)
@@ -256,7 +263,7 @@ class FlattenOp(OpDef):
         return ReshapeOp.value(self, ctx)
 
     def lower(self, ctx):
-        ctx.alias(0, 0)
+        view_or_copy(ctx)
 
     def reference(self, ctx, x):
         axis = ctx.attr("axis", 1)
@@ -326,7 +333,7 @@ class SqueezeOp(OpDef):
         return ReshapeOp.value(self, ctx)
 
     def lower(self, ctx):
-        ctx.alias(0, 0)
+        view_or_copy(ctx)
 
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)
@@ -359,7 +366,7 @@ class UnsqueezeOp(OpDef):
         return ReshapeOp.value(self, ctx)
 
     def lower(self, ctx):
-        ctx.alias(0, 0)
+        view_or_copy(ctx)
 
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)
@@ -885,6 +892,8 @@ class RangeOp(OpDef):
             if delta == 0:
                 raise ctx.error("delta is 0")
             return max(0, int(np.ceil((limit - start) / delta)))
+        start, limit, delta = (int(v) if isinstance(v, float) and v.is_integer() else v
+                               for v in (start, limit, delta))
         if any(isinstance(v, float) for v in (start, limit, delta)):
             return None
         if isinstance(delta, int) and delta == 0:
@@ -974,3 +983,16 @@ set_pad(PadRule("passthrough"), "onnx.Shape", "onnx.Size")
 # ---- canonical patterns
 set_canonical("same-type-identity", "onnx.Reshape", "onnx.Expand", "onnx.Squeeze", "onnx.Unsqueeze", "onnx.Flatten")
 set_canonical("transpose", "onnx.Transpose")
+
+
+def _same_pred(p):
+    """A one-element bool reshaped stands for the same condition (control_flow.dim_predicate)."""
+    return p.pred(0)
+
+
+for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten"):
+    get_opdef(f"onnx.{_name}").predicate = _same_pred
+
+
+for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Concat", "Gather"):
+    get_opdef(f"onnx.{_name}").float_values = True  # they move elements (see elementwise.py)

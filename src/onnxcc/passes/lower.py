@@ -30,6 +30,7 @@ from ..kernel.fuse import count_kernels
 from ..kernel.module import KernelModule, KernelVersion
 from ..ops import require_opdef
 from ..ops.cc import const_array
+from ..ops.control_flow import captured_value
 from ..ops.lowering import LowerCtx
 from .base import ModulePass, PassContext, register_pass
 
@@ -243,6 +244,7 @@ def _copy_reshaped(src, shape):
 
 
 def _const_of(v: Value, module: Module):
+    v = captured_value(v)  # a constant captured into a branch or loop body is still one
     if isinstance(v.owner, Op) and v.owner.name == "cc.const":
         return const_array(v.owner, module)
     return None

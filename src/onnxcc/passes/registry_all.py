@@ -12,6 +12,7 @@ from . import (  # noqa: F401
     shape_inference,
     specialize,
     specialize_value,
+    split_if,
     value_symbols,
 )
 from .base import register_pass

@@ -127,6 +127,8 @@ class SpecializePass(ModulePass):
                 f"{c.tag}: over max-versions={self.max_versions}" for c in dropped]
         versions = []
         for c in keep:
+            if generic.guard.subs(c.subs) is sympy.false:
+                continue  # excluded by the function's own guard (split-if)
             v = clone_function(generic, f"main.{c.tag}", c.subs)
             module.add_function(v)
             try:
@@ -139,13 +141,13 @@ class SpecializePass(ModulePass):
                 module.functions.pop(v.name, None)
                 module.attrs.setdefault("dropped_versions", []).append(f"{c.tag}: {e}")
                 continue
-            v.guard = sympy.And(c.pred, *[n.expr for n in needs])
+            v.guard = sympy.And(c.pred, generic.guard, *[n.expr for n in needs])
             v.attrs["kind"] = c.kind
             if c.multiple_of:
                 v.attrs["multiple_of"] = [Divisible(k, m) for k, m in sorted(c.multiple_of.items())]
             versions.append(v.name)
         module.add_function(generic)
         generic.attrs["kind"] = "generic"
-        module.dispatch["main"] = versions + [generic.name]
+        module.dispatch["main"] = module.dispatch.get("main", []) + versions + [generic.name]
         return True
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -60,6 +60,19 @@ def _parse_number(x: str):
         return int(x)
     except ValueError:
         return float(x)
+
+
+#: typed pass option: (input name, (value, ...)) pairs, each value a flat tuple of numbers
+ValueSpecs = tuple[tuple[str, tuple[tuple, ...]], ...]
+
+
+def value_specs(values: dict[str, list[list]]) -> ValueSpecs:
+    """CompileOptions.specialize_value -> the pass option."""
+    return tuple((name, tuple(tuple(v) for v in vals)) for name, vals in values.items())
+
+
+def parse_value_specs(text: str) -> ValueSpecs:
+    return value_specs(parse_value_text(text))
 
 
 def format_value_text(values: dict[str, list[list]]) -> str:
@@ -161,11 +174,13 @@ class SpecializeValuePass(ModulePass):
     """Value versions of @main ahead of the others: one per combination of the given values."""
 
     name: ClassVar[str] = "specialize-value"
-    values: str = ""
+    #: (input, (value, ...)) pairs, each value a flat tuple of numbers; a textual pipeline
+    #: spells it `specialize-value{values="shape:2 3 4|sr:16000"}`, parsed once
+    values: ValueSpecs = field(default=(), metadata={"parse": parse_value_specs})
     max_versions: int = 64
 
     def run(self, module: Module, ctx: PassContext) -> bool:
-        specs = parse_value_text(self.values)
+        specs = {name: [list(v) for v in vals] for name, vals in self.values}
         order = module.dispatch.get("main")
         if not specs or not order:
             return False

@@ -14,7 +14,7 @@ comes from, for the lowering (the symbols are bound) and the dispatcher.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..ir import DType, Function, Module, Op, TensorType
@@ -58,14 +58,15 @@ class ValueSymbolsPass(ModulePass):
     name: ClassVar[str] = "value-symbols"
     #: inputs left alone, `|`-separated (those with value versions: their values 0 or -1 must
     #: reach the dispatcher's value check, not a symbol's range check)
-    skip: str = ""
+    #: inputs left alone (those with value versions); text pipelines: `skip="a|b"`
+    skip: tuple[str, ...] = field(default=(), metadata={"parse": lambda t: tuple(filter(None, t.split("|")))})
 
     def run(self, module: Module, ctx: PassContext) -> bool:
         f = module.functions.get("main")
         if f is None:
             return False
         made = []
-        skip = set(filter(None, self.skip.split("|")))
+        skip = set(self.skip)
         for p in f.params:
             t = p.type
             if p.name in skip or t.dtype is not DType.i64 or t.rank != 1 or not isinstance(t.shape[0], int) \

@@ -30,8 +30,9 @@ from onnxcc.ir.types import DType
 Dim = int | sympy.Expr
 
 #: "one": the 0/1-rule version `SYM == 1` that passes/specialize.py makes for a symbol meeting a broadcast
-#: "value": a version compiled for given values of some inputs (passes/specialize_value.py)
-VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible", "value")
+#: "value": a version compiled for given values of some inputs (passes/specialize_value.py);
+#: "split": one side of an If whose condition is over dims (passes/split_if.py)
+VERSION_KINDS = ("generic", "exact", "one", "bucket", "divisible", "value", "split")
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
