@@ -58,10 +58,8 @@ def write_ir(module: Module, path: str | os.PathLike, text_of) -> None:
 
 
 def _load_weights(module: Module, path: Path) -> None:
-    """Fill module.weights from the file `weights_file` names (beside the text), then make
-    sure every referenced weight has data: a missing one is a user error, never a crash."""
-    from ..ir import WeightRef
-
+    """Fill module.weights from the file `weights_file` names (beside the text). Text without
+    it still loads (to print, to run graph passes); compiling it needs the weights."""
     name = module.attrs.get(WEIGHTS_ATTR)
     if name is not None:
         f = path.parent / str(name)
@@ -75,9 +73,3 @@ def _load_weights(module: Module, path: Path) -> None:
                     module.weights.setdefault(k, z[k])
         except (OSError, ValueError) as e:
             raise ImportError_(f"{f}: cannot read the weights: {e}") from None
-    for op in module.walk():
-        v = op.attrs.get("value") if op.name == "cc.const" else None
-        if isinstance(v, WeightRef) and v.name not in module.weights:
-            raise ImportError_(
-                f"{path}: weight @{v.name} has no data: IR text holds only small constants; write the IR "
-                f"with `onnxcc ir MODEL -o FILE.onnxir`, which saves the weights beside it")

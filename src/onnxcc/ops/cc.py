@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import CompileError
 from ..ir import DType, TensorType, WeightRef, evaluate
 from .registry import InferCtx, OpDef, RefCtx, register
+
+
+class MissingWeight(CompileError, KeyError):
+    """A `cc.const {value = @name}` whose tensor the module does not hold (IR text read without
+    its weights file): a user error when compiling; folding passes catch it as a KeyError."""
+
+    __str__ = Exception.__str__
 
 
 def const_array(op, module) -> np.ndarray:
     v = op.attrs["value"]
     if isinstance(v, WeightRef):
         if module is None or v.name not in module.weights:
-            raise KeyError(f"weight @{v.name} has no data in this module")
+            raise MissingWeight(f"weight @{v.name} has no data: IR text holds only small constants; write the "
+                               "IR with `onnxcc ir MODEL -o FILE.onnxir`, which saves the weights beside it")
         return module.weights[v.name]
     return v
 
