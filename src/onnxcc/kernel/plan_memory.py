@@ -222,7 +222,26 @@ def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
     for d in uniq:
         if not any(prover.le(d, k) for k in kept):
             kept = [k for k in kept if not prover.le(k, d)] + [d]
-    return kept[0] if len(kept) == 1 else canon(sympy.Max(*[sympy.sympify(k) for k in kept]))
+    return kept[0] if len(kept) == 1 else unevaluated_max(kept)
+
+
+def unevaluated_max(items: list[Dim]) -> Dim:
+    """`Max(*items)` (nested Maxes flattened, duplicates dropped) WITHOUT sympy's own
+    simplification: sympy compares every pair of arguments symbolically (`factor_terms` on
+    each difference), which took most of a convnet's compile time on its workspace size
+    (seconds per call). The callers drop the arguments another provably covers themselves;
+    the value is the same either way."""
+    args: list[sympy.Expr] = []
+    for d in items:
+        e = sympy.sympify(d)
+        for a in (e.args if isinstance(e, sympy.Max) else (e,)):
+            if a not in args:
+                args.append(a)
+    if all(a.is_Integer for a in args):
+        return max(int(a) for a in args)
+    nums = [int(a) for a in args if a.is_Integer]
+    args = [a for a in args if not a.is_Integer] + ([sympy.Integer(max(nums))] if nums else [])
+    return args[0] if len(args) == 1 else sympy.Max(*args, evaluate=False)
 
 
 # ---- the plan -----------------------------------------------------------------------------
