@@ -33,7 +33,9 @@ touches still get slots, stacked after the others.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 import sympy
 
@@ -220,8 +222,8 @@ def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
         uniq.sort(key=lambda d: -sample(d))
     kept: list[Dim] = []
     for d in uniq:
-        if not any(prover.le(d, k) for k in kept):
-            kept = [k for k in kept if not prover.le(k, d)] + [d]
+        if not any(_le(prover, d, k) for k in kept):
+            kept = [k for k in kept if not _le(prover, k, d)] + [d]
     return kept[0] if len(kept) == 1 else unevaluated_max(kept)
 
 
@@ -242,6 +244,89 @@ def unevaluated_max(items: list[Dim]) -> Dim:
     nums = [int(a) for a in args if a.is_Integer]
     args = [a for a in args if not a.is_Integer] + ([sympy.Integer(max(nums))] if nums else [])
     return args[0] if len(args) == 1 else sympy.Max(*args, evaluate=False)
+
+
+def _le(prover: Prover, a: Dim, b: Dim) -> bool:
+    """`prover.le(a, b)`, asked only when no point of the symbols' ranges refutes it: the
+    proof (expanding polynomials of nested floors) costs milliseconds, a numeric evaluation
+    microseconds, and most pairs a placement asks about are plainly unordered. The answer is
+    the prover's either way: it is sound, so it never proves what a point refutes."""
+    if not (isinstance(a, int) and isinstance(b, int)):
+        ref = _REFUTERS.get(prover)
+        if ref is None:
+            ref = _REFUTERS[prover] = _Refuter(prover.table)
+        if ref.refutes(a, b):
+            return False
+    return prover.le(a, b)
+
+
+class _Refuter:
+    """A few points inside the symbols' ranges (every symbol at its low end, then at a few
+    common values clipped to its range) at which `a <= b` is checked numerically."""
+
+    def __init__(self, table: SymbolTable):
+        self.points: list[dict[str, int]] = []
+        for v in (None, 4, 64, 512):
+            env = {n: i.lo if v is None else min(max(v, i.lo), i.hi) for n, i in table.infos.items()}
+            if env not in self.points:
+                self.points.append(env)
+        self._memo: list[dict] = [{} for _ in self.points]
+
+    def refutes(self, a: Dim, b: Dim) -> bool:
+        for env, memo in zip(self.points, self._memo):
+            x, y = _value(a, env, memo), _value(b, env, memo)
+            if x is not None and y is not None and x > y:
+                return True
+        return False
+
+
+_REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | None:
+    """The exact value of a dim at `env` (None when some symbol has no value or the tree
+    has a node this evaluator does not know)."""
+    if isinstance(d, int):
+        return Fraction(d)
+    try:
+        return _eval(sympy.sympify(d), env, memo)
+    except (_NoValue, ZeroDivisionError):
+        return None
+
+
+class _NoValue(Exception):
+    pass
+
+
+def _eval(e, env: dict[str, int], memo: dict) -> Fraction:
+    v = memo.get(e)
+    if v is not None:
+        return v
+    if e.is_Rational:
+        v = Fraction(int(e.p), int(e.q))
+    elif e.is_Symbol:
+        if e.name not in env:
+            raise _NoValue
+        v = Fraction(env[e.name])
+    elif e.is_Add:
+        v = sum((_eval(a, env, memo) for a in e.args), Fraction(0))
+    elif e.is_Mul:
+        v = Fraction(1)
+        for a in e.args:
+            v *= _eval(a, env, memo)
+    elif e.is_Pow and e.exp.is_Integer:
+        v = _eval(e.base, env, memo) ** int(e.exp)
+    elif isinstance(e, sympy.floor):
+        v = Fraction(math.floor(_eval(e.args[0], env, memo)))
+    elif isinstance(e, sympy.ceiling):
+        v = Fraction(math.ceil(_eval(e.args[0], env, memo)))
+    elif isinstance(e, (sympy.Max, sympy.Min)):
+        vals = [_eval(a, env, memo) for a in e.args]
+        v = max(vals) if isinstance(e, sympy.Max) else min(vals)
+    else:
+        raise _NoValue
+    memo[e] = v
+    return v
 
 
 # ---- the plan -----------------------------------------------------------------------------
@@ -570,9 +655,9 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
             above = []
             ok = True
             for q in conf:
-                if prover.le(canon(o + g.size), q.offset):
+                if _le(prover, canon(o + g.size), q.offset):
                     above.append(q)
-                elif not prover.le(q.end, o):
+                elif not _le(prover, q.end, o):
                     ok = False
                     break
             if not ok:
