@@ -247,17 +247,46 @@ def unevaluated_max(items: list[Dim]) -> Dim:
 
 
 def _le(prover: Prover, a: Dim, b: Dim) -> bool:
-    """`prover.le(a, b)`, asked only when no point of the symbols' ranges refutes it: the
-    proof (expanding polynomials of nested floors) costs milliseconds, a numeric evaluation
-    microseconds, and most pairs a placement asks about are plainly unordered. The answer is
-    the prover's either way: it is sound, so it never proves what a point refutes."""
-    if not (isinstance(a, int) and isinstance(b, int)):
-        ref = _REFUTERS.get(prover)
-        if ref is None:
-            ref = _REFUTERS[prover] = _Refuter(prover.table)
-        if ref.refutes(a, b):
-            return False
-    return prover.le(a, b)
+    """`prover.le(a, b)`, with its work cut three ways (the answer is the prover's):
+
+    - a `Max` is split here into its alternatives (`a <= b` iff every alternative of `a` is
+      below some alternative of `b`, as the prover splits it), so that
+    - a pair that a point of the symbols' ranges refutes is never sent to the prover: the
+      proof (expanding polynomials of nested floors) costs milliseconds, a numeric
+      evaluation microseconds, and most pairs a placement asks about are plainly unordered;
+      the prover is sound, so it never proves what a point refutes;
+    - what a prover over wider ranges proved (the whole-range plan, before the ranges are
+      split) holds over the narrower ones and is not proved again."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    xs, ys = _alts(a), _alts(b)
+    if len(xs) > 1 or len(ys) > 1:
+        return all(any(_le1(prover, x, y) for y in ys) for x in xs)
+    return _le1(prover, a, b)
+
+
+def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
+    ref = _REFUTERS.get(prover)
+    if ref is None:
+        ref = _REFUTERS[prover] = _Refuter(prover.table)
+    if ref.refutes(a, b):
+        return False
+    key = (canon(a), canon(b))
+    parent = _PARENTS.get(prover)
+    while parent is not None:
+        if key in _PROVED.get(parent, ()):
+            return True
+        parent = _PARENTS.get(parent)
+    if prover.le(a, b):
+        _PROVED.setdefault(prover, set()).add(key)
+        return True
+    return False
+
+
+#: the prover over the wider ranges a narrowed prover's table was cut from, and the pairs
+#: each prover proved (`_le`)
+_PARENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PROVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _Refuter:
@@ -373,7 +402,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     if all(isinstance(x.size, int) for x in slots):
         layout = _best_layout(slots, prover, samplers[:1], peak)
     else:
-        layout = _range_layouts(slots, program, prover.table, peak)
+        layout = _range_layouts(slots, program, prover, peak)
     slot_offsets, ws = layout.offsets, layout.workspace
     offsets: dict[str, Dim] = {}
     for s, off in zip(slots, slot_offsets):
@@ -431,7 +460,7 @@ SPLIT_CAP = 1 << 16
 """ranges are bisected geometrically below this value (symbols' ranges often end at 2**31)"""
 
 
-def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTable, peak: Dim) -> _Layout:
+def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, peak: Dim) -> _Layout:
     """One symbolic layout, or one per range of a symbol chosen at run time.
 
     One layout valid for every value cannot be best at every value: a gap that holds a
@@ -442,8 +471,14 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTabl
     is bisected (geometrically) and each part planned under its narrowed range, where more
     placements provably fit; equal neighbours merge. Offsets and the arena become
     `Piecewise((part 1, sym <= hi1), ..., (last part, True))`, evaluated once per call."""
+    table = prover.table
+
     def layout(t: SymbolTable) -> _Layout:
-        return _best_layout(slots, Prover(t), [_Sampler(e) for e in _sample_points(program, t)], peak,
+        p = prover
+        if t is not table:  # a part of the range: what the whole-range prover proved holds here
+            p = Prover(t)
+            _PARENTS[p] = prover
+        return _best_layout(slots, p, [_Sampler(e) for e in _sample_points(program, t)], peak,
                             [_Sampler(e) for e in _sweep_points(program, t)])
 
     whole = layout(table)
