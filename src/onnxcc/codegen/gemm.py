@@ -286,12 +286,8 @@ class _KLoops:
     binding them in an emitter; `flat` is the row-major position inside the block."""
 
     def __init__(self, b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry,
-                 lo: ir.Value | None = None, count: ir.Value | None = None, *, rolled: bool = False):
+                 lo: ir.Value | None = None, count: ir.Value | None = None):
         self.b, self.em, self.g, self.geo = b, em, g, geo
-        # rolled: LLVM may not unroll these loops (B packing: the work is the column run
-        # inside, which is vectorised; unrolling a 3x3 window or a channel loop around it
-        # multiplied the packing functions' code, half of a convnet's LLVM time, for nothing)
-        self.rolled = rolled
         self.lo = lo if lo is not None else i64(0)
         self.count = count if count is not None else geo.K0
         self.flat: ir.Value | None = None
@@ -300,20 +296,14 @@ class _KLoops:
         b, em, g = self.b, self.em, self.g
         self._st = ExitStack()
         flat: ir.Value = i64(0)
-        module = b.block.function.module
-
-        def md() -> ir.MDValue | None:
-            return loop_metadata(module, no_unroll=True) if self.rolled else None
-
         for j, ((v, x), e) in enumerate(zip(g.reduce.vars, self.geo.k_ext)):
             if j == 0:
-                local = self._st.enter_context(for_range(b, self.count, f"{v.name}.l", guard=True,
-                                                         metadata=md()))
+                local = self._st.enter_context(for_range(b, self.count, f"{v.name}.l", guard=True))
                 idx = _add(b, self.lo, local, v.name) if not (isinstance(self.lo, ir.Constant)
                                                               and self.lo.constant == 0) else local
                 flat = local
             else:
-                idx = self._st.enter_context(for_range(b, e, v.name, guard=True, metadata=md()))
+                idx = self._st.enter_context(for_range(b, e, v.name, guard=True))
                 flat = _add(b, _mul(b, flat, e, "kf"), idx, "kf")
             em.push({v.name: idx}, {v.name: x})
             self._st.callback(em.pop)
@@ -419,7 +409,7 @@ def _column_segments(b: ir.IRBuilder, fctx: FnCtx, names: Sequence[str], exts: S
 def _run_loop_metadata(module: ir.Module, vl: int) -> ir.MDValue:
     """`!llvm.loop` for a run of at most nr columns: vectorise by vl lanes without
     interleaving (interleaved vector bodies would need more iterations than a run has)."""
-    md = loop_metadata(module, vector_width=vl, no_unroll=True)
+    md = loop_metadata(module, vector_width=vl)
     extra = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])
     md.operands = (*md.operands, extra)
     return md
@@ -466,7 +456,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
             # B's rows are contiguous over all the n vars (a 1x1 conv's (oh, ow)): the
             # columns of a panel are one run, read as the flat index of the last var
             md = _run_loop_metadata(kem.module, g.vl)
-            with _KLoops(b, em, g, geo, rolled=True) as kl:
+            with _KLoops(b, em, g, geo) as kl:
                 row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
                 _bind(em, {n: i64(0) for n in g.n[:-1]}, ext)
                 em.hoist(g.b, guarded=True)
@@ -487,7 +477,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
                               align=8, typ=I64)
 
             last = g.n[-1]
-            with _KLoops(b, em, g, geo, rolled=True) as kl:
+            with _KLoops(b, em, g, geo) as kl:
                 row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
                 with for_range(b, nseg, "seg", guard=False) as si:
                     cc0 = seg_at(seg_cc, si, "seg.c0")
@@ -509,7 +499,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
                     b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
         elif not g.b_k_inner:
             bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
-            with _KLoops(b, em, g, geo, rolled=True) as kl:
+            with _KLoops(b, em, g, geo) as kl:
                 row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
                 md = _run_loop_metadata(kem.module, g.vl) if len(g.n) == 1 else None
                 with for_range(b, ncols, "cc", guard=False, metadata=md) as cc:
