@@ -141,7 +141,11 @@ def test_dim_to_expr_is_exact():
             # plan gave `(seq <= 8) | (seq <= 16)`: an internal error before)
             sympy.Piecewise((2 * N, (N <= 2) | (N <= 5)), (M, (N > 7) & (M < 3)), (N + M, True)),
             # divisions by symbols (a reshape's -1 dim over inputs with their own symbols)
-            sympy.floor(N * M / (M + 1)), sympy.ceiling(5 * N / M), sympy.floor((N + 1) / (2 * M))]
+            sympy.floor(N * M / (M + 1)), sympy.ceiling(5 * N / M), sympy.floor((N + 1) / (2 * M)),
+            # the memory plan's unevaluated Max (a workspace size), inside a ceiling and a sum:
+            # converted around the Max, never through sympy's evaluating constructor
+            64 * sympy.ceiling(sympy.Max(3 * N * M, sympy.floor((N - 1) / 2) * 4 + 1, 7 * M, evaluate=False) / 64),
+            sympy.Max(N, 2 * N, evaluate=False) * M + 3 * N + sympy.Min(M, N + 1, evaluate=False)]
     for d in dims:
         e = dim_to_expr(d)
         assert e.dtype is I64

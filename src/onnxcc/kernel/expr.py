@@ -24,6 +24,7 @@ Semantics worth knowing (all follow numpy unless noted):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
@@ -566,7 +567,11 @@ def dim_to_expr(d: Dim) -> Expr:
     return _sympy_to_expr(sympy.sympify(d))
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _sympy_to_expr(e: sympy.Expr) -> Expr:
+    # memoised: a model's dims repeat (every kernel of a version recomputes the workspace
+    # offsets and the conv output sizes), and `together` / `expand` on nested floors cost
+    # milliseconds each; the result is an immutable tree
     if e.is_Integer:
         return Const(int(e), I64)
     if e.is_Symbol:
@@ -651,7 +656,7 @@ def _quotient(e: sympy.Expr) -> tuple[Expr, Expr]:
 
 def _as_fraction(e: sympy.Expr) -> tuple[Expr, int]:
     """Write a rational-coefficient polynomial as `(integer Expr) / den` exactly."""
-    e = sympy.expand(e)
+    e = _expand(e)
     terms = sympy.Add.make_args(e)
     den = 1
     for t in terms:
@@ -669,6 +674,19 @@ def _as_fraction(e: sympy.Expr) -> tuple[Expr, int]:
         term: Expr = Const(mag, I64) if rest == 1 else binary("mul", _product(rest), mag)
         out = binary("sub" if neg else "add", out, term)
     return out, den
+
+
+def _expand(e: sympy.Expr) -> sympy.Expr:
+    """`sympy.expand(e)` that leaves Max / Min / Piecewise terms as they are: expand rebuilds
+    them through their evaluating constructors, and sympy's Max compares every pair of its
+    arguments symbolically (seconds on a convnet's workspace size, which the memory plan
+    builds unevaluated). Their arguments are converted on their own."""
+    opaque = {a for a in sympy.preorder_traversal(e) if isinstance(a, (sympy.Max, sympy.Min, sympy.Piecewise))}
+    if not opaque:
+        return sympy.expand(e)
+    stand_in = {a: sympy.Dummy(integer=True) for a in opaque}
+    back = {v: k for k, v in stand_in.items()}
+    return sympy.expand(e.xreplace(stand_in)).xreplace(back)
 
 
 def _product(e: sympy.Expr) -> Expr:

@@ -33,7 +33,9 @@ touches still get slots, stacked after the others.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 import sympy
 
@@ -95,9 +97,140 @@ def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
         uniq.sort(key=lambda d: -sample(d))
     kept: list[Dim] = []
     for d in uniq:
-        if not any(prover.le(d, k) for k in kept):
-            kept = [k for k in kept if not prover.le(k, d)] + [d]
-    return kept[0] if len(kept) == 1 else canon(sympy.Max(*[sympy.sympify(k) for k in kept]))
+        if not any(_le(prover, d, k) for k in kept):
+            kept = [k for k in kept if not _le(prover, k, d)] + [d]
+    return kept[0] if len(kept) == 1 else unevaluated_max(kept)
+
+
+def unevaluated_max(items: list[Dim]) -> Dim:
+    """`Max(*items)` (nested Maxes flattened, duplicates dropped) WITHOUT sympy's own
+    simplification: sympy compares every pair of arguments symbolically (`factor_terms` on
+    each difference), which took most of a convnet's compile time on its workspace size
+    (seconds per call). The callers drop the arguments another provably covers themselves;
+    the value is the same either way."""
+    args: list[sympy.Expr] = []
+    for d in items:
+        e = sympy.sympify(d)
+        for a in (e.args if isinstance(e, sympy.Max) else (e,)):
+            if a not in args:
+                args.append(a)
+    if all(a.is_Integer for a in args):
+        return max(int(a) for a in args)
+    nums = [int(a) for a in args if a.is_Integer]
+    args = [a for a in args if not a.is_Integer] + ([sympy.Integer(max(nums))] if nums else [])
+    return args[0] if len(args) == 1 else sympy.Max(*args, evaluate=False)
+
+
+def _le(prover: Prover, a: Dim, b: Dim) -> bool:
+    """`prover.le(a, b)`, with its work cut three ways (the answer is the prover's):
+
+    - a `Max` is split here into its alternatives (`a <= b` iff every alternative of `a` is
+      below some alternative of `b`, as the prover splits it), so that
+    - a pair that a point of the symbols' ranges refutes is never sent to the prover: the
+      proof (expanding polynomials of nested floors) costs milliseconds, a numeric
+      evaluation microseconds, and most pairs a placement asks about are plainly unordered;
+      the prover is sound, so it never proves what a point refutes;
+    - what a prover over wider ranges proved (the whole-range plan, before the ranges are
+      split) holds over the narrower ones and is not proved again."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    xs, ys = _alts(a), _alts(b)
+    if len(xs) > 1 or len(ys) > 1:
+        return all(any(_le1(prover, x, y) for y in ys) for x in xs)
+    return _le1(prover, a, b)
+
+
+def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
+    ref = _REFUTERS.get(prover)
+    if ref is None:
+        ref = _REFUTERS[prover] = _Refuter(prover.table)
+    if ref.refutes(a, b):
+        return False
+    key = (canon(a), canon(b))
+    parent = _PARENTS.get(prover)
+    while parent is not None:
+        if key in _PROVED.get(parent, ()):
+            return True
+        parent = _PARENTS.get(parent)
+    if prover.le(a, b):
+        _PROVED.setdefault(prover, set()).add(key)
+        return True
+    return False
+
+
+#: the prover over the wider ranges a narrowed prover's table was cut from, and the pairs
+#: each prover proved (`_le`)
+_PARENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PROVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class _Refuter:
+    """A few points inside the symbols' ranges (every symbol at its low end, then at a few
+    common values clipped to its range) at which `a <= b` is checked numerically."""
+
+    def __init__(self, table: SymbolTable):
+        self.points: list[dict[str, int]] = []
+        for v in (None, 4, 64, 512):
+            env = {n: i.lo if v is None else min(max(v, i.lo), i.hi) for n, i in table.infos.items()}
+            if env not in self.points:
+                self.points.append(env)
+        self._memo: list[dict] = [{} for _ in self.points]
+
+    def refutes(self, a: Dim, b: Dim) -> bool:
+        for env, memo in zip(self.points, self._memo):
+            x, y = _value(a, env, memo), _value(b, env, memo)
+            if x is not None and y is not None and x > y:
+                return True
+        return False
+
+
+_REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | None:
+    """The exact value of a dim at `env` (None when some symbol has no value or the tree
+    has a node this evaluator does not know)."""
+    if isinstance(d, int):
+        return Fraction(d)
+    try:
+        return _eval(sympy.sympify(d), env, memo)
+    except (_NoValue, ZeroDivisionError):
+        return None
+
+
+class _NoValue(Exception):
+    pass
+
+
+def _eval(e, env: dict[str, int], memo: dict) -> Fraction:
+    v = memo.get(e)
+    if v is not None:
+        return v
+    if e.is_Rational:
+        v = Fraction(int(e.p), int(e.q))
+    elif e.is_Symbol:
+        if e.name not in env:
+            raise _NoValue
+        v = Fraction(env[e.name])
+    elif e.is_Add:
+        v = sum((_eval(a, env, memo) for a in e.args), Fraction(0))
+    elif e.is_Mul:
+        v = Fraction(1)
+        for a in e.args:
+            v *= _eval(a, env, memo)
+    elif e.is_Pow and e.exp.is_Integer:
+        v = _eval(e.base, env, memo) ** int(e.exp)
+    elif isinstance(e, sympy.floor):
+        v = Fraction(math.floor(_eval(e.args[0], env, memo)))
+    elif isinstance(e, sympy.ceiling):
+        v = Fraction(math.ceil(_eval(e.args[0], env, memo)))
+    elif isinstance(e, (sympy.Max, sympy.Min)):
+        vals = [_eval(a, env, memo) for a in e.args]
+        v = max(vals) if isinstance(e, sympy.Max) else min(vals)
+    else:
+        raise _NoValue
+    memo[e] = v
+    return v
 
 
 # ---- the plan -----------------------------------------------------------------------------
@@ -144,7 +277,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     if all(isinstance(x.size, int) for x in slots):
         layout = _best_layout(slots, prover, samplers[:1], peak)
     else:
-        layout = _range_layouts(slots, program, prover.table, peak)
+        layout = _range_layouts(slots, program, prover, peak)
     slot_offsets, ws = layout.offsets, layout.workspace
     offsets: dict[str, Dim] = {}
     for s, off in zip(slots, slot_offsets):
@@ -202,7 +335,7 @@ SPLIT_CAP = 1 << 16
 """ranges are bisected geometrically below this value (symbols' ranges often end at 2**31)"""
 
 
-def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTable, peak: Dim) -> _Layout:
+def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, peak: Dim) -> _Layout:
     """One symbolic layout, or one per range of a symbol chosen at run time.
 
     One layout valid for every value cannot be best at every value: a gap that holds a
@@ -213,8 +346,14 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, table: SymbolTabl
     is bisected (geometrically) and each part planned under its narrowed range, where more
     placements provably fit; equal neighbours merge. Offsets and the arena become
     `Piecewise((part 1, sym <= hi1), ..., (last part, True))`, evaluated once per call."""
+    table = prover.table
+
     def layout(t: SymbolTable) -> _Layout:
-        return _best_layout(slots, Prover(t), [_Sampler(e) for e in _sample_points(program, t)], peak,
+        p = prover
+        if t is not table:  # a part of the range: what the whole-range prover proved holds here
+            p = Prover(t)
+            _PARENTS[p] = prover
+        return _best_layout(slots, p, [_Sampler(e) for e in _sample_points(program, t)], peak,
                             [_Sampler(e) for e in _sweep_points(program, t)])
 
     whole = layout(table)
@@ -426,9 +565,9 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
             above = []
             ok = True
             for q in conf:
-                if prover.le(canon(o + g.size), q.offset):
+                if _le(prover, canon(o + g.size), q.offset):
                     above.append(q)
-                elif not prover.le(q.end, o):
+                elif not _le(prover, q.end, o):
                     ok = False
                     break
             if not ok:

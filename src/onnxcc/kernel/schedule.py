@@ -669,7 +669,9 @@ def scratch_bytes(program: KernelProgram) -> Dim:
         return 0
     if all(isinstance(x, int) for x in sizes):
         return max(sizes)
-    return canon(sympy.Max(*[sympy.sympify(x) for x in sizes]))
+    from .plan_memory import unevaluated_max
+
+    return canon(unevaluated_max(sizes))
 
 
 def describe_schedules(program: KernelProgram) -> str:
