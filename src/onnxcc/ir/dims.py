@@ -217,7 +217,8 @@ class Prover:
         key = (a, b)
         hit = self._le.get(key)
         if hit is None:
-            hit = self._le_interval(a, b) or all(any(self._poly_le(x, y) for y in _alts(b)) for x in _alts(a))
+            hit = self._le_interval(a, b) or all(any(self._poly_le(x, y) for y in max_alternatives(b))
+                                                 for x in max_alternatives(a))
             self._le[key] = hit
         return hit
 
@@ -302,22 +303,22 @@ class Prover:
         return all(c >= 0 for c in e.as_coefficients_dict().values())
 
 
-def _alts(d: Any) -> list[Any]:
+def max_alternatives(d: Any) -> list[Any]:
     """Max-free expressions whose maximum is `d` (sums distributed over Max)."""
     e: Any = sympy.sympify(d)
     if isinstance(e, sympy.Max):
-        return [x for a in e.args for x in _alts(a)]
+        return [x for a in e.args for x in max_alternatives(a)]
     if e.is_Add and e.has(sympy.Max):
         out: list[Any] = [sympy.Integer(0)]
         for a in e.args:
-            out = [x + y for x in out for y in _alts(a)]
+            out = [x + y for x in out for y in max_alternatives(a)]
             if len(out) > 64:
                 return [e]
         return out
     if e.is_Mul and e.has(sympy.Max):
         coeff, rest = e.as_coeff_Mul()
         if coeff > 0 and isinstance(rest, sympy.Max):
-            return [coeff * x for x in _alts(rest)]
+            return [coeff * x for x in max_alternatives(rest)]
     return [e]
 
 

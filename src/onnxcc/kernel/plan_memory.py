@@ -39,7 +39,7 @@ from fractions import Fraction
 
 import sympy
 
-from onnxcc.ir import Dim, Prover, SymbolTable, canon, evaluate, sym
+from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
@@ -134,7 +134,7 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
       split) holds over the narrower ones and is not proved again."""
     if isinstance(a, int) and isinstance(b, int):
         return a <= b
-    xs, ys = _alts(a), _alts(b)
+    xs, ys = max_alternatives(a), max_alternatives(b)
     if len(xs) > 1 or len(ys) > 1:
         return all(any(_le1(prover, x, y) for y in ys) for x in xs)
     return _le1(prover, a, b)
