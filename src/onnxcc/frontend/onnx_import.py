@@ -257,7 +257,7 @@ class _Importer:
     def dim(self, d, name: str, axis: int, origin: str) -> Dim:
         if d.HasField("dim_value") and d.dim_value >= 0:
             return int(d.dim_value)
-        if d.HasField("dim_param") and d.dim_param:
+        if d.HasField("dim_param") and d.dim_param and not _placeholder(d.dim_param):
             return self.dim_param(d.dim_param, origin)
         return self.module.symbols.fresh(_ident(f"{name}_d{axis}"), origin=origin)
 
@@ -627,3 +627,11 @@ def _ident(s: str) -> str:
 def _one_line(e: BaseException) -> str:
     s = str(e).strip().splitlines()
     return s[0] if s else type(e).__name__
+
+
+def _placeholder(s: str) -> bool:
+    """A dim_param that names no dim ("?", "-1", "*"): exporters (paddle2onnx among them) write it
+    for every unknown dim, so two of them are not the same dim; each gets a symbol of its own,
+    as an unnamed dim does (onnxruntime does not tie them either)."""
+    t = s.strip()
+    return not any(c.isalpha() for c in t) and not t.isdigit()
