@@ -19,18 +19,6 @@ from onnxcc.compiler import CompileOptions, cache_document, compile_cached
 from onnxcc.runtime.cache import MANIFEST, ArtifactCache, make_key
 
 
-@pytest.fixture()
-def model_path(tmp_path):
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    p = tmp_path / "relu.onnx"
-    onnx.save(m, str(p))
-    return p
-
-
 def test_second_lookup_hits_and_loads(tmp_path, model_path):
     cache = ArtifactCache(tmp_path / "c")
     p1, hit1 = compile_cached(model_path, CompileOptions(), cache)
