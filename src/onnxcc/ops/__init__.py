@@ -30,6 +30,7 @@ from . import sample  # noqa: F401
 from . import shape  # noqa: F401
 from . import signal  # noqa: F401
 from . import signal_extra  # noqa: F401
+from . import text  # noqa: F401
 from . import training  # noqa: F401
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
