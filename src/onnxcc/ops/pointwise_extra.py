@@ -93,3 +93,82 @@ def _shrink_lower(ctx) -> None:
 
 define("onnx.Shrink", infer=_shrink_infer, reference=_shrink_ref, lower=_shrink_lower, kind="elementwise",
        arity=1, math=shrink)
+
+
+# ---- Bernoulli: y = (u < p), u uniform in [0, 1) -------------------------------------------------
+#
+# No kernel holds random state, so u is a counter-based hash of the element's flat position
+# and the seed (murmur3's 32-bit finalizer): independent-looking draws, the same for a given
+# seed on every call (without a seed, seed 0). The numpy reference draws the same bits, so
+# the interpreter and the native library agree element for element.
+
+_M1, _M2, _GOLDEN = 0x85EBCA6B, 0xC2B2AE35, 0x9E3779B9
+
+
+def _fmix32_py(h: int) -> int:
+    h &= 0xFFFFFFFF
+    h ^= h >> 16
+    h = (h * _M1) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * _M2) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
+def _key(ctx) -> int:
+    return _fmix32_py(int(float(ctx.attr("seed", 0.0))) * _GOLDEN + 1)
+
+
+def _bernoulli_dtype(ctx) -> DType:
+    dt = ctx.attr("dtype", None)
+    return ctx.in_types[0].dtype if dt is None else onnx_dtype(dt)
+
+
+def _bernoulli_infer(ctx: InferCtx) -> list[TensorType]:
+    x = ctx.in_types[0]
+    if not x.dtype.is_float or x.dtype.is_small:
+        raise ctx.error(f"input must hold float probabilities, got {x.dtype.value}")
+    to = _bernoulli_dtype(ctx)
+    if to.is_small:
+        raise ctx.error(f"dtype {to.value} is not supported")
+    return [TensorType(to, x.shape)]
+
+
+def bernoulli_uniform(n: int, key: int) -> np.ndarray:
+    h = (np.arange(n, dtype=np.uint64) * _GOLDEN & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(key)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(_M1)
+    h ^= h >> np.uint32(13)
+    h *= np.uint32(_M2)
+    h ^= h >> np.uint32(16)
+    return (h >> np.uint32(8)).astype(np.float64) * 2.0 ** -24
+
+
+def _bernoulli_ref(ctx: RefCtx, x):
+    u = bernoulli_uniform(x.size, _key(ctx)).reshape(x.shape)
+    return [(u < np.asarray(x, dtype=np.float64)).astype(ctx.out_type().dtype.np)]
+
+
+def _bernoulli_lower(ctx) -> None:
+    x, y = ctx.inputs[0], ctx.out(0)
+    u32 = DType.u32
+    key = _key(ctx)
+
+    def c(v: int) -> K.Expr:
+        return K.Const(v, u32)
+
+    def body(*ix):
+        flat = K.flatten_index(ix, x.shape) if ix else K.Const(0, DType.i64)
+        h = K.cast(flat, u32) * c(_GOLDEN) ^ c(key)
+        h = h ^ (h >> c(16))
+        h = h * c(_M1)
+        h = h ^ (h >> c(13))
+        h = h * c(_M2)
+        h = h ^ (h >> c(16))
+        u = K.cast(h >> c(8), DType.f64) * 2.0 ** -24
+        return K.cast(u < K.cast(x[ix], DType.f64), y.dtype)
+
+    ctx.compute(y, body)
+
+
+define("onnx.Bernoulli", infer=_bernoulli_infer, reference=_bernoulli_ref, lower=_bernoulli_lower,
+       kind="elementwise", arity=1, pure=False)
