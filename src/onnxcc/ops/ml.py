@@ -223,9 +223,7 @@ def _te_ref(ctx: RefCtx, x):
                 out[n, t] = min(out[n, t], w) if f.agg == _MIN else max(out[n, t], w)
     if f.agg == _AVERAGE:
         out /= len(f.trees)
-    if f.agg in (_MIN, _MAX):  # a target no tree reached: the type's extreme, as onnx's reference
-        fin = np.finfo(x.dtype)
-        out[np.isposinf(out)], out[np.isneginf(out)] = fin.max, fin.min
+    out[np.isinf(out)] = 0.0  # MIN / MAX: a target no tree reached is 0, as in onnxruntime
     return [out.astype(x.dtype)]
 
 
@@ -255,7 +253,6 @@ def _k_tree(tree, x: K.Buffer, n: Expr, target: int, none: float) -> Expr:
 def _te_lower(ctx) -> None:
     x, y = ctx.inputs[0], ctx.out(0)
     f = _forest(ctx, ctx.unsupported)
-    fin = float(np.finfo(y.dtype.np if y.dtype is not DType.bf16 else np.float32).max)
     none = {_SUM: 0.0, _AVERAGE: 0.0, _MIN: np.inf, _MAX: -np.inf}[f.agg]
 
     def one_target(n: Expr, k: int) -> Expr:
@@ -266,10 +263,8 @@ def _te_lower(ctx) -> None:
                 K.minimum(acc, p) if f.agg == _MIN else K.maximum(acc, p))
         if f.agg == _AVERAGE:
             acc = acc / float(len(f.trees))
-        if f.agg == _MIN:
-            acc = K.select(acc.eq(np.inf), K.Const(fin, DType.f64), acc)
-        elif f.agg == _MAX:
-            acc = K.select(acc.eq(-np.inf), K.Const(-fin, DType.f64), acc)
+        if f.agg in (_MIN, _MAX):  # a target no tree reached is 0, as in onnxruntime
+            acc = K.select(acc.eq(none), K.Const(0.0, DType.f64), acc)
         return acc
 
     def body(n, k):
