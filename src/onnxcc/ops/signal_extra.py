@@ -11,7 +11,8 @@ MelWeightMatrix: (dft_length // 2 + 1, num_mel_bins) triangular filters over mel
 frequency bins; the two sizes decide the shape (a value version folds them when they are
 inputs), the rates and edges are read at run time. Each element is a closed form of the bin
 edges l, c, h of its filter (the spec's reference writes the rising edge, then the falling
-one over it).
+one over it). Edges outside the spectrogram's bins are an error (index out of range), as in
+onnxruntime, rather than filters silently cut.
 """
 
 from __future__ import annotations
@@ -221,6 +222,10 @@ class _Kx:
 
 
 def mel_weight_matrix(mels: int, dft: int, sr: float, lo_hz: float, hi_hz: float, dtype) -> np.ndarray:
+    first, last = (np.floor((dft + 1.0) * hz / sr) for hz in (lo_hz, hi_hz))
+    if not 0 <= first <= last < dft // 2 + 1:
+        raise ValueError(f"MelWeightMatrix: the edges fall in bins {first:g} .. {last:g}, outside the "
+                         f"{dft // 2 + 1} bins of dft_length {dft} (check them against the sample rate)")
     j = np.arange(dft // 2 + 1, dtype=np.float64)[:, None]
     i = np.arange(mels, dtype=np.float64)[None, :]
     return _mel_value(_Np, j, i, mels, float(dft), float(sr), float(lo_hz), float(hi_hz)).astype(dtype)
@@ -241,9 +246,15 @@ def _mel_lower(ctx) -> None:
         b = ctx.inputs[i]
         return K.cast(b[(0,) * b.rank], F64)
 
+    rows = K.cast(K.dim_to_expr(y.shape[0]), F64)
+
     def body(j, i):
         jf, fi = K.cast(j, F64), K.cast(i, F64)
-        return K.cast(_mel_value(_Kx, jf, fi, mels, run(1), run(2), run(3), run(4)), y.dtype)
+        args = (mels, run(1), run(2), run(3), run(4))
+        value = K.cast(_mel_value(_Kx, jf, fi, *args), y.dtype)
+        # the edges' bins must be spectrogram bins (as onnxruntime checks): else ERR_INDEX
+        first, last = (K.floor((run(1) + 1.0) * hz / run(2)) for hz in (run(3), run(4)))
+        return K.check((first >= 0.0) & (first <= last) & (last < rows), value)
 
     ctx.compute(y, body)
 
