@@ -118,3 +118,40 @@ def test_tree_ensemble_bad_target_is_an_error():
     m = model(forest(n_targets=2), [("x", TP.FLOAT, ["N", 3])])
     with pytest.raises(OnnxccError, match=r"leaf target id is outside \[0, 2\)"):
         jit_compile(m)
+
+
+LE = [h.make_opsetid("", 21), h.make_opsetid("ai.onnx.ml", 4)]
+
+
+def label_encoder(elem, **attrs):
+    node = h.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", **attrs)
+    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", elem, ["N"])],
+                                  [h.make_empty_tensor_value_info("y")]), opset_imports=LE)
+    m.ir_version = 10
+    return m
+
+
+@pytest.mark.parametrize("elem,x,attrs", [
+    (TP.INT64, np.array([3, 7, -1, 3, 100], np.int64), dict(keys_int64s=[3, -1, 7], values_int64s=[30, 10, 70])),
+    (TP.INT64, np.array([3, 7, 5], np.int64), dict(keys_int64s=[3, 7], values_floats=[0.5, -2.0],
+                                                      default_float=9.0)),
+    (TP.FLOAT, np.array([0.5, np.nan, 2.0, -1.0], np.float32),
+     dict(keys_floats=[0.5, 2.0, np.nan], values_int64s=[1, 2, 3], default_int64=-7)),
+    (TP.INT64, np.array([1, 2, 9], np.int64),
+     dict(keys_tensor=onnx.numpy_helper.from_array(np.array([1, 2], np.int64)),
+          values_tensor=onnx.numpy_helper.from_array(np.array([0.25, 0.75], np.float64)),
+          default_tensor=onnx.numpy_helper.from_array(np.array([4.0], np.float64)))),
+])
+def test_label_encoder_numeric(elem, x, attrs):
+    m = label_encoder(elem, **attrs)
+    mod, _, k = jit_compile(m)
+    want = ort_run(m, {"x": x})["y"]
+    for got in (k(x)[0], interp_run(mod, [x])[0]):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_label_encoder_strings_are_refused_by_name():
+    m = label_encoder(TP.INT64, keys_int64s=[1, 2], values_strings=["a", "b"])
+    with pytest.raises(OnnxccError, match=r"LabelEncoder.*string keys or values need string tensors"):
+        jit_compile(m)

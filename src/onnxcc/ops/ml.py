@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kernel as K
+from ..errors import UnsupportedOp
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .registry import InferCtx, RefCtx, define
@@ -277,3 +278,79 @@ def _te_lower(ctx) -> None:
 
 
 define(ML + "TreeEnsemble", infer=_te_infer, reference=_te_ref, lower=_te_lower, kind="opaque", arity=1)
+
+
+# ---- LabelEncoder (ai.onnx.ml opsets 2 and 4) on numbers ------------------------------------------
+#
+# A lookup table from the keys_* attribute to the values_* one, the default where no key
+# matches; keys and values given as lists (int64s, floats) or tensors (opset 4). Compiled as
+# a chain of selects over the keys (the table is an attribute). String keys or values need
+# string tensors: refused by name. A float key NaN matches NaN.
+
+_LE_KEYS = (("keys_int64s", DType.i64), ("keys_floats", DType.f32), ("keys_tensor", None))
+_LE_VALUES = (("values_int64s", DType.i64, "default_int64", -1),
+              ("values_floats", DType.f32, "default_float", -0.0),
+              ("values_tensor", None, "default_tensor", None))
+
+
+def _label_table(ctx, fail, unsupported) -> tuple[DType, np.ndarray, DType, np.ndarray, float]:
+    """(key dtype, keys, value dtype, values, default)."""
+    if any(ctx.attr(n) is not None for n in ("keys_strings", "values_strings", "classes_strings")):
+        raise unsupported("string keys or values need string tensors, which onnxcc does not support")
+    keys = [(n, dt) for n, dt in _LE_KEYS if ctx.attr(n) is not None]
+    vals = [(n, dt, dn, dv) for n, dt, dn, dv in _LE_VALUES if ctx.attr(n) is not None]
+    if len(keys) != 1 or len(vals) != 1:
+        raise fail("needs exactly one keys_* and one values_* attribute")
+    (kname, kdt), (vname, vdt, dname, dval) = keys[0], vals[0]
+    k, v = np.asarray(ctx.attr(kname)).reshape(-1), np.asarray(ctx.attr(vname)).reshape(-1)
+    if kdt is None:
+        kdt = DType.from_np(k.dtype)
+    if vdt is None:
+        vdt = DType.from_np(v.dtype)
+    if k.size != v.size:
+        raise fail(f"{kname} has {k.size} entries, {vname} {v.size}")
+    if k.dtype.kind in "US" or v.dtype.kind in "US":
+        raise unsupported("string keys or values need string tensors, which onnxcc does not support")
+    if len({float(x) if not np.isnan(x) else "nan" for x in k.astype(np.float64)}) != k.size:
+        raise fail(f"{kname} holds a key twice")
+    default = ctx.attr(dname, dval)
+    default = float(np.asarray(default).reshape(-1)[0]) if default is not None else 0.0
+    return kdt, k.astype(kdt.np), vdt, v.astype(vdt.np), default
+
+
+def _le_unsupported(ctx):
+    return lambda msg: UnsupportedOp(ctx.op.opname, ctx.op.dialect, ctx.op.loc, msg)
+
+
+def _le_infer(ctx: InferCtx) -> list[TensorType]:
+    x = ctx.in_types[0]
+    kdt, _, vdt, _, _ = _label_table(ctx, ctx.error, _le_unsupported(ctx))
+    if x.dtype is not kdt:
+        raise ctx.error(f"X is {x.dtype.value}, the keys are {kdt.value}")
+    return [TensorType(vdt, x.shape)]
+
+
+def _le_ref(ctx: RefCtx, x):
+    _, keys, vdt, vals, default = _label_table(ctx, ValueError, ValueError)
+    out = np.full(x.shape, default, dtype=vdt.np)
+    for k, v in zip(keys, vals, strict=True):
+        out[np.isnan(x) if isinstance(k, float | np.floating) and np.isnan(k) else x == k] = v
+    return [out]
+
+
+def _le_lower(ctx) -> None:
+    x, y = ctx.inputs[0], ctx.out(0)
+    _, keys, vdt, vals, default = _label_table(ctx, ctx.unsupported, ctx.unsupported)
+
+    def body(*ix):
+        xv = x[ix]
+        e: Expr = K.Const(default, vdt)
+        for k, v in zip(keys.tolist(), vals.tolist(), strict=True):
+            hit = K.unary("isnan", xv) if isinstance(k, float) and np.isnan(k) else xv.eq(k)
+            e = K.select(hit, K.Const(v, vdt), e)
+        return e
+
+    ctx.compute(y, body)
+
+
+define(ML + "LabelEncoder", infer=_le_infer, reference=_le_ref, lower=_le_lower, kind="elementwise", arity=1)
