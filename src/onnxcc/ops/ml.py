@@ -5,8 +5,9 @@ TreeEnsemble's trees are attributes, so they compile: each tree becomes one nest
 per target (a comparison per internal node, a leaf's weight where the leaf feeds that target,
 the aggregate's identity where it does not), and the trees are combined with the aggregate.
 The expression is as large as the tree, so huge forests make large kernels (correct, not
-fast). Only post_transform NONE is compiled; the others are refused by name (the onnx
-reference implementation leaves them out too).
+fast). Only post_transform NONE is compiled; the others are refused by name: onnxruntime
+1.32 reads the numbers in another order than the spec (1 as LOGISTIC where the spec says
+SOFTMAX, 2 as SOFTMAX), so there is no agreed answer to match.
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ class _Forest:
             raise fail(f"aggregate_function {self.agg} is not one of 0..3")
         post = int(attr("post_transform", 0))
         if post != 0:
-            raise fail(f"post_transform {post} is not supported (only 0, NONE)")
+            raise fail(f"post_transform {post} is not supported (only 0, NONE: onnxruntime and the spec "
+                       "disagree on what the other numbers mean)")
         self.n_targets = int(attr("n_targets", 0) or 0)
         if self.n_targets < 1:
             raise fail("n_targets must be >= 1")
