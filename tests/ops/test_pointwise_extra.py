@@ -124,3 +124,25 @@ def test_bernoulli_seed_changes_the_draws():
         m = model([h.make_node("Bernoulli", ["p"], ["y"], seed=seed)], [("p", TP.FLOAT, [256])], opset=22)
         draws.append(jit_compile(m)[2](np.full(256, 0.5, np.float32))[0])
     assert 0.3 < float(np.mean(draws[0] != draws[1])) < 0.7  # independent-looking streams
+
+
+@pytest.mark.parametrize("src_e,to_e,bits", [
+    (TP.INT16, TP.FLOAT16, np.array([0x7C01, 0x7E01, 0xFE0C, 0x7FFF, 0xFC00], np.uint16)),
+    (TP.INT16, TP.BFLOAT16, np.array([0x7F81, 0x7FC1, 0xFF85, 0x0001, 0x8000], np.uint16)),
+    (TP.INT32, TP.FLOAT, np.array([0x7F800001, 0x7FC00001, 0xFF800005, 1, 0x80000000], np.uint32)),
+])
+def test_bitcast_keeps_nan_payloads_and_subnormals(src_e, to_e, bits):
+    # signalling NaNs, payloads and subnormals come out bit for bit (no float conversion quiets them)
+    m = model([h.make_node("BitCast", ["x"], ["y"], to=to_e)], [("x", src_e, ["N"])])
+    mod, _, k = jit_compile(m)
+    x = bits.view(np.int16 if bits.dtype == np.uint16 else np.int32)
+    for got in (k(x)[0], interp_run(mod, [x])[0]):
+        np.testing.assert_array_equal(np.asarray(got).view(bits.dtype), bits)
+
+
+def test_bitcast_to_a_bf16_output_keeps_signalling_nans_through_the_library(tmp_path):
+    m = model([h.make_node("BitCast", ["x"], ["y"], to=TP.BFLOAT16)], [("x", TP.INT16, ["N"])])
+    onnxcc.compile(m, tmp_path, name="bc16")
+    bits = np.array([0x7F81, 0xFF85, 0x3F80, 0x0001], np.uint16)
+    got = onnxcc.load(tmp_path).run([bits.view(np.int16)])["y"]  # bf16 outputs come back as their bits
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint16), bits)

@@ -1,5 +1,5 @@
-"""ai.onnx.ml ops onnxruntime runs on numeric tensors: Binarizer, ArrayFeatureExtractor and
-TreeEnsemble (opset 5).
+"""ai.onnx.ml ops onnxruntime runs on numeric tensors: Binarizer, ArrayFeatureExtractor,
+TreeEnsemble (opset 5) and LabelEncoder (at the end of the file).
 
 TreeEnsemble's trees are attributes, so they compile: each tree becomes one nested select
 per target (a comparison per internal node, a leaf's weight where the leaf feeds that target,

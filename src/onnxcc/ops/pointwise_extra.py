@@ -1,8 +1,8 @@
 """Pointwise ops kept out of elementwise.py: BitCast (opset 26) and Shrink (opset 9).
 
-BitCast reinterprets each element's bits as another type of the same width. It lowers to a
-copy out of a view of the input's memory typed as the target (`LowerCtx.bits_view`), so no
-bit manipulation is spelled out; fusion keeps the producer of such a view apart (its body
+BitCast reinterprets each element's bits as another type of the same width. It lowers to an
+integer copy between unsigned-integer views of both buffers (`LowerCtx.bits_view`), so no
+float conversion touches the bits; fusion keeps the producer of such a view apart (its body
 computes values of the source type). A bool target is the one exception: a bool must hold
 0 or 1, so any non-zero byte reads as true.
 """
@@ -44,17 +44,26 @@ def _bitcast_ref(ctx: RefCtx, x):
     return [np.array(x).view(to.np)]  # np.array keeps a 0-d input 0-d (ascontiguousarray would not)
 
 
+#: the unsigned integer type of each byte width: BitCast copies bits as these
+_UINT = {1: DType.u8, 2: DType.u16, 4: DType.u32, 8: DType.u64}
+
+
 def _bitcast_lower(ctx) -> None:
     x, y = ctx.inputs[0], ctx.out(0)
-    if y.dtype is DType.bool:
-        src = ctx.bits_view(x, DType.u8)
-        ctx.compute(y, lambda *ix: src[ix].ne(0))
-        return
     if x.dtype is y.dtype:
         ctx.alias(0, 0)
         return
-    src = ctx.bits_view(x, y.dtype)
-    ctx.compute(y, lambda *ix: src[ix])
+    if x.dtype.is_small or y.dtype.is_small:
+        raise ctx.unsupported(f"{x.dtype.value} -> {y.dtype.value} is not supported")
+    # copy as unsigned integers between views of both buffers: a float type's load or store
+    # would convert (bf16 and f16 compute in f32), which could quiet a signalling NaN
+    uint = _UINT[x.dtype.itemsize]
+    src = x if x.dtype is uint else ctx.bits_view(x, uint, "bits_in")
+    dst = y if y.dtype is uint else ctx.bits_view(y, uint, "bits_out")
+    if y.dtype is DType.bool:  # a bool holds 0 or 1: any non-zero byte is true
+        ctx.compute(dst, lambda *ix: K.cast(src[ix].ne(0), uint))
+    else:
+        ctx.compute(dst, lambda *ix: src[ix])
 
 
 define("onnx.BitCast", infer=_bitcast_infer, reference=_bitcast_ref, lower=_bitcast_lower, kind="opaque", arity=1)
