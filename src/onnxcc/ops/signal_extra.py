@@ -26,6 +26,7 @@ from .. import kernel as K
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr, Var
 from .dtypes import onnx_dtype
+from .dual_math import KX, NP
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .shape_util import fresh_dim
 
@@ -197,30 +198,6 @@ def _mel_value(m, j, i, mels: int, dft, sr, lo_hz, hi_hz):
     return m.where(falling, (right - j) / m.where(right > center, right - center, 1.0), rising)
 
 
-class _Np:
-    log, exp, floor = np.log, np.exp, np.floor
-
-    @staticmethod
-    def eq(a, b):
-        return a == b
-
-    @staticmethod
-    def where(c, a, b):
-        return np.where(c, a, b)
-
-
-class _Kx:
-    log, exp, floor = staticmethod(K.log), staticmethod(K.exp), staticmethod(K.floor)
-
-    @staticmethod
-    def eq(a, b):
-        return a.eq(b)
-
-    @staticmethod
-    def where(c, a, b):
-        return K.select(c, K.lift(a, F64), K.lift(b, F64))
-
-
 def mel_weight_matrix(mels: int, dft: int, sr: float, lo_hz: float, hi_hz: float, dtype) -> np.ndarray:
     first, last = (np.floor((dft + 1.0) * hz / sr) for hz in (lo_hz, hi_hz))
     if not 0 <= first <= last < dft // 2 + 1:
@@ -228,7 +205,7 @@ def mel_weight_matrix(mels: int, dft: int, sr: float, lo_hz: float, hi_hz: float
                          f"{dft // 2 + 1} bins of dft_length {dft} (check them against the sample rate)")
     j = np.arange(dft // 2 + 1, dtype=np.float64)[:, None]
     i = np.arange(mels, dtype=np.float64)[None, :]
-    return _mel_value(_Np, j, i, mels, float(dft), float(sr), float(lo_hz), float(hi_hz)).astype(dtype)
+    return _mel_value(NP, j, i, mels, float(dft), float(sr), float(lo_hz), float(hi_hz)).astype(dtype)
 
 
 def _mel_ref(ctx: RefCtx, mels, dft, sr, lo, hi):
@@ -251,7 +228,7 @@ def _mel_lower(ctx) -> None:
     def body(j, i):
         jf, fi = K.cast(j, F64), K.cast(i, F64)
         args = (mels, run(1), run(2), run(3), run(4))
-        value = K.cast(_mel_value(_Kx, jf, fi, *args), y.dtype)
+        value = K.cast(_mel_value(KX, jf, fi, *args), y.dtype)
         # the edges' bins must be spectrogram bins (as onnxruntime checks): else ERR_INDEX
         first, last = (K.floor((run(1) + 1.0) * hz / run(2)) for hz in (run(3), run(4)))
         return K.check((first >= 0.0) & (first <= last) & (last < rows), value)

@@ -25,6 +25,7 @@ from .. import kernel as K
 from ..errors import UnsupportedOp
 from ..ir import DType, TensorType
 from ..kernel import Expr
+from .dual_math import KX, NP
 from .registry import InferCtx, RefCtx, define
 
 _MODES = ("TF", "IDF", "TFIDF")
@@ -119,18 +120,6 @@ def _tfidf_infer(ctx: InferCtx) -> list[TensorType]:
     return [TensorType(DType.f32, shape)]
 
 
-class _Np:
-    @staticmethod
-    def where(c, a, b):
-        return np.where(c, a, b)
-
-
-class _Kx:
-    @staticmethod
-    def where(c, a, b):
-        return K.select(c, K.lift(a, DType.f64), K.lift(b, DType.f64))
-
-
 def tfidf(x: np.ndarray, p: _Pool) -> np.ndarray:
     rows = x.reshape(1, -1) if x.ndim < 2 else x
     out = np.zeros((rows.shape[0], p.width), dtype=np.float64)
@@ -142,7 +131,7 @@ def tfidf(x: np.ndarray, p: _Pool) -> np.ndarray:
                 for start in range(rows.shape[1] - (s - 1) * d):
                     c += np.all(rows[:, start: start + (s - 1) * d + 1: d] == np.array(gram), axis=1)
             counts.append(c)
-        out[:, col] = p.column(counts, [w for _, w in grams], _Np)
+        out[:, col] = p.column(counts, [w for _, w in grams], NP)
     out = out.astype(np.float32)
     return out if x.ndim == 2 else out.reshape(-1)
 
@@ -177,7 +166,7 @@ def _tfidf_lower(ctx) -> None:
 
     def column(row, col: int) -> Expr:
         grams = by_col[col]
-        return K.lift(p.column([count(row, g) for g, _ in grams], [w for _, w in grams], _Kx), DType.f64)
+        return K.lift(p.column([count(row, g) for g, _ in grams], [w for _, w in grams], KX), DType.f64)
 
     def body(*o):
         row, j = (o[0], o[1]) if x.rank == 2 else (None, o[0])

@@ -8,13 +8,12 @@ f64 and rounded once to the tensor's type; the scalar inputs are read at run tim
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import kernel as K
 from ..ir import DType, TensorType
 from ..kernel import Expr
+from .dual_math import KX, NP
 from .registry import InferCtx, RefCtx, define
 
 F64 = DType.f64
@@ -54,44 +53,7 @@ def _group_infer(per: int, n_out: int):
     return infer
 
 
-# ---- the formulas, written once over "numbers" (numpy f64 arrays or kernel f64 Exprs) --------------
-#
-# `sqrt`, `where` and `pow_t` differ between numpy and the kernel; the rest is arithmetic.
-
-class _Np:
-    sqrt = staticmethod(np.sqrt)
-
-    @staticmethod
-    def pos(t):  # T > 0
-        return t > 0
-
-    @staticmethod
-    def where(c, a, b):
-        return np.where(c, a, b)
-
-    @staticmethod
-    def pow_t(base: float, t):
-        return np.power(base, t)
-
-
-class _Kx:
-    sqrt = staticmethod(K.sqrt)
-
-    @staticmethod
-    def pos(t):
-        return t > 0.0
-
-    @staticmethod
-    def where(c, a, b):
-        return K.select(c, a, b)
-
-    @staticmethod
-    def pow_t(base: float, t):
-        # base ** t as exp(t * log(base)); base is an attribute in (0, 1]
-        if base <= 0.0:
-            return K.select(t.eq(0.0), K.Const(1.0, F64), K.Const(0.0, F64))
-        return K.exp(t * math.log(base))
-
+# ---- the formulas, written once over numpy arrays or kernel expressions (dual_math) ----------------
 
 def adagrad(m, attrs, r, t, x, g, h):
     decay, eps, norm = (attrs("decay_factor", 0.0), attrs("epsilon", 0.0), attrs("norm_coefficient", 0.0))
@@ -106,7 +68,7 @@ def momentum(m, attrs, r, t, x, g, v):
     alpha, beta, norm = attrs("alpha", 0.0), attrs("beta", 0.0), attrs("norm_coefficient", 0.0)
     mode = attrs("mode", "standard")
     gr = x * norm + g
-    v_new = v * alpha + m.where(m.pos(t), gr * beta, gr)  # the first step takes the whole gradient
+    v_new = v * alpha + m.where(t > 0.0, gr * beta, gr)  # the first step takes the whole gradient
     if mode == "nesterov":
         x_new = x - r * (gr + v_new * alpha)
     else:
@@ -121,8 +83,8 @@ def adam(m, attrs, r, t, x, g, v, h):
     v_new = v * alpha + gr * (1.0 - alpha)
     h_new = h * beta + gr * gr * (1.0 - beta)
     # bias correction from the second step on (T > 0)
-    corrected = r * m.sqrt(1.0 - m.pow_t(beta, t)) / (1.0 - m.pow_t(alpha, t))
-    rate = m.where(m.pos(t), corrected, r)
+    corrected = r * m.sqrt(1.0 - m.pow_scalar(beta, t)) / (1.0 - m.pow_scalar(alpha, t))
+    rate = m.where(t > 0.0, corrected, r)
     x_new = (x - rate * (v_new / (m.sqrt(h_new) + eps))) * (1.0 - post)
     return x_new, v_new, h_new
 
@@ -146,7 +108,7 @@ def _op(name: str, fn, per: int, n_out: int, modes=None) -> None:
         outs: list[list[np.ndarray]] = [[] for _ in range(n_out)]
         for i in range(n):
             args = [np.asarray(rest[g * n + i], dtype=np.float64) for g in range(per)]
-            res = fn(_Np, ctx.attr, rr, tt, *args)
+            res = fn(NP, ctx.attr, rr, tt, *args)
             for k in range(n_out):
                 outs[k].append(np.asarray(res[k]).astype(rest[i].dtype))
         return [a for group in outs for a in group]
@@ -163,7 +125,7 @@ def _op(name: str, fn, per: int, n_out: int, modes=None) -> None:
                     rr = K.cast(r_buf[(0,) * r_buf.rank], F64)
                     tt = K.cast(t_buf[(0,) * t_buf.rank], F64)
                     args = [K.cast(rest[g * n + i][ix], F64) for g in range(per)]
-                    return K.cast(fn(_Kx, ctx.attr, rr, tt, *args)[k], y.dtype)
+                    return K.cast(fn(KX, ctx.attr, rr, tt, *args)[k], y.dtype)
 
                 ctx.compute(y, body)
 
