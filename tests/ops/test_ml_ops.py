@@ -155,3 +155,20 @@ def test_label_encoder_strings_are_refused_by_name():
     m = label_encoder(TP.INT64, keys_int64s=[1, 2], values_strings=["a", "b"])
     with pytest.raises(OnnxccError, match=r"LabelEncoder.*string keys or values need string tensors"):
         jit_compile(m)
+
+
+def test_tree_ensemble_too_few_features_is_an_error():
+    with pytest.raises(OnnxccError, match=r"X has more than 2 features .*can never hold"):
+        jit_compile(model(forest(), [("x", TP.FLOAT, ["N", 2])]))
+
+
+def test_tree_ensemble_feature_count_checked_at_run_time(tmp_path):
+    import onnxcc
+
+    onnxcc.compile(model(forest(), [("x", TP.FLOAT, ["N", "F"])]), tmp_path, name="te")
+    lib = onnxcc.load(tmp_path)
+    x = tree_inputs(4)["x"]
+    np.testing.assert_allclose(lib.run([x])["y"], ort_run(model(forest(), [("x", TP.FLOAT, ["N", "F"])]),
+                                                          {"x": x})["y"], rtol=1e-6)
+    with pytest.raises(OnnxccError, match="X has more than 2 features"):  # reading feature 2 of 2: refused
+        lib.run([np.ascontiguousarray(x[:, :2])])

@@ -13,6 +13,7 @@ SOFTMAX, 2 as SOFTMAX), so there is no agreed answer to match.
 from __future__ import annotations
 
 import numpy as np
+import sympy
 
 from .. import kernel as K
 from ..errors import UnsupportedOp
@@ -192,8 +193,10 @@ def _te_infer(ctx: InferCtx) -> list[TensorType]:
     if x.rank != 2:
         raise ctx.error(f"X must be 2-D (N, features), got {x}")
     f = _forest(ctx, ctx.error)
-    if isinstance(x.shape[1], int) and f.max_feature >= x.shape[1]:
-        raise ctx.error(f"a node reads feature {f.max_feature} of {x.shape[1]}")
+    # the kernel reads X[n, feature] unchecked: a feature count only the run knows is checked then
+    if x.shape[1] is not None:
+        ctx.require(sympy.sympify(x.shape[1]) > f.max_feature,
+                    f"X has more than {f.max_feature} features (the trees read feature {f.max_feature})")
     return [TensorType(x.dtype, (x.shape[0], f.n_targets))]
 
 
