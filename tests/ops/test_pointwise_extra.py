@@ -146,3 +146,19 @@ def test_bitcast_to_a_bf16_output_keeps_signalling_nans_through_the_library(tmp_
     bits = np.array([0x7F81, 0xFF85, 0x3F80, 0x0001], np.uint16)
     got = onnxcc.load(tmp_path).run([bits.view(np.int16)])["y"]  # bf16 outputs come back as their bits
     np.testing.assert_array_equal(np.asarray(got).view(np.uint16), bits)
+
+
+@pytest.mark.parametrize("f8", [TP.FLOAT8E4M3FN, TP.FLOAT8E5M2])
+def test_bitcast_float8_bytes_both_ways(f8):
+    bits = np.arange(256, dtype=np.uint8)  # every pattern, NaNs and infinities included
+    m = model([h.make_node("BitCast", ["x"], ["a"], to=f8), h.make_node("BitCast", ["a"], ["y"], to=TP.UINT8)],
+              [("x", TP.UINT8, ["N"])])
+    mod, _, k = jit_compile(m)
+    for got in (k(bits)[0], interp_run(mod, [bits])[0]):
+        np.testing.assert_array_equal(got, bits)
+
+
+def test_bitcast_sub_byte_is_refused_by_name():
+    m = model([h.make_node("BitCast", ["x"], ["y"], to=TP.UINT4)], [("x", TP.INT4, [4])])
+    with pytest.raises(OnnxccError, match=r"BitCast.*packed sub-byte types"):
+        jit_compile(m)

@@ -53,8 +53,8 @@ def _bitcast_lower(ctx) -> None:
     if x.dtype is y.dtype:
         ctx.alias(0, 0)
         return
-    if x.dtype.is_small or y.dtype.is_small:
-        raise ctx.unsupported(f"{x.dtype.value} -> {y.dtype.value} is not supported")
+    if x.dtype.bits < 8:  # packed: a byte holds several elements
+        raise ctx.unsupported(f"{x.dtype.value} -> {y.dtype.value} (packed sub-byte types) is not supported")
     # copy as unsigned integers between views of both buffers: a float type's load or store
     # would convert (bf16 and f16 compute in f32), which could quiet a signalling NaN
     uint = _UINT[x.dtype.itemsize]
@@ -66,7 +66,9 @@ def _bitcast_lower(ctx) -> None:
         ctx.compute(dst, lambda *ix: src[ix])
 
 
-define("onnx.BitCast", infer=_bitcast_infer, reference=_bitcast_ref, lower=_bitcast_lower, kind="opaque", arity=1)
+# small_types: the 8-bit floats copy as bytes like any other type
+define("onnx.BitCast", infer=_bitcast_infer, reference=_bitcast_ref, lower=_bitcast_lower, kind="opaque", arity=1,
+       small_types=True)
 
 
 # ---- Shrink: x < -lambd -> x + bias, x > lambd -> x - bias, else 0 ---------------------------------

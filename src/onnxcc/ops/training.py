@@ -21,8 +21,8 @@ TRAINING = "ai.onnx.preview.training."
 
 
 def _group_infer(per: int, n_out: int):
-    """Shape rule: R, T, then `per` groups of n tensors; results are the last `n_out` groups'
-    shapes with X's shape (every tensor of one index i shares X_i's shape)."""
+    """Shape rule: R, T, then `per` groups of n tensors (X, G, the state); `n_out` groups of
+    n results, each of X_i's type (every tensor of one index i shares X_i's shape)."""
 
     def infer(ctx: InferCtx) -> list[TensorType]:
         ts = ctx.in_types
