@@ -30,9 +30,9 @@ def model(elem, shape, indexes=INDEXES, **attrs):
     return m
 
 
-@pytest.mark.parametrize("mode,weights", [("TF", None), ("IDF", None), ("IDF", WEIGHTS), ("TFIDF", None),
-                                          ("TFIDF", WEIGHTS)])
-@pytest.mark.parametrize("lo,hi,skip", [(1, 2, 0), (2, 3, 2), (1, 3, 4)])
+@pytest.mark.parametrize("mode,weights,lo,hi,skip", [
+    ("TF", None, 1, 2, 0), ("TF", None, 2, 3, 2), ("TF", None, 1, 3, 4), ("IDF", None, 2, 3, 2),
+    ("IDF", WEIGHTS, 1, 3, 4), ("TFIDF", None, 1, 2, 0), ("TFIDF", WEIGHTS, 1, 3, 4)])
 def test_tfidf_2d(mode, weights, lo, hi, skip):
     extra = {} if weights is None else {"weights": weights}
     m = model(TP.INT64, ["B", "C"], mode=mode, min_gram_length=lo, max_gram_length=hi, max_skip_count=skip,
