@@ -37,17 +37,18 @@ class Artifact:
     text: str = ""
 
 
-def load_module(model) -> Module:
-    """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module."""
+def load_module(model, structure: dict[str, str] | None = None) -> Module:
+    """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module; `structure`: the
+    sequence / optional inputs' specs (io_structure.py)."""
     if isinstance(model, Module):
         return model
     if isinstance(model, (str, Path)):
         from ..frontend.model_file import load_model
 
-        return load_model(model)
+        return load_model(model, structure=structure)
     from ..frontend import load_onnx
 
-    return load_onnx(model)
+    return load_onnx(model, structure=structure)
 
 
 def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
@@ -109,7 +110,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
             getattr(ins, "step", lambda *_: None)(what, seconds)
 
     t0 = time.perf_counter()
-    module = load_module(model)
+    module = load_module(model, options.input_structure)
     defaults = _take_input_defaults(module)
     name = identifier(options.name or default_name(model, module))
     step("import", time.perf_counter() - t0)
@@ -184,6 +185,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
     backend fills in its target fields (`Backend.describe`)."""
     from ..codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+    from ..io_structure import structure_of
     from ..passes.value_symbols import value_symbols_of
     from .value_versions import generic_function, output_signature, value_guards, version_guard_text
 
@@ -213,7 +215,9 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
                   **v.stats, **bucket}))
     constraints = [(c.expr, c.origin) for c in module.constraints]
     meta = {"options": options.cache_key(), **backend.metadata(),
-            "dropped_versions": list(module.attrs.get("dropped_versions", []))}
+            "dropped_versions": list(module.attrs.get("dropped_versions", [])),
+            # sequence / optional I/O: how the loader flattens and groups them (io_structure.py)
+            **({"structure": structure_of(module.attrs)} if "input_structure" in module.attrs else {})}
     spec = ArtifactSpec(name, inputs, outputs, list(module.symbols) + extra_symbols, constraints, versions,
                         backend.name, "", meta, version_dims=version_dims)
     names = [t.name for t in inputs]

@@ -65,7 +65,7 @@ def compile_levels(model, out_dir, options, emit: str = "lib", pass_ctx: PassCon
         opts = replace(options, cpu=cpu, cpu_versions=[])
         backend = make_backend(opts)
         t0 = time.perf_counter()
-        module = load_module(model)
+        module = load_module(model, options.input_structure)
         name = identifier(options.name or default_name(model, module))
         t["import"] = t.get("import", 0.0) + time.perf_counter() - t0
         narrow_dims(module, opts.dims)
