@@ -443,7 +443,15 @@ def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     from onnxcc.frontend import load_onnx
     from onnxcc.interp import run
 
-    module = load_onnx(model, structure=input_structure(model, inputs))
+    from onnxcc.errors import ValueDependentError
+
+    structure = input_structure(model, inputs)
+    try:
+        module = load_onnx(model, structure=structure)
+    except ValueDependentError as e:  # a sequence's structure hangs on input values: fold those given
+        given = dict(zip([vi.name for vi in model.graph.input], inputs))
+        module = load_onnx(model, structure=structure,
+                           values={n: np.asarray(given[n]).reshape(-1).tolist() for n in e.inputs if n in given})
     try:
         from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
     except ImportError:
@@ -486,7 +494,7 @@ def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
                          CompileOptions(input_structure=structure),
                          lambda names: dict(zip(names, inputs)) if len(names) == len(inputs) else None)
         lib = load(d)
-        if structure or any(x is None or isinstance(x, list) for x in inputs):
+        if getattr(lib, "structure", None) is not None:
             # sequences (lists) and optionals (None) through the loader, as a user passes them
             outs = lib.run(inputs)
             return [_copy_item(o) for o in (outs.values() if isinstance(outs, dict) else outs)]

@@ -37,18 +37,37 @@ class Artifact:
     text: str = ""
 
 
-def load_module(model, structure: dict[str, str] | None = None) -> Module:
+def load_module(model, structure: dict[str, str] | None = None, values: dict[str, list] | None = None) -> Module:
     """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module; `structure`: the
-    sequence / optional inputs' specs (io_structure.py)."""
+    sequence / optional inputs' specs (io_structure.py); `values`: inputs' values a
+    sequence's structure may depend on (frontend/sequences.py)."""
     if isinstance(model, Module):
         return model
     if isinstance(model, (str, Path)):
         from ..frontend.model_file import load_model
 
-        return load_model(model, structure=structure)
+        return load_model(model, structure=structure, values=values)
     from ..frontend import load_onnx
 
-    return load_onnx(model, structure=structure)
+    return load_onnx(model, structure=structure, values=values)
+
+
+def import_values(options: CompileOptions) -> dict[str, list]:
+    """The value versions' values the importer may fold into a sequence's structure: inputs
+    given exactly one value (with several, each would need an import of its own)."""
+    return {n: v[0] for n, v in options.specialize_value.items() if len(v) == 1}
+
+
+def without_baked(options: CompileOptions, module: Module) -> CompileOptions:
+    """`options` less the value versions the importer already made @main (its value_guard):
+    specialize-value would only build the same version twice."""
+    from dataclasses import replace
+
+    main = module.functions.get("main")
+    baked = {g.partition(":")[0] for g in (main.attrs.get("value_guard", []) if main is not None else [])}
+    if not baked:
+        return options
+    return replace(options, specialize_value={n: v for n, v in options.specialize_value.items() if n not in baked})
 
 
 def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
@@ -110,7 +129,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
             getattr(ins, "step", lambda *_: None)(what, seconds)
 
     t0 = time.perf_counter()
-    module = load_module(model, options.input_structure)
+    module = load_module(model, options.input_structure, import_values(options))
     defaults = _take_input_defaults(module)
     name = identifier(options.name or default_name(model, module))
     step("import", time.perf_counter() - t0)
@@ -120,7 +139,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     narrow_dims(module, options.dims)
     run_ctx = PassContext(instruments=[_StageClock(t), *ctx.instruments], options=ctx.options)
     try:
-        result = run_pipeline(module, build_pipeline(options, backend, name, emit), run_ctx)
+        result = run_pipeline(module, build_pipeline(without_baked(options, module), backend, name, emit), run_ctx)
     except (CompileError, UnsupportedOp) as e:
         from .value_versions import refuse_value_dependent
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..errors import CompileError
+from ..errors import CompileError, ValueDependentError
 from ..ir import Function, Module, canon
 from ..ir.dims import SymbolInfo
 from ..ir.printer import print_bool
@@ -19,16 +19,6 @@ from ..passes.specialize_value import (
     value_inputs,
     value_text,
 )
-
-
-class ValueDependentError(CompileError):
-    """The generic version cannot be built because a shape depends on the values of `inputs`
-    and no value version was asked for."""
-
-    def __init__(self, msg: str, inputs: list[str], all_inputs: list[str] | None = None):
-        #: the inputs whose values decide the shapes; every input of the model, in order
-        self.inputs, self.all_inputs = inputs, list(all_inputs or inputs)
-        super().__init__(msg)
 
 
 def generic_function(module: Module, kmod) -> Function:

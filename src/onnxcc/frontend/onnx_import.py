@@ -62,15 +62,19 @@ _TYPE_KINDS = {"sequence_type": "a sequence", "optional_type": "an optional", "m
 _RESERVED = {"floor", "ceiling", "Max", "Min", "Mod", "Abs", "true", "false"}
 
 
-def load_onnx(model: ModelSource, name: str | None = None, structure: dict[str, str] | None = None) -> Module:
+def load_onnx(model: ModelSource, name: str | None = None, structure: dict[str, str] | None = None,
+              values: dict[str, list] | None = None) -> Module:
     """Import an ONNX model (a path, serialized bytes or a ModelProto) as a typed Module.
-    `structure`: the spec of each sequence / optional input (io_structure.py)."""
+    `structure`: the spec of each sequence / optional input (io_structure.py); `values`: flat
+    values of inputs that decide a sequence's structure (frontend/sequences.py)."""
     proto, base_dir, what, default_name = _read(model)
-    return import_model(proto, name or default_name, base_dir=base_dir, what=what, structure=structure)
+    return import_model(proto, name or default_name, base_dir=base_dir, what=what, structure=structure,
+                        values=values)
 
 
 def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = "",
-                 what: str = "model", structure: dict[str, str] | None = None) -> Module:
+                 what: str = "model", structure: dict[str, str] | None = None,
+                 values: dict[str, list] | None = None) -> Module:
     """Import an in-memory ModelProto; external data is read relative to `base_dir`."""
     if not proto.HasField("graph"):
         raise ImportError_(f"{what}: not a valid ONNX model (no graph)")
@@ -88,7 +92,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         proto = opset_compat.upgrade(proto, opset, what)
     module = Module(name=_ident(name))
     module.attrs["opset"] = opset
-    imp = _Importer(module, base_dir, what, structure=structure)
+    imp = _Importer(module, base_dir, what, structure=structure, values=values)
     try:
         imp.import_main(proto.graph, proto.ir_version)
     except OnnxccError:
@@ -99,7 +103,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         # split-if pass makes both versions, and drops the one that cannot hold)
         module = Module(name=_ident(name))
         module.attrs["opset"] = opset
-        imp = _Importer(module, base_dir, what, branch=1, structure=structure)
+        imp = _Importer(module, base_dir, what, branch=1, structure=structure, values=values)
         imp.import_main(proto.graph, proto.ir_version)
     return module
 
@@ -182,8 +186,15 @@ class _Importer:
     """Module-wide state: symbols from dim_params, weights, the value map for shape chains."""
 
     def __init__(self, module: Module, base_dir: str, what: str, branch: int = 0,
-                 structure: dict[str, str] | None = None):
+                 structure: dict[str, str] | None = None, values: dict[str, list] | None = None):
         self.module = module
+        #: flat values of graph inputs a sequence's structure may depend on; those used are
+        #: recorded in `baked` and become @main's value guard
+        self.input_values = dict(values or {})
+        self.baked: dict[str, list] = {}
+        #: @main's block and its ONNX input names, once import_main has made them
+        self.main_block: Block | None = None
+        self.input_names: list[str] = []
         #: the spec of each sequence / optional graph input (frontend/sequences.py)
         self.structure = dict(structure or {})
         self.base_dir = base_dir
@@ -210,6 +221,7 @@ class _Importer:
                 if d.HasField("dim_param") and _SYMBOL_NAME.fullmatch(d.dim_param):
                     self.dim_param(d.dim_param, f'input "{vi.name}" dim {axis}')
         body = Block()
+        self.main_block, self.input_names = body, [vi.name for vi in inputs]
         b = GraphBuilder(self, body, {}, prefix="")
         in_specs = []
         for vi in inputs:
@@ -242,9 +254,19 @@ class _Importer:
             self.module.attrs["input_structure"] = [f"{sp} {n}" for n, sp in in_specs]
             self.module.attrs["output_structure"] = [f"{sp} {n}" for n, sp in out_specs]
         body.append(Op("return", outs))
+        attrs: dict = {"outputs": out_names}
+        if self.baked:  # the build holds only for these values: @main is a value version
+            attrs["value_guard"] = [f"{n}:{' '.join(repr(x) for x in v)}" for n, v in self.baked.items()]
         # NOTE: returned values get renamed by passes; the artifact needs the graph's names
-        return self.module.add_function(Function("main", body, [v.type for v in outs],
-                                                 attrs={"outputs": out_names}))
+        return self.module.add_function(Function("main", body, [v.type for v in outs], attrs=attrs))
+
+    def input_value(self, name: str) -> list[int] | None:
+        """The value given for graph input `name` (integers and bools only), recorded as used."""
+        v = self.input_values.get(name)
+        if v is None or not all(float(x).is_integer() for x in v):
+            return None
+        self.baked[name] = list(v)
+        return [int(x) for x in v]
 
     def check_declared(self, vi: onnx.ValueInfoProto, got: TensorType, where: str) -> None:
         """A declared elem_type that differs from the computed one is refused (as onnxruntime

@@ -205,9 +205,12 @@ def known_ints(b, v: Value) -> list[int] | None:
     from ..ir import OpResult
 
     got = b.imp.values.get(v)
-    while got is None and isinstance(v, OpResult) and v.op.name == "onnx.Identity":
-        v = v.op.operands[0]  # a loop body's `cond_out = Identity(cond_in)`
-        got = b.imp.values.get(v)
+    if got is None and isinstance(v, OpResult) and v.op.name in ("onnx.Identity", "onnx.Not"):
+        # a loop body's `cond_out = Identity(cond_in)`; `Not(OptionalHasElement(x))`
+        inner = known_ints(b, v.op.operands[0])
+        if inner is None or v.op.name == "onnx.Identity":
+            return inner
+        return [int(not x) for x in inner]
     if got is None and isinstance(v, OpResult) and v.op.name == "cc.const":
         got = v.op.attrs.get("value")
         if not isinstance(got, np.ndarray):
@@ -223,13 +226,42 @@ def known_ints(b, v: Value) -> list[int] | None:
     return out
 
 
+def need_ints(b, node, named: list[tuple[Value, str]]) -> list[list[int]]:
+    """The known values of `named` [(value, what it is)]. A graph input among them takes the
+    value the compile was given for it (a value version: the dispatcher checks it), else
+    ValueDependentError names every such input (onnxcc run, the Session and the conformance
+    harness retry with the values they hold); anything else unknown is refused by name."""
+    from ..errors import ValueDependentError
+    from ..ir import BlockArg
+
+    out, missing = [], []
+    for v, what in named:
+        got = known_ints(b, v)
+        if got is None and isinstance(v, BlockArg) and v.block is b.imp.main_block:
+            got = b.imp.input_value(v.name)
+            if got is None:
+                missing.append(v.name)
+                continue
+        if got is None:
+            raise refuse(b, node, f"{what} depends on data the compile does not know; it decides a sequence's "
+                         "structure, which must be known at compile time")
+        out.append(got)
+    if missing:
+        which = ", ".join(f'"{n}"' for n in missing)
+        flags = " ".join(f"--specialize-value {n}=V" for n in missing)
+        raise ValueDependentError(
+            f'node "{b.loc}" ({node.op_type}): a sequence\'s structure depends on the value of input'
+            f"{'s' if len(missing) > 1 else ''} {which}: compile versions for given values with {flags} "
+            "(onnxcc run --inputs does it from the inputs it is given)", missing, b.imp.input_names)
+    return out
+
+
 def _position(b, node, v: Value | None, n: int, default: int, insert: bool = False) -> int:
     if v is None:
         return default
-    got = known_ints(b, v)
-    if got is None or len(got) != 1:
-        raise refuse(b, node, "the position depends on data the compile does not know; sequence positions "
-                     "must be known at compile time")
+    got = need_ints(b, node, [(v, "the position")])[0]
+    if len(got) != 1:
+        raise refuse(b, node, f"the position must be one number, got {len(got)}")
     p = got[0]
     hi = n if insert else n - 1
     if not -n <= p <= hi:
@@ -316,10 +348,7 @@ def _split_to_sequence(b, node, ins, attrs):
     if split is None:
         sizes = [1] * n
     else:
-        got = known_ints(b, _tensor(b, node, split, 1))
-        if got is None:
-            raise refuse(b, node, "the split sizes depend on data the compile does not know; the sequence's "
-                         "length would depend on them")
+        got = need_ints(b, node, [(_tensor(b, node, split, 1), "the split sizes")])[0]
         if split.type.rank == 0:
             if got[0] <= 0:
                 raise refuse(b, node, f"split {got[0]} must be positive")
@@ -428,19 +457,15 @@ def _loop(b, node, ins, attrs):
     state: list[Item] = [x for x in ins[2:]]
     if any(x is None for x in state):
         raise refuse(b, node, "an absent loop-carried input")
+    # a Loop over sequences is unrolled: its trip count and first condition must be known
+    named = [(_tensor(b, node, x, k), what) for k, (x, what) in enumerate(((m, "the trip count"),
+                                                                            (c, "the condition"))) if x is not None]
+    got = need_ints(b, node, named)
     trip = cond = None
     if m is not None:
-        got = known_ints(b, _tensor(b, node, m, 0))
-        if got is None:
-            raise refuse(b, node, "the trip count depends on data the compile does not know; a Loop over "
-                         "sequences is unrolled, so its trip count must be known at compile time")
-        trip = got[0]
+        trip = got.pop(0)[0]
     if c is not None:
-        got = known_ints(b, _tensor(b, node, c, 1))
-        if got is None:
-            raise refuse(b, node, "the condition depends on data the compile does not know; a Loop over "
-                         "sequences is unrolled, so when it stops must be known at compile time")
-        cond = bool(got[0])
+        cond = bool(got.pop(0)[0])
     if trip is None and cond is None:
         raise refuse(b, node, "a Loop over sequences without a trip count or condition never stops")
     n_state = len(state)
@@ -477,6 +502,8 @@ def _loop(b, node, ins, attrs):
 def _if(b, node, ins, attrs):
     c = _tensor(b, node, ins[0], 0)
     got = known_ints(b, c)
+    if got is None and _differ(b, node):
+        got = need_ints(b, node, [(c, "the condition")])[0]
     if got is not None:
         key = "then_branch" if got[0] else "else_branch"
         return run_inline(b, _graph(b, node, key), {}, key)
@@ -501,6 +528,21 @@ def _if(b, node, ins, attrs):
                      "compile time")
     flat = b.emit("onnx.If", [c, *cap_values], {}, sum(_count(s) for s in shapes[0]), regions=regions)
     return _rebuild(shapes[0], flat)
+
+
+def _differ(b, node) -> bool:
+    """Whether the branches declare differently structured outputs (an empty optional in
+    one, a value in the other): then the condition itself decides the structure."""
+    outs = [[o.type for o in _graph(b, node, k).output] for k in ("then_branch", "else_branch")]
+    for t, e in zip(*outs):
+        if t.WhichOneof("value") != e.WhichOneof("value"):
+            return True
+    for k in ("then_branch", "else_branch"):
+        g = _graph(b, node, k)
+        made = {o for n in g.node if n.op_type == "Optional" and not n.input for o in n.output}
+        if any(o.name in made for o in g.output):
+            return True  # a branch that yields an empty optional
+    return False
 
 
 def _flat_branch(b, node, g, cap_values, cap_names):
