@@ -1,0 +1,88 @@
+"""Sequence and optional inputs and outputs through the native build: a build specialised on
+their structure, each element a tensor of the C ABI, the loader taking lists and None
+(io_structure.py, frontend/sequences.py); numerics against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import onnxcc
+from onnxcc.errors import GuardError, ImportError_
+
+F = T.FLOAT
+
+
+def _model(nodes, inputs, outputs, opset=18):
+    m = h.make_model(h.make_graph(nodes, "g", inputs, outputs), opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _ort(model, feeds: dict):
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def seq_model():
+    # out = [x * s[k] for k], plus an optional passed through, plus whether it is present
+    body = h.make_graph([h.make_node("Mul", ["e", "x"], ["p"])], "body",
+                        [h.make_tensor_value_info("e", F, None)], [h.make_tensor_value_info("p", F, None)])
+    opt_t = h.make_optional_type_proto(h.make_tensor_type_proto(F, [2]))
+    nodes = [h.make_node("SequenceMap", ["s"], ["out"], body=body),
+             h.make_node("Identity", ["o"], ["o_out"]),
+             h.make_node("OptionalHasElement", ["o"], ["has"])]
+    return _model(nodes, [h.make_tensor_sequence_value_info("s", F, ["n"]), h.make_tensor_value_info("x", F, ["n"]),
+                          h.make_value_info("o", opt_t)],
+                  [h.make_tensor_sequence_value_info("out", F, None), h.make_value_info("o_out", opt_t),
+                   h.make_tensor_value_info("has", T.BOOL, [])])
+
+
+@pytest.fixture(scope="module")
+def built(seq_model, tmp_path_factory):
+    d = tmp_path_factory.mktemp("seq")
+    onnxcc.compile(seq_model, d, name="seqm", input_structure={"s": "seq:2", "o": "none"})
+    return d
+
+
+def test_sequence_in_and_out_match_onnxruntime(seq_model, built):
+    lib = onnxcc.load(built)
+    assert [t["name"] for t in lib.inputs] == ["s.0", "s.1", "x"]
+    assert [t["name"] for t in lib.outputs] == ["out.0", "out.1", "has"]
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(3).astype(np.float32)
+    s = [rng.standard_normal(3).astype(np.float32) for _ in range(2)]
+    got = lib.run([s, x, None])
+    assert got["o_out"] is None and bool(got["has"]) is False
+    want = _ort(seq_model, {"s": s, "x": x, "o": None})
+    assert len(got["out"]) == len(want[0]) == 2
+    for g, w in zip(got["out"], want[0]):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    # another length of the same element shape: a new dim, same build
+    y = lib.run({"s": [np.ones(5, np.float32)] * 2, "x": np.full(5, 2, np.float32)})
+    np.testing.assert_array_equal(y["out"][1], np.full(5, 2, np.float32))
+
+
+def test_another_structure_is_a_clear_guard_error(built):
+    lib = onnxcc.load(built)
+    x = np.ones(3, np.float32)
+    with pytest.raises(GuardError, match='input "s".*sequence of 2 tensors, got 3'):
+        lib.run([[x, x, x], x, None])
+    with pytest.raises(GuardError, match='input "o".*absent'):
+        lib.run([[x, x], x, np.ones(2, np.float32)])
+
+
+def test_header_documents_the_flattening(built):
+    text = (built / "seqm.h").read_text()
+    assert "input s: seq:2:ranks=1,1" in text and "input o: none" in text
+    assert "output out: seq:2:ranks=1,1" in text
+
+
+def test_compile_without_structure_names_the_input(seq_model, tmp_path):
+    with pytest.raises(ImportError_, match='input "s" is a sequence'):
+        onnxcc.compile(seq_model, tmp_path / "x")
