@@ -440,10 +440,9 @@ def opset_of(model) -> int:
 
 def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Import, run the default graph pipeline (when there is one), interpret with numpy."""
+    from onnxcc.errors import ValueDependentError
     from onnxcc.frontend import load_onnx
     from onnxcc.interp import run
-
-    from onnxcc.errors import ValueDependentError
 
     structure = input_structure(model, inputs)
     try:

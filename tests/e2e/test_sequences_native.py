@@ -71,9 +71,9 @@ def test_sequence_in_and_out_match_onnxruntime(seq_model, built):
 def test_another_structure_is_a_clear_guard_error(built):
     lib = onnxcc.load(built)
     x = np.ones(3, np.float32)
-    with pytest.raises(GuardError, match='input "s".*sequence of 2 tensors, got 3'):
+    with pytest.raises(GuardError, match=r'input "s".*sequence of 2 tensors, got 3'):
         lib.run([[x, x, x], x, None])
-    with pytest.raises(GuardError, match='input "o".*absent'):
+    with pytest.raises(GuardError, match=r'input "o".*absent'):
         lib.run([[x, x], x, np.ones(2, np.float32)])
 
 
@@ -84,5 +84,5 @@ def test_header_documents_the_flattening(built):
 
 
 def test_compile_without_structure_names_the_input(seq_model, tmp_path):
-    with pytest.raises(ImportError_, match='input "s" is a sequence'):
+    with pytest.raises(ImportError_, match=r'input "s" is a sequence'):
         onnxcc.compile(seq_model, tmp_path / "x")

@@ -67,7 +67,8 @@ def _list_ops_model():
     inits = [helper.make_tensor("minus1", TensorProto.INT64, [], [-1]),
              helper.make_tensor("zero", TensorProto.INT64, [], [0])]
     return _model(nodes, [_seq_vi("s", [2, "w"])],
-                  [helper.make_tensor_value_info("at", F, None), helper.make_tensor_value_info("n", TensorProto.INT64, None),
+                  [helper.make_tensor_value_info("at", F, None),
+                   helper.make_tensor_value_info("n", TensorProto.INT64, None),
                    helper.make_tensor_value_info("cat", F, None), _seq_vi("ins")], inits)
 
 
@@ -82,7 +83,8 @@ def test_list_ops_match_onnxruntime():
 
 def test_split_to_sequence_and_sequence_map_match_onnxruntime():
     body = helper.make_graph([helper.make_node("Mul", ["e", "e"], ["sq"])], "body",
-                             [helper.make_tensor_value_info("e", F, None)], [helper.make_tensor_value_info("sq", F, None)])
+                             [helper.make_tensor_value_info("e", F, None)],
+                             [helper.make_tensor_value_info("sq", F, None)])
     nodes = [helper.make_node("SplitToSequence", ["x"], ["s"], axis=1, keepdims=0),
              helper.make_node("SequenceMap", ["s"], ["sq"], body=body)]
     m = _model(nodes, [helper.make_tensor_value_info("x", F, [2, 4])], [_seq_vi("sq")])
@@ -120,7 +122,7 @@ def test_position_computed_from_data_is_refused_by_name():
              helper.make_node("SequenceAt", ["s", "p"], ["y"], name="pick")]
     m = _model(nodes, [_seq_vi("s", [2]), helper.make_tensor_value_info("x", F, [3])],
                [helper.make_tensor_value_info("y", F, None)])
-    with pytest.raises(UnsupportedOp, match='pick.*position depends on data'):
+    with pytest.raises(UnsupportedOp, match=r'pick.*position depends on data'):
         load_onnx(m, structure={"s": "seq:2"})
 
 
@@ -129,23 +131,24 @@ def test_loop_with_a_data_dependent_condition_is_refused():
         [helper.make_node("ReduceSum", ["x"], ["t"], keepdims=0),
          helper.make_node("Greater", ["t", "zero_f"], ["c_out"]),
          helper.make_node("SequenceInsert", ["s_in", "x"], ["s_out"])], "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         _seq_vi("s_in")], [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), _seq_vi("s_out")])
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []), _seq_vi("s_in")],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), _seq_vi("s_out")])
     nodes = [helper.make_node("SequenceEmpty", [], ["e"]),
              helper.make_node("Loop", ["", "true"], ["s"], body=body, name="grow")]
     nodes[1].input.append("e")
     inits = [helper.make_tensor("true", TensorProto.BOOL, [], [True]), helper.make_tensor("zero_f", F, [], [0.0])]
     m = _model(nodes, [helper.make_tensor_value_info("x", F, [2])], [_seq_vi("s")], inits)
-    with pytest.raises(UnsupportedOp, match="grow.*condition in iteration 0 depends on data"):
+    with pytest.raises(UnsupportedOp, match=r"grow.*condition in iteration 0 depends on data"):
         load_onnx(m)
 
 
 def test_sequence_input_needs_its_structure():
     m = _model([helper.make_node("SequenceLength", ["s"], ["n"])], [_seq_vi("s", [2])],
                [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
-    with pytest.raises(ImportError_, match='input "s" is a sequence.*seq:N'):
+    with pytest.raises(ImportError_, match=r'input "s" is a sequence.*seq:N'):
         load_onnx(m)
-    with pytest.raises(ImportError_, match="elements no shape"):
+    with pytest.raises(ImportError_, match=r"elements no shape"):
         load_onnx(_model([helper.make_node("SequenceLength", ["s"], ["n"])], [_seq_vi("s")],
                          [helper.make_tensor_value_info("n", TensorProto.INT64, [])]), structure={"s": "seq:2"})
 
@@ -155,7 +158,7 @@ def test_specs_round_trip_and_bad_ones_are_named():
         assert parse_spec(text).text() == text
     assert spec_of([np.zeros(2), np.zeros((1, 2))], optional=False) == "seq:2:ranks=1,2"
     assert spec_of(None, optional=True) == "none"
-    with pytest.raises(OnnxccError, match="'x'.*seq:N"):
+    with pytest.raises(OnnxccError, match=r"'x'.*seq:N"):
         parse_spec("seq:two", "x")
 
 
@@ -163,9 +166,9 @@ def test_flatten_checks_the_compiled_structure():
     st = {"inputs": [["s", "seq:2"], ["o", "none"]], "outputs": [["r", "seq:1"], ["q", "none"]]}
     a = np.zeros(2)
     assert list(flatten_inputs(st, [[a, a], None])) == ["s.0", "s.1"]
-    with pytest.raises(GuardError, match='input "s".*sequence of 2 tensors, got 3'):
+    with pytest.raises(GuardError, match=r'input "s".*sequence of 2 tensors, got 3'):
         flatten_inputs(st, [[a, a, a], None])
-    with pytest.raises(GuardError, match='input "o".*absent'):
+    with pytest.raises(GuardError, match=r'input "o".*absent'):
         flatten_inputs(st, [[a, a], a])
     assert group_outputs(st, {"r.0": a}) == {"r": [a], "q": None}
 

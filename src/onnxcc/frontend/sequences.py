@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 
 from ..errors import ImportError_, UnsupportedOp
-from ..ir import DType, TensorType, Value
 from ..io_structure import Spec, flat_names, parse_spec
+from ..ir import DType, TensorType, Value
 
 #: the most iterations a Loop over sequences is unrolled to
 MAX_UNROLL = 1024
