@@ -170,3 +170,55 @@ def group_outputs(structure: dict, flat: dict) -> dict:
         else:
             out[name] = [flat[n] for n in flat_names(name, sp)]
     return out
+
+
+# ---- flat files (`onnxcc run --inputs x.npz`): element K of sequence NAME is the key NAME.K ----
+
+def structure_from_keys(declared: list[tuple[str, str]], keys) -> dict[str, str]:
+    """The specs of the sequence / optional inputs `declared` [(name, "sequence" |
+    "optional")] from the keys of a flat file: NAME.0 .. NAME.N-1 make a sequence of N (none:
+    an empty one), NAME (or NAME.K) a present optional, no key an absent one."""
+    keys = set(keys)
+    out = {}
+    for name, kind in declared:
+        n = 0
+        while f"{name}.{n}" in keys:
+            n += 1
+        if kind == "sequence":
+            out[name] = f"seq:{n}"
+        elif name in keys:
+            out[name] = "some"
+        else:
+            out[name] = f"some:seq:{n}" if n else "none"
+    return out
+
+
+def group_flat_inputs(structure: dict, flat: dict) -> dict:
+    """{NAME.K / NAME: array} (a flat file) -> the ONNX-level inputs run() takes."""
+    out: dict = {}
+    for name, s in structure["inputs"]:
+        sp = parse_spec(s, name)
+        if not sp.present:
+            out[name] = None
+        elif sp.length is None:
+            if name in flat:
+                out[name] = flat[name]
+        else:
+            missing = [k for k in flat_names(name, sp) if k not in flat]
+            if missing:
+                raise GuardError(f'input "{name}" is a sequence of {sp.length} in this build: missing '
+                                 f"{', '.join(missing)}")
+            out[name] = [flat[k] for k in flat_names(name, sp)]
+    return out
+
+
+def flatten_outputs(grouped: dict) -> dict:
+    """run()'s outputs with each sequence as NAME.K keys and absent optionals left out (for
+    a flat file)."""
+    out: dict = {}
+    for name, v in grouped.items():
+        if isinstance(v, list):
+            out.update({f"{name}.{k}": a for k, a in enumerate(v)})
+        elif v is not None:
+            out[name] = v
+    return out
