@@ -189,3 +189,56 @@ def test_graph_output_structure_is_recorded():
     st = structure_of(module.attrs)
     assert st == {"inputs": [["s", "seq:3:ranks=2,2,2"]],
                   "outputs": [["at", "tensor"], ["n", "tensor"], ["cat", "tensor"], ["ins", "seq:3:ranks=2,2,2"]]}
+
+
+def test_unrolled_loop_with_scan_output_matches_onnxruntime():
+    """A Loop carrying a sequence is unrolled; its scan output is stacked."""
+    body = helper.make_graph(
+        [helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Add", ["x", "fi"], ["y"]),
+         helper.make_node("SequenceInsert", ["s_in", "y"], ["s_out"]),
+         helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, []), _seq_vi("s_in")],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), _seq_vi("s_out"),
+         helper.make_tensor_value_info("y", F, None)])
+    nodes = [helper.make_node("SequenceEmpty", [], ["e"]),
+             helper.make_node("Loop", ["three", "", "e"], ["s", "ys"], body=body),
+             helper.make_node("SequenceLength", ["s"], ["n"])]
+    inits = [helper.make_tensor("three", TensorProto.INT64, [], [3])]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F, [2])],
+               [_seq_vi("s"), helper.make_tensor_value_info("ys", F, None),
+                helper.make_tensor_value_info("n", TensorProto.INT64, [])], inits)
+    x = np.array([1.0, 2.0], np.float32)
+    got = _interp(m, [x])
+    _same(got, _ort(m, [x]))
+    assert got[1].shape == (3, 2) and int(got[2]) == 3
+
+
+def test_if_over_sequences_with_unknown_condition_keeps_both_branches():
+    """Same structure in both branches: one If yielding the elements as tensors."""
+    def branch(name, scale):
+        return helper.make_graph(
+            [helper.make_node("Mul", ["x", f"k{name}"], [f"y{name}"]),
+             helper.make_node("SequenceConstruct", ["x", f"y{name}"], [f"s{name}"])], name, [],
+            [_seq_vi(f"s{name}")], initializer=[helper.make_tensor(f"k{name}", F, [], [scale])])
+    nodes = [helper.make_node("If", ["c"], ["s"], then_branch=branch("t", 2.0), else_branch=branch("e", 3.0)),
+             helper.make_node("ConcatFromSequence", ["s"], ["cat"], axis=0)]
+    m = _model(nodes, [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                       helper.make_tensor_value_info("x", F, [2])],
+               [helper.make_tensor_value_info("cat", F, None)])
+    module = load_onnx(m)
+    assert sum(op.name == "onnx.If" for op in module.main.body.ops) == 1
+    x = np.array([1.0, 2.0], np.float32)
+    for c in (True, False):
+        _same(run(module, [np.array(c), x]), _ort(m, [np.array(c), x]))
+
+
+def test_a_body_yielding_a_sequence_its_op_cannot_carry_is_refused():
+    body = helper.make_graph([helper.make_node("SequenceConstruct", ["x"], ["s"])], "body", [],
+                             [helper.make_tensor_value_info("s", F, None)])  # untyped: looks like a tensor
+    nodes = [helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=body, name="pick")]
+    m = _model(nodes, [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                       helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)])
+    with pytest.raises(UnsupportedOp, match=r"pick.*is a sequence or optional"):
+        load_onnx(m)

@@ -581,6 +581,10 @@ class GraphBuilder:
         self.loc = parent_loc
         where = f'node "{parent_loc}" subgraph {g.name!r}'
         outs = [sub.lookup(o.name, f'{where} output "{o.name}"') for o in g.output]
+        for o, v in zip(g.output, outs):
+            if not isinstance(v, Value):  # a body that yields a sequence its op does not unroll
+                raise UnsupportedOp("subgraph", "", parent_loc, f'{where} output "{o.name}" is a sequence or '
+                                    "optional, which this op cannot carry (only Loop, If and SequenceMap resolve them)")
         block.append(Op("yield", outs))
         return Region([block])
 
