@@ -394,11 +394,24 @@ def _leaves(xs: list) -> list[np.ndarray]:
     return [a for x in xs if x is not None for a in (x if isinstance(x, list) else [x])]
 
 
+def _input_names(model) -> list[str]:
+    """The model's graph inputs, in order (a path is read without its external data)."""
+    if isinstance(model, (str, Path)):
+        import onnx
+
+        model = onnx.load(str(model), load_external_data=False)
+    return [vi.name for vi in model.graph.input]
+
+
 def input_structure(model, inputs: list) -> dict[str, str]:
     """The structure spec of each sequence / optional input, read off the values given (what
     a user passes to `compile(..., input_structure=...)`)."""
     from onnxcc.io_structure import spec_of
 
+    if isinstance(model, (str, Path)):  # the model sets hand the executor a path
+        import onnx
+
+        model = onnx.load(str(model), load_external_data=False)
     out = {}
     for vi, x in zip(model.graph.input, inputs):
         kind = vi.type.WhichOneof("value")
@@ -448,9 +461,15 @@ def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     try:
         module = load_onnx(model, structure=structure)
     except ValueDependentError as e:  # a sequence's structure hangs on input values: fold those given
-        given = dict(zip([vi.name for vi in model.graph.input], inputs))
+        given = dict(zip(e.all_inputs, inputs))
         module = load_onnx(model, structure=structure,
                            values={n: np.asarray(given[n]).reshape(-1).tolist() for n in e.inputs if n in given})
+    params = [p.name for p in module.main.params]
+    if len(inputs) < len(params) and not module.attrs.get("input_structure"):
+        # the rest have defaults (initializers), which the importer keeps as weights
+        from onnxcc.frontend.onnx_import import DEFAULT_PREFIX
+
+        inputs = list(inputs) + [module.weights[DEFAULT_PREFIX + n] for n in params[len(inputs):]]
     try:
         from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
     except ImportError:
@@ -493,13 +512,20 @@ def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
                          CompileOptions(input_structure=structure),
                          lambda names: dict(zip(names, inputs)) if len(names) == len(inputs) else None)
         lib = load(d)
+        names = _input_names(model)
+        if len(inputs) < len(names):  # the rest have defaults (initializers): by name, as a user would
+            feeds: list | dict = dict(zip(names, inputs))
+        else:
+            feeds = inputs
         if getattr(lib, "structure", None) is not None:
             # sequences (lists) and optionals (None) through the loader, as a user passes them
-            outs = lib.run(inputs)
+            outs = lib.run(feeds)
             return [_copy_item(o) for o in (outs.values() if isinstance(outs, dict) else outs)]
         # the runtime passes bf16 as its uint16 bits; the cases hold ml_dtypes.bfloat16 arrays
         bf16 = next((x.dtype for x in inputs if x.dtype.name == "bfloat16"), None)
-        outs = lib.run([x.view(np.uint16) if x.dtype.name == "bfloat16" else x for x in inputs])
+        outs = lib.run({k: x.view(np.uint16) if x.dtype.name == "bfloat16" else x for k, x in feeds.items()}
+                       if isinstance(feeds, dict) else
+                       [x.view(np.uint16) if x.dtype.name == "bfloat16" else x for x in inputs])
         outs = list(outs.values()) if isinstance(outs, dict) else list(outs)
         sigs = getattr(lib, "outputs", [{}] * len(outs))
         res = []

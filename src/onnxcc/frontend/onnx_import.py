@@ -195,6 +195,8 @@ class _Importer:
         #: @main's block and its ONNX input names, once import_main has made them
         self.main_block: Block | None = None
         self.input_names: list[str] = []
+        #: the graph inputs whose values may decide a sequence's structure (named together)
+        self.structure_inputs: list[str] = []
         #: the spec of each sequence / optional graph input (frontend/sequences.py)
         self.structure = dict(structure or {})
         self.base_dir = base_dir
@@ -222,6 +224,7 @@ class _Importer:
                     self.dim_param(d.dim_param, f'input "{vi.name}" dim {axis}')
         body = Block()
         self.main_block, self.input_names = body, [vi.name for vi in inputs]
+        self.structure_inputs = sequences.structure_inputs(g, set(self.input_names))
         b = GraphBuilder(self, body, {}, prefix="")
         in_specs = []
         for vi in inputs:
@@ -263,6 +266,9 @@ class _Importer:
     def input_value(self, name: str) -> list[int] | None:
         """The value given for graph input `name` (integers and bools only), recorded as used."""
         v = self.input_values.get(name)
+        default = self.module.weights.get(DEFAULT_PREFIX + name)
+        if v is None and isinstance(default, np.ndarray) and default.size <= 64:
+            v = default.reshape(-1).tolist()  # an input with an initializer: its default, guarded
         if v is None or not all(float(x).is_integer() for x in v):
             return None
         self.baked[name] = list(v)

@@ -146,6 +146,31 @@ def flatten_output(name: str, item: Item, where: str) -> tuple[str, list[tuple[s
     raise ImportError_(f"{where}: an optional of an optional is not supported")
 
 
+#: the input slots whose values decide a structure, per op
+_VALUE_SLOTS = {"SequenceAt": (1,), "SequenceInsert": (2,), "SequenceErase": (1,), "SplitToSequence": (1,),
+                "Loop": (0, 1), "If": (0,)}
+
+
+def structure_inputs(g: onnx.GraphProto, inputs: set[str]) -> list[str]:
+    """Graph inputs (of `inputs`) read where a value may decide a sequence's structure: the
+    positions and split sizes of sequence ops, Loop trip counts and conditions, If
+    conditions, in the graph and its subgraphs."""
+    out: list[str] = []
+
+    def walk(graph):
+        for n in graph.node:
+            if n.domain not in ("", "ai.onnx"):
+                continue
+            slots = [n.input[k] for k in _VALUE_SLOTS.get(n.op_type, ()) if k < len(n.input)]
+            out.extend(x for x in slots if x in inputs and x not in out)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+
+    walk(g)
+    return out
+
+
 # ---- nodes ---------------------------------------------------------------------------------------
 
 def wants(b, node: onnx.NodeProto) -> bool:
@@ -247,6 +272,9 @@ def need_ints(b, node, named: list[tuple[Value, str]]) -> list[list[int]]:
                          "structure, which must be known at compile time")
         out.append(got)
     if missing:
+        # every input that may decide a structure, so one retry with values builds (those
+        # a value version cannot hold are set aside by the caller)
+        missing += [n for n in b.imp.structure_inputs if n not in missing and n not in b.imp.input_values]
         which = ", ".join(f'"{n}"' for n in missing)
         flags = " ".join(f"--specialize-value {n}=V" for n in missing)
         raise ValueDependentError(
