@@ -86,3 +86,41 @@ def test_header_documents_the_flattening(built):
 def test_compile_without_structure_names_the_input(seq_model, tmp_path):
     with pytest.raises(ImportError_, match=r'input "s" is a sequence'):
         onnxcc.compile(seq_model, tmp_path / "x")
+
+
+def test_position_input_with_a_default_is_guarded(tmp_path):
+    """An overridable position (an input with an initializer): the build folds its default
+    and the dispatcher checks it; another value is a guard error naming the input."""
+    nodes = [h.make_node("SequenceConstruct", ["a", "b"], ["s"]), h.make_node("SequenceAt", ["s", "p"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("a", F, [2]), h.make_tensor_value_info("b", F, [2]),
+                                  h.make_tensor_value_info("p", T.INT64, [])],
+                     [h.make_tensor_value_info("y", F, None)], initializer=[h.make_tensor("p", T.INT64, [], [1])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnxcc.compile(m, tmp_path, name="pick")
+    lib = onnxcc.load(tmp_path)
+    a, b = np.zeros(2, np.float32), np.ones(2, np.float32)
+    np.testing.assert_array_equal(lib.run({"a": a, "b": b})["y"], b)
+    with pytest.raises(GuardError, match=r'input "p" has another value'):
+        lib.run({"a": a, "b": b, "p": np.array(0, np.int64)})
+
+
+def test_value_versions_keep_the_imported_value_guard(tmp_path):
+    """A position folded at import and a Reshape target folded by specialize-value: the
+    value version checks both values."""
+    import json
+
+    nodes = [h.make_node("SequenceConstruct", ["a", "a"], ["s"]), h.make_node("SequenceAt", ["s", "p"], ["x"]),
+             h.make_node("Reshape", ["x", "shape"], ["y"])]
+    m = _model(nodes, [h.make_tensor_value_info("a", F, [6]), h.make_tensor_value_info("p", T.INT64, []),
+                       h.make_tensor_value_info("shape", T.INT64, [2])], [h.make_tensor_value_info("y", F, None)])
+    onnxcc.compile(m, tmp_path, name="vv", specialize_value={"p": [[1]], "shape": [[2, 3]]})
+    meta = json.loads((tmp_path / "vv.json").read_text())
+    guards = [{g["input"] for g in v.get("value_guards", [])} for v in meta["versions"]]
+    assert all("p" in g for g in guards) and {"p", "shape"} in guards
+    lib = onnxcc.load(tmp_path)
+    a = np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(lib.run([a, np.array(1, np.int64), np.array([2, 3], np.int64)])["y"],
+                                  a.reshape(2, 3))
+    with pytest.raises(GuardError):
+        lib.run([a, np.array(0, np.int64), np.array([2, 3], np.int64)])
