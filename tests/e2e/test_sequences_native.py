@@ -124,3 +124,12 @@ def test_value_versions_keep_the_imported_value_guard(tmp_path):
                                   a.reshape(2, 3))
     with pytest.raises(GuardError):
         lib.run([a, np.array(0, np.int64), np.array([2, 3], np.int64)])
+
+
+def test_session_takes_lists_with_a_structure(seq_model, tmp_path):
+    sess = onnxcc.Session(seq_model, cache=str(tmp_path / "cache"), background=False,
+                          input_structure={"s": "seq:2", "o": "none"})
+    x = np.ones(4, np.float32)
+    out = sess.run([[x, 2 * x], x, None])
+    np.testing.assert_array_equal(out["out"][1], 2 * x)
+    assert out["o_out"] is None and sess.stats.calls == 1
