@@ -32,3 +32,19 @@ def test_run_takes_sequence_elements_as_npz_keys(tmp_path):
         assert sorted(z.files) == ["cat", "s2.0", "s2.1", "s2.2"]
         np.testing.assert_array_equal(z["cat"], np.concatenate([a, b]))
         np.testing.assert_array_equal(z["s2.2"], np.concatenate([a, b]))
+
+
+def test_compile_takes_the_structure_as_a_flag(tmp_path):
+    g = helper.make_graph([helper.make_node("SequenceLength", ["s"], ["n"])], "g",
+                          [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "len.onnx")
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "len.onnx"), "-o", str(tmp_path / "out"),
+                                  "--input-structure", "s=seq:3"])
+    assert r.exit_code == 0, r.output
+    assert "input s: seq:3" in (tmp_path / "out" / "len.h").read_text()
+    r = CliRunner().invoke(main, ["compile", str(tmp_path / "len.onnx"), "-o", str(tmp_path / "bad"),
+                                  "--input-structure", "s=three"])
+    assert r.exit_code != 0 and "seq:N" in r.output
