@@ -70,8 +70,8 @@ def compile_flags(fn):
     @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
     @functools.wraps(fn)
     def wrapper(*args, name, dims, specs, value_specs, value_symbols, structure_specs, no_specialize_one, divisible,
-                max_versions, target, cuda_arch, triple, cpu_name, cpu_versions, cc, features, no_parallel, no_fuse, opt,
-                bucket_specs, trace, max_buckets, **kwargs):
+                max_versions, target, cuda_arch, triple, cpu_name, cpu_versions, cc, features, no_parallel, no_fuse,
+                opt, bucket_specs, trace, max_buckets, **kwargs):
         from ..compiler import CompileOptions
 
         options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
