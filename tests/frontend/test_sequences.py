@@ -242,3 +242,29 @@ def test_a_body_yielding_a_sequence_its_op_cannot_carry_is_refused():
                        helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, None)])
     with pytest.raises(UnsupportedOp, match=r"pick.*is a sequence or optional"):
         load_onnx(m)
+
+
+def test_if_whose_branches_differ_in_length_needs_the_condition():
+    def branch(name, n):
+        return helper.make_graph([helper.make_node("SequenceConstruct", ["x"] * n, [f"s{name}"])], name, [],
+                                 [_seq_vi(f"s{name}")])
+    nodes = [helper.make_node("If", ["c"], ["s"], then_branch=branch("t", 1), else_branch=branch("e", 2)),
+             helper.make_node("SequenceLength", ["s"], ["n"])]
+    m = _model(nodes, [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                       helper.make_tensor_value_info("x", F, [2])],
+               [helper.make_tensor_value_info("n", TensorProto.INT64, [])])
+    with pytest.raises(ValueDependentError, match=r'input "c"'):
+        load_onnx(m)
+    module = load_onnx(m, values={"c": [0]})
+    assert int(run(module, [np.array(False), np.ones(2, np.float32)])[0]) == 2
+    assert module.main.attrs["value_guard"] == ["c:0"]
+
+
+def test_an_op_of_another_domain_given_a_sequence_is_refused():
+    nodes = [helper.make_node("SequenceConstruct", ["x"], ["s"]),
+             helper.make_node("Gelu", ["s"], ["y"], domain="com.microsoft", name="odd")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [2])],
+                          [helper.make_tensor_value_info("y", F, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedOp, match=r"odd.*over a sequence or optional"):
+        load_onnx(m)

@@ -176,9 +176,7 @@ def structure_inputs(g: onnx.GraphProto, inputs: set[str]) -> list[str]:
 def wants(b, node: onnx.NodeProto) -> bool:
     """Whether this node is resolved here: a sequence / optional op, or Identity / If / Loop
     over sequences or optionals."""
-    if node.domain not in ("", "ai.onnx"):
-        return False
-    if node.op_type in SEQUENCE_OPS:
+    if node.op_type in SEQUENCE_OPS and node.domain in ("", "ai.onnx"):
         return True
     if any(not isinstance(b.scope.get(n), (Value, type(None))) for n in node.input if n):
         return True
@@ -198,7 +196,7 @@ def convert(b, node: onnx.NodeProto) -> list[Item]:
     for n in node.input:
         if n and n not in b.scope:
             b.lookup(n, f'node "{b.loc}" ({node.op_type})')  # the importer's "not defined" error
-    fn = _HANDLERS.get(node.op_type)
+    fn = _HANDLERS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
     if fn is None:
         raise UnsupportedOp(node.op_type, node.domain, b.loc, f"{node.op_type} over a sequence or optional "
                             "(an input, or a value its subgraph reads) is not supported")
@@ -551,9 +549,11 @@ def _if(b, node, ins, attrs):
         regions.append(region)
         shapes.append(shape)
     if shapes[0] != shapes[1]:
-        raise refuse(b, node, f"the branches give differently structured results ({_show(shapes[0])} and "
-                     f"{_show(shapes[1])}) and the condition depends on data; the structure must be known at "
-                     "compile time")
+        # the condition decides the structure: known for a graph input given a value, else refused
+        got = need_ints(b, node, [(c, f"the condition (the branches give {_show(shapes[0])} and "
+                                      f"{_show(shapes[1])})")])[0]
+        key = "then_branch" if got[0] else "else_branch"
+        return run_inline(b, _graph(b, node, key), {}, key)
     flat = b.emit("onnx.If", [c, *cap_values], {}, sum(_count(s) for s in shapes[0]), regions=regions)
     return _rebuild(shapes[0], flat)
 
