@@ -453,17 +453,27 @@ def opset_of(model) -> int:
 
 def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Import, run the default graph pipeline (when there is one), interpret with numpy."""
-    from onnxcc.errors import ValueDependentError
+    from onnxcc.errors import DimDependentError, ValueDependentError
     from onnxcc.frontend import load_onnx
     from onnxcc.interp import run
 
     structure = input_structure(model, inputs)
-    try:
-        module = load_onnx(model, structure=structure)
-    except ValueDependentError as e:  # a sequence's structure hangs on input values: fold those given
-        given = dict(zip(e.all_inputs, inputs))
-        module = load_onnx(model, structure=structure,
-                           values={n: np.asarray(given[n]).reshape(-1).tolist() for n in e.inputs if n in given})
+    values: dict = {}
+    dims: dict = {}
+    for attempt in range(3):  # a sequence's structure hangs on input values or dims: fold those given
+        try:
+            module = load_onnx(model, structure=structure, values=values, dims=dims)
+            break
+        except ValueDependentError as e:
+            if attempt == 2:
+                raise
+            given = dict(zip(e.all_inputs, inputs))
+            values.update({n: np.asarray(given[n]).reshape(-1).tolist() for n in e.inputs if n in given})
+        except DimDependentError as e:
+            if attempt == 2:
+                raise
+            given = dict(zip(e.all_inputs, inputs))
+            dims.update({s: int(np.shape(given[n])[a]) for n, a, s in e.dims if n in given})
     params = [p.name for p in module.main.params]
     if len(inputs) < len(params) and not module.attrs.get("input_structure"):
         # the rest have defaults (initializers), which the importer keeps as weights

@@ -78,6 +78,15 @@ class ValueDependentError(CompileError):
         super().__init__(msg)
 
 
+class DimDependentError(CompileError):
+    """A sequence's length depends on a symbolic input dim the compile does not fix:
+    `dims` lists (input, axis, symbol); a build for the dims' values (`specialize`) can."""
+
+    def __init__(self, msg: str, dims: list[tuple[str, int, str]], all_inputs: list[str]):
+        self.dims, self.all_inputs = dims, list(all_inputs)
+        super().__init__(msg)
+
+
 class RuntimeCallError(OnnxccError):
     """A compiled library returned a nonzero code; the message is its last_error()."""
 

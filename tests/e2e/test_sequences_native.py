@@ -133,3 +133,23 @@ def test_session_takes_lists_with_a_structure(seq_model, tmp_path):
     out = sess.run([[x, 2 * x], x, None])
     np.testing.assert_array_equal(out["out"][1], 2 * x)
     assert out["o_out"] is None and sess.stats.calls == 1
+
+
+def test_split_along_an_input_dim_builds_for_the_dim_given(tmp_path):
+    """`build_for_inputs` (run --inputs, the Session, the conformance harness): a sequence's
+    length that hangs on an input dim gets a build for that dim, guarded on it."""
+    from onnxcc.compiler import CompileOptions
+    from onnxcc.compiler.value_versions import build_for_inputs
+
+    m = _model([h.make_node("SplitToSequence", ["x"], ["s"], axis=0, keepdims=0)],
+               [h.make_tensor_value_info("x", F, ["n", 2])], [h.make_tensor_sequence_value_info("s", F, None)])
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    notes = []
+    build_for_inputs(lambda o: onnxcc.compile(m, tmp_path, **{**o.__dict__, "name": "unbind"}), CompileOptions(),
+                     lambda names: {"x": x}, notes.append)
+    assert notes and 'input "x" dim 0' in notes[0] and "--specialize n=3" in notes[0]
+    lib = onnxcc.load(tmp_path)
+    got = lib.run([x])["s"]
+    assert [g.tolist() for g in got] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+    with pytest.raises(GuardError, match="n == 3"):
+        lib.run([np.zeros((4, 2), np.float32)])

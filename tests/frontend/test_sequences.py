@@ -268,3 +268,18 @@ def test_an_op_of_another_domain_given_a_sequence_is_refused():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     with pytest.raises(UnsupportedOp, match=r"odd.*over a sequence or optional"):
         load_onnx(m)
+
+
+def test_split_along_a_symbolic_dim_needs_the_dim():
+    from onnxcc.errors import DimDependentError
+
+    m = _model([helper.make_node("SplitToSequence", ["x"], ["s"], axis=0, keepdims=0, name="unbind")],
+               [helper.make_tensor_value_info("x", F, ["n", 2])], [_seq_vi("s")])
+    with pytest.raises(DimDependentError, match=r'unbind.*input "x" dim 0') as e:
+        load_onnx(m)
+    assert e.value.dims == [("x", 0, "n")]
+    module = load_onnx(m, dims={"n": 3})
+    assert str(module.main.guard) == "Eq(n, 3)"  # this build holds for n == 3 only
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    got = run(module, [x])
+    assert [g.tolist() for g in got] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]

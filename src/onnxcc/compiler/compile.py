@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sympy
+
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
 from ..errors import CompileError, OnnxccError, UnsupportedOp
 from ..ir import Module, identifier, print_bool, print_dim
@@ -37,7 +39,8 @@ class Artifact:
     text: str = ""
 
 
-def load_module(model, structure: dict[str, str] | None = None, values: dict[str, list] | None = None) -> Module:
+def load_module(model, structure: dict[str, str] | None = None, values: dict[str, list] | None = None,
+                dims: dict[str, int] | None = None) -> Module:
     """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module; `structure`: the
     sequence / optional inputs' specs (io_structure.py); `values`: inputs' values a
     sequence's structure may depend on (frontend/sequences.py)."""
@@ -46,10 +49,10 @@ def load_module(model, structure: dict[str, str] | None = None, values: dict[str
     if isinstance(model, (str, Path)):
         from ..frontend.model_file import load_model
 
-        return load_model(model, structure=structure, values=values)
+        return load_model(model, structure=structure, values=values, dims=dims)
     from ..frontend import load_onnx
 
-    return load_onnx(model, structure=structure, values=values)
+    return load_onnx(model, structure=structure, values=values, dims=dims)
 
 
 def import_values(options: CompileOptions) -> dict[str, list]:
@@ -58,16 +61,26 @@ def import_values(options: CompileOptions) -> dict[str, list]:
     return {n: v[0] for n, v in options.specialize_value.items() if len(v) == 1}
 
 
+def import_dims(options: CompileOptions) -> dict[str, int]:
+    """The exact versions' values the importer may fix a sequence's length with: symbols
+    given exactly one value."""
+    return {n: v[0] for n, v in options.specialize.items() if len(v) == 1}
+
+
 def without_baked(options: CompileOptions, module: Module) -> CompileOptions:
-    """`options` less the value versions the importer already made @main (its value_guard):
-    specialize-value would only build the same version twice."""
+    """`options` less the value versions and exact dims the importer already made @main (its
+    value_guard, its guard): specialize-value / specialize would build the same version twice."""
     from dataclasses import replace
 
     main = module.functions.get("main")
-    baked = {g.partition(":")[0] for g in (main.attrs.get("value_guard", []) if main is not None else [])}
-    if not baked:
+    if main is None:
         return options
-    return replace(options, specialize_value={n: v for n, v in options.specialize_value.items() if n not in baked})
+    baked = {g.partition(":")[0] for g in main.attrs.get("value_guard", [])}
+    fixed = {str(s) for s in main.guard.free_symbols} if main.guard is not sympy.true else set()
+    if not baked and not fixed:
+        return options
+    return replace(options, specialize_value={n: v for n, v in options.specialize_value.items() if n not in baked},
+                   specialize={n: v for n, v in options.specialize.items() if n not in fixed})
 
 
 def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
@@ -129,7 +142,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
             getattr(ins, "step", lambda *_: None)(what, seconds)
 
     t0 = time.perf_counter()
-    module = load_module(model, options.input_structure, import_values(options))
+    module = load_module(model, options.input_structure, import_values(options), import_dims(options))
     defaults = _take_input_defaults(module)
     name = identifier(options.name or default_name(model, module))
     step("import", time.perf_counter() - t0)

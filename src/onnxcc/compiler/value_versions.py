@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..errors import CompileError, ValueDependentError
+from ..errors import CompileError, DimDependentError, ValueDependentError
 from ..ir import Function, Module, canon
 from ..ir.dims import SymbolInfo
 from ..ir.printer import print_bool
@@ -196,6 +196,16 @@ def build_for_inputs(build, options, feeds_for, note=None):
     and the conformance harness share."""
     try:
         return build(options)
+    except DimDependentError as e:  # a sequence's length hangs on an input dim: build for the one given
+        feeds = feeds_for(e.all_inputs)
+        if feeds is None:
+            raise
+        options = with_dims(options, e, feeds)
+        if note is not None:
+            note("onnxcc: a sequence's length depends on " + ", ".join(
+                f'input "{i}" dim {a}' for i, a, _ in e.dims) + ": specialising on the dims given (" +
+                " ".join(f"--specialize {s}={options.specialize[s][0]}" for _, _, s in e.dims) + ")")
+        return build_for_inputs(build, options, feeds_for, note)
     except ValueDependentError as e:
         feeds = feeds_for(e.all_inputs)
         if feeds is None:
@@ -207,3 +217,20 @@ def build_for_inputs(build, options, feeds_for, note=None):
             note(f"onnxcc: shapes depend on the value of input{'s' if len(used) > 1 else ''} {which}: "
                  f"specialising on the values given ({values_flag(options, e.inputs)})")
         return build(options)
+
+
+def with_dims(options, e: DimDependentError, feeds: dict):
+    """`options` with an exact version for each dim `e` names, at its size in `feeds`."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    spec = dict(options.specialize)
+    for name, axis, symbol in e.dims:
+        if name not in feeds or np.ndim(feeds[name]) <= axis:
+            raise e
+        v = int(np.shape(feeds[name])[axis])
+        if spec.get(symbol) == [v]:
+            raise e  # already built for it: not what stops this build
+        spec[symbol] = [v]
+    return replace(options, specialize=spec)

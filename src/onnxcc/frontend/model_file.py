@@ -15,7 +15,7 @@ IR_SUFFIXES = (".onnxir",)
 
 
 def load_model(path: str | os.PathLike, structure: dict[str, str] | None = None,
-               values: dict[str, list] | None = None) -> Module:
+               values: dict[str, list] | None = None, dims: dict[str, int] | None = None) -> Module:
     """Load a model file: `.onnx` through the ONNX importer, `.onnxir` through the IR parser.
     `structure`: the sequence / optional inputs' specs (frontend/sequences.py)."""
     from .onnx_import import load_onnx
@@ -23,7 +23,7 @@ def load_model(path: str | os.PathLike, structure: dict[str, str] | None = None,
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix in ONNX_SUFFIXES:
-        return load_onnx(p, structure=structure, values=values)
+        return load_onnx(p, structure=structure, values=values, dims=dims)
     if suffix in IR_SUFFIXES:
         if not p.is_file():
             raise ImportError_(f"{p}: no such file" if not p.exists() else f"{p}: not a file")

@@ -63,18 +63,19 @@ _RESERVED = {"floor", "ceiling", "Max", "Min", "Mod", "Abs", "true", "false"}
 
 
 def load_onnx(model: ModelSource, name: str | None = None, structure: dict[str, str] | None = None,
-              values: dict[str, list] | None = None) -> Module:
+              values: dict[str, list] | None = None, dims: dict[str, int] | None = None) -> Module:
     """Import an ONNX model (a path, serialized bytes or a ModelProto) as a typed Module.
     `structure`: the spec of each sequence / optional input (io_structure.py); `values`: flat
-    values of inputs that decide a sequence's structure (frontend/sequences.py)."""
+    values of inputs that decide a sequence's structure (frontend/sequences.py); `dims`:
+    values of input dims a sequence's length hangs on (@main is guarded on them)."""
     proto, base_dir, what, default_name = _read(model)
     return import_model(proto, name or default_name, base_dir=base_dir, what=what, structure=structure,
-                        values=values)
+                        values=values, dims=dims)
 
 
 def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = "",
                  what: str = "model", structure: dict[str, str] | None = None,
-                 values: dict[str, list] | None = None) -> Module:
+                 values: dict[str, list] | None = None, dims: dict[str, int] | None = None) -> Module:
     """Import an in-memory ModelProto; external data is read relative to `base_dir`."""
     if not proto.HasField("graph"):
         raise ImportError_(f"{what}: not a valid ONNX model (no graph)")
@@ -92,7 +93,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         proto = opset_compat.upgrade(proto, opset, what)
     module = Module(name=_ident(name))
     module.attrs["opset"] = opset
-    imp = _Importer(module, base_dir, what, structure=structure, values=values)
+    imp = _Importer(module, base_dir, what, structure=structure, values=values, dims=dims)
     try:
         imp.import_main(proto.graph, proto.ir_version)
     except OnnxccError:
@@ -103,7 +104,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         # split-if pass makes both versions, and drops the one that cannot hold)
         module = Module(name=_ident(name))
         module.attrs["opset"] = opset
-        imp = _Importer(module, base_dir, what, branch=1, structure=structure, values=values)
+        imp = _Importer(module, base_dir, what, branch=1, structure=structure, values=values, dims=dims)
         imp.import_main(proto.graph, proto.ir_version)
     return module
 
@@ -186,8 +187,13 @@ class _Importer:
     """Module-wide state: symbols from dim_params, weights, the value map for shape chains."""
 
     def __init__(self, module: Module, base_dir: str, what: str, branch: int = 0,
-                 structure: dict[str, str] | None = None, values: dict[str, list] | None = None):
+                 structure: dict[str, str] | None = None, values: dict[str, list] | None = None,
+                 dims: dict[str, int] | None = None):
         self.module = module
+        #: values of symbols a sequence's length may hang on; those used are `fixed_dims`
+        #: and become @main's guard
+        self.dim_values = dict(dims or {})
+        self.fixed_dims: dict[str, int] = {}
         #: flat values of graph inputs a sequence's structure may depend on; those used are
         #: recorded in `baked` and become @main's value guard
         self.input_values = dict(values or {})
@@ -260,8 +266,10 @@ class _Importer:
         attrs: dict = {"outputs": out_names}
         if self.baked:  # the build holds only for these values: @main is a value version
             attrs["value_guard"] = [f"{n}:{' '.join(repr(x) for x in v)}" for n, v in self.baked.items()]
+        # a dim a sequence's length hung on: this build holds for its value only
+        guard = sympy.And(*[sympy.Eq(self.module.symbols[n].symbol, v) for n, v in self.fixed_dims.items()])
         # NOTE: returned values get renamed by passes; the artifact needs the graph's names
-        return self.module.add_function(Function("main", body, [v.type for v in outs], attrs=attrs))
+        return self.module.add_function(Function("main", body, [v.type for v in outs], guard=guard, attrs=attrs))
 
     def input_value(self, name: str) -> list[int] | None:
         """The value given for graph input `name` (integers and bools only), recorded as used."""

@@ -282,6 +282,30 @@ def need_ints(b, node, named: list[tuple[Value, str]]) -> list[list[int]]:
     return out
 
 
+def fixed_dim(b, node, d, what: str) -> int:
+    """A symbolic dim a sequence's length hangs on, fixed at compile time: an input's dim
+    the compile was given a value for (`specialize` with one value: @main is guarded on it),
+    else DimDependentError naming the input and axis (the callers of build_for_inputs retry
+    with the dim of the input they hold); a dim that is no input's is refused."""
+    from ..errors import DimDependentError
+
+    name = str(d)
+    if name in b.imp.dim_values:
+        v = b.imp.dim_values[name]
+        b.imp.fixed_dims[name] = v
+        return v
+    for p in (b.imp.main_block.args if b.imp.main_block is not None else []):
+        if d in p.type.shape:
+            axis = list(p.type.shape).index(d)
+            raise DimDependentError(
+                f'node "{b.loc}" ({node.op_type}): {what} has length {name} (input "{p.name}" dim {axis}), and a '
+                f"sequence's length would depend on it: compile for given values with --specialize {name}=V "
+                "(onnxcc run --inputs does it from the inputs it is given)", [(p.name, axis, name)],
+                b.imp.input_names)
+    raise refuse(b, node, f"{what} has length {name}, not known at compile time: a sequence's length would "
+                 "depend on it")
+
+
 def _position(b, node, v: Value | None, n: int, default: int, insert: bool = False) -> int:
     if v is None:
         return default
@@ -366,34 +390,32 @@ def _split_to_sequence(b, node, ins, attrs):
         raise refuse(b, node, f"axis {axis} out of range for rank {r}")
     axis %= r
     n = x.type.shape[axis]
-    if not isinstance(n, int):
-        raise refuse(b, node, f"the split axis has length {n}, not known at compile time: the sequence's "
-                     "length would depend on it")
     split = ins[1] if len(ins) > 1 else None
     keep = int(attrs.get("keepdims", 1))
-    if split is None:
-        sizes = [1] * n
-    else:
-        got = need_ints(b, node, [(_tensor(b, node, split, 1), "the split sizes")])[0]
-        if split.type.rank == 0:
-            if got[0] <= 0:
-                raise refuse(b, node, f"split {got[0]} must be positive")
-            sizes = [min(got[0], n - s) for s in range(0, n, got[0])]
-        else:
-            sizes = got
-            if sum(sizes) != n or any(s < 0 for s in sizes):
-                raise refuse(b, node, f"split sizes {sizes} do not add up to the axis length {n}")
+    if split is not None and _tensor(b, node, split, 1).type.rank == 1:
+        # the sizes give the length; Split checks at run time that they add up to the axis
+        sizes = need_ints(b, node, [(split, "the split sizes")])[0]
+        if any(k < 0 for k in sizes) or (isinstance(n, int) and sum(sizes) != n):
+            raise refuse(b, node, f"split sizes {sizes} do not add up to the axis length {n}")
         keep = 1  # keepdims applies only without `split`
-    out, start = [], 0
-    axes = _const(b, np.array([axis], np.int64))
-    for s in sizes:
-        v = b.emit("onnx.Slice", [x, _const(b, np.array([start], np.int64)),
-                                  _const(b, np.array([start + s], np.int64)), axes])[0]
-        if not keep:
-            v = b.emit("onnx.Squeeze", [v, axes])[0]
-        out.append(v)
-        start += s
-    return [SeqVal(x.type.dtype, out)]
+    else:
+        if not isinstance(n, int):
+            n = fixed_dim(b, node, n, "the split axis")
+        if split is None:
+            sizes = [1] * n
+        else:
+            k = need_ints(b, node, [(split, "the split size")])[0][0]
+            if k <= 0:
+                raise refuse(b, node, f"split {k} must be positive")
+            sizes = [min(k, n - s) for s in range(0, n, k)]
+            keep = 1
+    if not sizes:
+        return [SeqVal(x.type.dtype, [])]
+    parts = b.emit("onnx.Split", [x, _const(b, np.array(sizes, np.int64))], {"axis": axis}, len(sizes))
+    if not keep:
+        axes = _const(b, np.array([axis], np.int64))
+        parts = [b.emit("onnx.Squeeze", [v, axes])[0] for v in parts]
+    return [SeqVal(x.type.dtype, parts)]
 
 
 def _optional(b, node, ins, attrs):
