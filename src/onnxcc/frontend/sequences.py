@@ -4,16 +4,20 @@ A sequence whose length the compile knows is a Python list of tensor Values (`Se
 optional is `OptVal` (absent, or a tensor / SeqVal); the importer's scope maps ONNX names
 to them as it maps tensors to Values. Each sequence op is resolved when its node is
 imported: SequenceAt / Insert / Erase pick list items at positions whose values shape
-inference knows, SplitToSequence becomes Slices, ConcatFromSequence a Concat, SequenceMap
+inference knows, SplitToSequence becomes one Split, ConcatFromSequence a Concat, SequenceMap
 and a Loop that carries or reads a sequence are unrolled (their trip counts must be known),
 an If over sequences is inlined when its condition is known, else it yields the elements as
-tensors (both branches must give the same structure). Where a length or position depends on
-data the compile does not know, the node is refused by name.
+tensors (both branches must give the same structure).
+
+What decides a structure must be known at compile time. A graph input's value takes the
+value the compile was given (ValueDependentError names the inputs when none was: the
+callers of build_for_inputs retry), an input dim likewise (DimDependentError); @main is then
+guarded on them. Anything else unknown is refused by node name.
 
 Graph inputs of these types take their structure from the caller (`structure`: input name
--> spec, io_structure.py); each element becomes a tensor parameter `NAME.K`. Graph
-outputs are flattened the same way; `module.attrs["structure"]` records both for NAME.json
-and the loader.
+-> spec, io_structure.py); each element becomes a tensor parameter `NAME.K`. Graph outputs
+are flattened the same way; `module.attrs["input_structure"]` / `["output_structure"]`
+record both for NAME.json and the loader.
 """
 
 from __future__ import annotations
