@@ -153,3 +153,14 @@ def test_split_along_an_input_dim_builds_for_the_dim_given(tmp_path):
     assert [g.tolist() for g in got] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
     with pytest.raises(GuardError, match="n == 3"):
         lib.run([np.zeros((4, 2), np.float32)])
+
+
+def test_inference_session_takes_lists_with_a_structure(seq_model, tmp_path):
+    """onnxruntime's calling convention: a sequence feed is a list; an absent optional may be
+    left out of the feeds."""
+    sess = onnxcc.InferenceSession(seq_model.SerializeToString(), cache_dir=tmp_path,
+                                   input_structure={"s": "seq:2", "o": "none"})
+    x = np.arange(3, dtype=np.float32)
+    out, o_out, has = sess.run(None, {"s": [x, x], "x": x})
+    assert len(out) == 2 and o_out is None and bool(has) is False
+    np.testing.assert_array_equal(out[0], x * x)
