@@ -72,8 +72,9 @@ def input_item(imp, vi: onnx.ValueInfoProto, spec_text: str | None, add_arg) -> 
     if spec_text is None:
         what = "a sequence" if kind == "sequence_type" else "an optional"
         hint = "seq:N" if kind == "sequence_type" else "none, some or some:seq:N"
+        flag = f"--input-structure {vi.name}={hint.split()[0].rstrip(',')}"
         raise ImportError_(f'{imp.what}: input "{vi.name}" is {what}: the compile needs its structure '
-                           f'(input_structure={{"{vi.name}": "{hint}"}}, or run with the inputs)')
+                           f'(input_structure={{"{vi.name}": "{hint}"}}, {flag}, or onnxcc run with --inputs)')
     sp = parse_spec(spec_text, vi.name)
     t = vi.type
     if kind == "optional_type":
@@ -102,21 +103,26 @@ def _present_item(imp, name: str, t: onnx.TypeProto, sp: Spec, add_arg) -> Value
     items = []
     for k, arg in enumerate(flat_names(name, sp)):
         rank = sp.ranks[k] if sp.ranks is not None else None
-        items.append(add_arg(_tensor_type(imp, arg, et.tensor_type, rank, name), arg))
+        items.append(add_arg(_tensor_type(imp, arg, et.tensor_type, rank, name, k), arg))
     return SeqVal(dt, items)
 
 
-def _tensor_type(imp, arg: str, tt: onnx.TypeProto.Tensor, rank: int | None, name: str) -> TensorType:
+def _tensor_type(imp, arg: str, tt: onnx.TypeProto.Tensor, rank: int | None, name: str,
+                 k: int | None = None) -> TensorType:
     """An element's type: the declared dims, each unknown one a symbol of this element's own
-    (the elements of a sequence need not share a shape)."""
+    (the elements of a sequence need not share a shape: element k's `N` is `N_k`)."""
     dt = imp.dtype(tt.elem_type, f'input "{name}"')
     if tt.HasField("shape"):
         dims = list(tt.shape.dim)
         if rank is not None and rank != len(dims):
             raise ImportError_(f'{imp.what}: input "{name}": element {arg!r} has rank {rank}, the model declares '
                                f"{len(dims)}")
+
+        def hint(i, d) -> str:
+            return f"{d.dim_param}_{k}" if d.dim_param and k is not None else f"{arg}_d{i}"
+
         return TensorType(dt, tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else
-                                    imp.module.symbols.fresh(_sym(f"{arg}_d{i}"), origin=f'input "{arg}" dim {i}')
+                                    imp.module.symbols.fresh(_sym(hint(i, d)), origin=f'input "{arg}" dim {i}')
                                     for i, d in enumerate(dims)))
     if rank is None:
         raise ImportError_(f'{imp.what}: input "{name}": the model gives its elements no shape; the structure '
