@@ -268,10 +268,10 @@ def _as_array(x, what: str) -> np.ndarray:
 
     if isinstance(x, TensorProto):
         return numpy_helper.to_array(x)
-    if isinstance(x, (list, tuple)):
-        raise NotRunnable(f"{what} is a sequence")
-    if x is None:
-        raise NotRunnable(f"{what} is an optional (None)")
+    if isinstance(x, (list, tuple)):  # a sequence: passed as a list, as a user does
+        return [_as_array(e, f"{what} element {k}") for k, e in enumerate(x)]
+    if x is None:  # an absent optional
+        return None
     if isinstance(x, dict):
         raise NotRunnable(f"{what} is a map")
     return np.asarray(x)
@@ -306,6 +306,9 @@ def check_io_types(case) -> None:
     for kind, vis in (("input", model.graph.input), ("output", model.graph.output)):
         for vi in vis:
             t = vi.type
+            # sequences and optionals of tensors go through as lists and None
+            while t.WhichOneof("value") in ("sequence_type", "optional_type"):
+                t = getattr(t, t.WhichOneof("value")).elem_type
             which = t.WhichOneof("value")
             if which != "tensor_type":
                 raise NotRunnable(f"{kind} {vi.name!r} is a {which or 'value without a type'}")
@@ -314,8 +317,9 @@ def check_io_types(case) -> None:
                 raise NotRunnable(f"{kind} {vi.name!r} has dtype {TensorProto.DataType.Name(et).lower()}")
 
 
-def case_arrays(case) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(inputs, expected outputs) of the case's first data set as numpy arrays."""
+def case_arrays(case) -> tuple[list, list]:
+    """(inputs, expected outputs) of the case's first data set as numpy arrays (a sequence a
+    list of them, an absent optional None)."""
     if not case.data_sets:
         raise NotRunnable("case has no data set")
     ins, outs = case.data_sets[0]
@@ -338,8 +342,11 @@ def compare(expected: list[np.ndarray], got: list, rtol: float = DEFAULT_RTOL,
     exact for bool / int / strings. Returns (ok, detail, max_abs_err over float outputs)."""
     if len(got) != len(expected):
         return False, f"expected {len(expected)} outputs, got {len(got)}", None
+    flat = _flatten_pairs(expected, got)
+    if isinstance(flat, str):
+        return False, flat, None
     worst: float | None = None
-    for i, (e, g) in enumerate(zip(expected, got)):
+    for i, (e, g) in enumerate(flat):
         g = np.asarray(g)
         if g.shape != e.shape:
             return False, f"output {i}: shape {g.shape} != expected {e.shape}", worst
@@ -363,6 +370,58 @@ def compare(expected: list[np.ndarray], got: list, rtol: float = DEFAULT_RTOL,
         except AssertionError as ex:
             return False, f"output {i}: not close (rtol={r:g}, atol={atol:g}): {_assert_summary(ex)}", worst
     return True, "", worst
+
+
+def _flatten_pairs(expected: list, got: list) -> list | str:
+    """(expected, got) tensor pairs with sequences (lists) and absent optionals (None)
+    matched structurally; a message where the structure differs."""
+    out: list = []
+    for i, (e, g) in enumerate(zip(expected, got)):
+        if e is None or g is None:
+            if (e is None) != (g is None):
+                return f"output {i}: expected {'None' if e is None else 'a value'}, got " \
+                       f"{'None' if g is None else 'a value'}"
+        elif isinstance(e, list):
+            if not isinstance(g, (list, tuple)):
+                return f"output {i}: expected a sequence, got {type(g).__name__}"
+            if len(g) != len(e):
+                return f"output {i}: expected a sequence of {len(e)}, got {len(g)}"
+            out += list(zip(e, g))
+        elif isinstance(g, (list, tuple)):
+            return f"output {i}: expected a tensor, got a sequence"
+        else:
+            out.append((e, g))
+    return out
+
+
+def _leaves(xs: list) -> list[np.ndarray]:
+    return [a for x in xs if x is not None for a in (x if isinstance(x, list) else [x])]
+
+
+def _input_names(model) -> list[str]:
+    """The model's graph inputs, in order (a path is read without its external data)."""
+    if isinstance(model, (str, Path)):
+        import onnx
+
+        model = onnx.load(str(model), load_external_data=False)
+    return [vi.name for vi in model.graph.input]
+
+
+def input_structure(model, inputs: list) -> dict[str, str]:
+    """The structure spec of each sequence / optional input, read off the values given (what
+    a user passes to `compile(..., input_structure=...)`)."""
+    from onnxcc.io_structure import spec_of
+
+    if isinstance(model, (str, Path)):  # the model sets hand the executor a path
+        import onnx
+
+        model = onnx.load(str(model), load_external_data=False)
+    out = {}
+    for vi, x in zip(model.graph.input, inputs):
+        kind = vi.type.WhichOneof("value")
+        if kind in ("sequence_type", "optional_type"):
+            out[vi.name] = spec_of(x, kind == "optional_type")
+    return out
 
 
 def _assert_summary(ex: AssertionError) -> str:
@@ -398,10 +457,33 @@ def opset_of(model) -> int:
 
 def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     """Import, run the default graph pipeline (when there is one), interpret with numpy."""
+    from onnxcc.errors import DimDependentError, ValueDependentError
     from onnxcc.frontend import load_onnx
     from onnxcc.interp import run
 
-    module = load_onnx(model)
+    structure = input_structure(model, inputs)
+    values: dict = {}
+    dims: dict = {}
+    for attempt in range(3):  # a sequence's structure hangs on input values or dims: fold those given
+        try:
+            module = load_onnx(model, structure=structure, values=values, dims=dims)
+            break
+        except ValueDependentError as e:
+            if attempt == 2:
+                raise
+            given = dict(zip(e.all_inputs, inputs))
+            values.update({n: np.asarray(given[n]).reshape(-1).tolist() for n in e.inputs if n in given})
+        except DimDependentError as e:
+            if attempt == 2:
+                raise
+            given = dict(zip(e.all_inputs, inputs))
+            dims.update({s: int(np.shape(given[n])[a]) for n, a, s in e.dims if n in given})
+    params = [p.name for p in module.main.params]
+    if len(inputs) < len(params) and not module.attrs.get("input_structure"):
+        # the rest have defaults (initializers), which the importer keeps as weights
+        from onnxcc.frontend.onnx_import import DEFAULT_PREFIX
+
+        inputs = list(inputs) + [module.weights[DEFAULT_PREFIX + n] for n in params[len(inputs):]]
     try:
         from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
     except ImportError:
@@ -410,7 +492,14 @@ def interp_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
         from onnxcc.passes import run_pipeline
 
         run_pipeline(module, DEFAULT_GRAPH_PIPELINE)
-    return run(module, inputs)
+    from onnxcc.io_structure import flatten_inputs, group_outputs, structure_of
+
+    structure = structure_of(module.attrs)
+    if structure is None:
+        return run(module, inputs)
+
+    outs = run(module, flatten_inputs(structure, inputs))
+    return list(group_outputs(structure, dict(zip(module.main.attrs["outputs"], outs))).values())
 
 
 def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
@@ -432,12 +521,25 @@ def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
     with tempfile.TemporaryDirectory(prefix="onnxcc-conf-") as d:
         # as `onnxcc run --inputs` does: when shapes depend on input values, value versions
         # for the case's values
-        build_for_inputs(lambda o: compile_(model, d, **{**o.__dict__, "name": "conf_case"}), CompileOptions(),
+        structure = input_structure(model, inputs)
+        build_for_inputs(lambda o: compile_(model, d, **{**o.__dict__, "name": "conf_case"}),
+                         CompileOptions(input_structure=structure),
                          lambda names: dict(zip(names, inputs)) if len(names) == len(inputs) else None)
         lib = load(d)
+        names = _input_names(model)
+        if len(inputs) < len(names):  # the rest have defaults (initializers): by name, as a user would
+            feeds: list | dict = dict(zip(names, inputs))
+        else:
+            feeds = inputs
+        if getattr(lib, "structure", None) is not None:
+            # sequences (lists) and optionals (None) through the loader, as a user passes them
+            outs = lib.run(feeds)
+            return [_copy_item(o) for o in (outs.values() if isinstance(outs, dict) else outs)]
         # the runtime passes bf16 as its uint16 bits; the cases hold ml_dtypes.bfloat16 arrays
         bf16 = next((x.dtype for x in inputs if x.dtype.name == "bfloat16"), None)
-        outs = lib.run([x.view(np.uint16) if x.dtype.name == "bfloat16" else x for x in inputs])
+        outs = lib.run({k: x.view(np.uint16) if x.dtype.name == "bfloat16" else x for k, x in feeds.items()}
+                       if isinstance(feeds, dict) else
+                       [x.view(np.uint16) if x.dtype.name == "bfloat16" else x for x in inputs])
         outs = list(outs.values()) if isinstance(outs, dict) else list(outs)
         sigs = getattr(lib, "outputs", [{}] * len(outs))
         res = []
@@ -446,6 +548,14 @@ def compiled_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
                 o = o.view(bf16 if bf16 is not None else _bfloat16())
             res.append(np.array(o, copy=True))
         return res
+
+
+def _copy_item(x):
+    if x is None:
+        return None
+    if isinstance(x, list):
+        return [np.array(e, copy=True) for e in x]
+    return np.array(x, copy=True)
 
 
 def _bfloat16() -> np.dtype:
@@ -538,13 +648,13 @@ def run_case(case, executor: Executor, *, time_limit: float | None = TIME_LIMIT,
         return result("unsupported", str(e))
     except Exception as e:  # a malformed case: report, do not stop the run
         return result("error", f"harness: {one_line(e)}")
-    size = sum(a.nbytes for a in inputs) + sum(a.nbytes for a in expected)
+    size = sum(a.nbytes for a in _leaves(inputs)) + sum(a.nbytes for a in _leaves(expected))
     if size > max_bytes:
         return result("unsupported", f"case too large to run ({size} bytes)")
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"), Alarm(time_limit):
             warnings.simplefilter("ignore")
-            got = executor(_copy_model(model), [a.copy() for a in inputs])
+            got = executor(_copy_model(model), [_copy_item(a) for a in inputs])
     except KeyboardInterrupt:
         raise
     except CaseTimeout as e:

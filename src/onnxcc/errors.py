@@ -68,6 +68,25 @@ class CompileError(OnnxccError):
     """The backend could not build the artifact (compiler or linker failure)."""
 
 
+class ValueDependentError(CompileError):
+    """The generic version cannot be built because a shape (or, in the importer, a sequence's
+    structure) depends on the values of `inputs` and no value version was asked for."""
+
+    def __init__(self, msg: str, inputs: list[str], all_inputs: list[str] | None = None):
+        #: the inputs whose values decide the shapes; every input of the model, in order
+        self.inputs, self.all_inputs = inputs, list(all_inputs or inputs)
+        super().__init__(msg)
+
+
+class DimDependentError(CompileError):
+    """A sequence's length depends on a symbolic input dim the compile does not fix:
+    `dims` lists (input, axis, symbol); a build for the dims' values (`specialize`) can."""
+
+    def __init__(self, msg: str, dims: list[tuple[str, int, str]], all_inputs: list[str]):
+        self.dims, self.all_inputs = dims, list(all_inputs)
+        super().__init__(msg)
+
+
 class RuntimeCallError(OnnxccError):
     """A compiled library returned a nonzero code; the message is its last_error()."""
 

@@ -155,9 +155,15 @@ def test_conformance_run_case_statuses():
     assert r.status == "error" and "timed out" in r.detail and time.perf_counter() - t0 < 3
 
 
-def test_conformance_not_runnable_inputs():
-    r = conf.run_case(conf.get_case("test_identity_sequence"), lambda m, xs: xs)
-    assert r.status == "unsupported" and "sequence" in r.detail
+def test_conformance_sequences_and_optionals_go_through():
+    """A sequence is a list, an absent optional None, compared element by element."""
+    case = conf.get_case("test_identity_sequence")
+    assert conf.run_case(case, lambda m, xs: xs).status == "pass"
+    r = conf.run_case(case, lambda m, xs: [xs[0][:1]])
+    assert r.status == "fail" and "sequence of 2, got 1" in r.detail
+    assert conf.compare([None], [None])[0]
+    assert "expected None" in conf.compare([None], [np.zeros(1)])[1]
+    assert conf.input_structure(case.model, conf.case_arrays(case)[0]) == {"x": "seq:2:ranks=4,4"}
 
 
 def test_conformance_expected_file_round_trip(tmp_path):

@@ -395,7 +395,12 @@ def test_undefined_input_and_non_tensor_input():
     seq = helper.make_tensor_sequence_value_info("x", F32, None)
     model = _model([helper.make_node("Identity", ["x"], ["y"])], [seq],
                    [helper.make_tensor_value_info("y", F32, None)])
-    with pytest.raises(ImportError_, match='input "x" is a sequence; onnxcc supports tensors only'):
+    with pytest.raises(ImportError_, match='input "x" is a sequence: the compile needs its structure'):
+        load_onnx(model)  # sequences: frontend/sequences.py, tests/frontend/test_sequences.py
+    mp = helper.make_value_info("x", helper.make_map_type_proto(onnx.TensorProto.INT64,
+                                                                helper.make_tensor_type_proto(F32, [1])))
+    model = _model([helper.make_node("Identity", ["x"], ["y"])], [mp], [helper.make_tensor_value_info("y", F32, None)])
+    with pytest.raises(ImportError_, match='input "x" is a map; onnxcc supports tensors only'):
         load_onnx(model)
 
 

@@ -12,6 +12,20 @@ from ..compiler.options import TARGETS
 from ..errors import OnnxccError
 
 
+def parse_structure_specs(items) -> dict[str, str]:
+    """("x=seq:3", "o=none") -> {"x": "seq:3", "o": "none"}, each spec checked."""
+    from ..io_structure import parse_spec
+
+    out = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        if not sep or not name.strip():
+            raise OnnxccError(f"--input-structure {item!r}: expected INPUT=SPEC (x=seq:3, o=none)")
+        parse_spec(spec, name.strip())
+        out[name.strip()] = spec.strip()
+    return out
+
+
 def compile_flags(fn):
     """Decorate a command with the compile flags; it receives `options` (CompileOptions)."""
 
@@ -26,6 +40,9 @@ def compile_flags(fn):
     @click.option("--value-symbols", is_flag=True,
                   help="bind the elements of size-only int64 inputs (Reshape's shape, ConstantOfShape's, "
                        "Tile's repeats) to symbols read from their data at each call: one generic version")
+    @click.option("--input-structure", "structure_specs", multiple=True, metavar="INPUT=SPEC",
+                  help="the structure of a sequence / optional input: x=seq:3 (ranks where the model gives "
+                       "none: x=seq:2:ranks=1,1), o=none, o=some, o=some:seq:2; repeatable")
     @click.option("--no-specialize-one", is_flag=True, help="no `SYM == 1` versions for broadcast symbols")
     @click.option("--divisible", type=click.IntRange(min=0), default=None, metavar="K",
                   help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
@@ -52,9 +69,9 @@ def compile_flags(fn):
     @click.option("--no-fuse", is_flag=True, help="no kernel-level fusion (one compute per lowered op)")
     @click.option("-O", "opt", type=click.IntRange(0, 3), default=3, show_default=True, help="LLVM optimisation level")
     @functools.wraps(fn)
-    def wrapper(*args, name, dims, specs, value_specs, value_symbols, no_specialize_one, divisible, max_versions,
-                target, cuda_arch, triple, cpu_name, cpu_versions, cc, features, no_parallel, no_fuse, opt,
-                bucket_specs, trace, max_buckets, **kwargs):
+    def wrapper(*args, name, dims, specs, value_specs, value_symbols, structure_specs, no_specialize_one, divisible,
+                max_versions, target, cuda_arch, triple, cpu_name, cpu_versions, cc, features, no_parallel, no_fuse,
+                opt, bucket_specs, trace, max_buckets, **kwargs):
         from ..compiler import CompileOptions
 
         options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
@@ -62,7 +79,8 @@ def compile_flags(fn):
                                  max_versions=max_versions, target=target, cuda_arch=cuda_arch, triple=triple,
                                  cpu=cpu_name,
                                  features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse,
-                                 specialize_value=parse_value_specs(value_specs), value_symbols=value_symbols)
+                                 specialize_value=parse_value_specs(value_specs), value_symbols=value_symbols,
+                                 input_structure=parse_structure_specs(structure_specs))
         if cc is not None:
             if not cc.strip():
                 raise click.UsageError("--cc: expected a C compiler, e.g. --cc gcc or --cc 'clang -O2'")

@@ -38,7 +38,8 @@ def _read_inputs(path: Path, input_names: list[str]) -> dict[str, np.ndarray]:
 @click.command("run")
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False, path_type=Path),
-              help=".npz with one array per graph input, keyed by input name (.npy for one input)")
+              help=".npz with one array per graph input, keyed by input name (.npy for one input); "
+                   "element K of a sequence input NAME is NAME.K, an absent optional has no key")
 @click.option("--random", "random_dims", default=None, metavar="SYM=V,...",
               help="instead of --inputs: random inputs with these symbol values (seeded)")
 @click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -73,6 +74,8 @@ def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_
         from ..runtime.cache import ArtifactCache
 
         cache = ArtifactCache(cache_dir)
+        if inputs_path is not None:  # sequences / optionals: the build takes its structure from the file
+            options = _with_structure(model, options, inputs_path)
         # shapes that depend on some inputs' values (a Reshape target, Slice starts...): value
         # versions for the values in --inputs
         path, hit = build_for_inputs(
@@ -87,7 +90,14 @@ def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_
         feeds = _read_inputs(inputs_path, [t["name"] for t in compiled.inputs])
     else:
         feeds = _random_inputs(compiled, parse_assignments(random_dims, "--random"))
-    outs = compiled.run(feeds)
+    structure = getattr(compiled, "structure", None)
+    if structure is not None:
+        from ..io_structure import flatten_outputs, group_flat_inputs
+
+        feeds = group_flat_inputs(structure, feeds)
+        outs = flatten_outputs(compiled.run(feeds))
+    else:
+        outs = compiled.run(feeds)
     v = compiled.last_version
     # version_info reads "version V (kind, symbol): guard G; subs S; workspace W": keep kind and guard
     info = compiled.version_info(v) or ""
@@ -100,14 +110,44 @@ def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_
         raise click.exceptions.Exit(EXIT_MISMATCH)
 
 
+def _with_structure(model: Path, options, inputs_path: Path):
+    """`options` with the structure of the model's sequence / optional inputs read off the
+    keys of the --inputs file (io_structure.structure_from_keys)."""
+    from dataclasses import replace
+
+    import onnx
+
+    if model.suffix.lower() != ".onnx":
+        return options
+    try:
+        graph = onnx.load(str(model), load_external_data=False).graph
+    except Exception:
+        return options  # the compile says what is wrong with the file
+    kinds = {"sequence_type": "sequence", "optional_type": "optional"}
+    declared = [(vi.name, kinds[vi.type.WhichOneof("value")]) for vi in graph.input
+                if vi.type.WhichOneof("value") in kinds]
+    if not declared:
+        return options
+    from ..io_structure import structure_from_keys
+
+    try:
+        with np.load(inputs_path, allow_pickle=False) as z:
+            keys = list(z.files)
+    except (OSError, ValueError, AttributeError):
+        return options  # _read_inputs says what is wrong with it
+    return replace(options, input_structure={**structure_from_keys(declared, keys), **options.input_structure})
+
+
 def _check_against_onnxruntime(model: Path, feeds, outs, rtol: float, atol: float) -> bool:
     """Print each output's max abs difference from onnxruntime; True when all are within tolerance."""
     try:
         from ..testing import ort_run
     except ImportError as e:
         raise OnnxccError(f"--check needs onnxruntime ({e}); install onnxcc[test]") from None
+    from ..io_structure import flatten_outputs
+
     ok = True
-    for k, want in ort_run(str(model), feeds).items():
+    for k, want in flatten_outputs(ort_run(str(model), feeds)).items():
         got = outs[k]
         if got.shape != want.shape:
             click.echo(f"{k}: MISMATCH shape {list(got.shape)}, onnxruntime gives {list(want.shape)}")

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sympy
+
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
 from ..errors import CompileError, OnnxccError, UnsupportedOp
 from ..ir import Module, identifier, print_bool, print_dim
@@ -37,17 +39,48 @@ class Artifact:
     text: str = ""
 
 
-def load_module(model) -> Module:
-    """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module."""
+def load_module(model, structure: dict[str, str] | None = None, values: dict[str, list] | None = None,
+                dims: dict[str, int] | None = None) -> Module:
+    """An .onnx / .onnxir path, ONNX bytes or ModelProto, or a Module; `structure`: the
+    sequence / optional inputs' specs (io_structure.py); `values`: inputs' values a
+    sequence's structure may depend on (frontend/sequences.py)."""
     if isinstance(model, Module):
         return model
     if isinstance(model, (str, Path)):
         from ..frontend.model_file import load_model
 
-        return load_model(model)
+        return load_model(model, structure=structure, values=values, dims=dims)
     from ..frontend import load_onnx
 
-    return load_onnx(model)
+    return load_onnx(model, structure=structure, values=values, dims=dims)
+
+
+def import_values(options: CompileOptions) -> dict[str, list]:
+    """The value versions' values the importer may fold into a sequence's structure: inputs
+    given exactly one value (with several, each would need an import of its own)."""
+    return {n: v[0] for n, v in options.specialize_value.items() if len(v) == 1}
+
+
+def import_dims(options: CompileOptions) -> dict[str, int]:
+    """The exact versions' values the importer may fix a sequence's length with: symbols
+    given exactly one value."""
+    return {n: v[0] for n, v in options.specialize.items() if len(v) == 1}
+
+
+def without_baked(options: CompileOptions, module: Module) -> CompileOptions:
+    """`options` less the value versions and exact dims the importer already made @main (its
+    value_guard, its guard): specialize-value / specialize would build the same version twice."""
+    from dataclasses import replace
+
+    main = module.functions.get("main")
+    if main is None:
+        return options
+    baked = {g.partition(":")[0] for g in main.attrs.get("value_guard", [])}
+    fixed = {str(s) for s in main.guard.free_symbols} if main.guard is not sympy.true else set()
+    if not baked and not fixed:
+        return options
+    return replace(options, specialize_value={n: v for n, v in options.specialize_value.items() if n not in baked},
+                   specialize={n: v for n, v in options.specialize.items() if n not in fixed})
 
 
 def narrow_dims(module: Module, dims: dict[str, tuple[int, int]]) -> None:
@@ -109,7 +142,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
             getattr(ins, "step", lambda *_: None)(what, seconds)
 
     t0 = time.perf_counter()
-    module = load_module(model)
+    module = load_module(model, options.input_structure, import_values(options), import_dims(options))
     defaults = _take_input_defaults(module)
     name = identifier(options.name or default_name(model, module))
     step("import", time.perf_counter() - t0)
@@ -119,7 +152,7 @@ def compile_model(model, out_dir, options: CompileOptions | None = None, emit: s
     narrow_dims(module, options.dims)
     run_ctx = PassContext(instruments=[_StageClock(t), *ctx.instruments], options=ctx.options)
     try:
-        result = run_pipeline(module, build_pipeline(options, backend, name, emit), run_ctx)
+        result = run_pipeline(module, build_pipeline(without_baked(options, module), backend, name, emit), run_ctx)
     except (CompileError, UnsupportedOp) as e:
         from .value_versions import refuse_value_dependent
 
@@ -184,6 +217,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
     backend fills in its target fields (`Backend.describe`)."""
     from ..codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+    from ..io_structure import structure_of
     from ..passes.value_symbols import value_symbols_of
     from .value_versions import generic_function, output_signature, value_guards, version_guard_text
 
@@ -213,7 +247,9 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
                   **v.stats, **bucket}))
     constraints = [(c.expr, c.origin) for c in module.constraints]
     meta = {"options": options.cache_key(), **backend.metadata(),
-            "dropped_versions": list(module.attrs.get("dropped_versions", []))}
+            "dropped_versions": list(module.attrs.get("dropped_versions", [])),
+            # sequence / optional I/O: how the loader flattens and groups them (io_structure.py)
+            **({"structure": structure_of(module.attrs)} if "input_structure" in module.attrs else {})}
     spec = ArtifactSpec(name, inputs, outputs, list(module.symbols) + extra_symbols, constraints, versions,
                         backend.name, "", meta, version_dims=version_dims)
     names = [t.name for t in inputs]

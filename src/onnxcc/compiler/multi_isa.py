@@ -36,7 +36,7 @@ def order_levels(triple: str, levels: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def compile_levels(model, out_dir, options, emit: str = "lib", pass_ctx: PassContext | None = None):
-    from .compile import Artifact, artifact_spec, default_name, load_module, narrow_dims
+    from .compile import Artifact, artifact_spec, default_name, import_dims, import_values, load_module, narrow_dims
     from .pipeline import build_pipeline
 
     if not getattr(backend_class(options.target), "cpu_levels", False):
@@ -65,7 +65,7 @@ def compile_levels(model, out_dir, options, emit: str = "lib", pass_ctx: PassCon
         opts = replace(options, cpu=cpu, cpu_versions=[])
         backend = make_backend(opts)
         t0 = time.perf_counter()
-        module = load_module(model)
+        module = load_module(model, options.input_structure, import_values(options), import_dims(options))
         name = identifier(options.name or default_name(model, module))
         t["import"] = t.get("import", 0.0) + time.perf_counter() - t0
         narrow_dims(module, opts.dims)

@@ -54,6 +54,9 @@ class CompileOptions:
     #: bind the elements of size-only 1-D int64 inputs (Reshape's shape, ConstantOfShape's,
     #: Tile's repeats) to symbols the dispatcher reads from the data: one generic version
     value_symbols: bool = False
+    #: the structure of each sequence / optional input (io_structure.py): {"x": "seq:3",
+    #: "opt": "none"}; a build is specialised on it (each element a tensor of the C ABI)
+    input_structure: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         self.specialize_value = normalize_values(self.specialize_value)
@@ -64,6 +67,7 @@ class CompileOptions:
         d["specialize"] = {k: sorted(v) for k, v in sorted(self.specialize.items())}
         d["buckets"] = {k: sorted(set(v)) for k, v in sorted(self.buckets.items())}
         d["specialize_value"] = {k: [list(x) for x in v] for k, v in sorted(self.specialize_value.items())}
+        d["input_structure"] = dict(sorted(self.input_structure.items()))
         return d
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sympy
 
-from ..errors import CompileError
+from ..errors import CompileError, DimDependentError, ValueDependentError
 from ..ir import Function, Module, canon
 from ..ir.dims import SymbolInfo
 from ..ir.printer import print_bool
@@ -19,16 +19,6 @@ from ..passes.specialize_value import (
     value_inputs,
     value_text,
 )
-
-
-class ValueDependentError(CompileError):
-    """The generic version cannot be built because a shape depends on the values of `inputs`
-    and no value version was asked for."""
-
-    def __init__(self, msg: str, inputs: list[str], all_inputs: list[str] | None = None):
-        #: the inputs whose values decide the shapes; every input of the model, in order
-        self.inputs, self.all_inputs = inputs, list(all_inputs or inputs)
-        super().__init__(msg)
 
 
 def generic_function(module: Module, kmod) -> Function:
@@ -212,6 +202,16 @@ def build_for_inputs(build, options, feeds_for, note=None):
     and the conformance harness share."""
     try:
         return build(options)
+    except DimDependentError as e:  # a sequence's length hangs on an input dim: build for the one given
+        feeds = feeds_for(e.all_inputs)
+        if feeds is None:
+            raise
+        options = with_dims(options, e, feeds)
+        if note is not None:
+            note("onnxcc: a sequence's length depends on " + ", ".join(
+                f'input "{i}" dim {a}' for i, a, _ in e.dims) + ": specialising on the dims given (" +
+                " ".join(f"--specialize {s}={options.specialize[s][0]}" for _, _, s in e.dims) + ")")
+        return build_for_inputs(build, options, feeds_for, note)
     except ValueDependentError as e:
         feeds = feeds_for(e.all_inputs)
         if feeds is None:
@@ -223,3 +223,20 @@ def build_for_inputs(build, options, feeds_for, note=None):
             note(f"onnxcc: shapes depend on the value of input{'s' if len(used) > 1 else ''} {which}: "
                  f"specialising on the values given ({values_flag(options, e.inputs)})")
         return build(options)
+
+
+def with_dims(options, e: DimDependentError, feeds: dict):
+    """`options` with an exact version for each dim `e` names, at its size in `feeds`."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    spec = dict(options.specialize)
+    for name, axis, symbol in e.dims:
+        if name not in feeds or np.ndim(feeds[name]) <= axis:
+            raise e
+        v = int(np.shape(feeds[name])[axis])
+        if spec.get(symbol) == [v]:
+            raise e  # already built for it: not what stops this build
+        spec[symbol] = [v]
+    return replace(options, specialize=spec)

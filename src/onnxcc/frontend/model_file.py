@@ -14,14 +14,16 @@ ONNX_SUFFIXES = (".onnx",)
 IR_SUFFIXES = (".onnxir",)
 
 
-def load_model(path: str | os.PathLike) -> Module:
-    """Load a model file: `.onnx` through the ONNX importer, `.onnxir` through the IR parser."""
+def load_model(path: str | os.PathLike, structure: dict[str, str] | None = None,
+               values: dict[str, list] | None = None, dims: dict[str, int] | None = None) -> Module:
+    """Load a model file: `.onnx` through the ONNX importer, `.onnxir` through the IR parser.
+    `structure`: the sequence / optional inputs' specs (frontend/sequences.py)."""
     from .onnx_import import load_onnx
 
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix in ONNX_SUFFIXES:
-        return load_onnx(p)
+        return load_onnx(p, structure=structure, values=values, dims=dims)
     if suffix in IR_SUFFIXES:
         if not p.is_file():
             raise ImportError_(f"{p}: no such file" if not p.exists() else f"{p}: not a file")

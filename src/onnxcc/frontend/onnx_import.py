@@ -37,7 +37,7 @@ from ..ir import Block, Dim, DType, Function, Module, Op, Region, TensorType, Va
 from ..ops import InferCtx, get_opdef
 from ..ops.dtypes import onnx_dtype
 from ..ops.infer import infer_block, infer_op
-from . import opset_compat
+from . import opset_compat, sequences
 from .onnx_ops import CONVERTERS
 from .validate import validate_model
 
@@ -62,14 +62,20 @@ _TYPE_KINDS = {"sequence_type": "a sequence", "optional_type": "an optional", "m
 _RESERVED = {"floor", "ceiling", "Max", "Min", "Mod", "Abs", "true", "false"}
 
 
-def load_onnx(model: ModelSource, name: str | None = None) -> Module:
-    """Import an ONNX model (a path, serialized bytes or a ModelProto) as a typed Module."""
+def load_onnx(model: ModelSource, name: str | None = None, structure: dict[str, str] | None = None,
+              values: dict[str, list] | None = None, dims: dict[str, int] | None = None) -> Module:
+    """Import an ONNX model (a path, serialized bytes or a ModelProto) as a typed Module.
+    `structure`: the spec of each sequence / optional input (io_structure.py); `values`: flat
+    values of inputs that decide a sequence's structure (frontend/sequences.py); `dims`:
+    values of input dims a sequence's length hangs on (@main is guarded on them)."""
     proto, base_dir, what, default_name = _read(model)
-    return import_model(proto, name or default_name, base_dir=base_dir, what=what)
+    return import_model(proto, name or default_name, base_dir=base_dir, what=what, structure=structure,
+                        values=values, dims=dims)
 
 
 def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = "",
-                 what: str = "model") -> Module:
+                 what: str = "model", structure: dict[str, str] | None = None,
+                 values: dict[str, list] | None = None, dims: dict[str, int] | None = None) -> Module:
     """Import an in-memory ModelProto; external data is read relative to `base_dir`."""
     if not proto.HasField("graph"):
         raise ImportError_(f"{what}: not a valid ONNX model (no graph)")
@@ -87,7 +93,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         proto = opset_compat.upgrade(proto, opset, what)
     module = Module(name=_ident(name))
     module.attrs["opset"] = opset
-    imp = _Importer(module, base_dir, what)
+    imp = _Importer(module, base_dir, what, structure=structure, values=values, dims=dims)
     try:
         imp.import_main(proto.graph, proto.ir_version)
     except OnnxccError:
@@ -98,7 +104,7 @@ def import_model(proto: onnx.ModelProto, name: str = "model", base_dir: str = ""
         # split-if pass makes both versions, and drops the one that cannot hold)
         module = Module(name=_ident(name))
         module.attrs["opset"] = opset
-        imp = _Importer(module, base_dir, what, branch=1)
+        imp = _Importer(module, base_dir, what, branch=1, structure=structure, values=values, dims=dims)
         imp.import_main(proto.graph, proto.ir_version)
     return module
 
@@ -180,8 +186,25 @@ def _check_opset(proto: onnx.ModelProto, what: str) -> int:
 class _Importer:
     """Module-wide state: symbols from dim_params, weights, the value map for shape chains."""
 
-    def __init__(self, module: Module, base_dir: str, what: str, branch: int = 0):
+    def __init__(self, module: Module, base_dir: str, what: str, branch: int = 0,
+                 structure: dict[str, str] | None = None, values: dict[str, list] | None = None,
+                 dims: dict[str, int] | None = None):
         self.module = module
+        #: values of symbols a sequence's length may hang on; those used are `fixed_dims`
+        #: and become @main's guard
+        self.dim_values = dict(dims or {})
+        self.fixed_dims: dict[str, int] = {}
+        #: flat values of graph inputs a sequence's structure may depend on; those used are
+        #: recorded in `baked` and become @main's value guard
+        self.input_values = dict(values or {})
+        self.baked: dict[str, list] = {}
+        #: @main's block and its ONNX input names, once import_main has made them
+        self.main_block: Block | None = None
+        self.input_names: list[str] = []
+        #: the graph inputs whose values may decide a sequence's structure (named together)
+        self.structure_inputs: list[str] = []
+        #: the spec of each sequence / optional graph input (frontend/sequences.py)
+        self.structure = dict(structure or {})
         self.base_dir = base_dir
         self.what = what
         #: the branch an If whose result ranks depend on the condition is typed as, for now
@@ -206,24 +229,58 @@ class _Importer:
                 if d.HasField("dim_param") and _SYMBOL_NAME.fullmatch(d.dim_param):
                     self.dim_param(d.dim_param, f'input "{vi.name}" dim {axis}')
         body = Block()
+        self.main_block, self.input_names = body, [vi.name for vi in inputs]
+        self.structure_inputs = sequences.structure_inputs(g, set(self.input_names))
         b = GraphBuilder(self, body, {}, prefix="")
+        in_specs = []
         for vi in inputs:
             if vi.name in b.scope:
                 raise ImportError_(f"{self.what}: graph input {vi.name!r} is declared twice")
+            if sequences.is_structured(vi.type):
+                item = sequences.input_item(self, vi, self.structure.get(vi.name), body.add_arg)
+                b.scope[vi.name] = item
+                in_specs.append([vi.name, sequences.flatten_output(vi.name, item, "")[0]])
+                continue
             b.scope[vi.name] = body.add_arg(self.value_info_type(vi, f'input "{vi.name}"'), vi.name)
+            in_specs.append([vi.name, "tensor"])
         for t in g.initializer:
             if t.name in overridable:
                 self.module.weights[DEFAULT_PREFIX + t.name] = self.tensor(t, f'initializer "{t.name}"')
         if overridable:
             self.module.attrs["input_defaults"] = [vi.name for vi in inputs if vi.name in overridable]
         b.build(g, skip_initializers=overridable)
-        outs = [b.lookup(o.name, f'graph output "{o.name}"') for o in g.output]
-        for o, v in zip(g.output, outs):
-            self.check_declared(o, v.type, f'graph output "{o.name}"')
+        items = [b.lookup(o.name, f'graph output "{o.name}"') for o in g.output]
+        outs, out_names, out_specs = [], [], []
+        for o, v in zip(g.output, items):
+            spec, flat = sequences.flatten_output(o.name, v, f'{self.what}: graph output "{o.name}"')
+            out_specs.append([o.name, spec])
+            if isinstance(v, Value):
+                self.check_declared(o, v.type, f'graph output "{o.name}"')
+            outs += [x for _, x in flat]
+            out_names += [n for n, _ in flat]
+        if any(sp != "tensor" for _, sp in in_specs + out_specs):
+            # the loader flattens and groups the caller's lists and Nones by this (NAME.json)
+            self.module.attrs["input_structure"] = [f"{sp} {n}" for n, sp in in_specs]
+            self.module.attrs["output_structure"] = [f"{sp} {n}" for n, sp in out_specs]
         body.append(Op("return", outs))
+        attrs: dict = {"outputs": out_names}
+        if self.baked:  # the build holds only for these values: @main is a value version
+            attrs["value_guard"] = [f"{n}:{' '.join(repr(x) for x in v)}" for n, v in self.baked.items()]
+        # a dim a sequence's length hung on: this build holds for its value only
+        guard = sympy.And(*[sympy.Eq(self.module.symbols[n].symbol, v) for n, v in self.fixed_dims.items()])
         # NOTE: returned values get renamed by passes; the artifact needs the graph's names
-        return self.module.add_function(Function("main", body, [v.type for v in outs],
-                                                 attrs={"outputs": [o.name for o in g.output]}))
+        return self.module.add_function(Function("main", body, [v.type for v in outs], guard=guard, attrs=attrs))
+
+    def input_value(self, name: str) -> list[int] | None:
+        """The value given for graph input `name` (integers and bools only), recorded as used."""
+        v = self.input_values.get(name)
+        default = self.module.weights.get(DEFAULT_PREFIX + name)
+        if v is None and isinstance(default, np.ndarray) and default.size <= 64:
+            v = default.reshape(-1).tolist()  # an input with an initializer: its default, guarded
+        if v is None or not all(float(x).is_integer() for x in v):
+            return None
+        self.baked[name] = list(v)
+        return [int(x) for x in v]
 
     def check_declared(self, vi: onnx.ValueInfoProto, got: TensorType, where: str) -> None:
         """A declared elem_type that differs from the computed one is refused (as onnxruntime
@@ -404,6 +461,9 @@ class GraphBuilder:
     # ---- nodes -------------------------------------------------------------------------------
     def node(self, node: onnx.NodeProto, index: int) -> None:
         self.loc = node.name or f"{self.prefix}{node.op_type}_{index}"
+        if sequences.wants(self, node):  # resolved at import: the IR holds no sequence
+            self._bind(node, sequences.convert(self, node))
+            return
         domain, op_type = node.domain, node.op_type
         conv = None
         if domain in _ONNX_DOMAINS:
@@ -433,7 +493,8 @@ class GraphBuilder:
                                f"outputs, its conversion gave {len(results)}")
         for out, v in zip(wanted, results):
             if out:
-                v.name = v.name or out
+                if isinstance(v, Value):
+                    v.name = v.name or out
                 self.scope[out] = v
 
     def generic(self, node: onnx.NodeProto, name: str) -> list[Value]:
@@ -532,6 +593,10 @@ class GraphBuilder:
         self.loc = parent_loc
         where = f'node "{parent_loc}" subgraph {g.name!r}'
         outs = [sub.lookup(o.name, f'{where} output "{o.name}"') for o in g.output]
+        for o, v in zip(g.output, outs):
+            if not isinstance(v, Value):  # a body that yields a sequence its op does not unroll
+                raise UnsupportedOp("subgraph", "", parent_loc, f'{where} output "{o.name}" is a sequence or '
+                                    "optional, which this op cannot carry (only Loop, If and SequenceMap resolve them)")
         block.append(Op("yield", outs))
         return Region([block])
 

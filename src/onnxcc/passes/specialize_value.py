@@ -154,7 +154,9 @@ def value_version(module: Module, generic: Function, items: list[tuple[str, list
             v.body.append(op)
         p.replace_all_uses_with(op.result)
     v.attrs["kind"] = "value"
-    v.attrs["value_guard"] = [format_value_text({n: [a.reshape(-1).tolist()]}) for n, a in arrays]
+    # a @main the importer already built for some values (a sequence's structure) keeps them
+    v.attrs["value_guard"] = [*generic.attrs.get("value_guard", []),
+                              *(format_value_text({n: [a.reshape(-1).tolist()]}) for n, a in arrays)]
     v.guard = sympy.And(*[sympy.Eq(s, n) for s, n in subs.items()])
     return v
 

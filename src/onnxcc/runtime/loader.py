@@ -296,6 +296,8 @@ class CompiledModel:
         self._output_dims = None  # NAME_output_dims, bound on first use (only some artifacts have it)
         self.build_id: str | None = self._check_identity()
         self._defaults: dict | None = None  # input_defaults(), read on first use
+        #: sequence / optional I/O (io_structure.py): run() takes lists and None there
+        self.structure: dict | None = (meta.get("metadata") or {}).get("structure")
         self._setup_fast_path()
 
     def _setup_fast_path(self) -> None:
@@ -518,7 +520,16 @@ class CompiledModel:
         compact and on the CPU), numpy scalars or Python lists (runtime/interop.py); `cast=True`
         converts any input to the model's dtype. `out`: a dict {name: array} or a list of
         preallocated outputs (C-contiguous, exact dtype and shape), written in place and
-        returned."""
+        returned. A model with sequence / optional inputs or outputs takes a list of arrays for
+        a sequence and None for an absent optional, and returns them so (io_structure.py)."""
+        if self.structure is not None:
+            from onnxcc.io_structure import flatten_inputs, group_outputs
+
+            flat = self._run_flat(flatten_inputs(self.structure, inputs, self.name), out, cast)
+            return group_outputs(self.structure, flat)
+        return self._run_flat(inputs, out, cast)
+
+    def _run_flat(self, inputs, out=None, cast: bool = False) -> dict[str, np.ndarray]:
         bufs = self._out_buffers(out)
         if self._cuda or not _WORD_LAYOUT or self._packed:
             return self._run_portable(inputs, cast, bufs)
