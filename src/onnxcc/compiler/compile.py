@@ -184,6 +184,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     """The ArtifactSpec of a kernel module: signature, symbols, constraints, versions; the
     backend fills in its target fields (`Backend.describe`)."""
     from ..codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+    from ..kernel.in_place import in_place_pairs
     from ..passes.value_symbols import value_symbols_of
     from .value_versions import generic_function, output_signature, value_guards, version_guard_text
 
@@ -205,7 +206,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
         bucket = {"bucket": f.attrs["bucket"], "symbol": f.attrs["symbol"]} if kind == "bucket" else {}
         versions.append(VersionSpec(
             symbol=prog.name, guard=f.guard, guard_text=version_guard_text(f), subs=subs,
-            value_guards=value_guards(module, generic, f),
+            value_guards=value_guards(module, generic, f), in_place=in_place_pairs(prog),
             workspace_bytes=mplan.workspace_bytes, kind=kind,
             info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
                   "workspace_bytes": print_dim(mplan.workspace_bytes),

@@ -1,0 +1,77 @@
+/* onnxcc runtime: serving strided inputs by compacting them into scratch.
+ *
+ * Why a copy and not strided kernels: every kernel is generated for compact row-major
+ * buffers, which is what lets the scheduler vectorise and tile with constant strides. A
+ * strided kernel would need every load's address computed from per-call strides (a second
+ * set of versions, slower ones), while one copy costs a single pass over the input, which
+ * every model reads at least once anyway. Compact inputs (NULL or compact strides) never
+ * come here: they are read in place, with no copy. */
+#include "onnxcc_rt.h"
+
+#include <string.h>
+
+/* copies n elements of esz bytes, stride `step` elements apart, into dst (compact) */
+static void onnxcc_gather_row(char *dst, const char *src, int64_t n, int64_t step, int64_t esz) {
+  if (step == 1) {
+    memcpy(dst, src, (size_t)(n * esz));
+    return;
+  }
+  int64_t bstep = step * esz;
+  switch (esz) { /* the common sizes as typed moves, the rest byte by byte */
+    case 1: for (int64_t i = 0; i < n; i++) dst[i] = src[i * bstep]; return;
+    case 2: for (int64_t i = 0; i < n; i++) memcpy(dst + 2 * i, src + i * bstep, 2); return;
+    case 4: for (int64_t i = 0; i < n; i++) memcpy(dst + 4 * i, src + i * bstep, 4); return;
+    case 8: for (int64_t i = 0; i < n; i++) memcpy(dst + 8 * i, src + i * bstep, 8); return;
+    default: for (int64_t i = 0; i < n; i++) memcpy(dst + esz * i, src + i * bstep, (size_t)esz); return;
+  }
+}
+
+void onnxcc_compact(const DLTensor *t, void *dst) {
+  int64_t esz = (t->dtype.bits + 7) / 8;
+  const char *base = (const char *)t->data + t->byte_offset;
+  int32_t rank = t->ndim;
+  int64_t numel = 1;
+  for (int32_t d = 0; d < rank; d++) numel *= t->shape[d];
+  if (numel == 0) return;
+  if (rank == 0 || t->strides == NULL) {
+    memcpy(dst, base, (size_t)(numel * esz));
+    return;
+  }
+  /* walk the outer dims with an odometer; the innermost dim is one gathered row */
+  int64_t idx[rank > 1 ? rank : 1];
+  for (int32_t d = 0; d < rank; d++) idx[d] = 0;
+  int64_t inner = t->shape[rank - 1], step = t->shape[rank - 1] == 1 ? 1 : t->strides[rank - 1];
+  char *out = (char *)dst;
+  for (int64_t row = 0; row < numel / inner; row++) {
+    int64_t off = 0;
+    for (int32_t d = 0; d + 1 < rank; d++) off += idx[d] * t->strides[d];
+    onnxcc_gather_row(out, base + off * esz, inner, step, esz);
+    out += inner * esz;
+    for (int32_t d = rank - 2; d >= 0; d--) { /* next outer index */
+      if (++idx[d] < t->shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+int onnxcc_compact_inputs(const DLTensor *inputs, const onnxcc_span *spans, int n_inputs, void **ptrs,
+                          void **scratch) {
+  size_t total = 0;
+  *scratch = NULL;
+  for (int k = 0; k < n_inputs; k++) /* each copy 64-byte aligned, like a compact caller's might be */
+    if (spans[k].strided) total += ((size_t)spans[k].nbytes + ONNXCC_ALIGN - 1) & ~(size_t)(ONNXCC_ALIGN - 1);
+  if (total == 0) return ONNXCC_OK;
+  char *buf = (char *)onnxcc_aligned_alloc(total);
+  if (buf == NULL) {
+    onnxcc_error_set("could not allocate %llu bytes to compact the strided inputs", (unsigned long long)total);
+    return ONNXCC_ERR_ALLOC;
+  }
+  *scratch = buf;
+  for (int k = 0; k < n_inputs; k++) {
+    if (!spans[k].strided) continue;
+    onnxcc_compact(&inputs[k], buf);
+    ptrs[k] = buf;
+    buf += ((size_t)spans[k].nbytes + ONNXCC_ALIGN - 1) & ~(size_t)(ONNXCC_ALIGN - 1);
+  }
+  return ONNXCC_OK;
+}
