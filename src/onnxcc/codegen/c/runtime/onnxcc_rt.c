@@ -476,8 +476,13 @@ int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, c
   if (numel > 0 && (blo == INT64_MIN || t->byte_offset > (uint64_t)UINTPTR_MAX ||
                     __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &start) ||
                     (uintptr_t)(-blo) > start || __builtin_add_overflow(start, (uintptr_t)bhi, &hi))) {
-    onnxcc_error_set("%s \"%s\": data + byte_offset %llu + %lld bytes wraps the address space", kind, name,
-                     (unsigned long long)t->byte_offset, (long long)nbytes);
+    if (strided)
+      onnxcc_error_set("%s \"%s\": data + byte_offset %llu with strides reaching elements [%lld, %lld] wraps "
+                       "the address space", kind, name, (unsigned long long)t->byte_offset, (long long)off_lo,
+                       (long long)off_hi);
+    else
+      onnxcc_error_set("%s \"%s\": data + byte_offset %llu + %lld bytes wraps the address space", kind, name,
+                       (unsigned long long)t->byte_offset, (long long)nbytes);
     return ONNXCC_ERR_ARGS;
   }
   lo = start - (uintptr_t)(-blo);
