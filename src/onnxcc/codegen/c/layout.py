@@ -50,11 +50,25 @@ def in_place_table(spec: ArtifactSpec) -> str:
             + "\n".join(rows) + "\n};")
 
 
+#: up to this many tensor pairs, NAME_run tests the byte ranges inline and calls the runtime
+#: only when two meet (to refuse them, or to let a proved in-place alias through)
+INLINE_PAIRS = 16
+
+
 def aliasing_call(spec: ArtifactSpec) -> str:
     """NAME_run's overlap check (v, in_sp, out_sp in scope)."""
     table = "in_place_ok[v]" if has_in_place(spec) else "NULL"
-    return (f"  if ((rc = onnxcc_check_overlap(in_sp, {len(spec.inputs)}, input_names, out_sp, "
-            f"{len(spec.outputs)}, output_names, {table})) != 0) return rc;")
+    call = (f"(rc = onnxcc_check_overlap(in_sp, {len(spec.inputs)}, input_names, out_sp, "
+            f"{len(spec.outputs)}, output_names, {table})) != 0")
+    nin, nout = len(spec.inputs), len(spec.outputs)
+    pairs = [(f"out_sp[{k}]", f"in_sp[{i}]") for k in range(nout) for i in range(nin)]
+    pairs += [(f"out_sp[{k}]", f"out_sp[{j}]") for k in range(nout) for j in range(k)]
+    if not pairs:
+        return ""
+    if len(pairs) > INLINE_PAIRS:
+        return f"  if ({call}) return rc;"
+    meet = " ||\n      ".join(f"({a}.lo < {b}.hi && {b}.lo < {a}.hi)" for a, b in pairs)
+    return f"  /* do any two tensors share a byte? (empty ones span nothing) */\n  if (({meet}) && {call}) return rc;"
 
 
 def header_doc(spec: ArtifactSpec, host: bool) -> list[str]:

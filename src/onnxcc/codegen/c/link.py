@@ -538,26 +538,34 @@ static const int32_t devices[] = {{{devices}}};
 {asserts}
 """
 
-    def tensor_check_call(self, kind: str, arr: str, k: int, t: TensorSig, devs: str = "devices",
-                          n_devs: str = "NUM_DEVICES", spans: str = "NULL", strided: bool = False) -> str:
-        code, bits = DL_DTYPE[t.dtype]
-        span = f"&{spans}[{k}]" if spans != "NULL" else "NULL"
-        return (f'  if ((rc = onnxcc_check_tensor(&{arr}[{k}], "{kind}", "{_c_string(t.name)}", {devs}, '
-                f'{n_devs}, {t.rank}, {code}, {bits}, "{t.dtype.value}", '
-                f'"{_c_string(_shape_text(t.shape))}", {int(strided)}, {span})) != 0) return rc;')
+    def tensor_sigs(self) -> str:
+        """One onnxcc_tensor_sig per input and output: what onnxcc_check_tensor checks."""
+        def sig(kind: str, t: TensorSig, strided: bool) -> str:
+            code, bits = DL_DTYPE[t.dtype]
+            return (f'  {{"{kind}", "{_c_string(t.name)}", "{t.dtype.value}", "{_c_string(_shape_text(t.shape))}", '
+                    f"{t.rank}, {code}, {bits}, {int(strided)}}},")
+        s = self.spec
+        ins = [sig("input", t, ok) for t, ok in zip(s.inputs, self.strided, strict=True)] or ["  {0},"]
+        outs = [sig("output", t, False) for t in s.outputs] or ["  {0},"]
+        return "\n".join([f"static const onnxcc_tensor_sig in_sigs[{max(1, len(s.inputs))}] = {{", *ins, "};",
+                          f"static const onnxcc_tensor_sig out_sigs[{max(1, len(s.outputs))}] = {{", *outs, "};"])
+
+    def tensor_check_call(self, kind: str, arr: str, k: int, devs: str, n_devs: str, spans: str) -> str:
+        sigs = "in_sigs" if kind == "input" else "out_sigs"
+        return (f"  if ((rc = onnxcc_check_tensor(&{arr}[{k}], &{sigs}[{k}], {devs}, {n_devs}, &{spans}[{k}])) != 0) "
+                "return rc;")
 
     def bind_fn(self) -> str:
         s = self.spec
         count = _Msg(f"expected {len(s.inputs)} inputs ({', '.join(t.name for t in s.inputs)}), got ")
-        out = ["/* Validates the inputs (on one of devs[]), records their spans and binds s[] from their dims. */",
+        out = [self.tensor_sigs(), "", "/* Validates the inputs (on one of devs[]), records their spans and binds s[] from their dims. */",
                "static int bind_inputs(const DLTensor *inputs, int n_inputs, int64_t *s, const int32_t *devs, "
                "int n_devs, onnxcc_span *in_sp) {",
                "  int rc = 0;", "  (void)s; (void)rc;",
                f"  if (n_inputs != {len(s.inputs)}) " + count.value("n_inputs").fail(self.code("ERR_ARGS")),
                "  if (inputs == NULL && n_inputs > 0) " + _Msg("inputs is NULL").fail(self.code("ERR_ARGS"))]
-        for k, t in enumerate(s.inputs):
-            out.append(self.tensor_check_call("input", "inputs", k, t, "devs", "n_devs", "in_sp",
-                                              self.strided[k]))
+        for k in range(len(s.inputs)):
+            out.append(self.tensor_check_call("input", "inputs", k, "devs", "n_devs", "in_sp"))
         out.append("  /* bind each symbol where it first appears, then check its range at once */")
         for b in self.plan.bindings:
             out += self.binding(b)
@@ -679,7 +687,7 @@ static const int32_t devices[] = {{{devices}}};
                  "  if (outputs == NULL && n_outputs > 0) " + self.fail(_Msg("outputs is NULL"), "ERR_ARGS"),
                  f"  int64_t dims[{max_rank}];", "  (void)dims;"]
         for k, t in enumerate(s.outputs):
-            lines.append(self.tensor_check_call("output", "outputs", k, t, spans="out_sp"))
+            lines.append(self.tensor_check_call("output", "outputs", k, "devices", "NUM_DEVICES", "out_sp"))
             lines.append(f"  if ((rc = output_dims(s, {k}, dims)) != 0) return rc;")
             for j, d in enumerate(map(canon, t.shape)):
                 msg = _Msg(f'output "{t.name}" dim {j}: expected ')
@@ -697,9 +705,11 @@ static const int32_t devices[] = {{{devices}}};
         lines += self.target.run_prologue()
         compacts = any(self.strided)
         if compacts:  # strided inputs: copied compact first (runtime/onnxcc_layout.c says why)
+            any_strided = " | ".join(f"in_sp[{k}].strided" for k, ok in enumerate(self.strided) if ok)
             lines += ["  void *compact_buf = NULL;",
-                      "  if ((rc = onnxcc_compact_inputs(inputs, in_sp, "
-                      f"{len(s.inputs)}, in_ptrs, &compact_buf)) != 0) return rc;"]
+                      "  _Alignas(64) unsigned char compact_small[ONNXCC_COMPACT_SMALL];",
+                      f"  if (({any_strided}) && (rc = onnxcc_compact_inputs(inputs, in_sp, "
+                      f"{len(s.inputs)}, in_ptrs, compact_small, sizeof compact_small, &compact_buf)) != 0) return rc;"]
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
             # the workspace size is evaluated with checked arithmetic: an overflow is refused
@@ -714,7 +724,7 @@ static const int32_t devices[] = {{{devices}}};
                       f"    {self.target.version_call(k, v, 'ws')} break;", "  }"]
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
         if compacts:
-            lines.append("  onnxcc_aligned_free(compact_buf);")
+            lines.append("  if (compact_buf != NULL) onnxcc_aligned_free(compact_buf);")
         if s.run_dims:  # the kernel wrote the run-determined symbols' true values into s[]
             lines += ["  if (rc == 0) {", "    for (int k = 0; k < SYM_CAP; ++k) run_syms_tl[k] = s[k];",
                       "    run_ok_tl = 1;", "  }"]

@@ -55,18 +55,21 @@ void onnxcc_compact(const DLTensor *t, void *dst) {
 }
 
 int onnxcc_compact_inputs(const DLTensor *inputs, const onnxcc_span *spans, int n_inputs, void **ptrs,
-                          void **scratch) {
+                          void *small, size_t small_cap, void **scratch) {
   size_t total = 0;
   *scratch = NULL;
   for (int k = 0; k < n_inputs; k++) /* each copy 64-byte aligned, like a compact caller's might be */
     if (spans[k].strided) total += ((size_t)spans[k].nbytes + ONNXCC_ALIGN - 1) & ~(size_t)(ONNXCC_ALIGN - 1);
   if (total == 0) return ONNXCC_OK;
-  char *buf = (char *)onnxcc_aligned_alloc(total);
-  if (buf == NULL) {
-    onnxcc_error_set("could not allocate %llu bytes to compact the strided inputs", (unsigned long long)total);
-    return ONNXCC_ERR_ALLOC;
+  char *buf = (char *)small; /* small copies live in the caller's frame: no malloc per call */
+  if (total > small_cap) {
+    buf = (char *)onnxcc_aligned_alloc(total);
+    if (buf == NULL) {
+      onnxcc_error_set("could not allocate %llu bytes to compact the strided inputs", (unsigned long long)total);
+      return ONNXCC_ERR_ALLOC;
+    }
+    *scratch = buf;
   }
-  *scratch = buf;
   for (int k = 0; k < n_inputs; k++) {
     if (!spans[k].strided) continue;
     onnxcc_compact(&inputs[k], buf);

@@ -365,9 +365,13 @@ static const char *onnxcc_device_text(int32_t type) {
   }
 }
 
-int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, const int32_t *devices,
-                        int n_devices, int32_t rank, uint8_t code, uint8_t bits, const char *dtype_text,
-                        const char *shape_text, int allow_strided, onnxcc_span *span) {
+/* Every check with its message; the fast path below comes here for anything uncommon
+ * (another device than the first, a sub-byte dtype, strides that are not compact) and for
+ * every failure, so each message is spelled once. */
+__attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
+    const DLTensor *t, const char *kind, const char *name, const int32_t *devices, int n_devices, int32_t rank,
+    uint8_t code, uint8_t bits, const char *dtype_text, const char *shape_text, int allow_strided,
+    onnxcc_span *span) {
   int device_ok = 0;
   for (int i = 0; i < n_devices; i++) device_ok |= (int32_t)t->device.device_type == devices[i];
   if (!device_ok) {
@@ -496,6 +500,44 @@ int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, c
   return ONNXCC_OK;
 }
 
+int onnxcc_check_tensor(const DLTensor *t, const onnxcc_tensor_sig *g, const int32_t *devices, int n_devices,
+                        onnxcc_span *span) {
+  /* the common call, in one pass: first device, whole-byte dtype, compact, in range */
+  const int32_t rank = g->rank;
+  const int64_t *shape = t->shape;
+  if (n_devices < 1 || (int32_t)t->device.device_type != devices[0] || t->dtype.code != g->code ||
+      t->dtype.bits != g->bits || t->dtype.lanes != 1 || g->bits < 8 || t->ndim != rank ||
+      (rank > 0 && shape == NULL))
+    goto slow;
+  int64_t numel = 1, nbytes;
+  for (int32_t d = 0; d < rank; d++)
+    if (shape[d] < 0 || __builtin_mul_overflow(numel, shape[d], &numel)) goto slow;
+  if (__builtin_mul_overflow(numel, (int64_t)(g->bits / 8), &nbytes)) goto slow;
+  uintptr_t lo = 0, hi = 0;
+  if (numel > 0) {
+    if (t->strides != NULL) {
+      int64_t expect = 1;
+      for (int32_t d = rank - 1; d >= 0; d--) {
+        if (shape[d] != 1 && t->strides[d] != expect) goto slow;
+        expect *= shape[d];
+      }
+    }
+    if (t->data == NULL || t->byte_offset > (uint64_t)UINTPTR_MAX ||
+        __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &lo) ||
+        __builtin_add_overflow(lo, (uintptr_t)nbytes, &hi))
+      goto slow;
+  }
+  span->lo = lo;
+  span->hi = hi;
+  span->nbytes = nbytes;
+  span->strided = 0;
+  span->device = ((int64_t)t->device.device_type << 32) | (uint32_t)t->device.device_id;
+  return ONNXCC_OK;
+slow:
+  return onnxcc_check_tensor_slow(t, g->kind, g->name, devices, n_devices, rank, g->code, g->bits, g->dtype_text,
+                                  g->shape_text, g->allow_strided, span);
+}
+
 int onnxcc_check_overlap(const onnxcc_span *inputs, int n_inputs, const char *const *input_names,
                          const onnxcc_span *outputs, int n_outputs, const char *const *output_names,
                          const unsigned char *in_place) {
@@ -597,7 +639,8 @@ int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes, const int
     onnxcc_error_set("version %d: could not allocate %lld bytes of workspace", v, (long long)ws_bytes);
     return ONNXCC_ERR_ALLOC;
   }
-  onnxcc_error_clear();
+  /* no onnxcc_error_clear() here: NAME_run cleared the message at its start and nothing
+   * since set one on the way to this call (a TLS access saved per call) */
   int32_t rc = fn(syms, inputs, outputs, ws);
   onnxcc_ws_release(ws, cached);
   if (rc == 0) return ONNXCC_OK;
