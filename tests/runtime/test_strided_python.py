@@ -58,3 +58,14 @@ def test_views_run_uncopied_and_right(st, view):
 
 def test_metadata_lists_strided_inputs(st):
     assert st.meta["strided_inputs"] == ["a", "b"]
+
+
+def test_inspect_shows_stride_and_alias_guards(st):
+    from click.testing import CliRunner
+
+    from onnxcc.cli import main
+
+    r = CliRunner().invoke(main, ["inspect", str(st.path.parent)])
+    assert r.exit_code == 0, r.output
+    assert "strides: served strided (compacted into scratch first, compact ones read in place): a, b" in r.output
+    assert "in place: version 0 may write y over a (exact alias, proved safe)" in r.output
