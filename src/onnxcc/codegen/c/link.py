@@ -19,9 +19,9 @@ from onnxcc.errors import CompileError
 from onnxcc.ir.dims import canon
 from onnxcc.ir.types import DType
 
+from . import layout
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
-from . import layout
 from .exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
 from .package import ERROR_DOCS, SIGNATURE_API, signature_defs, signature_header
 
@@ -558,7 +558,8 @@ static const int32_t devices[] = {{{devices}}};
     def bind_fn(self) -> str:
         s = self.spec
         count = _Msg(f"expected {len(s.inputs)} inputs ({', '.join(t.name for t in s.inputs)}), got ")
-        out = [self.tensor_sigs(), "", "/* Validates the inputs (on one of devs[]), records their spans and binds s[] from their dims. */",
+        out = [self.tensor_sigs(), "",
+               "/* Validates the inputs (on one of devs[]), records their spans and binds s[] from their dims. */",
                "static int bind_inputs(const DLTensor *inputs, int n_inputs, int64_t *s, const int32_t *devs, "
                "int n_devs, onnxcc_span *in_sp) {",
                "  int rc = 0;", "  (void)s; (void)rc;",
@@ -710,6 +711,7 @@ static const int32_t devices[] = {{{devices}}};
                       "  _Alignas(64) unsigned char compact_small[ONNXCC_COMPACT_SMALL];",
                       f"  if (({any_strided}) && (rc = onnxcc_compact_inputs(inputs, in_sp, "
                       f"{len(s.inputs)}, in_ptrs, compact_small, sizeof compact_small, &compact_buf)) != 0) return rc;"]
+        free_first = "onnxcc_aligned_free(compact_buf); " if compacts else ""
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
             # the workspace size is evaluated with checked arithmetic: an overflow is refused
@@ -720,7 +722,7 @@ static const int32_t devices[] = {{{devices}}};
             lines.append(f"  case {k}: {{")
             lines += ["    int ws_ovf = 0;",
                       f"    int64_t ws = {c_int_checked(ws_expr, self.names, 'ws_ovf')};",
-                      f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC', 'onnxcc_aligned_free(compact_buf); ' if compacts else '')}",
+                      f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC', free_first)}",
                       f"    {self.target.version_call(k, v, 'ws')} break;", "  }"]
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
         if compacts:
