@@ -69,3 +69,30 @@ def test_inspect_shows_stride_and_alias_guards(st):
     assert r.exit_code == 0, r.output
     assert "strides: served strided (compacted into scratch first, compact ones read in place): a, b" in r.output
     assert "in place: version 0 may write y over a (exact alias, proved safe)" in r.output
+
+
+def test_value_guarded_input_must_be_compact(tmp_path):
+    """The dispatcher compares a value guard's input byte for byte: that input is not served
+    strided. A strided one is refused naming it (never compared wrongly); x still may be."""
+    from onnxcc.runtime.loader import _Tensors
+
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "vv",
+                          [vi("x", TensorProto.FLOAT, [2, 6]), vi("shape", TensorProto.INT64, [2])],
+                          [vi("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "vv.onnx"))
+    onnxcc.compile(tmp_path / "vv.onnx", tmp_path / "art", name="vv", specialize_value={"shape": [3, 4]})
+    vv = onnxcc.load(tmp_path / "art")
+    assert vv.meta["strided_inputs"] == ["x"]
+    x = np.arange(24, dtype=np.float32).reshape(2, 12)[:, ::2]
+    shape = np.array([3, 0, 4, 0], np.int64)[::2]  # [3, 4], strided
+    got = vv.run({"x": x, "shape": shape})["y"]  # the loader copies `shape` (not served strided)
+    np.testing.assert_array_equal(got, x.reshape(3, 4))
+    ins = _Tensors([x, shape], ["f32", "i64"])  # straight to the C ABI, strides and all
+    out = _Tensors([np.empty((3, 4), np.float32)], ["f32"])
+    rc = vv._run(ins.array, 2, out.array, 1)
+    assert rc == vv.codes["ERR_SHAPE"]
+    assert vv.last_error == ('input "shape" dim 0: stride 2 is not compact row-major (expected 1); this input\'s '
+                             "data is read by the dispatcher, pass it compact")
