@@ -94,5 +94,43 @@ def test_value_guarded_input_must_be_compact(tmp_path):
     out = _Tensors([np.empty((3, 4), np.float32)], ["f32"])
     rc = vv._run(ins.array, 2, out.array, 1)
     assert rc == vv.codes["ERR_SHAPE"]
-    assert vv.last_error == ('input "shape" dim 0: stride 2 is not compact row-major (expected 1); this input\'s '
-                             "data is read by the dispatcher, pass it compact")
+    assert vv.last_error == ('input "shape" dim 0: stride 2 is not compact row-major (expected 1); this input is '
+                             "not served strided (the header lists those that are), pass it compact")
+    assert "must be compact: shape (their data is read by the dispatcher" in (tmp_path / "art" / "vv.h").read_text()
+
+
+@pytest.fixture(scope="module")
+def dt(tmp_path_factory):
+    """Neg of an f64, an i8 and an f16 input: the compaction's 8-, 1- and 2-byte paths."""
+    d = tmp_path_factory.mktemp("dt")
+    vi = helper.make_tensor_value_info
+    types = {"d": TensorProto.DOUBLE, "c": TensorProto.INT8, "h": TensorProto.FLOAT16}
+    g = helper.make_graph([helper.make_node("Neg", [k], [f"n{k}"]) for k in types], "dt",
+                          [vi(k, t, ["N", 3]) for k, t in types.items()], [vi(f"n{k}", t, ["N", 3])
+                                                                           for k, t in types.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(d / "dt.onnx"))
+    onnxcc.compile(d / "dt.onnx", d / "art", name="dt")
+    return onnxcc.load(d / "art")
+
+
+@pytest.mark.parametrize("view", [lambda a: a[::-2, ::-1][:, :3], lambda a: a.T[:, :3],
+                                  lambda a: np.broadcast_to(a[1, :3], (4, 3)), lambda a: a[1:, 1:4]])
+def test_every_element_size_compacts_right(dt, view):
+    base = np.arange(-20, 20).reshape(8, 5)
+    feeds = {"d": view(base.astype(np.float64)), "c": view(base.astype(np.int8)),
+             "h": view(base.astype(np.float16))}
+    assert not any(a.flags.c_contiguous for a in feeds.values())
+    got = dt.run(feeds)
+    for k, a in feeds.items():
+        np.testing.assert_array_equal(got[f"n{k}"], -a)  # exact: negation of small integers
+
+
+def test_python_out_over_input_runs_in_place(st):
+    a = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    b = np.array([1, 2, 3, 4], np.float32)
+    want = _want(a, b)
+    got = st.run({"a": a, "b": b}, out={"y": a})["y"]
+    assert got is a
+    np.testing.assert_allclose(a, want, rtol=1e-6, atol=1e-6)

@@ -449,7 +449,8 @@ __attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
                          name, (int)bad, (long long)t->strides[bad], (long long)want,
                          bits < 8 && allow_strided ? "; sub-byte tensors must be compact"
                          : !allow_strided && strcmp(kind, "output") == 0 ? "; outputs must be compact"
-                         : !allow_strided ? "; this input's data is read by the dispatcher, pass it compact" : "");
+                         : !allow_strided ? "; this input is not served strided (the header lists those that "
+                                            "are), pass it compact" : "");
         return ONNXCC_ERR_SHAPE;
       }
       strided = 1;
