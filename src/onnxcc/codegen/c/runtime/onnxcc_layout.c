@@ -37,19 +37,23 @@ void onnxcc_compact(const DLTensor *t, void *dst) {
     memcpy(dst, base, (size_t)(numel * esz));
     return;
   }
-  /* walk the outer dims with an odometer; the innermost dim is one gathered row */
+  /* walk the outer dims with an odometer, keeping the row's offset as it goes; the
+   * innermost dim is one gathered row */
   int64_t idx[rank > 1 ? rank : 1];
   for (int32_t d = 0; d < rank; d++) idx[d] = 0;
   int64_t inner = t->shape[rank - 1], step = t->shape[rank - 1] == 1 ? 1 : t->strides[rank - 1];
+  int64_t off = 0, rows = numel / inner;
   char *out = (char *)dst;
-  for (int64_t row = 0; row < numel / inner; row++) {
-    int64_t off = 0;
-    for (int32_t d = 0; d + 1 < rank; d++) off += idx[d] * t->strides[d];
+  for (int64_t row = 0; row < rows; row++) {
     onnxcc_gather_row(out, base + off * esz, inner, step, esz);
     out += inner * esz;
     for (int32_t d = rank - 2; d >= 0; d--) { /* next outer index */
-      if (++idx[d] < t->shape[d]) break;
+      if (++idx[d] < t->shape[d]) {
+        off += t->strides[d];
+        break;
+      }
       idx[d] = 0;
+      off -= (t->shape[d] - 1) * t->strides[d];
     }
   }
 }

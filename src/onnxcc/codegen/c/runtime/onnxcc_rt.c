@@ -501,6 +501,39 @@ __attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
   return ONNXCC_OK;
 }
 
+/* The fast path's strided case (whole-byte dtype, shape checked, numel > 0): the bytes the
+ * strides reach, in one pass; anything odd (not served strided, an overflow, a wrap) goes to
+ * the slow path for its message. Kept out of line so the compact path stays short. */
+__attribute__((noinline)) static int onnxcc_check_strided(const DLTensor *t, const onnxcc_tensor_sig *g,
+                                                         const int32_t *devices, int n_devices, int64_t nbytes,
+                                                         onnxcc_span *span) {
+  const int64_t *shape = t->shape, *strides = t->strides;
+  int64_t esz = g->bits / 8, off_lo = 0, off_hi = 0, reach, below, above;
+  uintptr_t lo, hi;
+  if (!g->allow_strided) goto slow;
+  for (int32_t d = 0; d < g->rank; d++) {
+    if (shape[d] == 1) continue;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &reach) ||
+        __builtin_add_overflow(reach < 0 ? off_lo : off_hi, reach, reach < 0 ? &off_lo : &off_hi))
+      goto slow;
+  }
+  if (__builtin_mul_overflow(off_lo, -esz, &below) || __builtin_add_overflow(off_hi, 1, &above) ||
+      __builtin_mul_overflow(above, esz, &above) ||
+      t->data == NULL || t->byte_offset > (uint64_t)UINTPTR_MAX ||
+      __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &lo) || (uintptr_t)below > lo ||
+      __builtin_add_overflow(lo, (uintptr_t)above, &hi))
+    goto slow;
+  span->lo = lo - (uintptr_t)below;
+  span->hi = hi;
+  span->nbytes = nbytes;
+  span->strided = 1;
+  span->device = ((int64_t)t->device.device_type << 32) | (uint32_t)t->device.device_id;
+  return ONNXCC_OK;
+slow:
+  return onnxcc_check_tensor_slow(t, g->kind, g->name, devices, n_devices, g->rank, g->code, g->bits, g->dtype_text,
+                                  g->shape_text, g->allow_strided, span);
+}
+
 int onnxcc_check_tensor(const DLTensor *t, const onnxcc_tensor_sig *g, const int32_t *devices, int n_devices,
                         onnxcc_span *span) {
   /* the common call, in one pass: first device, whole-byte dtype, compact, in range */
@@ -519,7 +552,8 @@ int onnxcc_check_tensor(const DLTensor *t, const onnxcc_tensor_sig *g, const int
     if (t->strides != NULL) {
       int64_t expect = 1;
       for (int32_t d = rank - 1; d >= 0; d--) {
-        if (shape[d] != 1 && t->strides[d] != expect) goto slow;
+        if (shape[d] != 1 && t->strides[d] != expect)
+          return onnxcc_check_strided(t, g, devices, n_devices, nbytes, span);
         expect *= shape[d];
       }
     }
