@@ -155,3 +155,14 @@ def test_in_place_proof_on_programs():
         p.compute(y, lambda i, j: x[i, j])
         p.compute(y, lambda i, j: y[i, j] + 1.0)
     assert in_place_pairs(prog(two_writers)) == []
+
+    from onnxcc.kernel import Var, rsum
+
+    k = Var("k")
+    # a reduction in the writer: it may keep partial results in the output while reading
+    assert in_place_pairs(prog(lambda p, x, y: p.compute(y, lambda i, j: x[i, j] + rsum([(k, 4)], x[i, k])))) == []
+
+    def through_view(p, x, y):
+        v = p.view("v", x, x.shape)
+        p.compute(y, lambda i, j: v[i, j])
+    assert in_place_pairs(prog(through_view)) == []

@@ -5,8 +5,8 @@ shape) only with a version for which `in_place_pairs` returned (k, i). The proof
 conservative, over the program's statements in order:
 
 - every statement is a plain `Compute` (control flow would hide the order of accesses);
-- the output is written by exactly one compute W, into the buffer itself (no view), with
-  no reduction in W's body (a reduction may keep partial results in the output while it
+- the output is written by exactly one compute W, into the buffer itself (no view), over
+  the output's own shape, with no reduction in W's body (a reduction may keep partial results in the output while it
   still reads the input);
 - W reads the input only at W's own index (element e of the output depends on element e of
   the input alone, so each element is read before the same element is written, and no
@@ -52,6 +52,8 @@ def _safe(p: KernelProgram, out: str, inp: str) -> bool:
     w = writers[0]
     c = p.body[w]
     assert isinstance(c, Compute)
+    if tuple(canon(d) for d in c.extents) != o.shape:  # W must cover the output exactly, once
+        return False
     nodes = list(walk(c.body))
     if any(isinstance(e, Reduce) for e in nodes):
         return False
