@@ -91,7 +91,8 @@ def header_doc(spec: ArtifactSpec, host: bool) -> list[str]:
     pairs = _in_place_text(spec)
     if pairs:
         lines.append(" *   in place: an output may alias an input EXACTLY (same data pointer + byte_offset,")
-        lines.append(" *   same shape) in these versions (proved safe): " + pairs)
+        lines.append(" *   same shape) in these versions, proved safe:")
+        lines += [f" *     {p}" for p in pairs]
     lines.append(" *   any other overlap of an output with an input or another output is refused (ERR_ARGS).")
     return lines
 
@@ -100,12 +101,12 @@ def _c(s: str) -> str:
     return s.replace("*/", "* /")
 
 
-def _in_place_text(spec: ArtifactSpec) -> str:
+def _in_place_text(spec: ArtifactSpec) -> list[str]:
     out = []
     for k, v in enumerate(spec.versions):
         for o, i in v.in_place:
             out.append(f'version {k}: "{_c(spec.outputs[o].name)}" over "{_c(spec.inputs[i].name)}"')
-    return "; ".join(out)
+    return out
 
 
 def metadata(spec: ArtifactSpec, host: bool) -> dict:
