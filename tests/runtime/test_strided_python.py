@@ -134,3 +134,13 @@ def test_python_out_over_input_runs_in_place(st):
     got = st.run({"a": a, "b": b}, out={"y": a})["y"]
     assert got is a
     np.testing.assert_allclose(a, want, rtol=1e-6, atol=1e-6)
+
+
+def test_big_strided_input_compacts_in_parallel_right(st):
+    """Over 1 MiB the compaction splits its rows over the thread pool (each chunk starts its
+    own odometer): the same numbers as the compact call."""
+    big = np.random.default_rng(3).standard_normal((80000, 6)).astype(np.float32)
+    x = big[::-1, 1:5]  # rows reversed, a column window
+    b = np.array([0.5, 1, 2, 3], np.float32)
+    assert x.nbytes > (1 << 20) and not x.flags.c_contiguous
+    np.testing.assert_array_equal(st.run({"a": x, "b": b})["y"], st.run({"a": np.ascontiguousarray(x), "b": b})["y"])

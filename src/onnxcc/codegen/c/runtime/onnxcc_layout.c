@@ -26,6 +26,43 @@ static void onnxcc_gather_row(char *dst, const char *src, int64_t n, int64_t ste
   }
 }
 
+typedef struct {
+  const DLTensor *t;
+  const char *base;
+  char *dst;
+  int64_t esz, inner, step;
+} onnxcc_compact_job;
+
+/* rows [begin, end) of the outer dims: an odometer started at `begin`, keeping the row's
+ * offset as it goes; the innermost dim is one gathered row */
+static void onnxcc_compact_rows(int64_t begin, int64_t end, void *ctx) {
+  const onnxcc_compact_job *job = (const onnxcc_compact_job *)ctx;
+  const DLTensor *t = job->t;
+  int32_t rank = t->ndim;
+  int64_t idx[rank > 1 ? rank : 1], off = 0, rest = begin;
+  for (int32_t d = rank - 2; d >= 0; d--) { /* unflatten the first row's index */
+    idx[d] = rest % t->shape[d];
+    rest /= t->shape[d];
+    off += idx[d] * t->strides[d];
+  }
+  char *out = job->dst + begin * job->inner * job->esz;
+  for (int64_t row = begin; row < end; row++) {
+    onnxcc_gather_row(out, job->base + off * job->esz, job->inner, job->step, job->esz);
+    out += job->inner * job->esz;
+    for (int32_t d = rank - 2; d >= 0; d--) { /* next outer index */
+      if (++idx[d] < t->shape[d]) {
+        off += t->strides[d];
+        break;
+      }
+      idx[d] = 0;
+      off -= (t->shape[d] - 1) * t->strides[d];
+    }
+  }
+}
+
+/* below this many bytes one thread copies: waking the pool costs more than it saves */
+#define ONNXCC_COMPACT_PARALLEL (1 << 20)
+
 void onnxcc_compact(const DLTensor *t, void *dst) {
   int64_t esz = (t->dtype.bits + 7) / 8;
   const char *base = (const char *)t->data + t->byte_offset;
@@ -37,25 +74,13 @@ void onnxcc_compact(const DLTensor *t, void *dst) {
     memcpy(dst, base, (size_t)(numel * esz));
     return;
   }
-  /* walk the outer dims with an odometer, keeping the row's offset as it goes; the
-   * innermost dim is one gathered row */
-  int64_t idx[rank > 1 ? rank : 1];
-  for (int32_t d = 0; d < rank; d++) idx[d] = 0;
-  int64_t inner = t->shape[rank - 1], step = t->shape[rank - 1] == 1 ? 1 : t->strides[rank - 1];
-  int64_t off = 0, rows = numel / inner;
-  char *out = (char *)dst;
-  for (int64_t row = 0; row < rows; row++) {
-    onnxcc_gather_row(out, base + off * esz, inner, step, esz);
-    out += inner * esz;
-    for (int32_t d = rank - 2; d >= 0; d--) { /* next outer index */
-      if (++idx[d] < t->shape[d]) {
-        off += t->strides[d];
-        break;
-      }
-      idx[d] = 0;
-      off -= (t->shape[d] - 1) * t->strides[d];
-    }
-  }
+  int64_t inner = t->shape[rank - 1];
+  onnxcc_compact_job job = {t, base, (char *)dst, esz, inner, inner == 1 ? 1 : t->strides[rank - 1]};
+  int64_t rows = numel / inner;
+  if (numel * esz < ONNXCC_COMPACT_PARALLEL || rows < 2)
+    onnxcc_compact_rows(0, rows, &job);
+  else /* a big input: its rows over the thread pool (chunks never overlap) */
+    onnxcc_parallel_for(rows, onnxcc_compact_rows, &job);
 }
 
 int onnxcc_compact_inputs(const DLTensor *inputs, const onnxcc_span *spans, int n_inputs, void **ptrs,
