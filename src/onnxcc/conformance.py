@@ -21,6 +21,10 @@ whatever its opset (old opsets are the importer's business, as they are for a us
 `native` executor goes through the public path `onnxcc run` uses: onnxcc.compile, onnxcc.load,
 run.
 
+`--update ort` runs every case through onnxruntime (`ort_executor`) and writes
+expected_ort.txt: not a gate, the baseline beside which REPORT_native.md / REPORT.md give a
+per-op table over every case, registered op or not.
+
 `--model-sets` runs onnx's own model directories instead (onnxcc.model_sets), through the same
 executors and comparison; `--ort` adds onnxruntime's count on the same comparison.
 
@@ -450,7 +454,19 @@ def _bfloat16() -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-EXECUTORS: dict[str, Executor] = {"interp": interp_executor, "native": compiled_executor}
+def ort_executor(model, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime on the case as it is: the baseline the reports compare with (never a gate)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), inputs)})
+
+
+EXECUTORS: dict[str, Executor] = {"interp": interp_executor, "native": compiled_executor, "ort": ort_executor}
+BASELINE = "ort"
+"""the executor whose expected list (every case, `--update ort`) is the per-op baseline in reports"""
 
 
 # ---- running one case -------------------------------------------------------------------------
@@ -574,11 +590,17 @@ def report_path(executor: str, directory: Path | None = None) -> Path:
 def header(executor: str) -> str:
     import onnx
 
+    if executor == BASELINE:
+        role = ["# ONNX backend node cases that onnxruntime passes in this harness (every case run):",
+                "# the baseline of the reports' per-op tables, not a gate.",
+                f"# Regenerate: python -m onnxcc.conformance --update {executor}"]
+    else:
+        role = [f"# ONNX backend node cases that pass through onnxcc's {executor!r} executor.",
+                "# A regression on any listed case fails tests/conformance/test_conformance.py.",
+                f"# Regenerate (after an op or importer change): python -m onnxcc.conformance --update {executor}",
+                "# (runs every case of the registered ops; also rewrites the per-op report, REPORT*.md)."]
     return "\n".join([
-        f"# ONNX backend node cases that pass through onnxcc's {executor!r} executor.",
-        "# A regression on any listed case fails tests/conformance/test_conformance.py.",
-        f"# Regenerate (after an op or importer change): python -m onnxcc.conformance --update {executor}",
-        "# (runs every case of the registered ops; also rewrites the per-op report, REPORT*.md).",
+        *role,
         "# Format: one case name per line, sorted; the comment after it is the case's op.",
         f"# onnx {onnx.__version__}",
     ])
@@ -693,10 +715,30 @@ def format_report(executor: str, results: list[CaseResult], seconds: float,
         out.append(f"- **{op}**")
         for _key, cnt, ex in groups[:4]:
             out.append(f"  - {cnt}x `{ex.name}`: {ex.status}: {_md(ex.detail[:240])}")
+    baseline = {n for n, _ in read_expected(expected_path(BASELINE))[0]} if executor != BASELINE else set()
+    if baseline and not_run is not None:
+        out += ["", "## Every case, per op, beside onnxruntime", "", all_ops_table(results, not_run, baseline)]
     if not_run:
         out += ["", "## Ops not run (not registered), by number of cases", "",
                 ", ".join(f"{op} ({n})" for op, n in sorted(not_run.items(), key=lambda t: (-t[1], t[0])))]
     return "\n".join(out) + "\n"
+
+
+def all_ops_table(results: list[CaseResult], not_run: dict[str, int], baseline: set[str]) -> str:
+    """Markdown: per op over every node case (run or not), onnxcc's passes beside the baseline's
+    (`expected_ort.txt`: the cases onnxruntime passes in this harness)."""
+    ops: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0, 0])
+    for c in collect_cases():
+        row = ops[case_op(c)]
+        row[0] += 1
+        row[2] += c.name in baseline
+    for r in results:
+        ops[r.op][1] += r.status == "pass" and r.op not in NONDETERMINISTIC_OPS
+    lines = ["| op | cases | onnxcc pass | onnxruntime pass |", "|---|---|---|---|"]
+    lines += [f"| {op} | {a} | {b} | {c} |" for op, (a, b, c) in sorted(ops.items())]
+    tot = [sum(v[i] for v in ops.values()) for i in range(3)]
+    lines.append(f"| **total** | **{tot[0]}** | **{tot[1]}** | **{tot[2]}** |")
+    return "\n".join(lines)
 
 
 def _md(s: str) -> str:
@@ -730,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.update and (a.ops or a.case or a.all):
         p.error("--update runs the default selection: it does not take --ops, --case or --all")
 
-    if a.all:
+    if a.all or executor == BASELINE:  # the baseline covers every case
         cases = collect_cases()
     elif a.ops:
         cases = collect_cases(s.strip() for s in a.ops.split(",") if s.strip())

@@ -51,7 +51,7 @@ def test_at_evaluates_at_given_shapes_and_checks_the_names():
 
 def test_formulas_use_one_spelling_and_metadata_is_never_evaluated_as_code():
     e = parse_size("64*ceiling(Max(6*batch, 3*seq)/64) + Min(batch, 2)", SYMS)
-    assert lines(e) == ["round_up(max(6*batch, 3*seq), 64) + min(2, batch)"]
+    assert lines(e) == ["round_up(Max(6*batch, 3*seq), 64) + Min(2, batch)"]
     assert parse_size("__import__('os').system('true')", SYMS) is None
     assert parse_size("batch.__class__", SYMS) is None
     assert parse_size("nosuch*2", SYMS) is None

@@ -179,3 +179,18 @@ def test_conformance_case_cache_location(monkeypatch, tmp_path):
     monkeypatch.setenv("ONNXCC_CACHE_DIR", str(tmp_path))
     path = conf._cache_file()
     assert path.parent == tmp_path / "conformance" and onnx.__version__ in path.name
+
+
+def test_conformance_all_ops_table_covers_every_case():
+    # the report's table beside onnxruntime counts every node case once, run or not
+    cases = conf.collect_cases()
+    a, b = cases[0], cases[1]
+    results = [conf.CaseResult(a.name, conf.case_op(a), "pass", ""),
+               conf.CaseResult(b.name, conf.case_op(b), "fail", "x")]
+    not_run = {}
+    for c in cases[2:]:
+        not_run[conf.case_op(c)] = not_run.get(conf.case_op(c), 0) + 1
+    table = conf.all_ops_table(results, not_run, baseline={a.name, b.name})
+    assert table.splitlines()[-1] == f"| **total** | **{len(cases)}** | **1** | **2** |"
+    row = next(ln for ln in table.splitlines() if ln.startswith(f"| {conf.case_op(a)} |"))
+    assert int(row.split("|")[3]) >= 1

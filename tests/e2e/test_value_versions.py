@@ -247,3 +247,21 @@ def test_device_targets_refuse_value_guards():
     spec.target = "cuda"
     with pytest.raises(CompileError, match="value versions compare the input's data"):
         generate_dispatcher(spec)
+
+
+def test_bf16_scalars_take_value_versions(tmp_path):
+    """Range over bf16 scalars: the length depends on their values, which a value version folds;
+    the guard compares the input's bf16 bits (two bytes), so another value is refused."""
+    import ml_dtypes
+
+    bf = ml_dtypes.bfloat16
+    names = ["start", "limit", "delta"]
+    m = _model([h.make_node("Range", names, ["y"])], [h.make_tensor_value_info(n, T.BFLOAT16, []) for n in names],
+               [h.make_tensor_value_info("y", T.BFLOAT16, None)], opset=21)
+    art = onnxcc.compile(m, tmp_path / "a", specialize_value={"start": 1.5, "limit": 6.0, "delta": 0.5})
+    lib = onnxcc.load(art.out_dir)
+    feeds = [np.array(v, bf).view(np.uint16) for v in (1.5, 6.0, 0.5)]  # the loader takes bf16 as its bits
+    got = next(iter(lib.run(feeds).values())).view(bf).astype(np.float32)
+    np.testing.assert_array_equal(got, np.arange(1.5, 6.0, 0.5, dtype=np.float32))  # exact in bf16
+    with pytest.raises(GuardError, match='input "start" has another value'):
+        lib.run([np.array(2.0, bf).view(np.uint16), *feeds[1:]])

@@ -370,7 +370,7 @@ def test_unsupported_op_names_op_domain_and_node(domain):
     assert str(e.value) == f"unsupported op FrobnicateTensor (domain {domain or 'ai.onnx'}) at node 'frob_7'"
 
 
-def test_ai_onnx_ml_is_unsupported():
+def test_unregistered_ai_onnx_ml_op_is_unsupported_by_name():
     node = helper.make_node("Normalizer", ["x"], ["y"], name="norm", domain="ai.onnx.ml", norm="MAX")
     model = _model([node], [helper.make_tensor_value_info("x", F32, ["n", 3])],
                    [helper.make_tensor_value_info("y", F32, None)], domains=["ai.onnx.ml"])

@@ -23,10 +23,9 @@ import numpy as np
 from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_zoo import ATOL, EXPECTED, HERE, MANIFEST, RTOL, make_inputs
+from test_zoo import ATOL, EXPECTED, HERE, MANIFEST, RTOL, make_inputs, reference
 
 from onnxcc.cli import main as cli
-from onnxcc.testing import ort_run
 
 
 def status(entry: dict) -> tuple[str, float]:
@@ -43,7 +42,7 @@ def status(entry: dict) -> tuple[str, float]:
                 return r.stderr.strip().splitlines()[0][:120], time.perf_counter() - t0
             if r.exit_code != 0:
                 return f"CRASH: exit {r.exit_code}: {r.stderr.strip()[-200:]}", time.perf_counter() - t0
-            got, want = np.load(f"{d}/out.npz"), ort_run(model, feeds)
+            got, want = np.load(f"{d}/out.npz"), reference(entry, model, feeds)
             for name, w in want.items():
                 if got[name].shape != w.shape or not np.allclose(got[name], w, rtol=RTOL, atol=ATOL):
                     err = float(np.max(np.abs(got[name] - w))) if got[name].shape == w.shape else "shape"

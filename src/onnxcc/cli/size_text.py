@@ -3,8 +3,10 @@ piecewise plan, and their values at given shapes (`onnxcc inspect --at batch=1,s
 
 NAME.json writes sizes as sympy text (`Piecewise((64*ceiling(Max(...)/64), seq <= 65), ...)`);
 they are parsed back here (after checking that the text holds nothing but arithmetic over the
-artifact's symbols: the metadata is data, never code) and printed with one spelling: `max`,
-`min`, `ceil`, `floor`, `round_up(x, 64)` for `64*ceiling(x/64)`, `true`.
+artifact's symbols: the metadata is data, never code) and printed with the IR printer's
+spelling of dims (`Max`, `Min`, `%`: `ir.printer.DimPrinter`, so a size reads like the guards
+beside it), plus two shorthands for people: `ceil` / `floor` and
+`round_up(x, 64)` for `64*ceiling(x/64)`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import re
 
 import sympy
 from sympy.printing.precedence import PRECEDENCE
-from sympy.printing.str import StrPrinter
+
+from ..ir.printer import DimPrinter
 
 #: a formula longer than this is shown by its leading terms
 MAX_FORMULA = 90
@@ -43,13 +46,7 @@ def parse_size(text: str, symbols: dict[str, sympy.Symbol]):
         return None
 
 
-class _Printer(StrPrinter):
-    def _print_Max(self, e):
-        return "max(" + ", ".join(self._print(a) for a in e.args) + ")"
-
-    def _print_Min(self, e):
-        return "min(" + ", ".join(self._print(a) for a in e.args) + ")"
-
+class _Printer(DimPrinter):
     def _print_ceiling(self, e):
         return f"ceil({self._print(e.args[0])})"
 

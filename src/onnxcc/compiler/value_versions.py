@@ -175,7 +175,7 @@ def with_values(options, names: list[str], feeds: dict):
         if v.ndim > 1 or v.size > MAX_VALUE_ELEMENTS:
             problems[n] = (f'the shapes depend on the value of input "{n}" ({v.dtype}{list(v.shape)}), too large '
                            f"for a value version (at most {MAX_VALUE_ELEMENTS} elements, rank <= 1)")
-        elif v.dtype.kind not in "biuf":
+        elif not (v.dtype.kind in "biuf" or _ml_number(v.dtype)):
             problems[n] = (f'the shapes depend on the value of input "{n}", whose dtype {v.dtype} a value '
                            "version cannot hold")
     if len(problems) == len(names):
@@ -185,9 +185,15 @@ def with_values(options, names: list[str], feeds: dict):
     for n in names:
         if n in problems:
             continue
-        value = np.asarray(feeds[n]).reshape(-1).tolist()
+        value = np.asarray(feeds[n]).reshape(-1)
+        value = (value.astype(np.float64) if _ml_number(value.dtype) else value).tolist()
         values[n] = [*(x for x in values.get(n, []) if x != value), value]
     return replace(options, specialize_value=values)
+
+
+def _ml_number(dt) -> bool:
+    """bf16 and the small types: ml_dtypes' numbers, which numpy sees as kind "V"."""
+    return getattr(dt.type, "__module__", "").startswith("ml_dtypes")
 
 
 def values_flag(options, names: list[str]) -> str:

@@ -418,9 +418,7 @@ class GraphBuilder:
             results = opset_compat.convert(node, self, since)
             self._bind(node, results)
             return
-        elif domain == "ai.onnx.ml":
-            raise UnsupportedOp(op_type, domain, self.loc, "the ai.onnx.ml domain is not supported")
-        else:
+        else:  # another domain (ai.onnx.ml, ai.onnx.preview.training, com.microsoft): registered by name
             name = f"{domain}.{op_type}"
         if conv is None and get_opdef(name) is None:
             raise UnsupportedOp(op_type, domain, self.loc)

@@ -425,6 +425,8 @@ class _Fuser:
         if any(p.root(body[i].out) in ins for i in consumers):
             return self.keep(t, "a consumer writes a buffer the producer reads")
         group = self.group(t)
+        if any(p.buffers[n].dtype is not buf.dtype for n in group):
+            return self.keep(t, "a view reinterprets its bits as another type (BitCast)")
         sites = {i: _sites(body[i].body, group) for i in consumers}
         ok, rule = self.judge(P, [(body[i], s) for i, s in sites.items()])
         return self.commit(P, consumers, group, rule) if ok else self.keep(t, rule)

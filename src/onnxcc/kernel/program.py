@@ -51,7 +51,8 @@ class Buffer:
 
     `kind` is "input" | "output" | "temp" (lives in the workspace) | "const" (`data` is
     baked into the object file). A buffer with `alias_of` is a view of another buffer with
-    the same dtype and element count (Reshape without a copy) and takes no memory itself.
+    the same element count (Reshape without a copy) and takes no memory itself; its dtype is
+    the buffer's, or another of the same bit width whose loads reinterpret the bits (BitCast).
     Index it to build a load: `A[i, k]`.
     """
 
@@ -300,7 +301,8 @@ class KernelProgram:
                 if b.alias_of not in self.buffers:
                     raise VerifyError(f"{where}: buffer {name} aliases unknown buffer {b.alias_of}")
                 src = self.buffers[self.root(name)]
-                if src.dtype is not b.dtype:
+                # a view of another type reinterprets whole elements' bits (BitCast): same width
+                if src.dtype is not b.dtype and (src.dtype.bits != b.dtype.bits or b.dtype.bits < 8):
                     raise VerifyError(f"{where}: view {name} is {b.dtype.value}, its buffer {src.name} is "
                                       f"{src.dtype.value}")
                 if sympy.simplify(sympy.sympify(src.numel()) - sympy.sympify(b.numel())) != 0:

@@ -19,7 +19,9 @@ from . import linalg  # noqa: F401
 from . import loss  # noqa: F401
 from . import matmul  # noqa: F401
 from . import misc  # noqa: F401
+from . import ml  # noqa: F401
 from . import nn  # noqa: F401
+from . import pointwise_extra  # noqa: F401
 from . import quant  # noqa: F401
 from . import reduce  # noqa: F401
 from . import resize  # noqa: F401
@@ -27,6 +29,9 @@ from . import rnn  # noqa: F401
 from . import sample  # noqa: F401
 from . import shape  # noqa: F401
 from . import signal  # noqa: F401
+from . import signal_extra  # noqa: F401
+from . import text  # noqa: F401
+from . import training  # noqa: F401
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]

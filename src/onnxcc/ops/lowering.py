@@ -77,6 +77,13 @@ class LowerCtx:
         """Result `result` is operand `operand` reinterpreted with the result's shape."""
         self.aliases[result] = operand
 
+    def bits_view(self, buf: Buffer, dtype: DType, hint: str = "bits") -> Buffer:
+        """A view of `buf`'s memory read as `dtype` (same bit width): loads from it
+        reinterpret the bits (BitCast); it takes no memory of its own."""
+        if dtype.bits != buf.dtype.bits:
+            raise self.unsupported(f"cannot view {buf.dtype.value} bits as {dtype.value}")
+        return self.program.add_buffer(Buffer(self._namer(hint), dtype, buf.shape, "temp", alias_of=buf.name))
+
     @staticmethod
     def dim(d: Dim) -> Expr:
         return dim_to_expr(d)

@@ -97,8 +97,8 @@ def value_array(f: Function, name: str, value: list) -> tuple[int, np.ndarray, d
     where = f"--specialize-value {name}={','.join(map(str, value))}"
     if t.rank > 1 and not t.is_static:
         raise CompileError(f"{where}: input {name!r} is {t}; value versions take scalars, 1-D or static inputs")
-    if t.dtype.value == "bf16":
-        raise CompileError(f"{where}: input {name!r} is {t}; value versions do not take bf16 inputs")
+    if t.dtype.bits < 8:  # packed in memory: the guard's byte compare would not see elements
+        raise CompileError(f"{where}: input {name!r} is {t}; value versions do not take {t.dtype.value} inputs")
     subs: dict = {}
     shape = list(t.shape)
     if t.rank == 1 and not isinstance(shape[0], int):
