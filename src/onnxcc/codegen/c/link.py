@@ -54,7 +54,7 @@ _DISPATCH_STATICS = {"sig_in_infos", "sig_out_infos", "cpu_check", "cpu_missing"
                      "cpu_missing_name", "cpu_level", "cpu_level_state", "cpu_forced", "cpu_level_test",
                      "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl", "run_syms_tl",
                      "run_ok_tl", "select_version", "value_guard_holds",
-                     "check_aliasing", "input_names", "output_names", "in_place_ok"}
+                     "input_names", "output_names", "in_place_ok", "in_sigs", "out_sigs"}
 
 
 class LinkTarget:
