@@ -61,6 +61,7 @@ int main(void) {
   int64_t neg[2] = {-1, 4}, huge[2] = {INT64_C(1) << 62, 4}, huge2[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
   int64_t zero[2] = {0, 4}, wide[2] = {N, 5}, big_n[2] = {INT64_C(1) << 31, 4};
   int64_t strides_t[2] = {1, N}, strides_ok[2] = {4, 1};
+  int64_t strides_huge[2] = {INT64_C(1) << 62, 1}, strides_neg_huge[2] = {-(INT64_C(1) << 62), 1};
   int64_t shp[2];
   for (int i = 0; i < N * 4; i++) { a[i] = (float)i - 3.0f; b[i] = 0.5f * (float)i; }
 
@@ -88,7 +89,11 @@ int main(void) {
   HOSTILE("device-cuda", in[0].device.device_type = kDLCUDA, RUN);
   HOSTILE("null-shape-input", in[0].shape = NULL, RUN);
   HOSTILE("null-shape-output", out[1].shape = NULL, RUN);
-  HOSTILE("strides-transposed", in[0].strides = strides_t, RUN);
+  /* strided inputs are served (compacted first); strided outputs and strides whose reach
+   * overflows are not */
+  HOSTILE("strides-output", out[0].strides = strides_t, RUN);
+  HOSTILE("strides-overflow", in[0].strides = strides_huge, RUN);
+  HOSTILE("strides-negative-overflow", in[1].strides = strides_neg_huge, RUN);
   HOSTILE("overlap-outputs", out[1].data = y, RUN);
   HOSTILE("overlap-output-input", out[0].data = a, RUN);
   HOSTILE("overlap-by-offset", (out[1].data = y, out[1].byte_offset = 4 * N * 4 - 4), RUN);
@@ -131,6 +136,15 @@ int main(void) {
   in[0].byte_offset = 8 * sizeof(float);
   rc = RUN;
   printf("GOOD byte-offset rc=%d right=%d\n", rc, right());
+  /* a transposed view: a stored column-major, read through strides {1, N} */
+  static float at[N * 4];
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < 4; j++) at[i + j * N] = a[i * 4 + j];
+  reset(in, out);
+  in[0] = t(at, shape);
+  in[0].strides = strides_t;
+  rc = RUN;
+  printf("GOOD strides-transposed rc=%d right=%d\n", rc, right());
   /* a misaligned byte_offset (one byte): served right or refused, never a fault */
   static unsigned char raw[sizeof a + 1];
   memcpy(raw + 1, a, sizeof a);

@@ -62,10 +62,24 @@ def inspect(artifact: Path, as_json: bool, points: tuple[str, ...]) -> None:
         click.echo(f"  constraint {c['text']}" + (f"  ({c['origin']})" if c.get("origin") else ""))
     for v in meta.get("versions", []):
         _version(v, syms, envs)
+    _layout(meta)
     for d in meta.get("dropped_versions", []) or meta.get("metadata", {}).get("dropped_versions", []):
         click.echo(f"  dropped {d}")
     if "compile_seconds" in meta:
         click.echo("  compile: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in meta["compile_seconds"].items()))
+
+
+def _layout(meta: dict) -> None:
+    """The stride and alias guards: which inputs may come strided, which versions run in place."""
+    if "strided_inputs" in meta:
+        served = list(meta["strided_inputs"])
+        rest = [t["name"] for t in meta.get("inputs", []) if t["name"] not in served]
+        line = (f"served strided (compacted into scratch first, compact ones read in place): {', '.join(served)}"
+                if served else "every input must be compact")
+        click.echo("  strides: " + line + (f"; must be compact: {', '.join(rest)}" if served and rest else ""))
+    for ip in meta.get("in_place", []):
+        click.echo(f"  in place: version {ip['version']} may write {ip['output']} over {ip['input']} "
+                   "(exact alias, proved safe)")
 
 
 def _points(meta: dict, syms: dict, points: tuple[str, ...]) -> list[dict]:

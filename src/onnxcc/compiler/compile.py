@@ -218,6 +218,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     backend fills in its target fields (`Backend.describe`)."""
     from ..codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
     from ..io_structure import structure_of
+    from ..kernel.in_place import in_place_pairs
     from ..passes.value_symbols import value_symbols_of
     from .value_versions import generic_function, output_signature, value_guards, version_guard_text
 
@@ -239,7 +240,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
         bucket = {"bucket": f.attrs["bucket"], "symbol": f.attrs["symbol"]} if kind == "bucket" else {}
         versions.append(VersionSpec(
             symbol=prog.name, guard=f.guard, guard_text=version_guard_text(f), subs=subs,
-            value_guards=value_guards(module, generic, f),
+            value_guards=value_guards(module, generic, f), in_place=in_place_pairs(prog),
             workspace_bytes=mplan.workspace_bytes, kind=kind,
             info={"function": f.name, "kernels": sum(1 for _ in prog.computes()),
                   "workspace_bytes": print_dim(mplan.workspace_bytes),

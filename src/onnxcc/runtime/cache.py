@@ -80,6 +80,35 @@ class ArtifactCache:
     def entry(self, key: str) -> Path:
         return self.root / key[:2] / key
 
+    def _refusal_path(self, key: str) -> Path:
+        # beside the entries (list_entries reads only two-letter directories)
+        return self.root / "refusals" / f"{key}.json"
+
+    def refusal(self, key: str) -> dict | None:
+        """The refusal recorded for this key (a build that failed the same way whenever it is
+        tried: the key covers the model, the options and onnxcc's own source), or None."""
+        try:
+            rec = json.loads(self._refusal_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(rec, dict):
+            return None
+        self.events.append(("refused", key, str(rec.get("message", ""))))
+        return rec
+
+    def record_refusal(self, key: str, record: dict) -> None:
+        """Remember that this key's build is refused (written whole by a rename; a cache that
+        cannot be written just does not remember)."""
+        path = self._refusal_path(key)
+        try:
+            _private_mkdir(path.parent)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, path)
+        except OSError:
+            return
+        self.events.append(("record-refusal", key, str(record.get("message", ""))))
+
     def problem(self) -> str:
         """Why this cache cannot be used (one line), or "" when it can; creates the root (0700)."""
         root = self.root

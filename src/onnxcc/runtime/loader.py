@@ -122,6 +122,9 @@ class _Tensors:
                  device: tuple[int, int] = (KDL_CPU, 0), data: list[int] | None = None):
         self.arrays = arrays
         self.shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arrays]
+        # a strided view (only inputs the dispatcher serves strided get here): its strides
+        self.strides = [None if a.flags.c_contiguous or data is not None
+                        else (ctypes.c_int64 * max(1, a.ndim))(*(_element_strides(a) or ())) for a in arrays]
         self.array = (DLTensor * max(1, len(arrays)))()
         self.packed: dict[int, np.ndarray] = {}  # k -> the packed bytes of a sub-byte tensor
         for k, (t, a, shape) in enumerate(zip(self.array, arrays, self.shapes)):
@@ -134,7 +137,8 @@ class _Tensors:
             t.ndim = a.ndim
             t.dtype = DLDataType(code, bits, 1)
             t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
-            t.strides = None  # callers pass C-contiguous arrays only
+            st = self.strides[k]
+            t.strides = None if st is None else ctypes.cast(st, ctypes.POINTER(ctypes.c_int64))
             t.byte_offset = 0
 
     def __len__(self) -> int:
@@ -144,6 +148,15 @@ class _Tensors:
         """Copy packed sub-byte results back into their arrays (after a call)."""
         for k, p in self.packed.items():
             unpack_subbyte(p, self.arrays[k], int(self.array[k].dtype.bits))
+
+
+def _element_strides(a: np.ndarray) -> tuple[int, ...] | None:
+    """a's strides in elements (DLPack's unit); None where a byte stride is not a multiple
+    of the item size (such an array is copied compact instead)."""
+    size = a.itemsize
+    if any(s % size for s in a.strides):
+        return None
+    return tuple(s // size for s in a.strides)
 
 
 def _data_ptr_slow(a: np.ndarray) -> int:
@@ -195,6 +208,8 @@ class _Scratch(threading.local):
     def __init__(self, n_in: int, n_out: int, dev_word: int):
         self.iw, self.ish, self.iaddr = self._slots(max(1, n_in), dev_word)
         self.ow, self.osh, self.oaddr = self._slots(max(1, n_out), dev_word)
+        self.ist = (ctypes.c_int64 * (_MAX_RANK * max(1, n_in)))()  # input strides, per slot
+        self.ist_base = ctypes.addressof(self.ist)
         self.tmp = (ctypes.c_int64 * _MAX_RANK)()
         self.tmp_addr = ctypes.c_void_p(ctypes.addressof(self.tmp))
 
@@ -320,6 +335,10 @@ class CompiledModel:
         self._guard_codes = frozenset(self.codes[k] for k in _GUARD_CODES)
         # sub-byte tensors are packed and unpacked around the call: the portable path does it
         self._packed = any(DTYPES[t["dtype"]][2] < 8 for t in self.inputs + self.outputs)
+        # inputs the dispatcher serves strided (it compacts them itself): a numpy view of one
+        # (x[:, ::2], x.T, np.broadcast_to) goes through with its strides, not copied here
+        served = set(self.meta.get("strided_inputs", ()))
+        self._strided_ok = [t["name"] in served and not self._cuda for t in self.inputs]
         # Second handles on the same symbols for run(), called with c_void_p objects made once
         # (the scratch buffers' addresses) and small Python ints, which ctypes passes as C int
         # without argtypes: about half the cost of a call that converts through argtypes.
@@ -454,9 +473,12 @@ class CompiledModel:
         if xs is None:
             xs = self._input_list(inputs)
         arrays = []
-        for sig, want, x in zip(self.inputs, self._in_np, xs):
+        for sig, want, ok, x in zip(self.inputs, self._in_np, self._strided_ok, xs):
             if type(x) is np.ndarray and x.dtype == want and x.flags.c_contiguous:
                 arrays.append(x)  # the common case, first
+                continue
+            if ok and isinstance(x, np.ndarray) and x.dtype == want and _element_strides(x) is not None:
+                arrays.append(x)  # a strided view the dispatcher compacts: passed as it is
                 continue
             if isinstance(x, np.ndarray) and x.dtype == _BF16 and sig["dtype"] == "bf16":
                 x = x.view(np.uint16)  # ml_dtypes.bfloat16 in, its bits through the ABI
@@ -542,6 +564,11 @@ class CompiledModel:
             iw[j] = _data_ptr(a)
             iw[j + 2] = tag | nd
             ish[m:m + nd] = a.shape
+            if a.flags.c_contiguous:
+                iw[j + 4] = 0
+            else:  # a strided view (_prepare let only served ones through): its strides, in elements
+                sc.ist[m:m + nd] = _element_strides(a)
+                iw[j + 4] = sc.ist_base + 8 * m
             j += _SLOT
             m += _MAX_RANK
         n_in, iaddr = len(arrays), sc.iaddr

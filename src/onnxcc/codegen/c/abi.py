@@ -123,6 +123,9 @@ class VersionSpec:
     value_guards: list[ValueGuard] = field(default_factory=list)
     """kind "value": the input values it was compiled for (checked on the input's data, on
     top of `guard`)"""
+    in_place: list[tuple[int, int]] = field(default_factory=list)
+    """(output, input) pairs this version was proved to compute correctly when the output
+    aliases the input exactly (kernel.in_place_pairs); the dispatcher serves such calls"""
 
 
 @dataclass
@@ -214,6 +217,10 @@ class ArtifactSpec:
                 if not 0 <= g.input < len(self.inputs) or self.inputs[g.input].name != g.name:
                     raise ValueError(f"version {k}: value guard on input {g.input} ({g.name!r}) does not "
                                      "name an input")
+        for k, v in enumerate(self.versions):
+            for o, i in v.in_place:
+                if not (0 <= o < len(self.outputs) and 0 <= i < len(self.inputs)):
+                    raise ValueError(f"version {k}: in-place pair (output {o}, input {i}) is out of range")
         for name, bound in self.run_dims.items():
             if name not in known:
                 raise ValueError(f"run-determined symbol {name} is not a declared symbol")

@@ -19,13 +19,14 @@ from onnxcc.errors import CompileError
 from onnxcc.ir.dims import canon
 from onnxcc.ir.types import DType
 
+from . import layout
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
 from .exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
 from .package import ERROR_DOCS, SIGNATURE_API, signature_defs, signature_header
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
-RUNTIME_SOURCES = ("onnxcc_rt.c",)
+RUNTIME_SOURCES = ("onnxcc_rt.c", "onnxcc_layout.c")
 ABI_VERSION = 1
 #: the artifact's identity functions (NAME_ prefixed; _identity_header / _identity_defs)
 IDENTITY_API = ("build_id", "abi_version")
@@ -53,7 +54,7 @@ _DISPATCH_STATICS = {"sig_in_infos", "sig_out_infos", "cpu_check", "cpu_missing"
                      "cpu_missing_name", "cpu_level", "cpu_level_state", "cpu_forced", "cpu_level_test",
                      "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl", "run_syms_tl",
                      "run_ok_tl", "select_version", "value_guard_holds",
-                     "check_aliasing", "input_names", "output_names"}
+                     "input_names", "output_names", "in_place_ok", "in_sigs", "out_sigs"}
 
 
 class LinkTarget:
@@ -178,10 +179,10 @@ class _Msg:
         c.fmt, c.args = self.fmt, list(self.args)
         return c
 
-    def fail(self, code: str) -> str:
-        """A C block that sets the message and returns code."""
+    def fail(self, code: str, before: str = "") -> str:
+        """A C block that sets the message and returns code (running `before` first)."""
         args = "".join(", " + a for a in self.args)
-        return f'{{ onnxcc_error_set("{self.fmt}"{args}); return {code}; }}'
+        return f'{{ {before}onnxcc_error_set("{self.fmt}"{args}); return {code}; }}'
 
 
 # ---- the binding plan --------------------------------------------------------------------
@@ -327,11 +328,12 @@ def generate_header(spec: ArtifactSpec) -> str:
     doc.append(" *\n * versions, tried in order (the first whose guard holds runs):")
     for k, v in enumerate(spec.versions):
         doc.append(f" *   {k}: {v.kind}, {_comment(_guard_text(v))}")
+    target = link_target(spec)
+    doc += layout.header_doc(spec, layout.reads_host(target.devices, target.shape_devices))
     doc.append(" */")
     last = len(ERROR_CODES) - 1
     codes = "\n".join(f"  {up}_{k} = {v}{',' if i < last else ' '}" + " " * max(1, 17 - len(k) - len(str(v)))
                        + f"/* {ERROR_DOCS.get(k, '')} */" for i, (k, v) in enumerate(ERROR_CODES.items()))
-    target = link_target(spec)
     where, stream = target.where, target.header_api(n, up)
     return "\n".join(doc) + f"""
 #ifndef {up}_H_
@@ -358,10 +360,11 @@ enum {{
 #endif
 
 /* Runs the model. inputs/outputs: {up}_NUM_INPUTS / {up}_NUM_OUTPUTS tensors in the
- * order listed above, {where}, compact row-major (strides NULL or compact). Outputs
- * are allocated by the caller with the shapes {n}_output_shape reports. No in-place calls:
- * an output whose memory (data + byte_offset, its shape's extent) overlaps an input's or
- * another output's is refused with {up}_ERR_ARGS naming both tensors. Re-entrant and
+ * order listed above, {where}; strides and in-place calls as "strides and aliasing" above
+ * says (outputs compact row-major). Outputs are allocated by the caller with the shapes
+ * {n}_output_shape reports. An output whose memory (data + byte_offset, its extent)
+ * overlaps an input's or another output's is refused with {up}_ERR_ARGS naming both
+ * tensors, except an exact alias a version was proved safe for. Re-entrant and
  * thread-safe; each call allocates its own workspace. Returns {up}_OK or an error code. */
 {up}_API int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs);
 
@@ -475,12 +478,14 @@ class _Dispatch:
         self.plan = _plan(spec)
         self.bind = {b.symbol: b for b in self.plan.bindings}
         self.names = {s.name: f"s[{k}]" for k, s in enumerate(spec.symbols)}
+        self.host = layout.reads_host(target.devices, target.shape_devices)
+        self.strided = layout.strided_ok(spec, self.host)
 
     def code(self, key: str) -> str:
         return f"{self.up}_{key}"
 
-    def fail(self, msg: _Msg, key: str) -> str:
-        return msg.fail(self.code(key))
+    def fail(self, msg: _Msg, key: str, before: str = "") -> str:
+        return msg.fail(self.code(key), before)
 
     def ci(self, e) -> str:
         return c_int(e, self.names)
@@ -549,24 +554,35 @@ static const int32_t devices[] = {{{devices}}};
 {asserts}
 """
 
-    def tensor_check_call(self, kind: str, arr: str, k: int, t: TensorSig, devs: str = "devices",
-                          n_devs: str = "NUM_DEVICES") -> str:
-        code, bits = DL_DTYPE[t.dtype]
-        return (f'  if ((rc = onnxcc_check_tensor(&{arr}[{k}], "{kind}", "{_c_string(t.name)}", {devs}, '
-                f'{n_devs}, {t.rank}, {code}, {bits}, "{t.dtype.value}", '
-                f'"{_c_string(_shape_text(t.shape))}")) != 0) return rc;')
+    def tensor_sigs(self) -> str:
+        """One onnxcc_tensor_sig per input and output: what onnxcc_check_tensor checks."""
+        def sig(kind: str, t: TensorSig, strided: bool) -> str:
+            code, bits = DL_DTYPE[t.dtype]
+            return (f'  {{"{kind}", "{_c_string(t.name)}", "{t.dtype.value}", "{_c_string(_shape_text(t.shape))}", '
+                    f"{t.rank}, {code}, {bits}, {int(strided)}}},")
+        s = self.spec
+        ins = [sig("input", t, ok) for t, ok in zip(s.inputs, self.strided, strict=True)] or ["  {0},"]
+        outs = [sig("output", t, False) for t in s.outputs] or ["  {0},"]
+        return "\n".join([f"static const onnxcc_tensor_sig in_sigs[{max(1, len(s.inputs))}] = {{", *ins, "};",
+                          f"static const onnxcc_tensor_sig out_sigs[{max(1, len(s.outputs))}] = {{", *outs, "};"])
+
+    def tensor_check_call(self, kind: str, arr: str, k: int, devs: str, n_devs: str, spans: str) -> str:
+        sigs = "in_sigs" if kind == "input" else "out_sigs"
+        return (f"  if ((rc = onnxcc_check_tensor(&{arr}[{k}], &{sigs}[{k}], {devs}, {n_devs}, &{spans}[{k}])) != 0) "
+                "return rc;")
 
     def bind_fn(self) -> str:
         s = self.spec
         count = _Msg(f"expected {len(s.inputs)} inputs ({', '.join(t.name for t in s.inputs)}), got ")
-        out = ["/* Validates the inputs (on one of devs[]) and binds s[] from their dims. */",
+        out = [self.tensor_sigs(), "",
+               "/* Validates the inputs (on one of devs[]), records their spans and binds s[] from their dims. */",
                "static int bind_inputs(const DLTensor *inputs, int n_inputs, int64_t *s, const int32_t *devs, "
-               "int n_devs) {",
+               "int n_devs, onnxcc_span *in_sp) {",
                "  int rc = 0;", "  (void)s; (void)rc;",
                f"  if (n_inputs != {len(s.inputs)}) " + count.value("n_inputs").fail(self.code("ERR_ARGS")),
                "  if (inputs == NULL && n_inputs > 0) " + _Msg("inputs is NULL").fail(self.code("ERR_ARGS"))]
-        for k, t in enumerate(s.inputs):
-            out.append(self.tensor_check_call("input", "inputs", k, t, "devs", "n_devs"))
+        for k in range(len(s.inputs)):
+            out.append(self.tensor_check_call("input", "inputs", k, "devs", "n_devs", "in_sp"))
         out.append("  /* bind each symbol where it first appears, then check its range at once */")
         for b in self.plan.bindings:
             out += self.binding(b)
@@ -677,17 +693,18 @@ static const int32_t devices[] = {{{devices}}};
         count = _Msg(f"expected {len(s.outputs)} outputs ({', '.join(t.name for t in s.outputs)}), got ")
         lines = [f"int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs) {{",
                  "  int64_t s[SYM_CAP];", "  int rc;",
+                 f"  onnxcc_span in_sp[{max(1, len(s.inputs))}], out_sp[{max(1, len(s.outputs))}];",
                  "  onnxcc_error_clear();", "  last_version_tl = -1;",
                  *(["  run_ok_tl = 0;"] if s.run_dims else []),
                  "  if ((rc = cpu_check()) != 0) return rc;",
-                 "  if ((rc = bind_inputs(inputs, n_inputs, s, devices, NUM_DEVICES)) != 0) return rc;",
+                 "  if ((rc = bind_inputs(inputs, n_inputs, s, devices, NUM_DEVICES, in_sp)) != 0) return rc;",
                  "  int v = select_version(inputs, s);",
                  f"  if (v < 0) return {self.code('ERR_GUARD')};",
                  f"  if (n_outputs != {len(s.outputs)}) " + self.fail(count.value("n_outputs"), "ERR_ARGS"),
                  "  if (outputs == NULL && n_outputs > 0) " + self.fail(_Msg("outputs is NULL"), "ERR_ARGS"),
                  f"  int64_t dims[{max_rank}];", "  (void)dims;"]
         for k, t in enumerate(s.outputs):
-            lines.append(self.tensor_check_call("output", "outputs", k, t))
+            lines.append(self.tensor_check_call("output", "outputs", k, "devices", "NUM_DEVICES", "out_sp"))
             lines.append(f"  if ((rc = output_dims(s, {k}, dims)) != 0) return rc;")
             for j, d in enumerate(map(canon, t.shape)):
                 msg = _Msg(f'output "{t.name}" dim {j}: expected ')
@@ -696,13 +713,21 @@ static const int32_t devices[] = {{{devices}}};
                     self.sym_context(msg, d, only=True)
                 msg.text(", got ").value(f"outputs[{k}].shape[{j}]")
                 lines.append(f"  if (outputs[{k}].shape[{j}] != dims[{j}]) " + self.fail(msg, "ERR_SHAPE"))
-        lines.append("  if ((rc = check_aliasing(inputs, outputs)) != 0) return rc;")
+        lines.append(layout.aliasing_call(s))
         nin, nout = max(1, len(s.inputs)), max(1, len(s.outputs))
         lines += [f"  void *in_ptrs[{nin}];", f"  void *out_ptrs[{nout}];",
                   "  (void)in_ptrs; (void)out_ptrs;"]
         for arr, ptrs, n_ in (("inputs", "in_ptrs", len(s.inputs)), ("outputs", "out_ptrs", len(s.outputs))):
             lines += [f"  {ptrs}[{k}] = (char *){arr}[{k}].data + {arr}[{k}].byte_offset;" for k in range(n_)]
         lines += self.target.run_prologue()
+        compacts = any(self.strided)
+        if compacts:  # strided inputs: copied compact first (runtime/onnxcc_layout.c says why)
+            any_strided = " | ".join(f"in_sp[{k}].strided" for k, ok in enumerate(self.strided) if ok)
+            lines += ["  void *compact_buf = NULL;",
+                      "  _Alignas(64) unsigned char compact_small[ONNXCC_COMPACT_SMALL];",
+                      f"  if (({any_strided}) && (rc = onnxcc_compact_inputs(inputs, in_sp, "
+                      f"{len(s.inputs)}, in_ptrs, compact_small, sizeof compact_small, &compact_buf)) != 0) return rc;"]
+        free_first = "onnxcc_aligned_free(compact_buf); " if compacts else ""
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
             # the workspace size is evaluated with checked arithmetic: an overflow is refused
@@ -713,9 +738,11 @@ static const int32_t devices[] = {{{devices}}};
             lines.append(f"  case {k}: {{")
             lines += ["    int ws_ovf = 0;",
                       f"    int64_t ws = {c_int_checked(ws_expr, self.names, 'ws_ovf')};",
-                      f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC')}",
+                      f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC', free_first)}",
                       f"    {self.target.version_call(k, v, 'ws')} break;", "  }"]
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
+        if compacts:
+            lines.append("  if (compact_buf != NULL) onnxcc_aligned_free(compact_buf);")
         if s.run_dims:  # the kernel wrote the run-determined symbols' true values into s[]
             lines += ["  if (rc == 0) {", "    for (int k = 0; k < SYM_CAP; ++k) run_syms_tl[k] = s[k];",
                       "    run_ok_tl = 1;", "  }"]
@@ -723,20 +750,17 @@ static const int32_t devices[] = {{{devices}}};
         return "\n".join(lines)
 
     def aliasing_fn(self) -> str:
-        """check_aliasing: an output whose bytes overlap an input's or another output's is
-        refused (ERR_ARGS naming both); the kernels assume every output is a buffer of its own."""
+        """The names the overlap check's messages use and, where some version runs in place,
+        its table (layout.py): every other overlap is refused with ERR_ARGS naming both."""
         def names(ts: list[TensorSig]) -> str:
             return ", ".join(f'"{_c_string(t.name)}"' for t in ts) or "NULL"
 
         s = self.spec
+        table = [layout.in_place_table(s)] if layout.has_in_place(s) else []
         return "\n".join([
             f"static const char *const input_names[{max(1, len(s.inputs))}] = {{{names(s.inputs)}}};",
             f"static const char *const output_names[{max(1, len(s.outputs))}] = {{{names(s.outputs)}}};",
-            "/* outputs must not overlap inputs or each other (no in-place calls) */",
-            "static int check_aliasing(const DLTensor *inputs, const DLTensor *outputs) {",
-            f"  return onnxcc_check_overlap(inputs, {len(s.inputs)}, input_names, outputs, {len(s.outputs)}, "
-            "output_names);",
-            "}"])
+            *table])
 
     def select_version(self) -> str:
         """select_version(inputs, s): the first version whose guard holds (its value guards
@@ -855,9 +879,10 @@ int {n}_output_dims(int output, int64_t *shape) {{
                   if self.spec.version_dims else "")
         return shape_devs + head + f"""
   int64_t s[SYM_CAP];
+  onnxcc_span in_sp[{max(1, len(self.spec.inputs))}];
   int rc;
   onnxcc_error_clear();
-  if ((rc = bind_inputs(inputs, n_inputs, s, {devs})) != 0) return rc;{select}
+  if ((rc = bind_inputs(inputs, n_inputs, s, {devs}, in_sp)) != 0) return rc;{select}
   if (output < 0 || output >= {nout}) {{
     onnxcc_error_set("output index %d out of range [0, {nout})", output);
     return {self.code("ERR_ARGS")};
@@ -941,5 +966,6 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
                       **({"launches": [{"kernel": la.kernel, "work": text(la.work)} for la in v.launches]}
                          if v.launches else {})}
                      for k, v in enumerate(spec.versions)],
+        **layout.metadata(spec, layout.reads_host(link_target(spec).devices, link_target(spec).shape_devices)),
         "metadata": spec.metadata,
     }

@@ -365,9 +365,13 @@ static const char *onnxcc_device_text(int32_t type) {
   }
 }
 
-int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, const int32_t *devices,
-                        int n_devices, int32_t rank, uint8_t code, uint8_t bits, const char *dtype_text,
-                        const char *shape_text) {
+/* Every check with its message; the fast path below comes here for anything uncommon
+ * (another device than the first, a sub-byte dtype, strides that are not compact) and for
+ * every failure, so each message is spelled once. */
+__attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
+    const DLTensor *t, const char *kind, const char *name, const int32_t *devices, int n_devices, int32_t rank,
+    uint8_t code, uint8_t bits, const char *dtype_text, const char *shape_text, int allow_strided,
+    onnxcc_span *span) {
   int device_ok = 0;
   for (int i = 0; i < n_devices; i++) device_ok |= (int32_t)t->device.device_type == devices[i];
   if (!device_ok) {
@@ -421,71 +425,175 @@ int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name, c
                      (long long)numel, (int)bits, shape_text);
     return ONNXCC_ERR_SHAPE;
   }
+  if (bits < 8) { /* sub-byte types are packed 8 / bits per byte */
+    int64_t per = 8 / (int64_t)bits;
+    nbytes = numel / per + (numel % per != 0);
+  }
+  /* lowest and highest element offset (in elements) the strides reach: a compact tensor
+   * spans [0, numel - 1]; negative strides reach below data + byte_offset */
+  int64_t off_lo = 0, off_hi = numel > 0 ? numel - 1 : 0;
+  int strided = 0;
   if (t->strides != NULL && numel > 0) {
     /* size-1 dims may carry any stride: DLPack exporters differ there */
     int64_t expect = 1;
+    int bad = -1;
     for (int32_t d = rank - 1; d >= 0; d--) {
-      if (t->shape[d] != 1 && t->strides[d] != expect) {
-        onnxcc_error_set("%s \"%s\" dim %d: stride %lld is not compact row-major (expected %lld)",
-                         kind, name, (int)d, (long long)t->strides[d], (long long)expect);
+      if (t->shape[d] != 1 && t->strides[d] != expect && bad < 0) bad = d;
+      expect *= t->shape[d];
+    }
+    if (bad >= 0) {
+      int64_t want = 1;
+      for (int32_t d = rank - 1; d > bad; d--) want *= t->shape[d];
+      if (!allow_strided || bits < 8) {
+        onnxcc_error_set("%s \"%s\" dim %d: stride %lld is not compact row-major (expected %lld)%s", kind,
+                         name, (int)bad, (long long)t->strides[bad], (long long)want,
+                         bits < 8 && allow_strided ? "; sub-byte tensors must be compact"
+                         : !allow_strided && strcmp(kind, "output") == 0 ? "; outputs must be compact"
+                         : !allow_strided ? "; this input is not served strided (the header lists those that "
+                                            "are), pass it compact" : "");
         return ONNXCC_ERR_SHAPE;
       }
-      expect *= t->shape[d];
+      strided = 1;
+      off_lo = off_hi = 0;
+      for (int32_t d = 0; d < rank; d++) {
+        int64_t reach;
+        if (t->shape[d] == 1) continue;
+        if (__builtin_mul_overflow(t->shape[d] - 1, t->strides[d], &reach) ||
+            __builtin_add_overflow(reach < 0 ? off_lo : off_hi, reach, reach < 0 ? &off_lo : &off_hi)) {
+          onnxcc_error_set("%s \"%s\" dim %d: stride %lld times extent %lld overflows int64", kind, name,
+                           (int)d, (long long)t->strides[d], (long long)t->shape[d]);
+          return ONNXCC_ERR_SHAPE;
+        }
+      }
     }
   }
   if (numel > 0 && t->data == NULL) {
     onnxcc_error_set("%s \"%s\": data is NULL", kind, name);
     return ONNXCC_ERR_ARGS;
   }
-  /* the bytes [data + byte_offset, + nbytes) must lie inside the address space: a
-   * byte_offset (or size) that wraps it is refused, never dereferenced */
-  uintptr_t start, end;
-  if (numel > 0 && (__builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &start) ||
-                    t->byte_offset > (uint64_t)UINTPTR_MAX ||
-                    __builtin_add_overflow(start, (uintptr_t)nbytes, &end))) {
-    onnxcc_error_set("%s \"%s\": data + byte_offset %llu + %lld bytes wraps the address space", kind, name,
-                     (unsigned long long)t->byte_offset, (long long)nbytes);
+  /* every byte an element may occupy must lie inside the address space: a byte_offset, a
+   * size or a stride that wraps it is refused, never dereferenced */
+  uintptr_t start = 0, lo = 0, hi = 0;
+  int64_t esz = (bits + 7) / 8, blo = 0, bhi = nbytes;
+  if (strided && (__builtin_mul_overflow(off_lo, esz, &blo) || __builtin_mul_overflow(off_hi, esz, &bhi) ||
+                  __builtin_add_overflow(bhi, esz, &bhi)))
+    blo = INT64_MIN; /* refused just below */
+  if (numel > 0 && (blo == INT64_MIN || t->byte_offset > (uint64_t)UINTPTR_MAX ||
+                    __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &start) ||
+                    (uintptr_t)(-blo) > start || __builtin_add_overflow(start, (uintptr_t)bhi, &hi))) {
+    if (strided)
+      onnxcc_error_set("%s \"%s\": data + byte_offset %llu with strides reaching elements [%lld, %lld] wraps "
+                       "the address space", kind, name, (unsigned long long)t->byte_offset, (long long)off_lo,
+                       (long long)off_hi);
+    else
+      onnxcc_error_set("%s \"%s\": data + byte_offset %llu + %lld bytes wraps the address space", kind, name,
+                       (unsigned long long)t->byte_offset, (long long)nbytes);
     return ONNXCC_ERR_ARGS;
+  }
+  lo = start - (uintptr_t)(-blo);
+  if (span != NULL) {
+    span->lo = numel > 0 ? lo : 0;
+    span->hi = numel > 0 ? hi : 0;
+    span->nbytes = nbytes;
+    span->strided = strided;
+    span->device = ((int64_t)t->device.device_type << 32) | (uint32_t)t->device.device_id;
   }
   return ONNXCC_OK;
 }
 
-/* The byte range [*lo, *hi) a tensor already accepted by onnxcc_check_tensor covers (it is
- * compact row-major, so the range is its whole extent); 0 for an empty tensor. */
-static int onnxcc_span(const DLTensor *t, uintptr_t *lo, uintptr_t *hi) {
-  int64_t numel = 1;
-  for (int32_t d = 0; d < t->ndim; d++) numel *= t->shape[d]; /* checked for overflow already */
-  if (numel == 0) return 0;
-  *lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
-  uintptr_t n = (uintptr_t)numel, nbytes;
-  if (t->dtype.bits < 8 && t->dtype.bits > 0) { /* sub-byte types are packed 8 / bits per byte */
-    uintptr_t per = (uintptr_t)(8 / t->dtype.bits);
-    nbytes = n / per + (n % per != 0);
-  } else {
-    nbytes = n * (uintptr_t)((t->dtype.bits + 7) / 8);
+/* The fast path's strided case (whole-byte dtype, shape checked, numel > 0): the bytes the
+ * strides reach, in one pass; anything odd (not served strided, an overflow, a wrap) goes to
+ * the slow path for its message. Kept out of line so the compact path stays short. */
+__attribute__((noinline)) static int onnxcc_check_strided(const DLTensor *t, const onnxcc_tensor_sig *g,
+                                                         const int32_t *devices, int n_devices, int64_t nbytes,
+                                                         onnxcc_span *span) {
+  const int64_t *shape = t->shape, *strides = t->strides;
+  int64_t esz = g->bits / 8, off_lo = 0, off_hi = 0, reach, below, above;
+  uintptr_t lo, hi;
+  if (!g->allow_strided) goto slow;
+  for (int32_t d = 0; d < g->rank; d++) {
+    if (shape[d] == 1) continue;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &reach) ||
+        __builtin_add_overflow(reach < 0 ? off_lo : off_hi, reach, reach < 0 ? &off_lo : &off_hi))
+      goto slow;
   }
-  *hi = *lo + nbytes;
-  return 1;
+  if (__builtin_mul_overflow(off_lo, -esz, &below) || __builtin_add_overflow(off_hi, 1, &above) ||
+      __builtin_mul_overflow(above, esz, &above) ||
+      t->data == NULL || t->byte_offset > (uint64_t)UINTPTR_MAX ||
+      __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &lo) || (uintptr_t)below > lo ||
+      __builtin_add_overflow(lo, (uintptr_t)above, &hi))
+    goto slow;
+  span->lo = lo - (uintptr_t)below;
+  span->hi = hi;
+  span->nbytes = nbytes;
+  span->strided = 1;
+  span->device = ((int64_t)t->device.device_type << 32) | (uint32_t)t->device.device_id;
+  return ONNXCC_OK;
+slow:
+  return onnxcc_check_tensor_slow(t, g->kind, g->name, devices, n_devices, g->rank, g->code, g->bits, g->dtype_text,
+                                  g->shape_text, g->allow_strided, span);
 }
 
-static int onnxcc_overlap(const DLTensor *a, const DLTensor *b) {
-  uintptr_t alo, ahi, blo, bhi;
-  if (a->device.device_type != b->device.device_type || a->device.device_id != b->device.device_id) return 0;
-  if (!onnxcc_span(a, &alo, &ahi) || !onnxcc_span(b, &blo, &bhi)) return 0;
-  return alo < bhi && blo < ahi;
-}
-
-int onnxcc_check_overlap(const DLTensor *inputs, int n_inputs, const char *const *input_names,
-                         const DLTensor *outputs, int n_outputs, const char *const *output_names) {
-  for (int k = 0; k < n_outputs; k++) {
-    for (int i = 0; i < n_inputs; i++)
-      if (onnxcc_overlap(&outputs[k], &inputs[i])) {
-        onnxcc_error_set("output \"%s\" overlaps input \"%s\" in memory; in-place calls are not supported "
-                         "(pass an output buffer of its own)", output_names[k], input_names[i]);
-        return ONNXCC_ERR_ARGS;
+int onnxcc_check_tensor(const DLTensor *t, const onnxcc_tensor_sig *g, const int32_t *devices, int n_devices,
+                        onnxcc_span *span) {
+  /* the common call, in one pass: first device, whole-byte dtype, compact, in range */
+  const int32_t rank = g->rank;
+  const int64_t *shape = t->shape;
+  if (n_devices < 1 || (int32_t)t->device.device_type != devices[0] || t->dtype.code != g->code ||
+      t->dtype.bits != g->bits || t->dtype.lanes != 1 || g->bits < 8 || t->ndim != rank ||
+      (rank > 0 && shape == NULL))
+    goto slow;
+  int64_t numel = 1, nbytes;
+  for (int32_t d = 0; d < rank; d++)
+    if (shape[d] < 0 || __builtin_mul_overflow(numel, shape[d], &numel)) goto slow;
+  if (__builtin_mul_overflow(numel, (int64_t)(g->bits / 8), &nbytes)) goto slow;
+  uintptr_t lo = 0, hi = 0;
+  if (numel > 0) {
+    if (t->strides != NULL) {
+      int64_t expect = 1;
+      for (int32_t d = rank - 1; d >= 0; d--) {
+        if (shape[d] != 1 && t->strides[d] != expect)
+          return onnxcc_check_strided(t, g, devices, n_devices, nbytes, span);
+        expect *= shape[d];
       }
+    }
+    if (t->data == NULL || t->byte_offset > (uint64_t)UINTPTR_MAX ||
+        __builtin_add_overflow((uintptr_t)t->data, (uintptr_t)t->byte_offset, &lo) ||
+        __builtin_add_overflow(lo, (uintptr_t)nbytes, &hi))
+      goto slow;
+  }
+  span->lo = lo;
+  span->hi = hi;
+  span->nbytes = nbytes;
+  span->strided = 0;
+  span->device = ((int64_t)t->device.device_type << 32) | (uint32_t)t->device.device_id;
+  return ONNXCC_OK;
+slow:
+  return onnxcc_check_tensor_slow(t, g->kind, g->name, devices, n_devices, rank, g->code, g->bits, g->dtype_text,
+                                  g->shape_text, g->allow_strided, span);
+}
+
+int onnxcc_check_overlap(const onnxcc_span *inputs, int n_inputs, const char *const *input_names,
+                         const onnxcc_span *outputs, int n_outputs, const char *const *output_names,
+                         const unsigned char *in_place) {
+  for (int k = 0; k < n_outputs; k++) {
+    const onnxcc_span *o = &outputs[k];
+    if (o->lo == o->hi) continue; /* empty: no bytes to share */
+    for (int i = 0; i < n_inputs; i++) {
+      const onnxcc_span *x = &inputs[i];
+      if (!(o->lo < x->hi && x->lo < o->hi) || o->device != x->device) continue;
+      int exact = o->lo == x->lo && o->hi == x->hi && !x->strided;
+      if (exact && in_place != NULL && in_place[k * n_inputs + i]) continue;
+      onnxcc_error_set("output \"%s\" overlaps input \"%s\" in memory; %s (pass an output buffer of its "
+                       "own)", output_names[k], input_names[i],
+                       exact ? "in-place calls are not supported by the version this call runs (not "
+                               "proved safe)"
+                             : "in-place calls are not supported but where an output aliases an input "
+                               "exactly (same data, same shape) and a version was proved safe for it");
+      return ONNXCC_ERR_ARGS;
+    }
     for (int j = 0; j < k; j++)
-      if (onnxcc_overlap(&outputs[k], &outputs[j])) {
+      if (o->lo < outputs[j].hi && outputs[j].lo < o->hi && o->device == outputs[j].device) {
         onnxcc_error_set("output \"%s\" overlaps output \"%s\" in memory; each output needs a buffer of "
                          "its own", output_names[k], output_names[j]);
         return ONNXCC_ERR_ARGS;
@@ -566,7 +674,8 @@ int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes, const int
     onnxcc_error_set("version %d: could not allocate %lld bytes of workspace", v, (long long)ws_bytes);
     return ONNXCC_ERR_ALLOC;
   }
-  onnxcc_error_clear();
+  /* no onnxcc_error_clear() here: NAME_run cleared the message at its start and nothing
+   * since set one on the way to this call (a TLS access saved per call) */
   int32_t rc = fn(syms, inputs, outputs, ws);
   onnxcc_ws_release(ws, cached);
   if (rc == 0) return ONNXCC_OK;

@@ -89,20 +89,59 @@ ONNXCC_HIDDEN void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx
 ONNXCC_HIDDEN int onnxcc_num_threads(void);
 
 /* ---- dispatcher helpers ------------------------------------------------------------ */
+/* What onnxcc_check_tensor learnt about one tensor, kept for the overlap check and the
+ * compaction, so neither walks the shape again. */
+typedef struct {
+  uintptr_t lo, hi; /* the bytes [lo, hi) its elements lie in; lo == hi when it is empty */
+  int64_t nbytes;   /* its size compact: numel * element bytes (packed for sub-byte types) */
+  int64_t device;   /* (device type << 32) | device id: bytes of two devices never overlap */
+  int strided;      /* 1: strides not compact row-major (the dispatcher compacts it first) */
+} onnxcc_span;
+
+/* What one tensor of the signature must be; kind ("input"/"output"), name, dtype_text and
+ * shape_text only go into messages. The dispatcher keeps one static const per tensor. */
+typedef struct {
+  const char *kind, *name, *dtype_text, *shape_text;
+  int32_t rank;
+  uint8_t code, bits;
+  int allow_strided; /* an input the dispatcher compacts when it comes strided */
+} onnxcc_tensor_sig;
+
 /* Checks what does not depend on the model's symbols: device (one of devices[]), dtype
- * (code, bits, lanes 1), rank, extents >= 0, compact row-major strides (size-1 dims may
- * have any stride), data present. kind ("input"/"output"), name, dtype_text and
- * shape_text only go into messages. Returns ONNXCC_OK or an error code with a message. */
-ONNXCC_HIDDEN int onnxcc_check_tensor(const DLTensor *t, const char *kind, const char *name,
-                                      const int32_t *devices, int n_devices, int32_t rank,
-                                      uint8_t code, uint8_t bits, const char *dtype_text,
-                                      const char *shape_text);
+ * (code, bits, lanes 1), rank, extents >= 0, strides, data present, and that every byte
+ * an element may occupy lies inside the address space. Strides: compact row-major (size-1
+ * dims may have any stride) always passes; any other strides (negative, zero, gaps; in
+ * elements, DLPack's way) pass only with sig->allow_strided, and only for whole-byte
+ * dtypes, setting span->strided. Fills *span. Returns ONNXCC_OK or an error code with a
+ * message. */
+ONNXCC_HIDDEN int onnxcc_check_tensor(const DLTensor *t, const onnxcc_tensor_sig *sig, const int32_t *devices,
+                                      int n_devices, onnxcc_span *span);
 
 /* Refuses (ONNXCC_ERR_ARGS, naming both tensors) an output whose bytes overlap an input's or
- * another output's; every tensor was accepted by onnxcc_check_tensor (compact, no wrap). */
-ONNXCC_HIDDEN int onnxcc_check_overlap(const DLTensor *inputs, int n_inputs, const char *const *input_names,
-                                       const DLTensor *outputs, int n_outputs,
-                                       const char *const *output_names);
+ * another output's. in_place (NULL: none) is n_outputs x n_inputs flags of the version
+ * about to run: where in_place[k * n_inputs + i] is set, output k may alias input i
+ * EXACTLY (the same bytes, both compact), since that version was proved to read each
+ * element of the input before writing the same element of the output; every other
+ * overlap is refused. */
+ONNXCC_HIDDEN int onnxcc_check_overlap(const onnxcc_span *inputs, int n_inputs, const char *const *input_names,
+                                       const onnxcc_span *outputs, int n_outputs,
+                                       const char *const *output_names, const unsigned char *in_place);
+
+/* Strided inputs up to this many bytes (all of them together) are compacted into NAME_run's
+ * own frame instead of an allocation. */
+#define ONNXCC_COMPACT_SMALL 4096
+
+/* Copies tensor t (accepted by onnxcc_check_tensor with allow_strided; whole-byte dtype)
+ * into dst as a compact row-major tensor of span->nbytes bytes. */
+ONNXCC_HIDDEN void onnxcc_compact(const DLTensor *t, void *dst);
+
+/* Serves strided inputs: when some spans[k].strided, copies each strided input compact into
+ * `small` (small_cap bytes, 64-byte aligned, the caller's) when they all fit, else into one
+ * allocated block (*scratch, freed by the caller with onnxcc_aligned_free; NULL when none
+ * was allocated), and points ptrs[k] at its copy; compact inputs keep their pointers.
+ * ONNXCC_ERR_ALLOC (message set) when the block cannot be allocated. */
+ONNXCC_HIDDEN int onnxcc_compact_inputs(const DLTensor *inputs, const onnxcc_span *spans, int n_inputs,
+                                        void **ptrs, void *small, size_t small_cap, void **scratch);
 
 typedef int32_t (*onnxcc_version_fn)(const int64_t *syms, void *const *inputs,
                                      void *const *outputs, void *workspace);
