@@ -15,6 +15,7 @@ from . import cc  # noqa: F401
 from . import contrib  # noqa: F401
 from . import control_flow  # noqa: F401
 from . import elementwise  # noqa: F401
+from . import kv_cache  # noqa: F401
 from . import linalg  # noqa: F401
 from . import loss  # noqa: F401
 from . import matmul  # noqa: F401
@@ -27,6 +28,8 @@ from . import rnn  # noqa: F401
 from . import sample  # noqa: F401
 from . import shape  # noqa: F401
 from . import signal  # noqa: F401
+from . import state_conv  # noqa: F401
+from . import swiglu  # noqa: F401
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]
