@@ -17,6 +17,7 @@ from . import control_flow  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import kv_cache  # noqa: F401
 from . import linalg  # noqa: F401
+from . import linear_attention  # noqa: F401
 from . import loss  # noqa: F401
 from . import matmul  # noqa: F401
 from . import misc  # noqa: F401
