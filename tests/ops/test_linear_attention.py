@@ -1,0 +1,135 @@
+"""LinearAttention: the symbolic shape rule, the numpy reference and the native lowering (JIT),
+each against onnxruntime, for every update rule, GQA, past state and half precision; and the
+errors for inputs that contradict the update rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+
+from onnxcc import load_onnx
+from onnxcc.errors import ShapeError
+from onnxcc.interp import run as interp_run
+from onnxcc.passes import run_pipeline
+from onnxcc.testing import jit_run, ort_run
+
+HQ, HKV, DK, DV = 4, 2, 3, 5
+NEEDS = {"linear": (), "gated": ("decay",), "delta": ("beta",), "gated_delta": ("decay", "beta")}
+
+
+def model(rule, *, past=False, per_key=True, beta_scalar=False, elem=TP.FLOAT, hq=HQ, scale=None):
+    """One LinearAttention node over [batch, seq, H*D] inputs with symbolic batch and seq."""
+    ins = [oh.make_tensor_value_info("q", elem, ["batch", "seq", hq * DK]),
+           oh.make_tensor_value_info("k", elem, ["batch", "seq", HKV * DK]),
+           oh.make_tensor_value_info("v", elem, ["batch", "seq", HKV * DV])]
+    args = ["q", "k", "v", "past" if past else ""]
+    if past:
+        ins.append(oh.make_tensor_value_info("past", elem, ["batch", HKV, DK, DV]))
+    for name, width in (("decay", HKV * DK if per_key else HKV), ("beta", 1 if beta_scalar else HKV)):
+        if name in NEEDS[rule]:
+            ins.append(oh.make_tensor_value_info(name, elem, ["batch", "seq", width]))
+            args.append(name)
+        else:
+            args.append("")
+    while not args[-1]:
+        args.pop()
+    attrs = {"update_rule": rule, "q_num_heads": hq, "kv_num_heads": HKV}
+    if scale is not None:
+        attrs["scale"] = scale
+    node = oh.make_node("LinearAttention", args, ["y", "state"], **attrs)
+    outs = [oh.make_tensor_value_info("y", elem, ["batch", "seq", hq * DV]),
+            oh.make_tensor_value_info("state", elem, ["batch", HKV, DK, DV])]
+    m = oh.make_model(oh.make_graph([node], "la", ins, outs), opset_imports=[oh.make_opsetid("", 27)])
+    m.ir_version = 10
+    return m
+
+
+def feeds(m, batch, seq, seed=0, dtype=np.float32):
+    """Inputs in the ranges real layers use: decay a small negative log-gate, beta in (0, 1),
+    keys unit-norm per head (what keeps the delta rule's state bounded)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for vi in m.graph.input:
+        shape = [d.dim_value or {"batch": batch, "seq": seq}[d.dim_param] for d in vi.type.tensor_type.shape.dim]
+        x = rng.standard_normal(shape)
+        if vi.name == "decay":
+            x = -np.abs(x) * 0.1
+        elif vi.name == "beta":
+            x = rng.random(shape)
+        elif vi.name == "k":
+            x4 = x.reshape(batch, seq, HKV, DK)
+            x = (x4 / np.linalg.norm(x4, axis=-1, keepdims=True)).reshape(shape)
+        elif vi.name == "past":
+            x = x * 0.1
+        out[vi.name] = x.astype(dtype)
+    return out
+
+
+def imported(m):
+    mod = load_onnx(m)
+    run_pipeline(mod, "shape-inference,canonicalize")
+    return mod
+
+
+def compare(m, sizes, rtol=1e-4, atol=1e-5, dtype=np.float32):
+    mod = imported(m)
+    for k, (batch, seq) in enumerate(sizes):
+        f = feeds(m, batch, seq, seed=k, dtype=dtype)
+        want = ort_run(m, f)
+        for how, got in (("interp", interp_run(mod, f)), ("native", jit_run(mod, f))):
+            for name, g in zip(("y", "state"), got, strict=True):
+                assert g.dtype == want[name].dtype, (how, name, g.dtype)
+                np.testing.assert_allclose(g, want[name], rtol=rtol, atol=atol,
+                                           err_msg=f"{how} {name} at batch={batch} seq={seq}")
+
+
+@pytest.mark.parametrize("rule", list(NEEDS))
+def test_update_rules_match_onnxruntime(rule):
+    compare(model(rule), [(1, 1), (2, 5)])
+
+
+def test_past_state_per_head_decay_and_scalar_beta():
+    compare(model("gated_delta", past=True, per_key=False, beta_scalar=True), [(2, 3), (1, 1)])
+
+
+def test_multi_query_and_explicit_scale():
+    compare(model("gated", hq=HKV * 3, scale=0.25), [(2, 4)])
+
+
+def test_half_precision_within_half_tolerance():
+    compare(model("gated_delta", past=True, elem=TP.FLOAT16), [(2, 4)], rtol=2e-2, atol=2e-2, dtype=np.float16)
+
+
+def test_shapes_are_symbolic():
+    mod = imported(model("delta", past=True))
+    assert [str(r.type) for r in mod.main.return_op.operands] == \
+        [f"f32[batch, seq, {HQ * DV}]", f"f32[batch, {HKV}, {DK}, {DV}]"]
+
+
+@pytest.mark.parametrize("rule, drop, want", [
+    ("linear", "add-decay", "takes no decay"),
+    ("gated_delta", "beta", "needs beta"),
+])
+def test_inputs_contradicting_the_rule_are_refused(rule, drop, want):
+    m = model(rule)
+    node = m.graph.node[0]
+    if drop == "add-decay":
+        m.graph.input.append(oh.make_tensor_value_info("decay", TP.FLOAT, ["batch", "seq", HKV]))
+        del node.input[3:]
+        node.input.extend(["", "decay"])
+    else:
+        del node.input[5:]
+        m.graph.input.pop()
+    with pytest.raises(ShapeError, match=want):
+        imported(m)
+
+
+def test_heads_that_do_not_divide_are_refused():
+    m = model("linear")
+    for a in m.graph.node[0].attribute:
+        if a.name == "q_num_heads":
+            a.i = 3
+    with pytest.raises(ShapeError, match="multiple of kv_num_heads"):
+        imported(m)
