@@ -125,7 +125,7 @@ def linear_attention(q, k, v, past, decay, beta, *, hq: int, hkv: int,
     g = None if decay is None else decay.astype(f32).reshape(bsz, steps, hkv, -1)  # [.., 1] or [.., dk]
     bt = None if beta is None else beta.astype(f32)  # [B, T, hkv] or [B, T, 1]
     state = np.zeros((bsz, hkv, dk, dv), f32) if past is None else past.astype(f32).copy()
-    scale = f32(scale or 1.0 / math.sqrt(dk))
+    sc = f32(scale or 1.0 / math.sqrt(dk))
     out = np.zeros((bsz, steps, hq, dv), f32)
     for i in range(steps):
         if g is not None:
@@ -135,7 +135,7 @@ def linear_attention(q, k, v, past, decay, beta, *, hq: int, hkv: int,
             u = bt[:, i, :, None] * (u - np.einsum("bhdm,bhd->bhm", state, kh[:, i]))
         state = state + kh[:, i, :, :, None] * u[:, :, None, :]
         full = np.repeat(state, group, axis=1) if group > 1 else state
-        out[:, i] = scale * np.einsum("bhd,bhdm->bhm", qh[:, i], full)
+        out[:, i] = sc * np.einsum("bhd,bhdm->bhm", qh[:, i], full)
     return out.reshape(bsz, steps, hq * dv), state
 
 
@@ -184,24 +184,22 @@ def _lower(ctx) -> None:
             p.compute(Sd, lambda b, h, d, m: S[b, h, d, m] * exp(
                 _f32(decay[b, t, h * dk + d] if per_key else decay[b, t, h])))
             src = Sd
+        U = None
         if beta is not None:  # u_t = beta_t * (v_t - S^T k_t)
             U = ctx.temp(f32, (bsz, hkv, dv), "la_u")
             p.compute(U, lambda b, h, m: _f32(beta[b, t, h] if beta.shape[2] == hkv else beta[b, t, zero]) * (
                 _f32(v[b, t, h * dv + m]) - rsum([(j, dk)], src[b, h, j, m] * key(b, h, j))))
 
-            def u(b, h, m):
-                return U[b, h, m]
-        else:
-            def u(b, h, m):
-                return _f32(v[b, t, h * dv + m])
+        def u(b, h, m):  # the value the rank-1 update writes: v_t, or the delta rule's u_t
+            return U[b, h, m] if U is not None else _f32(v[b, t, h * dv + m])
         Sn = ctx.temp(f32, shape, "la_next")
         p.compute(Sn, lambda b, h, d, m: src[b, h, d, m] + key(b, h, d) * u(b, h, m))
-        O = ctx.temp(f32, (bsz, s.hq, dv), "la_o")
-        p.compute(O, lambda b, h, m: rsum([(j, dk)], _f32(q[b, t, h * dk + j]) * Sn[b, h // group, j, m]) * scale)
+        Out = ctx.temp(f32, (bsz, s.hq, dv), "la_o")
+        p.compute(Out, lambda b, h, m: rsum([(j, dk)], _f32(q[b, t, h * dk + j]) * Sn[b, h // group, j, m]) * scale)
         y = ctx.out(0)
         bv, hv, mv = Var("b"), Var("h"), Var("m")
         body.append(WriteAt(y.name, ((bv, bsz), (hv, s.hq), (mv, dv)), (bv, t, hv * dv + mv),
-                            cast(O[bv, hv, mv], y.dtype)))
+                            cast(Out[bv, hv, mv], y.dtype)))
         p.compute(S, lambda b, h, d, m: Sn[b, h, d, m])
     p.body.append(LoopStmt(body, index=tb.name, trips=dim_to_expr(steps)))
     if len(ctx.op.results) > 1:
