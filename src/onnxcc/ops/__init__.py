@@ -26,6 +26,7 @@ from . import quant  # noqa: F401
 from . import reduce  # noqa: F401
 from . import resize  # noqa: F401
 from . import rnn  # noqa: F401
+from . import roi_align  # noqa: F401
 from . import sample  # noqa: F401
 from . import shape  # noqa: F401
 from . import signal  # noqa: F401
