@@ -98,8 +98,8 @@ def roi_align(x: np.ndarray, rois: np.ndarray, idx: np.ndarray, a: _Attrs) -> np
         if a.transform != "half_pixel":
             rw, rh = max(rw, 1.0), max(rh, 1.0)
         bh, bw = rh / a.oh, rw / a.ow
-        gh = a.ratio or int(math.ceil(rh / a.oh))
-        gw = a.ratio or int(math.ceil(rw / a.ow))
+        gh = a.ratio or math.ceil(rh / a.oh)
+        gw = a.ratio or math.ceil(rw / a.ow)
         img = x[b].astype(np.float64)
         for ph in range(a.oh):
             for pw in range(a.ow):
