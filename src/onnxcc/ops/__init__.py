@@ -15,6 +15,7 @@ from . import cc  # noqa: F401
 from . import contrib  # noqa: F401
 from . import control_flow  # noqa: F401
 from . import elementwise  # noqa: F401
+from . import flex_attention  # noqa: F401
 from . import kv_cache  # noqa: F401
 from . import linalg  # noqa: F401
 from . import linear_attention  # noqa: F401
