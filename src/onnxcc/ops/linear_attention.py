@@ -180,9 +180,15 @@ def _lower(ctx) -> None:
     with L.into([]) as body:
         src = S
         if decay is not None:  # S * exp(g_t): the decayed state both later steps read
+            # the gate first, one exp per head (or key dim), not one per state element
+            if per_key:
+                gate = ctx.temp(f32, (bsz, hkv, dk), "la_gate")
+                p.compute(gate, lambda b, h, d: exp(_f32(decay[b, t, h * dk + d])))
+            else:
+                gate = ctx.temp(f32, (bsz, hkv), "la_gate")
+                p.compute(gate, lambda b, h: exp(_f32(decay[b, t, h])))
             Sd = ctx.temp(f32, shape, "la_decayed")
-            p.compute(Sd, lambda b, h, d, m: S[b, h, d, m] * exp(
-                _f32(decay[b, t, h * dk + d] if per_key else decay[b, t, h])))
+            p.compute(Sd, lambda b, h, d, m: S[b, h, d, m] * (gate[b, h, d] if per_key else gate[b, h]))
             src = Sd
         U = None
         if beta is not None:  # u_t = beta_t * (v_t - S^T k_t)
@@ -192,7 +198,9 @@ def _lower(ctx) -> None:
 
         def u(b, h, m):  # the value the rank-1 update writes: v_t, or the delta rule's u_t
             return U[b, h, m] if U is not None else _f32(v[b, t, h * dv + m])
-        Sn = ctx.temp(f32, shape, "la_next")
+        # the rank-1 update: with a decay its source is the decayed copy, so it can land in S
+        # itself; without one it reads S, and goes to a temp copied back at the end of the step
+        Sn = S if src is not S else ctx.temp(f32, shape, "la_next")
         p.compute(Sn, lambda b, h, d, m: src[b, h, d, m] + key(b, h, d) * u(b, h, m))
         Out = ctx.temp(f32, (bsz, s.hq, dv), "la_o")
         p.compute(Out, lambda b, h, m: rsum([(j, dk)], _f32(q[b, t, h * dk + j]) * Sn[b, h // group, j, m]) * scale)
@@ -200,7 +208,8 @@ def _lower(ctx) -> None:
         bv, hv, mv = Var("b"), Var("h"), Var("m")
         body.append(WriteAt(y.name, ((bv, bsz), (hv, s.hq), (mv, dv)), (bv, t, hv * dv + mv),
                             cast(Out[bv, hv, mv], y.dtype)))
-        p.compute(S, lambda b, h, d, m: Sn[b, h, d, m])
+        if Sn is not S:
+            p.compute(S, lambda b, h, d, m: Sn[b, h, d, m])
     p.body.append(LoopStmt(body, index=tb.name, trips=dim_to_expr(steps)))
     if len(ctx.op.results) > 1:
         st = ctx.out(1)
