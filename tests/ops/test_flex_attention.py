@@ -123,3 +123,11 @@ def test_ir_round_trip_keeps_the_region_names():
 def test_half_softmax_precision_is_refused():
     with pytest.raises(OnnxccError, match="softmax_precision 10"):
         imported(model(softmax_precision=10))
+
+
+def test_cost_counts_both_products_and_the_softmax():
+    from onnxcc.ops import get_opdef
+
+    mod = imported(model(score_mod=causal_mask()))
+    op = next(o for o in mod.main.body.ops if o.name == "ai.onnx.preview.FlexAttention")
+    assert str(get_opdef(op.name).flops(op)) == f"{4 * (2 * 8 + 2 * 6 + 5)}*b*l*s"

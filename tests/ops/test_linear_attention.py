@@ -133,3 +133,12 @@ def test_heads_that_do_not_divide_are_refused():
             a.i = 3
     with pytest.raises(ShapeError, match="multiple of kv_num_heads"):
         imported(m)
+
+
+def test_cost_counts_every_state_element_per_token():
+    """The bucket cost model's flops: per token and state element ~6 per kv head, 2 per query head."""
+    from onnxcc.ops import get_opdef
+
+    mod = imported(model("gated_delta"))
+    op = next(o for o in mod.main.body.ops if o.name == "onnx.LinearAttention")
+    assert str(get_opdef(op.name).flops(op)) == f"{DK * DV * (6 * HKV + 2 * HQ)}*batch*seq"

@@ -24,10 +24,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import sympy
 
 from ..ir import DType, TensorType
 from ..kernel import Var, cast, exp, rmax, rsum
 from .registry import InferCtx, RefCtx, define
+from .traits import set_cost
 
 _MODS = ("score_mod", "prob_mod")
 _FLOATS = (DType.f16, DType.bf16, DType.f32, DType.f64)
@@ -181,5 +183,13 @@ def _lower(ctx) -> None:
                                            y.dtype))
 
 
+def _flops(op):
+    """Q @ K^T and P @ V (2 per multiply-add) plus the softmax's ~5 per score."""
+    q, k, v = (x.type.shape for x in op.operands[:3])
+    rows = sympy.sympify(q[0]) * q[1] * q[2] * k[2]
+    return rows * (2 * q[3] + 2 * v[3] + 5)
+
+
 define("ai.onnx.preview.FlexAttention", infer=_FlexAttention.infer, reference=_ref, lower=_lower,
        kind="opaque", arity=(3, None), infer_regions=_FlexAttention.infer_regions, math=flex_attention)
+set_cost(_flops, "ai.onnx.preview.FlexAttention")

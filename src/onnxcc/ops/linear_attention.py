@@ -34,6 +34,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, LoopStmt, Var, WriteAt, cast, dim_to_expr, exp, rsum
 from .elementwise import results_between, widen
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .traits import set_cost
 
 _FLOATS = (DType.f16, DType.bf16, DType.f32)
 _RULES = ("linear", "gated", "delta", "gated_delta")
@@ -216,5 +217,16 @@ def _lower(ctx) -> None:
         ctx.compute(st, lambda b, h, d, m: cast(S[b, h, d, m], st.dtype))
 
 
+def _flops(op):
+    """Per token and state element: decay, delta read-out and update for each kv head (~6),
+    the query read-out for each query head (2)."""
+    a = op.attrs
+    q, v = op.operands[0].type.shape, op.operands[2].type.shape
+    hq, hkv = int(a["q_num_heads"]), int(a["kv_num_heads"])
+    state = sympy.sympify(q[2]) / hq * (sympy.sympify(v[2]) / hkv)
+    return sympy.sympify(q[0]) * q[1] * state * (6 * hkv + 2 * hq)
+
+
 define("onnx.LinearAttention", infer=_infer, reference=_ref, lower=_lower, kind="opaque", arity=(3, 6),
        num_results=None, verify=results_between(1, 2), math=linear_attention)
+set_cost(_flops, "onnx.LinearAttention")

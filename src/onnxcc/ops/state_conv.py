@@ -21,6 +21,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, cast, rsum, select, sigmoid
 from .elementwise import cast_out, kwiden, results_between, widen
 from .registry import InferCtx, RefCtx, define, onnx_inputs
+from .traits import set_cost
 
 _FLOATS = (DType.f16, DType.bf16, DType.f32)
 _ACTS = ("none", "silu", "swish")
@@ -125,3 +126,6 @@ def _lower(ctx) -> None:
 
 define("onnx.CausalConvWithState", infer=_infer, reference=_ref, lower=_lower, kind="opaque", arity=(2, 4),
        num_results=None, verify=results_between(1, 2), math=causal_conv)
+# k multiply-adds per output element
+set_cost(lambda op: 2 * sympy.sympify(op.operands[1].type.shape[2]) * op.results[0].type.numel(),
+         "onnx.CausalConvWithState")

@@ -13,6 +13,7 @@ from ..ir import DType
 from ..kernel import cast, sigmoid
 from .elementwise import cast_out, kwiden, widen
 from .registry import InferCtx, RefCtx, define
+from .traits import FINITE_ELEMENTWISE, set_pad
 
 _FLOATS = (DType.f16, DType.bf16, DType.f32, DType.f64)
 
@@ -53,3 +54,5 @@ def _lower(ctx) -> None:
 
 
 define("onnx.SwiGLU", infer=_infer, reference=_ref, lower=_lower, kind="elementwise", arity=2, math=swiglu)
+# bucketing: finite gates and values give finite results at padded positions
+set_pad(FINITE_ELEMENTWISE, "onnx.SwiGLU")
