@@ -78,3 +78,18 @@ def test_batch_index_out_of_range_is_an_error():
     f["idx"][2] = 5
     with pytest.raises(RuntimeCallError, match="index"):
         jit_run(mod, f)
+
+
+@pytest.mark.parametrize("opset", [10, 13, 15])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_before_opset_16_the_default_is_output_half_pixel(opset, mode):
+    """RoiAlign-10 had no coordinate_transformation_mode; its meaning is 16's
+    output_half_pixel, not 16's default half_pixel (a 0.5-pixel shift of every roi)."""
+    m = model(output_height=3, output_width=2, sampling_ratio=2, mode=mode)
+    m.opset_import[0].version = opset
+    mod = imported(m)
+    assert mod.main.body.ops[0].attrs["coordinate_transformation_mode"] == "output_half_pixel"
+    f = feeds(5)
+    want = ort_run(m, f)["y"]
+    np.testing.assert_allclose(interp_run(mod, f)[0], want, rtol=1e-5, atol=1e-5, err_msg="interp")
+    np.testing.assert_allclose(jit_run(mod, f)[0], want, rtol=1e-5, atol=1e-5, err_msg="native")
