@@ -142,3 +142,27 @@ def test_cost_counts_every_state_element_per_token():
     mod = imported(model("gated_delta"))
     op = next(o for o in mod.main.body.ops if o.name == "onnx.LinearAttention")
     assert str(get_opdef(op.name).flops(op)) == f"{DK * DV * (6 * HKV + 2 * HQ)}*batch*seq"
+
+
+def test_bfloat16_activations_with_a_float32_state():
+    """T = bf16, S = f32 (the spec allows a wider state): the native kernel against the
+    interpreter, which is itself checked against onnx's reference evaluator."""
+    import ml_dtypes
+    from onnx.reference import ReferenceEvaluator
+
+    m = model("gated_delta", past=True, elem=TP.BFLOAT16)
+    for vi in [*m.graph.input, *m.graph.output]:
+        if vi.name in ("past", "state"):
+            vi.type.tensor_type.elem_type = TP.FLOAT
+    mod = imported(m)
+    assert [r.type.dtype.value for r in mod.main.return_op.operands] == ["bf16", "f32"]
+    bf16 = ml_dtypes.bfloat16
+    f = {k: (v if k == "past" else v.astype(bf16)) for k, v in feeds(m, 2, 4).items()}
+    want = interp_run(mod, f)
+    for w, r in zip(want, ReferenceEvaluator(m).run(None, f), strict=True):
+        np.testing.assert_allclose(w.astype(np.float32), r.astype(np.float32), rtol=1e-2, atol=1e-2)
+    got = jit_run(mod, {k: (v.view(np.uint16) if v.dtype == bf16 else v) for k, v in f.items()})  # bf16 as bits
+    # one bf16 ulp: the f32 results may differ in their last bits before the rounding to bf16
+    np.testing.assert_allclose(got[0].view(bf16).astype(np.float32), want[0].astype(np.float32), rtol=2 ** -7,
+                               atol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
