@@ -20,7 +20,8 @@ update, the query read-out written to the output row with WriteAt). The token lo
 recurrence itself: a step needs the state the previous one left, and the decode step (T = 1,
 what a generating model runs per token) is exactly one iteration, so this is the form that is
 both exact and cheapest there. A chunk-parallel form (the spec's chunk_size hint) would turn a
-long prefill into GEMMs; it is not done here.
+long prefill into GEMMs; it is not done here. The CUDA backend does not take LoopStmt yet and
+refuses the op by that name (as it does RNN / LSTM / GRU).
 """
 
 from __future__ import annotations
