@@ -12,11 +12,12 @@ from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 
 from onnxcc import load_onnx
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import OnnxccError
 from onnxcc.interp import run as interp_run
 from onnxcc.ir.parser import parse_module
 from onnxcc.passes import run_pipeline
-from onnxcc.testing import jit_run
+from onnxcc.passes.lower import lower_function
 
 DIMS = ["B", "H", "L", "S"]
 
@@ -69,6 +70,14 @@ def feeds(m, b, lq, s, seed=0):
     return out
 
 
+def native(mod):
+    """The module lowered and JIT-compiled once (a compile per size would dominate the test's
+    time): feeds -> results."""
+    prog = lower_function(mod, mod.main, "jit_main")
+    kernel, subs = JitKernel(prog), {str(k): int(v) for k, v in mod.main.subs.items()}
+    return lambda feeds: kernel(*(feeds[a.name] for a in mod.main.params), syms=subs)
+
+
 def imported(m):
     mod = load_onnx(m)
     run_pipeline(mod, "shape-inference,canonicalize,prune-symbols")  # the subgraphs' own dim names go
@@ -79,12 +88,13 @@ def compare(m, sizes, oracle=None):
     """interp and JIT against onnx's reference evaluator run on `oracle` (default: m itself)."""
     mod = imported(m)
     assert str(mod.main.return_op.operands[0].type).startswith("f32[b, ")
+    run = native(mod)
     for k, size in enumerate(sizes):
         f = feeds(m, *size, seed=k)
         ref = ReferenceEvaluator(oracle or m)
         want = ref.run(None, {n: f[n] for n in ref.input_names})[0]
         np.testing.assert_allclose(interp_run(mod, f)[0], want, rtol=1e-4, atol=1e-5, err_msg=f"interp {size}")
-        np.testing.assert_allclose(jit_run(mod, f)[0], want, rtol=1e-4, atol=1e-5, err_msg=f"native {size}")
+        np.testing.assert_allclose(run(f)[0], want, rtol=1e-4, atol=1e-5, err_msg=f"native {size}")
 
 
 def test_causal_gqa():

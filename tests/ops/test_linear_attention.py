@@ -10,9 +10,11 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 
 from onnxcc import load_onnx
+from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import ShapeError
 from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
+from onnxcc.passes.lower import lower_function
 from onnxcc.testing import jit_run, ort_run
 
 HQ, HKV, DK, DV = 4, 2, 3, 5
@@ -67,6 +69,14 @@ def feeds(m, batch, seq, seed=0, dtype=np.float32):
     return out
 
 
+def native(mod):
+    """The module lowered and JIT-compiled once (a compile per size would dominate the test's
+    time): feeds -> results."""
+    prog = lower_function(mod, mod.main, "jit_main")
+    kernel, subs = JitKernel(prog), {str(k): int(v) for k, v in mod.main.subs.items()}
+    return lambda feeds: kernel(*(feeds[a.name] for a in mod.main.params), syms=subs)
+
+
 def imported(m):
     mod = load_onnx(m)
     run_pipeline(mod, "shape-inference,canonicalize")
@@ -75,10 +85,11 @@ def imported(m):
 
 def compare(m, sizes, rtol=1e-4, atol=1e-5, dtype=np.float32):
     mod = imported(m)
+    run = native(mod)
     for k, (batch, seq) in enumerate(sizes):
         f = feeds(m, batch, seq, seed=k, dtype=dtype)
         want = ort_run(m, f)
-        for how, got in (("interp", interp_run(mod, f)), ("native", jit_run(mod, f))):
+        for how, got in (("interp", interp_run(mod, f)), ("native", run(f))):
             for name, g in zip(("y", "state"), got, strict=True):
                 assert g.dtype == want[name].dtype, (how, name, g.dtype)
                 np.testing.assert_allclose(g, want[name], rtol=rtol, atol=atol,
@@ -98,6 +109,7 @@ def test_multi_query_and_explicit_scale():
     compare(model("gated", hq=HKV * 3, scale=0.25), [(2, 4)])
 
 
+@pytest.mark.slow  # fp16 is also in the node-test gate (test_linear_attention_fp16)
 def test_half_precision_within_half_tolerance():
     compare(model("gated_delta", past=True, elem=TP.FLOAT16), [(2, 4)], rtol=2e-2, atol=2e-2, dtype=np.float16)
 
