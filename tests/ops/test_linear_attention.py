@@ -13,6 +13,7 @@ from onnxcc import load_onnx
 from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import ShapeError
 from onnxcc.interp import run as interp_run
+from onnxcc.ir.parser import parse_module
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
 from onnxcc.testing import jit_run, ort_run
@@ -118,6 +119,8 @@ def test_shapes_are_symbolic():
     mod = imported(model("delta", past=True))
     assert [str(r.type) for r in mod.main.return_op.operands] == \
         [f"f32[batch, seq, {HQ * DV}]", f"f32[batch, {HKV}, {DK}, {DV}]"]
+    text = str(mod)
+    assert str(parse_module(text)) == text  # the IR text round-trips, attributes included
 
 
 @pytest.mark.parametrize("rule, drop, want", [

@@ -12,6 +12,7 @@ from onnx import helper as oh
 from onnxcc import load_onnx
 from onnxcc.errors import RuntimeCallError, UnsupportedOp
 from onnxcc.interp import run as interp_run
+from onnxcc.ir.parser import parse_module
 from onnxcc.passes import run_pipeline
 from onnxcc.testing import jit_run, ort_run
 
@@ -56,6 +57,7 @@ def test_matches_onnxruntime(attrs):
     mod = imported(m)
     assert str(mod.main.return_op.operands[0].type) == \
         f"f32[r, 3, {attrs['output_height']}, {attrs['output_width']}]"
+    assert str(parse_module(str(mod))) == str(mod)
     for seed, size in enumerate([(2, 6, 7), (2, 4, 9)]):
         f = feeds(seed, *size)
         want = ort_run(m, f)["y"]
