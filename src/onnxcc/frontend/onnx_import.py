@@ -568,7 +568,9 @@ class GraphBuilder:
                                    f"inputs, expected {len(types)}")
             attrs["num_captures"] = len(caps)
             return [self.subgraph(g, list(g.input), types, cap_types, cap_names)]
-        # any other op with subgraphs: the body's declared inputs, then the captures
+        # any other op with subgraphs: the body's declared inputs, then the captures; the
+        # attribute each region came from is recorded, as optional graphs may be absent
+        attrs["region_names"] = [a.name for a in graphs]
         out = []
         for a in graphs:
             g = a.g

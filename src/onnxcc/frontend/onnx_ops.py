@@ -16,7 +16,23 @@ constant. The returned values are bound, in order, to the node's output names.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+
+from onnx import helper
 
 #: ai.onnx op type -> converter; ops not listed take the generic path
 CONVERTERS: dict[str, Callable] = {}
+
+
+def _roi_align(node, b) -> list:
+    """RoiAlign before opset 16 had no coordinate_transformation_mode and meant what 16 calls
+    output_half_pixel (16's default is half_pixel): an old node gets its meaning spelled out."""
+    if b.module.attrs.get("opset", 16) < 16 and all(a.name != "coordinate_transformation_mode"
+                                                    for a in node.attribute):
+        node = copy.deepcopy(node)
+        node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "output_half_pixel"))
+    return b.generic(node, "onnx.RoiAlign")
+
+
+CONVERTERS["RoiAlign"] = _roi_align

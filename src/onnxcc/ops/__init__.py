@@ -15,7 +15,10 @@ from . import cc  # noqa: F401
 from . import contrib  # noqa: F401
 from . import control_flow  # noqa: F401
 from . import elementwise  # noqa: F401
+from . import flex_attention  # noqa: F401
+from . import kv_cache  # noqa: F401
 from . import linalg  # noqa: F401
+from . import linear_attention  # noqa: F401
 from . import loss  # noqa: F401
 from . import matmul  # noqa: F401
 from . import misc  # noqa: F401
@@ -26,12 +29,15 @@ from . import quant  # noqa: F401
 from . import reduce  # noqa: F401
 from . import resize  # noqa: F401
 from . import rnn  # noqa: F401
+from . import roi_align  # noqa: F401
 from . import sample  # noqa: F401
 from . import shape  # noqa: F401
 from . import signal  # noqa: F401
 from . import signal_extra  # noqa: F401
 from . import text  # noqa: F401
 from . import training  # noqa: F401
+from . import state_conv  # noqa: F401
+from . import swiglu  # noqa: F401
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]
