@@ -11,9 +11,10 @@ panels:
 1. B is packed once per call into the scratch region (or at compile time when it reads
    only constants): [combinations of B's batch vars][N panels][K][nr] floats, columns past
    N zero. One
-   onnxcc_parallel_for over (batch, panel). A big packed B is packed and multiplied in
-   windows of panels (`WINDOW_BYTES`), each multiplied right after it is packed, while it
-   is still in the caches (steps 1 and 2 alternate per window).
+   onnxcc_parallel_for over (batch, panel). When A needs no packing per task (prepacked
+   or read in place), a big packed B is packed and multiplied in windows of panels
+   (`WINDOW_BYTES`), each multiplied right after it is packed, while it is still in the
+   caches (steps 1 and 2 alternate per window).
 2. One onnxcc_parallel_for over tasks (bt, m block, n block). A task, for each block of
    the contraction (kc values of K, cut along the first reduce var so multi-var reductions
    such as a conv's (c, kh, kw) need no division), packs its A rows into a stack buffer
@@ -292,7 +293,9 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             want = b.udiv(i64(WINDOW_BYTES), _umax(b, _mul(b, slots, panel, "gemm.win.b"), i64(1), "gemm.w1"),
                           name="gemm.win.want")
             want = _umax(b, want, _mul(b, geo.threads, g.tasks, "gemm.win.min"), "gemm.win")
-            pcw = _umin(b, want, geo.Pn, "gemm.win")
+            # only when A is not packed per task (prepacked conv weights, or read in place):
+            # a task packs its A rows again in every window
+            pcw = _umin(b, want, geo.Pn, "gemm.win") if g.a_const or g.a_direct else geo.Pn
             with for_range(b, _ceildiv_v(b, geo.Pn, pcw, "gemm.nwin"), "gemm.w", guard=True) as w:
                 p0 = _mul(b, w, pcw, "gemm.p0")
                 pc = _umin(b, pcw, b.sub(geo.Pn, p0, name="gemm.pleft"), "gemm.pc")
