@@ -28,6 +28,7 @@ from onnxcc.kernel.schedule import (
     Schedule,
     TargetInfo,
     facts_from_attrs,
+    gemm_tile,
     match_gemm,
     proves_multiple,
     schedule_program,
@@ -231,6 +232,18 @@ def test_scratch_reserved_in_memory_plan():
 def test_schedule_dataclass_describe():
     s = Schedule(vector_width=16, vector_tail="none", parallel=True)
     assert s.describe() == "vector=16 tail=none parallel=True"
+
+
+def test_gemm_tile_fits_static_channel_counts():
+    """A static M that 8 divides but the target's mr does not gets 8-row panels with the same
+    accumulator count; any other M (or an unknown one) keeps the target's tile."""
+    avx512 = TargetInfo.from_features("+avx512f")
+    for m in (8, 16, 32, 64, 200):
+        assert gemm_tile(avx512, m) == {"mr": 8, "nr": 48}, m
+    for m in (None, 12, 24, 36, 10, 3):
+        assert gemm_tile(avx512, m) == {"mr": 12, "nr": 32}, m
+    avx2 = TargetInfo.from_features("+avx2,+avx")  # 6 x 16: 12 registers, no 8-row tile as big
+    assert gemm_tile(avx2, 16) == {"mr": 6, "nr": 16}
 
 
 # ---- driver integration ---------------------------------------------------------------------------

@@ -261,6 +261,8 @@ def _conv_lower(ctx) -> None:
     win = _window_attrs(ctx, nd, kernel)
     _, pb, pe = window_geometry(x.shape[2:], kernel, win["strides"], win["dilations"], win["pads"],
                                 win["auto_pad"])
+    if any(s > 1 for s in win["strides"]) and not all(_is_int(p, 0) for p in (*pb, *pe)):
+        x, pb, pe = _padded_input(ctx, x, pb, pe), [0] * nd, [0] * nd
     group = ctx.attr("group", 1)
     cg = w.shape[1]
     mg = canon(sympy.sympify(w.shape[0]) / group)
@@ -288,6 +290,23 @@ def _conv_lower(ctx) -> None:
         return acc if bias is None else acc + bias[m]
 
     ctx.compute(ctx.out(0), body)
+
+
+def _padded_input(ctx, x, pb, pe):
+    """X zero-padded into a temp, for a strided conv: its window loads then need no bounds
+    selects, which LLVM only vectorises at stride 1 (fusion keeps this copy when it is read
+    with a stride, see kernel/fuse.py `_strided`); one cheap stride-1 pass over X buys
+    unmasked loads in every tap."""
+    nd = x.rank - 2
+    shape = [x.shape[0], x.shape[1]] + [canon(x.shape[2 + i] + pb[i] + pe[i]) for i in range(nd)]
+    xp = ctx.temp(x.dtype, shape, "xpad")
+
+    def body(*ix):
+        pos = _window_positions(ctx, ix[2:], [None] * nd, [1] * nd, [1] * nd, pb)
+        return _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(ix[0], ix[1], *pos)], 0)
+
+    ctx.compute(xp, body)
+    return xp
 
 
 _UNROLL_WINDOW = 49

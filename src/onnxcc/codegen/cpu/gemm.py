@@ -11,7 +11,10 @@ panels:
 1. B is packed once per call into the scratch region (or at compile time when it reads
    only constants): [combinations of B's batch vars][N panels][K][nr] floats, columns past
    N zero. One
-   onnxcc_parallel_for over (batch, panel).
+   onnxcc_parallel_for over (batch, panel). When A needs no packing per task (prepacked
+   or read in place), a big packed B is packed and multiplied in windows of panels
+   (`WINDOW_BYTES`), each multiplied right after it is packed, while it is still in the
+   caches (steps 1 and 2 alternate per window).
 2. One onnxcc_parallel_for over tasks (bt, m block, n block). A task, for each block of
    the contraction (kc values of K, cut along the first reduce var so multi-var reductions
    such as a conv's (c, kh, kw) need no division), packs its A rows into a stack buffer
@@ -189,11 +192,25 @@ class _Geometry:
         n_ic = _umax(b, by_size, _umin(b, self.Pm, per_batch, "gemm.nic.tasks"), "gemm.nic")
         n_ic = _mul(b, _ceildiv_v(b, n_ic, threads, "gemm.nic.t"), threads, "gemm.nic.r")
         self.n_ic = _umax(b, _umin(b, n_ic, self.Pm, "gemm.nic"), i64(1), "gemm.nic")
-        per = _umax(b, _mul(b, bt_split, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
-        self.n_jc = _umax(b, _umin(b, _ceildiv_v(b, tasks, per, "gemm.njc.want"),
-                                   _umax(b, self.Pn, i64(1), "gemm.pn1"), "gemm.njc"), i64(1), "gemm.njc")
-        self.n_tasks = _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), self.n_jc, "gemm.tasks")
+        self._tasks, self._per = tasks, _umax(b, _mul(b, bt_split, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
+        self.threads = threads
         self.nbB = _product(b, self.bb_ext, "gemm.nbB")
+        self.P0: ir.Value = i64(0)
+        self.Pc: ir.Value = self.Pn
+        self.n_jc, self.n_tasks = self.n_blocks(b, self.Pn)
+
+    def n_blocks(self, b: ir.IRBuilder, panels: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(n blocks, tasks) when the tasks cover `panels` B panels."""
+        n_jc = _umax(b, _umin(b, _ceildiv_v(b, self._tasks, self._per, "gemm.njc.want"),
+                              _umax(b, panels, i64(1), "gemm.pn1"), "gemm.njc"), i64(1), "gemm.njc")
+        return n_jc, _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), n_jc, "gemm.tasks")
+
+    def set_window(self, b: ir.IRBuilder, pctx: ir.Value) -> None:
+        """Read the window of B panels this call covers (panels [P0, P0 + Pc), packed at
+        slots [0, Pc) of each batch's packed B) from the ctx (see `_run`)."""
+        self.P0 = b.load(_xctx_slot(b, pctx, 6), name="gemm.p0", align=8, typ=I64)
+        self.Pc = b.load(_xctx_slot(b, pctx, 7), name="gemm.pc", align=8, typ=I64)
+        self.n_jc, self.n_tasks = self.n_blocks(b, self.Pc)
 
 
 def _parallel(kem: KernelEmitter, c: Compute) -> bool:
@@ -238,7 +255,7 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
     big = b.icmp_unsigned(">=", work, i64(PARALLEL_MIN_WORK), name="gemm.big")
 
     inter = _interleaved(g)
-    if inter:  # the body functions read the batch from the ctx struct's extra field
+    if not g.b_const:  # the body functions read the batch and the B window from the ctx's extra fields
         xctx = ctx.eb.alloca(_XCTX_TY, name="gemm.xctx")
         for k in range(5):
             src = ctx.eb.gep(pctx, [i32(0), i32(k)], inbounds=True, name="ctx.f", source_etype=_XCTX_TY)
@@ -266,33 +283,57 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
 
             raise CompileError(f"kernel {kem.program.name}: compute {c.out} packs B into scratch, but the "
                                "memory plan reserves none (use kernel.plan_memory.reserve_scratch)")
+        pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
+
+        def windows(slots: ir.Value, per_batch: bool) -> None:
+            # the panels in windows of about WINDOW_BYTES of packed B: pack a window, run
+            # its tasks while it is still in the caches (a conv's whole im2col matrix,
+            # packed before any of it is read, is several MB that come back from DRAM)
+            panel = _mul(b, geo.K, g.nr * 4, "gemm.panel.bytes")
+            want = b.udiv(i64(WINDOW_BYTES), _umax(b, _mul(b, slots, panel, "gemm.win.b"), i64(1), "gemm.w1"),
+                          name="gemm.win.want")
+            want = _umax(b, want, _mul(b, geo.threads, g.tasks, "gemm.win.min"), "gemm.win")
+            # only when A is not packed per task (prepacked conv weights, or read in place):
+            # a task packs its A rows again in every window
+            pcw = _umin(b, want, geo.Pn, "gemm.win") if g.a_const or g.a_direct else geo.Pn
+            with for_range(b, _ceildiv_v(b, geo.Pn, pcw, "gemm.nwin"), "gemm.w", guard=True) as w:
+                p0 = _mul(b, w, pcw, "gemm.p0")
+                pc = _umin(b, pcw, b.sub(geo.Pn, p0, name="gemm.pleft"), "gemm.pc")
+                _xctx_store(b, pctx, 6, p0)
+                _xctx_store(b, pctx, 7, pc)
+                n_jc, n_tasks = geo.n_blocks(b, pc)
+                call(pack, _mul(b, slots, pc, "gemm.packb.items"))
+                call(task, _mul(b, geo.n_ic, n_jc, "gemm.per.batch") if per_batch else n_tasks)
+
         if inter:
             # one batch at a time when a batch's packed B is big: pack it into batch 0's
             # panels, run its tasks (its panels are still in the caches; all batches'
             # panels at once, written before any is read, are not)
-            pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
             with if_else(b, geo.inter, name="gemm.inter") as (then, other):
                 with then:
-                    per = _mul(b, geo.n_ic, geo.n_jc, "gemm.per.batch")
                     with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
                         _xctx_store(b, pctx, 5, bt)
-                        call(pack, geo.Pn)
-                        call(task, per)
+                        windows(i64(1), True)
                 with other:
                     _xctx_store(b, pctx, 5, i64(0))
-                    call(pack, _mul(b, geo.nbB, geo.Pn, "gemm.packb.items"))
-                    call(task, geo.n_tasks)
+                    windows(geo.nbB, False)
             return
-        call(_pack_b_function(kem, c, g), _mul(b, geo.nbB, geo.Pn, "gemm.packb.items"))
+        _xctx_store(b, pctx, 5, i64(0))
+        windows(geo.nbB, False)
+        return
     call(_task_function(kem, c, g), geo.n_tasks)
 
 
+WINDOW_BYTES = 1 << 19
+"""packed B bytes per window of B panels (see `_run`): a window is packed, then multiplied
+while it is in the L2 caches"""
 INTERLEAVE_MIN_BYTES = 1 << 19
 """packed B bytes of one batch from which a GEMM with several batches packs and multiplies
 one batch at a time (below it, one parallel call per batch costs more than it saves)"""
-_XCTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, I64])
+_XCTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, I64, I64, I64])
 """the kernel's parallel ctx (syms, inputs, outputs, workspace, status), then the batch an
-interleaved GEMM's body functions work on (0 when not interleaved)"""
+interleaved GEMM's body functions work on (0 when not interleaved) and the window of B
+panels of a GEMM that packs B per call (first panel, panel count)"""
 
 
 def _interleaved(g: GemmPlan) -> bool:
@@ -506,7 +547,8 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
     fn, fctx = kem.body_function(f"gemm.packb.{c.out}")
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
-    begin, end, inter = _batch_items(b, fn, g, geo, geo.Pn)
+    geo.set_window(b, fn.args[2])
+    begin, end, inter = _batch_items(b, fn, g, geo, geo.Pc)
     ext = dict(zip(c.var_names, c.extents))
     base = _scratch_ptr(kem, fctx)
     NR = g.nr
@@ -514,12 +556,13 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
     em = ExprEmitter(fctx, b)
     em.hoist(g.b, guarded=True)
     with for_range(b, end, "it", start=begin, guard=True) as it:
-        bb = b.udiv(it, geo.Pn, name="bb")
-        pn = b.urem(it, geo.Pn, name="pn")
+        bb = b.udiv(it, geo.Pc, name="bb")
+        pl = b.urem(it, geo.Pc, name="pl")  # the panel's slot in the window
+        pn = _add(b, geo.P0, pl, "pn")
         _bind(em, _unflatten(b, bb, geo.bb_ext, g.b_batch_vars), ext)
         em.hoist(g.b, guarded=True)
         slot_bb = bb if inter is None else b.select(inter, i64(0), bb, name="bb.slot")
-        dst = _f32_ptr(b, base, _mul(b, _add(b, _mul(b, slot_bb, geo.Pn, "bp"), pn, "bp"),
+        dst = _f32_ptr(b, base, _mul(b, _add(b, _mul(b, slot_bb, geo.Pc, "bp"), pl, "bp"),
                                      _mul(b, geo.K, NR, "panel"), "bp.off"), "bpanel")
         j0 = _mul(b, pn, NR, "j0")
         ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
@@ -631,6 +674,8 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     fn, fctx = kem.body_function(f"gemm.{c.out}")
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
+    if not g.b_const:
+        geo.set_window(b, fn.args[2])
     begin, end, inter = _batch_items(b, fn, g, geo, _mul(b, geo.n_ic, geo.n_jc, "per.batch"))
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
@@ -664,8 +709,8 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         bt = b.udiv(t, geo.n_ic, name="bt")
         pm0 = b.udiv(_mul(b, ic, geo.Pm, "pm0"), geo.n_ic, name="pm0")
         pm1 = b.udiv(_mul(b, _add(b, ic, 1, "ic1"), geo.Pm, "pm1"), geo.n_ic, name="pm1")
-        pn0 = b.udiv(_mul(b, jc, geo.Pn, "pn0"), geo.n_jc, name="pn0")
-        pn1 = b.udiv(_mul(b, _add(b, jc, 1, "jc1"), geo.Pn, "pn1"), geo.n_jc, name="pn1")
+        pn0 = _add(b, geo.P0, b.udiv(_mul(b, jc, geo.Pc, "pn0"), geo.n_jc, name="pn0"), "pn0")
+        pn1 = _add(b, geo.P0, b.udiv(_mul(b, _add(b, jc, 1, "jc1"), geo.Pc, "pn1"), geo.n_jc, name="pn1"), "pn1")
         m0 = _mul(b, pm0, MR, "m0")
         m1 = _umin(b, _mul(b, pm1, MR, "m1"), geo.M, "m1")
         batch_vals = _unflatten(b, bt, geo.batch_ext, g.batch)
@@ -695,7 +740,8 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
             first = b.icmp_unsigned("==", pc, i64(0), name="first")
             last = b.icmp_unsigned("==", _add(b, pc, 1, "pc1"), geo.npc, name="last")
             with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
-                boff = _mul(b, _add(b, _mul(b, _add(b, _mul(b, bB, geo.Pn, "bo"), pn, "bo"), geo.K, "bo"),
+                pslot = b.sub(pn, geo.P0, name="pslot") if not g.b_const else pn
+                boff = _mul(b, _add(b, _mul(b, _add(b, _mul(b, bB, geo.Pc, "bo"), pslot, "bo"), geo.K, "bo"),
                                     k0, "bo"), NR, "bo")
                 bpanel = _f32_ptr(b, bbase, boff, "bpanel")
                 j0 = _mul(b, pn, NR, "j0")

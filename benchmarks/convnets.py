@@ -1,0 +1,207 @@
+"""Small conv nets with symbolic batch, H, W against onnxruntime, side by side in one process.
+
+Three nets nobody tuned for: `plain` (3x3 convs 3->16->32 with Relu and MaxPool, global
+average pool, Gemm: the shape of the held-out benchmark), `mobile` (a stride-2 stem, then two
+depthwise-separable blocks with BatchNormalization + Relu, one depthwise at stride 2) and
+`resnet` (a stem conv, then a residual block conv-BN-Relu-conv-BN + identity, Relu). Each is
+compiled once with `onnxcc compile` (one library for every shape) and timed against
+onnxruntime with `compare_ort.bench_pair` (alternating rounds, medians). Each thread count
+runs in a child process of its own, because both runtimes fix their pool size at start-up.
+
+    unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+    python benchmarks/convnets.py [--threads 2,1] [--nets plain,mobile,resnet]
+        [--sizes 32,112,224] [--batches 1,4] [--clock wall|cpu] [--json out.json]
+
+Prints one row per (net, batch, size, threads) with both medians and the ratio
+onnxcc / onnxruntime (lower is better), then the geomean per net and thread count.
+`--clock cpu` times single-threaded runs by the process's CPU time instead of the wall
+clock: on a machine shared with other jobs a call preempted halfway counts only the time
+it ran (both runtimes compute on the calling thread at one thread; rows with more
+threads keep the wall clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+class _Net:
+    """A tiny graph builder: every conv gets seeded weights and a bias."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list = []
+        self.inits: list = []
+        self.n = 0
+
+    def _init(self, arr: np.ndarray) -> str:
+        self.n += 1
+        name = f"p{self.n}"
+        self.inits.append(numpy_helper.from_array(arr.astype(np.float32), name))
+        return name
+
+    def op(self, kind: str, *inputs: str, **attrs) -> str:
+        self.n += 1
+        out = f"t{self.n}"
+        self.nodes.append(helper.make_node(kind, list(inputs), [out], **attrs))
+        return out
+
+    def conv(self, x: str, cin: int, cout: int, k: int, stride: int = 1, group: int = 1) -> str:
+        w = self.rng.standard_normal((cout, cin // group, k, k)) * math.sqrt(2.0 / (cin // group * k * k))
+        b = 0.1 * self.rng.standard_normal(cout)
+        p = k // 2
+        return self.op("Conv", x, self._init(w), self._init(b), kernel_shape=[k, k], pads=[p] * 4,
+                       strides=[stride, stride], group=group)
+
+    def bn(self, x: str, c: int) -> str:
+        scale = 1.0 + 0.1 * self.rng.standard_normal(c)
+        bias = 0.1 * self.rng.standard_normal(c)
+        mean = 0.1 * self.rng.standard_normal(c)
+        var = self.rng.uniform(0.5, 1.5, c)
+        return self.op("BatchNormalization", x, *(self._init(a) for a in (scale, bias, mean, var)), epsilon=1e-5)
+
+    def head(self, x: str, c: int) -> str:
+        h = self.op("Flatten", self.op("GlobalAveragePool", x), axis=1)
+        w = self._init(self.rng.standard_normal((10, c)) / math.sqrt(c))
+        return self.op("Gemm", h, w, self._init(0.1 * self.rng.standard_normal(10)), transB=1)
+
+    def model(self, name: str, out: str) -> onnx.ModelProto:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "H", "W"])
+        y = helper.make_tensor_value_info(out, TensorProto.FLOAT, ["batch", 10])
+        g = helper.make_graph(self.nodes, name, [x], [y], self.inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def plain() -> onnx.ModelProto:
+    g = _Net(1)
+    h = g.op("MaxPool", g.op("Relu", g.conv("x", 3, 16, 3)), kernel_shape=[2, 2], strides=[2, 2])
+    h = g.op("MaxPool", g.op("Relu", g.conv(h, 16, 32, 3)), kernel_shape=[2, 2], strides=[2, 2])
+    return g.model("plain", g.head(h, 32))
+
+
+def mobile() -> onnx.ModelProto:
+    g = _Net(2)
+    h = g.op("Relu", g.bn(g.conv("x", 3, 16, 3, stride=2), 16))
+    for cin, cout, stride in ((16, 32, 1), (32, 64, 2)):
+        h = g.op("Relu", g.bn(g.conv(h, cin, cin, 3, stride=stride, group=cin), cin))
+        h = g.op("Relu", g.bn(g.conv(h, cin, cout, 1), cout))
+    return g.model("mobile", g.head(h, 64))
+
+
+def resnet() -> onnx.ModelProto:
+    g = _Net(3)
+    h = g.op("Relu", g.bn(g.conv("x", 3, 32, 3, stride=2), 32))
+    r = g.op("Relu", g.bn(g.conv(h, 32, 32, 3), 32))
+    r = g.bn(g.conv(r, 32, 32, 3), 32)
+    h = g.op("Relu", g.op("Add", r, h))
+    return g.model("resnet", g.head(h, 32))
+
+
+NETS = {"plain": plain, "mobile": mobile, "resnet": resnet}
+
+
+def _cpu_pair(fn_a, fn_b, repeats: int, rounds: int = 6) -> tuple[float, float]:
+    """Median CPU seconds per call of a and b, alternating in rounds (as `bench_pair`)."""
+    import time
+
+    ta: list[float] = []
+    tb: list[float] = []
+    for _ in range(rounds):
+        for fn, out in ((fn_a, ta), (fn_b, tb)):
+            for _ in range(3):
+                fn()
+            for _ in range(max(1, repeats // rounds)):
+                t0 = time.process_time()
+                fn()
+                out.append(time.process_time() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def _child(args) -> list[dict]:
+    """Time every (net, batch, size) at one thread count (set before either runtime starts)."""
+    os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    import onnxruntime as ort
+    from compare_ort import bench_pair
+
+    import onnxcc
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.nets.split(","):
+            path = Path(tmp) / f"{name}.onnx"
+            onnx.save(NETS[name](), path)
+            onnxcc.compile(path, Path(tmp) / name)
+            lib = onnxcc.load(Path(tmp) / name)
+            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            for b in (int(v) for v in args.batches.split(",")):
+                for s in (int(v) for v in args.sizes.split(",")):
+                    x = np.random.default_rng(0).standard_normal((b, 3, s, s)).astype(np.float32)
+                    feeds = {"x": x}
+                    ours = next(iter(lib.run(feeds).values()))
+                    theirs = sess.run(None, feeds)[0]
+                    err = float(np.max(np.abs(ours - theirs)))
+                    pair = _cpu_pair if args.clock == "cpu" and args.threads == 1 else bench_pair
+                    t_cc, t_ort = pair(lambda: lib.run(feeds), lambda: sess.run(None, feeds), args.repeats)
+                    row = {"net": name, "batch": b, "size": s, "threads": args.threads,
+                           "clock": "cpu" if pair is _cpu_pair else "wall", "onnxcc_ms": t_cc * 1e3,
+                           "ort_ms": t_ort * 1e3, "ratio": t_cc / t_ort, "max_abs_err": err}
+                    rows.append(row)
+                    print(f"{name:7s} b={b} {s:4d}^2 t={args.threads}  onnxcc {t_cc * 1e3:8.3f} ms  "
+                          f"ort {t_ort * 1e3:8.3f} ms  ratio {t_cc / t_ort:5.2f}  err {err:.1e}", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", default="2,1", help="comma list; each runs in its own child process")
+    ap.add_argument("--nets", default=",".join(NETS))
+    ap.add_argument("--sizes", default="32,112,224")
+    ap.add_argument("--batches", default="1,4")
+    ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--child-json", type=Path, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child_json is not None:
+        args.threads = int(args.threads)
+        args.child_json.write_text(json.dumps(_child(args)))
+        return
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in args.threads.split(","):
+            out = Path(tmp) / f"t{t}.json"
+            cmd = [sys.executable, __file__, "--threads", t, "--nets", args.nets, "--sizes", args.sizes,
+                   "--batches", args.batches, "--repeats", str(args.repeats), "--clock", args.clock,
+                   "--child-json", str(out)]
+            subprocess.run(cmd, check=True)
+            rows += json.loads(out.read_text())
+    geo: dict[str, float] = {}
+    for key in sorted({(r["net"], r["threads"]) for r in rows}):
+        rs = [r["ratio"] for r in rows if (r["net"], r["threads"]) == key]
+        geo[f"{key[0]}/t{key[1]}"] = math.exp(statistics.fmean(math.log(x) for x in rs))
+    for k, v in geo.items():
+        print(f"geomean ratio {k}: {v:.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"clock": args.clock, "rows": rows, "geomean": geo}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
