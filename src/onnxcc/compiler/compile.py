@@ -220,6 +220,7 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     spec.data_dims = {s: (names.index(i), k) for s, (i, k) in value_symbols_of(generic).items()}
     # run-determined dims (control flow): the generic version's bounds
     spec.run_dims = dict(kmod.versions[-1].program.run_dims)
+    spec.late_dims = sorted(kmod.versions[-1].program.late_dims)
     return spec
 
 

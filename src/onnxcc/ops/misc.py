@@ -1,5 +1,5 @@
 """Leftover data-movement ops: Pad, Trilu, OneHot, DepthToSpace, SpaceToDepth, ScatterND,
-ScatterElements, NonZero, TopK, EyeLike, ReverseSequence, CenterCropPad; also
+ScatterElements, TopK, EyeLike, ReverseSequence, CenterCropPad; also
 MeanVarianceNormalization and Swish (kept here so the norm and elementwise families stay
 untouched).
 
@@ -9,8 +9,7 @@ where only the run can tell, and divisibility needs recorded as constraints.
 
 Lowerings are single computes (TopK: two, with a rank temp). Scatters write every output
 element as `select(some update targets it, update, data)`, with a reduction over the updates
-(O(updates) per element: correct, not fast). NonZero is not compiled: its output size is
-data-dependent.
+(O(updates) per element: correct, not fast). NonZero lives in data_dependent.py.
 """
 
 from __future__ import annotations
@@ -488,27 +487,7 @@ class ScatterElementsOp(OpDef):
         return [_scatter(x.copy(), full, upd, ctx.attr("reduction", "none"))]
 
 
-# ---- NonZero, TopK --------------------------------------------------------------------------------
-
-@register("onnx.NonZero")
-class NonZeroOp(OpDef):
-    arity = 1
-
-    def infer(self, ctx):
-        x = ctx.in_types[0]
-        n = fresh_dim(ctx, "nonzero", "count of nonzero elements (data-dependent)", 0, 1)
-        numel = x.numel()
-        if isinstance(numel, int):
-            ctx.symbols[n.name].hi = min(ctx.symbols[n.name].hi, max(numel, 1))
-        return [TensorType(I64, (x.rank, n))]
-
-    def lower(self, ctx):
-        raise ctx.unsupported("the output size depends on the data (count of nonzero elements); "
-                              "not compiled to native code yet")
-
-    def reference(self, ctx, x):
-        return [np.array(np.nonzero(np.atleast_1d(x) if x.ndim == 0 else x), dtype=np.int64)]
-
+# ---- TopK (NonZero: data_dependent.py) ------------------------------------------------
 
 @register("onnx.TopK")
 class TopKOp(OpDef):

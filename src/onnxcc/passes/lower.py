@@ -11,7 +11,8 @@ the buffer the op wants it in, as returned values are. A result dim that only th
 determines (a Loop's data-dependent trip count, a branch-dependent If extent) is allowed
 when the op's lowering declares it with `declare_run_dim` (its upper bound, used for
 allocation) and reports the true value with `set_symbol`; such results may only be
-returned (or passed through Identity), never computed with.
+returned (or passed through Identity), never computed with. A run-time symbol bound with
+`bind_symbol` (NonZero's count...) is bound mid-run instead, and later ops compute on it.
 """
 
 from __future__ import annotations
@@ -137,11 +138,16 @@ class _Lowerer:
         """Report the true value of run-determined symbol `name` (an i64 Expr) at the end."""
         self.set_syms[name] = SetSymbol(name, value)
 
+    def bind_symbol(self, op: Op, name: str, bound, value) -> None:
+        """Bind run-time symbol `name` to `value` (an i64 Expr the op computed) right here:
+        the statements after it see the true value, buffers with the dim are allocated for
+        `bound` (kernel/control.py). Used by ops whose result size is a count of the data
+        (NonZero, Compress, Unique, NonMaxSuppression)."""
+        self.declare_run_dim(op, name, bound)
+        self.program.body.append(SetSymbol(name, value, bind=True))
+
     def lower_op(self, op: Op) -> None:
         self.check_operands(op)
-        if not op.regions:
-            for r in op.results:
-                self.check_bound(op, r)
         if op.name == "cc.const":
             arr = const_array(op, self.module)
             data = np.ascontiguousarray(arr).reshape(np.shape(arr))  # NOTE: keeps 0-d arrays 0-d
@@ -187,17 +193,17 @@ class _Lowerer:
                 results[ri] = self.program.view(self.fresh(op.loc or "view"), src, r.type.shape)
         for r, b in zip(op.results, results):
             self.buf[id(r)] = b
-        if op.regions:
-            for r in op.results:
-                self.check_bound(op, r)
+        for r in op.results:  # after the lowering: it may have bound a run-time symbol
+            self.check_bound(op, r)
 
     def check_operands(self, op: Op) -> None:
         """Values with run-determined dims are allocated for the bound and only partly valid:
         they can be returned, not computed with."""
         if op.name == "onnx.Identity":
             return
+        late = self.program.late_dims  # bound mid-run: computed on like any other symbol
         for v in op.operands:
-            run = sorted(s.name for s in v.type.symbols() if s.name in self.program.run_dims)
+            run = sorted(s.name for s in v.type.symbols() if s.name in self.program.run_dims and s.name not in late)
             if run:
                 raise UnsupportedOp(op.opname, op.dialect, op.loc,
                                     f"reads a value of type {v.type} whose dim {', '.join(run)} is known "

@@ -597,7 +597,8 @@ class CompiledModel:
 
     def _trim(self, k: int, a: np.ndarray) -> np.ndarray:
         """An output with run-determined dims (NAME.h: allocated for the upper bound, valid in
-        the leading corner) cut to the true shape NAME_output_dims reports."""
+        the leading corner, or compact at the start for run-time symbols bound mid-run) cut
+        to the true shape NAME_output_dims reports."""
         if not self.outputs[k].get("run_determined"):
             return a
         if self._output_dims is None:
@@ -605,6 +606,9 @@ class CompiledModel:
                                          [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
         shape = (ctypes.c_int64 * max(1, a.ndim))()
         self._check(self._output_dims(k, shape))
+        if self.outputs[k].get("run_layout") == "prefix":  # compact in the true shape: a view
+            true = tuple(int(shape[j]) for j in range(a.ndim))
+            return a.reshape(-1)[:int(np.prod(true, dtype=np.int64))].reshape(true)
         corner = a[tuple(slice(0, int(shape[j])) for j in range(a.ndim))]
         return corner if corner.flags.c_contiguous else np.ascontiguousarray(corner)
 

@@ -407,6 +407,12 @@ def _run_dims_doc(spec: ArtifactSpec) -> list[str]:
               " * corner [0, d0) x [0, d1) x ... of the allocation (a compact prefix when only the",
               " * leading dim is run-determined, as for a Loop's stacked scan outputs). A loop that would",
               " * run past its bound fails ({N}_ERR_KERNEL, kernel code 4) instead of overrunning."]
+    late = [k for k in spec.run_dims if k in spec.late_dims]
+    if late:
+        lines += [" * Run-time symbols (" + ", ".join(late) + ") are bound mid-run, when the op that",
+                  " * counts them runs: an output whose run-determined dims are all such symbols holds",
+                  " * its elements compact row-major in its TRUE shape at the start of the allocation",
+                  " * (NAME.json: \"run_layout\": \"prefix\"), not in the corner."]
     return [line.replace("{n}", spec.name).replace("{N}", spec.name.upper()) for line in lines]
 
 
@@ -892,6 +898,8 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         run = sorted({s.name for x in t.shape for s in sympy.sympify(x).free_symbols} & set(spec.run_dims))
         if run:  # allocated for the bound; NAME_output_dims gives the true shape after a run
             d["run_determined"] = run
+            # bound mid-run: compact in the true shape at the start (else: the leading corner)
+            d["run_layout"] = "prefix" if set(run) <= set(spec.late_dims) else "corner"
         return d
 
     return {
