@@ -15,6 +15,7 @@ from . import cc  # noqa: F401
 from . import contrib  # noqa: F401
 from . import control_flow  # noqa: F401
 from . import data_dependent  # noqa: F401
+from . import nms  # noqa: F401
 from . import unique  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import linalg  # noqa: F401
