@@ -321,14 +321,6 @@ def test_lower_topk_and_scatter():
     check_feeds(_select_scatter_model(), feeds)
 
 
-def test_lower_nonzero_is_unsupported():
-    m = model([h.make_node("NonZero", ["x"], ["y"])], [("x", T.FLOAT, ["N"])], ["y"])
-    mod = load_onnx(m)
-    run_pipeline(mod, FOLDED)
-    with pytest.raises(OnnxccError, match="depends on data"):
-        lower_function(mod, mod.main, "k")
-
-
 def test_lower_gather_with_check_lowering_inputs():
     # the plain check_lowering path (random non-negative indices) at M = 1 and a non power of two
     m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)],

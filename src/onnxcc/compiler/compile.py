@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sympy
+
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
 from ..errors import CompileError, OnnxccError, UnsupportedOp
 from ..ir import Module, identifier, print_bool, print_dim
@@ -221,6 +223,9 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     # run-determined dims (control flow): the generic version's bounds
     spec.run_dims = dict(kmod.versions[-1].program.run_dims)
     spec.late_dims = sorted(kmod.versions[-1].program.late_dims)
+    # constraints on run-time symbols are checked by the kernel where they are bound
+    spec.constraints = [(e, o) for e, o in spec.constraints
+                        if not {s.name for s in sympy.sympify(e).free_symbols} & set(spec.late_dims)]
     return spec
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import sympy
 
 from onnxcc.errors import VerifyError
-from onnxcc.ir import Dim, DType, canon, print_dim, to_bits
+from onnxcc.ir import Dim, DType, canon, print_dim, sym, to_bits
 
 from .expr import (
     Expr,
@@ -210,7 +210,7 @@ class KernelProgram:
         n = buf.nbytes()
         if not late or isinstance(n, int):
             return n
-        subs = {sympy.Symbol(k): sympy.sympify(v) for k, v in self.run_dims.items() if k in late}
+        subs = {sym(k): sympy.sympify(v) for k, v in self.run_dims.items() if k in late}
         return canon(sympy.sympify(n).xreplace(subs))
 
     @classmethod

@@ -158,6 +158,8 @@ class CompressOp(OpDef):
     def reference(self, ctx, x, c):
         axis = ctx.attr("axis")
         c = np.asarray(c, dtype=bool).reshape(-1)
+        # entries past the axis (or the element count) are ignored, as onnxruntime does
+        c = c[:x.size] if axis is None else c[:x.shape[axis]]
         return [np.compress(c, x, axis=axis)]
 
 

@@ -19,11 +19,10 @@ import sympy
 
 from ..ir import DType, TensorType, canon
 from ..kernel import (
-    Const as KConst,
-)
-from ..kernel import (
+    ERR_ASSERT,
     Expr,
     cast,
+    check,
     clamp,
     dim_to_expr,
     flatten_index,
@@ -39,6 +38,9 @@ from ..kernel import (
     sqrt,
     unflatten_index,
     wrap_index,
+)
+from ..kernel import (
+    Const as KConst,
 )
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
@@ -530,6 +532,13 @@ class TopKOp(OpDef):
         j = fresh_var("j")
         emit(ctx, inds, lambda ix: rsum([(j, n)], select(
             rank[ix[:axis] + (j,) + ix[axis + 1:]].eq(ix[axis]), j, KConst(0, I64))))
+        if set(map(str, sympy.sympify(n).free_symbols)) & ctx.program.late_dims:
+            # n is a run-time count (NonZero...), maybe 0: `k <= n` could not be proved or
+            # checked before the run (symbols are positive to sympy), so the kernel checks it
+            k = dim_to_expr(vals.shape[axis])
+            emit(ctx, vals, lambda ix: check(k <= dim_to_expr(n), x[ix[:axis] + (inds[ix],) + ix[axis + 1:]],
+                                             ERR_ASSERT))
+            return
         emit(ctx, vals, lambda ix: x[ix[:axis] + (inds[ix],) + ix[axis + 1:]])
 
     def reference(self, ctx, x, k):

@@ -26,7 +26,8 @@ import sympy
 
 from ..errors import CompileError, UnsupportedOp
 from ..ir import DType, Function, Module, Op, Value, canon
-from ..kernel import Buffer, Compute, KernelProgram, SetSymbol, Stmt, Var, dim_to_expr
+from ..kernel import ERR_ASSERT, Buffer, Compute, KernelProgram, SetSymbol, Stmt, SymRef, Var, check, dim_to_expr
+from ..kernel.expr import condition_to_expr, transform
 from ..kernel.fuse import count_kernels
 from ..kernel.module import KernelModule, KernelVersion
 from ..ops import require_opdef
@@ -69,9 +70,30 @@ class _Lowerer:
                 continue
             src = self.buf[id(v)]
             p.compute(outs[k], lambda *ix, src=src: src[ix] if ix else src[()])
+        self.check_late_constraints()
         p.body.extend(self.set_syms.values())
         p.verify()
         return p
+
+    def check_late_constraints(self) -> None:
+        """The model's constraints on run-time symbols cannot be checked by the dispatcher
+        before the run (it only knows their bound): each is checked where the last of its
+        symbols is bound, on the value being bound (the kernel fails with ERR_ASSERT)."""
+        p = self.program
+        late = p.late_dims
+        if not late:
+            return
+        where = {s.symbol: k for k, s in enumerate(p.body) if isinstance(s, SetSymbol) and s.bind}
+        for c in self.module.constraints:
+            names = {s.name for s in c.expr.free_symbols} & late
+            if not names:
+                continue
+            k = max(where[n] for n in names)
+            st = p.body[k]
+            value = st.value
+            cond = transform(condition_to_expr(c.expr),
+                             lambda e, n=st.symbol, v=value: v if isinstance(e, SymRef) and e.name == n else None)
+            p.body[k] = SetSymbol(st.symbol, check(cond, value, ERR_ASSERT), bind=True)
 
     def set_targets(self, values, buffers) -> None:
         """Let the producer of each value write straight into its buffer (first use wins;

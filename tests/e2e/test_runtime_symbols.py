@@ -1,0 +1,126 @@
+"""Run-time symbols bound mid-run: NonZero's count computed on by later ops (Transpose,
+Gather, ReduceSum, TopK), through onnxcc.compile + onnxcc.load and through `onnxcc run`,
+against onnxruntime (integer results: exact; floats: rtol 1e-5)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto as TP
+from onnx import helper as oh
+
+import onnxcc
+from onnxcc.cli import main
+from onnxcc.errors import RuntimeCallError
+from onnxcc.testing import ort_run
+
+
+def _chain_model() -> onnx.ModelProto:
+    """nz = NonZero(x) [2, n]; its columns index y; the sum, the transposed indices and the
+    top-1 of the gathered values are all computed on the true n."""
+    one = oh.make_tensor("one", TP.INT64, [], [1])
+    k1 = oh.make_tensor("k1", TP.INT64, [1], [1])
+    nodes = [
+        oh.make_node("NonZero", ["x"], ["nz"]),
+        oh.make_node("Transpose", ["nz"], ["nzt"]),
+        oh.make_node("ReduceSum", ["nz"], ["s"], keepdims=0),
+        oh.make_node("Gather", ["nz", "one"], ["cols"], axis=0),
+        oh.make_node("Gather", ["y", "cols"], ["g"], axis=0),
+        oh.make_node("Mul", ["g", "g"], ["g2"]),
+        oh.make_node("TopK", ["g2", "k1"], ["tv", "ti"], axis=0),
+    ]
+    outs = [("nzt", TP.INT64), ("s", TP.INT64), ("g2", TP.FLOAT), ("tv", TP.FLOAT), ("ti", TP.INT64)]
+    g = oh.make_graph(nodes, "chain", [oh.make_tensor_value_info("x", TP.FLOAT, ["N", "M"]),
+                                       oh.make_tensor_value_info("y", TP.FLOAT, ["M"])],
+                      [oh.make_tensor_value_info(n, t, None) for n, t in outs], [one, k1])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _feeds(shape, density, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.random(shape) < density) * rng.standard_normal(shape)
+    x = x.astype(np.float32)
+    if not x.any():  # at least one nonzero: TopK's k = 1 needs it
+        x.flat[-1] = 1.5
+    return {"x": x, "y": rng.standard_normal(shape[1]).astype(np.float32)}
+
+
+def _same(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for name, w in want.items():
+        assert got[name].shape == w.shape, f"{name}: shape {got[name].shape} != {w.shape}"
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    d = tmp_path_factory.mktemp("chain")
+    onnx.save(_chain_model(), d / "chain.onnx")
+    onnxcc.compile(d / "chain.onnx", d / "lib", name="chain")
+    return d, onnxcc.load(d / "lib")
+
+
+@pytest.mark.parametrize("shape,density", [((3, 4), 0.4), ((1, 1), 1.0), ((7, 5), 0.1), ((16, 9), 0.9)])
+def test_nonzero_chain_computes_on_the_true_count(chain, shape, density):
+    d, lib = chain
+    feeds = _feeds(shape, density, seed=shape[0])
+    _same(lib.run(feeds), ort_run(d / "chain.onnx", feeds))
+
+
+def test_nonzero_chain_metadata_names_the_runtime_symbol(chain):
+    d, _ = chain
+    meta = json.loads((d / "lib" / "chain.json").read_text())
+    assert meta["run_dims"] == {"nonzero": "N*M"} or list(meta["run_dims"]) == ["nonzero"]
+    by_name = {t["name"]: t for t in meta["outputs"]}
+    assert by_name["nzt"]["run_determined"] == ["nonzero"]
+    assert by_name["nzt"]["run_layout"] == "prefix"
+    header = (d / "lib" / "chain.h").read_text()
+    assert "bound mid-run" in header
+
+
+def test_nonzero_chain_refuses_topk_past_the_count(chain):
+    """All zeros: n = 0 < k = 1. onnxruntime fails too; onnxcc must refuse, not read garbage."""
+    _, lib = chain
+    feeds = {"x": np.zeros((2, 3), np.float32), "y": np.ones(3, np.float32)}
+    with pytest.raises(RuntimeCallError):
+        lib.run(feeds)
+
+
+def test_nonzero_chain_through_onnxcc_run(chain, tmp_path):
+    d, _ = chain
+    feeds = _feeds((5, 6), 0.5, seed=3)
+    np.savez(tmp_path / "in.npz", **feeds)
+    r = CliRunner().invoke(main, ["run", str(d / "chain.onnx"), "--inputs", str(tmp_path / "in.npz"),
+                                  "--outputs", str(tmp_path / "out.npz"), "--cache-dir", str(tmp_path / "cache"),
+                                  "--check"])
+    assert r.exit_code == 0, r.output
+    got = dict(np.load(tmp_path / "out.npz"))
+    _same({k: got[k] for k in ("nzt", "s", "g2", "tv", "ti")}, ort_run(d / "chain.onnx", feeds))
+
+
+def test_empty_count_gives_empty_results(tmp_path):
+    """NonZero of all zeros -> [2, 0]; Compress with nothing kept -> [0]; both computed on."""
+    nodes = [oh.make_node("NonZero", ["x"], ["nz"]), oh.make_node("ReduceSum", ["nz"], ["s"], keepdims=0),
+             oh.make_node("Compress", ["x", "c"], ["cx"], axis=1), oh.make_node("Neg", ["cx"], ["ncx"])]
+    g = oh.make_graph(nodes, "empty", [oh.make_tensor_value_info("x", TP.FLOAT, ["N", "M"]),
+                                       oh.make_tensor_value_info("c", TP.BOOL, ["M"])],
+                      [oh.make_tensor_value_info(n, t, None) for n, t in
+                       (("nz", TP.INT64), ("s", TP.INT64), ("ncx", TP.FLOAT))])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "e.onnx")
+    onnxcc.compile(tmp_path / "e.onnx", tmp_path / "lib", name="empty")
+    lib = onnxcc.load(tmp_path / "lib")
+    for x, c in ((np.zeros((2, 3), np.float32), np.zeros(3, bool)),
+                 (np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False, True]))):
+        feeds = {"x": x, "c": c}
+        _same(lib.run(feeds), ort_run(tmp_path / "e.onnx", feeds))
