@@ -102,6 +102,33 @@ class DLTensor(ctypes.Structure):
     ]
 
 
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
+
+
+class _ManagedBlock:
+    """A tensor NAME_run_alloc allocated, seen by numpy through `__array_interface__` (no
+    copy); the arrays over it keep it alive, and its deleter runs when the last one goes."""
+
+    def __init__(self, ptr, typestr: str):
+        self._ptr = ptr
+        t = ptr.contents.dl_tensor
+        shape = tuple(t.shape[j] for j in range(t.ndim))
+        item = np.dtype(typestr).itemsize
+        strides = tuple(t.strides[j] * item for j in range(t.ndim)) if t.strides else None
+        self.__array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                    "data": (t.data or 0, False), "version": 3}
+
+    def __del__(self):
+        p, self._ptr = self._ptr, None
+        if p:
+            p.contents.deleter(p)
+
+
 def dlpack_dtype(dt: np.dtype) -> tuple[int, int]:
     """(code, bits) of a numpy dtype as DLPack spells it."""
     dt = np.dtype(dt)
@@ -318,6 +345,13 @@ class CompiledModel:
         self._guard_codes = frozenset(self.codes[k] for k in _GUARD_CODES)
         # sub-byte tensors are packed and unpacked around the call: the portable path does it
         self._packed = any(DTYPES[t["dtype"]][2] < 8 for t in self.inputs + self.outputs)
+        # outputs sized only by the run: the library allocates them (NAME_run_alloc)
+        self._run_alloc = None
+        if self._any_run_determined and not self._cuda and not self._packed \
+                and hasattr(self.lib, f"{self.name}_run_alloc"):
+            self._run_alloc = self._fn("run_alloc", ctypes.c_int, [
+                ctypes.POINTER(DLTensor), ctypes.c_int, ctypes.POINTER(ctypes.POINTER(DLManagedTensor)),
+                ctypes.c_int])
         # Second handles on the same symbols for run(), called with c_void_p objects made once
         # (the scratch buffers' addresses) and small Python ints, which ctypes passes as C int
         # without argtypes: about half the cost of a call that converts through argtypes.
@@ -520,6 +554,8 @@ class CompiledModel:
         preallocated outputs (C-contiguous, exact dtype and shape), written in place and
         returned."""
         bufs = self._out_buffers(out)
+        if self._run_alloc is not None and bufs is None:
+            return self._run_managed(inputs, cast)
         if self._cuda or not _WORD_LAYOUT or self._packed:
             return self._run_portable(inputs, cast, bufs)
         arrays = self._prepare(inputs, cast)
@@ -560,6 +596,15 @@ class CompiledModel:
         if self._any_run_determined:
             outs = [self._trim(k, a) for k, a in enumerate(outs)]
         return dict(zip(self._out_names, outs))
+
+    def _run_managed(self, inputs, cast: bool = False) -> dict[str, np.ndarray]:
+        """run() through NAME_run_alloc: the library allocates the outputs in their true
+        shapes (known only after the run); numpy views them without a copy."""
+        ins = _Tensors(self._prepare(inputs, cast), [t["dtype"] for t in self.inputs])
+        held = (ctypes.POINTER(DLManagedTensor) * len(self.outputs))()
+        self._check(self._run_alloc(ins.array, len(ins), held, len(self.outputs)))
+        blocks = [_ManagedBlock(held[k], self._out_np[k].str) for k in range(len(self.outputs))]
+        return {name: np.asarray(b) for name, b in zip(self._out_names, blocks)}
 
     def _run_portable(self, inputs, cast: bool = False, bufs: list | None = None) -> dict[str, np.ndarray]:
         """run() through _Tensors: CUDA artifacts, and hosts where _WORD_LAYOUT fails."""

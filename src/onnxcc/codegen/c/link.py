@@ -22,6 +22,7 @@ from onnxcc.ir.types import DType
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
 from .exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
+from .managed import has_run_alloc, run_alloc_decl, run_alloc_fn
 from .package import ERROR_DOCS, SIGNATURE_API, signature_defs, signature_header
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
@@ -152,6 +153,8 @@ def _shape_text(shape) -> str:
 def api_names(name: str, target: LinkTarget = CPU_LINK, run_dims: bool = False) -> list[str]:
     """The exported functions; `NAME_output_dims` only where some dim is run-determined."""
     extra = tuple(target.api_extra) + (("output_dims",) if run_dims else ())
+    if run_dims and "kDLCPU" in target.devices and target.shape_devices is None:
+        extra += ("run_alloc",)  # library-allocated outputs (managed.py)
     return [f"{name}_{f}" for f in ("run", "output_shape", "last_error", "num_versions", "version_info",
                                     "last_version", *IDENTITY_API, *SIGNATURE_API, *extra)]
 
@@ -352,7 +355,7 @@ enum {{
 /* Writes the shape of output `output` (its rank many int64_t) for these inputs, after
  * the same checks {n}_run makes of them. Only the inputs' shapes and dtypes are read. */
 {up}_API int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape);
-{_output_dims_decl(spec)}
+{_output_dims_decl(spec)}{run_alloc_decl(spec) if has_run_alloc(spec, target.devices, target.shape_devices) else ""}
 /* The message of this thread's last failed call, "" when it succeeded. */
 {up}_API const char *{n}_last_error(void);
 
@@ -874,6 +877,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
         parts = [self.prelude(), cpu_check_fn(self.spec), cpu_levels_fn(self.spec), self.bind_fn(),
                  self.value_guards_fn(), self.select_version(), self.output_dims_fn(), self.aliasing_fn(),
                  self.run_fn(), self.api_fns(), _identity_defs(self.spec), signature_defs(self.spec, DL_DTYPE)]
+        if has_run_alloc(self.spec, self.target.devices, self.target.shape_devices):
+            parts.append(run_alloc_fn(self.spec, DL_DTYPE, self.code))
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
