@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.frontend import load_onnx
 import onnxcc
+from onnxcc.frontend import load_onnx
 from onnxcc.interp import run
 from onnxcc.ir import parse_module
 from onnxcc.kernel.parser import parse_kernel_text

@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.errors import OnnxccError, RuntimeCallError
+from onnxcc.errors import RuntimeCallError
 from onnxcc.frontend import load_onnx
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function

@@ -96,7 +96,7 @@ def test_c_caller_gets_true_shapes_and_the_right_values(built):
         assert f"shape={nz.shape[0]}x{nz.shape[1]} " in ln
         assert "strides=null" in ln  # compact: the count was bound mid-run
         assert ln.endswith("data=" + ",".join(str(v) for v in nz.reshape(-1)))
-    bad = [ln for ln in lines if ln.startswith("bad ")][0]
+    bad = next(ln for ln in lines if ln.startswith("bad "))
     assert "rc=3" in bad and "nulls=1" in bad and "dtype" in bad
 
 
