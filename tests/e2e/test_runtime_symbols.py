@@ -79,7 +79,7 @@ def test_nonzero_chain_computes_on_the_true_count(chain, shape, density):
 def test_nonzero_chain_metadata_names_the_runtime_symbol(chain):
     d, _ = chain
     meta = json.loads((d / "lib" / "chain.json").read_text())
-    assert meta["run_dims"] == {"nonzero": "N*M"} or list(meta["run_dims"]) == ["nonzero"]
+    assert meta["run_dims"] == {"nonzero": "M*N"} and meta["late_dims"] == ["nonzero"]
     by_name = {t["name"]: t for t in meta["outputs"]}
     assert by_name["nzt"]["run_determined"] == ["nonzero"]
     assert by_name["nzt"]["run_layout"] == "prefix"
@@ -124,3 +124,11 @@ def test_empty_count_gives_empty_results(tmp_path):
                  (np.arange(6, dtype=np.float32).reshape(2, 3), np.array([True, False, True]))):
         feeds = {"x": x, "c": c}
         _same(lib.run(feeds), ort_run(tmp_path / "e.onnx", feeds))
+
+
+def test_inspect_shows_the_runtime_symbol(chain):
+    d, _ = chain
+    r = CliRunner().invoke(main, ["inspect", str(d / "lib")])
+    assert r.exit_code == 0, r.output
+    assert "sym nonzero in [0, " in r.output
+    assert "run-time: bound mid-run (later kernels compute on it); buffers sized for at most M*N" in r.output

@@ -926,6 +926,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
                     for s in spec.symbols],
         "constraints": [{"text": text(e), "origin": o} for e, o in spec.constraints],
         **({"run_dims": {k: text(v) for k, v in spec.run_dims.items()}} if spec.run_dims else {}),
+        **({"late_dims": list(spec.late_dims)} if spec.late_dims else {}),
         **({"data_dims": {k: {"input": spec.inputs[i].name, "element": j} for k, (i, j) in spec.data_dims.items()}}
            if spec.data_dims else {}),
         **({"version_dims": {k: [None if d is None else text(d) for d in per]
