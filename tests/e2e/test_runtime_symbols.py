@@ -132,3 +132,26 @@ def test_inspect_shows_the_runtime_symbol(chain):
     assert r.exit_code == 0, r.output
     assert "sym nonzero in [0, " in r.output
     assert "run-time: bound mid-run (later kernels compute on it); buffers sized for at most M*N" in r.output
+
+
+def test_constraint_on_a_runtime_symbol_is_checked_when_it_is_bound(tmp_path):
+    """g[nonzero] + z[K] needs nonzero == K: the dispatcher cannot check it before the run;
+    the kernel does, right after counting, and the error names the constraint."""
+    one = oh.make_tensor("one", TP.INT64, [], [1])
+    nodes = [oh.make_node("NonZero", ["x"], ["nz"]), oh.make_node("Gather", ["nz", "one"], ["cols"], axis=0),
+             oh.make_node("Gather", ["y", "cols"], ["g"], axis=0), oh.make_node("Add", ["g", "z"], ["o"])]
+    g = oh.make_graph(nodes, "bc", [oh.make_tensor_value_info("x", TP.FLOAT, ["N", "M"]),
+                                    oh.make_tensor_value_info("y", TP.FLOAT, ["M"]),
+                                    oh.make_tensor_value_info("z", TP.FLOAT, ["K"])],
+                      [oh.make_tensor_value_info("o", TP.FLOAT, None)], [one])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "bc.onnx")
+    onnxcc.compile(tmp_path / "bc.onnx", tmp_path / "lib", name="bc", specialize_one=False)
+    lib = onnxcc.load(tmp_path / "lib")
+    x = np.array([[0, 1, 2], [3, 0, 0]], np.float32)
+    y = np.arange(3, dtype=np.float32) + 1
+    feeds = {"x": x, "y": y, "z": np.full(3, 0.5, np.float32)}
+    _same(lib.run(feeds), ort_run(tmp_path / "bc.onnx", feeds))
+    with pytest.raises(RuntimeCallError, match=r"nonzero == K"):
+        lib.run({"x": x, "y": y, "z": np.full(2, 0.5, np.float32)})

@@ -523,6 +523,10 @@ class CompiledModel:
             err = GuardError(msg)
             err.code = rc
             raise err
+        late = (self.meta.get("metadata") or {}).get("runtime_constraints")
+        if late and msg.endswith("with code 4"):  # ERR_ASSERT: such a constraint is checked in the kernel
+            msg += ("; a constraint on a run-time symbol may not hold: "
+                    + "; ".join(f"{c['text']} ({c['origin']})" for c in late))
         raise RuntimeCallError(msg, rc)
 
     def output_shape(self, inputs, output: int | str) -> tuple[int, ...]:
