@@ -155,3 +155,5 @@ def test_constraint_on_a_runtime_symbol_is_checked_when_it_is_bound(tmp_path):
     _same(lib.run(feeds), ort_run(tmp_path / "bc.onnx", feeds))
     with pytest.raises(RuntimeCallError, match=r"nonzero == K"):
         lib.run({"x": x, "y": y, "z": np.full(2, 0.5, np.float32)})
+    header = (tmp_path / "lib" / "bc.h").read_text()
+    assert "Checked by the kernel when they are bound" in header and "nonzero == K" in header

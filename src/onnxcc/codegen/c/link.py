@@ -416,6 +416,10 @@ def _run_dims_doc(spec: ArtifactSpec) -> list[str]:
                   " * counts them runs: an output whose run-determined dims are all such symbols holds",
                   " * its elements compact row-major in its TRUE shape at the start of the allocation",
                   " * (NAME.json: \"run_layout\": \"prefix\"), not in the corner."]
+        checks = spec.metadata.get("runtime_constraints", [])
+        if checks:
+            lines.append(" * Checked by the kernel when they are bound ({N}_ERR_KERNEL, kernel code 4):")
+            lines += [f" *   {_comment(c['text'])}  ({_comment(c['origin'])})" for c in checks]
     return [line.replace("{n}", spec.name).replace("{N}", spec.name.upper()) for line in lines]
 
 
