@@ -26,14 +26,14 @@ I64 = DType.i64
 
 
 def _layout(x_shape, axis):
-    """(K candidates, slice shape, elem(t, p) -> Expr builder) for x with this axis."""
+    """(K candidates, the shape of one candidate slice) for x with this axis (None: the
+    elements of the flattened x)."""
     if axis is None:
         k = 1
         for d in x_shape:
             k = k * d
-        return k, (), None
-    others = (*x_shape[:axis], *x_shape[axis + 1:])
-    return x_shape[axis], others, axis
+        return k, ()
+    return x_shape[axis], (*x_shape[:axis], *x_shape[axis + 1:])
 
 
 @register("onnx.Unique")
@@ -46,7 +46,7 @@ class UniqueOp(OpDef):
         axis = ctx.attr("axis")
         if axis is not None:
             axis = norm_axis(ctx, axis, x.rank)
-        k, _, _ = _layout(x.shape, axis)
+        k, _ = _layout(x.shape, axis)
         n = count_symbol(ctx, "unique", "count of distinct values (data-dependent)", k, 0, 0 if axis is None else axis)
         y = (n,) if axis is None else (*x.shape[:axis], n, *x.shape[axis + 1:])
         return [TensorType(x.dtype, y), TensorType(I64, (n,)), TensorType(I64, (k,)), TensorType(I64, (n,))]
@@ -56,7 +56,7 @@ class UniqueOp(OpDef):
         axis = ctx.attr("axis")
         if axis is not None:
             axis %= x.rank
-        k, others, _ = _layout(x.shape, axis)
+        k, others = _layout(x.shape, axis)
         s = 1
         for d in others:
             s = s * d
