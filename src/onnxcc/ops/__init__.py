@@ -15,13 +15,12 @@ from . import cc  # noqa: F401
 from . import contrib  # noqa: F401
 from . import control_flow  # noqa: F401
 from . import data_dependent  # noqa: F401
-from . import nms  # noqa: F401
-from . import unique  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import linalg  # noqa: F401
 from . import loss  # noqa: F401
 from . import matmul  # noqa: F401
 from . import misc  # noqa: F401
+from . import nms  # noqa: F401
 from . import nn  # noqa: F401
 from . import quant  # noqa: F401
 from . import reduce  # noqa: F401
@@ -30,6 +29,7 @@ from . import rnn  # noqa: F401
 from . import sample  # noqa: F401
 from . import shape  # noqa: F401
 from . import signal  # noqa: F401
+from . import unique  # noqa: F401
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]
