@@ -108,13 +108,16 @@ def test_nonzero_chain_through_onnxcc_run(chain, tmp_path):
 
 
 def test_empty_count_gives_empty_results(tmp_path):
-    """NonZero of all zeros -> [2, 0]; Compress with nothing kept -> [0]; both computed on."""
+    """NonZero of all zeros -> [2, 0]; Compress with nothing kept -> [0]; both computed on
+    (a sum, a negation, a mean)."""
     nodes = [oh.make_node("NonZero", ["x"], ["nz"]), oh.make_node("ReduceSum", ["nz"], ["s"], keepdims=0),
-             oh.make_node("Compress", ["x", "c"], ["cx"], axis=1), oh.make_node("Neg", ["cx"], ["ncx"])]
+             oh.make_node("Compress", ["x", "c"], ["cx"], axis=1), oh.make_node("Neg", ["cx"], ["ncx"]),
+             oh.make_node("Cast", ["nz"], ["nzf"], to=TP.FLOAT),  # the mean of nothing is 0 (onnxruntime)
+             oh.make_node("ReduceMean", ["nzf"], ["mean"], keepdims=0)]
     g = oh.make_graph(nodes, "empty", [oh.make_tensor_value_info("x", TP.FLOAT, ["N", "M"]),
                                        oh.make_tensor_value_info("c", TP.BOOL, ["M"])],
                       [oh.make_tensor_value_info(n, t, None) for n, t in
-                       (("nz", TP.INT64), ("s", TP.INT64), ("ncx", TP.FLOAT))])
+                       (("nz", TP.INT64), ("s", TP.INT64), ("ncx", TP.FLOAT), ("mean", TP.FLOAT))])
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, tmp_path / "e.onnx")
