@@ -160,3 +160,21 @@ def test_constraint_on_a_runtime_symbol_is_checked_when_it_is_bound(tmp_path):
         lib.run({"x": x, "y": y, "z": np.full(2, 0.5, np.float32)})
     header = (tmp_path / "lib" / "bc.h").read_text()
     assert "Checked by the kernel when they are bound" in header and "nonzero == K" in header
+
+
+def test_argmax_over_an_empty_runtime_dim_is_refused(tmp_path):
+    """ArgMax of nothing has no answer (onnxruntime fails): a clear error, never index 0."""
+    one = oh.make_tensor("one", TP.INT64, [], [1])
+    nodes = [oh.make_node("NonZero", ["x"], ["nz"]), oh.make_node("Gather", ["nz", "one"], ["c"], axis=0),
+             oh.make_node("ArgMax", ["c"], ["am"], keepdims=0)]
+    g = oh.make_graph(nodes, "am", [oh.make_tensor_value_info("x", TP.FLOAT, ["N", "M"])],
+                      [oh.make_tensor_value_info("am", TP.INT64, None)], [one])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 18)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "am.onnx")
+    onnxcc.compile(tmp_path / "am.onnx", tmp_path / "lib", name="am")
+    lib = onnxcc.load(tmp_path / "lib")
+    feeds = {"x": np.array([[0, 2, 0], [1, 1, 0]], np.float32)}
+    _same(lib.run(feeds), ort_run(tmp_path / "am.onnx", feeds))
+    with pytest.raises(RuntimeCallError, match="code 4"):
+        lib.run({"x": np.zeros((2, 3), np.float32)})

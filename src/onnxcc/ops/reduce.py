@@ -325,6 +325,12 @@ def _arg_op(name: str, find: Callable) -> None:
         x, y = ctx.inputs[0], ctx.out(0)
         axis = int(ctx.attr("axis", 0)) % x.rank
         keep, last = bool(ctx.attr("keepdims", 1)), bool(ctx.attr("select_last_index", 0))
+        n = x.shape[axis]
+        if {str(s) for s in getattr(n, "free_symbols", ())} & ctx.program.late_dims:
+            # a run-time count may be 0: no index to give (onnxruntime fails too), so the kernel checks
+            ctx.compute(y, lambda *o: K.check(K.dim_to_expr(n) >= 1, k_arg_reduce(x, o, axis, keep, last,
+                                                                                   name.lower()), K.ERR_ASSERT))
+            return
         ctx.compute(y, lambda *o: k_arg_reduce(x, o, axis, keep, last, name.lower()))
 
     define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind="reduction", arity=1,
