@@ -178,3 +178,25 @@ def test_argmax_over_an_empty_runtime_dim_is_refused(tmp_path):
     _same(lib.run(feeds), ort_run(tmp_path / "am.onnx", feeds))
     with pytest.raises(RuntimeCallError, match="code 4"):
         lib.run({"x": np.zeros((2, 3), np.float32)})
+
+
+def test_a_count_over_runtime_sized_values(tmp_path):
+    """Unique of NonZero's (transposed, flattened) indices: a run-time symbol whose bound is
+    another one's (2 * nonzero <= 2*N*M); views and reshapes of run-time sized values."""
+    nodes = [oh.make_node("NonZero", ["x"], ["nz"]), oh.make_node("Transpose", ["nz"], ["t"]),
+             oh.make_node("Reshape", ["t", "shp"], ["r"]), oh.make_node("Neg", ["r"], ["nr"]),
+             oh.make_node("Reshape", ["nr", "shp2"], ["r2"]), oh.make_node("Mul", ["r2", "r2"], ["sq"]),
+             oh.make_node("Unique", ["r"], ["u", "ui", "uv", "uc"])]
+    inits = [oh.make_tensor("shp", TP.INT64, [1], [-1]), oh.make_tensor("shp2", TP.INT64, [2], [-1, 1])]
+    outs = [("nr", TP.INT64), ("sq", TP.INT64), ("u", TP.INT64), ("ui", TP.INT64), ("uv", TP.INT64),
+            ("uc", TP.INT64)]
+    g = oh.make_graph(nodes, "cc", [oh.make_tensor_value_info("x", TP.FLOAT, ["N", "M"])],
+                      [oh.make_tensor_value_info(n, t, None) for n, t in outs], inits)
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "cc.onnx")
+    onnxcc.compile(tmp_path / "cc.onnx", tmp_path / "lib", name="cc")
+    lib = onnxcc.load(tmp_path / "lib")
+    for x in (np.zeros((2, 3), np.float32), np.array([[0, 2, 0], [1, 1, 0]], np.float32), np.eye(4, dtype=np.float32)):
+        feeds = {"x": x}
+        _same(lib.run(feeds), ort_run(tmp_path / "cc.onnx", feeds))

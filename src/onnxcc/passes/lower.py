@@ -25,7 +25,7 @@ import numpy as np
 import sympy
 
 from ..errors import CompileError, UnsupportedOp
-from ..ir import DType, Function, Module, Op, Value, canon
+from ..ir import DType, Function, Module, Op, Value, canon, sym
 from ..kernel import ERR_ASSERT, Buffer, Compute, KernelProgram, SetSymbol, Stmt, SymRef, Var, check, dim_to_expr
 from ..kernel.expr import condition_to_expr, transform
 from ..kernel.fuse import count_kernels
@@ -165,6 +165,10 @@ class _Lowerer:
         the statements after it see the true value, buffers with the dim are allocated for
         `bound` (kernel/control.py). Used by ops whose result size is a count of the data
         (NonZero, Compress, Unique, NonMaxSuppression)."""
+        # a count over values that are themselves run-time sized: bounded by their bounds
+        late = {sym(k): sympy.sympify(v) for k, v in self.program.run_dims.items() if k in self.program.late_dims}
+        if late and bound is not None:
+            bound = canon(sympy.sympify(bound).xreplace(late))
         self.declare_run_dim(op, name, bound)
         self.program.body.append(SetSymbol(name, value, bind=True))
 
