@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.errors import OnnxccError, RuntimeCallError
+from onnxcc.errors import RuntimeCallError
 from onnxcc.frontend import load_onnx
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
@@ -319,14 +319,6 @@ def _select_scatter_feeds(n, s, k, seed):
 def test_lower_topk_and_scatter():
     feeds = [_select_scatter_feeds(1, 2, 1, 0), _select_scatter_feeds(5, 7, 3, 1)]
     check_feeds(_select_scatter_model(), feeds)
-
-
-def test_lower_nonzero_is_unsupported():
-    m = model([h.make_node("NonZero", ["x"], ["y"])], [("x", T.FLOAT, ["N"])], ["y"])
-    mod = load_onnx(m)
-    run_pipeline(mod, FOLDED)
-    with pytest.raises(OnnxccError, match="depends on data"):
-        lower_function(mod, mod.main, "k")
 
 
 def test_lower_gather_with_check_lowering_inputs():

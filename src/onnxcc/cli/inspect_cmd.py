@@ -58,6 +58,11 @@ def inspect(artifact: Path, as_json: bool, points: tuple[str, ...]) -> None:
         extra = f" multiple_of {s['multiple_of']}" if s.get("multiple_of", 1) != 1 else ""
         origin = f"  ({s['origin']})" if s.get("origin") else ""
         click.echo(f"  sym {s['name']} in [{s['lo']}, {s['hi']}]{extra}{origin}")
+        bound = meta.get("run_dims", {}).get(s["name"])
+        if bound is not None:  # a run-time symbol: what buffers are sized for, when it is known
+            when = "bound mid-run (later kernels compute on it)" if s["name"] in meta.get("late_dims", []) \
+                else "reported after the run"
+            click.echo(f"    run-time: {when}; buffers sized for at most {bound}")
     for c in meta.get("constraints", []):
         click.echo(f"  constraint {c['text']}" + (f"  ({c['origin']})" if c.get("origin") else ""))
     for v in meta.get("versions", []):

@@ -257,6 +257,13 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     spec.data_dims = {s: (names.index(i), k) for s, (i, k) in value_symbols_of(generic).items()}
     # run-determined dims (control flow): the generic version's bounds
     spec.run_dims = dict(kmod.versions[-1].program.run_dims)
+    spec.late_dims = sorted(kmod.versions[-1].program.late_dims)
+    # constraints on run-time symbols are checked by the kernel where they are bound
+    late = [(e, o) for e, o in spec.constraints
+            if {s.name for s in sympy.sympify(e).free_symbols} & set(spec.late_dims)]
+    spec.constraints = [c for c in spec.constraints if c not in late]
+    if late:  # NAME.json: what a kernel assertion (code 4) may mean
+        spec.metadata["runtime_constraints"] = [{"text": print_bool(e), "origin": o} for e, o in late]
     return spec
 
 

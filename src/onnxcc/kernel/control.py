@@ -5,7 +5,8 @@
     WriteAt(out, vars, index, body)        `out[index] = body` over a domain: a compute whose
                                            output index is a map of its vars (the slice of a
                                            stacked scan output an iteration writes)
-    SetSymbol(symbol, value)               reports a run-determined dim to the caller
+    SetSymbol(symbol, value, bind)         reports a run-determined dim to the caller; with
+                                           `bind`, binds it mid-run for the statements after it
 
 A loop's iteration number lives in a rank-0 i64 buffer (`index`) the loop writes before
 each iteration, so bodies read it with an ordinary load (`X[t[], i]` slices a scan input)
@@ -22,6 +23,14 @@ iterations, an If whose branches yield different extents): the symbol's value du
 run is the upper bound `KernelProgram.run_dims` records (buffers are allocated for it);
 `SetSymbol` (emitted last) writes the true value into the symbol's slot of the `syms`
 array the caller passed, which the dispatcher reads back (`NAME_output_dims`).
+
+Run-time symbols (NonZero's count, Compress's kept count, Unique's distinct count) are
+bound mid-run instead: the producer computes the value, `SetSymbol(..., bind=True)` stores it
+into `syms` right there, and every later statement sees the TRUE value (the CPU backend
+emits the statements after a binding into a continuation function whose entry block
+re-reads `syms`). Buffers with such dims are laid out compact row-major in the true
+extents, inside an allocation sized for the bound (`KernelProgram.late_dims`: memory
+planning sizes them with the bound, so offsets never move when the symbol is bound).
 
 `optimize_nested` runs fusion and scheduling inside the bodies (the program-level passes
 treat a control statement as opaque).
@@ -233,10 +242,12 @@ class WriteAt(Stmt):
 @dataclass(frozen=True, eq=False)
 class SetSymbol(Stmt):
     """`syms[symbol] = value`: the true value of a run-determined symbol, for the caller.
-    Placed after everything else, so no statement of the kernel sees the change."""
+    Without `bind` it is placed after everything else, so no statement of the kernel sees
+    the change; with `bind` the statements after it compute on the true value."""
 
     symbol: str
     value: Expr
+    bind: bool = False
 
     def reads(self) -> set[str]:
         return buffers_read(self.value)
@@ -245,7 +256,7 @@ class SetSymbol(Stmt):
         return set()
 
     def format(self, indent: str = "  ") -> list[str]:
-        return [f"{indent}symbol {self.symbol} := {format_expr(self.value)}"]
+        return [f"{indent}{'bind' if self.bind else 'symbol'} {self.symbol} := {format_expr(self.value)}"]
 
     def verify_in(self, p: KernelProgram, known_syms: set[str]) -> None:
         where = f"kernel {p.name}: {self.format('')[0]}"

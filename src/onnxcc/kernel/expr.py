@@ -641,6 +641,11 @@ def _condition_to_expr(c) -> Expr:
     raise ValueError(f"cannot turn condition {c} ({type(c).__name__}) into a kernel expression")
 
 
+def condition_to_expr(c) -> Expr:
+    """A sympy condition over integer dims (a constraint, a guard) as a bool Expr."""
+    return _condition_to_expr(c)
+
+
 def _quotient(e: sympy.Expr) -> tuple[Expr, Expr]:
     """Write a rational function of dims as (integer numerator, positive denominator) Exprs:
     `s6*s81/s33` (a reshape's -1 dim between inputs with their own symbols) as well as

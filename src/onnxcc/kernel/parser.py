@@ -307,6 +307,10 @@ def _program(lines: _Lines) -> KernelProgram:
         raise ParseError(f"expected `kernel NAME(SYMBOLS) {{`, got {head!r}", n, 1, "<kernel>")
     syms = [s.strip() for s in m.group(2).split(",") if s.strip()]
     p = KernelProgram(m.group(1), syms, {}, [], [])
+    while lines.peek().startswith("run ") and " <= " in lines.peek():
+        n, s = lines.next()
+        name, bound = s[len("run "):].split(" <= ", 1)
+        p.run_dims[name.strip()] = _dims(bound, n)[0]
     while (b := _BUF.match(lines.peek())) is not None:
         n, _ = lines.next()
         kind, name, dt, shape, view, count = b.groups()
@@ -357,6 +361,9 @@ def _stmt(lines: _Lines, p: KernelProgram, bound: set[str]) -> Stmt:
     if s.startswith("symbol ") and " := " in s:
         name, value = s[len("symbol "):].split(" := ", 1)
         return SetSymbol(name.strip(), parse_expr(value, p, bound, line=n))
+    if s.startswith("bind ") and " := " in s:
+        name, value = s[len("bind "):].split(" := ", 1)
+        return SetSymbol(name.strip(), parse_expr(value, p, bound, line=n), bind=True)
     return _assign(lines, p, bound, n, s)
 
 

@@ -266,7 +266,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     gives the symbols' ranges (default: [1, 2**31-1])."""
     prover = Prover(symbols)
     temps = program.temps()
-    sizes = {b.name: b.nbytes() for b in temps}
+    sizes = {b.name: program.alloc_bytes(b) for b in temps}
     live = liveness(program)
     order = {b.name: k for k, b in enumerate(temps)}
     slots = _in_place_slots(program, [b for b in temps if b.name in live], live, order, prover)
@@ -287,7 +287,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     rest: Dim = 0
     for b in untouched:  # never touched: stacked after the rest (they may be written elsewhere)
         offsets[b.name] = canon(ws + rest)
-        rest = canon(rest + align_up(b.nbytes()))
+        rest = canon(rest + align_up(program.alloc_bytes(b)))
     ws = canon(ws + rest)
     peak = canon(peak + rest)
     total = canon(sum((align_up(d) for d in sizes.values()), sympy.Integer(0)))
@@ -426,7 +426,7 @@ def _in_place_slots(program: KernelProgram, temps, live, order, prover: Prover) 
     slot_of: dict[str, _Slot] = {}
     slots: list[_Slot] = []
     for b in temps:
-        s = _Slot([b.name], live[b.name][0], live[b.name][1], align_up(b.nbytes()), order[b.name])
+        s = _Slot([b.name], live[b.name][0], live[b.name][1], align_up(program.alloc_bytes(b)), order[b.name])
         slot_of[b.name] = s
         slots.append(s)
     for k, st in enumerate(program.body):
@@ -437,7 +437,7 @@ def _in_place_slots(program: KernelProgram, temps, live, order, prover: Prover) 
             continue
         for a in _in_place_candidates(program, st, k, live, prover):
             host = slot_of[a]
-            if host.last != k or not prover.eq(program.buffers[a].nbytes(), out.nbytes()):
+            if host.last != k or not prover.eq(program.alloc_bytes(program.buffers[a]), program.alloc_bytes(out)):
                 continue
             mine = slot_of[out.name]
             slots.remove(mine)

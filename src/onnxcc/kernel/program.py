@@ -24,7 +24,7 @@ import numpy as np
 import sympy
 
 from onnxcc.errors import VerifyError
-from onnxcc.ir import Dim, DType, canon, print_dim, to_bits
+from onnxcc.ir import Dim, DType, canon, print_dim, sym, to_bits
 
 from .expr import (
     Expr,
@@ -198,6 +198,22 @@ class KernelProgram:
     over the other symbols, that buffers are allocated for; a `SetSymbol` statement reports
     the true value (see kernel/control.py)"""
 
+    @property
+    def late_dims(self) -> set[str]:
+        """Run-time symbols bound mid-run (a `SetSymbol` with `bind` at top level): later
+        statements see their true value, buffers are allocated for their bound."""
+        return {s.symbol for s in self.body if getattr(s, "bind", False)}
+
+    def alloc_bytes(self, buf: Buffer) -> Dim:
+        """The bytes `buf` takes in the workspace: its size with every mid-run symbol at its
+        bound, so no offset moves when such a symbol is bound."""
+        late = self.late_dims
+        n = buf.nbytes()
+        if not late or isinstance(n, int):
+            return n
+        subs = {sym(k): sympy.sympify(v) for k, v in self.run_dims.items() if k in late}
+        return canon(sympy.sympify(n).xreplace(subs))
+
     @classmethod
     def new(cls, name: str, symbols: Sequence[str] = ()) -> KernelProgram:
         return cls(name, list(symbols), {}, [], [], [])
@@ -277,6 +293,8 @@ class KernelProgram:
     def __str__(self) -> str:
         syms = ", ".join(self.symbols)
         lines = [f"kernel {self.name}({syms}) {{"]
+        for name, bound in self.run_dims.items():
+            lines.append(f"  run {name} <= {print_dim(bound)}")
         for b in self.buffers.values():
             lines.append(f"  {b.header()}")
         for s in self.body:

@@ -14,6 +14,7 @@ from . import bucket  # noqa: F401
 from . import cc  # noqa: F401
 from . import contrib  # noqa: F401
 from . import control_flow  # noqa: F401
+from . import data_dependent  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import flex_attention  # noqa: F401
 from . import kv_cache  # noqa: F401
@@ -23,6 +24,7 @@ from . import loss  # noqa: F401
 from . import matmul  # noqa: F401
 from . import misc  # noqa: F401
 from . import ml  # noqa: F401
+from . import nms  # noqa: F401
 from . import nn  # noqa: F401
 from . import pointwise_extra  # noqa: F401
 from . import quant  # noqa: F401
@@ -38,6 +40,7 @@ from . import text  # noqa: F401
 from . import training  # noqa: F401
 from . import state_conv  # noqa: F401
 from . import swiglu  # noqa: F401
+from . import unique  # noqa: F401
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]

@@ -38,7 +38,7 @@ class LowerCtx:
         #: results that the lowering made views of operands: {result index: operand index}
         self.aliases: dict[int, int] = {}
         #: the function lowerer (passes/lower.py), set by it: control-flow lowerings use its
-        #: `lower_region`, `into`, `declare_run_dim`, `set_symbol` and `is_run_dim`
+        #: `lower_region`, `into`, `declare_run_dim`, `set_symbol`, `bind_symbol` and `is_run_dim`
         self.lowerer = None
 
     # ---- reading the op ------------------------------------------------------------------

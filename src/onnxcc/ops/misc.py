@@ -1,5 +1,5 @@
 """Leftover data-movement ops: Pad, Trilu, OneHot, DepthToSpace, SpaceToDepth, ScatterND,
-ScatterElements, NonZero, TopK, EyeLike, ReverseSequence, CenterCropPad; also
+ScatterElements, TopK, EyeLike, ReverseSequence, CenterCropPad; also
 MeanVarianceNormalization and Swish (kept here so the norm and elementwise families stay
 untouched).
 
@@ -9,8 +9,7 @@ where only the run can tell, and divisibility needs recorded as constraints.
 
 Lowerings are single computes (TopK: two, with a rank temp). Scatters write every output
 element as `select(some update targets it, update, data)`, with a reduction over the updates
-(O(updates) per element: correct, not fast). NonZero is not compiled: its output size is
-data-dependent.
+(O(updates) per element: correct, not fast). NonZero lives in data_dependent.py.
 """
 
 from __future__ import annotations
@@ -20,11 +19,10 @@ import sympy
 
 from ..ir import DType, TensorType, canon
 from ..kernel import (
-    Const as KConst,
-)
-from ..kernel import (
+    ERR_ASSERT,
     Expr,
     cast,
+    check,
     clamp,
     dim_to_expr,
     flatten_index,
@@ -40,6 +38,9 @@ from ..kernel import (
     sqrt,
     unflatten_index,
     wrap_index,
+)
+from ..kernel import (
+    Const as KConst,
 )
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
@@ -488,27 +489,7 @@ class ScatterElementsOp(OpDef):
         return [_scatter(x.copy(), full, upd, ctx.attr("reduction", "none"))]
 
 
-# ---- NonZero, TopK --------------------------------------------------------------------------------
-
-@register("onnx.NonZero")
-class NonZeroOp(OpDef):
-    arity = 1
-
-    def infer(self, ctx):
-        x = ctx.in_types[0]
-        n = fresh_dim(ctx, "nonzero", "count of nonzero elements (data-dependent)", 0, 1)
-        numel = x.numel()
-        if isinstance(numel, int):
-            ctx.symbols[n.name].hi = min(ctx.symbols[n.name].hi, max(numel, 1))
-        return [TensorType(I64, (x.rank, n))]
-
-    def lower(self, ctx):
-        raise ctx.unsupported("the output size depends on the data (count of nonzero elements); "
-                              "not compiled to native code yet")
-
-    def reference(self, ctx, x):
-        return [np.array(np.nonzero(np.atleast_1d(x) if x.ndim == 0 else x), dtype=np.int64)]
-
+# ---- TopK (NonZero: data_dependent.py) ------------------------------------------------
 
 @register("onnx.TopK")
 class TopKOp(OpDef):
@@ -551,6 +532,13 @@ class TopKOp(OpDef):
         j = fresh_var("j")
         emit(ctx, inds, lambda ix: rsum([(j, n)], select(
             rank[ix[:axis] + (j,) + ix[axis + 1:]].eq(ix[axis]), j, KConst(0, I64))))
+        if set(map(str, sympy.sympify(n).free_symbols)) & ctx.program.late_dims:
+            # n is a run-time count (NonZero...), maybe 0: `k <= n` could not be proved or
+            # checked before the run (symbols are positive to sympy), so the kernel checks it
+            k = dim_to_expr(vals.shape[axis])
+            emit(ctx, vals, lambda ix: check(k <= dim_to_expr(n), x[ix[:axis] + (inds[ix],) + ix[axis + 1:]],
+                                             ERR_ASSERT))
+            return
         emit(ctx, vals, lambda ix: x[ix[:axis] + (inds[ix],) + ix[axis + 1:]])
 
     def reference(self, ctx, x, k):

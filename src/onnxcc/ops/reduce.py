@@ -107,9 +107,16 @@ def _logsumexp(x, axis, keepdims):
     return y if keepdims else np.squeeze(y, axis=axis)
 
 
+def _mean(x, axis, keepdims):
+    """np.mean, except that the mean of an empty set is 0 (onnxruntime's answer), not nan."""
+    n = np.prod([x.shape[a] for a in (range(x.ndim) if axis is None else np.atleast_1d(axis))], dtype=np.int64)
+    s = np.sum(x, axis=axis, keepdims=keepdims)
+    return (s / max(int(n), 1)).astype(s.dtype) if n == 0 else np.mean(x, axis=axis, keepdims=keepdims)
+
+
 REDUCE_MATH: dict[str, Callable] = {
     "ReduceSum": lambda x, axis, k: np.sum(x, axis=axis, keepdims=k),
-    "ReduceMean": lambda x, axis, k: np.mean(x, axis=axis, keepdims=k),
+    "ReduceMean": lambda x, axis, k: _mean(x, axis, k),
     "ReduceMax": _max,
     "ReduceMin": _min,
     "ReduceProd": lambda x, axis, k: np.prod(x, axis=axis, keepdims=k),
@@ -130,11 +137,14 @@ class Reduction:
     axis to reduce (noop_with_empty_axes) it is `fn(x)` itself. `count` is the number of
     elements reduced (an i64 expression)."""
 
-    def __init__(self, x: K.Buffer, axes: tuple[int, ...], keepdims: int, out_vars):
+    def __init__(self, x: K.Buffer, axes: tuple[int, ...], keepdims: int, out_vars, run_time: frozenset = frozenset()):
         self.x, self.axes = x, axes
         kept = [a for a in range(x.rank) if a not in axes]
         self._index = {a: out_vars[a] for a in kept} if keepdims else dict(zip(kept, out_vars))
-        self.count: Expr = K.dim_to_expr(canon(_fold(lambda a, b: a * b, [x.shape[a] for a in axes], 1)))
+        count = canon(_fold(lambda a, b: a * b, [x.shape[a] for a in axes], 1))
+        self.count: Expr = K.dim_to_expr(count)
+        #: the count may be 0 at run time (it has a run-time symbol, e.g. NonZero's count)
+        self.may_be_empty = any(str(s) in run_time for s in getattr(count, "free_symbols", ()))
 
     def over(self, fn: Callable, op: str = "sum", tag: str = "r") -> Expr:
         vs = {a: Var(f"{tag}{a}") for a in self.axes}
@@ -149,7 +159,9 @@ class Reduction:
 
     def mean(self, fn: Callable = lambda x: x) -> Expr:
         s = kfloat(self.sum(fn))
-        return s / K.cast(self.count, s.dtype)
+        # an empty set (a run-time count of 0) has mean 0, as onnxruntime gives, not 0/0
+        count = K.maximum(self.count, 1) if self.may_be_empty else self.count
+        return s / K.cast(count, s.dtype)
 
 
 def _finite_or_zero(m: Expr) -> Expr:
@@ -258,7 +270,8 @@ def _reduce_op(name: str) -> None:
     def lower(ctx) -> None:
         x, y = ctx.inputs[0], ctx.out(0)
         axes, keep = _axes_lower(ctx), ctx.attr("keepdims", 1)
-        ctx.compute(y, lambda *o: K.cast(kernel(Reduction(x, axes, keep, o)), y.dtype))
+        late = frozenset(ctx.program.late_dims)
+        ctx.compute(y, lambda *o: K.cast(kernel(Reduction(x, axes, keep, o, late)), y.dtype))
 
     define(f"onnx.{name}", infer=infer, reference=reference, value=value if name in _REDUCE_VALUE else None,
            lower=lower, kind="reduction", arity=(1, 2), math=math, kernel=kernel)
@@ -312,6 +325,12 @@ def _arg_op(name: str, find: Callable) -> None:
         x, y = ctx.inputs[0], ctx.out(0)
         axis = int(ctx.attr("axis", 0)) % x.rank
         keep, last = bool(ctx.attr("keepdims", 1)), bool(ctx.attr("select_last_index", 0))
+        n = x.shape[axis]
+        if {str(s) for s in getattr(n, "free_symbols", ())} & ctx.program.late_dims:
+            # a run-time count may be 0: no index to give (onnxruntime fails too), so the kernel checks
+            ctx.compute(y, lambda *o: K.check(K.dim_to_expr(n) >= 1, k_arg_reduce(x, o, axis, keep, last,
+                                                                                   name.lower()), K.ERR_ASSERT))
+            return
         ctx.compute(y, lambda *o: k_arg_reduce(x, o, axis, keep, last, name.lower()))
 
     define(f"onnx.{name}", infer=infer, reference=reference, lower=lower, kind="reduction", arity=1,

@@ -11,7 +11,8 @@ the buffer the op wants it in, as returned values are. A result dim that only th
 determines (a Loop's data-dependent trip count, a branch-dependent If extent) is allowed
 when the op's lowering declares it with `declare_run_dim` (its upper bound, used for
 allocation) and reports the true value with `set_symbol`; such results may only be
-returned (or passed through Identity), never computed with.
+returned (or passed through Identity), never computed with. A run-time symbol bound with
+`bind_symbol` (NonZero's count...) is bound mid-run instead, and later ops compute on it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import numpy as np
 import sympy
 
 from ..errors import CompileError, UnsupportedOp
-from ..ir import DType, Function, Module, Op, Value, canon
-from ..kernel import Buffer, Compute, KernelProgram, SetSymbol, Stmt, Var, dim_to_expr
+from ..ir import DType, Function, Module, Op, Value, canon, sym
+from ..kernel import ERR_ASSERT, Buffer, Compute, KernelProgram, SetSymbol, Stmt, SymRef, Var, check, dim_to_expr
+from ..kernel.expr import condition_to_expr, transform
 from ..kernel.fuse import count_kernels
 from ..kernel.module import KernelModule, KernelVersion
 from ..ops import require_opdef
@@ -68,9 +70,30 @@ class _Lowerer:
                 continue
             src = self.buf[id(v)]
             p.compute(outs[k], lambda *ix, src=src: src[ix] if ix else src[()])
+        self.check_late_constraints()
         p.body.extend(self.set_syms.values())
         p.verify()
         return p
+
+    def check_late_constraints(self) -> None:
+        """The model's constraints on run-time symbols cannot be checked by the dispatcher
+        before the run (it only knows their bound): each is checked where the last of its
+        symbols is bound, on the value being bound (the kernel fails with ERR_ASSERT)."""
+        p = self.program
+        late = p.late_dims
+        if not late:
+            return
+        where = {s.symbol: k for k, s in enumerate(p.body) if isinstance(s, SetSymbol) and s.bind}
+        for c in self.module.constraints:
+            names = {s.name for s in c.expr.free_symbols} & late
+            if not names:
+                continue
+            k = max(where[n] for n in names)
+            st = p.body[k]
+            value = st.value
+            cond = transform(condition_to_expr(c.expr),
+                             lambda e, n=st.symbol, v=value: v if isinstance(e, SymRef) and e.name == n else None)
+            p.body[k] = SetSymbol(st.symbol, check(cond, value, ERR_ASSERT), bind=True)
 
     def set_targets(self, values, buffers) -> None:
         """Let the producer of each value write straight into its buffer (first use wins;
@@ -137,11 +160,20 @@ class _Lowerer:
         """Report the true value of run-determined symbol `name` (an i64 Expr) at the end."""
         self.set_syms[name] = SetSymbol(name, value)
 
+    def bind_symbol(self, op: Op, name: str, bound, value) -> None:
+        """Bind run-time symbol `name` to `value` (an i64 Expr the op computed) right here:
+        the statements after it see the true value, buffers with the dim are allocated for
+        `bound` (kernel/control.py). Used by ops whose result size is a count of the data
+        (NonZero, Compress, Unique, NonMaxSuppression)."""
+        # a count over values that are themselves run-time sized: bounded by their bounds
+        late = {sym(k): sympy.sympify(v) for k, v in self.program.run_dims.items() if k in self.program.late_dims}
+        if late and bound is not None:
+            bound = canon(sympy.sympify(bound).xreplace(late))
+        self.declare_run_dim(op, name, bound)
+        self.program.body.append(SetSymbol(name, value, bind=True))
+
     def lower_op(self, op: Op) -> None:
         self.check_operands(op)
-        if not op.regions:
-            for r in op.results:
-                self.check_bound(op, r)
         if op.name == "cc.const":
             arr = const_array(op, self.module)
             data = np.ascontiguousarray(arr).reshape(np.shape(arr))  # NOTE: keeps 0-d arrays 0-d
@@ -187,17 +219,17 @@ class _Lowerer:
                 results[ri] = self.program.view(self.fresh(op.loc or "view"), src, r.type.shape)
         for r, b in zip(op.results, results):
             self.buf[id(r)] = b
-        if op.regions:
-            for r in op.results:
-                self.check_bound(op, r)
+        for r in op.results:  # after the lowering: it may have bound a run-time symbol
+            self.check_bound(op, r)
 
     def check_operands(self, op: Op) -> None:
         """Values with run-determined dims are allocated for the bound and only partly valid:
         they can be returned, not computed with."""
         if op.name == "onnx.Identity":
             return
+        late = self.program.late_dims  # bound mid-run: computed on like any other symbol
         for v in op.operands:
-            run = sorted(s.name for s in v.type.symbols() if s.name in self.program.run_dims)
+            run = sorted(s.name for s in v.type.symbols() if s.name in self.program.run_dims and s.name not in late)
             if run:
                 raise UnsupportedOp(op.opname, op.dialect, op.loc,
                                     f"reads a value of type {v.type} whose dim {', '.join(run)} is known "

@@ -102,6 +102,33 @@ class DLTensor(ctypes.Structure):
     ]
 
 
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
+
+
+class _ManagedBlock:
+    """A tensor NAME_run_alloc allocated, seen by numpy through `__array_interface__` (no
+    copy); the arrays over it keep it alive, and its deleter runs when the last one goes."""
+
+    def __init__(self, ptr, typestr: str):
+        self._ptr = ptr
+        t = ptr.contents.dl_tensor
+        shape = tuple(t.shape[j] for j in range(t.ndim))
+        item = np.dtype(typestr).itemsize
+        strides = tuple(t.strides[j] * item for j in range(t.ndim)) if t.strides else None
+        self.__array_interface__ = {"shape": shape, "typestr": typestr, "strides": strides,
+                                    "data": (t.data or 0, False), "version": 3}
+
+    def __del__(self):
+        p, self._ptr = self._ptr, None
+        if p:
+            p.contents.deleter(p)
+
+
 def dlpack_dtype(dt: np.dtype) -> tuple[int, int]:
     """(code, bits) of a numpy dtype as DLPack spells it."""
     dt = np.dtype(dt)
@@ -339,6 +366,13 @@ class CompiledModel:
         # (x[:, ::2], x.T, np.broadcast_to) goes through with its strides, not copied here
         served = set(self.meta.get("strided_inputs", ()))
         self._strided_ok = [t["name"] in served and not self._cuda for t in self.inputs]
+        # outputs sized only by the run: the library allocates them (NAME_run_alloc)
+        self._run_alloc = None
+        if self._any_run_determined and not self._cuda and not self._packed \
+                and hasattr(self.lib, f"{self.name}_run_alloc"):
+            self._run_alloc = self._fn("run_alloc", ctypes.c_int, [
+                ctypes.POINTER(DLTensor), ctypes.c_int, ctypes.POINTER(ctypes.POINTER(DLManagedTensor)),
+                ctypes.c_int])
         # Second handles on the same symbols for run(), called with c_void_p objects made once
         # (the scratch buffers' addresses) and small Python ints, which ctypes passes as C int
         # without argtypes: about half the cost of a call that converts through argtypes.
@@ -513,6 +547,10 @@ class CompiledModel:
             err = GuardError(msg)
             err.code = rc
             raise err
+        late = (self.meta.get("metadata") or {}).get("runtime_constraints")
+        if late and msg.endswith("with code 4"):  # ERR_ASSERT: such a constraint is checked in the kernel
+            msg += ("; a constraint on a run-time symbol may not hold: "
+                    + "; ".join(f"{c['text']} ({c['origin']})" for c in late))
         raise RuntimeCallError(msg, rc)
 
     def output_shape(self, inputs, output: int | str) -> tuple[int, ...]:
@@ -553,6 +591,8 @@ class CompiledModel:
 
     def _run_flat(self, inputs, out=None, cast: bool = False) -> dict[str, np.ndarray]:
         bufs = self._out_buffers(out)
+        if self._run_alloc is not None and bufs is None:
+            return self._run_managed(inputs, cast)
         if self._cuda or not _WORD_LAYOUT or self._packed:
             return self._run_portable(inputs, cast, bufs)
         arrays = self._prepare(inputs, cast)
@@ -599,6 +639,15 @@ class CompiledModel:
             outs = [self._trim(k, a) for k, a in enumerate(outs)]
         return dict(zip(self._out_names, outs))
 
+    def _run_managed(self, inputs, cast: bool = False) -> dict[str, np.ndarray]:
+        """run() through NAME_run_alloc: the library allocates the outputs in their true
+        shapes (known only after the run); numpy views them without a copy."""
+        ins = _Tensors(self._prepare(inputs, cast), [t["dtype"] for t in self.inputs])
+        held = (ctypes.POINTER(DLManagedTensor) * len(self.outputs))()
+        self._check(self._run_alloc(ins.array, len(ins), held, len(self.outputs)))
+        blocks = [_ManagedBlock(held[k], self._out_np[k].str) for k in range(len(self.outputs))]
+        return {name: np.asarray(b) for name, b in zip(self._out_names, blocks)}
+
     def _run_portable(self, inputs, cast: bool = False, bufs: list | None = None) -> dict[str, np.ndarray]:
         """run() through _Tensors: CUDA artifacts, and hosts where _WORD_LAYOUT fails."""
         ins = _Tensors(self._prepare(inputs, cast), [t["dtype"] for t in self.inputs])
@@ -635,7 +684,8 @@ class CompiledModel:
 
     def _trim(self, k: int, a: np.ndarray) -> np.ndarray:
         """An output with run-determined dims (NAME.h: allocated for the upper bound, valid in
-        the leading corner) cut to the true shape NAME_output_dims reports."""
+        the leading corner, or compact at the start for run-time symbols bound mid-run) cut
+        to the true shape NAME_output_dims reports."""
         if not self.outputs[k].get("run_determined"):
             return a
         if self._output_dims is None:
@@ -643,6 +693,9 @@ class CompiledModel:
                                          [ctypes.c_int, ctypes.POINTER(ctypes.c_int64)])
         shape = (ctypes.c_int64 * max(1, a.ndim))()
         self._check(self._output_dims(k, shape))
+        if self.outputs[k].get("run_layout") == "prefix":  # compact in the true shape: a view
+            true = tuple(int(shape[j]) for j in range(a.ndim))
+            return a.reshape(-1)[:int(np.prod(true, dtype=np.int64))].reshape(true)
         corner = a[tuple(slice(0, int(shape[j])) for j in range(a.ndim))]
         return corner if corner.flags.c_contiguous else np.ascontiguousarray(corner)
 

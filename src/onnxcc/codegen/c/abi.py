@@ -150,6 +150,10 @@ class ArtifactSpec:
     -> their upper bound over the input symbols: the dispatcher binds the symbol to the
     bound (outputs are allocated for it), the kernel writes the true value back into its
     `syms` slot, and `NAME_output_dims` reports it after the run"""
+    late_dims: list[str] = field(default_factory=list)
+    """the run-determined symbols that are bound mid-run (run-time symbols: NonZero's count...):
+    an output with only such run-determined dims is laid out compact row-major in its TRUE
+    shape, at the start of its allocation (the others: in the leading corner)"""
     cpu_features: list[str] = field(default_factory=list)
     """x86 features the kernels need (codegen/cpu/features.py CHECKABLE names): the
     dispatcher checks them at the first call and refuses with ERR_CPU, never SIGILL"""

@@ -23,6 +23,7 @@ from . import layout
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
 from .exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
+from .managed import has_run_alloc, run_alloc_decl, run_alloc_fn
 from .package import ERROR_DOCS, SIGNATURE_API, signature_defs, signature_header
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
@@ -153,6 +154,8 @@ def _shape_text(shape) -> str:
 def api_names(name: str, target: LinkTarget = CPU_LINK, run_dims: bool = False) -> list[str]:
     """The exported functions; `NAME_output_dims` only where some dim is run-determined."""
     extra = tuple(target.api_extra) + (("output_dims",) if run_dims else ())
+    if run_dims and "kDLCPU" in target.devices and target.shape_devices is None:
+        extra += ("run_alloc",)  # library-allocated outputs (managed.py)
     return [f"{name}_{f}" for f in ("run", "output_shape", "last_error", "num_versions", "version_info",
                                     "last_version", *IDENTITY_API, *SIGNATURE_API, *extra)]
 
@@ -371,7 +374,7 @@ enum {{
 /* Writes the shape of output `output` (its rank many int64_t) for these inputs, after
  * the same checks {n}_run makes of them. Only the inputs' shapes and dtypes are read. */
 {up}_API int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape);
-{_output_dims_decl(spec)}
+{_output_dims_decl(spec)}{run_alloc_decl(spec) if has_run_alloc(spec, target.devices, target.shape_devices) else ""}
 /* The message of this thread's last failed call, "" when it succeeded. */
 {up}_API const char *{n}_last_error(void);
 
@@ -426,6 +429,16 @@ def _run_dims_doc(spec: ArtifactSpec) -> list[str]:
               " * corner [0, d0) x [0, d1) x ... of the allocation (a compact prefix when only the",
               " * leading dim is run-determined, as for a Loop's stacked scan outputs). A loop that would",
               " * run past its bound fails ({N}_ERR_KERNEL, kernel code 4) instead of overrunning."]
+    late = [k for k in spec.run_dims if k in spec.late_dims]
+    if late:
+        lines += [" * Run-time symbols (" + ", ".join(late) + ") are bound mid-run, when the op that",
+                  " * counts them runs: an output whose run-determined dims are all such symbols holds",
+                  " * its elements compact row-major in its TRUE shape at the start of the allocation",
+                  " * (NAME.json: \"run_layout\": \"prefix\"), not in the corner."]
+        checks = spec.metadata.get("runtime_constraints", [])
+        if checks:
+            lines.append(" * Checked by the kernel when they are bound ({N}_ERR_KERNEL, kernel code 4):")
+            lines += [f" *   {_comment(c['text'])}  ({_comment(c['origin'])})" for c in checks]
     return [line.replace("{n}", spec.name).replace("{N}", spec.name.upper()) for line in lines]
 
 
@@ -909,6 +922,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
         parts = [self.prelude(), cpu_check_fn(self.spec), cpu_levels_fn(self.spec), self.bind_fn(),
                  self.value_guards_fn(), self.select_version(), self.output_dims_fn(), self.aliasing_fn(),
                  self.run_fn(), self.api_fns(), _identity_defs(self.spec), signature_defs(self.spec, DL_DTYPE)]
+        if has_run_alloc(self.spec, self.target.devices, self.target.shape_devices):
+            parts.append(run_alloc_fn(self.spec, DL_DTYPE, self.code))
         return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
@@ -933,6 +948,8 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         run = sorted({s.name for x in t.shape for s in sympy.sympify(x).free_symbols} & set(spec.run_dims))
         if run:  # allocated for the bound; NAME_output_dims gives the true shape after a run
             d["run_determined"] = run
+            # bound mid-run: compact in the true shape at the start (else: the leading corner)
+            d["run_layout"] = "prefix" if set(run) <= set(spec.late_dims) else "corner"
         return d
 
     return {
@@ -954,6 +971,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
                     for s in spec.symbols],
         "constraints": [{"text": text(e), "origin": o} for e, o in spec.constraints],
         **({"run_dims": {k: text(v) for k, v in spec.run_dims.items()}} if spec.run_dims else {}),
+        **({"late_dims": list(spec.late_dims)} if spec.late_dims else {}),
         **({"data_dims": {k: {"input": spec.inputs[i].name, "element": j} for k, (i, j) in spec.data_dims.items()}}
            if spec.data_dims else {}),
         **({"version_dims": {k: [None if d is None else text(d) for d in per]

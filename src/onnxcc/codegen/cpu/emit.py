@@ -132,7 +132,8 @@ class FnCtx(ProgramContext):
                 raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
             p = self.eb.gep(self.syms_p, [i64(k)], inbounds=True, name=f"{name}.ptr", source_etype=I64)
             v = self.eb.load(p, name=name, align=8, typ=I64)
-            v.set_metadata("range", self.module.add_metadata([i64(_SYM_RANGE[0]), i64(_SYM_RANGE[1])]))
+            lo = 0 if name in self.program.run_dims else _SYM_RANGE[0]  # a count may be 0
+            v.set_metadata("range", self.module.add_metadata([i64(lo), i64(_SYM_RANGE[1])]))
             self._syms[name] = v
         return v
 
@@ -202,15 +203,35 @@ class KernelEmitter:
             arg.add_attribute("noalias")
             arg.add_attribute("captures(none)")
             arg.add_attribute("noundef")
+        self.emit_from(fn, 0)
+        return fn
+
+    def emit_from(self, fn: ir.Function, start: int) -> None:
+        """Statements `start`.. of the program into `fn` (the kernel's signature). After a
+        mid-run binding (`SetSymbol` with `bind`) the rest goes to a continuation function
+        called with the same arguments: its entry block re-reads `syms`, so the dims and
+        strides it computes once there see the symbol's true value."""
         ctx = FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
-        for k, stmt in enumerate(self.program.body):
+        body = self.program.body
+        for k in range(start, len(body)):
+            stmt = body[k]
             emit = STMT_EMITTERS.get(type(stmt))
             if emit is None:
                 raise CompileError(f"cpu codegen: unsupported statement {type(stmt).__name__}")
             emit(self, ctx, stmt, k)
+            if getattr(stmt, "bind", False) and k + 1 < len(body):
+                cont = ir.Function(self.module, KERNEL_FNTY,
+                                   name=self.module.get_unique_name(f"{self.fn_name}.after.{stmt.symbol}"))
+                cont.linkage = "internal"
+                cont.attributes.add("nounwind")
+                for arg, name in zip(cont.args, ("syms", "inputs", "outputs", "workspace")):
+                    arg.name = name
+                ctx.b.ret(ctx.b.call(cont, list(fn.args)))
+                ctx.finish()
+                self.emit_from(cont, k + 1)
+                return
         ctx.b.ret(i32(0))
         ctx.finish()
-        return fn
 
     # ---- module-level pieces -------------------------------------------------------------
     def const_global(self, name: str) -> ir.GlobalVariable:

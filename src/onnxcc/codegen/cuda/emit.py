@@ -95,7 +95,8 @@ class CudaModule:
         program.verify()
         if getattr(program, "run_dims", None):
             raise CompileError(f"cuda codegen: kernel {program.name} has run-determined dims "
-                               f"({', '.join(program.run_dims)}): control flow is not supported on CUDA yet")
+                               f"({', '.join(program.run_dims)}): control flow and data-dependent counts "
+                               "(NonZero, Compress, Unique, NonMaxSuppression) are not supported on CUDA yet")
         launches = []
         for j, stmt in enumerate(program.body):
             if not isinstance(stmt, Compute):

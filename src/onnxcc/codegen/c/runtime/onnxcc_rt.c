@@ -47,6 +47,51 @@ void *onnxcc_aligned_alloc(size_t bytes) {
 
 void onnxcc_aligned_free(void *p) { free(p); }
 
+/* ---- library-allocated outputs: one block holds the DLManagedTensor, its shape and room
+ * for strides; the data is a separate aligned block. The deleter frees both. */
+static void onnxcc_managed_delete(DLManagedTensor *self) {
+  if (self == NULL) return;
+  onnxcc_aligned_free(self->dl_tensor.data);
+  free(self);
+}
+
+DLManagedTensor *onnxcc_managed_new(int32_t ndim, const int64_t *shape, uint8_t code, uint8_t bits,
+                                    size_t bytes) {
+  size_t dims = (size_t)(ndim > 0 ? ndim : 1) * 2;
+  DLManagedTensor *m = (DLManagedTensor *)calloc(1, sizeof *m + dims * sizeof(int64_t));
+  if (m == NULL) return NULL;
+  m->dl_tensor.data = onnxcc_aligned_alloc(bytes);
+  if (m->dl_tensor.data == NULL) {
+    free(m);
+    return NULL;
+  }
+  int64_t *sh = (int64_t *)(m + 1);
+  if (ndim > 0) memcpy(sh, shape, (size_t)ndim * sizeof(int64_t));
+  m->dl_tensor.device.device_type = kDLCPU;
+  m->dl_tensor.device.device_id = 0;
+  m->dl_tensor.ndim = ndim;
+  m->dl_tensor.dtype.code = code;
+  m->dl_tensor.dtype.bits = bits;
+  m->dl_tensor.dtype.lanes = 1;
+  m->dl_tensor.shape = sh;
+  m->dl_tensor.strides = NULL;
+  m->dl_tensor.byte_offset = 0;
+  m->manager_ctx = NULL;
+  m->deleter = onnxcc_managed_delete;
+  return m;
+}
+
+int onnxcc_tensor_bytes(int32_t ndim, const int64_t *shape, int bits, size_t *bytes) {
+  uint64_t n = 1;
+  for (int32_t j = 0; j < ndim; ++j) {
+    if (shape[j] < 0 || __builtin_mul_overflow(n, (uint64_t)shape[j], &n)) return 1;
+  }
+  uint64_t b;
+  if (__builtin_mul_overflow(n, (uint64_t)bits, &b) || b > (uint64_t)SIZE_MAX - 7) return 1;
+  *bytes = (size_t)((b + 7) / 8);
+  return 0;
+}
+
 /* ---- thread pool ----------------------------------------------------------------------
  * Workers are created once, on first use, and sleep on work_cv between jobs. A job is
  * published under `mu` with a new generation number; each worker that wakes for it copies

@@ -48,6 +48,12 @@ typedef struct {
   int64_t *strides; /* in elements; NULL means compact row-major */
   uint64_t byte_offset;
 } DLTensor;
+/* A tensor someone else owns: call deleter(self) once when done with it (NAME_run_alloc). */
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
 #endif /* DLPACK_DLPACK_H_ */
 /* END DLPACK */
 
@@ -76,6 +82,14 @@ ONNXCC_HIDDEN const char *onnxcc_error_get(void);
 /* 64-byte aligned block; never NULL for bytes == 0 (so NULL always means failure). */
 ONNXCC_HIDDEN void *onnxcc_aligned_alloc(size_t bytes);
 ONNXCC_HIDDEN void onnxcc_aligned_free(void *p);
+/* A library-allocated CPU tensor of this shape (copied) and dtype, its data 64-byte aligned
+ * and `bytes` long; its deleter frees data, shape and itself. NULL when out of memory. The
+ * struct has room for `ndim` strides after the shape (strides left NULL: compact). */
+ONNXCC_HIDDEN DLManagedTensor *onnxcc_managed_new(int32_t ndim, const int64_t *shape, uint8_t code,
+                                                  uint8_t bits, size_t bytes);
+/* Bytes of a compact tensor of this shape and element width (sub-byte types packed);
+ * nonzero when the size overflows. */
+ONNXCC_HIDDEN int onnxcc_tensor_bytes(int32_t ndim, const int64_t *shape, int bits, size_t *bytes);
 
 /* ---- thread pool ----------------------------------------------------------------- */
 typedef void (*onnxcc_body_fn)(int64_t begin, int64_t end, void *ctx);
