@@ -8,7 +8,6 @@ import onnx
 import pytest
 from onnx import helper as h
 
-from onnxcc.errors import RuntimeCallError, UnsupportedOp
 from onnxcc.interp import run as interp_run
 from onnxcc.testing import check_lowering, jit_compile, ort_run
 
