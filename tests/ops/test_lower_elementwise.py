@@ -276,6 +276,22 @@ def test_lower_dropout_training_flag_at_run_time():
     np.testing.assert_array_equal(interp_run(mod, [x, np.array([True])])[1], mask)
 
 
+@pytest.mark.parametrize("dt", [F16, F64])
+def test_lower_dropout_training_other_float_types(dt):
+    # the mask is drawn in f64 whatever the type; y rounds x / (1 - ratio) once to it
+    inputs = [("x", dt, ["N", 64])]
+    m = model([h.make_node("Dropout", ["x", "r", "on"], ["y", "mask"], seed=7)], inputs, ["y", "mask"],
+              {"r": np.array(0.3, F32), "on": np.array(True)})
+    k, mod, _ = compile_model(m)
+    x = np.random.default_rng(2).uniform(-3, 3, (30, 64)).astype(dt)
+    y, mask = k(x)
+    assert y.dtype == dt
+    scale = 1 / (1 - np.float64(np.float32(0.3)))
+    np.testing.assert_array_equal(y, np.where(mask, x.astype(np.float64) * scale, 0).astype(dt))
+    for got, want in zip(interp_run(mod, [x]), (y, mask)):
+        np.testing.assert_array_equal(got, want)
+
+
 # ---- what the lowering writes ----------------------------------------------------------------------
 
 
