@@ -130,6 +130,20 @@ def test_conformance_compare_rules():
     assert "exact" in conf.compare([i], [i + 1])[1]
 
 
+def test_conformance_random_mask_rule():
+    # training Dropout cases are judged by y = x * mask / (1 - ratio) and the mask's density
+    rng = np.random.default_rng(0)
+    x = rng.uniform(1, 2, (20, 20)).astype(np.float32)
+    mask = rng.uniform(size=x.shape) >= 0.75
+    y = np.where(mask, x * 4, 0).astype(np.float32)
+    ins, want = [x, np.array(0.75, np.float32), np.array(True)], [y, mask]
+    assert conf.check_random_mask(ins, want, [y, mask])[0]
+    assert conf.check_random_mask(ins, want[:1], [y])[0]  # no mask output: the zeros are the drops
+    assert not conf.check_random_mask(ins, want, [np.where(mask, x * 2, 0).astype(np.float32), mask])[0]
+    assert not conf.check_random_mask(ins, want, [x, np.ones_like(mask)])[0]  # nothing dropped
+    assert not conf.check_random_mask(ins, want, [y.astype(np.float64), mask])[0]
+
+
 def test_conformance_run_case_statuses():
     from onnxcc.errors import UnsupportedOp
 

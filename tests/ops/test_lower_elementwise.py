@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import helper as h
 
-from onnxcc.errors import RuntimeCallError, UnsupportedOp
+from onnxcc.interp import run as interp_run
 from onnxcc.testing import check_lowering, jit_compile, ort_run
 
 F32, F16, F64, I64, I32, BOOL = np.float32, np.float16, np.float64, np.int64, np.int32, np.bool_
@@ -240,24 +240,56 @@ def test_lower_dropout_and_identity_are_views():
     assert "out1[i0, i1] = true" in text
 
 
-def test_lower_dropout_training_refused_at_compile_time():
-    inputs = [("x", F32, ["N", 5])]
-    m = model([h.make_node("Dropout", ["x", "", "on"], ["y"])], inputs, ["y"], {"on": np.array(True)})
-    with pytest.raises(UnsupportedOp, match="training_mode true"):
-        compile_model(m)
+def _check_dropout(x, y, mask, ratio):
+    """y = x / (1 - ratio) where kept, 0 where dropped; kept fraction within 4.5 sigma of 1 - ratio."""
+    assert mask.dtype == BOOL and mask.shape == x.shape and y.shape == x.shape
+    np.testing.assert_allclose(y, np.where(mask, x / (1 - ratio), 0), rtol=1e-6)
+    n, p = x.size, 1 - ratio
+    assert abs(mask.sum() - n * p) <= 4.5 * np.sqrt(n * p * (1 - p))
 
 
-def test_lower_dropout_training_checked_at_run_time():
-    inputs = [("x", F32, ["N", 5]), ("t", BOOL, [1])]
+def test_lower_dropout_training_constant_flag():
+    # training_mode a constant true, ratio absent (0.5): masked at compile time's choice
+    inputs = [("x", F32, ["N", 50])]
+    m = model([h.make_node("Dropout", ["x", "", "on"], ["y", "mask"], seed=3)], inputs, ["y", "mask"],
+              {"on": np.array(True)})
+    k, mod, _ = compile_model(m)
+    x = np.random.default_rng(0).uniform(1, 2, (40, 50)).astype(F32)
+    y, mask = k(x)
+    _check_dropout(x, y, mask, 0.5)
+    for got, want in zip(interp_run(mod, [x]), (y, mask)):  # the reference draws the same mask
+        np.testing.assert_array_equal(got, want)
+
+
+def test_lower_dropout_training_flag_at_run_time():
+    inputs = [("x", F32, ["N", 50]), ("t", BOOL, [1])]
     m = model([h.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])], inputs, ["y", "mask"],
               {"r": np.array(0.25, F32)})
-    k, _mod, _ = compile_model(m)
-    x = np.arange(10, dtype=F32).reshape(2, 5)
+    k, mod, _ = compile_model(m)
+    x = np.random.default_rng(1).uniform(-2, 2, (40, 50)).astype(F32)
     y, mask = k(x, np.array([False]))
     np.testing.assert_array_equal(y, x)
     assert mask.all() and mask.dtype == BOOL
-    with pytest.raises(RuntimeCallError, match="assertion"):
-        k(x, np.array([True]))
+    y, mask = k(x, np.array([True]))
+    _check_dropout(x, y, mask, 0.25)
+    assert not mask.all()
+    np.testing.assert_array_equal(interp_run(mod, [x, np.array([True])])[1], mask)
+
+
+@pytest.mark.parametrize("dt", [F16, F64])
+def test_lower_dropout_training_other_float_types(dt):
+    # the mask is drawn in f64 whatever the type; y rounds x / (1 - ratio) once to it
+    inputs = [("x", dt, ["N", 64])]
+    m = model([h.make_node("Dropout", ["x", "r", "on"], ["y", "mask"], seed=7)], inputs, ["y", "mask"],
+              {"r": np.array(0.3, F32), "on": np.array(True)})
+    k, mod, _ = compile_model(m)
+    x = np.random.default_rng(2).uniform(-3, 3, (30, 64)).astype(dt)
+    y, mask = k(x)
+    assert y.dtype == dt
+    scale = 1 / (1 - np.float64(np.float32(0.3)))
+    np.testing.assert_array_equal(y, np.where(mask, x.astype(np.float64) * scale, 0).astype(dt))
+    for got, want in zip(interp_run(mod, [x]), (y, mask)):
+        np.testing.assert_array_equal(got, want)
 
 
 # ---- what the lowering writes ----------------------------------------------------------------------

@@ -251,17 +251,19 @@ def test_batchnorm_training_mode_vs_onnx_reference(build_node):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_dropout_training_mode_is_refused_at_run_time(build_node):
-    from onnxcc.errors import UnsupportedOp
+def test_dropout_training_mode_draws_a_mask(build_node):
     from onnxcc.interp import run
 
-    _, m = build_node("Dropout", [("x", F32, ["N", 4]), ("r", F32, []), ("t", np.bool_, [])])
+    _, m = build_node("Dropout", [("x", F32, ["N", 4]), ("r", F32, []), ("t", np.bool_, [])], n_outputs=2)
     infer_shapes(m)
-    x = np.ones((2, 4), F32)
-    np.testing.assert_array_equal(run(m, [x, np.array(0.5, F32), np.array(False)])[0], x)
-    np.testing.assert_array_equal(run(m, [x, np.array(0.0, F32), np.array(True)])[0], x)
-    with pytest.raises(UnsupportedOp, match="training_mode true"):
-        run(m, [x, np.array(0.5, F32), np.array(True)])
+    x = np.ones((500, 4), F32)
+    for r, t in ((0.5, False), (0.0, True)):  # inference, or nothing to drop: the identity
+        y, mask = run(m, [x, np.array(r, F32), np.array(t)])
+        np.testing.assert_array_equal(y, x)
+        assert mask.all()
+    y, mask = run(m, [x, np.array(0.75, F32), np.array(True)])
+    np.testing.assert_array_equal(y, np.where(mask, 4.0, 0.0))  # kept elements scaled by 1 / (1 - 0.75)
+    assert abs(mask.mean() - 0.25) < 0.05  # 2000 draws: the standard error is 0.0097
 
 
 def test_layernorm_vs_ort(ort_check):

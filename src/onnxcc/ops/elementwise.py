@@ -35,6 +35,7 @@ from ..errors import UnsupportedOp, VerifyError
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .dtypes import onnx_dtype
+from .pointwise_extra import hash_uniform, k_hash_uniform, seed_key
 from .registry import InferCtx, RefCtx, define, get_opdef, onnx_inputs
 from .traits import FINITE_ELEMENTWISE, Neutral, PadRule, set_canonical, set_pad
 
@@ -803,35 +804,54 @@ def _dropout_infer(ctx: InferCtx):
 
 def _dropout_ref(ctx: RefCtx, *args):
     x, ratio, training = (onnx_inputs(ctx.op, list(args)) + [None, None])[:3]
-    if training is not None and bool(np.asarray(training).reshape(-1)[0]) and \
-            (ratio is None or float(np.asarray(ratio).reshape(-1)[0]) != 0):
-        raise UnsupportedOp("Dropout", "", ctx.op.loc, "training_mode true (random masking) is not supported")
-    # inference: the output is the input, the mask all true
-    return [x, np.ones(x.shape, dtype=bool)][: len(ctx.op.results)]
+    r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+    if training is None or not bool(np.asarray(training).reshape(-1)[0]) or r == 0:
+        # inference (or nothing to drop): the output is the input, the mask all true
+        return [x, np.ones(x.shape, dtype=bool)][: len(ctx.op.results)]
+    keep = hash_uniform(x.size, seed_key(ctx.attr("seed", 0))).reshape(x.shape) >= r
+    scale = 1.0 / (1.0 - r) if r < 1 else 0.0  # in f64, as the kernel scales
+    y = np.where(keep, np.asarray(x, dtype=np.float64) * scale, 0.0).astype(x.dtype)
+    return [y, keep][: len(ctx.op.results)]
 
 
 def _dropout_lower(ctx) -> None:
-    """Inference Dropout: y is a view of x, the mask all true. Random masking (training_mode
-    true with a nonzero ratio) is not compiled: refused at compile time when training_mode
-    is a constant, else checked at run time (the kernel fails with ERR_ASSERT)."""
+    """Dropout. Inference (training_mode absent or false, or ratio 0): y is a view of x, the
+    mask all true. Training: an element is kept where its draw u >= ratio and then scaled by
+    1 / (1 - ratio). u is the Bernoulli op's counter hash of the flat position and the seed
+    (`k_hash_uniform`): no kernel holds RNG state, so a given seed draws the same mask on
+    every call. training_mode and ratio may be run-time inputs; both branches are compiled
+    and the flag selects per element."""
     _, ratio, training = (onnx_inputs(ctx.op, list(range(len(ctx.inputs)))) + [None, None])[:3]
-    masking: Expr | None = None  # when this is true at run time the call must fail
+    masking: Expr | None = None  # true at run time: draw the mask
+    r: Expr = K.Const(0.5, DType.f64)
     if training is not None:
         t = scalar_operand(ctx, training)
-        r = K.Const(0.5, DType.f32) if ratio is None else kwiden(scalar_operand(ctx, ratio))
+        if ratio is not None:
+            r = K.cast(scalar_operand(ctx, ratio), DType.f64)
         t_known = t.value if isinstance(t, K.Const) else None
         r_known = r.value != 0 if isinstance(r, K.Const) else None
-        if t_known is True and r_known is True:
-            raise ctx.unsupported("training_mode true (random masking) is not supported")
         if t_known is not False and r_known is not False:
             masking = t if r_known else t & r.ne(0)
+    x = ctx.inputs[0]
+    key = seed_key(ctx.attr("seed", 0))
+    one, zero = K.Const(1.0, DType.f64), K.Const(0.0, DType.f64)
     if masking is None:
         ctx.alias(0, 0)
     else:
-        x = ctx.inputs[0]
-        ctx.compute(ctx.out(0), lambda *ix: K.check(~masking, x[ix], K.ERR_ASSERT))
+        y = ctx.out(0)
+
+        def body(*ix):
+            # scale in f64 (ratio 1 keeps nothing, so its infinite scale is never used)
+            keep = k_hash_uniform(ix, x.shape, key) >= r
+            v = K.select(keep, K.cast(x[ix], DType.f64) * (one / (one - r)), zero)
+            return K.select(masking, K.cast(v, y.dtype), x[ix])
+
+        ctx.compute(y, body)
     if len(ctx.op.results) > 1:
-        ctx.compute(ctx.out(1), lambda *ix: K.Const(True, DType.bool))
+        if masking is None:
+            ctx.compute(ctx.out(1), lambda *ix: K.Const(True, DType.bool))
+        else:
+            ctx.compute(ctx.out(1), lambda *ix: ~masking | (k_hash_uniform(ix, x.shape, key) >= r))
 
 
 define("onnx.Dropout", infer=_dropout_infer, reference=_dropout_ref, lower=_dropout_lower, kind="elementwise",

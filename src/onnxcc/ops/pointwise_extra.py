@@ -111,7 +111,8 @@ define("onnx.Shrink", infer=_shrink_infer, reference=_shrink_ref, lower=_shrink_
 # No kernel holds random state, so u is a counter-based hash of the element's flat position
 # and the seed (murmur3's 32-bit finalizer): independent-looking draws, the same for a given
 # seed on every call (without a seed, seed 0). The numpy reference draws the same bits, so
-# the interpreter and the native library agree element for element.
+# the interpreter and the native library agree element for element. Dropout's training mask
+# draws from the same stream (`hash_uniform`, `k_hash_uniform`).
 
 _M1, _M2, _GOLDEN = 0x85EBCA6B, 0xC2B2AE35, 0x9E3779B9
 
@@ -125,8 +126,13 @@ def _fmix32_py(h: int) -> int:
     return h ^ (h >> 16)
 
 
+def seed_key(seed) -> int:
+    """The 32-bit key a `seed` attribute (int or float; absent: 0) selects."""
+    return _fmix32_py(int(float(seed)) * _GOLDEN + 1)
+
+
 def _key(ctx) -> int:
-    return _fmix32_py(int(float(ctx.attr("seed", 0.0))) * _GOLDEN + 1)
+    return seed_key(ctx.attr("seed", 0.0))
 
 
 def _bernoulli_dtype(ctx) -> DType:
@@ -144,7 +150,8 @@ def _bernoulli_infer(ctx: InferCtx) -> list[TensorType]:
     return [TensorType(to, x.shape)]
 
 
-def bernoulli_uniform(n: int, key: int) -> np.ndarray:
+def hash_uniform(n: int, key: int) -> np.ndarray:
+    """u for flat positions 0..n-1 under `key`: multiples of 2**-24 in [0, 1), as f64."""
     h = (np.arange(n, dtype=np.uint64) * _GOLDEN & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(key)
     h ^= h >> np.uint32(16)
     h *= np.uint32(_M1)
@@ -155,28 +162,33 @@ def bernoulli_uniform(n: int, key: int) -> np.ndarray:
 
 
 def _bernoulli_ref(ctx: RefCtx, x):
-    u = bernoulli_uniform(x.size, _key(ctx)).reshape(x.shape)
+    u = hash_uniform(x.size, _key(ctx)).reshape(x.shape)
     return [(u < np.asarray(x, dtype=np.float64)).astype(ctx.out_type().dtype.np)]
 
 
-def _bernoulli_lower(ctx) -> None:
-    x, y = ctx.inputs[0], ctx.out(0)
+def k_hash_uniform(ix: tuple, shape, key: int) -> K.Expr:
+    """The kernel twin of `hash_uniform`: u (f64) of the element at `ix` of `shape`."""
     u32 = DType.u32
-    key = _key(ctx)
 
     def c(v: int) -> K.Expr:
         return K.Const(v, u32)
 
+    flat = K.flatten_index(ix, shape) if ix else K.Const(0, DType.i64)
+    h = K.cast(flat, u32) * c(_GOLDEN) ^ c(key)
+    h = h ^ (h >> c(16))
+    h = h * c(_M1)
+    h = h ^ (h >> c(13))
+    h = h * c(_M2)
+    h = h ^ (h >> c(16))
+    return K.cast(h >> c(8), DType.f64) * 2.0 ** -24
+
+
+def _bernoulli_lower(ctx) -> None:
+    x, y = ctx.inputs[0], ctx.out(0)
+    key = _key(ctx)
+
     def body(*ix):
-        flat = K.flatten_index(ix, x.shape) if ix else K.Const(0, DType.i64)
-        h = K.cast(flat, u32) * c(_GOLDEN) ^ c(key)
-        h = h ^ (h >> c(16))
-        h = h * c(_M1)
-        h = h ^ (h >> c(13))
-        h = h * c(_M2)
-        h = h ^ (h >> c(16))
-        u = K.cast(h >> c(8), DType.f64) * 2.0 ** -24
-        return K.cast(u < K.cast(x[ix], DType.f64), y.dtype)
+        return K.cast(k_hash_uniform(ix, x.shape, key) < K.cast(x[ix], DType.f64), y.dtype)
 
     ctx.compute(y, body)
 
