@@ -183,10 +183,17 @@ class _Refuter:
             if env not in self.points:
                 self.points.append(env)
         self._memo: list[dict] = [{} for _ in self.points]
+        self._values: dict = {}  # dim -> its values at the points (ints where integral)
+
+    def values(self, d: Dim) -> tuple:
+        v = self._values.get(d)
+        if v is None:
+            xs = (_value(d, env, memo) for env, memo in zip(self.points, self._memo, strict=True))
+            v = self._values[d] = tuple(x if x is None or x.denominator != 1 else int(x) for x in xs)
+        return v
 
     def refutes(self, a: Dim, b: Dim) -> bool:
-        for env, memo in zip(self.points, self._memo):
-            x, y = _value(a, env, memo), _value(b, env, memo)
+        for x, y in zip(self.values(a), self.values(b), strict=True):
             if x is not None and y is not None and x > y:
                 return True
         return False
