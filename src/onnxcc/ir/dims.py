@@ -8,7 +8,9 @@ and let it become a run-time guard. Never compare dims with a bare `==`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, cast
 
 import sympy
@@ -349,11 +351,15 @@ def _sign(c: sympy.Expr) -> int | None:
 
 
 def _interval(e: Any, table: SymbolTable) -> tuple:
-    """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges."""
+    """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges.
+
+    The ends are Python ints and Fractions, exact like sympy's numbers but without their
+    dispatch (the memory planner asks for thousands of intervals of nested floors)."""
     if e.is_Integer:
         return int(e), int(e)
     if e.is_Rational:
-        return e, e
+        q = Fraction(int(e.p), int(e.q))
+        return q, q
     if e.is_Symbol:
         info = table.infos.get(e.name)
         if info is None:
@@ -375,14 +381,15 @@ def _interval(e: Any, table: SymbolTable) -> tuple:
     if e.is_Pow and e.exp.is_Integer and e.exp > 0:
         lo, hi = _interval(e.base, table)
         if lo >= 0:
-            return lo ** e.exp, hi ** e.exp
+            k = int(e.exp)
+            return lo ** k, hi ** k
         raise _NoBound
     if isinstance(e, sympy.floor):
         lo, hi = _interval(e.args[0], table)
-        return sympy.floor(lo), sympy.floor(hi)
+        return math.floor(lo), math.floor(hi)
     if isinstance(e, sympy.ceiling):
         lo, hi = _interval(e.args[0], table)
-        return sympy.ceiling(lo), sympy.ceiling(hi)
+        return math.ceil(lo), math.ceil(hi)
     if isinstance(e, sympy.Max):
         ivs = [_interval(a, table) for a in e.args]
         return max(i[0] for i in ivs), max(i[1] for i in ivs)
