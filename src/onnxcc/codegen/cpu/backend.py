@@ -17,6 +17,7 @@ from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
 from ..llvm.target import host_cpu
 from .features import check_cpu, required_features
+from .split import split_module
 
 
 @functools.lru_cache(maxsize=16)
@@ -83,7 +84,7 @@ class CpuBackend:
 
         from .emit import emit_assembly, emit_llvm, emit_object
 
-        if stop == "lib" and len(module.versions) > 1 and _jobs() > 1:
+        if stop == "lib" and _jobs() > 1:
             return self._emit_parallel(module, name, step)
         t0 = time.perf_counter()
         llmod = llir.Module(name=name)
@@ -114,6 +115,8 @@ class CpuBackend:
         t0 = time.perf_counter()
         triple = self.triple or llvm.get_process_triple()
         mods, consts = [], {}
+        jobs = _jobs()
+        parts = -(-jobs // max(1, len(module.versions)))  # fewer versions than workers: split them
         for v in module.versions:
             m = llir.Module(name=f"{name}.{v.program.name}")
             m.triple = triple
@@ -126,7 +129,7 @@ class CpuBackend:
                         gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
                     else:
                         gv.linkage = "available_externally hidden"
-            mods.append(m)
+            mods.extend(split_module(m, v.program.name, parts))
         cmod = llir.Module(name=f"{name}.consts")
         cmod.triple = triple
         for gname, (gv, init) in consts.items():
@@ -136,7 +139,7 @@ class CpuBackend:
             c.unnamed_addr, c.linkage = gv.unnamed_addr, "weak_odr hidden"
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
-        objs = compile_in_workers([cmod, *mods], (self.triple, self.cpu, self.features, self.opt), _jobs())
+        objs = compile_in_workers([cmod, *mods], (self.triple, self.cpu, self.features, self.opt), jobs)
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=objs)
 
