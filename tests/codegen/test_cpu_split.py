@@ -66,7 +66,8 @@ def test_split_deals_out_version_functions_and_copies_helpers():
     assert not own[0] & own[1]
     for t, names in zip(texts, own, strict=True):
         if names & {"m_v0.par.a", "m_v0.par.b"}:  # a part with a body carries the helpers, internal
-            assert re.search(r'define internal i64 @"onnxcc.h"', t) and re.search(r'define internal i64 @"onnxcc.h2"', t)
+            assert 'define internal i64 @"onnxcc.h"' in t
+            assert 'define internal i64 @"onnxcc.h2"' in t
         else:
             assert "onnxcc.h" not in t
     # the bodies the entry reaches in the other part are hidden there and declared here
