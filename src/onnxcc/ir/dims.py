@@ -125,8 +125,10 @@ class SymbolTable:
         return SymbolTable({k: SymbolInfo(**vars(v)) for k, v in self.infos.items()})
 
     # ---- bounds -------------------------------------------------------------------------
-    def bounds(self, d: Dim) -> tuple[Any, Any]:
-        """Interval bounds of a dim over the symbols' ranges (sound, maybe loose)."""
+    def bounds(self, d: Dim, memo: dict | None = None) -> tuple[Any, Any]:
+        """Interval bounds of a dim over the symbols' ranges (sound, maybe loose). `memo`
+        keeps the intervals of subexpressions between calls (valid while the table is
+        unchanged: the `Prover` passes its own)."""
         if isinstance(d, int):
             return d, d
         e = sympy.sympify(d)
@@ -134,7 +136,7 @@ class SymbolTable:
             return int(e), int(e)
         # Substitute ranges by interval arithmetic on monotone pieces where possible.
         try:
-            lo, hi = _interval(e, self)
+            lo, hi = _interval(e, self, {} if memo is None else memo)
             return lo, hi
         except _NoBound:
             return -sympy.oo, sympy.oo
@@ -185,6 +187,7 @@ class Prover:
         self.table = symbols if symbols is not None else SymbolTable()
         self._le: dict[tuple, bool] = {}
         self._eq: dict[tuple, bool | None] = {}
+        self._iv: dict = {}  # subexpression -> interval over the table's ranges
 
     # ---- the two questions, three answers -------------------------------------------------
     def prove_le(self, a: Dim | None, b: Dim | None) -> bool | None:
@@ -195,7 +198,7 @@ class Prover:
             return x <= y
         if self.le(x, y):
             return True
-        if self.table.bounds(sympy.sympify(y) - sympy.sympify(x))[1] < 0:
+        if self.table.bounds(sympy.sympify(y) - sympy.sympify(x), self._iv)[1] < 0:
             return False
         return None
 
@@ -237,7 +240,7 @@ class Prover:
         diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
         if diff == 0:
             return True
-        lo, hi = self.table.bounds(diff)
+        lo, hi = self.table.bounds(diff, self._iv)
         if lo == hi == 0:  # e.g. a symbol whose range is [1, 1]
             return True
         if lo > 0 or hi < 0:
@@ -248,7 +251,7 @@ class Prover:
             diff = sympy.simplify(diff)
             if diff == 0:
                 return True
-            lo, hi = self.table.bounds(diff)
+            lo, hi = self.table.bounds(diff, self._iv)
             if lo > 0 or hi < 0 or diff.is_Number:
                 return False
             if lo == hi == 0:
@@ -256,7 +259,7 @@ class Prover:
         return None
 
     def _le_interval(self, x: Dim, y: Dim) -> bool:
-        return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x))[0] >= 0)
+        return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x), self._iv)[0] >= 0)
 
     def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
         d = sympy.expand(y - x)
@@ -350,11 +353,19 @@ def _sign(c: sympy.Expr) -> int | None:
     return None
 
 
-def _interval(e: Any, table: SymbolTable) -> tuple:
+def _interval(e: Any, table: SymbolTable, memo: dict) -> tuple:
     """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges.
 
     The ends are Python ints and Fractions, exact like sympy's numbers but without their
-    dispatch (the memory planner asks for thousands of intervals of nested floors)."""
+    dispatch, and each subexpression's interval is kept in `memo`: the memory planner asks
+    for thousands of intervals of sums of the same nested floors."""
+    hit = memo.get(e)
+    if hit is None:
+        hit = memo[e] = _interval_of(e, table, memo)
+    return hit
+
+
+def _interval_of(e: Any, table: SymbolTable, memo: dict) -> tuple:
     if e.is_Integer:
         return int(e), int(e)
     if e.is_Rational:
@@ -368,33 +379,33 @@ def _interval(e: Any, table: SymbolTable) -> tuple:
     if e.is_Add:
         lo, hi = 0, 0
         for a in e.args:
-            l2, h2 = _interval(a, table)
+            l2, h2 = _interval(a, table, memo)
             lo, hi = lo + l2, hi + h2
         return lo, hi
     if e.is_Mul:
         lo, hi = 1, 1
         for a in e.args:
-            l2, h2 = _interval(a, table)
+            l2, h2 = _interval(a, table, memo)
             cands = [x * y for x in (lo, hi) for y in (l2, h2)]
             lo, hi = min(cands), max(cands)
         return lo, hi
     if e.is_Pow and e.exp.is_Integer and e.exp > 0:
-        lo, hi = _interval(e.base, table)
+        lo, hi = _interval(e.base, table, memo)
         if lo >= 0:
             k = int(e.exp)
             return lo ** k, hi ** k
         raise _NoBound
     if isinstance(e, sympy.floor):
-        lo, hi = _interval(e.args[0], table)
+        lo, hi = _interval(e.args[0], table, memo)
         return math.floor(lo), math.floor(hi)
     if isinstance(e, sympy.ceiling):
-        lo, hi = _interval(e.args[0], table)
+        lo, hi = _interval(e.args[0], table, memo)
         return math.ceil(lo), math.ceil(hi)
     if isinstance(e, sympy.Max):
-        ivs = [_interval(a, table) for a in e.args]
+        ivs = [_interval(a, table, memo) for a in e.args]
         return max(i[0] for i in ivs), max(i[1] for i in ivs)
     if isinstance(e, sympy.Min):
-        ivs = [_interval(a, table) for a in e.args]
+        ivs = [_interval(a, table, memo) for a in e.args]
         return min(i[0] for i in ivs), min(i[1] for i in ivs)
     if isinstance(e, sympy.Mod):
         m: Any = e.args[1]
