@@ -16,6 +16,7 @@ from ..backend import Emitted, StepClock
 from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
 from ..llvm.target import host_cpu
+from .dedup import forward_duplicates
 from .features import check_cpu, required_features
 from .split import split_module
 
@@ -96,6 +97,7 @@ class CpuBackend:
             return Emitted(text=str(llmod))
         if stop == "asm":
             return Emitted(text=emit_assembly(llmod, self.triple, self.cpu, self.features, self.opt))
+        forward_duplicates([(llmod, v.program.name) for v in module.versions])
         t0 = time.perf_counter()
         obj = emit_object(llmod, self.triple, self.cpu, self.features, self.opt)
         step("codegen", time.perf_counter() - t0)
@@ -129,7 +131,9 @@ class CpuBackend:
                         gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
                     else:
                         gv.linkage = "available_externally hidden"
-            mods.extend(split_module(m, v.program.name, parts))
+            mods.append((m, v.program.name))
+        forward_duplicates(mods)  # before the split: a stub's target may be in any part
+        mods = [part for m, prefix in mods for part in split_module(m, prefix, parts)]
         cmod = llir.Module(name=f"{name}.consts")
         cmod.triple = triple
         for gname, (gv, init) in consts.items():
