@@ -1,7 +1,8 @@
 """The CPU backend: every version's kernel function in one LLVM module (cpu.py), one object
 for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatcher. A library
-with several versions instead gets one module and object per version, built in parallel
-(`_emit_parallel`), plus one object holding the weight constants."""
+with several versions, or one on a machine with several CPUs, instead gets one module and
+object per version (or per part of a version), built in parallel (`_emit_parallel`), plus
+one object holding the weight constants."""
 
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ class CpuBackend:
             return Emitted(text=str(llmod))
         if stop == "asm":
             return Emitted(text=emit_assembly(llmod, self.triple, self.cpu, self.features, self.opt))
-        forward_duplicates([(llmod, v.program.name) for v in module.versions])
+        if len(module.versions) > 1:  # within one version, layers differ at least in their weights
+            forward_duplicates([(llmod, v.program.name) for v in module.versions])
         t0 = time.perf_counter()
         obj = emit_object(llmod, self.triple, self.cpu, self.features, self.opt)
         step("codegen", time.perf_counter() - t0)
@@ -108,7 +110,9 @@ class CpuBackend:
         processes (llvmlite serialises every LLVM call behind one lock, so threads would not
         overlap). The weight constants all versions share are defined once, in their own
         object; each version module sees them `available_externally` (the optimiser still
-        reads their values, nothing is emitted twice)."""
+        reads their values, nothing is emitted twice). A function identical to another
+        version's is compiled once (`forward_duplicates`); with fewer versions than workers
+        each version's module is cut into parts (`split_module`) so every worker has work."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -116,7 +120,7 @@ class CpuBackend:
 
         t0 = time.perf_counter()
         triple = self.triple or llvm.get_process_triple()
-        mods, consts = [], {}
+        versions, consts = [], {}
         jobs = _jobs()
         parts = -(-jobs // max(1, len(module.versions)))  # fewer versions than workers: split them
         for v in module.versions:
@@ -131,9 +135,10 @@ class CpuBackend:
                         gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
                     else:
                         gv.linkage = "available_externally hidden"
-            mods.append((m, v.program.name))
-        forward_duplicates(mods)  # before the split: a stub's target may be in any part
-        mods = [part for m, prefix in mods for part in split_module(m, prefix, parts)]
+            versions.append((m, v.program.name))
+        if len(versions) > 1:  # before the split: a stub's target may be in any part
+            forward_duplicates(versions)
+        mods = [part for m, prefix in versions for part in split_module(m, prefix, parts)]
         cmod = llir.Module(name=f"{name}.consts")
         cmod.triple = triple
         for gname, (gv, init) in consts.items():
