@@ -8,6 +8,7 @@ and let it become a run-time guard. Never compare dims with a bare `==`.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -262,50 +263,71 @@ class Prover:
         return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x), self._iv)[0] >= 0)
 
     def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
-        d = sympy.expand(y - x)
+        d, bounded = _difference(x, y)
         if d.is_Number:
             return bool(d >= 0)
-        bounded = self._bound_atoms(d)
         if bounded is not None and self._nonneg(bounded):
             return True
         return self._le_interval(x, y)
 
-    def _bound_atoms(self, d: sympy.Expr) -> sympy.Expr | None:
-        """`d` with each ceiling / floor replaced by the bound that can only make it smaller."""
-        atoms = d.atoms(sympy.ceiling, sympy.floor)
-        if not atoms:
-            return d
-        out = sympy.Integer(0)
-        for term in sympy.Add.make_args(d):
-            at = [a for a in atoms if term.has(a)]
-            if not at:
-                out += term
-                continue
-            if len(at) > 1:
-                return None
-            a = at[0]
-            c = sympy.cancel(term / a)
-            if c.has(a):
-                return None
-            sign = _sign(c)
-            if sign is None:
-                return None
-            q = a.args[0]
-            slack = _ceil_slack(q)
-            lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
-            out += c * (lo if sign >= 0 else hi)
-        return sympy.expand(out)
-
     def _nonneg(self, d: sympy.Expr) -> bool:
-        syms: list[Any] = sorted(d.free_symbols, key=str)
-        if not d.is_polynomial(*syms):
-            return False
-        shift = {}
-        for s in syms:
+        lows = []
+        for s in sorted(d.free_symbols, key=str):
             info = self.table.infos.get(s.name)
-            shift[s] = s + (info.lo if info is not None else 1)
-        e = sympy.expand(d.xreplace(shift))
-        return all(c >= 0 for c in e.as_coefficients_dict().values())
+            lows.append((s, info.lo if info is not None else 1))
+        return _nonneg_shifted(d, tuple(lows))
+
+
+# The symbolic steps of a proof that do not depend on the symbols' ranges are memoised
+# across provers: the memory planner asks the same pairs again under every range it tries
+# (one prover each), and expanding sums of nested floors is most of a conv net's planning.
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr | None]:
+    """`y - x` expanded, and that with its floors and ceilings bounded (`_bound_atoms`;
+    None when it cannot be)."""
+    d = sympy.expand(y - x)
+    if d.is_Number:
+        return d, None
+    return d, _bound_atoms(d)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _nonneg_shifted(d: sympy.Expr, lows: tuple) -> bool:
+    """`d` is a polynomial whose coefficients are all nonnegative once each symbol s is
+    replaced by s + (its lower bound); `lows` pairs each symbol with that bound."""
+    if not d.is_polynomial(*(s for s, _ in lows)):
+        return False
+    e = sympy.expand(d.xreplace({s: s + lo for s, lo in lows}))
+    return all(c >= 0 for c in e.as_coefficients_dict().values())
+
+
+def _bound_atoms(d: sympy.Expr) -> sympy.Expr | None:
+    """`d` with each ceiling / floor replaced by the bound that can only make it smaller."""
+    atoms = d.atoms(sympy.ceiling, sympy.floor)
+    if not atoms:
+        return d
+    out = sympy.Integer(0)
+    for term in sympy.Add.make_args(d):
+        at = [a for a in atoms if term.has(a)]
+        if not at:
+            out += term
+            continue
+        if len(at) > 1:
+            return None
+        a = at[0]
+        c = sympy.cancel(term / a)
+        if c.has(a):
+            return None
+        sign = _sign(c)
+        if sign is None:
+            return None
+        q = a.args[0]
+        slack = _ceil_slack(q)
+        lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
+        out += c * (lo if sign >= 0 else hi)
+    return sympy.expand(out)
 
 
 def max_alternatives(d: Any) -> list[Any]:
