@@ -133,6 +133,7 @@ class CpuBackend:
                         gv.initializer = consts[gname][1]
                     if _nbytes(gv.value_type) > _INLINE_CONST_BYTES:
                         gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
+                        gv.storage_class = "hidden"  # printed after the linkage: addressed without the GOT
                     else:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
