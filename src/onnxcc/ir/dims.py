@@ -272,7 +272,8 @@ class Prover:
 
     def _nonneg(self, d: sympy.Expr) -> bool:
         lows = []
-        for s in sorted(d.free_symbols, key=str):
+        syms: list[Any] = sorted(d.free_symbols, key=str)
+        for s in syms:
             info = self.table.infos.get(s.name)
             lows.append((s, info.lo if info is not None else 1))
         return _nonneg_shifted(d, tuple(lows))
