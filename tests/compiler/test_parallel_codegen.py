@@ -51,3 +51,21 @@ def test_parallel_versions_match_serial(tmp_path, monkeypatch):
     w = numpy_helper.to_array(_model().graph.initializer[0]).tobytes()
     for art in (serial_art, par_art):
         assert art.library.read_bytes().count(w) == 1, art.library
+
+
+def test_one_version_split_across_workers_matches_serial(tmp_path, monkeypatch):
+    """One version, two workers: its functions are dealt out to two modules (codegen/cpu/
+    split.py) compiled in parallel; the library computes the same bits as the serial one."""
+    libs = []
+    for jobs in ("1", "2"):
+        monkeypatch.setenv("ONNXCC_JOBS", jobs)
+        out = tmp_path / f"one{jobs}"
+        art = onnxcc.compile(_model(), out, name="one", specialize_one=False, divisible=0)
+        assert len(json.loads(art.metadata.read_text())["versions"]) == 1
+        libs.append(onnxcc.load(out))
+    x = np.random.default_rng(1).standard_normal((5, 64)).astype(np.float32)
+    a, b = (np.asarray(next(iter(lib.run([x]).values()))) for lib in libs)
+    assert a.tobytes() == b.tobytes()
+    ref = np.tanh(x @ numpy_helper.to_array(_model().graph.initializer[0])
+                  + numpy_helper.to_array(_model().graph.initializer[1])).sum(axis=1)
+    np.testing.assert_allclose(b, ref, rtol=1e-4, atol=1e-4)

@@ -8,7 +8,10 @@ and let it become a run-time guard. Never compare dims with a bare `==`.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, cast
 
 import sympy
@@ -123,8 +126,10 @@ class SymbolTable:
         return SymbolTable({k: SymbolInfo(**vars(v)) for k, v in self.infos.items()})
 
     # ---- bounds -------------------------------------------------------------------------
-    def bounds(self, d: Dim) -> tuple[Any, Any]:
-        """Interval bounds of a dim over the symbols' ranges (sound, maybe loose)."""
+    def bounds(self, d: Dim, memo: dict | None = None) -> tuple[Any, Any]:
+        """Interval bounds of a dim over the symbols' ranges (sound, maybe loose). `memo`
+        keeps the intervals of subexpressions between calls (valid while the table is
+        unchanged: the `Prover` passes its own)."""
         if isinstance(d, int):
             return d, d
         e = sympy.sympify(d)
@@ -132,7 +137,7 @@ class SymbolTable:
             return int(e), int(e)
         # Substitute ranges by interval arithmetic on monotone pieces where possible.
         try:
-            lo, hi = _interval(e, self)
+            lo, hi = _interval(e, self, {} if memo is None else memo)
             return lo, hi
         except _NoBound:
             return -sympy.oo, sympy.oo
@@ -183,6 +188,7 @@ class Prover:
         self.table = symbols if symbols is not None else SymbolTable()
         self._le: dict[tuple, bool] = {}
         self._eq: dict[tuple, bool | None] = {}
+        self._iv: dict = {}  # subexpression -> interval over the table's ranges
 
     # ---- the two questions, three answers -------------------------------------------------
     def prove_le(self, a: Dim | None, b: Dim | None) -> bool | None:
@@ -193,7 +199,7 @@ class Prover:
             return x <= y
         if self.le(x, y):
             return True
-        if self.table.bounds(sympy.sympify(y) - sympy.sympify(x))[1] < 0:
+        if self.table.bounds(sympy.sympify(y) - sympy.sympify(x), self._iv)[1] < 0:
             return False
         return None
 
@@ -235,7 +241,7 @@ class Prover:
         diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
         if diff == 0:
             return True
-        lo, hi = self.table.bounds(diff)
+        lo, hi = self.table.bounds(diff, self._iv)
         if lo == hi == 0:  # e.g. a symbol whose range is [1, 1]
             return True
         if lo > 0 or hi < 0:
@@ -246,7 +252,7 @@ class Prover:
             diff = sympy.simplify(diff)
             if diff == 0:
                 return True
-            lo, hi = self.table.bounds(diff)
+            lo, hi = self.table.bounds(diff, self._iv)
             if lo > 0 or hi < 0 or diff.is_Number:
                 return False
             if lo == hi == 0:
@@ -254,53 +260,75 @@ class Prover:
         return None
 
     def _le_interval(self, x: Dim, y: Dim) -> bool:
-        return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x))[0] >= 0)
+        return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x), self._iv)[0] >= 0)
 
     def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
-        d = sympy.expand(y - x)
+        d, bounded = _difference(x, y)
         if d.is_Number:
             return bool(d >= 0)
-        bounded = self._bound_atoms(d)
         if bounded is not None and self._nonneg(bounded):
             return True
         return self._le_interval(x, y)
 
-    def _bound_atoms(self, d: sympy.Expr) -> sympy.Expr | None:
-        """`d` with each ceiling / floor replaced by the bound that can only make it smaller."""
-        atoms = d.atoms(sympy.ceiling, sympy.floor)
-        if not atoms:
-            return d
-        out = sympy.Integer(0)
-        for term in sympy.Add.make_args(d):
-            at = [a for a in atoms if term.has(a)]
-            if not at:
-                out += term
-                continue
-            if len(at) > 1:
-                return None
-            a = at[0]
-            c = sympy.cancel(term / a)
-            if c.has(a):
-                return None
-            sign = _sign(c)
-            if sign is None:
-                return None
-            q = a.args[0]
-            slack = _ceil_slack(q)
-            lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
-            out += c * (lo if sign >= 0 else hi)
-        return sympy.expand(out)
-
     def _nonneg(self, d: sympy.Expr) -> bool:
+        lows = []
         syms: list[Any] = sorted(d.free_symbols, key=str)
-        if not d.is_polynomial(*syms):
-            return False
-        shift = {}
         for s in syms:
             info = self.table.infos.get(s.name)
-            shift[s] = s + (info.lo if info is not None else 1)
-        e = sympy.expand(d.xreplace(shift))
-        return all(c >= 0 for c in e.as_coefficients_dict().values())
+            lows.append((s, info.lo if info is not None else 1))
+        return _nonneg_shifted(d, tuple(lows))
+
+
+# The symbolic steps of a proof that do not depend on the symbols' ranges are memoised
+# across provers: the memory planner asks the same pairs again under every range it tries
+# (one prover each), and expanding sums of nested floors is most of a conv net's planning.
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr | None]:
+    """`y - x` expanded, and that with its floors and ceilings bounded (`_bound_atoms`;
+    None when it cannot be)."""
+    d = sympy.expand(y - x)
+    if d.is_Number:
+        return d, None
+    return d, _bound_atoms(d)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _nonneg_shifted(d: sympy.Expr, lows: tuple) -> bool:
+    """`d` is a polynomial whose coefficients are all nonnegative once each symbol s is
+    replaced by s + (its lower bound); `lows` pairs each symbol with that bound."""
+    if not d.is_polynomial(*(s for s, _ in lows)):
+        return False
+    e = sympy.expand(d.xreplace({s: s + lo for s, lo in lows}))
+    return all(c >= 0 for c in e.as_coefficients_dict().values())
+
+
+def _bound_atoms(d: sympy.Expr) -> sympy.Expr | None:
+    """`d` with each ceiling / floor replaced by the bound that can only make it smaller."""
+    atoms = d.atoms(sympy.ceiling, sympy.floor)
+    if not atoms:
+        return d
+    out = sympy.Integer(0)
+    for term in sympy.Add.make_args(d):
+        at = [a for a in atoms if term.has(a)]
+        if not at:
+            out += term
+            continue
+        if len(at) > 1:
+            return None
+        a = at[0]
+        c = sympy.cancel(term / a)
+        if c.has(a):
+            return None
+        sign = _sign(c)
+        if sign is None:
+            return None
+        q = a.args[0]
+        slack = _ceil_slack(q)
+        lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
+        out += c * (lo if sign >= 0 else hi)
+    return sympy.expand(out)
 
 
 def max_alternatives(d: Any) -> list[Any]:
@@ -348,12 +376,24 @@ def _sign(c: sympy.Expr) -> int | None:
     return None
 
 
-def _interval(e: Any, table: SymbolTable) -> tuple:
-    """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges."""
+def _interval(e: Any, table: SymbolTable, memo: dict) -> tuple:
+    """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges.
+
+    The ends are Python ints and Fractions, exact like sympy's numbers but without their
+    dispatch, and each subexpression's interval is kept in `memo`: the memory planner asks
+    for thousands of intervals of sums of the same nested floors."""
+    hit = memo.get(e)
+    if hit is None:
+        hit = memo[e] = _interval_of(e, table, memo)
+    return hit
+
+
+def _interval_of(e: Any, table: SymbolTable, memo: dict) -> tuple:
     if e.is_Integer:
         return int(e), int(e)
     if e.is_Rational:
-        return e, e
+        q = Fraction(int(e.p), int(e.q))
+        return q, q
     if e.is_Symbol:
         info = table.infos.get(e.name)
         if info is None:
@@ -362,32 +402,33 @@ def _interval(e: Any, table: SymbolTable) -> tuple:
     if e.is_Add:
         lo, hi = 0, 0
         for a in e.args:
-            l2, h2 = _interval(a, table)
+            l2, h2 = _interval(a, table, memo)
             lo, hi = lo + l2, hi + h2
         return lo, hi
     if e.is_Mul:
         lo, hi = 1, 1
         for a in e.args:
-            l2, h2 = _interval(a, table)
+            l2, h2 = _interval(a, table, memo)
             cands = [x * y for x in (lo, hi) for y in (l2, h2)]
             lo, hi = min(cands), max(cands)
         return lo, hi
     if e.is_Pow and e.exp.is_Integer and e.exp > 0:
-        lo, hi = _interval(e.base, table)
+        lo, hi = _interval(e.base, table, memo)
         if lo >= 0:
-            return lo ** e.exp, hi ** e.exp
+            k = int(e.exp)
+            return lo ** k, hi ** k
         raise _NoBound
     if isinstance(e, sympy.floor):
-        lo, hi = _interval(e.args[0], table)
-        return sympy.floor(lo), sympy.floor(hi)
+        lo, hi = _interval(e.args[0], table, memo)
+        return math.floor(lo), math.floor(hi)
     if isinstance(e, sympy.ceiling):
-        lo, hi = _interval(e.args[0], table)
-        return sympy.ceiling(lo), sympy.ceiling(hi)
+        lo, hi = _interval(e.args[0], table, memo)
+        return math.ceil(lo), math.ceil(hi)
     if isinstance(e, sympy.Max):
-        ivs = [_interval(a, table) for a in e.args]
+        ivs = [_interval(a, table, memo) for a in e.args]
         return max(i[0] for i in ivs), max(i[1] for i in ivs)
     if isinstance(e, sympy.Min):
-        ivs = [_interval(a, table) for a in e.args]
+        ivs = [_interval(a, table, memo) for a in e.args]
         return min(i[0] for i in ivs), min(i[1] for i in ivs)
     if isinstance(e, sympy.Mod):
         m: Any = e.args[1]

@@ -32,6 +32,7 @@ touches still get slots, stacked after the others.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from dataclasses import dataclass, field, replace
@@ -134,10 +135,17 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
       split) holds over the narrower ones and is not proved again."""
     if isinstance(a, int) and isinstance(b, int):
         return a <= b
-    xs, ys = max_alternatives(a), max_alternatives(b)
+    xs, ys = _alternatives(a), _alternatives(b)
     if len(xs) > 1 or len(ys) > 1:
         return all(any(_le1(prover, x, y) for y in ys) for x in xs)
     return _le1(prover, a, b)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _alternatives(d: Dim) -> list[Dim]:
+    """`max_alternatives`, memoised: `_le` asks for the same few offsets and ends thousands
+    of times per placement (callers only read the list)."""
+    return max_alternatives(d)
 
 
 def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
@@ -175,10 +183,17 @@ class _Refuter:
             if env not in self.points:
                 self.points.append(env)
         self._memo: list[dict] = [{} for _ in self.points]
+        self._values: dict = {}  # dim -> its values at the points (ints where integral)
+
+    def values(self, d: Dim) -> tuple:
+        v = self._values.get(d)
+        if v is None:
+            xs = (_value(d, env, memo) for env, memo in zip(self.points, self._memo, strict=True))
+            v = self._values[d] = tuple(x if x is None or x.denominator != 1 else int(x) for x in xs)
+        return v
 
     def refutes(self, a: Dim, b: Dim) -> bool:
-        for env, memo in zip(self.points, self._memo):
-            x, y = _value(a, env, memo), _value(b, env, memo)
+        for x, y in zip(self.values(a), self.values(b), strict=True):
             if x is not None and y is not None and x > y:
                 return True
         return False
@@ -244,10 +259,15 @@ class _Slot:
     size: Dim  # aligned bytes
     order: int
     offset: Dim = 0
+    _end: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def end(self) -> Dim:
-        return canon(self.offset + self.size)
+        # cached per offset: a placement asks for the ends of the placed slots once per
+        # candidate per slot placed after them, and building the sum is a sympy Add each time
+        if self._end is None or self._end[0] is not self.offset:
+            self._end = (self.offset, canon(self.offset + self.size))
+        return self._end[1]
 
 
 def liveness(program: KernelProgram) -> dict[str, tuple[int, int]]:
@@ -484,16 +504,23 @@ class _Sampler:
     def __init__(self, env: dict[str, int]):
         self.env = env
         self._memo: dict = {}
+        self._exact: dict = {}  # _eval's memo of subexpressions
 
     def __call__(self, d: Dim) -> int:
         if isinstance(d, int):
             return d
         v = self._memo.get(d)
         if v is None:
-            try:
-                v = evaluate(d, self.env)
-            except (ValueError, TypeError):
-                v = 0
+            # the exact rational evaluator first (microseconds); sympy's substitution
+            # (a tree rebuild, about a millisecond) only for nodes it does not know
+            x = _value(d, self.env, self._exact)
+            if x is not None:
+                v = int(x) if x.denominator == 1 else 0
+            else:
+                try:
+                    v = evaluate(d, self.env)
+                except (ValueError, TypeError):
+                    v = 0
             self._memo[d] = v
         return v
 
@@ -549,6 +576,7 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
     """Best fit in the given order: each slot goes to the valid offset (0 or the end of an
     overlapping slot) with the smallest gap left below the next overlapping slot."""
     placed: list[_Slot] = []
+    at: dict[int, tuple[int, int]] = {}  # id(slot) -> (offset, end) at the sample point
     for g in slots:
         conf = [q for q in placed if q.first <= g.last and g.first <= q.last]
         cands: list[Dim] = [0]
@@ -557,26 +585,30 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
             if not any(e == c for c in cands):
                 cands.append(e)
         best: tuple | None = None
+        gsize = sample(g.size)
         for o in cands:
-            lo, hi = sample(o), sample(o) + sample(g.size)
+            lo = sample(o)
+            hi = lo + gsize
             # cheap numeric filter first: what fails at the sample point cannot be proved
-            if any(not (hi <= sample(q.offset) or sample(q.end) <= lo) for q in conf):
+            if any(not (hi <= at[id(q)][0] or at[id(q)][1] <= lo) for q in conf):
                 continue
             above = []
             ok = True
+            top = canon(o + g.size)
             for q in conf:
-                if _le(prover, canon(o + g.size), q.offset):
+                if _le(prover, top, q.offset):
                     above.append(q)
                 elif not _le(prover, q.end, o):
                     ok = False
                     break
             if not ok:
                 continue
-            gap = min((sample(q.offset) - hi for q in above), default=1 << 62)
+            gap = min((at[id(q)][0] - hi for q in above), default=1 << 62)
             key = (gap, lo)
             if best is None or key < best[0]:
                 best = (key, o)
         g.offset = best[1] if best is not None else max_dims([q.end for q in conf], prover, sample)
+        at[id(g)] = (sample(g.offset), sample(g.end))
         placed.append(g)
 
 

@@ -1,7 +1,8 @@
 """The CPU backend: every version's kernel function in one LLVM module (cpu.py), one object
 for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatcher. A library
-with several versions instead gets one module and object per version, built in parallel
-(`_emit_parallel`), plus one object holding the weight constants."""
+with several versions, or one on a machine with several CPUs, instead gets one module and
+object per version (or per part of a version), built in parallel (`_emit_parallel`), plus
+one object holding the weight constants."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from ..backend import Emitted, StepClock
 from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
 from ..llvm.target import host_cpu
+from .dedup import forward_duplicates
 from .features import check_cpu, required_features
+from .split import split_module
 
 
 @functools.lru_cache(maxsize=16)
@@ -83,7 +86,7 @@ class CpuBackend:
 
         from .emit import emit_assembly, emit_llvm, emit_object
 
-        if stop == "lib" and len(module.versions) > 1 and _jobs() > 1:
+        if stop == "lib" and _jobs() > 1:
             return self._emit_parallel(module, name, step)
         t0 = time.perf_counter()
         llmod = llir.Module(name=name)
@@ -95,6 +98,8 @@ class CpuBackend:
             return Emitted(text=str(llmod))
         if stop == "asm":
             return Emitted(text=emit_assembly(llmod, self.triple, self.cpu, self.features, self.opt))
+        if len(module.versions) > 1:  # within one version, layers differ at least in their weights
+            forward_duplicates([(llmod, v.program.name) for v in module.versions])
         t0 = time.perf_counter()
         obj = emit_object(llmod, self.triple, self.cpu, self.features, self.opt)
         step("codegen", time.perf_counter() - t0)
@@ -105,7 +110,9 @@ class CpuBackend:
         processes (llvmlite serialises every LLVM call behind one lock, so threads would not
         overlap). The weight constants all versions share are defined once, in their own
         object; each version module sees them `available_externally` (the optimiser still
-        reads their values, nothing is emitted twice)."""
+        reads their values, nothing is emitted twice). A function identical to another
+        version's is compiled once (`forward_duplicates`); with fewer versions than workers
+        each version's module is cut into parts (`split_module`) so every worker has work."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -113,7 +120,9 @@ class CpuBackend:
 
         t0 = time.perf_counter()
         triple = self.triple or llvm.get_process_triple()
-        mods, consts = [], {}
+        versions, consts = [], {}
+        jobs = _jobs()
+        parts = -(-jobs // max(1, len(module.versions)))  # fewer versions than workers: split them
         for v in module.versions:
             m = llir.Module(name=f"{name}.{v.program.name}")
             m.triple = triple
@@ -124,9 +133,13 @@ class CpuBackend:
                         gv.initializer = consts[gname][1]
                     if _nbytes(gv.value_type) > _INLINE_CONST_BYTES:
                         gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
+                        gv.storage_class = "hidden"  # printed after the linkage: addressed without the GOT
                     else:
                         gv.linkage = "available_externally hidden"
-            mods.append(m)
+            versions.append((m, v.program.name))
+        if len(versions) > 1:  # before the split: a stub's target may be in any part
+            forward_duplicates(versions)
+        mods = [part for m, prefix in versions for part in split_module(m, prefix, parts)]
         cmod = llir.Module(name=f"{name}.consts")
         cmod.triple = triple
         for gname, (gv, init) in consts.items():
@@ -136,7 +149,7 @@ class CpuBackend:
             c.unnamed_addr, c.linkage = gv.unnamed_addr, "weak_odr hidden"
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
-        objs = compile_in_workers([cmod, *mods], (self.triple, self.cpu, self.features, self.opt), _jobs())
+        objs = compile_in_workers([cmod, *mods], (self.triple, self.cpu, self.features, self.opt), jobs)
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=objs)
 

@@ -1,0 +1,94 @@
+"""Identical kernel functions compiled once: a function whose LLVM IR equals an earlier one's
+(in the same version or an earlier version) becomes a forwarding stub that tail-calls it.
+
+Versions of one model share most of their kernels (a `seq % 16 == 0` version differs from
+the generic one only where seq is an extent of a loop it vectorises), and a conv net repeats
+layers of the same shape; LLVM would optimise and compile each copy again. The content key
+is the function's printed IR with its own name blanked and the metadata it names (loop
+hints, alias scopes) printed after it, renumbered in order of first use; the version's name
+inside metadata strings (the alias scopes' labels) is blanked too, as labels carry no
+meaning. Any other difference, a symbol index, a constant, a call to another version's
+function, keeps the functions apart.
+
+A target in another module (another version's) is given `hidden` linkage and declared
+where the stub calls it; version functions are named after their version, so the name is
+unique in the library (and per CPU level in a multi-ISA build).
+"""
+
+from __future__ import annotations
+
+import re
+
+from llvmlite import ir
+
+_MD_REF = re.compile(r"!(\d+)")
+_LOCAL = re.compile(r'%"((?:[^"\\]|\\.)*)"|%([-\w.$]+)')
+_LABEL = re.compile(r'^"?([^\s"]+?)"?:$', re.MULTILINE)
+
+
+def _metadata_text(module: ir.Module) -> dict[str, str]:
+    return {md.name: str(md) for md in module.metadata}
+
+
+def _content_key(fn: ir.Function, prefix: str, mds: dict[str, str]) -> str:
+    text = str(fn).replace(f'@"{fn.name}"', '@"self"', 1)
+    # local names (values and blocks, named after the buffers and ops) carry no meaning:
+    # numbered in order of first appearance, so two layers of the same shape compare equal
+    text = _LABEL.sub(lambda m: f'%"{m.group(1)}":', text)
+    local: dict[str, int] = {}
+    text = _LOCAL.sub(lambda m: f"%{local.setdefault(m.group(1) or m.group(2), len(local))}", text)
+    order: dict[str, int] = {}
+    todo = _MD_REF.findall(text)
+    defs = []
+    while todo:
+        n = todo.pop(0)
+        if n in order or n not in mds:
+            continue
+        order[n] = len(order)
+        md = mds[n]
+        defs.append(md.replace(f'"onnxcc.{prefix}.', '"onnxcc.version.'))
+        todo.extend(_MD_REF.findall(md))
+    whole = "\n".join([text, *defs])
+    return _MD_REF.sub(lambda m: f"!{order.get(m.group(1), m.group(1))}", whole)
+
+
+def forward_duplicates(versions: list[tuple[ir.Module, str]]) -> int:
+    """Turn every version function (named `PREFIX.*`, the entry itself excluded) identical to
+    an earlier one into a stub calling that one; `versions` pairs each version's module
+    with its prefix, in build order (one module may hold several versions). Returns how many
+    functions became stubs."""
+    seen: dict[str, tuple[ir.Function, ir.Module]] = {}
+    mds: dict[int, dict[str, str]] = {}
+    stubs = 0
+    for module, prefix in versions:
+        md = mds.setdefault(id(module), _metadata_text(module))
+        for fn in [f for f in module.functions if f.blocks and f.name.startswith(prefix + ".")]:
+            key = _content_key(fn, prefix, md)
+            hit = seen.get(key)
+            if hit is None:
+                seen[key] = (fn, module)
+                continue
+            target, home = hit
+            if home is not module:
+                target.linkage = "hidden"
+                callee = module.globals.get(target.name)
+                if callee is None:
+                    callee = ir.Function(module, target.ftype, target.name)
+                    callee.linkage = "hidden"
+                    callee.calling_convention = target.calling_convention
+            else:
+                callee = target
+            _forward(fn, callee)
+            stubs += 1
+    return stubs
+
+
+def _forward(fn: ir.Function, callee) -> None:
+    """`fn`'s body replaced by a tail call of `callee` with its own arguments."""
+    fn.blocks = []
+    b = ir.IRBuilder(fn.append_basic_block("forward"))
+    r = b.call(callee, list(fn.args), tail=True)
+    if isinstance(fn.ftype.return_type, ir.VoidType):
+        b.ret_void()
+    else:
+        b.ret(r)
