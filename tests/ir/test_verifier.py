@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import onnxcc.ops  # noqa: F401  (installs the registry lookup the verifier checks registered ops with)
 from onnxcc.errors import VerifyError
 from onnxcc.ir import Block, DType, Function, Module, Op, Region, TensorType
 from onnxcc.ir.parser import parse_module
