@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
 import sympy
 
 from onnxcc.ir import DType, SymbolTable, evaluate, sym
@@ -100,8 +101,13 @@ def _side(s, k):
     return s
 
 
-def test_convnet_like_plan_is_disjoint():
-    # stride-2 stages with skip reads: sizes are nested floors of H and W, lifetimes overlap
+@pytest.mark.parametrize("budget", [None, -1.0], ids=["full-search", "proof-budget-spent"])
+def test_convnet_like_plan_is_disjoint(budget, monkeypatch):
+    # stride-2 stages with skip reads: sizes are nested floors of H and W, lifetimes overlap.
+    # With the proof budget spent before the first proof (PROOF_SECONDS), unproved pairs count
+    # as unordered: the plan must stay disjoint, only larger, and say it was cut.
+    if budget is not None:
+        monkeypatch.setattr(pm, "PROOF_SECONDS", budget)
     p = KernelProgram.new("k", ["batch", "H", "W"])
     chans = [16, 24, 24, 40, 40, 48, 96, 96]
     p.input("x", DType.f32, (B, 3, H, W))
@@ -117,6 +123,7 @@ def test_convnet_like_plan_is_disjoint():
     p.output("y", DType.f32, (B, 1))
     p.compute("y", lambda b, j: p.buffers[names[-1]].load(b, 0, 0, 0) + p.buffers[names[-3]].load(b, 0, 0, 0))
     mp = plan(p, _table())
+    assert mp.proofs_cut == (budget is not None)
     live = pm.liveness(p)
     assert len(live) == len(chans)
     for env in ({"batch": 1, "H": 1, "W": 1}, {"batch": 2, "H": 7, "W": 3}, {"batch": 1, "H": 64, "W": 64},

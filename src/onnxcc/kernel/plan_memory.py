@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 import weakref
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -64,6 +65,9 @@ class MemoryPlan:
     """the most (64-byte aligned) bytes of temps live at any one statement: the lower bound"""
     total_bytes: Dim = 0
     """the sum of all temps' aligned sizes (what a plan without reuse would need)"""
+    proofs_cut: bool = False
+    """the proof budget (`PROOF_SECONDS`) ran out: later placements reused memory only where
+    a sample point alone decides, so the arena may be larger than a full search would give"""
 
     def describe(self) -> str:
         lines = [f"workspace: {self.workspace_bytes} bytes (peak live {self.peak_live_bytes}, "
@@ -160,6 +164,9 @@ def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
         if key in _PROVED.get(parent, ()):
             return True
         parent = _PARENTS.get(parent)
+    if time.process_time() > _deadline[0]:  # the budget is spent: unproved means not ordered (safe)
+        _cut[0] = True
+        return False
     if prover.le(a, b):
         _PROVED.setdefault(prover, set()).add(key)
         return True
@@ -281,9 +288,30 @@ def liveness(program: KernelProgram) -> dict[str, tuple[int, int]]:
     return out
 
 
+PROOF_SECONDS = 20.0
+"""time one plan may spend in the prover. Sizes built of nested floors (a MobileNet's or a
+voice model's strided convs and pools over symbolic lengths) can make each `<=` proof cost
+seconds and a placement ask thousands; past the budget an unproved pair counts as not
+ordered, which is always safe (the slot is stacked above, never overlapped): compile time
+stays bounded and only the arena grows. The plan says so (`MemoryPlan.proofs_cut`; NAME.json's
+version info `plan_proofs_cut`). CPU seconds of this process, so a loaded machine does not
+cut sooner; a model under the budget plans the same every time."""
+
+_deadline = [math.inf]  # when the running plan's proof budget ends (plans do not nest)
+_cut = [False]
+
+
 def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPlan:
     """Offsets for every temp that owns memory (see the module docstring). `symbols`
     gives the symbols' ranges (default: [1, 2**31-1])."""
+    _deadline[0], _cut[0] = time.process_time() + PROOF_SECONDS, False
+    try:
+        return _plan(program, symbols)
+    finally:
+        _deadline[0] = math.inf
+
+
+def _plan(program: KernelProgram, symbols: SymbolTable | None) -> MemoryPlan:
     prover = Prover(symbols)
     temps = program.temps()
     sizes = {b.name: program.alloc_bytes(b) for b in temps}
@@ -312,7 +340,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     peak = canon(peak + rest)
     total = canon(sum((align_up(d) for d in sizes.values()), sympy.Integer(0)))
     offsets = {b.name: offsets[b.name] for b in temps}
-    return MemoryPlan(offsets, ws, sizes, peak_live_bytes=peak, total_bytes=total)
+    return MemoryPlan(offsets, ws, sizes, peak_live_bytes=peak, total_bytes=total, proofs_cut=_cut[0])
 
 
 @dataclass

@@ -24,7 +24,9 @@ class PlanMemoryPass:
             v.stats.update({"kernels_after": count_kernels(v.program.body),
                             "arena_bytes": print_dim(mplan.workspace_bytes),
                             "peak_live_bytes": print_dim(mplan.peak_live_bytes),
-                            "total_bytes": print_dim(mplan.total_bytes)})
+                            "total_bytes": print_dim(mplan.total_bytes),
+                            # NAME.json: this version's arena may be above what a full search gives
+                            **({"plan_proofs_cut": True} if mplan.proofs_cut else {})})
         return bool(module.versions)
 
 
