@@ -34,6 +34,7 @@ from onnxcc.ir import Dim, Divisible, DType, canon
 
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
+from .rownorm import RowNorm, match_row_norm
 
 F32 = DType.f32
 
@@ -180,6 +181,9 @@ class Schedule:
     reduce_vector_width: int | None = None
     """vector width asked of inner reduction loops (vector accumulators)"""
     gemm: GemmPlan | None = None
+    row_norm: RowNorm | None = None
+    """the innermost axis is a row normalised by its own sum (softmax): codegen runs it as
+    two passes, the numerator stored and summed once, then divided (kernel/rownorm.py)"""
     scratch_bytes: Dim = 0
     """workspace the compute needs while it runs (packed B panels)"""
 
@@ -189,6 +193,8 @@ class Schedule:
         parts = []
         if self.vector_width:
             parts.append(f"vector={self.vector_width} tail={self.vector_tail}")
+        if self.row_norm is not None:
+            parts.append("row-norm")
         parts.append(f"parallel={self.parallel}")
         if self.order:
             parts.append(f"order=({', '.join(self.order)})")
@@ -625,6 +631,12 @@ def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
     if not c.vars:
         return Schedule(parallel=False)
     vw = target.vector_width
+    rn = match_row_norm(c, program.buffers[c.out].dtype)
+    if rn is not None and vectorizable(rn.numer):
+        # two passes over each row (a hint to LLVM's vectorizer, no strip-mining); one row
+        # cannot be split over threads, so a rank-1 compute stays serial
+        return Schedule(vector_width=vw, strip_mine=False, row_norm=rn, reduce_vector_width=vw,
+                        parallel=parallel if len(c.vars) > 1 else False)
     inner_var, ext = c.vars[-1]
     inner = inner_var.name
     sext = _static(ext)

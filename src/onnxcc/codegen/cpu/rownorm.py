@@ -1,0 +1,57 @@
+"""The innermost loop of a row-normalised compute (softmax) as two passes over the row.
+
+`out[..., j] = a(j) / sum(d: a(d))` (kernel/rownorm.py) written as one loop evaluates `a`
+twice per element: once inside the row sum (hoisted out of the loop over `j`) and once
+for the element itself. Here the row is run twice instead:
+
+    for j: t = a(j); out[j] = t; s += t      (a evaluated once per element)
+    for j: out[j] = out[j] / s
+
+Both loops carry the vectorizer hint. The second pass reads back what the first stored, so
+its loads carry none of the statement's scoped-noalias tags (which promise that the
+statement's loads never alias its stores).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type, identity
+from ..llvm.helpers import for_range, loop_metadata
+
+if TYPE_CHECKING:
+    from onnxcc.kernel.program import Compute
+
+    from .emit import FnCtx, KernelEmitter, NestPlan
+
+
+def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
+                  vals: dict[str, ir.Value]) -> None:
+    """The innermost var `v` of `c` (the outer vars bound in `vals`; the row nonempty)."""
+    rn = plan.row_norm
+    assert rn is not None
+    b = ctx.b
+    name, ext = c.var_names[v], c.extents[v]
+    n = ctx.dim(ext)
+    dt = rn.numer.dtype
+    acc = ctx.alloca(compute_type(dt), "rownorm.acc")
+    b.store(identity("sum", dt), acc)
+
+    def index(j: ir.Value) -> list[ir.Value]:
+        return [j if m == name else vals[m] for m in c.var_names]
+
+    with for_range(b, n, name, guard=False, metadata=loop_metadata(owner.module, plan.vector_width)) as j:
+        em.push({name: j}, {name: ext})
+        t = em.emit(rn.numer)
+        em.store(c.out, index(j), t)
+        b.store(REDUCE_COMBINE["sum"](em, b.load(acc, name="rownorm.cur"), t, dt), acc)
+        em.pop()
+    total = b.load(acc, name="rownorm.sum")
+    em.frames[-1].cache[rn.denom] = total  # the row sum, should anything else read it
+    with for_range(b, n, f"{name}.norm", guard=False,
+                   metadata=loop_metadata(owner.module, plan.vector_width)) as j:
+        ptr = em.address(c.out, index(j))
+        t = b.load(ptr, name="rownorm.t", align=dt.itemsize, typ=compute_type(dt))
+        b.store(b.fdiv(t, total, name="rownorm.div"), ptr, align=dt.itemsize)

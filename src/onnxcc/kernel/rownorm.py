@@ -1,0 +1,63 @@
+"""Row normalisation: `out[..., j] = a(j) / sum(d < n: a(d))`, computed with `a` evaluated
+once per element.
+
+Softmax lowers to `exp(x[..., j] - max) / sum(d < n: exp(x[..., d] - max))` (ops/reduce.py,
+the contrib attention ops): as written, the emitter hoists the row sum out of the loop over
+`j` and then evaluates `exp` again for every element, two exponentials per element. A
+compute of that shape gets a `RowNorm` on its schedule; the CPU emitter then runs the
+innermost axis as two passes over the row: `out[j] = a(j)` while summing, then
+`out[j] = out[j] / sum`. The stored numerators are read back at the precision they were
+computed in, so the result is the same division of the same values (only the order of the
+sum's additions may differ, as it may for any vectorised sum).
+
+Only matched where that holds: the output stores exactly the compute type of `a` (f32 or
+f64; an f16 output would round the numerator before the division), `a` does not read the
+output, and every reduction inside `a` is free of the innermost var (a row statistic such
+as the max, hoisted out of the row loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxcc.ir import DType
+
+from .expr import Binary, Expr, Load, Reduce, dim_to_expr, free_vars, substitute, walk
+from .program import Compute
+
+_STORED_EXACTLY = (DType.f32, DType.f64)
+"""output dtypes whose storage holds the computed numerator bit for bit"""
+
+
+@dataclass(frozen=True)
+class RowNorm:
+    """`numer / denom` where `denom` sums `numer` over the innermost output var."""
+
+    numer: Expr
+    """the element before normalisation, at the compute's own vars"""
+    denom: Reduce
+    """the row sum of `numer` (one var, the innermost axis's extent)"""
+
+
+def match_row_norm(c: Compute, out_dtype: DType) -> RowNorm | None:
+    """The row normalisation `c` (storing `out_dtype`) computes over its innermost var, or None."""
+    body = c.body
+    if not c.vars or out_dtype not in _STORED_EXACTLY or body.dtype is not out_dtype:
+        return None
+    if not (isinstance(body, Binary) and body.op == "div"):
+        return None
+    numer, denom = body.a, body.b
+    if not (isinstance(denom, Reduce) and denom.op == "sum" and denom.init is None and len(denom.vars) == 1):
+        return None
+    inner, ext = c.vars[-1]
+    (d, dext), = denom.vars
+    if dext != dim_to_expr(ext) or inner.name not in free_vars(numer):
+        return None
+    if substitute(numer, {inner.name: d}) != denom.body:
+        return None
+    for n in walk(numer):
+        if isinstance(n, Load) and n.buffer == c.out:
+            return None
+        if isinstance(n, Reduce) and inner.name in free_vars(n):
+            return None  # a per-element reduction: nothing to share, keep the plain loop
+    return RowNorm(numer, denom)
