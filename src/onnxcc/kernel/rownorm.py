@@ -1,12 +1,13 @@
-"""Row normalisation: `out[..., j] = a(j) / sum(d < n: a(d))`, computed with `a` evaluated
-once per element.
+"""Row normalisation: `out[..., j] = a(j) / f(sum(d < n: a(d)))`, computed with `a`
+evaluated once per element (`f` is the identity, or a row-invariant guard such as
+Attention's `select(s == 0, 1, s)`).
 
 Softmax lowers to `exp(x[..., j] - max) / sum(d < n: exp(x[..., d] - max))` (ops/reduce.py,
 the contrib attention ops): as written, the emitter hoists the row sum out of the loop over
 `j` and then evaluates `exp` again for every element, two exponentials per element. A
 compute of that shape gets a `RowNorm` on its schedule; the CPU emitter then runs the
 innermost axis as two passes over the row: `out[j] = a(j)` while summing, then
-`out[j] = out[j] / sum`. The stored numerators are read back at the precision they were
+`out[j] = out[j] / f(sum)`. The stored numerators are read back at the precision they were
 computed in, so the result is the same division of the same values (only the order of the
 sum's additions may differ, as it may for any vectorised sum).
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from onnxcc.ir import DType
 
-from .expr import Binary, Expr, Load, Reduce, dim_to_expr, free_vars, substitute, walk
+from .expr import Binary, Const, Expr, Load, Reduce, dim_to_expr, free_vars, substitute, transform, walk
 from .program import Compute
 
 _STORED_EXACTLY = (DType.f32, DType.f64)
@@ -31,11 +32,15 @@ _STORED_EXACTLY = (DType.f32, DType.f64)
 
 @dataclass(frozen=True)
 class RowNorm:
-    """`numer / denom` where `denom` sums `numer` over the innermost output var."""
+    """`numer / denom` where `denom` is a row-invariant function of `rowsum`, the sum of
+    `numer` over the innermost output var (plain softmax: `denom` is `rowsum` itself;
+    Attention guards an empty row: `select(rowsum == 0, 1, rowsum)`)."""
 
     numer: Expr
     """the element before normalisation, at the compute's own vars"""
-    denom: Reduce
+    denom: Expr
+    """the divisor: free of the innermost var, reads `rowsum`"""
+    rowsum: Reduce
     """the row sum of `numer` (one var, the innermost axis's extent)"""
 
 
@@ -47,17 +52,34 @@ def match_row_norm(c: Compute, out_dtype: DType) -> RowNorm | None:
     if not (isinstance(body, Binary) and body.op == "div"):
         return None
     numer, denom = body.a, body.b
-    if not (isinstance(denom, Reduce) and denom.op == "sum" and denom.init is None and len(denom.vars) == 1):
-        return None
     inner, ext = c.vars[-1]
-    (d, dext), = denom.vars
-    if dext != dim_to_expr(ext) or inner.name not in free_vars(numer):
+    if inner.name in free_vars(denom) or inner.name not in free_vars(numer):
         return None
-    if substitute(numer, {inner.name: d}) != denom.body:
+    rowsum = next((n for n in walk(denom) if _sums_row(n, numer, inner.name, dim_to_expr(ext))), None)
+    if not isinstance(rowsum, Reduce):
         return None
     for n in walk(numer):
         if isinstance(n, Load) and n.buffer == c.out:
             return None
         if isinstance(n, Reduce) and inner.name in free_vars(n):
             return None  # a per-element reduction: nothing to share, keep the plain loop
-    return RowNorm(numer, denom)
+    return RowNorm(numer, denom, rowsum)
+
+
+def _sums_row(n: Expr, numer: Expr, inner: str, ext: Expr) -> bool:
+    """Whether `n` is `sum(d < ext: numer[inner := d])`."""
+    if not (isinstance(n, Reduce) and n.op == "sum" and n.init is None and len(n.vars) == 1):
+        return False
+    (d, dext), = n.vars
+    return dext == ext and substitute(numer, {inner: d}) == n.body
+
+
+def per_element_reads(rn: RowNorm) -> tuple[Expr, Expr]:
+    """What the two-pass emission reads per element of a row, for memory planning: the
+    numerator, and the divisor with the row sum taken out (the sum's loads are the
+    numerator's own, made in the first pass before its store). Writing the output in place
+    over an input read only through these at the element being written is safe: every
+    element is read before the same iteration overwrites it, and the second pass reads only
+    the output."""
+    rest = transform(rn.denom, lambda n: Const(0.0, n.dtype) if n == rn.rowsum else None)
+    return rn.numer, rest

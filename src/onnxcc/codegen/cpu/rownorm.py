@@ -5,7 +5,7 @@ twice per element: once inside the row sum (hoisted out of the loop over `j`) an
 for the element itself. Here the row is run twice instead:
 
     for j: t = a(j); out[j] = t; s += t      (a evaluated once per element)
-    for j: out[j] = out[j] / s
+    for j: out[j] = out[j] / f(s)            (f(s) = s, or a guard of an empty row)
 
 Both loops carry the vectorizer hint. The second pass reads back what the first stored, so
 its loads carry none of the statement's scoped-noalias tags (which promise that the
@@ -48,8 +48,9 @@ def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute,
         em.store(c.out, index(j), t)
         b.store(REDUCE_COMBINE["sum"](em, b.load(acc, name="rownorm.cur"), t, dt), acc)
         em.pop()
-    total = b.load(acc, name="rownorm.sum")
-    em.frames[-1].cache[rn.denom] = total  # the row sum, should anything else read it
+    # the divisor reads the row sum just computed (the frame's cache is what emit consults)
+    em.frames[-1].cache[rn.rowsum] = b.load(acc, name="rownorm.sum")
+    total = em.emit(rn.denom)
     with for_range(b, n, f"{name}.norm", guard=False,
                    metadata=loop_metadata(owner.module, plan.vector_width)) as j:
         ptr = em.address(c.out, index(j))
