@@ -26,7 +26,7 @@ def _softmax_program(out_dtype: DType = F32, guarded: bool = False) -> KernelPro
     p = KernelProgram.new("sm", ["R", "N"])
     X = p.input("X", F32, (R, N))
     Z = p.output("Z", out_dtype, (R, N))
-    c, d, r = Var("c"), Var("d"), Var("r")
+    c, d = Var("c"), Var("d")
 
     def body(r, j):
         mx = rmax([(c, N)], X[r, c])
