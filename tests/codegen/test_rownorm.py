@@ -129,3 +129,36 @@ def test_guarded_rows_of_zeros_and_in_place_over_scores():
         pr = np.where(dd[:, None], 0.0, e / e.sum(1, keepdims=True))
         np.testing.assert_allclose(y, (pr * np.arange(n)).sum(1), rtol=1e-5, atol=1e-6)
         assert y[1] == 0.0
+
+
+@pytest.mark.parametrize("other_row", [False, True])
+def test_in_place_with_an_inline_row_max(other_row):
+    """The transformer's shape: the softmax's max inline (hoisted before the row's passes)
+    may read the row it overwrites, so the probabilities take the scores' slot; a max that
+    reads another row (here row 0, overwritten first) keeps them apart."""
+    p = KernelProgram.new("inl", ["R", "N"])
+    X = p.input("X", F32, (R, N))
+    Y = p.output("Y", F32, (R,))
+    S = p.temp("S", F32, (R, N))
+    P = p.temp("P", F32, (R, N))
+    c, d, u = Var("c"), Var("d"), Var("u")
+    p.compute(S, lambda r, j: X[r, j] * 2.0)
+
+    def prob(r, j):
+        mx = rmax([(c, N)], S[0 if other_row else r, c])
+        return exp(S[r, j] - mx) / rsum([(d, N)], exp(S[r, d] - mx))
+
+    p.compute(P, prob)
+    p.compute(Y, lambda r: rsum([(u, N)], P[r, u] * u.cast(F32)))
+    schedule_program(p, TargetInfo(parallel=True, min_parallel_work=16))
+    assert list(p.computes())[1].schedule.row_norm is not None
+    mp = plan(p)
+    assert (mp.offsets["S"] == mp.offsets["P"]) is not other_row
+    kern = JitKernel(p, mp, parallel=True, parallel_min_work=16)
+    for rows, n in ((3, 5), (40, 67)):
+        x = rng.standard_normal((rows, n)).astype(np.float32)
+        (y,) = kern(x)
+        s = 2 * x
+        mx = s[:1].max(1, keepdims=True) if other_row else s.max(1, keepdims=True)
+        e = np.exp(s - mx)
+        np.testing.assert_allclose(y, (e / e.sum(1, keepdims=True) * np.arange(n)).sum(1), rtol=1e-5, atol=1e-5)

@@ -457,7 +457,7 @@ def _in_place_candidates(program: KernelProgram, c: Compute, k: int, live, prove
     loads: dict[str, list[Load]] = {}
     # a row normalisation (softmax) is elementwise in how the CPU emits it (rownorm.py)
     rn = getattr(c.schedule, "row_norm", None)
-    reads = [c.body] if rn is None else per_element_reads(rn)
+    reads = [c.body] if rn is None else per_element_reads(rn, c)
     for n in (m for r in reads for m in walk(r)):
         if isinstance(n, Reduce):
             # NOTE: not elementwise; a GEMM schedule accumulates into the output over

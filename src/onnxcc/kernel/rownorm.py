@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from onnxcc.ir import DType
 
-from .expr import Binary, Const, Expr, Load, Reduce, dim_to_expr, free_vars, substitute, transform, walk
+from .expr import Binary, Const, Expr, Load, Reduce, children, dim_to_expr, free_vars, rebuild, substitute, walk
 from .program import Compute
 
 _STORED_EXACTLY = (DType.f32, DType.f64)
@@ -74,12 +74,37 @@ def _sums_row(n: Expr, numer: Expr, inner: str, ext: Expr) -> bool:
     return dext == ext and substitute(numer, {inner: d}) == n.body
 
 
-def per_element_reads(rn: RowNorm) -> tuple[Expr, Expr]:
-    """What the two-pass emission reads per element of a row, for memory planning: the
-    numerator, and the divisor with the row sum taken out (the sum's loads are the
-    numerator's own, made in the first pass before its store). Writing the output in place
-    over an input read only through these at the element being written is safe: every
-    element is read before the same iteration overwrites it, and the second pass reads only
-    the output."""
-    rest = transform(rn.denom, lambda n: Const(0.0, n.dtype) if n == rn.rowsum else None)
-    return rn.numer, rest
+def per_element_reads(rn: RowNorm, c: Compute) -> tuple[Expr, Expr]:
+    """What the two-pass emission of `c` reads per element of a row, for memory planning:
+    the numerator and the divisor, with the row sum taken out (its loads are the
+    numerator's own, made in the first pass before that element's store) and every
+    row-invariant reduction that reads only the row being written (the max) taken out too:
+    the emitter computes it before the row's first pass. Writing the output in place over
+    an input read only through what is left at the element being written is then safe:
+    every element is read before the iteration that overwrites it, and the second pass
+    reads only the output."""
+    own = tuple(v for v, _ in c.vars)
+
+    def row_stat(n: Expr) -> bool:
+        if n == rn.rowsum:
+            return True
+        if not isinstance(n, Reduce) or own[-1].name in free_vars(n):
+            return False
+        bound = {v for v, _ in n.vars}
+        return all(ld.indices[:-1] == own[:-1] and ld.indices[-1] in bound
+                   for ld in walk(n.body) if isinstance(ld, Load))
+
+    def cut(e: Expr) -> Expr:
+        """`e` with its row statistics replaced by constants, each node judged as it is in
+        `e` (bottom up over `walk`, no recursion: fused bodies can be deep)."""
+        memo: dict[Expr, Expr] = {}
+        for n in walk(e):
+            if row_stat(n):
+                memo[n] = Const(0, n.dtype)
+            else:
+                kids = children(n)
+                new = tuple(memo[k] for k in kids)
+                memo[n] = n if all(x is y for x, y in zip(kids, new, strict=True)) else rebuild(n, new)
+        return memo[e]
+
+    return cut(rn.numer), cut(rn.denom)
