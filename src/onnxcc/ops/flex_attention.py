@@ -16,7 +16,7 @@ The lowering is the fused attention kernel's structure (ops/attention.py): one c
 scores (a dot product over E, scale in its epilogue), the subgraph lowered in place over that
 buffer (so fusion folds an elementwise score_mod into the score compute's epilogue), the
 softmax as a staged row max and probabilities that divide by their own row sum (one exp
-per score on the CPU, kernel/rownorm.py), prob_mod the same way, and the P @ V dot product written
+per score on the CPU, kernel/rownorm.py), prob_mod lowered in place over them, and the P @ V product written
 straight into Y.
 """
 
