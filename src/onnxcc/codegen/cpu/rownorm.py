@@ -19,12 +19,29 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type, identity
-from ..llvm.helpers import for_range, loop_metadata
+from ..llvm.helpers import I1, for_range, i32
 
 if TYPE_CHECKING:
     from onnxcc.kernel.program import Compute
 
     from .emit import FnCtx, KernelEmitter, NestPlan
+
+
+def _row_loop_md(module: ir.Module, width: int | None) -> ir.MDValue | None:
+    """A fresh `!llvm.loop` node: vectorise at `width` lanes and interleave 1, so a row of
+    `width` elements already runs as one vector iteration (LLVM's default interleaving
+    would need several vectors' worth before the vector loop is entered at all: measured
+    1.4x slower than one pass on rows of 17, 0.9x with interleave 1)."""
+    if not width:
+        return None
+    props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 1)]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"), i32(width)]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])]
+    # NOTE: llvmlite uniques metadata by content; a distinct tag keeps each loop ID its own
+    tag = module.add_metadata([ir.MetaDataString(module, "onnxcc.rownorm"), i32(len(module.metadata))])
+    node = module.add_metadata([tag, *props])
+    node.operands = (node, *node.operands)  # a loop ID refers to itself
+    return node
 
 
 def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
@@ -42,7 +59,7 @@ def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute,
     def index(j: ir.Value) -> list[ir.Value]:
         return [j if m == name else vals[m] for m in c.var_names]
 
-    with for_range(b, n, name, guard=False, metadata=loop_metadata(owner.module, plan.vector_width)) as j:
+    with for_range(b, n, name, guard=False, metadata=_row_loop_md(owner.module, plan.vector_width)) as j:
         em.push({name: j}, {name: ext})
         t = em.emit(rn.numer)
         em.store(c.out, index(j), t)
@@ -52,7 +69,7 @@ def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute,
     em.frames[-1].cache[rn.rowsum] = b.load(acc, name="rownorm.sum")
     total = em.emit(rn.denom)
     with for_range(b, n, f"{name}.norm", guard=False,
-                   metadata=loop_metadata(owner.module, plan.vector_width)) as j:
+                   metadata=_row_loop_md(owner.module, plan.vector_width)) as j:
         ptr = em.address(c.out, index(j))
         t = b.load(ptr, name="rownorm.t", align=dt.itemsize, typ=compute_type(dt))
         b.store(b.fdiv(t, total, name="rownorm.div"), ptr, align=dt.itemsize)
