@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from onnxcc.codegen.cpu.jit import JitKernel
-from onnxcc.ir import DType, sym
+from onnxcc.ir import DType, canon, sym
 from onnxcc.kernel import KernelProgram, Var, cast, exp, plan, rmax, rsum, select
 from onnxcc.kernel.rownorm import match_row_norm
-from onnxcc.kernel.schedule import TargetInfo, schedule_program
+from onnxcc.kernel.schedule import TargetInfo, compute_work, schedule_program
 
 F32, F16 = DType.f32, DType.f16
 N, R = sym("N"), sym("R")
@@ -72,6 +72,9 @@ def test_one_exp_per_element_and_numbers(parallel):
     schedule_program(p, TargetInfo(parallel=parallel, min_parallel_work=64))
     (c,) = p.computes()
     assert c.schedule.row_norm is not None and "row-norm" in c.schedule.describe()
+    # the row statistics run once per row: a few operations per element, not a reduction's
+    # worth (which sent small softmaxes to the thread pool)
+    assert compute_work(c) == canon(4 * R * N)
     kern = JitKernel(p, parallel=parallel, parallel_min_work=64)
     assert _exp_calls(kern, "sm") == 1  # the plain nest has two: the row sum's and the element's
     for rows, n in ((1, 1), (3, 7), (5, 17), (2, 100), (64, 33)):

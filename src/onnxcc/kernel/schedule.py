@@ -274,11 +274,19 @@ def _expr_to_dim(e: Expr) -> Dim | None:
 _UNKNOWN_EXTENT = 64
 
 
-def compute_work(c: Compute) -> Dim:
-    """Estimated element-operations of a compute: domain size x the biggest reduction."""
+_ROW_NORM_COST = 4
+"""per element of a two-pass row normalisation: its row statistics (max, sum) run once per
+row, so each element costs a few passes over the row, not a reduction of its own"""
+
+
+def compute_work(c: Compute, row_norm: bool = False) -> Dim:
+    """Estimated element-operations of a compute: domain size x the biggest reduction
+    (a row-norm schedule, or `row_norm`: x `_ROW_NORM_COST`)."""
     n: Dim = 1
     for d in c.extents:
         n = canon(n * d)
+    if row_norm or getattr(c.schedule, "row_norm", None) is not None:
+        return canon(n * _ROW_NORM_COST)
     cost = 1
     for e in walk(c.body):
         if isinstance(e, Reduce):
@@ -618,7 +626,10 @@ def vectorizable(e: Expr) -> bool:
 def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
                      facts: Mapping[str, int] | None = None) -> Schedule:
     facts = facts or {}
-    work = compute_work(c)
+    rn = match_row_norm(c, program.buffers[c.out].dtype) if c.vars else None
+    if rn is not None and not vectorizable(rn.numer):
+        rn = None
+    work = compute_work(c, row_norm=rn is not None)
     if isinstance(work, int):
         parallel: bool | None = target.parallel and work >= target.min_parallel_work
     else:
@@ -631,8 +642,7 @@ def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
     if not c.vars:
         return Schedule(parallel=False)
     vw = target.vector_width
-    rn = match_row_norm(c, program.buffers[c.out].dtype)
-    if rn is not None and vectorizable(rn.numer):
+    if rn is not None:
         # two passes over each row (a hint to LLVM's vectorizer, no strip-mining); one row
         # cannot be split over threads, so a rank-1 compute stays serial
         return Schedule(vector_width=vw, strip_mine=False, row_norm=rn, reduce_vector_width=vw,
