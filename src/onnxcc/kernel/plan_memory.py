@@ -11,7 +11,8 @@ disjoint 64-byte aligned slots; others may share memory:
   before its epilogue reads the other operands) writes its output over an input temp
   that dies there when both have the same shape and dtype and every load of that input
   reads exactly the element being written (identity index map), so each element is read
-  before it is overwritten, by the same iteration;
+  before it is overwritten, by the same iteration; a row normalisation scheduled as two
+  passes (softmax, kernel/rownorm.py) counts as elementwise through its per-element reads;
 - best fit: slots are placed biggest first (a few orders are tried, the best plan kept),
   each at the offset (0 or the end of an overlapping slot) that leaves the smallest gap
   below an overlapping slot, else on top.
@@ -45,6 +46,7 @@ from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_altern
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
+from .rownorm import per_element_reads
 
 ALIGN = 64
 
@@ -501,7 +503,10 @@ def _in_place_candidates(program: KernelProgram, c: Compute, k: int, live, prove
     out = program.buffers[c.out]
     own = tuple(Var(n) for n in c.var_names)
     loads: dict[str, list[Load]] = {}
-    for n in walk(c.body):
+    # a row normalisation (softmax) is elementwise in how the CPU emits it (rownorm.py)
+    rn = getattr(c.schedule, "row_norm", None)
+    reads = [c.body] if rn is None else per_element_reads(rn, c)
+    for n in (m for r in reads for m in walk(r)):
         if isinstance(n, Reduce):
             # NOTE: not elementwise; a GEMM schedule accumulates into the output over
             # several passes before its epilogue reads the other operands

@@ -34,6 +34,7 @@ from onnxcc.ir import Dim, Divisible, DType, canon
 
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
+from .rownorm import RowNorm, match_row_norm
 
 F32 = DType.f32
 
@@ -180,6 +181,9 @@ class Schedule:
     reduce_vector_width: int | None = None
     """vector width asked of inner reduction loops (vector accumulators)"""
     gemm: GemmPlan | None = None
+    row_norm: RowNorm | None = None
+    """the innermost axis is a row normalised by its own sum (softmax): codegen runs it as
+    two passes, the numerator stored and summed once, then divided (kernel/rownorm.py)"""
     scratch_bytes: Dim = 0
     """workspace the compute needs while it runs (packed B panels)"""
 
@@ -189,6 +193,8 @@ class Schedule:
         parts = []
         if self.vector_width:
             parts.append(f"vector={self.vector_width} tail={self.vector_tail}")
+        if self.row_norm is not None:
+            parts.append("row-norm")
         parts.append(f"parallel={self.parallel}")
         if self.order:
             parts.append(f"order=({', '.join(self.order)})")
@@ -268,11 +274,19 @@ def _expr_to_dim(e: Expr) -> Dim | None:
 _UNKNOWN_EXTENT = 64
 
 
-def compute_work(c: Compute) -> Dim:
-    """Estimated element-operations of a compute: domain size x the biggest reduction."""
+_ROW_NORM_COST = 4
+"""per element of a two-pass row normalisation: its row statistics (max, sum) run once per
+row, so each element costs a few passes over the row, not a reduction of its own"""
+
+
+def compute_work(c: Compute, row_norm: bool = False) -> Dim:
+    """Estimated element-operations of a compute: domain size x the biggest reduction
+    (a row-norm schedule, or `row_norm`: x `_ROW_NORM_COST`)."""
     n: Dim = 1
     for d in c.extents:
         n = canon(n * d)
+    if row_norm or getattr(c.schedule, "row_norm", None) is not None:
+        return canon(n * _ROW_NORM_COST)
     cost = 1
     for e in walk(c.body):
         if isinstance(e, Reduce):
@@ -627,7 +641,10 @@ def vectorizable(e: Expr) -> bool:
 def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
                      facts: Mapping[str, int] | None = None) -> Schedule:
     facts = facts or {}
-    work = compute_work(c)
+    rn = match_row_norm(c, program.buffers[c.out].dtype) if c.vars else None
+    if rn is not None and not vectorizable(rn.numer):
+        rn = None
+    work = compute_work(c, row_norm=rn is not None)
     if isinstance(work, int):
         parallel: bool | None = target.parallel and work >= target.min_parallel_work
     else:
@@ -640,6 +657,11 @@ def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
     if not c.vars:
         return Schedule(parallel=False)
     vw = target.vector_width
+    if rn is not None:
+        # two passes over each row (a hint to LLVM's vectorizer, no strip-mining); one row
+        # cannot be split over threads, so a rank-1 compute stays serial
+        return Schedule(vector_width=vw, strip_mine=False, row_norm=rn, reduce_vector_width=vw,
+                        parallel=parallel if len(c.vars) > 1 else False)
     inner_var, ext = c.vars[-1]
     inner = inner_var.name
     sext = _static(ext)

@@ -18,7 +18,8 @@ Semantics worth knowing (they follow the ONNX reference, which the node tests ch
 
 The lowering is three computes over one score buffer: scores (a dot product over the head
 dim with the scale, softcap and bias as its epilogue), the softmax probabilities (row max
-and sum staged per row), and Y as a dot product of probabilities and values written straight
+staged per row; `exp(score - max) / rowsum` in the shape the CPU schedule runs as one exp
+per score, kernel/rownorm.py), and Y as a dot product of probabilities and values written straight
 in Y's layout. 3-D inputs are read through index maps, never transposed into copies.
 """
 
@@ -356,7 +357,7 @@ def _lower(ctx) -> None:
         qk = ctx.out(3)
         ctx.compute(qk, lambda b, h, s, t: cast(x_buf[(b, h, s, t)], qk.dtype))
 
-    # softmax over the keys: row max (0 for a row of -inf) and row sum staged per row
+    # softmax over the keys: row max (0 for a row of -inf) staged per row
     row = (g.batch, g.q_heads, g.q_len)
     tv = Var("t")
     mx = ctx.temp(acc, row, "rowmax")
@@ -366,17 +367,21 @@ def _lower(ctx) -> None:
         return select(m.eq(Const(NEG_INF, acc)), Const(0.0, acc), m)
 
     ctx.compute(mx, safe_max)
-    sm = ctx.temp(acc, row, "rowsum")
-    ctx.compute(sm, lambda b, h, s: rsum([(tv, g.kv_len)], exp(x_buf[(b, h, s, tv)] - mx[(b, h, s)])))
     if masked:  # rows with nothing to attend, decided on the bias alone
         dead = ctx.temp(DType.bool, row, "masked_row")
         ctx.compute(dead, lambda b, h, s: rmax([(tv, g.kv_len)], bias(b, h, s, tv)).eq(Const(NEG_INF, acc)))
 
+    def numer(b, h, s, t) -> Expr:
+        """exp(score - row max), 0 across a row with nothing to attend (NaN never leaks)."""
+        e = exp(x_buf[(b, h, s, t)] - mx[(b, h, s)])
+        return select(dead[(b, h, s)], Const(0.0, acc), e) if masked else e
+
     def prob(b, h, s, t) -> Expr:
-        denom = sm[(b, h, s)]
-        denom = select(denom.eq(Const(0.0, acc)), Const(1.0, acc), denom)
-        p = exp(x_buf[(b, h, s, t)] - mx[(b, h, s)]) / denom
-        return select(dead[(b, h, s)], Const(0.0, acc), p) if masked else p
+        """numer / its row sum (1 where that is 0: a dead row stays 0): the shape the CPU
+        schedule runs with one exp per score (kernel/rownorm.py)."""
+        u = Var("u")  # the compute's own vars are b, h, s, t
+        denom = rsum([(u, g.kv_len)], numer(b, h, s, u))
+        return numer(b, h, s, t) / select(denom.eq(Const(0.0, acc)), Const(1.0, acc), denom)
 
     p_buf = ctx.out(3) if n_out > 3 and opts["mode"] == 3 else ctx.temp(acc, scores_shape, "probs")
     ctx.compute(p_buf, lambda b, h, s, t: cast(prob(b, h, s, t), p_buf.dtype))

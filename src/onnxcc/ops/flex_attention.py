@@ -15,7 +15,8 @@ are accepted. The importer records which graph attribute each region came from
 The lowering is the fused attention kernel's structure (ops/attention.py): one compute for the
 scores (a dot product over E, scale in its epilogue), the subgraph lowered in place over that
 buffer (so fusion folds an elementwise score_mod into the score compute's epilogue), the
-softmax as staged row max and row sum, prob_mod the same way, and the P @ V dot product written
+softmax as a staged row max and probabilities that divide by their own row sum (one exp
+per score on the CPU, kernel/rownorm.py), prob_mod lowered in place over them, and the P @ V product written
 straight into Y.
 """
 
@@ -173,10 +174,10 @@ def _lower(ctx) -> None:
     row = shape[:3]
     mx = ctx.temp(ct, row, "flex_rowmax")
     ctx.compute(mx, lambda b, h, i: rmax([(t, kl)], x[b, h, i, t]))
-    sm = ctx.temp(ct, row, "flex_rowsum")
-    ctx.compute(sm, lambda b, h, i: rsum([(t, kl)], exp(x[b, h, i, t] - mx[b, h, i])))
     probs = ctx.temp(ct, shape, "flex_probs")
-    ctx.compute(probs, lambda b, h, i, j: exp(x[b, h, i, j] - mx[b, h, i]) / sm[b, h, i])
+    # the row sum inline: the shape the CPU schedule runs with one exp per score (kernel/rownorm.py)
+    ctx.compute(probs, lambda b, h, i, j: exp(x[b, h, i, j] - mx[b, h, i]) / rsum(
+        [(t, kl)], exp(x[b, h, i, t] - mx[b, h, i])))
     pr = modded("prob_mod", probs)
     y = ctx.out(0)
     ctx.compute(y, lambda b, h, i, m: cast(rsum([(t, kl)], pr[b, h, i, t] * cast(v[b, h // group, t, m], ct)),

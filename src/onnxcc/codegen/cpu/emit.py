@@ -31,8 +31,10 @@ from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
+from onnxcc.kernel.expr import Expr
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
+from onnxcc.kernel.rownorm import RowNorm
 from onnxcc.kernel.schedule import compute_work
 
 from ..llvm.exprs import AccessMetadata, ExprEmitter, ProgramContext
@@ -63,6 +65,7 @@ from ..llvm.target import (  # noqa: F401
     parse_modules,
     target_machine,
 )
+from .rownorm import emit_row_norm
 
 PARALLEL_FOR = "onnxcc_parallel_for"
 """`void onnxcc_parallel_for(int64_t n, void (*body)(int64_t, int64_t, void *), void *ctx)`"""
@@ -283,7 +286,7 @@ class KernelEmitter:
             par = self.opts.parallel and not (isinstance(work, int) and work < self.opts.parallel_min_work)
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
                         getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
-                        bool(getattr(sch, "strip_mine", False)))
+                        bool(getattr(sch, "strip_mine", False)), getattr(sch, "row_norm", None))
 
     def emit_compute(self, ctx: FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
@@ -312,7 +315,7 @@ class KernelEmitter:
             self.emit_parallel(ctx, c, plan, md)
         else:
             em = ExprEmitter(ctx, ctx.b, access_md=md)
-            em.hoist(c.body)
+            em.hoist(plan.hoisted(c))
             self.emit_loops(em, ctx, c, plan, 0, {})
 
     def emit_loops(self, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, first: int,
@@ -326,6 +329,9 @@ class KernelEmitter:
             for j in range(first, len(names)):
                 v = plan.order[j]
                 innermost = j + 1 == len(names)
+                if innermost and plan.row_norm is not None:
+                    emit_row_norm(self, em, ctx, c, plan, v, vals)
+                    return
                 if innermost and plan.vector_width and plan.strip_mine:
                     self.emit_strip_mined(em, ctx, c, plan, v, vals, i64(0), ctx.dim(exts[v]))
                     return
@@ -335,7 +341,7 @@ class KernelEmitter:
                 st.callback(em.pop)
                 vals[names[v]] = idx
                 if not innermost:
-                    em.hoist(c.body)
+                    em.hoist(plan.hoisted(c))
             em.store(c.out, [vals[n] for n in names], em.emit(c.body))
 
     def emit_strip_mined(self, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
@@ -463,7 +469,7 @@ class KernelEmitter:
 
         b = bctx.b
         em = ExprEmitter(bctx, b, access_md=md)
-        em.hoist(c.body)
+        em.hoist(plan.hoisted(c))
         names, exts = c.var_names, c.extents
         outer = plan.order[:ncol]
         with for_range(b, end, "p", start=begin, guard=True) as p:
@@ -476,7 +482,7 @@ class KernelEmitter:
             vals[names[outer[0]]] = rest
             em.push({names[v]: vals[names[v]] for v in outer}, {names[v]: exts[v] for v in outer})
             if ncol < len(names):
-                em.hoist(c.body)
+                em.hoist(plan.hoisted(c))
             self.emit_loops(em, bctx, c, plan, ncol, vals)
             em.pop()
         b.ret_void()
@@ -500,6 +506,13 @@ class NestPlan:
     strip_mine: bool = False
     """split the innermost loop into vector_width chunks + tail (else vector_width is only
     a hint to LLVM's loop vectorizer)"""
+    row_norm: RowNorm | None = None
+    """the innermost loop normalises a row by its sum: two passes (cpu/rownorm.py)"""
+
+    def hoisted(self, c: Compute) -> Expr:
+        """What to hoist above the innermost loop: with a row norm, only the numerator's
+        row statistics (the row sum is the first pass itself)."""
+        return c.body if self.row_norm is None else self.row_norm.numer
 
 
 STMT_EMITTERS: dict[type[Stmt], Callable[[KernelEmitter, FnCtx, Stmt, int], None]] = {

@@ -1,0 +1,110 @@
+"""Row normalisation: `out[..., j] = a(j) / f(sum(d < n: a(d)))`, computed with `a`
+evaluated once per element (`f` is the identity, or a row-invariant guard such as
+Attention's `select(s == 0, 1, s)`).
+
+Softmax lowers to `exp(x[..., j] - max) / sum(d < n: exp(x[..., d] - max))` (ops/reduce.py,
+the contrib attention ops): as written, the emitter hoists the row sum out of the loop over
+`j` and then evaluates `exp` again for every element, two exponentials per element. A
+compute of that shape gets a `RowNorm` on its schedule; the CPU emitter then runs the
+innermost axis as two passes over the row: `out[j] = a(j)` while summing, then
+`out[j] = out[j] / f(sum)`. The stored numerators are read back at the precision they were
+computed in, so the result is the same division of the same values (only the order of the
+sum's additions may differ, as it may for any vectorised sum).
+
+Only matched where that holds: the output stores exactly the compute type of `a` (f32 or
+f64; an f16 output would round the numerator before the division), `a` does not read the
+output, and every reduction inside `a` is free of the innermost var (a row statistic such
+as the max, hoisted out of the row loop).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxcc.ir import DType
+
+from .expr import Binary, Const, Expr, Load, Reduce, children, dim_to_expr, free_vars, rebuild, substitute, walk
+from .program import Compute
+
+_STORED_EXACTLY = (DType.f32, DType.f64)
+"""output dtypes whose storage holds the computed numerator bit for bit"""
+
+
+@dataclass(frozen=True)
+class RowNorm:
+    """`numer / denom` where `denom` is a row-invariant function of `rowsum`, the sum of
+    `numer` over the innermost output var (plain softmax: `denom` is `rowsum` itself;
+    Attention guards an empty row: `select(rowsum == 0, 1, rowsum)`)."""
+
+    numer: Expr
+    """the element before normalisation, at the compute's own vars"""
+    denom: Expr
+    """the divisor: free of the innermost var, reads `rowsum`"""
+    rowsum: Reduce
+    """the row sum of `numer` (one var, the innermost axis's extent)"""
+
+
+def match_row_norm(c: Compute, out_dtype: DType) -> RowNorm | None:
+    """The row normalisation `c` (storing `out_dtype`) computes over its innermost var, or None."""
+    body = c.body
+    if not c.vars or out_dtype not in _STORED_EXACTLY or body.dtype is not out_dtype:
+        return None
+    if not (isinstance(body, Binary) and body.op == "div"):
+        return None
+    numer, denom = body.a, body.b
+    inner, ext = c.vars[-1]
+    if inner.name in free_vars(denom) or inner.name not in free_vars(numer):
+        return None
+    rowsum = next((n for n in walk(denom) if _sums_row(n, numer, inner.name, dim_to_expr(ext))), None)
+    if not isinstance(rowsum, Reduce):
+        return None
+    for n in walk(numer):
+        if isinstance(n, Load) and n.buffer == c.out:
+            return None
+        if isinstance(n, Reduce) and inner.name in free_vars(n):
+            return None  # a per-element reduction: nothing to share, keep the plain loop
+    return RowNorm(numer, denom, rowsum)
+
+
+def _sums_row(n: Expr, numer: Expr, inner: str, ext: Expr) -> bool:
+    """Whether `n` is `sum(d < ext: numer[inner := d])`."""
+    if not (isinstance(n, Reduce) and n.op == "sum" and n.init is None and len(n.vars) == 1):
+        return False
+    (d, dext), = n.vars
+    return dext == ext and substitute(numer, {inner: d}) == n.body
+
+
+def per_element_reads(rn: RowNorm, c: Compute) -> tuple[Expr, Expr]:
+    """What the two-pass emission of `c` reads per element of a row, for memory planning:
+    the numerator and the divisor, with the row sum taken out (its loads are the
+    numerator's own, made in the first pass before that element's store) and every
+    row-invariant reduction that reads only the row being written (the max) taken out too:
+    the emitter computes it before the row's first pass. Writing the output in place over
+    an input read only through what is left at the element being written is then safe:
+    every element is read before the iteration that overwrites it, and the second pass
+    reads only the output."""
+    own = tuple(v for v, _ in c.vars)
+
+    def row_stat(n: Expr) -> bool:
+        if n == rn.rowsum:
+            return True
+        if not isinstance(n, Reduce) or own[-1].name in free_vars(n):
+            return False
+        bound = {v for v, _ in n.vars}
+        return all(ld.indices[:-1] == own[:-1] and ld.indices[-1] in bound
+                   for ld in walk(n.body) if isinstance(ld, Load))
+
+    def cut(e: Expr) -> Expr:
+        """`e` with its row statistics replaced by constants, each node judged as it is in
+        `e` (bottom up over `walk`, no recursion: fused bodies can be deep)."""
+        memo: dict[Expr, Expr] = {}
+        for n in walk(e):
+            if row_stat(n):
+                memo[n] = Const(0, n.dtype)
+            else:
+                kids = children(n)
+                new = tuple(memo[k] for k in kids)
+                memo[n] = n if all(x is y for x, y in zip(kids, new, strict=True)) else rebuild(n, new)
+        return memo[e]
+
+    return cut(rn.numer), cut(rn.denom)
