@@ -11,6 +11,7 @@ It prints `version=V` (from `NAME_last_version`) or the error code and message.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,6 +25,22 @@ _DL = {"f32": ("kDLFloat", 32), "f64": ("kDLFloat", 64), "f16": ("kDLFloat", 16)
        # the small types: DLPack 1.1's float8 / float4 codes; sub-byte tensors travel packed
        "f8e4m3fn": (10, 8), "f8e4m3fnuz": (11, 8), "f8e5m2": (12, 8), "f8e5m2fnuz": (13, 8), "f8e8m0": (14, 8),
        "f4e2m1": (17, 4), "i4": ("kDLInt", 4), "u4": ("kDLUInt", 4), "i2": ("kDLInt", 2), "u2": ("kDLUInt", 2)}
+
+#: what the C tests that probe for memory errors compile with (address + undefined behaviour,
+#: stopping at the first report)
+SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
+
+
+def sanitizers_available(flags: list[str] = SANITIZE) -> bool:
+    """Whether `cc` links a program with `flags` (distributions ship the sanitizer runtimes
+    separately)."""
+    cc = shutil.which("cc")
+    if cc is None:
+        return False
+    r = subprocess.run([cc, *flags, "-x", "c", "-", "-o", "/dev/null"], input="int main(void){return 0;}",
+                       capture_output=True, text=True)
+    return r.returncode == 0
+
 
 _TEMPLATE = r"""
 #include <stdio.h>

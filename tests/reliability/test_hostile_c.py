@@ -16,18 +16,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
+from onnxcc.testing_c import SANITIZE, sanitizers_available
 
 HERE = Path(__file__).parent
-SAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-
-
-def _sanitizers() -> bool:
-    cc = shutil.which("cc")
-    if cc is None:
-        return False
-    r = subprocess.run([cc, *SAN, "-x", "c", "-", "-o", "/dev/null"], input="int main(void){return 0;}",
-                       capture_output=True, text=True)
-    return r.returncode == 0
 
 
 def _model(path: Path) -> Path:
@@ -43,8 +34,8 @@ def _model(path: Path) -> Path:
 
 def run_harness(tmp: Path) -> tuple[list[str], bool]:
     """Build the artifact and the harness (sanitized where possible); its output lines."""
-    san = _sanitizers()
-    flags = SAN if san else []
+    san = sanitizers_available()
+    flags = SANITIZE if san else []
     art = tmp / "art"
     onnxcc.compile(_model(tmp / "m.onnx"), art, name="alias", cc=" ".join(["cc", *flags]))
     exe = tmp / "hostile"

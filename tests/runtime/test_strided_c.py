@@ -19,18 +19,9 @@ from onnx import TensorProto, helper
 
 import onnxcc
 from onnxcc.kernel.in_place import in_place_pairs
+from onnxcc.testing_c import SANITIZE, sanitizers_available
 
 HERE = Path(__file__).parent
-SAN = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-
-
-def _sanitizers() -> bool:
-    cc = shutil.which("cc")
-    if cc is None:
-        return False
-    r = subprocess.run([cc, *SAN, "-x", "c", "-", "-o", "/dev/null"], input="int main(void){return 0;}",
-                       capture_output=True, text=True)
-    return r.returncode == 0
 
 
 def _save(g, path: Path) -> Path:
@@ -62,7 +53,7 @@ def sq_model(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strided")
-    flags = SAN if _sanitizers() else []
+    flags = SANITIZE if sanitizers_available() else []
     cc = " ".join(["cc", *flags])
     st, sq = tmp / "st", tmp / "sq"
     onnxcc.compile(st_model(tmp / "st.onnx"), st, name="st", cc=cc)

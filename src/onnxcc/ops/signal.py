@@ -44,7 +44,7 @@ def _args(ctx, n_operands: int) -> list:
     return pos + [None] * (3 - len(pos))
 
 
-def _int_of(ctx, i) -> int | None:
+def known_int(ctx, i) -> int | None:
     """Operand i's value as a python int when the compiler knows it."""
     if i is None:
         return None
@@ -67,7 +67,7 @@ def _axis_attr(ctx, rank: int, axis_pos, fail) -> int | None:
         if a is None:
             a = -2 if _opset(ctx) >= 20 else 1
     else:
-        a = _int_of(ctx, axis_pos)
+        a = known_int(ctx, axis_pos)
         if a is None:
             return None
     if not -rank <= a < rank or a % rank == rank - 1:
@@ -103,7 +103,7 @@ def _dft_infer(ctx: InferCtx) -> list[TensorType]:
                         "a one-sided DFT needs real input (last dim 1)")
     n_len = None
     if lp is not None:
-        n_len = _int_of(ctx, lp)
+        n_len = known_int(ctx, lp)
         if n_len is None:
             n_len = fresh_dim(ctx, "dft_length", "dft_length input", dim=x.rank)
         elif n_len < 1:
@@ -198,7 +198,7 @@ def _k_dft(ctx, x: K.Buffer, o, axis: int, n_len: int) -> Expr:
 def _dft_lower(ctx) -> None:
     x, y = ctx.inputs[0], ctx.out(0)
     _, lp, ap = _args(ctx, len(ctx.inputs))
-    n_len = _int_of(ctx, lp)
+    n_len = known_int(ctx, lp)
     if lp is not None and n_len is None:
         raise ctx.unsupported("dft_length known only at run time")
     axis = _axis_attr(ctx, x.rank, ap, ctx.unsupported)

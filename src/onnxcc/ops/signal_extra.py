@@ -29,24 +29,9 @@ from .dtypes import onnx_dtype
 from .dual_math import KX, NP
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .shape_util import fresh_dim
+from .signal import known_int
 
 F64 = DType.f64
-
-
-def _scalar_int(ctx, i) -> int | None:
-    """Operand i's value as an int when the compiler knows it (shape inference or lowering)."""
-    if i is None:
-        return None
-    if isinstance(ctx, InferCtx):
-        v = ctx.known_ints(i)
-        return None if v is None else int(v[0])
-    c = ctx.const_value(i)
-    if c is not None:
-        return int(np.asarray(c).reshape(-1)[0])
-    k = ctx.known_value(i)
-    if k is not None and isinstance(canon(k.reshape(-1)[0]), int):
-        return int(canon(k.reshape(-1)[0]))
-    return None
 
 
 # ---- STFT ----------------------------------------------------------------------------------------
@@ -64,13 +49,13 @@ def _frame_length(ctx, types, wp, lp, fail):
         if w.rank != 1:
             raise fail(f"window must be 1-D, got {w}")
         fl = w.shape[0]
-        known = _scalar_int(ctx, lp)
+        known = known_int(ctx, lp)
         if known is not None and isinstance(fl, int) and known != fl:
             raise fail(f"frame_length {known} differs from the window's length {fl}")
         return fl
     if lp is None:
         raise fail("needs a window or a frame_length")
-    return _scalar_int(ctx, lp)
+    return known_int(ctx, lp)
 
 
 def _stft_infer(ctx: InferCtx) -> list[TensorType]:
@@ -82,7 +67,7 @@ def _stft_infer(ctx: InferCtx) -> list[TensorType]:
     if x.rank != 3 or x.shape[2] not in (1, 2):
         raise ctx.error(f"signal must be (batch, length, 1 | 2), got {x}")
     fl = _frame_length(ctx, types, wp, lp, ctx.error)
-    step = _scalar_int(ctx, sp)
+    step = known_int(ctx, sp)
     if isinstance(fl, int) and fl < 1:
         raise ctx.error(f"frame length must be >= 1, got {fl}")
     if step is not None and step < 1:
@@ -127,7 +112,7 @@ def _stft_lower(ctx) -> None:
     fl = _frame_length(ctx, types, wp, lp, ctx.unsupported)
     if not isinstance(fl, int):
         raise ctx.unsupported("the frame length is known only at run time")
-    step_c = _scalar_int(ctx, sp)
+    step_c = known_int(ctx, sp)
     step = K.Const(step_c, DType.i64) if step_c is not None else K.cast(
         ctx.inputs[sp][(0,) * ctx.inputs[sp].rank], DType.i64)
     complex_in = x.shape[2] == 2
@@ -166,7 +151,7 @@ def _mel_infer(ctx: InferCtx) -> list[TensorType]:
     for i, name in ((3, "lower_edge_hertz"), (4, "upper_edge_hertz")):
         if not ts[i].dtype.is_float or ts[i].rank > 1:
             raise ctx.error(f"{name} must be a float scalar, got {ts[i]}")
-    mels, dft = _scalar_int(ctx, 0), _scalar_int(ctx, 1)
+    mels, dft = known_int(ctx, 0), known_int(ctx, 1)
     if mels is not None and mels < 1:
         raise ctx.error(f"num_mel_bins must be >= 1, got {mels}")
     if dft is not None and dft < 1:
@@ -215,7 +200,7 @@ def _mel_ref(ctx: RefCtx, mels, dft, sr, lo, hi):
 
 def _mel_lower(ctx) -> None:
     y = ctx.out(0)
-    mels = _scalar_int(ctx, 0)
+    mels = known_int(ctx, 0)
     if mels is None:
         raise ctx.unsupported("num_mel_bins is known only at run time")
 
