@@ -62,3 +62,22 @@ def test_wrong_static_dim_names_input_dim_and_values(built):
     model = built("mlp")
     with pytest.raises(GuardError, match=r'input "x" dim 1: expected 64.*got 63'):
         model.run({"x": np.zeros((2, 63), np.float32)})
+
+
+def test_stacked_plan_when_the_proof_budget_is_spent(tmp_path, monkeypatch):
+    # a plan that runs out of proof time falls back to one region per temp: same results,
+    # and NAME.json says the arena was not searched
+    import json
+
+    from onnxcc.kernel import plan_memory
+
+    monkeypatch.setattr(plan_memory, "PROOF_SECONDS", -1.0)
+    onnxcc.compile(MODELS_DIR / "convnet.onnx", tmp_path / "art", name="convnet")
+    model = onnxcc.load(tmp_path / "art")
+    for k, dims in enumerate(SAMPLE_MODELS["convnet"]):
+        feeds = random_inputs(MODELS_DIR / "convnet.onnx", dims, seed=k)
+        want = ort_run(MODELS_DIR / "convnet.onnx", feeds)
+        for out, got in model.run(feeds).items():
+            np.testing.assert_allclose(got, want[out], rtol=1e-4, atol=1e-5, err_msg=f"convnet {out} at {dims}")
+    meta = json.loads((tmp_path / "art" / "convnet.json").read_text())
+    assert all(v["info"].get("plan_proofs_cut") for v in meta["versions"]), meta["versions"][0]

@@ -68,8 +68,7 @@ class MemoryPlan:
     total_bytes: Dim = 0
     """the sum of all temps' aligned sizes (what a plan without reuse would need)"""
     proofs_cut: bool = False
-    """the proof budget (`PROOF_SECONDS`) ran out: later placements reused memory only where
-    a sample point alone decides, so the arena may be larger than a full search would give"""
+    """the proof budget (`PROOF_SECONDS`) ran out: every temp has a region of its own (no reuse)"""
 
     def describe(self) -> str:
         lines = [f"workspace: {self.workspace_bytes} bytes (peak live {self.peak_live_bytes}, "
@@ -141,6 +140,7 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
       split) holds over the narrower ones and is not proved again."""
     if isinstance(a, int) and isinstance(b, int):
         return a <= b
+    _check_budget()
     xs, ys = _alternatives(a), _alternatives(b)
     if len(xs) > 1 or len(ys) > 1:
         return all(any(_le1(prover, x, y) for y in ys) for x in xs)
@@ -166,9 +166,7 @@ def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
         if key in _PROVED.get(parent, ()):
             return True
         parent = _PARENTS.get(parent)
-    if time.process_time() > _deadline[0]:  # the budget is spent: unproved means not ordered (safe)
-        _cut[0] = True
-        return False
+    _check_budget()
     if prover.le(a, b):
         _PROVED.setdefault(prover, set()).add(key)
         return True
@@ -291,26 +289,56 @@ def liveness(program: KernelProgram) -> dict[str, tuple[int, int]]:
 
 
 PROOF_SECONDS = 20.0
-"""time one plan may spend in the prover. Sizes built of nested floors (a MobileNet's or a
-voice model's strided convs and pools over symbolic lengths) can make each `<=` proof cost
-seconds and a placement ask thousands; past the budget an unproved pair counts as not
-ordered, which is always safe (the slot is stacked above, never overlapped): compile time
-stays bounded and only the arena grows. The plan says so (`MemoryPlan.proofs_cut`; NAME.json's
-version info `plan_proofs_cut`). CPU seconds of this process, so a loaded machine does not
-cut sooner; a model under the budget plans the same every time."""
+"""CPU time one plan may spend proving. Sizes built of nested floors (a MobileNet's or a voice
+model's strided convs and pools over symbolic lengths) can make each `<=` proof cost seconds,
+a placement ask thousands, and offsets stacked as `Max` of `Max` grow without bound. Past the
+budget the plan is abandoned for the plan that needs no proof: every temp in a region of its
+own, stacked (`_stacked_plan`; the arena is the sum of the buffers, as without reuse). The
+compile time stays bounded, the result is the same, only the arena grows, and the plan says so
+(`MemoryPlan.proofs_cut`; NAME.json's version info `plan_proofs_cut`). CPU seconds of this
+process, so a loaded machine does not cut sooner; a model under the budget plans the same
+every time."""
+
+
+class _BudgetSpent(Exception):
+    pass
+
 
 _deadline = [math.inf]  # when the running plan's proof budget ends (plans do not nest)
-_cut = [False]
+
+
+def _check_budget() -> None:
+    if time.process_time() > _deadline[0]:
+        raise _BudgetSpent
 
 
 def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPlan:
     """Offsets for every temp that owns memory (see the module docstring). `symbols`
     gives the symbols' ranges (default: [1, 2**31-1])."""
-    _deadline[0], _cut[0] = time.process_time() + PROOF_SECONDS, False
+    _deadline[0] = time.process_time() + PROOF_SECONDS
     try:
         return _plan(program, symbols)
+    except _BudgetSpent:
+        return _stacked_plan(program)
     finally:
         _deadline[0] = math.inf
+
+
+def _stacked_plan(program: KernelProgram) -> MemoryPlan:
+    """Every temp in a region of its own, one after the other: valid without any proof."""
+    temps = program.temps()
+    sizes = {b.name: program.alloc_bytes(b) for b in temps}
+    offsets: dict[str, Dim] = {}
+    top: Dim = 0
+    for b in temps:
+        offsets[b.name] = canon(top)
+        top = canon(top + align_up(sizes[b.name]))
+    live = liveness(program)
+    sums = {canon(sum((align_up(sizes[n]) for n, (f, last) in live.items() if n in sizes and f <= k <= last),
+                     sympy.Integer(0)))
+            for k in range(len(program.body))}
+    peak = unevaluated_max(sorted(sums, key=str)) if sums else 0
+    return MemoryPlan(offsets, top, sizes, peak_live_bytes=canon(peak), total_bytes=top, proofs_cut=True)
 
 
 def _plan(program: KernelProgram, symbols: SymbolTable | None) -> MemoryPlan:
@@ -342,7 +370,7 @@ def _plan(program: KernelProgram, symbols: SymbolTable | None) -> MemoryPlan:
     peak = canon(peak + rest)
     total = canon(sum((align_up(d) for d in sizes.values()), sympy.Integer(0)))
     offsets = {b.name: offsets[b.name] for b in temps}
-    return MemoryPlan(offsets, ws, sizes, peak_live_bytes=peak, total_bytes=total, proofs_cut=_cut[0])
+    return MemoryPlan(offsets, ws, sizes, peak_live_bytes=peak, total_bytes=total)
 
 
 @dataclass
