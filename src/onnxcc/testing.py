@@ -105,6 +105,18 @@ def jit_run(module, inputs, function=None, parallel: bool = False) -> list[np.nd
     return JitKernel(prog, parallel=parallel)(*inputs, syms=syms)
 
 
+def jit_module(module, parallel: bool = False):
+    """@main of an IR module lowered and JIT-compiled once (a compile per size would dominate
+    an op test's time): returns feeds (dict by parameter name) -> results."""
+    from onnxcc.codegen.cpu.jit import JitKernel
+    from onnxcc.passes.lower import lower_function
+
+    f = module.main
+    kernel = JitKernel(lower_function(module, f, "jit_main"), parallel=parallel)
+    syms = {str(k): int(v) for k, v in f.subs.items()}
+    return lambda feeds: kernel(*(feeds[a.name] for a in f.params), syms=syms)
+
+
 def check_lowering(model, dims_list, rtol=1e-4, atol=1e-5, pipeline="shape-inference,canonicalize"):
     """Import an ONNX model, lower it and JIT-run it at each dims setting; compare with onnxruntime."""
     from onnxcc.frontend import load_onnx

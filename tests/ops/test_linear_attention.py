@@ -10,13 +10,11 @@ from onnx import TensorProto as TP
 from onnx import helper as oh
 
 from onnxcc import load_onnx
-from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.errors import ShapeError
 from onnxcc.interp import run as interp_run
 from onnxcc.ir.parser import parse_module
 from onnxcc.passes import run_pipeline
-from onnxcc.passes.lower import lower_function
-from onnxcc.testing import jit_run, ort_run
+from onnxcc.testing import jit_module, jit_run, ort_run
 
 HQ, HKV, DK, DV = 4, 2, 3, 5
 NEEDS = {"linear": (), "gated": ("decay",), "delta": ("beta",), "gated_delta": ("decay", "beta")}
@@ -70,12 +68,7 @@ def feeds(m, batch, seq, seed=0, dtype=np.float32):
     return out
 
 
-def native(mod):
-    """The module lowered and JIT-compiled once (a compile per size would dominate the test's
-    time): feeds -> results."""
-    prog = lower_function(mod, mod.main, "jit_main")
-    kernel, subs = JitKernel(prog), {str(k): int(v) for k, v in mod.main.subs.items()}
-    return lambda feeds: kernel(*(feeds[a.name] for a in mod.main.params), syms=subs)
+native = jit_module  # lowered and JIT-compiled once: feeds -> results
 
 
 def imported(m):
