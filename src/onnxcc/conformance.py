@@ -248,14 +248,16 @@ def get_case(name: str):
 
 def supported_ops() -> set[str]:
     """Op keys onnxcc takes: `onnxcc.ops.registered_ops()` minus the "onnx." prefix, plus the ops
-    the importer itself rewrites (Constant -> cc.const, the converters in frontend/onnx_ops.py)."""
+    the importer itself rewrites (Constant -> cc.const, the converters in frontend/onnx_ops.py,
+    the sequence and optional ops of frontend/sequences.py, Scatter through the version converter)."""
     from onnxcc.ops import registered_ops
 
-    out = {"Constant"}
+    out = {"Constant", "Scatter"}  # Scatter: the version converter rewrites it (ScatterElements)
     try:
         from onnxcc.frontend.onnx_ops import CONVERTERS
+        from onnxcc.frontend.sequences import SEQUENCE_OPS  # resolved while importing
 
-        out |= set(CONVERTERS)
+        out |= set(CONVERTERS) | set(SEQUENCE_OPS)
     except ImportError:
         pass
     for n in registered_ops():

@@ -212,12 +212,23 @@ def _dft_lower(ctx) -> None:
             raise ctx.unsupported(f"signal length {n} along axis {a} is not a compile-time constant")
         return n
 
+    dead: list[int] = []
+    if axis is None:
+        # an axis read at run time: an irfft along a dim of length 1 has no samples (n = 0), so
+        # that axis is no candidate; the kernel refuses it (below) rather than fall through
+        dead = [d for d in cands if n_of(d) == 0]
+        cands = [d for d in cands if d not in dead]
+        if not cands:
+            raise ctx.unsupported("no axis of the input can be transformed (every length gives 0 samples)")
+
     def body(*o):
         e = _k_dft(ctx, x, o, cands[-1], n_of(cands[-1]))
         if axis is not None:
             return K.cast(e, y.dtype)
         a = K.wrap_index(ctx.inputs[ap][(0,) * ctx.inputs[ap].rank], x.rank)
         a = K.check(a < x.rank - 1, a)  # the last dim holds the real / imaginary parts
+        for d in dead:
+            a = K.check(a.ne(d), a)
         for d in cands[:-1][::-1]:
             e = K.select(a.eq(d), _k_dft(ctx, x, o, d, n_of(d)), e)
         return K.cast(e, y.dtype)
