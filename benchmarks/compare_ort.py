@@ -47,13 +47,14 @@ an idle spell the scheduler needs a few milliseconds to spread a runtime's threa
 cores again (measured on both runtimes: up to 1.5x slower calls for ~5 ms)"""
 
 
-def bench_pair(fn_a, fn_b, repeats: int, budget_s: float = 2.0) -> tuple[float, float]:
+def bench_pair(fn_a, fn_b, repeats: int, budget_s: float = 2.0, clock=time.perf_counter) -> tuple[float, float]:
     """Median seconds per call of a and b, each measured in its own steady state.
 
     The two alternate in ROUNDS rounds; a round is a pause, untimed warm-up calls (WARM_S)
     and repeats/ROUNDS timed calls. Alternating rounds instead of single calls measures each
     runtime without the other's threads spinning beside it, and still keeps the comparison
-    fair when the machine's load drifts."""
+    fair when the machine's load drifts. `clock` times each call (`time.process_time` gives CPU
+    seconds, for single-threaded rows on a loaded machine)."""
     per_round = max(1, -(-repeats // ROUNDS))
     ta: list[float] = []
     tb: list[float] = []
@@ -67,9 +68,9 @@ def bench_pair(fn_a, fn_b, repeats: int, budget_s: float = 2.0) -> tuple[float, 
                 if i >= 2 and time.perf_counter() > warm_until:
                     break
             for _ in range(per_round):
-                t0 = time.perf_counter()
+                t0 = clock()
                 fn()
-                out.append(time.perf_counter() - t0)
+                out.append(clock() - t0)
         if r >= 1 and time.perf_counter() > deadline:
             break
     return statistics.median(ta), statistics.median(tb)

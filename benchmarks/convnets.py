@@ -23,6 +23,7 @@ threads keep the wall clock).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -30,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -114,23 +116,6 @@ def resnet() -> onnx.ModelProto:
 NETS = {"plain": plain, "mobile": mobile, "resnet": resnet}
 
 
-def _cpu_pair(fn_a, fn_b, repeats: int, rounds: int = 6) -> tuple[float, float]:
-    """Median CPU seconds per call of a and b, alternating in rounds (as `bench_pair`)."""
-    import time
-
-    ta: list[float] = []
-    tb: list[float] = []
-    for _ in range(rounds):
-        for fn, out in ((fn_a, ta), (fn_b, tb)):
-            for _ in range(3):
-                fn()
-            for _ in range(max(1, repeats // rounds)):
-                t0 = time.process_time()
-                fn()
-                out.append(time.process_time() - t0)
-    return statistics.median(ta), statistics.median(tb)
-
-
 def _child(args) -> list[dict]:
     """Time every (net, batch, size) at one thread count (set before either runtime starts)."""
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
@@ -158,10 +143,11 @@ def _child(args) -> list[dict]:
                     ours = next(iter(lib.run(feeds).values()))
                     theirs = sess.run(None, feeds)[0]
                     err = float(np.max(np.abs(ours - theirs)))
-                    pair = _cpu_pair if args.clock == "cpu" and args.threads == 1 else bench_pair
+                    cpu_clock = args.clock == "cpu" and args.threads == 1
+                    pair = functools.partial(bench_pair, clock=time.process_time) if cpu_clock else bench_pair
                     t_cc, t_ort = pair(lambda: lib.run(feeds), lambda: sess.run(None, feeds), args.repeats)
                     row = {"net": name, "batch": b, "size": s, "threads": args.threads,
-                           "clock": "cpu" if pair is _cpu_pair else "wall", "onnxcc_ms": t_cc * 1e3,
+                           "clock": "cpu" if cpu_clock else "wall", "onnxcc_ms": t_cc * 1e3,
                            "ort_ms": t_ort * 1e3, "ratio": t_cc / t_ort, "max_abs_err": err}
                     rows.append(row)
                     print(f"{name:7s} b={b} {s:4d}^2 t={args.threads}  onnxcc {t_cc * 1e3:8.3f} ms  "
