@@ -96,6 +96,7 @@ def test_prove_eq(table: SymbolTable, a, b, want):
     (N * M, 1023, None),
     (M, N, None),
     (sympy.Mod(N, 8), 7, True),
+    (0, sympy.Mod(-2, N), True),
     (sympy.floor(N / 2), 32, True),
     (sympy.ceiling(N / 4), 16, True),
     (sympy.Min(N, 3), 3, True),
@@ -115,6 +116,8 @@ def test_prove_le(table: SymbolTable, a, b, want):
     (sympy.floor(N / 2), 0, 32),
     (sympy.ceiling(N / 4), 1, 16),
     (sympy.Mod(N, 4), 0, 3),
+    (sympy.Mod(-2, N), 0, 63),  # a symbolic positive divisor (torch.roll's split point)
+    (sympy.Mod(N, M), 0, 15),
     (sympy.Max(N, M), 2, 64),
     (sympy.Min(N, M), 1, 16),
     (N**2, 1, 4096),

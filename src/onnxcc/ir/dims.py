@@ -430,10 +430,13 @@ def _interval_of(e: Any, table: SymbolTable, memo: dict) -> tuple:
     if isinstance(e, sympy.Min):
         ivs = [_interval(a, table, memo) for a in e.args]
         return min(i[0] for i in ivs), min(i[1] for i in ivs)
-    if isinstance(e, sympy.Mod):
+    if isinstance(e, sympy.Mod):  # floor mod: the divisor's sign, below its magnitude
         m: Any = e.args[1]
         if m.is_Integer and m > 0:
             return 0, int(m) - 1
+        mlo, mhi = _interval(m, table, memo)
+        if mlo > 0:  # e.g. Mod(-2, N), a roll's split point: in [0, N - 1]
+            return 0, mhi - 1
     raise _NoBound
 
 
