@@ -67,10 +67,23 @@ def test_grid_sample_symbolic_output_shape():
     assert "-> (f32[N, C, H, W])" in str(mod)
 
 
-def test_grid_sample_refuses_symbolic_spatial_dims():
-    inputs = [("x", F32, ["N", "C", "H", 4]), ("g", F32, ["N", 2, 2, 2])]
-    with pytest.raises(OnnxccError, match=r"GridSample.*static spatial dims"):
-        jit_compile(model(h.make_node("GridSample", ["x", "g"], ["y"]), inputs))
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_symbolic_spatial_dims(mode, pad, align):
+    # X's own H and W symbolic (a torch export with dynamic image size): its borders are
+    # run-time values; a size of 1 is the reflection's single-position case
+    inputs = [("x", F32, ["N", "C", "XH", "XW"]), ("g", F32, ["N", "H", "W", 2])]
+    node = h.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=pad, align_corners=align)
+    m = model(node, inputs)
+    mod, _, k = jit_compile(m)
+    for seed, dims in enumerate(({"N": 1, "C": 2, "XH": 1, "XW": 3, "H": 2, "W": 3},
+                                 {"N": 2, "C": 1, "XH": 5, "XW": 4, "H": 3, "W": 4})):
+        rng = np.random.default_rng(seed)
+        f = {n: rng.uniform(-1.6, 1.6, size=tuple(dims.get(d, d) for d in sh)).astype(t) for n, t, sh in inputs}
+        want = ort_run(m, f)["y"]
+        for got in (k(f["x"], f["g"])[0], interp_run(mod, [f["x"], f["g"]])[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"at {dims}")
 
 
 def test_grid_sample_checks_grid_shape():

@@ -24,7 +24,7 @@ import sympy
 
 from .. import kernel as K
 from ..ir import DType, TensorType, canon
-from ..kernel import Expr, Var
+from ..kernel import Expr, Var, dim_to_expr
 from .elementwise import kwiden
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .shape import fresh_dim
@@ -114,8 +114,14 @@ class _KernelMath:
 def _reflect(m, x, lo: float, hi: float):
     """Reflect x by the near border until it lies in [lo, hi]."""
     span = hi - lo
+    if isinstance(span, Expr):  # a symbolic size: the single-position case is decided per call
+        return m.select(span > 0, _reflect_span(m, x, lo, hi, K.maximum(span, 1.0)), m.clamp(x, lo, hi))
     if span <= 0:  # a single position: everything maps onto it
         return m.clamp(x, lo, hi)
+    return _reflect_span(m, x, lo, hi, span)
+
+
+def _reflect_span(m, x, lo, hi, span):
     below = x < lo
     dx = m.select(below, lo - x, x - hi)
     k = m.floor(dx / span)
@@ -134,7 +140,7 @@ def _cubic_weights(t) -> list:
             ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
 
 
-def _coordinate(m, g, size: int, mode: str, pad: str, align: int):
+def _coordinate(m, g, size, mode: str, pad: str, align: int):
     """Steps 1-3 for one dim: the (float) sampling coordinate."""
     x = (g + 1) / 2 * (size - 1) if align else ((g + 1) * size - 1) / 2
     if mode == "nearest":
@@ -147,13 +153,14 @@ def _coordinate(m, g, size: int, mode: str, pad: str, align: int):
     return x
 
 
-def _index(m, i, size: int, pad: str, align: int):
+def _index(m, i, size, pad: str, align: int):
     """Step 4 for one dim: (index to read, whether it is inside X) for integer tap index i."""
     if pad == "zeros":
         return i, (i >= 0) & (i < size)
     if pad == "border":
         return m.clamp(i, 0, size - 1), None
-    lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+    fsize = K.cast(size, DType.f64) if isinstance(size, Expr) else size
+    lo, hi = (0.0, fsize - 1.0) if align else (-0.5, fsize - 0.5)
     fi = K.cast(i, DType.f64) if isinstance(i, Expr) else i.astype(np.float64)
     return m.to_int(_reflect(m, fi, lo, hi)), None
 
@@ -207,9 +214,11 @@ def _gs_lower(ctx) -> None:
     mode, pad, align = _attrs(ctx, ctx.unsupported)
     sp = x.shape[2:]
     r = len(sp)
-    if not all(isinstance(d, int) for d in sp):
-        raise ctx.unsupported("GridSample needs static spatial dims of X (their borders are constants)")
     ct = DType.f64 if DType.f64 in (x.dtype, grid.dtype) else DType.f32
+    # a symbolic spatial dim enters the arithmetic as a run-time value: an i64 size for the
+    # tap indices, a float one for the coordinates (static dims stay constants)
+    isz = [d if isinstance(d, int) else dim_to_expr(d) for d in sp]
+    fsz = [float(d) if isinstance(d, int) else K.cast(d, ct) for d in isz]
     m = _KernelMath
     taps = _TAPS[mode]
     tv = [Var(f"t{i}") for i in range(r)]
@@ -220,7 +229,7 @@ def _gs_lower(ctx) -> None:
         idx = []
         for i in range(r):
             g = K.cast(grid[(n, *o, r - 1 - i)], ct)
-            v = _coordinate(m, g, sp[i], mode, pad, align)
+            v = _coordinate(m, g, fsz[i], mode, pad, align)
             b = v if mode == "nearest" else m.floor(v)
             t = v - b
             if mode == "linear":
@@ -231,7 +240,7 @@ def _gs_lower(ctx) -> None:
                                                                  K.select(tv[i].eq(2), w[2], w[3])))
             off = -1 if mode == "cubic" else 0
             j, inside = _index(m, K.cast(b, DType.i64) + tv[i] + off if taps > 1 else K.cast(b, DType.i64),
-                               sp[i], pad, align)
+                               isz[i], pad, align)
             if inside is not None:
                 conds.append(inside)
             idx.append(j)
