@@ -120,6 +120,21 @@ def test_run_check_exits_4_on_a_mismatch_beyond_the_tolerance(tmp_path):
         assert r.exit_code == 4 and "MISMATCH" in r.output
 
 
+def test_run_check_when_onnxruntime_cannot_run_the_model_is_a_user_error(tmp_path, monkeypatch):
+    # onnxruntime refusing a model onnxcc runs (its opset-23 Attention rejects masks torch
+    # exports) leaves nothing to compare with: a clear message and exit 1, not an internal error
+    import onnxcc.testing
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[ONNXRuntimeError] : 1 : FAIL : Attention node: mask shape\nstack...")
+
+    monkeypatch.setattr(onnxcc.testing, "ort_run", refuse)
+    r = _run("run", MLP, "--random", "batch=3", "--check", env={"ONNXCC_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.exit_code == 1, r.output
+    assert "onnxruntime could not run mlp.onnx" in r.output and "mask shape" in r.output
+    assert "stack" not in r.output and "mean" in r.output  # onnxcc's own outputs were printed
+
+
 def test_run_random_refuses_an_unknown_symbol_and_a_bad_npy(tmp_path):
     env = {"ONNXCC_CACHE_DIR": str(tmp_path / "cache")}
     r = _run("run", MLP, "--random", "batch=2,foo=3", env=env)

@@ -146,8 +146,14 @@ def _check_against_onnxruntime(model: Path, feeds, outs, rtol: float, atol: floa
         raise OnnxccError(f"--check needs onnxruntime ({e}); install onnxcc[test]") from None
     from ..io_structure import flatten_outputs
 
+    try:
+        wants = flatten_outputs(ort_run(str(model), feeds))
+    except Exception as e:  # onnxruntime's own refusal: nothing to compare with, not an onnxcc bug
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise OnnxccError(f"--check: onnxruntime could not run {model.name} on these inputs, so there is "
+                          f"nothing to compare with (onnxcc's outputs are above): {first[:600]}") from None
     ok = True
-    for k, want in flatten_outputs(ort_run(str(model), feeds)).items():
+    for k, want in wants.items():
         got = outs[k]
         if got.shape != want.shape:
             click.echo(f"{k}: MISMATCH shape {list(got.shape)}, onnxruntime gives {list(want.shape)}")
