@@ -6,10 +6,13 @@ with is_causal and RMSNorm, a KV cache whose past length is its own symbol, a U-
 BatchNorm, bilinear upsampling and ConvTranspose, a ResNet stem and blocks, a ConvNeXt block
 (7x7 depthwise, LayerNorm over channels last), stacked bidirectional GRU + LSTM, a
 wav2vec-style strided Conv1d front end with GroupNorm, PixelShuffle + nearest resize +
-ceil-mode pooling, and cumsum / topk / einsum / mish / softplus.
+ceil-mode pooling, cumsum / topk / einsum / mish / softplus, roll / sort / gather /
+scatter_add, grid_sample on a dynamic-size image, boolean-mask indexing and nonzero, a
+float16 model, and nn.MultiheadAttention with queries and keys of different lengths.
 
 Each is exported by the legacy TorchScript exporter (`NAME_ts17.onnx`, opset 17) and by the
-dynamo exporter (`NAME_dyn18.onnx`, opset 18, weights as external data beside it). Where an
+dynamo exporter (`NAME_dyn18.onnx`, opset 18, weights as external data beside it; the
+encoder and the causal LM also at opset 23, `NAME_dyn23.onnx`). Where an
 exporter fails the file is not written (torch 2.13: TorchScript cannot export
 TransformerEncoder's fast path or RMSNorm). The inputs the tests feed are made in
 tests/e2e/test_torch_exported_more.py (no torch needed there); the ones here only trace.
@@ -172,6 +175,53 @@ class KVCache(nn.Module):
         return (att @ v).transpose(1, 2).reshape(b, t, 32), k, v
 
 
+class GatherSort(nn.Module):
+    """roll (dynamo: slices at Mod(-shift, N)), flip, gather, sort / argsort (TopK), scatter_add"""
+
+    def forward(self, x, idx):
+        k = idx.shape[1]
+        y = torch.gather(x, 1, idx) + torch.roll(x, 2, 1)[:, :k] + torch.flip(x, [1])[:, :k]
+        s, o = torch.sort(x, 1, descending=True)
+        return torch.zeros_like(x).scatter_add(1, idx, y) + s * o.float().argsort(1).float()
+
+
+class Sample(nn.Module):
+    """grid_sample on an image of dynamic size, bicubic upsampling, unfold (im2col)"""
+
+    def forward(self, x, grid):
+        a = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        b = F.interpolate(x, scale_factor=2.0, mode="bicubic", align_corners=True)
+        u = F.unfold(x, 3, padding=1)
+        return a.mean((2, 3)) + b.amax((2, 3)) + u.sum(2)[:, : x.shape[1]]
+
+
+class Mask(nn.Module):
+    """boolean-mask indexing and nonzero: sizes known only from the data"""
+
+    def forward(self, x):
+        return x[x > 0].sum() + torch.nonzero(x > 1).float().sum(), (x * (x > 0)).cumsum(-1)
+
+
+class Half(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.ln = nn.Linear(16, 16), nn.LayerNorm(16)
+
+    def forward(self, x):
+        return F.gelu(self.ln(self.lin(x))).softmax(-1)
+
+
+class MHA(nn.Module):
+    """nn.MultiheadAttention with its averaged weights, queries and keys of different lengths"""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, q, kv):
+        return self.mha(q, kv, kv, need_weights=True)
+
+
 def _ids(b, t, hi):
     return torch.randint(1, hi, (b, t))
 
@@ -190,14 +240,26 @@ MODELS = {
     "pixelup": (PixelUp, ["x"], {"x": {0: "N", 2: "H", 3: "W"}}, lambda: (torch.randn(2, 4, 7, 5),)),
     "kvcache": (KVCache, ["x", "pk", "pv"], {"x": {0: "B", 1: "T"}, "pk": {0: "B", 2: "P"}, "pv": {0: "B", 2: "P"}},
                 lambda: (torch.randn(2, 3, 32), torch.randn(2, 4, 10, 8), torch.randn(2, 4, 10, 8))),
+    "gather": (GatherSort, ["x", "idx"], {"x": {0: "B", 1: "N"}, "idx": {0: "B", 1: "K"}},
+               lambda: (torch.randn(2, 10), torch.randint(0, 10, (2, 6)))),
+    "sample": (Sample, ["x", "grid"], {"x": {0: "B", 2: "H", 3: "W"}, "grid": {0: "B", 1: "GH", 2: "GW"}},
+               lambda: (torch.randn(2, 3, 8, 9), torch.rand(2, 5, 4, 2) * 2 - 1)),
+    "mask": (Mask, ["x"], {"x": {0: "B", 1: "N"}}, lambda: (torch.randn(3, 7),)),
+    "half": (lambda: Half().half(), ["x"], {"x": {0: "B", 1: "T"}}, lambda: (torch.randn(2, 5, 16).half(),)),
+    "mha": (MHA, ["q", "kv"], {"q": {0: "B", 1: "T"}, "kv": {0: "B", 1: "S"}},
+            lambda: (torch.randn(2, 5, 32), torch.randn(2, 7, 32))),
 }
+
+#: also exported by the dynamo exporter at opset 23 (`NAME_dyn23.onnx`): SDPA becomes the
+#: Attention op, RMSNorm RMSNormalization
+OPSET23 = ("enc", "causal")
 
 
 def export(name: str) -> None:
     cls, names, dyn, example = MODELS[name]
     torch.manual_seed(0)
     module, args = cls().eval(), example()
-    for kind in ("ts17", "dyn18"):
+    for kind in ("ts17", "dyn18") + (("dyn23",) if name in OPSET23 else ()):
         path = OUT / f"{name}_{kind}.onnx"
         try:
             with torch.no_grad():
@@ -208,10 +270,27 @@ def export(name: str) -> None:
                     shapes = {n: {ax: torch.export.Dim(sym, min=1, max=4096) for ax, sym in d.items()}
                               for n, d in dyn.items()}
                     torch.onnx.export(module, args, str(path), input_names=names, dynamic_shapes=shapes,
-                                      opset_version=18, dynamo=True)
+                                      opset_version=int(kind[3:]), dynamo=True)
             print("exported", path)
         except Exception as e:  # an exporter's refusal: report it, write nothing
             print("export failed", path, type(e).__name__, str(e).splitlines()[0][:200])
+
+
+def torch_reference(name: str, inputs: list[dict]) -> None:
+    """NAME_torch.npz: the module's own outputs (key `K.OUTPUT_INDEX`) at the test's inputs,
+    for files onnxruntime cannot run."""
+    cls = MODELS[name][0]
+    torch.manual_seed(0)
+    module, out = cls().eval(), {}
+    for k, feeds in enumerate(inputs):
+        with torch.no_grad():
+            res = module(*[torch.from_numpy(a) for a in feeds.values()])
+        for j, r in enumerate(res if isinstance(res, tuple) else (res,)):
+            out[f"{k}.{j}"] = r.numpy()
+    import numpy as np
+
+    np.savez(OUT / f"{name}_torch.npz", **out)
+    print("wrote", OUT / f"{name}_torch.npz")
 
 
 if __name__ == "__main__":
@@ -219,3 +298,7 @@ if __name__ == "__main__":
     OUT.mkdir(parents=True, exist_ok=True)
     for name in sys.argv[1:] or MODELS:
         export(name)
+    sys.path.insert(0, str(OUT.parents[1] / "e2e"))
+    from torch_more_inputs import INPUTS  # the inputs the test feeds
+
+    torch_reference("enc", INPUTS["enc"])
