@@ -66,5 +66,5 @@ def test_seed_fixes_draws_and_unseeded_nodes_differ():
 
 def test_integer_dtype_is_refused_with_the_node():
     m = model([h.make_node("RandomUniform", [], ["y"], shape=[3], dtype=TP.INT32, name="noise")], [], ["y"])
-    with pytest.raises(OnnxccError, match="noise.*i32 is not supported"):
+    with pytest.raises(OnnxccError, match=r"noise.*i32 is not supported"):
         jit_compile(m)
