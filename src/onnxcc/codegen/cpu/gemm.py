@@ -70,6 +70,7 @@ from ..llvm.helpers import (
     if_then,
     loop_metadata,
 )
+from .gemm_flat import flat_columns_ok
 
 if TYPE_CHECKING:
     from .emit import FnCtx, KernelEmitter
@@ -820,12 +821,23 @@ def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: Gemm
     """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0)."""
     epi: Expr = g.epilogue  # type: ignore[assignment]
     names = c.var_names
-    bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
+    # a conv's (oh, ow) read only as the trailing indices of its output and same-shaped
+    # loads: one flat unit-stride run per row (vectorised), no per-column unflattening
+    flat = len(g.n) > 1 and flat_columns_ok(epi, g.n, ext, fctx.buffer_shape)
+    if flat:
+        last = g.n[-1]
+        lead = {n: i64(0) for n in g.n[:-1]}
+
+        def bind_n(cc: ir.Value) -> None:
+            _bind(em, {last: _add(b, j0, cc, last)}, ext)
+    else:
+        lead = {}
+        bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
     with for_range(b, rows, "er", guard=False) as r:
         mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
-        _bind(em, mvals, ext)
+        _bind(em, {**mvals, **lead}, ext)
         em.hoist(epi, guarded=True)
-        md = _run_loop_metadata(fctx.module, g.vl) if len(g.n) == 1 else None
+        md = _run_loop_metadata(fctx.module, g.vl) if len(g.n) == 1 or flat else None
         with for_range(b, ncols, "ec", guard=False, metadata=md) as cc:
             bind_n(cc)
             em.store(c.out, [em.var_vals[n] for n in names], em.emit(epi))
