@@ -32,6 +32,7 @@ import sympy
 
 from onnxcc.ir import Dim, Divisible, DType, canon
 
+from .conv_window import ConvWindow, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
 from .rownorm import RowNorm, match_row_norm
@@ -66,6 +67,8 @@ class TargetInfo:
     """blocks to aim for per thread and GEMM call (load balance)"""
     gemm_min_work: int = 4096
     """M*N*K below which a matmul stays on the plain loop nest"""
+    gemm_window: bool = True
+    """whether a conv's B may be read from a padded copy of its input (`GemmPlan.window`)"""
 
     @classmethod
     def from_features(cls, features: str = "", **overrides) -> TargetInfo:
@@ -130,6 +133,9 @@ class GemmPlan:
     a_packed: np.ndarray | None = None
     """A packed at compile time (it reads only constant buffers, uses no batch var and its
     extents are static: a conv's weights): float32 [M panels, K, mr], zero-padded rows"""
+    window: ConvWindow | None = None
+    """B read in place from a padded copy of a conv's input (kernel/conv_window.py): no
+    im2col packing, one k block, tiles over the padded grid"""
 
     @property
     def b_const(self) -> bool:
@@ -143,7 +149,8 @@ class GemmPlan:
     def b_interleaved(self) -> bool:
         """B is packed per call and depends on every batch var (a conv's n): codegen may pack
         and multiply one batch at a time, into batch 0's panels (decided at run time)"""
-        return not self.b_const and bool(self.batch) and tuple(self.b_batch_vars) == tuple(self.batch)
+        return (not self.b_const and self.window is None and bool(self.batch)
+                and tuple(self.b_batch_vars) == tuple(self.batch))
 
     @property
     def a_batch(self) -> bool:
@@ -158,7 +165,7 @@ class GemmPlan:
         return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
                 f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
-                f"b={'prepacked' if self.b_const else 'packed'}"
+                f"b={'prepacked' if self.b_const else 'window' if self.window else 'packed'}"
                 f"{'' if self.epilogue is None else ' +epilogue'}")
 
 
@@ -460,6 +467,11 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         packed = prepack_a(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, a_packed=packed)
+    if g.a_const and not g.b_const and target.gemm_window:
+        w = match_conv_window(b, g.n, [(v.name, k) for (v, _), k in zip(r.vars, ks)], g.b_batch_vars, ext)
+        # a 1x1 conv's copy would be as big as its packing: window mode pays for a kernel window
+        if w is not None and (w.ky or w.kx):
+            g = dataclasses.replace(g, window=w, kc=max(g.kc, _prod(ks)))  # type: ignore[arg-type]
     return g
 
 
@@ -606,6 +618,11 @@ def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
     if g.b_const:
         return 0
     ext = dict(zip(c.var_names, c.extents))
+    if g.window is not None:  # the padded planes, and a tile's over-read past the last one
+        nbw: Dim = g.window.planes * 4
+        for v in g.b_batch_vars:
+            nbw = canon(nbw * ext[v])
+        return canon(nbw * g.window.y_ext * g.window.x_ext + (g.window.x_ext + g.nr + 16) * 4)
     n: Dim = 1
     for v in g.n:
         n = canon(n * ext[v])

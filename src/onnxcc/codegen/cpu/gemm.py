@@ -61,7 +61,6 @@ from ..llvm.helpers import (
     I32,
     I64,
     PTR,
-    VOID,
     for_range,
     get_or_declare,
     i32,
@@ -70,15 +69,13 @@ from ..llvm.helpers import (
     if_then,
     loop_metadata,
 )
+from . import gemm_window as gw
 from .gemm_flat import flat_columns_ok
+from .gemm_ukr import ukr_function
 
 if TYPE_CHECKING:
     from .emit import FnCtx, KernelEmitter
 
-UNROLL = 4
-"""k steps per micro-kernel loop iteration"""
-MIN_CHAINS = 8
-"""independent FMA chains to keep in flight (FMA latency x FMA ports)"""
 NUM_THREADS = "onnxcc_num_threads"
 """`int onnxcc_num_threads(void)`: the runtime pool's threads, the caller included"""
 PARALLEL_MIN_WORK = 1 << 17
@@ -173,6 +170,10 @@ class _Geometry:
         self.K = _mul(b, self.K0, g.k_inner, "gemm.K")
         self.Pm = _ceildiv(b, self.M, g.mr, "gemm.Pm")
         self.Pn = _ceildiv(b, self.N, g.nr, "gemm.Pn")
+        if g.window is not None:  # tiles over the padded grid: OH rows of X columns
+            self.Xw = fctx.dim(g.window.x_ext)
+            self.grid = _mul(b, self.n_ext[0], self.Xw, "gemm.grid")
+            self.Pn = _ceildiv(b, self.grid, g.nr, "gemm.Pn")
         self.kco = max(1, g.kc // g.k_inner)
         self.npc = _ceildiv(b, self.K0, self.kco, "gemm.npc")
         # m blocks: at most mc_panels panels each (the A block stays in L2), and at least
@@ -284,6 +285,14 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
 
             raise CompileError(f"kernel {kem.program.name}: compute {c.out} packs B into scratch, but the "
                                "memory plan reserves none (use kernel.plan_memory.reserve_scratch)")
+        if g.window is not None:  # the padded copy of the input, then every task on it
+            w = g.window
+            nplanes = _mul(b, geo.nbB, w.planes, "win.planes")
+            gw.zero_slack(b, gw.scratch_base(kem, ctx), gw.plane_floats(ctx, w), nplanes, gw.slack_floats(ctx, g))
+            _xctx_store(b, pctx, 5, i64(0))
+            call(gw.pad_function(kem, c, g), nplanes)
+            call(_task_function(kem, c, g), geo.n_tasks)
+            return
         pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
 
         def windows(slots: ir.Value, per_batch: bool) -> None:
@@ -671,7 +680,102 @@ def _static_m(c: Compute, g: GemmPlan) -> int | None:
     return m
 
 
+def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+    """Tasks of a window-mode GEMM (kernel/conv_window.py): each tile of the padded grid is
+    multiplied (one k block, B read from the padded copy) into a stack tile, whose columns
+    that are outputs (not the grid's padding columns) are copied into C; then the epilogue
+    runs on them."""
+    w = g.window
+    assert w is not None and g.a_packed is not None
+    fn, fctx = kem.body_function(f"gemm.{c.out}")
+    b = fctx.b
+    geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
+    begin, end, _ = fn.args
+    ext = dict(zip(c.var_names, c.extents))
+    MR, NR = g.mr, g.nr
+    apack = _const_global(kem, g.a_packed)
+    per_batch = _mul(b, gw.plane_floats(fctx, w), w.planes, "win.bfloats")
+    offs = gw.offsets_table(fctx, g)
+    tile = fctx.eb.alloca(ir.ArrayType(F32, MR * NR), name="win.tile")
+    tile.align = 64
+    tile.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+    xp, out = gw.scratch_base(kem, fctx), fctx.buffer_ptr(c.out)
+    variants = _row_variants(MR, _static_m(c, g))
+    ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *variants]}
+    r0_slot = fctx.eb.alloca(I64, name="r0")
+    em_e = ExprEmitter(fctx, b)
+    if g.epilogue is not None:
+        em_e.hoist(g.epilogue, guarded=True)
+    ow_ext = geo.n_ext[1]
+    yes = ir.Constant(I1, 1)
+    with for_range(b, end, "it", start=begin, guard=True) as it:
+        jc, t = b.urem(it, geo.n_jc, name="jc"), b.udiv(it, geo.n_jc, name="t")
+        ic, bt = b.urem(t, geo.n_ic, name="ic"), b.udiv(t, geo.n_ic, name="bt")
+        pm0 = b.udiv(_mul(b, ic, geo.Pm, "pm0"), geo.n_ic, name="pm0")
+        pm1 = b.udiv(_mul(b, _add(b, ic, 1, "ic1"), geo.Pm, "pm1"), geo.n_ic, name="pm1")
+        pn0 = b.udiv(_mul(b, jc, geo.Pn, "pn0"), geo.n_jc, name="pn0")
+        pn1 = b.udiv(_mul(b, _add(b, jc, 1, "jc1"), geo.Pn, "pn1"), geo.n_jc, name="pn1")
+        batch_vals = _unflatten(b, bt, geo.batch_ext, g.batch)
+        _bind(em_e, batch_vals, ext)
+        bB: ir.Value = i64(0)
+        for v, e in zip(g.b_batch_vars, geo.bb_ext):
+            bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
+        cbatch: ir.Value = i64(0)
+        for v in g.batch:
+            cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
+        xb = _f32_ptr(b, xp, _mul(b, bB, per_batch, "win.xb"), "win.xb")
+        with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
+            q0 = _mul(b, pn, NR, "q0")
+            qend = _umin(b, _add(b, q0, NR, "qe"), geo.grid, "qend")
+            bpanel = _f32_ptr(b, xb, q0, "bpanel")
+            oh0 = b.udiv(q0, geo.Xw, name="oh0")
+            oh1 = _add(b, b.udiv(b.sub(qend, i64(1), name="ql"), geo.Xw, name="oh1"), 1, "oh1")
+            with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
+                i0 = _mul(b, pm, MR, "i0")
+                rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
+                apanel = _f32_ptr(b, apack, _mul(b, _mul(b, pm, geo.K, "ap"), MR, "ap"), "apanel")
+                with if_else(b, b.icmp_unsigned("==", rows, i64(MR), name="full"), name="tile") as (then, other):
+                    with then:
+                        b.call(ukr[MR], [apanel, bpanel, offs, geo.K, tile, i64(NR), yes, i64(NR)])
+                    with other:
+                        b.store(i64(0), r0_slot)
+                        for v in variants:
+                            r0 = b.load(r0_slot, name="r0")
+                            more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
+                            with if_then(b, more, name=f"rows{v}"):
+                                b.call(ukr[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
+                                                _f32_ptr(b, tile, _mul(b, r0, NR, "t.r"), "t.r"), i64(NR), yes,
+                                                i64(NR)])
+                                b.store(_add(b, r0, v, "r0.next"), r0_slot)
+                # the grid rows the tile touches: their output columns into C, then the epilogue
+                with for_range(b, oh1, "wrow", start=oh0, guard=False) as oh:
+                    rs = _mul(b, oh, geo.Xw, "rs")
+                    lo = _umax(b, q0, rs, "wlo")
+                    hi = _umin(b, qend, b.add(rs, ow_ext, name="rend"), "whi")
+                    with if_then(b, b.icmp_unsigned(">", hi, lo, name="wany"), name="wseg"):
+                        cnt = b.sub(hi, lo, name="wcnt")
+                        j = b.add(_mul(b, oh, ow_ext, "wj"), b.sub(lo, rs, name="ow0"), name="wj")
+                        src0 = _f32_ptr(b, tile, b.sub(lo, q0, name="tcol"), "wsrc")
+                        dst0 = _f32_ptr(b, out, _add(b, cbatch, _add(b, _mul(b, i0, geo.ldc, "wd"), j, "wd"), "wd"),
+                                        "wdst")
+                        with for_range(b, rows, "wr", guard=False) as r:
+                            src = _f32_ptr(b, src0, _mul(b, r, NR, "wsr"), "wsr")
+                            dst = _f32_ptr(b, dst0, _mul(b, r, geo.ldc, "wdr"), "wdr")
+                            with for_range(b, cnt, "wc", guard=False, metadata=_run_loop_metadata(kem.module, g.vl)) \
+                                    as t:
+                                b.store(b.load(_f32_ptr(b, src, t, "ws"), name="wv", typ=F32, align=4),
+                                        _f32_ptr(b, dst, t, "wd"), align=4)
+                        if g.epilogue is not None:
+                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt)
+        em_e.pop()
+    b.ret_void()
+    fctx.finish()
+    return fn
+
+
 def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+    if g.window is not None:
+        return _window_task_function(kem, c, g)
     fn, fctx = kem.body_function(f"gemm.{c.out}")
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
@@ -843,111 +947,3 @@ def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: Gemm
             em.store(c.out, [em.var_vals[n] for n in names], em.emit(epi))
             em.pop()
         em.pop()
-
-
-# ---- the micro-kernel -------------------------------------------------------------------------
-
-
-def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
-    """`void ukr(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i1 first, i64 ncols)`:
-    C[r][j] (+)= sum_k a[k*mr + r] * b[k*nr + j] for r < rows, j < ncols (C row stride ldc;
-    `first`: store instead of accumulate). `b` is 64-byte aligned, nr floats per k.
-    With `g.a_direct` A is read in place: `ukr(ptr a, i64 lda, ptr b, ...)` sums
-    a[r*lda + k] * b[k*nr + j] (A's rows at stride lda, k contiguous)."""
-    MR, NR, VL = g.mr, g.nr, g.vl
-    direct = g.a_direct
-    name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}.v{VL}"
-    fn = module.globals.get(name)
-    if fn is not None:
-        return fn
-    V = ir.VectorType(F32, VL)
-    MASK = ir.VectorType(I1, VL)
-    params = [PTR, I64] if direct else [PTR]
-    fn = ir.Function(module, ir.FunctionType(VOID, [*params, PTR, I64, PTR, I64, I1, I64]), name=name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    fn.attributes.add("noinline")
-    names = ("a", "lda", "b", "kc", "c", "ldc", "first", "ncols") if direct else \
-        ("a", "b", "kc", "c", "ldc", "first", "ncols")
-    for arg, n in zip(fn.args, names):
-        arg.name = n
-    args = dict(zip(names, fn.args))
-    a, bp, kc, cp, ldc, first, ncols = (args[n] for n in ("a", "b", "kc", "c", "ldc", "first", "ncols"))
-    for arg in (a, bp, cp):
-        arg.add_attribute("noalias")
-    NV = NR // VL
-    sets = max(1, min(UNROLL, -(-MIN_CHAINS // (rows * NV))))
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    vzero = ir.Constant(V, [0.0] * VL)
-    acc = [[[b.alloca(V, name=f"acc.{s}.{r}.{v}") for v in range(NV)] for r in range(rows)] for s in range(sets)]
-    for s in range(sets):
-        for r in range(rows):
-            for v in range(NV):
-                b.store(vzero, acc[s][r][v])
-    fma = get_or_declare(module, f"llvm.fma.v{VL}f32", ir.FunctionType(V, [V, V, V]))
-    undef = ir.Constant(V, ir.Undefined)
-    splat_mask = ir.Constant(ir.VectorType(I32, VL), [0] * VL)
-    balign = min(64, VL * 4)
-
-    # where row r of A starts: packed, r floats into each k step; direct, r rows of lda
-    a_row = [_f32_ptr(b, a, _mul(b, args["lda"], r, "a.row"), f"a.row{r}") for r in range(rows)] if direct else None
-
-    def step(k: ir.Value, s: int) -> None:
-        brow = _f32_ptr(b, bp, _mul(b, k, NR, "bk"), "bk")
-        bv = [b.load(_f32_ptr(b, brow, v * VL, "bv.p"), name=f"bv{v}", typ=V, align=balign) for v in range(NV)]
-        arow = None if direct else _f32_ptr(b, a, _mul(b, k, MR, "ak"), "ak")
-        for r in range(rows):
-            ap = _f32_ptr(b, a_row[r], k, "a.p") if direct else _f32_ptr(b, arow, r, "a.p")
-            x = b.load(ap, name=f"a{r}", typ=F32, align=4)
-            xv = b.shuffle_vector(b.insert_element(undef, x, i32(0), name="a.ins"), undef, splat_mask,
-                                  name=f"a{r}.v")
-            for v in range(NV):
-                cur = b.load(acc[s][r][v], name="acc", typ=V)
-                b.store(b.call(fma, [xv, bv[v], cur], name="fma"), acc[s][r][v])
-
-    kmain = b.and_(kc, i64(-UNROLL), name="kmain")
-    nq = b.lshr(kc, i64(UNROLL.bit_length() - 1), name="kq.n")
-    with for_range(b, nq, "kq", guard=True) as kq:
-        k = _mul(b, kq, UNROLL, "k")
-        for u in range(UNROLL):
-            step(_add(b, k, u, "ku"), u % sets)
-    with for_range(b, kc, "kr", start=kmain, guard=True) as kr:
-        step(kr, 0)
-    vals = []
-    for r in range(rows):
-        row = []
-        for v in range(NV):
-            x = b.load(acc[0][r][v], name="sum", typ=V)
-            for s in range(1, sets):
-                x = b.fadd(x, b.load(acc[s][r][v], name="part", typ=V), name="sum")
-            row.append(x)
-        vals.append(row)
-    # column masks: lane l of vector v is stored when v*VL + l < ncols
-    iota = ir.Constant(ir.VectorType(I64, VL), list(range(VL)))
-    masks = []
-    for v in range(NV):
-        left = b.sub(ncols, i64(v * VL), name=f"left{v}")
-        sv = b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(I64, VL), ir.Undefined), left, i32(0),
-                                               name="left.ins"),
-                              ir.Constant(ir.VectorType(I64, VL), ir.Undefined), splat_mask, name=f"left{v}.v")
-        m = b.icmp_signed(">", sv, iota, name=f"mask{v}")
-        m.type = MASK
-        masks.append(m)
-    suffix = f"v{VL}f32.p0"
-    mload = get_or_declare(module, f"llvm.masked.load.{suffix}", ir.FunctionType(V, [PTR, I32, MASK, V]))
-    mstore = get_or_declare(module, f"llvm.masked.store.{suffix}", ir.FunctionType(VOID, [V, PTR, I32, MASK]))
-    with if_else(b, first, name="store") as (then, otherwise):
-        with then:
-            for r in range(rows):
-                crow = _f32_ptr(b, cp, _mul(b, ldc, r, "cr") if r else i64(0), "crow")
-                for v in range(NV):
-                    b.call(mstore, [vals[r][v], _f32_ptr(b, crow, v * VL, "cp"), i32(4), masks[v]])
-        with otherwise:
-            for r in range(rows):
-                crow = _f32_ptr(b, cp, _mul(b, ldc, r, "cr") if r else i64(0), "crow")
-                for v in range(NV):
-                    p = _f32_ptr(b, crow, v * VL, "cp")
-                    old = b.call(mload, [p, i32(4), masks[v], vzero], name="old")
-                    b.call(mstore, [b.fadd(vals[r][v], old, name="new"), p, i32(4), masks[v]])
-    b.ret_void()
-    return fn

@@ -1,0 +1,133 @@
+"""Window mode of the GEMM codegen (kernel/conv_window.py says what it is): the padded copy
+of a conv's input into the scratch region, and the micro-kernel's table of row offsets.
+
+gemm.py drives it: one parallel call of `pad_function` (items: batch x plane), then the
+tasks, whose tiles the micro-kernel reads straight from the copy through `offsets_table`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from onnxcc.kernel.conv_window import POS_X, POS_Y, ConvWindow
+from onnxcc.kernel.program import Compute
+from onnxcc.kernel.schedule import GemmPlan
+
+from ..llvm.exprs import F32, ExprEmitter
+from ..llvm.helpers import I8, I64, PTR, for_range, i64, loop_metadata
+
+if TYPE_CHECKING:
+    from .emit import FnCtx, KernelEmitter
+
+
+def _unflatten(b: ir.IRBuilder, flat: ir.Value, exts: Sequence[ir.Value], names: Sequence[str]) -> dict[str, ir.Value]:
+    out: dict[str, ir.Value] = {}
+    rest = flat
+    for i, (n, e) in enumerate(zip(reversed(names), reversed(exts))):
+        if i == len(names) - 1:
+            out[n] = rest
+        else:
+            out[n] = b.urem(rest, e, name=n)
+            rest = b.udiv(rest, e, name=f"{n}.rest")
+    return out
+
+
+def scratch_base(kem: KernelEmitter, fctx: FnCtx) -> ir.Value:
+    """Where the padded planes start (the GEMM's scratch region)."""
+    return fctx.eb.gep(fctx.ws_p, [fctx.dim(kem.plan.scratch_offset)], inbounds=True, name="win.base",
+                       source_etype=I8)
+
+
+def plane_floats(fctx: FnCtx, w: ConvWindow) -> ir.Value:
+    """Floats of one padded plane (Y x X), at the function's entry."""
+    return fctx.eb.mul(fctx.dim(w.y_ext), fctx.dim(w.x_ext), name="win.plane")
+
+
+def pad_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+    """Items (bb, plane): Xp[bb][plane][y][x] = tap(batch vars of bb, plane vars, y + ey,
+    x + ex) over the whole padded box: the guards of the conv's padding run here once per
+    input element instead of once per (tap, output)."""
+    w = g.window
+    assert w is not None
+    fn, fctx = kem.body_function(f"gemm.pad.{c.out}")
+    b = fctx.b
+    begin, end, _ = fn.args
+    ext = dict(zip(c.var_names, c.extents))
+    Y, X = fctx.dim(w.y_ext), fctx.dim(w.x_ext)
+    plane = plane_floats(fctx, w)
+    base = scratch_base(kem, fctx)
+    bb_ext = [fctx.dim(ext[v]) for v in g.b_batch_vars]
+    planes = i64(w.planes)
+    em = ExprEmitter(fctx, b)
+    with for_range(b, end, "it", start=begin, guard=True) as it:
+        bb = b.udiv(it, planes, name="bb")
+        pl = b.urem(it, planes, name="pl")
+        vals = _unflatten(b, bb, bb_ext, g.b_batch_vars)
+        vals.update(_unflatten(b, pl, [i64(e) for e in w.plane_exts], w.plane_vars))
+        em.push(vals, {v: ext[v] for v in g.b_batch_vars})
+        em.hoist(w.tap, guarded=True)
+        dst = b.gep(base, [b.mul(it, plane, name="pdst.off")], inbounds=True, name="pdst", source_etype=F32)
+        with for_range(b, Y, "y", guard=True) as y:
+            em.push({POS_Y: b.add(y, i64(w.ey), name="win.y")})
+            em.hoist(w.tap, guarded=True)
+            row = b.gep(dst, [b.mul(y, X, name="prow.off")], inbounds=True, name="prow", source_etype=F32)
+            md = loop_metadata(kem.module, vector_width=g.vl)
+            with for_range(b, X, "x", guard=True, metadata=md) as x:
+                em.push({POS_X: b.add(x, i64(w.ex), name="win.x")})
+                b.store(em.emit(w.tap), b.gep(row, [x], inbounds=True, name="pdst.x", source_etype=F32), align=4)
+                em.pop()
+            em.pop()
+        em.pop()
+    b.ret_void()
+    fctx.finish()
+    return fn
+
+
+def zero_slack(b: ir.IRBuilder, base: ir.Value, plane: ir.Value, nplanes: ir.Value, floats: ir.Value) -> None:
+    """Zero the `floats` past the last plane, which the last tiles read (and drop): garbage
+    there could be denormal or NaN, which slows the FMAs of the dropped lanes down."""
+    end = b.gep(base, [b.mul(plane, nplanes, name="slack.off")], inbounds=True, name="slack", source_etype=F32)
+    with for_range(b, floats, "sz", guard=True) as i:
+        b.store(ir.Constant(F32, 0.0), b.gep(end, [i], inbounds=True, name="slack.p", source_etype=F32), align=4)
+
+
+def slack_floats(fctx: FnCtx, g: GemmPlan) -> ir.Value:
+    """Floats past the last plane that tiles may read (see `gemm_scratch_bytes`)."""
+    assert g.window is not None
+    return fctx.eb.add(fctx.dim(g.window.x_ext), i64(g.nr + 16), name="win.slack")
+
+
+def offsets_table(fctx: FnCtx, g: GemmPlan) -> ir.Value:
+    """An i64 [K] stack array: off[k] = plane*Y*X + ky*dy*X + kx*dx for the flat k
+    (row-major over the reduce vars), filled at the builder's position."""
+    w = g.window
+    assert w is not None
+    b = fctx.b
+    exts = [int(x.value) for _, x in g.reduce.vars]  # type: ignore[attr-defined]
+    names = [v.name for v, _ in g.reduce.vars]
+    kk = 1
+    for e in exts:
+        kk *= e
+    X = fctx.dim(w.x_ext)
+    plane = plane_floats(fctx, w)
+    coef: dict[str, ir.Value] = {}
+    acc: ir.Value = plane
+    for v, e in reversed(list(zip(w.plane_vars, w.plane_exts))):
+        coef[v] = acc
+        acc = b.mul(acc, i64(e), name="win.pstride")
+    if w.ky:
+        coef[w.ky] = b.mul(X, i64(w.dy), name="win.ystride")
+    if w.kx:
+        coef[w.kx] = i64(w.dx)
+    table = fctx.eb.alloca(ir.ArrayType(I64, kk), name="win.offs")
+    table.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+    with for_range(b, i64(kk), "wk", guard=False) as k:
+        idx = _unflatten(b, k, [i64(e) for e in exts], names)
+        off: ir.Value = i64(0)
+        for n in names:
+            off = b.add(off, b.mul(idx[n], coef[n], name="woff.t"), name="woff")
+        b.store(off, b.gep(table, [k], inbounds=True, name="woff.p", source_etype=I64), align=8)
+    return table

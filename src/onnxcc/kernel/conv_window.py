@@ -1,0 +1,149 @@
+"""Window mode of a conv GEMM: B read in place from a zero-padded copy of the input.
+
+A conv's GEMM reads B(k = (c, kh, kw), j = (oh, ow)) = X[n, c, oh*sy + kh*dy + ey,
+ow + kw*dx + ex] (through the padding select). Packing it (im2col) writes K x N floats per
+call, 9x the input for a 3x3 conv. Window mode instead copies the input once into a padded
+plane per channel, Xp[bb][c][y][x] = B at position (y + ey, x + ex), and lets the
+micro-kernel read B's rows straight from Xp: row k of a tile starting at padded-grid column
+q is Xp + off[k] + q with off[k] = c*Y*X + kh*dy*X + kw*dx, so a tile is nr consecutive
+floats of each row. Columns are counted over the padded grid (X per output row, the last
+X - OW of each row computed and dropped), so tiles run across output rows and stay full
+whatever the width. Only unit strides give consecutive floats across the grid (strided
+convs keep packing: their lowering pads the input already, see ops/nn.py `_padded_input`).
+
+The match is syntactic and exact: each of the two position index expressions of B's one
+input load must be affine (s*o + d*k + e, integer s, d, e) and B must use (oh, kh) and
+(ow, kw) only through them; then B is a function `tap` of (batch vars, plane vars, Y, X),
+which the copy evaluates, guards and all, at every padded position."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from onnxcc.ir import Dim, DType, canon
+
+from .expr import Binary, Check, Const, Expr, Load, Var, free_vars, transform, walk
+
+POS_Y, POS_X = "win.y", "win.x"
+"""the vars `ConvWindow.tap` reads its two input positions from"""
+MAX_K = 4096
+"""longest contraction served in window mode: K is one block (no k blocking, the whole
+A panel of mr x K floats from L1/L2) and its offset table lives on the task's stack"""
+
+
+@dataclass(frozen=True, eq=False)
+class ConvWindow:
+    tap: Expr
+    """B with its two positions replaced by Var(POS_Y), Var(POS_X)"""
+    plane_vars: tuple[str, ...]
+    """the reduce vars that are no kernel offset (a conv's input channel), in reduce order"""
+    plane_exts: tuple[int, ...]
+    ky: str | None
+    """the reduce var of the kernel's row offset (None: the kernel is one row high)"""
+    kx: str | None
+    sy: int
+    dy: int
+    ey: int
+    """position y = sy*oh + dy*ky + ey"""
+    dx: int
+    ex: int
+    """position x = ow + dx*kx + ex"""
+    y_ext: Dim
+    """padded rows: sy*(OH - 1) + dy*(KH - 1) + 1"""
+    x_ext: Dim
+    """padded columns (and grid columns per output row): OW + dx*(KW - 1)"""
+
+    @property
+    def planes(self) -> int:
+        out = 1
+        for e in self.plane_exts:
+            out *= e
+        return out
+
+    def describe(self) -> str:
+        return f"window y={self.sy}*o+{self.dy}*k{self.ey:+d} x=o+{self.dx}*k{self.ex:+d}"
+
+
+def _affine(e: Expr) -> dict[str | None, int] | None:
+    """`e` as {var: coefficient, None: constant} when it is an integer affine form of vars."""
+    if isinstance(e, Var):
+        return {e.name: 1}
+    if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return {None: e.value}
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul"):
+        a, b = _affine(e.a), _affine(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "mul":
+            if set(a) == {None}:
+                a, b = b, a
+            if set(b) != {None}:
+                return None
+            return {k: v * b[None] for k, v in a.items()}
+        sign = 1 if e.op == "add" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return {k: v for k, v in out.items() if v or k is None}
+    return None
+
+
+def match_conv_window(b: Expr, n_vars: tuple[str, ...], reduce_vars: list[tuple[str, int | None]],
+                      batch_vars: tuple[str, ...], ext: dict[str, Dim]) -> ConvWindow | None:
+    """The window reading of a GEMM's B (see the module doc), or None."""
+    if len(n_vars) != 2 or b.dtype is not DType.f32 or any(k is None for _, k in reduce_vars):
+        return None
+    kext = {v: int(k) for v, k in reduce_vars}  # type: ignore[arg-type]
+    kk = 1
+    for k in kext.values():
+        kk *= k
+    if kk > MAX_K or any(isinstance(n, Check) for n in walk(b)):
+        return None
+    loads = [n for n in walk(b) if isinstance(n, Load) and free_vars(n) & set(n_vars)]
+    if len(loads) != 1 or loads[0].dtype is not DType.f32:
+        return None
+    pos = []
+    for o in n_vars:
+        idx = [i for i in loads[0].indices if o in free_vars(i)]
+        aff = _affine(idx[0]) if len(idx) == 1 else None
+        if aff is None:
+            return None
+        s, e = aff.pop(o, 0), aff.pop(None, 0)
+        if s < 1 or len(aff) > 1:
+            return None
+        k, d = next(iter(aff.items())) if aff else (None, 0)
+        if k is not None and (k not in kext or d < 1):
+            return None
+        pos.append((idx[0], s, k, d, e))
+    (py, sy, ky, dy, ey), (px, sx, kx, dx, ex) = pos
+    if sx != 1 or sy != 1 or py == px or (ky is not None and ky == kx):
+        return None
+    tap = transform(b, lambda n: Var(POS_Y) if n == py else Var(POS_X) if n == px else None)
+    plane = tuple(v for v in kext if v not in (ky, kx))
+    if not free_vars(tap) <= set(plane) | set(batch_vars) | {POS_Y, POS_X}:
+        return None  # (oh, kh) or (ow, kw) used outside the positions: not a window
+    kh, kw = (kext[ky] if ky else 1), (kext[kx] if kx else 1)
+    oh, ow = ext[n_vars[0]], ext[n_vars[1]]
+    return ConvWindow(tap=tap, plane_vars=plane, plane_exts=tuple(kext[v] for v in plane), ky=ky, kx=kx,
+                      sy=sy, dy=dy, ey=ey, dx=dx, ex=ex, y_ext=canon(sy * (oh - 1) + dy * (kh - 1) + 1),
+                      x_ext=canon(ow + dx * (kw - 1)))
+
+
+def window_offsets(w: ConvWindow, reduce_vars: list[tuple[str, int]], x_ext: int, y_ext: int) -> list[int]:
+    """off[k] for every flat k (row-major over the reduce vars), for static extents: the
+    reference the emitted table follows (tests)."""
+    import itertools
+
+    plane_stride = {}
+    acc = 1
+    for v, e in reversed(list(zip(w.plane_vars, w.plane_exts))):
+        plane_stride[v] = acc * y_ext * x_ext
+        acc *= e
+    coef = {**plane_stride}
+    if w.ky:
+        coef[w.ky] = w.dy * x_ext
+    if w.kx:
+        coef[w.kx] = w.dx
+    names = [v for v, _ in reduce_vars]
+    box = itertools.product(*(range(e) for _, e in reduce_vars))
+    return [sum(coef[n] * i for n, i in zip(names, ix)) for ix in box]
