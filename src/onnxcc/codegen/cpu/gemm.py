@@ -528,12 +528,17 @@ def _column_segments(b: ir.IRBuilder, fctx: FnCtx, names: Sequence[str], exts: S
     return seg_cc, seg_last, leads, count
 
 
-def _run_loop_metadata(module: ir.Module, vl: int) -> ir.MDValue:
+def _run_loop_metadata(module: ir.Module, vl: int, masked_tail: bool = False) -> ir.MDValue:
     """`!llvm.loop` for a run of at most nr columns: vectorise by vl lanes without
-    interleaving (interleaved vector bodies would need more iterations than a run has)."""
+    interleaving (interleaved vector bodies would need more iterations than a run has).
+    `masked_tail`: the last partial vector runs masked instead of as a scalar loop (runs
+    whose lengths are rarely multiples of vl: a window tile's row segments)."""
     md = loop_metadata(module, vector_width=vl)
-    extra = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])
-    md.operands = (*md.operands, extra)
+    extra = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])]
+    if masked_tail:
+        extra.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.predicate.enable"),
+                                          ir.Constant(I1, 1)]))
+    md.operands = (*md.operands, *extra)
     return md
 
 
@@ -761,12 +766,12 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
                         with for_range(b, rows, "wr", guard=False) as r:
                             src = _f32_ptr(b, src0, _mul(b, r, NR, "wsr"), "wsr")
                             dst = _f32_ptr(b, dst0, _mul(b, r, geo.ldc, "wdr"), "wdr")
-                            with for_range(b, cnt, "wc", guard=False, metadata=_run_loop_metadata(kem.module, g.vl)) \
-                                    as t:
+                            md = _run_loop_metadata(kem.module, g.vl, masked_tail=True)
+                            with for_range(b, cnt, "wc", guard=False, metadata=md) as t:
                                 b.store(b.load(_f32_ptr(b, src, t, "ws"), name="wv", typ=F32, align=4),
                                         _f32_ptr(b, dst, t, "wd"), align=4)
                         if g.epilogue is not None:
-                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt)
+                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt, masked_tail=True)
         em_e.pop()
     b.ret_void()
     fctx.finish()
@@ -921,8 +926,9 @@ def _pack_a(b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry, ext: 
 
 
 def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: GemmPlan, geo: _Geometry, ext: dict,
-              i0: ir.Value, rows: ir.Value, j0: ir.Value, ncols: ir.Value) -> None:
-    """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0)."""
+              i0: ir.Value, rows: ir.Value, j0: ir.Value, ncols: ir.Value, masked_tail: bool = False) -> None:
+    """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0) (`masked_tail`: see
+    `_run_loop_metadata`)."""
     epi: Expr = g.epilogue  # type: ignore[assignment]
     names = c.var_names
     # a conv's (oh, ow) read only as the trailing indices of its output and same-shaped
@@ -941,7 +947,7 @@ def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: Gemm
         mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
         _bind(em, {**mvals, **lead}, ext)
         em.hoist(epi, guarded=True)
-        md = _run_loop_metadata(fctx.module, g.vl) if len(g.n) == 1 or flat else None
+        md = _run_loop_metadata(fctx.module, g.vl, masked_tail) if len(g.n) == 1 or flat else None
         with for_range(b, ncols, "ec", guard=False, metadata=md) as cc:
             bind_n(cc)
             em.store(c.out, [em.var_vals[n] for n in names], em.emit(epi))
