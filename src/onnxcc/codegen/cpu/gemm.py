@@ -182,8 +182,12 @@ class _Geometry:
         # interleaved (one batch at a time, see _run): the blocks split one batch
         self.inter: ir.Value | None = None
         bt_split = self.Bt
-        if g.b_interleaved:
-            nbytes = _mul(b, _mul(b, self.Pn, self.K, "gemm.b.bytes"), g.nr * 4, "gemm.b.bytes")
+        if g.b_interleaved or (g.window is not None and g.batch and tuple(g.b_batch_vars) == tuple(g.batch)):
+            if g.window is not None:  # one batch's padded planes
+                nbytes = _mul(b, _mul(b, fctx.dim(g.window.y_ext), self.Xw, "gemm.b.bytes"), g.window.planes * 4,
+                              "gemm.b.bytes")
+            else:
+                nbytes = _mul(b, _mul(b, self.Pn, self.K, "gemm.b.bytes"), g.nr * 4, "gemm.b.bytes")
             self.inter = b.and_(b.icmp_unsigned(">", self.Bt, i64(1), name="gemm.bt.many"),
                                 b.icmp_unsigned(">=", nbytes, i64(INTERLEAVE_MIN_BYTES), name="gemm.b.big"),
                                 name="gemm.inter")
@@ -289,9 +293,26 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             w = g.window
             nplanes = _mul(b, geo.nbB, w.planes, "win.planes")
             gw.zero_slack(b, gw.scratch_base(kem, ctx), gw.plane_floats(ctx, w), nplanes, gw.slack_floats(ctx, g))
-            _xctx_store(b, pctx, 5, i64(0))
-            call(gw.pad_function(kem, c, g), nplanes)
-            call(_task_function(kem, c, g), geo.n_tasks)
+            pad = gw.pad_function(kem, c, g, lambda fb, fp: _mul(fb, fb.load(_xctx_slot(fb, fp, 5), name="bt",
+                                                                              align=8, typ=I64), w.planes, "pad.off"))
+            task = _task_function(kem, c, g)
+            if geo.inter is None:
+                _xctx_store(b, pctx, 5, i64(0))
+                call(pad, nplanes)
+                call(task, geo.n_tasks)
+                return
+            # one batch at a time when a batch's planes are big (as packed B, see below):
+            # its tiles read the planes while they are in the caches
+            with if_else(b, geo.inter, name="win.inter") as (then, other):
+                with then:
+                    with for_range(b, geo.Bt, "win.bt", guard=True) as bt:
+                        _xctx_store(b, pctx, 5, bt)
+                        call(pad, i64(w.planes))
+                        call(task, _mul(b, geo.n_ic, geo.n_jc, "win.per.batch"))
+                with other:
+                    _xctx_store(b, pctx, 5, i64(0))
+                    call(pad, nplanes)
+                    call(task, geo.n_tasks)
             return
         pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
 
@@ -695,7 +716,7 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     fn, fctx = kem.body_function(f"gemm.{c.out}")
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
-    begin, end, _ = fn.args
+    begin, end, inter = _batch_items(b, fn, g, geo, _mul(b, geo.n_ic, geo.n_jc, "per.batch"))
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
     apack = _const_global(kem, g.a_packed)
@@ -725,6 +746,8 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
         bB: ir.Value = i64(0)
         for v, e in zip(g.b_batch_vars, geo.bb_ext):
             bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
+        if inter is not None:  # batch 0's planes hold every batch's when interleaved
+            bB = b.select(inter, i64(0), bB, name="bB.slot")
         cbatch: ir.Value = i64(0)
         for v in g.batch:
             cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")

@@ -7,7 +7,7 @@ tasks, whose tiles the micro-kernel reads straight from the copy through `offset
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -46,15 +46,19 @@ def plane_floats(fctx: FnCtx, w: ConvWindow) -> ir.Value:
     return fctx.eb.mul(fctx.dim(w.y_ext), fctx.dim(w.x_ext), name="win.plane")
 
 
-def pad_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+def pad_function(kem: KernelEmitter, c: Compute, g: GemmPlan,
+                 item_offset: Callable[[ir.IRBuilder, ir.Value], ir.Value]) -> ir.Function:
     """Items (bb, plane): Xp[bb][plane][y][x] = tap(batch vars of bb, plane vars, y + ey,
     x + ex) over the whole padded box: the guards of the conv's padding run here once per
-    input element instead of once per (tap, output)."""
+    input element instead of once per (tap, output). `item_offset(builder, ctx)` is added
+    to the items' values but not to where they are written (one batch at a time: its
+    planes go to batch 0's place)."""
     w = g.window
     assert w is not None
     fn, fctx = kem.body_function(f"gemm.pad.{c.out}")
     b = fctx.b
-    begin, end, _ = fn.args
+    begin, end, pctx = fn.args
+    off = item_offset(fctx.eb, pctx)
     ext = dict(zip(c.var_names, c.extents))
     Y, X = fctx.dim(w.y_ext), fctx.dim(w.x_ext)
     plane = plane_floats(fctx, w)
@@ -63,8 +67,9 @@ def pad_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     planes = i64(w.planes)
     em = ExprEmitter(fctx, b)
     with for_range(b, end, "it", start=begin, guard=True) as it:
-        bb = b.udiv(it, planes, name="bb")
-        pl = b.urem(it, planes, name="pl")
+        item = b.add(it, off, name="item")
+        bb = b.udiv(item, planes, name="bb")
+        pl = b.urem(item, planes, name="pl")
         vals = _unflatten(b, bb, bb_ext, g.b_batch_vars)
         vals.update(_unflatten(b, pl, [i64(e) for e in w.plane_exts], w.plane_vars))
         em.push(vals, {v: ext[v] for v in g.b_batch_vars})

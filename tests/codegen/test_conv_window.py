@@ -1,0 +1,134 @@
+"""Window mode of the conv GEMM (kernel/conv_window.py, codegen/cpu/gemm_window.py): which
+convs take it, and numerics against numpy (padding on any side, dilation, kernels of
+several shapes, channel counts that leave partial row panels, widths below and above a
+tile, batches padded one at a time), serial and on the thread pool."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onnxcc.codegen.cpu.jit import JitKernel
+from onnxcc.ir import DType, sym
+from onnxcc.kernel import KernelProgram, Var, relu, rsum, select
+from onnxcc.kernel.conv_window import match_conv_window, window_offsets
+from onnxcc.kernel.schedule import TargetInfo, schedule_program
+
+F32 = DType.f32
+Bt, H, W = sym("Bt"), sym("H"), sym("W")
+rng = np.random.default_rng(11)
+
+
+def randf(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def conv_ref(x, w, pads, dil, bias=None):
+    """Plain numpy conv: pads (top, left, bottom, right), dilation (dy, dx), stride 1."""
+    n, _c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = h + pads[0] + pads[2] - dil[0] * (kh - 1)
+    ow = wd + pads[1] + pads[3] - dil[1] * (kw - 1)
+    y = np.zeros((n, m, oh, ow), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, :, i * dil[0]:i * dil[0] + oh, j * dil[1]:j * dil[1] + ow]
+            y += np.einsum("nchw,mc->nmhw", win, w[:, :, i, j])
+    return y if bias is None else y + bias[None, :, None, None]
+
+
+def add_conv(p, x, cin, h, w, name, m, k, pads, dil, bias=True, act=True):
+    """Y = [relu](conv(X) [+ b]) as the lowering writes it (guarded loads, one rsum)."""
+    kh, kw = k
+    wt = p.const(f"W{name}", randf(m, cin, kh, kw))
+    b = p.const(f"b{name}", randf(m)) if bias else None
+    oh = h + pads[0] + pads[2] - dil[0] * (kh - 1)
+    ow = w + pads[1] + pads[3] - dil[1] * (kw - 1)
+    y = p.output(f"Y{name}", F32, (Bt, m, oh, ow))
+    c, ky, kx = Var(f"c{name}"), Var(f"ky{name}"), Var(f"kx{name}")
+
+    def body(n, f, oy, ox):
+        iy, ix = oy + ky * dil[0] - pads[0], ox + kx * dil[1] - pads[1]
+        v = select((iy >= 0) & (iy < h) & (ix >= 0) & (ix < w), x[n, c, iy, ix], 0.0)
+        acc = rsum([(c, cin), (ky, kh), (kx, kw)], v * wt[f, c, ky, kx])
+        acc = acc + b[f] if b is not None else acc
+        return relu(acc) if act else acc
+
+    p.compute(y, body)
+
+
+def build(specs, cin, parallel):
+    p = KernelProgram.new("win", ["Bt", "H", "W"])
+    x = p.input("X", F32, (Bt, cin, H, W))
+    for name, m, k, pads, dil, extra in specs:
+        add_conv(p, x, cin, H, W, name, m, k, pads, dil, **extra)
+    schedule_program(p, TargetInfo(parallel=parallel, gemm_min_work=1))
+    return p, JitKernel(p, parallel=parallel)
+
+
+SPECS = [
+    ("a", 7, (3, 3), (1, 1, 1, 1), (1, 1), {}),
+    ("b", 20, (5, 3), (1, 0, 2, 1), (1, 1), {"act": False}),  # 20 rows: full and partial panels
+    ("c", 16, (3, 3), (2, 1, 2, 1), (2, 1), {"bias": False, "act": False}),  # dilation, no epilogue
+    ("d", 9, (1, 3), (0, 2, 0, 0), (1, 3), {}),  # one kernel row, dilated columns, padding on one side
+]
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["serial", "pool"])
+def test_window_convs_match_numpy(parallel):
+    p, kern = build(SPECS, 5, parallel)
+    for cmp in p.computes():
+        assert cmp.schedule.gemm.window is not None, cmp.schedule.describe()
+    for n, h, w in [(1, 1, 4), (3, 7, 9), (1, 5, 61), (2, 13, 50), (1, 3, 130)]:
+        x = randf(n, 5, h, w)
+        got = kern(x, syms={"Bt": n, "H": h, "W": w})
+        for (name, _m, _k, pads, dil, extra), y in zip(SPECS, got, strict=True):
+            want = conv_ref(x, p.buffers[f"W{name}"].data, pads, dil,
+                            p.buffers[f"b{name}"].data if extra.get("bias", True) else None)
+            if extra.get("act", True):
+                want = np.maximum(want, 0)
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} at {(n, h, w)}")
+
+
+def test_window_batches_one_at_a_time_and_long_k():
+    """32 channels at 66x66: a batch's planes (590 KB) are padded and multiplied one batch
+    at a time; K = 288 is more than one default k block (window mode takes it whole)."""
+    p, kern = build([("w", 24, (3, 3), (1, 1, 1, 1), (1, 1), {})], 32, True)
+    g = p.body[0].schedule.gemm
+    assert g.window is not None and g.kc >= 288
+    for n, h in [(2, 66), (3, 20)]:
+        x = randf(n, 32, h, h)
+        (y,) = kern(x, syms={"Bt": n, "H": h, "W": h})
+        want = np.maximum(conv_ref(x, p.buffers["Ww"].data, (1, 1, 1, 1), (1, 1), p.buffers["bw"].data), 0)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-4)
+
+
+def test_which_convs_take_the_window():
+    """Unit strides with a kernel window do; a stride, a 1x1 kernel or a position that is
+    no affine form do not."""
+    p = KernelProgram.new("which", ["Bt", "H", "W"])
+    x = p.input("X", F32, (Bt, 4, H, W))
+    add_conv(p, x, 4, H, W, "s1", 8, (3, 3), (1, 1, 1, 1), (1, 1))
+    y2 = p.output("Y2", F32, (Bt, 8, H, W))
+    wt = p.const("W2", randf(8, 4, 3, 3))
+    c, ky, kx = Var("c"), Var("ky"), Var("kx")
+    p.compute(y2, lambda n, f, oy, ox: rsum([(c, 4), (ky, 3), (kx, 3)],
+                                            x[n, c, (oy * 2 + ky) % H, ox + kx - 1 + 0 * ky] * wt[f, c, ky, kx]))
+    y1 = p.output("Y1", F32, (Bt, 8, H, W))
+    w1 = p.const("W1", randf(8, 4))
+    p.compute(y1, lambda n, f, oy, ox: rsum([(c, 4)], x[n, c, oy, ox] * w1[f, c]))
+    schedule_program(p, TargetInfo(gemm_min_work=1))
+    g3, g2, g1 = (cmp.schedule.gemm for cmp in p.computes())
+    assert g3.window is not None and (g3.window.ey, g3.window.ex, g3.window.dy, g3.window.dx) == (-1, -1, 1, 1)
+    assert g2 is not None and g2.window is None  # y position is no affine form of (oy, ky)
+    assert g1 is not None and g1.window is None  # 1x1: the copy would be as big as the packing
+    # strided along x: not a window
+    ext = {"oy": H, "ox": W, "n": Bt}
+    strided = x[Var("n"), Var("c"), Var("oy") + Var("ky"), Var("ox") * 2 + Var("kx")]
+    assert match_conv_window(strided, ("oy", "ox"), [("c", 4), ("ky", 3), ("kx", 3)], ("n",), ext) is None
+    # the offsets table: plane stride Y*X, row offsets dy*X, column offsets dx
+    w = g3.window
+    assert (w.plane_vars, w.ky, w.kx) == (("cs1",), "kys1", "kxs1")
+    offs = window_offsets(w, [("cs1", 2), ("kys1", 3), ("kxs1", 3)], 10, 6)
+    assert offs[:10] == [0, 1, 2, 10, 11, 12, 20, 21, 22, 60]
