@@ -71,6 +71,15 @@ from ..llvm.helpers import (
 )
 from . import gemm_window as gw
 from .gemm_flat import flat_columns_ok
+from .gemm_ir import add as _add
+from .gemm_ir import ceildiv as _ceildiv
+from .gemm_ir import ceildiv_v as _ceildiv_v
+from .gemm_ir import f32_ptr as _f32_ptr
+from .gemm_ir import mul as _mul
+from .gemm_ir import product as _product
+from .gemm_ir import umax as _umax
+from .gemm_ir import umin as _umin
+from .gemm_ir import unflatten as _unflatten
 from .gemm_ukr import ukr_function
 
 if TYPE_CHECKING:
@@ -80,70 +89,6 @@ NUM_THREADS = "onnxcc_num_threads"
 """`int onnxcc_num_threads(void)`: the runtime pool's threads, the caller included"""
 PARALLEL_MIN_WORK = 1 << 17
 """multiply-adds below which a GEMM runs on the calling thread (waking the pool costs more)"""
-
-
-# ---- small integer helpers ------------------------------------------------------------------
-
-
-def _umin(b: ir.IRBuilder, x: ir.Value, y: ir.Value, name: str) -> ir.Value:
-    return b.select(b.icmp_unsigned("<", x, y, name=f"{name}.lt"), x, y, name=name)
-
-
-def _umax(b: ir.IRBuilder, x: ir.Value, y: ir.Value, name: str) -> ir.Value:
-    return b.select(b.icmp_unsigned(">", x, y, name=f"{name}.gt"), x, y, name=name)
-
-
-def _ceildiv(b: ir.IRBuilder, x: ir.Value, d: int, name: str) -> ir.Value:
-    return b.udiv(b.add(x, i64(d - 1), name=f"{name}.up"), i64(d), name=name)
-
-
-def _ceildiv_v(b: ir.IRBuilder, x: ir.Value, d: ir.Value, name: str) -> ir.Value:
-    """ceil(x / d) for d >= 1."""
-    return b.udiv(b.add(x, b.sub(d, i64(1), name=f"{name}.d1"), name=f"{name}.up"), d, name=name)
-
-
-def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value | int, name: str) -> ir.Value:
-    if isinstance(y, int):
-        if y == 1:
-            return x
-        y = i64(y)
-    return b.mul(x, y, name=name, flags=("nuw", "nsw"))
-
-
-def _add(b: ir.IRBuilder, x: ir.Value, y: ir.Value | int, name: str) -> ir.Value:
-    if isinstance(y, int):
-        if y == 0:
-            return x
-        y = i64(y)
-    return b.add(x, y, name=name, flags=("nuw", "nsw"))
-
-
-def _product(b: ir.IRBuilder, xs: Sequence[ir.Value], name: str) -> ir.Value:
-    out: ir.Value = i64(1)
-    for x in xs:
-        out = x if isinstance(out, ir.Constant) and out.constant == 1 else _mul(b, out, x, name)
-    return out
-
-
-def _unflatten(b: ir.IRBuilder, flat: ir.Value, exts: Sequence[ir.Value], names: Sequence[str]
-               ) -> dict[str, ir.Value]:
-    """Row-major indices of `flat` in a box of extents `exts` (all >= 1)."""
-    if not names:
-        return {}
-    if len(names) == 1:
-        return {names[0]: flat}
-    out: dict[str, ir.Value] = {}
-    rest = flat
-    for n, e in zip(reversed(names[1:]), reversed(exts[1:])):
-        out[n] = b.urem(rest, e, name=n)
-        rest = b.udiv(rest, e, name=f"{n}.rest")
-    out[names[0]] = rest
-    return out
-
-
-def _f32_ptr(b: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, name: str) -> ir.Value:
-    off = i64(offset) if isinstance(offset, int) else offset
-    return b.gep(base, [off], inbounds=True, name=name, source_etype=F32)
 
 
 # ---- geometry: every size a GEMM function needs, from the symbols ---------------------------
@@ -758,13 +703,18 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
             bpanel = _f32_ptr(b, xb, q0, "bpanel")
             oh0 = b.udiv(q0, geo.Xw, name="oh0")
             oh1 = _add(b, b.udiv(b.sub(qend, i64(1), name="ql"), geo.Xw, name="oh1"), 1, "oh1")
-            with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
-                i0 = _mul(b, pm, MR, "i0")
-                rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
-                apanel = _f32_ptr(b, apack, _mul(b, _mul(b, pm, geo.K, "ap"), MR, "ap"), "apanel")
+            # a tile inside one output row's columns is multiplied straight into C
+            rs0 = _mul(b, oh0, geo.Xw, "rs0")
+            inside = b.and_(b.icmp_unsigned("==", _add(b, oh0, 1, "oh0.1"), oh1, name="one.row"),
+                            b.icmp_unsigned("<=", qend, b.add(rs0, ow_ext, name="rend0"), name="no.pad"),
+                            name="inside")
+            j_in = b.add(_mul(b, oh0, ow_ext, "wj0"), b.sub(q0, rs0, name="ow.in"), name="wj.in")
+            n_in = b.sub(qend, q0, name="n.in")
+
+            def multiply(apanel: ir.Value, rows: ir.Value, cptr: ir.Value, ldc: ir.Value, ncols: ir.Value) -> None:
                 with if_else(b, b.icmp_unsigned("==", rows, i64(MR), name="full"), name="tile") as (then, other):
                     with then:
-                        b.call(ukr[MR], [apanel, bpanel, offs, geo.K, tile, i64(NR), yes, i64(NR)])
+                        b.call(ukr[MR], [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols])
                     with other:
                         b.store(i64(0), r0_slot)
                         for v in variants:
@@ -772,33 +722,54 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
                             more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
                             with if_then(b, more, name=f"rows{v}"):
                                 b.call(ukr[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
-                                                _f32_ptr(b, tile, _mul(b, r0, NR, "t.r"), "t.r"), i64(NR), yes,
-                                                i64(NR)])
+                                                _f32_ptr(b, cptr, _mul(b, r0, ldc, "t.r"), "t.r"), ldc, yes, ncols])
                                 b.store(_add(b, r0, v, "r0.next"), r0_slot)
-                # the grid rows the tile touches: their output columns into C, then the epilogue
-                with for_range(b, oh1, "wrow", start=oh0, guard=False) as oh:
-                    rs = _mul(b, oh, geo.Xw, "rs")
-                    lo = _umax(b, q0, rs, "wlo")
-                    hi = _umin(b, qend, b.add(rs, ow_ext, name="rend"), "whi")
-                    with if_then(b, b.icmp_unsigned(">", hi, lo, name="wany"), name="wseg"):
-                        cnt = b.sub(hi, lo, name="wcnt")
-                        j = b.add(_mul(b, oh, ow_ext, "wj"), b.sub(lo, rs, name="ow0"), name="wj")
-                        src0 = _f32_ptr(b, tile, b.sub(lo, q0, name="tcol"), "wsrc")
-                        dst0 = _f32_ptr(b, out, _add(b, cbatch, _add(b, _mul(b, i0, geo.ldc, "wd"), j, "wd"), "wd"),
-                                        "wdst")
-                        with for_range(b, rows, "wr", guard=False) as r:
-                            src = _f32_ptr(b, src0, _mul(b, r, NR, "wsr"), "wsr")
-                            dst = _f32_ptr(b, dst0, _mul(b, r, geo.ldc, "wdr"), "wdr")
-                            md = _run_loop_metadata(kem.module, g.vl, masked_tail=True)
-                            with for_range(b, cnt, "wc", guard=False, metadata=md) as t:
-                                b.store(b.load(_f32_ptr(b, src, t, "ws"), name="wv", typ=F32, align=4),
-                                        _f32_ptr(b, dst, t, "wd"), align=4)
+
+            with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
+                i0 = _mul(b, pm, MR, "i0")
+                rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
+                apanel = _f32_ptr(b, apack, _mul(b, _mul(b, pm, geo.K, "ap"), MR, "ap"), "apanel")
+                crow = _add(b, cbatch, _mul(b, i0, geo.ldc, "wd"), "wd")
+                with if_else(b, inside, name="win.in") as (direct, staged):
+                    with direct:
+                        multiply(apanel, rows, _f32_ptr(b, out, b.add(crow, j_in, name="cin"), "cin"), geo.ldc, n_in)
                         if g.epilogue is not None:
-                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt, masked_tail=True)
+                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j_in, n_in, masked_tail=True)
+                    with staged:
+                        multiply(apanel, rows, tile, i64(NR), i64(NR))
+                        _window_copy_out(b, kem, fctx, em_e, c, g, geo, ext, tile, out, crow, i0, rows, q0, qend, oh0,
+                                      oh1, ow_ext)
         em_e.pop()
     b.ret_void()
     fctx.finish()
     return fn
+
+
+def _window_copy_out(b: ir.IRBuilder, kem: KernelEmitter, fctx: FnCtx, em_e: ExprEmitter, c: Compute, g: GemmPlan,
+                     geo: _Geometry, ext: dict, tile: ir.Value, out: ir.Value, crow: ir.Value, i0: ir.Value,
+                     rows: ir.Value, q0: ir.Value, qend: ir.Value, oh0: ir.Value, oh1: ir.Value, ow_ext: ir.Value
+                     ) -> None:
+    """The output columns of a stack tile of grid columns [q0, qend) (grid rows [oh0, oh1))
+    into C (rows from element offset `crow`), then the epilogue on them."""
+    NR = g.nr
+    with for_range(b, oh1, "wrow", start=oh0, guard=False) as oh:
+        rs = _mul(b, oh, geo.Xw, "rs")
+        lo = _umax(b, q0, rs, "wlo")
+        hi = _umin(b, qend, b.add(rs, ow_ext, name="rend"), "whi")
+        with if_then(b, b.icmp_unsigned(">", hi, lo, name="wany"), name="wseg"):
+            cnt = b.sub(hi, lo, name="wcnt")
+            j = b.add(_mul(b, oh, ow_ext, "wj"), b.sub(lo, rs, name="ow0"), name="wj")
+            src0 = _f32_ptr(b, tile, b.sub(lo, q0, name="tcol"), "wsrc")
+            dst0 = _f32_ptr(b, out, b.add(crow, j, name="wd"), "wdst")
+            with for_range(b, rows, "wr", guard=False) as r:
+                src = _f32_ptr(b, src0, _mul(b, r, NR, "wsr"), "wsr")
+                dst = _f32_ptr(b, dst0, _mul(b, r, geo.ldc, "wdr"), "wdr")
+                md = _run_loop_metadata(kem.module, g.vl, masked_tail=True)
+                with for_range(b, cnt, "wc", guard=False, metadata=md) as t:
+                    b.store(b.load(_f32_ptr(b, src, t, "ws"), name="wv", typ=F32, align=4),
+                            _f32_ptr(b, dst, t, "wd"), align=4)
+            if g.epilogue is not None:
+                _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt, masked_tail=True)
 
 
 def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:

@@ -14,28 +14,14 @@ from onnxcc.kernel.schedule import GemmPlan
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else
+from .gemm_ir import add as _add
+from .gemm_ir import f32_ptr as _f32_ptr
+from .gemm_ir import mul as _mul
 
 UNROLL = 4
 """k steps per micro-kernel loop iteration"""
 MIN_CHAINS = 8
 """independent FMA chains to keep in flight (FMA latency x FMA ports)"""
-
-
-def _f32_ptr(b: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, name: str) -> ir.Value:
-    off = i64(offset) if isinstance(offset, int) else offset
-    return b.gep(base, [off], inbounds=True, name=name, source_etype=F32)
-
-
-def _mul(b: ir.IRBuilder, x: ir.Value, y: int | ir.Value, name: str) -> ir.Value:
-    if isinstance(y, int):
-        if y == 1:
-            return x
-        y = i64(y)
-    return b.mul(x, y, name=name, flags=("nuw", "nsw"))
-
-
-def _add(b: ir.IRBuilder, x: ir.Value, y: int, name: str) -> ir.Value:
-    return x if y == 0 else b.add(x, i64(y), name=name, flags=("nuw", "nsw"))
 
 
 # ---- the micro-kernel -------------------------------------------------------------------------

@@ -7,7 +7,7 @@ tasks, whose tiles the micro-kernel reads straight from the copy through `offset
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
@@ -18,21 +18,10 @@ from onnxcc.kernel.schedule import GemmPlan
 
 from ..llvm.exprs import F32, ExprEmitter
 from ..llvm.helpers import I8, I64, PTR, for_range, i64, loop_metadata
+from .gemm_ir import unflatten as _unflatten
 
 if TYPE_CHECKING:
     from .emit import FnCtx, KernelEmitter
-
-
-def _unflatten(b: ir.IRBuilder, flat: ir.Value, exts: Sequence[ir.Value], names: Sequence[str]) -> dict[str, ir.Value]:
-    out: dict[str, ir.Value] = {}
-    rest = flat
-    for i, (n, e) in enumerate(zip(reversed(names), reversed(exts))):
-        if i == len(names) - 1:
-            out[n] = rest
-        else:
-            out[n] = b.urem(rest, e, name=n)
-            rest = b.udiv(rest, e, name=f"{n}.rest")
-    return out
 
 
 def scratch_base(kem: KernelEmitter, fctx: FnCtx) -> ir.Value:
