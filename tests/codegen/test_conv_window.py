@@ -104,9 +104,35 @@ def test_window_batches_one_at_a_time_and_long_k():
         np.testing.assert_allclose(y, want, rtol=1e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize("parallel", [False, True], ids=["serial", "pool"])
+def test_in_place_1x1_and_kx1_match_numpy(parallel):
+    """A 1x1 conv reads X in place (masked loads: the last tile ends at X's end); a 3x1
+    kernel padded in y goes through the copy with whole-row tiles."""
+    p = KernelProgram.new("inplace", ["Bt", "H", "W"])
+    x = p.input("X", F32, (Bt, 6, H, W))
+    w1 = p.const("W1", randf(20, 6))
+    b1 = p.const("B1", randf(20))
+    y1 = p.output("Y1", F32, (Bt, 20, H, W))
+    c = Var("c")
+    p.compute(y1, lambda n, f, oy, ox: relu(rsum([(c, 6)], x[n, c, oy, ox] * w1[f, c]) + b1[f]))
+    add_conv(p, x, 6, H, W, "k31", 8, (3, 1), (1, 0, 1, 0), (1, 1))
+    schedule_program(p, TargetInfo(parallel=parallel, gemm_min_work=1))
+    g1, g31 = (cmp.schedule.gemm for cmp in p.computes())
+    assert g1.window.source == "X" and g31.window is not None and g31.window.source is None
+    kern = JitKernel(p, parallel=parallel)
+    for n, h, w in [(1, 1, 1), (3, 7, 9), (2, 11, 50), (1, 4, 130)]:
+        xv = randf(n, 6, h, w)
+        y1v, y31 = kern(xv, syms={"Bt": n, "H": h, "W": w})
+        want1 = np.maximum(np.einsum("nchw,fc->nfhw", xv, p.buffers["W1"].data) + p.buffers["B1"].data[:, None, None],
+                           0)
+        np.testing.assert_allclose(y1v, want1, rtol=1e-4, atol=1e-4, err_msg=f"1x1 at {(n, h, w)}")
+        want31 = np.maximum(conv_ref(xv, p.buffers["Wk31"].data, (1, 0, 1, 0), (1, 1), p.buffers["bk31"].data), 0)
+        np.testing.assert_allclose(y31, want31, rtol=1e-4, atol=1e-4, err_msg=f"3x1 at {(n, h, w)}")
+
+
 def test_which_convs_take_the_window():
-    """Unit strides with a kernel window do; a stride, a 1x1 kernel or a position that is
-    no affine form do not."""
+    """Unit strides with a kernel window do (through a padded copy), a 1x1 kernel reads its
+    input in place; a stride or a position that is no affine form do not."""
     p = KernelProgram.new("which", ["Bt", "H", "W"])
     x = p.input("X", F32, (Bt, 4, H, W))
     add_conv(p, x, 4, H, W, "s1", 8, (3, 3), (1, 1, 1, 1), (1, 1))
@@ -122,7 +148,8 @@ def test_which_convs_take_the_window():
     g3, g2, g1 = (cmp.schedule.gemm for cmp in p.computes())
     assert g3.window is not None and (g3.window.ey, g3.window.ex, g3.window.dy, g3.window.dx) == (-1, -1, 1, 1)
     assert g2 is not None and g2.window is None  # y position is no affine form of (oy, ky)
-    assert g1 is not None and g1.window is None  # 1x1: the copy would be as big as the packing
+    assert g1 is not None and g1.window is not None and g1.window.source == "X"  # 1x1: X read in place
+    assert g3.window.source is None  # a kernel window: a padded copy
     # strided along x: not a window
     ext = {"oy": H, "ox": W, "n": Bt}
     strided = x[Var("n"), Var("c"), Var("oy") + Var("ky"), Var("ox") * 2 + Var("kx")]

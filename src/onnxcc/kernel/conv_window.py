@@ -18,7 +18,10 @@ which the copy evaluates, guards and all, at every padded position."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import sympy
 
 from onnxcc.ir import Dim, DType, canon
 
@@ -52,6 +55,9 @@ class ConvWindow:
     """padded rows: sy*(OH - 1) + dy*(KH - 1) + 1"""
     x_ext: Dim
     """padded columns (and grid columns per output row): OW + dx*(KW - 1)"""
+    source: str | None = None
+    """the buffer B reads, when it already is the padded planes (`in_place_source`): then
+    there is no copy, and tiles read it in place"""
 
     @property
     def planes(self) -> int:
@@ -147,3 +153,21 @@ def window_offsets(w: ConvWindow, reduce_vars: list[tuple[str, int]], x_ext: int
     names = [v for v, _ in reduce_vars]
     box = itertools.product(*(range(e) for _, e in reduce_vars))
     return [sum(coef[n] * i for n, i in zip(names, ix)) for ix in box]
+
+
+def in_place_source(w: ConvWindow, batch_vars: tuple[str, ...], batch_exts: Sequence[Dim],
+                    shape_of: Callable[[str], Sequence[Dim]]) -> str | None:
+    """The buffer a window may read in place instead of a padded copy: `tap` is a plain
+    load X[batch vars..., plane var, Y, X] with no offsets or guards, over an X whose dims
+    are exactly (batch extents..., planes, y_ext, x_ext) (so X's layout is the copy's), and
+    the grid has no padding columns (no kernel width), so no tile reads past X's end."""
+    t = w.tap
+    if not isinstance(t, Load) or w.kx is not None or w.ex or w.ey or len(w.plane_vars) != 1:
+        return None
+    if [i.name if isinstance(i, Var) else None for i in t.indices] != [*batch_vars, w.plane_vars[0], POS_Y, POS_X]:
+        return None
+    want = [*batch_exts, w.planes, w.y_ext, w.x_ext]
+    shape = list(shape_of(t.buffer))
+    if len(shape) != len(want) or any(sympy.sympify(a) != sympy.sympify(b) for a, b in zip(shape, want)):
+        return None
+    return t.buffer

@@ -32,7 +32,7 @@ import sympy
 
 from onnxcc.ir import Dim, Divisible, DType, canon
 
-from .conv_window import ConvWindow, match_conv_window
+from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
 from .rownorm import RowNorm, match_row_norm
@@ -463,15 +463,23 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         packed = prepack_b(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, b_packed=packed)
-    if not g.a_direct and not g.a_batch and _reads_const_only(a, program):
+    if not g.b_const and not g.a_batch and target.gemm_window and _reads_const_only(a, program):
+        w = match_conv_window(b, g.n, [(v.name, k) for (v, _), k in zip(r.vars, ks)], g.b_batch_vars, ext)
+        if w is not None:
+            src = in_place_source(w, g.b_batch_vars, [ext[v] for v in g.b_batch_vars],
+                                  lambda n: program.buffers[n].shape)
+            w = dataclasses.replace(w, source=src)
+        # a copy as big as the packing (a 1x1 conv whose input is not read in place) does not pay;
+        # the weights are prepacked (mr-wide rows, even where A could be read in place)
+        if w is not None and (w.ky or w.kx or w.source):
+            gw = dataclasses.replace(g, a_direct=False, window=w, kc=max(g.kc, _prod(ks)))  # type: ignore[arg-type]
+            packed = prepack_a(c, gw, program)
+            if packed is not None:
+                g = dataclasses.replace(gw, a_packed=packed)
+    if not g.a_direct and not g.a_batch and not g.a_const and _reads_const_only(a, program):
         packed = prepack_a(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, a_packed=packed)
-    if g.a_const and not g.b_const and target.gemm_window:
-        w = match_conv_window(b, g.n, [(v.name, k) for (v, _), k in zip(r.vars, ks)], g.b_batch_vars, ext)
-        # a 1x1 conv's copy would be as big as its packing: window mode pays for a kernel window
-        if w is not None and (w.ky or w.kx):
-            g = dataclasses.replace(g, window=w, kc=max(g.kc, _prod(ks)))  # type: ignore[arg-type]
     return g
 
 
@@ -618,6 +626,8 @@ def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
     if g.b_const:
         return 0
     ext = dict(zip(c.var_names, c.extents))
+    if g.window is not None and g.window.source is not None:
+        return 0  # read in place
     if g.window is not None:  # the padded planes, and a tile's over-read past the last one
         nbw: Dim = g.window.planes * 4
         for v in g.b_batch_vars:

@@ -127,7 +127,8 @@ class _Geometry:
         # interleaved (one batch at a time, see _run): the blocks split one batch
         self.inter: ir.Value | None = None
         bt_split = self.Bt
-        if g.b_interleaved or (g.window is not None and g.batch and tuple(g.b_batch_vars) == tuple(g.batch)):
+        win_copy = g.window is not None and g.window.source is None
+        if g.b_interleaved or (win_copy and g.batch and tuple(g.b_batch_vars) == tuple(g.batch)):
             if g.window is not None:  # one batch's padded planes
                 nbytes = _mul(b, _mul(b, fctx.dim(g.window.y_ext), self.Xw, "gemm.b.bytes"), g.window.planes * 4,
                               "gemm.b.bytes")
@@ -228,6 +229,9 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
 
+    if g.window is not None and g.window.source is not None:  # B read in place: no copy
+        call(_task_function(kem, c, g), geo.n_tasks)
+        return
     if not g.b_const:
         if kem.plan.scratch_offset is None:
             from onnxcc.errors import CompileError
@@ -670,7 +674,8 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     tile = fctx.eb.alloca(ir.ArrayType(F32, MR * NR), name="win.tile")
     tile.align = 64
     tile.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
-    xp, out = gw.scratch_base(kem, fctx), fctx.buffer_ptr(c.out)
+    xp = gw.scratch_base(kem, fctx) if w.source is None else fctx.buffer_ptr(w.source)
+    out = fctx.buffer_ptr(c.out)
     variants = _row_variants(MR, _static_m(c, g))
     ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *variants]}
     r0_slot = fctx.eb.alloca(I64, name="r0")
@@ -705,9 +710,10 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
             oh1 = _add(b, b.udiv(b.sub(qend, i64(1), name="ql"), geo.Xw, name="oh1"), 1, "oh1")
             # a tile inside one output row's columns is multiplied straight into C
             rs0 = _mul(b, oh0, geo.Xw, "rs0")
-            inside = b.and_(b.icmp_unsigned("==", _add(b, oh0, 1, "oh0.1"), oh1, name="one.row"),
-                            b.icmp_unsigned("<=", qend, b.add(rs0, ow_ext, name="rend0"), name="no.pad"),
-                            name="inside")
+            # (every tile, when the grid has no padding columns: its columns are C's, flat)
+            inside = yes if w.kx is None else b.and_(
+                b.icmp_unsigned("==", _add(b, oh0, 1, "oh0.1"), oh1, name="one.row"),
+                b.icmp_unsigned("<=", qend, b.add(rs0, ow_ext, name="rend0"), name="no.pad"), name="inside")
             j_in = b.add(_mul(b, oh0, ow_ext, "wj0"), b.sub(q0, rs0, name="ow.in"), name="wj.in")
             n_in = b.sub(qend, q0, name="n.in")
 

@@ -33,11 +33,15 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     `first`: store instead of accumulate). `b` is 64-byte aligned, nr floats per k.
     With `g.a_direct` A is read in place: `ukr(ptr a, i64 lda, ptr b, ...)` sums
     a[r*lda + k] * b[k*nr + j] (A's rows at stride lda, k contiguous). In window mode
-    (`g.window`) B's row k is at b + boff[k]: `ukr(ptr a, ptr b, ptr boff, i64 kc, ...)`."""
+    (`g.window`) B's row k is at b + boff[k]: `ukr(ptr a, ptr b, ptr boff, i64 kc, ...)`,
+    read with masked loads (columns < ncols) when b is the conv's input itself
+    (`ConvWindow.source`: nothing past its end may be read)."""
     MR, NR, VL = g.mr, g.nr, g.vl
     direct = g.a_direct
     win = g.window is not None
-    name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}{'.win' if win else ''}.v{VL}"
+    in_place = win and g.window.source is not None  # type: ignore[union-attr]
+    mode = ".winx" if in_place else ".win" if win else ""
+    name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}{mode}.v{VL}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -71,6 +75,20 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     undef = ir.Constant(V, ir.Undefined)
     splat_mask = ir.Constant(ir.VectorType(I32, VL), [0] * VL)
     balign = min(64, VL * 4)
+    # column masks: lane l of vector v is stored when v*VL + l < ncols
+    iota = ir.Constant(ir.VectorType(I64, VL), list(range(VL)))
+    masks = []
+    for v in range(NV):
+        left = b.sub(ncols, i64(v * VL), name=f"left{v}")
+        sv = b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(I64, VL), ir.Undefined), left, i32(0),
+                                               name="left.ins"),
+                              ir.Constant(ir.VectorType(I64, VL), ir.Undefined), splat_mask, name=f"left{v}.v")
+        m = b.icmp_signed(">", sv, iota, name=f"mask{v}")
+        m.type = MASK
+        masks.append(m)
+    suffix = f"v{VL}f32.p0"
+    mload = get_or_declare(module, f"llvm.masked.load.{suffix}", ir.FunctionType(V, [PTR, I32, MASK, V]))
+    mstore = get_or_declare(module, f"llvm.masked.store.{suffix}", ir.FunctionType(VOID, [V, PTR, I32, MASK]))
 
     # where row r of A starts: packed, r floats into each k step; direct, r rows of lda
     a_row = [_f32_ptr(b, a, _mul(b, args["lda"], r, "a.row"), f"a.row{r}") for r in range(rows)] if direct else None
@@ -82,8 +100,12 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
             brow = _f32_ptr(b, bp, off, "bk")
         else:
             brow = _f32_ptr(b, bp, _mul(b, k, NR, "bk"), "bk")
-        bv = [b.load(_f32_ptr(b, brow, v * VL, "bv.p"), name=f"bv{v}", typ=V, align=4 if win else balign)
-              for v in range(NV)]
+        if in_place:  # read from the conv's input itself: no load past the tile's columns
+            bv = [b.call(mload, [_f32_ptr(b, brow, v * VL, "bv.p"), i32(4), masks[v], vzero], name=f"bv{v}")
+                  for v in range(NV)]
+        else:
+            bv = [b.load(_f32_ptr(b, brow, v * VL, "bv.p"), name=f"bv{v}", typ=V, align=4 if win else balign)
+                  for v in range(NV)]
         arow = None if direct else _f32_ptr(b, a, _mul(b, k, MR, "ak"), "ak")
         for r in range(rows):
             ap = _f32_ptr(b, a_row[r], k, "a.p") if direct else _f32_ptr(b, arow, r, "a.p")
@@ -111,20 +133,6 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
                 x = b.fadd(x, b.load(acc[s][r][v], name="part", typ=V), name="sum")
             row.append(x)
         vals.append(row)
-    # column masks: lane l of vector v is stored when v*VL + l < ncols
-    iota = ir.Constant(ir.VectorType(I64, VL), list(range(VL)))
-    masks = []
-    for v in range(NV):
-        left = b.sub(ncols, i64(v * VL), name=f"left{v}")
-        sv = b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(I64, VL), ir.Undefined), left, i32(0),
-                                               name="left.ins"),
-                              ir.Constant(ir.VectorType(I64, VL), ir.Undefined), splat_mask, name=f"left{v}.v")
-        m = b.icmp_signed(">", sv, iota, name=f"mask{v}")
-        m.type = MASK
-        masks.append(m)
-    suffix = f"v{VL}f32.p0"
-    mload = get_or_declare(module, f"llvm.masked.load.{suffix}", ir.FunctionType(V, [PTR, I32, MASK, V]))
-    mstore = get_or_declare(module, f"llvm.masked.store.{suffix}", ir.FunctionType(VOID, [V, PTR, I32, MASK]))
     with if_else(b, first, name="store") as (then, otherwise):
         with then:
             for r in range(rows):
