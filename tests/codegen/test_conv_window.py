@@ -159,3 +159,49 @@ def test_which_convs_take_the_window():
     assert (w.plane_vars, w.ky, w.kx) == (("cs1",), "kys1", "kxs1")
     offs = window_offsets(w, [("cs1", 2), ("kys1", 3), ("kxs1", 3)], 10, 6)
     assert offs[:10] == [0, 1, 2, 10, 11, 12, 20, 21, 22, 60]
+
+
+def test_row_epilogues_in_registers_match_numpy():
+    """Chains of per-row steps run in the micro-kernel (scale, shift, sub, clip with max and
+    min, relu; operands on either side); a residual keeps the separate pass. NaN inputs
+    stay NaN through relu and the clip, as in the separate pass."""
+    from onnxcc.kernel.expr import maximum, minimum
+
+    p = KernelProgram.new("rowepi", ["Bt", "H", "W"])
+    x = p.input("X", F32, (Bt, 4, H, W))
+    r = p.input("R", F32, (Bt, 10, H, W))
+    wt = p.const("Wt", randf(10, 4, 3, 3))
+    s = p.const("S", randf(1, 10, 1, 1))
+    t = p.const("T", randf(10))
+    c, ky, kx = Var("c"), Var("ky"), Var("kx")
+
+    def acc(n, f, oy, ox):
+        iy, ix = oy + ky - 1, ox + kx - 1
+        v = select((iy >= 0) & (iy < H) & (ix >= 0) & (ix < W), x[n, c, iy, ix], 0.0)
+        return rsum([(c, 4), (ky, 3), (kx, 3)], v * wt[f, c, ky, kx])
+
+    bodies = {
+        "bnclip": lambda n, f, oy, ox: minimum(maximum(s[0, f, 0, 0] * acc(n, f, oy, ox) + t[f] - 0.5, -1.0), 2.0),
+        "relu_first": lambda n, f, oy, ox: relu(acc(n, f, oy, ox)) * 3.0 + t[f],
+        "residual": lambda n, f, oy, ox: relu(acc(n, f, oy, ox) + t[f] + r[n, f, oy, ox]),
+    }
+    outs = {k: p.output(k, F32, (Bt, 10, H, W)) for k in bodies}
+    for k, fn in bodies.items():
+        p.compute(outs[k], fn)
+    schedule_program(p, TargetInfo(parallel=True, gemm_min_work=1))
+    gs = {k: cmp.schedule.gemm for k, cmp in zip(bodies, p.computes(), strict=True)}
+    assert [o.op for o in gs["bnclip"].row_ops] == ["mul", "add", "sub", "max", "min"]
+    assert [o.op for o in gs["relu_first"].row_ops] == ["relu", "mul", "add"]
+    assert gs["residual"].window is not None and gs["residual"].row_ops is None
+    kern = JitKernel(p, parallel=True)
+    sv, tv = p.buffers["S"].data.reshape(1, 10, 1, 1), p.buffers["T"].data.reshape(1, 10, 1, 1)
+    for n, h, w in [(1, 3, 5), (3, 9, 70)]:
+        xv, rv = randf(n, 4, h, w), randf(n, 10, h, w)
+        xv[0, 0, 0, 0] = np.nan
+        base = conv_ref(xv, p.buffers["Wt"].data, (1, 1, 1, 1), (1, 1))
+        want = {"bnclip": np.minimum(np.maximum(sv * base + tv - 0.5, -1.0), 2.0),
+                "relu_first": np.maximum(base, 0) * 3.0 + tv,
+                "residual": np.maximum(base + tv + rv, 0)}
+        got = dict(zip(bodies, kern(xv, rv, syms={"Bt": n, "H": h, "W": w}), strict=True))
+        for k in bodies:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4, err_msg=f"{k} at {(n, h, w)}")

@@ -35,6 +35,7 @@ from onnxcc.ir import Dim, Divisible, DType, canon
 from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
+from .row_epilogue import RowOp, match_row_epilogue
 from .rownorm import RowNorm, match_row_norm
 
 F32 = DType.f32
@@ -136,6 +137,9 @@ class GemmPlan:
     window: ConvWindow | None = None
     """B read in place from a padded copy of a conv's input (kernel/conv_window.py): no
     im2col packing, one k block, tiles over the padded grid"""
+    row_ops: tuple[RowOp, ...] | None = None
+    """the epilogue as per-row operations the window micro-kernel applies before it stores
+    (kernel/row_epilogue.py; None: a separate pass over the stored tile)"""
 
     @property
     def b_const(self) -> bool:
@@ -166,7 +170,7 @@ class GemmPlan:
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
                 f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
                 f"b={'prepacked' if self.b_const else 'window' if self.window else 'packed'}"
-                f"{'' if self.epilogue is None else ' +epilogue'}")
+                f"{'' if self.epilogue is None else ' +epilogue' + (' in registers' if self.row_ops else '')}")
 
 
 @dataclass(frozen=True)
@@ -476,6 +480,10 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
             packed = prepack_a(c, gw, program)
             if packed is not None:
                 g = dataclasses.replace(gw, a_packed=packed)
+                if epi is not None and len(mv) == 1:
+                    ops = match_row_epilogue(epi, Load(c.out, tuple(Var(n) for n in names), F32), mv[0],
+                                             lambda n: program.buffers[n].shape)
+                    g = dataclasses.replace(g, row_ops=ops)
     if not g.a_direct and not g.a_batch and not g.a_const and _reads_const_only(a, program):
         packed = prepack_a(c, g, program)
         if packed is not None:

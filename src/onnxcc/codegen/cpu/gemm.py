@@ -682,6 +682,7 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     em_e = ExprEmitter(fctx, b)
     if g.epilogue is not None:
         em_e.hoist(g.epilogue, guarded=True)
+    eptrs = [fctx.buffer_ptr(o.load.buffer) for o in g.row_ops or () if o.load is not None]
     ow_ext = geo.n_ext[1]
     yes = ir.Constant(I1, 1)
     with for_range(b, end, "it", start=begin, guard=True) as it:
@@ -717,10 +718,15 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
             j_in = b.add(_mul(b, oh0, ow_ext, "wj0"), b.sub(q0, rs0, name="ow.in"), name="wj.in")
             n_in = b.sub(qend, q0, name="n.in")
 
-            def multiply(apanel: ir.Value, rows: ir.Value, cptr: ir.Value, ldc: ir.Value, ncols: ir.Value) -> None:
+            def multiply(apanel: ir.Value, i0: ir.Value, rows: ir.Value, cptr: ir.Value, ldc: ir.Value,
+                         ncols: ir.Value) -> None:
+                def eargs(r0: ir.Value) -> list[ir.Value]:  # the epilogue's operand rows from row i0 + r0
+                    row = _add(b, i0, r0, "e.row") if not isinstance(r0, ir.Constant) else i0
+                    return [_f32_ptr(b, p, row, "e.rows") for p in eptrs]
+
                 with if_else(b, b.icmp_unsigned("==", rows, i64(MR), name="full"), name="tile") as (then, other):
                     with then:
-                        b.call(ukr[MR], [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols])
+                        b.call(ukr[MR], [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols, *eargs(i64(0))])
                     with other:
                         b.store(i64(0), r0_slot)
                         for v in variants:
@@ -728,7 +734,8 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
                             more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
                             with if_then(b, more, name=f"rows{v}"):
                                 b.call(ukr[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
-                                                _f32_ptr(b, cptr, _mul(b, r0, ldc, "t.r"), "t.r"), ldc, yes, ncols])
+                                                _f32_ptr(b, cptr, _mul(b, r0, ldc, "t.r"), "t.r"), ldc, yes, ncols,
+                                                *eargs(r0)])
                                 b.store(_add(b, r0, v, "r0.next"), r0_slot)
 
             with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
@@ -738,11 +745,12 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
                 crow = _add(b, cbatch, _mul(b, i0, geo.ldc, "wd"), "wd")
                 with if_else(b, inside, name="win.in") as (direct, staged):
                     with direct:
-                        multiply(apanel, rows, _f32_ptr(b, out, b.add(crow, j_in, name="cin"), "cin"), geo.ldc, n_in)
-                        if g.epilogue is not None:
+                        multiply(apanel, i0, rows, _f32_ptr(b, out, b.add(crow, j_in, name="cin"), "cin"), geo.ldc,
+                                 n_in)
+                        if g.epilogue is not None and not g.row_ops:
                             _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j_in, n_in, masked_tail=True)
                     with staged:
-                        multiply(apanel, rows, tile, i64(NR), i64(NR))
+                        multiply(apanel, i0, rows, tile, i64(NR), i64(NR))
                         _window_copy_out(b, kem, fctx, em_e, c, g, geo, ext, tile, out, crow, i0, rows, q0, qend, oh0,
                                       oh1, ow_ext)
         em_e.pop()
@@ -774,7 +782,7 @@ def _window_copy_out(b: ir.IRBuilder, kem: KernelEmitter, fctx: FnCtx, em_e: Exp
                 with for_range(b, cnt, "wc", guard=False, metadata=md) as t:
                     b.store(b.load(_f32_ptr(b, src, t, "ws"), name="wv", typ=F32, align=4),
                             _f32_ptr(b, dst, t, "wd"), align=4)
-            if g.epilogue is not None:
+            if g.epilogue is not None and not g.row_ops:  # (else applied in the micro-kernel)
                 _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt, masked_tail=True)
 
 

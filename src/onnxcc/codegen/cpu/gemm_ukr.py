@@ -8,6 +8,8 @@ read in place, kernel/conv_window.py; unaligned loads)."""
 
 from __future__ import annotations
 
+import hashlib
+
 from llvmlite import ir
 
 from onnxcc.kernel.schedule import GemmPlan
@@ -41,6 +43,9 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     win = g.window is not None
     in_place = win and g.window.source is not None  # type: ignore[union-attr]
     mode = ".winx" if in_place else ".win" if win else ""
+    row_ops = g.row_ops if win else None  # one k block: the tile is final when stored
+    if row_ops:
+        mode += ".e" + hashlib.sha1("|".join(o.key() for o in row_ops).encode()).hexdigest()[:10]
     name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}{mode}.v{VL}"
     fn = module.globals.get(name)
     if fn is not None:
@@ -49,13 +54,17 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     MASK = ir.VectorType(I1, VL)
     params = [PTR, I64] if direct else [PTR]
     bparams = [PTR, PTR] if win else [PTR]
-    fn = ir.Function(module, ir.FunctionType(VOID, [*params, *bparams, I64, PTR, I64, I1, I64]), name=name)
+    nload = sum(1 for o in (row_ops or ()) if o.load is not None)
+    fn = ir.Function(module, ir.FunctionType(VOID, [*params, *bparams, I64, PTR, I64, I1, I64, *[PTR] * nload]),
+                     name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     fn.attributes.add("noinline")
     names = ("a", "lda") if direct else ("a",)
     names += ("b", "boff") if win else ("b",)
     names += ("kc", "c", "ldc", "first", "ncols")
+    eloads = [k for k, o in enumerate(row_ops or ()) if o.load is not None]
+    names += tuple(f"e{k}" for k in eloads)
     for arg, n in zip(fn.args, names):
         arg.name = n
     args = dict(zip(names, fn.args))
@@ -133,6 +142,9 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
                 x = b.fadd(x, b.load(acc[s][r][v], name="part", typ=V), name="sum")
             row.append(x)
         vals.append(row)
+    if row_ops:  # the epilogue in registers: row r's operands are element r of each operand row
+        _apply_row_ops(module, b, row_ops, vals, [args[f"e{k}"] if o.load is not None else None
+                                                  for k, o in enumerate(row_ops)], V, splat_mask)
     with if_else(b, first, name="store") as (then, otherwise):
         with then:
             for r in range(rows):
@@ -148,3 +160,34 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
                     b.call(mstore, [b.fadd(vals[r][v], old, name="new"), p, i32(4), masks[v]])
     b.ret_void()
     return fn
+
+
+def _apply_row_ops(module: ir.Module, b: ir.IRBuilder, ops, vals: list[list[ir.Value]], ptrs: list, V: ir.VectorType,
+                   splat_mask: ir.Constant) -> None:
+    """vals[r][v] = op(vals[r][v], operand) for each op in order, as the expression emitter
+    computes them (relu: select(x < 0, 0, x); max / min: llvm.maximum / llvm.minimum)."""
+    undef = ir.Constant(V, ir.Undefined)
+    zero = ir.Constant(V, [0.0] * V.count)
+    vmax = get_or_declare(module, f"llvm.maximum.v{V.count}f32", ir.FunctionType(V, [V, V]))
+    vmin = get_or_declare(module, f"llvm.minimum.v{V.count}f32", ir.FunctionType(V, [V, V]))
+    for r, row in enumerate(vals):
+        for o, p in zip(ops, ptrs):
+            if o.op == "relu":
+                neg = [b.fcmp_ordered("<", x, zero, name="isneg") for x in row]
+                for m in neg:
+                    m.type = ir.VectorType(I1, V.count)  # NOTE: llvmlite types vector compares as i1
+                row[:] = [b.select(m, zero, x, name="relu") for m, x in zip(neg, row)]
+                continue
+            if p is not None:
+                s = b.load(_f32_ptr(b, p, r, "e.p"), name="e", typ=F32, align=4)
+                y = b.shuffle_vector(b.insert_element(undef, s, i32(0), name="e.ins"), undef, splat_mask, name="e.v")
+            else:
+                y = ir.Constant(V, [o.value] * V.count)
+            if o.op == "add":
+                row[:] = [b.fadd(x, y, name="e.add") for x in row]
+            elif o.op == "sub":
+                row[:] = [b.fsub(x, y, name="e.sub") for x in row]
+            elif o.op == "mul":
+                row[:] = [b.fmul(x, y, name="e.mul") for x in row]
+            else:
+                row[:] = [b.call(vmax if o.op == "max" else vmin, [x, y], name=f"e.{o.op}") for x in row]
