@@ -23,33 +23,35 @@ def randf(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def conv_ref(x, w, pads, dil, bias=None):
-    """Plain numpy conv: pads (top, left, bottom, right), dilation (dy, dx), stride 1."""
+def conv_ref(x, w, pads, dil, bias=None, stride=(1, 1)):
+    """Plain numpy conv: pads (top, left, bottom, right), dilation (dy, dx), stride (sy, sx)."""
     n, _c, h, wd = x.shape
     m, _, kh, kw = w.shape
+    sy, sx = stride
     xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
-    oh = h + pads[0] + pads[2] - dil[0] * (kh - 1)
-    ow = wd + pads[1] + pads[3] - dil[1] * (kw - 1)
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // sy + 1
+    ow = (wd + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // sx + 1
     y = np.zeros((n, m, oh, ow), np.float32)
     for i in range(kh):
         for j in range(kw):
-            win = xp[:, :, i * dil[0]:i * dil[0] + oh, j * dil[1]:j * dil[1] + ow]
+            win = xp[:, :, i * dil[0]:i * dil[0] + sy * (oh - 1) + 1:sy, j * dil[1]:j * dil[1] + sx * (ow - 1) + 1:sx]
             y += np.einsum("nchw,mc->nmhw", win, w[:, :, i, j])
     return y if bias is None else y + bias[None, :, None, None]
 
 
-def add_conv(p, x, cin, h, w, name, m, k, pads, dil, bias=True, act=True):
+def add_conv(p, x, cin, h, w, name, m, k, pads, dil, bias=True, act=True, stride=(1, 1)):
     """Y = [relu](conv(X) [+ b]) as the lowering writes it (guarded loads, one rsum)."""
     kh, kw = k
+    sy, sx = stride
     wt = p.const(f"W{name}", randf(m, cin, kh, kw))
     b = p.const(f"b{name}", randf(m)) if bias else None
-    oh = h + pads[0] + pads[2] - dil[0] * (kh - 1)
-    ow = w + pads[1] + pads[3] - dil[1] * (kw - 1)
+    oh = (h + pads[0] + pads[2] - dil[0] * (kh - 1) - 1) // sy + 1
+    ow = (w + pads[1] + pads[3] - dil[1] * (kw - 1) - 1) // sx + 1
     y = p.output(f"Y{name}", F32, (Bt, m, oh, ow))
     c, ky, kx = Var(f"c{name}"), Var(f"ky{name}"), Var(f"kx{name}")
 
     def body(n, f, oy, ox):
-        iy, ix = oy + ky * dil[0] - pads[0], ox + kx * dil[1] - pads[1]
+        iy, ix = oy * sy + ky * dil[0] - pads[0], ox * sx + kx * dil[1] - pads[1]
         v = select((iy >= 0) & (iy < h) & (ix >= 0) & (ix < w), x[n, c, iy, ix], 0.0)
         acc = rsum([(c, cin), (ky, kh), (kx, kw)], v * wt[f, c, ky, kx])
         acc = acc + b[f] if b is not None else acc
@@ -72,6 +74,8 @@ SPECS = [
     ("b", 20, (5, 3), (1, 0, 2, 1), (1, 1), {"act": False}),  # 20 rows: full and partial panels
     ("c", 16, (3, 3), (2, 1, 2, 1), (2, 1), {"bias": False, "act": False}),  # dilation, no epilogue
     ("d", 9, (1, 3), (0, 2, 0, 0), (1, 3), {}),  # one kernel row, dilated columns, padding on one side
+    ("e", 8, (3, 3), (1, 1, 1, 1), (1, 1), {"stride": (2, 2)}),  # stride 2: 2x2 phase planes
+    ("f", 6, (3, 5), (0, 2, 1, 1), (2, 1), {"stride": (3, 2)}),  # strides 3 and 2 with a dilation
 ]
 
 
@@ -85,7 +89,7 @@ def test_window_convs_match_numpy(parallel):
         got = kern(x, syms={"Bt": n, "H": h, "W": w})
         for (name, _m, _k, pads, dil, extra), y in zip(SPECS, got, strict=True):
             want = conv_ref(x, p.buffers[f"W{name}"].data, pads, dil,
-                            p.buffers[f"b{name}"].data if extra.get("bias", True) else None)
+                            p.buffers[f"b{name}"].data if extra.get("bias", True) else None, extra.get("stride", (1, 1)))
             if extra.get("act", True):
                 want = np.maximum(want, 0)
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} at {(n, h, w)}")
@@ -131,8 +135,8 @@ def test_in_place_1x1_and_kx1_match_numpy(parallel):
 
 
 def test_which_convs_take_the_window():
-    """Unit strides with a kernel window do (through a padded copy), a 1x1 kernel reads its
-    input in place; a stride or a position that is no affine form do not."""
+    """Convs with a kernel window do (through a padded copy; strides through phase planes),
+    a 1x1 kernel reads its input in place; a position that is no affine form does not."""
     p = KernelProgram.new("which", ["Bt", "H", "W"])
     x = p.input("X", F32, (Bt, 4, H, W))
     add_conv(p, x, 4, H, W, "s1", 8, (3, 3), (1, 1, 1, 1), (1, 1))
@@ -150,10 +154,15 @@ def test_which_convs_take_the_window():
     assert g2 is not None and g2.window is None  # y position is no affine form of (oy, ky)
     assert g1 is not None and g1.window is not None and g1.window.source == "X"  # 1x1: X read in place
     assert g3.window.source is None  # a kernel window: a padded copy
-    # strided along x: not a window
+    # strided along x: 2 phase planes per channel; stride 5: beyond MAX_STRIDE
     ext = {"oy": H, "ox": W, "n": Bt}
     strided = x[Var("n"), Var("c"), Var("oy") + Var("ky"), Var("ox") * 2 + Var("kx")]
-    assert match_conv_window(strided, ("oy", "ox"), [("c", 4), ("ky", 3), ("kx", 3)], ("n",), ext) is None
+    ws = match_conv_window(strided, ("oy", "ox"), [("c", 4), ("ky", 3), ("kx", 3)], ("n",), ext)
+    assert ws is not None and (ws.sy, ws.sx, ws.planes) == (1, 2, 8)
+    # tap (c=1, kh=2, kw=1) in 6x10 phase planes: plane (1*1 + 0)*2 + 1 = 3, row 2, column 0
+    assert window_offsets(ws, [("c", 4), ("ky", 3), ("kx", 3)], 10, 6)[1 * 9 + 2 * 3 + 1] == 3 * 60 + 2 * 10 + 0
+    wide = x[Var("n"), Var("c"), Var("oy") + Var("ky"), Var("ox") * 5 + Var("kx")]
+    assert match_conv_window(wide, ("oy", "ox"), [("c", 4), ("ky", 3), ("kx", 3)], ("n",), ext) is None
     # the offsets table: plane stride Y*X, row offsets dy*X, column offsets dx
     w = g3.window
     assert (w.plane_vars, w.ky, w.kx) == (("cs1",), "kys1", "kxs1")

@@ -1,20 +1,23 @@
 """Window mode of a conv GEMM: B read in place from a zero-padded copy of the input.
 
-A conv's GEMM reads B(k = (c, kh, kw), j = (oh, ow)) = X[n, c, oh*sy + kh*dy + ey,
-ow + kw*dx + ex] (through the padding select). Packing it (im2col) writes K x N floats per
-call, 9x the input for a 3x3 conv. Window mode instead copies the input once into a padded
-plane per channel, Xp[bb][c][y][x] = B at position (y + ey, x + ex), and lets the
-micro-kernel read B's rows straight from Xp: row k of a tile starting at padded-grid column
-q is Xp + off[k] + q with off[k] = c*Y*X + kh*dy*X + kw*dx, so a tile is nr consecutive
-floats of each row. Columns are counted over the padded grid (X per output row, the last
-X - OW of each row computed and dropped), so tiles run across output rows and stay full
-whatever the width. Only unit strides give consecutive floats across the grid (strided
-convs keep packing: their lowering pads the input already, see ops/nn.py `_padded_input`).
+A conv's GEMM reads B(k = (c, kh, kw), j = (oh, ow)) = X[n, c, sy*oh + dy*kh + ey,
+sx*ow + dx*kw + ex] (through the padding select). Packing it (im2col) writes K x N floats
+per call, 9x the input for a 3x3 conv. Window mode instead copies the input once into
+padded planes and lets the micro-kernel read B's rows straight from them.
+
+The copy splits each channel into sy x sx phase planes (a stride-1 conv has one):
+Xp[bb][c][py][px][r][q] = B's input at position (y, x) = (r*sy + py + ey, q*sx + px + ex),
+zero past the box the conv reads. Then tap k = (c, kh, kw) of output (oh, ow) is at
+plane (c, (dy*kh) % sy, (dx*kw) % sx), row oh + (dy*kh) // sy, column ow + (dx*kw) // sx:
+element off[k] + oh*X + ow of the copy, where X is a phase plane's width. Columns are
+counted over that grid (X per output row, the last X - OW of each row computed and
+dropped), so a tile is nr consecutive floats of each of its K rows, and tiles run across
+output rows and stay full whatever the width.
 
 The match is syntactic and exact: each of the two position index expressions of B's one
 input load must be affine (s*o + d*k + e, integer s, d, e) and B must use (oh, kh) and
 (ow, kw) only through them; then B is a function `tap` of (batch vars, plane vars, Y, X),
-which the copy evaluates, guards and all, at every padded position."""
+which the copy evaluates, guards and all, at every position of the box the conv reads."""
 
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ from .expr import Binary, Check, Const, Expr, Load, Var, free_vars, transform, w
 
 POS_Y, POS_X = "win.y", "win.x"
 """the vars `ConvWindow.tap` reads its two input positions from"""
+MAX_STRIDE = 4
+"""strides served in window mode (the copy holds sy x sx phase planes per channel)"""
 MAX_K = 4096
 """longest contraction served in window mode: K is one block (no k blocking, the whole
 A panel of mr x K floats from L1/L2) and its offset table lives on the task's stack"""
@@ -48,26 +53,35 @@ class ConvWindow:
     dy: int
     ey: int
     """position y = sy*oh + dy*ky + ey"""
+    sx: int
     dx: int
     ex: int
-    """position x = ow + dx*kx + ex"""
+    """position x = sx*ow + dx*kx + ex"""
     y_ext: Dim
-    """padded rows: sy*(OH - 1) + dy*(KH - 1) + 1"""
+    """rows of a phase plane: OH + (dy*(KH - 1)) // sy"""
     x_ext: Dim
-    """padded columns (and grid columns per output row): OW + dx*(KW - 1)"""
+    """columns of a phase plane (and grid columns per output row): OW + (dx*(KW - 1)) // sx"""
+    y_hull: Dim
+    """the rows the conv reads: sy*(OH - 1) + dy*(KH - 1) + 1 (the copy is zero past them)"""
+    x_hull: Dim
     source: str | None = None
     """the buffer B reads, when it already is the padded planes (`in_place_source`): then
     there is no copy, and tiles read it in place"""
 
     @property
-    def planes(self) -> int:
+    def channels(self) -> int:
         out = 1
         for e in self.plane_exts:
             out *= e
         return out
 
+    @property
+    def planes(self) -> int:
+        """phase planes of one batch in the copy"""
+        return self.channels * self.sy * self.sx
+
     def describe(self) -> str:
-        return f"window y={self.sy}*o+{self.dy}*k{self.ey:+d} x=o+{self.dx}*k{self.ex:+d}"
+        return f"window y={self.sy}*o+{self.dy}*k{self.ey:+d} x={self.sx}*o+{self.dx}*k{self.ex:+d}"
 
 
 def _affine(e: Expr) -> dict[str | None, int] | None:
@@ -122,7 +136,7 @@ def match_conv_window(b: Expr, n_vars: tuple[str, ...], reduce_vars: list[tuple[
             return None
         pos.append((idx[0], s, k, d, e))
     (py, sy, ky, dy, ey), (px, sx, kx, dx, ex) = pos
-    if sx != 1 or sy != 1 or py == px or (ky is not None and ky == kx):
+    if sx > MAX_STRIDE or sy > MAX_STRIDE or py == px or (ky is not None and ky == kx):
         return None
     tap = transform(b, lambda n: Var(POS_Y) if n == py else Var(POS_X) if n == px else None)
     plane = tuple(v for v in kext if v not in (ky, kx))
@@ -131,8 +145,16 @@ def match_conv_window(b: Expr, n_vars: tuple[str, ...], reduce_vars: list[tuple[
     kh, kw = (kext[ky] if ky else 1), (kext[kx] if kx else 1)
     oh, ow = ext[n_vars[0]], ext[n_vars[1]]
     return ConvWindow(tap=tap, plane_vars=plane, plane_exts=tuple(kext[v] for v in plane), ky=ky, kx=kx,
-                      sy=sy, dy=dy, ey=ey, dx=dx, ex=ex, y_ext=canon(sy * (oh - 1) + dy * (kh - 1) + 1),
-                      x_ext=canon(ow + dx * (kw - 1)))
+                      sy=sy, dy=dy, ey=ey, sx=sx, dx=dx, ex=ex, y_ext=canon(oh + dy * (kh - 1) // sy),
+                      x_ext=canon(ow + dx * (kw - 1) // sx), y_hull=canon(sy * (oh - 1) + dy * (kh - 1) + 1),
+                      x_hull=canon(sx * (ow - 1) + dx * (kw - 1) + 1))
+
+
+def tap_offset(w: ConvWindow, plane: int, kh: int, kw: int, x_ext: int, y_ext: int) -> int:
+    """Where tap (plane, kh, kw) of output (0, 0) is in one batch's copy (see the module doc)."""
+    ty, tx = w.dy * kh, w.dx * kw
+    phase_plane = (plane * w.sy + ty % w.sy) * w.sx + tx % w.sx
+    return phase_plane * y_ext * x_ext + (ty // w.sy) * x_ext + tx // w.sx
 
 
 def window_offsets(w: ConvWindow, reduce_vars: list[tuple[str, int]], x_ext: int, y_ext: int) -> list[int]:
@@ -140,19 +162,16 @@ def window_offsets(w: ConvWindow, reduce_vars: list[tuple[str, int]], x_ext: int
     reference the emitted table follows (tests)."""
     import itertools
 
-    plane_stride = {}
-    acc = 1
-    for v, e in reversed(list(zip(w.plane_vars, w.plane_exts))):
-        plane_stride[v] = acc * y_ext * x_ext
-        acc *= e
-    coef = {**plane_stride}
-    if w.ky:
-        coef[w.ky] = w.dy * x_ext
-    if w.kx:
-        coef[w.kx] = w.dx
     names = [v for v, _ in reduce_vars]
-    box = itertools.product(*(range(e) for _, e in reduce_vars))
-    return [sum(coef[n] * i for n, i in zip(names, ix)) for ix in box]
+    out = []
+    for ix in itertools.product(*(range(e) for _, e in reduce_vars)):
+        val = dict(zip(names, ix))
+        plane = 0
+        for v, e in zip(w.plane_vars, w.plane_exts):
+            plane = plane * e + val[v]
+        out.append(tap_offset(w, plane, val.get(w.ky, 0) if w.ky else 0, val.get(w.kx, 0) if w.kx else 0,
+                              x_ext, y_ext))
+    return out
 
 
 def in_place_source(w: ConvWindow, batch_vars: tuple[str, ...], batch_exts: Sequence[Dim],
@@ -162,7 +181,7 @@ def in_place_source(w: ConvWindow, batch_vars: tuple[str, ...], batch_exts: Sequ
     are exactly (batch extents..., planes, y_ext, x_ext) (so X's layout is the copy's), and
     the grid has no padding columns (no kernel width), so no tile reads past X's end."""
     t = w.tap
-    if not isinstance(t, Load) or w.kx is not None or w.ex or w.ey or len(w.plane_vars) != 1:
+    if not isinstance(t, Load) or w.kx is not None or w.ex or w.ey or len(w.plane_vars) != 1 or w.sx * w.sy != 1:
         return None
     if [i.name if isinstance(i, Var) else None for i in t.indices] != [*batch_vars, w.plane_vars[0], POS_Y, POS_X]:
         return None

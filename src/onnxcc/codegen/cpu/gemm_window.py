@@ -54,26 +54,39 @@ def pad_function(kem: KernelEmitter, c: Compute, g: GemmPlan,
     base = scratch_base(kem, fctx)
     bb_ext = [fctx.dim(ext[v]) for v in g.b_batch_vars]
     planes = i64(w.planes)
+    y_hull, x_hull = fctx.dim(w.y_hull), fctx.dim(w.x_hull)
+    zero = ir.Constant(F32, 0.0)
     em = ExprEmitter(fctx, b)
     with for_range(b, end, "it", start=begin, guard=True) as it:
         item = b.add(it, off, name="item")
         bb = b.udiv(item, planes, name="bb")
         pl = b.urem(item, planes, name="pl")
+        px = b.urem(pl, i64(w.sx), name="px")
+        py = b.urem(b.udiv(pl, i64(w.sx), name="pl.y"), i64(w.sy), name="py")
+        ch = b.udiv(pl, i64(w.sx * w.sy), name="ch")
         vals = _unflatten(b, bb, bb_ext, g.b_batch_vars)
-        vals.update(_unflatten(b, pl, [i64(e) for e in w.plane_exts], w.plane_vars))
+        vals.update(_unflatten(b, ch, [i64(e) for e in w.plane_exts], w.plane_vars))
         em.push(vals, {v: ext[v] for v in g.b_batch_vars})
         em.hoist(w.tap, guarded=True)
         dst = b.gep(base, [b.mul(it, plane, name="pdst.off")], inbounds=True, name="pdst", source_etype=F32)
-        with for_range(b, Y, "y", guard=True) as y:
-            em.push({POS_Y: b.add(y, i64(w.ey), name="win.y")})
-            em.hoist(w.tap, guarded=True)
-            row = b.gep(dst, [b.mul(y, X, name="prow.off")], inbounds=True, name="prow", source_etype=F32)
-            md = loop_metadata(kem.module, vector_width=g.vl)
-            with for_range(b, X, "x", guard=True, metadata=md) as x:
-                em.push({POS_X: b.add(x, i64(w.ex), name="win.x")})
-                b.store(em.emit(w.tap), b.gep(row, [x], inbounds=True, name="pdst.x", source_etype=F32), align=4)
+        # the phase plane's columns inside the box the conv reads: q*sx + px < x_hull
+        ncx = b.udiv(b.sub(b.add(x_hull, i64(w.sx - 1), name="ncx.up"), px, name="ncx.n"), i64(w.sx), name="ncx")
+        ncx = b.select(b.icmp_unsigned("<", ncx, X, name="ncx.lt"), ncx, X, name="ncx")
+        with for_range(b, Y, "y", guard=True) as r:
+            ypos = b.add(b.mul(r, i64(w.sy), name="y.s"), py, name="y.abs")
+            row = b.gep(dst, [b.mul(r, X, name="prow.off")], inbounds=True, name="prow", source_etype=F32)
+            inside = b.icmp_unsigned("<", ypos, y_hull, name="y.in")
+            nx = b.select(inside, ncx, i64(0), name="nx")
+            em.push({POS_Y: b.add(ypos, i64(w.ey), name="win.y")})
+            with for_range(b, nx, "x", guard=True, metadata=loop_metadata(kem.module, vector_width=g.vl)) as q:
+                xpos = b.add(b.mul(q, i64(w.sx), name="x.s"), px, name="x.abs")
+                em.push({POS_X: b.add(xpos, i64(w.ex), name="win.x")})
+                b.store(em.emit(w.tap), b.gep(row, [q], inbounds=True, name="pdst.x", source_etype=F32), align=4)
                 em.pop()
             em.pop()
+            # past the box (the last phase rows and columns): zeros, never read by an output kept
+            with for_range(b, X, "xz", start=nx, guard=True) as q:
+                b.store(zero, b.gep(row, [q], inbounds=True, name="pzero", source_etype=F32), align=4)
         em.pop()
     b.ret_void()
     fctx.finish()
@@ -95,8 +108,8 @@ def slack_floats(fctx: FnCtx, g: GemmPlan) -> ir.Value:
 
 
 def offsets_table(fctx: FnCtx, g: GemmPlan) -> ir.Value:
-    """An i64 [K] stack array: off[k] = plane*Y*X + ky*dy*X + kx*dx for the flat k
-    (row-major over the reduce vars), filled at the builder's position."""
+    """An i64 [K] stack array: off[k], where tap k (row-major over the reduce vars) of
+    output (0, 0) is in a batch's copy, filled at the builder's position."""
     w = g.window
     assert w is not None
     b = fctx.b
@@ -107,21 +120,19 @@ def offsets_table(fctx: FnCtx, g: GemmPlan) -> ir.Value:
         kk *= e
     X = fctx.dim(w.x_ext)
     plane = plane_floats(fctx, w)
-    coef: dict[str, ir.Value] = {}
-    acc: ir.Value = plane
-    for v, e in reversed(list(zip(w.plane_vars, w.plane_exts))):
-        coef[v] = acc
-        acc = b.mul(acc, i64(e), name="win.pstride")
-    if w.ky:
-        coef[w.ky] = b.mul(X, i64(w.dy), name="win.ystride")
-    if w.kx:
-        coef[w.kx] = i64(w.dx)
     table = fctx.eb.alloca(ir.ArrayType(I64, kk), name="win.offs")
     table.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     with for_range(b, i64(kk), "wk", guard=False) as k:
         idx = _unflatten(b, k, [i64(e) for e in exts], names)
-        off: ir.Value = i64(0)
-        for n in names:
-            off = b.add(off, b.mul(idx[n], coef[n], name="woff.t"), name="woff")
+        ch: ir.Value = i64(0)
+        for v, e in zip(w.plane_vars, w.plane_exts):
+            ch = b.add(b.mul(ch, i64(e), name="wch"), idx[v], name="wch")
+        ty = b.mul(idx[w.ky], i64(w.dy), name="wty") if w.ky else i64(0)
+        tx = b.mul(idx[w.kx], i64(w.dx), name="wtx") if w.kx else i64(0)
+        # the tap's phase plane, then its row and column in it (kernel/conv_window.py `tap_offset`)
+        pp = b.add(b.mul(b.add(b.mul(ch, i64(w.sy), name="wpp"), b.urem(ty, i64(w.sy), name="wpy"), name="wpp"),
+                         i64(w.sx), name="wpp"), b.urem(tx, i64(w.sx), name="wpx"), name="wpp")
+        off = b.add(b.add(b.mul(pp, plane, name="woff.p"), b.mul(b.udiv(ty, i64(w.sy), name="wry"), X, name="woff.r"),
+                          name="woff"), b.udiv(tx, i64(w.sx), name="wrx"), name="woff")
         b.store(off, b.gep(table, [k], inbounds=True, name="woff.p", source_etype=I64), align=8)
     return table
