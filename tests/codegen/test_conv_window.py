@@ -88,8 +88,8 @@ def test_window_convs_match_numpy(parallel):
         x = randf(n, 5, h, w)
         got = kern(x, syms={"Bt": n, "H": h, "W": w})
         for (name, _m, _k, pads, dil, extra), y in zip(SPECS, got, strict=True):
-            want = conv_ref(x, p.buffers[f"W{name}"].data, pads, dil,
-                            p.buffers[f"b{name}"].data if extra.get("bias", True) else None, extra.get("stride", (1, 1)))
+            bias = p.buffers[f"b{name}"].data if extra.get("bias", True) else None
+            want = conv_ref(x, p.buffers[f"W{name}"].data, pads, dil, bias, extra.get("stride", (1, 1)))
             if extra.get("act", True):
                 want = np.maximum(want, 0)
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4, err_msg=f"{name} at {(n, h, w)}")
