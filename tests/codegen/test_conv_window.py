@@ -172,8 +172,10 @@ def test_which_convs_take_the_window():
 
 def test_row_epilogues_in_registers_match_numpy():
     """Chains of per-row steps run in the micro-kernel (scale, shift, sub, clip with max and
-    min, relu; operands on either side); a residual keeps the separate pass. NaN inputs
-    stay NaN through relu and the clip, as in the separate pass."""
+    min, relu, a residual of the output's shape; operands on either side); a residual read
+    at other indices keeps the separate pass. NaN inputs stay NaN through relu and the
+    clip, as in the separate pass. Widths below a tile (3x5: every tile across padding
+    columns, the residual then through the separate pass) and above (9x70)."""
     from onnxcc.kernel.expr import maximum, minimum
 
     p = KernelProgram.new("rowepi", ["Bt", "H", "W"])
@@ -193,6 +195,7 @@ def test_row_epilogues_in_registers_match_numpy():
         "bnclip": lambda n, f, oy, ox: minimum(maximum(s[0, f, 0, 0] * acc(n, f, oy, ox) + t[f] - 0.5, -1.0), 2.0),
         "relu_first": lambda n, f, oy, ox: relu(acc(n, f, oy, ox)) * 3.0 + t[f],
         "residual": lambda n, f, oy, ox: relu(acc(n, f, oy, ox) + t[f] + r[n, f, oy, ox]),
+        "swapped": lambda n, f, oy, ox: acc(n, f, oy, ox) + r[n, f, ox % H, oy % W],
     }
     outs = {k: p.output(k, F32, (Bt, 10, H, W)) for k in bodies}
     for k, fn in bodies.items():
@@ -201,7 +204,9 @@ def test_row_epilogues_in_registers_match_numpy():
     gs = {k: cmp.schedule.gemm for k, cmp in zip(bodies, p.computes(), strict=True)}
     assert [o.op for o in gs["bnclip"].row_ops] == ["mul", "add", "sub", "max", "min"]
     assert [o.op for o in gs["relu_first"].row_ops] == ["relu", "mul", "add"]
-    assert gs["residual"].window is not None and gs["residual"].row_ops is None
+    res = gs["residual"].row_ops
+    assert [(o.op, o.tile) for o in res] == [("add", False), ("add", True), ("relu", False)]
+    assert gs["swapped"].row_ops is None  # R read at other indices: the separate pass
     kern = JitKernel(p, parallel=True)
     sv, tv = p.buffers["S"].data.reshape(1, 10, 1, 1), p.buffers["T"].data.reshape(1, 10, 1, 1)
     for n, h, w in [(1, 3, 5), (3, 9, 70)]:
@@ -210,7 +215,8 @@ def test_row_epilogues_in_registers_match_numpy():
         base = conv_ref(xv, p.buffers["Wt"].data, (1, 1, 1, 1), (1, 1))
         want = {"bnclip": np.minimum(np.maximum(sv * base + tv - 0.5, -1.0), 2.0),
                 "relu_first": np.maximum(base, 0) * 3.0 + tv,
-                "residual": np.maximum(base + tv + rv, 0)}
+                "residual": np.maximum(base + tv + rv, 0),
+                "swapped": base + rv[:, :, np.arange(w)[None, :] % h, np.arange(h)[:, None] % w]}
         got = dict(zip(bodies, kern(xv, rv, syms={"Bt": n, "H": h, "W": w}), strict=True))
         for k in bodies:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4, err_msg=f"{k} at {(n, h, w)}")

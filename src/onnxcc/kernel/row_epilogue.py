@@ -3,8 +3,9 @@
 A conv's epilogue is usually `relu(acc + bias[m])`, with a folded BatchNormalization
 `acc * scale[m] + shift[m]`, or a clip. Such a chain can run in the micro-kernel's
 registers before the tile is stored, instead of a second pass that reads the tile back:
-each step is add / sub / mul / max / min with an operand that is a constant or a load
-indexed by the row (the output channel) alone, or relu.
+each step is add / sub / mul / max / min with an operand that is a constant, a load
+indexed by the row (the output channel) alone or a tile of a buffer shaped like the output
+(a residual), or relu.
 
 `match_row_epilogue` reads the chain off the epilogue expression exactly (the operations in
 the order the expression applies them, each operand on the side it is written), or gives
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import sympy
 
 from onnxcc.ir import Dim, DType
 
@@ -30,10 +33,13 @@ class RowOp:
     """a constant operand"""
     load: Load | None = None
     """a per-row operand: a load whose one non-constant index is the row var"""
+    tile: bool = False
+    """`load` is a whole tile instead: the output's own indices into a buffer of the
+    output's shape (a residual), read at the tile's place with the output's row stride"""
 
     def key(self) -> str:
         """What the micro-kernel's code depends on (a load's buffer is an argument)."""
-        return f"{self.op}:{'r' if self.load is not None else self.value!r}"
+        return f"{self.op}:{'t' if self.tile else 'r' if self.load is not None else self.value!r}"
 
 
 def _row_load(e: Expr, m: str, shape_of: Callable[[str], Sequence[Dim]]) -> bool:
@@ -50,6 +56,10 @@ def _row_load(e: Expr, m: str, shape_of: Callable[[str], Sequence[Dim]]) -> bool
         if j != p and not (isinstance(i, Const) and i.value == 0):
             return False
     return all(d == 1 for d in shape[p + 1:])
+
+
+def _same_shape(a: Sequence[Dim], b: Sequence[Dim]) -> bool:
+    return len(a) == len(b) and all(sympy.sympify(x) == sympy.sympify(y) for x, y in zip(a, b))
 
 
 def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], Sequence[Dim]]
@@ -74,6 +84,9 @@ def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], S
             return None  # operand - acc: not a chain step
         if isinstance(other, Const):
             step = RowOp(e.op, value=float(other.value))
+        elif (isinstance(other, Load) and other.dtype is DType.f32 and other.indices == acc.indices
+              and _same_shape(shape_of(other.buffer), shape_of(acc.buffer))):
+            step = RowOp(e.op, load=other, tile=True)
         elif _row_load(other, m, shape_of):
             step = RowOp(e.op, load=other)  # type: ignore[arg-type]
         else:

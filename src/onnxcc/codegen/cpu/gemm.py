@@ -41,6 +41,7 @@ PARALLEL_MIN_WORK stays on the calling thread.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -682,7 +683,13 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     em_e = ExprEmitter(fctx, b)
     if g.epilogue is not None:
         em_e.hoist(g.epilogue, guarded=True)
-    eptrs = [fctx.buffer_ptr(o.load.buffer) for o in g.row_ops or () if o.load is not None]
+    eops = [o for o in g.row_ops or () if o.load is not None]
+    eptrs = [fctx.buffer_ptr(o.load.buffer) for o in eops]  # type: ignore[union-attr]
+    # a residual operand is read at the tile's place in C: the stack tile has none, so tiles
+    # across padding columns take the plain micro-kernel and the epilogue pass
+    staged_in_regs = not any(o.tile for o in eops)
+    ukr_plain = ukr if staged_in_regs else {r: ukr_function(kem.module, r, dataclasses.replace(g, row_ops=None))
+                                            for r in [MR, *variants]}
     ow_ext = geo.n_ext[1]
     yes = ir.Constant(I1, 1)
     with for_range(b, end, "it", start=begin, guard=True) as it:
@@ -718,22 +725,27 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
             j_in = b.add(_mul(b, oh0, ow_ext, "wj0"), b.sub(q0, rs0, name="ow.in"), name="wj.in")
             n_in = b.sub(qend, q0, name="n.in")
 
-            def multiply(apanel: ir.Value, i0: ir.Value, rows: ir.Value, cptr: ir.Value, ldc: ir.Value,
-                         ncols: ir.Value) -> None:
-                def eargs(r0: ir.Value) -> list[ir.Value]:  # the epilogue's operand rows from row i0 + r0
+            def multiply(kernels: dict, apanel: ir.Value, i0: ir.Value, rows: ir.Value, cptr: ir.Value, ldc: ir.Value,
+                         ncols: ir.Value, c_off: ir.Value | None) -> None:
+                def eargs(r0: ir.Value) -> list[ir.Value]:
+                    # the epilogue's operands from row i0 + r0: a row operand's element, a
+                    # tile operand's at the tile's place in C (element offset c_off)
+                    if c_off is None:
+                        return []
                     row = _add(b, i0, r0, "e.row") if not isinstance(r0, ir.Constant) else i0
-                    return [_f32_ptr(b, p, row, "e.rows") for p in eptrs]
+                    toff = b.add(c_off, _mul(b, r0, ldc, "e.toff"), name="e.toff")
+                    return [_f32_ptr(b, p, toff if o.tile else row, "e.ptr") for o, p in zip(eops, eptrs)]
 
                 with if_else(b, b.icmp_unsigned("==", rows, i64(MR), name="full"), name="tile") as (then, other):
                     with then:
-                        b.call(ukr[MR], [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols, *eargs(i64(0))])
+                        b.call(kernels[MR], [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols, *eargs(i64(0))])
                     with other:
                         b.store(i64(0), r0_slot)
                         for v in variants:
                             r0 = b.load(r0_slot, name="r0")
                             more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
                             with if_then(b, more, name=f"rows{v}"):
-                                b.call(ukr[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
+                                b.call(kernels[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
                                                 _f32_ptr(b, cptr, _mul(b, r0, ldc, "t.r"), "t.r"), ldc, yes, ncols,
                                                 *eargs(r0)])
                                 b.store(_add(b, r0, v, "r0.next"), r0_slot)
@@ -745,14 +757,15 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
                 crow = _add(b, cbatch, _mul(b, i0, geo.ldc, "wd"), "wd")
                 with if_else(b, inside, name="win.in") as (direct, staged):
                     with direct:
-                        multiply(apanel, i0, rows, _f32_ptr(b, out, b.add(crow, j_in, name="cin"), "cin"), geo.ldc,
-                                 n_in)
+                        c_in = b.add(crow, j_in, name="cin")
+                        multiply(ukr, apanel, i0, rows, _f32_ptr(b, out, c_in, "cin"), geo.ldc, n_in, c_in)
                         if g.epilogue is not None and not g.row_ops:
                             _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j_in, n_in, masked_tail=True)
                     with staged:
-                        multiply(apanel, i0, rows, tile, i64(NR), i64(NR))
+                        in_regs = bool(g.row_ops) and staged_in_regs
+                        multiply(ukr_plain, apanel, i0, rows, tile, i64(NR), i64(NR), i64(0) if in_regs else None)
                         _window_copy_out(b, kem, fctx, em_e, c, g, geo, ext, tile, out, crow, i0, rows, q0, qend, oh0,
-                                      oh1, ow_ext)
+                                         oh1, ow_ext, epilogue=g.epilogue is not None and not in_regs)
         em_e.pop()
     b.ret_void()
     fctx.finish()
@@ -761,10 +774,10 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
 
 def _window_copy_out(b: ir.IRBuilder, kem: KernelEmitter, fctx: FnCtx, em_e: ExprEmitter, c: Compute, g: GemmPlan,
                      geo: _Geometry, ext: dict, tile: ir.Value, out: ir.Value, crow: ir.Value, i0: ir.Value,
-                     rows: ir.Value, q0: ir.Value, qend: ir.Value, oh0: ir.Value, oh1: ir.Value, ow_ext: ir.Value
-                     ) -> None:
+                     rows: ir.Value, q0: ir.Value, qend: ir.Value, oh0: ir.Value, oh1: ir.Value, ow_ext: ir.Value,
+                     epilogue: bool) -> None:
     """The output columns of a stack tile of grid columns [q0, qend) (grid rows [oh0, oh1))
-    into C (rows from element offset `crow`), then the epilogue on them."""
+    into C (rows from element offset `crow`), then (`epilogue`) the epilogue on them."""
     NR = g.nr
     with for_range(b, oh1, "wrow", start=oh0, guard=False) as oh:
         rs = _mul(b, oh, geo.Xw, "rs")
@@ -782,7 +795,7 @@ def _window_copy_out(b: ir.IRBuilder, kem: KernelEmitter, fctx: FnCtx, em_e: Exp
                 with for_range(b, cnt, "wc", guard=False, metadata=md) as t:
                     b.store(b.load(_f32_ptr(b, src, t, "ws"), name="wv", typ=F32, align=4),
                             _f32_ptr(b, dst, t, "wd"), align=4)
-            if g.epilogue is not None and not g.row_ops:  # (else applied in the micro-kernel)
+            if epilogue:
                 _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt, masked_tail=True)
 
 

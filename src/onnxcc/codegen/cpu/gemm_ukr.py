@@ -144,7 +144,7 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
         vals.append(row)
     if row_ops:  # the epilogue in registers: row r's operands are element r of each operand row
         _apply_row_ops(module, b, row_ops, vals, [args[f"e{k}"] if o.load is not None else None
-                                                  for k, o in enumerate(row_ops)], V, splat_mask)
+                                                  for k, o in enumerate(row_ops)], V, splat_mask, ldc, masks)
     with if_else(b, first, name="store") as (then, otherwise):
         with then:
             for r in range(rows):
@@ -163,10 +163,13 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
 
 
 def _apply_row_ops(module: ir.Module, b: ir.IRBuilder, ops, vals: list[list[ir.Value]], ptrs: list, V: ir.VectorType,
-                   splat_mask: ir.Constant) -> None:
+                   splat_mask: ir.Constant, ldc: ir.Value, masks: list[ir.Value]) -> None:
     """vals[r][v] = op(vals[r][v], operand) for each op in order, as the expression emitter
-    computes them (relu: select(x < 0, 0, x); max / min: llvm.maximum / llvm.minimum)."""
+    computes them (relu: select(x < 0, 0, x); max / min: llvm.maximum / llvm.minimum). A
+    tile operand is read like C (row stride ldc, the columns' masks)."""
     undef = ir.Constant(V, ir.Undefined)
+    mload = get_or_declare(module, f"llvm.masked.load.v{V.count}f32.p0",
+                           ir.FunctionType(V, [PTR, I32, masks[0].type, V]))
     zero = ir.Constant(V, [0.0] * V.count)
     vmax = get_or_declare(module, f"llvm.maximum.v{V.count}f32", ir.FunctionType(V, [V, V]))
     vmin = get_or_declare(module, f"llvm.minimum.v{V.count}f32", ir.FunctionType(V, [V, V]))
@@ -178,16 +181,23 @@ def _apply_row_ops(module: ir.Module, b: ir.IRBuilder, ops, vals: list[list[ir.V
                     m.type = ir.VectorType(I1, V.count)  # NOTE: llvmlite types vector compares as i1
                 row[:] = [b.select(m, zero, x, name="relu") for m, x in zip(neg, row)]
                 continue
-            if p is not None:
-                s = b.load(_f32_ptr(b, p, r, "e.p"), name="e", typ=F32, align=4)
-                y = b.shuffle_vector(b.insert_element(undef, s, i32(0), name="e.ins"), undef, splat_mask, name="e.v")
+            if o.tile:
+                trow = _f32_ptr(b, p, _mul(b, ldc, r, "e.tr") if r else i64(0), "e.trow")
+                ys = [b.call(mload, [_f32_ptr(b, trow, v * V.count, "e.tp"), i32(4), masks[v], zero], name="e.t")
+                      for v in range(len(row))]
             else:
-                y = ir.Constant(V, [o.value] * V.count)
+                if p is not None:
+                    s = b.load(_f32_ptr(b, p, r, "e.p"), name="e", typ=F32, align=4)
+                    y = b.shuffle_vector(b.insert_element(undef, s, i32(0), name="e.ins"), undef, splat_mask,
+                                         name="e.v")
+                else:
+                    y = ir.Constant(V, [o.value] * V.count)
+                ys = [y] * len(row)
             if o.op == "add":
-                row[:] = [b.fadd(x, y, name="e.add") for x in row]
+                row[:] = [b.fadd(x, y, name="e.add") for x, y in zip(row, ys)]
             elif o.op == "sub":
-                row[:] = [b.fsub(x, y, name="e.sub") for x in row]
+                row[:] = [b.fsub(x, y, name="e.sub") for x, y in zip(row, ys)]
             elif o.op == "mul":
-                row[:] = [b.fmul(x, y, name="e.mul") for x in row]
+                row[:] = [b.fmul(x, y, name="e.mul") for x, y in zip(row, ys)]
             else:
-                row[:] = [b.call(vmax if o.op == "max" else vmin, [x, y], name=f"e.{o.op}") for x in row]
+                row[:] = [b.call(vmax if o.op == "max" else vmin, [x, y], name=f"e.{o.op}") for x, y in zip(row, ys)]
