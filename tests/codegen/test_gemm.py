@@ -253,6 +253,60 @@ def test_conv_3x3_and_1x1():
         close(y1, conv_ref(x, p.buffers["W1"].data, np.zeros(7, np.float32), 0), 5)
 
 
+
+def test_conv_epilogues_flat_and_per_column():
+    """A conv's epilogue runs over flat (oh, ow) columns when every use of them is a
+    same-shaped trailing load (residual R), and column by column otherwise (a select on ow,
+    a load broadcast along oh): both against numpy, odd sizes and several tiles per row."""
+    p = KernelProgram.new("convepi", ["Bt", "H", "W"])
+    X = p.input("X", F32, (Bt, 3, H, W))
+    R = p.input("R", F32, (Bt, 8, H, W))
+    Rw = p.input("Rw", F32, (Bt, 8, 1, W))
+    Wt = p.const("Wt", randf(8, 3, 3, 3))
+    ys = [p.output(f"Y{i}", F32, (Bt, 8, H, W)) for i in range(3)]
+    c, kh, kw = Var("c"), Var("kh"), Var("kw")
+
+    def acc(n, f, oh, ow):
+        ih, iw = oh + kh - 1, ow + kw - 1
+        x = select((ih >= 0) & (ih < H) & (iw >= 0) & (iw < W), X[n, c, ih, iw], 0.0)
+        return rsum([(c, 3), (kh, 3), (kw, 3)], x * Wt[f, c, kh, kw])
+
+    p.compute(ys[0], lambda n, f, oh, ow: relu(acc(n, f, oh, ow) + R[n, f, oh, ow]))
+    p.compute(ys[1], lambda n, f, oh, ow: select(ow < 5, acc(n, f, oh, ow), 0.0))
+    p.compute(ys[2], lambda n, f, oh, ow: acc(n, f, oh, ow) * Rw[n, f, 0, ow])
+    kern = scheduled(p, parallel=True)
+    w = p.buffers["Wt"].data
+    for bt, h, wd in [(1, 1, 1), (3, 7, 9), (1, 5, 61)]:
+        x, r, rw = randf(bt, 3, h, wd), randf(bt, 8, h, wd), randf(bt, 8, 1, wd)
+        y0, y1, y2 = kern(x, r, rw, syms={"Bt": bt, "H": h, "W": wd})
+        base = conv_ref(x, w, np.zeros(8, np.float32), 1)
+        close(y0, np.maximum(base + r, 0), 27)
+        close(y1, np.where(np.arange(wd) < 5, base, 0), 27)
+        close(y2, base * rw, 27)
+
+
+def test_flat_columns_check():
+    """Which epilogues may read a conv's (oh, ow) as one flat index."""
+    from onnxcc.codegen.cpu.gemm_flat import flat_columns_ok
+    from onnxcc.kernel.expr import Load
+
+    shapes = {"O": (Bt, 8, H, W), "R": (Bt, 8, H, W), "S": (Bt, 8, H, 4), "T": (Bt, 8, W, H)}
+    ext = {"n": Bt, "f": 8, "oh": H, "ow": W}
+
+    def ld(buf, *ix):
+        return Load(buf, tuple(Var(i) if isinstance(i, str) else i for i in ix), F32)
+
+    def ok(e):
+        return flat_columns_ok(e, ("oh", "ow"), ext, shapes.__getitem__)
+
+    acc = ld("O", "n", "f", "oh", "ow")
+    assert ok(relu(acc + ld("R", "n", "f", "oh", "ow")))
+    assert not ok(acc + ld("S", "n", "f", "oh", "ow"))  # trailing dim 4, not W: not flat
+    assert not ok(acc + ld("T", "n", "f", "ow", "oh"))  # vars swapped
+    assert not ok(select(Var("ow") < 5, acc, 0.0))  # ow used outside a load
+    assert not flat_columns_ok(acc, ("ow",), ext, shapes.__getitem__)  # one var: nothing to flatten
+
+
 # ---- fused attention layouts: batch vars between m and n, operands using some batch vars -------
 
 

@@ -32,8 +32,10 @@ import sympy
 
 from onnxcc.ir import Dim, Divisible, DType, canon
 
+from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .program import Compute, KernelProgram
+from .row_epilogue import RowOp, match_row_epilogue
 from .rownorm import RowNorm, match_row_norm
 
 F32 = DType.f32
@@ -66,6 +68,8 @@ class TargetInfo:
     """blocks to aim for per thread and GEMM call (load balance)"""
     gemm_min_work: int = 4096
     """M*N*K below which a matmul stays on the plain loop nest"""
+    gemm_window: bool = True
+    """whether a conv's B may be read from a padded copy of its input (`GemmPlan.window`)"""
 
     @classmethod
     def from_features(cls, features: str = "", **overrides) -> TargetInfo:
@@ -130,6 +134,12 @@ class GemmPlan:
     a_packed: np.ndarray | None = None
     """A packed at compile time (it reads only constant buffers, uses no batch var and its
     extents are static: a conv's weights): float32 [M panels, K, mr], zero-padded rows"""
+    window: ConvWindow | None = None
+    """B read in place from a padded copy of a conv's input (kernel/conv_window.py): no
+    im2col packing, one k block, tiles over the padded grid"""
+    row_ops: tuple[RowOp, ...] | None = None
+    """the epilogue as per-row operations the window micro-kernel applies before it stores
+    (kernel/row_epilogue.py; None: a separate pass over the stored tile)"""
 
     @property
     def b_const(self) -> bool:
@@ -143,7 +153,8 @@ class GemmPlan:
     def b_interleaved(self) -> bool:
         """B is packed per call and depends on every batch var (a conv's n): codegen may pack
         and multiply one batch at a time, into batch 0's panels (decided at run time)"""
-        return not self.b_const and bool(self.batch) and tuple(self.b_batch_vars) == tuple(self.batch)
+        return (not self.b_const and self.window is None and bool(self.batch)
+                and tuple(self.b_batch_vars) == tuple(self.batch))
 
     @property
     def a_batch(self) -> bool:
@@ -158,8 +169,8 @@ class GemmPlan:
         return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
                 f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
-                f"b={'prepacked' if self.b_const else 'packed'}"
-                f"{'' if self.epilogue is None else ' +epilogue'}")
+                f"b={'prepacked' if self.b_const else 'window' if self.window else 'packed'}"
+                f"{'' if self.epilogue is None else ' +epilogue' + (' in registers' if self.row_ops else '')}")
 
 
 @dataclass(frozen=True)
@@ -456,7 +467,24 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         packed = prepack_b(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, b_packed=packed)
-    if not g.a_direct and not g.a_batch and _reads_const_only(a, program):
+    if not g.b_const and not g.a_batch and target.gemm_window and _reads_const_only(a, program):
+        w = match_conv_window(b, g.n, [(v.name, k) for (v, _), k in zip(r.vars, ks)], g.b_batch_vars, ext)
+        if w is not None:
+            src = in_place_source(w, g.b_batch_vars, [ext[v] for v in g.b_batch_vars],
+                                  lambda n: program.buffers[n].shape)
+            w = dataclasses.replace(w, source=src)
+        # a copy as big as the packing (a 1x1 conv whose input is not read in place) does not pay;
+        # the weights are prepacked (mr-wide rows, even where A could be read in place)
+        if w is not None and (w.ky or w.kx or w.source):
+            gw = dataclasses.replace(g, a_direct=False, window=w, kc=max(g.kc, _prod(ks)))  # type: ignore[arg-type]
+            packed = prepack_a(c, gw, program)
+            if packed is not None:
+                g = dataclasses.replace(gw, a_packed=packed)
+                if epi is not None and len(mv) == 1:
+                    ops = match_row_epilogue(epi, Load(c.out, tuple(Var(n) for n in names), F32), mv[0],
+                                             lambda n: program.buffers[n].shape)
+                    g = dataclasses.replace(g, row_ops=ops)
+    if not g.a_direct and not g.a_batch and not g.a_const and _reads_const_only(a, program):
         packed = prepack_a(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, a_packed=packed)
@@ -606,6 +634,13 @@ def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
     if g.b_const:
         return 0
     ext = dict(zip(c.var_names, c.extents))
+    if g.window is not None and g.window.source is not None:
+        return 0  # read in place
+    if g.window is not None:  # the padded planes, and a tile's over-read past the last one
+        nbw: Dim = g.window.planes * 4
+        for v in g.b_batch_vars:
+            nbw = canon(nbw * ext[v])
+        return canon(nbw * g.window.y_ext * g.window.x_ext + (g.window.x_ext + g.nr + 16) * 4)
     n: Dim = 1
     for v in g.n:
         n = canon(n * ext[v])

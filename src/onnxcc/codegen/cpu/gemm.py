@@ -41,6 +41,7 @@ PARALLEL_MIN_WORK stays on the calling thread.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -61,7 +62,6 @@ from ..llvm.helpers import (
     I32,
     I64,
     PTR,
-    VOID,
     for_range,
     get_or_declare,
     i32,
@@ -70,82 +70,26 @@ from ..llvm.helpers import (
     if_then,
     loop_metadata,
 )
+from . import gemm_window as gw
+from .gemm_flat import flat_columns_ok
+from .gemm_ir import add as _add
+from .gemm_ir import ceildiv as _ceildiv
+from .gemm_ir import ceildiv_v as _ceildiv_v
+from .gemm_ir import f32_ptr as _f32_ptr
+from .gemm_ir import mul as _mul
+from .gemm_ir import product as _product
+from .gemm_ir import umax as _umax
+from .gemm_ir import umin as _umin
+from .gemm_ir import unflatten as _unflatten
+from .gemm_ukr import ukr_function
 
 if TYPE_CHECKING:
     from .emit import FnCtx, KernelEmitter
 
-UNROLL = 4
-"""k steps per micro-kernel loop iteration"""
-MIN_CHAINS = 8
-"""independent FMA chains to keep in flight (FMA latency x FMA ports)"""
 NUM_THREADS = "onnxcc_num_threads"
 """`int onnxcc_num_threads(void)`: the runtime pool's threads, the caller included"""
 PARALLEL_MIN_WORK = 1 << 17
 """multiply-adds below which a GEMM runs on the calling thread (waking the pool costs more)"""
-
-
-# ---- small integer helpers ------------------------------------------------------------------
-
-
-def _umin(b: ir.IRBuilder, x: ir.Value, y: ir.Value, name: str) -> ir.Value:
-    return b.select(b.icmp_unsigned("<", x, y, name=f"{name}.lt"), x, y, name=name)
-
-
-def _umax(b: ir.IRBuilder, x: ir.Value, y: ir.Value, name: str) -> ir.Value:
-    return b.select(b.icmp_unsigned(">", x, y, name=f"{name}.gt"), x, y, name=name)
-
-
-def _ceildiv(b: ir.IRBuilder, x: ir.Value, d: int, name: str) -> ir.Value:
-    return b.udiv(b.add(x, i64(d - 1), name=f"{name}.up"), i64(d), name=name)
-
-
-def _ceildiv_v(b: ir.IRBuilder, x: ir.Value, d: ir.Value, name: str) -> ir.Value:
-    """ceil(x / d) for d >= 1."""
-    return b.udiv(b.add(x, b.sub(d, i64(1), name=f"{name}.d1"), name=f"{name}.up"), d, name=name)
-
-
-def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value | int, name: str) -> ir.Value:
-    if isinstance(y, int):
-        if y == 1:
-            return x
-        y = i64(y)
-    return b.mul(x, y, name=name, flags=("nuw", "nsw"))
-
-
-def _add(b: ir.IRBuilder, x: ir.Value, y: ir.Value | int, name: str) -> ir.Value:
-    if isinstance(y, int):
-        if y == 0:
-            return x
-        y = i64(y)
-    return b.add(x, y, name=name, flags=("nuw", "nsw"))
-
-
-def _product(b: ir.IRBuilder, xs: Sequence[ir.Value], name: str) -> ir.Value:
-    out: ir.Value = i64(1)
-    for x in xs:
-        out = x if isinstance(out, ir.Constant) and out.constant == 1 else _mul(b, out, x, name)
-    return out
-
-
-def _unflatten(b: ir.IRBuilder, flat: ir.Value, exts: Sequence[ir.Value], names: Sequence[str]
-               ) -> dict[str, ir.Value]:
-    """Row-major indices of `flat` in a box of extents `exts` (all >= 1)."""
-    if not names:
-        return {}
-    if len(names) == 1:
-        return {names[0]: flat}
-    out: dict[str, ir.Value] = {}
-    rest = flat
-    for n, e in zip(reversed(names[1:]), reversed(exts[1:])):
-        out[n] = b.urem(rest, e, name=n)
-        rest = b.udiv(rest, e, name=f"{n}.rest")
-    out[names[0]] = rest
-    return out
-
-
-def _f32_ptr(b: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, name: str) -> ir.Value:
-    off = i64(offset) if isinstance(offset, int) else offset
-    return b.gep(base, [off], inbounds=True, name=name, source_etype=F32)
 
 
 # ---- geometry: every size a GEMM function needs, from the symbols ---------------------------
@@ -172,6 +116,10 @@ class _Geometry:
         self.K = _mul(b, self.K0, g.k_inner, "gemm.K")
         self.Pm = _ceildiv(b, self.M, g.mr, "gemm.Pm")
         self.Pn = _ceildiv(b, self.N, g.nr, "gemm.Pn")
+        if g.window is not None:  # tiles over the padded grid: OH rows of X columns
+            self.Xw = fctx.dim(g.window.x_ext)
+            self.grid = _mul(b, self.n_ext[0], self.Xw, "gemm.grid")
+            self.Pn = _ceildiv(b, self.grid, g.nr, "gemm.Pn")
         self.kco = max(1, g.kc // g.k_inner)
         self.npc = _ceildiv(b, self.K0, self.kco, "gemm.npc")
         # m blocks: at most mc_panels panels each (the A block stays in L2), and at least
@@ -180,8 +128,13 @@ class _Geometry:
         # interleaved (one batch at a time, see _run): the blocks split one batch
         self.inter: ir.Value | None = None
         bt_split = self.Bt
-        if g.b_interleaved:
-            nbytes = _mul(b, _mul(b, self.Pn, self.K, "gemm.b.bytes"), g.nr * 4, "gemm.b.bytes")
+        win_copy = g.window is not None and g.window.source is None
+        if g.b_interleaved or (win_copy and g.batch and tuple(g.b_batch_vars) == tuple(g.batch)):
+            if g.window is not None:  # one batch's padded planes
+                nbytes = _mul(b, _mul(b, fctx.dim(g.window.y_ext), self.Xw, "gemm.b.bytes"), g.window.planes * 4,
+                              "gemm.b.bytes")
+            else:
+                nbytes = _mul(b, _mul(b, self.Pn, self.K, "gemm.b.bytes"), g.nr * 4, "gemm.b.bytes")
             self.inter = b.and_(b.icmp_unsigned(">", self.Bt, i64(1), name="gemm.bt.many"),
                                 b.icmp_unsigned(">=", nbytes, i64(INTERLEAVE_MIN_BYTES), name="gemm.b.big"),
                                 name="gemm.inter")
@@ -277,12 +230,40 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
 
+    if g.window is not None and g.window.source is not None:  # B read in place: no copy
+        call(_task_function(kem, c, g), geo.n_tasks)
+        return
     if not g.b_const:
         if kem.plan.scratch_offset is None:
             from onnxcc.errors import CompileError
 
             raise CompileError(f"kernel {kem.program.name}: compute {c.out} packs B into scratch, but the "
                                "memory plan reserves none (use kernel.plan_memory.reserve_scratch)")
+        if g.window is not None:  # the padded copy of the input, then every task on it
+            w = g.window
+            nplanes = _mul(b, geo.nbB, w.planes, "win.planes")
+            gw.zero_slack(b, gw.scratch_base(kem, ctx), gw.plane_floats(ctx, w), nplanes, gw.slack_floats(ctx, g))
+            pad = gw.pad_function(kem, c, g, lambda fb, fp: _mul(fb, fb.load(_xctx_slot(fb, fp, 5), name="bt",
+                                                                              align=8, typ=I64), w.planes, "pad.off"))
+            task = _task_function(kem, c, g)
+            if geo.inter is None:
+                _xctx_store(b, pctx, 5, i64(0))
+                call(pad, nplanes)
+                call(task, geo.n_tasks)
+                return
+            # one batch at a time when a batch's planes are big (as packed B, see below):
+            # its tiles read the planes while they are in the caches
+            with if_else(b, geo.inter, name="win.inter") as (then, other):
+                with then:
+                    with for_range(b, geo.Bt, "win.bt", guard=True) as bt:
+                        _xctx_store(b, pctx, 5, bt)
+                        call(pad, i64(w.planes))
+                        call(task, _mul(b, geo.n_ic, geo.n_jc, "win.per.batch"))
+                with other:
+                    _xctx_store(b, pctx, 5, i64(0))
+                    call(pad, nplanes)
+                    call(task, geo.n_tasks)
+            return
         pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
 
         def windows(slots: ir.Value, per_batch: bool) -> None:
@@ -518,12 +499,17 @@ def _column_segments(b: ir.IRBuilder, fctx: FnCtx, names: Sequence[str], exts: S
     return seg_cc, seg_last, leads, count
 
 
-def _run_loop_metadata(module: ir.Module, vl: int) -> ir.MDValue:
+def _run_loop_metadata(module: ir.Module, vl: int, masked_tail: bool = False) -> ir.MDValue:
     """`!llvm.loop` for a run of at most nr columns: vectorise by vl lanes without
-    interleaving (interleaved vector bodies would need more iterations than a run has)."""
+    interleaving (interleaved vector bodies would need more iterations than a run has).
+    `masked_tail`: the last partial vector runs masked instead of as a scalar loop (runs
+    whose lengths are rarely multiples of vl: a window tile's row segments)."""
     md = loop_metadata(module, vector_width=vl)
-    extra = module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])
-    md.operands = (*md.operands, extra)
+    extra = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])]
+    if masked_tail:
+        extra.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.predicate.enable"),
+                                          ir.Constant(I1, 1)]))
+    md.operands = (*md.operands, *extra)
     return md
 
 
@@ -670,7 +656,152 @@ def _static_m(c: Compute, g: GemmPlan) -> int | None:
     return m
 
 
+def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+    """Tasks of a window-mode GEMM (kernel/conv_window.py): each tile of the padded grid is
+    multiplied (one k block, B read from the padded copy) into a stack tile, whose columns
+    that are outputs (not the grid's padding columns) are copied into C; then the epilogue
+    runs on them."""
+    w = g.window
+    assert w is not None and g.a_packed is not None
+    fn, fctx = kem.body_function(f"gemm.{c.out}")
+    b = fctx.b
+    geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
+    begin, end, inter = _batch_items(b, fn, g, geo, _mul(b, geo.n_ic, geo.n_jc, "per.batch"))
+    ext = dict(zip(c.var_names, c.extents))
+    MR, NR = g.mr, g.nr
+    apack = _const_global(kem, g.a_packed)
+    per_batch = _mul(b, gw.plane_floats(fctx, w), w.planes, "win.bfloats")
+    offs = gw.offsets_table(fctx, g)
+    tile = fctx.eb.alloca(ir.ArrayType(F32, MR * NR), name="win.tile")
+    tile.align = 64
+    tile.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+    xp = gw.scratch_base(kem, fctx) if w.source is None else fctx.buffer_ptr(w.source)
+    out = fctx.buffer_ptr(c.out)
+    variants = _row_variants(MR, _static_m(c, g))
+    ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *variants]}
+    r0_slot = fctx.eb.alloca(I64, name="r0")
+    em_e = ExprEmitter(fctx, b)
+    if g.epilogue is not None:
+        em_e.hoist(g.epilogue, guarded=True)
+    eops = [o for o in g.row_ops or () if o.load is not None]
+    eptrs = [fctx.buffer_ptr(o.load.buffer) for o in eops]  # type: ignore[union-attr]
+    # a residual operand is read at the tile's place in C: the stack tile has none, so tiles
+    # across padding columns take the plain micro-kernel and the epilogue pass
+    staged_in_regs = not any(o.tile for o in eops)
+    ukr_plain = ukr if staged_in_regs else {r: ukr_function(kem.module, r, dataclasses.replace(g, row_ops=None))
+                                            for r in [MR, *variants]}
+    ow_ext = geo.n_ext[1]
+    yes = ir.Constant(I1, 1)
+    with for_range(b, end, "it", start=begin, guard=True) as it:
+        jc, t = b.urem(it, geo.n_jc, name="jc"), b.udiv(it, geo.n_jc, name="t")
+        ic, bt = b.urem(t, geo.n_ic, name="ic"), b.udiv(t, geo.n_ic, name="bt")
+        pm0 = b.udiv(_mul(b, ic, geo.Pm, "pm0"), geo.n_ic, name="pm0")
+        pm1 = b.udiv(_mul(b, _add(b, ic, 1, "ic1"), geo.Pm, "pm1"), geo.n_ic, name="pm1")
+        pn0 = b.udiv(_mul(b, jc, geo.Pn, "pn0"), geo.n_jc, name="pn0")
+        pn1 = b.udiv(_mul(b, _add(b, jc, 1, "jc1"), geo.Pn, "pn1"), geo.n_jc, name="pn1")
+        batch_vals = _unflatten(b, bt, geo.batch_ext, g.batch)
+        _bind(em_e, batch_vals, ext)
+        bB: ir.Value = i64(0)
+        for v, e in zip(g.b_batch_vars, geo.bb_ext):
+            bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
+        if inter is not None:  # batch 0's planes hold every batch's when interleaved
+            bB = b.select(inter, i64(0), bB, name="bB.slot")
+        cbatch: ir.Value = i64(0)
+        for v in g.batch:
+            cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
+        xb = _f32_ptr(b, xp, _mul(b, bB, per_batch, "win.xb"), "win.xb")
+        with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
+            q0 = _mul(b, pn, NR, "q0")
+            qend = _umin(b, _add(b, q0, NR, "qe"), geo.grid, "qend")
+            bpanel = _f32_ptr(b, xb, q0, "bpanel")
+            oh0 = b.udiv(q0, geo.Xw, name="oh0")
+            oh1 = _add(b, b.udiv(b.sub(qend, i64(1), name="ql"), geo.Xw, name="oh1"), 1, "oh1")
+            # a tile inside one output row's columns is multiplied straight into C
+            rs0 = _mul(b, oh0, geo.Xw, "rs0")
+            # (every tile, when the grid has no padding columns: its columns are C's, flat)
+            inside = yes if w.kx is None else b.and_(
+                b.icmp_unsigned("==", _add(b, oh0, 1, "oh0.1"), oh1, name="one.row"),
+                b.icmp_unsigned("<=", qend, b.add(rs0, ow_ext, name="rend0"), name="no.pad"), name="inside")
+            j_in = b.add(_mul(b, oh0, ow_ext, "wj0"), b.sub(q0, rs0, name="ow.in"), name="wj.in")
+            n_in = b.sub(qend, q0, name="n.in")
+
+            def multiply(kernels: dict, apanel: ir.Value, i0: ir.Value, rows: ir.Value, cptr: ir.Value, ldc: ir.Value,
+                         ncols: ir.Value, c_off: ir.Value | None) -> None:
+                def eargs(r0: ir.Value) -> list[ir.Value]:
+                    # the epilogue's operands from row i0 + r0: a row operand's element, a
+                    # tile operand's at the tile's place in C (element offset c_off)
+                    if c_off is None:
+                        return []
+                    row = _add(b, i0, r0, "e.row") if not isinstance(r0, ir.Constant) else i0
+                    toff = b.add(c_off, _mul(b, r0, ldc, "e.toff"), name="e.toff")
+                    return [_f32_ptr(b, p, toff if o.tile else row, "e.ptr") for o, p in zip(eops, eptrs)]
+
+                with if_else(b, b.icmp_unsigned("==", rows, i64(MR), name="full"), name="tile") as (then, other):
+                    with then:
+                        b.call(kernels[MR], [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols, *eargs(i64(0))])
+                    with other:
+                        b.store(i64(0), r0_slot)
+                        for v in variants:
+                            r0 = b.load(r0_slot, name="r0")
+                            more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
+                            with if_then(b, more, name=f"rows{v}"):
+                                b.call(kernels[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
+                                                _f32_ptr(b, cptr, _mul(b, r0, ldc, "t.r"), "t.r"), ldc, yes, ncols,
+                                                *eargs(r0)])
+                                b.store(_add(b, r0, v, "r0.next"), r0_slot)
+
+            with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
+                i0 = _mul(b, pm, MR, "i0")
+                rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
+                apanel = _f32_ptr(b, apack, _mul(b, _mul(b, pm, geo.K, "ap"), MR, "ap"), "apanel")
+                crow = _add(b, cbatch, _mul(b, i0, geo.ldc, "wd"), "wd")
+                with if_else(b, inside, name="win.in") as (direct, staged):
+                    with direct:
+                        c_in = b.add(crow, j_in, name="cin")
+                        multiply(ukr, apanel, i0, rows, _f32_ptr(b, out, c_in, "cin"), geo.ldc, n_in, c_in)
+                        if g.epilogue is not None and not g.row_ops:
+                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j_in, n_in, masked_tail=True)
+                    with staged:
+                        in_regs = bool(g.row_ops) and staged_in_regs
+                        multiply(ukr_plain, apanel, i0, rows, tile, i64(NR), i64(NR), i64(0) if in_regs else None)
+                        _window_copy_out(b, kem, fctx, em_e, c, g, geo, ext, tile, out, crow, i0, rows, q0, qend, oh0,
+                                         oh1, ow_ext, epilogue=g.epilogue is not None and not in_regs)
+        em_e.pop()
+    b.ret_void()
+    fctx.finish()
+    return fn
+
+
+def _window_copy_out(b: ir.IRBuilder, kem: KernelEmitter, fctx: FnCtx, em_e: ExprEmitter, c: Compute, g: GemmPlan,
+                     geo: _Geometry, ext: dict, tile: ir.Value, out: ir.Value, crow: ir.Value, i0: ir.Value,
+                     rows: ir.Value, q0: ir.Value, qend: ir.Value, oh0: ir.Value, oh1: ir.Value, ow_ext: ir.Value,
+                     epilogue: bool) -> None:
+    """The output columns of a stack tile of grid columns [q0, qend) (grid rows [oh0, oh1))
+    into C (rows from element offset `crow`), then (`epilogue`) the epilogue on them."""
+    NR = g.nr
+    with for_range(b, oh1, "wrow", start=oh0, guard=False) as oh:
+        rs = _mul(b, oh, geo.Xw, "rs")
+        lo = _umax(b, q0, rs, "wlo")
+        hi = _umin(b, qend, b.add(rs, ow_ext, name="rend"), "whi")
+        with if_then(b, b.icmp_unsigned(">", hi, lo, name="wany"), name="wseg"):
+            cnt = b.sub(hi, lo, name="wcnt")
+            j = b.add(_mul(b, oh, ow_ext, "wj"), b.sub(lo, rs, name="ow0"), name="wj")
+            src0 = _f32_ptr(b, tile, b.sub(lo, q0, name="tcol"), "wsrc")
+            dst0 = _f32_ptr(b, out, b.add(crow, j, name="wd"), "wdst")
+            with for_range(b, rows, "wr", guard=False) as r:
+                src = _f32_ptr(b, src0, _mul(b, r, NR, "wsr"), "wsr")
+                dst = _f32_ptr(b, dst0, _mul(b, r, geo.ldc, "wdr"), "wdr")
+                md = _run_loop_metadata(kem.module, g.vl, masked_tail=True)
+                with for_range(b, cnt, "wc", guard=False, metadata=md) as t:
+                    b.store(b.load(_f32_ptr(b, src, t, "ws"), name="wv", typ=F32, align=4),
+                            _f32_ptr(b, dst, t, "wd"), align=4)
+            if epilogue:
+                _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j, cnt, masked_tail=True)
+
+
 def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
+    if g.window is not None:
+        return _window_task_function(kem, c, g)
     fn, fctx = kem.body_function(f"gemm.{c.out}")
     b = fctx.b
     geo = _Geometry(fctx, b, c, g, _threads(kem, c, b))
@@ -816,126 +947,30 @@ def _pack_a(b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry, ext: 
 
 
 def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: GemmPlan, geo: _Geometry, ext: dict,
-              i0: ir.Value, rows: ir.Value, j0: ir.Value, ncols: ir.Value) -> None:
-    """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0)."""
+              i0: ir.Value, rows: ir.Value, j0: ir.Value, ncols: ir.Value, masked_tail: bool = False) -> None:
+    """C[tile] = epilogue(C[tile]) for the rows x ncols tile at (i0, j0) (`masked_tail`: see
+    `_run_loop_metadata`)."""
     epi: Expr = g.epilogue  # type: ignore[assignment]
     names = c.var_names
-    bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
+    # a conv's (oh, ow) read only as the trailing indices of its output and same-shaped
+    # loads: one flat unit-stride run per row (vectorised), no per-column unflattening
+    flat = len(g.n) > 1 and flat_columns_ok(epi, g.n, ext, fctx.buffer_shape)
+    if flat:
+        last = g.n[-1]
+        lead = {n: i64(0) for n in g.n[:-1]}
+
+        def bind_n(cc: ir.Value) -> None:
+            _bind(em, {last: _add(b, j0, cc, last)}, ext)
+    else:
+        lead = {}
+        bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
     with for_range(b, rows, "er", guard=False) as r:
         mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
-        _bind(em, mvals, ext)
+        _bind(em, {**mvals, **lead}, ext)
         em.hoist(epi, guarded=True)
-        md = _run_loop_metadata(fctx.module, g.vl) if len(g.n) == 1 else None
+        md = _run_loop_metadata(fctx.module, g.vl, masked_tail) if len(g.n) == 1 or flat else None
         with for_range(b, ncols, "ec", guard=False, metadata=md) as cc:
             bind_n(cc)
             em.store(c.out, [em.var_vals[n] for n in names], em.emit(epi))
             em.pop()
         em.pop()
-
-
-# ---- the micro-kernel -------------------------------------------------------------------------
-
-
-def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
-    """`void ukr(ptr a, ptr b, i64 kc, ptr c, i64 ldc, i1 first, i64 ncols)`:
-    C[r][j] (+)= sum_k a[k*mr + r] * b[k*nr + j] for r < rows, j < ncols (C row stride ldc;
-    `first`: store instead of accumulate). `b` is 64-byte aligned, nr floats per k.
-    With `g.a_direct` A is read in place: `ukr(ptr a, i64 lda, ptr b, ...)` sums
-    a[r*lda + k] * b[k*nr + j] (A's rows at stride lda, k contiguous)."""
-    MR, NR, VL = g.mr, g.nr, g.vl
-    direct = g.a_direct
-    name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}.v{VL}"
-    fn = module.globals.get(name)
-    if fn is not None:
-        return fn
-    V = ir.VectorType(F32, VL)
-    MASK = ir.VectorType(I1, VL)
-    params = [PTR, I64] if direct else [PTR]
-    fn = ir.Function(module, ir.FunctionType(VOID, [*params, PTR, I64, PTR, I64, I1, I64]), name=name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    fn.attributes.add("noinline")
-    names = ("a", "lda", "b", "kc", "c", "ldc", "first", "ncols") if direct else \
-        ("a", "b", "kc", "c", "ldc", "first", "ncols")
-    for arg, n in zip(fn.args, names):
-        arg.name = n
-    args = dict(zip(names, fn.args))
-    a, bp, kc, cp, ldc, first, ncols = (args[n] for n in ("a", "b", "kc", "c", "ldc", "first", "ncols"))
-    for arg in (a, bp, cp):
-        arg.add_attribute("noalias")
-    NV = NR // VL
-    sets = max(1, min(UNROLL, -(-MIN_CHAINS // (rows * NV))))
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    vzero = ir.Constant(V, [0.0] * VL)
-    acc = [[[b.alloca(V, name=f"acc.{s}.{r}.{v}") for v in range(NV)] for r in range(rows)] for s in range(sets)]
-    for s in range(sets):
-        for r in range(rows):
-            for v in range(NV):
-                b.store(vzero, acc[s][r][v])
-    fma = get_or_declare(module, f"llvm.fma.v{VL}f32", ir.FunctionType(V, [V, V, V]))
-    undef = ir.Constant(V, ir.Undefined)
-    splat_mask = ir.Constant(ir.VectorType(I32, VL), [0] * VL)
-    balign = min(64, VL * 4)
-
-    # where row r of A starts: packed, r floats into each k step; direct, r rows of lda
-    a_row = [_f32_ptr(b, a, _mul(b, args["lda"], r, "a.row"), f"a.row{r}") for r in range(rows)] if direct else None
-
-    def step(k: ir.Value, s: int) -> None:
-        brow = _f32_ptr(b, bp, _mul(b, k, NR, "bk"), "bk")
-        bv = [b.load(_f32_ptr(b, brow, v * VL, "bv.p"), name=f"bv{v}", typ=V, align=balign) for v in range(NV)]
-        arow = None if direct else _f32_ptr(b, a, _mul(b, k, MR, "ak"), "ak")
-        for r in range(rows):
-            ap = _f32_ptr(b, a_row[r], k, "a.p") if direct else _f32_ptr(b, arow, r, "a.p")
-            x = b.load(ap, name=f"a{r}", typ=F32, align=4)
-            xv = b.shuffle_vector(b.insert_element(undef, x, i32(0), name="a.ins"), undef, splat_mask,
-                                  name=f"a{r}.v")
-            for v in range(NV):
-                cur = b.load(acc[s][r][v], name="acc", typ=V)
-                b.store(b.call(fma, [xv, bv[v], cur], name="fma"), acc[s][r][v])
-
-    kmain = b.and_(kc, i64(-UNROLL), name="kmain")
-    nq = b.lshr(kc, i64(UNROLL.bit_length() - 1), name="kq.n")
-    with for_range(b, nq, "kq", guard=True) as kq:
-        k = _mul(b, kq, UNROLL, "k")
-        for u in range(UNROLL):
-            step(_add(b, k, u, "ku"), u % sets)
-    with for_range(b, kc, "kr", start=kmain, guard=True) as kr:
-        step(kr, 0)
-    vals = []
-    for r in range(rows):
-        row = []
-        for v in range(NV):
-            x = b.load(acc[0][r][v], name="sum", typ=V)
-            for s in range(1, sets):
-                x = b.fadd(x, b.load(acc[s][r][v], name="part", typ=V), name="sum")
-            row.append(x)
-        vals.append(row)
-    # column masks: lane l of vector v is stored when v*VL + l < ncols
-    iota = ir.Constant(ir.VectorType(I64, VL), list(range(VL)))
-    masks = []
-    for v in range(NV):
-        left = b.sub(ncols, i64(v * VL), name=f"left{v}")
-        sv = b.shuffle_vector(b.insert_element(ir.Constant(ir.VectorType(I64, VL), ir.Undefined), left, i32(0),
-                                               name="left.ins"),
-                              ir.Constant(ir.VectorType(I64, VL), ir.Undefined), splat_mask, name=f"left{v}.v")
-        m = b.icmp_signed(">", sv, iota, name=f"mask{v}")
-        m.type = MASK
-        masks.append(m)
-    suffix = f"v{VL}f32.p0"
-    mload = get_or_declare(module, f"llvm.masked.load.{suffix}", ir.FunctionType(V, [PTR, I32, MASK, V]))
-    mstore = get_or_declare(module, f"llvm.masked.store.{suffix}", ir.FunctionType(VOID, [V, PTR, I32, MASK]))
-    with if_else(b, first, name="store") as (then, otherwise):
-        with then:
-            for r in range(rows):
-                crow = _f32_ptr(b, cp, _mul(b, ldc, r, "cr") if r else i64(0), "crow")
-                for v in range(NV):
-                    b.call(mstore, [vals[r][v], _f32_ptr(b, crow, v * VL, "cp"), i32(4), masks[v]])
-        with otherwise:
-            for r in range(rows):
-                crow = _f32_ptr(b, cp, _mul(b, ldc, r, "cr") if r else i64(0), "crow")
-                for v in range(NV):
-                    p = _f32_ptr(b, crow, v * VL, "cp")
-                    old = b.call(mload, [p, i32(4), masks[v], vzero], name="old")
-                    b.call(mstore, [b.fadd(vals[r][v], old, name="new"), p, i32(4), masks[v]])
-    b.ret_void()
-    return fn
