@@ -5,6 +5,7 @@ Import from here: `from onnxcc.kernel import KernelProgram, Var, rsum, select, p
 """
 
 from .control import IfStmt, LoopStmt, SetSymbol, WriteAt
+from .extern import CallStmt
 from .expr import (
     BINARY_OPS,
     ERR_ASSERT,
@@ -103,6 +104,7 @@ __all__ = [
     "Unary",
     "Var",
     "WriteAt",
+    "CallStmt",
     "align_up",
     "argmax",
     "argmin",

@@ -20,6 +20,7 @@ from ..errors import UnsupportedOp
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .registry import InferCtx, RefCtx, define
+from .strings import lower_label_strings
 
 ML = "ai.onnx.ml."
 
@@ -285,42 +286,52 @@ def _te_lower(ctx) -> None:
 define(ML + "TreeEnsemble", infer=_te_infer, reference=_te_ref, lower=_te_lower, kind="opaque", arity=1)
 
 
-# ---- LabelEncoder (ai.onnx.ml opsets 2 and 4) on numbers ------------------------------------------
+# ---- LabelEncoder (ai.onnx.ml opsets 2 and 4) ---------------------------------------------------------
 #
 # A lookup table from the keys_* attribute to the values_* one, the default where no key
-# matches; keys and values given as lists (int64s, floats) or tensors (opset 4). Compiled as
-# a chain of selects over the keys (the table is an attribute). String keys or values need
-# string tensors: refused by name. A float key NaN matches NaN.
+# matches; keys and values given as lists (int64s, floats, strings) or tensors (opset 4).
+# Numeric tables compile to a chain of selects over the keys (the table is an attribute);
+# string keys or values go through the string runtime (strings.py). A float key NaN matches NaN.
 
-_LE_KEYS = (("keys_int64s", DType.i64), ("keys_floats", DType.f32), ("keys_tensor", None))
+_LE_KEYS = (("keys_int64s", DType.i64), ("keys_floats", DType.f32), ("keys_strings", DType.string),
+            ("keys_tensor", None))
 _LE_VALUES = (("values_int64s", DType.i64, "default_int64", -1),
               ("values_floats", DType.f32, "default_float", -0.0),
+              ("values_strings", DType.string, "default_string", "_Unused"),
               ("values_tensor", None, "default_tensor", None))
 
 
-def _label_table(ctx, fail, unsupported) -> tuple[DType, np.ndarray, DType, np.ndarray, float]:
+def _label_table(ctx, fail, unsupported) -> tuple[DType, np.ndarray, DType, np.ndarray, float | str]:
     """(key dtype, keys, value dtype, values, default)."""
-    if any(ctx.attr(n) is not None for n in ("keys_strings", "values_strings", "classes_strings")):
-        raise unsupported("string keys or values need string tensors, which onnxcc does not support")
+    if ctx.attr("classes_strings") is not None:
+        raise unsupported("classes_strings (LabelEncoder opset 1) is not supported")
     keys = [(n, dt) for n, dt in _LE_KEYS if ctx.attr(n) is not None]
     vals = [(n, dt, dn, dv) for n, dt, dn, dv in _LE_VALUES if ctx.attr(n) is not None]
     if len(keys) != 1 or len(vals) != 1:
         raise fail("needs exactly one keys_* and one values_* attribute")
     (kname, kdt), (vname, vdt, dname, dval) = keys[0], vals[0]
-    k, v = np.asarray(ctx.attr(kname)).reshape(-1), np.asarray(ctx.attr(vname)).reshape(-1)
-    if kdt is None:
-        kdt = DType.from_np(k.dtype)
-    if vdt is None:
-        vdt = DType.from_np(v.dtype)
+    k, v = _table_array(ctx.attr(kname), kdt), _table_array(ctx.attr(vname), vdt)
+    kdt, vdt = kdt or DType.from_np(k.dtype), vdt or DType.from_np(v.dtype)
     if k.size != v.size:
         raise fail(f"{kname} has {k.size} entries, {vname} {v.size}")
-    if k.dtype.kind in "US" or v.dtype.kind in "US":
-        raise unsupported("string keys or values need string tensors, which onnxcc does not support")
-    if len({float(x) if not np.isnan(x) else "nan" for x in k.astype(np.float64)}) != k.size:
+    if kdt is DType.string:
+        distinct = len({str(x) for x in k})
+    else:
+        distinct = len({float(x) if not np.isnan(x) else "nan" for x in k.astype(np.float64)})
+    if distinct != k.size:
         raise fail(f"{kname} holds a key twice")
     default = ctx.attr(dname, dval)
-    default = float(np.asarray(default).reshape(-1)[0]) if default is not None else 0.0
+    if vdt is DType.string:
+        default = str(np.asarray(default, dtype=object).reshape(-1)[0]) if default is not None else "_Unused"
+    else:
+        default = float(np.asarray(default).reshape(-1)[0]) if default is not None else 0.0
     return kdt, k.astype(kdt.np), vdt, v.astype(vdt.np), default
+
+
+def _table_array(value, dt: DType | None) -> np.ndarray:
+    """A keys_* / values_* attribute as a flat array (strings as an object array)."""
+    a = np.asarray(value, dtype=object if dt is DType.string else None).reshape(-1)
+    return a.astype(object) if a.dtype.kind in "US" else a
 
 
 def _le_unsupported(ctx):
@@ -345,7 +356,11 @@ def _le_ref(ctx: RefCtx, x):
 
 def _le_lower(ctx) -> None:
     x, y = ctx.inputs[0], ctx.out(0)
-    _, keys, vdt, vals, default = _label_table(ctx, ctx.unsupported, ctx.unsupported)
+    kdt, keys, vdt, vals, default = _label_table(ctx, ctx.unsupported, ctx.unsupported)
+    if DType.string in (kdt, vdt):
+        lower_label_strings(ctx, keys, vdt, vals, default)
+        return
+    assert isinstance(default, float)
 
     def body(*ix):
         xv = x[ix]
@@ -358,4 +373,5 @@ def _le_lower(ctx) -> None:
     ctx.compute(y, body)
 
 
-define(ML + "LabelEncoder", infer=_le_infer, reference=_le_ref, lower=_le_lower, kind="elementwise", arity=1)
+define(ML + "LabelEncoder", infer=_le_infer, reference=_le_ref, lower=_le_lower, kind="elementwise", arity=1,
+       strings=True)

@@ -1,0 +1,219 @@
+/* onnxcc runtime: string tensors and the string ops' runtime calls.
+ *
+ * Elements are `const char *` to NUL-terminated UTF-8 (onnxcc_strings.h). Strings made here
+ * come from the calling thread's arena: a list of malloc'ed blocks that NAME_run empties at
+ * its start, NAME_strings_take detaches and NAME_strings_free frees; a thread that exits
+ * frees its arena (the pthread key's destructor). The kernels run string calls on the
+ * thread that called NAME_run (never inside a parallel loop), so one arena per thread is
+ * enough and no lock is needed.
+ *
+ * Needs nothing beyond libc: POSIX <regex.h> for RegexFullMatch, run in the "C" locale (a
+ * per-thread uselocale, so the process's locale does not change what a pattern means); the
+ * compiler translates RE2 patterns into POSIX extended ones and refuses what it cannot
+ * translate (ops/strings_regex.py says which). */
+#define _GNU_SOURCE
+#include "onnxcc_strings.h"
+
+#include <locale.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the per-thread arena ------------------------------------------------------------- */
+
+typedef struct str_block {
+  struct str_block *next;
+  size_t used, cap; /* the bytes follow the header */
+} str_block;
+
+typedef struct {
+  str_block *head;
+} str_arena;
+
+#define STR_BLOCK_BYTES ((size_t)65536)
+
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+
+void onnxcc_strings_free(void *arena) {
+  str_arena *a = (str_arena *)arena;
+  if (a == NULL) return;
+  for (str_block *b = a->head; b != NULL;) {
+    str_block *next = b->next;
+    free(b);
+    b = next;
+  }
+  free(a);
+}
+
+static void arena_key_init(void) { (void)pthread_key_create(&arena_key, onnxcc_strings_free); }
+
+static str_arena *arena_get(int create) {
+  (void)pthread_once(&arena_once, arena_key_init);
+  str_arena *a = (str_arena *)pthread_getspecific(arena_key);
+  if (a == NULL && create) {
+    a = (str_arena *)calloc(1, sizeof *a);
+    if (a != NULL && pthread_setspecific(arena_key, a) != 0) {
+      free(a);
+      a = NULL;
+    }
+  }
+  return a;
+}
+
+void *onnxcc_strings_take(void) {
+  str_arena *a = arena_get(0);
+  if (a != NULL) (void)pthread_setspecific(arena_key, NULL);
+  return a;
+}
+
+void onnxcc_strings_release(void) { onnxcc_strings_free(onnxcc_strings_take()); }
+
+void onnxcc_strings_begin(void) { onnxcc_strings_release(); }
+
+/* n bytes from this thread's arena; NULL (message set) when memory runs out */
+static char *str_alloc(size_t n) {
+  str_arena *a = arena_get(1);
+  if (a == NULL) goto oom;
+  str_block *b = a->head;
+  if (b == NULL || b->cap - b->used < n) {
+    size_t cap = n > STR_BLOCK_BYTES ? n : STR_BLOCK_BYTES;
+    if ((b = (str_block *)malloc(sizeof(str_block) + cap)) == NULL) goto oom;
+    b->used = 0;
+    b->cap = cap;
+    b->next = a->head;
+    a->head = b;
+  }
+  char *p = (char *)(b + 1) + b->used;
+  b->used += n;
+  return p;
+oom:
+  onnxcc_error_set("out of memory for %zu bytes of string results", n);
+  return NULL;
+}
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+#define ELEMS(p) ((const char *const *)(p))
+
+static int32_t null_element(const char *op, int64_t k) {
+  onnxcc_error_set("%s: string element %lld is a NULL pointer (every element must point to a "
+                   "NUL-terminated UTF-8 string)", op, (long long)k);
+  return ONNXCC_ERR_KERNEL;
+}
+
+/* ---- the calls ------------------------------------------------------------------------ */
+
+/* Equal on strings: n = {count}; p = {A, B, Y (bool)}; A and B already broadcast */
+int32_t onnxcc_str_equal(const int64_t *n, void *const *p) {
+  const char *const *a = ELEMS(p[0]), *const *b = ELEMS(p[1]);
+  uint8_t *y = (uint8_t *)p[2];
+  for (int64_t i = 0; i < n[0]; i++) {
+    if (a[i] == NULL || b[i] == NULL) return null_element("Equal", i);
+    y[i] = strcmp(a[i], b[i]) == 0;
+  }
+  return 0;
+}
+
+/* StringConcat: n = {count}; p = {A, B, Y}; A and B already broadcast */
+int32_t onnxcc_str_concat(const int64_t *n, void *const *p) {
+  const char *const *a = ELEMS(p[0]), *const *b = ELEMS(p[1]);
+  const char **y = (const char **)p[2];
+  for (int64_t i = 0; i < n[0]; i++) {
+    if (a[i] == NULL || b[i] == NULL) return null_element("StringConcat", i);
+    size_t la = strlen(a[i]), lb = strlen(b[i]);
+    char *s = str_alloc(la + lb + 1);
+    if (s == NULL) return ONNXCC_ERR_ALLOC;
+    memcpy(s, a[i], la);
+    memcpy(s + la, b[i], lb + 1);
+    y[i] = s;
+  }
+  return 0;
+}
+
+/* A table lookup (LabelEncoder's string keys): n = {count, keys}; p = {X, blob (the keys,
+ * NUL-terminated one after another), offsets (i64, where each key starts), IDX (i64)};
+ * IDX[i] = the first k with X[i] == key k, else -1 */
+int32_t onnxcc_str_index(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  const char *blob = (const char *)p[1];
+  const int64_t *off = (const int64_t *)p[2];
+  int64_t *idx = (int64_t *)p[3];
+  for (int64_t i = 0; i < n[0]; i++) {
+    if (x[i] == NULL) return null_element("LabelEncoder", i);
+    idx[i] = -1;
+    for (int64_t k = 0; k < n[1]; k++) {
+      if (strcmp(x[i], blob + off[k]) == 0) {
+        idx[i] = k;
+        break;
+      }
+    }
+  }
+  return 0;
+}
+
+/* Strings picked from a table (LabelEncoder's string values): n = {count, values}; p = {IDX
+ * (i64), blob, offsets (values + 1 of them: the last is the default), Y}. Y's elements
+ * point into the library's constant blob: valid as long as the library is loaded. */
+int32_t onnxcc_str_pick(const int64_t *n, void *const *p) {
+  const int64_t *idx = (const int64_t *)p[0];
+  const char *blob = (const char *)p[1];
+  const int64_t *off = (const int64_t *)p[2];
+  const char **y = (const char **)p[3];
+  for (int64_t i = 0; i < n[0]; i++) {
+    int64_t k = idx[i] >= 0 && idx[i] < n[1] ? idx[i] : n[1];
+    y[i] = blob + off[k];
+  }
+  return 0;
+}
+
+/* RegexFullMatch: n = {count, byte_sensitive}; p = {X, pattern (POSIX ERE, anchored), Y
+ * (bool)}. byte_sensitive: the pattern holds `.` or a negated class, which POSIX in the "C"
+ * locale applies to one BYTE and RE2 to one UTF-8 character (and `.`: RE2 never matches a
+ * newline); an element where that could differ (a byte >= 0x80 or a newline) is refused. */
+int32_t onnxcc_str_regex_full_match(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  const char *pattern = (const char *)p[1];
+  uint8_t *y = (uint8_t *)p[2];
+  locale_t c = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+  if (c == (locale_t)0) {
+    onnxcc_error_set("RegexFullMatch: cannot create the C locale");
+    return ONNXCC_ERR_KERNEL;
+  }
+  locale_t old = uselocale(c);
+  regex_t re;
+  int32_t rc = 0;
+  int err = regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB);
+  if (err != 0) {
+    char why[128];
+    regerror(err, &re, why, sizeof why);
+    onnxcc_error_set("RegexFullMatch: POSIX regcomp refused the translated pattern %s: %s", pattern, why);
+    rc = ONNXCC_ERR_KERNEL;
+    goto out;
+  }
+  for (int64_t i = 0; i < n[0] && rc == 0; i++) {
+    if (x[i] == NULL) {
+      rc = null_element("RegexFullMatch", i);
+      break;
+    }
+    if (n[1]) {
+      for (const unsigned char *s = (const unsigned char *)x[i]; *s; s++) {
+        if (*s >= 0x80 || *s == '\n') {
+          onnxcc_error_set("RegexFullMatch: element %lld holds a non-ASCII character or a newline, where "
+                           "this pattern ('.' or a negated class) means something else in POSIX regex than "
+                           "in RE2; refused rather than answered differently", (long long)i);
+          rc = ONNXCC_ERR_KERNEL;
+          break;
+        }
+      }
+      if (rc != 0) break;
+    }
+    y[i] = regexec(&re, x[i], 0, NULL, 0) == 0;
+  }
+  regfree(&re);
+out:
+  uselocale(old);
+  freelocale(c);
+  return rc;
+}
