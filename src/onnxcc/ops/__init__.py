@@ -41,6 +41,7 @@ from . import training  # noqa: F401
 from . import state_conv  # noqa: F401
 from . import swiglu  # noqa: F401
 from . import unique  # noqa: F401
+from . import strings_sized  # noqa: F401
 from .strings import mark_string_ops
 
 mark_string_ops()  # after every family: Equal and the ops that move elements take strings

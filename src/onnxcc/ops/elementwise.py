@@ -288,6 +288,9 @@ def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str 
     types: nearest even, sub-byte integers wrapping or 0 out of range as ml_dtypes has it);
     to a float8 type with `saturate`, out-of-range values and infinities clamp to the
     largest finite value first."""
+    if to is DType.string or np.asarray(x).dtype == object:
+        # the spec leaves number <-> text formatting open (onnxruntime and onnx differ): refused
+        raise UnsupportedOp("Cast", "", "", "casts to or from strings are not supported")
     if to is DType.f8e8m0:
         return _to_e8m0(np.asarray(x, np.float32), saturate, round_mode)
     if to in SATURATING and saturate:

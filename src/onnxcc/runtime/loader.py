@@ -184,8 +184,7 @@ class _Tensors:
         """Copy packed sub-byte results back into their arrays (after a call)."""
         for k, p in self.packed.items():
             unpack_subbyte(p, self.arrays[k], int(self.array[k].dtype.bits))
-        for k, (ptrs, _) in self.strs.items():
-            str_io.decode(f"output {k}", ptrs, self.arrays[k])
+
 
 
 def _element_strides(a: np.ndarray) -> tuple[int, ...] | None:
@@ -690,10 +689,18 @@ class CompiledModel:
         try:
             self._check(self._run(ins.array, len(ins), o.array, len(o)))
             o.unpack()
+            return {t["name"]: self._strings_out(k, o.strs[k][0]) if k in o.strs else self._trim(k, a)
+                    for k, (t, a) in enumerate(zip(self.outputs, outs))}
         finally:  # the strings were copied out (or the call failed): the library's go
             if self._strings_release is not None:
                 self._strings_release()
-        return {t["name"]: self._trim(k, a) for k, (t, a) in enumerate(zip(self.outputs, outs))}
+
+    def _strings_out(self, k: int, ptrs: np.ndarray) -> np.ndarray:
+        """String output k read from its pointers (cut to its true shape first)."""
+        ptrs = self._trim(k, ptrs)
+        out = np.empty(ptrs.shape, dtype=object)
+        str_io.decode(self.outputs[k]["name"], ptrs, out)
+        return out
 
     def _empty(self, k: int, shape: tuple, dtype) -> np.ndarray:
         """Output k's array; an allocation the machine cannot make is the caller's error, named."""

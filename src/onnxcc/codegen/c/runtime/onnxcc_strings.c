@@ -217,3 +217,155 @@ out:
   freelocale(c);
   return rc;
 }
+
+/* ---- StringNormalizer ----------------------------------------------------------------- */
+
+static int has_non_ascii(const char *s) {
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+    if (*c >= 0x80) return 1;
+  return 0;
+}
+
+static int ascii_lower(int c) { return c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c; }
+static int ascii_upper(int c) { return c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c; }
+
+static int equal_fold(const char *a, const char *b) {
+  for (; *a && *b; a++, b++)
+    if (ascii_lower((unsigned char)*a) != ascii_lower((unsigned char)*b)) return 0;
+  return *a == *b;
+}
+
+/* which elements stay: n = {count, stopwords, case_sensitive}; p = {X, blob, starts, KEEP
+ * (i64 0/1)}. A case-insensitive comparison folds ASCII letters only: an element with a
+ * non-ASCII byte is refused there (the stopwords were checked at compile time). */
+int32_t onnxcc_str_keep(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  const char *blob = (const char *)p[1];
+  const int64_t *off = (const int64_t *)p[2];
+  int64_t *keep = (int64_t *)p[3];
+  for (int64_t i = 0; i < n[0]; i++) {
+    if (x[i] == NULL) return null_element("StringNormalizer", i);
+    if (!n[2] && n[1] > 0 && has_non_ascii(x[i])) {
+      onnxcc_error_set("StringNormalizer: element %lld holds a non-ASCII character, which a case-insensitive "
+                       "stopword comparison here cannot fold (ASCII only); refused", (long long)i);
+      return ONNXCC_ERR_KERNEL;
+    }
+    keep[i] = 1;
+    for (int64_t k = 0; k < n[1]; k++) {
+      if (n[2] ? strcmp(x[i], blob + off[k]) == 0 : equal_fold(x[i], blob + off[k])) {
+        keep[i] = 0;
+        break;
+      }
+    }
+  }
+  return 0;
+}
+
+/* the kept elements in order, their case changed: n = {count, action (0 NONE, 1 LOWER,
+ * 2 UPPER)}; p = {X, KEEP, Y}; none kept: Y[0] = "" (the spec's one empty string) */
+int32_t onnxcc_str_normalize(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  const int64_t *keep = (const int64_t *)p[1];
+  const char **y = (const char **)p[2];
+  int64_t out = 0;
+  for (int64_t i = 0; i < n[0]; i++) {
+    if (!keep[i]) continue;
+    if (n[1] == 0) {
+      y[out++] = x[i];
+      continue;
+    }
+    if (has_non_ascii(x[i])) {
+      onnxcc_error_set("StringNormalizer: element %lld holds a non-ASCII character; case changes here are "
+                       "ASCII only, so it is refused rather than changed partly", (long long)i);
+      return ONNXCC_ERR_KERNEL;
+    }
+    size_t len = strlen(x[i]);
+    char *s = str_alloc(len + 1);
+    if (s == NULL) return ONNXCC_ERR_ALLOC;
+    for (size_t j = 0; j <= len; j++)
+      s[j] = (char)(n[1] == 1 ? ascii_lower((unsigned char)x[i][j]) : ascii_upper((unsigned char)x[i][j]));
+    y[out++] = s;
+  }
+  if (out == 0) y[0] = "";
+  return 0;
+}
+
+/* ---- StringSplit ---------------------------------------------------------------------- */
+
+/* Python's str.isspace on ASCII (what str.split() splits at) */
+static int split_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); }
+
+static int32_t piece(const char **out, int64_t k, const char *s, size_t len) {
+  char *t = str_alloc(len + 1);
+  if (t == NULL) return ONNXCC_ERR_ALLOC;
+  memcpy(t, s, len);
+  t[len] = '\0';
+  out[k] = t;
+  return 0;
+}
+
+/* Splits s like Python's s.split(delim or None, maxsplit) (maxsplit < 0: no limit); writes
+ * the pieces to out when it is not NULL; returns the count, or -1 (message set) */
+static int64_t split_one(const char *s, const char *delim, int64_t maxsplit, const char **out) {
+  int64_t count = 0;
+  size_t dl = strlen(delim), i = 0, len = strlen(s);
+  if (dl == 0) { /* runs of whitespace; none at the ends */
+    while (i < len && split_space((unsigned char)s[i])) i++;
+    while (i < len) {
+      size_t j = i;
+      if (maxsplit >= 0 && count == maxsplit) {
+        j = len; /* the rest as it is */
+      } else {
+        while (j < len && !split_space((unsigned char)s[j])) j++;
+      }
+      if (out != NULL && piece(out, count, s + i, j - i) != 0) return -1;
+      count++;
+      i = j;
+      while (i < len && split_space((unsigned char)s[i])) i++;
+    }
+    return count;
+  }
+  for (;;) {
+    const char *at = maxsplit >= 0 && count == maxsplit ? NULL : strstr(s + i, delim);
+    size_t j = at == NULL ? len : (size_t)(at - s);
+    if (out != NULL && piece(out, count, s + i, j - i) != 0) return -1;
+    count++;
+    if (at == NULL) return count;
+    i = j + dl;
+  }
+}
+
+/* the substring counts: n = {count, maxsplit}; p = {X, DELIM (u8, "" = whitespace), Z (i64),
+ * MOST (i64 scalar: the largest count, 0 for no elements)} */
+int32_t onnxcc_str_split_count(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  const char *delim = (const char *)p[1];
+  int64_t *z = (int64_t *)p[2], *most = (int64_t *)p[3];
+  *most = 0;
+  for (int64_t i = 0; i < n[0]; i++) {
+    if (x[i] == NULL) return null_element("StringSplit", i);
+    if (delim[0] == '\0' && has_non_ascii(x[i])) {
+      onnxcc_error_set("StringSplit: element %lld holds a non-ASCII character; splitting at whitespace here "
+                       "knows ASCII whitespace only, so it is refused", (long long)i);
+      return ONNXCC_ERR_KERNEL;
+    }
+    z[i] = split_one(x[i], delim, n[1], NULL);
+    if (z[i] > *most) *most = z[i];
+  }
+  return 0;
+}
+
+/* the substrings, each row padded with "": n = {count, maxsplit, width}; p = {X, DELIM, Y
+ * (count x width)} */
+int32_t onnxcc_str_split(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  const char *delim = (const char *)p[1];
+  const char **y = (const char **)p[2];
+  for (int64_t i = 0; i < n[0]; i++) {
+    const char **row = y + i * n[2];
+    int64_t got = split_one(x[i], delim, n[1], row);
+    if (got < 0) return ONNXCC_ERR_ALLOC;
+    for (int64_t k = got; k < n[2]; k++) row[k] = "";
+  }
+  return 0;
+}

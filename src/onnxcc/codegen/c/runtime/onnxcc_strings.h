@@ -30,6 +30,10 @@ ONNXCC_HIDDEN int32_t onnxcc_str_concat(const int64_t *n, void *const *p);
 ONNXCC_HIDDEN int32_t onnxcc_str_index(const int64_t *n, void *const *p);
 ONNXCC_HIDDEN int32_t onnxcc_str_pick(const int64_t *n, void *const *p);
 ONNXCC_HIDDEN int32_t onnxcc_str_regex_full_match(const int64_t *n, void *const *p);
+ONNXCC_HIDDEN int32_t onnxcc_str_keep(const int64_t *n, void *const *p);
+ONNXCC_HIDDEN int32_t onnxcc_str_normalize(const int64_t *n, void *const *p);
+ONNXCC_HIDDEN int32_t onnxcc_str_split_count(const int64_t *n, void *const *p);
+ONNXCC_HIDDEN int32_t onnxcc_str_split(const int64_t *n, void *const *p);
 
 #ifdef __cplusplus
 }
