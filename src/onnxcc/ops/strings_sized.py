@@ -135,7 +135,9 @@ def _split_infer(ctx: InferCtx) -> list[TensorType]:
 
 def _split_ref(ctx: RefCtx, x):
     delim, maxsplit = _split_attrs(ctx)
-    parts = [str(s).split(delim or None, -1 if maxsplit is None else maxsplit) for s in x.reshape(-1)]
+    # an empty element has no substrings (onnxruntime's answer; Python's "".split("-") is [""])
+    parts = [str(s).split(delim or None, -1 if maxsplit is None else maxsplit) if str(s) else []
+             for s in x.reshape(-1)]
     counts = np.array([len(p) for p in parts], dtype=np.int64).reshape(x.shape)
     width = max((len(p) for p in parts), default=0)
     y = np.empty((len(parts), width), dtype=object)

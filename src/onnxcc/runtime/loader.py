@@ -522,14 +522,14 @@ class CompiledModel:
             xs = self._input_list(inputs)
         arrays = []
         for sig, want, ok, x in zip(self.inputs, self._in_np, self._strided_ok, xs):
+            if sig["dtype"] == "str":  # checked element by element (strings.py)
+                arrays.append(str_io.as_string_input(sig["name"], x))
+                continue
             if type(x) is np.ndarray and x.dtype == want and x.flags.c_contiguous:
                 arrays.append(x)  # the common case, first
                 continue
             if ok and isinstance(x, np.ndarray) and x.dtype == want and _element_strides(x) is not None:
                 arrays.append(x)  # a strided view the dispatcher compacts: passed as it is
-                continue
-            if sig["dtype"] == "str":
-                arrays.append(str_io.as_string_input(sig["name"], x))
                 continue
             if isinstance(x, np.ndarray) and x.dtype == _BF16 and sig["dtype"] == "bf16":
                 x = x.view(np.uint16)  # ml_dtypes.bfloat16 in, its bits through the ABI

@@ -325,6 +325,7 @@ static int64_t split_one(const char *s, const char *delim, int64_t maxsplit, con
     }
     return count;
   }
+  if (len == 0) return 0; /* no substrings, as onnxruntime has it (Python's split gives one "") */
   for (;;) {
     const char *at = maxsplit >= 0 && count == maxsplit ? NULL : strstr(s + i, delim);
     size_t j = at == NULL ? len : (size_t)(at - s);
