@@ -155,7 +155,7 @@ def test_regex_patterns_outside_the_subset_are_refused(pattern, why, tmp_path):
         translate(pattern)
     m = _model([h.make_node("RegexFullMatch", ["x"], ["y"], pattern=pattern)], [("x", TP.STRING, ["N"])],
                [("y", TP.BOOL)])
-    with pytest.raises(UnsupportedOp, match="RegexFullMatch.*pattern"):
+    with pytest.raises(UnsupportedOp, match=r"RegexFullMatch.*pattern"):
         onnxcc.compile(m, tmp_path / "r", name="r")
 
 

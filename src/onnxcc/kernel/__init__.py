@@ -5,7 +5,6 @@ Import from here: `from onnxcc.kernel import KernelProgram, Var, rsum, select, p
 """
 
 from .control import IfStmt, LoopStmt, SetSymbol, WriteAt
-from .extern import CallStmt
 from .expr import (
     BINARY_OPS,
     ERR_ASSERT,
@@ -72,6 +71,7 @@ from .expr import (
     walk,
     wrap_index,
 )
+from .extern import CallStmt
 from .plan_memory import MemoryPlan, align_up, plan
 from .program import BUFFER_KINDS, Buffer, Compute, KernelProgram, Stmt
 
@@ -86,6 +86,7 @@ __all__ = [
     "UNARY_OPS",
     "Binary",
     "Buffer",
+    "CallStmt",
     "Cast",
     "Check",
     "Compute",
@@ -104,7 +105,6 @@ __all__ = [
     "Unary",
     "Var",
     "WriteAt",
-    "CallStmt",
     "align_up",
     "argmax",
     "argmin",

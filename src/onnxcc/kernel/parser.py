@@ -26,7 +26,6 @@ from onnxcc.errors import ParseError
 from onnxcc.ir import Dim, DType, parse_dim
 
 from .control import IfStmt, LoopStmt, SetSymbol, WriteAt
-from .extern import CallStmt
 from .expr import (
     BINARY_OPS,
     ERR_INDEX,
@@ -45,6 +44,7 @@ from .expr import (
     Unary,
     Var,
 )
+from .extern import CallStmt
 from .program import Buffer, Compute, KernelProgram, Stmt
 
 _DTYPES = {d.value: d for d in DType}

@@ -210,4 +210,5 @@ def mark_string_ops() -> None:
     _with_strings("Equal", lower_string_equal)
 
 
-__all__ = ["MOVES_ELEMENTS", "broadcast_to", "mark_string_ops", "lower_label_strings", "lower_string_equal", "string_table"]
+__all__ = ["MOVES_ELEMENTS", "broadcast_to", "lower_label_strings", "lower_string_equal", "mark_string_ops",
+           "string_table"]

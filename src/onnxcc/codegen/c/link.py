@@ -379,7 +379,8 @@ enum {{
 /* Writes the shape of output `output` (its rank many int64_t) for these inputs, after
  * the same checks {n}_run makes of them. Only the inputs' shapes and dtypes are read. */
 {up}_API int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape);
-{_output_dims_decl(spec)}{run_alloc_decl(spec) if has_run_alloc(spec, target.devices, target.shape_devices) else ""}{str_abi.header_decl(spec)}
+{_output_dims_decl(spec)}{run_alloc_decl(spec) if has_run_alloc(spec, target.devices, target.shape_devices) else ""}\
+{str_abi.header_decl(spec)}
 /* The message of this thread's last failed call, "" when it succeeded. */
 {up}_API const char *{n}_last_error(void);
 
