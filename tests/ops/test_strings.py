@@ -101,6 +101,25 @@ def test_concat_equal_and_shape_ops_match_the_onnx_reference(tmp_path):
     assert got["y"].dtype == object and all(isinstance(s, str) for s in got["y"].tolist())
 
 
+def test_more_ops_that_move_elements_take_strings(tmp_path):
+    ints = [h.make_tensor("sh", TP.INT64, [3], [2, 2, 3]), h.make_tensor("rep", TP.INT64, [2], [1, 2]),
+            h.make_tensor("ax0", TP.INT64, [1], [0]), h.make_tensor("gi", TP.INT64, [2, 3], [1, 0, 1, 0, 1, 0]),
+            h.make_tensor("gn", TP.INT64, [2, 1], [1, 0]), h.make_tensor("spl", TP.INT64, [2], [1, 2])]
+    nodes = [h.make_node("Expand", ["a", "sh"], ["e"]), h.make_node("Tile", ["a", "rep"], ["t"]),
+             h.make_node("Split", ["a", "spl"], ["s1", "s2"], axis=1),
+             h.make_node("Unsqueeze", ["a", "ax0"], ["u"]), h.make_node("Squeeze", ["u", "ax0"], ["q"]),
+             h.make_node("Flatten", ["e"], ["f"], axis=2),
+             h.make_node("GatherElements", ["a", "gi"], ["ge"], axis=0),
+             h.make_node("GatherND", ["a", "gn"], ["gnd"]), h.make_node("Where", ["c", "a", "b"], ["w"]),
+             h.make_node("Shape", ["a"], ["shp"]), h.make_node("Size", ["a"], ["sz"])]
+    outs = [(n, TP.STRING) for n in ("e", "t", "s1", "s2", "q", "f", "ge", "gnd", "w")] + [("shp", TP.INT64),
+                                                                                          ("sz", TP.INT64)]
+    m = _model(nodes, [("a", TP.STRING, [2, 3]), ("b", TP.STRING, [3]), ("c", TP.BOOL, [2, 3])], outs, ints)
+    feeds = {"a": _strs("x", "\u00e9", "", "q", "ab", "\u00fc").reshape(2, 3), "b": _strs("1", "2", "3"),
+             "c": np.array([[1, 0, 1], [0, 1, 1]], bool)}
+    _check_all(m, feeds, tmp_path, oracle=_onnx_reference)
+
+
 def test_string_concat_broadcasts_symbolic_shapes(tmp_path):
     m = _model([h.make_node("StringConcat", ["a", "b"], ["y"])],
                [("a", TP.STRING, ["N", 1]), ("b", TP.STRING, ["M"])], [("y", TP.STRING)])

@@ -30,7 +30,9 @@ S = DType.string
 
 #: ops whose lowerings only load and store elements (or make views), so strings pass as pointers
 MOVES_ELEMENTS = ("Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
-                  "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile")
+                  "Slice", "Gather", "GatherElements", "GatherND", "Expand", "Tile", "Where",
+                  # these read only the dims
+                  "Shape", "Size")
 
 
 def _numel(shape) -> K.Expr:
