@@ -274,6 +274,16 @@ def test_ops_without_a_string_lowering_refuse_strings(tmp_path):
         onnxcc.compile(m, tmp_path / "rm", name="rm")
 
 
+def test_jit_and_cuda_refuse_strings(tmp_path):
+    from onnxcc.testing import jit_compile
+
+    m = _model([h.make_node("StringConcat", ["a", "a"], ["y"])], [("a", TP.STRING, ["N"])], [("y", TP.STRING)])
+    with pytest.raises(OnnxccError, match="in-process JIT does not run string tensors"):
+        jit_compile(m)
+    with pytest.raises(OnnxccError, match="string tensors are not supported by the CUDA backend"):
+        onnxcc.compile(m, tmp_path / "cu", name="cu", target="cuda")
+
+
 def test_cast_to_string_is_refused():
     m = _model([h.make_node("Cast", ["x"], ["y"], to=TP.STRING)], [("x", TP.FLOAT, [2])], [("y", TP.STRING)])
     with pytest.raises(OnnxccError, match="casts to or from strings are not supported"):
