@@ -48,8 +48,7 @@ DL_DTYPE = {
     # kDLUInt with bits 4 or 2. Sub-byte tensors are packed (see NAME.h).
     DType.f8e4m3fn: (10, 8), DType.f8e4m3fnuz: (11, 8), DType.f8e5m2: (12, 8), DType.f8e5m2fnuz: (13, 8),
     DType.f8e8m0: (14, 8), DType.f4e2m1: (17, 4), DType.i4: (0, 4), DType.u4: (1, 4), DType.i2: (0, 2),
-    DType.u2: (1, 2),
-    DType.string: (3, 64),  # kDLOpaqueHandle: `const char *` per element (codegen/c/strings.py)
+    DType.u2: (1, 2), DType.string: (3, 64),  # str: kDLOpaqueHandle, one `const char *` each (strings.py)
 }
 
 # File-scope names of the generated dispatcher, which a kernel symbol must not take.
@@ -153,10 +152,8 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(text(d) for d in shape) + "]"
 
 
-def api_names(name: str, target: LinkTarget = CPU_LINK, run_dims: bool = False,
-              strings: bool = False) -> list[str]:
-    """The exported functions; `NAME_output_dims` only where some dim is run-determined,
-    `NAME_strings_*` where some output holds strings."""
+def api_names(name: str, target: LinkTarget = CPU_LINK, run_dims: bool = False, strings: bool = False) -> list[str]:
+    """The exported functions; `NAME_output_dims` / `NAME_strings_*` only where needed."""
     extra = tuple(target.api_extra) + (("output_dims",) if run_dims else ()) + (str_abi.API if strings else ())
     if run_dims and "kDLCPU" in target.devices and target.shape_devices is None:
         extra += ("run_alloc",)  # library-allocated outputs (managed.py)
@@ -342,7 +339,7 @@ def generate_header(spec: ArtifactSpec) -> str:
     last = len(ERROR_CODES) - 1
     codes = "\n".join(f"  {up}_{k} = {v}{',' if i < last else ' '}" + " " * max(1, 17 - len(k) - len(str(v)))
                        + f"/* {ERROR_DOCS.get(k, '')} */" for i, (k, v) in enumerate(ERROR_CODES.items()))
-    where, stream = target.where, target.header_api(n, up)
+    where, stream = target.where, target.header_api(n, up) + str_abi.header_decl(spec)
     return "\n".join(doc) + f"""
 #ifndef {up}_H_
 #define {up}_H_
@@ -379,8 +376,7 @@ enum {{
 /* Writes the shape of output `output` (its rank many int64_t) for these inputs, after
  * the same checks {n}_run makes of them. Only the inputs' shapes and dtypes are read. */
 {up}_API int {n}_output_shape(const DLTensor *inputs, int n_inputs, int output, int64_t *shape);
-{_output_dims_decl(spec)}{run_alloc_decl(spec) if has_run_alloc(spec, target.devices, target.shape_devices) else ""}\
-{str_abi.header_decl(spec)}
+{_output_dims_decl(spec)}{run_alloc_decl(spec) if has_run_alloc(spec, target.devices, target.shape_devices) else ""}
 /* The message of this thread's last failed call, "" when it succeeded. */
 {up}_API const char *{n}_last_error(void);
 
@@ -930,9 +926,8 @@ int {n}_last_version(void) {{ return last_version_tl; }}
                  self.run_fn(), self.api_fns(), _identity_defs(self.spec), signature_defs(self.spec, DL_DTYPE)]
         if has_run_alloc(self.spec, self.target.devices, self.target.shape_devices):
             parts.append(run_alloc_fn(self.spec, DL_DTYPE, self.code))
-        if str_abi.api_defs(self.spec):
-            parts.append(str_abi.api_defs(self.spec))
-        return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
+        parts.append(str_abi.api_defs(self.spec))  # "" without string outputs
+        return "\n\n".join(p.rstrip("\n") for p in parts if p) + "\n"
 
 
 def generate_dispatcher(spec: ArtifactSpec) -> str:
