@@ -56,7 +56,7 @@ def header_notes(spec: ArtifactSpec) -> list[str]:
             " *   the caller's and only read. An output element points to an input's string, to a",
             " *   constant of the library, or to a string this thread's call made: those stay valid",
             f" *   until the next {n}_run on the same thread, unless {n}_strings_take() detached them",
-            f" *   (then until {n}_strings_free()). A NULL element of an input is refused."]
+            f" *   (then until {n}_strings_free()). Elements must not be NULL (the string ops refuse one)."]
 
 
 def header_decl(spec: ArtifactSpec) -> str:

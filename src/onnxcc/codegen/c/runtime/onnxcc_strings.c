@@ -72,6 +72,15 @@ void onnxcc_strings_release(void) { onnxcc_strings_free(onnxcc_strings_take()); 
 
 void onnxcc_strings_begin(void) { onnxcc_strings_release(); }
 
+/* dlclose: no thread may later run a destructor that is no longer mapped; the key goes
+ * (other threads' arenas are left to the process, this thread's is freed) */
+__attribute__((destructor)) static void arena_unload(void) {
+  if (pthread_once(&arena_once, arena_key_init) == 0) {
+    onnxcc_strings_release();
+    (void)pthread_key_delete(arena_key);
+  }
+}
+
 /* n bytes from this thread's arena; NULL (message set) when memory runs out */
 static char *str_alloc(size_t n) {
   str_arena *a = arena_get(1);
