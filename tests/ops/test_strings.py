@@ -146,6 +146,15 @@ def test_label_encoder_string_tables_match_onnxruntime(tmp_path):
     _check_all(m, {"x": _strs("a", "bb", "c", "é", ""), "z": np.array([5, 0, -1], np.int64)}, tmp_path)
 
 
+def test_category_mapper_both_ways_matches_onnxruntime(tmp_path):
+    cats = dict(cats_int64s=[1, 2, 30], cats_strings=["one", "two", "thirty"])
+    nodes = [h.make_node("CategoryMapper", ["x"], ["n"], domain="ai.onnx.ml", default_int64=-5, **cats),
+             h.make_node("CategoryMapper", ["z"], ["s"], domain="ai.onnx.ml", default_string="none", **cats)]
+    m = _model(nodes, [("x", TP.STRING, ["N"]), ("z", TP.INT64, [2, "K"])], [("n", TP.INT64), ("s", TP.STRING)])
+    _check_all(m, {"x": _strs("two", "", "thirty", "One"), "z": np.array([[1, 30, 4], [2, 2, 0]], np.int64)},
+               tmp_path)
+
+
 # ---- RegexFullMatch --------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("pattern", [r"[a-z]+\d*", r"(\W|^)[\w.\-]{0,25}@(yahoo|gmail)\.com(\W|$)",

@@ -375,3 +375,49 @@ def _le_lower(ctx) -> None:
 
 define(ML + "LabelEncoder", infer=_le_infer, reference=_le_ref, lower=_le_lower, kind="elementwise", arity=1,
        strings=True)
+
+
+# ---- CategoryMapper (ai.onnx.ml opset 1) ------------------------------------------------------------------
+#
+# int64 <-> string through the pairs (cats_int64s[k], cats_strings[k]): a string input maps to
+# its int64 (default_int64 where none matches), an int64 input to its string (default_string).
+# A LabelEncoder table read in the input's direction (strings.py lowers it).
+
+def _cm_table(ctx, fail) -> tuple[np.ndarray, DType, np.ndarray, int | str]:
+    """(keys, value dtype, values, default) for the input's dtype."""
+    ints, strs = ctx.attr("cats_int64s"), ctx.attr("cats_strings")
+    if ints is None or strs is None or len(ints) != len(strs) or not ints:
+        raise fail("needs cats_int64s and cats_strings of the same nonzero length")
+    ints, strs = np.asarray(ints, np.int64), np.asarray(list(strs), dtype=object)
+    x = ctx.op.operands[0].type.dtype
+    if x is DType.string:
+        if len({str(s) for s in strs}) != len(strs):
+            raise fail("cats_strings holds a string twice")
+        return strs, DType.i64, ints, int(ctx.attr("default_int64", -1))
+    if x is not DType.i64:
+        raise fail(f"X must be str or i64, got {x.value}")
+    if len(set(ints.tolist())) != len(ints):
+        raise fail("cats_int64s holds a value twice")
+    return ints, DType.string, strs, str(ctx.attr("default_string", "_Unused"))
+
+
+def _cm_infer(ctx: InferCtx) -> list[TensorType]:
+    _, vdt, _, _ = _cm_table(ctx, ctx.error)
+    return [ctx.in_types[0].with_dtype(vdt)]
+
+
+def _cm_ref(ctx: RefCtx, x):
+    keys, vdt, vals, default = _cm_table(ctx, ValueError)
+    out = np.full(x.shape, default, dtype=vdt.np)
+    for k, v in zip(keys.tolist(), vals.tolist(), strict=True):
+        out[x == k] = v
+    return [out]
+
+
+def _cm_lower(ctx) -> None:
+    keys, vdt, vals, default = _cm_table(ctx, ctx.unsupported)
+    lower_label_strings(ctx, keys, vdt, vals, default)
+
+
+define(ML + "CategoryMapper", infer=_cm_infer, reference=_cm_ref, lower=_cm_lower, kind="elementwise", arity=1,
+       strings=True)
