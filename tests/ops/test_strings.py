@@ -230,16 +230,25 @@ def test_string_split_with_maxsplit_matches_onnxruntime(tmp_path):
         _same(got["n"], want["n"])
 
 
-def test_string_split_whitespace_reference_and_native_refusal(tmp_path):
+def test_string_split_without_maxsplit_matches_onnxruntime_up_to_its_cap(tmp_path):
     m = _model([h.make_node("StringSplit", ["x"], ["y", "n"])], [("x", TP.STRING, ["N"])],
                [("y", TP.STRING), ("n", TP.INT64)])
-    x = _strs(" a  b ", "c", "")
+    lib = _native(m, tmp_path)
+    x = _strs(" a  b ", "c", "", "d e   f ")
     want = ort_run(m, {"x": x})
-    got = _interp(m, {"x": x})
-    _same(got[0], want["y"])
-    _same(got[1], want["n"])
-    with pytest.raises(UnsupportedOp, match="StringSplit without maxsplit"):
-        onnxcc.compile(m, tmp_path / "s", name="s")
+    for got in (lib.run({"x": x}), dict(zip(("y", "n"), _interp(m, {"x": x}), strict=True))):
+        _same(got["y"], want["y"])
+        _same(got["n"], want["n"])
+    # tabs and newlines: the spec splits there, onnxruntime does not; refused natively
+    with pytest.raises(RuntimeCallError, match="whitespace other than spaces"):
+        lib.run({"x": _strs("a\tb")})
+    # more substrings than the build allocates for: an error naming the way out, never a cut
+    many = _strs(" ".join("w" * 40))
+    with pytest.raises(RuntimeCallError, match=r"splits into 40 substrings, more than the 32 .* --dim splits=1:N"):
+        lib.run({"x": many})
+    wide = onnxcc.compile(m, tmp_path / "wide", name="wide", dims={"splits": (1, 64)})
+    assert wide is not None
+    _same(onnxcc.load(tmp_path / "wide").run({"x": many})["y"], ort_run(m, {"x": many})["y"])
 
 
 # ---- text forms, refusals, bad input -------------------------------------------------------------

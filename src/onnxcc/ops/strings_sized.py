@@ -4,12 +4,15 @@ and StringSplit (as many columns as the most substrings of any element).
 Each such dim is a run-time symbol (data_dependent.py's `count_symbol`): a first runtime call
 computes what decides it, the lowering binds the symbol right there (`bind_symbol`), and a
 second call writes the result compact in its true shape, inside an allocation made for the
-bound. StringSplit's column count has a bound only with `maxsplit` (maxsplit + 1); without it
-the native lowering refuses by name (nothing bounds the count the library would allocate
-for), while the reference interpreter runs every case.
+bound. StringSplit's column count is bounded by `maxsplit` + 1 where that is given; without it
+nothing in the model bounds it, so the build allocates for SPLIT_CAP columns, or for the
+symbol's upper bound where `--dim NAME=1:N` narrowed it, and a call whose input splits into
+more fails with a message saying so (never a cut result).
 
 Text rules, native: case changes and case-insensitive comparisons fold ASCII letters only;
-splitting at whitespace knows ASCII whitespace only (Python's str.split set). An element
+splitting at whitespace (no delimiter) takes text whose only whitespace is spaces: the spec
+(and the reference here, Python's str.split) splits at any whitespace, onnxruntime at spaces
+only, so text with tabs or newlines is refused natively rather than given either answer. An element
 where the ASCII-only rule could answer differently (a non-ASCII byte there) is refused at run
 time with a message, never changed partly. Locales: any but Turkish and Azeri (tr, az),
 whose i/I case mapping differs from ASCII's, which are refused.
@@ -22,12 +25,16 @@ import numpy as np
 from .. import kernel as K
 from ..errors import UnsupportedOp
 from ..ir import DType, TensorType
+from ..ir.dims import INT_MAX
 from ..kernel import CallStmt
 from .data_dependent import count_symbol
 from .registry import InferCtx, RefCtx, define
 from .strings import string_table
 
 S = DType.string
+#: StringSplit's columns without maxsplit or --dim (each element of the input costs this many
+#: pointers of the output's allocation)
+SPLIT_CAP = 32
 _ACTIONS = {"NONE": 0, "LOWER": 1, "UPPER": 2}
 
 
@@ -148,18 +155,23 @@ def _split_ref(ctx: RefCtx, x):
 
 def _split_lower(ctx) -> None:
     delim, maxsplit = _split_attrs(ctx)
-    if maxsplit is None:
-        raise ctx.unsupported("StringSplit without maxsplit: nothing bounds the number of substrings, so the "
-                              "library has no size to allocate the result for (give maxsplit)")
     x, y, z = ctx.inputs[0], ctx.out(0), ctx.out(1)
+    name = str(ctx.out_type(0).shape[-1])
+    if maxsplit is not None:
+        bound = maxsplit + 1
+    else:  # the symbol's range, where --dim narrowed it, else the cap
+        hi = ctx.lowerer.module.symbols[name].hi
+        bound = hi if hi < INT_MAX else SPLIT_CAP
     n = _numel(x.shape)
     d = ctx.const(np.frombuffer(delim.encode("utf-8") + b"\0", np.uint8).copy(), "delim")
     if "\0" in delim:
         raise ctx.unsupported("the delimiter holds a NUL character, which C strings cannot carry")
     most = ctx.temp(DType.i64, (), "most")
-    _call(ctx, "onnxcc_str_split_count", [n, _i64(maxsplit)], [x, d, z, most], [z, most])
-    ctx.lowerer.bind_symbol(ctx.op, str(ctx.out_type(0).shape[-1]), maxsplit + 1, most[()])
-    _call(ctx, "onnxcc_str_split", [n, _i64(maxsplit), K.dim_to_expr(ctx.out_type(0).shape[-1])], [x, d, y], [y])
+    ms = _i64(-1 if maxsplit is None else maxsplit)
+    sym = ctx.const(np.frombuffer(name.encode() + b"\0", np.uint8).copy(), "symbol")  # for the message
+    _call(ctx, "onnxcc_str_split_count", [n, ms, _i64(bound)], [x, d, z, most, sym], [z, most])
+    ctx.lowerer.bind_symbol(ctx.op, name, bound, most[()])
+    _call(ctx, "onnxcc_str_split", [n, ms, K.dim_to_expr(ctx.out_type(0).shape[-1])], [x, d, y], [y])
 
 
 define("onnx.StringSplit", infer=_split_infer, reference=_split_ref, lower=_split_lower, arity=1,

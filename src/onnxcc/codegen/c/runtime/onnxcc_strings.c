@@ -345,8 +345,10 @@ static int64_t split_one(const char *s, const char *delim, int64_t maxsplit, con
   }
 }
 
-/* the substring counts: n = {count, maxsplit}; p = {X, DELIM (u8, "" = whitespace), Z (i64),
- * MOST (i64 scalar: the largest count, 0 for no elements)} */
+/* the substring counts: n = {count, maxsplit (< 0: none), cap (the columns allocated)}; p = {X,
+ * DELIM (u8, "" = whitespace), Z (i64), MOST (i64 scalar: the largest count, 0 for no
+ * elements), SYMBOL (u8: the name of the output's last dim)}; more than cap substrings in one
+ * element is an error, not a cut */
 int32_t onnxcc_str_split_count(const int64_t *n, void *const *p) {
   const char *const *x = ELEMS(p[0]);
   const char *delim = (const char *)p[1];
@@ -354,12 +356,25 @@ int32_t onnxcc_str_split_count(const int64_t *n, void *const *p) {
   *most = 0;
   for (int64_t i = 0; i < n[0]; i++) {
     if (x[i] == NULL) return null_element("StringSplit", i);
-    if (delim[0] == '\0' && has_non_ascii(x[i])) {
-      onnxcc_error_set("StringSplit: element %lld holds a non-ASCII character; splitting at whitespace here "
-                       "knows ASCII whitespace only, so it is refused", (long long)i);
-      return ONNXCC_ERR_KERNEL;
+    if (delim[0] == '\0') {
+      /* the spec splits at whitespace, onnxruntime at spaces only: text where the two differ
+       * (other whitespace, or non-ASCII that may hold some) is refused */
+      for (const unsigned char *c = (const unsigned char *)x[i]; *c; c++) {
+        if (*c >= 0x80 || (*c != ' ' && split_space(*c))) {
+          onnxcc_error_set("StringSplit: element %lld holds whitespace other than spaces, or a non-ASCII "
+                           "character, where the spec (any whitespace) and onnxruntime (spaces) split "
+                           "differently; refused", (long long)i);
+          return ONNXCC_ERR_KERNEL;
+        }
+      }
     }
     z[i] = split_one(x[i], delim, n[1], NULL);
+    if (z[i] > n[2]) {
+      onnxcc_error_set("StringSplit: element %lld splits into %lld substrings, more than the %lld columns this "
+                       "build allocates for (give maxsplit, or compile with --dim %s=1:N)", (long long)i,
+                       (long long)z[i], (long long)n[2], (const char *)p[4]);
+      return ONNXCC_ERR_KERNEL;
+    }
     if (z[i] > *most) *most = z[i];
   }
   return 0;
