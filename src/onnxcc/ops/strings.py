@@ -24,6 +24,7 @@ from ..errors import UnsupportedOp
 from ..ir import DType, TensorType, canon
 from ..kernel import Buffer, CallStmt, dim_to_expr
 from .registry import InferCtx, RefCtx, define, get_opdef
+from .strings_cast import lower_string_cast
 from .strings_regex import PatternError, translate
 
 S = DType.string
@@ -93,14 +94,14 @@ def lower_string_equal(ctx) -> None:
 
 
 def _with_strings(name: str, lower_strings) -> None:
-    """onnx.<name>'s lowering, with a string path: string operands go to `lower_strings`."""
+    """onnx.<name>'s lowering, with a string path: string operands or results go to `lower_strings`."""
     d = get_opdef(f"onnx.{name}")
     if d is None or getattr(d, "_string_path", False):
         return
     numeric = d.lower
 
     def lower(ctx) -> None:
-        if ctx.in_type(0).dtype is S:
+        if S in (ctx.in_type(0).dtype, ctx.out_type(0).dtype):
             lower_strings(ctx)
         else:
             numeric(ctx)
@@ -210,6 +211,15 @@ def mark_string_ops() -> None:
         if d is not None:
             d.strings = True
     _with_strings("Equal", lower_string_equal)
+    for name in ("Cast", "CastLike"):
+        _with_strings(name, _lower_cast_strings)
+
+
+def _lower_cast_strings(ctx) -> None:
+    if ctx.in_type(0).dtype is ctx.out_type(0).dtype:  # str -> str: the value itself
+        ctx.alias(0, 0)
+        return
+    lower_string_cast(ctx)
 
 
 __all__ = ["MOVES_ELEMENTS", "broadcast_to", "lower_label_strings", "lower_string_equal", "mark_string_ops",

@@ -14,8 +14,11 @@
 #define _GNU_SOURCE
 #include "onnxcc_strings.h"
 
+#include <errno.h>
 #include <locale.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <regex.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,6 +394,111 @@ int32_t onnxcc_str_split(const int64_t *n, void *const *p) {
     int64_t got = split_one(x[i], delim, n[1], row);
     if (got < 0) return ONNXCC_ERR_ALLOC;
     for (int64_t k = got; k < n[2]; k++) row[k] = "";
+  }
+  return 0;
+}
+
+/* ---- Cast ----------------------------------------------------------------------------- */
+
+static int ascii_ieq(const char *a, const char *b) { return equal_fold(a, b); }
+
+/* the spec's number literals: [+-](digits[.digits*] | .digits)([eE][+-]digits) */
+static int float_literal(const char *s) {
+  const char *c = s;
+  int digits = 0;
+  if (*c == '+' || *c == '-') c++;
+  while (*c >= '0' && *c <= '9') c++, digits++;
+  if (*c == '.') {
+    c++;
+    while (*c >= '0' && *c <= '9') c++, digits++;
+  }
+  if (!digits) return 0;
+  if (*c == 'e' || *c == 'E') {
+    c++;
+    if (*c == '+' || *c == '-') c++;
+    if (!(*c >= '0' && *c <= '9')) return 0;
+    while (*c >= '0' && *c <= '9') c++;
+  }
+  return *c == '\0';
+}
+
+/* strings to f32 / f64: n = {count, f64}; p = {X, Y}; parsed in the "C" locale */
+int32_t onnxcc_str_to_float(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  locale_t c = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+  if (c == (locale_t)0) {
+    onnxcc_error_set("Cast: cannot create the C locale");
+    return ONNXCC_ERR_KERNEL;
+  }
+  locale_t old = uselocale(c);
+  int32_t rc = 0;
+  for (int64_t i = 0; i < n[0]; i++) {
+    const char *s = x[i];
+    double v;
+    if (s == NULL) {
+      rc = null_element("Cast", i);
+      break;
+    }
+    if (ascii_ieq(s, "inf") || ascii_ieq(s, "+inf")) {
+      v = HUGE_VAL;
+    } else if (ascii_ieq(s, "-inf")) {
+      v = -HUGE_VAL;
+    } else if (ascii_ieq(s, "nan")) {
+      v = NAN;
+    } else if (float_literal(s)) {
+      v = strtod(s, NULL); /* f32 from the double, as the reference (numpy) has it */
+    } else {
+      onnxcc_error_set("Cast: element %lld is not a number literal (the spec leaves such text undefined)",
+                       (long long)i);
+      rc = ONNXCC_ERR_KERNEL;
+      break;
+    }
+    if (n[1]) {
+      ((double *)p[1])[i] = v;
+    } else {
+      ((float *)p[1])[i] = (float)v;
+    }
+  }
+  uselocale(old);
+  freelocale(c);
+  return rc;
+}
+
+/* strings to integers: n = {count, lo, hi}; p = {X, Y (i64)}; decimal literals in [lo, hi] */
+int32_t onnxcc_str_to_int(const int64_t *n, void *const *p) {
+  const char *const *x = ELEMS(p[0]);
+  int64_t *y = (int64_t *)p[1];
+  for (int64_t i = 0; i < n[0]; i++) {
+    const char *s = x[i];
+    if (s == NULL) return null_element("Cast", i);
+    const char *c = s + (*s == '+' || *s == '-');
+    int ok = *c != '\0';
+    for (; *c; c++) ok &= *c >= '0' && *c <= '9';
+    errno = 0;
+    long long v = ok ? strtoll(s, NULL, 10) : 0;
+    if (!ok || errno == ERANGE || v < n[1] || v > n[2]) {
+      onnxcc_error_set("Cast: element %lld is not an integer literal in [%lld, %lld] (the spec leaves such "
+                       "text undefined)", (long long)i, (long long)n[1], (long long)n[2]);
+      return ONNXCC_ERR_KERNEL;
+    }
+    y[i] = v;
+  }
+  return 0;
+}
+
+/* integers to decimal strings: n = {count, unsigned}; p = {X (i64, or u64 bits), Y} */
+int32_t onnxcc_str_from_int(const int64_t *n, void *const *p) {
+  const int64_t *x = (const int64_t *)p[0];
+  const char **y = (const char **)p[1];
+  for (int64_t i = 0; i < n[0]; i++) {
+    char *s = str_alloc(24);
+    if (s == NULL) return ONNXCC_ERR_ALLOC;
+    if (n[1]) {
+      snprintf(s, 24, "%llu", (unsigned long long)(uint64_t)x[i]);
+    } else {
+      snprintf(s, 24, "%lld", (long long)x[i]);
+    }
+    y[i] = s;
   }
   return 0;
 }

@@ -34,6 +34,9 @@ ONNXCC_HIDDEN int32_t onnxcc_str_keep(const int64_t *n, void *const *p);
 ONNXCC_HIDDEN int32_t onnxcc_str_normalize(const int64_t *n, void *const *p);
 ONNXCC_HIDDEN int32_t onnxcc_str_split_count(const int64_t *n, void *const *p);
 ONNXCC_HIDDEN int32_t onnxcc_str_split(const int64_t *n, void *const *p);
+ONNXCC_HIDDEN int32_t onnxcc_str_to_float(const int64_t *n, void *const *p);
+ONNXCC_HIDDEN int32_t onnxcc_str_to_int(const int64_t *n, void *const *p);
+ONNXCC_HIDDEN int32_t onnxcc_str_from_int(const int64_t *n, void *const *p);
 
 #ifdef __cplusplus
 }
