@@ -146,6 +146,16 @@ def test_label_encoder_string_tables_match_onnxruntime(tmp_path):
     _check_all(m, {"x": _strs("a", "bb", "c", "é", ""), "z": np.array([5, 0, -1], np.int64)}, tmp_path)
 
 
+def test_label_encoder_large_vocabulary_binary_search(tmp_path):
+    rng = np.random.default_rng(3)
+    keys = [f"w{k}" for k in rng.permutation(500)] + ["", "\u00e9t\u00e9", "Z", "zz"]
+    m = _model([h.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_strings=keys,
+                            values_int64s=list(range(len(keys))), default_int64=-1)],
+               [("x", TP.STRING, ["N"])], [("y", TP.INT64)])
+    x = np.array([*rng.choice(keys, 40).tolist(), "w500", "w", "\u00e9", "zzz"], dtype=object)
+    _check_all(m, {"x": x}, tmp_path)
+
+
 def test_category_mapper_both_ways_matches_onnxruntime(tmp_path):
     cats = dict(cats_int64s=[1, 2, 30], cats_strings=["one", "two", "thirty"])
     nodes = [h.make_node("CategoryMapper", ["x"], ["n"], domain="ai.onnx.ml", default_int64=-5, **cats),

@@ -175,9 +175,11 @@ def lower_label_strings(ctx, keys: np.ndarray, vdt: DType, vals: np.ndarray, def
     x, y = ctx.inputs[0], ctx.out(0)
     n = _numel(x.shape)
     idx = ctx.temp(DType.i64, x.shape, "key")
-    if x.dtype is S:
-        blob, starts = string_table(ctx, keys.tolist(), "a key")
-        _call(ctx, "onnxcc_str_index", [n, K.Const(len(keys), DType.i64)], [x, blob, starts, idx], [idx])
+    if x.dtype is S:  # the keys in strcmp order (their UTF-8 bytes), for a binary search
+        order = sorted(range(len(keys)), key=lambda k: str(keys[k]).encode("utf-8"))
+        blob, starts = string_table(ctx, [keys[k] for k in order], "a key")
+        slots = ctx.const(np.asarray(order, np.int64), "slots")
+        _call(ctx, "onnxcc_str_index", [n, K.Const(len(keys), DType.i64)], [x, blob, starts, slots, idx], [idx])
     else:
         def find(*ix):
             xv = x[ix]

@@ -144,22 +144,28 @@ int32_t onnxcc_str_concat(const int64_t *n, void *const *p) {
   return 0;
 }
 
-/* A table lookup (LabelEncoder's string keys): n = {count, keys}; p = {X, blob (the keys,
- * NUL-terminated one after another), offsets (i64, where each key starts), IDX (i64)};
- * IDX[i] = the first k with X[i] == key k, else -1 */
+/* A table lookup (LabelEncoder's string keys): n = {count, keys}; p = {X, blob (the keys in
+ * strcmp order, NUL-terminated one after another), offsets (i64, where each starts), slots
+ * (i64, each sorted key's position in the table), IDX (i64)}; IDX[i] = the position of the key
+ * equal to X[i], else -1. A binary search: vocabularies can be large. */
 int32_t onnxcc_str_index(const int64_t *n, void *const *p) {
   const char *const *x = ELEMS(p[0]);
   const char *blob = (const char *)p[1];
-  const int64_t *off = (const int64_t *)p[2];
-  int64_t *idx = (int64_t *)p[3];
+  const int64_t *off = (const int64_t *)p[2], *slot = (const int64_t *)p[3];
+  int64_t *idx = (int64_t *)p[4];
   for (int64_t i = 0; i < n[0]; i++) {
     if (x[i] == NULL) return null_element("LabelEncoder", i);
+    int64_t lo = 0, hi = n[1];
     idx[i] = -1;
-    for (int64_t k = 0; k < n[1]; k++) {
-      if (strcmp(x[i], blob + off[k]) == 0) {
-        idx[i] = k;
+    while (lo < hi) {
+      int64_t mid = lo + (hi - lo) / 2;
+      int c = strcmp(x[i], blob + off[mid]);
+      if (c == 0) {
+        idx[i] = slot[mid];
         break;
       }
+      if (c < 0) hi = mid;
+      else lo = mid + 1;
     }
   }
   return 0;
