@@ -168,19 +168,29 @@ define("onnx.RegexFullMatch", infer=_regex_infer, reference=_regex_ref, lower=_r
 
 # ---- LabelEncoder's string tables -----------------------------------------------------------------
 
+def string_ids(ctx, x: Buffer, keys: list) -> Buffer:
+    """An i64 temp of x's shape: each element's position in `keys` (distinct strings), else -1.
+    The keys go in strcmp order (their UTF-8 bytes) for a binary search: vocabularies can be large."""
+    idx = ctx.temp(DType.i64, x.shape, "key")
+    order = sorted(range(len(keys)), key=lambda k: str(keys[k]).encode("utf-8"))
+    blob, starts = string_table(ctx, [keys[k] for k in order], "a key")
+    slots = ctx.const(np.asarray(order, np.int64), "slots")
+    _call(ctx, "onnxcc_str_index", [_numel(x.shape), K.Const(len(keys), DType.i64)], [x, blob, starts, slots, idx],
+          [idx])
+    return idx
+
+
 def lower_label_strings(ctx, keys: np.ndarray, vdt: DType, vals: np.ndarray, default) -> None:
     """y = vals[k] where x == keys[k], else default, with string keys or values (or both):
     the key's position by a runtime lookup (string keys) or a select chain (numeric keys),
     the value by a gather (numeric values) or a runtime pick (string values)."""
     x, y = ctx.inputs[0], ctx.out(0)
     n = _numel(x.shape)
-    idx = ctx.temp(DType.i64, x.shape, "key")
-    if x.dtype is S:  # the keys in strcmp order (their UTF-8 bytes), for a binary search
-        order = sorted(range(len(keys)), key=lambda k: str(keys[k]).encode("utf-8"))
-        blob, starts = string_table(ctx, [keys[k] for k in order], "a key")
-        slots = ctx.const(np.asarray(order, np.int64), "slots")
-        _call(ctx, "onnxcc_str_index", [n, K.Const(len(keys), DType.i64)], [x, blob, starts, slots, idx], [idx])
+    if x.dtype is S:
+        idx = string_ids(ctx, x, keys.tolist())
     else:
+        idx = ctx.temp(DType.i64, x.shape, "key")
+
         def find(*ix):
             xv = x[ix]
             e: K.Expr = K.Const(-1, DType.i64)
@@ -225,4 +235,4 @@ def _lower_cast_strings(ctx) -> None:
 
 
 __all__ = ["MOVES_ELEMENTS", "broadcast_to", "lower_label_strings", "lower_string_equal", "mark_string_ops",
-           "string_table"]
+           "string_ids", "string_table"]
