@@ -926,8 +926,9 @@ int {n}_last_version(void) {{ return last_version_tl; }}
                  self.run_fn(), self.api_fns(), _identity_defs(self.spec), signature_defs(self.spec, DL_DTYPE)]
         if has_run_alloc(self.spec, self.target.devices, self.target.shape_devices):
             parts.append(run_alloc_fn(self.spec, DL_DTYPE, self.code))
-        parts.append(str_abi.api_defs(self.spec))  # "" without string outputs
-        return "\n\n".join(p.rstrip("\n") for p in parts if p) + "\n"
+        if str_abi.string_outputs(self.spec):
+            parts.append(str_abi.api_defs(self.spec))
+        return "\n\n".join(p.rstrip("\n") for p in parts) + "\n"
 
 
 def generate_dispatcher(spec: ArtifactSpec) -> str:
