@@ -294,7 +294,7 @@ def _supported_elem_types() -> frozenset:
              "u32": T.UINT32, "u64": T.UINT64, "bool": T.BOOL, "f8e4m3fn": T.FLOAT8E4M3FN,
              "f8e4m3fnuz": T.FLOAT8E4M3FNUZ, "f8e5m2": T.FLOAT8E5M2, "f8e5m2fnuz": T.FLOAT8E5M2FNUZ,
              "f8e8m0": T.FLOAT8E8M0, "f4e2m1": T.FLOAT4E2M1, "i4": T.INT4, "u4": T.UINT4, "i2": T.INT2,
-             "u2": T.UINT2}
+             "u2": T.UINT2, "str": T.STRING}
     try:
         from onnxcc.ir import DType
 

@@ -137,8 +137,9 @@ def test_onnx_dtype_mapping():
     assert onnx_enum(DType.i64) == TensorProto.INT64
     for e in (1, 2, 3, 5, 6, 7, 9, 10, 11, 12, 13, 16):
         assert onnx_enum(onnx_dtype(e)) == e
-    with pytest.raises(ValueError, match="STRING"):
-        onnx_dtype(TensorProto.STRING)
+    assert onnx_dtype(TensorProto.STRING) is DType.string
+    with pytest.raises(ValueError, match="COMPLEX64"):
+        onnx_dtype(TensorProto.COMPLEX64)
 
 
 # ---- errors ------------------------------------------------------------------------------------------
@@ -168,7 +169,7 @@ def test_broadcast_mismatch_through_pipeline(build_node):
     ("%0 = onnx.Where(%a, %a, %a) loc(\"w\") : (f32[?])", "condition must be bool, got f32"),
     ("%0 = onnx.Add(%a, %i) loc(\"w\") : (f32[?])", "operand dtypes differ: expected f32, got i64"),
     ("%0 = onnx.PRelu(%a, %b) loc(\"w\") : (f32[?])", "slope: rank 2 does not broadcast to rank 1"),
-    ("%0 = onnx.Cast(%a) {to = 8} loc(\"w\") : (f32[?])", "unsupported onnx element type STRING"),
+    ("%0 = onnx.Cast(%a) {to = 14} loc(\"w\") : (f32[?])", "unsupported onnx element type COMPLEX64"),
 ])
 def test_elementwise_errors(text, msg):
     m = parse_module(f"""module @t {{

@@ -1,7 +1,7 @@
 """TfIdfVectorizer (ops/text.py): native lowering and numpy reference vs onnxruntime for the
 three weightings, with and without weights, skips, gram lengths 1..3, [C] and [B, C] inputs
-of int32 / int64; compiled once with symbolic dims, run at two sizes. A string pool is
-refused by name."""
+of int32 / int64; compiled once with symbolic dims, run at two sizes; a string pool over
+string tokens through a built library."""
 
 import numpy as np
 import pytest
@@ -56,13 +56,36 @@ def test_tfidf_1d_int32():
             np.testing.assert_array_equal(got, want)
 
 
-def test_tfidf_string_pool_is_refused_by_name():
-    node = h.make_node("TfIdfVectorizer", ["x"], ["y"], pool_strings=["a", "b"], ngram_counts=[0],
-                       ngram_indexes=[0, 1], mode="TF", min_gram_length=1, max_gram_length=1, max_skip_count=0)
-    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.INT64, [4])],
+def _string_pool_model(elem):
+    # unigrams "a" "b" "é", bigrams ("a", "b") ("b", "b"): pool strings repeat across sizes
+    node = h.make_node("TfIdfVectorizer", ["x"], ["y"], pool_strings=["a", "b", "\u00e9", "a", "b", "b", "b"],
+                       ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4], mode="TFIDF",
+                       weights=[1.0, 2.0, 0.5, 3.0, 0.25], min_gram_length=1, max_gram_length=2, max_skip_count=1)
+    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", elem, ["B", "C"])],
                                   [h.make_empty_tensor_value_info("y")]), opset_imports=[h.make_opsetid("", 9)])
-    with pytest.raises(OnnxccError, match=r"TfIdfVectorizer.*pool_strings needs string tensors"):
-        jit_compile(m)
+    m.ir_version = 8
+    return m
+
+
+def test_tfidf_string_pool_matches_onnxruntime(tmp_path):
+    import onnxcc
+    from onnxcc.frontend import load_onnx
+    from onnxcc.passes import run_pipeline
+
+    m = _string_pool_model(TP.STRING)
+    onnxcc.compile(m, tmp_path / "tf", name="tf")
+    lib = onnxcc.load(tmp_path / "tf")
+    mod = load_onnx(m)
+    run_pipeline(mod, "shape-inference,canonicalize")
+    x = np.array([["a", "b", "b", "x", "\u00e9"], ["b", "a", "zz", "b", "b"]], dtype=object)
+    want = ort_run(m, {"x": x})["y"]
+    for got in (lib.run({"x": x})["y"], interp_run(mod, [x])[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_tfidf_string_pool_needs_string_tokens():
+    with pytest.raises(OnnxccError, match=r"X must be str \(the pool's kind\), got i64"):
+        jit_compile(_string_pool_model(TP.INT64))
 
 
 def test_tfidf_idf_shared_column_of_different_weights_is_refused():

@@ -103,9 +103,13 @@ def run(model: Path, inputs_path: Path | None, random_dims: str | None, outputs_
     info = compiled.version_info(v) or ""
     click.echo(f"{origin}; ran {info.split(';')[0]}", err=True)
     for k, a in outs.items():
-        click.echo(f"{k}: {a.dtype}{list(a.shape)} mean {float(np.mean(a)) if a.size else 0:.6g}")
+        if a.dtype == object:  # strings: the first few instead of a mean
+            click.echo(f"{k}: str{list(a.shape)} {a.reshape(-1)[:4].tolist()}{' ...' if a.size > 4 else ''}")
+        else:
+            click.echo(f"{k}: {a.dtype}{list(a.shape)} mean {float(np.mean(a)) if a.size else 0:.6g}")
     if outputs_path is not None:
-        np.savez(outputs_path, **outs)
+        # strings as numpy str arrays, which --inputs (allow_pickle=False) reads back
+        np.savez(outputs_path, **{k: a.astype(str) if a.dtype == object else a for k, a in outs.items()})
     if check and not _check_against_onnxruntime(model, feeds, outs, rtol, atol):
         raise click.exceptions.Exit(EXIT_MISMATCH)
 
@@ -158,6 +162,11 @@ def _check_against_onnxruntime(model: Path, feeds, outs, rtol: float, atol: floa
         if got.shape != want.shape:
             click.echo(f"{k}: MISMATCH shape {list(got.shape)}, onnxruntime gives {list(want.shape)}")
             ok = False
+            continue
+        if want.dtype.kind in "OUS":  # strings: equal or not
+            same = np.asarray(got, dtype=object).astype(str).tolist() == want.astype(str).tolist()
+            ok &= same
+            click.echo(f"{k}: strings {'equal to' if same else 'MISMATCH against'} onnxruntime's")
             continue
         w, g = want.astype(np.float64), got.astype(np.float64)
         err = float(np.max(np.abs(w - g))) if w.size else 0.0

@@ -19,7 +19,7 @@ import sympy
 
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
 from ..errors import CompileError, OnnxccError, UnsupportedOp
-from ..ir import Module, identifier, print_bool, print_dim
+from ..ir import DType, Module, identifier, print_bool, print_dim
 from ..passes import Instrument, PassContext, run_pipeline
 from . import artifact_dir
 from .options import EMIT_STAGES, PIPELINE_STAGES, CompileOptions
@@ -250,7 +250,10 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     meta = {"options": options.cache_key(), **backend.metadata(),
             "dropped_versions": list(module.attrs.get("dropped_versions", [])),
             # sequence / optional I/O: how the loader flattens and groups them (io_structure.py)
-            **({"structure": structure_of(module.attrs)} if "input_structure" in module.attrs else {})}
+            **({"structure": structure_of(module.attrs)} if "input_structure" in module.attrs else {}),
+            # string tensors inside: the link adds the string runtime (codegen/c/strings.py)
+            **({"strings": True} if any(b.dtype is DType.string for v in kmod.versions
+                                        for b in v.program.buffers.values()) else {})}
     spec = ArtifactSpec(name, inputs, outputs, list(module.symbols) + extra_symbols, constraints, versions,
                         backend.name, "", meta, version_dims=version_dims)
     names = [t.name for t in inputs]

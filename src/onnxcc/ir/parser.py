@@ -494,6 +494,11 @@ class Parser:
         vals = []
         while not self.accept("]"):
             t = self.peek()
+            if t.kind == "string" and ty.dtype is DType.string:
+                self.next()
+                vals.append(_unquote(t.text))
+                self.accept(",")
+                continue
             if self.accept("true"):
                 v = True
             elif self.accept("false"):
@@ -517,6 +522,8 @@ class Parser:
 
 def _fits(v, dt: DType) -> bool:
     """Whether a literal is a legal element of a dense constant of dtype `dt`."""
+    if dt is DType.string:  # its elements are quoted strings (taken above)
+        return False
     if dt is DType.bool:
         return isinstance(v, bool)
     if dt.is_float:

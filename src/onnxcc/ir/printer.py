@@ -133,6 +133,8 @@ def _print_dense(a: np.ndarray) -> str:
     flat = a.reshape(-1)
     if dt is DType.bool:
         vals = ["true" if x else "false" for x in flat]
+    elif dt is DType.string:
+        vals = [_quote(str(x)) for x in flat]
     elif dt.is_float:
         vals = [_float(float(x)) for x in flat]
     else:

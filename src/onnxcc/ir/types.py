@@ -45,6 +45,10 @@ class DType(enum.Enum):
     u4 = "u4"
     i2 = "i2"
     u2 = "u2"
+    # strings (ONNX STRING): UTF-8 text, one `const char *` per element in memory (a pointer
+    # to a NUL-terminated string; see codegen/c/strings.py for who owns what). numpy holds
+    # them as object arrays of str. Only ops that move elements, and the string ops, take them.
+    string = "str"
 
     def __repr__(self) -> str:
         return f"DType.{self.value}"
@@ -77,6 +81,10 @@ class DType(enum.Enum):
         return self in _SMALL
 
     @property
+    def is_str(self) -> bool:
+        return self is DType.string
+
+    @property
     def is_int(self) -> bool:
         return self.value[0] in "iu"
 
@@ -99,7 +107,7 @@ _NP_NAME = {
     DType.f16: "float16", DType.f32: "float32", DType.f64: "float64",
     DType.i8: "int8", DType.i16: "int16", DType.i32: "int32", DType.i64: "int64",
     DType.u8: "uint8", DType.u16: "uint16", DType.u32: "uint32", DType.u64: "uint64",
-    DType.bool: "bool",
+    DType.bool: "bool", DType.string: "object",
 }
 #: ml_dtypes' names of the types numpy lacks
 _ML_NAME = {

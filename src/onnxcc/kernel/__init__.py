@@ -71,6 +71,7 @@ from .expr import (
     walk,
     wrap_index,
 )
+from .extern import CallStmt
 from .plan_memory import MemoryPlan, align_up, plan
 from .program import BUFFER_KINDS, Buffer, Compute, KernelProgram, Stmt
 
@@ -85,6 +86,7 @@ __all__ = [
     "UNARY_OPS",
     "Binary",
     "Buffer",
+    "CallStmt",
     "Cast",
     "Check",
     "Compute",

@@ -44,6 +44,7 @@ from .expr import (
     Unary,
     Var,
 )
+from .extern import CallStmt
 from .program import Buffer, Compute, KernelProgram, Stmt
 
 _DTYPES = {d.value: d for d in DType}
@@ -254,6 +255,9 @@ def parse_expr(text: str, program: KernelProgram, bound: set[str] | frozenset[st
 # ---- programs ---------------------------------------------------------------------------------
 
 
+_CALL = re.compile(r"^call ([A-Za-z_][A-Za-z0-9_]*)\((.*); (.*)\) -> (.*)$")
+
+
 def _split_top(text: str) -> list[str]:
     """Split at commas outside brackets (`Max(a, b), 4` -> two dims)."""
     out, depth, cur = [], 0, ""
@@ -361,6 +365,11 @@ def _stmt(lines: _Lines, p: KernelProgram, bound: set[str]) -> Stmt:
     if s.startswith("symbol ") and " := " in s:
         name, value = s[len("symbol "):].split(" := ", 1)
         return SetSymbol(name.strip(), parse_expr(value, p, bound, line=n))
+    if (c := _CALL.match(s)) is not None:  # a runtime call (kernel/extern.py)
+        fn, sizes, bufs, outs = c.groups()
+        return CallStmt(fn, tuple(parse_expr(x, p, bound, line=n) for x in _split_top(sizes)),
+                        tuple(x.strip() for x in bufs.split(",") if x.strip()),
+                        tuple(x.strip() for x in outs.split(",") if x.strip()))
     if s.startswith("bind ") and " := " in s:
         name, value = s[len("bind "):].split(" := ", 1)
         return SetSymbol(name.strip(), parse_expr(value, p, bound, line=n), bind=True)

@@ -42,6 +42,10 @@ from . import training  # noqa: F401
 from . import state_conv  # noqa: F401
 from . import swiglu  # noqa: F401
 from . import unique  # noqa: F401
+from . import strings_sized  # noqa: F401
+from .strings import mark_string_ops
+
+mark_string_ops()  # after every family: Equal and the ops that move elements take strings
 
 __all__ = ["InferCtx", "OpDef", "RefCtx", "define", "get_opdef", "onnx_inputs", "register", "registered_ops",
            "require_opdef"]

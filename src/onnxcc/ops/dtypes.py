@@ -14,11 +14,12 @@ _FROM_ONNX: dict[int, DType] = {
     7: DType.i64, 9: DType.bool, 10: DType.f16, 11: DType.f64, 12: DType.u32, 13: DType.u64,
     16: DType.bf16, 17: DType.f8e4m3fn, 18: DType.f8e4m3fnuz, 19: DType.f8e5m2, 20: DType.f8e5m2fnuz,
     21: DType.u4, 22: DType.i4, 23: DType.f4e2m1, 24: DType.f8e8m0, 25: DType.u2, 26: DType.i2,
+    8: DType.string,
 }
 _TO_ONNX: dict[DType, int] = {v: k for k, v in _FROM_ONNX.items()}
 
 #: names of the ONNX types onnxcc does not model, for error messages
-_UNSUPPORTED = {0: "UNDEFINED", 8: "STRING", 14: "COMPLEX64", 15: "COMPLEX128"}
+_UNSUPPORTED = {0: "UNDEFINED", 14: "COMPLEX64", 15: "COMPLEX128"}
 
 
 def onnx_dtype(enum: int | DType) -> DType:

@@ -37,6 +37,7 @@ from ..kernel import Expr
 from .dtypes import onnx_dtype
 from .pointwise_extra import hash_uniform, k_hash_uniform, seed_key
 from .registry import InferCtx, RefCtx, define, get_opdef, onnx_inputs
+from .strings_cast import cast_strings
 from .traits import FINITE_ELEMENTWISE, Neutral, PadRule, set_canonical, set_pad
 
 # ---- shared helpers (also used by reduce / matmul / nn) ---------------------------------------
@@ -288,6 +289,8 @@ def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str 
     types: nearest even, sub-byte integers wrapping or 0 out of range as ml_dtypes has it);
     to a float8 type with `saturate`, out-of-range values and infinities clamp to the
     largest finite value first."""
+    if to is DType.string or np.asarray(x).dtype == object:  # what the spec defines (strings_cast.py)
+        return cast_strings(x, to)
     if to is DType.f8e8m0:
         return _to_e8m0(np.asarray(x, np.float32), saturate, round_mode)
     if to in SATURATING and saturate:

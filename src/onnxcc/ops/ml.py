@@ -20,6 +20,7 @@ from ..errors import UnsupportedOp
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr
 from .registry import InferCtx, RefCtx, define
+from .strings import lower_label_strings
 
 ML = "ai.onnx.ml."
 
@@ -285,42 +286,52 @@ def _te_lower(ctx) -> None:
 define(ML + "TreeEnsemble", infer=_te_infer, reference=_te_ref, lower=_te_lower, kind="opaque", arity=1)
 
 
-# ---- LabelEncoder (ai.onnx.ml opsets 2 and 4) on numbers ------------------------------------------
+# ---- LabelEncoder (ai.onnx.ml opsets 2 and 4) ---------------------------------------------------------
 #
 # A lookup table from the keys_* attribute to the values_* one, the default where no key
-# matches; keys and values given as lists (int64s, floats) or tensors (opset 4). Compiled as
-# a chain of selects over the keys (the table is an attribute). String keys or values need
-# string tensors: refused by name. A float key NaN matches NaN.
+# matches; keys and values given as lists (int64s, floats, strings) or tensors (opset 4).
+# Numeric tables compile to a chain of selects over the keys (the table is an attribute);
+# string keys or values go through the string runtime (strings.py). A float key NaN matches NaN.
 
-_LE_KEYS = (("keys_int64s", DType.i64), ("keys_floats", DType.f32), ("keys_tensor", None))
+_LE_KEYS = (("keys_int64s", DType.i64), ("keys_floats", DType.f32), ("keys_strings", DType.string),
+            ("keys_tensor", None))
 _LE_VALUES = (("values_int64s", DType.i64, "default_int64", -1),
               ("values_floats", DType.f32, "default_float", -0.0),
+              ("values_strings", DType.string, "default_string", "_Unused"),
               ("values_tensor", None, "default_tensor", None))
 
 
-def _label_table(ctx, fail, unsupported) -> tuple[DType, np.ndarray, DType, np.ndarray, float]:
+def _label_table(ctx, fail, unsupported) -> tuple[DType, np.ndarray, DType, np.ndarray, float | str]:
     """(key dtype, keys, value dtype, values, default)."""
-    if any(ctx.attr(n) is not None for n in ("keys_strings", "values_strings", "classes_strings")):
-        raise unsupported("string keys or values need string tensors, which onnxcc does not support")
+    if ctx.attr("classes_strings") is not None:
+        raise unsupported("classes_strings (LabelEncoder opset 1) is not supported")
     keys = [(n, dt) for n, dt in _LE_KEYS if ctx.attr(n) is not None]
     vals = [(n, dt, dn, dv) for n, dt, dn, dv in _LE_VALUES if ctx.attr(n) is not None]
     if len(keys) != 1 or len(vals) != 1:
         raise fail("needs exactly one keys_* and one values_* attribute")
     (kname, kdt), (vname, vdt, dname, dval) = keys[0], vals[0]
-    k, v = np.asarray(ctx.attr(kname)).reshape(-1), np.asarray(ctx.attr(vname)).reshape(-1)
-    if kdt is None:
-        kdt = DType.from_np(k.dtype)
-    if vdt is None:
-        vdt = DType.from_np(v.dtype)
+    k, v = _table_array(ctx.attr(kname), kdt), _table_array(ctx.attr(vname), vdt)
+    kdt, vdt = kdt or DType.from_np(k.dtype), vdt or DType.from_np(v.dtype)
     if k.size != v.size:
         raise fail(f"{kname} has {k.size} entries, {vname} {v.size}")
-    if k.dtype.kind in "US" or v.dtype.kind in "US":
-        raise unsupported("string keys or values need string tensors, which onnxcc does not support")
-    if len({float(x) if not np.isnan(x) else "nan" for x in k.astype(np.float64)}) != k.size:
+    if kdt is DType.string:
+        distinct = len({str(x) for x in k})
+    else:
+        distinct = len({float(x) if not np.isnan(x) else "nan" for x in k.astype(np.float64)})
+    if distinct != k.size:
         raise fail(f"{kname} holds a key twice")
     default = ctx.attr(dname, dval)
-    default = float(np.asarray(default).reshape(-1)[0]) if default is not None else 0.0
+    if vdt is DType.string:
+        default = str(np.asarray(default, dtype=object).reshape(-1)[0]) if default is not None else "_Unused"
+    else:
+        default = float(np.asarray(default).reshape(-1)[0]) if default is not None else 0.0
     return kdt, k.astype(kdt.np), vdt, v.astype(vdt.np), default
+
+
+def _table_array(value, dt: DType | None) -> np.ndarray:
+    """A keys_* / values_* attribute as a flat array (strings as an object array)."""
+    a = np.asarray(value, dtype=object if dt is DType.string else None).reshape(-1)
+    return a.astype(object) if a.dtype.kind in "US" else a
 
 
 def _le_unsupported(ctx):
@@ -345,7 +356,11 @@ def _le_ref(ctx: RefCtx, x):
 
 def _le_lower(ctx) -> None:
     x, y = ctx.inputs[0], ctx.out(0)
-    _, keys, vdt, vals, default = _label_table(ctx, ctx.unsupported, ctx.unsupported)
+    kdt, keys, vdt, vals, default = _label_table(ctx, ctx.unsupported, ctx.unsupported)
+    if DType.string in (kdt, vdt):
+        lower_label_strings(ctx, keys, vdt, vals, default)
+        return
+    assert isinstance(default, float)
 
     def body(*ix):
         xv = x[ix]
@@ -358,4 +373,51 @@ def _le_lower(ctx) -> None:
     ctx.compute(y, body)
 
 
-define(ML + "LabelEncoder", infer=_le_infer, reference=_le_ref, lower=_le_lower, kind="elementwise", arity=1)
+define(ML + "LabelEncoder", infer=_le_infer, reference=_le_ref, lower=_le_lower, kind="elementwise", arity=1,
+       strings=True)
+
+
+# ---- CategoryMapper (ai.onnx.ml opset 1) ------------------------------------------------------------------
+#
+# int64 <-> string through the pairs (cats_int64s[k], cats_strings[k]): a string input maps to
+# its int64 (default_int64 where none matches), an int64 input to its string (default_string).
+# A LabelEncoder table read in the input's direction (strings.py lowers it).
+
+def _cm_table(ctx, fail) -> tuple[np.ndarray, DType, np.ndarray, int | str]:
+    """(keys, value dtype, values, default) for the input's dtype."""
+    ints, strs = ctx.attr("cats_int64s"), ctx.attr("cats_strings")
+    if ints is None or strs is None or len(ints) != len(strs) or not ints:
+        raise fail("needs cats_int64s and cats_strings of the same nonzero length")
+    ints, strs = np.asarray(ints, np.int64), np.asarray(list(strs), dtype=object)
+    x = ctx.op.operands[0].type.dtype
+    if x is DType.string:
+        if len({str(s) for s in strs}) != len(strs):
+            raise fail("cats_strings holds a string twice")
+        return strs, DType.i64, ints, int(ctx.attr("default_int64", -1))
+    if x is not DType.i64:
+        raise fail(f"X must be str or i64, got {x.value}")
+    if len(set(ints.tolist())) != len(ints):
+        raise fail("cats_int64s holds a value twice")
+    return ints, DType.string, strs, str(ctx.attr("default_string", "_Unused"))
+
+
+def _cm_infer(ctx: InferCtx) -> list[TensorType]:
+    _, vdt, _, _ = _cm_table(ctx, ctx.error)
+    return [ctx.in_types[0].with_dtype(vdt)]
+
+
+def _cm_ref(ctx: RefCtx, x):
+    keys, vdt, vals, default = _cm_table(ctx, ValueError)
+    out = np.full(x.shape, default, dtype=vdt.np)
+    for k, v in zip(keys.tolist(), vals.tolist(), strict=True):
+        out[x == k] = v
+    return [out]
+
+
+def _cm_lower(ctx) -> None:
+    keys, vdt, vals, default = _cm_table(ctx, ctx.unsupported)
+    lower_label_strings(ctx, keys, vdt, vals, default)
+
+
+define(ML + "CategoryMapper", infer=_cm_infer, reference=_cm_ref, lower=_cm_lower, kind="elementwise", arity=1,
+       strings=True)

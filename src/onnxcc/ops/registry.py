@@ -48,6 +48,9 @@ class OpDef:
     #: the native lowering takes the small types (8-bit and 4-bit floats, sub-byte integers);
     #: other ops refuse them unless they only make views
     small_types: bool = False
+    #: the native lowering takes string tensors (ops/strings.py: the string ops, and ops that
+    #: only move elements); other ops refuse them unless they only make views
+    strings: bool = False
     #: how the op treats positions padded for a bucket version (`traits.PadRule`); None:
     #: bucketize refuses it by name (elementwise and broadcast ops default to the
     #: elementwise rule, see `pad_rule`)

@@ -12,7 +12,9 @@ counts it under the later number (as the trie's overwrite does).
 
 Lowering: per output column a sum, over the n-grams feeding it, of their occurrence counts
 (a reduction over starts per skip, a product of equalities per position), then the weighting.
-The kernel grows with the pool; string pools are refused (no string tensors).
+The kernel grows with the pool. A string pool (pool_strings, string X) numbers its distinct
+strings (`vocab`) and counts over those numbers: X's strings become their numbers first (a
+lookup, strings.py's `string_ids`; -1, which no n-gram holds, for the rest).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..ir import DType, TensorType
 from ..kernel import Expr
 from .dual_math import KX, NP
 from .registry import InferCtx, RefCtx, define
+from .strings import string_ids
 
 _MODES = ("TF", "IDF", "TFIDF")
 
@@ -35,9 +38,17 @@ class _Pool:
     """The attributes, checked: `grams` maps each counted n-gram (a tuple) to its output column."""
 
     def __init__(self, attr, fail, unsupported):
-        if attr("pool_strings") is not None:
-            raise unsupported("pool_strings needs string tensors, which onnxcc does not support")
-        pool = [int(v) for v in (attr("pool_int64s") or [])]
+        strings = attr("pool_strings")
+        if strings is not None and attr("pool_int64s") is not None:
+            raise fail("has both pool_strings and pool_int64s")
+        #: a string pool's distinct strings, numbered in first-seen order (None: an int pool)
+        self.vocab: list[str] | None = None
+        if strings is not None:
+            self.vocab = list(dict.fromkeys(str(w) for w in strings))
+            number = {w: k for k, w in enumerate(self.vocab)}
+            pool = [number[str(w)] for w in strings]
+        else:
+            pool = [int(v) for v in (attr("pool_int64s") or [])]
         counts = [int(v) for v in (attr("ngram_counts") or [])]
         indexes = [int(v) for v in (attr("ngram_indexes") or [])]
         self.mode = attr("mode", None)
@@ -111,11 +122,12 @@ def _pool(ctx, fail) -> _Pool:
 
 def _tfidf_infer(ctx: InferCtx) -> list[TensorType]:
     x = ctx.in_types[0]
-    if x.dtype not in (DType.i32, DType.i64):
-        raise ctx.error(f"X must be int32 or int64 token ids, got {x.dtype.value}")
+    p = _pool(ctx, ctx.error)
+    want = (DType.string,) if p.vocab is not None else (DType.i32, DType.i64)
+    if x.dtype not in want:
+        raise ctx.error(f"X must be {' or '.join(d.value for d in want)} (the pool's kind), got {x.dtype.value}")
     if x.rank not in (1, 2):
         raise ctx.error(f"X must be [C] or [B, C], got {x}")
-    p = _pool(ctx, ctx.error)
     shape = (x.shape[0], p.width) if x.rank == 2 else (p.width,)
     return [TensorType(DType.f32, shape)]
 
@@ -137,12 +149,19 @@ def tfidf(x: np.ndarray, p: _Pool) -> np.ndarray:
 
 
 def _tfidf_ref(ctx: RefCtx, x):
-    return [tfidf(np.asarray(x), _pool(ctx, ValueError))]
+    p = _pool(ctx, ValueError)
+    x = np.asarray(x)
+    if p.vocab is not None:  # strings to their numbers in the pool, -1 for the rest
+        number = {w: k for k, w in enumerate(p.vocab)}
+        x = np.array([number.get(str(w), -1) for w in x.reshape(-1)], np.int64).reshape(x.shape)
+    return [tfidf(x, p)]
 
 
 def _tfidf_lower(ctx) -> None:
     x, y = ctx.inputs[0], ctx.out(0)
     p = _pool(ctx, ctx.unsupported)
+    if p.vocab is not None:
+        x = string_ids(ctx, x, p.vocab)
     length = K.dim_to_expr(x.shape[-1])
     by_col = p.by_col()
 
@@ -179,4 +198,4 @@ def _tfidf_lower(ctx) -> None:
 
 
 define("onnx.TfIdfVectorizer", infer=_tfidf_infer, reference=_tfidf_ref, lower=_tfidf_lower, kind="opaque",
-       arity=1, math=tfidf)
+       arity=1, math=tfidf, strings=True)

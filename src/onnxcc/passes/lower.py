@@ -207,6 +207,11 @@ class _Lowerer:
             raise UnsupportedOp(op.opname, op.dialect, op.loc,
                                 f"{', '.join(small)} values are not supported by this op in the native backend "
                                 "(Cast, CastLike, QuantizeLinear, DequantizeLinear and views take them)")
+        if (not d.strings and len(ctx.aliases) < len(op.results)
+                and any(v.type.dtype is DType.string for v in [*op.operands, *op.results])):
+            raise UnsupportedOp(op.opname, op.dialect, op.loc,
+                                "string values are not supported by this op in the native backend (the string "
+                                "ops and ops that only move elements take them)")
         for ri, oi in ctx.aliases.items():
             r = op.results[ri]
             src = ins[oi]

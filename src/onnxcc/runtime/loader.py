@@ -26,6 +26,7 @@ import numpy as np
 
 from onnxcc.errors import GuardError, OnnxccError, RuntimeCallError
 
+from . import strings as str_io
 from .interop import as_input, as_output
 
 
@@ -42,6 +43,8 @@ DTYPES = {
     "i32": (np.int32, 0, 32), "i64": (np.int64, 0, 64), "u8": (np.uint8, 1, 8),
     "u16": (np.uint16, 1, 16), "u32": (np.uint32, 1, 32), "u64": (np.uint64, 1, 64),
     "bool": (np.bool_, 6, 8),
+    # strings: object arrays of str here, `const char *` per element in the call (strings.py)
+    "str": (np.dtype(object), 3, 64),
 }
 # The small types: DLPack 1.1's codes for the 8- and 4-bit floats; sub-byte integers are
 # kDLInt / kDLUInt with bits 4 or 2. Sub-byte tensors are packed in the call (DLPack's and
@@ -146,8 +149,13 @@ class _Tensors:
     elsewhere (then `arrays` only give shapes and dtypes)."""
 
     def __init__(self, arrays: list[np.ndarray], dtypes: list[str] | None = None,
-                 device: tuple[int, int] = (KDL_CPU, 0), data: list[int] | None = None):
+                 device: tuple[int, int] = (KDL_CPU, 0), data: list[int] | None = None, out: bool = False):
         self.arrays = arrays
+        # string tensors travel as arrays of pointers: k -> (pointers, the bytes they point into)
+        self.strs: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        for k, a in enumerate(arrays):
+            if dtypes and dtypes[k] == "str" and data is None:
+                self.strs[k] = (np.zeros(a.shape, np.uint64), None) if out else str_io.encode(a)
         self.shapes = [(ctypes.c_int64 * max(1, a.ndim))(*a.shape) for a in arrays]
         # a strided view (only inputs the dispatcher serves strided get here): its strides
         self.strides = [None if a.flags.c_contiguous or data is not None
@@ -159,7 +167,8 @@ class _Tensors:
             code, bits = DTYPES[dtypes[k]][1:] if dtypes else dlpack_dtype(a.dtype)
             if bits < 8 and data is None:
                 self.packed[k] = pack_subbyte(a, bits)
-            t.data = (self.packed[k] if k in self.packed else a).ctypes.data if data is None else data[k]
+            held = self.packed.get(k, self.strs[k][0] if k in self.strs else a)
+            t.data = held.ctypes.data if data is None else data[k]
             t.device = DLDevice(*device)
             t.ndim = a.ndim
             t.dtype = DLDataType(code, bits, 1)
@@ -175,6 +184,7 @@ class _Tensors:
         """Copy packed sub-byte results back into their arrays (after a call)."""
         for k, p in self.packed.items():
             unpack_subbyte(p, self.arrays[k], int(self.array[k].dtype.bits))
+
 
 
 def _element_strides(a: np.ndarray) -> tuple[int, ...] | None:
@@ -362,13 +372,17 @@ class CompiledModel:
         self._guard_codes = frozenset(self.codes[k] for k in _GUARD_CODES)
         # sub-byte tensors are packed and unpacked around the call: the portable path does it
         self._packed = any(DTYPES[t["dtype"]][2] < 8 for t in self.inputs + self.outputs)
+        # string tensors are converted around the call (strings.py): the portable path does it
+        self._strings = any(t["dtype"] == "str" for t in self.inputs + self.outputs)
+        self._strings_release = (self._fn("strings_release", None, [])
+                                 if any(t["dtype"] == "str" for t in self.outputs) else None)
         # inputs the dispatcher serves strided (it compacts them itself): a numpy view of one
         # (x[:, ::2], x.T, np.broadcast_to) goes through with its strides, not copied here
         served = set(self.meta.get("strided_inputs", ()))
         self._strided_ok = [t["name"] in served and not self._cuda for t in self.inputs]
         # outputs sized only by the run: the library allocates them (NAME_run_alloc)
         self._run_alloc = None
-        if self._any_run_determined and not self._cuda and not self._packed \
+        if self._any_run_determined and not self._cuda and not self._packed and not self._strings \
                 and hasattr(self.lib, f"{self.name}_run_alloc"):
             self._run_alloc = self._fn("run_alloc", ctypes.c_int, [
                 ctypes.POINTER(DLTensor), ctypes.c_int, ctypes.POINTER(ctypes.POINTER(DLManagedTensor)),
@@ -508,6 +522,9 @@ class CompiledModel:
             xs = self._input_list(inputs)
         arrays = []
         for sig, want, ok, x in zip(self.inputs, self._in_np, self._strided_ok, xs):
+            if sig["dtype"] == "str":  # checked element by element (strings.py)
+                arrays.append(str_io.as_string_input(sig["name"], x))
+                continue
             if type(x) is np.ndarray and x.dtype == want and x.flags.c_contiguous:
                 arrays.append(x)  # the common case, first
                 continue
@@ -593,7 +610,7 @@ class CompiledModel:
         bufs = self._out_buffers(out)
         if self._run_alloc is not None and bufs is None:
             return self._run_managed(inputs, cast)
-        if self._cuda or not _WORD_LAYOUT or self._packed:
+        if self._cuda or not _WORD_LAYOUT or self._packed or self._strings:
             return self._run_portable(inputs, cast, bufs)
         arrays = self._prepare(inputs, cast)
         sc = self._scratch
@@ -668,10 +685,22 @@ class CompiledModel:
             for a, d in zip(outs, d_out):
                 drv.dtoh(a, d.ptr)
             return {t["name"]: a for t, a in zip(self.outputs, outs)}
-        o = _Tensors(outs, [t["dtype"] for t in self.outputs])
-        self._check(self._run(ins.array, len(ins), o.array, len(o)))
-        o.unpack()
-        return {t["name"]: self._trim(k, a) for k, (t, a) in enumerate(zip(self.outputs, outs))}
+        o = _Tensors(outs, [t["dtype"] for t in self.outputs], out=True)
+        try:
+            self._check(self._run(ins.array, len(ins), o.array, len(o)))
+            o.unpack()
+            return {t["name"]: self._strings_out(k, o.strs[k][0]) if k in o.strs else self._trim(k, a)
+                    for k, (t, a) in enumerate(zip(self.outputs, outs))}
+        finally:  # the strings were copied out (or the call failed): the library's go
+            if self._strings_release is not None:
+                self._strings_release()
+
+    def _strings_out(self, k: int, ptrs: np.ndarray) -> np.ndarray:
+        """String output k read from its pointers (cut to its true shape first)."""
+        ptrs = self._trim(k, ptrs)
+        out = np.empty(ptrs.shape, dtype=object)
+        str_io.decode(self.outputs[k]["name"], ptrs, out)
+        return out
 
     def _empty(self, k: int, shape: tuple, dtype) -> np.ndarray:
         """Output k's array; an allocation the machine cannot make is the caller's error, named."""

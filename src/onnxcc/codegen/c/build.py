@@ -14,6 +14,7 @@ from pathlib import Path
 from onnxcc.digest import file_sha256
 from onnxcc.errors import CompileError
 
+from . import strings as str_abi
 from .abi import ArtifactSpec
 from .link import (
     ABI_VERSION,
@@ -31,7 +32,8 @@ from .package import cmake_config, pkg_config
 
 def _version_script(spec: ArtifactSpec) -> str:
     # Export the API and nothing else: kernels and the runtime stay private to the .so.
-    names = "".join(f"    {f};\n" for f in api_names(spec.name, link_target(spec), bool(spec.run_dims)))
+    names = "".join(f"    {f};\n" for f in api_names(spec.name, link_target(spec), bool(spec.run_dims),
+                                                      str_abi.string_outputs(spec)))
     return f"{{\n  global:\n{names}  local:\n    *;\n}};\n"
 
 
@@ -59,7 +61,7 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     dispatcher = generate_dispatcher(spec)
     own_objects, own_runtime, own_libs = link_target(spec).link_inputs(spec, out)
     objects += own_objects
-    runtime = [*RUNTIME_SOURCES, *own_runtime]
+    runtime = [*RUNTIME_SOURCES, *own_runtime, *str_abi.runtime_sources(spec)]
     libs = ["-lm", *own_libs]
     (out / f"{name}.h").write_text(generate_header(spec))
     (out / f"{name}_dispatch.c").write_text(dispatcher)
@@ -112,7 +114,8 @@ def content_build_id(spec: ArtifactSpec, inputs: list[Path], cc: str, cflags: li
         h.update(spec.device.ptx.encode())
         for k, v in sorted(spec.device.consts.items()):
             h.update(k.encode() + bytes(v))
-    for f in [*inputs, *(RUNTIME_DIR / r for r in RUNTIME_SOURCES), RUNTIME_DIR / "onnxcc_rt.h"]:
+    for f in [*inputs, *(RUNTIME_DIR / r for r in [*RUNTIME_SOURCES, *str_abi.runtime_sources(spec)]),
+              RUNTIME_DIR / "onnxcc_rt.h"]:
         h.update(file_sha256(f).encode())
     h.update(json.dumps([cc, cflags, ABI_VERSION]).encode())
     return h.hexdigest()[:16]

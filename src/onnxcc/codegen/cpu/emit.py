@@ -523,6 +523,10 @@ from .control import CONTROL_EMITTERS  # noqa: E402  (If / Loop / WriteAt / SetS
 
 STMT_EMITTERS.update(CONTROL_EMITTERS)  # type: ignore[arg-type]
 
+from .extern import EXTERN_EMITTERS  # noqa: E402  (runtime calls: kernel/extern.py)
+
+STMT_EMITTERS.update(EXTERN_EMITTERS)  # type: ignore[arg-type]
+
 
 def workspace_bytes(plan: MemoryPlan, syms: dict[str, int]) -> int:
     """The workspace size for concrete symbol values."""

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import sympy
 
-from onnxcc.errors import RuntimeCallError
+from onnxcc.errors import CompileError, RuntimeCallError
 from onnxcc.ir import DType, evaluate
 from onnxcc.kernel.expr import ERROR_MESSAGES
 from onnxcc.kernel.plan_memory import MemoryPlan, reserve_scratch
@@ -83,6 +83,11 @@ class JitKernel:
                  parallel_min_work: int = 1 << 15, opt: int = 3, fn_name: str | None = None):
         import llvmlite.binding as llvm
 
+        if any(b.dtype is DType.string for b in program.buffers.values()):
+            # string elements are C pointers made from numpy objects, and their ops call the
+            # C runtime, which only a built library links in
+            raise CompileError(f"kernel {program.name}: the in-process JIT does not run string tensors; "
+                               "build a library (onnxcc.compile) to run them")
         self.program = program
         self.plan = reserve_scratch(plan if plan is not None else plan_memory(program), program)
         self.fn_name = fn_name or program.name

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from onnxcc.errors import CompileError
+from onnxcc.ir import DType
 
 from ..backend import Emitted, StepClock
 from ..c.build import build_library
@@ -60,6 +61,8 @@ class CudaBackend:
             if packed:  # the loader's device path moves unpacked arrays; stores would need byte atomics
                 raise CompileError(f"cuda: sub-byte types ({', '.join(packed)}) are not supported by the CUDA "
                                    "backend; use the cpu target")
+            if any(b.dtype is DType.string for b in prog.buffers.values()):  # host pointers, host runtime
+                raise CompileError("cuda: string tensors are not supported by the CUDA backend; use the cpu target")
             launches.append(cm.add_program(prog, v.plan, prog.name))
         step("llvm", time.perf_counter() - t0)
         if stop == "llvm":

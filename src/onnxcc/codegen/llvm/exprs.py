@@ -63,7 +63,8 @@ F16 = ir.HalfType()
 
 _INT_BITS = {DType.i8: 8, DType.i16: 16, DType.i32: 32, DType.i64: 64,
              DType.u8: 8, DType.u16: 16, DType.u32: 32, DType.u64: 64,
-             DType.i4: 4, DType.u4: 4, DType.i2: 2, DType.u2: 2}
+             DType.i4: 4, DType.u4: 4, DType.i2: 2, DType.u2: 2,
+             DType.string: 64}  # a string element is its `const char *`, moved as 64 bits
 
 
 # ---- types --------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""CPU emitter of `CallStmt` (kernel/extern.py): a call of a C runtime function.
+
+The sizes go into an i64 array and the buffer pointers into a pointer array, both in the
+entry block's frame; the call is `i32 fn(ptr sizes, ptr buffers)` and a nonzero result
+leaves the kernel with ERR_ASSERT (the runtime set the thread's error message, which the
+dispatcher appends). cpu.py's `STMT_EMITTERS` table points here.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from onnxcc.kernel.expr import ERR_ASSERT
+from onnxcc.kernel.extern import CallStmt
+
+from ..llvm.exprs import ExprEmitter
+from ..llvm.helpers import I32, I64, PTR, get_or_declare, i32, i64
+
+CALL_FNTY = ir.FunctionType(I32, [PTR, PTR])
+
+
+def emit_call(kem, ctx, s: CallStmt, k: int) -> None:
+    b = ctx.b
+    em = ExprEmitter(ctx, b)
+    sizes = ctx.alloca(ir.ArrayType(I64, max(1, len(s.sizes))), f"call{k}.sizes")
+    bufs = ctx.alloca(ir.ArrayType(PTR, max(1, len(s.buffers))), f"call{k}.bufs")
+    for j, e in enumerate(s.sizes):
+        b.store(em.emit(e), b.gep(sizes, [i64(0), i64(j)], inbounds=True))
+    for j, name in enumerate(s.buffers):
+        b.store(ctx.buffer_ptr(name), b.gep(bufs, [i64(0), i64(j)], inbounds=True))
+    fn = get_or_declare(ctx.module, s.fn, CALL_FNTY)
+    rc = b.call(fn, [sizes, bufs], name=f"call{k}.rc")
+    ok = ctx.fn.append_basic_block(f"call{k}.ok")
+    b.cbranch(b.icmp_signed("!=", rc, i32(0)), ctx.fail_block(ERR_ASSERT), ok)
+    b.position_at_end(ok)
+
+
+EXTERN_EMITTERS = {CallStmt: emit_call}
+
+__all__ = ["EXTERN_EMITTERS", "emit_call"]
