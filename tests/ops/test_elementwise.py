@@ -127,6 +127,35 @@ def test_equal_where_value_chain():
     assert list(values[res["n"]]) == [1, 0]
 
 
+def test_float_constants_in_shape_arithmetic():
+    # torch's legacy export of `math.ceil(h / 2) * 2` (MobileViT's patch padding): the dim goes
+    # through f32 Div / Ceil / Mul by the constant 2.0 and back to i64; dyadic constants are
+    # tracked, others (0.1, inexact in f32 arithmetic) are not
+    m = parse_module("""module @t {
+  sym H in [1, 4096]
+  func @main(%x: f32[H]) -> (i64[1]) {
+    %d = cc.dims() {dims = [#dim<H>]} : (i64[1])
+    %f = onnx.Cast(%d) {to = 1} : (f32[1])
+    %two = cc.const() {value = dense<f32[]: [2.0]>} : (f32[])
+    %half = cc.const() {value = dense<f32[]: [0.5]>} : (f32[])
+    %tenth = cc.const() {value = dense<f32[]: [0.1]>} : (f32[])
+    %q = onnx.Div(%f, %two) : (f32[1])
+    %c = onnx.Ceil(%q) : (f32[1])
+    %m = onnx.Mul(%c, %two) : (f32[1])
+    %i = onnx.Cast(%m) {to = 7} : (i64[1])
+    %h = onnx.Mul(%f, %half) : (f32[1])
+    %t = onnx.Mul(%f, %tenth) : (f32[1])
+    return %i
+  }
+}""")
+    values = infer_shapes(m)
+    res = {o.results[0].name: o.results[0] for o in m.main.body.ops if o.results}
+    H = sym("H")
+    assert list(values[res["i"]]) == [2 * sympy.ceiling(H / 2)]
+    assert list(values[res["h"]]) == [H / 2]
+    assert res["t"] not in values
+
+
 def test_onnx_dtype_mapping():
     from onnx import TensorProto
 

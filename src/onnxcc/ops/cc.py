@@ -8,7 +8,10 @@ cc.dims   {dims = [#dim<batch>, 4, ...]}   an i64 tensor whose elements are dims
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import sympy
 
 from ..errors import CompileError
 from ..ir import DType, TensorType, WeightRef, evaluate
@@ -32,6 +35,17 @@ def const_array(op, module) -> np.ndarray:
     return v
 
 
+def _exact_float(x: float):
+    """x as an exact sympy number when it is an integer or a dyadic fraction (denominator at
+    most 1024) below 2**24 in magnitude, else None."""
+    if not math.isfinite(x) or abs(x) >= 2 ** 24:
+        return None
+    r = sympy.Rational(x)  # the float's exact binary value
+    if r.q > 1024:
+        return None
+    return int(r) if r.q == 1 else r
+
+
 @register("cc.const")
 class ConstOp(OpDef):
     arity = 0
@@ -43,10 +57,21 @@ class ConstOp(OpDef):
             return [ctx.op.results[0].type]
         return [TensorType(DType.from_np(v.dtype), v.shape)]
 
+    # float constants are tracked too (OpDef.float_values), when every element is a value that
+    # f32 arithmetic on dims below 2**24 keeps exact: an integer or a fraction with a small
+    # power-of-two denominator (torch's `ceil(h / 2.0) * 2.0` on a dim cast to float)
+    float_values = True
+
     def value(self, ctx: InferCtx):
         v = ctx.attr("value")
-        if isinstance(v, np.ndarray) and v.dtype.kind in "iu" and v.size <= 64:
+        if not isinstance(v, np.ndarray) or v.size > 64:
+            return None
+        if v.dtype.kind in "iu":
             return [np.array([int(x) for x in v.reshape(-1)], dtype=object).reshape(v.shape)]
+        if v.dtype.kind == "f" and v.dtype.itemsize >= 4:
+            exact = [_exact_float(float(x)) for x in v.reshape(-1)]
+            if all(e is not None for e in exact):
+                return [np.array(exact, dtype=object).reshape(v.shape)]
         return None
 
     def reference(self, ctx: RefCtx):
