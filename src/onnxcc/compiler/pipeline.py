@@ -31,7 +31,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # ---- graph passes ----
         # an If whose result ranks depend on a condition over input dims: one function per
         # value of the condition (guarded by it), the If folded into the taken branch
-        ("ir", SplitIfPass()),
+        # (a condition computed from small int64 inputs: their values become symbols first)
+        ("ir", SplitIfPass(skip=tuple(options.specialize_value))),
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),

@@ -160,6 +160,18 @@ class BranchSplit(UnsupportedOp):
         self.op, self.pred, self.branch_types, self.detail = op, pred, branch_types, detail
 
 
+class DataBranch(BranchSplit):
+    """Such an If whose condition is computed from data (`pred` None): no guard over dims can
+    split it as it stands. The importer types it as one branch and records which in the op's
+    `typed_as` attribute; split-if turns the small integer inputs the condition is computed
+    from into symbols read at dispatch (passes/value_symbols.py), which makes it a condition
+    over dims; where that is not possible the function that holds it cannot be lowered (a
+    value version, which folds the condition, can)."""
+
+    def __init__(self, op: Op, detail: str, branch_types: list):
+        super().__init__(op, None, detail, branch_types)
+
+
 #: how deep `dim_predicate` follows a condition's producers
 MAX_PRED_DEPTH = 16
 
@@ -216,10 +228,24 @@ class IfOp(OpDef):
 
     def infer_regions(self, ctx, infer_block):
         changed = False
-        for reg in ctx.op.regions:
+        taken = _taken(ctx)
+        for i, reg in enumerate(ctx.op.regions):
+            if taken is not None and i != taken:
+                # a branch that never runs is not re-typed: the values now known (an input
+                # read into symbols) may be ones it cannot take (AffineGrid's 2-D branch
+                # splitting a 5-element size in four)
+                continue
             _bind_captures(ctx, reg.block.args, range(1, len(ctx.op.operands)))
             changed |= bool(infer_block(reg.block))
         return changed
+
+    def value(self, ctx):
+        """A constant condition passes the taken branch's known values through (AffineGrid's
+        N, C, D, H, W split from its size input, read on by the shapes after it)."""
+        taken = _taken(ctx)
+        if taken is None:
+            return None
+        return [ctx.value_of(y) for y in _yields(ctx.op.regions[taken].block)]
 
     def infer(self, ctx):
         op = ctx.op
@@ -240,8 +266,12 @@ class IfOp(OpDef):
                 what = f"result {k} has rank {at.rank} in then_branch and {bt.rank} in else_branch"
                 pred = dim_predicate(op.operands[0], ctx.value_of)
                 if pred is None:
-                    raise UnsupportedOp("If", "", ctx.loc, f"{what}, and the condition depends on data "
-                                        "(a version can be split only on a condition over input dims)")
+                    typed = op.attrs.get("typed_as")
+                    if typed is not None:  # provisional: lowering refuses it (see DataBranch)
+                        return [y.type for y in (then_y, else_y)[typed]]
+                    raise DataBranch(op, f"{what}, and the condition depends on data (a version can be split "
+                                     "only on a condition over input dims)",
+                                     [[y.type for y in then_y], [y.type for y in else_y]])
                 raise BranchSplit(op, pred, f"{what}, on the condition {pred}",
                                   [[y.type for y in then_y], [y.type for y in else_y]])
             shape = [d if ctx.symbols.prove_eq(d, e) is True else
@@ -288,6 +318,14 @@ class IfOp(OpDef):
         from .control_lower import lower_if
 
         lower_if(ctx)
+
+
+def _taken(ctx) -> int | None:
+    """The branch an If with a known condition takes (0: then, 1: else), else None."""
+    cond = const_value(ctx, 0)
+    if cond is None or cond.size != 1:
+        return None
+    return 0 if bool(cond.reshape(-1)[0]) else 1
 
 
 def captured_value(v):

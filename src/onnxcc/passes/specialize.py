@@ -27,6 +27,7 @@ from ..ir import Divisible, Function, Module, sym
 from ..ir.clone import clone_function
 from ..ops import get_opdef
 from .base import ModulePass, PassContext, SymValues, parse_sym_values, register_pass
+from .broadcast_relax import relax_broadcast_constraints
 from .shape_inference import infer_function_constraints
 
 
@@ -125,7 +126,7 @@ class SpecializePass(ModulePass):
         if dropped:
             module.attrs["dropped_versions"] = [
                 f"{c.tag}: over max-versions={self.max_versions}" for c in dropped]
-        versions = []
+        versions, ones = [], {}
         for c in keep:
             if generic.guard.subs(c.subs) is sympy.false:
                 continue  # excluded by the function's own guard (split-if)
@@ -146,6 +147,12 @@ class SpecializePass(ModulePass):
             if c.multiple_of:
                 v.attrs["multiple_of"] = [Divisible(k, m) for k, m in sorted(c.multiple_of.items())]
             versions.append(v.name)
+            if len(c.subs) == 1 and next(iter(c.subs.values())) == 1:
+                ones[next(iter(c.subs)).name] = needs
+        # a == b from a broadcast also admits a == 1 or b == 1 where those versions serve it;
+        # the generic function (and split-if's, typed alike) keep a == b in their guards
+        typed_equal = [generic, *(module.functions[n] for n in module.dispatch.get("main", []))]
+        relax_broadcast_constraints(module, typed_equal, ones)
         module.add_function(generic)
         generic.attrs["kind"] = "generic"
         module.dispatch["main"] = module.dispatch.get("main", []) + versions + [generic.name]
