@@ -157,7 +157,8 @@ def value_version(module: Module, generic: Function, items: list[tuple[str, list
     # a @main the importer already built for some values (a sequence's structure) keeps them
     v.attrs["value_guard"] = [*generic.attrs.get("value_guard", []),
                               *(format_value_text({n: [a.reshape(-1).tolist()]}) for n, a in arrays)]
-    v.guard = sympy.And(*[sympy.Eq(s, n) for s, n in subs.items()])
+    # the generic function's own guard stays (split-if's: its body was folded for it)
+    v.guard = sympy.And(generic.guard, *[sympy.Eq(s, n) for s, n in subs.items()])
     return v
 
 
