@@ -89,6 +89,18 @@ def _is_varying(ctx: InferCtx, d) -> bool:
         and ctx.symbols[d.name].origin.startswith(_varying_mark(ctx))
 
 
+def carried_varies(op: Op, module) -> bool:
+    """Whether the body of Loop `op` (as typed) changes a carried value's shape from one
+    iteration to the next: some carried argument has a dim widened to a varying symbol."""
+    if op.name != "onnx.Loop" or not op.regions:
+        return False
+    mark = f'node "{op.loc or op.name}": loop-carried'
+    n = len(loop_layout(op).carried)
+    return any(isinstance(d, sympy.Symbol) and d.name in module.symbols
+               and module.symbols[d.name].origin.startswith(mark)
+               for a in op.regions[0].block.args[2:2 + n] for d in a.type.shape)
+
+
 def _bind_carried(ctx: InferCtx, args, operand_idx) -> None:
     """Carried block args enter with the initial values' types, keeping dims already known
     to vary (from an earlier run of shape inference)."""
