@@ -55,7 +55,7 @@ def test_known_trip_count_unrolls_and_types_each_iteration():
 
 
 def test_unknown_trip_count_names_the_input(tmp_path):
-    with pytest.raises(ValueDependentError, match='changes shape across iterations runs .* input "trip"') as e:
+    with pytest.raises(ValueDependentError, match=r'changes shape across iterations runs .* input "trip"') as e:
         compile_model(_growing(), tmp_path, emit="ir")
     assert e.value.inputs == ["trip"]
 
