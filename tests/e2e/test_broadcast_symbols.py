@@ -99,3 +99,30 @@ def test_incompatible_call_through_onnxcc_run(built, tmp_path):
     assert r.exit_code == 1
     assert "constraint K == 1 | N == 1 | N == K does not hold" in r.output
     assert 'input "b" dim 0' in r.output
+
+
+def _folding_model() -> onnx.ModelProto:
+    """Ops canonicalize would fold with N == K: Expand(a, Shape(b)) is typed f32[N] (an
+    identity), Shape(a + b) the constant [N]. The 1-versions must come from the unfolded graph."""
+    nodes = [oh.make_node("Shape", ["b"], ["sb"]), oh.make_node("Expand", ["a", "sb"], ["y"]),
+             oh.make_node("Add", ["a", "b"], ["t"]), oh.make_node("Shape", ["t"], ["s"])]
+    g = oh.make_graph(nodes, "bcast_fold", [oh.make_tensor_value_info("a", TP.FLOAT, ["N"]),
+                                            oh.make_tensor_value_info("b", TP.FLOAT, ["K"])],
+                      [oh.make_tensor_value_info("y", TP.FLOAT, None), oh.make_tensor_value_info("s", TP.INT64, None)])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_versions_do_not_inherit_folds_made_with_the_equality(tmp_path):
+    m = _folding_model()
+    onnxcc.compile(m, tmp_path / "art", name="fold")
+    lib = onnxcc.load(tmp_path / "art")
+    for n, k in CASES:
+        feeds = _feeds(n, k)
+        got, want = lib.run(feeds), ort_run(m, feeds)
+        for name in ("y", "s"):
+            assert got[name].shape == want[name].shape, (n, k, name)
+            np.testing.assert_array_equal(got[name], want[name])
+    with pytest.raises(GuardError, match="K == 1 \\| N == 1 \\| N == K does not hold"):
+        lib.run(_feeds(5, 3))
