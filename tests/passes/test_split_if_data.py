@@ -106,3 +106,32 @@ def test_a_value_outside_the_symbols_range_is_refused_by_name(vad_file, tmp_path
     r, _ = _run(vad_file, tmp_path, 0)
     assert r.exit_code == 1
     assert 'input "sr" element 0: sr_0 = 0, out of range [1, 2147483647]' in r.output
+
+
+def _flag() -> onnx.ModelProto:
+    """The same If on a bool input: no symbol can hold it, so value versions must."""
+    m = _vad()
+    g = m.graph
+    del g.node[0]  # the Equal: the If reads the bool input itself
+    g.node[0].input[0] = "flag"
+    del g.node[1:]
+    g.node.append(h.make_node("ReduceSum", ["b"], ["y"], keepdims=0))
+    g.input[1].CopyFrom(h.make_tensor_value_info("flag", T.BOOL, []))
+    return m
+
+
+def test_if_on_a_bool_input_is_named_and_built_for_its_value(tmp_path):
+    from onnxcc.compiler import compile_model
+    from onnxcc.errors import ValueDependentError
+
+    m = _flag()
+    with pytest.raises(ValueDependentError, match='input "flag"'):
+        compile_model(m, tmp_path / "a", emit="lib")
+    onnx.save(m, str(tmp_path / "flag.onnx"))
+    for flag in (True, False):
+        feeds = {"x": np.random.default_rng(1).standard_normal((2, 5)).astype(np.float32), "flag": np.array(flag)}
+        np.savez(tmp_path / "in.npz", **feeds)
+        r = CliRunner().invoke(main, ["run", str(tmp_path / "flag.onnx"), "--inputs", str(tmp_path / "in.npz"),
+                                      "--outputs", str(tmp_path / "out.npz"), "--cache-dir", str(tmp_path / "c")])
+        assert r.exit_code == 0, r.output
+        np.testing.assert_allclose(np.load(tmp_path / "out.npz")["y"], ort_run(m, feeds)["y"], rtol=1e-5)
