@@ -484,9 +484,11 @@ class GraphBuilder:
         if conv is None and get_opdef(name) is None:
             raise UnsupportedOp(op_type, domain, self.loc)
         results = conv(node, self) if conv is not None else self.generic(node, name)
-        if name == "onnx.Loop" and results and carried_varies(results[0].owner, self.module):
+        if name == "onnx.Loop" and results and carried_varies(results[0].owner, self.module) \
+                and sequences.can_unroll(self, node):
             # a carried value that changes shape across iterations: no one buffer holds it, so
             # the loop is unrolled (its trip count known) and every iteration typed on its own
+            # (else it stays a Loop: the interpreter runs it, lowering refuses it by name)
             results[0].owner.erase()
             results = sequences.unroll_loop(self, node)
         self._bind(node, results)

@@ -460,6 +460,22 @@ def _identity(b, node, ins, attrs):
 
 # ---- subgraphs: SequenceMap, Loop, If --------------------------------------------------------------
 
+def can_unroll(b, node) -> bool:
+    """Whether a Loop's trip count and condition are constants or graph inputs (whose values
+    a build can be given): then `unroll_loop` can unroll it."""
+    from ..ir import BlockArg
+
+    for n in list(node.input[:2]):
+        if not n:
+            continue
+        v = b.scope.get(n)
+        if not isinstance(v, Value):
+            return False
+        if known_ints(b, v) is None and not (isinstance(v, BlockArg) and v.block is b.imp.main_block):
+            return False
+    return True
+
+
 def unroll_loop(b, node) -> list[Item]:
     """A tensor Loop whose carried value changes shape from one iteration to the next (a
     Slice at the iteration number grows or shrinks it): unrolled like a Loop over sequences,

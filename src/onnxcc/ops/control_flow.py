@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..errors import UnsupportedOp, VerifyError
+from ..errors import OnnxccError, UnsupportedOp, VerifyError
 from ..ir import Block, BlockArg, DType, Op, TensorType, canon, evaluate
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
 from .shape import const_value, fresh_dim, known_dims, norm_axis, simplify
@@ -242,13 +242,20 @@ class IfOp(OpDef):
         changed = False
         taken = _taken(ctx)
         for i, reg in enumerate(ctx.op.regions):
-            if taken is not None and i != taken:
-                # a branch that never runs is not re-typed: the values now known (an input
-                # read into symbols) may be ones it cannot take (AffineGrid's 2-D branch
-                # splitting a 5-element size in four)
-                continue
             _bind_captures(ctx, reg.block.args, range(1, len(ctx.op.operands)))
-            changed |= bool(infer_block(reg.block))
+            if taken is None or i == taken:
+                changed |= bool(infer_block(reg.block))
+                continue
+            # a branch that never runs may not fit the values now known (an input read into
+            # symbols: AffineGrid's 2-D branch splits a 5-element size in four): typed as far
+            # as it goes, its failure is no error (split-if folds such Ifs away)
+            saved = list(ctx.module.constraints)
+            try:
+                changed |= bool(infer_block(reg.block))
+            except (OnnxccError, ValueError):
+                pass
+            finally:
+                ctx.module.constraints[:] = saved  # nor is what it would need a constraint
         return changed
 
     def value(self, ctx):
