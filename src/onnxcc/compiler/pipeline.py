@@ -36,7 +36,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         ("ir", SplitIfPass(skip=tuple(options.specialize_value))),
         # x[a] + y[b] holds at a == b, a == 1 or b == 1: `a == 1` / `b == 1` versions where they
         # serve, made before canonicalize folds with a == b (specialize relaxes the constraint)
-        *((("ir", BroadcastVersionsPass()),) if options.specialize_one else ()),
+        *((("ir", BroadcastVersionsPass(max_versions=max(0, options.max_versions // 2))),)
+          if options.specialize_one else ()),
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),

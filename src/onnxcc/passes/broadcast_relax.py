@@ -80,6 +80,9 @@ class BroadcastVersionsPass(ModulePass):
     before canonicalize folds with `s == t` (see the module docstring)."""
 
     name: ClassVar[str] = "broadcast-versions"
+    #: at most this many versions (each is a copy of the model to compile); the rest keep
+    #: their strict constraint
+    max_versions: int = 4
 
     def run(self, module: Module, ctx: PassContext) -> bool:
         main = module.functions.get("main")
@@ -89,6 +92,10 @@ class BroadcastVersionsPass(ModulePass):
         made, served_pairs = [], []
         for s in sorted({s for _, s, _ in pairs}, key=lambda x: x.name):
             if main.guard.subs(s, 1) is sympy.false:
+                continue
+            if len(made) >= self.max_versions:
+                module.attrs.setdefault("dropped_versions", []).append(
+                    f"{s.name}1: over broadcast-versions' max-versions={self.max_versions}")
                 continue
             v = clone_function(main, f"main.{s.name}1", {s: 1})
             module.add_function(v)

@@ -149,8 +149,8 @@ class SpecializePass(ModulePass):
         keep = cands[: max(0, self.max_versions - 1)]
         dropped = cands[len(keep):]
         if dropped:
-            module.attrs["dropped_versions"] = [
-                f"{c.tag}: over max-versions={self.max_versions}" for c in dropped]
+            module.attrs.setdefault("dropped_versions", []).extend(
+                f"{c.tag}: over max-versions={self.max_versions}" for c in dropped)
         versions = []
         for c in keep:
             if generic.guard.subs(c.subs) is sympy.false or f"main.{c.tag}" in module.functions:
