@@ -13,6 +13,7 @@ from ..codegen.backend import Backend
 from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
 from ..passes.base import sym_values
+from ..passes.broadcast_relax import BroadcastVersionsPass
 from ..passes.bucketize import BucketizePass
 from ..passes.lower import LowerToKernelPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
@@ -31,7 +32,12 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # ---- graph passes ----
         # an If whose result ranks depend on a condition over input dims: one function per
         # value of the condition (guarded by it), the If folded into the taken branch
-        ("ir", SplitIfPass()),
+        # (a condition computed from small int64 inputs: their values become symbols first)
+        ("ir", SplitIfPass(skip=tuple(options.specialize_value))),
+        # x[a] + y[b] holds at a == b, a == 1 or b == 1: `a == 1` / `b == 1` versions where they
+        # serve, made before canonicalize folds with a == b (specialize relaxes the constraint)
+        *((("ir", BroadcastVersionsPass(max_versions=max(0, options.max_versions // 2))),)
+          if options.specialize_one else ()),
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),

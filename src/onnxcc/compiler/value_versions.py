@@ -81,7 +81,7 @@ def output_signature(module: Module, kmod, generic: Function, out_names: list[st
                 per.append(canon(t.shape[i]))
             free = {s.name for s in sympy.sympify(g).free_symbols}
             if built_generic and not (free & run_dims and any(f.attrs.get("kind") == "value" for f in versions)):
-                shape.append(g)
+                shape.append(g if _agrees(g, versions, per) else _max_over_versions(g, versions, per, out_names[j], i))
                 continue
             if not built_generic and all(p == per[0] for p in per) and \
                     {s.name for s in sympy.sympify(per[0]).free_symbols} <= bound:
@@ -109,6 +109,40 @@ def output_signature(module: Module, kmod, generic: Function, out_names: list[st
             if s.name not in bound and s.name not in vdims and s.name not in run_dims:
                 vdims[s.name] = [0] * n
     return shapes, extra, vdims
+
+
+def _equalities(f: Function) -> dict:
+    """The substitution a version's guard implies: its `SYM == expr` terms."""
+    out = {}
+    for a in sympy.And.make_args(f.guard):
+        if isinstance(a, sympy.Eq) and isinstance(a.lhs, sympy.Symbol) and a.lhs not in out:
+            out[a.lhs] = a.rhs
+        elif isinstance(a, sympy.Eq) and isinstance(a.rhs, sympy.Symbol) and a.rhs not in out:
+            out[a.rhs] = a.lhs
+    return out
+
+
+def _same_under(f: Function, a, b) -> bool:
+    """Whether dims `a` (over the generic's symbols) and `b` (version f's) agree where f runs."""
+    eqs = _equalities(f)
+    a = sympy.sympify(a).subs(f.subs).subs(eqs)
+    return canon(a) == canon(sympy.sympify(b).subs(eqs))
+
+
+def _agrees(g, versions: list[Function], per: list) -> bool:
+    return all(_same_under(f, g, p) for f, p in zip(versions, per, strict=True))
+
+
+def _max_over_versions(g, versions: list[Function], per: list, out_name: str, axis: int):
+    """An output dim versions type differently: `x[N] + y[K]` is `N` in the generic version
+    (guarded by N == K) and `K` in the N == 1 one. Their max is each version's dim where it
+    runs (checked per version); anything else is refused rather than guessed."""
+    cand = sympy.Max(g, *per)
+    if _agrees(cand, versions, per):
+        return cand
+    shown = ", ".join(f"{p} in {f.name}" for f, p in zip(versions, per, strict=True))
+    raise CompileError(f'output "{out_name}" dim {axis}: the versions give it differently ({shown}) '
+                       "and no one expression covers them; not compiled yet")
 
 
 def _fresh(base: str, taken: set[str]) -> str:

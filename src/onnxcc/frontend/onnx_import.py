@@ -35,6 +35,7 @@ from onnx.external_data_helper import uses_external_data
 from ..errors import ImportError_, OnnxccError, ParseError, UnsupportedOp
 from ..ir import Block, Dim, DType, Function, Module, Op, Region, TensorType, Value, WeightRef, canon, identifier
 from ..ops import InferCtx, get_opdef
+from ..ops.control_flow import carried_varies
 from ..ops.dtypes import onnx_dtype
 from ..ops.infer import infer_block, infer_op
 from . import opset_compat, sequences
@@ -483,6 +484,13 @@ class GraphBuilder:
         if conv is None and get_opdef(name) is None:
             raise UnsupportedOp(op_type, domain, self.loc)
         results = conv(node, self) if conv is not None else self.generic(node, name)
+        if name == "onnx.Loop" and results and carried_varies(results[0].owner, self.module) \
+                and sequences.can_unroll(self, node):
+            # a carried value that changes shape across iterations: no one buffer holds it, so
+            # the loop is unrolled (its trip count known) and every iteration typed on its own
+            # (else it stays a Loop: the interpreter runs it, lowering refuses it by name)
+            results[0].owner.erase()
+            results = sequences.unroll_loop(self, node)
         self._bind(node, results)
 
     def _bind(self, node: onnx.NodeProto, results: list[Value]) -> None:

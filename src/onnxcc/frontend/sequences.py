@@ -259,7 +259,7 @@ def known_ints(b, v: Value) -> list[int] | None:
     return out
 
 
-def need_ints(b, node, named: list[tuple[Value, str]]) -> list[list[int]]:
+def need_ints(b, node, named: list[tuple[Value, str]], decides: str = "a sequence's structure") -> list[list[int]]:
     """The known values of `named` [(value, what it is)]. A graph input among them takes the
     value the compile was given for it (a value version: the dispatcher checks it), else
     ValueDependentError names every such input (onnxcc run, the Session and the conformance
@@ -276,8 +276,8 @@ def need_ints(b, node, named: list[tuple[Value, str]]) -> list[list[int]]:
                 missing.append(v.name)
                 continue
         if got is None:
-            raise refuse(b, node, f"{what} depends on data the compile does not know; it decides a sequence's "
-                         "structure, which must be known at compile time")
+            raise refuse(b, node, f"{what} depends on data the compile does not know; it decides {decides}, "
+                         "which must be known at compile time")
         out.append(got)
     if missing:
         # every input that may decide a structure, so one retry with values builds (those
@@ -286,7 +286,7 @@ def need_ints(b, node, named: list[tuple[Value, str]]) -> list[list[int]]:
         which = ", ".join(f'"{n}"' for n in missing)
         flags = " ".join(f"--specialize-value {n}=V" for n in missing)
         raise ValueDependentError(
-            f'node "{b.loc}" ({node.op_type}): a sequence\'s structure depends on the value of input'
+            f'node "{b.loc}" ({node.op_type}): {decides} depends on the value of input'
             f"{'s' if len(missing) > 1 else ''} {which}: compile versions for given values with {flags} "
             "(onnxcc run --inputs does it from the inputs it is given)", missing, b.imp.input_names)
     return out
@@ -460,6 +460,32 @@ def _identity(b, node, ins, attrs):
 
 # ---- subgraphs: SequenceMap, Loop, If --------------------------------------------------------------
 
+def can_unroll(b, node) -> bool:
+    """Whether a Loop's trip count and condition are constants or graph inputs (whose values
+    a build can be given): then `unroll_loop` can unroll it."""
+    from ..ir import BlockArg
+
+    for n in list(node.input[:2]):
+        if not n:
+            continue
+        v = b.scope.get(n)
+        if not isinstance(v, Value):
+            return False
+        if known_ints(b, v) is None and not (isinstance(v, BlockArg) and v.block is b.imp.main_block):
+            return False
+    return True
+
+
+def unroll_loop(b, node) -> list[Item]:
+    """A tensor Loop whose carried value changes shape from one iteration to the next (a
+    Slice at the iteration number grows or shrinks it): unrolled like a Loop over sequences,
+    each iteration with its number a constant, so every shape is known. Its trip count and
+    condition must be known: a graph input's value given to the compile (a value version,
+    ValueDependentError names them otherwise) or a constant."""
+    ins: list[Item | None] = [b.scope[n] if n else None for n in node.input]
+    return _loop(b, node, ins, {}, "a Loop whose carried value changes shape across iterations")
+
+
 def run_inline(b, g: onnx.GraphProto, binds: dict, tag: str) -> list[Item]:
     """Import subgraph `g` into b's own block (unrolled / inlined), its inputs bound to
     `binds`; the outer names stay visible. Returns its outputs."""
@@ -508,7 +534,11 @@ def _sequence_map(b, node, ins, attrs):
     return out
 
 
-def _loop(b, node, ins, attrs):
+_SEQ_LOOP = "a Loop over sequences"
+
+
+def _loop(b, node, ins, attrs, kind: str = _SEQ_LOOP):
+    """Unroll a Loop into b's block (`kind` says why it is unrolled, for the refusals)."""
     g = _graph(b, node, "body")
     m = ins[0] if ins else None
     c = ins[1] if len(ins) > 1 else None
@@ -518,14 +548,15 @@ def _loop(b, node, ins, attrs):
     # a Loop over sequences is unrolled: its trip count and first condition must be known
     named = [(_tensor(b, node, x, k), what) for k, (x, what) in enumerate(((m, "the trip count"),
                                                                             (c, "the condition"))) if x is not None]
-    got = need_ints(b, node, named)
+    got = need_ints(b, node, named, "a sequence's structure" if kind == _SEQ_LOOP else
+                    f"how often {kind} runs (it is unrolled)")
     trip = cond = None
     if m is not None:
         trip = got.pop(0)[0]
     if c is not None:
         cond = bool(got.pop(0)[0])
     if trip is None and cond is None:
-        raise refuse(b, node, "a Loop over sequences without a trip count or condition never stops")
+        raise refuse(b, node, f"{kind} without a trip count or condition never stops")
     n_state = len(state)
     if len(g.input) != 2 + n_state:
         raise ImportError_(f'{b.imp.what}: node "{b.loc}" (Loop): body takes {len(g.input)} inputs, expected '
@@ -534,14 +565,14 @@ def _loop(b, node, ins, attrs):
     i = 0
     while (trip is None or i < trip) and (cond is None or cond):
         if i >= MAX_UNROLL:
-            raise refuse(b, node, f"a Loop over sequences is unrolled, up to {MAX_UNROLL} iterations")
+            raise refuse(b, node, f"{kind} is unrolled, up to {MAX_UNROLL} iterations")
         binds = {g.input[0].name: _const(b, np.int64(i)), g.input[1].name: _const(b, np.bool_(True))}
         binds.update({vi.name: x for vi, x in zip(g.input[2:], state)})
         outs = run_inline(b, g, binds, f"iter{i}")
         got = known_ints(b, _tensor(b, node, outs[0], 0))
         if got is None:
             raise refuse(b, node, f"the body's condition in iteration {i} depends on data the compile does not "
-                         "know; a Loop over sequences is unrolled, so when it stops must be known")
+                         f"know; {kind} is unrolled, so when it stops must be known")
         cond = bool(got[0])
         state = outs[1:1 + n_state]
         for j, o in enumerate(outs[1 + n_state:]):
@@ -551,7 +582,7 @@ def _loop(b, node, ins, attrs):
     zero = None
     for j, vals in enumerate(scans):
         if not vals:
-            raise refuse(b, node, f"scan output {j} of a Loop over sequences that runs no iteration")
+            raise refuse(b, node, f"scan output {j} of {kind} that runs no iteration")
         zero = zero or _const(b, np.array([0], np.int64))
         out.append(b.emit("onnx.Concat", [b.emit("onnx.Unsqueeze", [v, zero])[0] for v in vals], {"axis": 0})[0])
     return out

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..errors import UnsupportedOp, VerifyError
+from ..errors import OnnxccError, UnsupportedOp, VerifyError
 from ..ir import Block, BlockArg, DType, Op, TensorType, canon, evaluate
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
 from .shape import const_value, fresh_dim, known_dims, norm_axis, simplify
@@ -87,6 +87,18 @@ def _varying_mark(ctx: InferCtx) -> str:
 def _is_varying(ctx: InferCtx, d) -> bool:
     return isinstance(d, sympy.Symbol) and d.name in ctx.symbols \
         and ctx.symbols[d.name].origin.startswith(_varying_mark(ctx))
+
+
+def carried_varies(op: Op, module) -> bool:
+    """Whether the body of Loop `op` (as typed) changes a carried value's shape from one
+    iteration to the next: some carried argument has a dim widened to a varying symbol."""
+    if op.name != "onnx.Loop" or not op.regions:
+        return False
+    mark = f'node "{op.loc or op.name}": loop-carried'
+    n = len(loop_layout(op).carried)
+    return any(isinstance(d, sympy.Symbol) and d.name in module.symbols
+               and module.symbols[d.name].origin.startswith(mark)
+               for a in op.regions[0].block.args[2:2 + n] for d in a.type.shape)
 
 
 def _bind_carried(ctx: InferCtx, args, operand_idx) -> None:
@@ -160,6 +172,18 @@ class BranchSplit(UnsupportedOp):
         self.op, self.pred, self.branch_types, self.detail = op, pred, branch_types, detail
 
 
+class DataBranch(BranchSplit):
+    """Such an If whose condition is computed from data (`pred` None): no guard over dims can
+    split it as it stands. The importer types it as one branch and records which in the op's
+    `typed_as` attribute; split-if turns the small integer inputs the condition is computed
+    from into symbols read at dispatch (passes/value_symbols.py), which makes it a condition
+    over dims; where that is not possible the function that holds it cannot be lowered (a
+    value version, which folds the condition, can)."""
+
+    def __init__(self, op: Op, detail: str, branch_types: list):
+        super().__init__(op, None, detail, branch_types)
+
+
 #: how deep `dim_predicate` follows a condition's producers
 MAX_PRED_DEPTH = 16
 
@@ -216,10 +240,31 @@ class IfOp(OpDef):
 
     def infer_regions(self, ctx, infer_block):
         changed = False
-        for reg in ctx.op.regions:
+        taken = _taken(ctx)
+        for i, reg in enumerate(ctx.op.regions):
             _bind_captures(ctx, reg.block.args, range(1, len(ctx.op.operands)))
-            changed |= bool(infer_block(reg.block))
+            if taken is None or i == taken:
+                changed |= bool(infer_block(reg.block))
+                continue
+            # a branch that never runs may not fit the values now known (an input read into
+            # symbols: AffineGrid's 2-D branch splits a 5-element size in four): typed as far
+            # as it goes, its failure is no error (split-if folds such Ifs away)
+            saved = list(ctx.module.constraints)
+            try:
+                changed |= bool(infer_block(reg.block))
+            except (OnnxccError, ValueError):
+                pass
+            finally:
+                ctx.module.constraints[:] = saved  # nor is what it would need a constraint
         return changed
+
+    def value(self, ctx):
+        """A constant condition passes the taken branch's known values through (AffineGrid's
+        N, C, D, H, W split from its size input, read on by the shapes after it)."""
+        taken = _taken(ctx)
+        if taken is None:
+            return None
+        return [ctx.value_of(y) for y in _yields(ctx.op.regions[taken].block)]
 
     def infer(self, ctx):
         op = ctx.op
@@ -240,8 +285,12 @@ class IfOp(OpDef):
                 what = f"result {k} has rank {at.rank} in then_branch and {bt.rank} in else_branch"
                 pred = dim_predicate(op.operands[0], ctx.value_of)
                 if pred is None:
-                    raise UnsupportedOp("If", "", ctx.loc, f"{what}, and the condition depends on data "
-                                        "(a version can be split only on a condition over input dims)")
+                    typed = op.attrs.get("typed_as")
+                    if typed is not None:  # provisional: lowering refuses it (see DataBranch)
+                        return [y.type for y in (then_y, else_y)[typed]]
+                    raise DataBranch(op, f"{what}, and the condition depends on data (a version can be split "
+                                     "only on a condition over input dims)",
+                                     [[y.type for y in then_y], [y.type for y in else_y]])
                 raise BranchSplit(op, pred, f"{what}, on the condition {pred}",
                                   [[y.type for y in then_y], [y.type for y in else_y]])
             shape = [d if ctx.symbols.prove_eq(d, e) is True else
@@ -288,6 +337,14 @@ class IfOp(OpDef):
         from .control_lower import lower_if
 
         lower_if(ctx)
+
+
+def _taken(ctx) -> int | None:
+    """The branch an If with a known condition takes (0: then, 1: else), else None."""
+    cond = const_value(ctx, 0)
+    if cond is None or cond.size != 1:
+        return None
+    return 0 if bool(cond.reshape(-1)[0]) else 1
 
 
 def captured_value(v):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
+from ..errors import UnsupportedOp
 from ..ir import INT_MAX, DType, Op, canon
 from ..kernel import Buffer, IfStmt, LoopStmt, Var, WriteAt, dim_to_expr, flatten_index, unflatten_index
 
@@ -92,6 +93,12 @@ def lower_if(ctx) -> None:
     if c is not None and c.size == 1:  # a constant condition: only the taken branch
         p.body.extend(_branch(ctx, 0 if bool(c.reshape(-1)[0]) else 1, caps, outs, {}))
         return
+    if op.attrs.get("typed_as") is not None:  # typed as one branch for now (control_flow.DataBranch)
+        ranks = [[y.type.rank for y in r.block.terminator.operands] for r in op.regions]
+        k = next(k for k, (a, b) in enumerate(zip(*ranks)) if a != b)
+        raise UnsupportedOp("If", "", op.loc or op.name,
+                            f"result {k} has rank {ranks[0][k]} in then_branch and {ranks[1][k]} in else_branch, "
+                            "and the condition depends on data")
     extents: dict[str, tuple[Buffer, list]] = {}
     then_s = _branch(ctx, 0, caps, outs, extents)
     else_s = _branch(ctx, 1, caps, outs, extents)

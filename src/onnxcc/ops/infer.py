@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import OnnxccError, ShapeError
 from ..ir import Block, DType, Module, Op, TensorType
-from .control_flow import BranchSplit
+from .control_flow import BranchSplit, DataBranch
 from .registry import InferCtx, get_opdef, require_opdef
 
 #: integer tensors up to this many elements have their values tracked
@@ -34,6 +34,8 @@ def infer_op(op: Op, module: Module, values: dict, provisional: int | None = Non
         if provisional is None:
             raise
         types, split = e.branch_types[provisional], True
+        if isinstance(e, DataBranch):  # remembered: later passes keep this typing (or split it)
+            op.attrs["typed_as"] = provisional
     except OnnxccError:
         raise
     except Exception as e:

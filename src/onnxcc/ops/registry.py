@@ -42,6 +42,9 @@ class OpDef:
     #: operands broadcast against each other numpy-style (a dim of 1 stretches): the 0/1
     #: specialisation rule looks for symbols in such ops
     numpy_broadcast: bool = False
+    #: operands whose VALUE is a shape that broadcasts against operand 0's (Expand's target):
+    #: the 0/1 rule looks there too, where the value is known (a `cc.dims` / `cc.const`)
+    broadcast_shape_operands: tuple[int, ...] = ()
     #: operands whose elements are sizes (any value >= 1 is valid): a 1-D int64 graph input
     #: used only there may be bound to symbols at dispatch (passes/value_symbols.py)
     size_operands: tuple[int, ...] = ()

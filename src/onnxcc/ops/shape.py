@@ -800,6 +800,7 @@ class GatherNDOp(OpDef):
 class ExpandOp(OpDef):
     arity = 2
     kind = "broadcast"
+    broadcast_shape_operands = (1,)
 
     def infer(self, ctx):
         x, st = ctx.in_types

@@ -858,7 +858,9 @@ def bucket_version(module: Module, generic: Function, symbol: str, bucket: int, 
         raise BucketError(f"bucket {symbol} = {bucket}: the padded graph returns ({got}), expected "
                           f"({', '.join(str(t) for t in generic.result_types)})")
     pred = sympy.Le(s, bucket) if lo <= 1 else sympy.And(sympy.Lt(lo - 1, s), sympy.Le(s, bucket))
-    f.guard = sympy.And(pred, *[n.expr for n in needs])
+    # the generic function's own guard stays (split-if's, broadcast's a == b: its body may
+    # have been folded for them)
+    f.guard = sympy.And(pred, generic.guard, *[n.expr for n in needs])
     return f
 
 

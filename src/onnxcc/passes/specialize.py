@@ -20,13 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
 import sympy
 
 from ..errors import OnnxccError, ShapeError
-from ..ir import Divisible, Function, Module, sym
+from ..ir import Divisible, Function, Module, Op, sym
 from ..ir.clone import clone_function
 from ..ops import get_opdef
 from .base import ModulePass, PassContext, SymValues, parse_sym_values, register_pass
+from .broadcast_relax import relax_broadcast_constraints
 from .shape_inference import infer_function_constraints
 
 
@@ -50,9 +52,13 @@ def broadcast_symbols(f: Function) -> set[str]:
     found: set[str] = set()
     for op in f.walk():
         d = get_opdef(op.name)
-        if d is None or len(op.operands) < 2 or not d.numpy_broadcast:
+        if d is None or len(op.operands) < 2 or not (d.numpy_broadcast or d.broadcast_shape_operands):
             continue
-        shapes = [v.type.shape for v in op.operands]
+        if d.numpy_broadcast:
+            shapes = [v.type.shape for v in op.operands]
+        else:  # Expand: its input's shape against the target's known value
+            known = [_shape_value(op.operands[i]) for i in d.broadcast_shape_operands if i < len(op.operands)]
+            shapes = [op.operands[0].type.shape, *(k for k in known if k is not None)]
         rank = max(len(s) for s in shapes)
         padded = [(None,) * (rank - len(s)) + tuple(s) for s in shapes]
         for i in range(rank):
@@ -61,6 +67,18 @@ def broadcast_symbols(f: Function) -> set[str]:
                 if isinstance(dim, sympy.Symbol) and any(o != dim for o in col):
                     found.add(dim.name)
     return found
+
+
+def _shape_value(v) -> tuple | None:
+    """The dims a shape operand holds when its producer says them (`cc.dims`, `cc.const`)."""
+    op = getattr(v, "owner", None)
+    if not isinstance(op, Op) or v.type.rank != 1:
+        return None
+    if op.name == "cc.dims":
+        return tuple(op.attrs["dims"])
+    if op.name == "cc.const" and isinstance(op.attrs.get("value"), np.ndarray):
+        return tuple(int(x) for x in op.attrs["value"].reshape(-1))
+    return None
 
 
 def innermost_symbols(f: Function) -> set[str]:
@@ -99,8 +117,10 @@ class SpecializePass(ModulePass):
         # only from data, e.g. a Reshape target read from an input, cannot be guarded on)
         bound = ({s.name for p in f.params for s in p.type.symbols()}
                  | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
+        # symbols broadcast-versions made a 1-version for already (from the unfolded graph)
+        have = {str(k) for fn in module.functions.values() if fn.attrs.get("kind") == "one" for k in fn.subs}
         if self.one:
-            for name in sorted(broadcast_symbols(f) & bound):
+            for name in sorted(broadcast_symbols(f) & bound - have):
                 if table[name].lo <= 1 and f"{name}1" not in exact_names:
                     out.append(Candidate(f"{name}1", "one", {sym(name): 1}, sympy.Eq(sym(name), 1), 1))
         k = self.divisible
@@ -119,16 +139,22 @@ class SpecializePass(ModulePass):
             return False
         generic = module.functions.pop("main")
         generic.name = "main.generic"
+        # a == b from a broadcast also admits a == 1 or b == 1 where broadcast-versions made
+        # versions for them; the generic function (and split-if's, typed alike) keep a == b in
+        # their guards, and so does every version made below from the generic (canonicalize
+        # may have folded with a == b)
+        earlier = [module.functions[n] for n in module.dispatch.get("main", [])]
+        relax_broadcast_constraints(module, [generic, *(f for f in earlier if f.attrs.get("kind") != "one")])
         cands = self.candidates(module, generic)
         keep = cands[: max(0, self.max_versions - 1)]
         dropped = cands[len(keep):]
         if dropped:
-            module.attrs["dropped_versions"] = [
-                f"{c.tag}: over max-versions={self.max_versions}" for c in dropped]
+            module.attrs.setdefault("dropped_versions", []).extend(
+                f"{c.tag}: over max-versions={self.max_versions}" for c in dropped)
         versions = []
         for c in keep:
-            if generic.guard.subs(c.subs) is sympy.false:
-                continue  # excluded by the function's own guard (split-if)
+            if generic.guard.subs(c.subs) is sympy.false or f"main.{c.tag}" in module.functions:
+                continue  # excluded by the function's own guard (split-if), or made already
             v = clone_function(generic, f"main.{c.tag}", c.subs)
             module.add_function(v)
             try:

@@ -157,7 +157,8 @@ def value_version(module: Module, generic: Function, items: list[tuple[str, list
     # a @main the importer already built for some values (a sequence's structure) keeps them
     v.attrs["value_guard"] = [*generic.attrs.get("value_guard", []),
                               *(format_value_text({n: [a.reshape(-1).tolist()]}) for n, a in arrays)]
-    v.guard = sympy.And(*[sympy.Eq(s, n) for s, n in subs.items()])
+    # the generic function's own guard stays (split-if's: its body was folded for it)
+    v.guard = sympy.And(generic.guard, *[sympy.Eq(s, n) for s, n in subs.items()])
     return v
 
 
@@ -249,8 +250,16 @@ def value_inputs(module: Module, f: Function) -> list[str]:
     May name more than needed (a Pad's scalar constant_value with its pads), never fewer of
     those that reach it."""
     bad = unbound_symbols(f)
-    if not bad:
-        return []
     culprits = {id(op) for op in f.walk() if any(s.name in bad for r in op.results for s in r.type.symbols())}
+    # an If typed as one branch for now (ranks differ on a condition from data), and the ops
+    # around it: the captures that reach its condition flow into those
+    for op in f.walk():
+        if op.name == "onnx.If" and op.attrs.get("typed_as") is not None:
+            while op is not None:
+                culprits.add(id(op))
+                region = op.parent.parent if op.parent is not None else None
+                op = region.parent if region is not None else None
+    if not culprits:
+        return []
     cands = [k for k in small_inputs(f) if _reaches(f, k) & culprits]
     return [f.params[k].name for k in cands]

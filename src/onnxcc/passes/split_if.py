@@ -11,23 +11,30 @@ the substitution SYM -> c, like an exact version) and the If is folded into the 
 whose guard already decides the condition only folds. The clones go first in
 `module.dispatch["main"]`; @main goes on to specialize as the generic function.
 
-A condition that depends on data, or on a dim only known at run time, cannot make a guard:
-the If is refused with a one-line reason.
+A condition computed from the values of small int64 inputs (a scalar `sr` that picks the
+branch) is first made one over dims: those inputs are read into symbols at dispatch
+(passes/data_branch.py), unless value versions were asked for them (`skip`). Any other
+condition that depends on data, or on a dim only known at run time, cannot make a guard: the
+If is refused with a one-line reason (an If the importer typed provisionally is refused when
+it is lowered, so value versions that fold its condition can still be built).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
 import sympy
 
 from ..errors import OnnxccError, UnsupportedOp
-from ..ir import Block, Function, Module, Op
+from ..ir import Block, Function, Module, Op, canon
 from ..ir.clone import clone_function
 from ..ops.control_flow import BranchSplit
 from ..ops.infer import infer_block
 from .base import ModulePass, PassContext, register_pass
+from .data_branch import bind_deciding_inputs
+from .value_symbols import value_symbols_of
 
 #: bound on the functions one model may be split into
 MAX_SPLITS = 8
@@ -69,6 +76,18 @@ def fold_if(op: Op, branch: int) -> None:
     op.erase()
 
 
+def _fold_known(f: Function, values: dict) -> bool:
+    """Fold the outermost Ifs of f whose condition inference knows; whether any was."""
+    for op in f.walk():
+        if op.name != "onnx.If":
+            continue
+        v = values.get(op.operands[0])
+        if v is not None and np.size(v) == 1 and isinstance(canon(np.asarray(v).reshape(-1)[0]), int):
+            fold_if(op, 0 if canon(np.asarray(v).reshape(-1)[0]) else 1)
+            return True  # the walk is stale now: the caller infers f again
+    return False
+
+
 def _op_index(f: Function, op: Op) -> int:
     for k, o in enumerate(f.walk()):
         if o is op:
@@ -77,8 +96,10 @@ def _op_index(f: Function, op: Op) -> int:
 
 
 def _input_symbols(f: Function) -> set:
+    """The symbols the dispatcher binds before choosing: input dims and input values."""
     return {s for a in f.params for d in a.type.shape if not isinstance(d, int)
-            for s in getattr(d, "free_symbols", ())}
+            for s in getattr(d, "free_symbols", ())} | {sympy.Symbol(n, integer=True, positive=True)
+                                                       for n in value_symbols_of(f)}
 
 
 def _tag(pred, n: int) -> str:
@@ -94,19 +115,26 @@ class SplitIfPass(ModulePass):
     """One function per value of a dims-only If condition whose branches differ in rank."""
 
     name: ClassVar[str] = "split-if"
+    #: inputs whose values are not read into symbols (those with value versions)
+    skip: tuple[str, ...] = field(default=(), metadata={"parse": lambda t: tuple(filter(None, t.split("|")))})
 
     def run(self, module: Module, ctx: PassContext) -> bool:
         main = module.functions.get("main")
         if main is None or not any(o.name == "onnx.If" for o in main.walk()):
             return False
-        todo, done, changed = [main], [], False
+        # a condition computed from small int64 inputs: their values become symbols
+        bound = bind_deciding_inputs(module, main, set(self.skip))
+        todo, done, changed = [main], [], bool(bound)
         saved, needs, dropped, n = module.constraints, [], [], 0
         while todo:
             f = todo.pop()
             module.constraints = []
+            values: dict = {}
             try:
-                infer_block(f.body, module, {})
+                infer_block(f.body, module, values)
             except BranchSplit as e:
+                if e.pred is None:  # from data, and not typed by the importer (textual IR)
+                    raise UnsupportedOp("If", "", e.node, e.detail) from None
                 changed = True
                 where = _op_index(f, e.op)
                 taken = decided(f.guard, e.pred)
@@ -141,6 +169,11 @@ class SplitIfPass(ModulePass):
                 # version for it; such a call gets the dispatcher's guard error
                 module.functions.pop(f.name, None)
                 dropped.append((f, e))
+                continue
+            if bound and _fold_known(f, values):
+                # input values read into symbols decide some conditions now: fold those Ifs, so
+                # no branch that never runs keeps the types the importer guessed for it
+                todo.append(f)
                 continue
             f.result_types = [v.type for v in f.return_op.operands]
             needs += module.constraints

@@ -69,22 +69,38 @@ class ValueSymbolsPass(ModulePass):
         skip = set(self.skip)
         for p in f.params:
             t = p.type
-            if p.name in skip or t.dtype is not DType.i64 or t.rank != 1 or not isinstance(t.shape[0], int) \
-                    or not 1 <= t.shape[0] <= MAX_ELEMENTS or not _size_only(p):
+            if p.name in skip or t.rank != 1 or not can_bind(p) or not _size_only(p):
                 continue
-            syms = [module.symbols.fresh(f"{p.name}_{k}", f'input "{p.name}" element {k}')
-                    for k in range(t.shape[0])]
-            op = Op("cc.dims", (), [TensorType(DType.i64, t.shape)], {"dims": syms}, loc=f"value of input {p.name}",
-                    result_names=[f"{p.name}_dims"])
-            if f.body.ops:
-                f.body.insert_before(f.body.ops[0], op)
-            else:
-                f.body.append(op)
-            p.replace_all_uses_with(op.result)
-            made += [f"{s.name}={p.name}[{k}]" for k, s in enumerate(syms)]
+            made += bind_to_symbols(module, f, p)
         if not made:
             return False
-        f.attrs["value_symbols"] = made
         infer_shapes(module)
         canonicalize(module)
         return True
+
+
+def can_bind(p) -> bool:
+    """Whether parameter p could be read into symbols at dispatch: int64, a scalar or 1-D
+    with at most MAX_ELEMENTS elements (a static count)."""
+    t = p.type
+    return t.dtype is DType.i64 and t.rank <= 1 and all(isinstance(d, int) for d in t.shape) \
+        and 1 <= (t.numel() or 0) <= MAX_ELEMENTS
+
+
+def bind_to_symbols(module: Module, f: Function, p) -> list[str]:
+    """Replace the uses of parameter p (see `can_bind`) by a `cc.dims` of fresh symbols, one
+    per element, recorded in f's `value_symbols`; returns the new entries. The dispatcher
+    reads them from p's data and refuses a value outside [1, 2**31-1] by name."""
+    t = p.type
+    n = t.numel() or 0
+    syms = [module.symbols.fresh(f"{p.name}_{k}", f'input "{p.name}" element {k}') for k in range(n)]
+    op = Op("cc.dims", (), [TensorType(DType.i64, t.shape)], {"dims": syms}, loc=f"value of input {p.name}",
+            result_names=[f"{p.name}_dims"])
+    if f.body.ops:
+        f.body.insert_before(f.body.ops[0], op)
+    else:
+        f.body.append(op)
+    p.replace_all_uses_with(op.result)
+    made = [f"{s.name}={p.name}[{k}]" for k, s in enumerate(syms)]
+    f.attrs["value_symbols"] = [*f.attrs.get("value_symbols", []), *made]
+    return made

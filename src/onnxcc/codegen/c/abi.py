@@ -212,10 +212,10 @@ class ArtifactSpec:
             if name not in known:
                 raise ValueError(f"data-bound symbol {name} is not a declared symbol")
             t = self.inputs[i] if 0 <= i < len(self.inputs) else None
-            if t is None or t.dtype is not DType.i64 or t.rank != 1 or not (isinstance(t.shape[0], int)
-                                                                            and 0 <= j < t.shape[0]):
+            count = (t.shape[0] if t.rank == 1 else 1) if t is not None and t.rank <= 1 else None
+            if t is None or t.dtype is not DType.i64 or not (isinstance(count, int) and 0 <= j < count):
                 raise ValueError(f"data-bound symbol {name}: input {i} element {j} is not an element of a "
-                                 "static 1-D i64 input")
+                                 "static scalar or 1-D i64 input")
         for k, v in enumerate(self.versions):
             for g in v.value_guards:
                 if not 0 <= g.input < len(self.inputs) or self.inputs[g.input].name != g.name:
