@@ -31,8 +31,23 @@ from dataclasses import dataclass
 
 from onnxcc.ir import Dim, DType
 
-from .expr import Binary, Const, Expr, Reduce, Select, Unary, Var, dim_to_expr, free_vars, rmax, rsum, select, \
-    substitute, transform, walk
+from .expr import (
+    Binary,
+    Const,
+    Expr,
+    Load,
+    Reduce,
+    Select,
+    Unary,
+    Var,
+    free_vars,
+    rmax,
+    rsum,
+    select,
+    substitute,
+    transform,
+    walk,
+)
 from .program import Compute
 
 MAX_ROW = 1024
@@ -72,6 +87,18 @@ class Flash:
     """V(key, w): the value, reading the innermost var"""
     row: int
     """the static extent of the innermost var (the accumulator row)"""
+    dot: Reduce | None = None
+    """the score's dot product `sum(e < D: query(e) * key_part(e, key))`, when it has one:
+    the emitter then computes several keys' dots in one loop over `e`, sharing the query
+    loads (None: each score is emitted as it stands)"""
+    query: Expr | None = None
+    """the dot's factor free of the key"""
+    keyed: Expr | None = None
+    """the dot's factor that reads the key"""
+    rows_var: str | None = None
+    """the second-innermost var (the query row) when neither the keys nor the values read
+    it: the emitter then runs several rows at once over each key block, sharing every key
+    and value load among them (None: one row at a time)"""
 
     def without_core(self, body: Expr) -> Expr:
         """`body` with the core replaced by a constant: what may be hoisted above the row
@@ -99,9 +126,33 @@ def match_flash(c: Compute) -> Flash | None:
     score, value = prod.a.a.a, prod.b
     if inner.name in free_vars(score) or inner.name not in free_vars(value):
         return None
-    if any(n.buffer == c.out for n in walk(c.body) if hasattr(n, "buffer")):
-        return None  # the fused loop writes the output row only at the end, but keep it simple
-    return Flash(core, key, kv_len, score, value, ext)
+    if any(isinstance(n, Load) and n.buffer == c.out for n in walk(c.body)):
+        return None  # the row's stores come after all its reads only if no read is of the output
+    dot = _split_dot(score, key.name)
+    if dot is None:
+        return Flash(core, key, kv_len, score, value, ext)
+    rows = c.vars[-2][0].name if len(c.vars) >= 3 else None
+    if rows is not None and rows in free_vars(value) | free_vars(kv_len) | free_vars(dot[2]):
+        rows = None
+    return Flash(core, key, kv_len, score, value, ext, *dot, rows_var=rows)
+
+
+def _split_dot(score: Expr, key: str) -> tuple[Reduce, Expr, Expr] | None:
+    """The one reduction of `score` that reads the key, when it is a dot product over one
+    var whose extent no key changes: (the reduce, its key-free factor, its keyed factor)."""
+    dots = [n for n in walk(score) if isinstance(n, Reduce) and key in free_vars(n)]
+    if len(dots) != 1:
+        return None
+    d = dots[0]
+    if not (_sum1(d) and isinstance(d.body, Binary) and d.body.op == "mul"):
+        return None
+    (_, ext), = d.vars
+    a, b = d.body.a, d.body.b
+    if key in free_vars(a):
+        a, b = b, a
+    if key in free_vars(a) or key not in free_vars(b) or key in free_vars(ext):
+        return None
+    return d, a, b
 
 
 def _is_core(n: Expr) -> bool:
@@ -140,7 +191,3 @@ def _sum1(e: Expr) -> bool:
 def _exp_minus(e: Expr) -> bool:
     return isinstance(e, Unary) and e.op == "exp" and isinstance(e.a, Binary) and e.a.op == "sub"
 
-
-def kv_extent(d: Dim) -> Expr:
-    """A key count as an index expression (for callers building cores over a Dim)."""
-    return dim_to_expr(d)

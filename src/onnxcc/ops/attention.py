@@ -431,16 +431,17 @@ def _fuses(ctx, g: Geometry, n_out: int, opts: dict) -> bool:
 
 
 def _write_y(ctx, g: Geometry, y_dt: DType, fused) -> None:
-    """Y from `fused(b, h, s, vv)` with the value head innermost (the fused row): a 3-D Y
-    `[batch, seq, heads*head]` is computed as [batch, seq, heads, head] and copied over."""
+    """Y from `fused(b, h, s, vv)` over [batch, heads, seq, head]: the value head innermost
+    (the fused row) and the query rows next (blocks of rows share each key load); a 3-D Y
+    `[batch, seq, heads*head]` is computed so and copied over."""
     y = ctx.out(0)
     if not g.rank3:
         ctx.compute(y, lambda b, h, s, vv: cast(fused(b, h, s, vv), y_dt))
         return
-    y4 = ctx.temp(y_dt, (g.batch, g.q_len, g.q_heads, g.v_head), "y_heads")
-    ctx.compute(y4, lambda b, s, h, vv: cast(fused(b, h, s, vv), y_dt))
+    y4 = ctx.temp(y_dt, (g.batch, g.q_heads, g.q_len, g.v_head), "y_heads")
+    ctx.compute(y4, lambda b, h, s, vv: cast(fused(b, h, s, vv), y_dt))
     vh = _e(g.v_head)
-    ctx.compute(y, lambda b, s, j: y4[(b, s, j // vh, j % vh)])
+    ctx.compute(y, lambda b, s, j: y4[(b, j // vh, s, j % vh)])
 
 
 define("onnx.Attention", infer=_infer, reference=_reference, lower=_lower, kind="opaque", arity=(3, 7),

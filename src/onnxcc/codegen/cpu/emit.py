@@ -335,8 +335,8 @@ class KernelEmitter:
                 if innermost and plan.row_norm is not None:
                     emit_row_norm(self, em, ctx, c, plan, v, vals)
                     return
-                if innermost and plan.flash is not None:
-                    emit_flash(self, em, ctx, c, plan, v, vals)
+                if plan.flash is not None and (innermost or (j + 2 == len(names) and plan.flash.rows_var)):
+                    emit_flash(self, em, ctx, c, plan, v, vals)  # the rows var too, where it may
                     return
                 if innermost and plan.vector_width and plan.strip_mine:
                     self.emit_strip_mined(em, ctx, c, plan, v, vals, i64(0), ctx.dim(exts[v]))
@@ -389,6 +389,8 @@ class KernelEmitter:
         through onnxcc_parallel_for (or directly, when a symbolic size turns out small)."""
         rank = len(c.vars)
         ncol = rank - 1 if rank >= 2 else 1
+        if plan.flash is not None and plan.flash.rows_var is not None:
+            ncol = rank - 2  # fused attention runs blocks of query rows (cpu/flash.py)
         b = ctx.b
         if rank == 1 and plan.vector_width and plan.strip_mine:
             # one axis: run groups of whole vector chunks in parallel

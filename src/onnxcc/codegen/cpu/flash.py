@@ -1,23 +1,25 @@
-"""One query row of fused attention (kernel/flash.py) over blocks of keys, scores never stored.
+"""Query rows of fused attention (kernel/flash.py) over blocks of keys, scores never stored.
 
-For the row whose outer vars are bound (the innermost var `w` runs over the value head):
+For ROWS query rows at once (the rows var bound to s0 .. s0+ROWS-1; one row where the keys
+or values read it, and for the rows left over), the innermost var `w` over the value head:
 
-    m = -inf; l = 0; acc[w] = 0
+    m_r = -inf; l_r = 0; acc_r[w] = 0
     for each block of BLOCK keys (the last one shorter):
-        s[i] = X(t0 + i)                          the block's scores, once each
-        m_new = max(m, max_i s[i])
-        if m_new != -inf:                         (a block still all -inf adds nothing)
-            alpha = exp(m - m_new)                0 while m is -inf
-            p[i] = exp(s[i] - m_new); l = l * alpha + sum_i p[i]
-            acc[w] = acc[w] * alpha + sum_i p[i] * V(t0 + i, w)
-            m = m_new
-    for w: out[..., w] = body with the core := acc[w] / select(l == 0, 1, l)
+        s_r[i] = X_r(t0 + i)                     every row's scores, sharing each key load
+        m_new = max(m_r, max_i s_r[i])           (maxnum and a NaN flag: both vectorize)
+        live = m_new != -inf                     (a row still all -inf adds nothing)
+        alpha = live ? exp(m_r - m_new) : 1      0 while m_r is -inf
+        p_r[i] = exp(s_r[i] - (live ? m_new : 0));  l_r = l_r * alpha + sum_i p_r[i]
+        acc_r[w] = acc_r[w] * alpha + sum_i p_r[i] * V(t0 + i, w)   (each V load shared)
+        m_r = live ? m_new : m_r
+    for w: out[..., w] = body with the core := acc_r[w] / select(l_r == 0, 1, l_r)
 
-The block's scores and probabilities live in a stack array of BLOCK lanes, the accumulator
-row in one of the value head's size: the [q, kv] score matrix never exists. The loops over
-a block and over `w` carry the vectorizer hint (the probabilities' exp is vmath's, which
-widens). A NaN score makes `m_new` NaN, which the test lets through, so NaN reaches the
-result as it does through the unfused softmax.
+Branch-free: a row that is not live has only -inf scores, so its `p` are exp(-inf) = 0.
+Keys go GROUP at a time: their dot products share one loop over the head dim (each query
+factor loaded once for all of them) and their P @ V terms one pass over the accumulator rows.
+The scores and probabilities live in stack arrays of BLOCK lanes per row, the accumulators
+in arrays of the value head's size: the [q, kv] score matrix never exists. A NaN score makes
+its row's `m_new` NaN, which counts as live, so NaN reaches the result as it does unfused.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from onnxcc.kernel.expr import Expr, Var, substitute
+
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
-from ..llvm.helpers import PTR, for_range, i64, if_then, loop_metadata
+from ..llvm.helpers import PTR, for_range, i64, intrinsic, loop_metadata
 
 if TYPE_CHECKING:
     from onnxcc.kernel.program import Compute
@@ -37,86 +41,271 @@ if TYPE_CHECKING:
 BLOCK = 64
 """keys per block: the block's scores stay in L1 while they become probabilities and are
 spread over the accumulator row"""
+ROWS = 4
+"""query rows run together: each key and value load serves all of them (one row at a time
+streams the whole K and V from L2 per row, which bounds it at a third of the GEMM path)"""
+GROUP = 4
+"""keys whose dot products share one loop over the head dim (the query factor loaded once
+for all of them), and whose P @ V terms share one pass over the accumulator row"""
+_FM = ("reassoc", "contract", "nsz")
+"""the dot's adds may be reordered (vector lanes), as any reduction's are"""
 
 
 def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
                vals: dict[str, ir.Value]) -> None:
-    """The innermost var `v` of `c` as one fused-attention row (the outer vars in `vals`)."""
+    """From var `v` of `c` on: the rows var and the innermost one (`plan.flash.rows_var`
+    set), or the innermost alone; the outer vars are bound in `vals`."""
     fl = plan.flash
     assert fl is not None
     b = ctx.b
-    dt = fl.core.dtype
-    ty = compute_type(dt)
-    name, ext = c.var_names[v], c.extents[v]
-    width = plan.vector_width or 8
-    key = fl.key.name
-    acc = ctx.alloca(ir.ArrayType(ty, fl.row), "flash.acc")
-    blk = ctx.alloca(ir.ArrayType(ty, BLOCK), "flash.s")
-    acc.type = blk.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
-    m_p, l_p, bmax_p, bsum_p = (ctx.alloca(ty, f"flash.{n}") for n in ("m", "l", "bmax", "bsum"))
-    neg_inf, zero, one = ir.Constant(ty, float("-inf")), ir.Constant(ty, 0.0), ir.Constant(ty, 1.0)
-    row = i64(fl.row)
+    if fl.rows_var is None or v + 1 == len(c.vars):
+        _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
+        return
+    n = ctx.dim(c.extents[v])
+    full = b.udiv(n, i64(ROWS), name="flash.rowblocks")
+    with for_range(b, full, "flash.rb", guard=True) as rb:
+        _Rows(owner, em, ctx, c, plan, ROWS).run(b.mul(rb, i64(ROWS), name="flash.s0", flags=("nuw", "nsw")), vals)
+    with for_range(b, n, "flash.rr", start=b.mul(full, i64(ROWS), name="flash.rdone"), guard=True) as r:
+        _Rows(owner, em, ctx, c, plan, 1).run(r, vals)
 
-    def slot(arr: ir.Value, i: ir.Value, what: str) -> ir.Value:
-        return b.gep(arr, [i], inbounds=True, name=f"flash.{what}.p", source_etype=ty)
 
-    def vec_md():
-        return loop_metadata(owner.module, width, None)
+class _Rows:
+    """One emission of `nrows` rows (module doc): their stack arrays and the block steps."""
 
-    # what no key changes (the query row's own loads, a causal row's offset) once per row
-    em.hoist(fl.score)
-    b.store(neg_inf, m_p)
-    b.store(zero, l_p)
-    with for_range(b, row, "flash.w0", guard=False, metadata=vec_md()) as j:
-        b.store(zero, slot(acc, j, "acc"))
-    n = em.emit(fl.kv_len)
-    nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="flash.n.up"), i64(BLOCK), name="flash.blocks")
-    with for_range(b, nblk, "flash.kb", guard=True) as kb:
-        t0 = b.mul(kb, i64(BLOCK), name="flash.t0", flags=("nuw", "nsw"))
-        left = b.sub(n, t0, name="flash.left", flags=("nsw",))
-        cnt = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK), name="flash.cnt")
-        b.store(neg_inf, bmax_p)
-        with for_range(b, cnt, "flash.i", guard=False) as i:  # the block's scores
-            t = b.add(t0, i, name=key, flags=("nuw", "nsw"))
-            em.push({key: t}, {key: fl.kv_len})
-            s = em.emit(fl.score)
+    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, nrows: int):
+        fl = plan.flash
+        assert fl is not None
+        self.owner, self.em, self.ctx, self.c, self.fl, self.b = owner, em, ctx, c, fl, ctx.b
+        self.dt = fl.core.dtype
+        self.ty = ty = compute_type(self.dt)
+        self.w, self.w_ext = c.var_names[-1], c.extents[-1]
+        self.width = plan.vector_width or 8
+        self.key = fl.key.name
+        self.nrows = nrows
+        self.acc = ctx.alloca(ir.ArrayType(ty, fl.row * nrows), "flash.acc")
+        self.blk = ctx.alloca(ir.ArrayType(ty, BLOCK * nrows), "flash.s")
+        self.acc.type = self.blk.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+        self.m_p = [ctx.alloca(ty, "flash.m") for _ in range(nrows)]
+        self.l_p = [ctx.alloca(ty, "flash.l") for _ in range(nrows)]
+        self.bmax_p, self.bsum_p = ctx.alloca(ty, "flash.bmax"), ctx.alloca(ty, "flash.bsum")
+        self.nan_p = ctx.alloca(ir.IntType(1), "flash.nan")
+        self.dots = [[ctx.alloca(ty, f"flash.dot{r}.{j}") for j in range(GROUP)] for r in range(nrows)]
+        self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
+        # the key var renamed per lane of a group (lane j reads key t + j), the rows var per row
+        self.lanes = [Var(f"{self.key}.{j}") for j in range(GROUP)]
+        rv = fl.rows_var
+        self.rows = [Var(f"{rv}.{r}") for r in range(nrows)] if rv is not None and nrows > 1 else []
+
+        def at(e: Expr, r: int, j: int | None) -> Expr:
+            m = {} if j is None else {self.key: self.lanes[j]}
+            if self.rows:
+                m[rv] = self.rows[r]  # type: ignore[index]
+            return substitute(e, m) if m else e
+
+        self.score1 = [at(fl.score, r, None) for r in range(nrows)]
+        self.scores = [[at(fl.score, r, j) for j in range(GROUP)] for r in range(nrows)]
+        self.values = [at(fl.value, 0, j) for j in range(GROUP)]
+        if fl.dot is not None:
+            self.lane_dots = [[at(fl.dot, r, j) for j in range(GROUP)] for r in range(nrows)]
+            self.query = [at(fl.query, r, None) for r in range(nrows)]  # type: ignore[arg-type]
+            self.keyed = [at(fl.keyed, 0, j) for j in range(GROUP)]  # type: ignore[arg-type]
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def slot(self, arr: ir.Value, i: ir.Value) -> ir.Value:
+        return self.b.gep(arr, [i], inbounds=True, name="flash.slot", source_etype=self.ty)
+
+    def at(self, arr: ir.Value, r: int, size: int, i: ir.Value) -> ir.Value:
+        """Element i of row r of a [nrows x size] stack array."""
+        return self.slot(arr, self.b.add(i, i64(r * size), name="flash.ri", flags=("nuw", "nsw")) if r else i)
+
+    def load(self, ptr: ir.Value) -> ir.Value:
+        return self.b.load(ptr, name="flash.ld", typ=self.ty)
+
+    def vec_md(self):
+        return loop_metadata(self.owner.module, self.width, None)
+
+    def plus(self, t: ir.Value, j: int) -> ir.Value:
+        return t if j == 0 else self.b.add(t, i64(j), name="flash.plus", flags=("nuw", "nsw"))
+
+    def bind_lanes(self, t: ir.Value) -> None:
+        """A frame binding the lanes' key vars to keys t .. t + GROUP - 1."""
+        self.em.push({k.name: self.plus(t, j) for j, k in enumerate(self.lanes)},
+                     {k.name: self.fl.kv_len for k in self.lanes})
+
+    def bind_key(self, t: ir.Value) -> None:
+        self.em.push({self.key: t}, {self.key: self.fl.kv_len})
+
+    def groups(self, cnt: ir.Value, body, one) -> None:
+        """`body(i)` for i = 0, GROUP, ... while a whole group fits in `cnt`, then `one(i)`
+        for the keys left over."""
+        b = self.b
+        ng = b.udiv(cnt, i64(GROUP), name="flash.groups")
+        with for_range(b, ng, "flash.g", guard=True) as g:
+            body(b.mul(g, i64(GROUP), name="flash.gi", flags=("nuw", "nsw")))
+        done = b.mul(ng, i64(GROUP), name="flash.done", flags=("nuw", "nsw"))
+        with for_range(b, cnt, "flash.r", start=done, guard=True) as i:
+            one(i)
+
+    # ---- the row(s) --------------------------------------------------------------------------
+    def run(self, s0: ir.Value | None, vals: dict[str, ir.Value]) -> None:
+        """The rows s0 .. s0+nrows-1 (s0 None: the one row whose vars are all in `vals`)."""
+        b, em, fl = self.b, self.em, self.fl
+        rv = fl.rows_var
+        rows_ext = {} if s0 is None else {rv: self.c.extents[-2]}
+        if self.rows:
+            em.push({x.name: self.plus(s0, r) for r, x in enumerate(self.rows)},  # type: ignore[arg-type]
+                    {x.name: rows_ext[rv] for x in self.rows})
+        elif s0 is not None:
+            em.push({rv: s0}, rows_ext)  # type: ignore[dict-item]
+            em.hoist(fl.without_core(self.c.body))
+        for sc in self.score1:  # what no key changes (a causal row's offset): once per row
+            em.hoist(sc)
+        for r in range(self.nrows):
+            b.store(self.neg_inf, self.m_p[r])
+            b.store(self.zero, self.l_p[r])
+        with for_range(b, i64(fl.row * self.nrows), "flash.w0", guard=False, metadata=self.vec_md()) as j:
+            b.store(self.zero, self.slot(self.acc, j))
+        n = em.emit(fl.kv_len)
+        nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="flash.n.up"), i64(BLOCK), name="flash.blocks")
+        with for_range(b, nblk, "flash.kb", guard=True) as kb:
+            t0 = b.mul(kb, i64(BLOCK), name="flash.t0", flags=("nuw", "nsw"))
+            left = b.sub(n, t0, name="flash.left", flags=("nsw",))
+            cnt = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK), name="flash.cnt")
+            self.block(t0, cnt)
+        for r in range(self.nrows):
+            self.finish(r, s0, vals)
+        if self.rows or s0 is not None:
             em.pop()
-            b.store(s, slot(blk, i, "s"))
-            b.store(REDUCE_COMBINE["max"](em, b.load(bmax_p, name="flash.bmax"), s, dt), bmax_p)
-        m_old = b.load(m_p, name="flash.m.old")
-        m_new = REDUCE_COMBINE["max"](em, m_old, b.load(bmax_p, name="flash.bmax"), dt)
-        live = b.fcmp_unordered("!=", m_new, neg_inf, name="flash.live")
-        with if_then(b, live, name="flash.block"):
-            alpha = em.math("exp", b.fsub(m_old, m_new, name="flash.dm"))
-            b.store(zero, bsum_p)
-            with for_range(b, cnt, "flash.p", guard=False, metadata=vec_md()) as i:
-                ptr = slot(blk, i, "p")
-                p = em.math("exp", b.fsub(b.load(ptr, name="flash.s", typ=ty), m_new, name="flash.sm"))
+
+    def finish(self, r: int, s0: ir.Value | None, vals: dict[str, ir.Value]) -> None:
+        """Row r's outputs: the body with the core := acc[w] / l."""
+        b, em, c, fl = self.b, self.em, self.c, self.fl
+        total = b.load(self.l_p[r], name="flash.total")
+        denom = b.select(b.fcmp_ordered("==", total, self.zero, name="flash.empty"), self.one, total,
+                         name="flash.denom")
+        row_vals = dict(vals)
+        rv = fl.rows_var
+        if s0 is not None:
+            assert rv is not None
+            row_vals[rv] = self.plus(s0, r)
+        if self.rows:  # several rows: bind the row's own var (one row: `run` bound it)
+            em.push({rv: row_vals[rv]}, {rv: c.extents[-2]})  # type: ignore[dict-item]
+            em.hoist(fl.without_core(c.body))
+        with for_range(b, i64(fl.row), self.w, guard=False, metadata=self.vec_md()) as j:
+            em.push({self.w: j}, {self.w: self.w_ext})
+            em.frames[-1].cache[fl.core] = b.fdiv(self.load(self.at(self.acc, r, fl.row, j)), denom, name="flash.y")
+            em.store(c.out, [j if m == self.w else row_vals[m] for m in c.var_names], em.emit(c.body))
+            em.pop()
+        if self.rows:
+            em.pop()
+
+    def block(self, t0: ir.Value, cnt: ir.Value) -> None:
+        """One block of `cnt` keys from t0: scores, running maxes, sums and accumulators."""
+        b, em = self.b, self.em
+        self.groups(cnt, lambda i: self.score_group(t0, i), lambda i: self.score_one(t0, i))
+        for r in range(self.nrows):
+            m_old = b.load(self.m_p[r], name="flash.m.old")
+            m_new = REDUCE_COMBINE["max"](em, m_old, self.block_max(r, cnt), self.dt)
+            live = b.fcmp_unordered("!=", m_new, self.neg_inf, name="flash.live")
+            alpha = b.select(live, em.math("exp", b.fsub(m_old, m_new, name="flash.dm")), self.one, name="flash.alpha")
+            m_use = b.select(live, m_new, self.zero, name="flash.m.use")
+            b.store(self.zero, self.bsum_p)
+            with for_range(b, cnt, "flash.p", guard=True, metadata=self.vec_md()) as i:
+                ptr = self.at(self.blk, r, BLOCK, i)
+                p = em.math("exp", b.fsub(self.load(ptr), m_use, name="flash.sm"))
                 b.store(p, ptr)
-                b.store(REDUCE_COMBINE["sum"](em, b.load(bsum_p, name="flash.bsum"), p, dt), bsum_p)
-            l_new = b.fadd(b.fmul(b.load(l_p, name="flash.l"), alpha, name="flash.l.scaled"),
-                           b.load(bsum_p, name="flash.bsum"), name="flash.l.new")
-            b.store(l_new, l_p)
-            with for_range(b, row, "flash.w1", guard=False, metadata=vec_md()) as j:
-                ptr = slot(acc, j, "acc")
-                b.store(b.fmul(b.load(ptr, name="flash.a", typ=ty), alpha, name="flash.a.scaled"), ptr)
-            with for_range(b, cnt, "flash.pv", guard=False) as i:
-                p = b.load(slot(blk, i, "p"), name="flash.prob", typ=ty)
-                em.push({key: b.add(t0, i, name=key, flags=("nuw", "nsw"))}, {key: fl.kv_len})
-                em.hoist(fl.value)
-                with for_range(b, row, "flash.w2", guard=False, metadata=vec_md()) as j:
-                    em.push({name: j}, {name: ext})
-                    x = em.emit(fl.value)
-                    em.pop()
-                    ptr = slot(acc, j, "acc")
-                    b.store(b.fadd(b.load(ptr, name="flash.a", typ=ty), b.fmul(p, x, name="flash.px"), name="flash.a.new"),
-                            ptr)
+                b.store(REDUCE_COMBINE["sum"](em, b.load(self.bsum_p, name="flash.bsum"), p, self.dt), self.bsum_p)
+            l_new = b.fadd(b.fmul(b.load(self.l_p[r], name="flash.l"), alpha, name="flash.l.scaled"),
+                           b.load(self.bsum_p, name="flash.bsum"), name="flash.l.new")
+            b.store(l_new, self.l_p[r])
+            b.store(b.select(live, m_new, m_old, name="flash.m.next"), self.m_p[r])
+            with for_range(b, i64(self.fl.row), "flash.w1", guard=False, metadata=self.vec_md()) as j:
+                ptr = self.at(self.acc, r, self.fl.row, j)
+                b.store(b.fmul(self.load(ptr), alpha, name="flash.a.scaled"), ptr)
+        self.groups(cnt, lambda i: self.pv_group(t0, i), lambda i: self.pv_one(t0, i))
+
+    def block_max(self, r: int, cnt: ir.Value) -> ir.Value:
+        """Row r's max score in the block, NaN if one is NaN (as the unfused row max gives):
+        maxnum (which skips NaN) and a NaN flag, two reductions the vectorizer takes, rather
+        than one NaN-propagating max whose every step waits for the last."""
+        b = self.b
+        b.store(self.neg_inf, self.bmax_p)
+        b.store(ir.Constant(ir.IntType(1), 0), self.nan_p)
+        maxnum = intrinsic(self.owner.module, "llvm.maxnum", self.ty, [self.ty, self.ty])
+        with for_range(b, cnt, "flash.mx", guard=True, metadata=self.vec_md()) as i:
+            x = self.load(self.at(self.blk, r, BLOCK, i))
+            b.store(b.call(maxnum, [b.load(self.bmax_p, name="flash.bmax"), x], name="flash.bmax"), self.bmax_p)
+            isnan = b.fcmp_unordered("uno", x, x, name="flash.isnan")
+            b.store(b.or_(b.load(self.nan_p, name="flash.nan"), isnan), self.nan_p)
+        bm = b.load(self.bmax_p, name="flash.bmax")
+        return b.select(b.load(self.nan_p, name="flash.nan"), ir.Constant(self.ty, float("nan")), bm,
+                        name="flash.bmax")
+
+    def score_group(self, t0: ir.Value, i: ir.Value) -> None:
+        """Scores of keys t0+i .. t0+i+GROUP-1 for every row: the dots in one loop over the
+        dot's var (each query and key factor loaded once), then each score's epilogue."""
+        b, em, fl = self.b, self.em, self.fl
+        self.bind_lanes(b.add(t0, i, name="flash.t", flags=("nuw", "nsw")))
+        if fl.dot is not None:
+            (e, ext), = fl.dot.vars
+            for row in self.dots:
+                for p in row:
+                    b.store(self.zero, p)
+            for x in self.keyed:
+                em.hoist(x)
+            with for_range(b, em.emit(ext), e.name, guard=True) as ei:
+                em.push({e.name: ei}, {e.name: ext})
+                qs = [em.emit(q) for q in self.query]
+                ks = [em.emit(x) for x in self.keyed]
+                for q, row in zip(qs, self.dots, strict=True):
+                    for k, p in zip(ks, row, strict=True):
+                        prod = b.fmul(q, k, name="flash.qk", flags=_FM)
+                        b.store(b.fadd(self.load(p), prod, name="flash.dot", flags=_FM), p)
                 em.pop()
-            b.store(m_new, m_p)
-    total = b.load(l_p, name="flash.total")
-    denom = b.select(b.fcmp_ordered("==", total, zero, name="flash.empty"), one, total, name="flash.denom")
-    with for_range(b, row, name, guard=False, metadata=vec_md()) as j:
-        em.push({name: j}, {name: ext})
-        em.frames[-1].cache[fl.core] = b.fdiv(b.load(slot(acc, j, "acc"), name="flash.a", typ=ty), denom, name="flash.y")
-        em.store(c.out, [j if m == name else vals[m] for m in c.var_names], em.emit(c.body))
+            for drow, prow in zip(self.lane_dots, self.dots, strict=True):
+                for d, p in zip(drow, prow, strict=True):
+                    em.frames[-1].cache[d] = self.load(p)
+        for r, row in enumerate(self.scores):
+            for j, sc in enumerate(row):
+                b.store(em.emit(sc), self.at(self.blk, r, BLOCK, self.plus(i, j)))
         em.pop()
+
+    def score_one(self, t0: ir.Value, i: ir.Value) -> None:
+        b, em = self.b, self.em
+        self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
+        for r, sc in enumerate(self.score1):
+            b.store(em.emit(sc), self.at(self.blk, r, BLOCK, i))
+        em.pop()
+
+    def pv_group(self, t0: ir.Value, i: ir.Value) -> None:
+        """acc_r[w] += sum over the group's keys of p_r * V(key, w), every row in one pass."""
+        b, em = self.b, self.em
+        ps = [[self.load(self.at(self.blk, r, BLOCK, self.plus(i, j))) for j in range(GROUP)]
+              for r in range(self.nrows)]
+        self.bind_lanes(b.add(t0, i, name="flash.t", flags=("nuw", "nsw")))
+        for x in self.values:
+            em.hoist(x)
+        self.accumulate(ps, self.values)
+        em.pop()
+
+    def pv_one(self, t0: ir.Value, i: ir.Value) -> None:
+        b, em = self.b, self.em
+        ps = [[self.load(self.at(self.blk, r, BLOCK, i))] for r in range(self.nrows)]
+        self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
+        em.hoist(self.fl.value)
+        self.accumulate(ps, [self.fl.value])
+        em.pop()
+
+    def accumulate(self, ps: list[list[ir.Value]], values: list[Expr]) -> None:
+        """One vectorizable pass over w: acc_r[w] += sum_j ps[r][j] * values[j] at w."""
+        b, em, row = self.b, self.em, self.fl.row
+        with for_range(b, i64(row), "flash.w2", guard=False, metadata=self.vec_md()) as j:
+            em.push({self.w: j}, {self.w: self.w_ext})
+            xs = [em.emit(x) for x in values]
+            for r, pr in enumerate(ps):
+                ptr = self.at(self.acc, r, row, j)
+                a = self.load(ptr)
+                for p, x in zip(pr, xs, strict=True):
+                    a = b.fadd(a, b.fmul(p, x, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM)
+                b.store(a, ptr)
+            em.pop()
