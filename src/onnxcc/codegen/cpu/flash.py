@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import Expr, Var, substitute
+from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substitute
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, i64, intrinsic, loop_metadata
@@ -106,7 +106,7 @@ class _Rows:
         self.scores = [[at(fl.score, r, j) for j in range(GROUP)] for r in range(nrows)]
         self.values = [at(fl.value, 0, j) for j in range(GROUP)]
         if fl.dot is not None:
-            self.lane_dots = [[at(fl.dot, r, j) for j in range(GROUP)] for r in range(nrows)]
+            self.dot1 = [at(fl.dot, r, None) for r in range(nrows)]
             self.query = [at(fl.query, r, None) for r in range(nrows)]  # type: ignore[arg-type]
             self.keyed = [at(fl.keyed, 0, j) for j in range(GROUP)]  # type: ignore[arg-type]
 
@@ -202,7 +202,11 @@ class _Rows:
     def block(self, t0: ir.Value, cnt: ir.Value) -> None:
         """One block of `cnt` keys from t0: scores, running maxes, sums and accumulators."""
         b, em = self.b, self.em
-        self.groups(cnt, lambda i: self.score_group(t0, i), lambda i: self.score_one(t0, i))
+        if self.fl.dot is None:
+            self.groups(cnt, lambda i: self.score_group(t0, i), lambda i: self.score_one(t0, i))
+        else:  # the raw dots first (they share loads), then each score's epilogue (it vectorizes)
+            self.groups(cnt, lambda i: self.dot_group(t0, i), lambda i: self.dot_one(t0, i))
+            self.epilogue(t0, cnt)
         for r in range(self.nrows):
             m_old = b.load(self.m_p[r], name="flash.m.old")
             m_new = REDUCE_COMBINE["max"](em, m_old, self.block_max(r, cnt), self.dt)
@@ -242,17 +246,28 @@ class _Rows:
                         name="flash.bmax")
 
     def score_group(self, t0: ir.Value, i: ir.Value) -> None:
-        """Scores of keys t0+i .. t0+i+GROUP-1 for every row: the dots in one loop over the
-        dot's var (each query and key factor loaded once), then each score's epilogue."""
-        b, em, fl = self.b, self.em, self.fl
+        """Scores of keys t0+i .. t0+i+GROUP-1 for every row, each as it stands (no dot)."""
+        b, em = self.b, self.em
         self.bind_lanes(b.add(t0, i, name="flash.t", flags=("nuw", "nsw")))
-        if fl.dot is not None:
+        for r, row in enumerate(self.scores):
+            for j, sc in enumerate(row):
+                b.store(em.emit(sc), self.at(self.blk, r, BLOCK, self.plus(i, j)))
+        em.pop()
+
+    def dot_group(self, t0: ir.Value, i: ir.Value) -> None:
+        """The raw dots of keys t0+i .. t0+i+GROUP-1 for every row into the block: in one
+        pass over the dot's var, each query and key factor loaded once."""
+        b, em, fl = self.b, self.em, self.fl
+        assert fl.dot is not None
+        self.bind_lanes(b.add(t0, i, name="flash.t", flags=("nuw", "nsw")))
+        for x in self.keyed:
+            em.hoist(x)
+        sums = self.vector_dots()
+        if sums is None:  # a loop LLVM vectorizes, one horizontal sum per dot
             (e, ext), = fl.dot.vars
             for row in self.dots:
                 for p in row:
                     b.store(self.zero, p)
-            for x in self.keyed:
-                em.hoist(x)
             with for_range(b, em.emit(ext), e.name, guard=True) as ei:
                 em.push({e.name: ei}, {e.name: ext})
                 qs = [em.emit(q) for q in self.query]
@@ -262,13 +277,62 @@ class _Rows:
                         prod = b.fmul(q, k, name="flash.qk", flags=_FM)
                         b.store(b.fadd(self.load(p), prod, name="flash.dot", flags=_FM), p)
                 em.pop()
-            for drow, prow in zip(self.lane_dots, self.dots, strict=True):
-                for d, p in zip(drow, prow, strict=True):
-                    em.frames[-1].cache[d] = self.load(p)
-        for r, row in enumerate(self.scores):
-            for j, sc in enumerate(row):
-                b.store(em.emit(sc), self.at(self.blk, r, BLOCK, self.plus(i, j)))
+            sums = [[self.load(p) for p in row] for row in self.dots]
+        for r, row in enumerate(sums):
+            for j, d in enumerate(row):
+                b.store(d, self.at(self.blk, r, BLOCK, self.plus(i, j)))
         em.pop()
+
+    def vector_dots(self) -> list[list[ir.Value]] | None:
+        """The group's dots with explicit vectors where both factors are loads contiguous in
+        the dot's var (static extent, a multiple of the vector width): products summed per
+        lane, then all dots' lanes reduced together by halving shuffles (log2(width) steps
+        for the whole group instead of a horizontal sum per dot). None: not that shape."""
+        b, em, fl = self.b, self.em, self.fl
+        assert fl.dot is not None
+        (e, ext), = fl.dot.vars
+        vl = self.width
+        if not (isinstance(ext, Const) and ext.value % vl == 0 and 0 < ext.value // vl <= 16):
+            return None
+        loads = [*self.query, *self.keyed]
+        if not all(_contiguous(x, e.name, self.dt) for x in loads):
+            return None
+        vty = ir.VectorType(self.ty, vl)
+        acc: list[list[ir.Value | None]] = [[None] * GROUP for _ in range(self.nrows)]
+        for k in range(ext.value // vl):
+            em.push({e.name: i64(k * vl)}, {e.name: ext})
+            vecs = []
+            for x in loads:
+                assert isinstance(x, Load)
+                ptr = em.address(x.buffer, [em.emit(ix) for ix in x.indices])
+                vecs.append(b.load(ptr, name="flash.vec", typ=vty, align=self.dt.itemsize))
+            em.pop()
+            qs, ks = vecs[:self.nrows], vecs[self.nrows:]
+            for r, q in enumerate(qs):
+                for j, kv in enumerate(ks):
+                    prod = b.fmul(q, kv, name="flash.qk", flags=_FM)
+                    a = acc[r][j]
+                    acc[r][j] = prod if a is None else b.fadd(a, prod, name="flash.dot", flags=_FM)
+        flat = [(r, j, v) for r, row in enumerate(acc) for j, v in enumerate(row)]
+        return _reduce_lanes(b, [v for *_, v in flat], [(r, j) for r, j, _ in flat], vl, self.nrows)
+
+    def dot_one(self, t0: ir.Value, i: ir.Value) -> None:
+        b, em = self.b, self.em
+        self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
+        for r, d in enumerate(self.dot1):
+            b.store(em.emit(d), self.at(self.blk, r, BLOCK, i))
+        em.pop()
+
+    def epilogue(self, t0: ir.Value, cnt: ir.Value) -> None:
+        """blk[r][i] = the score of row r at key t0+i, given its raw dot there."""
+        b, em = self.b, self.em
+        for r in range(self.nrows):
+            with for_range(b, cnt, "flash.epi", guard=True, metadata=self.vec_md()) as i:
+                self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
+                ptr = self.at(self.blk, r, BLOCK, i)
+                em.frames[-1].cache[self.dot1[r]] = self.load(ptr)
+                b.store(em.emit(self.score1[r]), ptr)
+                em.pop()
 
     def score_one(self, t0: ir.Value, i: ir.Value) -> None:
         b, em = self.b, self.em
@@ -309,3 +373,61 @@ class _Rows:
                     a = b.fadd(a, b.fmul(p, x, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM)
                 b.store(a, ptr)
             em.pop()
+
+
+def _contiguous(x: Expr, e: str, dt) -> bool:
+    """Whether `x` is a load of `dt` whose only index reading `e` is its last, `e` or
+    `e + (something free of e)`: consecutive `e` are consecutive elements."""
+    if not (isinstance(x, Load) and x.dtype is dt) or not x.indices:
+        return False
+    if any(e in free_vars(ix) for ix in x.indices[:-1]):
+        return False
+    last = x.indices[-1]
+    if isinstance(last, Var):
+        return last.name == e
+    return isinstance(last, Binary) and last.op == "add" and any(
+        isinstance(side, Var) and side.name == e and e not in free_vars(other)
+        for side, other in ((last.a, last.b), (last.b, last.a)))
+
+
+def _reduce_lanes(b: ir.IRBuilder, vecs: list[ir.Value], labels: list, width: int, nrows: int) -> list[list[ir.Value]]:
+    """The lane sums of `vecs` (each `width` lanes), as [row][lane of the group]: pairs of
+    vectors are folded into one by adding their halves (each vector's segments halve in
+    width and the pair's segments share one vector) until every segment is one lane."""
+    segs = [[lab] for lab in labels]  # per vector: its segments' labels, in lane order
+    seg_w = width
+    while len(vecs) > 1 and seg_w > 1:
+        half = seg_w // 2
+        nxt, nsegs = [], []
+        for k in range(0, len(vecs) - 1, 2):
+            a, c = vecs[k], vecs[k + 1]
+            lo = [s * seg_w + x for s in range(len(segs[k])) for x in range(half)] + \
+                 [width + s * seg_w + x for s in range(len(segs[k + 1])) for x in range(half)]
+            hi = [i + half for i in lo]
+            mlo = ir.Constant(ir.VectorType(ir.IntType(32), width), lo)
+            mhi = ir.Constant(ir.VectorType(ir.IntType(32), width), hi)
+            nxt.append(b.fadd(b.shuffle_vector(a, c, mlo, name="flash.lo"),
+                              b.shuffle_vector(a, c, mhi, name="flash.hi"), name="flash.fold", flags=_FM))
+            nsegs.append(segs[k] + segs[k + 1])
+        if len(vecs) % 2:  # an odd one out waits for the next round, folded on itself
+            a = vecs[-1]
+            n = len(segs[-1])
+            lo = [s * seg_w + x for s in range(n) for x in range(half)]
+            lo += lo  # the upper half repeats (ignored)
+            hi = [i + half for i in lo]
+            nxt.append(b.fadd(b.shuffle_vector(a, a, ir.Constant(ir.VectorType(ir.IntType(32), width), lo)),
+                              b.shuffle_vector(a, a, ir.Constant(ir.VectorType(ir.IntType(32), width), hi)),
+                              name="flash.fold", flags=_FM))
+            nsegs.append(segs[-1] + [None] * n)  # the repeated half's labels are unused
+        vecs, segs, seg_w = nxt, nsegs, half
+    out: dict = {}
+    for v, labs in zip(vecs, segs, strict=True):
+        for s_i, lab in enumerate(labs):
+            if lab is None:
+                continue
+            total = None
+            for x in range(seg_w):  # what is left of a segment (one lane, unless few dots)
+                lane = b.extract_element(v, ir.Constant(ir.IntType(32), s_i * seg_w + x), name="flash.sum")
+                total = lane if total is None else b.fadd(total, lane, name="flash.sum", flags=_FM)
+            out[lab] = total
+    return [[out[(r, j)] for j in range(GROUP)] for r in range(nrows)]
