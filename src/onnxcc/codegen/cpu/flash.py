@@ -226,7 +226,44 @@ class _Rows:
             with for_range(b, i64(self.fl.row), "flash.w1", guard=False, metadata=self.vec_md()) as j:
                 ptr = self.at(self.acc, r, self.fl.row, j)
                 b.store(b.fmul(self.load(ptr), alpha, name="flash.a.scaled"), ptr)
-        self.groups(cnt, lambda i: self.pv_group(t0, i), lambda i: self.pv_one(t0, i))
+        if not self.pv_vectors(t0, cnt):
+            self.groups(cnt, lambda i: self.pv_group(t0, i), lambda i: self.pv_one(t0, i))
+
+    def pv_vectors(self, t0: ir.Value, cnt: ir.Value) -> bool:
+        """acc_r[w] += sum_i p_r[i] * V(t0 + i, w) with explicit vectors, one chunk of the
+        row at a time with the rows' accumulators in registers across the block's keys
+        (each V vector loaded once for all rows), where V is a load contiguous in w and the
+        row a whole number of vectors. False: not that shape (nothing emitted)."""
+        b, em, fl = self.b, self.em, self.fl
+        vl, row = self.width, fl.row
+        if row % vl or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
+            return False
+        vty = ir.VectorType(self.ty, vl)
+        regs = [self.ctx.alloca(vty, f"flash.reg{r}") for r in range(self.nrows)]
+        v = fl.value
+        assert isinstance(v, Load)
+        for c in range(row // vl):
+            base = i64(c * vl)
+            ptrs = [self.at(self.acc, r, row, base) for r in range(self.nrows)]
+            for reg, ptr in zip(regs, ptrs, strict=True):
+                b.store(b.load(ptr, name="flash.accv", typ=vty, align=self.dt.itemsize), reg)
+            with for_range(b, cnt, f"flash.pv{c}", guard=True) as i:
+                self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
+                em.push({self.w: base}, {self.w: self.w_ext})
+                vv = b.load(em.address(v.buffer, [em.emit(ix) for ix in v.indices]), name="flash.v", typ=vty,
+                            align=self.dt.itemsize)
+                em.pop()
+                em.pop()
+                for r, reg in enumerate(regs):
+                    p = self.load(self.at(self.blk, r, BLOCK, i))
+                    pb = b.shuffle_vector(b.insert_element(ir.Constant(vty, None), p, ir.Constant(ir.IntType(32), 0)),
+                                          ir.Constant(vty, None), ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl),
+                                          name="flash.pb")
+                    acc = b.load(reg, name="flash.r", typ=vty)
+                    b.store(b.fadd(acc, b.fmul(pb, vv, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM), reg)
+            for reg, ptr in zip(regs, ptrs, strict=True):
+                b.store(b.load(reg, name="flash.r", typ=vty), ptr, align=self.dt.itemsize)
+        return True
 
     def block_max(self, r: int, cnt: ir.Value) -> ir.Value:
         """Row r's max score in the block, NaN if one is NaN (as the unfused row max gives):
