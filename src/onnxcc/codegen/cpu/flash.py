@@ -31,7 +31,7 @@ from llvmlite import ir
 from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substitute
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
-from ..llvm.helpers import PTR, for_range, i64, intrinsic, loop_metadata
+from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 
 if TYPE_CHECKING:
     from onnxcc.kernel.program import Compute
@@ -79,7 +79,8 @@ class _Rows:
         self.dt = fl.core.dtype
         self.ty = ty = compute_type(self.dt)
         self.w, self.w_ext = c.var_names[-1], c.extents[-1]
-        self.width = plan.vector_width or 8
+        w = plan.vector_width or 8
+        self.width = w if w <= BLOCK and BLOCK % w == 0 else 8  # lanes of the explicit vectors
         self.key = fl.key.name
         self.nrows = nrows
         self.acc = ctx.alloca(ir.ArrayType(ty, fl.row * nrows), "flash.acc")
@@ -87,8 +88,7 @@ class _Rows:
         self.acc.type = self.blk.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
         self.m_p = [ctx.alloca(ty, "flash.m") for _ in range(nrows)]
         self.l_p = [ctx.alloca(ty, "flash.l") for _ in range(nrows)]
-        self.bmax_p, self.bsum_p = ctx.alloca(ty, "flash.bmax"), ctx.alloca(ty, "flash.bsum")
-        self.nan_p = ctx.alloca(ir.IntType(1), "flash.nan")
+        self.bsum_p = ctx.alloca(ty, "flash.bsum")
         self.dots = [[ctx.alloca(ty, f"flash.dot{r}.{j}") for j in range(GROUP)] for r in range(nrows)]
         self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
         # the key var renamed per lane of a group (lane j reads key t + j), the rows var per row
@@ -256,9 +256,9 @@ class _Rows:
                 em.pop()
                 for r, reg in enumerate(regs):
                     p = self.load(self.at(self.blk, r, BLOCK, i))
-                    pb = b.shuffle_vector(b.insert_element(ir.Constant(vty, None), p, ir.Constant(ir.IntType(32), 0)),
-                                          ir.Constant(vty, None), ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl),
-                                          name="flash.pb")
+                    one = b.insert_element(ir.Constant(vty, None), p, ir.Constant(ir.IntType(32), 0))
+                    pb = b.shuffle_vector(one, ir.Constant(vty, None),
+                                          ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl), name="flash.pb")
                     acc = b.load(reg, name="flash.r", typ=vty)
                     b.store(b.fadd(acc, b.fmul(pb, vv, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM), reg)
             for reg, ptr in zip(regs, ptrs, strict=True):
@@ -267,20 +267,28 @@ class _Rows:
 
     def block_max(self, r: int, cnt: ir.Value) -> ir.Value:
         """Row r's max score in the block, NaN if one is NaN (as the unfused row max gives):
-        maxnum (which skips NaN) and a NaN flag, two reductions the vectorizer takes, rather
-        than one NaN-propagating max whose every step waits for the last."""
-        b = self.b
-        b.store(self.neg_inf, self.bmax_p)
-        b.store(ir.Constant(ir.IntType(1), 0), self.nan_p)
-        maxnum = intrinsic(self.owner.module, "llvm.maxnum", self.ty, [self.ty, self.ty])
-        with for_range(b, cnt, "flash.mx", guard=True, metadata=self.vec_md()) as i:
-            x = self.load(self.at(self.blk, r, BLOCK, i))
-            b.store(b.call(maxnum, [b.load(self.bmax_p, name="flash.bmax"), x], name="flash.bmax"), self.bmax_p)
-            isnan = b.fcmp_unordered("uno", x, x, name="flash.isnan")
-            b.store(b.or_(b.load(self.nan_p, name="flash.nan"), isnan), self.nan_p)
-        bm = b.load(self.bmax_p, name="flash.bmax")
-        return b.select(b.load(self.nan_p, name="flash.nan"), ir.Constant(self.ty, float("nan")), bm,
-                        name="flash.bmax")
+        maxnum (which skips NaN) and a NaN flag over explicit vectors of the whole block,
+        whose lanes past `cnt` hold -inf (a NaN-propagating scalar max waits on every step)."""
+        b, vl = self.b, self.width
+        with for_range(b, i64(BLOCK), "flash.pad", start=cnt, guard=True) as i:
+            b.store(self.neg_inf, self.at(self.blk, r, BLOCK, i))
+        vty = ir.VectorType(self.ty, vl)
+        bty = ir.VectorType(ir.IntType(1), vl)
+        m = self.owner.module
+        vname = f"v{vl}{self.ty.intrinsic_name}"  # NOTE: llvmlite's vector types have no intrinsic_name
+        maxnum = get_or_declare(m, f"llvm.maxnum.{vname}", ir.FunctionType(vty, [vty, vty]))
+        mx, nan = None, None
+        for k in range(BLOCK // vl):
+            v = b.load(self.at(self.blk, r, BLOCK, i64(k * vl)), name="flash.sv", typ=vty, align=self.dt.itemsize)
+            isnan = b.fcmp_unordered("uno", v, v, name="flash.isnan")
+            mx = v if mx is None else b.call(maxnum, [mx, v], name="flash.vmax")
+            nan = isnan if nan is None else b.or_(nan, isnan, name="flash.nan")
+        assert mx is not None and nan is not None
+        top = b.call(get_or_declare(m, f"llvm.vector.reduce.fmax.{vname}", ir.FunctionType(self.ty, [vty])), [mx],
+                     name="flash.bmax")
+        any_nan = b.call(get_or_declare(m, f"llvm.vector.reduce.or.v{vl}i1", ir.FunctionType(ir.IntType(1), [bty])),
+                         [nan], name="flash.anynan")
+        return b.select(any_nan, ir.Constant(self.ty, float("nan")), top, name="flash.bmax")
 
     def score_group(self, t0: ir.Value, i: ir.Value) -> None:
         """Scores of keys t0+i .. t0+i+GROUP-1 for every row, each as it stands (no dot)."""
