@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_ort import bench_pair  # noqa: E402
+from compare_ort import bench_pair
 
 
 def make_model(path: Path, heads: int, head: int, causal: bool) -> None:

@@ -33,8 +33,8 @@ import sympy
 from onnxcc.ir import Dim, Divisible, DType, canon
 
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
-from .program import Compute, KernelProgram
 from .flash import Flash, match_flash
+from .program import Compute, KernelProgram
 from .rownorm import RowNorm, match_row_norm
 
 F32 = DType.f32

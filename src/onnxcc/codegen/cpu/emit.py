@@ -32,9 +32,9 @@ from llvmlite import ir
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
 from onnxcc.kernel.expr import Expr
+from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
-from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.rownorm import RowNorm
 from onnxcc.kernel.schedule import compute_work
 
