@@ -53,13 +53,13 @@ def compile_both(path: Path, out: Path):
 
     libs, arenas = [], []
     for fused in (True, False):
-        saved = attention._fuses
+        saved = attention.fuses
         if not fused:  # the path before: scores, softmax and P @ V as three computes
-            attention._fuses = lambda *a: False  # type: ignore[assignment]
+            attention.fuses = lambda *a: False  # type: ignore[assignment]
         try:
             onnxcc.compile(path, out / str(fused), name="attn")
         finally:
-            attention._fuses = saved
+            attention.fuses = saved
         libs.append(onnxcc.load(out / str(fused)))
         meta = json.loads((out / str(fused) / "attn.json").read_text())
         arenas.append(meta["versions"][-1]["workspace_bytes"])

@@ -129,3 +129,61 @@ def test_outputs_that_need_the_scores_keep_the_materialised_path(mode, tmp_path)
     found, temps = _fused(m, tmp_path)
     assert not found and any(t.startswith("scores") for t in temps), temps
     _check(m, [{B: 1, S: 70}], tmp_path)
+
+
+def _ms_model(nodes, inputs, outputs, inits=None):
+    import onnx
+
+    vis = [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs]
+    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
+    m = helper.make_model(helper.make_graph(nodes, "g", vis, [helper.make_empty_tensor_value_info(o) for o in outputs],
+                                            inits),
+                          opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+def _check_ms(model, envs, tmp_path, fill=None):
+    onnxcc.compile(model, tmp_path / "a", name="attn")
+    lib = onnxcc.load(tmp_path / "a")
+    for seed, env in enumerate(envs):
+        feeds = _feeds(model, env, np.random.default_rng(seed))
+        if fill is not None:
+            fill(feeds, env)
+        want = ort_run(model, feeds)
+        got = lib.run(feeds)
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=3e-5, err_msg=f"{name} at {env}")
+
+
+def test_contrib_multi_head_attention_with_bias_and_key_padding_mask(tmp_path):
+    d, heads = 32, 2
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v", "b", "kpm"], ["y"], domain="com.microsoft",
+                            num_heads=heads)
+    m = _ms_model([node], [("q", T.FLOAT, [B, S, d]), ("k", T.FLOAT, [B, L, d]), ("v", T.FLOAT, [B, L, d]),
+                           ("kpm", T.INT32, [B, L])], ["y"],
+                  {"b": np.random.default_rng(1).standard_normal(3 * d).astype(np.float32)})
+
+    def mask(feeds, env):
+        feeds["kpm"] = (np.random.default_rng(2).random((env[B], env[L])) < 0.8).astype(np.int32)
+
+    found, temps = _fused(m, tmp_path)
+    assert len(found) == 1 and not found[0].guarded and found[0].rows_var is not None, temps
+    _check_ms(m, [{B: 2, S: 3, L: 70}, {B: 1, S: 100, L: 300}], tmp_path, mask)
+
+
+def test_contrib_group_query_attention_prompt(tmp_path):
+    n, nkv, hd = 4, 2, 16
+    node = helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "sl", "tot"], ["y"],
+                            domain="com.microsoft", num_heads=n, kv_num_heads=nkv)
+    m = _ms_model([node], [("q", T.FLOAT, [B, S, n * hd]), ("k", T.FLOAT, [B, S, nkv * hd]),
+                           ("v", T.FLOAT, [B, S, nkv * hd]), ("sl", T.INT32, [B]), ("tot", T.INT32, [])], ["y"])
+
+    def lengths(feeds, env):
+        b, s = env[B], env[S]
+        feeds["sl"] = np.array([s - 1 - (i * 13 % s) for i in range(b)], np.int32)
+        feeds["tot"] = np.array(s, np.int32)
+
+    found, _ = _fused(m, tmp_path)
+    assert len(found) == 1 and found[0].rows_var is not None
+    _check_ms(m, [{B: 2, S: 67}, {B: 1, S: 130}], tmp_path, lengths)

@@ -58,17 +58,19 @@ _KEY_VARS = ("kt", "ku")
 """the key vars of the numerator / max and of the denominator"""
 
 
-def flash_core(score: Callable[[Expr], Expr], value: Callable[[Expr], Expr], kv_len: Dim, acc: DType) -> Expr:
+def flash_core(score: Callable[[Expr], Expr], value: Callable[[Expr], Expr], kv_len: Dim, acc: DType, *,
+               guarded: bool = True) -> Expr:
     """`softmax(score) @ value` at one output element (module doc): `score(t)` the score of
     key `t` (free of the output's innermost var), `value(t)` the value at key `t` and the
-    output's innermost var, both in `acc` (f32 or f64)."""
+    output's innermost var, both in `acc` (f32 or f64). `guarded=False`: plain softmax, a
+    row of -inf scores gives NaN (`max` and the divisor unguarded), as softmax itself does."""
     t, u = Var(_KEY_VARS[0]), Var(_KEY_VARS[1])
     neg_inf, zero, one = Const(float("-inf"), acc), Const(0.0, acc), Const(1.0, acc)
     mx = rmax([(t, kv_len)], score(t))
-    m = select(mx.eq(neg_inf), zero, mx)
+    m = select(mx.eq(neg_inf), zero, mx) if guarded else mx
     denom = rsum([(u, kv_len)], Unary("exp", score(u) - m))
     numer = rsum([(t, kv_len)], Unary("exp", score(t) - m) * value(t))
-    return numer / select(denom.eq(zero), one, denom)
+    return numer / select(denom.eq(zero), one, denom) if guarded else numer / denom
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class Flash:
     """V(key, w): the value, reading the innermost var"""
     row: int
     """the static extent of the innermost var (the accumulator row)"""
+    guarded: bool = True
+    """the divisor is `select(D == 0, 1, D)` (an all -inf row gives 0), else `D` (NaN)"""
     dot: Reduce | None = None
     """the score's dot product `sum(e < D: query(e) * key_part(e, key))`, when it has one:
     the emitter then computes several keys' dots in one loop over `e`, sharing the query
@@ -128,13 +132,14 @@ def match_flash(c: Compute) -> Flash | None:
         return None
     if any(isinstance(n, Load) and n.buffer == c.out for n in walk(c.body)):
         return None  # the row's stores come after all its reads only if no read is of the output
+    guarded = isinstance(core.b, Select)
     dot = _split_dot(score, key.name)
     if dot is None:
-        return Flash(core, key, kv_len, score, value, ext)
+        return Flash(core, key, kv_len, score, value, ext, guarded)
     rows = c.vars[-2][0].name if len(c.vars) >= 3 else None
     if rows is not None and rows in free_vars(value) | free_vars(kv_len) | free_vars(dot[2]):
         rows = None
-    return Flash(core, key, kv_len, score, value, ext, *dot, rows_var=rows)
+    return Flash(core, key, kv_len, score, value, ext, guarded, *dot, rows_var=rows)
 
 
 def _split_dot(score: Expr, key: str) -> tuple[Reduce, Expr, Expr] | None:
@@ -160,7 +165,7 @@ def _is_core(n: Expr) -> bool:
     if not (isinstance(n, Binary) and n.op == "div" and n.dtype in (DType.f32, DType.f64)):
         return False
     numer, guard = n.a, n.b
-    if not (_sum1(numer) and isinstance(guard, Select)):
+    if not _sum1(numer):
         return False
     assert isinstance(numer, Reduce)
     (t, length), = numer.vars
@@ -168,16 +173,23 @@ def _is_core(n: Expr) -> bool:
     if not (isinstance(prod, Binary) and prod.op == "mul" and _exp_minus(prod.a)):
         return False
     score, m = prod.a.a.a, prod.a.a.b  # type: ignore[attr-defined]
-    # the max: select(max(t' < L: X(t')) == -inf, 0, max(...))
-    if not (isinstance(m, Select) and isinstance(m.b, Reduce) and m.b.op == "max" and len(m.b.vars) == 1
-            and m.cond == m.b.eq(Const(float("-inf"), n.dtype)) and m.a == Const(0.0, n.dtype)):
+    guarded = isinstance(guard, Select)
+    # the max: select(max(t' < L: X(t')) == -inf, 0, max(...)), or the max alone (unguarded)
+    mx = m.b if guarded and isinstance(m, Select) else m
+    if not (isinstance(mx, Reduce) and mx.op == "max" and len(mx.vars) == 1 and mx.init is None):
         return False
-    (tm, lm), = m.b.vars
-    if lm != length or substitute(score, {t.name: tm}) != m.b.body:
+    if guarded and not (isinstance(m, Select) and m.cond == mx.eq(Const(float("-inf"), n.dtype))
+                        and m.a == Const(0.0, n.dtype)):
         return False
-    # the divisor: select(D == 0, 1, D), D = sum(u < L: exp(X(u) - M))
-    denom = guard.b
-    if not (_sum1(denom) and guard.cond == denom.eq(Const(0.0, n.dtype)) and guard.a == Const(1.0, n.dtype)):
+    (tm, lm), = mx.vars
+    if lm != length or substitute(score, {t.name: tm}) != mx.body:
+        return False
+    # the divisor: select(D == 0, 1, D) or D, D = sum(u < L: exp(X(u) - M))
+    denom = guard.b if isinstance(guard, Select) else guard
+    if isinstance(guard, Select) and not (guard.cond == denom.eq(Const(0.0, n.dtype))
+                                          and guard.a == Const(1.0, n.dtype)):
+        return False
+    if not _sum1(denom):
         return False
     assert isinstance(denom, Reduce)
     (u, ld), = denom.vars

@@ -360,7 +360,7 @@ def _lower(ctx) -> None:
         stage = raw if opts["mode"] == 0 else scaled
         ctx.compute(qk, lambda b, h, s, t: cast(stage(b, h, s, t), qk.dtype))
 
-    if _fuses(ctx, g, n_out, opts):
+    if not (n_out > 3 and opts["mode"] in (2, 3)) and fuses(ctx, acc, g.v_head, g.kv_len):
         # one compute over key blocks, the scores never stored (kernel/flash.py)
         def fused(b, h, s, vv) -> Expr:
             core = flash_core(lambda t: scored(b, h, s, t),
@@ -419,15 +419,16 @@ it the score buffer is small and the GEMM-scheduled three computes are faster (m
 benchmarks/attention.py); a symbolic key length takes the fused form"""
 
 
-def _fuses(ctx, g: Geometry, n_out: int, opts: dict) -> bool:
-    """Whether Y is computed fused over key blocks (kernel/flash.py): where the backend runs
-    that form, no output needs the softmax's input or probabilities (qk_matmul_output_mode
-    2 and 3), the value head is a static size the fused row holds, and the keys are many."""
-    if not ctx.fused_attention or (n_out > 3 and opts["mode"] in (2, 3)):
+def fuses(ctx, dtype: DType, v_head, kv_len) -> bool:
+    """Whether attention computes its result fused over key blocks (kernel/flash.py): where
+    the backend runs that form, the scores are f32 or f64, the value head is a static size
+    the fused row holds, and the keys are many (FLASH_MIN_KV, or a symbolic count). Callers
+    also check that no output needs the scores or probabilities themselves."""
+    if not ctx.fused_attention or dtype not in (DType.f32, DType.f64):
         return False
-    if not isinstance(g.v_head, int) or not 0 < g.v_head <= MAX_ROW:
+    if not isinstance(v_head, int) or not 0 < v_head <= MAX_ROW:
         return False
-    return not isinstance(g.kv_len, int) or g.kv_len >= FLASH_MIN_KV
+    return not isinstance(kv_len, int) or kv_len >= FLASH_MIN_KV
 
 
 def _write_y(ctx, g: Geometry, y_dt: DType, fused) -> None:

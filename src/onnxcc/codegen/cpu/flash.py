@@ -182,7 +182,7 @@ class _Rows:
         b, em, c, fl = self.b, self.em, self.c, self.fl
         total = b.load(self.l_p[r], name="flash.total")
         denom = b.select(b.fcmp_ordered("==", total, self.zero, name="flash.empty"), self.one, total,
-                         name="flash.denom")
+                         name="flash.denom") if fl.guarded else total  # unguarded: an all -inf row is 0/0
         row_vals = dict(vals)
         rv = fl.rows_var
         if s0 is not None:
