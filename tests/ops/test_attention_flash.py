@@ -187,3 +187,17 @@ def test_contrib_group_query_attention_prompt(tmp_path):
     found, _ = _fused(m, tmp_path)
     assert len(found) == 1 and found[0].rows_var is not None
     _check_ms(m, [{B: 2, S: 67}, {B: 1, S: 130}], tmp_path, lengths)
+
+
+def test_double_precision_against_the_interpreter(tmp_path):
+    """f64 runs the fused loop in f64 (onnxruntime's Attention kernel takes f32 only)."""
+    m = _model([("Q", T.DOUBLE, [B, 2, S, 16]), ("K", T.DOUBLE, [B, 2, S, 16]), ("V", T.DOUBLE, [B, 2, S, 16])],
+               {"is_causal": 1})
+    m.graph.output[0].type.tensor_type.elem_type = T.DOUBLE
+    onnxcc.compile(m, tmp_path / "a", name="attn")
+    lib, module = onnxcc.load(tmp_path / "a"), onnxcc.load_onnx(m)
+    rng = np.random.default_rng(0)
+    for b, s in [(1, 5), (2, 70), (1, 130)]:
+        feeds = {n: rng.standard_normal((b, 2, s, 16)) for n in ("Q", "K", "V")}
+        ref = interp_run(module, list(feeds.values()))[0]
+        np.testing.assert_allclose(lib.run(feeds)["Y"], ref, rtol=1e-10, atol=1e-12, err_msg=f"at {(b, s)}")
