@@ -57,6 +57,9 @@ class Backend(Protocol):
     schedules: ClassVar[bool]
     """whether kernel schedules (loop order, vector width, GEMM tiles) apply: False where
     the backend maps each compute's domain onto a grid itself"""
+    fused_attention: ClassVar[bool]
+    """whether it runs a fused-attention compute (kernel/flash.py) over key blocks: attention
+    ops lower to that form only then (as plain loops it would recompute every score)"""
     link: ClassVar[LinkTarget]
     """its part of the dispatcher, the header and the link"""
 

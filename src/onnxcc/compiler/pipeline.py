@@ -59,7 +59,9 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # padded bucket versions with exact masks
         steps.append(("ir", BucketizePass(buckets=sym_values(options.buckets))))
     # graph module -> kernel module: version k becomes the kernel program NAME_vK
-    steps.append(("kernel", LowerToKernelPass(prefix=name)))
+    # (attention fused over key blocks where the backend runs that form: kernel/flash.py)
+    steps.append(("kernel", LowerToKernelPass(prefix=name,
+                                              fused_attention=backend.fused_attention)))
     # ---- kernel passes: every decision below depends on the version's extents ----
     if options.fuse:
         # inline injective producers, attach epilogues; control-flow bodies too

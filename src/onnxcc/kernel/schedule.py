@@ -34,6 +34,7 @@ from onnxcc.ir import Dim, Divisible, DType, canon
 
 from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
+from .flash import Flash, match_flash
 from .program import Compute, KernelProgram
 from .row_epilogue import RowOp, match_row_epilogue
 from .rownorm import RowNorm, match_row_norm
@@ -195,6 +196,9 @@ class Schedule:
     row_norm: RowNorm | None = None
     """the innermost axis is a row normalised by its own sum (softmax): codegen runs it as
     two passes, the numerator stored and summed once, then divided (kernel/rownorm.py)"""
+    flash: Flash | None = None
+    """the compute is attention over its innermost axis: codegen runs each row over key
+    blocks with an online softmax, scores never stored (kernel/flash.py)"""
     scratch_bytes: Dim = 0
     """workspace the compute needs while it runs (packed B panels)"""
 
@@ -206,6 +210,8 @@ class Schedule:
             parts.append(f"vector={self.vector_width} tail={self.vector_tail}")
         if self.row_norm is not None:
             parts.append("row-norm")
+        if self.flash is not None:
+            parts.append(f"flash row={self.flash.row}")
         parts.append(f"parallel={self.parallel}")
         if self.order:
             parts.append(f"order=({', '.join(self.order)})")
@@ -684,6 +690,11 @@ def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
         parallel: bool | None = target.parallel and work >= target.min_parallel_work
     else:
         parallel = None if target.parallel else False
+    fl = match_flash(c)
+    if fl is not None:
+        # one query row per iteration of the outer loops: rows run in parallel
+        return Schedule(vector_width=target.vector_width, strip_mine=False, flash=fl,
+                        reduce_vector_width=target.vector_width, parallel=parallel if len(c.vars) > 1 else False)
     g = match_gemm(c, program, target)
     if g is not None:
         scratch = gemm_scratch_bytes(c, g)

@@ -33,6 +33,7 @@ import sympy
 
 from ..ir import Dim, DType, TensorType, canon
 from ..kernel import Const, Expr, Var, broadcast_indices, cast, exp, rmax, rsum, select, tanh
+from ..kernel.flash import MAX_ROW, flash_core
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 _INPUTS = ("Q", "K", "V", "attn_mask", "past_key", "past_value", "nonpad_kv_seqlen")
@@ -345,21 +346,38 @@ def _lower(ctx) -> None:
             x = c * tanh(x / c)
         return x
 
-    # scores with the bias: the one buffer the softmax reads
-    x_buf = ctx.temp(acc, scores_shape, "scores")
-    ctx.compute(x_buf, lambda b, h, s, t: scaled(b, h, s, t) + bias(b, h, s, t) if masked
-                else scaled(b, h, s, t))
+    def scored(b, h, s, t) -> Expr:
+        """The score with its bias: what the softmax normalises."""
+        return scaled(b, h, s, t) + bias(b, h, s, t) if masked else scaled(b, h, s, t)
+
+    row = (g.batch, g.q_heads, g.q_len)
+    tv = Var("t")
+    if masked:  # rows with nothing to attend, decided on the bias alone
+        dead = ctx.temp(DType.bool, row, "masked_row")
+        ctx.compute(dead, lambda b, h, s: rmax([(tv, g.kv_len)], bias(b, h, s, tv)).eq(Const(NEG_INF, acc)))
     if n_out > 3 and opts["mode"] in (0, 1):
         qk = ctx.out(3)
         stage = raw if opts["mode"] == 0 else scaled
         ctx.compute(qk, lambda b, h, s, t: cast(stage(b, h, s, t), qk.dtype))
-    elif n_out > 3 and opts["mode"] == 2:
+
+    if not (n_out > 3 and opts["mode"] in (2, 3)) and fuses(ctx, acc, g.v_head, g.kv_len):
+        # one compute over key blocks, the scores never stored (kernel/flash.py)
+        def fused(b, h, s, vv) -> Expr:
+            core = flash_core(lambda t: scored(b, h, s, t),
+                              lambda t: cast(values(b, kv_head(h), t, vv), acc), g.kv_len, acc)
+            return select(dead[(b, h, s)], Const(0.0, acc), core) if masked else core
+
+        _write_y(ctx, g, y_dt, fused)
+        return
+
+    # scores with the bias: the one buffer the softmax reads
+    x_buf = ctx.temp(acc, scores_shape, "scores")
+    ctx.compute(x_buf, scored)
+    if n_out > 3 and opts["mode"] == 2:
         qk = ctx.out(3)
         ctx.compute(qk, lambda b, h, s, t: cast(x_buf[(b, h, s, t)], qk.dtype))
 
     # softmax over the keys: row max (0 for a row of -inf) staged per row
-    row = (g.batch, g.q_heads, g.q_len)
-    tv = Var("t")
     mx = ctx.temp(acc, row, "rowmax")
 
     def safe_max(b, h, s):
@@ -367,9 +385,6 @@ def _lower(ctx) -> None:
         return select(m.eq(Const(NEG_INF, acc)), Const(0.0, acc), m)
 
     ctx.compute(mx, safe_max)
-    if masked:  # rows with nothing to attend, decided on the bias alone
-        dead = ctx.temp(DType.bool, row, "masked_row")
-        ctx.compute(dead, lambda b, h, s: rmax([(tv, g.kv_len)], bias(b, h, s, tv)).eq(Const(NEG_INF, acc)))
 
     def numer(b, h, s, t) -> Expr:
         """exp(score - row max), 0 across a row with nothing to attend (NaN never leaks)."""
@@ -396,6 +411,38 @@ def _lower(ctx) -> None:
         ctx.compute(y, lambda b, s, j: cast(y_at(b, j // vh, s, j % vh), y_dt))
     else:
         ctx.compute(y, lambda b, h, s, vv: cast(y_at(b, h, s, vv), y_dt))
+
+
+FLASH_MIN_KV = 256
+"""the fewest keys (when their number is static) for which the fused form pays: below
+it the score buffer is small and the GEMM-scheduled three computes are faster (measured:
+benchmarks/attention.py); a symbolic key length takes the fused form"""
+
+
+def fuses(ctx, dtype: DType, v_head, kv_len) -> bool:
+    """Whether attention computes its result fused over key blocks (kernel/flash.py): where
+    the backend runs that form, the scores are f32 or f64, the value head is a static size
+    the fused row holds, and the keys are many (FLASH_MIN_KV, or a symbolic count). Callers
+    also check that no output needs the scores or probabilities themselves."""
+    if not ctx.fused_attention or dtype not in (DType.f32, DType.f64):
+        return False
+    if not isinstance(v_head, int) or not 0 < v_head <= MAX_ROW:
+        return False
+    return not isinstance(kv_len, int) or kv_len >= FLASH_MIN_KV
+
+
+def _write_y(ctx, g: Geometry, y_dt: DType, fused) -> None:
+    """Y from `fused(b, h, s, vv)` over [batch, heads, seq, head]: the value head innermost
+    (the fused row) and the query rows next (blocks of rows share each key load); a 3-D Y
+    `[batch, seq, heads*head]` is computed so and copied over."""
+    y = ctx.out(0)
+    if not g.rank3:
+        ctx.compute(y, lambda b, h, s, vv: cast(fused(b, h, s, vv), y_dt))
+        return
+    y4 = ctx.temp(y_dt, (g.batch, g.q_heads, g.q_len, g.v_head), "y_heads")
+    ctx.compute(y4, lambda b, h, s, vv: cast(fused(b, h, s, vv), y_dt))
+    vh = _e(g.v_head)
+    ctx.compute(y, lambda b, s, j: y4[(b, j // vh, s, j % vh)])
 
 
 define("onnx.Attention", infer=_infer, reference=_reference, lower=_lower, kind="opaque", arity=(3, 7),

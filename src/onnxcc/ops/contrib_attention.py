@@ -56,6 +56,8 @@ from ..kernel import (
     select,
     wrap_index,
 )
+from ..kernel.flash import flash_core
+from .attention import fuses
 from .contrib_rotary import refusal, rope_compute, rotary
 from .elementwise import cast_out, widen
 from .matmul import matmul_compute
@@ -323,13 +325,21 @@ def lower_sdpa(ctx, q, k, v, dims, heads: int, hq: int, hv: int, scale: float, e
     * v(b, n, t, e). `q(b, n, s, d)` etc. give the loads; `dims` = (B, S, T)."""
     b_, s_, t_ = dims
     dt = out.dtype
-    scores = ctx.temp(dt, (b_, heads, s_, t_), "att_scores")
     d = Var("d")
 
     def score(b, n, s, t):
         acc = Const(scale, dt) * rsum([(d, hq)], q(b, n, s, d) * k(b, n, t, d))
         return acc if extra is None else acc + extra(b, n, s, t)
 
+    if fuses(ctx, dt, hv, t_):
+        # one compute over key blocks, the scores never stored (kernel/flash.py); rows of
+        # one head next to each other (blocks of rows share each key load), then copied
+        y4 = ctx.temp(dt, (b_, heads, s_, hv), "att_heads")
+        ctx.compute(y4, lambda b, n, s, e: flash_core(lambda t: score(b, n, s, t), lambda t: v(b, n, t, e), t_, dt,
+                                                      guarded=False))
+        ctx.compute(out, lambda b, s, c: y4[(b, c // hv, s, c % hv)])
+        return
+    scores = ctx.temp(dt, (b_, heads, s_, t_), "att_scores")
     ctx.compute(scores, score)
     probs = ctx.temp(dt, (b_, heads, s_, t_), "att_probs")
     ctx.compute(probs, lambda *o: k_softmax(scores, o, 3))

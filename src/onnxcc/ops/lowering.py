@@ -40,6 +40,11 @@ class LowerCtx:
         #: the function lowerer (passes/lower.py), set by it: control-flow lowerings use its
         #: `lower_region`, `into`, `declare_run_dim`, `set_symbol`, `bind_symbol` and `is_run_dim`
         self.lowerer = None
+        #: whether the target runs attention fused over key blocks (kernel/flash.py): the
+        #: backend's `fused_attention`, passed down by lower-to-kernel; without it an
+        #: attention lowering keeps its score buffer (the fused form as plain loops would
+        #: recompute every score once per value column)
+        self.fused_attention = False
 
     # ---- reading the op ------------------------------------------------------------------
     def attr(self, name: str, default=None):

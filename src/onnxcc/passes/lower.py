@@ -38,8 +38,9 @@ from .base import ModulePass, PassContext, register_pass
 
 
 class _Lowerer:
-    def __init__(self, module: Module, f: Function, name: str, values: dict | None):
+    def __init__(self, module: Module, f: Function, name: str, values: dict | None, fused_attention: bool = False):
         self.module, self.f = module, f
+        self.fused_attention = fused_attention
         self.values = values or {}
         self.program = KernelProgram.new(name, [s.name for s in module.symbols])
         self.buf: dict[int, object] = {}  # id(Value) -> Buffer
@@ -201,6 +202,7 @@ class _Lowerer:
         known = [self.values.get(v) for v in op.operands]
         ctx = LowerCtx(op, self.program, ins, results, consts, known, self.fresh)
         ctx.lowerer = self
+        ctx.fused_attention = self.fused_attention
         d.lower(ctx)
         small = sorted({v.type.dtype.value for v in [*op.operands, *op.results] if v.type.dtype.is_small})
         if small and not d.small_types and len(ctx.aliases) < len(op.results):
@@ -287,9 +289,11 @@ def _const_of(v: Value, module: Module):
     return None
 
 
-def lower_function(module: Module, f: Function, name: str, values: dict | None = None) -> KernelProgram:
-    """The kernel program of one function (usually one version of @main)."""
-    return _Lowerer(module, f, name, values).run()
+def lower_function(module: Module, f: Function, name: str, values: dict | None = None, *,
+                   fused_attention: bool = False) -> KernelProgram:
+    """The kernel program of one function (usually one version of @main); `fused_attention`:
+    the target runs attention fused over key blocks (see `LowerToKernelPass`)."""
+    return _Lowerer(module, f, name, values, fused_attention).run()
 
 
 @register_pass
@@ -301,6 +305,9 @@ class LowerToKernelPass(ModulePass):
     name: ClassVar[str] = "lower-to-kernel"
     converts: ClassVar[bool] = True
     prefix: str = "model"
+    fused_attention: bool = False
+    """the backend runs attention fused over key blocks (kernel/flash.py): attention ops
+    may lower to that form instead of materialising their scores"""
 
     def run(self, module: Module, ctx: PassContext) -> KernelModule:  # type: ignore[override]
         kmod = KernelModule(module)
@@ -311,7 +318,8 @@ class LowerToKernelPass(ModulePass):
         for fname in order:
             f = module.functions[fname]
             try:
-                prog = lower_function(module, f, f"{self.prefix}_v{len(kept)}")
+                prog = lower_function(module, f, f"{self.prefix}_v{len(kept)}",
+                                      fused_attention=self.fused_attention)
             except (CompileError, UnsupportedOp) as e:
                 if not has_values or f.attrs.get("kind") == "value":
                     raise

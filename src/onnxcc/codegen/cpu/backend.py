@@ -31,6 +31,7 @@ class CpuBackend:
     name: ClassVar[str] = "cpu"
     emit_stages: ClassVar[tuple[str, ...]] = ("llvm", "asm", "lib")
     schedules: ClassVar[bool] = True
+    fused_attention: ClassVar[bool] = True  # the schedule's Flash, cpu/flash.py
     link: ClassVar[LinkTarget] = CPU_LINK
 
     def __init__(self, triple: str | None = None, cpu: str | None = None, features: str | None = None,

@@ -32,6 +32,7 @@ from llvmlite import ir
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
 from onnxcc.kernel.expr import Expr
+from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 from onnxcc.kernel.rownorm import RowNorm
@@ -65,6 +66,7 @@ from ..llvm.target import (  # noqa: F401
     parse_modules,
     target_machine,
 )
+from .flash import emit_flash
 from .rownorm import emit_row_norm
 
 PARALLEL_FOR = "onnxcc_parallel_for"
@@ -286,7 +288,8 @@ class KernelEmitter:
             par = self.opts.parallel and not (isinstance(work, int) and work < self.opts.parallel_min_work)
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
                         getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
-                        bool(getattr(sch, "strip_mine", False)), getattr(sch, "row_norm", None))
+                        bool(getattr(sch, "strip_mine", False)), getattr(sch, "row_norm", None),
+                        getattr(sch, "flash", None))
 
     def emit_compute(self, ctx: FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
@@ -331,6 +334,9 @@ class KernelEmitter:
                 innermost = j + 1 == len(names)
                 if innermost and plan.row_norm is not None:
                     emit_row_norm(self, em, ctx, c, plan, v, vals)
+                    return
+                if plan.flash is not None and (innermost or (j + 2 == len(names) and plan.flash.rows_var)):
+                    emit_flash(self, em, ctx, c, plan, v, vals)  # the rows var too, where it may
                     return
                 if innermost and plan.vector_width and plan.strip_mine:
                     self.emit_strip_mined(em, ctx, c, plan, v, vals, i64(0), ctx.dim(exts[v]))
@@ -383,6 +389,8 @@ class KernelEmitter:
         through onnxcc_parallel_for (or directly, when a symbolic size turns out small)."""
         rank = len(c.vars)
         ncol = rank - 1 if rank >= 2 else 1
+        if plan.flash is not None and plan.flash.rows_var is not None:
+            ncol = rank - 2  # fused attention runs blocks of query rows (cpu/flash.py)
         b = ctx.b
         if rank == 1 and plan.vector_width and plan.strip_mine:
             # one axis: run groups of whole vector chunks in parallel
@@ -508,10 +516,15 @@ class NestPlan:
     a hint to LLVM's loop vectorizer)"""
     row_norm: RowNorm | None = None
     """the innermost loop normalises a row by its sum: two passes (cpu/rownorm.py)"""
+    flash: Flash | None = None
+    """the innermost loop is a fused-attention row over key blocks (cpu/flash.py)"""
 
     def hoisted(self, c: Compute) -> Expr:
         """What to hoist above the innermost loop: with a row norm, only the numerator's
-        row statistics (the row sum is the first pass itself)."""
+        row statistics (the row sum is the first pass itself); with fused attention, the
+        body without its core (whose reductions are the fused loop itself)."""
+        if self.flash is not None:
+            return self.flash.without_core(c.body)
         return c.body if self.row_norm is None else self.row_norm.numer
 
 

@@ -27,6 +27,7 @@ class CudaBackend:
     name: ClassVar[str] = "cuda"
     emit_stages: ClassVar[tuple[str, ...]] = ("llvm", "asm", "ptx", "lib")
     schedules: ClassVar[bool] = False  # kernels map each compute's domain onto the grid themselves
+    fused_attention: ClassVar[bool] = False  # attention keeps its score buffer
     link: ClassVar[LinkTarget] = CUDA_LINK
 
     def __init__(self, arch: str = "sm_80", opt: int = 3, features: str | None = None):
