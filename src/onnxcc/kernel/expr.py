@@ -766,7 +766,23 @@ def free_vars(e: Expr) -> frozenset[str]:
 
 
 def buffers_read(e: Expr) -> set[str]:
-    return {n.buffer for n in walk(e) if isinstance(n, Load)}
+    """Names of the buffers `e` loads from (a new set, the caller's to change). Cached on the
+    nodes, and a walk stops at a node that has it: fusion asks every statement again after
+    each change, and a fused body is mostly subtrees it asked about before."""
+    if "_br" not in e.__dict__:
+        stack: list[tuple[Expr, bool]] = [(e, False)]
+        while stack:
+            n, done = stack.pop()
+            if "_br" in n.__dict__:
+                continue
+            kids = children(n)
+            if not done:
+                stack.append((n, True))
+                stack.extend((c, False) for c in kids if "_br" not in c.__dict__)
+                continue
+            own = frozenset((n.buffer,)) if isinstance(n, Load) else frozenset()
+            _set(n, "_br", own.union(*(c.__dict__["_br"] for c in kids)))
+    return set(e.__dict__["_br"])
 
 
 def symbols_used(e: Expr) -> set[str]:
