@@ -339,7 +339,7 @@ def _signs_differ(d: sympy.Expr, table: SymbolTable) -> bool:
                     break
                 point[s] = sympy.Integer(v)
             else:
-                val = d.xreplace(point)
+                val: Any = d.xreplace(point)
                 if val.is_Rational:  # a finite number (not nan or zoo: a division by 0)
                     seen.add(1 if val > 0 else -1 if val < 0 else 0)
                     if len(seen) > 1:
