@@ -19,7 +19,7 @@ from ..c.link import CPU_LINK, LinkTarget
 from ..llvm.target import host_cpu
 from .dedup import forward_duplicates
 from .features import check_cpu, required_features
-from .split import split_by_level
+from .split import size, split_by_level
 
 
 @functools.lru_cache(maxsize=16)
@@ -180,16 +180,19 @@ class CpuBackend:
         return lib
 
 
-#: version functions LLVM compiles at a lower -O level than the build's (name part, level):
-#: the B packers (`gemm.packb.*`, a strided copy into scratch once per call) cost -O3 three to
-#: ten times -O2's LLVM time (0.3-0.7 s each on a conv net) for no run-time gain measured
-_LOW_OPT = ((".gemm.packb.", 2),)
+#: version functions LLVM compiles at a lower -O level than the build's: (name part, least
+#: size in instructions as emitted, level). A conv's B packer (`gemm.packb.*`, its im2col copy
+#: into scratch, 300-700 instructions of index arithmetic) costs -O3 three to ten times -O2's
+#: LLVM time (0.3-1.5 s each on squeezenet / mobilenet_v3) and measured no slower at -O2
+#: (-O1, without the vectorisers, was 3-14% slower); a plain matmul's packer (under 200) is
+#: cheap at -O3 and measured 3-7% faster there on the transformer's attention
+_LOW_OPT = ((".gemm.packb.", 256, 2),)
 
 
-def _fn_opt(prefix: str, opt: int, name: str) -> int:
-    """The -O level of version function `name` (of version `prefix`) in an -O`opt` build."""
-    rest = name[len(prefix):]
-    return min([opt, *(lv for part, lv in _LOW_OPT if rest.startswith(part))])
+def _fn_opt(prefix: str, opt: int, fn) -> int:
+    """The -O level of version function `fn` (of version `prefix`) in an -O`opt` build."""
+    rest = fn.name[len(prefix):]
+    return min([opt, *(lv for part, least, lv in _LOW_OPT if rest.startswith(part) and size(fn) >= least)])
 
 
 _CONST_PREFIX = "onnxcc.const."

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from llvmlite import ir
 
 
-def _size(fn: ir.Function) -> int:
+def size(fn: ir.Function) -> int:
+    """`fn`'s instruction count, as emitted (before LLVM's optimiser)."""
     return sum(len(b.instructions) for b in fn.blocks)
 
 
@@ -46,21 +47,22 @@ def _callees(fn: ir.Function) -> set[ir.Function]:
 def split_module(module: ir.Module, prefix: str, parts: int) -> list[ir.Module]:
     """`module` as `parts` modules (fewer when it has fewer movable functions); the module
     itself when one part is asked for. Linkage of moved functions is changed in place."""
-    return [m for m, _ in split_by_level(module, prefix, parts, lambda name: 0)]
+    return [m for m, _ in split_by_level(module, prefix, parts, lambda fn: 0)]
 
 
 def split_by_level(module: ir.Module, prefix: str, parts: int,
-                   level: Callable[[str], int]) -> list[tuple[ir.Module, int]]:
-    """`module` cut into (part, level) pairs: the movable functions grouped by `level(name)`
+                   level: Callable[[ir.Function], int]) -> list[tuple[ir.Module, int]]:
+    """`module` cut into (part, level) pairs: the movable functions grouped by `level(fn)`
     (the -O level the backend compiles them at), each group dealt out to up to `parts`
     parts; the module itself, whole, when it holds one group and one part is asked for."""
     defined = [f for f in module.functions if f.blocks]
     movable = [f for f in defined if f.name == prefix or f.name.startswith(prefix + ".")]
     groups: dict[int, list[ir.Function]] = {}
     for f in movable:
-        groups.setdefault(level(f.name), []).append(f)
+        groups.setdefault(level(f), []).append(f)
     if len(groups) <= 1 and min(parts, len(movable)) <= 1:
-        return [(module, next(iter(groups), level(prefix)))]
+        # (a module without version functions keeps the level its helpers get)
+        return [(module, next(iter(groups)) if groups else max(map(level, defined), default=3))]
     uses = {f: _callees(f) for f in defined}
 
     # deal out each group's functions: largest first, each to the group's part with the
@@ -71,10 +73,10 @@ def split_by_level(module: ir.Module, prefix: str, parts: int,
         first, n = len(levels), min(parts, len(fns))
         levels += [lv] * n
         load = [0] * n
-        for f in sorted(fns, key=lambda f: (-_size(f), f.name)):
+        for f in sorted(fns, key=lambda f: (-size(f), f.name)):
             k = load.index(min(load))
             owner[f] = first + k
-            load[k] += _size(f)
+            load[k] += size(f)
 
     members: list[list[ir.Function]] = [[] for _ in levels]
     for f in defined:  # module order, so each part prints in the original order
