@@ -90,3 +90,48 @@ def test_one_part_or_one_movable_function_leaves_the_module_alone():
     m = _module()
     assert split_module(m, "m_v0", 1) == [m]
     assert split_module(m, "other_v3", 4) == [m]  # no function of that version
+
+
+def test_split_by_level_keeps_each_level_in_parts_of_its_own():
+    """Functions grouped by the -O level the backend gives them: a part holds one level,
+    every version function is defined in exactly one part, each part parses alone."""
+    from onnxcc.codegen.cpu.split import split_by_level
+
+    def level(fn: ir.Function) -> int:
+        return 2 if fn.name == "m_v0.par.a" else 3
+
+    out = split_by_level(_module(), "m_v0", 1, level)  # one part asked, two levels: two parts
+    assert sorted(lv for _, lv in out) == [2, 3]
+    owners = {}
+    for part, lv in out:
+        text = str(part)
+        parse_modules([text])
+        for name in _defined(text) - {"onnxcc.h", "onnxcc.h2"}:
+            assert name not in owners
+            owners[name] = lv
+    assert owners == {"m_v0": 3, "m_v0.par.b": 3, "m_v0.par.a": 2}
+    # one level and one part: the module itself, whole
+    m = _module()
+    assert split_by_level(m, "m_v0", 1, lambda fn: 3) == [(m, 3)]
+
+
+def test_only_big_b_packers_go_below_the_build_level():
+    """`_LOW_OPT`: a conv-sized B packer at -O2, a small one and every other function at the
+    build's level; a build below -O2 keeps its own level everywhere."""
+    from onnxcc.codegen.cpu.backend import _fn_opt
+
+    def fn(name: str, n: int) -> ir.Function:
+        m = ir.Module(name="t")
+        f = ir.Function(m, ir.FunctionType(VOID, [I64]), name)
+        b = ir.IRBuilder(f.append_basic_block("entry"))
+        x = f.args[0]
+        for _ in range(n - 1):
+            x = b.add(x, ir.Constant(I64, 1))
+        b.ret_void()
+        return f
+
+    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.packb.conv1", 400)) == 2
+    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.packb.matmul", 100)) == 3
+    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.conv1", 400)) == 3
+    assert _fn_opt("m_v0", 3, fn("m_v0", 400)) == 3
+    assert _fn_opt("m_v0", 1, fn("m_v0.gemm.packb.conv1", 400)) == 1

@@ -740,33 +740,54 @@ def walk(e: Expr) -> Iterator[Expr]:
                 stack.append((c, False))
 
 
+def _memo(e: Expr, key: str, combine: Callable[[Expr], Any]) -> Any:
+    """`combine(n)` cached on every node of `e` under `key`, children first (combine reads
+    the children's cached values). A walk stops at a node that has it: the passes ask again
+    after each rewrite, and a rewritten body is mostly subtrees they asked about before."""
+    if key not in e.__dict__:
+        stack: list[tuple[Expr, bool]] = [(e, False)]
+        while stack:
+            n, done = stack.pop()
+            if key in n.__dict__:
+                continue
+            if not done:
+                stack.append((n, True))
+                stack.extend((c, False) for c in children(n) if key not in c.__dict__)
+                continue
+            _set(n, key, combine(n))
+    return e.__dict__[key]
+
+
+def _free_vars_of(n: Expr) -> frozenset[str]:
+    if isinstance(n, Var):
+        return frozenset((n.name,))
+    if isinstance(n, Reduce):
+        s: frozenset[str] = frozenset()
+        bound: set[str] = set()
+        for v, ext in n.vars:
+            s |= free_vars(ext) - bound
+            bound.add(v.name)
+        s |= free_vars(n.body) - bound
+        if n.init is not None:
+            s |= free_vars(n.init)
+        return s
+    return frozenset().union(*(free_vars(c) for c in children(n)))
+
+
 def free_vars(e: Expr) -> frozenset[str]:
     """Names of the index vars `e` depends on (bound reduce vars excluded); cached on nodes."""
-    fv = e.__dict__.get("_fv")
-    if fv is not None:
-        return fv
-    for n in walk(e):
-        if "_fv" in n.__dict__:
-            continue
-        if isinstance(n, Var):
-            s = frozenset((n.name,))
-        elif isinstance(n, Reduce):
-            s = frozenset()
-            bound: set[str] = set()
-            for v, ext in n.vars:
-                s |= free_vars(ext) - bound
-                bound.add(v.name)
-            s |= free_vars(n.body) - bound
-            if n.init is not None:
-                s |= free_vars(n.init)
-        else:
-            s = frozenset().union(*(free_vars(c) for c in children(n)))
-        _set(n, "_fv", s)
-    return e.__dict__["_fv"]
+    return _memo(e, "_fv", _free_vars_of)
+
+
+def _loads_of(n: Expr) -> frozenset[str]:
+    own = frozenset((n.buffer,)) if isinstance(n, Load) else frozenset()
+    return own.union(*(c.__dict__["_br"] for c in children(n)))
 
 
 def buffers_read(e: Expr) -> set[str]:
-    return {n.buffer for n in walk(e) if isinstance(n, Load)}
+    """Names of the buffers `e` loads from (a new set, the caller's to change); cached on
+    nodes."""
+    return set(_memo(e, "_br", _loads_of))
 
 
 def symbols_used(e: Expr) -> set[str]:

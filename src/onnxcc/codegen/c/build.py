@@ -27,6 +27,7 @@ from .link import (
     link_target,
 )
 from .package import cmake_config, pkg_config
+from .runtime_objects import runtime_objects
 
 # ---- building libNAME.so -----------------------------------------------------------------
 
@@ -70,9 +71,13 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     # Link to a temporary name, then rename: a process that has the old library mapped
     # keeps a valid file instead of one rewritten under it.
     tmp = str(out / f".lib{name}.so.{os.getpid()}.tmp")
-    cmd = [*shlex.split(cc), "-O2", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden", *cflags,
+    flags = ["-O2", "-fPIC", "-pthread", "-fvisibility=hidden", *cflags]
+    # the runtime compiled once per compiler and flags (runtime_objects.py), else with the library
+    sources = [RUNTIME_DIR / r for r in runtime]
+    runtime_inputs = runtime_objects(sources, cc, flags) or sources
+    cmd = [*shlex.split(cc), "-shared", *flags,
            f"-I{out}", f"-I{RUNTIME_DIR}", "-o", tmp, str(out / f"{name}_dispatch.c"),
-           *(str(RUNTIME_DIR / r) for r in runtime), *map(str, extras), *map(str, objects),
+           *map(str, runtime_inputs), *map(str, extras), *map(str, objects),
            "-Wl,-z,defs", f"-Wl,--version-script={out / f'{name}.map'}", *libs]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,8 +1,8 @@
-"""The CPU backend: every version's kernel function in one LLVM module (cpu.py), one object
-for the host (or `--triple` / `--cpu` / `--features`), linked with the dispatcher. A library
-with several versions, or one on a machine with several CPUs, instead gets one module and
-object per version (or per part of a version), built in parallel (`_emit_parallel`), plus
-one object holding the weight constants."""
+"""The CPU backend: every version's kernel function in LLVM (emit.py), compiled for the host
+(or `--triple` / `--cpu` / `--features`) and linked with the dispatcher. `--emit llvm` / `asm`
+print one module holding every version; a library gets one module and object per version (or
+per part of a version), built in parallel where there are several CPUs (`_emit_parallel`),
+plus one object holding the weight constants."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..c.link import CPU_LINK, LinkTarget
 from ..llvm.target import host_cpu
 from .dedup import forward_duplicates
 from .features import check_cpu, required_features
-from .split import split_module
+from .split import size, split_by_level
 
 
 @functools.lru_cache(maxsize=16)
@@ -85,9 +85,9 @@ class CpuBackend:
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
-        from .emit import emit_assembly, emit_llvm, emit_object
+        from .emit import emit_assembly, emit_llvm
 
-        if stop == "lib" and _jobs() > 1:
+        if stop == "lib":
             return self._emit_parallel(module, name, step)
         t0 = time.perf_counter()
         llmod = llir.Module(name=name)
@@ -97,23 +97,17 @@ class CpuBackend:
         step("llvm", time.perf_counter() - t0)
         if stop == "llvm":
             return Emitted(text=str(llmod))
-        if stop == "asm":
-            return Emitted(text=emit_assembly(llmod, self.triple, self.cpu, self.features, self.opt))
-        if len(module.versions) > 1:  # within one version, layers differ at least in their weights
-            forward_duplicates([(llmod, v.program.name) for v in module.versions])
-        t0 = time.perf_counter()
-        obj = emit_object(llmod, self.triple, self.cpu, self.features, self.opt)
-        step("codegen", time.perf_counter() - t0)
-        return Emitted(objects=[obj])
+        return Emitted(text=emit_assembly(llmod, self.triple, self.cpu, self.features, self.opt))
 
     def _emit_parallel(self, module, name: str, step: StepClock) -> Emitted:
         """One LLVM module (and object) per version, optimised and compiled in forked worker
         processes (llvmlite serialises every LLVM call behind one lock, so threads would not
-        overlap). The weight constants all versions share are defined once, in their own
+        overlap; one job: in this process). The weight constants all versions share are defined once, in their own
         object; each version module sees them `available_externally` (the optimiser still
         reads their values, nothing is emitted twice). A function identical to another
         version's is compiled once (`forward_duplicates`); with fewer versions than workers
-        each version's module is cut into parts (`split_module`) so every worker has work."""
+        each version's module is cut into parts (`split_by_level`) so every worker has work,
+        and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -140,7 +134,8 @@ class CpuBackend:
             versions.append((m, v.program.name))
         if len(versions) > 1:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
-        mods = [part for m, prefix in versions for part in split_module(m, prefix, parts)]
+        mods = [(part, lv) for m, prefix in versions
+                for part, lv in split_by_level(m, prefix, parts, functools.partial(_fn_opt, prefix, self.opt))]
         cmod = llir.Module(name=f"{name}.consts")
         cmod.triple = triple
         for gname, (gv, init) in consts.items():
@@ -150,7 +145,9 @@ class CpuBackend:
             c.unnamed_addr, c.linkage = gv.unnamed_addr, "weak_odr hidden"
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
-        objs = compile_in_workers([cmod, *mods], (self.triple, self.cpu, self.features, self.opt), jobs)
+        target = (self.triple, self.cpu, self.features)
+        # the constants' module holds data only: nothing for the optimiser to do
+        objs = compile_in_workers([(cmod, (*target, 0)), *((m, (*target, lv)) for m, lv in mods)], jobs)
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=objs)
 
@@ -182,6 +179,21 @@ class CpuBackend:
         for path in paths:
             path.unlink()
         return lib
+
+
+#: version functions LLVM compiles at a lower -O level than the build's: (name part, least
+#: size in instructions as emitted, level). A conv's B packer (`gemm.packb.*`, its im2col copy
+#: into scratch, 300-700 instructions of index arithmetic) costs -O3 three to ten times -O2's
+#: LLVM time (0.3-1.5 s each on squeezenet / mobilenet_v3) and measured no slower at -O2
+#: (-O1, without the vectorisers, was 3-14% slower); a plain matmul's packer (under 200) is
+#: cheap at -O3 and measured 3-7% faster there on the transformer's attention
+_LOW_OPT = ((".gemm.packb.", 256, 2),)
+
+
+def _fn_opt(prefix: str, opt: int, fn) -> int:
+    """The -O level of version function `fn` (of version `prefix`) in an -O`opt` build."""
+    rest = fn.name[len(prefix):]
+    return min([opt, *(lv for part, least, lv in _LOW_OPT if rest.startswith(part) and size(fn) >= least)])
 
 
 _CONST_PREFIX = "onnxcc.const."
@@ -222,17 +234,19 @@ def _compile_one(k: int) -> bytes:
     return emit_object(mod, triple, cpu, features, opt)
 
 
-def compile_in_workers(mods, target, jobs: int) -> list[bytes]:
-    """emit_object for each module, `jobs` forked processes at a time, largest first;
-    objects come back in the modules' order."""
+def compile_in_workers(work, jobs: int) -> list[bytes]:
+    """emit_object for each (module, (triple, cpu, features, opt)) of `work`, `jobs` forked
+    processes at a time (in this process with one job); objects come back in `work`'s order."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    _WORK[:] = [(m, target) for m in mods]
+    _WORK[:] = list(work)
     try:
+        if jobs <= 1 or len(_WORK) <= 1:
+            return [_compile_one(k) for k in range(len(_WORK))]
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(mods)), mp_context=ctx) as pool:
-            futs = {k: pool.submit(_compile_one, k) for k in range(len(mods))}
-            return [futs[k].result() for k in range(len(mods))]
+        with ProcessPoolExecutor(max_workers=min(jobs, len(_WORK)), mp_context=ctx) as pool:
+            futs = {k: pool.submit(_compile_one, k) for k in range(len(_WORK))}
+            return [futs[k].result() for k in range(len(_WORK))]
     finally:
         _WORK.clear()

@@ -18,6 +18,7 @@ unique in the library (and per CPU level in a multi-ISA build).
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from llvmlite import ir
 
@@ -60,10 +61,16 @@ def forward_duplicates(versions: list[tuple[ir.Module, str]]) -> int:
     seen: dict[str, tuple[ir.Function, ir.Module]] = {}
     mds: dict[int, dict[str, str]] = {}
     stubs = 0
-    for module, prefix in versions:
-        md = mds.setdefault(id(module), _metadata_text(module))
-        for fn in [f for f in module.functions if f.blocks and f.name.startswith(prefix + ".")]:
-            key = _content_key(fn, prefix, md)
+    fns = [(module, prefix, [f for f in module.functions if f.blocks and f.name.startswith(prefix + ".")])
+           for module, prefix in versions]
+    # printing a function is most of the key's cost: only functions whose shape (type, block
+    # and instruction counts) another one shares can be identical to it, so only they print
+    shapes = Counter(_shape(f) for _, _, group in fns for f in group)
+    for module, prefix, group in fns:
+        for fn in group:
+            if shapes[_shape(fn)] < 2:
+                continue
+            key = _content_key(fn, prefix, mds.setdefault(id(module), _metadata_text(module)))
             hit = seen.get(key)
             if hit is None:
                 seen[key] = (fn, module)
@@ -81,6 +88,10 @@ def forward_duplicates(versions: list[tuple[ir.Module, str]]) -> int:
             _forward(fn, callee)
             stubs += 1
     return stubs
+
+
+def _shape(fn: ir.Function) -> tuple:
+    return (str(fn.ftype), tuple(len(b.instructions) for b in fn.blocks))
 
 
 def _forward(fn: ir.Function, callee) -> None:

@@ -3,7 +3,9 @@
 LLVM's optimiser and code generator take most of a one-version build (a 66-node conv net:
 about 8 of its 15 CPU seconds) and run on one core; its work is per function, so the
 functions of a version are dealt out to `parts` modules (largest first, each to the
-lightest part) that the backend compiles in separate processes.
+lightest part) that the backend compiles in separate processes. The backend may also ask
+for functions to be grouped by the -O level it compiles them at (`split_by_level`): a part
+holds functions of one level only, since LLVM's pipeline runs over a whole module.
 
 What may move and what stays:
 - the version's own functions (its kernel entry and the bodies it hands to the thread pool,
@@ -21,10 +23,13 @@ What may move and what stays:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from llvmlite import ir
 
 
-def _size(fn: ir.Function) -> int:
+def size(fn: ir.Function) -> int:
+    """`fn`'s instruction count, as emitted (before LLVM's optimiser)."""
     return sum(len(b.instructions) for b in fn.blocks)
 
 
@@ -42,39 +47,56 @@ def _callees(fn: ir.Function) -> set[ir.Function]:
 def split_module(module: ir.Module, prefix: str, parts: int) -> list[ir.Module]:
     """`module` as `parts` modules (fewer when it has fewer movable functions); the module
     itself when one part is asked for. Linkage of moved functions is changed in place."""
+    return [m for m, _ in split_by_level(module, prefix, parts, lambda fn: 0)]
+
+
+def split_by_level(module: ir.Module, prefix: str, parts: int,
+                   level: Callable[[ir.Function], int]) -> list[tuple[ir.Module, int]]:
+    """`module` cut into (part, level) pairs: the movable functions grouped by `level(fn)`
+    (the -O level the backend compiles them at), each group dealt out to up to `parts`
+    parts; the module itself, whole, when it holds one group and one part is asked for."""
     defined = [f for f in module.functions if f.blocks]
     movable = [f for f in defined if f.name == prefix or f.name.startswith(prefix + ".")]
-    parts = min(parts, len(movable))
-    if parts <= 1:
-        return [module]
+    groups: dict[int, list[ir.Function]] = {}
+    for f in movable:
+        groups.setdefault(level(f), []).append(f)
+    if len(groups) <= 1 and min(parts, len(movable)) <= 1:
+        # (a module without version functions keeps the level its helpers get)
+        return [(module, next(iter(groups)) if groups else max(map(level, defined), default=3))]
     uses = {f: _callees(f) for f in defined}
 
-    # deal out the movable functions: largest first, each to the part with the least work
+    # deal out each group's functions: largest first, each to the group's part with the
+    # least work
     owner: dict[ir.Function, int] = {}
-    load = [0] * parts
-    for f in sorted(movable, key=lambda f: (-_size(f), f.name)):
-        k = load.index(min(load))
-        owner[f] = k
-        load[k] += _size(f)
+    levels: list[int] = []
+    for lv, fns in sorted(groups.items(), reverse=True):
+        first, n = len(levels), min(parts, len(fns))
+        levels += [lv] * n
+        load = [0] * n
+        for f in sorted(fns, key=lambda f: (-size(f), f.name)):
+            k = load.index(min(load))
+            owner[f] = first + k
+            load[k] += size(f)
 
-    members: list[list[ir.Function]] = [[] for _ in range(parts)]
+    members: list[list[ir.Function]] = [[] for _ in levels]
     for f in defined:  # module order, so each part prints in the original order
         if f in owner:
             members[owner[f]].append(f)
     out = []
-    for k in range(parts):
+    for k, lv in enumerate(levels):
         # the helpers the part needs, transitively (a helper may call another)
         need: set[ir.Function] = set()
         todo = list(members[k])
         while todo:
-            for g in uses.get(todo.pop(), ()):
+            for g in uses.get(todo.pop(), set()):
                 if g in uses and g not in owner and g not in need:
                     need.add(g)
                     todo.append(g)
         foreign = {g for f in [*members[k], *need] for g in uses[f] if g in owner and owner[g] != k}
         for g in foreign:
             g.linkage = "hidden"  # its definition, in another part, must be visible here
-        out.append(_part_module(module, k, [f for f in defined if f in need or owner.get(f) == k], foreign))
+        part = _part_module(module, k, [f for f in defined if f in need or owner.get(f) == k], foreign)
+        out.append((part, lv))
     return out
 
 
