@@ -145,6 +145,10 @@ def test_float_constants_in_shape_arithmetic():
     %i = onnx.Cast(%m) {to = 7} : (i64[1])
     %h = onnx.Mul(%f, %half) : (f32[1])
     %t = onnx.Mul(%f, %tenth) : (f32[1])
+    %sixteen = cc.const() {value = dense<f32[]: [16.0]>} : (f32[])
+    %root = onnx.Pow(%sixteen, %half) : (f32[])
+    %side = onnx.Cast(%root) {to = 7} : (i64[])
+    %hroot = onnx.Pow(%f, %half) : (f32[1])
     return %i
   }
 }""")
@@ -154,6 +158,8 @@ def test_float_constants_in_shape_arithmetic():
     assert list(values[res["i"]]) == [2 * sympy.ceiling(H / 2)]
     assert list(values[res["h"]]) == [H / 2]
     assert res["t"] not in values
+    # DINOv2's `int(num_positions ** 0.5)`: a constant root that is exact; a symbolic one is not
+    assert values[res["side"]].item() == 4 and res["hroot"] not in values
 
 
 def test_onnx_dtype_mapping():

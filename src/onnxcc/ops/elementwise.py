@@ -603,7 +603,22 @@ binary("Sub", lambda a, b, t: a - b, kernel=lambda a, b, t: a - b, value=lambda 
 binary("Mul", lambda a, b, t: a * b, kernel=lambda a, b, t: a * b, value=lambda ctx, a, b: a * b)
 binary("Div", _div, kernel=_k_div, value=_div_value)
 binary("Mod", _mod, kernel=_k_mod, value=_mod_value)
-binary("Pow", _pow, kernel=_k_pow, check_dtypes=False)
+def _pow_value(ctx, a, b):
+    """Only constants, and only an exact rational result (torch's `int(num_positions ** 0.5)`,
+    Pow(16.0, 0.5)): a symbolic root would be exact here but rounded by the float pow, and a
+    truncating Cast after it could then differ by one."""
+    a, b = canon(a), canon(b)
+    if isinstance(a, sympy.Basic) and a.free_symbols or isinstance(b, sympy.Basic) and b.free_symbols:
+        return None
+    try:
+        r = sympy.Pow(sympy.sympify(a), sympy.sympify(b))
+    except (ZeroDivisionError, ValueError):
+        return None
+    exact = r.is_Integer if ctx.op.results[0].type.dtype.is_int else r.is_Rational
+    return r if exact and abs(r) < 2 ** 24 else None
+
+
+binary("Pow", _pow, kernel=_k_pow, check_dtypes=False, value=_pow_value)
 binary("Equal", lambda a, b, t: a == b, kernel=lambda a, b, t: a.eq(b), out=DType.bool,
        value=_cmp(lambda s, a, b: s.prove_eq(a, b)))
 binary("Less", lambda a, b, t: a < b, kernel=lambda a, b, t: a < b, out=DType.bool,
@@ -914,5 +929,5 @@ for _name, _rule in (("Equal", _rel(sympy.Eq)), ("Less", _rel(sympy.Lt)), ("Grea
 # Float results whose value rules are exact on dims (integers below 2**24 and their ratios):
 # a shape value cast to float keeps its value through them (torch's float arange over seq,
 # Range(0.0, Cast(seq), 1.0), gets the symbolic length seq)
-for _name in ("Cast", "Add", "Sub", "Mul", "Div", "Neg", "Ceil", "Floor", "Max", "Min", "Identity"):
+for _name in ("Cast", "Add", "Sub", "Mul", "Div", "Neg", "Ceil", "Floor", "Max", "Min", "Identity", "Pow"):
     get_opdef(f"onnx.{_name}").float_values = True
