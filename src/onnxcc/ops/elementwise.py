@@ -608,7 +608,7 @@ def _pow_value(ctx, a, b):
     Pow(16.0, 0.5)): a symbolic root would be exact here but rounded by the float pow, and a
     truncating Cast after it could then differ by one."""
     a, b = canon(a), canon(b)
-    if isinstance(a, sympy.Basic) and a.free_symbols or isinstance(b, sympy.Basic) and b.free_symbols:
+    if (isinstance(a, sympy.Basic) and a.free_symbols) or (isinstance(b, sympy.Basic) and b.free_symbols):
         return None
     try:
         r = sympy.Pow(sympy.sympify(a), sympy.sympify(b))
