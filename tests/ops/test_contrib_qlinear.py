@@ -171,3 +171,39 @@ def test_concat_refuses_a_broken_triple():
     m = _model([node], [("a", U8, [3])], ["y"], inits)
     with pytest.raises(OnnxccError, match="triples"):
         run_pipeline(load_onnx(m), "shape-inference")
+
+
+@pytest.mark.parametrize(("direction", "per_col"), [("forward", False), ("bidirectional", True)])
+def test_dynamic_quantize_lstm(direction, per_col):
+    """W and R dequantized at compile time into the f32 LSTM. onnxruntime quantizes X and each
+    step's H to u8 and multiplies in integers: its outputs differ from the f32 LSTM by that
+    rounding, here within 2e-2 absolute (the interpreter, which is the same f32 LSTM, within
+    1e-5 of the native result)."""
+    r = np.random.default_rng(7)
+    nd, inp, hid = (2 if direction == "bidirectional" else 1), 6, 5
+    cols = 4 * hid
+
+    def q(rows):
+        w = r.integers(-128, 127, (nd, rows, cols)).astype(np.int8)
+        shape = (nd, cols) if per_col else (nd,)
+        # onnxruntime requires int8 weights' zero points to be 0
+        return w, r.uniform(0.002, 0.01, shape).astype(np.float32), np.zeros(shape, np.int8)
+
+    (w, ws, wz), (rr, rs, rz) = q(inp), q(hid)
+    inits = {"w": w, "ws": ws, "wz": wz, "r": rr, "rs": rs, "rz": rz,
+             "b": r.uniform(-0.1, 0.1, (nd, 8 * hid)).astype(np.float32)}
+    node = h.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"],
+                       ["y", "yh", "yc"], hidden_size=hid, direction=direction, domain=MS)
+    m = _model([node], [("x", F, ["T", "N", inp])], ["y", "yh", "yc"], inits)
+    mod, _, k = jit_compile(m)
+    ref = load_onnx(m)
+    run_pipeline(ref, "shape-inference")
+    for t, n in ((1, 1), (7, 3)):
+        x = r.uniform(-1, 1, (t, n, inp)).astype(np.float32)
+        want = ort_run(m, {"x": x})
+        native = k(x)
+        interp = interp_run(ref, {"x": x})
+        for name, g, i in zip(("y", "yh", "yc"), native, interp, strict=True):
+            g = np.asarray(g).reshape(want[name].shape)
+            np.testing.assert_allclose(g, want[name], atol=2e-2, rtol=0, err_msg=name)
+            np.testing.assert_allclose(g, i, atol=1e-5, rtol=1e-5, err_msg=name)
