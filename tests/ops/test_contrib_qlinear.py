@@ -54,7 +54,7 @@ def _check(m, feeds_list, tol_q=0, rtol=1e-6, atol=1e-6, max_off=1.0):
                 assert np.mean(diff > 0) <= max_off, f"{what} {n}: {np.mean(diff > 0):.3f} of elements off"
 
 
-def _u8(seed, shape, dt=np.uint8):
+def _u8(seed, shape, dt: type = np.uint8):
     info = np.iinfo(dt)
     return np.random.default_rng(seed).integers(info.min, info.max, shape, endpoint=True).astype(dt)
 
@@ -195,7 +195,7 @@ def test_dynamic_quantize_lstm(direction, per_col):
     node = h.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "b", "", "", "", "", "ws", "wz", "rs", "rz"],
                        ["y", "yh", "yc"], hidden_size=hid, direction=direction, domain=MS)
     m = _model([node], [("x", F, ["T", "N", inp])], ["y", "yh", "yc"], inits)
-    mod, _, k = jit_compile(m)
+    _, _, k = jit_compile(m)
     ref = load_onnx(m)
     run_pipeline(ref, "shape-inference")
     for t, n in ((1, 1), (7, 3)):

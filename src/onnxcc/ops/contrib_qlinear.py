@@ -147,7 +147,7 @@ def _concat_infer(ctx: InferCtx):
     _check_int8(ctx, yz, "Y_zero_point")
     parts = _concat_parts(ts)
     rank = parts[0][0].rank
-    axis = int(ctx.attr("axis", 0))
+    axis = int(ctx.attr("axis", 0) or 0)
     if not -rank <= axis < rank:
         raise ctx.error(f"axis {axis} out of range for rank {rank}")
     axis %= rank
@@ -170,13 +170,13 @@ def _concat_ref(ctx: RefCtx, *args):
     ys, yz = args[0], args[1]
     dt = DType.from_np(yz.dtype)
     parts = [_q_np(_deq_np(x, xs, xz), ys, yz, dt) for x, xs, xz in _concat_parts(list(args))]
-    return [np.concatenate(parts, axis=int(ctx.attr("axis", 0)) % parts[0].ndim)]
+    return [np.concatenate(parts, axis=int(ctx.attr("axis", 0) or 0) % parts[0].ndim)]
 
 
 def _concat_lower(ctx) -> None:
     ys, yz = ctx.inputs[0], ctx.inputs[1]
     y = ctx.out(0)
-    axis = int(ctx.attr("axis", 0)) % y.rank
+    axis = int(ctx.attr("axis", 0) or 0) % y.rank
     parts = [p for p in _concat_parts(list(ctx.inputs)) if not (isinstance(p[0].shape[axis], int)
                                                                   and p[0].shape[axis] == 0)]
     offsets = [0]
@@ -361,7 +361,7 @@ def _gap_infer(ctx: InferCtx):
 
 define(MS + "QLinearGlobalAveragePool", infer=_gap_infer, kind="reduction", arity=5,
        reference=lambda ctx, x, xs, xz, ys, yz: [_mean_np(x, xs, xz, ys, yz, tuple(_gap_axes(ctx, x.ndim)), True)],
-       lower=lambda ctx: _mean_lower(ctx, *ctx.inputs, _gap_axes(ctx, ctx.inputs[0].rank), True))
+       lower=lambda ctx: _mean_lower(ctx, *ctx.inputs[:5], _gap_axes(ctx, ctx.inputs[0].rank), True))
 
 
 def _rm_axes(ctx, rank: int) -> list[int]:
