@@ -207,3 +207,20 @@ def test_dynamic_quantize_lstm(direction, per_col):
             g = np.asarray(g).reshape(want[name].shape)
             np.testing.assert_allclose(g, want[name], atol=2e-2, rtol=0, err_msg=name)
             np.testing.assert_allclose(g, i, atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize(("attrs", "channels_last"), [
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, 0),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}, 0),
+    ({"kernel_shape": [2, 3], "strides": [2, 1], "ceil_mode": 1}, 0),
+    ({"kernel_shape": [3, 2], "pads": [0, 1, 1, 0]}, 1)])
+def test_average_pool(attrs, channels_last):
+    """onnxruntime dequantizes, averages in f32 and quantizes: one step of tolerance for the
+    order of the f32 sum (averages of a few multiples of x_scale often land on a rounding
+    midpoint of y_scale, where the last f32 bit decides), and at most 5% of elements off."""
+    inits = {"xs": np.float32(0.05), "xz": np.uint8(128), "ys": np.float32(0.03), "yz": np.uint8(120)}
+    node = h.make_node("QLinearAveragePool", ["x", "xs", "xz", "ys", "yz"], ["y"], channels_last=channels_last,
+                       domain=MS, **attrs)
+    shape = ["N", 7, 9, 4] if channels_last else ["N", 4, 7, 9]
+    m = _model([node], [("x", U8, shape)], ["y"], inits)
+    _check(m, [{"x": _u8(s, (n, *shape[1:]))} for s, n in ((0, 1), (1, 2))], tol_q=1, max_off=0.05)

@@ -30,6 +30,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, rmax, rsum, select
 from .int_gemm import per_element
 from .matmul import matmul_compute
+from .nn import pool, window_geometry
 from .quant import quantize_expr, quantize_np, requant_expr, requant_np
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
@@ -398,6 +399,84 @@ def _rm_lower(ctx) -> None:
 
 
 define(MS + "QLinearReduceMean", infer=_rm_infer, reference=_rm_ref, lower=_rm_lower, kind="reduction",
+       arity=(4, 5))
+
+
+# ---- QLinearAveragePool ------------------------------------------------------------------------
+
+
+def _ap_geometry(ctx, x_shape: tuple):
+    """(spatial axes, kernel, strides, (outs, pads begin, pads end)); no dilations in this op."""
+    nd = len(x_shape) - 2
+    sp = list(range(1, nd + 1)) if ctx.attr("channels_last", 0) else list(range(2, nd + 2))
+    kernel = list(ctx.attr("kernel_shape") or [])
+    strides = list(ctx.attr("strides") or [1] * nd)
+    pads = list(ctx.attr("pads") or [0] * (2 * nd))
+    if len(kernel) != nd or len(strides) != nd or len(pads) != 2 * nd:
+        raise ctx.error(f"kernel_shape, strides and pads need {nd}, {nd} and {2 * nd} values for {nd} spatial dims")
+    geo = window_geometry([x_shape[a] for a in sp], kernel, strides, [1] * nd, pads,
+                          ctx.attr("auto_pad", "NOTSET"), ctx.attr("ceil_mode", 0))
+    return sp, kernel, strides, geo
+
+
+def _ap_infer(ctx: InferCtx):
+    x, xs, xz, ys, yz = _args(ctx, ctx.in_types, 5)
+    _check_int8(ctx, x, "X")
+    _scalars(ctx, [xs, xz, ys, yz], {0: "x_scale", 1: "x_zero_point", 2: "y_scale", 3: "y_zero_point"})
+    if x.rank < 3:
+        raise ctx.error(f"X must have spatial dims, got {x}")
+    sp, _, _, (outs, _, _) = _ap_geometry(ctx, x.shape)
+    shape = list(x.shape)
+    for a, o in zip(sp, outs, strict=True):
+        shape[a] = o
+    return [TensorType(x.dtype, tuple(shape))]
+
+
+def _ap_ref(ctx: RefCtx, *args):
+    """onnxruntime's kernel: dequantize, average in f32, quantize."""
+    x, xs, xz, ys, yz = _args(ctx, args, 5)
+    last = bool(ctx.attr("channels_last", 0))
+    sp, kernel, strides, (outs, pb, pe) = _ap_geometry(ctx, x.shape)
+    d = _deq_np(np.moveaxis(x, -1, 1) if last else x, xs, xz)
+    avg, _ = pool(d, "avg", kernel, strides, pb, outs, [1] * len(sp), ctx.attr("count_include_pad", 0), pe)
+    y = _q_np(avg.astype(np.float32), ys, yz, DType.from_np(x.dtype))
+    return [np.ascontiguousarray(np.moveaxis(y, 1, -1)) if last else y]
+
+
+def _ap_lower(ctx) -> None:
+    x, xs, xz, ys, yz = _args(ctx, ctx.inputs, 5)
+    y = ctx.out(0)
+    sp, kernel, strides, (_, pb, pe) = _ap_geometry(ctx, x.shape)
+    include_pad = bool(ctx.attr("count_include_pad", 0))
+    kv = [Var(f"k{i}") for i in range(len(sp))]
+    i64 = DType.i64
+
+    def body(*ix):
+        starts = [ix[a] * s - ctx.dim(b) for a, s, b in zip(sp, strides, pb, strict=True)]
+        pos = [st + k for st, k in zip(starts, kv, strict=True)]
+        idx = list(ix)
+        inside = None
+        count = None
+        for a, p, st, kern, e in zip(sp, pos, starts, kernel, pe, strict=True):
+            idx[a] = p
+            h = ctx.dim(x.shape[a])
+            c = (p >= 0) & (p < h)
+            inside = c if inside is None else inside & c
+            # onnxruntime's divisor: the window cut to the input (or, with count_include_pad,
+            # to the input and its end padding)
+            if include_pad:
+                n = K.minimum(st + kern, h + ctx.dim(e)) - st
+            else:
+                n = K.maximum(K.minimum(st + kern, h) - K.maximum(st, Const(0, i64)), Const(0, i64))
+            count = n if count is None else count * n
+        v = select(inside, _deq_expr(x[tuple(idx)], xs, xz), Const(0.0, DType.f32))
+        total = rsum([(k_, k) for k_, k in zip(kv, kernel, strict=True)], v)
+        return _q_expr(total / _f32(count), ys, yz, y.dtype)
+
+    ctx.compute(y, body)
+
+
+define(MS + "QLinearAveragePool", infer=_ap_infer, reference=_ap_ref, lower=_ap_lower, kind="reduction",
        arity=(4, 5))
 
 
