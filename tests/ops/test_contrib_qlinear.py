@@ -224,3 +224,24 @@ def test_average_pool(attrs, channels_last):
     shape = ["N", 7, 9, 4] if channels_last else ["N", 4, 7, 9]
     m = _model([node], [("x", U8, shape)], ["y"], inits)
     _check(m, [{"x": _u8(s, (n, *shape[1:]))} for s, n in ((0, 1), (1, 2))], tol_q=1, max_off=0.05)
+
+
+def test_dynamic_quantize_lstm_refuses_weights_given_at_run_time():
+    """W dequantized at compile time needs W and its parameters as constants: a W fed as an
+    input is a clear refusal naming the op, not a wrong result."""
+    inits = {"ws": np.ones(1, np.float32), "wz": np.zeros(1, np.int8), "r": np.zeros((1, 2, 8), np.int8),
+             "rs": np.ones(1, np.float32), "rz": np.zeros(1, np.int8)}
+    node = h.make_node("DynamicQuantizeLSTM", ["x", "w", "r", "", "", "", "", "", "ws", "wz", "rs", "rz"], ["y"],
+                       hidden_size=2, domain=MS)
+    m = _model([node], [("x", F, [3, 1, 4]), ("w", I8, [1, 4, 8])], ["y"], inits)
+    with pytest.raises(OnnxccError, match=r"DynamicQuantizeLSTM.*constants"):
+        jit_compile(m)
+
+
+def test_qgemm_refuses_float_b():
+    inits = {"as": np.float32(0.1), "az": np.uint8(0), "b": np.zeros((4, 3), np.float32), "bs": np.float32(0.1),
+             "bz": np.uint8(0)}
+    node = h.make_node("QGemm", ["a", "as", "az", "b", "bs", "bz"], ["y"], domain=MS)
+    m = _model([node], [("a", U8, [2, 4])], ["y"], inits)
+    with pytest.raises(OnnxccError, match="B must be u8 or i8"):
+        run_pipeline(load_onnx(m), "shape-inference")
