@@ -245,3 +245,32 @@ def test_qgemm_refuses_float_b():
     m = _model([node], [("a", U8, [2, 4])], ["y"], inits)
     with pytest.raises(OnnxccError, match="B must be u8 or i8"):
         run_pipeline(load_onnx(m), "shape-inference")
+
+
+@pytest.mark.parametrize(("mask", "unidirectional", "per_col"), [(None, 0, False), ("raw", 0, True),
+                                                                 ("end", 1, False)])
+def test_qattention(mask, unidirectional, per_col):
+    """The projection is onnxruntime's (exact i32 product scaled in f32); the attention is f32
+    in another order: 1e-4."""
+    r = np.random.default_rng(11)
+    hin, d, heads = 12, 16, 2
+    inits = {"w": r.integers(-128, 127, (hin, 3 * d)).astype(np.int8),
+             "b": r.uniform(-0.2, 0.2, 3 * d).astype(np.float32), "xs": np.array([0.02], np.float32),
+             "ws": (r.uniform(0.005, 0.02, 3 * d) if per_col else np.array([0.01])).astype(np.float32),
+             "xz": np.array([120], np.uint8), "wz": np.zeros(3 * d if per_col else 1, np.int8)}
+    ins = ["x", "w", "b", "xs", "ws", "m" if mask else "", "xz", "wz"]
+    node = h.make_node("QAttention", ins, ["y"], num_heads=heads, unidirectional=unidirectional, domain=MS)
+    inputs = [("x", U8, ["B", "S", hin])]
+    if mask:
+        inputs.append(("m", I32, ["B", "S"] if mask == "raw" else ["B"]))
+    m = _model([node], inputs, ["y"], inits)
+    feeds = []
+    for s, (bb, ss) in enumerate(((1, 1), (2, 5))):
+        f = {"x": _u8(s, (bb, ss, hin))}
+        if mask == "raw":
+            f["m"] = (np.random.default_rng(s).random((bb, ss)) < 0.7).astype(np.int32)
+            f["m"][:, 0] = 1
+        elif mask == "end":
+            f["m"] = np.full(bb, max(ss - 1, 1), np.int32)
+        feeds.append(f)
+    _check(m, feeds, rtol=1e-4, atol=1e-4)
