@@ -274,3 +274,46 @@ def test_qattention(mask, unidirectional, per_col):
             f["m"] = np.full(bb, max(ss - 1, 1), np.int32)
         feeds.append(f)
     _check(m, feeds, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("segments", [True, False])
+def test_qembed_layer_normalization(segments):
+    """f32 sums and LayerNorm in another order than onnxruntime's: 1e-4 (outputs are ~1)."""
+    r = np.random.default_rng(5)
+    v, p, hid = 30, 8, 16
+    inits = {"we": _u8(1, (v, hid)), "pe": _u8(2, (p, hid)), "se": _u8(3, (2, hid)), "g": _u8(4, (hid,)),
+             "be": _u8(5, (hid,))}
+    for k, (s, z) in {"we": (0.02, 128), "pe": (0.01, 100), "se": (0.03, 120), "g": (0.01, 0),
+                      "be": (0.005, 128)}.items():
+        inits[k + "_s"], inits[k + "_z"] = np.array([s], np.float32), np.array([z], np.uint8)
+    names = ["ids", "seg" if segments else "", "we", "pe", "se" if segments else "", "g", "be", "mask",
+             "we_s", "pe_s", "se_s" if segments else "", "g_s", "be_s", "we_z", "pe_z", "se_z" if segments else "",
+             "g_z", "be_z"]
+    node = h.make_node("QEmbedLayerNormalization", names, ["y", "mi"], epsilon=1e-5, domain=MS)
+    inputs = [("ids", I32, ["B", "S"]), ("mask", I32, ["B", "S"])] + ([("seg", I32, ["B", "S"])] if segments else [])
+    m = _model([node], inputs, ["y", "mi"], inits)
+    feeds = []
+    for bb, ss in ((1, 1), (2, 7)):
+        f = {"ids": r.integers(0, v, (bb, ss)).astype(np.int32),
+             "mask": (r.random((bb, ss)) < 0.6).astype(np.int32)}
+        if segments:
+            f["seg"] = r.integers(0, 2, (bb, ss)).astype(np.int32)
+        feeds.append(f)
+    _check(m, feeds, rtol=1e-4, atol=1e-4)
+
+
+def test_qembed_refuses_an_id_past_the_table():
+    """An id outside the word table fails the call (ERR_INDEX), never reads stray memory."""
+    inits = {"we": _u8(1, (4, 8)), "pe": _u8(2, (3, 8)), "g": _u8(4, (8,)), "be": _u8(5, (8,))}
+    for k in ("we", "pe", "g", "be"):
+        inits[k + "_s"], inits[k + "_z"] = np.array([0.01], np.float32), np.array([3], np.uint8)
+    names = ["ids", "", "we", "pe", "", "g", "be", "", "we_s", "pe_s", "", "g_s", "be_s", "we_z", "pe_z", "",
+             "g_z", "be_z"]
+    node = h.make_node("QEmbedLayerNormalization", names, ["y"], domain=MS)
+    m = _model([node], [("ids", I32, [1, "S"])], ["y"], inits)
+    _, _, k = jit_compile(m)
+    assert np.asarray(k(np.array([[0, 3]], np.int32))[0]).shape == (1, 2, 8)
+    with pytest.raises(OnnxccError):
+        k(np.array([[0, 4]], np.int32))
+    with pytest.raises(OnnxccError):  # 4 positions, 3 rows in the position table
+        k(np.array([[0, 1, 2, 3]], np.int32))
