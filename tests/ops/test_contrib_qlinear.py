@@ -266,7 +266,7 @@ def test_qattention(mask, unidirectional, per_col):
     m = _model([node], inputs, ["y"], inits)
     feeds = []
     for s, (bb, ss) in enumerate(((1, 1), (2, 5))):
-        f = {"x": _u8(s, (bb, ss, hin))}
+        f: dict[str, np.ndarray] = {"x": _u8(s, (bb, ss, hin))}
         if mask == "raw":
             f["m"] = (np.random.default_rng(s).random((bb, ss)) < 0.7).astype(np.int32)
             f["m"][:, 0] = 1
@@ -281,8 +281,8 @@ def test_qembed_layer_normalization(segments):
     """f32 sums and LayerNorm in another order than onnxruntime's: 1e-4 (outputs are ~1)."""
     r = np.random.default_rng(5)
     v, p, hid = 30, 8, 16
-    inits = {"we": _u8(1, (v, hid)), "pe": _u8(2, (p, hid)), "se": _u8(3, (2, hid)), "g": _u8(4, (hid,)),
-             "be": _u8(5, (hid,))}
+    inits: dict[str, np.ndarray] = {"we": _u8(1, (v, hid)), "pe": _u8(2, (p, hid)), "se": _u8(3, (2, hid)),
+                                    "g": _u8(4, (hid,)), "be": _u8(5, (hid,))}
     for k, (s, z) in {"we": (0.02, 128), "pe": (0.01, 100), "se": (0.03, 120), "g": (0.01, 0),
                       "be": (0.005, 128)}.items():
         inits[k + "_s"], inits[k + "_z"] = np.array([s], np.float32), np.array([z], np.uint8)
@@ -304,7 +304,7 @@ def test_qembed_layer_normalization(segments):
 
 def test_qembed_refuses_an_id_past_the_table():
     """An id outside the word table fails the call (ERR_INDEX), never reads stray memory."""
-    inits = {"we": _u8(1, (4, 8)), "pe": _u8(2, (3, 8)), "g": _u8(4, (8,)), "be": _u8(5, (8,))}
+    inits: dict[str, np.ndarray] = {"we": _u8(1, (4, 8)), "pe": _u8(2, (3, 8)), "g": _u8(4, (8,)), "be": _u8(5, (8,))}
     for k in ("we", "pe", "g", "be"):
         inits[k + "_s"], inits[k + "_z"] = np.array([0.01], np.float32), np.array([3], np.uint8)
     names = ["ids", "", "we", "pe", "", "g", "be", "", "we_s", "pe_s", "", "g_s", "be_s", "we_z", "pe_z", "",

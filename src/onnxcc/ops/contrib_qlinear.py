@@ -438,7 +438,7 @@ def _ap_ref(ctx: RefCtx, *args):
     last = bool(ctx.attr("channels_last", 0))
     sp, kernel, strides, (outs, pb, pe) = _ap_geometry(ctx, x.shape)
     d = _deq_np(np.moveaxis(x, -1, 1) if last else x, xs, xz)
-    avg, _ = pool(d, "avg", kernel, strides, pb, outs, [1] * len(sp), ctx.attr("count_include_pad", 0), pe)
+    avg, _ = pool(d, "avg", kernel, strides, pb, outs, [1] * len(sp), int(ctx.attr("count_include_pad", 0) or 0), pe)
     y = _q_np(avg.astype(np.float32), ys, yz, DType.from_np(x.dtype))
     return [np.ascontiguousarray(np.moveaxis(y, 1, -1)) if last else y]
 
@@ -469,6 +469,7 @@ def _ap_lower(ctx) -> None:
             else:
                 n = K.maximum(K.minimum(st + kern, h) - K.maximum(st, Const(0, i64)), Const(0, i64))
             count = n if count is None else count * n
+        assert inside is not None and count is not None  # rank >= 3: one spatial dim at least
         v = select(inside, _deq_expr(x[tuple(idx)], xs, xz), Const(0.0, DType.f32))
         total = rsum([(k_, k) for k_, k in zip(kv, kernel, strict=True)], v)
         return _q_expr(total / _f32(count), ys, yz, y.dtype)
