@@ -28,6 +28,10 @@ from . import nms  # noqa: F401
 from . import nn  # noqa: F401
 from . import pointwise_extra  # noqa: F401
 from . import quant  # noqa: F401
+from . import contrib_qlinear  # noqa: F401
+from . import contrib_qlstm  # noqa: F401
+from . import contrib_qattention  # noqa: F401
+from . import contrib_qembed  # noqa: F401
 from . import random  # noqa: F401
 from . import reduce  # noqa: F401
 from . import resize  # noqa: F401

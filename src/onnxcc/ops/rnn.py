@@ -70,6 +70,7 @@ class _RNN(OpDef):
         if len(ctx.op.results) > (3 if k == "LSTM" else 2):
             raise ctx.error(f"expected at most {3 if k == 'LSTM' else 2} results, got {len(ctx.op.results)}")
         x, w, r = (ctx.in_types[ix[n]] for n in ("X", "W", "R"))
+        w, r = self.weight_types(ctx, w, r)
         if not x.dtype.is_float or w.dtype != x.dtype or r.dtype != x.dtype:
             raise ctx.error(f"X, W and R must share a float dtype, got {x}, {w}, {r}")
         if (x.rank, w.rank, r.rank) != (3, 3, 3):
@@ -101,7 +102,7 @@ class _RNN(OpDef):
     def reference(self, ctx: RefCtx, *arrays):
         k = self.kind_name
         nd, layout = _check_attrs(k, ctx.attr, ValueError, NotImplementedError)
-        a = {n: arrays[i] for n, i in self.operands(ctx.op).items()}
+        a = self.weight_arrays(ctx, {n: arrays[i] for n, i in self.operands(ctx.op).items()})
         x = a["X"].swapaxes(0, 1) if layout else a["X"]
         seq, batch = x.shape[:2]
         hid = a["R"].shape[2]
@@ -163,6 +164,19 @@ class _RNN(OpDef):
     def lower(self, ctx) -> None:
         _lower_rnn(self, ctx)
 
+    # ---- hooks for variants whose W / R are stored otherwise (DynamicQuantizeLSTM) ----------
+    def weight_types(self, ctx: InferCtx, w: TensorType, r: TensorType) -> tuple[TensorType, TensorType]:
+        """The types of W and R as this op reads them ([dirs, gates * hidden, input])."""
+        return w, r
+
+    def weight_arrays(self, ctx: RefCtx, a: dict) -> dict:
+        """The reference's inputs by name, W and R in the ONNX layout."""
+        return a
+
+    def weight_buffers(self, ctx, a: dict) -> dict:
+        """The lowering's input buffers by name, W and R in the ONNX layout."""
+        return a
+
 
 @register("onnx.LSTM")
 class LSTMOp(_RNN):
@@ -183,7 +197,7 @@ def _lower_rnn(opdef: _RNN, ctx) -> None:
     k = opdef.kind_name
     nd, layout = _check_attrs(k, ctx.attr, ctx.unsupported, ctx.unsupported)
     L, p = ctx.lowerer, ctx.program
-    a = {n: ctx.inputs[i] for n, i in opdef.operands(ctx.op).items()}
+    a = opdef.weight_buffers(ctx, {n: ctx.inputs[i] for n, i in opdef.operands(ctx.op).items()})
     X, W, R = a["X"], a["W"], a["R"]
     dt = X.dtype
     seq, batch = (X.shape[1], X.shape[0]) if layout else (X.shape[0], X.shape[1])
