@@ -261,18 +261,20 @@ def _conv_lower(ctx) -> None:
     win = _window_attrs(ctx, nd, kernel)
     _, pb, pe = window_geometry(x.shape[2:], kernel, win["strides"], win["dilations"], win["pads"],
                                 win["auto_pad"])
-    if any(s > 1 for s in win["strides"]) and not all(_is_int(p, 0) for p in (*pb, *pe)):
-        x, pb, pe = _padded_input(ctx, x, pb, pe), [0] * nd, [0] * nd
     group = ctx.attr("group", 1)
     cg = w.shape[1]
     mg = canon(sympy.sympify(w.shape[0]) / group)
     c = None if _is_int(cg, 1) else Var("c")
     kv = _window_vars(kernel)
     axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
-
-    if c is None and axes and all(isinstance(k, int) for k in kernel) \
-            and int(np.prod(kernel)) <= _UNROLL_WINDOW:
-        _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg)
+    taps = c is None and axes and all(isinstance(k, int) for k in kernel) \
+        and int(np.prod(kernel)) <= _UNROLL_WINDOW
+    paired = bool(taps) and _pair_taps(kernel, win)
+    if paired or (any(s > 1 for s in win["strides"]) and not all(_is_int(p, 0) for p in (*pb, *pe))):
+        x = _padded_input(ctx, x, pb, pe, extra_end=1 if paired else 0)
+        pb, pe = [0] * nd, [0] * nd
+    if taps:
+        _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg, paired)
         return
 
     def body(*ix):
@@ -292,12 +294,14 @@ def _conv_lower(ctx) -> None:
     ctx.compute(ctx.out(0), body)
 
 
-def _padded_input(ctx, x, pb, pe):
+def _padded_input(ctx, x, pb, pe, extra_end: int = 0):
     """X zero-padded into a temp, for a strided conv: its window loads then need no bounds
     selects, which LLVM only vectorises at stride 1 (fusion keeps this copy when it is read
     with a stride, see kernel/fuse.py `_strided`); one cheap stride-1 pass over X buys
-    unmasked loads in every tap."""
+    unmasked loads in every tap. `extra_end` more zero columns after the last dim's end
+    padding (the paired taps' extra load, `_pair_taps`, reads one past the last window)."""
     nd = x.rank - 2
+    pe = [*pe[:-1], canon(pe[-1] + extra_end)]
     shape = [x.shape[0], x.shape[1]] + [canon(x.shape[2 + i] + pb[i] + pe[i]) for i in range(nd)]
     xp = ctx.temp(x.dtype, shape, "xpad")
 
@@ -314,10 +318,23 @@ _UNROLL_WINDOW = 49
 channel (depthwise): a sum of taps with no reduce, so the output row loop vectorises"""
 
 
-def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg) -> None:
+def _pair_taps(kernel, win) -> bool:
+    """Whether the taps along the last axis get one extra load (times 0): at stride 2 and
+    dilation 1 an odd kernel reads positions 2o, 2o+1, ..., 2o+K-1 of a row, and LLVM's
+    vectoriser loads the pairs (2o+2t, 2o+2t+1) as two vectors and a deinterleave but the
+    lone last one with a gather, which costs more than the whole rest of the row; with
+    2o+K added every load is half of a pair."""
+    k = kernel[-1]
+    return win["strides"][-1] == 2 and win["dilations"][-1] == 1 and k % 2 == 1 and k > 1
+
+
+def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg, paired: bool = False) -> None:
     """Y[n, m, o...] = sum over the taps k (unrolled) of pad-guarded X[n, m // (M/group),
-    o*s + k*d - p] * W[m, 0, k...] (+ B[m]): a plain elementwise compute over the output."""
+    o*s + k*d - p] * W[m, 0, k...] (+ B[m]): a plain elementwise compute over the output.
+    `paired` (X padded, see `_pair_taps`): each row of taps also adds X[..., 2o + K] * 0."""
     zero = Const(0, DType.i64)
+    nought = Const(0.0, x.dtype) if x.dtype.is_float else None
+    inf = Const(float("inf"), x.dtype) if x.dtype.is_float else None
 
     def body(*ix):
         n, m, o = ix[0], ix[1], ix[2:]
@@ -329,6 +346,12 @@ def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg) -> None:
             xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
             term = xv * w[(m, zero, *ks)]
             acc = term if acc is None else acc + term
+            if paired and nought is not None and tap[-1] == kernel[-1] - 1:
+                # the extra load, exactly 0 whatever it reads (an inf or nan there belongs to
+                # another window); LLVM keeps it (no fast-math); the pad column that
+                # `_padded_input(extra_end=1)` adds keeps it inside X
+                xd = x[(n, ch, *pos[:-1], pos[-1] + 1)]
+                acc = acc + select(abs(xd) < inf, xd, nought) * nought
         return acc if bias is None else acc + bias[m]
 
     ctx.compute(ctx.out(0), body)
