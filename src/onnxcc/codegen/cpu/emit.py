@@ -31,7 +31,7 @@ from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
-from onnxcc.kernel.expr import Expr
+from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 from onnxcc.kernel.rownorm import RowNorm
@@ -52,6 +52,7 @@ from ..llvm.helpers import (
     loop_metadata,
     move_to_end,
     name_unnamed,
+    masked_tail_metadata,
     scalar_loop_metadata,
 )
 
@@ -374,7 +375,8 @@ class KernelEmitter:
             start = b.add(lo, b.mul(chunks, i64(vw), name=f"{name}.done", flags=("nuw", "nsw")),
                           name=f"{name}.tail.start", flags=("nuw", "nsw"))
             with for_range(b, hi, f"{name}.tail", start=start, guard=True,
-                           metadata=scalar_loop_metadata(self.module)) as jt:
+                           metadata=masked_tail_metadata(self.module, vw) if masked_tail_pays(c, v)
+                           else scalar_loop_metadata(self.module)) as jt:
                 body(jt)
 
     # ---- parallel ----------------------------------------------------------------------------
@@ -518,6 +520,26 @@ class NestPlan:
 STMT_EMITTERS: dict[type[Stmt], Callable[[KernelEmitter, FnCtx, Stmt, int], None]] = {
     Compute: KernelEmitter.emit_compute,  # type: ignore[dict-item]
 }
+
+
+def masked_tail_pays(c: Compute, v: int) -> bool:
+    """Whether the tail of `c`'s strip-mined var `v` runs as one masked vector iteration
+    (else a scalar loop). On feature maps 7 to 28 wide the tail is most of a row, and a
+    masked iteration of plain loads ran a depthwise conv 3-4x faster than the scalar loop;
+    but a load stepping by 2 or more along `v` becomes a masked gather there, slower than
+    scalar code (a stride-2 depthwise conv's tail: 2x), and a body holding a reduction
+    does not vectorise at all (LLVM only says so in a remark)."""
+    var = c.vars[v][0]
+    for e in walk(c.body):
+        if isinstance(e, Reduce):
+            return False
+        if isinstance(e, Load):
+            for n in (n for i in e.indices for n in walk(i)):
+                if isinstance(n, Binary) and n.op == "mul" and any(
+                        a == var and isinstance(k, Const) and abs(k.value) >= 2 for a, k in ((n.a, n.b), (n.b, n.a))):
+                    return False
+    return True
+
 
 from .control import CONTROL_EMITTERS  # noqa: E402  (If / Loop / WriteAt / SetSymbol: kernel/control.py)
 
