@@ -50,9 +50,9 @@ from ..llvm.helpers import (
     if_else,
     if_then,
     loop_metadata,
+    masked_tail_metadata,
     move_to_end,
     name_unnamed,
-    masked_tail_metadata,
     scalar_loop_metadata,
 )
 
