@@ -59,7 +59,7 @@ class _FoldAffine(RewritePattern):
     def __init__(self, module: Module):
         self.module = module
 
-    def match_and_rewrite(self, op: Op, rw: Rewriter) -> bool:
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
         conv, side = self._conv_operand(op)
         if conv is None:
             return False
@@ -76,7 +76,7 @@ class _FoldAffine(RewritePattern):
             return False  # inf / nan factors: folding would change which outputs are nan
         w_new = w * scale.reshape((m,) + (1,) * (w.ndim - 1))
         b_new = b * scale + shift
-        self._replace(conv, op, w_new, b_new, rw)
+        self._replace(conv, op, w_new, b_new, rewriter)
         return True
 
     # ---- matching ----------------------------------------------------------------------
