@@ -603,18 +603,25 @@ def _pool_taps(ctx, mode: str, win, pb, pe) -> bool:
     include_pad = ctx.attr("count_include_pad", 0)
 
     def body(n, c, *o):
-        acc = None
+        terms = []
         for tap in np.ndindex(*kernel):
             pos = _window_positions(ctx, o, [Const(int(t), DType.i64) for t in tap], strides, win["dilations"], zeros)
-            v = xs[(n, c, *pos)]
-            acc = v if acc is None else maximum(acc, v) if mode == "max" else acc + v
+            terms.append(xs[(n, c, *pos)])
             if paired and tap[-1] == kernel[-1] - 1:
                 # the pairing load (see `_pair_taps`), neutral whatever it reads: -inf for max, 0 for sum
                 xd = xs[(n, c, *pos[:-1], pos[-1] + 1)]
                 zero = select(abs(xd) < inf, xd, nought) * nought
-                acc = maximum(acc, zero - inf) if mode == "max" else acc + zero
+                terms.append(zero - inf if mode == "max" else zero)
         if mode == "max":
-            return acc
+            # a balanced tree, not a chain: max is exact in any order, and a chain of NaN-aware
+            # maxima (compare and blend each) is one long dependency
+            while len(terms) > 1:
+                terms = [maximum(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                         for i in range(0, len(terms), 2)]
+            return terms[0]
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = acc + t
         count = 1
         for i in range(nd):
             count = count * _avg_count(ctx, o[i], kernel[i], strides[i], win["dilations"][i], sp[i], pb[i], pe[i],
