@@ -61,19 +61,22 @@ def test_forced_vectorize_on_unvectorizable_loop_is_silent():
     assert "warning" not in err["text"], err["text"]
 
 
-# a forced, predicated loop whose last product is read after it (not a reduction): LLVM
-# refuses and, unfiltered, prints "remark: ...: loop not vectorized: value that could not
-# be identified as reduction is used outside the loop"
+# a forced, predicated loop carrying a product from one iteration to the next and reading
+# it after the loop (not a reduction LLVM knows): LLVM refuses and, unfiltered, prints
+# "remark: ...: loop not vectorized: value that could not be identified as reduction is
+# used outside the loop"
 _LIVE_OUT_LOOP = r"""
-define float @live_out(ptr noalias %a, i64 %n) {
+define float @live_out(ptr noalias %a, ptr noalias %b, i64 %n) {
 entry:
   br label %loop
 loop:
   %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  %s = phi float [ 0.0, %entry ], [ %y, %loop ]
   %p = getelementptr inbounds float, ptr %a, i64 %i
   %x = load float, ptr %p
-  %y = fmul float %x, 3.0
-  store float %y, ptr %p
+  %y = fmul float %x, %s
+  %q = getelementptr inbounds float, ptr %b, i64 %i
+  store float %y, ptr %q
   %i1 = add i64 %i, 1
   %c = icmp slt i64 %i1, %n
   br i1 %c, label %loop, label %exit, !llvm.loop !0
