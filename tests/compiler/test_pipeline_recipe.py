@@ -18,8 +18,8 @@ def _names(options: CompileOptions, stop: str = "lib") -> list[str]:
 
 
 def test_recipe_order_follows_the_options_and_the_backend():
-    base = ["split-if", "broadcast-versions", "shape-inference", "canonicalize", "prune-symbols", "specialize",
-            "lower-to-kernel"]
+    base = ["split-if", "broadcast-versions", "shape-inference", "canonicalize", "fold-conv-affine", "prune-symbols",
+            "specialize", "lower-to-kernel"]
     kernel = ["plan-memory", "reserve-scratch"]
     assert _names(CompileOptions()) == [*base, "fuse", "schedule", *kernel]
     assert _names(CompileOptions(fuse=False)) == [*base, "schedule", *kernel]

@@ -261,18 +261,20 @@ def _conv_lower(ctx) -> None:
     win = _window_attrs(ctx, nd, kernel)
     _, pb, pe = window_geometry(x.shape[2:], kernel, win["strides"], win["dilations"], win["pads"],
                                 win["auto_pad"])
-    if any(s > 1 for s in win["strides"]) and not all(_is_int(p, 0) for p in (*pb, *pe)):
-        x, pb, pe = _padded_input(ctx, x, pb, pe), [0] * nd, [0] * nd
     group = ctx.attr("group", 1)
     cg = w.shape[1]
     mg = canon(sympy.sympify(w.shape[0]) / group)
     c = None if _is_int(cg, 1) else Var("c")
     kv = _window_vars(kernel)
     axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
-
-    if c is None and axes and all(isinstance(k, int) for k in kernel) \
-            and int(np.prod(kernel)) <= _UNROLL_WINDOW:
-        _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg)
+    taps = c is None and axes and all(isinstance(k, int) for k in kernel) \
+        and int(np.prod(kernel)) <= _UNROLL_WINDOW
+    paired = bool(taps) and _pair_taps(kernel, win)
+    if paired or (any(s > 1 for s in win["strides"]) and not all(_is_int(p, 0) for p in (*pb, *pe))):
+        x = _padded_input(ctx, x, pb, pe, extra_end=1 if paired else 0)
+        pb, pe = [0] * nd, [0] * nd
+    if taps:
+        _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg, paired)
         return
 
     def body(*ix):
@@ -292,18 +294,21 @@ def _conv_lower(ctx) -> None:
     ctx.compute(ctx.out(0), body)
 
 
-def _padded_input(ctx, x, pb, pe):
+def _padded_input(ctx, x, pb, pe, extra_end: int = 0, fill=0):
     """X zero-padded into a temp, for a strided conv: its window loads then need no bounds
     selects, which LLVM only vectorises at stride 1 (fusion keeps this copy when it is read
     with a stride, see kernel/fuse.py `_strided`); one cheap stride-1 pass over X buys
-    unmasked loads in every tap."""
+    unmasked loads in every tap. `extra_end` more zero columns after the last dim's end
+    padding (the paired taps' extra load, `_pair_taps`, reads one past the last window);
+    `fill` instead of 0 (max pooling pads with the lowest value)."""
     nd = x.rank - 2
+    pe = [*pe[:-1], canon(pe[-1] + extra_end)]
     shape = [x.shape[0], x.shape[1]] + [canon(x.shape[2 + i] + pb[i] + pe[i]) for i in range(nd)]
     xp = ctx.temp(x.dtype, shape, "xpad")
 
     def body(*ix):
         pos = _window_positions(ctx, ix[2:], [None] * nd, [1] * nd, [1] * nd, pb)
-        return _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(ix[0], ix[1], *pos)], 0)
+        return _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(ix[0], ix[1], *pos)], fill)
 
     ctx.compute(xp, body)
     return xp
@@ -314,10 +319,23 @@ _UNROLL_WINDOW = 49
 channel (depthwise): a sum of taps with no reduce, so the output row loop vectorises"""
 
 
-def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg) -> None:
+def _pair_taps(kernel, win) -> bool:
+    """Whether the taps along the last axis get one extra load (times 0): at stride 2 and
+    dilation 1 an odd kernel reads positions 2o, 2o+1, ..., 2o+K-1 of a row, and LLVM's
+    vectoriser loads the pairs (2o+2t, 2o+2t+1) as two vectors and a deinterleave but the
+    lone last one with a gather, which costs more than the whole rest of the row; with
+    2o+K added every load is half of a pair."""
+    k = kernel[-1]
+    return win["strides"][-1] == 2 and win["dilations"][-1] == 1 and k % 2 == 1 and k > 1
+
+
+def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg, paired: bool = False) -> None:
     """Y[n, m, o...] = sum over the taps k (unrolled) of pad-guarded X[n, m // (M/group),
-    o*s + k*d - p] * W[m, 0, k...] (+ B[m]): a plain elementwise compute over the output."""
+    o*s + k*d - p] * W[m, 0, k...] (+ B[m]): a plain elementwise compute over the output.
+    `paired` (X padded, see `_pair_taps`): each row of taps also adds X[..., 2o + K] * 0."""
     zero = Const(0, DType.i64)
+    nought = Const(0.0, x.dtype) if x.dtype.is_float else None
+    inf = Const(float("inf"), x.dtype) if x.dtype.is_float else None
 
     def body(*ix):
         n, m, o = ix[0], ix[1], ix[2:]
@@ -329,6 +347,12 @@ def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg) -> None:
             xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
             term = xv * w[(m, zero, *ks)]
             acc = term if acc is None else acc + term
+            if paired and nought is not None and tap[-1] == kernel[-1] - 1:
+                # the extra load, exactly 0 whatever it reads (an inf or nan there belongs to
+                # another window); LLVM keeps it (no fast-math); the pad column that
+                # `_padded_input(extra_end=1)` adds keeps it inside X
+                xd = x[(n, ch, *pos[:-1], pos[-1] + 1)]
+                acc = acc + select(abs(xd) < inf, xd, nought) * nought
         return acc if bias is None else acc + bias[m]
 
     ctx.compute(ctx.out(0), body)
@@ -553,11 +577,68 @@ def _avg_count(ctx, o, k: int, s: int, d: int, h, pb, pe, ceil_mode: int, includ
     return maximum(hi - lo + 1, 0)
 
 
+def _pool_taps(ctx, mode: str, win, pb, pe) -> bool:
+    """Max / average pooling of a float X as an unrolled sum (or max) of window taps over a
+    padded copy (`_padded_input`, filled with -inf for max, 0 for average), like the
+    depthwise conv: the output row loop then vectorises with unmasked loads, where the
+    guarded reduce over the window ran as scalar code (a 3x3 stride-2 max pool 10x slower
+    than onnxruntime). Returns False (nothing lowered) for other cases: an int or half
+    X, MaxPool's Indices, windows of more than `_UNROLL_WINDOW` taps."""
+    x = ctx.inputs[0]
+    kernel, strides, ceil_mode = win["kernel"], win["strides"], win["ceil_mode"]
+    if (x.dtype not in (DType.f32, DType.f64) or len(ctx.op.results) > 1
+            or not all(isinstance(k, int) for k in kernel) or int(np.prod(kernel)) > _UNROLL_WINDOW):
+        return False
+    nd, sp, dt = x.rank - 2, x.shape[2:], x.dtype
+    fill = _lowest(dt) if mode == "max" else 0.0
+    paired = _pair_taps(kernel, win)
+    if paired or ceil_mode or not all(_is_int(p, 0) for p in (*pb, *pe)):
+        # with ceil_mode the last window may reach up to one stride past the end padding
+        ends = [canon(pe[i] + (strides[i] if ceil_mode else 0)) for i in range(nd)]
+        xs = _padded_input(ctx, x, pb, ends, extra_end=1 if paired else 0, fill=fill)
+    else:
+        xs = x
+    zeros = [0] * nd
+    nought, inf = Const(0.0, dt), Const(float("inf"), dt)
+    include_pad = ctx.attr("count_include_pad", 0)
+
+    def body(n, c, *o):
+        terms = []
+        for tap in np.ndindex(*kernel):
+            pos = _window_positions(ctx, o, [Const(int(t), DType.i64) for t in tap], strides, win["dilations"], zeros)
+            terms.append(xs[(n, c, *pos)])
+            if paired and tap[-1] == kernel[-1] - 1:
+                # the pairing load (see `_pair_taps`), neutral whatever it reads: -inf for max, 0 for sum
+                xd = xs[(n, c, *pos[:-1], pos[-1] + 1)]
+                zero = select(abs(xd) < inf, xd, nought) * nought
+                terms.append(zero - inf if mode == "max" else zero)
+        if mode == "max":
+            # a balanced tree, not a chain: max is exact in any order, and a chain of NaN-aware
+            # maxima (compare and blend each) is one long dependency
+            while len(terms) > 1:
+                terms = [maximum(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                         for i in range(0, len(terms), 2)]
+            return terms[0]
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = acc + t
+        count = 1
+        for i in range(nd):
+            count = count * _avg_count(ctx, o[i], kernel[i], strides[i], win["dilations"][i], sp[i], pb[i], pe[i],
+                                       ceil_mode, include_pad)
+        return acc / (float(count) if isinstance(count, int) else cast(count, dt))
+
+    ctx.program.compute(ctx.out(0), body, names=["n", "c"] + [f"o{i}" for i in range(nd)])
+    return True
+
+
 def _pool_lower(mode: str):
     def lower(ctx) -> None:
         x = ctx.inputs[0]
         nd = x.rank - 2
         win, (_, pb, pe) = _pool_geometry(ctx, x.shape[2:])
+        if _pool_taps(ctx, mode, win, pb, pe):
+            return
         kernel, strides, dil, ceil_mode = win["kernel"], win["strides"], win["dilations"], win["ceil_mode"]
         sp = x.shape[2:]
         kv = _window_vars(kernel)

@@ -9,4 +9,5 @@ compiler/pipeline.py, which starts with DEFAULT_GRAPH_PIPELINE.
 DEFAULT_GRAPH_PIPELINE = ",".join([
     "shape-inference",  # recompute symbolic result types, propagate shape-chain values, record constraints
     "canonicalize",     # fold constants and shape chains, simplify identities, drop dead ops
+    "fold-conv-affine", # BatchNormalization / constant per-channel Mul, Add after a Conv -> its weights
 ])

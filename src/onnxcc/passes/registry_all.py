@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     canonicalize,
     cse,
     dce,
+    fold_conv_affine,
     lower,
     prune_symbols,
     shape_inference,

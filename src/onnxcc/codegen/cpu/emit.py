@@ -31,7 +31,7 @@ from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
-from onnxcc.kernel.expr import Expr
+from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, walk
 from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
@@ -51,6 +51,7 @@ from ..llvm.helpers import (
     if_else,
     if_then,
     loop_metadata,
+    masked_tail_metadata,
     move_to_end,
     name_unnamed,
     scalar_loop_metadata,
@@ -380,7 +381,8 @@ class KernelEmitter:
             start = b.add(lo, b.mul(chunks, i64(vw), name=f"{name}.done", flags=("nuw", "nsw")),
                           name=f"{name}.tail.start", flags=("nuw", "nsw"))
             with for_range(b, hi, f"{name}.tail", start=start, guard=True,
-                           metadata=scalar_loop_metadata(self.module)) as jt:
+                           metadata=masked_tail_metadata(self.module, vw) if masked_tail_pays(c, v)
+                           else scalar_loop_metadata(self.module)) as jt:
                 body(jt)
 
     # ---- parallel ----------------------------------------------------------------------------
@@ -531,6 +533,35 @@ class NestPlan:
 STMT_EMITTERS: dict[type[Stmt], Callable[[KernelEmitter, FnCtx, Stmt, int], None]] = {
     Compute: KernelEmitter.emit_compute,  # type: ignore[dict-item]
 }
+
+
+def masked_tail_pays(c: Compute, v: int) -> bool:
+    """Whether the tail of `c`'s strip-mined var `v` runs as one masked vector iteration
+    (else a scalar loop). On feature maps 7 to 28 wide the tail is most of a row, and a
+    masked iteration of plain loads ran a depthwise conv 3-4x faster than the scalar loop.
+    A load stepping by 2 or more along `v` becomes a masked gather there: slower than
+    scalar code for a stride-2 depthwise conv (2x), faster for a stride-2 max pool, whose
+    scalar float max / min each expand to a compare-and-blend sequence; so strided loads
+    take the masked tail only when the body has about one such op per strided load (at
+    least one per two).
+    A body holding a reduction does not vectorise at all (LLVM only says so in a remark)."""
+    var = c.vars[v][0]
+    strided = minmax = 0
+    for e in walk(c.body):
+        if isinstance(e, Reduce):
+            return False
+        if isinstance(e, Binary) and e.op in ("max", "min") and e.dtype.is_float:
+            minmax += 1
+        if isinstance(e, Load) and any(_steps(n, var) for i in e.indices for n in walk(i)):
+            strided += 1
+    return strided <= 2 * minmax
+
+
+def _steps(n: Expr, var) -> bool:
+    """Whether `n` is `var * k` (or `k * var`) with a constant |k| >= 2."""
+    return isinstance(n, Binary) and n.op == "mul" and any(
+        a == var and isinstance(k, Const) and abs(k.value) >= 2 for a, k in ((n.a, n.b), (n.b, n.a)))
+
 
 from .control import CONTROL_EMITTERS  # noqa: E402  (If / Loop / WriteAt / SetSymbol: kernel/control.py)
 

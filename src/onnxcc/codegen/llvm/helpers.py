@@ -89,6 +89,23 @@ def loop_metadata(module: ir.Module, vector_width: int | None = None, unroll: in
     return node
 
 
+def masked_tail_metadata(module: ir.Module, vector_width: int) -> ir.MDValue:
+    """A fresh `!llvm.loop` node for the tail of a strip-mined loop (fewer than
+    `vector_width` iterations): one masked vector iteration (LLVM's tail folding by
+    predication) instead of a scalar loop, which on short rows (a 7- or 14-wide feature
+    map) would be all of the work; no unrolling, no interleaving."""
+    props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 1)]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"), i32(vector_width)]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.predicate.enable"),
+                                  ir.Constant(I1, 1)]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)]),
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]
+    tag = module.add_metadata([ir.MetaDataString(module, "onnxcc.loop"), i32(len(module.metadata))])
+    node = module.add_metadata([tag, *props])
+    node.operands = (node, *node.operands)
+    return node
+
+
 def scalar_loop_metadata(module: ir.Module, *, unroll: bool = False) -> ir.MDValue:
     """A fresh `!llvm.loop` node that keeps a loop from being vectorized (tail loops, the
     chunk loop around a vectorized one) and, unless `unroll`, from being unrolled."""

@@ -19,10 +19,14 @@ from onnxcc.errors import CompileError
 # LLVM's "missed transformation" remark: a loop carries a vectorize / unroll hint (the
 # schedules ask for widths on every candidate loop) that LLVM could not honour, e.g. a
 # reduction it cannot reorder. The loop still runs correctly (scalar); the user cannot act
-# on it, so it is dropped. Every other line LLVM writes goes through unchanged.
-_MISSED_HINT = re.compile(rb"^warning: [^\n]*: loop not "
-                          rb"(vectorized|unrolled|interleaved|unroll-and-jammed|distributed): "
-                          rb"the optimizer was unable to perform the requested transformation[^\n]*\n?",
+# on it, so it is dropped; so is the analysis remark that comes with a failed forced
+# vectorisation ("remark: ...: loop not vectorized: value that could not be identified as
+# reduction is used outside the loop", e.g. a masked-tail hint, cpu/emit.py). Every other
+# line LLVM writes goes through unchanged.
+_MISSED_HINT = re.compile(rb"^(?:warning: [^\n]*: loop not "
+                          rb"(?:vectorized|unrolled|interleaved|unroll-and-jammed|distributed): "
+                          rb"the optimizer was unable to perform the requested transformation"
+                          rb"|remark: [^\n]*: loop not vectorized: )[^\n]*\n?",
                           re.MULTILINE)
 
 

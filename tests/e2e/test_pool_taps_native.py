@@ -1,0 +1,81 @@
+"""MaxPool and AveragePool through the unrolled-tap lowering (ops/nn.py `_pool_taps`: a
+padded copy, taps summed or maxed, stride-2 rows paired) compiled once at symbolic N, H, W
+and compared with onnxruntime at odd and even sizes (max: exact; average: rtol 1e-5),
+plus inputs holding inf and nan, and MaxPool with Indices (the reduce lowering)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxcc
+from onnxcc.testing import ort_run
+
+C = 5
+# (name, op, attrs)
+POOLS = [
+    ("max_k3_s2_ceil", "MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("max_k3_s2_p1", "MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("max_k2_s2", "MaxPool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+    ("max_k3_s1_p1", "MaxPool", dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    ("max_k5_s2_same", "MaxPool", dict(kernel_shape=[5, 5], strides=[2, 2], auto_pad="SAME_UPPER")),
+    ("max_k3_d2", "MaxPool", dict(kernel_shape=[3, 3], strides=[1, 2], dilations=[2, 2], pads=[0, 2, 1, 0])),
+    ("avg_k3_s2_p1", "AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("avg_k3_s2_p1_incl", "AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                             count_include_pad=1)),
+    ("avg_k3_s2_ceil", "AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("avg_k2_s2", "AveragePool", dict(kernel_shape=[2, 2], strides=[2, 2])),
+]
+
+
+def _model(path):
+    nodes, outs = [], []
+    for name, op, attrs in POOLS:
+        nodes.append(helper.make_node(op, ["x"], [name], **attrs))
+        outs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    nodes.append(helper.make_node("MaxPool", ["x"], ["max_idx_v", "max_idx"], kernel_shape=[3, 3], strides=[2, 2]))
+    outs += [helper.make_tensor_value_info("max_idx_v", TensorProto.FLOAT, None),
+             helper.make_tensor_value_info("max_idx", TensorProto.INT64, None)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, "H", "W"])
+    g = helper.make_graph(nodes, "pools", [x], outs)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), path)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pools")
+    _model(d / "pools.onnx")
+    onnxcc.compile(d / "pools.onnx", d / "lib")
+    return d / "pools.onnx", onnxcc.load(d / "lib")
+
+
+def _compare(path, lib, x, where):
+    want = ort_run(path, {"x": x})
+    got = lib.run({"x": x})
+    assert set(got) == set(want)
+    for name, w in want.items():
+        assert got[name].shape == w.shape, name
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=f"{name} at {where}")
+
+
+@pytest.mark.parametrize("n,h,w", [(1, 5, 7), (2, 9, 10), (1, 17, 33), (3, 32, 64), (1, 63, 55)])
+def test_pools_match_onnxruntime(built, n, h, w):
+    path, lib = built
+    x = np.random.default_rng(h * w).standard_normal((n, C, h, w)).astype(np.float32)
+    _compare(path, lib, x, (n, h, w))
+
+
+def test_inf_reaches_only_its_own_windows(built):
+    """A column of inf and one of -inf: the pairing load of each stride-2 row reads the
+    next window's first column and must leave this window's maximum and average alone."""
+    path, lib = built
+    x = np.random.default_rng(4).standard_normal((1, C, 11, 21)).astype(np.float32)
+    x[:, :, :, 5] = np.inf  # read by output column 1's pairing load, in column 2's window
+    x[:, 2, :, 12] = -np.inf
+    _compare(path, lib, x, "non-finite input")
+    got = lib.run({"x": x})
+    for name in ("max_k3_s2_ceil", "avg_k3_s2_ceil"):
+        assert np.isfinite(got[name][..., :2]).all(), name  # windows over columns 0..4
+        assert np.isinf(got[name][..., 2]).all(), name
