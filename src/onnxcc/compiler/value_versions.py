@@ -81,7 +81,8 @@ def output_signature(module: Module, kmod, generic: Function, out_names: list[st
                 per.append(canon(t.shape[i]))
             free = {s.name for s in sympy.sympify(g).free_symbols}
             if built_generic and not (free & run_dims and any(f.attrs.get("kind") == "value" for f in versions)):
-                shape.append(g if _agrees(g, versions, per) else _max_over_versions(g, versions, per, out_names[j], i))
+                shape.append(g if _agrees(g, versions, per) else
+                             _max_over_versions(g, versions, per, out_names[j], i, _strict_equalities(module)))
                 continue
             if not built_generic and all(p == per[0] for p in per) and \
                     {s.name for s in sympy.sympify(per[0]).free_symbols} <= bound:
@@ -111,10 +112,11 @@ def output_signature(module: Module, kmod, generic: Function, out_names: list[st
     return shapes, extra, vdims
 
 
-def _equalities(f: Function) -> dict:
-    """The substitution a version's guard implies: its `SYM == expr` terms."""
+def _equalities(f: Function, strict: tuple = ()) -> dict:
+    """The substitution a version's guard implies: its `SYM == expr` terms, then the module's
+    strict `SYM == SYM` constraints (`strict`), which hold wherever any version runs."""
     out = {}
-    for a in sympy.And.make_args(f.guard):
+    for a in [*sympy.And.make_args(f.guard), *strict]:
         if isinstance(a, sympy.Eq) and isinstance(a.lhs, sympy.Symbol) and a.lhs not in out:
             out[a.lhs] = a.rhs
         elif isinstance(a, sympy.Eq) and isinstance(a.rhs, sympy.Symbol) and a.rhs not in out:
@@ -122,23 +124,42 @@ def _equalities(f: Function) -> dict:
     return out
 
 
-def _same_under(f: Function, a, b) -> bool:
+def _strict_equalities(module: Module) -> tuple:
+    return tuple(c.expr for c in module.constraints if isinstance(c.expr, sympy.Eq)
+                 and isinstance(c.expr.lhs, sympy.Symbol) and isinstance(c.expr.rhs, sympy.Symbol))
+
+
+def _settle(e, eqs: dict):
+    """`e` with `eqs` applied until nothing changes (a guard's `N == 1` after a constraint's
+    `K == N`); a few rounds at most, since each substitution only renames toward constants."""
+    e = sympy.sympify(e)
+    for _ in range(4):
+        nxt = e.subs(eqs)
+        if nxt == e:
+            break
+        e = nxt
+    return e
+
+
+def _same_under(f: Function, a, b, strict: tuple = ()) -> bool:
     """Whether dims `a` (over the generic's symbols) and `b` (version f's) agree where f runs."""
-    eqs = _equalities(f)
-    a = sympy.sympify(a).subs(f.subs).subs(eqs)
-    return canon(a) == canon(sympy.sympify(b).subs(eqs))
+    eqs = _equalities(f, strict)
+    a = _settle(sympy.sympify(a).subs(f.subs), eqs)
+    return canon(a) == canon(_settle(b, eqs))
 
 
-def _agrees(g, versions: list[Function], per: list) -> bool:
-    return all(_same_under(f, g, p) for f, p in zip(versions, per, strict=True))
+def _agrees(g, versions: list[Function], per: list, strict: tuple = ()) -> bool:
+    return all(_same_under(f, g, p, strict) for f, p in zip(versions, per, strict=True))
 
 
-def _max_over_versions(g, versions: list[Function], per: list, out_name: str, axis: int):
+def _max_over_versions(g, versions: list[Function], per: list, out_name: str, axis: int, strict: tuple = ()):
     """An output dim versions type differently: `x[N] + y[K]` is `N` in the generic version
     (guarded by N == K) and `K` in the N == 1 one. Their max is each version's dim where it
-    runs (checked per version); anything else is refused rather than guessed."""
+    runs (checked per version, with the module's strict equalities: specialize's `N == 1`
+    version of a pair broadcast-versions left strict types it `K`, which is 1 there too);
+    anything else is refused rather than guessed."""
     cand = sympy.Max(g, *per)
-    if _agrees(cand, versions, per):
+    if _agrees(cand, versions, per, strict):
         return cand
     shown = ", ".join(f"{p} in {f.name}" for f, p in zip(versions, per, strict=True))
     raise CompileError(f'output "{out_name}" dim {axis}: the versions give it differently ({shown}) '

@@ -872,8 +872,8 @@ class TileOp(OpDef):
 def scalar_operand(ctx, i) -> Dim | float | None:
     """A scalar operand's value: a Dim from value propagation, or a literal constant."""
     dims = known_dims(ctx, i)
-    if dims is not None and len(dims) == 1:
-        return dims[0]
+    if dims is not None and len(dims) == 1:  # a tracked float constant is an exact rational: a float
+        return float(dims[0]) if isinstance(dims[0], sympy.Rational) else dims[0]
     c = const_value(ctx, i)
     if c is not None and c.size == 1:
         x = c.reshape(-1)[0]
