@@ -29,18 +29,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cache_dir import default_root
 from ..digest import file_sha256
 from ..errors import OnnxccError
 
 MANIFEST = "MANIFEST.json"
-
-
-def default_root() -> Path:
-    env = os.environ.get("ONNXCC_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "onnxcc"
 
 
 class CacheUnusable(OSError):

@@ -18,17 +18,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ...cache_dir import default_root
+
 _SUBDIR = "runtime-objects"
-
-
-def _cache_root() -> Path:
-    # the artifact cache's directory (runtime/cache.py `default_root`; codegen may not import
-    # runtime/, so the two-line rule is repeated here)
-    env = os.environ.get("ONNXCC_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "onnxcc"
 
 
 def _compiler_identity(cc: str) -> str:
@@ -57,7 +49,7 @@ def runtime_objects(sources: list[Path], cc: str, flags: list[str]) -> list[Path
     if not sources:
         return []
     headers = sorted(sources[0].parent.glob("*.h"))
-    root = _cache_root() / _SUBDIR
+    root = default_root() / _SUBDIR
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError:

@@ -656,6 +656,20 @@ def _static_m(c: Compute, g: GemmPlan) -> int | None:
     return m
 
 
+def _batch_offsets(b: ir.IRBuilder, g, geo, batch_vals: dict, inter) -> tuple[ir.Value, ir.Value]:
+    """(B's batch slot, the element offset of this batch's [M, N] matrix in C) for one task's
+    batch values; batch 0's panels / planes hold every batch's when interleaved (`inter`)."""
+    bB: ir.Value = i64(0)
+    for v, e in zip(g.b_batch_vars, geo.bb_ext):
+        bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
+    if inter is not None:
+        bB = b.select(inter, i64(0), bB, name="bB.slot")
+    cbatch: ir.Value = i64(0)
+    for v in g.batch:
+        cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
+    return bB, cbatch
+
+
 def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     """Tasks of a window-mode GEMM (kernel/conv_window.py): each tile of the padded grid is
     multiplied (one k block, B read from the padded copy) into a stack tile, whose columns
@@ -701,14 +715,7 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
         pn1 = b.udiv(_mul(b, _add(b, jc, 1, "jc1"), geo.Pn, "pn1"), geo.n_jc, name="pn1")
         batch_vals = _unflatten(b, bt, geo.batch_ext, g.batch)
         _bind(em_e, batch_vals, ext)
-        bB: ir.Value = i64(0)
-        for v, e in zip(g.b_batch_vars, geo.bb_ext):
-            bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
-        if inter is not None:  # batch 0's planes hold every batch's when interleaved
-            bB = b.select(inter, i64(0), bB, name="bB.slot")
-        cbatch: ir.Value = i64(0)
-        for v in g.batch:
-            cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
+        bB, cbatch = _batch_offsets(b, g, geo, batch_vals, inter)
         xb = _f32_ptr(b, xp, _mul(b, bB, per_batch, "win.xb"), "win.xb")
         with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
             q0 = _mul(b, pn, NR, "q0")
@@ -848,14 +855,7 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         _bind(em_a, {v: batch_vals[v] for v in g.a_batch_vars}, ext)
         em_a.hoist(g.a, guarded=True)
         _bind(em_e, batch_vals, ext)
-        bB: ir.Value = i64(0)
-        for v, e in zip(g.b_batch_vars, geo.bb_ext):
-            bB = _add(b, _mul(b, bB, e, "bB"), batch_vals[v], "bB")
-        if inter is not None:  # batch 0's panels hold every batch's when interleaved
-            bB = b.select(inter, i64(0), bB, name="bB.slot")
-        cbatch: ir.Value = i64(0)  # element offset of this batch's [M, N] matrix in C
-        for v in g.batch:
-            cbatch = _add(b, cbatch, _mul(b, batch_vals[v], geo.stride[v], "cb"), "cb")
+        bB, cbatch = _batch_offsets(b, g, geo, batch_vals, inter)
         if g.a_direct:
             abatch: ir.Value = i64(0)  # element offset of this batch's rows in A
             for v in g.a_batch_vars:
