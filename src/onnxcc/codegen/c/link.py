@@ -23,7 +23,7 @@ from . import layout
 from . import strings as str_abi
 from .abi import ArtifactSpec, TensorSig, VersionSpec
 from .cpu_check import cpu_check_fn, cpu_levels_fn, cpu_version_guard
-from .exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked, text
+from .exprs import C_HELPERS, UnsupportedExpr, c_bool, c_int, c_int_checked_lets, text
 from .managed import has_run_alloc, run_alloc_decl, run_alloc_fn
 from .package import ERROR_DOCS, SIGNATURE_API, signature_defs, signature_header
 
@@ -751,8 +751,10 @@ static const int32_t devices[] = {{{devices}}};
             too_big = _Msg(f"version {k}: workspace size {text(ws_expr)} bytes overflows int64")
             self.sym_context(too_big, ws_expr, only=True)
             lines.append(f"  case {k}: {{")
-            lines += ["    int ws_ovf = 0;",
-                      f"    int64_t ws = {c_int_checked(ws_expr, self.names, 'ws_ovf')};",
+            # each repeated subexpression (a conv net's nested floors) once, as a local
+            lets, ws_c = c_int_checked_lets(ws_expr, self.names, "ws_ovf", "ws_")
+            lines += ["    int ws_ovf = 0;", *(f"    {x}" for x in lets),
+                      f"    int64_t ws = {ws_c};",
                       f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC', free_first)}",
                       f"    {self.target.version_call(k, v, 'ws')} break;", "  }"]
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
