@@ -48,3 +48,15 @@ def test_bound_atoms_bounds_one_floor_per_term():
     assert dims._bound_atoms(sympy.expand(B * _halve(H, 2))) is None
     # a term whose coefficient has no sign cannot either
     assert dims._bound_atoms((B - H) * sympy.floor(W / 3)) is None
+
+
+def test_difference_on_terms_is_the_expanded_difference():
+    # (the number when y - x is one, else the bounded form, as the sympy subtraction gave)
+    x = 576 * B * _halve(H, 4) * _halve(W, 4) + 64 * B
+    for y, want_num in [(x + 128, 128), (x, 0), (x + H - 2 * sympy.floor(H / 2), None),
+                        (x + B * _halve(H, 2), None)]:
+        num, bounded = dims._difference(x, y)
+        d = sympy.expand(y) - sympy.expand(x)
+        assert num == (d if d.is_Number else None) and (want_num is None or num == want_num)
+        if num is None:
+            assert bounded == dims._bound_atoms(d)

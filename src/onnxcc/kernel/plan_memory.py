@@ -435,8 +435,10 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
                             [_Sampler(e) for e in _sweep_points(program, t)])
 
     whole = layout(table)
+    if whole.worst <= SPLIT_ABOVE:
+        return whole
     split = _split_symbol(slots)
-    if whole.worst <= SPLIT_ABOVE or split is None or split not in table.infos:
+    if split is None or split not in table.infos:
         return whole
     info = table.infos[split]
 
@@ -486,16 +488,48 @@ def _split_symbol(slots: list[_Slot]) -> str | None:
     """The symbol of highest degree in the slots' sizes (the one whose value most changes
     which buffers are big), ties to the first by name."""
     best: tuple[int, str] | None = None
+    memo: dict = {}
     for x in slots:
         if isinstance(x.size, int):
             continue
-        e = sympy.sympify(x.size).replace(sympy.ceiling, lambda a: a).replace(sympy.floor, lambda a: a)
-        e = sympy.expand(e)
-        for v in e.free_symbols:
-            key = (-int(sympy.degree(e, v)) if e.is_polynomial(v) else 0, v.name)
+        for v, deg in _degrees(sympy.sympify(x.size), memo).items():
+            key = (-deg if deg is not None else 0, v)
             if best is None or key < best:
                 best = key
     return best[1] if best is not None else None
+
+
+def _degrees(e, memo: dict) -> dict[str, int | None]:
+    """Symbol name -> the degree of `e` in it with every floor / ceiling read as its argument
+    (None where it is not a polynomial in it: under a Max, a Mod, a negative power), read off
+    the tree (expanding a conv net's sizes to ask sympy took seconds). Sizes are sums of
+    products with positive coefficients, where nothing cancels: the degree sympy would give."""
+    hit = memo.get(e)
+    if hit is not None:
+        return hit
+    out: dict[str, int | None]
+    if e.is_Symbol:
+        out = {e.name: 1}
+    elif e.is_Number:
+        out = {}
+    elif isinstance(e, (sympy.floor, sympy.ceiling)):
+        out = _degrees(e.args[0], memo)
+    elif e.is_Add or e.is_Mul:
+        out = {}
+        for a in e.args:
+            for v, d in _degrees(a, memo).items():
+                if v not in out:
+                    out[v] = d
+                elif out[v] is None or d is None:
+                    out[v] = None
+                else:
+                    out[v] = max(out[v], d) if e.is_Add else out[v] + d  # type: ignore[operator]
+    elif e.is_Pow and e.exp.is_Integer and int(e.exp) >= 0:
+        out = {v: None if d is None else d * int(e.exp) for v, d in _degrees(e.base, memo).items()}
+    else:
+        out = {s.name: None for s in e.free_symbols}
+    memo[e] = out
+    return out
 
 
 def _in_place_slots(program: KernelProgram, temps, live, order, prover: Prover) -> list[_Slot]:
