@@ -11,7 +11,7 @@ from llvmlite import ir
 from onnxcc.codegen.cpu.split import split_module
 from onnxcc.codegen.llvm.target import parse_modules
 
-I64, PTR, VOID = ir.IntType(64), ir.PointerType(), ir.VoidType()
+I64, PTR, VOID, F32 = ir.IntType(64), ir.PointerType(), ir.VoidType(), ir.FloatType()
 BODY = ir.FunctionType(VOID, [I64, I64, PTR])
 
 
@@ -130,8 +130,47 @@ def test_only_big_b_packers_go_below_the_build_level():
         b.ret_void()
         return f
 
-    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.packb.conv1", 400)) == 2
-    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.packb.matmul", 100)) == 3
-    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.conv1", 400)) == 3
-    assert _fn_opt("m_v0", 3, fn("m_v0", 400)) == 3
-    assert _fn_opt("m_v0", 1, fn("m_v0.gemm.packb.conv1", 400)) == 1
+    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.packb.conv1", 400)) == (2, 2)
+    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.packb.matmul", 100)) == (3, 3)
+    assert _fn_opt("m_v0", 3, fn("m_v0.gemm.conv1", 400)) == (3, 3)
+    assert _fn_opt("m_v0", 1, fn("m_v0.gemm.packb.conv1", 400)) == (1, 1)
+
+
+def test_a_control_only_entry_skips_the_ir_optimiser():
+    """The version's entry, when it only does size arithmetic and calls (`control_only`):
+    only the clean-up IR passes, the code generator at -O1 (`CONTROL_OPT`); an entry with a compute loop
+    (its `!llvm.loop` metadata), a vector value or a micro-kernel call keeps the build's
+    level, and so does every other function and a small entry; -O0 builds stay at -O0."""
+    from onnxcc.codegen.cpu.backend import CONTROL_OPT, _fn_opt
+    from onnxcc.codegen.llvm.helpers import for_range, scalar_loop_metadata
+    from onnxcc.codegen.llvm.target import LIGHT
+
+    def entry(kind: str, name: str = "m_v0", n: int = 600) -> ir.Function:
+        m = ir.Module(name="t")
+        f = ir.Function(m, ir.FunctionType(VOID, [I64]), name)
+        b = ir.IRBuilder(f.append_basic_block("entry"))
+        x = f.args[0]
+        for _ in range(n):  # size arithmetic
+            x = b.add(x, ir.Constant(I64, 1))
+        if kind == "loop":
+            with for_range(b, x, "i", guard=True, metadata=scalar_loop_metadata(m)):
+                pass
+        elif kind == "vector":
+            v = ir.VectorType(F32, 8)
+            b.fadd(ir.Constant(v, [0.0] * 8), ir.Constant(v, [1.0] * 8))
+        elif kind == "ukr":
+            ukr = ir.Function(m, ir.FunctionType(VOID, [I64]), "onnxcc.gemm.ukr.8x32.a8.v16")
+            b.call(ukr, [x])
+        elif kind == "body":
+            body = ir.Function(m, ir.FunctionType(VOID, [I64]), "m_v0.par.a")
+            b.call(body, [x])
+        b.ret_void()
+        return f
+
+    assert _fn_opt("m_v0", 3, entry("plain")) == CONTROL_OPT == (LIGHT, 1)
+    assert _fn_opt("m_v0", 3, entry("body")) == CONTROL_OPT  # calling the parallel bodies is control
+    for kind in ("loop", "vector", "ukr"):
+        assert _fn_opt("m_v0", 3, entry(kind)) == (3, 3), kind
+    assert _fn_opt("m_v0", 3, entry("plain", "m_v0.par.b")) == (3, 3)  # only the entry
+    assert _fn_opt("m_v0", 0, entry("plain")) == (0, 0)
+    assert _fn_opt("m_v0", 3, entry("plain", n=100)) == (3, 3)  # small: -O3 costs little, may inline

@@ -299,10 +299,10 @@ def _expanded(e: sympy.Expr) -> sympy.Expr:
     floors = _outer_floors(e)
     if not floors:
         return sympy.expand(e)
-    e = e.xreplace({a: _expanded_floor(a) for a in floors})
+    inner: Any = e.xreplace({a: _expanded_floor(a) for a in floors})
     # the floors now have expanded arguments (nothing below them changes any more)
-    held = {a: sympy.Dummy() for a in _outer_floors(e)}
-    out = sympy.expand(e.xreplace(held))
+    held = {a: sympy.Dummy() for a in _outer_floors(inner)}
+    out: Any = sympy.expand(inner.xreplace(held))
     return out.xreplace({d: a for a, d in held.items()})
 
 
@@ -314,10 +314,10 @@ def _expanded_floor(a: sympy.Expr) -> sympy.Expr:
     return a if arg == a.args[0] else a.func(arg)
 
 
-def _outer_floors(e: sympy.Expr) -> set[sympy.Expr]:
+def _outer_floors(e: sympy.Expr) -> set[Any]:
     """The floors and ceilings of `e` that no other one contains."""
-    out: set[sympy.Expr] = set()
-    todo = [e]
+    out: set[Any] = set()
+    todo: list[Any] = [e]
     while todo:
         x = todo.pop()
         if isinstance(x, (sympy.floor, sympy.ceiling)):

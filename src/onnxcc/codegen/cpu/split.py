@@ -24,6 +24,7 @@ What may move and what stays:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from llvmlite import ir
 
@@ -31,6 +32,24 @@ from llvmlite import ir
 def size(fn: ir.Function) -> int:
     """`fn`'s instruction count, as emitted (before LLVM's optimiser)."""
     return sum(len(b.instructions) for b in fn.blocks)
+
+
+def control_only(fn: ir.Function) -> bool:
+    """`fn` computes no tensor itself: no vector value, no compute loop (every loop the
+    emitter makes for a compute carries `!llvm.loop` metadata, vectorised or scalar), no call
+    of a GEMM micro-kernel or of vector math. What is left is size arithmetic, calls of other
+    functions (the parallel bodies, GEMM tasks) and tiny loops around them (a batch loop, a
+    few floats of slack zeroed)."""
+    for block in fn.blocks:
+        for ins in block.instructions:
+            if "llvm.loop" in getattr(ins, "metadata", {}) or isinstance(ins.type, ir.VectorType):
+                return False
+            if isinstance(ins, ir.CallInstr):
+                # the shared helpers (GEMM micro-kernels, vector math) are named onnxcc.*
+                if getattr(ins.callee, "name", "").startswith("onnxcc.") \
+                        or any(isinstance(a.type, ir.VectorType) for a in ins.args):
+                    return False
+    return True
 
 
 def _callees(fn: ir.Function) -> set[ir.Function]:
@@ -51,13 +70,13 @@ def split_module(module: ir.Module, prefix: str, parts: int) -> list[ir.Module]:
 
 
 def split_by_level(module: ir.Module, prefix: str, parts: int,
-                   level: Callable[[ir.Function], int]) -> list[tuple[ir.Module, int]]:
+                   level: Callable[[ir.Function], Any]) -> list[tuple[ir.Module, Any]]:
     """`module` cut into (part, level) pairs: the movable functions grouped by `level(fn)`
     (the -O level the backend compiles them at), each group dealt out to up to `parts`
     parts; the module itself, whole, when it holds one group and one part is asked for."""
     defined = [f for f in module.functions if f.blocks]
     movable = [f for f in defined if f.name == prefix or f.name.startswith(prefix + ".")]
-    groups: dict[int, list[ir.Function]] = {}
+    groups: dict[Any, list[ir.Function]] = {}  # level (an int, or a pair of them) -> functions
     for f in movable:
         groups.setdefault(level(f), []).append(f)
     if len(groups) <= 1 and min(parts, len(movable)) <= 1:
@@ -68,7 +87,7 @@ def split_by_level(module: ir.Module, prefix: str, parts: int,
     # deal out each group's functions: largest first, each to the group's part with the
     # least work
     owner: dict[ir.Function, int] = {}
-    levels: list[int] = []
+    levels: list[Any] = []
     for lv, fns in sorted(groups.items(), reverse=True):
         first, n = len(levels), min(parts, len(fns))
         levels += [lv] * n
