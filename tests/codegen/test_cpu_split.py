@@ -174,3 +174,26 @@ def test_a_control_only_entry_skips_the_ir_optimiser():
     assert _fn_opt("m_v0", 3, entry("plain", "m_v0.par.b")) == (3, 3)  # only the entry
     assert _fn_opt("m_v0", 0, entry("plain")) == (0, 0)
     assert _fn_opt("m_v0", 3, entry("plain", n=100)) == (3, 3)  # small: -O3 costs little, may inline
+
+
+def test_workers_take_the_biggest_part_first_and_return_work_order():
+    """compile_in_workers hands the parts out biggest first, yet each object comes back at
+    its own module's place in the work list."""
+    from onnxcc.codegen.cpu.backend import compile_in_workers
+
+    def mod(name: str, n: int) -> ir.Module:
+        m = ir.Module(name=name)
+        f = ir.Function(m, ir.FunctionType(I64, [I64]), name)
+        b = ir.IRBuilder(f.append_basic_block("entry"))
+        x = f.args[0]
+        for k in range(n):
+            x = b.mul(b.add(x, ir.Constant(I64, k)), f.args[0])
+        b.ret(x)
+        return m
+
+    names = ["small_fn", "big_fn", "mid_fn"]
+    work = [(mod(n, s), (None, None, None, 2)) for n, s in zip(names, (2, 300, 40))]
+    objs = compile_in_workers(work, 2)
+    assert len(objs) == 3
+    for name, obj in zip(names, objs, strict=True):
+        assert name.encode() in obj and not any(o.encode() in obj for o in names if o != name)

@@ -251,6 +251,11 @@ def _compile_one(k: int) -> bytes:
     return emit_object(mod, triple, cpu, features, ir_opt, cg_opt)
 
 
+def _weight(mod) -> int:
+    """What compiling `mod` costs, roughly: its defined functions' instructions."""
+    return sum(size(f) for f in getattr(mod, "functions", ()) if f.blocks)
+
+
 def compile_in_workers(work, jobs: int) -> list[bytes]:
     """emit_object for each (module, (triple, cpu, features, opt)) of `work`, `jobs` forked
     processes at a time (in this process with one job); objects come back in `work`'s order.
@@ -264,7 +269,10 @@ def compile_in_workers(work, jobs: int) -> list[bytes]:
             return [_compile_one(k) for k in range(len(_WORK))]
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=min(jobs, len(_WORK)), mp_context=ctx) as pool:
-            futs = {k: pool.submit(_compile_one, k) for k in range(len(_WORK))}
+            # biggest first (the pool hands work out in submission order): the last part to
+            # finish is a small one, so the workers end together
+            order = sorted(range(len(_WORK)), key=lambda k: -_weight(_WORK[k][0]))
+            futs = {k: pool.submit(_compile_one, k) for k in order}
             return [futs[k].result() for k in range(len(_WORK))]
     finally:
         _WORK.clear()
