@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--budget", type=float, default=2.0, help="seconds of timing per row (at least 2 rounds)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: time calls by the process's CPU time (1-thread runs on a shared machine)")
     ap.add_argument("--peers", default="auto", help="comma list of ort,openvino (auto: OpenVINO if installed)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--list", action="store_true")
@@ -107,7 +109,8 @@ def main() -> int:
                 if not peers:
                     print(f"  {dims}: checked (ok={ok}); not timed: onnxruntime refuses the file", flush=True)
                     continue
-                row = time_row(lambda f: list(lib.run(f).values()), peers, feeds, args.repeats, args.budget)
+                row = time_row(lambda f: list(lib.run(f).values()), peers, feeds, args.repeats, args.budget,
+                               clock=time.process_time if args.clock == "cpu" else None)
                 f = flops(dims)
                 gflops = f / (row["onnxcc_ms"] / 1e3) / 1e9 if f else None
                 ratios.append(row["ratio"])
