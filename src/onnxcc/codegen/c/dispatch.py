@@ -59,6 +59,7 @@ class _Dispatch:
         self.names = {s.name: f"s[{k}]" for k, s in enumerate(spec.symbols)}
         self.host = layout.reads_host(target.devices, target.shape_devices)
         self.strided = layout.strided_ok(spec, self.host)
+        self.strided_out = layout.strided_outputs_ok(spec, self.host)
 
     def code(self, key: str) -> str:
         return f"{self.up}_{key}"
@@ -135,13 +136,15 @@ static const int32_t devices[] = {{{devices}}};
 
     def tensor_sigs(self) -> str:
         """One onnxcc_tensor_sig per input and output: what onnxcc_check_tensor checks."""
-        def sig(kind: str, t: TensorSig, strided: bool) -> str:
+        def sig(kind: str, t: TensorSig, strided: str) -> str:
             code, bits = DL_DTYPE[t.dtype]
             return (f'  {{"{kind}", "{c_string(t.name)}", "{t.dtype.value}", "{c_string(shape_text(t.shape))}", '
-                    f"{t.rank}, {code}, {bits}, {int(strided)}}},")
+                    f"{t.rank}, {code}, {bits}, {strided}}},")
         s = self.spec
-        ins = [sig("input", t, ok) for t, ok in zip(s.inputs, self.strided, strict=True)] or ["  {0},"]
-        outs = [sig("output", t, False) for t in s.outputs] or ["  {0},"]
+        ins = [sig("input", t, "ONNXCC_STRIDED_READ" if ok else "0")
+               for t, ok in zip(s.inputs, self.strided, strict=True)] or ["  {0},"]
+        outs = [sig("output", t, "ONNXCC_STRIDED_WRITE" if ok else "0")
+                for t, ok in zip(s.outputs, self.strided_out, strict=True)] or ["  {0},"]
         return "\n".join([f"static const onnxcc_tensor_sig in_sigs[{max(1, len(s.inputs))}] = {{", *ins, "};",
                           f"static const onnxcc_tensor_sig out_sigs[{max(1, len(s.outputs))}] = {{", *outs, "};"])
 
@@ -299,14 +302,9 @@ static const int32_t devices[] = {{{devices}}};
         for arr, ptrs, n_ in (("inputs", "in_ptrs", len(s.inputs)), ("outputs", "out_ptrs", len(s.outputs))):
             lines += [f"  {ptrs}[{k}] = (char *){arr}[{k}].data + {arr}[{k}].byte_offset;" for k in range(n_)]
         lines += self.target.run_prologue()
-        compacts = any(self.strided)
-        if compacts:  # strided inputs: copied compact first (runtime/onnxcc_layout.c says why)
-            any_strided = " | ".join(f"in_sp[{k}].strided" for k, ok in enumerate(self.strided) if ok)
-            lines += ["  void *compact_buf = NULL;",
-                      "  _Alignas(64) unsigned char compact_small[ONNXCC_COMPACT_SMALL];",
-                      f"  if (({any_strided}) && (rc = onnxcc_compact_inputs(inputs, in_sp, "
-                      f"{len(s.inputs)}, in_ptrs, compact_small, sizeof compact_small, &compact_buf)) != 0) return rc;"]
-        free_first = "onnxcc_aligned_free(compact_buf); " if compacts else ""
+        # strided tensors: inputs copied compact first, outputs staged compact (layout.py)
+        stage, free_first, unstage = layout.staging(s, self.strided, self.strided_out)
+        lines += stage
         lines += ["  last_version_tl = v;", "  switch (v) {"]
         for k, v in enumerate(s.versions):
             # the workspace size is evaluated with checked arithmetic: an overflow is refused
@@ -320,8 +318,7 @@ static const int32_t devices[] = {{{devices}}};
                       f"    if (ws_ovf) {self.fail(too_big, 'ERR_ALLOC', free_first)}",
                       f"    {self.target.version_call(k, v, 'ws')} break;", "  }"]
         lines += [f"  default: rc = {self.code('ERR_GUARD')}; break;", "  }"]
-        if compacts:
-            lines.append("  if (compact_buf != NULL) onnxcc_aligned_free(compact_buf);")
+        lines += unstage
         if s.run_dims:  # the kernel wrote the run-determined symbols' true values into s[]
             lines += ["  if (rc == 0) {", "    for (int k = 0; k < SYM_CAP; ++k) run_syms_tl[k] = s[k];",
                       "    run_ok_tl = 1;", "  }"]

@@ -109,7 +109,7 @@ enum {{
 
 /* Runs the model. inputs/outputs: {up}_NUM_INPUTS / {up}_NUM_OUTPUTS tensors in the
  * order listed above, {where}; strides and in-place calls as "strides and aliasing" above
- * says (outputs compact row-major). Outputs are allocated by the caller with the shapes
+ * says. Outputs are allocated by the caller with the shapes
  * {n}_output_shape reports. An output whose memory (data + byte_offset, its extent)
  * overlaps an input's or another output's is refused with {up}_ERR_ARGS naming both
  * tensors, except an exact alias a version was proved safe for. Re-entrant and

@@ -493,7 +493,8 @@ __attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
         onnxcc_error_set("%s \"%s\" dim %d: stride %lld is not compact row-major (expected %lld)%s", kind,
                          name, (int)bad, (long long)t->strides[bad], (long long)want,
                          bits < 8 && allow_strided ? "; sub-byte tensors must be compact"
-                         : !allow_strided && strcmp(kind, "output") == 0 ? "; outputs must be compact"
+                         : !allow_strided && strcmp(kind, "output") == 0 ? "; this output is not served strided "
+                                            "(the header lists those that are), pass it compact"
                          : !allow_strided ? "; this input is not served strided (the header lists those that "
                                             "are), pass it compact" : "");
         return ONNXCC_ERR_SHAPE;
@@ -509,6 +510,13 @@ __attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
                            (int)d, (long long)t->strides[d], (long long)t->shape[d]);
           return ONNXCC_ERR_SHAPE;
         }
+      }
+      int32_t meet = allow_strided == ONNXCC_STRIDED_WRITE ? onnxcc_strides_meet(t) : -1;
+      if (meet >= 0) {
+        onnxcc_error_set("%s \"%s\" dim %d: stride %lld (extent %lld) makes two elements share memory; an "
+                         "output needs bytes of its own for every element (no zero or overlapping strides)",
+                         kind, name, (int)meet, (long long)t->strides[meet], (long long)t->shape[meet]);
+        return ONNXCC_ERR_SHAPE;
       }
     }
   }
@@ -562,6 +570,7 @@ __attribute__((noinline)) static int onnxcc_check_strided(const DLTensor *t, con
         __builtin_add_overflow(reach < 0 ? off_lo : off_hi, reach, reach < 0 ? &off_lo : &off_hi))
       goto slow;
   }
+  if (g->allow_strided == ONNXCC_STRIDED_WRITE && onnxcc_strides_meet(t) >= 0) goto slow;
   if (__builtin_mul_overflow(off_lo, -esz, &below) || __builtin_add_overflow(off_hi, 1, &above) ||
       __builtin_mul_overflow(above, esz, &above) ||
       t->data == NULL || t->byte_offset > (uint64_t)UINTPTR_MAX ||
@@ -627,14 +636,15 @@ int onnxcc_check_overlap(const onnxcc_span *inputs, int n_inputs, const char *co
     for (int i = 0; i < n_inputs; i++) {
       const onnxcc_span *x = &inputs[i];
       if (!(o->lo < x->hi && x->lo < o->hi) || o->device != x->device) continue;
-      int exact = o->lo == x->lo && o->hi == x->hi && !x->strided;
+      int exact = o->lo == x->lo && o->hi == x->hi && !x->strided && !o->strided;
       if (exact && in_place != NULL && in_place[k * n_inputs + i]) continue;
       onnxcc_error_set("output \"%s\" overlaps input \"%s\" in memory; %s (pass an output buffer of its "
                        "own)", output_names[k], input_names[i],
                        exact ? "in-place calls are not supported by the version this call runs (not "
                                "proved safe)"
                              : "in-place calls are not supported but where an output aliases an input "
-                               "exactly (same data, same shape) and a version was proved safe for it");
+                               "exactly (same data, same shape, both compact) and a version was proved safe "
+                               "for it");
       return ONNXCC_ERR_ARGS;
     }
     for (int j = 0; j < k; j++)
