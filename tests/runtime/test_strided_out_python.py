@@ -1,0 +1,85 @@
+"""Strided numpy `out=` views through onnxcc.load(...).run (issue 15, item 5): y[:, ::2],
+y.T, y[::-1] and offset slices are written in place by the library (it scatters its compact
+result into them), equal to the compact call (float32, exact: the same kernel), with every
+element outside the view untouched. A view whose elements share memory is refused by the
+library with a message; a view whose strides are not whole elements by the loader."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxcc
+from onnxcc.errors import GuardError
+
+
+def so_model(path):
+    """y = Relu(a) * b + a over a: f32[N, 4], b: f32[4]."""
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "b"], ["m"]),
+                           helper.make_node("Add", ["m", "a"], ["y"])], "so",
+                          [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
+                          [vi("y", TensorProto.FLOAT, ["N", 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def so(tmp_path_factory):
+    d = tmp_path_factory.mktemp("so_py")
+    onnxcc.compile(so_model(d / "so.onnx"), d / "art", name="so")
+    return onnxcc.load(d / "art")
+
+
+def _inputs(n=5):
+    rng = np.random.default_rng(1)
+    return {"a": rng.standard_normal((n, 4)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32)}
+
+
+VIEWS = {
+    "step": lambda buf: buf[:, ::2],                      # buf: [5, 8]
+    "transposed": lambda buf: buf[:4, :5].T,              # strides (1, 8) elements
+    "reversed": lambda buf: buf[::-1, 7:3:-1],            # negative strides
+    "offset-rows": lambda buf: buf[:, 3:7],               # row pitch 8, offset 3
+}
+
+
+@pytest.mark.parametrize("view", sorted(VIEWS))
+@pytest.mark.parametrize("portable", [False, True])
+def test_out_views_written_in_place(so, view, portable, monkeypatch):
+    if portable:  # the _Tensors path (CUDA artifacts, other hosts) must agree with the word path
+        monkeypatch.setattr(so, "_packed", True)
+    x = _inputs()
+    want = so.run(x)["y"]
+    buf = np.full((5, 8), -777.0, np.float32)
+    out = VIEWS[view](buf)
+    assert out.shape == (5, 4) and not out.flags.c_contiguous
+    got = so.run(x, out={"y": out})["y"]
+    assert got is out
+    np.testing.assert_array_equal(out, want)
+    mask = np.ones(buf.shape, bool)
+    VIEWS[view](mask)[...] = False
+    assert (buf[mask] == -777.0).all()  # nothing outside the view written
+
+
+def test_out_view_whose_elements_share_memory_is_refused(so):
+    buf = np.full(8, -777.0, np.float32)
+    out = np.lib.stride_tricks.as_strided(buf, shape=(5, 4), strides=(4, 4))  # rows overlap
+    with pytest.raises(GuardError, match=r'output "y" dim \d: stride 1 .*makes two elements share memory'):
+        so.run(_inputs(), out={"y": out})
+    assert (buf == -777.0).all()
+
+
+def test_out_view_with_strides_not_whole_elements_is_refused(so):
+    raw = np.zeros(128, np.uint8)
+    out = np.ndarray((5, 4), np.float32, raw.data, offset=2, strides=(18, 4))  # row pitch 4.5 floats
+    with pytest.raises(GuardError, match=r'out "y": must be C-contiguous .*strides are not whole elements'):
+        so.run(_inputs(), out={"y": out})
+
+
+def test_metadata_lists_strided_outputs(so):
+    assert so.meta["strided_outputs"] == ["y"]
