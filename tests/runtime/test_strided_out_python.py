@@ -83,3 +83,14 @@ def test_out_view_with_strides_not_whole_elements_is_refused(so):
 
 def test_metadata_lists_strided_outputs(so):
     assert so.meta["strided_outputs"] == ["y"]
+
+
+def test_inspect_shows_output_strides(so):
+    from click.testing import CliRunner
+
+    from onnxcc.cli import main
+
+    r = CliRunner().invoke(main, ["inspect", str(so.path.parent)])
+    assert r.exit_code == 0, r.output
+    assert ("output strides: served strided (written compact, scattered after the run; no zero or overlapping "
+            "strides): y") in r.output
