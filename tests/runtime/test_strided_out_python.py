@@ -94,3 +94,25 @@ def test_inspect_shows_output_strides(so):
     assert r.exit_code == 0, r.output
     assert ("output strides: served strided (written compact, scattered after the run; no zero or overlapping "
             "strides): y") in r.output
+
+
+def test_which_outputs_are_served_strided():
+    """Sub-byte outputs (packed) and outputs with run-determined dims (laid out in the
+    allocated shape by rules of their own) stay compact; a non-host target serves none."""
+    import sympy
+
+    from onnxcc.codegen.c.abi import ArtifactSpec, TensorSig, VersionSpec
+    from onnxcc.codegen.c.layout import strided_outputs_ok
+    from onnxcc.codegen.c.link import generate_dispatcher
+    from onnxcc.ir import DType, SymbolInfo, sym
+
+    n, r = sym("n"), sym("r")
+    spec = ArtifactSpec(
+        name="g", inputs=[TensorSig("x", DType.f32, (n,))],
+        outputs=[TensorSig("y", DType.f32, (n,)), TensorSig("k", DType.i4, (n,)), TensorSig("z", DType.f32, (r,))],
+        symbols=[SymbolInfo("n", 1, 64, 1, 'input "x" dim 0'), SymbolInfo("r", 1, 64, 1, "run")],
+        versions=[VersionSpec("g_v0", sympy.true, "", {}, 0, "generic")], run_dims={"r": n})
+    assert strided_outputs_ok(spec, host=True) == [True, False, False]
+    assert strided_outputs_ok(spec, host=False) == [False, False, False]
+    c = generate_dispatcher(spec)
+    assert c.count("ONNXCC_STRIDED_WRITE}") == 1 and "onnxcc_scatter_outputs(outputs, out_sp, 3, out_ptrs)" in c
