@@ -130,7 +130,7 @@ CASES = [  # (label, model, dims per tensor, iterations)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n", 1)[0])
     ap.add_argument("--repeat", type=int, default=7, help="alternating runs per case; the best of each is kept")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()

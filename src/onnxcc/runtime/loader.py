@@ -656,7 +656,9 @@ class CompiledModel:
             if a.flags.c_contiguous:
                 ow[j + 4] = 0
             else:  # a strided out= view (as_output let only served ones through): its strides, in elements
-                sc.ost[m:m + nd] = _element_strides(a)
+                st = _element_strides(a)
+                assert st is not None  # as_output refused strides that are not whole elements
+                sc.ost[m:m + nd] = st
                 ow[j + 4] = sc.ost_base + 8 * m
             j += _SLOT
             m += _MAX_RANK

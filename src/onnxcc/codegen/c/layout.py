@@ -48,7 +48,7 @@ def strided_outputs_ok(spec: ArtifactSpec, host: bool) -> list[bool]:
     if not host:
         return [False] * len(spec.outputs)
     run = set(spec.run_dims)
-    return [t.dtype.bits >= 8 and not ({s.name for d in t.shape for s in sympy.sympify(d).free_symbols} & run)
+    return [t.dtype.bits >= 8 and not ({str(s) for d in t.shape for s in sympy.sympify(d).free_symbols} & run)
             for t in spec.outputs]
 
 
@@ -149,6 +149,8 @@ def header_doc(spec: ArtifactSpec, host: bool) -> list[str]:
         lines += [f" *     {p}" for p in pairs]
     lines.append(" *   any other overlap of an output with an input or another output is refused (ERR_ARGS);")
     lines.append(" *   a strided tensor occupies the whole byte range its strides reach.")
+    if host:  # benchmarks/alignment.py: a cache-resident elementwise call ran ~1.5x faster aligned
+        lines.append(" *   alignment: any pointer is served; 64-byte aligned data runs small tensors faster.")
     return lines
 
 

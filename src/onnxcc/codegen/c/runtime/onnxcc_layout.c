@@ -159,28 +159,3 @@ void onnxcc_scatter_outputs(const DLTensor *outputs, const onnxcc_span *spans, i
   for (int k = 0; k < n_outputs; k++)
     if (spans[k].strided) onnxcc_relayout(&outputs[k], ptrs[k], 1);
 }
-
-int32_t onnxcc_strides_meet(const DLTensor *t) {
-  /* Visit the dims of extent > 1 by growing |stride|: each step must clear the farthest
-   * offset the smaller steps reach, else two index tuples land on one address. Sums that
-   * would pass int64 saturate (then refused: no real tensor reaches that far). */
-  int32_t rank = t->ndim;
-  unsigned char done[rank > 0 ? rank : 1];
-  memset(done, 0, sizeof done);
-  int64_t reach = 0;
-  for (;;) {
-    int32_t pick = -1;
-    int64_t step = 0;
-    for (int32_t d = 0; d < rank; d++) {
-      if (done[d] || t->shape[d] <= 1) continue;
-      int64_t a = t->strides[d] == INT64_MIN ? INT64_MAX : t->strides[d] < 0 ? -t->strides[d] : t->strides[d];
-      if (pick < 0 || a < step) pick = d, step = a;
-    }
-    if (pick < 0) return -1;
-    if (step <= reach) return pick;
-    done[pick] = 1;
-    int64_t more;
-    if (__builtin_mul_overflow(t->shape[pick] - 1, step, &more) || __builtin_add_overflow(reach, more, &reach))
-      reach = INT64_MAX;
-  }
-}

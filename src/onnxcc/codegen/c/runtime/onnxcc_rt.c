@@ -410,6 +410,35 @@ static const char *onnxcc_device_text(int32_t type) {
   }
 }
 
+/* -1 when no two elements of t (whole-byte dtype, shape checked, strides given) share an
+ * address, else a dim whose stride lets them meet: a zero stride, or one no longer than
+ * the reach of the dims with smaller steps. Sufficient, not necessary: exotic interleaved
+ * layouts that never meet may still be named (the caller refuses them as outputs). */
+static int32_t onnxcc_strides_meet(const DLTensor *t) {
+  /* Visit the dims of extent > 1 by growing |stride|: each step must clear the farthest
+   * offset the smaller steps reach, else two index tuples land on one address. Sums that
+   * would pass int64 saturate (then refused: no real tensor reaches that far). */
+  int32_t rank = t->ndim;
+  unsigned char done[rank > 0 ? rank : 1];
+  memset(done, 0, sizeof done);
+  int64_t reach = 0;
+  for (;;) {
+    int32_t pick = -1;
+    int64_t step = 0;
+    for (int32_t d = 0; d < rank; d++) {
+      if (done[d] || t->shape[d] <= 1) continue;
+      int64_t a = t->strides[d] == INT64_MIN ? INT64_MAX : t->strides[d] < 0 ? -t->strides[d] : t->strides[d];
+      if (pick < 0 || a < step) pick = d, step = a;
+    }
+    if (pick < 0) return -1;
+    if (step <= reach) return pick;
+    done[pick] = 1;
+    int64_t more;
+    if (__builtin_mul_overflow(t->shape[pick] - 1, step, &more) || __builtin_add_overflow(reach, more, &reach))
+      reach = INT64_MAX;
+  }
+}
+
 /* Every check with its message; the fast path below comes here for anything uncommon
  * (another device than the first, a sub-byte dtype, strides that are not compact) and for
  * every failure, so each message is spelled once. */

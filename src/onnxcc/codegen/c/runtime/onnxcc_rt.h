@@ -164,12 +164,6 @@ ONNXCC_HIDDEN void onnxcc_compact(const DLTensor *t, void *dst);
 ONNXCC_HIDDEN int onnxcc_compact_inputs(const DLTensor *inputs, const onnxcc_span *spans, int n_inputs,
                                         void **ptrs, void *small, size_t small_cap, void **scratch);
 
-/* -1 when no two elements of t (whole-byte dtype, shape checked, strides given) share an
- * address, else a dim whose stride lets them meet: a zero stride, or one no longer than
- * the reach of the dims with smaller steps. Sufficient, not necessary: exotic interleaved
- * layouts that never meet may still be named (the caller refuses them as outputs). */
-ONNXCC_HIDDEN int32_t onnxcc_strides_meet(const DLTensor *t);
-
 /* Serves strided outputs: when some spans[k].strided, points ptrs[k] at a compact scratch
  * slot (in `small` when all fit, else in one allocated block *scratch, freed by the caller
  * with onnxcc_aligned_free) that the version writes; onnxcc_scatter_outputs then copies
