@@ -116,3 +116,14 @@ def test_which_outputs_are_served_strided():
     assert strided_outputs_ok(spec, host=False) == [False, False, False]
     c = generate_dispatcher(spec)
     assert c.count("ONNXCC_STRIDED_WRITE}") == 1 and "onnxcc_scatter_outputs(outputs, out_sp, 3, out_ptrs)" in c
+
+
+def test_big_out_view_is_scattered_over_the_thread_pool(so):
+    """1.6 MB of output (past the runtime's 1 MiB threshold): the scatter runs its rows over
+    the thread pool; chunks must neither miss nor overlap rows."""
+    x = _inputs(100_000)
+    want = so.run(x)["y"]
+    buf = np.full((100_000, 8), -777.0, np.float32)
+    so.run(x, out={"y": buf[::-1, 1::2]})
+    np.testing.assert_array_equal(buf[::-1, 1::2], want)
+    assert (buf[:, 0::2] == -777.0).all()
