@@ -128,7 +128,7 @@ def header_doc(spec: ArtifactSpec, host: bool) -> list[str]:
                   " *   chosen as for a compact call runs; compact inputs (strides NULL or compact) are",
                   " *   read in place. Served strided: " + _c(", ".join(names))]
     else:
-        lines.append(" *   every tensor must be compact row-major (strides NULL or compact)")
+        lines.append(" *   every input must be compact row-major (strides NULL or compact)")
     if len(names) < len(spec.inputs):
         rest = [t.name for t, o in zip(spec.inputs, ok, strict=True) if not o]
         lines.append(" *   must be compact: " + _c(", ".join(rest)) + (" (their data is read by the dispatcher, or "
@@ -136,16 +136,17 @@ def header_doc(spec: ArtifactSpec, host: bool) -> list[str]:
     outs = [t.name for t, o in zip(spec.outputs, strided_outputs_ok(spec, host), strict=True) if o]
     if outs:
         lines += [" *   outputs may have any strides under which every element has bytes of its own",
-                  " *   (negative, gaps, transposed; not zero or overlapping ones) and byte_offset: the",
-                  " *   version writes a compact scratch copy, scattered into the output after a successful",
-                  " *   run (a failed call leaves it untouched). Served strided: " + _c(", ".join(outs))]
+                  " *   (negative, gaps, transposed; zero or overlapping ones are refused with ERR_SHAPE)",
+                  " *   and byte_offset: the version writes a compact scratch copy, scattered into the",
+                  " *   output after a successful run (a failed call leaves it untouched). Served strided: "
+                  + _c(", ".join(outs))]
     if len(outs) < len(spec.outputs):
         rest = [t.name for t in spec.outputs if t.name not in outs]
         lines.append(" *   outputs that must be compact: " + _c(", ".join(rest)))
     pairs = _in_place_text(spec)
     if pairs:
         lines.append(" *   in place: an output may alias an input EXACTLY (same data pointer + byte_offset,")
-        lines.append(" *   same shape) in these versions, proved safe:")
+        lines.append(" *   same shape, both compact) in these versions, proved safe:")
         lines += [f" *     {p}" for p in pairs]
     lines.append(" *   any other overlap of an output with an input or another output is refused (ERR_ARGS);")
     lines.append(" *   a strided tensor occupies the whole byte range its strides reach.")
