@@ -11,8 +11,13 @@
 
 #include <string.h>
 
+/* The row movers and the one body both directions share are inlined (always_inline), with
+ * `scatter` a constant: the small calls this runtime serves pay no call per row and no
+ * per-row test for the direction. */
+#define ONNXCC_INLINE static inline __attribute__((always_inline))
+
 /* copies n elements of esz bytes, stride `step` elements apart, into dst (compact) */
-static void onnxcc_gather_row(char *dst, const char *src, int64_t n, int64_t step, int64_t esz) {
+ONNXCC_INLINE void onnxcc_gather_row(char *dst, const char *src, int64_t n, int64_t step, int64_t esz) {
   if (step == 1) {
     memcpy(dst, src, (size_t)(n * esz));
     return;
@@ -28,7 +33,7 @@ static void onnxcc_gather_row(char *dst, const char *src, int64_t n, int64_t ste
 }
 
 /* the other way: n compact elements of esz bytes from src, `step` elements apart into dst */
-static void onnxcc_scatter_row(char *dst, const char *src, int64_t n, int64_t step, int64_t esz) {
+ONNXCC_INLINE void onnxcc_scatter_row(char *dst, const char *src, int64_t n, int64_t step, int64_t esz) {
   if (step == 1) {
     memcpy(dst, src, (size_t)(n * esz));
     return;
@@ -48,13 +53,12 @@ typedef struct {
   char *base;    /* the strided tensor's data + byte_offset */
   char *dense;   /* the compact copy */
   int64_t esz, inner, step;
-  int scatter;   /* 0: strided -> compact (an input), 1: compact -> strided (an output) */
 } onnxcc_compact_job;
 
 /* rows [begin, end) of the outer dims: an odometer started at `begin`, keeping the row's
- * offset as it goes; the innermost dim is one gathered row */
-static void onnxcc_compact_rows(int64_t begin, int64_t end, void *ctx) {
-  const onnxcc_compact_job *job = (const onnxcc_compact_job *)ctx;
+ * offset as it goes; the innermost dim is one row moved at a time (scatter 0: strided ->
+ * compact, an input; 1: compact -> strided, an output) */
+ONNXCC_INLINE void onnxcc_move_rows(int64_t begin, int64_t end, const onnxcc_compact_job *job, int scatter) {
   const DLTensor *t = job->t;
   int32_t rank = t->ndim;
   int64_t idx[rank > 1 ? rank : 1], off = 0, rest = begin;
@@ -65,7 +69,7 @@ static void onnxcc_compact_rows(int64_t begin, int64_t end, void *ctx) {
   }
   char *dense = job->dense + begin * job->inner * job->esz;
   for (int64_t row = begin; row < end; row++) {
-    if (job->scatter)
+    if (scatter)
       onnxcc_scatter_row(job->base + off * job->esz, dense, job->inner, job->step, job->esz);
     else
       onnxcc_gather_row(dense, job->base + off * job->esz, job->inner, job->step, job->esz);
@@ -81,11 +85,19 @@ static void onnxcc_compact_rows(int64_t begin, int64_t end, void *ctx) {
   }
 }
 
+static void onnxcc_gather_rows(int64_t begin, int64_t end, void *ctx) {
+  onnxcc_move_rows(begin, end, (const onnxcc_compact_job *)ctx, 0);
+}
+
+static void onnxcc_scatter_rows(int64_t begin, int64_t end, void *ctx) {
+  onnxcc_move_rows(begin, end, (const onnxcc_compact_job *)ctx, 1);
+}
+
 /* below this many bytes one thread copies: waking the pool costs more than it saves */
 #define ONNXCC_COMPACT_PARALLEL (1 << 20)
 
 /* moves t's elements between its strided layout and the compact buffer `dense` */
-static void onnxcc_relayout(const DLTensor *t, void *dense, int scatter) {
+ONNXCC_INLINE void onnxcc_relayout(const DLTensor *t, void *dense, int scatter) {
   int64_t esz = (t->dtype.bits + 7) / 8;
   char *base = (char *)t->data + t->byte_offset;
   int32_t rank = t->ndim;
@@ -100,13 +112,13 @@ static void onnxcc_relayout(const DLTensor *t, void *dense, int scatter) {
     return;
   }
   int64_t inner = t->shape[rank - 1];
-  onnxcc_compact_job job = {t, base, (char *)dense, esz, inner, inner == 1 ? 1 : t->strides[rank - 1], scatter};
+  onnxcc_compact_job job = {t, base, (char *)dense, esz, inner, inner == 1 ? 1 : t->strides[rank - 1]};
   int64_t rows = numel / inner;
   if (numel * esz < ONNXCC_COMPACT_PARALLEL || rows < 2)
-    onnxcc_compact_rows(0, rows, &job);
+    onnxcc_move_rows(0, rows, &job, scatter);
   else /* a big tensor: its rows over the thread pool (chunks never overlap; an output's
         * elements never share bytes, onnxcc_strides_meet saw to that) */
-    onnxcc_parallel_for(rows, onnxcc_compact_rows, &job);
+    onnxcc_parallel_for(rows, scatter ? onnxcc_scatter_rows : onnxcc_gather_rows, &job);
 }
 
 void onnxcc_compact(const DLTensor *t, void *dst) { onnxcc_relayout(t, dst, 0); }
@@ -117,8 +129,8 @@ static size_t onnxcc_slot_bytes(int64_t nbytes) {
 
 /* points ptrs[k] of every strided span at a 64-byte aligned slot of its compact size, in
  * `small` when they all fit, else in one allocated block (*scratch) */
-static int onnxcc_stage(const onnxcc_span *spans, int n, void **ptrs, void *small, size_t small_cap, void **scratch,
-                        const char *what) {
+ONNXCC_INLINE int onnxcc_stage(const onnxcc_span *spans, int n, void **ptrs, void *small, size_t small_cap,
+                               void **scratch, const char *what) {
   size_t total = 0;
   *scratch = NULL;
   for (int k = 0; k < n; k++)
