@@ -102,9 +102,10 @@ def instructions_per_call(exe: Path, mode: str) -> int | None:
     return round((total(11000) - total(1000)) / 10000)
 
 
-def build(out: Path, count: bool, **options) -> Path:
-    """The tiny model compiled into `out` with `options`, and the C bench linked to it."""
-    onnxcc.compile(tiny_model("specialize_value" in options), out, name="tiny", specialize_one=False, divisible=0,
+def build(out: Path, count: bool, scaled: bool = False, **options) -> Path:
+    """The tiny model (`scaled`: times k) compiled into `out` with `options`, and the C bench
+    linked to it."""
+    onnxcc.compile(tiny_model(scaled), out, name="tiny", specialize_one=False, divisible=0,
                    parallel=False, **options, **({"cpu": "x86-64-v3"} if count else {}))
     (out / "bench.c").write_text(C_BENCH)
     exe = out / "bench"
@@ -129,9 +130,11 @@ def run_modes(exe: Path, modes: tuple[str, ...], repeat: int, count: bool, row: 
 
 
 def measure_values(n_values: int, work: Path, repeat: int, count: bool = False) -> dict:
-    """Value guards: y = Relu(x) * k with n_values value versions of k before the generic one."""
+    """Value guards: y = Relu(x) * k with n_values value versions of k before the generic one
+    (0: the generic one alone, the baseline of this two-input model)."""
     values = [float(1 + j) for j in range(n_values)]  # 1.0 is the first: value_hit's k
-    exe = build(work / f"k{n_values}", count, specialize_value={"k": [[v] for v in values]})
+    exe = build(work / f"k{n_values}", count, scaled=True,
+                **({"specialize_value": {"k": [[v] for v in values]}} if values else {}))
     row: dict = {"value_versions": n_values}
     run_modes(exe, VALUE_MODES, repeat, count, row)
     return row
@@ -169,8 +172,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         rows = [measure(1, Path(d), args.repeat, args.instructions),
                 measure(8, Path(d), args.repeat, args.instructions)]
-        value_rows = [measure_values(1, Path(d), args.repeat, args.instructions),
-                      measure_values(7, Path(d), args.repeat, args.instructions)]
+        value_rows = [measure_values(n, Path(d), args.repeat, args.instructions) for n in (0, 1, 7)]
     for r in rows:
         print(f"{r['versions']} version(s): {r['c_ns_compact']:.1f} ns/call from C (ran version {r['last_version']}), "
               f"strided input {r['c_ns_strided']:.1f} ns, strided output {r['c_ns_strided_out']:.1f} ns, "
