@@ -14,6 +14,13 @@ one thread (ONNXCC_NUM_THREADS=1). Misalignments of 0, 4, 32 and 64 bytes are ru
 aligned again, so it shows how much of any difference is placement noise, not alignment.
 
     python benchmarks/alignment.py [--repeat 7] [--json out.json]
+
+Measured on the development machine (AMD EPYC, AVX-512, December 2026, --repeat 5): the L1
+chain 160 ns aligned vs 273 ns at +4 bytes (195 at +32, 160 at +64); L2 4506 vs 4681 ns;
+memory 3.00 vs 2.75 ms (misaligned faster: placement); GEMM 312 vs 316 us. Only the
+cache-resident call gains, and a version compiled for aligned pointers would run the same
+instructions, so no alignment version is built (docs/ARCHITECTURE.md, "Strides and
+aliasing").
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ def header_doc(spec: ArtifactSpec, host: bool) -> list[str]:
         lines += [f" *     {p}" for p in pairs]
     lines.append(" *   any other overlap of an output with an input or another output is refused (ERR_ARGS);")
     lines.append(" *   a strided tensor occupies the whole byte range its strides reach.")
-    if host:  # benchmarks/alignment.py: a cache-resident elementwise call ran ~1.5x faster aligned
+    if host:  # benchmarks/alignment.py: a cache-resident elementwise call ran ~1.7x faster aligned
         lines.append(" *   alignment: any pointer is served; 64-byte aligned data runs small tensors faster.")
     return lines
 
