@@ -127,3 +127,28 @@ def test_big_out_view_is_scattered_over_the_thread_pool(so):
     so.run(x, out={"y": buf[::-1, 1::2]})
     np.testing.assert_array_equal(buf[::-1, 1::2], want)
     assert (buf[:, 0::2] == -777.0).all()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int8", "float16"])
+def test_3d_out_views_of_each_element_size(tmp_path, dtype):
+    """The scatter's element sizes (8, 1, 2 bytes) on a rank-3 view whose dims are permuted
+    and reversed: y = x + x, equal to the compact result, nothing else written."""
+    h = helper
+    vi = h.make_tensor_value_info
+    code = {"float64": TensorProto.DOUBLE, "int8": TensorProto.INT8, "float16": TensorProto.FLOAT16}[dtype]
+    g = h.make_graph([h.make_node("Add", ["x", "x"], ["y"])], "add3", [vi("x", code, ["A", 3, 4])],
+                     [vi("y", code, ["A", 3, 4])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "add3.onnx"))
+    onnxcc.compile(tmp_path / "add3.onnx", tmp_path / "art", name="add3")
+    lib = onnxcc.load(tmp_path / "art")
+    x = (np.arange(2 * 3 * 4) % 50 - 20).astype(dtype).reshape(2, 3, 4)
+    want = lib.run({"x": x})["y"]
+    np.testing.assert_array_equal(want, x + x)
+    buf = np.full((4, 3, 2, 2), 7, dtype)  # the view: [2, 3, 4] out of [4, 3, 2] with a gap dim
+    view = buf[:, ::-1, :, 1].transpose(2, 1, 0)
+    assert view.shape == (2, 3, 4) and not view.flags.c_contiguous
+    lib.run({"x": x}, out={"y": view})
+    np.testing.assert_array_equal(view, want)
+    assert (buf[..., 0] == 7).all()
