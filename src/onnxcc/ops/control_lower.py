@@ -25,6 +25,7 @@ import sympy
 from ..errors import UnsupportedOp
 from ..ir import INT_MAX, DType, Op, canon
 from ..kernel import Buffer, IfStmt, LoopStmt, Var, WriteAt, dim_to_expr, flatten_index, unflatten_index
+from . import loop_carried as lc
 
 
 def _first(buf: Buffer):
@@ -56,28 +57,31 @@ def write_slice(p, out: Buffer, src: Buffer, axis: int, pos) -> None:
     p.body.append(WriteAt(out.name, tuple(zip(vs, src.shape)), (*vs[:axis], pos, *vs[axis:]), src[vs]))
 
 
-def carry(ctx, updates: list[tuple[Buffer, Buffer]]) -> None:
-    """Copy each yielded buffer into its state buffer. A yielded buffer that is itself one
-    of the states is staged through a temp first, so no copy reads a state already
-    overwritten."""
+def carry(ctx, updates: list[tuple]) -> None:
+    """Copy each yielded buffer into its state buffer: (state, yielded) or (state, yielded,
+    write), `write(p, state, yielded)` replacing the plain copy. A yielded buffer that is
+    itself one of the states is staged through a temp first, so no copy reads a state
+    already overwritten."""
     p = ctx.program
-    roots = {p.root(d.name) for d, _ in updates}
+    roots = {p.root(u[0].name) for u in updates}
     staged = []
-    for dst, src in updates:
+    for dst, src, *how in updates:
         if p.root(src.name) == p.root(dst.name):
             continue  # passed through unchanged
         if p.root(src.name) in roots:
             tmp = ctx.temp(src.dtype, src.shape, "carried")
             copy(p, tmp, src)
             src = tmp
-        staged.append((dst, src))
-    for dst, src in staged:
-        copy(p, dst, src)
+        staged.append((dst, src, how[0] if how else copy))
+    for dst, src, write in staged:
+        write(p, dst, src)
 
 
-def _init_states(ctx, states, inits, arg_types, what: str) -> None:
+def _init_states(ctx, states, inits, arg_types, what: str, varying: frozenset = frozenset()) -> None:
+    """Copy the initial values into the state buffers. A state in `varying` changes shape
+    (ops/loop_carried.py): its dims are run-time symbols bound to the initial extents."""
     for k, (st, i, at) in enumerate(zip(states, inits, arg_types)):
-        if not _same_shape(at.shape, ctx.in_type(i).shape):
+        if k not in varying and not _same_shape(at.shape, ctx.in_type(i).shape):
             raise ctx.unsupported(f"{what} {k} changes shape across iterations ({ctx.in_type(i)} -> {at})")
         copy(ctx.program, st, ctx.inputs[i])
 
@@ -147,7 +151,11 @@ def lower_loop(ctx) -> None:
     n = len(lay.carried)
     outs = [ctx.out(k) for k in range(len(op.results))]
     states, scans = outs[:n], outs[n:]
-    _init_states(ctx, states, lay.carried, [a.type for a in body.args[2:2 + n]], "loop-carried value")
+    arg_types = [a.type for a in body.args[2:2 + n]]
+    vary = lc.varying_dims(ctx, arg_types, lay.carried)
+    bounds = _carried_bounds(ctx, lay, vary, body)
+    lc.bind_initial(ctx, vary, bounds, lay.carried)
+    _init_states(ctx, states, lay.carried, arg_types, "loop-carried value", frozenset(k for k, _, _ in vary))
     t = ctx.temp(DType.i64, (), "loop_t")
     cond = None
     if lay.cond is not None:
@@ -158,7 +166,13 @@ def lower_loop(ctx) -> None:
         raise ctx.unsupported("a Loop with neither a trip count M nor a condition never ends")
     cond_arg = cond if cond is not None else ctx.const(np.array(True), "true")
     args = [t, cond_arg, *states, *(ctx.inputs[i] for i in lay.captures)]
-    stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)))
+    stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)), rebinds=True)
+    moving = lc.body_symbols(stmts) | {s.name for _, _, s in vary}
+    for k, y in enumerate(body.terminator.operands[1 + n:]):
+        bad = sorted(s.name for s in y.type.symbols() if s.name in moving)
+        if bad:
+            raise ctx.unsupported(f"scan output {k} has slices {y.type} whose dims ({', '.join(bad)}) change from "
+                                  "one iteration to the next (the stacked output would be ragged)")
     count = cap = None
     run = sorted({d.name for d in (o.shape[0] for o in scans) if L.is_run_dim(d)})
     if run:
@@ -171,12 +185,26 @@ def lower_loop(ctx) -> None:
     with L.into(stmts):
         for o, y in zip(scans, ys[1 + n:]):
             write_slice(p, o, y, 0, t[()])
-        carry(ctx, ([(cond, ys[0])] if cond is not None else []) + list(zip(states, ys[1:1 + n])))
+        pairs, news = lc.rebind_after(ctx, vary, states, ys[1:1 + n])
+        carry(ctx, ([(cond, ys[0])] if cond is not None else []) + pairs)
+        lc.emit_rebinds(ctx, news, bounds)
     p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
                            count=None if count is None else count.name, max_trips=cap))
 
 
-def _trip_bound(ctx, lay, name: str):
+def _carried_bounds(ctx, lay, vary, body) -> dict:
+    """The allocation bound of each varying carried dim (ops/loop_carried.py)."""
+    if not vary:
+        return {}
+    trips = _trip_bound(ctx, lay, None)
+    others = {s.name for _, _, s in vary}
+    ys = list(body.terminator.operands)
+    return {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.carried[k]).shape[j], ys[1 + k].type.shape[j],
+                                     trips, others)
+            for k, j, s in vary}
+
+
+def _trip_bound(ctx, lay, name: str | None):
     """An upper bound of the trip count, over the input symbols: M when it is a constant or
     a dim (cc.dims), else the run-determined symbol's range (None if it has none)."""
     if lay.m is not None:
@@ -187,6 +215,8 @@ def _trip_bound(ctx, lay, name: str):
         owner = ctx.op.operands[lay.m].owner
         if isinstance(owner, Op) and owner.name == "cc.dims" and len(owner.attrs["dims"]) == 1:
             return owner.attrs["dims"][0]
+    if name is None:
+        return None
     info = ctx.lowerer.module.symbols[name]
     return info.hi if info.hi < INT_MAX else None
 
