@@ -16,7 +16,7 @@ The bound (every buffer with the dim is allocated for it) comes from the growth 
 iteration and the trip count's bound: init + trips * growth when the growth does not depend
 on the state (a constant, an input dim, a count bounded by either), the running maximum over
 the iterations when the trip count is a small constant, else the symbol's own range
-(`--dim carried0_d0=0:N`). Every re-binding is checked against it (the kernel fails, ERR_ASSERT,
+(`--dim carried0_d0=1:N`). Every re-binding is checked against it (the kernel fails, ERR_ASSERT,
 rather than overrun). Anything else is refused naming the node, the value and why.
 """
 
@@ -105,7 +105,7 @@ def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, othe
            if coupled else f"grows by {growth} per iteration" +
            (" (not a constant)" if s in growth.free_symbols else "") +
            ("" if trips is not None else " over a trip count with no upper bound over the input dims"))
-    return _refuse(ctx, k, j, f"{why}: no bound for its buffer; give one with --dim {s.name}=0:N")
+    raise _refuse(ctx, k, j, f"{why}: no bound for its buffer; give one with --dim {s.name}=1:N")
 
 
 def bind_initial(ctx, vary, bounds: dict, operand_idx) -> None:
