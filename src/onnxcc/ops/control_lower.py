@@ -153,8 +153,9 @@ def lower_loop(ctx) -> None:
     states, scans = outs[:n], outs[n:]
     arg_types = [a.type for a in body.args[2:2 + n]]
     vary = lc.varying_dims(ctx, arg_types, lay.carried)
-    bounds = _carried_bounds(ctx, lay, vary, body)
-    lc.bind_initial(ctx, vary, bounds, lay.carried)
+    # the bounds need what the body binds (a count it appends): placeholders until it is lowered
+    marks = lc.open_bounds(ctx, vary)
+    lc.bind_initial(ctx, vary, marks, lay.carried)
     _init_states(ctx, states, lay.carried, arg_types, "loop-carried value", frozenset(k for k, _, _ in vary))
     t = ctx.temp(DType.i64, (), "loop_t")
     cond = None
@@ -173,6 +174,8 @@ def lower_loop(ctx) -> None:
         if bad:
             raise ctx.unsupported(f"scan output {k} has slices {y.type} whose dims ({', '.join(bad)}) change from "
                                   "one iteration to the next (the stacked output would be ragged)")
+    bounds = _carried_bounds(ctx, lay, vary, body, marks)
+    lc.close_bounds(ctx, marks, bounds)
     count = cap = None
     run = sorted({d.name for d in (o.shape[0] for o in scans) if L.is_run_dim(d)})
     if run:
@@ -192,7 +195,7 @@ def lower_loop(ctx) -> None:
                            count=None if count is None else count.name, max_trips=cap))
 
 
-def _carried_bounds(ctx, lay, vary, body) -> dict:
+def _carried_bounds(ctx, lay, vary, body, marks: dict) -> dict:
     """The allocation bound of each varying carried dim (ops/loop_carried.py)."""
     if not vary:
         return {}
@@ -200,7 +203,7 @@ def _carried_bounds(ctx, lay, vary, body) -> dict:
     others = {s.name for _, _, s in vary}
     ys = list(body.terminator.operands)
     return {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.carried[k]).shape[j], ys[1 + k].type.shape[j],
-                                     trips, others)
+                                     trips, others, marks)
             for k, j, s in vary}
 
 

@@ -59,14 +59,33 @@ def _refuse(ctx, k: int, j: int, why: str):
     return ctx.unsupported(f"loop-carried value {k} dim {j} changes across iterations and {why}")
 
 
-def _over_inputs(ctx, e, k: int, j: int, what: str):
+def open_bounds(ctx, vary) -> dict:
+    """A placeholder bound per varying dim (a symbol `NAME__max` the lowering may use like an
+    input's) while the body is lowered: counts the body binds are bounded in terms of it.
+    Returns {dim name: placeholder}; `close_bounds` puts the real bounds in."""
+    marks = {s.name: sympy.Symbol(f"{s.name}__max", integer=True, positive=True) for _, _, s in vary}
+    ctx.lowerer.bound.update(m.name for m in marks.values())
+    return marks
+
+
+def close_bounds(ctx, marks: dict, bounds: dict) -> None:
+    L = ctx.lowerer
+    subs = {m: sympy.sympify(bounds[name]) for name, m in marks.items()}
+    for name, b in list(L.program.run_dims.items()):
+        L.program.run_dims[name] = canon(sympy.sympify(b).xreplace(subs))
+    L.bound.difference_update(m.name for m in marks.values())
+
+
+def _over_inputs(ctx, e, k: int, j: int, what: str, marks: dict | None = None):
     """`e` with every symbol that is not an input's replaced by its bound: a run-time symbol
-    bound earlier by its allocation bound, one the body binds (a count) by its range."""
+    bound earlier by its allocation bound, one the body binds (a count) by its range; a
+    varying dim's placeholder (`open_bounds`) by the dim itself."""
     L = ctx.lowerer
     e = sympy.sympify(e)
+    back = {m: sympy.Symbol(name, integer=True, positive=True) for name, m in (marks or {}).items()}
     subs = {}
     for s in e.free_symbols:
-        if s.name in L.bound:
+        if s.name in L.bound or s.name in (marks or {}):
             continue
         if s.name in L.program.run_dims:
             subs[s] = sympy.sympify(L.program.run_dims[s.name])
@@ -75,19 +94,20 @@ def _over_inputs(ctx, e, k: int, j: int, what: str):
         if info is None or info.hi >= INT_MAX:
             raise _refuse(ctx, k, j, f"{what} depends on {s.name}, which has no upper bound over the input dims")
         subs[s] = sympy.Integer(info.hi)
-    return e.xreplace(subs)
+    return e.xreplace(subs).xreplace(back)
 
 
-def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, others: set[str]):
+def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, others: set[str], marks: dict):
     """An upper bound, over the input symbols, of carried dim `s` (initially `init`, `grown`
     after one iteration: an expression of s) over a loop of at most `trips` iterations."""
     L = ctx.lowerer
     init_b = _over_inputs(ctx, init, k, j, "its initial extent")
+    grown = _over_inputs(ctx, grown, k, j, "its extent after an iteration", marks)
     g = sympy.sympify(grown)
     coupled = sorted(x.name for x in g.free_symbols if x.name in others and x != s)
     growth = sympy.simplify(g - s)
     if not coupled and s not in growth.free_symbols:
-        step = sympy.Max(0, _over_inputs(ctx, growth, k, j, "its growth per iteration"))
+        step = sympy.Max(0, growth)
         if step == 0:
             return canon(init_b)
         if trips is not None:
@@ -95,7 +115,7 @@ def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, othe
     elif not coupled and isinstance(trips, int) and trips <= MAX_SYMBOLIC_TRIPS:
         v, best = init_b, init_b
         for _ in range(trips):
-            v = _over_inputs(ctx, g.xreplace({s: v}), k, j, "its extent")
+            v = g.xreplace({s: v})
             best = sympy.Max(best, v)
         return canon(best)
     info = L.module.symbols[s.name]
@@ -164,5 +184,6 @@ def body_symbols(stmts) -> set[str]:
     return out
 
 
-__all__ = ["MAX_SYMBOLIC_TRIPS", "bind_initial", "body_symbols", "carried_bound", "emit_rebinds", "rebind_after",
+__all__ = ["MAX_SYMBOLIC_TRIPS", "bind_initial", "body_symbols", "carried_bound", "close_bounds", "emit_rebinds",
+           "open_bounds", "rebind_after",
            "varying_dims", "write_compact"]

@@ -1,0 +1,237 @@
+"""Loops whose carried value changes shape every iteration, over a trip count known only at
+run time (issue 15): compiled as ONE native loop (ops/loop_carried.py), the carried dim a
+run-time symbol re-bound per iteration, compared with onnxruntime at several inputs (floats:
+rtol 1e-5). Hand-built ONNX Loops (M from an input dim, a data condition, a Pad that widens
+the state) and torch.jit.script loops exported by torch.onnx (tests/data/loops/, made by
+models/export_loops.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import onnxcc
+from onnxcc.compiler import compile_model
+from onnxcc.errors import RuntimeCallError, UnsupportedOp
+from onnxcc.kernel.parser import parse_kernel_text
+from onnxcc.testing import ort_run
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "loops"
+
+
+def vi(n: str, e: int, s):
+    return h.make_tensor_value_info(n, e, s)
+
+
+def _model(nodes, ins, outs, inits=()) -> onnx.ModelProto:
+    m = h.make_model(h.make_graph(nodes, "g", ins, outs, list(inits)), opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _grow_body(cond=None, scan: bool = False) -> onnx.GraphProto:
+    """y_out = Concat(y_in, y_in[-1:] * 0.5 + i): one more element per iteration."""
+    nodes = [h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+             h.make_node("Slice", ["y_in", "m1", "big", "ax0"], ["last"]),
+             h.make_node("Mul", ["last", "half"], ["lh"]),
+             h.make_node("Add", ["lh", "fi"], ["step"]),
+             h.make_node("Concat", ["y_in", "step"], ["y_out"], axis=0)]
+    outs = [vi("c_out", T.BOOL, []), vi("y_out", T.FLOAT, None)]
+    nodes += cond or [h.make_node("Identity", ["c_in"], ["c_out"])]
+    if scan:
+        nodes.append(h.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0))
+        outs.append(vi("s", T.FLOAT, []))
+    return h.make_graph(nodes, "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.FLOAT, None)],
+                        outs, [h.make_tensor("m1", T.INT64, [1], [-1]), h.make_tensor("big", T.INT64, [1], [2**62]),
+                               h.make_tensor("ax0", T.INT64, [1], [0]), h.make_tensor("half", T.FLOAT, [], [0.5])])
+
+
+def _n_of_x():
+    return [h.make_node("Shape", ["x"], ["sh"]), h.make_node("Gather", ["sh", "z"], ["n"], axis=0)]
+
+
+ZERO = h.make_tensor("z", T.INT64, [], [0])
+
+
+def grow_by_dim() -> onnx.ModelProto:
+    """M = x.shape[0]; the state grows by one per step; the per-step sums are scan outputs;
+    the result is computed on after the loop."""
+    nodes = _n_of_x() + [h.make_node("Loop", ["n", "", "x"], ["y", "s"], body=_grow_body(scan=True), name="grow"),
+                         h.make_node("Neg", ["y"], ["ny"])]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"])], [vi("ny", T.FLOAT, None), vi("s", T.FLOAT, None)], [ZERO])
+
+
+def _sum_below_lim():
+    return [h.make_node("ReduceSum", ["y_out"], ["ss"], keepdims=0), h.make_node("Less", ["ss", "lim"], ["c_out"])]
+
+
+def while_bounded() -> onnx.ModelProto:
+    """At most 2 * x.shape[0] steps, stopping early once the sum reaches `lim` (data)."""
+    nodes = _n_of_x() + [h.make_node("Add", ["n", "n"], ["M"]),
+                         h.make_node("Constant", [], ["c0"], value=h.make_tensor("c", T.BOOL, [], [True])),
+                         h.make_node("Loop", ["M", "c0", "x"], ["y"], body=_grow_body(_sum_below_lim()), name="grow")]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("lim", T.FLOAT, [])], [vi("y", T.FLOAT, None)], [ZERO])
+
+
+def while_data() -> onnx.ModelProto:
+    """No trip count: runs while the sum is below `lim`, so nothing bounds the state."""
+    nodes = [h.make_node("ReduceSum", ["x"], ["s0"], keepdims=0), h.make_node("Less", ["s0", "lim"], ["c0"]),
+             h.make_node("Loop", ["", "c0", "x"], ["y"], body=_grow_body(_sum_below_lim()), name="grow")]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("lim", T.FLOAT, [])], [vi("y", T.FLOAT, None)])
+
+
+def pad_cols() -> onnx.ModelProto:
+    """A [r, c] state widened by a Pad of one column each side per step (the varying dim is
+    not the leading one); the row maxima are scan outputs; Relu after the loop."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                         h.make_node("Pad", ["y_in", "pads", "pv"], ["y_out"]),
+                         h.make_node("ReduceMax", ["y_out"], ["mx"], axes=[1], keepdims=0)],
+                        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.FLOAT, None)],
+                        [vi("c_out", T.BOOL, []), vi("y_out", T.FLOAT, None), vi("mx", T.FLOAT, None)],
+                        [h.make_tensor("pads", T.INT64, [4], [0, 1, 0, 1]), h.make_tensor("pv", T.FLOAT, [], [1.0])])
+    nodes = _n_of_x() + [h.make_node("Loop", ["n", "", "x"], ["y", "mx"], body=body, name="pad"),
+                         h.make_node("Relu", ["y"], ["yr"])]
+    return _model(nodes, [vi("x", T.FLOAT, ["N", "C"])], [vi("yr", T.FLOAT, None), vi("mx", T.FLOAT, None)], [ZERO])
+
+
+def grow_by_count() -> onnx.ModelProto:
+    """Each step appends the positions where m > i: a NonZero in the body binds its count (a
+    run-time symbol bound inside the loop body) and the state grows by it; the counts are
+    scan outputs, the state is summed after the loop (int64: exact)."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                         h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+                         h.make_node("Greater", ["m", "fi"], ["gt"]),
+                         h.make_node("NonZero", ["gt"], ["nz"]),
+                         h.make_node("Reshape", ["nz", "m1"], ["nzf"]),
+                         h.make_node("Concat", ["y_in", "nzf"], ["y_out"], axis=0),
+                         h.make_node("ReduceSum", ["nzf"], ["cnt"], keepdims=0)],
+                        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.INT64, None)],
+                        [vi("c_out", T.BOOL, []), vi("y_out", T.INT64, None), vi("cnt", T.INT64, [])],
+                        [h.make_tensor("m1", T.INT64, [1], [-1])])
+    nodes = _n_of_x() + [h.make_node("Loop", ["n", "", "x"], ["y", "cnt"], body=body, name="grow_nz"),
+                         h.make_node("ReduceSum", ["y"], ["t"], keepdims=0)]
+    return _model(nodes, [vi("x", T.INT64, ["N"]), vi("m", T.FLOAT, [5])],
+                  [vi("y", T.INT64, None), vi("cnt", T.INT64, None), vi("t", T.INT64, [])], [ZERO])
+
+
+def _close(got: dict, want: dict, where: str) -> None:
+    assert list(got) == list(want)
+    for k, w in want.items():
+        assert got[k].shape == w.shape, f"{k} at {where}: shape {got[k].shape} != {w.shape}"
+        np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-6, err_msg=f"{k} at {where}")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cache: dict = {}
+
+    def get(name: str, model, **options):
+        if name not in cache:
+            d = tmp_path_factory.mktemp(name)
+            path = model if isinstance(model, Path) else d / f"{name}.onnx"
+            if not isinstance(model, Path):
+                onnx.save(model, path)
+            onnxcc.compile(path, d / "lib", name=name, **options)
+            cache[name] = (path, onnxcc.load(d / "lib"), d / "lib")
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("n", [1, 3, 7])
+def test_grow_by_an_input_dim(built, n):
+    path, lib, _ = built("grow_by_dim", grow_by_dim())
+    feeds = {"x": np.random.default_rng(n).standard_normal(n).astype(np.float32)}
+    got = lib.run(feeds)
+    assert got["ny"].shape == (2 * n,)
+    _close(got, ort_run(path, feeds), f"n={n}")
+
+
+@pytest.mark.parametrize("n,lim", [(1, 0.1), (2, 5.0), (4, 9.0), (4, 1e6)])
+def test_while_with_a_bounded_trip_count(built, n, lim):
+    path, lib, _ = built("while_bounded", while_bounded())
+    feeds = {"x": np.abs(np.random.default_rng(n).standard_normal(n)).astype(np.float32),
+             "lim": np.array(lim, np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n} lim={lim}")
+
+
+@pytest.mark.parametrize("r,c", [(1, 1), (3, 2), (5, 4)])
+def test_pad_widens_an_inner_dim(built, r, c):
+    path, lib, _ = built("pad_cols", pad_cols())
+    feeds = {"x": np.random.default_rng(r * c).standard_normal((r, c)).astype(np.float32)}
+    got = lib.run(feeds)
+    assert got["yr"].shape == (r, c + 2 * r)
+    _close(got, ort_run(path, feeds), f"r={r} c={c}")
+
+
+@pytest.mark.parametrize("n,seed", [(1, 0), (3, 1), (6, 2), (4, 3)])
+def test_grow_by_a_count_of_the_data(built, n, seed):
+    path, lib, d = built("grow_by_count", grow_by_count())
+    m = (np.random.default_rng(seed).random(5) * 5).astype(np.float32)
+    if seed == 3:
+        m[:] = 0.0  # nothing appended: the state keeps its initial extent
+    feeds = {"x": np.arange(n, dtype=np.int64), "m": m}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n} seed={seed}")
+    meta = (d / "grow_by_count.json").read_text()
+    assert '"carried0_d0": "6*N"' in meta  # N + N steps of at most 5 each
+
+
+def test_the_body_rebinds_the_carried_dim(tmp_path):
+    """The kernel text: bound to the initial extent before the loop, re-bound (checked
+    against the bound n + n) at the end of every iteration."""
+    onnx.save(grow_by_dim(), tmp_path / "g.onnx")
+    text = compile_model(tmp_path / "g.onnx", tmp_path / "k", emit="kernel").text
+    assert "run carried0_d0 <= 2*N" in text
+    top, _, body = text.partition("loop ")
+    assert "bind carried0_d0 := N" in top
+    assert "bind carried0_d0 := check(" in body
+    progs = parse_kernel_text(text)  # the text parses back; the nested binding counts as mid-run
+    assert progs[-1].late_dims == {"carried0_d0"} and str(progs[-1].run_dims["carried0_d0"]) == "2*N"
+
+
+def test_unbounded_growth_is_refused_naming_the_node_and_value(tmp_path):
+    onnx.save(while_data(), tmp_path / "w.onnx")
+    with pytest.raises(UnsupportedOp, match=r"grow.*loop-carried value 0 dim 0 changes across iterations and grows "
+                                            r"by 1 per iteration over a trip count with no upper bound.*"
+                                            r"--dim carried0_d0=1:N"):
+        compile_model(tmp_path / "w.onnx", tmp_path / "lib")
+
+
+@pytest.mark.parametrize("n,lim", [(1, 3.0), (3, 8.0)])
+def test_unbounded_growth_runs_under_a_given_range(built, n, lim):
+    path, lib, _ = built("while_data", while_data(), dims={"carried0_d0": (1, 32)})
+    feeds = {"x": np.abs(np.random.default_rng(n).standard_normal(n)).astype(np.float32) + 0.1,
+             "lim": np.array(lim, np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n} lim={lim}")
+
+
+def test_growth_past_the_given_range_fails_instead_of_overrunning(built):
+    _, lib, _ = built("while_data", while_data(), dims={"carried0_d0": (1, 32)})
+    feeds = {"x": np.full(2, 0.01, np.float32), "lim": np.array(1e9, np.float32)}  # ~endless
+    with pytest.raises(RuntimeCallError):
+        lib.run(feeds)
+
+
+# ---- torch.jit.script loops exported by torch.onnx (models/export_loops.py) -----------------
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_torch_cat_over_range_of_size(built, n):
+    """for i in range(x.size(0)): out = cat([out, out[-1:] * 0.5 + 1]); relu after."""
+    path, lib, _ = built("cat_sym", DATA / "cat_sym.onnx")
+    feeds = {"x": np.random.default_rng(n).standard_normal((n, 2)).astype(np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n}")
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_torch_greedy_while_loop(built, n):
+    """while out.sum() < lim: out = cat([out, out[-1:] + 1]) (torch writes M = 2**63-1)."""
+    path, lib, _ = built("greedy", DATA / "greedy.onnx", dims={"carried0_d0": (1, 64)})
+    feeds = {"x": np.abs(np.random.default_rng(n).standard_normal((n, 2))).astype(np.float32),
+             "lim": np.array(6.0 * n, np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n}")
