@@ -85,6 +85,15 @@ def while_data() -> onnx.ModelProto:
     return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("lim", T.FLOAT, [])], [vi("y", T.FLOAT, None)])
 
 
+def grow_by_data_trips() -> onnx.ModelProto:
+    """M = int(sum(k)) (data); per-step sums as scan outputs: bounded by the range given to
+    the trip count's symbol (`iters`)."""
+    nodes = [h.make_node("ReduceSum", ["k"], ["ks"], keepdims=0), h.make_node("Cast", ["ks"], ["M"], to=T.INT64),
+             h.make_node("Loop", ["M", "", "x"], ["y", "s"], body=_grow_body(scan=True), name="grow")]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("k", T.FLOAT, [2])],
+                  [vi("y", T.FLOAT, None), vi("s", T.FLOAT, None)])
+
+
 def pad_cols() -> onnx.ModelProto:
     """A [r, c] state widened by a Pad of one column each side per step (the varying dim is
     not the leading one); the row maxima are scan outputs; Relu after the loop."""
@@ -215,6 +224,25 @@ def test_growth_past_the_given_range_fails_instead_of_overrunning(built):
     feeds = {"x": np.full(2, 0.01, np.float32), "lim": np.array(1e9, np.float32)}  # ~endless
     with pytest.raises(RuntimeCallError):
         lib.run(feeds)
+
+
+@pytest.mark.parametrize("n,k", [(1, 0.0), (3, 2.5), (2, 16.0)])
+def test_data_trip_count_bounded_by_its_symbol(built, n, k):
+    path, lib, _ = built("grow_by_data_trips", grow_by_data_trips(), dims={"iters": (1, 16)})
+    feeds = {"x": np.random.default_rng(n).standard_normal(n).astype(np.float32), "k": np.array([k, 0.0], np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n} k={k}")
+
+
+def test_data_trip_count_past_its_range_fails(built):
+    _, lib, _ = built("grow_by_data_trips", grow_by_data_trips(), dims={"iters": (1, 16)})
+    with pytest.raises(RuntimeCallError):
+        lib.run({"x": np.ones(2, np.float32), "k": np.array([17.0, 0.0], np.float32)})
+
+
+def test_data_trip_count_without_a_range_names_both_symbols(tmp_path):
+    onnx.save(grow_by_data_trips(), tmp_path / "d.onnx")
+    with pytest.raises(UnsupportedOp, match=r"--dim carried0_d0=1:N \(or bound the trip count: --dim iters=1:N\)"):
+        compile_model(tmp_path / "d.onnx", tmp_path / "lib")
 
 
 # ---- torch.jit.script loops exported by torch.onnx (models/export_loops.py) -----------------

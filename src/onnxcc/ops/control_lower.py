@@ -199,11 +199,14 @@ def _carried_bounds(ctx, lay, vary, body, marks: dict) -> dict:
     """The allocation bound of each varying carried dim (ops/loop_carried.py)."""
     if not vary:
         return {}
-    trips = _trip_bound(ctx, lay, None)
+    # the scan outputs' trip-count symbol (when the trip count is data) bounds the state too
+    scan_dims = [r.type.shape[0] for r in ctx.op.results[len(lay.carried):]]
+    iters = next((d.name for d in scan_dims if ctx.lowerer.is_run_dim(d)), None)
+    trips = _trip_bound(ctx, lay, iters)
     others = {s.name for _, _, s in vary}
     ys = list(body.terminator.operands)
     return {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.carried[k]).shape[j], ys[1 + k].type.shape[j],
-                                     trips, others, marks)
+                                     trips, others, marks, iters)
             for k, j, s in vary}
 
 

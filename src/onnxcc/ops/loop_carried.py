@@ -97,7 +97,8 @@ def _over_inputs(ctx, e, k: int, j: int, what: str, marks: dict | None = None):
     return e.xreplace(subs).xreplace(back)
 
 
-def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, others: set[str], marks: dict):
+def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, others: set[str], marks: dict,
+                  iters: str | None = None):
     """An upper bound, over the input symbols, of carried dim `s` (initially `init`, `grown`
     after one iteration: an expression of s) over a loop of at most `trips` iterations."""
     L = ctx.lowerer
@@ -125,7 +126,8 @@ def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, othe
            if coupled else f"grows by {growth} per iteration" +
            (" (not a constant)" if s in growth.free_symbols else "") +
            ("" if trips is not None else " over a trip count with no upper bound over the input dims"))
-    raise _refuse(ctx, k, j, f"{why}: no bound for its buffer; give one with --dim {s.name}=1:N")
+    hint = f"--dim {s.name}=1:N" + (f" (or bound the trip count: --dim {iters}=1:N)" if iters and trips is None else "")
+    raise _refuse(ctx, k, j, f"{why}: no bound for its buffer; give one with {hint}")
 
 
 def bind_initial(ctx, vary, bounds: dict, operand_idx) -> None:
