@@ -212,7 +212,7 @@ class KernelProgram:
         while todo:
             s = todo.pop()
             if getattr(s, "bind", False):
-                out.add(s.symbol)
+                out.add(getattr(s, "symbol"))
             for b in s.bodies():
                 todo.extend(b)
         return out
