@@ -212,7 +212,7 @@ class KernelProgram:
         while todo:
             s = todo.pop()
             if getattr(s, "bind", False):
-                out.add(getattr(s, "symbol"))
+                out.add(s.symbol)  # type: ignore[attr-defined]  # a SetSymbol
             for b in s.bodies():
                 todo.extend(b)
         return out
