@@ -128,6 +128,36 @@ def grow_by_count() -> onnx.ModelProto:
                   [vi("y", T.INT64, None), vi("cnt", T.INT64, None), vi("t", T.INT64, [])], [ZERO])
 
 
+def shrink() -> onnx.ModelProto:
+    """y = y[1:] * 2 for M = len(m) steps (the state shrinks by a row a step); sums after."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                         h.make_node("Slice", ["y_in", "one", "big", "ax0"], ["t"]),
+                         h.make_node("Mul", ["t", "two"], ["y_out"]),
+                         h.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0)],
+                        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.FLOAT, None)],
+                        [vi("c_out", T.BOOL, []), vi("y_out", T.FLOAT, None), vi("s", T.FLOAT, [])],
+                        [h.make_tensor("one", T.INT64, [1], [1]), h.make_tensor("big", T.INT64, [1], [2**62]),
+                         h.make_tensor("ax0", T.INT64, [1], [0]), h.make_tensor("two", T.FLOAT, [], [2.0])])
+    nodes = [h.make_node("Shape", ["m"], ["sh"]), h.make_node("Gather", ["sh", "z"], ["M"], axis=0),
+             h.make_node("Loop", ["M", "", "x"], ["y", "s"], body=body, name="shrink"),
+             h.make_node("ReduceSum", ["y"], ["t"], keepdims=0)]
+    return _model(nodes, [vi("x", T.FLOAT, ["N", 3]), vi("m", T.FLOAT, ["K"])],
+                  [vi("y", T.FLOAT, None), vi("s", T.FLOAT, None), vi("t", T.FLOAT, [])], [ZERO])
+
+
+def coupled() -> onnx.ModelProto:
+    """z grows by one a step and y by len(z): y's growth depends on another carried dim."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                         h.make_node("Concat", ["z_in", "one_f"], ["z_out"], axis=0),
+                         h.make_node("Concat", ["y_in", "z_out"], ["y_out"], axis=0)],
+                        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.FLOAT, None),
+                                 vi("z_in", T.FLOAT, None)],
+                        [vi("c_out", T.BOOL, []), vi("y_out", T.FLOAT, None), vi("z_out", T.FLOAT, None)],
+                        [h.make_tensor("one_f", T.FLOAT, [1], [1.0])])
+    nodes = _n_of_x() + [h.make_node("Loop", ["n", "", "x", "x"], ["y", "zz"], body=body, name="coupled")]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"])], [vi("y", T.FLOAT, None), vi("zz", T.FLOAT, None)], [ZERO])
+
+
 def _close(got: dict, want: dict, where: str) -> None:
     assert list(got) == list(want)
     for k, w in want.items():
@@ -243,6 +273,28 @@ def test_data_trip_count_without_a_range_names_both_symbols(tmp_path):
     onnx.save(grow_by_data_trips(), tmp_path / "d.onnx")
     with pytest.raises(UnsupportedOp, match=r"--dim carried0_d0=1:N \(or bound the trip count: --dim iters=1:N\)"):
         compile_model(tmp_path / "d.onnx", tmp_path / "lib")
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (4, 2), (3, 3)])
+def test_shrinking_state(built, n, k):
+    path, lib, _ = built("shrink", shrink())
+    feeds = {"x": np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32), "m": np.zeros(k, np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n} k={k}")
+
+
+def test_slicing_an_emptied_state_fails_instead_of_going_negative(built):
+    """The shape rules take dims as positive: Slice [1:] of 0 rows types as -1 rows; the
+    re-binding refuses it (onnxruntime gives 0 rows: a refusal, never a wrong answer)."""
+    _, lib, _ = built("shrink", shrink())
+    with pytest.raises(RuntimeCallError):
+        lib.run({"x": np.ones((2, 3), np.float32), "m": np.zeros(5, np.float32)})
+
+
+def test_growth_that_depends_on_another_carried_dim_is_refused(tmp_path):
+    onnx.save(coupled(), tmp_path / "c.onnx")
+    with pytest.raises(UnsupportedOp, match=r"coupled.*loop-carried value 0 dim 0 .*depends on other carried dims "
+                                            r"\(carried1_d0\)"):
+        compile_model(tmp_path / "c.onnx", tmp_path / "lib")
 
 
 # ---- torch.jit.script loops exported by torch.onnx (models/export_loops.py) -----------------

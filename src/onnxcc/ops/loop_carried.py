@@ -168,7 +168,9 @@ def write_compact(p, state: Buffer, y: Buffer) -> None:
 
 def emit_rebinds(ctx, news, bounds: dict) -> None:
     for s, t in news:
-        ok = t[()] <= dim_to_expr(bounds[s.name])
+        # NOTE: dims are positive symbols to the shape rules, so an extent they compute can
+        # go below 0 where the state runs empty (a Slice [1:] of 0 rows): refused, not run
+        ok = (t[()] >= 0) & (t[()] <= dim_to_expr(bounds[s.name]))
         ctx.program.bound_mid_run.add(s.name)
         ctx.program.body.append(SetSymbol(s.name, check(ok, t[()], ERR_ASSERT), bind=True))
 
