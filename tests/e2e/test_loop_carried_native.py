@@ -18,6 +18,8 @@ from onnx import helper as h
 import onnxcc
 from onnxcc.compiler import compile_model
 from onnxcc.errors import RuntimeCallError, UnsupportedOp
+from onnxcc.frontend import load_onnx
+from onnxcc.interp import run as interp_run
 from onnxcc.kernel.parser import parse_kernel_text
 from onnxcc.testing import ort_run
 
@@ -158,6 +160,19 @@ def coupled() -> onnx.ModelProto:
     return _model(nodes, [vi("x", T.FLOAT, ["N"])], [vi("y", T.FLOAT, None), vi("zz", T.FLOAT, None)], [ZERO])
 
 
+def scan_grow() -> onnx.ModelProto:
+    """A Scan over the rows of x whose state appends each row (a Scan state that grows; ONNX
+    allows it, onnxruntime's Scan refuses it: the oracle is numpy and the interpreter)."""
+    body = h.make_graph([h.make_node("Concat", ["st_in", "row"], ["st_out"], axis=0),
+                         h.make_node("ReduceSum", ["st_out"], ["tot"], keepdims=0)],
+                        "body", [vi("st_in", T.FLOAT, None), vi("row", T.FLOAT, None)],
+                        [vi("st_out", T.FLOAT, None), vi("tot", T.FLOAT, [])])
+    nodes = [h.make_node("Scan", ["s0", "x"], ["st", "tots"], body=body, num_scan_inputs=1, name="scan_grow"),
+             h.make_node("Abs", ["st"], ["ast"])]
+    return _model(nodes, [vi("s0", T.FLOAT, ["K"]), vi("x", T.FLOAT, ["L", 3])],
+                  [vi("ast", T.FLOAT, None), vi("tots", T.FLOAT, None)])
+
+
 def _close(got: dict, want: dict, where: str) -> None:
     assert list(got) == list(want)
     for k, w in want.items():
@@ -295,6 +310,19 @@ def test_growth_that_depends_on_another_carried_dim_is_refused(tmp_path):
     with pytest.raises(UnsupportedOp, match=r"coupled.*loop-carried value 0 dim 0 .*depends on other carried dims "
                                             r"\(carried1_d0\)"):
         compile_model(tmp_path / "c.onnx", tmp_path / "lib")
+
+
+@pytest.mark.parametrize("length,k", [(1, 1), (4, 2), (7, 3)])
+def test_scan_state_that_grows(built, length, k):
+    path, lib, _ = built("scan_grow", scan_grow())
+    rng = np.random.default_rng(length)
+    feeds = {"s0": rng.standard_normal(k).astype(np.float32), "x": rng.standard_normal((length, 3)).astype(np.float32)}
+    got = lib.run(feeds)
+    flat = np.concatenate([feeds["s0"], feeds["x"].reshape(-1)])
+    want = {"ast": np.abs(flat), "tots": np.array([flat[:k + 3 * (t + 1)].sum() for t in range(length)], np.float32)}
+    _close(got, want, f"L={length} k={k}")
+    mine = interp_run(load_onnx(path), [feeds["s0"], feeds["x"]])
+    _close(dict(zip(("ast", "tots"), mine)), want, f"interp L={length} k={k}")
 
 
 # ---- torch.jit.script loops exported by torch.onnx (models/export_loops.py) -----------------

@@ -168,12 +168,7 @@ def lower_loop(ctx) -> None:
     cond_arg = cond if cond is not None else ctx.const(np.array(True), "true")
     args = [t, cond_arg, *states, *(ctx.inputs[i] for i in lay.captures)]
     stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)), rebinds=True)
-    moving = lc.body_symbols(stmts) | {s.name for _, _, s in vary}
-    for k, y in enumerate(body.terminator.operands[1 + n:]):
-        bad = sorted(s.name for s in y.type.symbols() if s.name in moving)
-        if bad:
-            raise ctx.unsupported(f"scan output {k} has slices {y.type} whose dims ({', '.join(bad)}) change from "
-                                  "one iteration to the next (the stacked output would be ragged)")
+    lc.check_slices(ctx, stmts, vary, [y.type for y in body.terminator.operands[1 + n:]])
     bounds = _carried_bounds(ctx, lay, vary, body, marks)
     lc.close_bounds(ctx, marks, bounds)
     count = cap = None
@@ -239,14 +234,24 @@ def lower_scan(ctx) -> None:
     ns, ni = len(lay.states), len(lay.inputs)
     outs = [ctx.out(k) for k in range(len(op.results))]
     states, scans = outs[:ns], outs[ns:]
-    _init_states(ctx, states, lay.states, [a.type for a in body.args[:ns]], "scan state")
+    arg_types = [a.type for a in body.args[:ns]]
+    vary = lc.varying_dims(ctx, arg_types, lay.states)
+    marks = lc.open_bounds(ctx, vary)
+    lc.bind_initial(ctx, vary, marks, lay.states)
+    _init_states(ctx, states, lay.states, arg_types, "scan state", frozenset(k for k, _, _ in vary))
     axes = [a % ctx.in_type(i).rank for a, i in zip(lay.in_axes, lay.inputs)]
     length = ctx.in_type(lay.inputs[0]).shape[axes[0]]
     t = ctx.temp(DType.i64, (), "scan_t")
     fwd, rev = t[()], dim_to_expr(length) - 1 - t[()]
     slices = [ctx.temp(a.type.dtype, a.type.shape, "scan_in") for a in body.args[ns:ns + ni]]
     args = [*states, *slices, *(ctx.inputs[i] for i in lay.captures)]
-    stmts, ys = L.lower_region(body, args, [None] * len(outs))
+    stmts, ys = L.lower_region(body, args, [None] * len(outs), rebinds=True)
+    lc.check_slices(ctx, stmts, vary, [y.type for y in body.terminator.operands[ns:]])
+    ys_t = [y.type for y in body.terminator.operands]
+    others = {s.name for _, _, s in vary}
+    bounds = {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.states[k]).shape[j], ys_t[k].shape[j], length,
+                                       others, marks) for k, j, s in vary}
+    lc.close_bounds(ctx, marks, bounds)
     with L.into([]) as pre:  # slice t of every scan input, first thing in the body
         for sl, i, ax, d in zip(slices, lay.inputs, axes, lay.in_dirs):
             x, pos = ctx.inputs[i], (rev if d else fwd)
@@ -255,5 +260,7 @@ def lower_scan(ctx) -> None:
     with L.into(stmts):
         for o, y, ax, d in zip(scans, ys[ns:], lay.out_axes, lay.out_dirs):
             write_slice(p, o, y, ax % o.rank, rev if d else fwd)
-        carry(ctx, list(zip(states, ys[:ns])))
+        pairs, news = lc.rebind_after(ctx, vary, states, ys[:ns])
+        carry(ctx, pairs)
+        lc.emit_rebinds(ctx, news, bounds)
     p.body.append(LoopStmt(stmts, index=t.name, trips=dim_to_expr(length)))

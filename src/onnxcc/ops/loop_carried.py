@@ -175,6 +175,17 @@ def emit_rebinds(ctx, news, bounds: dict) -> None:
         ctx.program.body.append(SetSymbol(s.name, check(ok, t[()], ERR_ASSERT), bind=True))
 
 
+def check_slices(ctx, stmts, vary, slice_types) -> None:
+    """Scan-output slices must keep their shape across iterations (the stacked output would
+    be ragged): none may have a dim the body binds or a varying carried dim."""
+    moving = body_symbols(stmts) | {s.name for _, _, s in vary}
+    for k, t in enumerate(slice_types):
+        bad = sorted(s.name for s in t.symbols() if s.name in moving)
+        if bad:
+            raise ctx.unsupported(f"scan output {k} has slices {t} whose dims ({', '.join(bad)}) change from "
+                                  "one iteration to the next (the stacked output would be ragged)")
+
+
 def body_symbols(stmts) -> set[str]:
     """Symbols bound inside loop-body statements."""
     out: set[str] = set()
@@ -188,6 +199,7 @@ def body_symbols(stmts) -> set[str]:
     return out
 
 
-__all__ = ["MAX_SYMBOLIC_TRIPS", "bind_initial", "body_symbols", "carried_bound", "close_bounds", "emit_rebinds",
-           "open_bounds", "rebind_after",
-           "varying_dims", "write_compact"]
+__all__ = [
+    "MAX_SYMBOLIC_TRIPS", "bind_initial", "body_symbols", "carried_bound", "check_slices", "close_bounds",
+    "emit_rebinds", "open_bounds", "rebind_after", "varying_dims", "write_compact",
+]
