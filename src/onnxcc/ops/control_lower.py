@@ -12,9 +12,12 @@ Loop  The results are the state buffers: initialised from the carried inputs, th
       when a yielded value is another state, e.g. a swap). Scan outputs over a data-dependent
       trip count are allocated for its upper bound (M, else the symbol's range) and the
       count of iterations is reported with SetSymbol; the loop fails rather than overrun.
+      A carried value whose shape changes per iteration: its varying dims are run-time
+      symbols re-bound at the end of every iteration (ops/loop_carried.py).
 Scan  A LoopStmt over the scan length: each iteration slices the scan inputs (a compute
       reading X at t, or at L-1-t when reversed, which fusion can inline into its
-      consumers), runs the body, writes the output slices on their axes and copies states.
+      consumers), runs the body, writes the output slices on their axes and copies states
+      (a state that changes shape: as a Loop's carried value).
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ determines (a Loop's data-dependent trip count, a branch-dependent If extent) is
 when the op's lowering declares it with `declare_run_dim` (its upper bound, used for
 allocation) and reports the true value with `set_symbol`; such results may only be
 returned (or passed through Identity), never computed with. A run-time symbol bound with
-`bind_symbol` (NonZero's count...) is bound mid-run instead, and later ops compute on it.
+`bind_symbol` (NonZero's count...) is bound mid-run instead, and later ops compute on it;
+Loop and Scan bodies may bind one too (`lower_region(..., rebinds=True)`: a count in the
+body, a carried dim re-bound every iteration), If branches may not.
 """
 
 from __future__ import annotations
