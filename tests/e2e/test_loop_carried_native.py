@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from click.testing import CliRunner
 from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnxcc
+from onnxcc.cli import main
 from onnxcc.compiler import compile_model
 from onnxcc.errors import RuntimeCallError, UnsupportedOp
 from onnxcc.frontend import load_onnx
@@ -173,6 +175,28 @@ def scan_grow() -> onnx.ModelProto:
                   [vi("ast", T.FLOAT, None), vi("tots", T.FLOAT, None)])
 
 
+def nested() -> onnx.ModelProto:
+    """An outer loop over len(x) whose body runs an inner loop over len(m) that appends j to
+    the state: the inner carried dim starts from the outer one (both re-bound per step)."""
+    inner = h.make_graph([h.make_node("Identity", ["c2"], ["c2o"]),
+                          h.make_node("Cast", ["j"], ["fj"], to=T.FLOAT),
+                          h.make_node("Unsqueeze", ["fj", "ax0"], ["fj1"]),
+                          h.make_node("Concat", ["z_in", "fj1"], ["z_out"], axis=0)],
+                         "inner", [vi("j", T.INT64, []), vi("c2", T.BOOL, []), vi("z_in", T.FLOAT, None)],
+                         [vi("c2o", T.BOOL, []), vi("z_out", T.FLOAT, None)])
+    outer = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                          h.make_node("Shape", ["m"], ["shm"]), h.make_node("Gather", ["shm", "z"], ["K"], axis=0),
+                          h.make_node("Loop", ["K", "", "y_in"], ["y_mid"], body=inner, name="inner"),
+                          h.make_node("Mul", ["y_mid", "half"], ["y_out"])],
+                         "outer", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.FLOAT, None)],
+                         [vi("c_out", T.BOOL, []), vi("y_out", T.FLOAT, None)])
+    nodes = _n_of_x() + [h.make_node("Loop", ["n", "", "x"], ["y"], body=outer, name="outer"),
+                         h.make_node("ReduceSum", ["y"], ["t"], keepdims=0)]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("m", T.FLOAT, ["K"])],
+                  [vi("y", T.FLOAT, None), vi("t", T.FLOAT, [])],
+                  [ZERO, h.make_tensor("ax0", T.INT64, [1], [0]), h.make_tensor("half", T.FLOAT, [], [0.5])])
+
+
 def _close(got: dict, want: dict, where: str) -> None:
     assert list(got) == list(want)
     for k, w in want.items():
@@ -323,6 +347,26 @@ def test_scan_state_that_grows(built, length, k):
     _close(got, want, f"L={length} k={k}")
     mine = interp_run(load_onnx(path), [feeds["s0"], feeds["x"]])
     _close(dict(zip(("ast", "tots"), mine)), want, f"interp L={length} k={k}")
+
+
+@pytest.mark.parametrize("n,k", [(1, 1), (3, 2), (2, 4)])
+def test_nested_loops_both_growing(built, n, k):
+    path, lib, _ = built("nested", nested())
+    feeds = {"x": np.random.default_rng(n).standard_normal(n).astype(np.float32), "m": np.zeros(k, np.float32)}
+    got = lib.run(feeds)
+    assert got["y"].shape == (n + n * k,)
+    _close(got, ort_run(path, feeds), f"n={n} k={k}")
+
+
+def test_through_onnxcc_run(tmp_path):
+    """The user's path: `onnxcc run --inputs --check` (exit 0: onnxruntime agrees)."""
+    onnx.save(grow_by_dim(), tmp_path / "g.onnx")
+    np.savez(tmp_path / "in.npz", x=np.arange(5, dtype=np.float32))
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "g.onnx"), "--inputs", str(tmp_path / "in.npz"),
+                                  "--outputs", str(tmp_path / "out.npz"), "--cache-dir", str(tmp_path / "cache"),
+                                  "--check"])
+    assert r.exit_code == 0, r.output
+    assert np.load(tmp_path / "out.npz")["ny"].shape == (10,)
 
 
 # ---- torch.jit.script loops exported by torch.onnx (models/export_loops.py) -----------------

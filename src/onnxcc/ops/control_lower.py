@@ -173,7 +173,7 @@ def lower_loop(ctx) -> None:
     stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)), rebinds=True)
     lc.check_slices(ctx, stmts, vary, [y.type for y in body.terminator.operands[1 + n:]])
     bounds = _carried_bounds(ctx, lay, vary, body, marks)
-    lc.close_bounds(ctx, marks, bounds)
+    lc.close_bounds(ctx, marks, bounds, stmts)
     count = cap = None
     run = sorted({d.name for d in (o.shape[0] for o in scans) if L.is_run_dim(d)})
     if run:
@@ -254,7 +254,7 @@ def lower_scan(ctx) -> None:
     others = {s.name for _, _, s in vary}
     bounds = {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.states[k]).shape[j], ys_t[k].shape[j], length,
                                        others, marks) for k, j, s in vary}
-    lc.close_bounds(ctx, marks, bounds)
+    lc.close_bounds(ctx, marks, bounds, stmts)
     with L.into([]) as pre:  # slice t of every scan input, first thing in the body
         for sl, i, ax, d in zip(slices, lay.inputs, axes, lay.in_dirs):
             x, pos = ctx.inputs[i], (rev if d else fwd)

@@ -29,11 +29,14 @@ from ..kernel import (
     ERR_ASSERT,
     Buffer,
     SetSymbol,
+    SymRef,
     Var,
     WriteAt,
     check,
     dim_to_expr,
     flatten_index,
+    symbols_used,
+    transform,
     unflatten_index,
 )
 
@@ -68,12 +71,26 @@ def open_bounds(ctx, vary) -> dict:
     return marks
 
 
-def close_bounds(ctx, marks: dict, bounds: dict) -> None:
+def close_bounds(ctx, marks: dict, bounds: dict, stmts: list) -> None:
+    """The real bounds for the placeholders: in the allocation bounds, and in the checks of
+    the re-bindings already emitted in the body `stmts` (a nested loop's carried dims)."""
     L = ctx.lowerer
     subs = {m: sympy.sympify(bounds[name]) for name, m in marks.items()}
     for name, b in list(L.program.run_dims.items()):
         L.program.run_dims[name] = canon(sympy.sympify(b).xreplace(subs))
     L.bound.difference_update(m.name for m in marks.values())
+    exprs = {m.name: dim_to_expr(bounds[name]) for name, m in marks.items()}
+    if exprs:
+        _replace_marks(stmts, exprs)
+
+
+def _replace_marks(stmts: list, exprs: dict) -> None:
+    for k, st in enumerate(stmts):
+        if isinstance(st, SetSymbol) and symbols_used(st.value) & set(exprs):
+            value = transform(st.value, lambda e: exprs.get(e.name) if isinstance(e, SymRef) else None)
+            stmts[k] = SetSymbol(st.symbol, value, st.bind)
+        for b in st.bodies():
+            _replace_marks(b, exprs)
 
 
 def _over_inputs(ctx, e, k: int, j: int, what: str, marks: dict | None = None):
