@@ -82,6 +82,14 @@ def while_bounded() -> onnx.ModelProto:
     return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("lim", T.FLOAT, [])], [vi("y", T.FLOAT, None)], [ZERO])
 
 
+def while_const_trips() -> onnx.ModelProto:
+    """`for i in range(16): ...; if sum >= lim: break`: a constant trip count and a data
+    condition (the import tries unrolling, finds the condition is data and keeps the Loop)."""
+    nodes = [h.make_node("Loop", ["M", "c0", "x"], ["y"], body=_grow_body(_sum_below_lim()), name="grow")]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("lim", T.FLOAT, [])], [vi("y", T.FLOAT, None)],
+                  [h.make_tensor("M", T.INT64, [], [16]), h.make_tensor("c0", T.BOOL, [], [True])])
+
+
 def while_data() -> onnx.ModelProto:
     """No trip count: runs while the sum is below `lim`, so nothing bounds the state."""
     nodes = [h.make_node("ReduceSum", ["x"], ["s0"], keepdims=0), h.make_node("Less", ["s0", "lim"], ["c0"]),
@@ -270,6 +278,20 @@ def test_the_body_rebinds_the_carried_dim(tmp_path):
     assert "bind carried0_d0 := check(" in body
     progs = parse_kernel_text(text)  # the text parses back; the nested binding counts as mid-run
     assert progs[-1].late_dims == {"carried0_d0"} and str(progs[-1].run_dims["carried0_d0"]) == "2*N"
+
+
+@pytest.mark.parametrize("n,lim", [(1, 2.0), (3, 8.0), (2, 1e9)])
+def test_constant_trip_count_with_a_data_condition(built, n, lim):
+    path, lib, _ = built("while_const_trips", while_const_trips())
+    feeds = {"x": np.abs(np.random.default_rng(n).standard_normal(n)).astype(np.float32),
+             "lim": np.array(lim, np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n} lim={lim}")
+
+
+def test_constant_trip_count_with_a_data_condition_stays_a_loop():
+    main_f = load_onnx(while_const_trips()).functions["main"]
+    assert [o.name for o in main_f.body.ops if o.name != "return"] == ["cc.const", "cc.const", "onnx.Loop"]
+    assert [str(t) for t in main_f.result_types] == ["f32[carried0_d0]"]
 
 
 def test_unbounded_growth_is_refused_naming_the_node_and_value(tmp_path):
