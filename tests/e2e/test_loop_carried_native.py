@@ -205,6 +205,23 @@ def nested() -> onnx.ModelProto:
                   [ZERO, h.make_tensor("ax0", T.INT64, [1], [0]), h.make_tensor("half", T.FLOAT, [], [0.5])])
 
 
+def count_in_body() -> onnx.ModelProto:
+    """A fixed-shape accumulator; each step sums x's elements above i, picked by a NonZero in
+    the body (a run-time symbol bound, and computed on by Gather, every iteration)."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                         h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
+                         h.make_node("Greater", ["x", "fi"], ["gt"]),
+                         h.make_node("NonZero", ["gt"], ["nz"]),
+                         h.make_node("Gather", ["x", "nz"], ["sel"], axis=0),
+                         h.make_node("ReduceSum", ["sel"], ["s"], keepdims=0),
+                         h.make_node("Add", ["acc_in", "s"], ["acc_out"])],
+                        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("acc_in", T.FLOAT, [])],
+                        [vi("c_out", T.BOOL, []), vi("acc_out", T.FLOAT, []), vi("s", T.FLOAT, [])])
+    nodes = _n_of_x() + [h.make_node("Loop", ["n", "", "a0"], ["acc", "ss"], body=body, name="nzloop")]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"])], [vi("acc", T.FLOAT, None), vi("ss", T.FLOAT, None)],
+                  [ZERO, h.make_tensor("a0", T.FLOAT, [], [0.0])])
+
+
 def _close(got: dict, want: dict, where: str) -> None:
     assert list(got) == list(want)
     for k, w in want.items():
@@ -265,6 +282,13 @@ def test_grow_by_a_count_of_the_data(built, n, seed):
     _close(lib.run(feeds), ort_run(path, feeds), f"n={n} seed={seed}")
     meta = (d / "grow_by_count.json").read_text()
     assert '"carried0_d0": "6*N"' in meta  # N + N steps of at most 5 each
+
+
+@pytest.mark.parametrize("n", [1, 4, 9])
+def test_a_count_bound_inside_the_body(built, n):
+    path, lib, _ = built("count_in_body", count_in_body())
+    feeds = {"x": (np.random.default_rng(n).random(n) * n).astype(np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n}")
 
 
 def test_the_body_rebinds_the_carried_dim(tmp_path):
