@@ -337,7 +337,7 @@ def test_unbounded_growth_runs_under_a_given_range(built, n, lim):
 def test_growth_past_the_given_range_fails_instead_of_overrunning(built):
     _, lib, _ = built("while_data", while_data(), dims={"carried0_d0": (1, 32)})
     feeds = {"x": np.full(2, 0.01, np.float32), "lim": np.array(1e9, np.float32)}  # ~endless
-    with pytest.raises(RuntimeCallError):
+    with pytest.raises(RuntimeCallError, match=r'0 <= carried0_d0 <= 32 \(node "grow": loop-carried value 0 dim 0'):
         lib.run(feeds)
 
 
