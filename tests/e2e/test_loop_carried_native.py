@@ -222,6 +222,21 @@ def count_in_body() -> onnx.ModelProto:
                   [ZERO, h.make_tensor("a0", T.FLOAT, [], [0.0])])
 
 
+def constrained() -> onnx.ModelProto:
+    """The body adds w to the state before growing it: the state's extent must equal W
+    where the Add runs (a model constraint over the carried dim), not after the last step."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                         h.make_node("Add", ["y_in", "w"], ["yw"]),
+                         h.make_node("Concat", ["yw", "one_f"], ["y_out"], axis=0)],
+                        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.FLOAT, None)],
+                        [vi("c_out", T.BOOL, []), vi("y_out", T.FLOAT, None)],
+                        [h.make_tensor("one_f", T.FLOAT, [1], [1.0])])
+    nodes = [h.make_node("Shape", ["m"], ["sh"]), h.make_node("Gather", ["sh", "z"], ["M"], axis=0),
+             h.make_node("Loop", ["M", "", "x"], ["y"], body=body, name="cons")]
+    return _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("w", T.FLOAT, ["W"]), vi("m", T.FLOAT, ["K"])],
+                  [vi("y", T.FLOAT, None)], [ZERO])
+
+
 def _close(got: dict, want: dict, where: str) -> None:
     assert list(got) == list(want)
     for k, w in want.items():
@@ -289,6 +304,15 @@ def test_a_count_bound_inside_the_body(built, n):
     path, lib, _ = built("count_in_body", count_in_body())
     feeds = {"x": (np.random.default_rng(n).random(n) * n).astype(np.float32)}
     _close(lib.run(feeds), ort_run(path, feeds), f"n={n}")
+
+
+def test_a_constraint_over_the_carried_dim_is_checked_where_the_body_needs_it(built):
+    path, lib, _ = built("constrained", constrained())
+    feeds = {"x": np.arange(3, dtype=np.float32), "w": np.ones(3, np.float32), "m": np.zeros(1, np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), "one step")  # after it the state has 4 != W: fine
+    feeds["m"] = np.zeros(2, np.float32)  # the second step adds w [3] to a state of 4 (onnxruntime fails too)
+    with pytest.raises(RuntimeCallError, match=r"carried0_d0 == W \(node \"cons/Add_1\""):
+        lib.run(feeds)
 
 
 def test_the_body_rebinds_the_carried_dim(tmp_path):

@@ -189,8 +189,10 @@ def lower_loop(ctx) -> None:
         pairs, news = lc.rebind_after(ctx, vary, states, ys[1:1 + n])
         carry(ctx, ([(cond, ys[0])] if cond is not None else []) + pairs)
         lc.emit_rebinds(ctx, news, bounds)
+    after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
                            count=None if count is None else count.name, max_trips=cap))
+    p.body.extend(after)
 
 
 def _carried_bounds(ctx, lay, vary, body, marks: dict) -> dict:
@@ -266,4 +268,6 @@ def lower_scan(ctx) -> None:
         pairs, news = lc.rebind_after(ctx, vary, states, ys[:ns])
         carry(ctx, pairs)
         lc.emit_rebinds(ctx, news, bounds)
+    after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=dim_to_expr(length)))
+    p.body.extend(after)

@@ -39,6 +39,7 @@ from ..kernel import (
     transform,
     unflatten_index,
 )
+from ..kernel.expr import condition_to_expr
 
 #: a constant trip count up to which the bound is found by running the growth symbolically
 MAX_SYMBOLIC_TRIPS = 64
@@ -192,6 +193,29 @@ def emit_rebinds(ctx, news, bounds: dict) -> None:
         ctx.program.body.append(SetSymbol(s.name, check(ok, t[()], ERR_ASSERT), bind=True))
 
 
+def check_constraints(ctx, vary, stmts: list) -> list:
+    """The model's constraints over the varying dims, checked where they must hold: one a
+    body op needs (its origin names a node of this loop's body) at the start of every
+    iteration, the others right after the loop (returned: statements to append there). A
+    check re-binds the dim to itself through the assertion (ERR_ASSERT when false)."""
+    L, op = ctx.lowerer, ctx.op
+    mine = {s.name for _, _, s in vary}
+    inside = f'node "{op.loc}/'
+    head, after = [], []
+    for c in L.module.constraints:
+        names = sorted(x.name for x in c.expr.free_symbols if x.name in mine)
+        if not names or id(c) in L.checked:
+            continue
+        if any(x.name not in L.bound and x.name not in mine for x in c.expr.free_symbols):
+            continue  # over other run-time symbols too: the generic check decides (or refuses)
+        s = sympy.Symbol(names[0], integer=True, positive=True)
+        st = SetSymbol(s.name, check(condition_to_expr(c.expr), dim_to_expr(s), ERR_ASSERT), bind=True)
+        (head if c.origin.startswith(inside) else after).append(st)
+        L.checked.add(id(c))
+    stmts[:0] = head
+    return after
+
+
 def check_slices(ctx, stmts, vary, slice_types) -> None:
     """Scan-output slices must keep their shape across iterations (the stacked output would
     be ragged): none may have a dim the body binds or a varying carried dim."""
@@ -217,6 +241,6 @@ def body_symbols(stmts) -> set[str]:
 
 
 __all__ = [
-    "MAX_SYMBOLIC_TRIPS", "bind_initial", "body_symbols", "carried_bound", "check_slices", "close_bounds",
-    "emit_rebinds", "open_bounds", "rebind_after", "varying_dims", "write_compact",
+    "MAX_SYMBOLIC_TRIPS", "bind_initial", "body_symbols", "carried_bound", "check_constraints", "check_slices",
+    "close_bounds", "emit_rebinds", "open_bounds", "rebind_after", "varying_dims", "write_compact",
 ]

@@ -53,6 +53,8 @@ class _Lowerer:
         #: per open region, whether it may re-bind run-time symbols (a Loop body: its code runs
         #: as its own function per iteration, which re-reads them; kernel/control.py)
         self.rebinding: list[bool] = []
+        #: constraints a lowering checks itself (over a loop's carried dims: ops/loop_carried.py)
+        self.checked: set[int] = set()
         self.set_syms: dict[str, SetSymbol] = {}  # run-determined symbol -> its report, emitted last
         self.bound = ({s.name for a in f.params for s in a.type.symbols()} | {str(k) for k in f.subs}
                       | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
@@ -93,7 +95,7 @@ class _Lowerer:
         nested = {s.symbol for _, _, s in _bind_sites(p.body, nested=False)}
         for c in self.module.constraints:
             names = {s.name for s in c.expr.free_symbols} & late
-            if not names:
+            if not names or id(c) in self.checked:
                 continue
             if names & nested:  # re-bound in a loop body: checked at every binding
                 if len(names) > 1:
