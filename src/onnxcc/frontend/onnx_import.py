@@ -492,7 +492,7 @@ class GraphBuilder:
             results = self._unroll_or_keep(node, results)
         self._bind(node, results)
 
-    def _unroll_or_keep(self, node: onnx.NodeProto, results: list[Value]) -> list[Value]:
+    def _unroll_or_keep(self, node: onnx.NodeProto, results: list) -> list:
         """Unroll a Loop whose trip count is known; a body condition that turns out to
         depend on data drops the partial unrolling and keeps the Loop."""
         loop = results[0].owner
