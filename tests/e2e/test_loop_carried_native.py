@@ -18,7 +18,7 @@ from onnx import helper as h
 
 import onnxcc
 from onnxcc.cli import main
-from onnxcc.compiler import compile_model
+from onnxcc.compiler import CompileOptions, compile_model
 from onnxcc.errors import RuntimeCallError, UnsupportedOp
 from onnxcc.frontend import load_onnx
 from onnxcc.interp import run as interp_run
@@ -457,3 +457,14 @@ def test_torch_greedy_while_loop(built, n):
     feeds = {"x": np.abs(np.random.default_rng(n).standard_normal((n, 2))).astype(np.float32),
              "lim": np.array(6.0 * n, np.float32)}
     _close(lib.run(feeds), ort_run(path, feeds), f"n={n}")
+
+
+def test_a_float_trip_count_is_refused_as_invalid(tmp_path):
+    """torch.onnx exports `range(int(k.sum()))` with the float sum as M (onnxruntime refuses
+    that model too): a clear refusal naming the Loop, not a kernel verifier error."""
+    nodes = [h.make_node("ReduceSum", ["k"], ["M"], keepdims=0),
+             h.make_node("Loop", ["M", "", "x"], ["y"], body=_grow_body(), name="grow")]
+    m = _model(nodes, [vi("x", T.FLOAT, ["N"]), vi("k", T.FLOAT, [2])], [vi("y", T.FLOAT, None)])
+    onnx.save(m, tmp_path / "f.onnx")
+    with pytest.raises(UnsupportedOp, match=r"'grow': the trip count M is f32\[\], the spec says i64"):
+        compile_model(tmp_path / "f.onnx", tmp_path / "lib", CompileOptions(dims={"carried0_d0": (1, 8)}))

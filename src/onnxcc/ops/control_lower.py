@@ -150,6 +150,9 @@ def lower_loop(ctx) -> None:
 
     L, p, op = ctx.lowerer, ctx.program, ctx.op
     lay = loop_layout(op)
+    for what, i, want in (("trip count M", lay.m, DType.i64), ("condition", lay.cond, DType.bool)):
+        if i is not None and ctx.in_type(i).dtype is not want:  # (torch exports int(t.sum()) as a float M)
+            raise ctx.unsupported(f"the {what} is {ctx.in_type(i)}, the spec says {want.value}: an invalid model")
     body = op.regions[0].block
     n = len(lay.carried)
     outs = [ctx.out(k) for k in range(len(op.results))]
