@@ -10,6 +10,7 @@ kernel module, one program per version).
 from __future__ import annotations
 
 from ..codegen.backend import Backend
+from ..codegen.c.layout import reads_host
 from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
 from ..passes.base import sym_values
@@ -33,7 +34,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # an If whose result ranks depend on a condition over input dims: one function per
         # value of the condition (guarded by it), the If folded into the taken branch
         # (a condition computed from small int64 inputs: their values become symbols first)
-        ("ir", SplitIfPass(skip=tuple(options.specialize_value))),
+        ("ir", SplitIfPass(skip=tuple(options.specialize_value),
+                           read_inputs=reads_host(backend.link.devices, backend.link.shape_devices))),
         # x[a] + y[b] holds at a == b, a == 1 or b == 1: `a == 1` / `b == 1` versions where they
         # serve, made before canonicalize folds with a == b (specialize relaxes the constraint)
         *((("ir", BroadcastVersionsPass(max_versions=max(0, options.max_versions // 2))),)

@@ -31,6 +31,7 @@ from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
+from onnxcc.kernel.control import rebinds
 from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, walk
 from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
@@ -209,32 +210,38 @@ class KernelEmitter:
             arg.add_attribute("noalias")
             arg.add_attribute("captures(none)")
             arg.add_attribute("noundef")
-        self.emit_from(fn, 0)
+        self.emit_from(fn, self.program.body, 0)
         return fn
 
-    def emit_from(self, fn: ir.Function, start: int) -> None:
-        """Statements `start`.. of the program into `fn` (the kernel's signature). After a
-        mid-run binding (`SetSymbol` with `bind`) the rest goes to a continuation function
-        called with the same arguments: its entry block re-reads `syms`, so the dims and
-        strides it computes once there see the symbol's true value."""
+    def kernel_fn(self, hint: str) -> ir.Function:
+        """A new internal function with the kernel's signature (a continuation, a loop body)."""
+        fn = ir.Function(self.module, KERNEL_FNTY, name=self.module.get_unique_name(f"{self.fn_name}.{hint}"))
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for arg, name in zip(fn.args, ("syms", "inputs", "outputs", "workspace")):
+            arg.name = name
+        return fn
+
+    def emit_from(self, fn: ir.Function, body: list, start: int) -> None:
+        """Statements `start`.. of `body` into `fn` (the kernel's signature). After a
+        mid-run binding (`SetSymbol` with `bind`, or a loop that re-binds a symbol every
+        iteration) the rest goes to a continuation function called with the same
+        arguments: its entry block re-reads `syms`, so the dims and strides it computes
+        once there see the symbol's true value."""
+        from .control import STMT_IDS
+
         ctx = FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
-        body = self.program.body
         for k in range(start, len(body)):
             stmt = body[k]
             emit = STMT_EMITTERS.get(type(stmt))
             if emit is None:
                 raise CompileError(f"cpu codegen: unsupported statement {type(stmt).__name__}")
-            emit(self, ctx, stmt, k)
-            if getattr(stmt, "bind", False) and k + 1 < len(body):
-                cont = ir.Function(self.module, KERNEL_FNTY,
-                                   name=self.module.get_unique_name(f"{self.fn_name}.after.{stmt.symbol}"))
-                cont.linkage = "internal"
-                cont.attributes.add("nounwind")
-                for arg, name in zip(cont.args, ("syms", "inputs", "outputs", "workspace")):
-                    arg.name = name
+            emit(self, ctx, stmt, k if body is self.program.body else next(STMT_IDS))
+            if rebinds(stmt) and k + 1 < len(body):
+                cont = self.kernel_fn(f"after.{getattr(stmt, 'symbol', 'loop')}")
                 ctx.b.ret(ctx.b.call(cont, list(fn.args)))
                 ctx.finish()
-                self.emit_from(cont, k + 1)
+                self.emit_from(cont, body, k + 1)
                 return
         ctx.b.ret(i32(0))
         ctx.finish()
