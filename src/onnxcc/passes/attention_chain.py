@@ -1,0 +1,163 @@
+"""attention-chain: exporters' MatMul -> [scale, mask] -> Softmax -> MatMul becomes one cc.sdpa.
+
+Every torch / Hugging Face export writes attention as
+
+    x = MatMul(Q, Kt)                      Kt often Transpose(K, perm)
+    x = Mul(x, c) | Div(x, c)              the scale (a constant, or computed from a dim)
+    x = Add(x, mask) | Where(m, x, fill)   additive masks, boolean masks, causal masks
+    y = MatMul(Softmax(x, axis=-1), V)
+
+which lowers to a GEMM, a softmax and a GEMM over a `[.., S, T]` score tensor. Where the
+backend runs attention fused over key blocks (`Backend.fused_attention`: kernel/flash.py,
+codegen/cpu/flash.py), this pass replaces the chain by `cc.sdpa` (ops/sdpa.py), whose
+lowering never stores the scores. The op keeps every step of the chain as it was (the same
+ops on the same operands, in the same order), so the results differ only by the order of
+the additions in the dot products and the softmax sum, as any GEMM schedule's do.
+
+Rewritten only when that is provably the same computation and pays:
+- every intermediate (the scores, each step's result, the softmax) has exactly one user, the
+  next op of the chain (else it is needed anyway, and storing it is what fusion avoids);
+- the Softmax is over the last axis, feeds the second MatMul as its left operand, and no
+  step operand broadcasts the scores bigger (a step's result has the scores' type);
+- the second MatMul's batch dims are the scores' (V broadcasts into them, not the reverse);
+- f32 or f64 (half precision rounds each intermediate, which the fused kernel would not);
+- V's head size is static and at most kernel/flash.py's MAX_ROW (the accumulator row);
+- the key count is symbolic or at least `min_kv` (below it the score buffer is small and the
+  GEMM-scheduled chain is faster: measured with benchmarks/attention_chain.py).
+
+It runs after the version passes, so each version decides on its own extents: an exact
+`seq == 128` version keeps the GEMM chain while the generic one is fused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..ir import DType, Module, Op, Value
+from ..kernel.flash import MAX_ROW
+from ..ops.attention import FLASH_MIN_KV
+from .base import ModulePass, PassContext, register_pass
+from .dce import dce
+from .rewrite import RewritePattern, Rewriter, apply_patterns
+
+_MAX_STEPS = 8
+"""the longest chain of score steps followed back from the Softmax"""
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A matched chain: the scores MatMul, the steps after it and their operands."""
+
+    scores: Op
+    steps: tuple[str, ...]
+    operands: tuple[Value, ...]
+
+
+def _step_sides(op: Op) -> list[tuple[int, str, tuple[int, ...]]]:
+    """(position of the scores, the step it is, positions of the step's own operands) for
+    each way `op` can be a score step."""
+    if len(op.operands) != 2 and op.name != "onnx.Where":
+        return []
+    if op.name in ("onnx.Mul", "onnx.Add"):  # IEEE products and sums commute exactly
+        name = op.name[5:].lower()
+        return [(0, name, (1,)), (1, name, (0,))]
+    if op.name in ("onnx.Div", "onnx.Sub"):  # only x / c and x - c
+        return [(0, op.name[5:].lower(), (1,))]
+    if op.name == "onnx.Where" and len(op.operands) == 3:
+        return [(1, "where_keep", (0, 2)), (2, "where_fill", (0, 1))]
+    return []
+
+
+def trace_scores(v: Value, depth: int = 0) -> Chain | None:
+    """The chain ending in `v` (the Softmax's input): back through score steps to a MatMul,
+    each value on the way used once, or None."""
+    op = v.owner
+    if depth > _MAX_STEPS or not isinstance(op, Op) or len(v.uses) != 1 or len(op.results) != 1:
+        return None
+    if op.name == "onnx.MatMul":
+        return Chain(op, (), ())
+    for xi, name, others in _step_sides(op):
+        x = op.operands[xi]
+        if x.type != v.type or any(op.operands[o] is x for o in others):
+            continue  # a step that grows the scores, or reads them twice (x * x)
+        inner = trace_scores(x, depth + 1)
+        if inner is not None:
+            return Chain(inner.scores, (*inner.steps, name),
+                         (*inner.operands, *(op.operands[o] for o in others)))
+    return None
+
+
+class _FuseChain(RewritePattern):
+    op_names = ("onnx.Softmax",)
+
+    def __init__(self, module: Module, min_kv: int):
+        self.module, self.min_kv = module, min_kv
+
+    def match_and_rewrite(self, op: Op, rewriter: Rewriter) -> bool:
+        x = op.results[0]
+        rank = x.type.rank
+        if rank < 2 or op.attrs.get("axis", -1) not in (-1, rank - 1) or len(x.uses) != 1:
+            return False
+        pv = x.uses[0].op
+        if pv.name != "onnx.MatMul" or x.uses[0].index != 0 or len(pv.operands) != 2:
+            return False
+        v = pv.operands[1]
+        chain = trace_scores(op.operands[0])
+        if chain is None or not self._pays(chain, x, v, pv):
+            return False
+        q, kt = chain.scores.operands
+        k, perm = kt, None
+        t = kt.owner
+        if isinstance(t, Op) and t.name == "onnx.Transpose" and len(t.operands) == 1:
+            # read K where it lies: the kernel indexes K through the permutation
+            k = t.operands[0]
+            perm = tuple(t.attrs.get("perm", tuple(reversed(range(k.type.rank)))))
+        attrs: dict = {"steps": chain.steps}
+        if perm is not None:
+            attrs["k_perm"] = perm
+        y = pv.results[0]
+        new = Op("cc.sdpa", [q, k, v, *chain.operands], [y.type], attrs, loc=pv.loc or op.loc,
+                 result_names=[y.name])
+        rewriter.insert_before(pv, new)
+        rewriter.replace_op(pv, [new.results[0]])
+        return True
+
+    def _pays(self, chain: Chain, probs: Value, v: Value, pv: Op) -> bool:
+        """The conditions of the module doc that are not about the chain's shape."""
+        q, kt = chain.scores.operands
+        st = probs.type
+        if st.dtype not in (DType.f32, DType.f64) or q.type.rank < 2 or kt.type.rank < 2 or v.type.rank < 2:
+            return False
+        head = v.type.shape[-1]
+        if not isinstance(head, int) or not 0 < head <= MAX_ROW:
+            return False
+        kv = st.shape[-1]
+        if isinstance(kv, int) and kv < self.min_kv:
+            return False
+        out = pv.results[0].type.shape
+        if len(out) != st.rank:
+            return False
+        prove = self.module.symbols.prove_eq
+        return all(prove(a, b) is True for a, b in zip(out[:-2], st.shape[:-2], strict=True))
+
+
+def fuse_attention_chains(module: Module, min_kv: int = FLASH_MIN_KV) -> bool:
+    changed = apply_patterns(module, [_FuseChain(module, min_kv)])
+    if changed:
+        dce(module)
+    return changed
+
+
+@register_pass
+@dataclass(frozen=True)
+class AttentionChainPass(ModulePass):
+    """MatMul -> [scale, masks] -> Softmax -> MatMul chains whose intermediates have no
+    other users become cc.sdpa (attention fused over key blocks)."""
+
+    name: ClassVar[str] = "attention-chain"
+    min_kv: int = FLASH_MIN_KV
+    """the fewest keys (when static) for which the fused form pays"""
+
+    def run(self, module: Module, ctx: PassContext) -> bool:
+        return fuse_attention_chains(module, self.min_kv)
