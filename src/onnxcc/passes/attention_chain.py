@@ -22,7 +22,7 @@ Rewritten only when that is provably the same computation and pays:
 - the second MatMul's batch dims are the scores' (V broadcasts into them, not the reverse);
 - f32 or f64 (half precision rounds each intermediate, which the fused kernel would not);
 - V's head size is static and at most kernel/flash.py's MAX_ROW (the accumulator row);
-- the key count is symbolic or at least `min_kv` (below it the score buffer is small and the
+- the key count may reach `min_kv` (static, or a symbol's range: below it the score buffer is small and the
   GEMM-scheduled chain is faster: measured with benchmarks/attention_chain.py).
 
 It runs after the version passes, so each version decides on its own extents: an exact
@@ -133,12 +133,13 @@ class _FuseChain(RewritePattern):
         if not isinstance(head, int) or not 0 < head <= MAX_ROW:
             return False
         kv = st.shape[-1]
-        if isinstance(kv, int) and kv < self.min_kv:
-            return False
+        symbols = self.module.symbols
+        if symbols.prove_le(kv, self.min_kv - 1) is True:
+            return False  # static, or a symbol whose range (--dim) keeps it short
         out = pv.results[0].type.shape
         if len(out) != st.rank:
             return False
-        prove = self.module.symbols.prove_eq
+        prove = symbols.prove_eq
         return all(prove(a, b) is True for a, b in zip(out[:-2], st.shape[:-2], strict=True))
 
 
