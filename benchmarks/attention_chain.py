@@ -47,8 +47,7 @@ def make_model(path: Path, heads: int, head: int, causal: bool) -> None:
     if causal:
         inits += [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
                   helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
-                  helper.make_tensor("lowest", TensorProto.FLOAT, [], [float(np.finfo(f).min)]),
-                  helper.make_tensor("two", TensorProto.INT64, [1], [2])]
+                  helper.make_tensor("lowest", TensorProto.FLOAT, [], [float(np.finfo(f).min)])]
         nodes += [helper.make_node("Shape", ["Q"], ["qs"], start=2, end=3),
                   helper.make_node("Concat", ["qs", "qs"], ["tt"], axis=0),
                   helper.make_node("Expand", ["one", "tt"], ["ones"]),

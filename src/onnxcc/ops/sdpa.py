@@ -20,7 +20,10 @@ came from (so the rewrite changes nothing but the order of the dot products' add
     where_keep cond, f               Where(cond, x, f)
     where_fill cond, f               Where(cond, f, x)
 
-Every step operand broadcasts into the scores' shape without growing it. The softmax is the
+Every step operand broadcasts into the scores' shape without growing it. `causal = 0`: the
+pass proved (passes/attention_causal.py) that the steps mask every key after the query's
+row so that it adds nothing to the softmax; the lowering writes those scores as -inf and
+the CPU kernel skips the key blocks after the rows it runs. The softmax is the
 plain one (ONNX's and onnxruntime's): a row whose scores are all -inf is NaN. Result
 `[*b, S, Dv]`, `b` the scores' batch dims (V's batch dims broadcast into them). f32 and
 f64 only: half precision rounds every intermediate of the chain, which the fused kernel
@@ -36,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType, TensorType
-from ..kernel import Expr, Var, broadcast_indices, rsum, select
+from ..kernel import Const, Expr, Var, broadcast_indices, rsum, select
 from ..kernel.flash import flash_core
 from .elementwise import cast_out
 from .matmul import matmul_shape
@@ -167,10 +170,18 @@ def _lower(ctx) -> None:
                 x = select(av, x, fv) if st == "where_keep" else select(av, fv, x)
         return x
 
+    causal = ctx.attr("causal")
+
+    def masked(batch, s, t) -> Expr:
+        """The score, -inf after the row where the steps are proved causal (the pass's
+        proof: those keys' exp is 0 either way); the fused kernel skips those keys."""
+        x = score(batch, s, t)
+        return x if causal is None else select(t > s + int(causal), Const(float("-inf"), acc), x)
+
     def body(*ix) -> Expr:
         batch, s, w = ix[:nb], ix[nb], ix[nb + 1]
         vbatch = broadcast_indices(batch, vb.shape[:-2])
-        return flash_core(lambda t: score(batch, s, t), lambda t: vb[(*vbatch, t, w)], t_len, acc, guarded=False)
+        return flash_core(lambda t: masked(batch, s, t), lambda t: vb[(*vbatch, t, w)], t_len, acc, guarded=False)
 
     ctx.compute(y, body)
 

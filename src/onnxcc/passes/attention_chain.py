@@ -37,6 +37,7 @@ from typing import ClassVar
 from ..ir import DType, Module, Op, Value
 from ..kernel.flash import MAX_ROW
 from ..ops.attention import FLASH_MIN_KV
+from .attention_causal import proves_causal
 from .base import ModulePass, PassContext, register_pass
 from .dce import dce
 from .rewrite import RewritePattern, Rewriter, apply_patterns
@@ -116,6 +117,8 @@ class _FuseChain(RewritePattern):
         attrs: dict = {"steps": chain.steps}
         if perm is not None:
             attrs["k_perm"] = perm
+        if proves_causal(self.module, chain.steps, chain.operands, x.type.rank):
+            attrs["causal"] = 0  # keys after the row are masked out: skipped blocks (kernel/flash.py)
         y = pv.results[0]
         new = Op("cc.sdpa", [q, k, v, *chain.operands], [y.type], attrs, loc=pv.loc or op.loc,
                  result_names=[y.name])
