@@ -91,16 +91,23 @@ def _feeds(b: int, s: int, rng) -> dict:
 def chains(tmp_path_factory):
     model = _chains_model()
     d = tmp_path_factory.mktemp("chains")
-    ir = onnxcc.compile(model, d / "ir", name="chains", emit="ir").text
+    kernels = onnxcc.compile(model, d / "kir", name="chains", emit="kernel").text
     onnxcc.compile(model, d / "lib", name="chains")
-    return model, ir, onnxcc.load(d / "lib")
+    return model, kernels, onnxcc.load(d / "lib")
 
 
-def test_every_chain_becomes_one_op(chains):
-    _, ir, _ = chains
-    generic = ir[ir.index("@main.generic"):] if "@main.generic" in ir else ir
-    assert generic.count("cc.sdpa(") == 6, generic
-    assert "onnx.Softmax" not in generic
+def test_every_chain_is_one_fused_compute_and_the_causal_one_skips(chains):
+    """The generic version's kernel program: six fused-attention computes (kernel/flash.py),
+    no score buffer, and only the Trilu-masked chain marked causal (block skipping)."""
+    from onnxcc.kernel.flash import match_flash
+    from onnxcc.kernel.parser import parse_kernel_text
+
+    _, kernels, _ = chains
+    generic = parse_kernel_text(kernels)[-1]
+    flashes = [fl for c in generic.computes() if (fl := match_flash(c)) is not None]
+    assert len(flashes) == 6
+    assert sum(fl.causal is not None for fl in flashes) == 1
+    assert not [n for n, buf in generic.buffers.items() if buf.kind == "temp" and buf.shape[-2:] == buf.shape[-1:] * 2]
 
 
 @pytest.mark.parametrize("s", SEQS)

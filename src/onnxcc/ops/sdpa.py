@@ -20,10 +20,11 @@ came from (so the rewrite changes nothing but the order of the dot products' add
     where_keep cond, f               Where(cond, x, f)
     where_fill cond, f               Where(cond, f, x)
 
-Every step operand broadcasts into the scores' shape without growing it. `causal = 0`: the
-pass proved (passes/attention_causal.py) that the steps mask every key after the query's
-row so that it adds nothing to the softmax; the lowering writes those scores as -inf and
-the CPU kernel skips the key blocks after the rows it runs. The softmax is the
+Every step operand broadcasts into the scores' shape without growing it. `causal = c`: after
+the steps, the score of every key after `row + c` is -inf (part of the op's meaning; the
+pass sets it where it proved, passes/attention_causal.py, that the chain's own masks make
+those keys add nothing, and drops the steps that then change nothing); the CPU kernel
+skips the key blocks after the rows it runs. The softmax is the
 plain one (ONNX's and onnxruntime's): a row whose scores are all -inf is NaN. Result
 `[*b, S, Dv]`, `b` the scores' batch dims (V's batch dims broadcast into them). f32 and
 f64 only: half precision rounds every intermediate of the chain, which the fused kernel
@@ -77,6 +78,9 @@ def _infer(ctx: InferCtx):
     if q.dtype not in _FLOATS or k.dtype is not q.dtype or v.dtype is not q.dtype:
         raise ctx.error(f"Q, K and V must share an f32 or f64 dtype, got {q.dtype.value}, {k.dtype.value}, "
                         f"{v.dtype.value}")
+    causal = ctx.attr("causal")
+    if causal is not None and (isinstance(causal, bool) or not isinstance(causal, int)):
+        raise ctx.error(f"causal must be an integer offset, got {causal!r}")
     perm = ctx.attr("k_perm")
     if perm is not None and sorted(perm) != list(range(k.rank)):
         raise ctx.error(f"k_perm {list(perm)} is not a permutation of K's {k.rank} axes")
@@ -99,8 +103,9 @@ def _infer(ctx: InferCtx):
 
 # ---- numpy reference: the chain, op by op ------------------------------------------------------
 
-def sdpa_chain(q, k, v, extra: list, steps, perm) -> np.ndarray:
-    """The graph ops the op stands for, each rounded to the dtype as they would be."""
+def sdpa_chain(q, k, v, extra: list, steps, perm, causal=None) -> np.ndarray:
+    """The graph ops the op stands for, each rounded to the dtype as they would be; with
+    `causal`, the keys after each row + causal score -inf before the softmax."""
     kt = k if perm is None else np.transpose(k, perm)
     x = np.matmul(q, kt)
     it = iter(extra)
@@ -118,12 +123,15 @@ def sdpa_chain(q, k, v, extra: list, steps, perm) -> np.ndarray:
                 cond, fill = next(it), next(it)
                 x = np.where(cond, x, fill) if s == "where_keep" else np.where(cond, fill, x)
             x = x.astype(q.dtype, copy=False)
+        if causal is not None:
+            rows, keys = np.arange(x.shape[-2])[:, None], np.arange(x.shape[-1])[None, :]
+            x = np.where(keys > rows + int(causal), np.asarray(-np.inf, x.dtype), x)
         p = softmax(x, -1).astype(q.dtype, copy=False)
     return np.matmul(p, v)
 
 
 def _reference(ctx: RefCtx, q, k, v, *extra):
-    return [cast_out(ctx, sdpa_chain(q, k, v, list(extra), _steps(ctx.op), ctx.attr("k_perm")))]
+    return [cast_out(ctx, sdpa_chain(q, k, v, list(extra), _steps(ctx.op), ctx.attr("k_perm"), ctx.attr("causal")))]
 
 
 # ---- lowering: one flash_core compute ------------------------------------------------------------
@@ -173,8 +181,7 @@ def _lower(ctx) -> None:
     causal = ctx.attr("causal")
 
     def masked(batch, s, t) -> Expr:
-        """The score, -inf after the row where the steps are proved causal (the pass's
-        proof: those keys' exp is 0 either way); the fused kernel skips those keys."""
+        """The score, -inf for keys after row + causal (the fused kernel skips them)."""
         x = score(batch, s, t)
         return x if causal is None else select(t > s + int(causal), Const(float("-inf"), acc), x)
 

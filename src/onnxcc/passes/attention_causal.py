@@ -13,7 +13,9 @@ Proved causal when, for every key `t = s + 1 + u` (u >= 0) the steps give either
 `a*X + m` with m <= -1e30 (finfo.min masks), and in the second case the diagonal `t = s`
 gives `a'*X + m'` with |m'| <= 1e20 (the row keeps a key whose exp is not 0, so a masked
 key's `exp(a*X + m - max)` is exactly 0 and it never holds the row max). The kernel then
-treats those keys' scores as -inf, which is the same softmax. This assumes scores far from
+treats those keys' scores as -inf, which is the same softmax; and a step that is the
+identity at every key up to the row (`key <= row`: a mask adding 0, a Where keeping the
+score) is dropped, so the kernel reads no mask at all for a plain causal mask. This assumes scores far from
 1e30 in magnitude; a NaN or inf score at a masked key (from a NaN or inf in K or Q) makes the
 chain's row NaN but not the skipping kernel's.
 """
@@ -111,6 +113,8 @@ def _const(ev: _Eval, op: Op, v: Value, idx: Idx, depth: int):
 
 
 def _dims(ev: _Eval, op: Op, v: Value, idx: Idx, depth: int):
+    if not idx:  # a scalar: the one dim
+        return sympy.sympify(op.attrs["dims"][0])
     if len(idx) != 1 or not isinstance(idx[0], sympy.Integer):
         raise _Unknown
     return sympy.sympify(op.attrs["dims"][int(idx[0])])
@@ -263,25 +267,59 @@ def _affine(e: sympy.Basic, x: sympy.Symbol) -> tuple[sympy.Basic, sympy.Basic] 
     return (a, m) if a.is_number and m.is_number and a.is_finite else None
 
 
-def proves_causal(module: Module, steps: tuple[str, ...], operands: tuple[Value, ...], rank: int) -> bool:
-    """Whether the steps mask every key after the row (module doc), for scores of `rank`."""
+def causal_steps(module: Module, steps: tuple[str, ...], operands: tuple[Value, ...],
+                 rank: int) -> tuple[tuple[str, ...], tuple[Value, ...]] | None:
+    """None, or the steps proved causal (module doc) less those that change nothing at or
+    before the diagonal (a mask that adds 0 there, a Where that keeps the score there): with
+    the keys after the row at -inf, those steps are the identity, and the kernel need not
+    read their masks at all. Returned with their operands."""
     if not steps:
-        return False
+        return None
     ev = _Eval(module)
     x = sympy.Symbol("score", real=True, finite=True)
     s = sympy.Symbol("row", integer=True, nonnegative=True)
     u = sympy.Symbol("after", integer=True, nonnegative=True)
     batch = tuple(sympy.Symbol(f"b{i}", integer=True, nonnegative=True) for i in range(rank - 2))
     try:
-        above = _affine(_steps_at(ev, steps, operands, (*batch, s, s + 1 + u), x), x)
-        if above is None:
-            return False
-        a, m = above
-        if m == -sympy.oo:
-            return True
-        if not (m.is_finite and bool(m <= _MASKED)):
-            return False
-        diag = _affine(_steps_at(ev, steps, operands, (*batch, s, s), x), x)
+        if not _masks_after_row(ev, steps, operands, batch, s, u, x):
+            return None
+        return _drop_identities(ev, steps, operands, (*batch, s, s - u))
     except (TypeError, ValueError, _Unknown):  # sympy refusing a comparison it cannot decide
+        return None
+
+
+def _masks_after_row(ev: _Eval, steps, operands, batch, s, u, x) -> bool:
+    above = _affine(_steps_at(ev, steps, operands, (*batch, s, s + 1 + u), x), x)
+    if above is None:
         return False
+    m = above[1]
+    if m == -sympy.oo:
+        return True
+    if not (m.is_finite and bool(m <= _MASKED)):
+        return False
+    diag = _affine(_steps_at(ev, steps, operands, (*batch, s, s), x), x)
     return diag is not None and diag[1].is_finite and bool(abs(diag[1]) <= _MODERATE)
+
+
+def _drop_identities(ev: _Eval, steps, operands, idx: Idx) -> tuple[tuple[str, ...], tuple[Value, ...]]:
+    """The steps that are not the identity at `idx` (a key at or before the row)."""
+    from ..ops.sdpa import STEP_ARITY
+
+    kept: list[str] = []
+    kept_ops: list[Value] = []
+    it = iter(operands)
+    for st in steps:
+        ops = [next(it) for _ in range(STEP_ARITY[st])]
+        first = sympy.piecewise_fold(ev.at(ops[0], broadcast(idx, ops[0].type.shape)))
+        if st in ("add", "sub"):
+            identity = getattr(first, "is_zero", None) is True
+        elif st == "where_keep":
+            identity = first is sympy.true
+        elif st == "where_fill":
+            identity = first is sympy.false
+        else:
+            identity = False
+        if not identity:
+            kept.append(st)
+            kept_ops.extend(ops)
+    return tuple(kept), tuple(kept_ops)

@@ -37,7 +37,7 @@ from typing import ClassVar
 from ..ir import DType, Module, Op, Value
 from ..kernel.flash import MAX_ROW
 from ..ops.attention import FLASH_MIN_KV
-from .attention_causal import proves_causal
+from .attention_causal import causal_steps
 from .base import ModulePass, PassContext, register_pass
 from .dce import dce
 from .rewrite import RewritePattern, Rewriter, apply_patterns
@@ -114,13 +114,19 @@ class _FuseChain(RewritePattern):
             # read K where it lies: the kernel indexes K through the permutation
             k = t.operands[0]
             perm = tuple(t.attrs.get("perm", tuple(reversed(range(k.type.rank)))))
-        attrs: dict = {"steps": chain.steps}
+        steps, operands = chain.steps, chain.operands
+        attrs: dict = {}
+        causal = causal_steps(self.module, steps, operands, x.type.rank)
+        if causal is not None:
+            # keys after the row are masked out: blocks skipped (kernel/flash.py); the steps
+            # that change nothing before the diagonal go
+            attrs["causal"] = 0
+            steps, operands = causal
+        attrs["steps"] = steps
         if perm is not None:
             attrs["k_perm"] = perm
-        if proves_causal(self.module, chain.steps, chain.operands, x.type.rank):
-            attrs["causal"] = 0  # keys after the row are masked out: skipped blocks (kernel/flash.py)
         y = pv.results[0]
-        new = Op("cc.sdpa", [q, k, v, *chain.operands], [y.type], attrs, loc=pv.loc or op.loc,
+        new = Op("cc.sdpa", [q, k, v, *operands], [y.type], attrs, loc=pv.loc or op.loc,
                  result_names=[y.name])
         rewriter.insert_before(pv, new)
         rewriter.replace_op(pv, [new.results[0]])
