@@ -25,7 +25,8 @@ def test_recipe_order_follows_the_options_and_the_backend():
     kernel = ["plan-memory", "reserve-scratch"]
     assert _names(CompileOptions()) == [*base, "fuse", "schedule", *kernel]
     assert _names(CompileOptions(fuse=False)) == [*base, "schedule", *kernel]
-    assert _names(CompileOptions(target="cuda")) == [*graph, "lower-to-kernel", "fuse", *kernel]  # the grid, not schedules
+    # the grid, not schedules
+    assert _names(CompileOptions(target="cuda")) == [*graph, "lower-to-kernel", "fuse", *kernel]
     # without the 0/1 rule no broadcast 1-versions either
     assert "broadcast-versions" not in _names(CompileOptions(specialize_one=False))
     with_buckets = _names(CompileOptions(buckets={"seq": [64]}))

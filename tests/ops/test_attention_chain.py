@@ -51,7 +51,8 @@ def _chains_model() -> onnx.ModelProto:
         n("MatMul", ["Q4", "Kt0"], ["s4"]), n("Where", ["bmask", "s4", "neginf"], ["m4"]),
         n("Softmax", ["m4"], ["p4"], axis=-1), n("MatMul", ["p4", "V"], ["Y4"]),
         # 5: grouped-query attention: one kv head expanded to the query heads
-        n("Shape", ["Q"], ["q4"]), n("Expand", ["K1", "q4"], ["Kx"]), n("Transpose", ["Kx"], ["Kxt"], perm=[0, 1, 3, 2]),
+        n("Shape", ["Q"], ["q4"]), n("Expand", ["K1", "q4"], ["Kx"]),
+        n("Transpose", ["Kx"], ["Kxt"], perm=[0, 1, 3, 2]),
         n("Shape", ["V"], ["v4"]), n("Expand", ["V1", "v4"], ["Vx"]),
         n("MatMul", ["Q", "Kxt"], ["s5"]), n("Mul", ["scale", "s5"], ["x5"]),
         n("Softmax", ["x5"], ["p5"], axis=-1), n("MatMul", ["p5", "Vx"], ["Y5"]),

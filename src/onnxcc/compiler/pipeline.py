@@ -12,8 +12,8 @@ from __future__ import annotations
 from ..codegen.backend import Backend
 from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
-from ..passes.base import sym_values
 from ..passes.attention_chain import AttentionChainPass
+from ..passes.base import sym_values
 from ..passes.broadcast_relax import BroadcastVersionsPass
 from ..passes.bucketize import BucketizePass
 from ..passes.lower import LowerToKernelPass
