@@ -105,7 +105,7 @@ class Flash:
     and value load among them (None: one row at a time)"""
     causal: Expr | None = None
     """the last key a row attends when the score is `select(key > R, -inf, x)` with R the
-    row var plus a constant (causal attention): keys after R add nothing, so the emitter
+    row var plus an offset free of the key and the row (causal attention): keys after R add nothing, so the emitter
     stops each block of rows at its last row's R (None: every key)"""
 
     def without_core(self, body: Expr) -> Expr:
@@ -148,8 +148,9 @@ def match_flash(c: Compute) -> Flash | None:
 
 
 def _causal_limit(score: Expr, key: str, row: str) -> Expr | None:
-    """R when `score` is `select(key > R, -inf, x)` and R is the row var or the row var plus
-    a constant (so the last row of a block has the largest R), else None."""
+    """R when `score` is `select(key > R, -inf, x)` and R is the row var, or the row var plus
+    what neither the key nor the row changes (so the last row of a block has the largest
+    R), else None."""
     if not (isinstance(score, Select) and score.a == Const(float("-inf"), score.dtype)):
         return None
     cond = score.cond
@@ -158,7 +159,7 @@ def _causal_limit(score: Expr, key: str, row: str) -> Expr | None:
     r = cond.b
     if r == Var(row):
         return r
-    if isinstance(r, Binary) and r.op == "add" and r.a == Var(row) and isinstance(r.b, Const):
+    if isinstance(r, Binary) and r.op == "add" and r.a == Var(row) and not {key, row} & free_vars(r.b):
         return r
     return None
 
