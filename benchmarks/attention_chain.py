@@ -11,6 +11,10 @@ batch is the threshold the pass's `min_kv` encodes for static key counts.
 
     OPENBLAS_CORETYPE= OPENBLAS_L2_SIZE= python benchmarks/attention_chain.py --threads 2
     python benchmarks/attention_chain.py --seqs 64,128,256 --batches 1 --causal --json out.json
+
+With `--model PATH --dims k=v,...` (repeatable) it times a whole model instead (a zoo model,
+models/transformer.onnx), built with and without the pass, on random inputs
+(`onnxcc.testing.random_inputs`), both compared with onnxruntime.
 """
 
 from __future__ import annotations
@@ -66,6 +70,10 @@ def make_model(path: Path, heads: int, head: int, causal: bool) -> None:
     onnx.save(model, path)
 
 
+def parse_dims(text: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+
+
 def compile_both(path: Path, out: Path):
     """(fused library, GEMM-chain library)."""
     import onnxcc
@@ -94,6 +102,8 @@ def main() -> None:
     ap.add_argument("--head", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--budget", type=float, default=4.0, help="seconds per timed pair, at most")
+    ap.add_argument("--model", type=Path, help="time this model instead of the generated chain")
+    ap.add_argument("--dims", action="append", default=[], help="with --model: one shape, k=v,... (repeatable)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
@@ -106,37 +116,50 @@ def main() -> None:
     so.inter_op_num_threads = 1
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "attention_chain.onnx"
-        make_model(path, args.heads, args.head, args.causal)
+        path = args.model if args.model is not None else Path(tmp) / "attention_chain.onnx"
+        if args.model is None:
+            make_model(path, args.heads, args.head, args.causal)
         fused, plain = compile_both(path, Path(tmp))
         sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        print(f"heads={args.heads} head={args.head} causal={args.causal} threads={args.threads} "
-              f"(clock: {clock.__name__})")
-        rng = np.random.default_rng(0)
-        for b in (int(x) for x in args.batches.split(",")):
-            for s in (int(x) for x in args.seqs.split(",")):
-                shape = (b, args.heads, s, args.head)
-                feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in ("Q", "K", "V")}
-                want = sess.run(None, feeds)[0]
-                for lib in (fused, plain):
-                    np.testing.assert_allclose(lib.run(feeds)["Y"], want, rtol=1e-4, atol=1e-5)
-                t_f, t_o1 = bench_pair(lambda: fused.run(feeds), lambda: sess.run(None, feeds), args.repeats,
-                                       budget_s=args.budget, clock=clock)
-                t_p, t_o2 = bench_pair(lambda: plain.run(feeds), lambda: sess.run(None, feeds), args.repeats,
-                                       budget_s=args.budget, clock=clock)
-                t_o = statistics.median([t_o1, t_o2])
-                row = {"batch": b, "seq": s, "fused_ms": t_f * 1e3, "chain_ms": t_p * 1e3, "ort_ms": t_o * 1e3,
-                       "fused_vs_ort": t_f / t_o1, "chain_vs_ort": t_p / t_o2, "fused_vs_chain": t_f / t_p}
-                rows.append(row)
-                print(f"  batch={b} seq={s:5d}  fused {t_f * 1e3:9.3f} ms ({row['fused_vs_ort']:.2f}x ort)  "
-                      f"chain {t_p * 1e3:9.3f} ms ({row['chain_vs_ort']:.2f}x ort)  ort {t_o * 1e3:9.3f} ms  "
-                      f"fused/chain {row['fused_vs_chain']:.2f}", flush=True)
+        what = path.name if args.model is not None else f"heads={args.heads} head={args.head} causal={args.causal}"
+        print(f"{what} threads={args.threads} (clock: {clock.__name__})")
+        for label, feeds in _shapes(args, path):
+            want = sess.run(None, feeds)
+            for lib in (fused, plain):
+                for got, w in zip(lib.run(feeds).values(), want, strict=True):
+                    np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
+            t_f, t_o1 = bench_pair(lambda: fused.run(feeds), lambda: sess.run(None, feeds), args.repeats,
+                                   budget_s=args.budget, clock=clock)
+            t_p, t_o2 = bench_pair(lambda: plain.run(feeds), lambda: sess.run(None, feeds), args.repeats,
+                                   budget_s=args.budget, clock=clock)
+            t_o = statistics.median([t_o1, t_o2])
+            row = {"shape": label, "fused_ms": t_f * 1e3, "chain_ms": t_p * 1e3, "ort_ms": t_o * 1e3,
+                   "fused_vs_ort": t_f / t_o1, "chain_vs_ort": t_p / t_o2, "fused_vs_chain": t_f / t_p}
+            rows.append(row)
+            print(f"  {label:24s} fused {t_f * 1e3:9.3f} ms ({row['fused_vs_ort']:.2f}x ort)  "
+                  f"chain {t_p * 1e3:9.3f} ms ({row['chain_vs_ort']:.2f}x ort)  ort {t_o * 1e3:9.3f} ms  "
+                  f"fused/chain {row['fused_vs_chain']:.2f}", flush=True)
     for key in ("fused_vs_ort", "chain_vs_ort", "fused_vs_chain"):
         geo = math.exp(statistics.fmean(math.log(r[key]) for r in rows))
         print(f"geomean {key}: {geo:.3f}")
     if args.json:
         args.json.write_text(json.dumps({"threads": args.threads, "heads": args.heads, "head": args.head,
                                          "causal": args.causal, "rows": rows}, indent=2))
+
+
+def _shapes(args, path: Path):
+    """(label, feeds) per row: the generated chain's batches x seqs, or the model's --dims."""
+    if args.model is not None:
+        from onnxcc.testing import random_inputs
+
+        for text in args.dims:
+            yield text, random_inputs(path, parse_dims(text), seed=1)
+        return
+    rng = np.random.default_rng(0)
+    for b in (int(x) for x in args.batches.split(",")):
+        for s in (int(x) for x in args.seqs.split(",")):
+            shape = (b, args.heads, s, args.head)
+            yield f"batch={b},seq={s}", {n: rng.standard_normal(shape).astype(np.float32) for n in ("Q", "K", "V")}
 
 
 if __name__ == "__main__":

@@ -22,8 +22,10 @@ Rewritten only when that is provably the same computation and pays:
 - the second MatMul's batch dims are the scores' (V broadcasts into them, not the reverse);
 - f32 or f64 (half precision rounds each intermediate, which the fused kernel would not);
 - V's head size is static and at most kernel/flash.py's MAX_ROW (the accumulator row);
-- the key count may reach `min_kv` (static, or a symbol's range: below it the score buffer is small and the
-  GEMM-scheduled chain is faster: measured with benchmarks/attention_chain.py).
+- the fused form is measured faster (benchmarks/attention_chain.py): a causal chain from 64
+  keys; heads of 64 and up from `min_kv` keys (static, or a symbol whose range allows that
+  many: the fused form loses little on short rows); narrower heads from NARROW_FACTOR times
+  that, only when the key count is proved that long (they lose up to 1.7x on short rows).
 
 It runs after the version passes, so each version decides on its own extents: an exact
 `seq == 128` version keeps the GEMM chain while the generic one is fused.
@@ -44,6 +46,15 @@ from .rewrite import RewritePattern, Rewriter, apply_patterns
 
 _MAX_STEPS = 8
 """the longest chain of score steps followed back from the Softmax"""
+
+CAUSAL_MIN_KV = 64
+"""the fewest keys for which a causal chain runs fused (one key block: measured faster from
+64 keys on, heads of 16 and 64; benchmarks/attention_chain.py --causal)"""
+NARROW_FACTOR = 8
+"""heads narrower than 64 (Q's or V's) need this many times `min_kv` keys before the fused
+form wins (measured: head 16 fused/chain 1.20 at 512 keys, 0.89 at 2048; head 32 1.01 at
+512, 0.97 at 2048); with a symbolic key count they stay on the GEMM chain unless its range
+proves the keys many (zoo gpt2 / llama, heads 16 / 8: fused 1.5-1.7x slower at 128 keys)"""
 
 
 @dataclass(frozen=True)
@@ -105,7 +116,10 @@ class _FuseChain(RewritePattern):
             return False
         v = pv.operands[1]
         chain = trace_scores(op.operands[0])
-        if chain is None or not self._pays(chain, x, v, pv):
+        if chain is None or not self._fits(chain, x, v, pv):
+            return False
+        causal = causal_steps(self.module, chain.steps, chain.operands, x.type.rank)
+        if not self._pays(chain, x, v, causal is not None):
             return False
         q, kt = chain.scores.operands
         k, perm = kt, None
@@ -116,7 +130,6 @@ class _FuseChain(RewritePattern):
             perm = tuple(t.attrs.get("perm", tuple(reversed(range(k.type.rank)))))
         steps, operands = chain.steps, chain.operands
         attrs: dict = {}
-        causal = causal_steps(self.module, steps, operands, x.type.rank)
         if causal is not None:
             # keys after the row are masked out: blocks skipped (kernel/flash.py); the steps
             # that change nothing before the diagonal go
@@ -132,8 +145,8 @@ class _FuseChain(RewritePattern):
         rewriter.replace_op(pv, [new.results[0]])
         return True
 
-    def _pays(self, chain: Chain, probs: Value, v: Value, pv: Op) -> bool:
-        """The conditions of the module doc that are not about the chain's shape."""
+    def _fits(self, chain: Chain, probs: Value, v: Value, pv: Op) -> bool:
+        """What cc.sdpa and the fused kernel take (module doc)."""
         q, kt = chain.scores.operands
         st = probs.type
         if st.dtype not in (DType.f32, DType.f64) or q.type.rank < 2 or kt.type.rank < 2 or v.type.rank < 2:
@@ -141,15 +154,26 @@ class _FuseChain(RewritePattern):
         head = v.type.shape[-1]
         if not isinstance(head, int) or not 0 < head <= MAX_ROW:
             return False
-        kv = st.shape[-1]
-        symbols = self.module.symbols
-        if symbols.prove_le(kv, self.min_kv - 1) is True:
-            return False  # static, or a symbol whose range (--dim) keeps it short
         out = pv.results[0].type.shape
         if len(out) != st.rank:
             return False
-        prove = symbols.prove_eq
+        prove = self.module.symbols.prove_eq
         return all(prove(a, b) is True for a, b in zip(out[:-2], st.shape[:-2], strict=True))
+
+    def _pays(self, chain: Chain, probs: Value, v: Value, causal: bool) -> bool:
+        """Whether the fused form is measured faster at this key count (module doc)."""
+        kv = probs.type.shape[-1]
+        symbols = self.module.symbols
+        if causal:  # half the blocks skipped: faster from one block of keys on
+            return symbols.prove_le(kv, CAUSAL_MIN_KV - 1) is not True
+        d = chain.scores.operands[0].type.shape[-1]
+        heads = [h for h in (d, v.type.shape[-1]) if isinstance(h, int)]
+        narrow = len(heads) < 2 or min(heads) < 64
+        min_kv = self.min_kv * (NARROW_FACTOR if narrow else 1)
+        if symbols.prove_le(kv, min_kv - 1) is True:
+            return False  # static, or a symbol whose range (--dim) keeps it short
+        # a symbol that may be short: fused where short rows lose little (heads of 64 and up)
+        return not narrow or symbols.prove_le(min_kv, kv) is True
 
 
 def fuse_attention_chains(module: Module, min_kv: int = FLASH_MIN_KV) -> bool:
