@@ -24,8 +24,13 @@ Rewritten only when that is provably the same computation and pays:
 - V's head size is static and at most kernel/flash.py's MAX_ROW (the accumulator row);
 - the fused form is measured faster (benchmarks/attention_chain.py): a causal chain from 64
   keys; heads of 64 and up from `min_kv` keys (static, or a symbol whose range allows that
-  many: the fused form loses little on short rows); narrower heads from NARROW_FACTOR times
-  that, only when the key count is proved that long (they lose up to 1.7x on short rows).
+  many: measured at most 1.2x slower on short rows, faster from 512 keys, and no O(S*T)
+  buffer); narrower heads from NARROW_FACTOR times that, only when the key count is proved
+  that long (they lose up to 1.7x on short rows).
+
+A chain whose masks are proved causal (attention_causal.py: every key after the query's row
+adds nothing) gets `causal = 0`, and the mask steps that are the identity up to the diagonal
+go: the kernel reads no mask and skips the key blocks after each block of rows.
 
 It runs after the version passes, so each version decides on its own extents: an exact
 `seq == 128` version keeps the GEMM chain while the generic one is fused.
