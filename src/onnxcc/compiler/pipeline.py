@@ -13,6 +13,7 @@ from ..codegen.backend import Backend
 from ..codegen.c.layout import reads_host
 from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
+from ..passes.attention_chain import AttentionChainPass
 from ..passes.base import sym_values
 from ..passes.broadcast_relax import BroadcastVersionsPass
 from ..passes.bucketize import BucketizePass
@@ -60,6 +61,10 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     if options.buckets:
         # padded bucket versions with exact masks
         steps.append(("ir", BucketizePass(buckets=sym_values(options.buckets))))
+    if backend.fused_attention:
+        # exporters' MatMul -> [scale, mask] -> Softmax -> MatMul chains into one attention op
+        # the backend runs fused over key blocks, per version (each on its own extents)
+        steps.append(("ir", AttentionChainPass()))
     # graph module -> kernel module: version k becomes the kernel program NAME_vK
     # (attention fused over key blocks where the backend runs that form: kernel/flash.py)
     steps.append(("kernel", LowerToKernelPass(prefix=name,
