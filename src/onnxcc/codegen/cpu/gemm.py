@@ -230,8 +230,24 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
 
+    narrow = _narrow_choice(kem, ctx, c, g, geo)
+
+    def run_tasks(task: ir.Function, per_batch: bool) -> None:
+        # the window's tiles, `narrow`'s one-vector-wide ones when they waste fewer columns
+        def count(gm: _Geometry) -> ir.Value:
+            return _mul(b, gm.n_ic, gm.n_jc, "win.per.batch") if per_batch else gm.n_tasks
+        if narrow is None:
+            call(task, count(geo))
+            return
+        g_n, geo_n, use = narrow
+        with if_else(b, use, name="win.narrow") as (then, other):
+            with then:
+                call(_task_function(kem, c, g_n), count(geo_n))
+            with other:
+                call(task, count(geo))
+
     if g.window is not None and g.window.source is not None:  # B read in place: no copy
-        call(_task_function(kem, c, g), geo.n_tasks)
+        run_tasks(_task_function(kem, c, g), False)
         return
     if not g.b_const:
         if kem.plan.scratch_offset is None:
@@ -249,7 +265,7 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             if geo.inter is None:
                 _xctx_store(b, pctx, 5, i64(0))
                 call(pad, nplanes)
-                call(task, geo.n_tasks)
+                run_tasks(task, False)
                 return
             # one batch at a time when a batch's planes are big (as packed B, see below):
             # its tiles read the planes while they are in the caches
@@ -258,11 +274,11 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                     with for_range(b, geo.Bt, "win.bt", guard=True) as bt:
                         _xctx_store(b, pctx, 5, bt)
                         call(pad, i64(w.planes))
-                        call(task, _mul(b, geo.n_ic, geo.n_jc, "win.per.batch"))
+                        run_tasks(task, True)
                 with other:
                     _xctx_store(b, pctx, 5, i64(0))
                     call(pad, nplanes)
-                    call(task, geo.n_tasks)
+                    run_tasks(task, False)
             return
         pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
 
@@ -303,6 +319,29 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         windows(geo.nbB, False)
         return
     call(_task_function(kem, c, g), geo.n_tasks)
+
+
+NARROW_EFFICIENCY = 85
+"""percent of a wide tile's useful work per FMA that a one-vector-wide window tile keeps
+(it loads one A broadcast per FMA instead of one per nr/vl FMAs; see `_narrow_choice`)"""
+
+
+def _narrow_choice(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
+                   ) -> tuple[GemmPlan, _Geometry, ir.Value] | None:
+    """For a window-mode GEMM with tiles several vectors wide: the plan with one-vector-wide
+    tiles, its geometry, and whether it runs (an i1 decided per call). A conv's small output
+    planes (7x7 = 49, 4x4 = 16 columns per batch) fill a 48-column tile to a third or less,
+    every FMA of the empty vectors wasted; one-vector tiles waste at most vl - 1 columns.
+    They run when their padded columns, over the efficiency they keep, are fewer than the
+    wide tiles' padded columns."""
+    if g.window is None or g.nr <= g.vl:
+        return None
+    b = ctx.b
+    g_n = dataclasses.replace(g, nr=g.vl)
+    geo_n = _Geometry(ctx, b, c, g_n, geo.threads)
+    wide = _mul(b, geo.Pn, g.nr * NARROW_EFFICIENCY, "win.wide.cols")
+    narrow = _mul(b, geo_n.Pn, g.vl * 100, "win.narrow.cols")
+    return g_n, geo_n, b.icmp_unsigned("<", narrow, wide, name="win.narrow")
 
 
 WINDOW_BYTES = 1 << 19
