@@ -51,7 +51,6 @@ from ..llvm.helpers import (
     if_else,
     if_then,
     loop_metadata,
-    masked_tail_metadata,
     move_to_end,
     name_unnamed,
     scalar_loop_metadata,
@@ -380,10 +379,21 @@ class KernelEmitter:
         if not divisible:
             start = b.add(lo, b.mul(chunks, i64(vw), name=f"{name}.done", flags=("nuw", "nsw")),
                           name=f"{name}.tail.start", flags=("nuw", "nsw"))
-            with for_range(b, hi, f"{name}.tail", start=start, guard=True,
-                           metadata=masked_tail_metadata(self.module, vw) if masked_tail_pays(c, v)
-                           else scalar_loop_metadata(self.module)) as jt:
-                body(jt)
+            if masked_tail_pays(c, v):
+                # one more chunk, each lane guarded by `< hi`: the vectoriser turns the
+                # guard into masked loads and stores. (LLVM's own tail folding, asked by
+                # `masked_tail_metadata` on a start..hi loop, gave up on bodies with
+                # guarded loads, a padded depthwise conv's, leaving a scalar loop with a
+                # branch per tap that was most of a 7- to 28-wide row's time.)
+                with if_then(b, b.icmp_signed("<", start, hi, name=f"{name}.tail.any"), name=f"{name}.tail"):
+                    with for_range(b, i64(vw), f"{name}.tail.vi", guard=False, metadata=vec_md) as ji:
+                        idx = b.add(start, ji, name=name, flags=("nuw", "nsw"))
+                        with if_then(b, b.icmp_signed("<", idx, hi, name=f"{name}.tail.in"), name=f"{name}.lane"):
+                            body(idx)
+            else:
+                with for_range(b, hi, f"{name}.tail", start=start, guard=True,
+                               metadata=scalar_loop_metadata(self.module)) as jt:
+                    body(jt)
 
     # ---- parallel ----------------------------------------------------------------------------
     def emit_parallel(self, ctx: FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
