@@ -492,19 +492,36 @@ class KernelEmitter:
         em.hoist(plan.hoisted(c))
         names, exts = c.var_names, c.extents
         outer = plan.order[:ncol]
-        with for_range(b, end, "p", start=begin, guard=True) as p:
-            vals: dict[str, ir.Value] = {}
-            rest = p
-            for v in reversed(outer[1:]):
+        # the outer vars of item `begin` by division, once; then counters stepped with
+        # carries per item (a 64-bit division per item cost as much as a 30-wide row)
+        slots = []
+        rest = begin
+        for v in reversed(outer):
+            slot = bctx.eb.alloca(I64, name=f"{names[v]}.cur")
+            if v != outer[0]:
                 e = bctx.dim(exts[v])
-                vals[names[v]] = b.urem(rest, e, name=names[v])
+                b.store(b.urem(rest, e, name=names[v]), slot)
                 rest = b.udiv(rest, e, name=f"p.{names[v]}")
-            vals[names[outer[0]]] = rest
+            else:
+                b.store(rest, slot)
+            slots.append((v, slot))
+        with for_range(b, end, "p", start=begin, guard=True):
+            vals: dict[str, ir.Value] = {names[v]: b.load(slot, name=names[v], typ=I64) for v, slot in slots}
             em.push({names[v]: vals[names[v]] for v in outer}, {names[v]: exts[v] for v in outer})
             if ncol < len(names):
                 em.hoist(plan.hoisted(c))
             self.emit_loops(em, bctx, c, plan, ncol, vals)
             em.pop()
+            carry: ir.Value = ir.Constant(ir.IntType(1), 1)
+            for v, slot in slots:  # innermost outer var first
+                cur = vals[names[v]]
+                if v == outer[0]:
+                    b.store(b.add(cur, b.zext(carry, I64, name="p.carry"), name=f"{names[v]}.step"), slot)
+                    break
+                nxt = b.add(cur, b.zext(carry, I64, name="p.carry"), name=f"{names[v]}.step")
+                wrap = b.icmp_unsigned(">=", nxt, bctx.dim(exts[v]), name=f"{names[v]}.wrap")
+                b.store(b.select(wrap, i64(0), nxt, name=f"{names[v]}.next"), slot)
+                carry = wrap
         b.ret_void()
         bctx.finish()
         return fn
