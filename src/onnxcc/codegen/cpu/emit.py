@@ -31,7 +31,7 @@ from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
-from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, walk
+from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, Var, walk
 from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
@@ -390,10 +390,44 @@ class KernelEmitter:
                         idx = b.add(start, ji, name=name, flags=("nuw", "nsw"))
                         with if_then(b, b.icmp_signed("<", idx, hi, name=f"{name}.tail.in"), name=f"{name}.lane"):
                             body(idx)
+            elif overlap_tail_ok(self.program, c):
+                self._overlapped_tail(b, body, name, lo, hi, count, start, vw)
             else:
                 with for_range(b, hi, f"{name}.tail", start=start, guard=True,
                                metadata=scalar_loop_metadata(self.module)) as jt:
                     body(jt)
+
+    def _overlapped_tail(self, b: ir.IRBuilder, body: Callable[[ir.Value], None], name: str, lo: ir.Value,
+                         hi: ir.Value, count: ir.Value, start: ir.Value, vw: int) -> None:
+        """The tail of a row whose loads stride (no masked tail: masked strided loads are
+        gathers) as whole vectors that end at the row's end, recomputing a few elements
+        the chunks already wrote (`overlap_tail_ok`): a row of at least vw elements takes
+        one more vw-wide chunk over [hi - vw, hi); a shorter one of at least vw / 2, two
+        half-width chunks over [lo, lo + vw/2) and [hi - vw/2, hi); a shorter one, the
+        scalar loop. On a 28- or 14-wide row of a stride-2 depthwise conv the scalar
+        tail was most of the row's time."""
+        half = vw // 2
+
+        def chunk(base: ir.Value, width: int, label: str) -> None:
+            md = loop_metadata(self.module, width, None, no_unroll=True)
+            with for_range(b, i64(width), f"{name}.{label}", guard=False, metadata=md) as ji:
+                body(b.add(base, ji, name=name, flags=("nuw", "nsw")))
+
+        with if_else(b, b.icmp_signed(">=", count, i64(vw), name=f"{name}.long"), name=f"{name}.tail") as (
+                long_row, short_row):
+            with long_row:
+                with if_then(b, b.icmp_signed("<", start, hi, name=f"{name}.tail.any"), name=f"{name}.tail"):
+                    chunk(b.sub(hi, i64(vw), name=f"{name}.last"), vw, "last")
+            with short_row:
+                with if_else(b, b.icmp_signed(">=", count, i64(half), name=f"{name}.half"),
+                             name=f"{name}.halves") as (halves, scalar):
+                    with halves:
+                        chunk(lo, half, "h0")
+                        chunk(b.sub(hi, i64(half), name=f"{name}.h1.base"), half, "h1")
+                    with scalar:
+                        with for_range(b, hi, f"{name}.tail", start=lo, guard=True,
+                                       metadata=scalar_loop_metadata(self.module)) as jt:
+                            body(jt)
 
     # ---- parallel ----------------------------------------------------------------------------
     def emit_parallel(self, ctx: FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
@@ -582,6 +616,18 @@ def masked_tail_pays(c: Compute, v: int) -> bool:
         if isinstance(e, Load) and any(_steps(n, var) for i in e.indices for n in walk(i)):
             strided += 1
     return strided <= 2 * minmax
+
+
+def overlap_tail_ok(program: KernelProgram, c: Compute) -> bool:
+    """Whether elements of `c` may be computed twice (`KernelEmitter._overlapped_tail`):
+    no load reads its own output's buffer, and none reads at the element's own index, the
+    only reads that memory planning lets share the output's memory (plan_memory.py
+    `_in_place_candidates`, kernel/in_place.py), so every input still holds what the
+    first computation read."""
+    own = tuple(Var(n) for n in c.var_names)
+    out = program.root(c.out)
+    return all(not isinstance(e, Load) or (e.indices != own and program.root(e.buffer) != out)
+               for e in walk(c.body))
 
 
 def _steps(n: Expr, var) -> bool:
