@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,7 @@ from ..llvm.helpers import (
     loop_metadata,
 )
 from . import gemm_window as gw
+from .gemm_columns import column_binder, column_segments
 from .gemm_flat import flat_columns_ok
 from .gemm_ir import add as _add
 from .gemm_ir import ceildiv as _ceildiv
@@ -450,94 +451,6 @@ def _bind(em: ExprEmitter, vals: dict[str, ir.Value], exts: dict[str, object]) -
     em.push(vals, {n: exts[n] for n in vals})
 
 
-def _column_binder(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, names: Sequence[str],
-                   exts: Sequence[ir.Value], dims: dict, j0: ir.Value, ncols: ir.Value, width: int
-                   ) -> Callable[[ir.Value], None]:
-    """`bind(cc)` binds the vars `names` (their Dims in `dims`) to the row-major
-    unflattening of column j0 + cc (cc < ncols <= width) in `em`. With several vars (a
-    conv's (oh, ow)) the columns are unflattened once, here, into stack arrays, instead of
-    dividing in every inner loop."""
-    if len(names) == 1:
-        return lambda cc: _bind(em, {names[0]: _add(b, j0, cc, names[0])}, dims)
-    arrays = []
-    for n in names:
-        a = fctx.eb.alloca(ir.ArrayType(I64, width), name=f"{n}.cols")
-        a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
-        arrays.append(a)
-    # unflatten j0 once, then step column by column with carries (no division per column)
-    cur = []
-    for n, v in _unflatten(b, j0, exts, names).items():
-        slot = fctx.eb.alloca(I64, name=f"{n}.cur")
-        b.store(v, slot, align=8)
-        cur.append((n, slot))
-    cur.sort(key=lambda t: names.index(t[0]))
-    with for_range(b, ncols, "col", guard=True) as cc:
-        vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in cur}
-        for n, a in zip(names, arrays):
-            b.store(vals[n], b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), align=8)
-        carry: ir.Value = i64(1)
-        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
-            nxt = b.add(vals[n], carry, name=f"{n}.step")
-            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
-            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
-            carry = b.zext(wrap, I64, name=f"{n}.carry")
-
-    def bind(cc: ir.Value) -> None:
-        _bind(em, {n: b.load(b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), name=n, align=8,
-                             typ=I64) for n, a in zip(names, arrays)}, dims)
-
-    return bind
-
-
-def _column_segments(b: ir.IRBuilder, fctx: FnCtx, names: Sequence[str], exts: Sequence[ir.Value],
-                     j0: ir.Value, ncols: ir.Value, width: int
-                     ) -> tuple[ir.Value, ir.Value, dict[str, ir.Value], ir.Value]:
-    """Columns [j0, j0 + ncols) (1 <= ncols <= width) of several n vars (a conv's (oh, ow))
-    cut into runs along which every var but the last is constant and the last counts up
-    by one. Returns stack arrays (start column of each run, with ncols after the last;
-    the last var's first value; each leading var's value) and the number of runs."""
-    def arr(n: str) -> ir.Value:
-        a = fctx.eb.alloca(ir.ArrayType(I64, width + 1), name=n)
-        a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
-        return a
-
-    def at(a: ir.Value, i: ir.Value) -> ir.Value:
-        return b.gep(a, [i], inbounds=True, name="seg.p", source_etype=I64)
-
-    last = names[-1]
-    seg_cc, seg_last = arr("seg.cc"), arr(f"{last}.seg")
-    leads = {n: arr(f"{n}.seg") for n in names[:-1]}
-    nseg = fctx.eb.alloca(I64, name="nseg")
-    cur = []
-    for n in names:
-        slot = fctx.eb.alloca(I64, name=f"{n}.cur")
-        cur.append((n, slot))
-    start = _unflatten(b, j0, exts, names)
-    for n, slot in cur:
-        b.store(start[n], slot, align=8)
-    b.store(i64(0), nseg, align=8)
-    with for_range(b, ncols, "col", guard=True) as cc:
-        vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in cur}
-        new = b.or_(b.icmp_unsigned("==", cc, i64(0), name="seg.first"),
-                    b.icmp_unsigned("==", vals[last], i64(0), name="seg.wrap"), name="seg.new")
-        with if_then(b, new, name="seg.new"):
-            sidx = b.load(nseg, name="seg", align=8, typ=I64)
-            b.store(cc, at(seg_cc, sidx), align=8)
-            b.store(vals[last], at(seg_last, sidx), align=8)
-            for n, a in leads.items():
-                b.store(vals[n], at(a, sidx), align=8)
-            b.store(_add(b, sidx, 1, "seg.next"), nseg, align=8)
-        carry: ir.Value = i64(1)
-        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
-            nxt = b.add(vals[n], carry, name=f"{n}.step")
-            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
-            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
-            carry = b.zext(wrap, I64, name=f"{n}.carry")
-    count = b.load(nseg, name="nseg", align=8, typ=I64)
-    b.store(ncols, at(seg_cc, count), align=8)
-    return seg_cc, seg_last, leads, count
-
-
 def _run_loop_metadata(module: ir.Module, vl: int, masked_tail: bool = False) -> ir.MDValue:
     """`!llvm.loop` for a run of at most nr columns: vectorise by vl lanes without
     interleaving (interleaved vector bodies would need more iterations than a run has).
@@ -610,7 +523,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
         elif not g.b_k_inner and len(g.n) > 1:
             # several n vars (a conv's (oh, ow)): runs of columns along the last var, so
             # the inner loop walks the input contiguously (and vectorises, padding masked)
-            seg_cc, seg_last, leads, nseg = _column_segments(b, fctx, g.n, geo.n_ext, j0, ncols, NR)
+            seg_cc, seg_last, leads, nseg = column_segments(b, fctx, g.n, geo.n_ext, j0, ncols, NR)
 
             def seg_at(a: ir.Value, i: ir.Value, name: str) -> ir.Value:
                 return b.load(b.gep(a, [i], inbounds=True, name=f"{name}.p", source_etype=I64), name=name,
@@ -638,7 +551,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
                 with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
                     b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
         elif not g.b_k_inner:
-            bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
+            bind_n = column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
             with _KLoops(b, em, g, geo) as kl:
                 row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
                 md = _run_loop_metadata(kem.module, g.vl) if len(g.n) == 1 else None
@@ -649,7 +562,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
                 with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
                     b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
         else:
-            bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
+            bind_n = column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
             with for_range(b, ncols, "cc", guard=False) as cc:
                 bind_n(cc)
                 em.hoist(g.b, guarded=True)
@@ -1002,7 +915,7 @@ def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: Gemm
             _bind(em, {last: _add(b, j0, cc, last)}, ext)
     else:
         lead = {}
-        bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
+        bind_n = column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
     with for_range(b, rows, "er", guard=False) as r:
         mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
         _bind(em, {**mvals, **lead}, ext)
