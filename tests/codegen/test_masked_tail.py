@@ -47,6 +47,7 @@ def test_which_computes_take_the_masked_tail():
     # (memory planning may give its output its input's memory): never computed twice
     assert overlap_tail_ok(prog, computes["out2"])
     assert not overlap_tail_ok(prog, computes["out0"])
+    assert not overlap_tail_ok(prog, computes["out3"])  # a reduction: no vectors to gain
 
 
 @pytest.fixture(scope="module")

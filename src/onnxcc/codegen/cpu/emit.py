@@ -623,11 +623,12 @@ def overlap_tail_ok(program: KernelProgram, c: Compute) -> bool:
     no load reads its own output's buffer, and none reads at the element's own index, the
     only reads that memory planning lets share the output's memory (plan_memory.py
     `_in_place_candidates`, kernel/in_place.py), so every input still holds what the
-    first computation read."""
+    first computation read. Not with a reduction inside: such a body does not vectorise,
+    and the recomputed elements would only add scalar work."""
     own = tuple(Var(n) for n in c.var_names)
     out = program.root(c.out)
-    return all(not isinstance(e, Load) or (e.indices != own and program.root(e.buffer) != out)
-               for e in walk(c.body))
+    return all(not isinstance(e, Reduce) and (not isinstance(e, Load) or (
+        e.indices != own and program.root(e.buffer) != out)) for e in walk(c.body))
 
 
 def _steps(n: Expr, var) -> bool:
