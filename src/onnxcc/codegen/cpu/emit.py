@@ -482,22 +482,50 @@ class KernelEmitter:
         em.hoist(plan.hoisted(c))
         names, exts = c.var_names, c.extents
         outer = plan.order[:ncol]
-        with for_range(b, end, "p", start=begin, guard=True) as p:
-            vals: dict[str, ir.Value] = {}
-            rest = p
-            for v in reversed(outer[1:]):
-                e = bctx.dim(exts[v])
-                vals[names[v]] = b.urem(rest, e, name=names[v])
-                rest = b.udiv(rest, e, name=f"p.{names[v]}")
-            vals[names[outer[0]]] = rest
+        slots = self._odometer(bctx, begin, [(names[v], bctx.dim(exts[v])) for v in outer])
+        with for_range(b, end, "p", start=begin, guard=True):
+            vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in slots.items()}
             em.push({names[v]: vals[names[v]] for v in outer}, {names[v]: exts[v] for v in outer})
             if ncol < len(names):
                 em.hoist(plan.hoisted(c))
             self.emit_loops(em, bctx, c, plan, ncol, vals)
             em.pop()
+            self._odometer_step(b, slots, vals, [(names[v], bctx.dim(exts[v])) for v in outer])
         b.ret_void()
         bctx.finish()
         return fn
+
+    @staticmethod
+    def _odometer(bctx: FnCtx, begin: ir.Value, outer: list[tuple[str, ir.Value]]) -> dict[str, ir.Value]:
+        """Stack slots holding the outer vars of iteration `begin` (unflattened once, here).
+        Unflattening every iteration cost two 64-bit divisions per row, and LLVM sank them
+        into the scalar tail loop (a division per element: half the time of a stride-2
+        pool's pick); each iteration instead steps the vars like an odometer
+        (`_odometer_step`). The slots become registers (mem2reg)."""
+        eb = bctx.eb
+        slots = {n: eb.alloca(I64, name=f"{n}.slot") for n, _ in outer}
+        rest = begin
+        for n, e in reversed(outer[1:]):
+            eb.store(eb.urem(rest, e, name=f"{n}.first"), slots[n])
+            rest = eb.udiv(rest, e, name=f"p.{n}.first")
+        eb.store(rest, slots[outer[0][0]])
+        return slots
+
+    @staticmethod
+    def _odometer_step(b: ir.IRBuilder, slots: dict[str, ir.Value], vals: dict[str, ir.Value],
+                       outer: list[tuple[str, ir.Value]]) -> None:
+        """The outer vars of the next iteration: the last one + 1, carried into the ones
+        before it where it reaches its extent (compares and selects, no division)."""
+        carry: ir.Value = i64(1)
+        for k in range(len(outer) - 1, -1, -1):
+            n, e = outer[k]
+            nxt = b.add(vals[n], carry, name=f"{n}.step", flags=("nuw", "nsw"))
+            if k == 0:
+                b.store(nxt, slots[n])
+                break
+            wrap = b.icmp_unsigned("==", nxt, e, name=f"{n}.wrap")
+            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slots[n])
+            carry = b.zext(wrap, I64, name=f"{n}.carry")
 
 
 @dataclass(frozen=True)
