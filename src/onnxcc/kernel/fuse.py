@@ -25,6 +25,11 @@ Rules, for a producer P writing temp T:
   affine single-load remaps (transpose, slice, broadcast) go into a matmul's contraction;
   cheap elementwise bodies (cost <= `CHEAP`) inline into up to `MAX_SITES` sites anywhere
   but a contraction; expensive ones (exp, erf, ...) only into one read-once site.
+  Two exceptions keep a buffer: a window (`_stencil`: one buffer read at 3 or more
+  positions) read with a stride along the consumer's innermost var (its taps would be
+  gathers), and a guarded (padding) remap read at 3 or more sites of one consumer (a
+  pool's or depthwise conv's taps: its selects would run once per tap; materialised they
+  run once per element, measured 10% on squeezenet).
 - P with reductions (ReduceMean, a matmul, a fused softmax row max): every site must be
   read-once, outside any select arm, and map P's reductions onto a prefix of the site's
   chain (so they are still hoisted and computed once per row). A matmul / conv only goes
@@ -482,6 +487,8 @@ class _Fuser:
                         return False, "a guarded (padding) remap read with a stride along the innermost var"
                     if stencil and c.vars and _strided(s.load, c.vars[-1][0]):
                         return False, "a window (stencil) read with a stride along the innermost var"
+                    if guarded and len(sites) >= STENCIL_LOADS:
+                        return False, "a guarded (padding) remap read by a window: its selects would run once per tap"
                     if self.read_once(s, c):
                         continue
                     if cost == 0:
