@@ -21,9 +21,9 @@ def test_recipe_order_follows_the_options_and_the_backend():
     base = ["split-if", "broadcast-versions", "shape-inference", "canonicalize", "fold-conv-affine", "prune-symbols",
             "specialize", "lower-to-kernel"]
     kernel = ["plan-memory", "reserve-scratch"]
-    assert _names(CompileOptions()) == [*base, "fuse", "schedule", *kernel]
+    assert _names(CompileOptions()) == [*base, "fold-consts", "fuse", "schedule", *kernel]
     assert _names(CompileOptions(fuse=False)) == [*base, "schedule", *kernel]
-    assert _names(CompileOptions(target="cuda")) == [*base, "fuse", *kernel]  # the grid, not schedules
+    assert _names(CompileOptions(target="cuda")) == [*base, "fold-consts", "fuse", *kernel]  # the grid, not schedules
     # without the 0/1 rule no broadcast 1-versions either
     assert "broadcast-versions" not in _names(CompileOptions(specialize_one=False))
     with_buckets = _names(CompileOptions(buckets={"seq": [64]}))
@@ -70,8 +70,8 @@ def test_one_run_converts_the_graph_into_a_kernel_module_and_times_each_step():
     for v in kmod.versions:
         assert v.plan is not None and v.stats["kernels_after"] < v.stats["kernels_before"]
         assert all(c.schedule is not None for c in v.program.computes())
-    assert [n for n, _ in timer.times][-5:] == ["lower-to-kernel", "fuse", "schedule", "plan-memory",
-                                                "reserve-scratch"]
+    assert [n for n, _ in timer.times][-6:] == ["lower-to-kernel", "fold-consts", "fuse", "schedule",
+                                                "plan-memory", "reserve-scratch"]
     text = str(kmod)
     assert text.count("// version ") == 2 and "guard batch == 1" in text
 

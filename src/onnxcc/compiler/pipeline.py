@@ -10,7 +10,7 @@ kernel module, one program per version).
 from __future__ import annotations
 
 from ..codegen.backend import Backend
-from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
+from ..kernel.passes import FoldConstsPass, FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
 from ..passes.base import sym_values
 from ..passes.broadcast_relax import BroadcastVersionsPass
@@ -64,6 +64,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
                                               fused_attention=backend.fused_attention)))
     # ---- kernel passes: every decision below depends on the version's extents ----
     if options.fuse:
+        # weights sliced / concatenated / transposed by graph ops: consts at compile time
+        steps.append(("kernel", FoldConstsPass()))
         # inline injective producers, attach epilogues; control-flow bodies too
         steps.append(("kernel", FusePass()))
     if backend.schedules:
