@@ -641,7 +641,7 @@ def _pool_dense_rows(ctx, mode: str, win, xs, sp, pb, pe, include_pad) -> None:
     output picks every s-th column (one strided load per output). Read directly with the
     stride, each of the window's taps became a gather (Zen 4: a 3x3 stride-2 max pool 3-4x
     slower than onnxruntime); here only the pick is strided. kernel/fuse.py keeps `T` a
-    buffer (`_stencil_strided`), so fusion does not put the taps back under the stride."""
+    buffer (`_stencil`), so fusion does not put the taps back under the stride."""
     x = ctx.inputs[0]
     nd, dt = x.rank - 2, x.dtype
     kernel, strides, dil = win["kernel"], win["strides"], win["dilations"]
