@@ -62,6 +62,17 @@ def test_float_arithmetic_is_left_to_the_kernel():
     assert [c.out for c in p.computes()] == ["t", "y"]
 
 
+def test_a_broadcast_of_consts_is_left_alone():
+    """Expanding 24 values to 24 * 1024 would ship every copy in the library."""
+    p = KernelProgram.new("fold", [])
+    w = p.const("w", W)
+    t = p.temp("t", F32, (1024, 6, 4))
+    y = p.output("y", F32, (1024, 6, 4))
+    p.compute(t, lambda k, i, j: w[i, j])
+    p.compute(y, lambda k, i, j: t[k, i, j] + 1.0)
+    assert fold_const_remaps(p) == []
+
+
 def test_symbolic_dims_are_left_alone():
     p = _program(symbolic=True)
     assert fold_const_remaps(p) == []

@@ -14,7 +14,8 @@ Only pure data movement is folded, so the folded values are the kernel's bit for
 float node is a load, a select or a constant; index arithmetic (i64) and conditions (bool)
 may be anything `_eval` knows; nothing can fail (no checks, no division by a non-constant).
 Half and small float types stay (their kernel arithmetic widens to f32). The temp must have
-static dims, one writer (a top-level compute) and at most `LIMIT_BYTES`; its views become
+static dims, one writer (a top-level compute), at most `LIMIT_BYTES` and not much more than
+the consts it reads (`GROWTH_BYTES`: no fills or broadcasts); its views become
 consts of their own shape, and const buffers nothing reads any more are dropped.
 """
 
@@ -31,6 +32,9 @@ from .program import Buffer, Compute, KernelProgram
 
 LIMIT_BYTES = 64 << 20
 """largest remap folded (it becomes part of the library's constants)"""
+GROWTH_BYTES = 4096
+"""a folded remap may be at most this much bigger than the consts it reads (an Expand or a
+ConstantOfShape of a big shape stays a compute: the library would carry every element)"""
 
 _INT_OPS = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
@@ -58,8 +62,9 @@ def foldable(c: Compute, program: KernelProgram) -> bool:
     if not all(isinstance(canon(d), int) for d in buf.shape):
         return False
     nbytes = int(np.prod([int(canon(d)) for d in buf.shape], dtype=np.int64)) * buf.dtype.np.itemsize
-    if nbytes > LIMIT_BYTES:
-        return False
+    read = sum(program.buffers[b].data.nbytes for b in c.reads() if program.buffers[b].kind == "const")  # type: ignore[union-attr]
+    if nbytes > LIMIT_BYTES or nbytes > read + GROWTH_BYTES:
+        return False  # a fill or a broadcast: cheaper to run than to ship in the library
     for n in walk(c.body):
         if n.dtype not in _PLAIN and n.dtype is not DType.i64:
             return False
