@@ -5,7 +5,7 @@ average pool, Gemm: the shape of the held-out benchmark), `mobile` (a stride-2 s
 depthwise-separable blocks with BatchNormalization + Relu, one depthwise at stride 2) and
 `resnet` (a stem conv, then a residual block conv-BN-Relu-conv-BN + identity, Relu). Each is
 compiled once with `onnxcc compile` (one library for every shape) and timed against
-onnxruntime with `compare_ort.bench_pair` (alternating rounds, medians). Each thread count
+onnxruntime, and OpenVINO where it is installed (`peers.py`; alternating rounds, medians). Each thread count
 runs in a child process of its own, because both runtimes fix their pool size at start-up.
 
     unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
@@ -13,7 +13,8 @@ runs in a child process of its own, because both runtimes fix their pool size at
         [--sizes 32,112,224] [--batches 1,4] [--clock wall|cpu] [--json out.json]
 
 Prints one row per (net, batch, size, threads) with both medians and the ratio
-onnxcc / onnxruntime (lower is better), then the geomean per net and thread count.
+onnxcc / onnxruntime (lower is better) and onnxcc / the fastest peer, then the geomeans per
+net and thread count.
 `--clock cpu` times single-threaded runs by the process's CPU time instead of the wall
 clock: on a machine shared with other jobs a call preempted halfway counts only the time
 it ran (both runtimes compute on the calling thread at one thread; rows with more
@@ -23,11 +24,9 @@ threads keep the wall clock).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,14 +119,12 @@ def _child(args) -> list[dict]:
     """Time every (net, batch, size) at one thread count (set before either runtime starts)."""
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    import onnxruntime as ort
-    from compare_ort import bench_pair
+    from peers import available_peers, format_row, make_peers, time_row
 
     import onnxcc
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
+    peer_names = available_peers(args.peers)
+    cpu_clock = args.clock == "cpu" and args.threads == 1
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.nets.split(","):
@@ -135,27 +132,21 @@ def _child(args) -> list[dict]:
             onnx.save(NETS[name](), path)
             onnxcc.compile(path, Path(tmp) / name)
             lib = onnxcc.load(Path(tmp) / name)
-            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            peers = make_peers(path, args.threads, peer_names)
             for b in (int(v) for v in args.batches.split(",")):
                 for s in (int(v) for v in args.sizes.split(",")):
                     x = np.random.default_rng(0).standard_normal((b, 3, s, s)).astype(np.float32)
-                    feeds = {"x": x}
-                    ours = next(iter(lib.run(feeds).values()))
-                    theirs = sess.run(None, feeds)[0]
-                    err = float(np.max(np.abs(ours - theirs)))
-                    cpu_clock = args.clock == "cpu" and args.threads == 1
-                    pair = functools.partial(bench_pair, clock=time.process_time) if cpu_clock else bench_pair
-                    t_cc, t_ort = pair(lambda: lib.run(feeds), lambda: sess.run(None, feeds), args.repeats)
-                    row = {"net": name, "batch": b, "size": s, "threads": args.threads,
-                           "clock": "cpu" if cpu_clock else "wall", "onnxcc_ms": t_cc * 1e3,
-                           "ort_ms": t_ort * 1e3, "ratio": t_cc / t_ort, "max_abs_err": err}
+                    row = time_row(lambda f: list(lib.run(f).values()), peers, {"x": x}, args.repeats,
+                                   clock=time.process_time if cpu_clock else None)
+                    row.update(net=name, batch=b, size=s, threads=args.threads, clock="cpu" if cpu_clock else "wall")
                     rows.append(row)
-                    print(f"{name:7s} b={b} {s:4d}^2 t={args.threads}  onnxcc {t_cc * 1e3:8.3f} ms  "
-                          f"ort {t_ort * 1e3:8.3f} ms  ratio {t_cc / t_ort:5.2f}  err {err:.1e}", flush=True)
+                    print(f"{name:7s} b={b} {s:4d}^2 t={args.threads}  {format_row(row, peer_names)}", flush=True)
     return rows
 
 
 def main() -> None:
+    from peers import geomean
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="2,1", help="comma list; each runs in its own child process")
     ap.add_argument("--nets", default=",".join(NETS))
@@ -163,6 +154,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--peers", default="auto", help="comma list of ort,openvino (auto: OpenVINO if installed)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--child-json", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -176,15 +168,17 @@ def main() -> None:
             out = Path(tmp) / f"t{t}.json"
             cmd = [sys.executable, __file__, "--threads", t, "--nets", args.nets, "--sizes", args.sizes,
                    "--batches", args.batches, "--repeats", str(args.repeats), "--clock", args.clock,
-                   "--child-json", str(out)]
+                   "--peers", args.peers, "--child-json", str(out)]
             subprocess.run(cmd, check=True)
             rows += json.loads(out.read_text())
     geo: dict[str, float] = {}
     for key in sorted({(r["net"], r["threads"]) for r in rows}):
-        rs = [r["ratio"] for r in rows if (r["net"], r["threads"]) == key]
-        geo[f"{key[0]}/t{key[1]}"] = math.exp(statistics.fmean(math.log(x) for x in rs))
+        for field, label in (("ratio", "onnxruntime"), ("ratio_best", "best peer")):
+            g = geomean(r.get(field) for r in rows if (r["net"], r["threads"]) == key)
+            if g is not None:
+                geo[f"{key[0]}/t{key[1]}/{label}"] = g
     for k, v in geo.items():
-        print(f"geomean ratio {k}: {v:.3f}")
+        print(f"geomean onnxcc / {k.split('/')[2]} {k.split('/')[0]} t{k.split('/')[1][1:]}: {v:.3f}")
     if args.json:
         args.json.write_text(json.dumps({"clock": args.clock, "rows": rows, "geomean": geo}, indent=2))
 

@@ -14,7 +14,8 @@ from onnxcc.testing import MODELS_DIR
 MLP = str(MODELS_DIR / "mlp.onnx")
 HEADER = re.compile(r"^// -----// IR Dump After (\S+) //----- //$", re.M)
 CPU_RECIPE = ["split-if", "broadcast-versions", "shape-inference", "canonicalize", "fold-conv-affine", "prune-symbols",
-              "specialize", "lower-to-kernel", "fold-consts", "fuse", "schedule", "plan-memory", "reserve-scratch"]
+              "specialize", "attention-chain", "lower-to-kernel", "fold-consts", "fuse", "schedule", "plan-memory",
+              "reserve-scratch"]
 
 
 def _run(*args):
@@ -54,7 +55,7 @@ def test_dump_dir_numbers_every_pass_of_the_build_in_one_sequence(tmp_path):
     names = [*CPU_RECIPE[:7], "bucketize", *CPU_RECIPE[7:]]
     graph = {"split-if", "broadcast-versions", "shape-inference", "canonicalize", "fold-conv-affine", "prune-symbols",
              "specialize",
-             "bucketize"}
+             "bucketize", "attention-chain"}
     assert files == [f"{i:03d}_{n}{'.onnxir' if n in graph else '.kir'}" for i, n in enumerate(names)]
     # graph dumps parse back; the last one holds the bucket and exact versions
     last_graph = parse_module((dumps / "007_bucketize.onnxir").read_text())
@@ -74,6 +75,7 @@ def test_time_passes_lists_every_pass_and_build_step(tmp_path):
 def test_cuda_recipe_has_no_schedule_and_ptx_is_a_cuda_stop_point(tmp_path):
     r = _run("compile", MLP, "--target", "cuda", "--emit", "kernel", "--print-ir-after-all")
     assert r.exit_code == 0, r.output
-    assert HEADER.findall(r.stderr) == [n for n in CPU_RECIPE if n != "schedule"]
+    # no schedules on the grid, and attention keeps its score buffer (no fused_attention)
+    assert HEADER.findall(r.stderr) == [n for n in CPU_RECIPE if n not in ("schedule", "attention-chain")]
     r = _run("compile", MLP, "--emit", "ptx")
     assert r.exit_code != 0 and "--emit ptx needs --target cuda" in r.output

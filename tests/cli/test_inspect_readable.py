@@ -58,11 +58,11 @@ def test_formulas_use_one_spelling_and_metadata_is_never_evaluated_as_code():
 
 
 def test_version_info_is_a_short_string():
-    from onnxcc.codegen.c import link
     from onnxcc.codegen.c.abi import VersionSpec
+    from onnxcc.codegen.c.ctext import version_info_text
 
     ws = parse_size(json.loads(META.read_text())["versions"][0]["workspace_bytes"], SYMS)
-    long_ = link._version_info_text(0, VersionSpec("m_v0", workspace_bytes=ws))
+    long_ = version_info_text(0, VersionSpec("m_v0", workspace_bytes=ws))
     assert len(long_) < 120 and "Piecewise" not in long_ and "symbolic" in long_
-    short_ = link._version_info_text(1, VersionSpec("m_v1", workspace_bytes=768 * B))
+    short_ = version_info_text(1, VersionSpec("m_v1", workspace_bytes=768 * B))
     assert short_.endswith("workspace 768*batch bytes")

@@ -18,16 +18,20 @@ def _names(options: CompileOptions, stop: str = "lib") -> list[str]:
 
 
 def test_recipe_order_follows_the_options_and_the_backend():
-    base = ["split-if", "broadcast-versions", "shape-inference", "canonicalize", "fold-conv-affine", "prune-symbols",
-            "specialize", "lower-to-kernel"]
+    graph = ["split-if", "broadcast-versions", "shape-inference", "canonicalize", "fold-conv-affine", "prune-symbols",
+             "specialize"]
+    # attention-chain only where the backend runs attention fused over key blocks (the CPU)
+    base = [*graph, "attention-chain", "lower-to-kernel"]
     kernel = ["plan-memory", "reserve-scratch"]
     assert _names(CompileOptions()) == [*base, "fold-consts", "fuse", "schedule", *kernel]
     assert _names(CompileOptions(fuse=False)) == [*base, "schedule", *kernel]
-    assert _names(CompileOptions(target="cuda")) == [*base, "fold-consts", "fuse", *kernel]  # the grid, not schedules
+    # the grid, not schedules
+    assert _names(CompileOptions(target="cuda")) == [*graph, "lower-to-kernel", "fold-consts", "fuse", *kernel]
     # without the 0/1 rule no broadcast 1-versions either
     assert "broadcast-versions" not in _names(CompileOptions(specialize_one=False))
     with_buckets = _names(CompileOptions(buckets={"seq": [64]}))
     assert with_buckets.index("bucketize") == with_buckets.index("specialize") + 1
+    assert with_buckets.index("attention-chain") == with_buckets.index("bucketize") + 1  # after every version
     # every step is a registered pass, so `--print-ir-after NAME` can name it
     get_pass("fuse")  # loads the registry
     assert set(with_buckets) <= set(PASSES)

@@ -116,9 +116,10 @@ def test_fused_path_stores_no_scores_and_shrinks_the_arena(tmp_path):
                {"is_causal": 1})
     found, temps = _fused(m, tmp_path)
     assert len(found) == 1 and found[0].rows_var == "s" and found[0].dot is not None and found[0].row == 32
+    assert found[0].causal is not None  # is_causal alone: the key blocks after each row block are skipped
     assert not any(t.startswith(("scores", "probs")) for t in temps), temps
     _check(m, [{B: 1, S: 130}], tmp_path)
-    # the causal mask's dead-row flags are all the arena holds: b*h*s bools, not b*h*s*s floats
+    # no b*h*s*s floats in the arena (causal alone needs no dead-row flags either)
     assert _arena(tmp_path / "a", {B: 1, S: 1024}) <= 64 * 1024
 
 

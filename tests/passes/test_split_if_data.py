@@ -135,3 +135,22 @@ def test_if_on_a_bool_input_is_named_and_built_for_its_value(tmp_path):
                                       "--outputs", str(tmp_path / "out.npz"), "--cache-dir", str(tmp_path / "c")])
         assert r.exit_code == 0, r.output
         np.testing.assert_allclose(np.load(tmp_path / "out.npz")["y"], ort_run(m, feeds)["y"], rtol=1e-5)
+
+
+def test_a_target_whose_dispatcher_cannot_read_inputs_refuses_at_split_if():
+    """CUDA's inputs are device memory: the If is refused by split-if, naming it and the
+    input, not when the dispatcher is generated (after the whole compile)."""
+    from onnxcc.passes.split_if import SplitIfPass
+
+    mod = load_onnx(_vad())
+    with pytest.raises(UnsupportedOp, match=r"'pick'.* computed from the value of input \"sr\".*--target cpu"):
+        run_pipeline(mod, [SplitIfPass(read_inputs=False)])
+    assert "sr_0" not in print_ir(mod)  # nothing was read into a symbol
+
+
+def test_cuda_compile_refuses_the_data_if_early(tmp_path):
+    from onnxcc.compiler import CompileOptions, compile_model
+
+    onnx.save(_vad(), tmp_path / "vad.onnx")
+    with pytest.raises(UnsupportedOp, match=r"'pick'.*device memory"):
+        compile_model(tmp_path / "vad.onnx", tmp_path / "out", CompileOptions(target="cuda"), emit="ir")

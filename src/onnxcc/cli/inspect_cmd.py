@@ -75,13 +75,20 @@ def inspect(artifact: Path, as_json: bool, points: tuple[str, ...]) -> None:
 
 
 def _layout(meta: dict) -> None:
-    """The stride and alias guards: which inputs may come strided, which versions run in place."""
+    """The stride and alias guards: which inputs and outputs may come strided, which versions run
+    in place."""
     if "strided_inputs" in meta:
         served = list(meta["strided_inputs"])
         rest = [t["name"] for t in meta.get("inputs", []) if t["name"] not in served]
         line = (f"served strided (compacted into scratch first, compact ones read in place): {', '.join(served)}"
                 if served else "every input must be compact")
         click.echo("  strides: " + line + (f"; must be compact: {', '.join(rest)}" if served and rest else ""))
+    if "strided_outputs" in meta:
+        served = list(meta["strided_outputs"])
+        rest = [t["name"] for t in meta.get("outputs", []) if t["name"] not in served]
+        line = (f"served strided (written compact, scattered after the run; no zero or overlapping strides): "
+                f"{', '.join(served)}" if served else "every output must be compact")
+        click.echo("  output strides: " + line + (f"; must be compact: {', '.join(rest)}" if served and rest else ""))
     for ip in meta.get("in_place", []):
         click.echo(f"  in place: version {ip['version']} may write {ip['output']} over {ip['input']} "
                    "(exact alias, proved safe)")

@@ -265,8 +265,15 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     late = [(e, o) for e, o in spec.constraints
             if {s.name for s in sympy.sympify(e).free_symbols} & set(spec.late_dims)]
     spec.constraints = [c for c in spec.constraints if c not in late]
-    if late:  # NAME.json: what a kernel assertion (code 4) may mean
-        spec.metadata["runtime_constraints"] = [{"text": print_bool(e), "origin": o} for e, o in late]
+    checks = [{"text": print_bool(e), "origin": o} for e, o in late]
+    # a loop's carried dim re-bound every iteration is checked against its allocation bound
+    for name in spec.late_dims:
+        info = module.symbols[name] if name in module.symbols else None
+        if info is not None and ("loop-carried" in info.origin or "scan state" in info.origin):
+            checks.append({"text": f"0 <= {name} <= {print_dim(spec.run_dims[name])}",
+                           "origin": f"{info.origin}; its buffers are sized for that bound"})
+    if checks:  # NAME.json: what a kernel assertion (code 4) may mean
+        spec.metadata["runtime_constraints"] = checks
     return spec
 
 

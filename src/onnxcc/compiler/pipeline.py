@@ -10,8 +10,10 @@ kernel module, one program per version).
 from __future__ import annotations
 
 from ..codegen.backend import Backend
+from ..codegen.c.layout import reads_host
 from ..kernel.passes import FoldConstsPass, FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
+from ..passes.attention_chain import AttentionChainPass
 from ..passes.base import sym_values
 from ..passes.broadcast_relax import BroadcastVersionsPass
 from ..passes.bucketize import BucketizePass
@@ -33,7 +35,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # an If whose result ranks depend on a condition over input dims: one function per
         # value of the condition (guarded by it), the If folded into the taken branch
         # (a condition computed from small int64 inputs: their values become symbols first)
-        ("ir", SplitIfPass(skip=tuple(options.specialize_value))),
+        ("ir", SplitIfPass(skip=tuple(options.specialize_value),
+                           read_inputs=reads_host(backend.link.devices, backend.link.shape_devices))),
         # x[a] + y[b] holds at a == b, a == 1 or b == 1: `a == 1` / `b == 1` versions where they
         # serve, made before canonicalize folds with a == b (specialize relaxes the constraint)
         *((("ir", BroadcastVersionsPass(max_versions=max(0, options.max_versions // 2))),)
@@ -58,6 +61,10 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     if options.buckets:
         # padded bucket versions with exact masks
         steps.append(("ir", BucketizePass(buckets=sym_values(options.buckets))))
+    if backend.fused_attention:
+        # exporters' MatMul -> [scale, mask] -> Softmax -> MatMul chains into one attention op
+        # the backend runs fused over key blocks, per version (each on its own extents)
+        steps.append(("ir", AttentionChainPass()))
     # graph module -> kernel module: version k becomes the kernel program NAME_vK
     # (attention fused over key blocks where the backend runs that form: kernel/flash.py)
     steps.append(("kernel", LowerToKernelPass(prefix=name,

@@ -486,12 +486,26 @@ class GraphBuilder:
         results = conv(node, self) if conv is not None else self.generic(node, name)
         if name == "onnx.Loop" and results and carried_varies(results[0].owner, self.module) \
                 and sequences.can_unroll(self, node):
-            # a carried value that changes shape across iterations: no one buffer holds it, so
-            # the loop is unrolled (its trip count known) and every iteration typed on its own
-            # (else it stays a Loop: the interpreter runs it, lowering refuses it by name)
-            results[0].owner.erase()
-            results = sequences.unroll_loop(self, node)
+            # a carried value that changes shape across iterations: unrolled when its trip
+            # count and condition are known, every iteration typed on its own (else it stays
+            # a Loop, compiled as one with the varying dims re-bound per iteration)
+            results = self._unroll_or_keep(node, results)
         self._bind(node, results)
+
+    def _unroll_or_keep(self, node: onnx.NodeProto, results: list) -> list:
+        """Unroll a Loop whose trip count is known; a body condition that turns out to
+        depend on data drops the partial unrolling and keeps the Loop."""
+        loop = results[0].owner
+        mark, saved = len(self.block.ops), list(self.module.constraints)
+        try:
+            unrolled = sequences.unroll_loop(self, node)
+        except sequences.DataCondition:
+            for op in reversed(self.block.ops[mark:]):
+                op.erase()
+            self.module.constraints[:] = saved
+            return results
+        loop.erase()
+        return unrolled
 
     def _bind(self, node: onnx.NodeProto, results: list[Value]) -> None:
         op_type = node.op_type

@@ -220,6 +220,11 @@ def refuse(b, node, why: str):
     return UnsupportedOp(node.op_type, node.domain, b.loc, why)
 
 
+class DataCondition(UnsupportedOp):
+    """A Loop being unrolled whose body's condition depends on data: a tensor Loop is then
+    kept as a loop instead (onnx_import; ops/loop_carried.py compiles it)."""
+
+
 def _seq(b, node, x, k: int = 0) -> SeqVal:
     if not isinstance(x, SeqVal):
         raise refuse(b, node, f"input {k} must be a sequence")
@@ -571,8 +576,9 @@ def _loop(b, node, ins, attrs, kind: str = _SEQ_LOOP):
         outs = run_inline(b, g, binds, f"iter{i}")
         got = known_ints(b, _tensor(b, node, outs[0], 0))
         if got is None:
-            raise refuse(b, node, f"the body's condition in iteration {i} depends on data the compile does not "
-                         f"know; {kind} is unrolled, so when it stops must be known")
+            raise DataCondition(node.op_type, node.domain, b.loc, f"the body's condition in iteration {i} depends "
+                                f"on data the compile does not know; {kind} is unrolled, so when it stops must "
+                                "be known")
         cond = bool(got[0])
         state = outs[1:1 + n_state]
         for j, o in enumerate(outs[1 + n_state:]):

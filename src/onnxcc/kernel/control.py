@@ -270,6 +270,15 @@ class SetSymbol(Stmt):
 CONTROL_STMTS = (IfStmt, LoopStmt, WriteAt, SetSymbol)
 
 
+def rebinds(s: Stmt) -> bool:
+    """Whether `s` binds a run-time symbol mid-run: a binding `SetSymbol`, or a control
+    statement with one in its bodies (a Loop re-binding a carried dim every iteration).
+    Code after it must re-read the symbols."""
+    if isinstance(s, SetSymbol):
+        return s.bind
+    return any(rebinds(t) for b in s.bodies() for t in b)
+
+
 # ---- passes inside bodies -------------------------------------------------------------------
 
 

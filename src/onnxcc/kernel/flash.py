@@ -103,6 +103,10 @@ class Flash:
     """the second-innermost var (the query row) when neither the keys nor the values read
     it: the emitter then runs several rows at once over each key block, sharing every key
     and value load among them (None: one row at a time)"""
+    causal: Expr | None = None
+    """the last key a row attends when the score is `select(key > R, -inf, x)` with R the
+    row var plus an offset free of the key and the row (causal attention): keys after R add nothing, so the emitter
+    stops each block of rows at its last row's R (None: every key)"""
 
     def without_core(self, body: Expr) -> Expr:
         """`body` with the core replaced by a constant: what may be hoisted above the row
@@ -133,13 +137,31 @@ def match_flash(c: Compute) -> Flash | None:
     if any(isinstance(n, Load) and n.buffer == c.out for n in walk(c.body)):
         return None  # the row's stores come after all its reads only if no read is of the output
     guarded = isinstance(core.b, Select)
+    causal = _causal_limit(score, key.name, c.vars[-2][0].name) if len(c.vars) >= 2 else None
     dot = _split_dot(score, key.name)
     if dot is None:
-        return Flash(core, key, kv_len, score, value, ext, guarded)
+        return Flash(core, key, kv_len, score, value, ext, guarded, causal=causal)
     rows = c.vars[-2][0].name if len(c.vars) >= 3 else None
     if rows is not None and rows in free_vars(value) | free_vars(kv_len) | free_vars(dot[2]):
         rows = None
-    return Flash(core, key, kv_len, score, value, ext, guarded, *dot, rows_var=rows)
+    return Flash(core, key, kv_len, score, value, ext, guarded, *dot, rows_var=rows, causal=causal)
+
+
+def _causal_limit(score: Expr, key: str, row: str) -> Expr | None:
+    """R when `score` is `select(key > R, -inf, x)` and R is the row var, or the row var plus
+    what neither the key nor the row changes (so the last row of a block has the largest
+    R), else None."""
+    if not (isinstance(score, Select) and score.a == Const(float("-inf"), score.dtype)):
+        return None
+    cond = score.cond
+    if not (isinstance(cond, Binary) and cond.op == "gt" and cond.a == Var(key)):
+        return None
+    r = cond.b
+    if r == Var(row):
+        return r
+    if isinstance(r, Binary) and r.op == "add" and r.a == Var(row) and not {key, row} & free_vars(r.b):
+        return r
+    return None
 
 
 def _split_dot(score: Expr, key: str) -> tuple[Reduce, Expr, Expr] | None:

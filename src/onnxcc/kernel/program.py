@@ -198,11 +198,24 @@ class KernelProgram:
     over the other symbols, that buffers are allocated for; a `SetSymbol` statement reports
     the true value (see kernel/control.py)"""
 
+    bound_mid_run: set[str] = field(default_factory=set)
+    """symbols a lowering has bound mid-run so far (while it builds a loop body, `body` is
+    that nested list, which does not show the bindings before it)"""
+
     @property
     def late_dims(self) -> set[str]:
-        """Run-time symbols bound mid-run (a `SetSymbol` with `bind` at top level): later
-        statements see their true value, buffers are allocated for their bound."""
-        return {s.symbol for s in self.body if getattr(s, "bind", False)}
+        """Run-time symbols bound mid-run (a `SetSymbol` with `bind`, at top level or inside
+        a loop body, where a carried dim is re-bound every iteration): later statements see
+        their true value, buffers are allocated for their bound."""
+        out: set[str] = set(self.bound_mid_run)
+        todo = list(self.body)
+        while todo:
+            s = todo.pop()
+            if getattr(s, "bind", False):
+                out.add(s.symbol)  # type: ignore[attr-defined]  # a SetSymbol
+            for b in s.bodies():
+                todo.extend(b)
+        return out
 
     def alloc_bytes(self, buf: Buffer) -> Dim:
         """The bytes `buf` takes in the workspace: its size with every mid-run symbol at its

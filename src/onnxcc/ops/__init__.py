@@ -38,6 +38,7 @@ from . import resize  # noqa: F401
 from . import rnn  # noqa: F401
 from . import roi_align  # noqa: F401
 from . import sample  # noqa: F401
+from . import sdpa  # noqa: F401
 from . import shape  # noqa: F401
 from . import signal  # noqa: F401
 from . import signal_extra  # noqa: F401

@@ -352,6 +352,24 @@ def _lower(ctx) -> None:
 
     row = (g.batch, g.q_heads, g.q_len)
     tv = Var("t")
+    wants_scores = n_out > 3 and opts["mode"] in (2, 3)
+    causal_only = opts["causal"] and maskb is None and opts["left"] < 0 and opts["right"] < 0 and nonpadb is None
+    if causal_only and not wants_scores and fuses(ctx, acc, g.v_head, g.kv_len):
+        # causal alone: keys after row + past are -inf, written as the select the fused
+        # kernel reads as causal (kernel/flash.py `Flash.causal`: the blocks after each
+        # block of rows are never computed); no row is dead (key 0 is always seen)
+        off = P if past_kb is not None else Const(0, DType.i64)
+        if n_out > 3:  # modes 0 and 1: the raw or softcapped scores, before the mask
+            qk = ctx.out(3)
+            stage = raw if opts["mode"] == 0 else scaled
+            ctx.compute(qk, lambda b, h, s, t: cast(stage(b, h, s, t), qk.dtype))
+
+        def causal_core(b, h, s, vv) -> Expr:
+            return flash_core(lambda t: select(t > s + off, Const(NEG_INF, acc), scaled(b, h, s, t)),
+                              lambda t: cast(values(b, kv_head(h), t, vv), acc), g.kv_len, acc)
+
+        _write_y(ctx, g, y_dt, causal_core)
+        return
     if masked:  # rows with nothing to attend, decided on the bias alone
         dead = ctx.temp(DType.bool, row, "masked_row")
         ctx.compute(dead, lambda b, h, s: rmax([(tv, g.kv_len)], bias(b, h, s, tv)).eq(Const(NEG_INF, acc)))
@@ -360,7 +378,7 @@ def _lower(ctx) -> None:
         stage = raw if opts["mode"] == 0 else scaled
         ctx.compute(qk, lambda b, h, s, t: cast(stage(b, h, s, t), qk.dtype))
 
-    if not (n_out > 3 and opts["mode"] in (2, 3)) and fuses(ctx, acc, g.v_head, g.kv_len):
+    if not wants_scores and fuses(ctx, acc, g.v_head, g.kv_len):
         # one compute over key blocks, the scores never stored (kernel/flash.py)
         def fused(b, h, s, vv) -> Expr:
             core = flash_core(lambda t: scored(b, h, s, t),

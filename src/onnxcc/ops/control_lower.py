@@ -12,9 +12,12 @@ Loop  The results are the state buffers: initialised from the carried inputs, th
       when a yielded value is another state, e.g. a swap). Scan outputs over a data-dependent
       trip count are allocated for its upper bound (M, else the symbol's range) and the
       count of iterations is reported with SetSymbol; the loop fails rather than overrun.
+      A carried value whose shape changes per iteration: its varying dims are run-time
+      symbols re-bound at the end of every iteration (ops/loop_carried.py).
 Scan  A LoopStmt over the scan length: each iteration slices the scan inputs (a compute
       reading X at t, or at L-1-t when reversed, which fusion can inline into its
-      consumers), runs the body, writes the output slices on their axes and copies states.
+      consumers), runs the body, writes the output slices on their axes and copies states
+      (a state that changes shape: as a Loop's carried value).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sympy
 from ..errors import UnsupportedOp
 from ..ir import INT_MAX, DType, Op, canon
 from ..kernel import Buffer, IfStmt, LoopStmt, Var, WriteAt, dim_to_expr, flatten_index, unflatten_index
+from . import loop_carried as lc
 
 
 def _first(buf: Buffer):
@@ -56,28 +60,31 @@ def write_slice(p, out: Buffer, src: Buffer, axis: int, pos) -> None:
     p.body.append(WriteAt(out.name, tuple(zip(vs, src.shape)), (*vs[:axis], pos, *vs[axis:]), src[vs]))
 
 
-def carry(ctx, updates: list[tuple[Buffer, Buffer]]) -> None:
-    """Copy each yielded buffer into its state buffer. A yielded buffer that is itself one
-    of the states is staged through a temp first, so no copy reads a state already
-    overwritten."""
+def carry(ctx, updates: list[tuple]) -> None:
+    """Copy each yielded buffer into its state buffer: (state, yielded) or (state, yielded,
+    write), `write(p, state, yielded)` replacing the plain copy. A yielded buffer that is
+    itself one of the states is staged through a temp first, so no copy reads a state
+    already overwritten."""
     p = ctx.program
-    roots = {p.root(d.name) for d, _ in updates}
+    roots = {p.root(u[0].name) for u in updates}
     staged = []
-    for dst, src in updates:
+    for dst, src, *how in updates:
         if p.root(src.name) == p.root(dst.name):
             continue  # passed through unchanged
         if p.root(src.name) in roots:
             tmp = ctx.temp(src.dtype, src.shape, "carried")
             copy(p, tmp, src)
             src = tmp
-        staged.append((dst, src))
-    for dst, src in staged:
-        copy(p, dst, src)
+        staged.append((dst, src, how[0] if how else copy))
+    for dst, src, write in staged:
+        write(p, dst, src)
 
 
-def _init_states(ctx, states, inits, arg_types, what: str) -> None:
+def _init_states(ctx, states, inits, arg_types, what: str, varying: frozenset = frozenset()) -> None:
+    """Copy the initial values into the state buffers. A state in `varying` changes shape
+    (ops/loop_carried.py): its dims are run-time symbols bound to the initial extents."""
     for k, (st, i, at) in enumerate(zip(states, inits, arg_types)):
-        if not _same_shape(at.shape, ctx.in_type(i).shape):
+        if k not in varying and not _same_shape(at.shape, ctx.in_type(i).shape):
             raise ctx.unsupported(f"{what} {k} changes shape across iterations ({ctx.in_type(i)} -> {at})")
         copy(ctx.program, st, ctx.inputs[i])
 
@@ -143,11 +150,19 @@ def lower_loop(ctx) -> None:
 
     L, p, op = ctx.lowerer, ctx.program, ctx.op
     lay = loop_layout(op)
+    for what, i, want in (("trip count M", lay.m, DType.i64), ("condition", lay.cond, DType.bool)):
+        if i is not None and ctx.in_type(i).dtype is not want:  # (torch exports int(t.sum()) as a float M)
+            raise ctx.unsupported(f"the {what} is {ctx.in_type(i)}, the spec says {want.value}: an invalid model")
     body = op.regions[0].block
     n = len(lay.carried)
     outs = [ctx.out(k) for k in range(len(op.results))]
     states, scans = outs[:n], outs[n:]
-    _init_states(ctx, states, lay.carried, [a.type for a in body.args[2:2 + n]], "loop-carried value")
+    arg_types = [a.type for a in body.args[2:2 + n]]
+    vary = lc.varying_dims(ctx, arg_types, lay.carried)
+    # the bounds need what the body binds (a count it appends): placeholders until it is lowered
+    marks = lc.open_bounds(ctx, vary)
+    lc.bind_initial(ctx, vary, marks, lay.carried)
+    _init_states(ctx, states, lay.carried, arg_types, "loop-carried value", frozenset(k for k, _, _ in vary))
     t = ctx.temp(DType.i64, (), "loop_t")
     cond = None
     if lay.cond is not None:
@@ -158,7 +173,10 @@ def lower_loop(ctx) -> None:
         raise ctx.unsupported("a Loop with neither a trip count M nor a condition never ends")
     cond_arg = cond if cond is not None else ctx.const(np.array(True), "true")
     args = [t, cond_arg, *states, *(ctx.inputs[i] for i in lay.captures)]
-    stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)))
+    stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)), rebinds=True)
+    lc.check_slices(ctx, stmts, vary, [y.type for y in body.terminator.operands[1 + n:]])
+    bounds = _carried_bounds(ctx, lay, vary, body, marks)
+    lc.close_bounds(ctx, marks, bounds, stmts)
     count = cap = None
     run = sorted({d.name for d in (o.shape[0] for o in scans) if L.is_run_dim(d)})
     if run:
@@ -171,12 +189,31 @@ def lower_loop(ctx) -> None:
     with L.into(stmts):
         for o, y in zip(scans, ys[1 + n:]):
             write_slice(p, o, y, 0, t[()])
-        carry(ctx, ([(cond, ys[0])] if cond is not None else []) + list(zip(states, ys[1:1 + n])))
+        pairs, news = lc.rebind_after(ctx, vary, states, ys[1:1 + n])
+        carry(ctx, ([(cond, ys[0])] if cond is not None else []) + pairs)
+        lc.emit_rebinds(ctx, news, bounds)
+    after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
                            count=None if count is None else count.name, max_trips=cap))
+    p.body.extend(after)
 
 
-def _trip_bound(ctx, lay, name: str):
+def _carried_bounds(ctx, lay, vary, body, marks: dict) -> dict:
+    """The allocation bound of each varying carried dim (ops/loop_carried.py)."""
+    if not vary:
+        return {}
+    # the scan outputs' trip-count symbol (when the trip count is data) bounds the state too
+    scan_dims = [r.type.shape[0] for r in ctx.op.results[len(lay.carried):]]
+    iters = next((d.name for d in scan_dims if ctx.lowerer.is_run_dim(d)), None)
+    trips = _trip_bound(ctx, lay, iters)
+    others = {s.name for _, _, s in vary}
+    ys = list(body.terminator.operands)
+    return {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.carried[k]).shape[j], ys[1 + k].type.shape[j],
+                                     trips, others, marks, iters)
+            for k, j, s in vary}
+
+
+def _trip_bound(ctx, lay, name: str | None):
     """An upper bound of the trip count, over the input symbols: M when it is a constant or
     a dim (cc.dims), else the run-determined symbol's range (None if it has none)."""
     if lay.m is not None:
@@ -187,6 +224,8 @@ def _trip_bound(ctx, lay, name: str):
         owner = ctx.op.operands[lay.m].owner
         if isinstance(owner, Op) and owner.name == "cc.dims" and len(owner.attrs["dims"]) == 1:
             return owner.attrs["dims"][0]
+    if name is None:
+        return None
     info = ctx.lowerer.module.symbols[name]
     return info.hi if info.hi < INT_MAX else None
 
@@ -203,14 +242,24 @@ def lower_scan(ctx) -> None:
     ns, ni = len(lay.states), len(lay.inputs)
     outs = [ctx.out(k) for k in range(len(op.results))]
     states, scans = outs[:ns], outs[ns:]
-    _init_states(ctx, states, lay.states, [a.type for a in body.args[:ns]], "scan state")
+    arg_types = [a.type for a in body.args[:ns]]
+    vary = lc.varying_dims(ctx, arg_types, lay.states)
+    marks = lc.open_bounds(ctx, vary)
+    lc.bind_initial(ctx, vary, marks, lay.states)
+    _init_states(ctx, states, lay.states, arg_types, "scan state", frozenset(k for k, _, _ in vary))
     axes = [a % ctx.in_type(i).rank for a, i in zip(lay.in_axes, lay.inputs)]
     length = ctx.in_type(lay.inputs[0]).shape[axes[0]]
     t = ctx.temp(DType.i64, (), "scan_t")
     fwd, rev = t[()], dim_to_expr(length) - 1 - t[()]
     slices = [ctx.temp(a.type.dtype, a.type.shape, "scan_in") for a in body.args[ns:ns + ni]]
     args = [*states, *slices, *(ctx.inputs[i] for i in lay.captures)]
-    stmts, ys = L.lower_region(body, args, [None] * len(outs))
+    stmts, ys = L.lower_region(body, args, [None] * len(outs), rebinds=True)
+    lc.check_slices(ctx, stmts, vary, [y.type for y in body.terminator.operands[ns:]])
+    ys_t = [y.type for y in body.terminator.operands]
+    others = {s.name for _, _, s in vary}
+    bounds = {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.states[k]).shape[j], ys_t[k].shape[j], length,
+                                       others, marks) for k, j, s in vary}
+    lc.close_bounds(ctx, marks, bounds, stmts)
     with L.into([]) as pre:  # slice t of every scan input, first thing in the body
         for sl, i, ax, d in zip(slices, lay.inputs, axes, lay.in_dirs):
             x, pos = ctx.inputs[i], (rev if d else fwd)
@@ -219,5 +268,9 @@ def lower_scan(ctx) -> None:
     with L.into(stmts):
         for o, y, ax, d in zip(scans, ys[ns:], lay.out_axes, lay.out_dirs):
             write_slice(p, o, y, ax % o.rank, rev if d else fwd)
-        carry(ctx, list(zip(states, ys[:ns])))
+        pairs, news = lc.rebind_after(ctx, vary, states, ys[:ns])
+        carry(ctx, pairs)
+        lc.emit_rebinds(ctx, news, bounds)
+    after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=dim_to_expr(length)))
+    p.body.extend(after)

@@ -64,10 +64,16 @@ def _propagate_block(block: Block, module: Module, values: dict) -> None:
     for op in block.ops:
         if op.name in ("return", "yield"):
             continue
-        for r in op.regions:
-            for b in r.blocks:
-                _propagate_block(b, module, values)
         d = get_opdef(op.name)
+        capture = getattr(d, "capture_operand", None)
+        for ri, r in enumerate(op.regions):
+            for b in r.blocks:
+                if capture is not None:  # a captured constant is known inside the body too
+                    for ai, a in enumerate(b.args):
+                        i = capture(op, ri, ai)
+                        if i is not None and i < len(op.operands) and op.operands[i] in values:
+                            values[a] = values[op.operands[i]]
+                _propagate_block(b, module, values)
         if d is None:
             continue
         vals = d.value(InferCtx(op, module, values))

@@ -12,7 +12,9 @@ determines (a Loop's data-dependent trip count, a branch-dependent If extent) is
 when the op's lowering declares it with `declare_run_dim` (its upper bound, used for
 allocation) and reports the true value with `set_symbol`; such results may only be
 returned (or passed through Identity), never computed with. A run-time symbol bound with
-`bind_symbol` (NonZero's count...) is bound mid-run instead, and later ops compute on it.
+`bind_symbol` (NonZero's count...) is bound mid-run instead, and later ops compute on it;
+Loop and Scan bodies may bind one too (`lower_region(..., rebinds=True)`: a count in the
+body, a carried dim re-bound every iteration), If branches may not.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ class _Lowerer:
         #: id(Value) -> the buffer its producer writes directly (an output, an If result)
         self.target: dict[int, Buffer] = {}
         self.depth = 0  # region nesting
+        #: per open region, whether it may re-bind run-time symbols (a Loop body: its code runs
+        #: as its own function per iteration, which re-reads them; kernel/control.py)
+        self.rebinding: list[bool] = []
+        #: constraints a lowering checks itself (over a loop's carried dims: ops/loop_carried.py)
+        self.checked: set[int] = set()
         self.set_syms: dict[str, SetSymbol] = {}  # run-determined symbol -> its report, emitted last
         self.bound = ({s.name for a in f.params for s in a.type.symbols()} | {str(k) for k in f.subs}
                       | {item.partition("=")[0] for item in f.attrs.get("value_symbols", [])})
@@ -85,16 +92,21 @@ class _Lowerer:
         if not late:
             return
         where = {s.symbol: k for k, s in enumerate(p.body) if isinstance(s, SetSymbol) and s.bind}
+        nested = {s.symbol for _, _, s in _bind_sites(p.body, nested=False)}
         for c in self.module.constraints:
             names = {s.name for s in c.expr.free_symbols} & late
-            if not names:
+            if not names or id(c) in self.checked:
+                continue
+            if names & nested:  # re-bound in a loop body: checked at every binding
+                if len(names) > 1:
+                    raise CompileError(f"constraint {c.expr} ({c.origin}) relates symbols {', '.join(sorted(names))}"
+                                       ", some of which a loop re-binds every iteration; not checked at run time yet")
+                for body, k, st in _bind_sites(p.body, nested=True):
+                    if st.symbol in names:
+                        body[k] = _checked(st, c.expr)
                 continue
             k = max(where[n] for n in names)
-            st = p.body[k]
-            value = st.value
-            cond = transform(condition_to_expr(c.expr),
-                             lambda e, n=st.symbol, v=value: v if isinstance(e, SymRef) and e.name == n else None)
-            p.body[k] = SetSymbol(st.symbol, check(cond, value, ERR_ASSERT), bind=True)
+            p.body[k] = _checked(p.body[k], c.expr)
 
     def set_targets(self, values, buffers) -> None:
         """Let the producer of each value write straight into its buffer (first use wins;
@@ -123,31 +135,35 @@ class _Lowerer:
         finally:
             p.body = saved
 
-    def lower_region(self, block, args, targets) -> tuple[list[Stmt], list[Buffer]]:
+    def lower_region(self, block, args, targets, rebinds: bool = False) -> tuple[list[Stmt], list[Buffer]]:
         """Lower `block` into a new statement list: its args read the buffers `args`; a
         yielded value the block computes is written straight into its entry of `targets`
-        (None: anywhere). Returns the statements and the buffer of each yielded value."""
+        (None: anywhere). With `rebinds` (a Loop body) ops in it may bind run-time symbols.
+        Returns the statements and the buffer of each yielded value."""
         for a, b in zip(block.args, args):
             self.buf[id(a)] = b
         ys = list(block.terminator.operands) if block.terminator is not None else []
         self.set_targets(ys, targets)
         self.depth += 1
+        self.rebinding.append(rebinds)
         try:
             with self.into([]) as stmts:
                 self.lower_ops(block.ops)
         finally:
             self.depth -= 1
+            self.rebinding.pop()
         return stmts, [self.buf[id(v)] for v in ys]
 
     def is_run_dim(self, d) -> bool:
         """A result dim that is a symbol no input binds (the run determines it)."""
         return isinstance(d, sympy.Symbol) and d.name not in self.bound
 
-    def declare_run_dim(self, op: Op, name: str, bound) -> None:
+    def declare_run_dim(self, op: Op, name: str, bound, late: bool = False) -> None:
         """`name` is determined by the run; buffers are allocated for `bound` (a Dim over
-        the input symbols, at least 1)."""
+        the input symbols, at least 1). `late`: it is bound mid-run (`bind_symbol`), which
+        loop bodies allow too."""
         where = f'node "{op.loc}" ({op.name})'
-        if self.depth:
+        if self.depth and not (late and all(self.rebinding)):
             raise UnsupportedOp(op.opname, op.dialect, op.loc, f"result dim {name} is known only at run time "
                                 "inside a loop or branch body")
         extra = sorted(s.name for s in sympy.sympify(bound).free_symbols if s.name not in self.bound) \
@@ -170,7 +186,8 @@ class _Lowerer:
         late = {sym(k): sympy.sympify(v) for k, v in self.program.run_dims.items() if k in self.program.late_dims}
         if late and bound is not None:
             bound = canon(sympy.sympify(bound).xreplace(late))
-        self.declare_run_dim(op, name, bound)
+        self.declare_run_dim(op, name, bound, late=True)
+        self.program.bound_mid_run.add(name)
         self.program.body.append(SetSymbol(name, value, bind=True))
 
     def lower_op(self, op: Op) -> None:
@@ -248,6 +265,24 @@ class _Lowerer:
         if extra:
             raise CompileError(f'node "{op.loc}" ({op.name}): result shape {r.type} depends on data '
                                f"({', '.join(extra)} known only at run time); not compiled yet")
+
+
+def _bind_sites(body: list[Stmt], nested: bool, depth: int = 0):
+    """(list, index, stmt) of each binding `SetSymbol`: all of them (`nested`), or only
+    those inside control-statement bodies."""
+    for k, st in enumerate(body):
+        if isinstance(st, SetSymbol) and st.bind and (nested or depth):
+            yield body, k, st
+        for b in st.bodies():
+            yield from _bind_sites(b, nested, depth + 1)
+
+
+def _checked(st: SetSymbol, constraint) -> SetSymbol:
+    """`st` with its value checked against the model constraint (ERR_ASSERT when false)."""
+    value = st.value
+    cond = transform(condition_to_expr(constraint),
+                     lambda e, n=st.symbol, v=value: v if isinstance(e, SymRef) and e.name == n else None)
+    return SetSymbol(st.symbol, check(cond, value, ERR_ASSERT), bind=True)
 
 
 def _label(body: list[Stmt], first: int, label: str) -> None:

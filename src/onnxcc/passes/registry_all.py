@@ -3,6 +3,7 @@ register the kernel passes (which cannot import the registry: kernel sits below 
 
 from ..kernel.passes import KERNEL_PASSES
 from . import (  # noqa: F401
+    attention_chain,
     broadcast_relax,
     bucketize,
     canonicalize,

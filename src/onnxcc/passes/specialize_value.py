@@ -5,7 +5,7 @@ holding the value, so shape inference and canonicalize fold what depends on it (
 target, Expand's shape, Slice's starts, a Reduce's axes, TopK's K, an If's condition...).
 The parameter itself stays (the C signature is the same for every version); the generated
 dispatcher compares the input's data with the value before it picks the version
-(codegen/c/link.py), so a version only runs on the value it was compiled for.
+(codegen/c/dispatch.py), so a version only runs on the value it was compiled for.
 
 Options (CLI: `specialize-value{values=shape:2 3 4|sr:16000}`): groups `NAME:V V ...` joined
 by `|`, one value each (an empty value is `NAME:`); a name given twice has two values.

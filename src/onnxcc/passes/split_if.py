@@ -33,7 +33,7 @@ from ..ir.clone import clone_function
 from ..ops.control_flow import BranchSplit
 from ..ops.infer import infer_block
 from .base import ModulePass, PassContext, register_pass
-from .data_branch import bind_deciding_inputs
+from .data_branch import bind_deciding_inputs, data_ifs, deciding_inputs
 from .value_symbols import value_symbols_of
 
 #: bound on the functions one model may be split into
@@ -117,11 +117,17 @@ class SplitIfPass(ModulePass):
     name: ClassVar[str] = "split-if"
     #: inputs whose values are not read into symbols (those with value versions)
     skip: tuple[str, ...] = field(default=(), metadata={"parse": lambda t: tuple(filter(None, t.split("|")))})
+    read_inputs: bool = True
+    """whether the target's dispatcher can read input data (host memory): without it an If
+    decided by an input's value is refused here, naming the If and the input, rather than
+    when the dispatcher is generated"""
 
     def run(self, module: Module, ctx: PassContext) -> bool:
         main = module.functions.get("main")
         if main is None or not any(o.name == "onnx.If" for o in main.walk()):
             return False
+        if not self.read_inputs:
+            _refuse_reads(main, set(self.skip))
         # a condition computed from small int64 inputs: their values become symbols
         bound = bind_deciding_inputs(module, main, set(self.skip))
         todo, done, changed = [main], [], bool(bound)
@@ -198,3 +204,17 @@ class SplitIfPass(ModulePass):
                 module.add_constraint(c.expr, c.origin)
             module.dispatch["main"] = [f.name for f in done if f is not main]
         return changed
+
+
+def _refuse_reads(main: Function, skip: set[str]) -> None:
+    """An If whose branches differ in rank on the value of an input, on a target whose
+    dispatcher cannot read input data (CUDA: the inputs are device memory)."""
+    ps = deciding_inputs(main, skip)
+    if not ps:
+        return
+    op = data_ifs(main)[0]
+    names = ", ".join(f'"{p.name}"' for p in ps)
+    raise UnsupportedOp("If", "", op.loc or op.name,
+                        f"its branches give results of different ranks on a condition computed from the value of "
+                        f"input {names}; reading an input's value at dispatch needs a target whose dispatcher reads "
+                        "host memory, and this target's inputs are device memory (compile with --target cpu)")

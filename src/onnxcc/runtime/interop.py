@@ -57,8 +57,12 @@ def as_input(name: str, dtype_name: str, want: np.dtype, x, cast: bool) -> np.nd
     return x if x.flags.c_contiguous else np.array(x, order="C")
 
 
-def as_output(name: str, dtype_name: str, want: np.dtype, shape: tuple[int, ...], x) -> np.ndarray:
-    """An `out=` buffer for output `name`: written in place, so it must match exactly."""
+def as_output(name: str, dtype_name: str, want: np.dtype, shape: tuple[int, ...], x,
+              strided: bool = False) -> np.ndarray:
+    """An `out=` buffer for output `name`: written in place, so it must match exactly. With
+    `strided` (an output the library serves strided) a view with strides in whole elements
+    (x[:, ::2], x.T, x[::-1]) goes through as it is; the library refuses one whose elements
+    share memory."""
     if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
         x = _from_dlpack(name, x)
     if not isinstance(x, np.ndarray):
@@ -67,8 +71,10 @@ def as_output(name: str, dtype_name: str, want: np.dtype, shape: tuple[int, ...]
         raise GuardError(f'out "{name}": expected dtype {dtype_name} ({want}), got {x.dtype}')
     if tuple(x.shape) != tuple(shape):
         raise GuardError(f'out "{name}": expected shape {list(shape)} for these inputs, got {list(x.shape)}')
-    if not x.flags.c_contiguous:
-        raise GuardError(f'out "{name}": must be C-contiguous (it is written in place)')
+    if not x.flags.c_contiguous and not (strided and all(st % x.itemsize == 0 for st in x.strides)):
+        why = ("its strides are not whole elements" if strided
+               else "this output is not served strided (NAME.json: strided_outputs)")
+        raise GuardError(f'out "{name}": must be C-contiguous (it is written in place; {why})')
     if not x.flags.writeable:
         raise GuardError(f'out "{name}": is read-only')
     return x

@@ -247,6 +247,8 @@ class _Scratch(threading.local):
         self.ow, self.osh, self.oaddr = self._slots(max(1, n_out), dev_word)
         self.ist = (ctypes.c_int64 * (_MAX_RANK * max(1, n_in)))()  # input strides, per slot
         self.ist_base = ctypes.addressof(self.ist)
+        self.ost = (ctypes.c_int64 * (_MAX_RANK * max(1, n_out)))()  # output strides, per slot
+        self.ost_base = ctypes.addressof(self.ost)
         self.tmp = (ctypes.c_int64 * _MAX_RANK)()
         self.tmp_addr = ctypes.c_void_p(ctypes.addressof(self.tmp))
 
@@ -380,6 +382,9 @@ class CompiledModel:
         # (x[:, ::2], x.T, np.broadcast_to) goes through with its strides, not copied here
         served = set(self.meta.get("strided_inputs", ()))
         self._strided_ok = [t["name"] in served and not self._cuda for t in self.inputs]
+        # outputs it serves strided (it scatters into them): an out= view goes through as it is
+        served_out = set(self.meta.get("strided_outputs", ()))
+        self._strided_out_ok = [t["name"] in served_out and not self._cuda for t in self.outputs]
         # outputs sized only by the run: the library allocates them (NAME_run_alloc)
         self._run_alloc = None
         if self._any_run_determined and not self._cuda and not self._packed and not self._strings \
@@ -596,8 +601,9 @@ class CompiledModel:
         Inputs may be numpy arrays, anything with `__dlpack__` (viewed without a copy when
         compact and on the CPU), numpy scalars or Python lists (runtime/interop.py); `cast=True`
         converts any input to the model's dtype. `out`: a dict {name: array} or a list of
-        preallocated outputs (C-contiguous, exact dtype and shape), written in place and
-        returned. A model with sequence / optional inputs or outputs takes a list of arrays for
+        preallocated outputs (exact dtype and shape; C-contiguous, or any writable view with
+        whole-element strides for the outputs NAME.json lists as "strided_outputs"), written
+        in place and returned. A model with sequence / optional inputs or outputs takes a list of arrays for
         a sequence and None for an absent optional, and returns them so (io_structure.py)."""
         if self.structure is not None:
             from onnxcc.io_structure import flatten_inputs, group_outputs
@@ -639,13 +645,21 @@ class CompiledModel:
                     self._check(rc)
                 shape = tuple(sc.tmp[:self._out_ranks[k]])
             if bufs is not None and bufs[k] is not None:
-                a = as_output(self._out_names[k], self.outputs[k]["dtype"], self._out_np[k], shape, bufs[k])
+                a = as_output(self._out_names[k], self.outputs[k]["dtype"], self._out_np[k], shape, bufs[k],
+                              self._strided_out_ok[k])
             else:
                 a = self._empty(k, shape, self._out_np[k])
             nd = len(shape)
             ow[j] = _data_ptr(a)
             ow[j + 2] = self._out_tags[k] | nd
             osh[m:m + nd] = shape
+            if a.flags.c_contiguous:
+                ow[j + 4] = 0
+            else:  # a strided out= view (as_output let only served ones through): its strides, in elements
+                st = _element_strides(a)
+                assert st is not None  # as_output refused strides that are not whole elements
+                sc.ost[m:m + nd] = st
+                ow[j + 4] = sc.ost_base + 8 * m
             j += _SLOT
             m += _MAX_RANK
             outs.append(a)
@@ -672,7 +686,8 @@ class CompiledModel:
         for k, t in enumerate(self.outputs):
             shape = self._shape(ins, k)
             if bufs is not None and bufs[k] is not None:
-                outs.append(as_output(t["name"], t["dtype"], self._out_np[k], shape, bufs[k]))
+                outs.append(as_output(t["name"], t["dtype"], self._out_np[k], shape, bufs[k],
+                                      self._strided_out_ok[k]))
             else:
                 outs.append(self._empty(k, shape, DTYPES[t["dtype"]][0]))
         if self._cuda:  # copy to the device, run there, copy back

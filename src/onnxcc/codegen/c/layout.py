@@ -1,4 +1,4 @@
-"""The dispatcher's layout guards: strided inputs and in-place (aliased) outputs.
+"""The dispatcher's layout guards: strided inputs and outputs, in-place (aliased) outputs.
 
 Strided inputs (non-compact strides, negative or zero ones, any byte_offset) are served by
 compacting them into scratch before the chosen version runs (`onnxcc_compact_inputs`, in
@@ -7,6 +7,13 @@ read in place, so the compact call pays one flag test per input. Only a target w
 dispatcher reads host memory can copy, and an input whose data the dispatcher itself reads
 (a value guard's, a data-bound symbol's) must stay compact.
 
+Strided outputs (non-compact strides, negative ones, any byte_offset) are the mirror: the
+version writes a compact scratch slot (`onnxcc_stage_outputs`) that the dispatcher scatters
+into the caller's tensor after a successful run (`onnxcc_scatter_outputs`), so a failed
+call leaves it untouched. Strides under which two elements share an address (a zero stride,
+overlapping steps) are refused: two writes to one byte would race, and which one wins
+would be the scatter's order, not the model's.
+
 In-place calls: an output aliasing an input exactly (same bytes, same shape) is served by a
 version whose program was proved to read each element of that input before writing the
 same element of the output (`VersionSpec.in_place`, from `kernel.in_place_pairs`); every
@@ -14,6 +21,8 @@ other overlap is refused by `onnxcc_check_overlap`, naming both tensors.
 """
 
 from __future__ import annotations
+
+import sympy
 
 from .abi import ArtifactSpec
 
@@ -30,6 +39,43 @@ def strided_ok(spec: ArtifactSpec, host: bool) -> list[bool]:
     read = {i for i, _ in spec.data_dims.values()}
     read |= {g.input for v in spec.versions for g in v.value_guards}
     return [k not in read and t.dtype.bits >= 8 for k, t in enumerate(spec.inputs)]
+
+
+def strided_outputs_ok(spec: ArtifactSpec, host: bool) -> list[bool]:
+    """Per output: may it come strided (the version writes a compact scratch copy that the
+    dispatcher scatters into it after a successful run)? Not an output with run-determined
+    dims: its data is laid out in the allocated shape by rules of its own (NAME.h)."""
+    if not host:
+        return [False] * len(spec.outputs)
+    run = set(spec.run_dims)
+    return [t.dtype.bits >= 8 and not ({str(s) for d in t.shape for s in sympy.sympify(d).free_symbols} & run)
+            for t in spec.outputs]
+
+
+def staging(spec: ArtifactSpec, in_ok: list[bool], out_ok: list[bool]) -> tuple[list[str], str, list[str]]:
+    """NAME_run's lines around the version call for strided tensors (in_ptrs, out_ptrs,
+    in_sp, out_sp, rc in scope): (before it, what an early return must free first, after
+    it). A compact call pays one flag test per tensor that may come strided."""
+    before, after, free = [], [], ""
+    if any(in_ok):  # strided inputs: copied compact first (runtime/onnxcc_layout.c says why)
+        any_in = " | ".join(f"in_sp[{k}].strided" for k, ok in enumerate(in_ok) if ok)
+        before += ["  void *compact_buf = NULL;",
+                   "  _Alignas(64) unsigned char compact_small[ONNXCC_COMPACT_SMALL];",
+                   f"  if (({any_in}) && (rc = onnxcc_compact_inputs(inputs, in_sp, {len(in_ok)}, in_ptrs, "
+                   "compact_small, sizeof compact_small, &compact_buf)) != 0) return rc;"]
+        free = "onnxcc_aligned_free(compact_buf); "
+        after.append("  if (compact_buf != NULL) onnxcc_aligned_free(compact_buf);")
+    if any(out_ok):  # strided outputs: written compact into scratch, scattered after a good run
+        any_out = " | ".join(f"out_sp[{k}].strided" for k, ok in enumerate(out_ok) if ok)
+        before += ["  void *staged_buf = NULL;",
+                   "  _Alignas(64) unsigned char staged_small[ONNXCC_COMPACT_SMALL];",
+                   f"  const int out_strided = {any_out};",
+                   f"  if (out_strided && (rc = onnxcc_stage_outputs(out_sp, {len(out_ok)}, out_ptrs, staged_small, "
+                   f"sizeof staged_small, &staged_buf)) != 0) {{ {free}return rc; }}"]
+        free += "onnxcc_aligned_free(staged_buf); "
+        after = [f"  if (rc == 0 && out_strided) onnxcc_scatter_outputs(outputs, out_sp, {len(out_ok)}, out_ptrs);",
+                 "  if (staged_buf != NULL) onnxcc_aligned_free(staged_buf);", *after]
+    return before, free, after
 
 
 def has_in_place(spec: ArtifactSpec) -> bool:
@@ -82,18 +128,30 @@ def header_doc(spec: ArtifactSpec, host: bool) -> list[str]:
                   " *   chosen as for a compact call runs; compact inputs (strides NULL or compact) are",
                   " *   read in place. Served strided: " + _c(", ".join(names))]
     else:
-        lines.append(" *   every tensor must be compact row-major (strides NULL or compact)")
+        lines.append(" *   every input must be compact row-major (strides NULL or compact)")
     if len(names) < len(spec.inputs):
         rest = [t.name for t, o in zip(spec.inputs, ok, strict=True) if not o]
         lines.append(" *   must be compact: " + _c(", ".join(rest)) + (" (their data is read by the dispatcher, or "
                                                                    "they are sub-byte)" if names else ""))
-    lines.append(" *   outputs must be compact.")
+    outs = [t.name for t, o in zip(spec.outputs, strided_outputs_ok(spec, host), strict=True) if o]
+    if outs:
+        lines += [" *   outputs may have any strides under which every element has bytes of its own",
+                  " *   (negative, gaps, transposed; zero or overlapping ones are refused with ERR_SHAPE)",
+                  " *   and byte_offset: the version writes a compact scratch copy, scattered into the",
+                  " *   output after a successful run (a failed call leaves it untouched). Served strided: "
+                  + _c(", ".join(outs))]
+    if len(outs) < len(spec.outputs):
+        rest = [t.name for t in spec.outputs if t.name not in outs]
+        lines.append(" *   outputs that must be compact: " + _c(", ".join(rest)))
     pairs = _in_place_text(spec)
     if pairs:
         lines.append(" *   in place: an output may alias an input EXACTLY (same data pointer + byte_offset,")
-        lines.append(" *   same shape) in these versions, proved safe:")
+        lines.append(" *   same shape, both compact) in these versions, proved safe:")
         lines += [f" *     {p}" for p in pairs]
-    lines.append(" *   any other overlap of an output with an input or another output is refused (ERR_ARGS).")
+    lines.append(" *   any other overlap of an output with an input or another output is refused (ERR_ARGS);")
+    lines.append(" *   a strided tensor occupies the whole byte range its strides reach.")
+    if host:  # benchmarks/alignment.py: a cache-resident elementwise call ran ~1.7x faster aligned
+        lines.append(" *   alignment: any pointer is served; 64-byte aligned data runs small tensors faster.")
     return lines
 
 
@@ -112,6 +170,8 @@ def _in_place_text(spec: ArtifactSpec) -> list[str]:
 def metadata(spec: ArtifactSpec, host: bool) -> dict:
     """NAME.json's entries: which inputs may come strided, which versions run in place."""
     ok = strided_ok(spec, host)
+    out_ok = strided_outputs_ok(spec, host)
     return {"strided_inputs": [t.name for t, o in zip(spec.inputs, ok, strict=True) if o],
+            "strided_outputs": [t.name for t, o in zip(spec.outputs, out_ok, strict=True) if o],
             "in_place": [{"version": k, "output": spec.outputs[o].name, "input": spec.inputs[i].name}
                          for k, v in enumerate(spec.versions) for o, i in v.in_place]}

@@ -13,15 +13,15 @@ import itertools
 from contextlib import ExitStack
 
 from onnxcc.errors import CompileError
-from onnxcc.kernel.control import IfStmt, LoopStmt, SetSymbol, WriteAt
+from onnxcc.kernel.control import IfStmt, LoopStmt, SetSymbol, WriteAt, rebinds
 from onnxcc.kernel.expr import ERR_ASSERT
 
 from ..llvm.exprs import ExprEmitter
-from ..llvm.helpers import I64, for_range, i64, if_else, move_to_end
+from ..llvm.helpers import I32, I64, for_range, i32, i64, if_else, if_then, move_to_end
 
 #: statement ids for nested statements (they name the scoped-noalias metadata of each one;
 #: top-level statements use their index, so start far above any body length)
-_IDS = itertools.count(1 << 20)
+STMT_IDS = itertools.count(1 << 20)
 
 
 def emit_body(kem, ctx, stmts) -> None:
@@ -32,11 +32,13 @@ def emit_body(kem, ctx, stmts) -> None:
         emit = STMT_EMITTERS.get(type(s))
         if emit is None:
             raise CompileError(f"cpu codegen: unsupported statement {type(s).__name__}")
-        emit(kem, ctx, s, next(_IDS))
+        emit(kem, ctx, s, next(STMT_IDS))
 
 
 def emit_if(kem, ctx, s: IfStmt, k: int) -> None:
     b = ctx.b
+    if rebinds(s):  # code after a binding must re-read the symbols: only loops are split so
+        raise CompileError(f"cpu codegen: if {k} binds a run-time symbol in a branch (not supported)")
     cond = ExprEmitter(ctx, b).emit(s.cond)
     with if_else(b, cond, name=f"if{k}") as (then, otherwise):
         with then:
@@ -71,7 +73,10 @@ def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
         b.position_at_end(ok)
     if s.index is not None:
         b.store(t, ctx.buffer_ptr(s.index), align=8)
-    emit_body(kem, ctx, s.body)
+    if any(rebinds(x) for x in s.body):
+        _call_body(kem, ctx, s.body, k)
+    else:
+        emit_body(kem, ctx, s.body)
     if not b.block.is_terminated:
         t.add_incoming(b.add(t, i64(1), name=f"loop{k}.next", flags=("nuw", "nsw")), b.block)
         b.branch(head)
@@ -79,6 +84,22 @@ def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
     b.position_at_end(exit_)
     if s.count is not None:
         b.store(t, ctx.buffer_ptr(s.count), align=8)
+
+
+def _call_body(kem, ctx, stmts, k: int) -> None:
+    """A loop body that re-binds a run-time symbol (a carried dim that changes every
+    iteration) runs as its own function, called once per iteration with the kernel's
+    arguments: its entry block reads `syms` afresh, so every dim and stride in it is the
+    current iteration's; a failure it reports is returned at once."""
+    b = ctx.b
+    if b.function.function_type.return_type != I32:
+        raise CompileError(f"cpu codegen: loop {k} re-binds a symbol outside a kernel function")
+    fn = kem.kernel_fn(f"loop{k}.body")
+    kem.emit_from(fn, stmts, 0)
+    status = b.call(fn, [ctx.syms_p, ctx.inputs_p, ctx.outputs_p, ctx.ws_p], name=f"loop{k}.status")
+    failed = b.icmp_signed("!=", status, i32(0), name=f"loop{k}.failed")
+    with if_then(b, failed, name=f"loop{k}.fail"):
+        b.ret(status)
 
 
 def emit_write_at(kem, ctx, s: WriteAt, k: int) -> None:

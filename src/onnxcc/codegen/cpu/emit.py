@@ -31,7 +31,8 @@ from llvmlite import ir
 
 from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon, evaluate, storage_bytes
-from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, walk
+from onnxcc.kernel.control import rebinds
+from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, Var, walk
 from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
@@ -51,7 +52,6 @@ from ..llvm.helpers import (
     if_else,
     if_then,
     loop_metadata,
-    masked_tail_metadata,
     move_to_end,
     name_unnamed,
     scalar_loop_metadata,
@@ -209,32 +209,38 @@ class KernelEmitter:
             arg.add_attribute("noalias")
             arg.add_attribute("captures(none)")
             arg.add_attribute("noundef")
-        self.emit_from(fn, 0)
+        self.emit_from(fn, self.program.body, 0)
         return fn
 
-    def emit_from(self, fn: ir.Function, start: int) -> None:
-        """Statements `start`.. of the program into `fn` (the kernel's signature). After a
-        mid-run binding (`SetSymbol` with `bind`) the rest goes to a continuation function
-        called with the same arguments: its entry block re-reads `syms`, so the dims and
-        strides it computes once there see the symbol's true value."""
+    def kernel_fn(self, hint: str) -> ir.Function:
+        """A new internal function with the kernel's signature (a continuation, a loop body)."""
+        fn = ir.Function(self.module, KERNEL_FNTY, name=self.module.get_unique_name(f"{self.fn_name}.{hint}"))
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for arg, name in zip(fn.args, ("syms", "inputs", "outputs", "workspace")):
+            arg.name = name
+        return fn
+
+    def emit_from(self, fn: ir.Function, body: list, start: int) -> None:
+        """Statements `start`.. of `body` into `fn` (the kernel's signature). After a
+        mid-run binding (`SetSymbol` with `bind`, or a loop that re-binds a symbol every
+        iteration) the rest goes to a continuation function called with the same
+        arguments: its entry block re-reads `syms`, so the dims and strides it computes
+        once there see the symbol's true value."""
+        from .control import STMT_IDS
+
         ctx = FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
-        body = self.program.body
         for k in range(start, len(body)):
             stmt = body[k]
             emit = STMT_EMITTERS.get(type(stmt))
             if emit is None:
                 raise CompileError(f"cpu codegen: unsupported statement {type(stmt).__name__}")
-            emit(self, ctx, stmt, k)
-            if getattr(stmt, "bind", False) and k + 1 < len(body):
-                cont = ir.Function(self.module, KERNEL_FNTY,
-                                   name=self.module.get_unique_name(f"{self.fn_name}.after.{stmt.symbol}"))
-                cont.linkage = "internal"
-                cont.attributes.add("nounwind")
-                for arg, name in zip(cont.args, ("syms", "inputs", "outputs", "workspace")):
-                    arg.name = name
+            emit(self, ctx, stmt, k if body is self.program.body else next(STMT_IDS))
+            if rebinds(stmt) and k + 1 < len(body):
+                cont = self.kernel_fn(f"after.{getattr(stmt, 'symbol', 'loop')}")
                 ctx.b.ret(ctx.b.call(cont, list(fn.args)))
                 ctx.finish()
-                self.emit_from(cont, k + 1)
+                self.emit_from(cont, body, k + 1)
                 return
         ctx.b.ret(i32(0))
         ctx.finish()
@@ -380,10 +386,55 @@ class KernelEmitter:
         if not divisible:
             start = b.add(lo, b.mul(chunks, i64(vw), name=f"{name}.done", flags=("nuw", "nsw")),
                           name=f"{name}.tail.start", flags=("nuw", "nsw"))
-            with for_range(b, hi, f"{name}.tail", start=start, guard=True,
-                           metadata=masked_tail_metadata(self.module, vw) if masked_tail_pays(c, v)
-                           else scalar_loop_metadata(self.module)) as jt:
-                body(jt)
+            if masked_tail_pays(c, v):
+                # one more chunk, each lane guarded by `< hi`: the vectoriser turns the
+                # guard into masked loads and stores. (LLVM's own tail folding, asked by
+                # `masked_tail_metadata` on a start..hi loop, gave up on bodies with
+                # guarded loads, a padded depthwise conv's, leaving a scalar loop with a
+                # branch per tap that was most of a 7- to 28-wide row's time.)
+                with if_then(b, b.icmp_signed("<", start, hi, name=f"{name}.tail.any"), name=f"{name}.tail"):
+                    with for_range(b, i64(vw), f"{name}.tail.vi", guard=False, metadata=vec_md) as ji:
+                        idx = b.add(start, ji, name=name, flags=("nuw", "nsw"))
+                        with if_then(b, b.icmp_signed("<", idx, hi, name=f"{name}.tail.in"), name=f"{name}.lane"):
+                            body(idx)
+            elif overlap_tail_ok(self.program, c):
+                self._overlapped_tail(b, body, name, lo, hi, count, start, vw)
+            else:
+                with for_range(b, hi, f"{name}.tail", start=start, guard=True,
+                               metadata=scalar_loop_metadata(self.module)) as jt:
+                    body(jt)
+
+    def _overlapped_tail(self, b: ir.IRBuilder, body: Callable[[ir.Value], None], name: str, lo: ir.Value,
+                         hi: ir.Value, count: ir.Value, start: ir.Value, vw: int) -> None:
+        """The tail of a row whose loads stride (no masked tail: masked strided loads are
+        gathers) as whole vectors that end at the row's end, recomputing a few elements
+        the chunks already wrote (`overlap_tail_ok`): a row of at least vw elements takes
+        one more vw-wide chunk over [hi - vw, hi); a shorter one of at least vw / 2, two
+        half-width chunks over [lo, lo + vw/2) and [hi - vw/2, hi); a shorter one, the
+        scalar loop. On a 28- or 14-wide row of a stride-2 depthwise conv the scalar
+        tail was most of the row's time."""
+        half = vw // 2
+
+        def chunk(base: ir.Value, width: int, label: str) -> None:
+            md = loop_metadata(self.module, width, None, no_unroll=True)
+            with for_range(b, i64(width), f"{name}.{label}", guard=False, metadata=md) as ji:
+                body(b.add(base, ji, name=name, flags=("nuw", "nsw")))
+
+        with if_else(b, b.icmp_signed(">=", count, i64(vw), name=f"{name}.long"), name=f"{name}.tail") as (
+                long_row, short_row):
+            with long_row:
+                with if_then(b, b.icmp_signed("<", start, hi, name=f"{name}.tail.any"), name=f"{name}.tail"):
+                    chunk(b.sub(hi, i64(vw), name=f"{name}.last"), vw, "last")
+            with short_row:
+                with if_else(b, b.icmp_signed(">=", count, i64(half), name=f"{name}.half"),
+                             name=f"{name}.halves") as (halves, scalar):
+                    with halves:
+                        chunk(lo, half, "h0")
+                        chunk(b.sub(hi, i64(half), name=f"{name}.h1.base"), half, "h1")
+                    with scalar:
+                        with for_range(b, hi, f"{name}.tail", start=lo, guard=True,
+                                       metadata=scalar_loop_metadata(self.module)) as jt:
+                            body(jt)
 
     # ---- parallel ----------------------------------------------------------------------------
     def emit_parallel(self, ctx: FnCtx, c: Compute, plan: NestPlan, md: AccessMetadata) -> None:
@@ -482,50 +533,39 @@ class KernelEmitter:
         em.hoist(plan.hoisted(c))
         names, exts = c.var_names, c.extents
         outer = plan.order[:ncol]
-        slots = self._odometer(bctx, begin, [(names[v], bctx.dim(exts[v])) for v in outer])
+        # the outer vars of item `begin` by division, once; then counters stepped with
+        # carries per item (a 64-bit division per item cost as much as a 30-wide row)
+        slots = []
+        rest = begin
+        for v in reversed(outer):
+            slot = bctx.eb.alloca(I64, name=f"{names[v]}.cur")
+            if v != outer[0]:
+                e = bctx.dim(exts[v])
+                b.store(b.urem(rest, e, name=names[v]), slot)
+                rest = b.udiv(rest, e, name=f"p.{names[v]}")
+            else:
+                b.store(rest, slot)
+            slots.append((v, slot))
         with for_range(b, end, "p", start=begin, guard=True):
-            vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in slots.items()}
+            vals: dict[str, ir.Value] = {names[v]: b.load(slot, name=names[v], typ=I64) for v, slot in slots}
             em.push({names[v]: vals[names[v]] for v in outer}, {names[v]: exts[v] for v in outer})
             if ncol < len(names):
                 em.hoist(plan.hoisted(c))
             self.emit_loops(em, bctx, c, plan, ncol, vals)
             em.pop()
-            self._odometer_step(b, slots, vals, [(names[v], bctx.dim(exts[v])) for v in outer])
+            carry: ir.Value = ir.Constant(ir.IntType(1), 1)
+            for v, slot in slots:  # innermost outer var first
+                cur = vals[names[v]]
+                if v == outer[0]:
+                    b.store(b.add(cur, b.zext(carry, I64, name="p.carry"), name=f"{names[v]}.step"), slot)
+                    break
+                nxt = b.add(cur, b.zext(carry, I64, name="p.carry"), name=f"{names[v]}.step")
+                wrap = b.icmp_unsigned(">=", nxt, bctx.dim(exts[v]), name=f"{names[v]}.wrap")
+                b.store(b.select(wrap, i64(0), nxt, name=f"{names[v]}.next"), slot)
+                carry = wrap
         b.ret_void()
         bctx.finish()
         return fn
-
-    @staticmethod
-    def _odometer(bctx: FnCtx, begin: ir.Value, outer: list[tuple[str, ir.Value]]) -> dict[str, ir.Value]:
-        """Stack slots holding the outer vars of iteration `begin` (unflattened once, here).
-        Unflattening every iteration cost two 64-bit divisions per row, and LLVM sank them
-        into the scalar tail loop (a division per element: half the time of a stride-2
-        pool's pick); each iteration instead steps the vars like an odometer
-        (`_odometer_step`). The slots become registers (mem2reg)."""
-        eb = bctx.eb
-        slots = {n: eb.alloca(I64, name=f"{n}.slot") for n, _ in outer}
-        rest = begin
-        for n, e in reversed(outer[1:]):
-            eb.store(eb.urem(rest, e, name=f"{n}.first"), slots[n])
-            rest = eb.udiv(rest, e, name=f"p.{n}.first")
-        eb.store(rest, slots[outer[0][0]])
-        return slots
-
-    @staticmethod
-    def _odometer_step(b: ir.IRBuilder, slots: dict[str, ir.Value], vals: dict[str, ir.Value],
-                       outer: list[tuple[str, ir.Value]]) -> None:
-        """The outer vars of the next iteration: the last one + 1, carried into the ones
-        before it where it reaches its extent (compares and selects, no division)."""
-        carry: ir.Value = i64(1)
-        for k in range(len(outer) - 1, -1, -1):
-            n, e = outer[k]
-            nxt = b.add(vals[n], carry, name=f"{n}.step", flags=("nuw", "nsw"))
-            if k == 0:
-                b.store(nxt, slots[n])
-                break
-            wrap = b.icmp_unsigned("==", nxt, e, name=f"{n}.wrap")
-            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slots[n])
-            carry = b.zext(wrap, I64, name=f"{n}.carry")
 
 
 @dataclass(frozen=True)
@@ -583,6 +623,19 @@ def masked_tail_pays(c: Compute, v: int) -> bool:
         if isinstance(e, Load) and any(_steps(n, var) for i in e.indices for n in walk(i)):
             strided += 1
     return strided <= 2 * minmax
+
+
+def overlap_tail_ok(program: KernelProgram, c: Compute) -> bool:
+    """Whether elements of `c` may be computed twice (`KernelEmitter._overlapped_tail`):
+    no load reads its own output's buffer, and none reads at the element's own index, the
+    only reads that memory planning lets share the output's memory (plan_memory.py
+    `_in_place_candidates`, kernel/in_place.py), so every input still holds what the
+    first computation read. Not with a reduction inside: such a body does not vectorise,
+    and the recomputed elements would only add scalar work."""
+    own = tuple(Var(n) for n in c.var_names)
+    out = program.root(c.out)
+    return all(not isinstance(e, Reduce) and (not isinstance(e, Load) or (
+        e.indices != own and program.root(e.buffer) != out)) for e in walk(c.body))
 
 
 def _steps(n: Expr, var) -> bool:

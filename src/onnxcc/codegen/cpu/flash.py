@@ -14,6 +14,9 @@ or values read it, and for the rows left over), the innermost var `w` over the v
         m_r = live ? m_new : m_r
     for w: out[..., w] = body with the core := acc_r[w] / select(l_r == 0, 1, l_r)
 
+Causal attention (`Flash.causal`: scores -inf after a limit R that grows with the row) stops
+each block of rows at its last row's R + 1: the blocks above the diagonal are never computed.
+
 Branch-free: a row that is not live has only -inf scores, so its `p` are exp(-inf) = 0.
 Keys go GROUP at a time: their dot products share one loop over the head dim (each query
 factor loaded once for all of them) and their P @ V terms one pass over the accumulator rows.
@@ -166,6 +169,8 @@ class _Rows:
         with for_range(b, i64(fl.row * self.nrows), "flash.w0", guard=False, metadata=self.vec_md()) as j:
             b.store(self.zero, self.slot(self.acc, j))
         n = em.emit(fl.kv_len)
+        if fl.causal is not None:  # keys after the last row's limit are -inf for every row
+            n = self.causal_end(n)
         nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="flash.n.up"), i64(BLOCK), name="flash.blocks")
         with for_range(b, nblk, "flash.kb", guard=True) as kb:
             t0 = b.mul(kb, i64(BLOCK), name="flash.t0", flags=("nuw", "nsw"))
@@ -176,6 +181,16 @@ class _Rows:
             self.finish(r, s0, vals)
         if self.rows or s0 is not None:
             em.pop()
+
+    def causal_end(self, n: ir.Value) -> ir.Value:
+        """min(n, R + 1) at the block's last row (at least 0): the keys past it score -inf
+        in every row of the block, so their blocks are never computed."""
+        b, fl = self.b, self.fl
+        assert fl.causal is not None
+        last = substitute(fl.causal, {fl.rows_var: self.rows[-1]}) if self.rows else fl.causal  # type: ignore[dict-item]
+        end = b.add(self.em.emit(last), i64(1), name="flash.causal.end")
+        end = b.select(b.icmp_signed("<", end, n), end, n, name="flash.causal.n")
+        return b.select(b.icmp_signed("<", end, i64(0)), i64(0), end, name="flash.causal.n0")
 
     def finish(self, r: int, s0: ir.Value | None, vals: dict[str, ir.Value]) -> None:
         """Row r's outputs: the body with the core := acc[w] / l."""

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,7 @@ from ..llvm.helpers import (
     loop_metadata,
 )
 from . import gemm_window as gw
+from .gemm_columns import column_binder, column_segments
 from .gemm_flat import flat_columns_ok
 from .gemm_ir import add as _add
 from .gemm_ir import ceildiv as _ceildiv
@@ -230,8 +231,24 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
 
+    narrow = _narrow_choice(kem, ctx, c, g, geo)
+
+    def run_tasks(task: ir.Function, per_batch: bool) -> None:
+        # the window's tiles, `narrow`'s one-vector-wide ones when they waste fewer columns
+        def count(gm: _Geometry) -> ir.Value:
+            return _mul(b, gm.n_ic, gm.n_jc, "win.per.batch") if per_batch else gm.n_tasks
+        if narrow is None:
+            call(task, count(geo))
+            return
+        g_n, geo_n, use = narrow
+        with if_else(b, use, name="win.narrow") as (then, other):
+            with then:
+                call(_task_function(kem, c, g_n), count(geo_n))
+            with other:
+                call(task, count(geo))
+
     if g.window is not None and g.window.source is not None:  # B read in place: no copy
-        call(_task_function(kem, c, g), geo.n_tasks)
+        run_tasks(_task_function(kem, c, g), False)
         return
     if not g.b_const:
         if kem.plan.scratch_offset is None:
@@ -249,7 +266,7 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             if geo.inter is None:
                 _xctx_store(b, pctx, 5, i64(0))
                 call(pad, nplanes)
-                call(task, geo.n_tasks)
+                run_tasks(task, False)
                 return
             # one batch at a time when a batch's planes are big (as packed B, see below):
             # its tiles read the planes while they are in the caches
@@ -258,11 +275,11 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                     with for_range(b, geo.Bt, "win.bt", guard=True) as bt:
                         _xctx_store(b, pctx, 5, bt)
                         call(pad, i64(w.planes))
-                        call(task, _mul(b, geo.n_ic, geo.n_jc, "win.per.batch"))
+                        run_tasks(task, True)
                 with other:
                     _xctx_store(b, pctx, 5, i64(0))
                     call(pad, nplanes)
-                    call(task, geo.n_tasks)
+                    run_tasks(task, False)
             return
         pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
 
@@ -303,6 +320,29 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         windows(geo.nbB, False)
         return
     call(_task_function(kem, c, g), geo.n_tasks)
+
+
+NARROW_EFFICIENCY = 85
+"""percent of a wide tile's useful work per FMA that a one-vector-wide window tile keeps
+(it loads one A broadcast per FMA instead of one per nr/vl FMAs; see `_narrow_choice`)"""
+
+
+def _narrow_choice(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
+                   ) -> tuple[GemmPlan, _Geometry, ir.Value] | None:
+    """For a window-mode GEMM with tiles several vectors wide: the plan with one-vector-wide
+    tiles, its geometry, and whether it runs (an i1 decided per call). A conv's small output
+    planes (7x7 = 49, 4x4 = 16 columns per batch) fill a 48-column tile to a third or less,
+    every FMA of the empty vectors wasted; one-vector tiles waste at most vl - 1 columns.
+    They run when their padded columns, over the efficiency they keep, are fewer than the
+    wide tiles' padded columns."""
+    if g.window is None or g.nr <= g.vl:
+        return None
+    b = ctx.b
+    g_n = dataclasses.replace(g, nr=g.vl)
+    geo_n = _Geometry(ctx, b, c, g_n, geo.threads)
+    wide = _mul(b, geo.Pn, g.nr * NARROW_EFFICIENCY, "win.wide.cols")
+    narrow = _mul(b, geo_n.Pn, g.vl * 100, "win.narrow.cols")
+    return g_n, geo_n, b.icmp_unsigned("<", narrow, wide, name="win.narrow")
 
 
 WINDOW_BYTES = 1 << 19
@@ -411,94 +451,6 @@ def _bind(em: ExprEmitter, vals: dict[str, ir.Value], exts: dict[str, object]) -
     em.push(vals, {n: exts[n] for n in vals})
 
 
-def _column_binder(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, names: Sequence[str],
-                   exts: Sequence[ir.Value], dims: dict, j0: ir.Value, ncols: ir.Value, width: int
-                   ) -> Callable[[ir.Value], None]:
-    """`bind(cc)` binds the vars `names` (their Dims in `dims`) to the row-major
-    unflattening of column j0 + cc (cc < ncols <= width) in `em`. With several vars (a
-    conv's (oh, ow)) the columns are unflattened once, here, into stack arrays, instead of
-    dividing in every inner loop."""
-    if len(names) == 1:
-        return lambda cc: _bind(em, {names[0]: _add(b, j0, cc, names[0])}, dims)
-    arrays = []
-    for n in names:
-        a = fctx.eb.alloca(ir.ArrayType(I64, width), name=f"{n}.cols")
-        a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
-        arrays.append(a)
-    # unflatten j0 once, then step column by column with carries (no division per column)
-    cur = []
-    for n, v in _unflatten(b, j0, exts, names).items():
-        slot = fctx.eb.alloca(I64, name=f"{n}.cur")
-        b.store(v, slot, align=8)
-        cur.append((n, slot))
-    cur.sort(key=lambda t: names.index(t[0]))
-    with for_range(b, ncols, "col", guard=True) as cc:
-        vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in cur}
-        for n, a in zip(names, arrays):
-            b.store(vals[n], b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), align=8)
-        carry: ir.Value = i64(1)
-        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
-            nxt = b.add(vals[n], carry, name=f"{n}.step")
-            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
-            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
-            carry = b.zext(wrap, I64, name=f"{n}.carry")
-
-    def bind(cc: ir.Value) -> None:
-        _bind(em, {n: b.load(b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), name=n, align=8,
-                             typ=I64) for n, a in zip(names, arrays)}, dims)
-
-    return bind
-
-
-def _column_segments(b: ir.IRBuilder, fctx: FnCtx, names: Sequence[str], exts: Sequence[ir.Value],
-                     j0: ir.Value, ncols: ir.Value, width: int
-                     ) -> tuple[ir.Value, ir.Value, dict[str, ir.Value], ir.Value]:
-    """Columns [j0, j0 + ncols) (1 <= ncols <= width) of several n vars (a conv's (oh, ow))
-    cut into runs along which every var but the last is constant and the last counts up
-    by one. Returns stack arrays (start column of each run, with ncols after the last;
-    the last var's first value; each leading var's value) and the number of runs."""
-    def arr(n: str) -> ir.Value:
-        a = fctx.eb.alloca(ir.ArrayType(I64, width + 1), name=n)
-        a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
-        return a
-
-    def at(a: ir.Value, i: ir.Value) -> ir.Value:
-        return b.gep(a, [i], inbounds=True, name="seg.p", source_etype=I64)
-
-    last = names[-1]
-    seg_cc, seg_last = arr("seg.cc"), arr(f"{last}.seg")
-    leads = {n: arr(f"{n}.seg") for n in names[:-1]}
-    nseg = fctx.eb.alloca(I64, name="nseg")
-    cur = []
-    for n in names:
-        slot = fctx.eb.alloca(I64, name=f"{n}.cur")
-        cur.append((n, slot))
-    start = _unflatten(b, j0, exts, names)
-    for n, slot in cur:
-        b.store(start[n], slot, align=8)
-    b.store(i64(0), nseg, align=8)
-    with for_range(b, ncols, "col", guard=True) as cc:
-        vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in cur}
-        new = b.or_(b.icmp_unsigned("==", cc, i64(0), name="seg.first"),
-                    b.icmp_unsigned("==", vals[last], i64(0), name="seg.wrap"), name="seg.new")
-        with if_then(b, new, name="seg.new"):
-            sidx = b.load(nseg, name="seg", align=8, typ=I64)
-            b.store(cc, at(seg_cc, sidx), align=8)
-            b.store(vals[last], at(seg_last, sidx), align=8)
-            for n, a in leads.items():
-                b.store(vals[n], at(a, sidx), align=8)
-            b.store(_add(b, sidx, 1, "seg.next"), nseg, align=8)
-        carry: ir.Value = i64(1)
-        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
-            nxt = b.add(vals[n], carry, name=f"{n}.step")
-            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
-            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
-            carry = b.zext(wrap, I64, name=f"{n}.carry")
-    count = b.load(nseg, name="nseg", align=8, typ=I64)
-    b.store(ncols, at(seg_cc, count), align=8)
-    return seg_cc, seg_last, leads, count
-
-
 def _run_loop_metadata(module: ir.Module, vl: int, masked_tail: bool = False) -> ir.MDValue:
     """`!llvm.loop` for a run of at most nr columns: vectorise by vl lanes without
     interleaving (interleaved vector bodies would need more iterations than a run has).
@@ -571,7 +523,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
         elif not g.b_k_inner and len(g.n) > 1:
             # several n vars (a conv's (oh, ow)): runs of columns along the last var, so
             # the inner loop walks the input contiguously (and vectorises, padding masked)
-            seg_cc, seg_last, leads, nseg = _column_segments(b, fctx, g.n, geo.n_ext, j0, ncols, NR)
+            seg_cc, seg_last, leads, nseg = column_segments(b, fctx, g.n, geo.n_ext, j0, ncols, NR)
 
             def seg_at(a: ir.Value, i: ir.Value, name: str) -> ir.Value:
                 return b.load(b.gep(a, [i], inbounds=True, name=f"{name}.p", source_etype=I64), name=name,
@@ -599,7 +551,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
                 with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
                     b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
         elif not g.b_k_inner:
-            bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
+            bind_n = column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
             with _KLoops(b, em, g, geo) as kl:
                 row = _f32_ptr(b, dst, _mul(b, kl.flat, NR, "row"), "brow")
                 md = _run_loop_metadata(kem.module, g.vl) if len(g.n) == 1 else None
@@ -610,7 +562,7 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
                 with for_range(b, i64(NR), "cz", start=ncols, guard=True) as cz:
                     b.store(zero, _f32_ptr(b, row, cz, "bzero"), align=4)
         else:
-            bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
+            bind_n = column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, NR)
             with for_range(b, ncols, "cc", guard=False) as cc:
                 bind_n(cc)
                 em.hoist(g.b, guarded=True)
@@ -963,7 +915,7 @@ def _epilogue(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, c: Compute, g: Gemm
             _bind(em, {last: _add(b, j0, cc, last)}, ext)
     else:
         lead = {}
-        bind_n = _column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
+        bind_n = column_binder(b, fctx, em, g.n, geo.n_ext, ext, j0, ncols, g.nr)
     with for_range(b, rows, "er", guard=False) as r:
         mvals = _unflatten(b, _add(b, i0, r, "ei"), geo.m_ext, g.m)
         _bind(em, {**mvals, **lead}, ext)

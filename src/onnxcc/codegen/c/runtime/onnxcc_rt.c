@@ -410,6 +410,35 @@ static const char *onnxcc_device_text(int32_t type) {
   }
 }
 
+/* -1 when no two elements of t (whole-byte dtype, shape checked, strides given) share an
+ * address, else a dim whose stride lets them meet: a zero stride, or one no longer than
+ * the reach of the dims with smaller steps. Sufficient, not necessary: exotic interleaved
+ * layouts that never meet may still be named (the caller refuses them as outputs). */
+static int32_t onnxcc_strides_meet(const DLTensor *t) {
+  /* Visit the dims of extent > 1 by growing |stride|: each step must clear the farthest
+   * offset the smaller steps reach, else two index tuples land on one address. Sums that
+   * would pass int64 saturate (then refused: no real tensor reaches that far). */
+  int32_t rank = t->ndim;
+  unsigned char done[rank > 0 ? rank : 1];
+  memset(done, 0, sizeof done);
+  int64_t reach = 0;
+  for (;;) {
+    int32_t pick = -1;
+    int64_t step = 0;
+    for (int32_t d = 0; d < rank; d++) {
+      if (done[d] || t->shape[d] <= 1) continue;
+      int64_t a = t->strides[d] == INT64_MIN ? INT64_MAX : t->strides[d] < 0 ? -t->strides[d] : t->strides[d];
+      if (pick < 0 || a < step) pick = d, step = a;
+    }
+    if (pick < 0) return -1;
+    if (step <= reach) return pick;
+    done[pick] = 1;
+    int64_t more;
+    if (__builtin_mul_overflow(t->shape[pick] - 1, step, &more) || __builtin_add_overflow(reach, more, &reach))
+      reach = INT64_MAX;
+  }
+}
+
 /* Every check with its message; the fast path below comes here for anything uncommon
  * (another device than the first, a sub-byte dtype, strides that are not compact) and for
  * every failure, so each message is spelled once. */
@@ -493,7 +522,8 @@ __attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
         onnxcc_error_set("%s \"%s\" dim %d: stride %lld is not compact row-major (expected %lld)%s", kind,
                          name, (int)bad, (long long)t->strides[bad], (long long)want,
                          bits < 8 && allow_strided ? "; sub-byte tensors must be compact"
-                         : !allow_strided && strcmp(kind, "output") == 0 ? "; outputs must be compact"
+                         : !allow_strided && strcmp(kind, "output") == 0 ? "; this output is not served strided "
+                                            "(the header lists those that are), pass it compact"
                          : !allow_strided ? "; this input is not served strided (the header lists those that "
                                             "are), pass it compact" : "");
         return ONNXCC_ERR_SHAPE;
@@ -509,6 +539,13 @@ __attribute__((noinline, cold)) static int onnxcc_check_tensor_slow(
                            (int)d, (long long)t->strides[d], (long long)t->shape[d]);
           return ONNXCC_ERR_SHAPE;
         }
+      }
+      int32_t meet = allow_strided == ONNXCC_STRIDED_WRITE ? onnxcc_strides_meet(t) : -1;
+      if (meet >= 0) {
+        onnxcc_error_set("%s \"%s\" dim %d: stride %lld (extent %lld) makes two elements share memory; an "
+                         "output needs bytes of its own for every element (no zero or overlapping strides)",
+                         kind, name, (int)meet, (long long)t->strides[meet], (long long)t->shape[meet]);
+        return ONNXCC_ERR_SHAPE;
       }
     }
   }
@@ -562,6 +599,7 @@ __attribute__((noinline)) static int onnxcc_check_strided(const DLTensor *t, con
         __builtin_add_overflow(reach < 0 ? off_lo : off_hi, reach, reach < 0 ? &off_lo : &off_hi))
       goto slow;
   }
+  if (g->allow_strided == ONNXCC_STRIDED_WRITE && onnxcc_strides_meet(t) >= 0) goto slow;
   if (__builtin_mul_overflow(off_lo, -esz, &below) || __builtin_add_overflow(off_hi, 1, &above) ||
       __builtin_mul_overflow(above, esz, &above) ||
       t->data == NULL || t->byte_offset > (uint64_t)UINTPTR_MAX ||
@@ -627,14 +665,15 @@ int onnxcc_check_overlap(const onnxcc_span *inputs, int n_inputs, const char *co
     for (int i = 0; i < n_inputs; i++) {
       const onnxcc_span *x = &inputs[i];
       if (!(o->lo < x->hi && x->lo < o->hi) || o->device != x->device) continue;
-      int exact = o->lo == x->lo && o->hi == x->hi && !x->strided;
+      int exact = o->lo == x->lo && o->hi == x->hi && !x->strided && !o->strided;
       if (exact && in_place != NULL && in_place[k * n_inputs + i]) continue;
       onnxcc_error_set("output \"%s\" overlaps input \"%s\" in memory; %s (pass an output buffer of its "
                        "own)", output_names[k], input_names[i],
                        exact ? "in-place calls are not supported by the version this call runs (not "
                                "proved safe)"
                              : "in-place calls are not supported but where an output aliases an input "
-                               "exactly (same data, same shape) and a version was proved safe for it");
+                               "exactly (same data, same shape, both compact) and a version was proved safe "
+                               "for it");
       return ONNXCC_ERR_ARGS;
     }
     for (int j = 0; j < k; j++)

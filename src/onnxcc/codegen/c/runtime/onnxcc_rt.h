@@ -109,7 +109,7 @@ typedef struct {
   uintptr_t lo, hi; /* the bytes [lo, hi) its elements lie in; lo == hi when it is empty */
   int64_t nbytes;   /* its size compact: numel * element bytes (packed for sub-byte types) */
   int64_t device;   /* (device type << 32) | device id: bytes of two devices never overlap */
-  int strided;      /* 1: strides not compact row-major (the dispatcher compacts it first) */
+  int strided;      /* 1: strides not compact row-major (compacted first / scattered after) */
 } onnxcc_span;
 
 /* What one tensor of the signature must be; kind ("input"/"output"), name, dtype_text and
@@ -118,21 +118,28 @@ typedef struct {
   const char *kind, *name, *dtype_text, *shape_text;
   int32_t rank;
   uint8_t code, bits;
-  int allow_strided; /* an input the dispatcher compacts when it comes strided */
+  int allow_strided; /* ONNXCC_STRIDED_READ / _WRITE: may come strided (0: compact only) */
 } onnxcc_tensor_sig;
+
+/* onnxcc_tensor_sig.allow_strided: an input the dispatcher compacts when it comes strided
+ * (any strides: negative, zero, gaps), or an output it scatters into after the run (any
+ * strides under which every element has bytes of its own: no zero stride, no two dims
+ * whose steps make elements meet, since two writes to one address would race). */
+#define ONNXCC_STRIDED_READ 1
+#define ONNXCC_STRIDED_WRITE 2
 
 /* Checks what does not depend on the model's symbols: device (one of devices[]), dtype
  * (code, bits, lanes 1), rank, extents >= 0, strides, data present, and that every byte
  * an element may occupy lies inside the address space. Strides: compact row-major (size-1
- * dims may have any stride) always passes; any other strides (negative, zero, gaps; in
- * elements, DLPack's way) pass only with sig->allow_strided, and only for whole-byte
- * dtypes, setting span->strided. Fills *span. Returns ONNXCC_OK or an error code with a
- * message. */
+ * dims may have any stride) always passes; any other strides (in elements, DLPack's way)
+ * pass only with sig->allow_strided (for _WRITE only strides whose elements do not share
+ * bytes), and only for whole-byte dtypes, setting span->strided. Fills *span. Returns
+ * ONNXCC_OK or an error code with a message. */
 ONNXCC_HIDDEN int onnxcc_check_tensor(const DLTensor *t, const onnxcc_tensor_sig *sig, const int32_t *devices,
                                       int n_devices, onnxcc_span *span);
 
 /* Refuses (ONNXCC_ERR_ARGS, naming both tensors) an output whose bytes overlap an input's or
- * another output's. in_place (NULL: none) is n_outputs x n_inputs flags of the version
+ * another output's (a strided tensor's bytes: the whole range its strides reach). in_place (NULL: none) is n_outputs x n_inputs flags of the version
  * about to run: where in_place[k * n_inputs + i] is set, output k may alias input i
  * EXACTLY (the same bytes, both compact), since that version was proved to read each
  * element of the input before writing the same element of the output; every other
@@ -141,8 +148,8 @@ ONNXCC_HIDDEN int onnxcc_check_overlap(const onnxcc_span *inputs, int n_inputs, 
                                        const onnxcc_span *outputs, int n_outputs,
                                        const char *const *output_names, const unsigned char *in_place);
 
-/* Strided inputs up to this many bytes (all of them together) are compacted into NAME_run's
- * own frame instead of an allocation. */
+/* Strided inputs (outputs) up to this many bytes, all of them together, are staged in
+ * NAME_run's own frame instead of an allocation. */
 #define ONNXCC_COMPACT_SMALL 4096
 
 /* Copies tensor t (accepted by onnxcc_check_tensor with allow_strided; whole-byte dtype)
@@ -156,6 +163,17 @@ ONNXCC_HIDDEN void onnxcc_compact(const DLTensor *t, void *dst);
  * ONNXCC_ERR_ALLOC (message set) when the block cannot be allocated. */
 ONNXCC_HIDDEN int onnxcc_compact_inputs(const DLTensor *inputs, const onnxcc_span *spans, int n_inputs,
                                         void **ptrs, void *small, size_t small_cap, void **scratch);
+
+/* Serves strided outputs: when some spans[k].strided, points ptrs[k] at a compact scratch
+ * slot (in `small` when all fit, else in one allocated block *scratch, freed by the caller
+ * with onnxcc_aligned_free) that the version writes; onnxcc_scatter_outputs then copies
+ * each slot into its strided tensor, after a successful run only (a failed call leaves the
+ * caller's outputs untouched). ONNXCC_ERR_ALLOC (message set) when the block cannot be
+ * allocated. */
+ONNXCC_HIDDEN int onnxcc_stage_outputs(const onnxcc_span *spans, int n_outputs, void **ptrs, void *small,
+                                       size_t small_cap, void **scratch);
+ONNXCC_HIDDEN void onnxcc_scatter_outputs(const DLTensor *outputs, const onnxcc_span *spans, int n_outputs,
+                                          void *const *ptrs);
 
 typedef int32_t (*onnxcc_version_fn)(const int64_t *syms, void *const *inputs,
                                      void *const *outputs, void *workspace);

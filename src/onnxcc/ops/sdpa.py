@@ -1,0 +1,196 @@
+"""cc.sdpa: the attention chain exporters write, as one op the CPU runs fused over key blocks.
+
+    Y = MatMul(Softmax(step_n(... step_1(MatMul(Q, Kt)))), V)        Softmax over the last axis
+
+what torch and Hugging Face exports spell as MatMul(Q, Transpose(K)) [* or / a scale]
+[+ an additive mask] [Where(mask, x, fill)] -> Softmax(axis=-1) -> MatMul(., V). The
+attention-chain pass (passes/attention_chain.py) builds it where that chain's
+intermediate values have no other users; it is never imported from ONNX.
+
+    %y = cc.sdpa(%q, %k, %v, %c, %mask) {k_perm = [0, 2, 3, 1], steps = ["mul", "add"]}
+
+Operands: Q `[*qb, S, D]`, K, V `[*vb, T, Dv]`, then each step's operands in order. K is
+Kt `[*kb, D, T]` itself, or (with `k_perm`) the tensor whose `Transpose(K, k_perm)` is Kt,
+so the kernel reads K where it lies (consecutive head elements adjacent) instead of a
+transposed copy. Steps, applied to the scores `x` in order, each exactly the graph op it
+came from (so the rewrite changes nothing but the order of the dot products' additions):
+
+    mul c          x * c             add m      x + m
+    div c          x / c             sub m      x - m
+    where_keep cond, f               Where(cond, x, f)
+    where_fill cond, f               Where(cond, f, x)
+
+Every step operand broadcasts into the scores' shape without growing it. `causal = c`: after
+the steps, the score of every key after `row + c` is -inf (part of the op's meaning; the
+pass sets it where it proved, passes/attention_causal.py, that the chain's own masks make
+those keys add nothing, and drops the steps that then change nothing); the CPU kernel
+skips the key blocks after the rows it runs. The softmax is the
+plain one (ONNX's and onnxruntime's): a row whose scores are all -inf is NaN. Result
+`[*b, S, Dv]`, `b` the scores' batch dims (V's batch dims broadcast into them). f32 and
+f64 only: half precision rounds every intermediate of the chain, which the fused kernel
+(computing in f32 throughout) would not reproduce.
+
+The lowering is one compute, `flash_core` over the keys (kernel/flash.py); on the CPU the
+schedule runs it as blocks of keys with an online softmax and the [S, T] scores never
+exist (codegen/cpu/flash.py); elsewhere it is correct plain loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType, TensorType
+from ..kernel import Const, Expr, Var, broadcast_indices, rsum, select
+from ..kernel.flash import flash_core
+from .elementwise import cast_out
+from .matmul import matmul_shape
+from .reduce import softmax
+from .registry import InferCtx, RefCtx, define
+
+STEP_ARITY = {"mul": 1, "div": 1, "add": 1, "sub": 1, "where_keep": 2, "where_fill": 2}
+"""operands each score step reads"""
+
+_FLOATS = (DType.f32, DType.f64)
+
+
+def _steps(op) -> tuple[str, ...]:
+    steps = tuple(op.attrs.get("steps", ()))
+    bad = [s for s in steps if s not in STEP_ARITY]
+    if bad:
+        raise ValueError(f"cc.sdpa: unknown score step {bad[0]!r} (known: {', '.join(STEP_ARITY)})")
+    return steps
+
+
+def kt_shape(k_shape: tuple, perm) -> tuple:
+    """The shape of Kt: K's, or K's transposed by `perm`."""
+    return tuple(k_shape) if perm is None else tuple(k_shape[p] for p in perm)
+
+
+def _infer(ctx: InferCtx):
+    try:
+        steps = _steps(ctx.op)
+    except ValueError as e:
+        raise ctx.error(str(e)) from None
+    need = 3 + sum(STEP_ARITY[s] for s in steps)
+    if len(ctx.in_types) != need:
+        raise ctx.error(f"steps {list(steps)} need {need} operands, got {len(ctx.in_types)}")
+    q, k, v = ctx.in_types[:3]
+    if q.dtype not in _FLOATS or k.dtype is not q.dtype or v.dtype is not q.dtype:
+        raise ctx.error(f"Q, K and V must share an f32 or f64 dtype, got {q.dtype.value}, {k.dtype.value}, "
+                        f"{v.dtype.value}")
+    causal = ctx.attr("causal")
+    if causal is not None and (isinstance(causal, bool) or not isinstance(causal, int)):
+        raise ctx.error(f"causal must be an integer offset, got {causal!r}")
+    perm = ctx.attr("k_perm")
+    if perm is not None and sorted(perm) != list(range(k.rank)):
+        raise ctx.error(f"k_perm {list(perm)} is not a permutation of K's {k.rank} axes")
+    if q.rank < 2 or k.rank < 2 or v.rank < 2:
+        raise ctx.error(f"Q, K and V must have rank >= 2, got {q.rank}, {k.rank}, {v.rank}")
+    scores = matmul_shape(ctx, q.shape, kt_shape(k.shape, perm))
+    kinds = [kind for st in steps for kind in (("num",) if STEP_ARITY[st] == 1 else ("bool", "num"))]
+    for i, (t, kind) in enumerate(zip(ctx.in_types[3:], kinds, strict=True)):
+        want = DType.bool if kind == "bool" else q.dtype
+        if t.dtype is not want:
+            raise ctx.error(f"step operand {i} must be {want.value}, got {t.dtype.value}")
+        if t.rank > len(scores):
+            raise ctx.error(f"step operand {i} has rank {t.rank}, more than the scores' {len(scores)}")
+        grown = ctx.broadcast(scores, t.shape)
+        for a, b in zip(grown, scores, strict=True):
+            ctx.require_eq(a, b, f"step operand {i} broadcasts into the scores")
+    y = matmul_shape(ctx, scores, v.shape)
+    return [TensorType(q.dtype, y)]
+
+
+# ---- numpy reference: the chain, op by op ------------------------------------------------------
+
+def sdpa_chain(q, k, v, extra: list, steps, perm, causal=None) -> np.ndarray:
+    """The graph ops the op stands for, each rounded to the dtype as they would be; with
+    `causal`, the keys after each row + causal score -inf before the softmax."""
+    kt = k if perm is None else np.transpose(k, perm)
+    x = np.matmul(q, kt)
+    it = iter(extra)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        for s in steps:
+            if s == "mul":
+                x = x * next(it)
+            elif s == "div":
+                x = x / next(it)
+            elif s == "add":
+                x = x + next(it)
+            elif s == "sub":
+                x = x - next(it)
+            else:
+                cond, fill = next(it), next(it)
+                x = np.where(cond, x, fill) if s == "where_keep" else np.where(cond, fill, x)
+            x = x.astype(q.dtype, copy=False)
+        if causal is not None:
+            rows, keys = np.arange(x.shape[-2])[:, None], np.arange(x.shape[-1])[None, :]
+            x = np.where(keys > rows + int(causal), np.asarray(-np.inf, x.dtype), x)
+        p = softmax(x, -1).astype(q.dtype, copy=False)
+    return np.matmul(p, v)
+
+
+def _reference(ctx: RefCtx, q, k, v, *extra):
+    return [cast_out(ctx, sdpa_chain(q, k, v, list(extra), _steps(ctx.op), ctx.attr("k_perm"), ctx.attr("causal")))]
+
+
+# ---- lowering: one flash_core compute ------------------------------------------------------------
+
+def _lower(ctx) -> None:
+    qb, kb, vb, *extra = ctx.inputs
+    steps = _steps(ctx.op)
+    perm = ctx.attr("k_perm")
+    y = ctx.out(0)
+    acc = y.dtype
+    nb = y.rank - 2
+    kt_dims = kt_shape(kb.shape, perm)
+    d_len, t_len = kt_dims[-2], kt_dims[-1]
+    e = Var("e")
+
+    def kt(batch, ei, ti) -> Expr:
+        idx = (*broadcast_indices(batch, kt_dims[:-2]), ei, ti)
+        if perm is None:
+            return kb[idx]
+        k_idx: list = [None] * len(perm)
+        for j, p in enumerate(perm):
+            k_idx[p] = idx[j]
+        return kb[tuple(k_idx)]
+
+    def score(batch, s, t) -> Expr:
+        qi = (*broadcast_indices(batch, qb.shape[:-2]), s, e)
+        x = rsum([(e, d_len)], qb[qi] * kt(batch, e, t))
+        it = iter(extra)
+        at = (*batch, s, t)
+        for st in steps:
+            a = next(it)
+            av = a[broadcast_indices(at, a.shape)]
+            if st == "mul":
+                x = x * av
+            elif st == "div":
+                x = x / av
+            elif st == "add":
+                x = x + av
+            elif st == "sub":
+                x = x - av
+            else:
+                f = next(it)
+                fv = f[broadcast_indices(at, f.shape)]
+                x = select(av, x, fv) if st == "where_keep" else select(av, fv, x)
+        return x
+
+    causal = ctx.attr("causal")
+
+    def masked(batch, s, t) -> Expr:
+        """The score, -inf for keys after row + causal (the fused kernel skips them)."""
+        x = score(batch, s, t)
+        return x if causal is None else select(t > s + int(causal), Const(float("-inf"), acc), x)
+
+    def body(*ix) -> Expr:
+        batch, s, w = ix[:nb], ix[nb], ix[nb + 1]
+        vbatch = broadcast_indices(batch, vb.shape[:-2])
+        return flash_core(lambda t: masked(batch, s, t), lambda t: vb[(*vbatch, t, w)], t_len, acc, guarded=False)
+
+    ctx.compute(y, body)
+
+
+define("cc.sdpa", infer=_infer, reference=_reference, lower=_lower, kind="opaque", arity=None)

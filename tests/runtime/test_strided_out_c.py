@@ -1,0 +1,110 @@
+"""Strided outputs from C (issue 15, item 5): tests/runtime/strided_out.c calls two artifacts,
+built with -fsanitize=address,undefined where the compiler has them, writing into strided
+views (steps, row pitch + byte_offset, negative strides, transposed, past the in-frame
+scratch): each view must hold what the compact call gives (float32, relative tolerance 1e-6:
+the same kernel, its compact result scattered), and every byte outside the view must be
+untouched. Strides under which elements share memory (zero, overlapping) and a strided
+output over an input's bytes are refused with a message, the memory untouched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import onnxcc
+from onnxcc.testing_c import SANITIZE, sanitizers_available
+
+HERE = Path(__file__).parent
+pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+
+
+def _save(g, path: Path) -> Path:
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def so_model(path: Path) -> Path:
+    """y = Relu(a) * b + a over a: f32[N, 4] (provable in place over a)."""
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "b"], ["m"]),
+                           helper.make_node("Add", ["m", "a"], ["y"])], "so",
+                          [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
+                          [vi("y", TensorProto.FLOAT, ["N", 4])])
+    return _save(g, path)
+
+
+def tw_model(path: Path) -> Path:
+    """Two outputs: p = a + a, q = a * a."""
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Add", ["a", "a"], ["p"]), helper.make_node("Mul", ["a", "a"], ["q"])],
+                          "tw", [vi("a", TensorProto.FLOAT, ["N", 4])],
+                          [vi("p", TensorProto.FLOAT, ["N", 4]), vi("q", TensorProto.FLOAT, ["N", 4])])
+    return _save(g, path)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("strided_out")
+    flags = SANITIZE if sanitizers_available() else []
+    cc = " ".join(["cc", *flags])
+    so, tw = tmp / "so", tmp / "tw"
+    onnxcc.compile(so_model(tmp / "so.onnx"), so, name="so", cc=cc)
+    onnxcc.compile(tw_model(tmp / "tw.onnx"), tw, name="tw", cc=cc)
+    exe = tmp / "strided_out"
+    subprocess.run(["cc", "-O1", "-g", *flags, "-o", str(exe), str(HERE / "strided_out.c"), f"-I{so}", f"-I{tw}",
+                    f"-L{so}", f"-L{tw}", "-lso", "-ltw", "-lm", f"-Wl,-rpath,{so}:{tw}"], check=True)
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1",
+           "PATH": "/usr/bin:/bin", "ONNXCC_NUM_THREADS": "1"}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, f"driver failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr[-4000:]
+    lines = r.stdout.splitlines()
+    assert lines[-1] == "DONE", lines
+    rows = {}
+    for ln in lines[:-1]:
+        name, rest = ln.split(" ", 1)
+        rc, right = (int(rest.split(f"{k}=", 1)[1].split()[0]) for k in ("rc", "right"))
+        rows[name] = (rc, right, rest.split("msg=", 1)[1])
+    return rows, so, tw
+
+
+@pytest.mark.parametrize("case", ["compact", "step-2", "row-pitch-offset", "negative", "negative-rows-gap",
+                                  "transposed", "big-step-2", "big-transposed", "strided-in-and-out",
+                                  "in-place-compact-strides", "two-outputs", "one-strided-one-compact"])
+def test_strided_outputs_match_compact(results, case):
+    rc, right, msg = results[0][case]
+    assert (rc, right) == (0, 1), msg
+
+
+@pytest.mark.parametrize("case", ["zero-stride", "zero-stride-inner", "overlapping-steps", "overlapping-rows"])
+def test_outputs_whose_elements_share_memory_are_refused(results, case):
+    rc, untouched, msg = results[0][case]
+    assert rc == 4 and untouched == 1, (case, rc, msg)  # SO_ERR_SHAPE, nothing written
+    assert msg.startswith('output "y" dim ') and "makes two elements share memory" in msg, msg
+
+
+def test_strided_outputs_over_inputs_or_each_other_are_refused(results):
+    rows = results[0]
+    rc, untouched, msg = rows["over-input"]
+    assert (rc, untouched) == (1, 1), msg
+    assert msg.startswith('output "y" overlaps input "a" in memory') and "both compact" in msg, msg
+    rc, untouched, msg = rows["interleaved-outputs"]
+    assert (rc, untouched) == (1, 1), msg
+    assert msg.startswith('output "q" overlaps output "p" in memory'), msg
+
+
+def test_header_and_metadata_list_strided_outputs(results):
+    _, so, tw = results
+    assert json.loads((so / "so.json").read_text())["strided_outputs"] == ["y"]
+    assert json.loads((tw / "tw.json").read_text())["strided_outputs"] == ["p", "q"]
+    header = (tw / "tw.h").read_text()
+    assert "outputs may have any strides under which every element has bytes of its own" in header
+    assert "Served strided: p, q" in header
