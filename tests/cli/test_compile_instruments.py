@@ -14,7 +14,8 @@ from onnxcc.testing import MODELS_DIR
 MLP = str(MODELS_DIR / "mlp.onnx")
 HEADER = re.compile(r"^// -----// IR Dump After (\S+) //----- //$", re.M)
 CPU_RECIPE = ["split-if", "broadcast-versions", "shape-inference", "canonicalize", "fold-conv-affine", "prune-symbols",
-              "specialize", "attention-chain", "lower-to-kernel", "fuse", "schedule", "plan-memory", "reserve-scratch"]
+              "specialize", "attention-chain", "lower-to-kernel", "fold-consts", "fuse", "schedule", "plan-memory",
+              "reserve-scratch"]
 
 
 def _run(*args):

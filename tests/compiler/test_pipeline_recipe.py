@@ -23,10 +23,10 @@ def test_recipe_order_follows_the_options_and_the_backend():
     # attention-chain only where the backend runs attention fused over key blocks (the CPU)
     base = [*graph, "attention-chain", "lower-to-kernel"]
     kernel = ["plan-memory", "reserve-scratch"]
-    assert _names(CompileOptions()) == [*base, "fuse", "schedule", *kernel]
+    assert _names(CompileOptions()) == [*base, "fold-consts", "fuse", "schedule", *kernel]
     assert _names(CompileOptions(fuse=False)) == [*base, "schedule", *kernel]
     # the grid, not schedules
-    assert _names(CompileOptions(target="cuda")) == [*graph, "lower-to-kernel", "fuse", *kernel]
+    assert _names(CompileOptions(target="cuda")) == [*graph, "lower-to-kernel", "fold-consts", "fuse", *kernel]
     # without the 0/1 rule no broadcast 1-versions either
     assert "broadcast-versions" not in _names(CompileOptions(specialize_one=False))
     with_buckets = _names(CompileOptions(buckets={"seq": [64]}))
@@ -74,8 +74,8 @@ def test_one_run_converts_the_graph_into_a_kernel_module_and_times_each_step():
     for v in kmod.versions:
         assert v.plan is not None and v.stats["kernels_after"] < v.stats["kernels_before"]
         assert all(c.schedule is not None for c in v.program.computes())
-    assert [n for n, _ in timer.times][-5:] == ["lower-to-kernel", "fuse", "schedule", "plan-memory",
-                                                "reserve-scratch"]
+    assert [n for n, _ in timer.times][-6:] == ["lower-to-kernel", "fold-consts", "fuse", "schedule",
+                                                "plan-memory", "reserve-scratch"]
     text = str(kmod)
     assert text.count("// version ") == 2 and "guard batch == 1" in text
 

@@ -1,7 +1,8 @@
 """MaxPool and AveragePool through the unrolled-tap lowering (ops/nn.py `_pool_taps`: a
-padded copy, taps summed or maxed, stride-2 rows paired) compiled once at symbolic N, H, W
-and compared with onnxruntime at odd and even sizes (max: exact; average: rtol 1e-5),
-plus inputs holding inf and nan, and MaxPool with Indices (the reduce lowering)."""
+padded copy, taps summed or maxed; strided along the last axis: the window at every column,
+then every s-th picked, `_pool_dense_rows`) compiled once at symbolic N, H, W and compared
+with onnxruntime at odd and even sizes (max: exact; average: rtol 1e-5), plus inputs
+holding inf and nan, MaxPool with Indices (the reduce lowering), and 1-D and 3-D pools."""
 
 from __future__ import annotations
 
@@ -79,3 +80,22 @@ def test_inf_reaches_only_its_own_windows(built):
     for name in ("max_k3_s2_ceil", "avg_k3_s2_ceil"):
         assert np.isfinite(got[name][..., :2]).all(), name  # windows over columns 0..4
         assert np.isinf(got[name][..., 2]).all(), name
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_strided_pools_of_other_ranks(tmp_path, rank):
+    """The dense-rows lowering at rank 1 (no outer window dims) and 3 (two of them)."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["mx"], kernel_shape=[3] * rank, strides=[2] * rank,
+                              pads=[1] * (2 * rank)),
+             helper.make_node("AveragePool", ["x"], ["av"], kernel_shape=[2] * rank, strides=[1] * (rank - 1) + [3],
+                              ceil_mode=1)]
+    dims = ["N", C] + [f"D{i}" for i in range(rank)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("mx", "av")]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "pools", [x], outs),
+                                opset_imports=[helper.make_opsetid("", 19)]), tmp_path / "p.onnx")
+    onnxcc.compile(tmp_path / "p.onnx", tmp_path / "lib")
+    lib = onnxcc.load(tmp_path / "lib")
+    for size in (5, 8, 19):
+        x = np.random.default_rng(size).standard_normal((2, C, *[size + i for i in range(rank)])).astype(np.float32)
+        _compare(tmp_path / "p.onnx", lib, x, (rank, size))

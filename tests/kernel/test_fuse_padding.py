@@ -1,6 +1,7 @@
 """Fusion keeps a zero-padding remap as a buffer when a consumer reads it with a stride
 along its innermost var (a stride-2 conv): inlined, its bounds selects would sit on strided
-loads, which LLVM does not vectorise. Read at stride 1 it is still inlined. Numerics are
+loads, which LLVM does not vectorise; and when one consumer reads it at 3 or more taps
+(a window: the selects would run per tap). Read at stride 1 by fewer taps it is inlined. Numerics are
 checked before and after fusion through the JIT."""
 
 from __future__ import annotations
@@ -44,8 +45,22 @@ def test_padding_read_with_a_stride_is_kept():
     _same(before, p)
 
 
-def test_padding_read_at_stride_one_is_inlined():
+def test_padding_read_at_stride_one_by_a_window_is_kept():
+    """Three taps of the padded copy in one consumer: the selects would run per tap."""
     p = _padded_program(1)
+    before = copy.deepcopy(p)
+    rep = fuse(p)
+    assert "t" in p.buffers and any(t == "t" and "window" in why for t, why in rep.kept)
+    _same(before, p)
+
+
+def test_padding_read_at_stride_one_twice_is_inlined():
+    p = KernelProgram.new("pad", [])
+    x = p.input("x", F32, (2, 9))
+    t = p.temp("t", F32, (2, 11))
+    y = p.output("y", F32, (2, 9))
+    p.compute(t, lambda r, j: select((j >= 1) & (j - 1 < 9), x[r, j - 1], 0.0))
+    p.compute(y, lambda r, i: t[r, i] * 0.5 + t[r, i + 2])
     before = copy.deepcopy(p)
     fuse(p)
     assert "t" not in p.buffers and [c.out for c in p.computes()] == ["y"]

@@ -1,7 +1,7 @@
 """The kernel IR's text parses back (kernel/parser.py), and kernel passes tested on text.
 
 The round trip runs on every sample model's kernel module after each kernel pass
-(lower-to-kernel, fuse, schedule, plan-memory, reserve-scratch): print -> parse -> print
+(lower-to-kernel, fold-consts, fuse, schedule, plan-memory, reserve-scratch): print -> parse -> print
 gives the same text, and what parses verifies.
 """
 
@@ -54,7 +54,8 @@ def test_every_kernel_pass_output_round_trips(name, options):
     grab = _KernelTexts()
     module = load_module(MODELS_DIR / f"{name}.onnx")
     run_pipeline(module, build_pipeline(options, make_backend(options), name, "kernel"), PassContext([grab]))
-    assert [p for p, _ in grab.texts] == ["lower-to-kernel", "fuse", "schedule", "plan-memory", "reserve-scratch"]
+    assert [p for p, _ in grab.texts] == ["lower-to-kernel", "fold-consts", "fuse", "schedule", "plan-memory",
+                                         "reserve-scratch"]
     for pass_name, text in grab.texts:
         programs = parse_kernel_text(text)
         blocks = _blocks(text)

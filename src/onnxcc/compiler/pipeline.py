@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..codegen.backend import Backend
 from ..codegen.c.layout import reads_host
-from ..kernel.passes import FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
+from ..kernel.passes import FoldConstsPass, FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
 from ..passes import ModulePass, parse_pipeline
 from ..passes.attention_chain import AttentionChainPass
 from ..passes.base import sym_values
@@ -71,6 +71,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
                                               fused_attention=backend.fused_attention)))
     # ---- kernel passes: every decision below depends on the version's extents ----
     if options.fuse:
+        # weights sliced / concatenated / transposed by graph ops: consts at compile time
+        steps.append(("kernel", FoldConstsPass()))
         # inline injective producers, attach epilogues; control-flow bodies too
         steps.append(("kernel", FusePass()))
     if backend.schedules:

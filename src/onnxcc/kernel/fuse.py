@@ -25,6 +25,11 @@ Rules, for a producer P writing temp T:
   affine single-load remaps (transpose, slice, broadcast) go into a matmul's contraction;
   cheap elementwise bodies (cost <= `CHEAP`) inline into up to `MAX_SITES` sites anywhere
   but a contraction; expensive ones (exp, erf, ...) only into one read-once site.
+  Two exceptions keep a buffer: a window (`_stencil`: one buffer read at 3 or more
+  positions) read with a stride along the consumer's innermost var (its taps would be
+  gathers), and a guarded (padding) remap read at 3 or more sites of one consumer (a
+  pool's or depthwise conv's taps: its selects would run once per tap; materialised they
+  run once per element, measured 10% on squeezenet).
 - P with reductions (ReduceMean, a matmul, a fused softmax row max): every site must be
   read-once, outside any select arm, and map P's reductions onto a prefix of the site's
   chain (so they are still hoisted and computed once per row). A matmul / conv only goes
@@ -85,6 +90,8 @@ MAX_SITES = 4
 """at most this many distinct load sites for a recomputed producer with nonzero cost"""
 MAX_NODES = 5000
 """give up inlining when the consumer body would grow beyond this many distinct nodes"""
+STENCIL_LOADS = 3
+"""loads of one buffer from which a producer counts as a window (see `_stencil`)"""
 
 _CHEAP_UNARY = frozenset({"neg", "abs", "relu", "floor", "ceil", "round", "trunc", "sign", "not", "isnan",
                           "isinf"})
@@ -276,6 +283,19 @@ def _strided(load: Load, v: Var) -> bool:
     return False
 
 
+def _stencil(body: Expr) -> bool:
+    """Whether `body` reads one buffer at `STENCIL_LOADS` or more positions (a pooling
+    window reduced at every column, ops/nn.py `_pool_dense_rows`). Inlined into a read that
+    steps by 2 or more along the consumer's innermost var, each of those loads becomes a
+    gather (or scalar code): a 3x3 stride-2 max pool ran 3-4x slower than with the window
+    computed at stride 1 into a buffer and only the pick strided."""
+    per: dict[str, set[Expr]] = {}
+    for n in walk(body):
+        if isinstance(n, Load):
+            per.setdefault(n.buffer, set()).add(n)
+    return any(len(v) >= STENCIL_LOADS for v in per.values())
+
+
 # ---- dims ---------------------------------------------------------------------------------
 
 
@@ -459,11 +479,16 @@ class _Fuser:
                         return False, "can fail and a read is not an identity read"
         if not has_reduce:
             guarded = any(isinstance(n, Select) for n in walk(P.body))
+            stencil = _stencil(P.body)
             for c, sites in uses:
                 contraction = classify(c) in ("matmul", "conv")
                 for s in sites:
                     if guarded and c.vars and _strided(s.load, c.vars[-1][0]):
                         return False, "a guarded (padding) remap read with a stride along the innermost var"
+                    if stencil and c.vars and _strided(s.load, c.vars[-1][0]):
+                        return False, "a window (stencil) read with a stride along the innermost var"
+                    if guarded and len(sites) >= STENCIL_LOADS:
+                        return False, "a guarded (padding) remap read by a window: its selects would run once per tap"
                     if self.read_once(s, c):
                         continue
                     if cost == 0:

@@ -591,7 +591,7 @@ def _pool_taps(ctx, mode: str, win, pb, pe) -> bool:
         return False
     nd, sp, dt = x.rank - 2, x.shape[2:], x.dtype
     fill = _lowest(dt) if mode == "max" else 0.0
-    paired = _pair_taps(kernel, win)
+    paired = _pair_taps(kernel, win) and strides[-1] == 1
     if paired or ceil_mode or not all(_is_int(p, 0) for p in (*pb, *pe)):
         # with ceil_mode the last window may reach up to one stride past the end padding
         ends = [canon(pe[i] + (strides[i] if ceil_mode else 0)) for i in range(nd)]
@@ -601,6 +601,9 @@ def _pool_taps(ctx, mode: str, win, pb, pe) -> bool:
     zeros = [0] * nd
     nought, inf = Const(0.0, dt), Const(float("inf"), dt)
     include_pad = ctx.attr("count_include_pad", 0)
+    if strides[-1] > 1:
+        _pool_dense_rows(ctx, mode, win, xs, sp, pb, pe, include_pad)
+        return True
 
     def body(n, c, *o):
         terms = []
@@ -630,6 +633,53 @@ def _pool_taps(ctx, mode: str, win, pb, pe) -> bool:
 
     ctx.program.compute(ctx.out(0), body, names=["n", "c"] + [f"o{i}" for i in range(nd)])
     return True
+
+
+def _pool_dense_rows(ctx, mode: str, win, xs, sp, pb, pe, include_pad) -> None:
+    """A pool strided along its last axis as two computes: the window reduced at EVERY
+    position of that axis (`T[n, c, o..., w]`, stride-1 loads: plain vector loads), then the
+    output picks every s-th column (one strided load per output). Read directly with the
+    stride, each of the window's taps became a gather (Zen 4: a 3x3 stride-2 max pool 3-4x
+    slower than onnxruntime); here only the pick is strided. kernel/fuse.py keeps `T` a
+    buffer (`_stencil`), so fusion does not put the taps back under the stride."""
+    x = ctx.inputs[0]
+    nd, dt = x.rank - 2, x.dtype
+    kernel, strides, dil = win["kernel"], win["strides"], win["dilations"]
+    outs = ctx.out(0).shape[2:]
+    s = strides[-1]
+    wide = canon((outs[-1] - 1) * s + 1)  # columns 0, s, ..., (Wo - 1) * s are picked
+    t = ctx.temp(dt, [x.shape[0], x.shape[1], *outs[:-1], wide], "prow")
+    zeros = [0] * nd
+    steps = [*strides[:-1], 1]
+
+    def window(n, c, *o):
+        terms = []
+        for tap in np.ndindex(*kernel):
+            pos = _window_positions(ctx, o, [Const(int(k), DType.i64) for k in tap], steps, dil, zeros)
+            terms.append(xs[(n, c, *pos)])
+        if mode == "max":  # a balanced tree (see `_pool_taps`)
+            while len(terms) > 1:
+                terms = [maximum(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                         for i in range(0, len(terms), 2)]
+            return terms[0]
+        acc = terms[0]
+        for term in terms[1:]:
+            acc = acc + term
+        return acc
+
+    ctx.program.compute(t, window, names=["n", "c"] + [f"o{i}" for i in range(nd - 1)] + ["w"])
+
+    def pick(n, c, *o):
+        v = t[(n, c, *o[:-1], o[-1] * s)]
+        if mode == "max":
+            return v
+        count = 1
+        for i in range(nd):
+            count = count * _avg_count(ctx, o[i], kernel[i], strides[i], dil[i], sp[i], pb[i], pe[i],
+                                       win["ceil_mode"], include_pad)
+        return v / (float(count) if isinstance(count, int) else cast(count, dt))
+
+    ctx.program.compute(ctx.out(0), pick, names=["n", "c"] + [f"o{i}" for i in range(nd)])
 
 
 def _pool_lower(mode: str):

@@ -1,4 +1,4 @@
-"""The kernel passes: fuse, schedule, plan-memory, reserve-scratch over a `KernelModule`.
+"""The kernel passes: fold-consts, fuse, schedule, plan-memory, reserve-scratch over a `KernelModule`.
 
 They follow the pass protocol of `onnxcc.passes` (a frozen dataclass with a kebab-case
 `name` and `run(module, ctx) -> changed`) without importing it: the kernel layer imports
@@ -6,10 +6,11 @@ only `ir`. `onnxcc.passes.registry_all` registers `KERNEL_PASSES` beside the gra
 so one pass manager runs both and `--print-ir-after=fuse` works like `=canonicalize`.
 """
 
+from .fold_consts import FoldConstsPass
 from .fuse import FusePass
 from .plan_memory import PlanMemoryPass, ReserveScratchPass
 from .schedule import SchedulePass
 
-KERNEL_PASSES = (FusePass, SchedulePass, PlanMemoryPass, ReserveScratchPass)
+KERNEL_PASSES = (FoldConstsPass, FusePass, SchedulePass, PlanMemoryPass, ReserveScratchPass)
 
-__all__ = ["KERNEL_PASSES", "FusePass", "PlanMemoryPass", "ReserveScratchPass", "SchedulePass"]
+__all__ = ["KERNEL_PASSES", "FoldConstsPass", "FusePass", "PlanMemoryPass", "ReserveScratchPass", "SchedulePass"]
