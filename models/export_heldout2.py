@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from heldout2_hf import HF  # noqa: E402
-from heldout2_layers import LAYERS  # noqa: E402
+from heldout2_hf import HF
+from heldout2_layers import LAYERS
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "heldout2"
 MODELS = {**LAYERS, **HF}
@@ -66,7 +66,9 @@ def export(name: str, out: Path, kinds: tuple[str, ...]) -> None:
                                       opset_version=int(kind[3:]), dynamo=True)
             print("exported", path, flush=True)
         except Exception as e:  # an exporter's refusal: report it, write nothing
-            print("export failed", path, type(e).__name__, " | ".join(str(e).splitlines()[:1] + [ln for ln in str(e).splitlines() if "rror" in ln][:3])[:600], flush=True)
+            lines = str(e).splitlines()
+            why = " | ".join(lines[:1] + [ln for ln in lines if "rror" in ln][:3])[:600]
+            print("export failed", path, type(e).__name__, why, flush=True)
 
 
 if __name__ == "__main__":

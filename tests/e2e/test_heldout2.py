@@ -23,7 +23,7 @@ from onnxcc.interp import run as interp_run
 from onnxcc.testing import ort_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from heldout2_inputs import DATA, SETTINGS, feeds, model_key  # noqa: E402
+from heldout2_inputs import DATA, SETTINGS, feeds, model_key
 
 STEMS = sorted(p.stem for p in DATA.glob("*.onnx"))
 #: run in the default test run (fast to compile, each covering a fix or a new layer)
