@@ -144,7 +144,8 @@ HF = {
     "sew": _audio(lambda: T.SEWModel(T.SEWConfig(**AUDIO, squeeze_factor=2))),
     "w2v2conformer": _audio(lambda: T.Wav2Vec2ConformerModel(T.Wav2Vec2ConformerConfig(
         **AUDIO, conv_depthwise_kernel_size=5, position_embeddings_type="rotary"))),
-    "data2vec_audio": _audio(lambda: T.Data2VecAudioModel(T.Data2VecAudioConfig(**AUDIO, num_conv_pos_embeddings=5))),
+    "data2vec_audio": _audio(lambda: T.Data2VecAudioModel(
+        T.Data2VecAudioConfig(**{**AUDIO, "num_conv_pos_embeddings": 5}))),
     "speech2text": (lambda: Last(T.Speech2TextModel(T.Speech2TextConfig(
         vocab_size=100, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, input_feat_per_channel=16,
