@@ -251,14 +251,19 @@ def test_data_dependent_scales_refused_natively_but_interpreted():
     np.testing.assert_allclose(interp_run(mod, feeds)[0], ort_run(m, feeds)["y"], rtol=1e-5, atol=1e-6)
 
 
-def test_antialias_with_symbolic_sizes_is_refused():
-    """out / in is only known at run time there, and the filter width depends on it."""
-    inits = {"two": np.array([2], np.int64), "s": np.array([0], np.int64), "m": np.array([3], np.int64)}
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_antialias_with_symbolic_sizes(mode):
+    """out / in known only as dims (dynamo's interpolate(antialias=True) at a symbolic size):
+    the filter width is a Dim, max(support, ceil(support * in / out)) per side, one pass per
+    axis; W -> 2 downscales for W > 2 and upscales at W = 1 (the filter at scale 1)"""
+    inits = {"two": np.array([2], np.int64), "s": np.array([0], np.int64), "m": np.array([2], np.int64),
+             "hs": np.array([2], np.int64), "he": np.array([3], np.int64), "d": np.array([3], np.int64)}
     nodes = [h.make_node("Shape", ["x"], ["shp"]), h.make_node("Slice", ["shp", "s", "m"], ["head"]),
-             h.make_node("Concat", ["head", "two"], ["sizes"], axis=0),
-             h.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", antialias=1)]
-    with pytest.raises(OnnxccError, match="antialias needs a compile-time scale"):
-        jit_compile(_model(nodes, _X, ["y"], inits))
+             h.make_node("Slice", ["shp", "hs", "he"], ["hh"]), h.make_node("Div", ["hh", "d"], ["h3"]),
+             h.make_node("Concat", ["head", "h3", "two"], ["sizes"], axis=0),
+             h.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode, antialias=1)]
+    m = _model(nodes, [("x", F, ["N", 2, "H", "W"])], ["y"], inits)
+    _check(m, [dict(N=1, H=9, W=7), dict(N=2, H=4, W=1), dict(N=1, H=20, W=13)], rtol=1e-4, atol=1e-5)
 
 
 def test_bad_attributes_are_errors():

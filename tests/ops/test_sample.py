@@ -172,3 +172,27 @@ def test_col2im_with_constant_shapes(image, block, attrs):
         for got in (k(x)[0], interp_run(mod, [x])[0]):
             assert got.shape == want.shape and got.dtype == want.dtype
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_col2im_with_the_image_shape_of_an_input():
+    """torch's F.fold at the input's own size: image_shape is Shape(img)[2:], symbolic H and W
+    (held-out fold_dyn18); the block count L is checked against floor((H - 2) / 2 + 1) * ..."""
+    vis = [h.make_tensor_value_info("img", onnx.TensorProto.FLOAT, ["N", 2, "H", "W"]),
+           h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8, "L"])]
+    inits = [onnx.numpy_helper.from_array(np.array([2, 2], np.int64), "b"),
+             onnx.numpy_helper.from_array(np.array([2], np.int64), "s0"),
+             onnx.numpy_helper.from_array(np.array([4], np.int64), "s1")]
+    nodes = [h.make_node("Shape", ["img"], ["sh"]), h.make_node("Slice", ["sh", "s0", "s1"], ["i"]),
+             h.make_node("Col2Im", ["x", "i", "b"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1])]
+    m = h.make_model(h.make_graph(nodes, "g", vis, [h.make_empty_tensor_value_info("y")], inits),
+                     opset_imports=[h.make_opsetid("", 18)])
+    m.ir_version = 10
+    mod, _, k = jit_compile(m)
+    for seed, (n, hh, ww) in enumerate(((1, 3, 4), (2, 6, 5), (1, 7, 9))):
+        rng = np.random.default_rng(seed)
+        img = rng.uniform(-1, 1, (n, 2, hh, ww)).astype(F32)
+        x = rng.uniform(-2, 2, (n, 8, ((hh + 1 - 2) // 2 + 1) * ((ww + 1 - 2) // 2 + 1))).astype(F32)
+        want = ort_run(m, {"img": img, "x": x})["y"]
+        for got in (k(img, x)[0], interp_run(mod, [img, x])[0]):
+            assert got.shape == want.shape == (n, 2, hh, ww)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -53,13 +53,17 @@ def infer_op(op: Op, module: Module, values: dict, provisional: int | None = Non
     vals = d.value(ctx)
     if vals:
         for r, v in zip(op.results, vals):
-            # bools as 0/1 (Equal -> Where); floats only through ops whose value rules stay
-            # exact on them (OpDef.float_values: Cast of a dim to float, arithmetic, reshapes)
-            tracked = r.type.dtype.is_int or r.type.dtype is DType.bool or \
-                (r.type.dtype.is_float and d.float_values)
-            if v is not None and tracked and np.size(v) <= MAX_TRACKED:
+            if v is not None and tracks_value(r.type.dtype, d) and np.size(v) <= MAX_TRACKED:
                 values[r] = np.asarray(v, dtype=object).reshape(r.type.shape) if r.type.is_static else v
     return None if split else changed
+
+
+def tracks_value(dtype: DType, d) -> bool:
+    """Whether a result of this dtype made by OpDef `d` keeps its value rule's value: ints;
+    bools as 0/1 (Equal -> Where); floats only through ops whose value rules stay exact on
+    them (OpDef.float_values: Cast of a dim to float, arithmetic, reshapes). Shape inference
+    and canonicalize's folding read values by this one rule."""
+    return dtype.is_int or dtype is DType.bool or (dtype.is_float and d.float_values)
 
 
 def infer_block(block: Block, module: Module, values: dict, provisional: int | None = None) -> bool:

@@ -37,6 +37,7 @@ from ..kernel import (
     floor,
     lift,
     maximum,
+    minimum,
     rsum,
     select,
     unary,
@@ -508,9 +509,21 @@ def _lower(ctx) -> None:
     taps = []
     for a in axes:
         if spec.antialias and not isinstance(a.scale, float):
-            raise ctx.unsupported("antialias needs a compile-time scale (static dims or constant scales)")
-        taps.append(_taps(spec, a.scale if isinstance(a.scale, float) else 1.0))
+            taps.append(_symbolic_taps(spec, a))
+        else:
+            taps.append(_taps(spec, a.scale if isinstance(a.scale, float) else 1.0))
     _lower_filter(ctx, spec, x, y, axes, taps)
+
+
+def _symbolic_taps(spec: _Spec, a: _Axis) -> tuple[Dim, Dim, Expr]:
+    """`_taps` of an antialiased axis whose scale out / in is known only as dims (torch's
+    interpolate(antialias=True) at a symbolic size): with s = min(out / in, 1),
+    start = 1 - max(support, ceil(support * in / out)) and n = 2 - 2 * start, as Dims; s an
+    f64 expression. An empty output (out = 0) reads its denominator as 1: it has no rows."""
+    support = 1 if spec.mode == "linear" else 2
+    wide = sympy.ceiling(support * sympy.sympify(a.in_dim) / sympy.Max(sympy.sympify(a.out_dim), 1))
+    half = sympy.Max(support, wide)
+    return canon(2 * half), canon(1 - half), minimum(a.scale, 1.0)
 
 
 def _valid_table(ctx, spec: _Spec, a: _Axis):
@@ -566,7 +579,8 @@ def _tap_tables(ctx, spec: _Spec, a: _Axis, n: int, start: int, s: float, acc: D
     def base(o):
         return a.coord(spec, o)
 
-    ctx.compute(idx, lambda o, t: clamp(cast(floor(base(o)), I64) + start + t, 0, hi))
+    first = start if isinstance(start, int) else dim_to_expr(start)  # a Dim when the scale is symbolic
+    ctx.compute(idx, lambda o, t: clamp(cast(floor(base(o)), I64) + first + t, 0, hi))
 
     def weight(o, t):
         xo = base(o)
@@ -574,11 +588,12 @@ def _tap_tables(ctx, spec: _Spec, a: _Axis, n: int, start: int, s: float, acc: D
         frac = xo - fl
 
         def w(tv):
-            off = cast(tv, F64) if start == 0 else cast(tv, F64) + float(start)
-            d = abs(off - frac) if s == 1.0 else abs(off - frac) * s
+            off = cast(tv, F64) if start == 0 else cast(tv, F64) + (
+                float(start) if isinstance(start, int) else cast(first, F64))
+            d = abs(off - frac) if isinstance(s, float) and s == 1.0 else abs(off - frac) * s
             k = lift(_filter(_KernelMath, spec, d), F64)
             if spec.exclude:
-                p = cast(fl, I64) + start + tv
+                p = cast(fl, I64) + first + tv
                 k = select((p >= 0) & (p <= hi), k, 0.0)
             return k
 
@@ -602,7 +617,9 @@ def _lower_filter(ctx, spec: _Spec, x, y, axes: list[_Axis], taps: list) -> None
     acc = _acc_dtype(x.dtype)
     tables = [_tap_tables(ctx, spec, a, n, st, s, acc) for a, (n, st, s) in zip(axes, taps)]
     valid = [(a, v) for a in axes if (v := _valid_table(ctx, spec, a)) is not None]
-    joint = int(np.prod([n for n, _, _ in taps])) if taps else 1
+    # symbolic tap counts (an antialiased symbolic scale) go one pass per axis
+    joint = int(np.prod([n for n, _, _ in taps])) if all(isinstance(n, int) for n, _, _ in taps) else None
+    joint = MAX_JOINT_TAPS + 1 if joint is None else joint
     groups = [list(range(len(axes)))] if joint <= MAX_JOINT_TAPS else [[k] for k in range(len(axes))]
     src = x
     for g, members in enumerate(groups):

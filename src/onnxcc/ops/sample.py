@@ -28,6 +28,7 @@ from ..kernel import Expr, Var, dim_to_expr
 from .elementwise import kwiden
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .shape import fresh_dim
+from .shape_util import known_dims
 
 #: opset 16 names (bilinear, bicubic) and opset 20 names
 _MODES = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic",
@@ -474,14 +475,16 @@ define("onnx.AffineGrid", infer=_affine_infer, reference=_affine_ref, lower=_aff
 # The inverse of im2col: x (N, C * prod(block), L) holds, for each of the L sliding blocks
 # (row-major over the block grid), its C * prod(block) values; each lands at its position in
 # an (N, C, *image) output, overlapping contributions summing. image_shape and block_shape
-# are inputs: they must be known at compile time to lower (else data-dependent dims).
+# are inputs: block_shape must be known at compile time to lower, image_shape may be a
+# shape chain's symbolic value (torch's F.fold at the input's own H, W: Shape -> Slice)
 
 
 def _col2im_geometry(image, block, strides, dil, pads) -> list:
-    """The number of block positions along each spatial dim."""
+    """The number of block positions along each spatial dim (Dims: an image dim may be a
+    symbol, the count then a floor expression)."""
     nd = len(image)
-    return [(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
-            for i in range(nd)]
+    return [canon(sympy.floor(sympy.sympify(image[i] + pads[i] + pads[nd + i] - dil[i] * (block[i] - 1) - 1)
+                              / strides[i]) + 1) for i in range(nd)]
 
 
 def _col2im_attrs(ctx, nd: int) -> tuple[list, list, list]:
@@ -496,7 +499,7 @@ def _col2im_infer(ctx: InferCtx) -> list[TensorType]:
     if img.rank != 1 or blk.rank != 1 or not isinstance(img.shape[0], int) or img.shape[0] != blk.shape[0]:
         raise ctx.error(f"image_shape and block_shape must be 1-D of one static length, got {img} and {blk}")
     nd = img.shape[0]
-    image, block = ctx.known_ints(1), ctx.known_ints(2)
+    image, block = known_dims(ctx, 1), ctx.known_ints(2)
     if block is not None:
         nb = int(np.prod(block))
         if isinstance(x.shape[1], int) and x.shape[1] % nb:
@@ -505,7 +508,7 @@ def _col2im_infer(ctx: InferCtx) -> list[TensorType]:
     else:
         c = fresh_dim(ctx, "col2im_c", "block_shape input", dim=1)
     if image is not None and block is not None:
-        n_blocks = int(np.prod(_col2im_geometry(image, block, *_col2im_attrs(ctx, nd))))
+        n_blocks = canon(sympy.Mul(*_col2im_geometry(image, block, *_col2im_attrs(ctx, nd))))
         ctx.require_eq(x.shape[2], n_blocks, "L == the number of sliding blocks")
     sp = tuple(image) if image is not None else \
         tuple(fresh_dim(ctx, "col2im_dim", "image_shape input", dim=2 + i) for i in range(nd))
@@ -533,11 +536,13 @@ def _col2im_ref(ctx: RefCtx, x, image, block):
 
 def _col2im_lower(ctx) -> None:
     x, y = ctx.inputs[0], ctx.out(0)
-    image, block = ctx.const_value(1), ctx.const_value(2)
-    if image is None or block is None:
-        raise ctx.unsupported("image_shape and block_shape must be known at compile time")
-    image, block = [int(v) for v in image.reshape(-1)], [int(v) for v in block.reshape(-1)]
-    nd = len(image)
+    block = ctx.const_value(2)
+    block = ctx.known_value(2) if block is None else block
+    if block is None or not all(isinstance(canon(v), int) for v in block.reshape(-1)):
+        raise ctx.unsupported("block_shape must be known at compile time")
+    block = [int(canon(v)) for v in block.reshape(-1)]
+    # the image dims are the result's, typed by inference from image_shape's (symbolic) value
+    nd, image = len(block), list(y.shape[2:])
     strides, dil, pads = _col2im_attrs(ctx, nd)
     counts = _col2im_geometry(image, block, strides, dil, pads)
     bv = [Var(f"b{i}") for i in range(nd)]
@@ -546,7 +551,7 @@ def _col2im_lower(ctx) -> None:
         conds, lpos = [], []
         for i in range(nd):
             off = p[i] + pads[i] - bv[i] * dil[i]  # = l * stride for the block position l
-            conds += [off >= 0, (off % strides[i]).eq(0), off // strides[i] < counts[i]]
+            conds += [off >= 0, (off % strides[i]).eq(0), off // strides[i] < dim_to_expr(counts[i])]
             lpos.append(off // strides[i])
         ch = c * int(np.prod(block)) + K.flatten_index(bv, block)
         ok = conds[0]

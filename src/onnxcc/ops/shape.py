@@ -575,7 +575,7 @@ class SliceOp(OpDef):
                 raise ctx.error(f"step of axis {a} is 0")
             d = None
             if starts is not None and ends is not None and steps is not None:
-                d = slice_dim(ctx.symbols, x.shape[a], starts[k], ends[k], steps[k])
+                d = slice_dim(ctx.symbols, x.shape[a], starts[k], ends[k], steps[k], ctx.module.constraints)
             out[a] = d if d is not None else fresh_dim(ctx, "slice", f"slice of dim {a} not known at compile time",
                                                        0, a)
         return [x.with_shape(out)]

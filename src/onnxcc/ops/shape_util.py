@@ -146,24 +146,44 @@ def exact_div(ctx: InferCtx, a: Dim, b: Dim, why: str) -> Dim:
     return canon(sympy.floor(q))
 
 
-def is_negative(symbols, x: Dim) -> bool | None:
+def is_negative(symbols, x: Dim, facts=()) -> bool | None:
+    """Whether x < 0 for every value of the symbols (None: cannot tell). `facts`: the
+    module's constraints, which the run checks: `e >= k` (k >= 0) proves e nonnegative where
+    the symbols' ranges alone do not (a conv's `floor(L/5) - 1 >= 1` for a Slice ending at a
+    length read from its output's Shape)."""
     if isinstance(x, int):
         return x < 0
-    if symbols.prove_le(0, x) is True:
+    if symbols.prove_le(0, x) is True or _nonneg_by(facts, x):
         return False
     if symbols.prove_le(x, -1) is True:
         return True
     return None
 
 
-def slice_dim(symbols, d: Dim, start: Dim, end: Dim, step: int) -> Dim:
-    """Length of x[start:end:step] on a dim of size d, ONNX clamping rules; None if unknown."""
+def _nonneg_by(facts, x: Dim) -> bool:
+    for c in facts:
+        e = c.expr
+        if isinstance(e, (sympy.GreaterThan, sympy.StrictGreaterThan)):
+            g = e.lhs - e.rhs
+        elif isinstance(e, (sympy.LessThan, sympy.StrictLessThan)):
+            g = e.rhs - e.lhs
+        else:
+            continue
+        diff = sympy.expand(sympy.sympify(x) - g)  # x = g + diff with g >= 0
+        if diff.is_Number and diff >= 0:
+            return True
+    return False
+
+
+def slice_dim(symbols, d: Dim, start: Dim, end: Dim, step: int, facts=()) -> Dim:
+    """Length of x[start:end:step] on a dim of size d, ONNX clamping rules; None if unknown.
+    `facts`: the module's constraints (see `is_negative`)."""
     if all(isinstance(v, int) for v in (d, start, end)):
         sl = onnx_slice(d, start, end, step)
         return len(range(d)[sl])
     if d is None or not isinstance(step, int) or step == 0:
         return None
-    ns, ne = is_negative(symbols, start), is_negative(symbols, end)
+    ns, ne = is_negative(symbols, start, facts), is_negative(symbols, end, facts)
     if ns is None or ne is None:
         return None
     s = start + d if ns else start

@@ -36,6 +36,7 @@ import sympy
 from ..ir import Block, DType, Function, Module, Op, TensorType, Value, canon, free_symbols, sym
 from ..ops import InferCtx, RefCtx, get_opdef, onnx_inputs, registered_ops
 from ..ops.cc import const_array
+from ..ops.infer import tracks_value
 from .base import ModulePass, PassContext, register_pass
 from .cse import cse
 from .dce import dce, is_pure
@@ -78,7 +79,9 @@ def _propagate_block(block: Block, module: Module, values: dict) -> None:
             continue
         vals = d.value(InferCtx(op, module, values))
         for r, v in zip(op.results, vals or ()):
-            if v is not None and r.type.dtype.is_int and np.size(v) <= MAX_TRACKED:
+            # the tracking rule of shape inference: a float chain over dims (torch's
+            # `int(h * 0.5)` for a resize's size) reaches the int value it ends in
+            if v is not None and tracks_value(r.type.dtype, d) and np.size(v) <= MAX_TRACKED:
                 values[r] = np.asarray(v, dtype=object).reshape(r.type.shape) if r.type.is_static else v
 
 

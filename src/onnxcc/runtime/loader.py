@@ -570,7 +570,7 @@ class CompiledModel:
             err.code = rc
             raise err
         late = (self.meta.get("metadata") or {}).get("runtime_constraints")
-        if late and msg.endswith("with code 4"):  # ERR_ASSERT: such a constraint is checked in the kernel
+        if late and "with code 4 (" in msg:  # ERR_ASSERT: such a constraint is checked in the kernel
             msg += ("; a constraint on a run-time symbol may not hold: "
                     + "; ".join(f"{c['text']} ({c['origin']})" for c in late))
         raise RuntimeCallError(msg, rc)

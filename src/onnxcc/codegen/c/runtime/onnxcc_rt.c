@@ -763,9 +763,13 @@ int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes, const int
   int32_t rc = fn(syms, inputs, outputs, ws);
   onnxcc_ws_release(ws, cached);
   if (rc == 0) return ONNXCC_OK;
+  /* the kernels' own codes, named as kernel/expr.py's ERROR_MESSAGES names them (the CUDA
+   * runtime reads the same names from its image) */
+  const char *what = rc == 2 ? " (index out of range)" : rc == 3 ? " (integer division by zero)"
+                   : rc == 4 ? " (kernel assertion failed)" : "";
   if (onnxcc_err_buf[0] != '\0')
-    onnxcc_error_set("kernel failed in version %d with code %d: %s", v, (int)rc, onnxcc_err_buf);
+    onnxcc_error_set("kernel failed in version %d with code %d%s: %s", v, (int)rc, what, onnxcc_err_buf);
   else
-    onnxcc_error_set("kernel failed in version %d with code %d", v, (int)rc);
+    onnxcc_error_set("kernel failed in version %d with code %d%s", v, (int)rc, what);
   return ONNXCC_ERR_KERNEL;
 }
