@@ -74,11 +74,14 @@ def test_element_count_overflow_is_refused(prog, batch, seq):
     assert 'input "x"' in msg and "overflows int64" in msg, msg
 
 
-def test_workspace_size_overflow_is_refused(prog):
-    # x and y fit (2**39 floats each); the attention scores, 16 * batch * seq**2 bytes, do not
+def test_workspace_too_big_is_refused(prog):
+    # x and y fit (2**39 floats each); the workspace they need does not: refused with ERR_ALLOC
+    # and a message, never a crash. (Attention runs fused over key blocks now, so the
+    # transformer has no seq**2 score buffer left whose size would overflow int64: the
+    # overflow flag of the checked size arithmetic is tested in C by tests/codegen/test_c_lets.py.)
     rc, msg = _run(prog, 1, BIG)
     assert rc == 7, msg  # ERR_ALLOC
-    assert "workspace size" in msg and "overflows int64" in msg and f"seq = {BIG}" in msg, msg
+    assert "workspace" in msg and ("overflows int64" in msg or "could not allocate" in msg), msg
 
 
 def test_null_data_with_elements_is_refused(prog):
