@@ -181,8 +181,11 @@ def test_lower_normalizations():
     # NOTE: the absolute tolerance sits at the default, the variance of a 6..60-element row is
     # summed in another order than onnxruntime's, which the relative 1e-4 covers
     prog = _check(m, [{"N": 1, "H": 1}, {"N": 2, "H": 5}])
-    # one compute per result, no temporaries: the statistics are hoistable reductions
-    assert len(list(prog.computes())) == len(outs) and not prog.temps()
+    # one compute per result: the statistics over one axis are hoistable reductions; instance
+    # and group norms (statistics over several axes) add two small temps each, mean and inv_std
+    temps = prog.temps()
+    assert len(list(prog.computes())) == len(outs) + 4 and len(temps) == 4, temps
+    assert all(t.shape[:1] == prog.buffers["out0"].shape[:1] and len(t.shape) == 2 for t in temps)
     assert "sqrt" not in str(_compute(prog, "out0").body)  # constant parameters folded into a, b
     # LayerNorm's Y: two distinct reductions (mean, and the variance that reuses the mean)
     assert len([n for n in walk(_compute(prog, "out3").body) if isinstance(n, Reduce)]) == 2
