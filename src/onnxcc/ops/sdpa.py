@@ -48,6 +48,27 @@ from .reduce import softmax
 from .registry import InferCtx, RefCtx, define
 
 STEP_ARITY = {"mul": 1, "div": 1, "add": 1, "sub": 1, "where_keep": 2, "where_fill": 2}
+
+
+def apply_steps(x, steps, operands, at, choose):
+    """The score `x` after `steps`, each reading its operands through `at(operand)`; `choose(c,
+    a, b)` is the select (`c ? a : b`) of the two Where forms. One reading of the steps for
+    the kernel lowering (Exprs) and the causal proof (sympy, passes/attention_causal.py)."""
+    it = iter(operands)
+    for st in steps:
+        a = at(next(it))
+        if st == "mul":
+            x = x * a
+        elif st == "div":
+            x = x / a
+        elif st == "add":
+            x = x + a
+        elif st == "sub":
+            x = x - a
+        else:
+            f = at(next(it))
+            x = choose(a, x, f) if st == "where_keep" else choose(a, f, x)
+    return x
 """operands each score step reads"""
 
 _FLOATS = (DType.f32, DType.f64)
@@ -159,24 +180,8 @@ def _lower(ctx) -> None:
     def score(batch, s, t) -> Expr:
         qi = (*broadcast_indices(batch, qb.shape[:-2]), s, e)
         x = rsum([(e, d_len)], qb[qi] * kt(batch, e, t))
-        it = iter(extra)
         at = (*batch, s, t)
-        for st in steps:
-            a = next(it)
-            av = a[broadcast_indices(at, a.shape)]
-            if st == "mul":
-                x = x * av
-            elif st == "div":
-                x = x / av
-            elif st == "add":
-                x = x + av
-            elif st == "sub":
-                x = x - av
-            else:
-                f = next(it)
-                fv = f[broadcast_indices(at, f.shape)]
-                x = select(av, x, fv) if st == "where_keep" else select(av, fv, x)
-        return x
+        return apply_steps(x, steps, extra, lambda a: a[broadcast_indices(at, a.shape)], select)
 
     causal = ctx.attr("causal")
 

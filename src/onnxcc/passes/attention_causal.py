@@ -230,25 +230,10 @@ _RULES: dict[str, Callable] = {
 
 def _steps_at(ev: _Eval, steps: tuple[str, ...], operands: tuple[Value, ...], idx: Idx, x: sympy.Symbol):
     """The score after the steps at `idx`, the raw score being `x`."""
-    from ..ops.sdpa import STEP_ARITY
+    from ..ops.sdpa import apply_steps
 
-    it = iter(operands)
-    for st in steps:
-        a = next(it)
-        av = ev.at(a, broadcast(idx, a.type.shape))
-        if st == "mul":
-            x = x * av
-        elif st == "div":
-            x = x / av
-        elif st == "add":
-            x = x + av
-        elif st == "sub":
-            x = x - av
-        else:
-            assert STEP_ARITY[st] == 2
-            f = next(it)
-            fv = ev.at(f, broadcast(idx, f.type.shape))
-            x = sympy.Piecewise((x, av), (fv, True)) if st == "where_keep" else sympy.Piecewise((fv, av), (x, True))
+    x = apply_steps(x, steps, operands, lambda a: ev.at(a, broadcast(idx, a.type.shape)),
+                    lambda c, a, b: sympy.Piecewise((a, c), (b, True)))
     return sympy.piecewise_fold(x)
 
 
