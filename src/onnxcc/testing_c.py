@@ -156,3 +156,30 @@ def _read_output(path: Path, dt: str) -> np.ndarray:
 
 def _np(dt: str):
     return DTYPES[dt][0]
+
+
+def run_sanitized_driver(tmp: Path, models: dict[str, Path], source: Path) -> tuple[list[str], dict[str, Path]]:
+    """Compile each model (library name -> .onnx path) into tmp/NAME, with the sanitizers where
+    they work, build the C driver `source` against all of them and run it on one thread.
+    Asserts a clean run (exit 0, no sanitizer report, the last line DONE) and returns the
+    driver's other stdout lines and the artifact directories."""
+    import onnxcc
+
+    flags = SANITIZE if sanitizers_available() else []
+    cc = " ".join(["cc", *flags])
+    dirs = {}
+    for name, path in models.items():
+        dirs[name] = tmp / name
+        onnxcc.compile(path, dirs[name], name=name, cc=cc)
+    exe = tmp / source.stem
+    libs = [a for name, d in dirs.items() for a in (f"-I{d}", f"-L{d}", f"-l{name}")]
+    subprocess.run(["cc", "-O1", "-g", *flags, "-o", str(exe), str(source), *libs, "-lm",
+                    f"-Wl,-rpath,{':'.join(str(d) for d in dirs.values())}"], check=True)
+    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1",
+           "PATH": "/usr/bin:/bin", "ONNXCC_NUM_THREADS": "1"}
+    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, f"driver failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr[-4000:]
+    lines = r.stdout.splitlines()
+    assert lines and lines[-1] == "DONE", lines
+    return lines[:-1], dirs

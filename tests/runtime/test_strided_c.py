@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import onnxcc
 from onnxcc.kernel.in_place import in_place_pairs
-from onnxcc.testing_c import SANITIZE, sanitizers_available
+from onnxcc.testing_c import run_sanitized_driver
 
 HERE = Path(__file__).parent
 
@@ -53,23 +51,11 @@ def sq_model(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strided")
-    flags = SANITIZE if sanitizers_available() else []
-    cc = " ".join(["cc", *flags])
-    st, sq = tmp / "st", tmp / "sq"
-    onnxcc.compile(st_model(tmp / "st.onnx"), st, name="st", cc=cc)
-    onnxcc.compile(sq_model(tmp / "sq.onnx"), sq, name="sq", cc=cc)
-    exe = tmp / "strided"
-    subprocess.run(["cc", "-O1", "-g", *flags, "-o", str(exe), str(HERE / "strided.c"), f"-I{st}", f"-I{sq}",
-                    f"-L{st}", f"-L{sq}", "-lst", "-lsq", "-lm", f"-Wl,-rpath,{st}:{sq}"], check=True)
-    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1",
-           "PATH": "/usr/bin:/bin", "ONNXCC_NUM_THREADS": "1"}
-    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
-    assert r.returncode == 0, f"driver failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr[-4000:]
-    lines = r.stdout.splitlines()
-    assert lines[-1] == "DONE", lines
+    lines, dirs = run_sanitized_driver(tmp, {"st": st_model(tmp / "st.onnx"), "sq": sq_model(tmp / "sq.onnx")},
+                                       HERE / "strided.c")
+    st, sq = dirs["st"], dirs["sq"]
     rows = {}
-    for ln in lines[:-1]:
+    for ln in lines:
         name, rest = ln.split(" ", 1)
         rc, right, version = (int(rest.split(f"{k}=", 1)[1].split()[0]) for k in ("rc", "right", "version"))
         rows[name] = (rc, right, version, rest.split("msg=", 1)[1])

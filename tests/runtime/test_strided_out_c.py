@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import onnxcc
-from onnxcc.testing_c import SANITIZE, sanitizers_available
+from onnxcc.testing_c import run_sanitized_driver
 
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -53,23 +51,11 @@ def tw_model(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strided_out")
-    flags = SANITIZE if sanitizers_available() else []
-    cc = " ".join(["cc", *flags])
-    so, tw = tmp / "so", tmp / "tw"
-    onnxcc.compile(so_model(tmp / "so.onnx"), so, name="so", cc=cc)
-    onnxcc.compile(tw_model(tmp / "tw.onnx"), tw, name="tw", cc=cc)
-    exe = tmp / "strided_out"
-    subprocess.run(["cc", "-O1", "-g", *flags, "-o", str(exe), str(HERE / "strided_out.c"), f"-I{so}", f"-I{tw}",
-                    f"-L{so}", f"-L{tw}", "-lso", "-ltw", "-lm", f"-Wl,-rpath,{so}:{tw}"], check=True)
-    env = {"ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0", "UBSAN_OPTIONS": "print_stacktrace=1",
-           "PATH": "/usr/bin:/bin", "ONNXCC_NUM_THREADS": "1"}
-    r = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=120)
-    assert r.returncode == 0, f"driver failed (rc {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    assert "runtime error" not in r.stderr and "Sanitizer" not in r.stderr, r.stderr[-4000:]
-    lines = r.stdout.splitlines()
-    assert lines[-1] == "DONE", lines
+    lines, dirs = run_sanitized_driver(tmp, {"so": so_model(tmp / "so.onnx"), "tw": tw_model(tmp / "tw.onnx")},
+                                       HERE / "strided_out.c")
+    so, tw = dirs["so"], dirs["tw"]
     rows = {}
-    for ln in lines[:-1]:
+    for ln in lines:
         name, rest = ln.split(" ", 1)
         rc, right = (int(rest.split(f"{k}=", 1)[1].split()[0]) for k in ("rc", "right"))
         rows[name] = (rc, right, rest.split("msg=", 1)[1])
