@@ -60,7 +60,7 @@ int main(void) {
   DLTensor in[2], out[2];
   int64_t neg[2] = {-1, 4}, huge[2] = {INT64_C(1) << 62, 4}, huge2[2] = {INT64_C(1) << 40, INT64_C(1) << 40};
   int64_t zero[2] = {0, 4}, wide[2] = {N, 5}, big_n[2] = {INT64_C(1) << 31, 4};
-  int64_t strides_t[2] = {1, N}, strides_ok[2] = {4, 1};
+  int64_t strides_t[2] = {1, N}, strides_ok[2] = {4, 1}, strides_zero[2] = {0, 1};
   int64_t strides_huge[2] = {INT64_C(1) << 62, 1}, strides_neg_huge[2] = {-(INT64_C(1) << 62), 1};
   int64_t shp[2];
   for (int i = 0; i < N * 4; i++) { a[i] = (float)i - 3.0f; b[i] = 0.5f * (float)i; }
@@ -89,9 +89,9 @@ int main(void) {
   HOSTILE("device-cuda", in[0].device.device_type = kDLCUDA, RUN);
   HOSTILE("null-shape-input", in[0].shape = NULL, RUN);
   HOSTILE("null-shape-output", out[1].shape = NULL, RUN);
-  /* strided inputs are served (compacted first); strided outputs and strides whose reach
-   * overflows are not */
-  HOSTILE("strides-output", out[0].strides = strides_t, RUN);
+  /* strided inputs and outputs are served (tests/runtime/test_strided*_c.py); an output whose
+   * strides make two elements share memory, and strides whose reach overflows, are not */
+  HOSTILE("strides-output-zero", out[0].strides = strides_zero, RUN);
   HOSTILE("strides-overflow", in[0].strides = strides_huge, RUN);
   HOSTILE("strides-negative-overflow", in[1].strides = strides_neg_huge, RUN);
   HOSTILE("overlap-outputs", out[1].data = y, RUN);
