@@ -183,3 +183,20 @@ def run_sanitized_driver(tmp: Path, models: dict[str, Path], source: Path) -> tu
     lines = r.stdout.splitlines()
     assert lines and lines[-1] == "DONE", lines
     return lines[:-1], dirs
+
+
+def relu_mul_add_model(path: Path, graph_name: str = "st") -> Path:
+    """Save y = Relu(a) * b + a (a: f32[N, 4], b: f32[4]), the stride and alias tests' model:
+    one writer per element reading a only at that element, so y may be written over a."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "b"], ["m"]),
+                           helper.make_node("Add", ["m", "a"], ["y"])], graph_name,
+                          [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
+                          [vi("y", TensorProto.FLOAT, ["N", 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path

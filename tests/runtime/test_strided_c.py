@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxcc.kernel.in_place import in_place_pairs
-from onnxcc.testing_c import run_sanitized_driver
+from onnxcc.testing_c import relu_mul_add_model, run_sanitized_driver
 
 HERE = Path(__file__).parent
 
@@ -27,16 +27,6 @@ def _save(g, path: Path) -> Path:
     m.ir_version = 8
     onnx.save(m, str(path))
     return path
-
-
-def st_model(path: Path) -> Path:
-    """y = Relu(a) * b + a: every element of y depends on the same element of a."""
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "b"], ["m"]),
-                           helper.make_node("Add", ["m", "a"], ["y"])], "st",
-                          [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
-                          [vi("y", TensorProto.FLOAT, ["N", 4])])
-    return _save(g, path)
 
 
 def sq_model(path: Path) -> Path:
@@ -51,8 +41,8 @@ def sq_model(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strided")
-    lines, dirs = run_sanitized_driver(tmp, {"st": st_model(tmp / "st.onnx"), "sq": sq_model(tmp / "sq.onnx")},
-                                       HERE / "strided.c")
+    models = {"st": relu_mul_add_model(tmp / "st.onnx", "st"), "sq": sq_model(tmp / "sq.onnx")}
+    lines, dirs = run_sanitized_driver(tmp, models, HERE / "strided.c")
     st, sq = dirs["st"], dirs["sq"]
     rows = {}
     for ln in lines:

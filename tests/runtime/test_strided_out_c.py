@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxcc.testing_c import run_sanitized_driver
+from onnxcc.testing_c import relu_mul_add_model, run_sanitized_driver
 
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
@@ -27,16 +27,6 @@ def _save(g, path: Path) -> Path:
     m.ir_version = 8
     onnx.save(m, str(path))
     return path
-
-
-def so_model(path: Path) -> Path:
-    """y = Relu(a) * b + a over a: f32[N, 4] (provable in place over a)."""
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "b"], ["m"]),
-                           helper.make_node("Add", ["m", "a"], ["y"])], "so",
-                          [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
-                          [vi("y", TensorProto.FLOAT, ["N", 4])])
-    return _save(g, path)
 
 
 def tw_model(path: Path) -> Path:
@@ -51,8 +41,8 @@ def tw_model(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strided_out")
-    lines, dirs = run_sanitized_driver(tmp, {"so": so_model(tmp / "so.onnx"), "tw": tw_model(tmp / "tw.onnx")},
-                                       HERE / "strided_out.c")
+    models = {"so": relu_mul_add_model(tmp / "so.onnx", "so"), "tw": tw_model(tmp / "tw.onnx")}
+    lines, dirs = run_sanitized_driver(tmp, models, HERE / "strided_out.c")
     so, tw = dirs["so"], dirs["tw"]
     rows = {}
     for ln in lines:

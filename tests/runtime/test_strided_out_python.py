@@ -13,25 +13,13 @@ from onnx import TensorProto, helper
 
 import onnxcc
 from onnxcc.errors import GuardError
-
-
-def so_model(path):
-    """y = Relu(a) * b + a over a: f32[N, 4], b: f32[4]."""
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "b"], ["m"]),
-                           helper.make_node("Add", ["m", "a"], ["y"])], "so",
-                          [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
-                          [vi("y", TensorProto.FLOAT, ["N", 4])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+from onnxcc.testing_c import relu_mul_add_model
 
 
 @pytest.fixture(scope="module")
 def so(tmp_path_factory):
     d = tmp_path_factory.mktemp("so_py")
-    onnxcc.compile(so_model(d / "so.onnx"), d / "art", name="so")
+    onnxcc.compile(relu_mul_add_model(d / "so.onnx", "so"), d / "art", name="so")
     return onnxcc.load(d / "art")
 
 

@@ -11,25 +11,13 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
-
-
-def st_model(path):
-    """y = Relu(a) * b + a over a: f32[N, 4], b: f32[4] (as tests/runtime/test_strided_c.py)."""
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "b"], ["m"]),
-                           helper.make_node("Add", ["m", "a"], ["y"])], "st",
-                          [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
-                          [vi("y", TensorProto.FLOAT, ["N", 4])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+from onnxcc.testing_c import relu_mul_add_model
 
 
 @pytest.fixture(scope="module")
 def st(tmp_path_factory):
     d = tmp_path_factory.mktemp("st_py")
-    onnxcc.compile(st_model(d / "st.onnx"), d / "art", name="st")
+    onnxcc.compile(relu_mul_add_model(d / "st.onnx", "st"), d / "art", name="st")
     return onnxcc.load(d / "art")
 
 
