@@ -615,16 +615,9 @@ def _pool_taps(ctx, mode: str, win, pb, pe) -> bool:
                 xd = xs[(n, c, *pos[:-1], pos[-1] + 1)]
                 zero = select(abs(xd) < inf, xd, nought) * nought
                 terms.append(zero - inf if mode == "max" else zero)
+        acc = _combine_taps(mode, terms)
         if mode == "max":
-            # a balanced tree, not a chain: max is exact in any order, and a chain of NaN-aware
-            # maxima (compare and blend each) is one long dependency
-            while len(terms) > 1:
-                terms = [maximum(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
-                         for i in range(0, len(terms), 2)]
-            return terms[0]
-        acc = terms[0]
-        for t in terms[1:]:
-            acc = acc + t
+            return acc
         count = 1
         for i in range(nd):
             count = count * _avg_count(ctx, o[i], kernel[i], strides[i], win["dilations"][i], sp[i], pb[i], pe[i],
@@ -633,6 +626,21 @@ def _pool_taps(ctx, mode: str, win, pb, pe) -> bool:
 
     ctx.program.compute(ctx.out(0), body, names=["n", "c"] + [f"o{i}" for i in range(nd)])
     return True
+
+
+def _combine_taps(mode: str, terms: list):
+    """The max (a balanced tree, not a chain: max is exact in any order, and a chain of
+    NaN-aware maxima, compare and blend each, is one long dependency) or the sum of a pool
+    window's taps."""
+    if mode == "max":
+        while len(terms) > 1:
+            terms = [maximum(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                     for i in range(0, len(terms), 2)]
+        return terms[0]
+    acc = terms[0]
+    for t in terms[1:]:
+        acc = acc + t
+    return acc
 
 
 def _pool_dense_rows(ctx, mode: str, win, xs, sp, pb, pe, include_pad) -> None:
@@ -657,15 +665,7 @@ def _pool_dense_rows(ctx, mode: str, win, xs, sp, pb, pe, include_pad) -> None:
         for tap in np.ndindex(*kernel):
             pos = _window_positions(ctx, o, [Const(int(k), DType.i64) for k in tap], steps, dil, zeros)
             terms.append(xs[(n, c, *pos)])
-        if mode == "max":  # a balanced tree (see `_pool_taps`)
-            while len(terms) > 1:
-                terms = [maximum(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
-                         for i in range(0, len(terms), 2)]
-            return terms[0]
-        acc = terms[0]
-        for term in terms[1:]:
-            acc = acc + term
-        return acc
+        return _combine_taps(mode, terms)
 
     ctx.program.compute(t, window, names=["n", "c"] + [f"o{i}" for i in range(nd - 1)] + ["w"])
 
