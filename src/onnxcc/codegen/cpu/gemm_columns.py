@@ -47,12 +47,7 @@ def column_binder(b: ir.IRBuilder, fctx: FnCtx, em: ExprEmitter, names: Sequence
         vals = {n: b.load(slot, name=n, align=8, typ=I64) for n, slot in cur}
         for n, a in zip(names, arrays):
             b.store(vals[n], b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), align=8)
-        carry: ir.Value = i64(1)
-        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
-            nxt = b.add(vals[n], carry, name=f"{n}.step")
-            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
-            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
-            carry = b.zext(wrap, I64, name=f"{n}.carry")
+        _step(b, vals, cur, exts)
 
     def bind(cc: ir.Value) -> None:
         bind_vars(em, {n: b.load(b.gep(a, [cc], inbounds=True, name=f"{n}.col.p", source_etype=I64), name=n, align=8,
@@ -99,12 +94,18 @@ def column_segments(b: ir.IRBuilder, fctx: FnCtx, names: Sequence[str], exts: Se
             for n, a in leads.items():
                 b.store(vals[n], at(a, sidx), align=8)
             b.store(add(b, sidx, 1, "seg.next"), nseg, align=8)
-        carry: ir.Value = i64(1)
-        for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
-            nxt = b.add(vals[n], carry, name=f"{n}.step")
-            wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
-            b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
-            carry = b.zext(wrap, I64, name=f"{n}.carry")
+        _step(b, vals, cur, exts)
     count = b.load(nseg, name="nseg", align=8, typ=I64)
     b.store(ncols, at(seg_cc, count), align=8)
     return seg_cc, seg_last, leads, count
+
+
+def _step(b: ir.IRBuilder, vals: dict, cur: list, exts) -> None:
+    """Advance the column vars one column: the innermost by one, each wrap carried outward
+    (the counters live in the `cur` slots; `vals` holds this column's values)."""
+    carry: ir.Value = i64(1)
+    for (n, slot), e in zip(reversed(cur), reversed(list(exts))):
+        nxt = b.add(vals[n], carry, name=f"{n}.step")
+        wrap = b.icmp_unsigned(">=", nxt, e, name=f"{n}.wrap")
+        b.store(b.select(wrap, i64(0), nxt, name=f"{n}.next"), slot, align=8)
+        carry = b.zext(wrap, I64, name=f"{n}.carry")
