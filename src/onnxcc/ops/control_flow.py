@@ -513,12 +513,21 @@ def _const_true(ctx: InferCtx, i: int) -> bool:
 
 
 def _yields_true(body: Block) -> bool:
-    """Whether the body's condition is always true (passes its cond arg through, or a true constant)."""
+    """Whether the body's condition is always true: it passes its cond arg through, or a true
+    constant, seen through Identity, a Cast to bool (which keeps truthiness) and captures
+    (TorchScript yields `Cast(to=bool)` of the captured constant the Loop's cond is)."""
     y = _yields(body)[0]
-    while getattr(y, "op", None) is not None and y.op.name == "onnx.Identity":
-        y = y.op.operands[0]
-    if y is body.args[1]:
-        return True
+    while True:
+        owner = getattr(y, "op", None)
+        if owner is not None and (owner.name == "onnx.Identity" or owner.name == "onnx.Cast"
+                                  and y.type.dtype is DType.bool):
+            y = owner.operands[0]
+        elif y is body.args[1]:
+            return True
+        elif isinstance(y, BlockArg) and captured_value(y) is not y:
+            y = captured_value(y)
+        else:
+            break
     owner = getattr(y, "op", None)
     if owner is not None and owner.name == "cc.const":
         v = owner.attrs.get("value")

@@ -32,14 +32,10 @@ from ..kernel import (
     Const as KConst,
 )
 from ..kernel import (
-    Expr,
     broadcast_indices,
     cast,
-    clamp,
     dim_to_expr,
     flatten_index,
-    maximum,
-    minimum,
     select,
     unflatten_index,
     wrap_index,
@@ -72,6 +68,7 @@ from .shape_util import (  # noqa: F401
     value_expr,
     value_shape_ok,
 )
+from .slice_run import bind_lengths, slice_start, slice_symbol
 from .traits import PadRule, set_canonical, set_pad
 
 # ---- Shape, Size, Identity ----------------------------------------------------------------
@@ -576,8 +573,7 @@ class SliceOp(OpDef):
             d = None
             if starts is not None and ends is not None and steps is not None:
                 d = slice_dim(ctx.symbols, x.shape[a], starts[k], ends[k], steps[k], ctx.module.constraints)
-            out[a] = d if d is not None else fresh_dim(ctx, "slice", f"slice of dim {a} not known at compile time",
-                                                       0, a)
+            out[a] = d if d is not None else slice_symbol(ctx, x.shape[a], a)
         return [x.with_shape(out)]
 
     def value(self, ctx):
@@ -608,8 +604,9 @@ class SliceOp(OpDef):
             known = None if known is None else [canon(v) for v in known.reshape(-1)]
             if known is not None and all(v is not None for v in known):  # Dims, so they fold
                 starts = known
-            else:  # loaded at run time; the result type still gives the extents
+            else:  # loaded at run time; the result type gives the extents (or a run-time symbol)
                 starts = [value_expr(ctx, pos[1], k) for k in range(n)]
+            ends = [value_expr(ctx, pos[2], k) for k in range(n)]
             axes = lowered_ints(ctx, pos[3], "slice axes") or list(range(n))
             steps = lowered_ints(ctx, pos[4], "slice steps") or [1] * n
         index: dict[int, tuple] = {}
@@ -617,7 +614,7 @@ class SliceOp(OpDef):
             a %= x.rank
             if st == 0:
                 raise ctx.unsupported(f"step of axis {a} is 0")
-            index[a] = (_slice_start(s, x.shape[a], st), st)
+            index[a] = (slice_start(s, x.shape[a], st), st)
 
         def body(ix):
             out = []
@@ -629,6 +626,8 @@ class SliceOp(OpDef):
                     out.append(ix[k])
             return x[tuple(out)]
 
+        if "starts" not in ctx.op.attrs:
+            bind_lengths(ctx, x, index, {a % x.rank: e for a, e in zip(axes, ends)})
         emit(ctx, y, body)
 
     def reference(self, ctx, x, *rest):
@@ -643,21 +642,6 @@ class SliceOp(OpDef):
             steps = [1] * len(starts) if args[4] is None else static_ints(ctx, args[4])
         axes = list(range(len(starts))) if axes is None else list(axes)
         return [x[_slices(x.shape, starts, ends, axes, steps)]]
-
-
-def _slice_start(s, d: Dim, step: int) -> Expr:
-    """The first input index of an ONNX slice along a dim of size d (i64 expression): a
-    negative start counts from the end, then it is clamped to [0, d] (step > 0) or [0, d - 1]
-    (step < 0). Decided at compile time where the start's sign is known."""
-    D = dim_to_expr(d)
-    hi = D if step > 0 else D - 1
-    sign = nonneg(s)
-    se = s if isinstance(s, Expr) else dim_to_expr(s)
-    if sign is True:
-        return se if isinstance(s, int) and s == 0 else minimum(se, hi)
-    if sign is False:
-        return maximum(se + D, 0)
-    return clamp(select(se < 0, se + D, se), 0, hi)
 
 
 def _slices(shape, starts, ends, axes, steps) -> tuple:

@@ -1,0 +1,72 @@
+"""Slices whose bounds only the run knows.
+
+A Slice whose start or end is computed from data (an EmbeddingBag's offsets gathered at the
+loop index, `x[:n]` with `n` an ArgMax) has a result length that is a run-time symbol with
+range [0, the sliced dim]. The lowering computes the length from the loaded start and end with
+ONNX's clamping rules, binds the symbol right there (`bind_symbol`, as NonZero's count), so the
+slice itself and everything after it compute on the true length; buffers are sized for the dim.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from ..ir import Dim
+from ..kernel import Expr, clamp, dim_to_expr, maximum, minimum, select, truncdiv
+from .shape_util import I64, fresh_dim, nonneg
+
+
+def slice_symbol(ctx, d: Dim, axis: int) -> sympy.Symbol:
+    """A fresh run-time symbol for the length of a slice of a dim of size `d` whose bounds
+    are not known at compile time: range [0, d] (an empty slice is a valid answer)."""
+    n = fresh_dim(ctx, "slice", f"slice of dim {axis} not known at compile time", 0, axis)
+    info = ctx.symbols[n.name]
+    info.lo = 0
+    if isinstance(d, int):
+        info.hi = min(info.hi, max(d, 1))
+    return n
+
+
+def slice_start(s, d: Dim, step: int) -> Expr:
+    """The first input index of an ONNX slice along a dim of size d (i64 expression): a
+    negative start counts from the end, then it is clamped to [0, d] (step > 0) or [0, d - 1]
+    (step < 0). Decided at compile time where the start's sign is known."""
+    D = dim_to_expr(d)
+    hi = D if step > 0 else D - 1
+    sign = nonneg(s)
+    se = s if isinstance(s, Expr) else dim_to_expr(s)
+    if sign is True:
+        return se if isinstance(s, int) and s == 0 else minimum(se, hi)
+    if sign is False:
+        return maximum(se + D, 0)
+    return clamp(select(se < 0, se + D, se), 0, hi)
+
+
+def _slice_end(e, d: Dim, step: int) -> Expr:
+    """The end of an ONNX slice (exclusive): negative counts from the end, clamped to [0, d]
+    (step > 0) or [-1, d - 1] (step < 0)."""
+    D = dim_to_expr(d)
+    ee = e if isinstance(e, Expr) else dim_to_expr(e)
+    lo, hi = (dim_to_expr(0), D) if step > 0 else (dim_to_expr(-1), D - 1)
+    return clamp(select(ee < 0, ee + D, ee), lo, hi)
+
+
+def bind_lengths(ctx, x, index: dict, ends: dict) -> None:
+    """For each sliced axis whose result dim the run decides, compute the length and bind
+    its symbol. `index`: axis -> (start Expr, step) as the lowering computed it; `ends`:
+    axis -> the end (a Dim or an i64 Expr loaded at run time)."""
+    L, y = ctx.lowerer, ctx.out_type(0)
+    for a, (start, step) in sorted(index.items()):
+        d = y.shape[a]
+        if L is None or not L.is_run_dim(d) or d.name in ctx.program.run_dims:
+            continue
+        end = _slice_end(ends[a], x.shape[a], step)
+        span = end - start if step > 0 else start - end
+        k = abs(step)
+        length = maximum(truncdiv(span + (k - 1), k) if k > 1 else span, 0)
+        n = ctx.temp(I64, (), "slice_len")
+        ctx.program.compute(n, length)
+        L.bind_symbol(ctx.op, d.name, x.shape[a], n[()])
+
+
+__all__ = ["bind_lengths", "slice_start", "slice_symbol"]
