@@ -15,6 +15,7 @@ from .dims import (
     is_static,
     sym,
 )
+from .implied import implied_table, prove_le_implied
 from .parser import parse_dim, parse_module
 from .printer import print_bool, print_dim, print_expr
 from .types import DType, TensorType, pack_bits, storage_bytes, storage_np, to_bits
@@ -43,6 +44,7 @@ __all__ = [
     "evaluate",
     "free_symbols",
     "identifier",
+    "implied_table",
     "is_static",
     "pack_bits",
     "parse_dim",
@@ -50,6 +52,7 @@ __all__ = [
     "print_bool",
     "print_dim",
     "print_expr",
+    "prove_le_implied",
     "storage_bytes",
     "storage_np",
     "sym",

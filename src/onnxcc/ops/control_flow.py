@@ -519,8 +519,8 @@ def _yields_true(body: Block) -> bool:
     y = _yields(body)[0]
     while True:
         owner = getattr(y, "op", None)
-        if owner is not None and (owner.name == "onnx.Identity" or owner.name == "onnx.Cast"
-                                  and y.type.dtype is DType.bool):
+        if owner is not None and (owner.name == "onnx.Identity" or (owner.name == "onnx.Cast"
+                                  and y.type.dtype is DType.bool)):
             y = owner.operands[0]
         elif y is body.args[1]:
             return True

@@ -32,7 +32,7 @@ import sympy
 
 from .. import kernel as K
 from ..errors import UnsupportedOp, VerifyError
-from ..ir import DType, TensorType, canon
+from ..ir import DType, TensorType, canon, prove_le_implied
 from ..kernel import Expr
 from .dtypes import onnx_dtype
 from .pointwise_extra import hash_uniform, k_hash_uniform, seed_key
@@ -111,7 +111,8 @@ def _static(*xs) -> bool:
 
 
 def _nonneg(ctx: InferCtx, x) -> bool:
-    return ctx.symbols.prove_le(0, x) is True
+    # the module's checked constraints may imply it (a conv's window fit bounds L below)
+    return prove_le_implied(ctx.symbols, 0, x, ctx.module.constraints) is True
 
 
 def _truth(p) -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from ..ir import Dim, DType, TensorType, canon
+from ..ir import Dim, DType, TensorType, canon, prove_le_implied
 from ..kernel import Expr, cast, dim_to_expr, lift
 from .cc import const_array
 from .registry import InferCtx, RefCtx
@@ -153,7 +153,7 @@ def is_negative(symbols, x: Dim, facts=()) -> bool | None:
     length read from its output's Shape)."""
     if isinstance(x, int):
         return x < 0
-    if symbols.prove_le(0, x) is True or _nonneg_by(facts, x):
+    if symbols.prove_le(0, x) is True or _nonneg_by(facts, x) or prove_le_implied(symbols, 0, x, facts) is True:
         return False
     if symbols.prove_le(x, -1) is True:
         return True
