@@ -29,11 +29,10 @@ STEMS = sorted(p.stem for p in DATA.glob("*.onnx"))
 #: run in the default test run (fast to compile, each covering a fix or a new layer)
 FAST = {"fold_dyn18", "bag_ts17"}
 #: stem -> (error type, text the refusal must contain): what onnxcc does not compile yet.
-#: EmbeddingBag exports as a Loop over the bags whose body slices a run-time length
-#: (offsets[i]:offsets[i+1]); run-time dims inside loop bodies are not compiled yet
-REFUSED: dict[str, tuple[type, str]] = {
-    "bag_ts17": (CompileError, r'node "/bag/Slice_1" \(onnx.Slice\): result shape .* depends on data'),
-}
+#: (EmbeddingBag's TorchScript export, a Loop over the bags whose body slices a run-time
+#: length offsets[i]:offsets[i+1], compiles: the length is a run-time symbol bound per
+#: iteration)
+REFUSED: dict[str, tuple[type, str]] = {}
 #: (stem, setting index) onnxruntime itself fails on
 ORT_FAILS: set[tuple[str, int]] = set()
 #: stems onnxruntime cannot run at all (bfloat16 MatMul on the CPU): the interpreter is the oracle

@@ -546,6 +546,8 @@ def slice_params(ctx) -> tuple:
         return starts, ends, (None if axes is None else list(axes)), [1] * len(starts), len(starts)
     pos = onnx_inputs(ctx.op, list(range(len(ctx.op.operands)))) + [None] * 5
     n = ctx.in_types[1].shape[0] if ctx.in_types[1].rank == 1 else 1
+    if not isinstance(n, int):  # how many axes are sliced is not known yet (a body typed early)
+        return None, None, None, None, n
     starts, ends = known_dims(ctx, pos[1]), known_dims(ctx, pos[2])
     axes = list(range(n)) if pos[3] is None else ctx.known_ints(pos[3])
     steps = [1] * n if pos[4] is None else ctx.known_ints(pos[4])
