@@ -74,7 +74,8 @@ def _bag_model():
         [h.make_node("Gather", ["offs", "i"], ["a"]), h.make_node("Gather", ["ends", "i"], ["bi"]),
          h.make_node("Unsqueeze", ["a", "z"], ["a1"]), h.make_node("Unsqueeze", ["bi", "z"], ["b1"]),
          h.make_node("Slice", ["flat", "a1", "b1", "z"], ["sl"]),
-         h.make_node("Gather", ["w", "sl"], ["rows"]), h.make_node("ReduceMean", ["rows"], ["mean"], axes=[0], keepdims=0),
+         h.make_node("Gather", ["w", "sl"], ["rows"]),
+         h.make_node("ReduceMean", ["rows"], ["mean"], axes=[0], keepdims=0),
          h.make_node("Cast", ["true"], ["c_out"], to=T.BOOL)],
         "body", [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, [])],
         [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("mean", T.FLOAT, None)])
