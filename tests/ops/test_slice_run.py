@@ -106,3 +106,39 @@ def test_a_loop_body_slicing_a_run_time_length_matches_onnxruntime(tmp_path):
         want, got = ort_run(m, f)["bags"], model.run(f)["bags"]
         assert got.shape == want.shape == (b, 8)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _branch_model():
+    """An If on data whose else branch sums x[min(p) : max(p)] (a run-time length bound
+    inside the branch; codegen runs that branch as its own function) and whose then branch
+    gives zeros; the result is used after the If."""
+    else_g = h.make_graph(
+        [h.make_node("Slice", ["x", "s", "e", "ax"], ["y"]), h.make_node("ReduceSum", ["y", "ax"], ["r"], keepdims=1)],
+        "else", [], [h.make_tensor_value_info("r", T.FLOAT, None)])
+    then_g = h.make_graph([h.make_node("ReduceSum", ["x", "ax"], ["r0"], keepdims=1),
+                           h.make_node("Mul", ["r0", "zero_f"], ["r1"])],
+                          "then", [], [h.make_tensor_value_info("r1", T.FLOAT, None)])
+    nodes = [h.make_node("ReduceMin", ["p"], ["s"], keepdims=1), h.make_node("ReduceMax", ["p"], ["e"], keepdims=1),
+             h.make_node("Equal", ["s", "e"], ["same"]), h.make_node("Squeeze", ["same"], ["c"]),
+             h.make_node("If", ["c"], ["o"], then_branch=then_g, else_branch=else_g),
+             h.make_node("Add", ["o", "o"], ["out"])]
+    vis = [h.make_tensor_value_info("x", T.FLOAT, ["N", 3]), h.make_tensor_value_info("p", T.INT64, [2])]
+    inits = [_const("ax", [0]), nh.from_array(np.array([0.0], np.float32), "zero_f")]
+    m = h.make_model(h.make_graph(nodes, "g", vis, [h.make_tensor_value_info("out", T.FLOAT, None)], inits),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_an_if_branch_slicing_a_run_time_length_matches_onnxruntime(tmp_path):
+    m = _branch_model()
+    path = tmp_path / "br.onnx"
+    path.write_bytes(m.SerializeToString())
+    onnxcc.compile(path, tmp_path / "art")
+    model = onnxcc.load(tmp_path / "art")
+    rng = np.random.default_rng(2)
+    for n, p in ((6, [1, 4]), (6, [2, 2]), (3, [0, 9]), (5, [-2, 5])):
+        f = {"x": rng.standard_normal((n, 3)).astype(np.float32), "p": np.array(p, np.int64)}
+        want, got = ort_run(m, f)["out"], model.run(f)["out"]
+        assert got.shape == want.shape == (1, 3)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -120,7 +120,8 @@ def _branch(ctx, i: int, caps, outs, extents) -> list:
     block = ctx.op.regions[i].block
     ys = list(block.terminator.operands)
     targets = [o if _same_shape(o.shape, y.type.shape) else None for o, y in zip(outs, ys)]
-    stmts, bufs = L.lower_region(block, caps, targets)
+    # a branch may bind a run-time symbol (codegen runs such a branch as its own function)
+    stmts, bufs = L.lower_region(block, caps, targets, rebinds=True)
     with L.into(stmts):
         for o, y in zip(outs, bufs):
             if p.root(y.name) == p.root(o.name):

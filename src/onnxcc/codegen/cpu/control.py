@@ -37,14 +37,17 @@ def emit_body(kem, ctx, stmts) -> None:
 
 def emit_if(kem, ctx, s: IfStmt, k: int) -> None:
     b = ctx.b
-    if rebinds(s):  # code after a binding must re-read the symbols: only loops are split so
-        raise CompileError(f"cpu codegen: if {k} binds a run-time symbol in a branch (not supported)")
     cond = ExprEmitter(ctx, b).emit(s.cond)
     with if_else(b, cond, name=f"if{k}") as (then, otherwise):
-        with then:
-            emit_body(kem, ctx, s.then_body)
-        with otherwise:
-            emit_body(kem, ctx, s.else_body)
+        for part, stmts, tag in ((then, s.then_body, "then"), (otherwise, s.else_body, "else")):
+            with part:
+                # a branch that binds a run-time symbol (a Slice of a data length) runs as its
+                # own function, as a re-binding loop body does: the code after the binding
+                # re-reads `syms` (and the caller continues in a fresh function after the If)
+                if any(rebinds(x) for x in stmts):
+                    _call_body(kem, ctx, stmts, k, f"if{k}.{tag}")
+                else:
+                    emit_body(kem, ctx, stmts)
 
 
 def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
@@ -86,15 +89,15 @@ def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
         b.store(t, ctx.buffer_ptr(s.count), align=8)
 
 
-def _call_body(kem, ctx, stmts, k: int) -> None:
+def _call_body(kem, ctx, stmts, k: int, name: str = "") -> None:
     """A loop body that re-binds a run-time symbol (a carried dim that changes every
     iteration) runs as its own function, called once per iteration with the kernel's
     arguments: its entry block reads `syms` afresh, so every dim and stride in it is the
     current iteration's; a failure it reports is returned at once."""
     b = ctx.b
     if b.function.function_type.return_type != I32:
-        raise CompileError(f"cpu codegen: loop {k} re-binds a symbol outside a kernel function")
-    fn = kem.kernel_fn(f"loop{k}.body")
+        raise CompileError(f"cpu codegen: {name or f'loop {k}'} re-binds a symbol outside a kernel function")
+    fn = kem.kernel_fn(name or f"loop{k}.body")
     kem.emit_from(fn, stmts, 0)
     status = b.call(fn, [ctx.syms_p, ctx.inputs_p, ctx.outputs_p, ctx.ws_p], name=f"loop{k}.status")
     failed = b.icmp_signed("!=", status, i32(0), name=f"loop{k}.failed")
