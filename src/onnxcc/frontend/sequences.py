@@ -52,7 +52,17 @@ class OptVal:
     kind: str = "tensor"
 
 
-Item = Value | SeqVal | OptVal
+@dataclass
+class StackedSeq:
+    """A sequence whose length only a symbol tells: a Loop's appended elements, stacked along
+    a new axis 0 of `value` (a scan output). ConcatFromSequence and SequenceLength read it;
+    every other sequence op refuses it (`_seq`)."""
+
+    dtype: DType
+    value: Value
+
+
+Item = Value | SeqVal | OptVal | StackedSeq
 
 SEQUENCE_OPS = ("SequenceEmpty", "SequenceConstruct", "SequenceAt", "SequenceInsert", "SequenceErase",
                 "SequenceLength", "SplitToSequence", "ConcatFromSequence", "SequenceMap", "Optional",
@@ -226,6 +236,9 @@ class DataCondition(UnsupportedOp):
 
 
 def _seq(b, node, x, k: int = 0) -> SeqVal:
+    if isinstance(x, StackedSeq):
+        raise refuse(b, node, f"input {k} is a sequence a Loop appended to a run-dependent number of times; only "
+                     "ConcatFromSequence and SequenceLength take one")
     if not isinstance(x, SeqVal):
         raise refuse(b, node, f"input {k} must be a sequence")
     return x
@@ -379,10 +392,39 @@ def _sequence_erase(b, node, ins, attrs):
 
 
 def _sequence_length(b, node, ins, attrs):
+    if isinstance(ins[0], StackedSeq):
+        shape = b.emit("onnx.Shape", [ins[0].value], {"start": 0, "end": 1})[0]
+        return b.emit("onnx.Squeeze", [shape, _const(b, np.array([0], np.int64))])
     return [_const(b, np.int64(len(_seq(b, node, ins[0]).items)))]
 
 
+def _concat_stacked(b, node, st: StackedSeq, attrs):
+    """ConcatFromSequence of stacked elements v[i]: with new_axis, axis 0 moved to `axis`;
+    without, moved next to `axis` and merged into it (a Reshape)."""
+    v = st.value
+    new_axis = bool(int(attrs.get("new_axis", 0)))
+    r = v.type.rank if new_axis else v.type.rank - 1  # the result's rank
+    axis = int(attrs.get("axis", 0))
+    if not -r <= axis < r:
+        raise refuse(b, node, f"axis {axis} out of range for rank {r}")
+    axis %= r
+    if axis:
+        perm = [*range(1, axis + 1), 0, *range(axis + 1, v.type.rank)]
+        v = b.emit("onnx.Transpose", [v], {"perm": perm})[0]
+    if new_axis:
+        return [v]
+    parts = [_const(b, np.array([-1], np.int64))]
+    if axis:
+        parts.insert(0, b.emit("onnx.Shape", [v], {"start": 0, "end": axis})[0])
+    if axis + 2 < v.type.rank:
+        parts.append(b.emit("onnx.Shape", [v], {"start": axis + 2})[0])
+    shape = parts[0] if len(parts) == 1 else b.emit("onnx.Concat", parts, {"axis": 0})[0]
+    return b.emit("onnx.Reshape", [v, shape])
+
+
 def _concat_from_sequence(b, node, ins, attrs):
+    if isinstance(ins[0], StackedSeq):
+        return _concat_stacked(b, node, ins[0], attrs)
     s = _seq(b, node, ins[0])
     if not s.items:
         raise refuse(b, node, "ConcatFromSequence of an empty sequence")
@@ -540,6 +582,71 @@ def _sequence_map(b, node, ins, attrs):
 
 
 _SEQ_LOOP = "a Loop over sequences"
+
+
+def _seq_loop(b, node, ins, attrs):
+    """A Loop over sequences: unrolled; one whose condition turns out to depend on data and
+    whose sequences are only appended to is kept as a tensor Loop (`_appended_loop`)."""
+    mark, saved = len(b.block.ops), list(b.module.constraints)
+    try:
+        return _loop(b, node, ins, attrs)
+    except DataCondition:
+        kept = _appended_loop(b, node, ins, mark, saved)
+        if kept is None:
+            raise
+        return kept
+
+
+def _appended_loop(b, node, ins, mark: int, saved: list) -> list[Item] | None:
+    """A Loop whose sequences start empty and are only appended to, each by one SequenceInsert
+    at the end (`out = SequenceInsert(seq, x)`, nothing else reading either), stays a tensor
+    Loop: the partial unrolling is dropped, every such x becomes a scan output, and the
+    sequence a `StackedSeq` of it. None when the loop is not of that form."""
+    from .onnx_import import free_vars
+
+    g = _graph(b, node, "body")
+    state = ins[2:]
+    seqs = [k for k, x in enumerate(state) if isinstance(x, SeqVal)]
+    n = len(state)
+    if not seqs or len(g.input) != 2 + n or any(x is not None and not isinstance(x, Value) for x in ins[:2]) \
+            or any(not isinstance(x, (Value, SeqVal)) for x in state) or any(state[k].items for k in seqs):
+        return None
+    nested = {v for nd in g.node for a in nd.attribute if a.type == onnx.AttributeProto.GRAPH for v in free_vars(a.g)}
+    inserts: dict[int, onnx.NodeProto] = {}
+    for k in seqs:
+        arg, out = g.input[2 + k].name, g.output[1 + k].name
+        users = [nd for nd in g.node if arg in nd.input or out in nd.input]
+        if len(users) != 1 or arg in nested or out in nested:
+            return None
+        nd = users[0]
+        if nd.op_type != "SequenceInsert" or list(nd.input) != [arg, nd.input[1]] or list(nd.output) != [out]:
+            return None
+        inserts[k] = nd
+    for op in reversed(b.block.ops[mark:]):  # the partial unrolling
+        op.erase()
+    b.module.constraints[:] = saved
+    body = onnx.GraphProto()
+    body.CopyFrom(g)
+    del body.node[:], body.input[:], body.output[:]
+    picks = [nd for nd in g.node if all(nd is not x for x in inserts.values())]
+    elems = [f"{g.output[1 + k].name}.elem" for k in seqs]
+    picks += [onnx.helper.make_node("Identity", [inserts[k].input[1]], [e]) for k, e in zip(seqs, elems)]
+    body.node.extend(picks)
+    body.input.extend([g.input[0], g.input[1], *(g.input[2 + k] for k in range(n) if k not in inserts)])
+    body.output.extend([g.output[0], *(g.output[1 + k] for k in range(n) if k not in inserts),
+                        *g.output[1 + n:], *(onnx.helper.make_empty_tensor_value_info(e) for e in elems)])
+    outs = list(node.output) + [""] * (len(g.output) - 1 - len(node.output))
+    stacked = [f"{node.name or b.loc}/stacked{k}" for k in seqs]
+    loop = onnx.helper.make_node("Loop", [*node.input[:2], *(node.input[2 + k] for k in range(n) if k not in inserts)],
+                                 [*(outs[k] for k in range(n) if k not in inserts), *outs[n:], *stacked],
+                                 name=node.name, body=body)
+    results = b.generic(loop, "onnx.Loop")
+    kept = iter(results)
+    tensors = [next(kept) for k in range(n) if k not in inserts]
+    scans = [next(kept) for _ in outs[n:]]
+    stacks = {k: StackedSeq(state[k].dtype, next(kept)) for k in seqs}
+    it = iter(tensors)
+    return [stacks[k] if k in stacks else next(it) for k in range(n)] + scans
 
 
 def _loop(b, node, ins, attrs, kind: str = _SEQ_LOOP):
@@ -715,5 +822,5 @@ _HANDLERS = {
     "SequenceInsert": _sequence_insert, "SequenceErase": _sequence_erase, "SequenceLength": _sequence_length,
     "ConcatFromSequence": _concat_from_sequence, "SplitToSequence": _split_to_sequence,
     "SequenceMap": _sequence_map, "Optional": _optional, "OptionalHasElement": _optional_has_element,
-    "OptionalGetElement": _optional_get_element, "Identity": _identity, "Loop": _loop, "If": _if,
+    "OptionalGetElement": _optional_get_element, "Identity": _identity, "Loop": _seq_loop, "If": _if,
 }

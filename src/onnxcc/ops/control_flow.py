@@ -28,6 +28,7 @@ import sympy
 
 from ..errors import OnnxccError, UnsupportedOp, VerifyError
 from ..ir import Block, BlockArg, DType, Op, TensorType, canon, evaluate
+from .loop_count import counter_trips
 from .registry import InferCtx, OpDef, RefCtx, get_opdef, onnx_inputs, register
 from .shape import const_value, fresh_dim, known_dims, norm_axis, simplify
 
@@ -444,6 +445,9 @@ class LoopOp(OpDef):
         stops_early = lay.cond is not None and not (_const_true(ctx, lay.cond) and _yields_true(body))
         if m is not None and not stops_early:
             return max(m, 0) if isinstance(m, int) else simplify(ctx.symbols, sympy.Max(0, m))
+        counted = counter_trips(ctx, lay, body)  # `while i < n: ...; i += 1` runs n - i0 times
+        if counted is not None:
+            return counted
         s = fresh_dim(ctx, "iters", "trip count of the loop (data-dependent)", first_scan, 0)
         if isinstance(m, int):
             info = ctx.symbols[s.name]
