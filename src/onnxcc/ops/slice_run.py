@@ -11,20 +11,54 @@ from __future__ import annotations
 
 import sympy
 
-from ..ir import Dim
-from ..kernel import Expr, clamp, dim_to_expr, maximum, minimum, select, truncdiv
+from ..ir import Dim, canon
+from ..kernel import ERR_ASSERT, Expr, buffers_read, check, clamp, dim_to_expr, maximum, minimum, select, truncdiv
 from .shape_util import I64, fresh_dim, nonneg
 
 
-def slice_symbol(ctx, d: Dim, axis: int) -> sympy.Symbol:
+def slice_symbol(ctx, d: Dim, axis: int, span: int | None = None) -> sympy.Symbol:
     """A fresh run-time symbol for the length of a slice of a dim of size `d` whose bounds
-    are not known at compile time: range [0, d] (an empty slice is a valid answer)."""
+    are not known at compile time: range [0, d] (an empty slice is a valid answer), at most
+    `span` when the bounds are one value plus two constants (`span_bound`). A span of 1 is
+    typed 1 (an empty slice there, past the end of the offsets, fails the run-time check
+    `bind_lengths` emits: an error, never a wrong answer), so the slice can broadcast and
+    its one element can start another slice."""
+    if span == 1:  # one offset gathered (offsets[i]:offsets[i] + 1): typed 1, checked at run time
+        return sympy.Integer(1)
     n = fresh_dim(ctx, "slice", f"slice of dim {axis} not known at compile time", 0, axis)
     info = ctx.symbols[n.name]
     info.lo = 0
-    if isinstance(d, int):
-        info.hi = min(info.hi, max(d, 1))
+    for hi in (d, span):
+        if isinstance(hi, int):
+            info.hi = min(info.hi, max(hi, 1))
     return n
+
+
+def _plus_const(ctx, v) -> tuple[object, int]:
+    """(base, c) with v = base + c, c a known int (v itself and 0 when it is no such Add)."""
+    op = getattr(v, "op", None)
+    if op is not None and op.name == "onnx.Add" and len(op.operands) == 2:
+        for i in (0, 1):
+            c = ctx.value_of(op.operands[1 - i])
+            c = canon(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
+            if isinstance(c, int):
+                return op.operands[i], c
+    return v, 0
+
+
+def span_bound(ctx) -> int | None:
+    """At most how many elements x[s:e] (step 1) holds when s and e are the same run-time
+    value plus constants, offsets[i]:offsets[i] + 1 as exporters gather one offset: e - s
+    before clamping, which negative wrapping and clamping only shrink. None otherwise."""
+    ops = ctx.op.operands
+    if "starts" in ctx.op.attrs or len(ops) < 3:
+        return None
+    if len(ops) > 4 and ops[4] is not None:
+        steps = ctx.value_of(ops[4])
+        if steps is None or any(canon(x) != 1 for x in steps.reshape(-1)):
+            return None
+    (bs, cs), (be, ce) = _plus_const(ctx, ops[1]), _plus_const(ctx, ops[2])
+    return max(ce - cs, 0) if bs is be else None
 
 
 def slice_start(s, d: Dim, step: int) -> Expr:
@@ -58,15 +92,20 @@ def bind_lengths(ctx, x, index: dict, ends: dict) -> None:
     L, y = ctx.lowerer, ctx.out_type(0)
     for a, (start, step) in sorted(index.items()):
         d = y.shape[a]
-        if L is None or not L.is_run_dim(d) or d.name in ctx.program.run_dims:
-            continue
         end = _slice_end(ends[a], x.shape[a], step)
+        # a bound read from a buffer with a length the shape rule typed (`slice_symbol`'s 1)
+        typed = isinstance(canon(d), int) and bool(buffers_read(start) or buffers_read(end))
+        if L is None or not (typed or (L.is_run_dim(d) and d.name not in ctx.program.run_dims)):
+            continue
         span = end - start if step > 0 else start - end
         k = abs(step)
         length = maximum(truncdiv(span + (k - 1), k) if k > 1 else span, 0)
         n = ctx.temp(I64, (), "slice_len")
+        if typed:
+            ctx.program.compute(n, check(length.eq(dim_to_expr(d)), length, ERR_ASSERT))
+            continue
         ctx.program.compute(n, length)
         L.bind_symbol(ctx.op, d.name, x.shape[a], n[()])
 
 
-__all__ = ["bind_lengths", "slice_start", "slice_symbol"]
+__all__ = ["bind_lengths", "slice_start", "slice_symbol", "span_bound"]
