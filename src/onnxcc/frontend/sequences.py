@@ -155,6 +155,10 @@ def flatten_output(name: str, item: Item, where: str) -> tuple[str, list[tuple[s
     if isinstance(item, SeqVal):
         sp = Spec(False, True, len(item.items), tuple(v.type.rank for v in item.items))
         return sp.text(), list(zip(flat_names(name, sp), item.items))
+    if isinstance(item, StackedSeq):  # its elements would be C tensors NAME.0 .. NAME.K-1: K unknown
+        raise ImportError_(f"{where}: a sequence that a Loop appends to a number of times only the run tells "
+                           "cannot be a graph output (the C ABI flattens a sequence into a known number of "
+                           "tensors); only ConcatFromSequence and SequenceLength read one")
     inner = item.value
     if inner is None:
         return "none", []
