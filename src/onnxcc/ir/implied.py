@@ -18,7 +18,7 @@ with the plain table (never this one), so it records it again on every re-infere
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, cast
 
 import sympy
 
@@ -56,15 +56,12 @@ def _monotone(e: Any, s: sympy.Symbol) -> int | None:
 
 def _gap(expr: Any) -> tuple[Any, bool] | None:
     """A relation as (g, strict): it holds iff g >= 0 (g > 0 when strict)."""
-    if isinstance(expr, sympy.GreaterThan):
-        return expr.lhs - expr.rhs, False
-    if isinstance(expr, sympy.StrictGreaterThan):
-        return expr.lhs - expr.rhs, True
-    if isinstance(expr, sympy.LessThan):
-        return expr.rhs - expr.lhs, False
-    if isinstance(expr, sympy.StrictLessThan):
-        return expr.rhs - expr.lhs, True
-    return None
+    if not isinstance(expr, (sympy.GreaterThan, sympy.StrictGreaterThan, sympy.LessThan, sympy.StrictLessThan)):
+        return None
+    lhs, rhs = cast(Any, expr.lhs), cast(Any, expr.rhs)
+    greater = isinstance(expr, (sympy.GreaterThan, sympy.StrictGreaterThan))
+    strict = isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+    return (lhs - rhs if greater else rhs - lhs), strict
 
 
 @functools.lru_cache(maxsize=1024)
