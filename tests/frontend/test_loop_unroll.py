@@ -1,7 +1,8 @@
 """A tensor Loop whose carried value changes shape across iterations (issue 15, ONNX's
 test_loop11 pattern: a Slice at the iteration number, or a Concat that grows the carried
-value) is unrolled at import once its trip count is known; unknown, the refusal names the
-inputs that decide it, and `onnxcc run --inputs` builds for their values."""
+value) is unrolled at import once its trip count is known; a trip count M given as an input
+keeps the Loop, M read into a symbol at dispatch (one build for every M); a scan output of
+changing shape still needs M's value (`onnxcc run --inputs` builds for it)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from click.testing import CliRunner
 from onnx import TensorProto as T
 from onnx import helper as h
 
+import onnxcc
 from onnxcc.cli import main
 from onnxcc.compiler import compile_model
-from onnxcc.errors import ValueDependentError
+from onnxcc.errors import GuardError
 from onnxcc.frontend import load_onnx
 from onnxcc.testing import ort_run
 
@@ -54,10 +56,25 @@ def test_known_trip_count_unrolls_and_types_each_iteration():
     assert [str(t) for t in main_f.result_types] == ["f32[n + 3]", "f32[3]"]
 
 
-def test_unknown_trip_count_names_the_input(tmp_path):
-    with pytest.raises(ValueDependentError, match=r'changes shape across iterations runs .* input "trip"') as e:
-        compile_model(_growing(), tmp_path, emit="ir")
-    assert e.value.inputs == ["trip"]
+def test_a_trip_count_input_keeps_the_loop_with_one_build_for_every_value(tmp_path):
+    """M given as an input with no value: the Loop is kept (not unrolled per value), M read
+    into the symbol trip_0 at dispatch (value-symbols), the growing state sized from it;
+    onnxruntime agrees at several M with one library. M = 0 is out of the symbol's range:
+    refused naming the input (a value version serves it)."""
+    m = _growing()
+    onnx.save(m, str(tmp_path / "grow.onnx"))
+    text = str(compile_model(tmp_path / "grow.onnx", tmp_path / "ir", emit="ir").module)
+    assert "onnx.Loop" in text and 'value_symbols = ["trip_0=trip[0]"]' in text
+    onnxcc.compile(tmp_path / "grow.onnx", tmp_path / "art")
+    model = onnxcc.load(tmp_path / "art")
+    for trip, n in ((3, 2), (1, 4), (17, 1)):
+        feeds = {"trip": np.array(trip, np.int64), "y": np.arange(n, dtype=np.float32)}
+        got, want = model.run(feeds), ort_run(m, feeds)
+        for k in ("res", "sums"):
+            assert got[k].shape == want[k].shape, (trip, n, k)
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+    with pytest.raises(GuardError, match=r'input "trip" element 0: trip_0 = 0, out of range'):
+        model.run({"trip": np.array(0, np.int64), "y": np.arange(2, dtype=np.float32)})
 
 
 @pytest.mark.parametrize("trip,n", [(3, 2), (1, 4)])

@@ -45,7 +45,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
         *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
         # --value-symbols: size-only int64 inputs become symbols read from their data at dispatch
-        *((("ir", ValueSymbolsPass(skip=tuple(options.specialize_value))),) if options.value_symbols else ()),
+        # (without it, only a kept Loop's trip count M given as an input: one build for every M)
+        ("ir", ValueSymbolsPass(skip=tuple(options.specialize_value), trips_only=not options.value_symbols)),
         # drop symbols only an earlier inference round of a region body used (before versioning:
         # the dispatcher could not bind them)
         ("ir", PruneSymbolsPass()),

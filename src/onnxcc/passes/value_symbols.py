@@ -60,6 +60,9 @@ class ValueSymbolsPass(ModulePass):
     #: reach the dispatcher's value check, not a symbol's range check)
     #: inputs left alone (those with value versions); text pipelines: `skip="a|b"`
     skip: tuple[str, ...] = field(default=(), metadata={"parse": lambda t: tuple(filter(None, t.split("|")))})
+    #: only inputs that are nothing but a kept Loop's trip count M (run without --value-symbols:
+    #: one build serves every M, the loop's buffers sized from the symbol at dispatch)
+    trips_only: bool = False
 
     def run(self, module: Module, ctx: PassContext) -> bool:
         f = module.functions.get("main")
@@ -69,7 +72,10 @@ class ValueSymbolsPass(ModulePass):
         skip = set(self.skip)
         for p in f.params:
             t = p.type
-            if p.name in skip or t.rank != 1 or not can_bind(p) or not _size_only(p):
+            if p.name in skip or not can_bind(p) or not _size_only(p):
+                continue
+            trip = _trip_only(p)
+            if (self.trips_only and not trip) or (t.rank != 1 and not trip):
                 continue
             made += bind_to_symbols(module, f, p)
         if not made:
@@ -77,6 +83,12 @@ class ValueSymbolsPass(ModulePass):
         infer_shapes(module)
         canonicalize(module)
         return True
+
+
+def _trip_only(p) -> bool:
+    """Every use of p is as a Loop's trip count M (operand 0; a scalar)."""
+    return p.type.rank == 0 and bool(p.users) and all(
+        op.name == "onnx.Loop" and op.operands[0] is p and all(v is not p for v in op.operands[1:]) for op in p.users)
 
 
 def can_bind(p) -> bool:
