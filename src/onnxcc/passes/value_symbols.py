@@ -19,6 +19,7 @@ from typing import ClassVar
 
 from ..ir import DType, Function, Module, Op, TensorType
 from ..ops import get_opdef
+from ..ops.control_flow import carried_varies
 from ..ops.infer import infer_shapes
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import canonicalize
@@ -74,7 +75,7 @@ class ValueSymbolsPass(ModulePass):
             t = p.type
             if p.name in skip or not can_bind(p) or not _size_only(p):
                 continue
-            trip = _trip_only(p)
+            trip = _trip_only(module, p)
             if (self.trips_only and not trip) or (t.rank != 1 and not trip):
                 continue
             made += bind_to_symbols(module, f, p)
@@ -85,10 +86,14 @@ class ValueSymbolsPass(ModulePass):
         return True
 
 
-def _trip_only(p) -> bool:
-    """Every use of p is as a Loop's trip count M (operand 0; a scalar)."""
+def _trip_only(module: Module, p) -> bool:
+    """Every use of p is as the trip count M (operand 0; a scalar) of a Loop whose carried
+    value changes shape: the import kept it instead of unrolling it per value of M, and its
+    state's bound needs M as a symbol. (Other Loops read M as data at run time, M = 0
+    included, which a symbol's range [1, 2**31-1] would refuse.)"""
     return p.type.rank == 0 and bool(p.users) and all(
-        op.name == "onnx.Loop" and op.operands[0] is p and all(v is not p for v in op.operands[1:]) for op in p.users)
+        op.name == "onnx.Loop" and op.operands[0] is p and all(v is not p for v in op.operands[1:])
+        and carried_varies(op, module) for op in p.users)
 
 
 def can_bind(p) -> bool:
