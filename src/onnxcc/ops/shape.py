@@ -68,7 +68,7 @@ from .shape_util import (  # noqa: F401
     value_expr,
     value_shape_ok,
 )
-from .slice_run import bind_lengths, slice_start, slice_symbol, span_bound
+from .slice_run import bind_lengths, may_run_empty, slice_start, slice_symbol, span_bound
 from .traits import PadRule, set_canonical, set_pad
 
 # ---- Shape, Size, Identity ----------------------------------------------------------------
@@ -575,6 +575,7 @@ class SliceOp(OpDef):
             d = None
             if starts is not None and ends is not None and steps is not None:
                 d = slice_dim(ctx.symbols, x.shape[a], starts[k], ends[k], steps[k], ctx.module.constraints)
+                d = None if may_run_empty(ctx, x.shape[a], d) else d
             out[a] = d if d is not None else slice_symbol(ctx, x.shape[a], a, span_bound(ctx))
         return [x.with_shape(out)]
 

@@ -34,6 +34,18 @@ def slice_symbol(ctx, d: Dim, axis: int, span: int | None = None) -> sympy.Symbo
     return n
 
 
+def may_run_empty(ctx, d: Dim, length: Dim) -> bool:
+    """Whether a slice of a dim `d` that a loop re-binds every iteration (a carried value that
+    shrinks: x = x[1:]) has a length the shape rule cannot trust: the rules take symbols as
+    positive, so x[1:] types as d - 1, which is -1 once the state is empty. Such a length is
+    computed at run time instead (clamped, 0 for an empty state) and bound like a data bound."""
+    if not isinstance(d, sympy.Symbol) or d.name not in ctx.symbols or canon(length) == canon(d):
+        return False
+    origin = ctx.symbols[d.name].origin
+    return "varies across iterations" in origin and isinstance(canon(length), sympy.Expr) \
+        and not isinstance(canon(length), sympy.Symbol)
+
+
 def _plus_const(ctx, v) -> tuple[object, int]:
     """(base, c) with v = base + c, c a known int (v itself and 0 when it is no such Add)."""
     op = getattr(v, "op", None)
@@ -108,4 +120,4 @@ def bind_lengths(ctx, x, index: dict, ends: dict) -> None:
         L.bind_symbol(ctx.op, d.name, x.shape[a], n[()])
 
 
-__all__ = ["bind_lengths", "slice_start", "slice_symbol", "span_bound"]
+__all__ = ["bind_lengths", "may_run_empty", "slice_start", "slice_symbol", "span_bound"]
