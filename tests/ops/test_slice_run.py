@@ -14,6 +14,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import onnxcc
+from onnxcc.errors import RuntimeCallError
 from onnxcc.frontend import load_onnx
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
@@ -142,3 +143,37 @@ def test_an_if_branch_slicing_a_run_time_length_matches_onnxruntime(tmp_path):
         want, got = ort_run(m, f)["out"], model.run(f)["out"]
         assert got.shape == want.shape == (1, 3)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _one_offset_model():
+    """y = 3 * x[i : i + 1] with i = max(p): a one-element slice at a data position, typed 1
+    (`span_bound`), so it broadcasts against z (shape [1, 3] against [4, 3])."""
+    nodes = [h.make_node("ReduceMax", ["p"], ["i"], keepdims=1), h.make_node("Add", ["i", "one"], ["j"]),
+             h.make_node("Slice", ["x", "i", "j", "ax"], ["y"]), h.make_node("Mul", ["y", "z"], ["out"])]
+    vis = [h.make_tensor_value_info("x", T.FLOAT, ["N", 3]), h.make_tensor_value_info("p", T.INT64, [2]),
+           h.make_tensor_value_info("z", T.FLOAT, [4, 3])]
+    m = h.make_model(h.make_graph(nodes, "g", vis, [h.make_tensor_value_info("out", T.FLOAT, None)],
+                                  [_const("ax", [0]), _const("one", [1])]), opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_one_offset_slice_is_typed_one_and_checked_at_run_time(tmp_path):
+    m = _one_offset_model()
+    mod = load_onnx(m)
+    run_pipeline(mod, "shape-inference,canonicalize")
+    assert str(mod.main.result_types[0]) == "f32[4, 3]"
+    path = tmp_path / "one.onnx"
+    path.write_bytes(m.SerializeToString())
+    onnxcc.compile(path, tmp_path / "art")
+    model = onnxcc.load(tmp_path / "art")
+    rng = np.random.default_rng(4)
+    z = rng.standard_normal((4, 3)).astype(np.float32)
+    for n, p in ((5, [0, 3]), (2, [1, -7]), (3, [2, -2])):
+        f = {"x": rng.standard_normal((n, 3)).astype(np.float32), "p": np.array(p, np.int64), "z": z}
+        want, got = ort_run(m, f)["out"], model.run(f)["out"]
+        assert got.shape == want.shape == (4, 3)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    # past the end the slice is empty (onnxruntime: a [0, 3] result): an error here, never a wrong answer
+    with pytest.raises(RuntimeCallError, match="assert"):
+        model.run({"x": np.ones((2, 3), np.float32), "p": np.array([5, 0], np.int64), "z": z})

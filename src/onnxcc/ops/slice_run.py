@@ -99,8 +99,9 @@ def _slice_end(e, d: Dim, step: int) -> Expr:
 
 def bind_lengths(ctx, x, index: dict, ends: dict) -> None:
     """For each sliced axis whose result dim the run decides, compute the length and bind
-    its symbol. `index`: axis -> (start Expr, step) as the lowering computed it; `ends`:
-    axis -> the end (a Dim or an i64 Expr loaded at run time)."""
+    its symbol; where the shape rule typed it (a one-offset slice), check it in the start
+    index every element reads. `index`: axis -> (start Expr, step) as the lowering computed
+    it (updated in place); `ends`: axis -> the end (a Dim or an i64 Expr loaded at run time)."""
     L, y = ctx.lowerer, ctx.out_type(0)
     for a, (start, step) in sorted(index.items()):
         d = y.shape[a]
@@ -112,10 +113,10 @@ def bind_lengths(ctx, x, index: dict, ends: dict) -> None:
         span = end - start if step > 0 else start - end
         k = abs(step)
         length = maximum(truncdiv(span + (k - 1), k) if k > 1 else span, 0)
-        n = ctx.temp(I64, (), "slice_len")
-        if typed:
-            ctx.program.compute(n, check(length.eq(dim_to_expr(d)), length, ERR_ASSERT))
+        if typed:  # checked where every element is read: a check computed on its own is dead code
+            index[a] = (check(length.eq(dim_to_expr(d)), start, ERR_ASSERT), step)
             continue
+        n = ctx.temp(I64, (), "slice_len")
         ctx.program.compute(n, length)
         L.bind_symbol(ctx.op, d.name, x.shape[a], n[()])
 
