@@ -83,3 +83,47 @@ def test_a_data_condition_with_no_bound_is_refused_naming_the_loop(tmp_path):
     path.write_bytes(m.SerializeToString())
     with pytest.raises((CompileError, UnsupportedOp), match=r"grow.*--dim"):
         onnxcc.compile(path, tmp_path / "art")
+
+
+def _growing_counted():
+    """for i in range(N): y = concat([y, 2 * x[i:i+1]]) as a while loop on `i + 1 < N` with the
+    counter carried (no scan output): the grown state's bound is init + N rows."""
+    body = h.make_graph(
+        [h.make_node("Unsqueeze", ["i_in", "z"], ["i1"]), h.make_node("Add", ["i1", "one"], ["i2"]),
+         h.make_node("Slice", ["x", "i1", "i2", "z"], ["row"]), h.make_node("Mul", ["row", "two"], ["elem"]),
+         h.make_node("Concat", ["y_in", "elem"], ["y_out"], axis=0),
+         h.make_node("Add", ["i_in", "one_s"], ["i_next"]), h.make_node("Less", ["i_next", "n"], ["c_out"])],
+        "body", [h.make_tensor_value_info("it", T.INT64, []), h.make_tensor_value_info("c", T.BOOL, []),
+                 h.make_tensor_value_info("i_in", T.INT64, []), h.make_tensor_value_info("y_in", F, None)],
+        [h.make_tensor_value_info("c_out", T.BOOL, []), h.make_tensor_value_info("i_next", T.INT64, []),
+         h.make_tensor_value_info("y_out", F, None)])
+    nodes = [h.make_node("Shape", ["x"], ["sh"], start=0, end=1), h.make_node("Squeeze", ["sh", "z"], ["n"]),
+             h.make_node("Less", ["zero", "n"], ["c0"]),
+             h.make_node("Loop", ["", "c0", "zero", "y0"], ["i_last", "y"], body=body, name="grow")]
+    inits = [nh.from_array(np.array(v, np.int64), k) for k, v in (("z", [0]), ("one", [1]), ("one_s", 1),
+                                                                   ("zero", 0))]
+    inits.append(nh.from_array(np.array(2.0, np.float32), "two"))
+    ins = [h.make_tensor_value_info("x", F, ["N", 3]), h.make_tensor_value_info("y0", F, [1, 3])]
+    g = h.make_graph(nodes, "g", ins, [h.make_tensor_value_info("y", F, None)], inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_counted_loop_growing_its_state_needs_no_dim_flag(tmp_path):
+    m = _growing_counted()
+    mod = onnxcc.load_onnx(m)
+    run_pipeline(mod, "shape-inference,canonicalize,shape-inference")
+    text = str(mod)
+    assert "counted_trips = [#dim<N>]" in text
+    assert str(onnxcc.ir.parse_module(text)) == text  # the attribute parses back
+    path = tmp_path / "g.onnx"
+    path.write_bytes(m.SerializeToString())
+    onnxcc.compile(path, tmp_path / "art")
+    model = onnxcc.load(tmp_path / "art")
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 6):
+        f = {"x": rng.standard_normal((n, 3)).astype(np.float32), "y0": rng.standard_normal((1, 3)).astype(np.float32)}
+        want, got = ort_run(m, f)["y"], model.run(f)["y"]
+        assert got.shape == want.shape == (n + 1, 3)
+        np.testing.assert_allclose(got, want, rtol=1e-6)

@@ -445,19 +445,25 @@ class LoopOp(OpDef):
             out.append(at.with_shape(d if _is_varying(ctx, d) or ctx.symbols.prove_eq(d, e) is True else
                                      fresh_dim(ctx, "carried", f"loop-carried value {k} dim {j} varies", k, j)
                                      for j, (d, e) in enumerate(zip(at.shape, y.type.shape))))
+        # a counting while loop's exact trip count, kept for the lowering (the loop's bound and
+        # the allocation bound of a carried value it grows): ops/loop_count.py
+        counted = counter_trips(ctx, lay, body)
+        if counted is None:
+            op.attrs.pop("counted_trips", None)
+        else:
+            op.attrs["counted_trips"] = [counted]
         if n_scan:
-            trips = self._trip_count(ctx, lay, body, n)
+            trips = self._trip_count(ctx, lay, body, n, counted)
             out += [y.type.with_shape((trips,) + y.type.shape) for y in ys[1 + n:]]
         return out
 
-    def _trip_count(self, ctx, lay, body: Block, first_scan: int):
+    def _trip_count(self, ctx, lay, body: Block, first_scan: int, counted):
         m = known_dims(ctx, lay.m) if lay.m is not None else None
         m = m[0] if m is not None and len(m) == 1 else None
         stops_early = lay.cond is not None and not (_const_true(ctx, lay.cond) and _yields_true(body))
         if m is not None and not stops_early:
             return max(m, 0) if isinstance(m, int) else simplify(ctx.symbols, sympy.Max(0, m))
-        counted = counter_trips(ctx, lay, body)  # `while i < n: ...; i += 1` runs n - i0 times
-        if counted is not None:
+        if counted is not None:  # `while i < n: ...; i += 1` runs n - i0 times
             return counted
         s = fresh_dim(ctx, "iters", "trip count of the loop (data-dependent)", first_scan, 0)
         if isinstance(m, int):

@@ -170,10 +170,11 @@ def lower_loop(ctx) -> None:
         cond = ctx.temp(DType.bool, (), "loop_cond")
         p.compute(cond, _first(ctx.inputs[lay.cond]))
     trips = _first(ctx.inputs[lay.m]) if lay.m is not None else None
-    if trips is None and scans and not L.is_run_dim(scans[0].shape[0]):
+    if trips is None and op.attrs.get("counted_trips"):
         # the shape rule proved the count (ops/loop_count.py): the stacked outputs hold that
-        # many rows, and the loop never runs past them whatever the condition says
-        trips = dim_to_expr(scans[0].shape[0])
+        # many rows, a grown state its bound, and the loop never runs past them whatever the
+        # condition says
+        trips = dim_to_expr(op.attrs["counted_trips"][0])
     if trips is None and cond is None:
         raise ctx.unsupported("a Loop with neither a trip count M nor a condition never ends")
     cond_arg = cond if cond is not None else ctx.const(np.array(True), "true")
@@ -229,6 +230,8 @@ def _trip_bound(ctx, lay, name: str | None):
         owner = ctx.op.operands[lay.m].owner
         if isinstance(owner, Op) and owner.name == "cc.dims" and len(owner.attrs["dims"]) == 1:
             return owner.attrs["dims"][0]
+    if ctx.op.attrs.get("counted_trips"):  # a counting while loop (ops/loop_count.py)
+        return ctx.op.attrs["counted_trips"][0]
     if name is None:
         return None
     info = ctx.lowerer.module.symbols[name]
