@@ -16,6 +16,7 @@ from onnx import numpy_helper as nh
 
 import onnxcc
 from onnxcc.errors import CompileError, UnsupportedOp
+from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
 from onnxcc.testing import ort_run
 
@@ -69,12 +70,14 @@ def test_appended_elements_match_onnxruntime(axis, new_axis, tmp_path):
     path.write_bytes(m.SerializeToString())
     onnxcc.compile(path, tmp_path / "art")
     model = onnxcc.load(tmp_path / "art")
+    mod = onnxcc.load_onnx(m)
     rng = np.random.default_rng(axis + 3 * new_axis)
     for n in (1, 4, 9):
         f = {"x": rng.standard_normal((n, 3)).astype(np.float32)}
-        want, got = ort_run(m, f)["out"], model.run(f)["out"]
-        assert got.shape == want.shape, (n, got.shape, want.shape)
-        np.testing.assert_allclose(got, want, rtol=1e-6)
+        want = ort_run(m, f)["out"]
+        for got in (model.run(f)["out"], interp_run(mod, [f["x"]])[0]):  # native and the interpreter
+            assert got.shape == want.shape, (n, got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_a_data_condition_with_no_bound_is_refused_naming_the_loop(tmp_path):
