@@ -24,7 +24,7 @@ import numpy as np
 import sympy
 
 from onnxcc.errors import VerifyError
-from onnxcc.ir import Dim, DType, canon, print_dim, sym, to_bits
+from onnxcc.ir import Dim, DType, canon, identical, print_dim, sym, to_bits
 
 from .expr import (
     Expr,
@@ -336,7 +336,7 @@ class KernelProgram:
                 if src.dtype is not b.dtype and (src.dtype.bits != b.dtype.bits or b.dtype.bits < 8):
                     raise VerifyError(f"{where}: view {name} is {b.dtype.value}, its buffer {src.name} is "
                                       f"{src.dtype.value}")
-                if sympy.simplify(sympy.sympify(src.numel()) - sympy.sympify(b.numel())) != 0:
+                if not identical(src.numel(), b.numel()):
                     raise VerifyError(f"{where}: view {name} has {b.numel()} elements, {src.name} has "
                                       f"{src.numel()}")
         for lst, kind in ((self.inputs, "input"), (self.outputs, "output")):
@@ -367,7 +367,7 @@ class KernelProgram:
         if out.rank != len(c.vars):
             raise VerifyError(f"{where()}: {len(c.vars)} vars for rank-{out.rank} buffer {c.out}")
         for (v, ext), d in zip(c.vars, out.shape):
-            if sympy.simplify(sympy.sympify(ext) - sympy.sympify(d)) != 0:
+            if not identical(ext, d):
                 raise VerifyError(f"{where()}: extent of {v.name} is {ext}, buffer {c.out} has {d}")
         if c.body.dtype is not out.dtype:
             raise VerifyError(f"{where()}: body is {c.body.dtype.value}, buffer {c.out} is {out.dtype.value}")
