@@ -120,3 +120,15 @@ def test_a_rebuild_is_served_from_the_cache_with_the_same_library(cache_dir, tmp
     x = np.random.default_rng(2).standard_normal((5, 16)).astype(np.float32)
     y = onnxcc.load(tmp_path / "c").run({"x": x})["y"]
     np.testing.assert_allclose(y, np.tanh(x @ w), rtol=1e-5, atol=1e-5)
+
+
+def test_cache_clear_empties_the_object_cache(cache_dir):
+    from click.testing import CliRunner
+
+    from onnxcc.cli import main
+
+    object_cache.store("c1", b"obj1")
+    object_cache.store("c2", b"obj2")
+    r = CliRunner().invoke(main, ["cache", "clear", "--cache-dir", str(cache_dir.parent)])
+    assert r.exit_code == 0 and "and 2 compiled objects" in r.output, r.output
+    assert not list(cache_dir.glob("*.o"))

@@ -18,7 +18,10 @@ or two builds) see a whole file or none. Like the artifact cache it is never use
 directory is owned by another user or writable by others (they could plant code that
 would be linked into a library), and it never makes a build fail: any OSError is a miss.
 `ONNXCC_OBJECT_CACHE=0` turns it off; it keeps at most `ONNXCC_OBJECT_CACHE_MB` (default
-512) MiB, the least recently used files removed first (a hit refreshes a file's mtime).
+512) MiB, the least recently used files removed first (a hit refreshes a file's mtime);
+`onnxcc cache clear` empties it. A module served from here is not run through LLVM, so LLVM's
+own warnings about it (rare: the missed-vectorisation remarks are filtered anyway) appear
+only on the build that compiled it.
 """
 
 from __future__ import annotations
@@ -119,11 +122,12 @@ def store(key: str, obj: bytes) -> None:
             pass
 
 
-def prune(max_bytes: int | None = None) -> int:
+def prune(max_bytes: int | None = None, cache_root: Path | None = None) -> int:
     """Remove the least recently used objects until the directory holds at most `max_bytes`
-    (default `ONNXCC_OBJECT_CACHE_MB` MiB); returns how many were removed."""
-    root = _root() if enabled() else None
-    if root is None:
+    (default `ONNXCC_OBJECT_CACHE_MB` MiB); returns how many were removed. `cache_root`: the
+    objects of that cache directory (`onnxcc cache clear --cache-dir`), else this process's."""
+    root = cache_root / _SUBDIR if cache_root is not None else _root() if enabled() else None
+    if root is None or not root.is_dir():
         return 0
     if max_bytes is None:
         try:
