@@ -139,7 +139,8 @@ def prune_(max_size: str, cache_dir: Path | None) -> None:
 @cache.command("clear")
 @_cache_dir_option
 def clear(cache_dir: Path | None) -> None:
-    """Remove every entry."""
+    """Remove every entry, and the compiled LLVM objects kept beside them."""
+    from ..codegen.llvm import object_cache
     from ..runtime.cache import list_entries, remove_entry
 
     root = _root(cache_dir)
@@ -148,5 +149,7 @@ def clear(cache_dir: Path | None) -> None:
     entries = list_entries(root)
     for e in entries:
         remove_entry(e)
+    objects = object_cache.prune(0, root)
     click.echo(f"removed {len(entries)} entr{'y' if len(entries) == 1 else 'ies'} "
-               f"({human_size(sum(e.size for e in entries))}) from {root}")
+               f"({human_size(sum(e.size for e in entries))}) and {objects} compiled object"
+               f"{'' if objects == 1 else 's'} from {root}")

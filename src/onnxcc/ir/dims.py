@@ -43,6 +43,30 @@ def canon(d) -> Any:
     return e
 
 
+def identical(a: Dim, b: Dim) -> bool:
+    """Whether `a - b` is 0 for every value of the symbols, as `sympy.simplify(a - b) == 0`
+    answers it (a view's element count against its buffer's, a loop's extent against its
+    buffer's dim), only faster: equal canonical forms, then the difference expanded, each
+    floor expanded once (`_expanded`); sympy's simplify, which takes up to a second on a
+    pooled net's nested floors (poolformer: most of lower-to-kernel and fuse), only where
+    those leave a nonzero difference. Memoised: a program's verify asks the same pairs after
+    every kernel pass."""
+    a, b = canon(a), canon(b)
+    if a == b:
+        return True
+    if isinstance(a, int) and isinstance(b, int):
+        return False
+    return _identical(sympy.sympify(a), sympy.sympify(b))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _identical(a: sympy.Expr, b: sympy.Expr) -> bool:
+    diff = sympy.sympify(a - b)
+    if diff == 0 or _expanded(diff) == 0:
+        return True
+    return sympy.simplify(diff) == 0
+
+
 def is_static(d: Dim) -> bool:
     return isinstance(d, int)
 

@@ -24,7 +24,7 @@ import numpy as np
 import sympy
 
 from onnxcc.errors import VerifyError
-from onnxcc.ir import Dim, DType, canon, print_dim, sym, to_bits
+from onnxcc.ir import Dim, DType, canon, identical, print_dim, sym, to_bits
 
 from .expr import (
     Expr,
@@ -336,7 +336,7 @@ class KernelProgram:
                 if src.dtype is not b.dtype and (src.dtype.bits != b.dtype.bits or b.dtype.bits < 8):
                     raise VerifyError(f"{where}: view {name} is {b.dtype.value}, its buffer {src.name} is "
                                       f"{src.dtype.value}")
-                if sympy.simplify(sympy.sympify(src.numel()) - sympy.sympify(b.numel())) != 0:
+                if not identical(src.numel(), b.numel()):
                     raise VerifyError(f"{where}: view {name} has {b.numel()} elements, {src.name} has "
                                       f"{src.numel()}")
         for lst, kind in ((self.inputs, "input"), (self.outputs, "output")):
@@ -356,43 +356,45 @@ class KernelProgram:
             raise VerifyError(f"kernel {self.name}: unsupported statement {type(s).__name__}")
 
     def _verify_compute(self, c: Compute, known_syms: set[str]) -> None:
-        where = f"kernel {self.name}: compute {c.format('')[0]}"
+        def where() -> str:  # only for an error: printing a fused compute is most of a verify's time
+            return f"kernel {self.name}: compute {c.format('')[0]}"
+
         if c.out not in self.buffers:
-            raise VerifyError(f"{where}: unknown out buffer {c.out}")
+            raise VerifyError(f"{where()}: unknown out buffer {c.out}")
         out = self.buffers[c.out]
         if self.buffers[self.root(c.out)].kind in ("input", "const"):
-            raise VerifyError(f"{where}: writes {out.kind} buffer {c.out}")
+            raise VerifyError(f"{where()}: writes {out.kind} buffer {c.out}")
         if out.rank != len(c.vars):
-            raise VerifyError(f"{where}: {len(c.vars)} vars for rank-{out.rank} buffer {c.out}")
+            raise VerifyError(f"{where()}: {len(c.vars)} vars for rank-{out.rank} buffer {c.out}")
         for (v, ext), d in zip(c.vars, out.shape):
-            if sympy.simplify(sympy.sympify(ext) - sympy.sympify(d)) != 0:
-                raise VerifyError(f"{where}: extent of {v.name} is {ext}, buffer {c.out} has {d}")
+            if not identical(ext, d):
+                raise VerifyError(f"{where()}: extent of {v.name} is {ext}, buffer {c.out} has {d}")
         if c.body.dtype is not out.dtype:
-            raise VerifyError(f"{where}: body is {c.body.dtype.value}, buffer {c.out} is {out.dtype.value}")
+            raise VerifyError(f"{where()}: body is {c.body.dtype.value}, buffer {c.out} is {out.dtype.value}")
         names = c.var_names
         if len(set(names)) != len(names):
-            raise VerifyError(f"{where}: duplicate vars {names}")
+            raise VerifyError(f"{where()}: duplicate vars {names}")
         unbound = free_vars(c.body) - set(names)
         if unbound:
-            raise VerifyError(f"{where}: unbound vars {sorted(unbound)}")
+            raise VerifyError(f"{where()}: unbound vars {sorted(unbound)}")
         out_root = self.root(c.out)
         for n in walk(c.body):
             if isinstance(n, Load):
                 b = self.buffers.get(n.buffer)
                 if b is None:
-                    raise VerifyError(f"{where}: loads unknown buffer {n.buffer}")
+                    raise VerifyError(f"{where()}: loads unknown buffer {n.buffer}")
                 if len(n.indices) != b.rank or n.dtype is not b.dtype:
-                    raise VerifyError(f"{where}: load {format_expr(n)} as {n.dtype.value} with "
+                    raise VerifyError(f"{where()}: load {format_expr(n)} as {n.dtype.value} with "
                                       f"{len(n.indices)} indices, buffer is {b.dtype.value}[rank {b.rank}]")
                 if self.root(n.buffer) == out_root:
-                    raise VerifyError(f"{where}: reads {n.buffer}, which shares memory with its output")
+                    raise VerifyError(f"{where()}: reads {n.buffer}, which shares memory with its output")
             elif isinstance(n, Reduce):
                 for v, _ in n.vars:
                     if v.name in names:
-                        raise VerifyError(f"{where}: reduce var {v.name} shadows a compute var")
+                        raise VerifyError(f"{where()}: reduce var {v.name} shadows a compute var")
         for s in symbols_used(c.body):
             if s not in known_syms:
-                raise VerifyError(f"{where}: unknown symbol {s}")
+                raise VerifyError(f"{where()}: unknown symbol {s}")
 
 
 def _check_dim_symbols(d: Dim, known: set[str], where: str) -> None:

@@ -13,9 +13,12 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
+
 from ..backend import Emitted, StepClock
 from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
+from ..llvm import object_cache
 from ..llvm.target import LIGHT, host_cpu
 from .dedup import forward_duplicates
 from .features import check_cpu, required_features
@@ -124,8 +127,9 @@ class CpuBackend:
             emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel)
             for gname, gv in m.globals.items():
                 if gname.startswith(_CONST_PREFIX) and isinstance(gv, llir.GlobalVariable):
-                    if consts.setdefault(gname, (gv, gv.initializer))[0] is not gv:
-                        gv.initializer = consts[gname][1]
+                    if gname not in consts:  # printed once, the text shared by every module
+                        consts[gname] = (gv, _bytes_text(gv.initializer))
+                    gv.initializer = consts[gname][1]
                     if _nbytes(gv.value_type) > _INLINE_CONST_BYTES:
                         gv.initializer, gv.linkage = None, "external"  # not re-printed, not re-parsed
                         gv.storage_class = "hidden"  # printed after the linkage: addressed without the GOT
@@ -148,6 +152,7 @@ class CpuBackend:
         target = (self.triple, self.cpu, self.features)
         # the constants' module holds data only: nothing for the optimiser to do
         objs = compile_in_workers([(cmod, (*target, 0)), *((m, (*target, lv)) for m, lv in mods)], jobs)
+        object_cache.prune()
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=objs)
 
@@ -219,6 +224,25 @@ _CONST_PREFIX = "onnxcc.const."
 _INLINE_CONST_BYTES = 4096
 
 
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+
+
+def _bytes_text(init):
+    """A byte-array constant (a weight) as an already printed `c"\\XX..."` constant: llvmlite
+    escapes byte by byte in Python (0.15 s of a build's printing for 3 MB of weights, again for
+    every part that sees a small table); here every byte is escaped in one numpy step. LLVM
+    reads back the same bytes. Any other initializer is returned as it is."""
+    from llvmlite import ir as llir
+
+    raw = getattr(init, "constant", None)
+    if not isinstance(raw, (bytes, bytearray)) or init.type != llir.ArrayType(llir.IntType(8), len(raw)):
+        return init
+    a = np.frombuffer(bytes(raw), np.uint8)
+    text = np.empty((a.size, 3), np.uint8)
+    text[:, 0], text[:, 1], text[:, 2] = ord("\\"), _HEX[a >> 4], _HEX[a & 15]
+    return llir.FormattedConstant(init.type, 'c"' + text.tobytes().decode("ascii") + '"')
+
+
 def _nbytes(ty) -> int:
     count = getattr(ty, "count", None)
     if count is not None:
@@ -243,12 +267,22 @@ def _jobs() -> int:
 
 
 def _compile_one(k: int) -> bytes:
-    from ..llvm.target import emit_object
+    """The object of work item `k`: from the object cache (`llvm/object_cache.py`, keyed by the
+    module's text and the resolved target) or compiled now and kept there."""
+    from ..llvm.target import emit_object, resolve_target
 
     mod, target = _WORK[k]
     triple, cpu, features, opt = target
     ir_opt, cg_opt = opt if isinstance(opt, tuple) else (opt, opt)
-    return emit_object(mod, triple, cpu, features, ir_opt, cg_opt)
+    if not object_cache.enabled():
+        return emit_object(mod, triple, cpu, features, ir_opt, cg_opt)
+    text = str(mod)
+    key = object_cache.object_key(text, *resolve_target(triple, cpu, features), ir_opt, cg_opt)
+    obj = object_cache.load(key)
+    if obj is None:
+        obj = emit_object(text, triple, cpu, features, ir_opt, cg_opt)
+        object_cache.store(key, obj)
+    return obj
 
 
 def _weight(mod) -> int:

@@ -62,15 +62,24 @@ def target_machine(triple: str | None = None, cpu: str | None = None, features: 
     """A TargetMachine (PIC); the host CPU and its features unless told otherwise."""
     import llvmlite.binding as llvm
 
+    triple, cpu, features = resolve_target(triple, cpu, features)
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=max(0, min(opt, 3)),
+                                        reloc="pic", codemodel="jitdefault" if jit else "default")
+
+
+def resolve_target(triple: str | None, cpu: str | None, features: str | None) -> tuple[str, str, str]:
+    """(triple, cpu, features) as the target machine gets them: the process's triple unless
+    told, and for it the host CPU and its features unless told."""
+    import llvmlite.binding as llvm
+
     _init_llvm()
     host = llvm.get_process_triple()
     triple = triple or host
     if triple == host and cpu is None:
         cpu, host_features = host_cpu()
         features = host_features if features is None else features
-    target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(cpu=cpu or "", features=features or "", opt=max(0, min(opt, 3)),
-                                        reloc="pic", codemodel="jitdefault" if jit else "default")
+    return triple, cpu or "", features or ""
 
 
 def parse_modules(modules) -> object:
