@@ -110,9 +110,25 @@ def lower_if(ctx) -> None:
     then_s = _branch(ctx, 0, caps, outs, extents)
     else_s = _branch(ctx, 1, caps, outs, extents)
     p.body.append(IfStmt(_first(ctx.inputs[0]), then_s, else_s))
+    bind = _bind_after(op, outs, set(extents))
     for name, (buf, exts) in extents.items():
-        L.declare_run_dim(op, name, canon(sympy.Max(*[sympy.sympify(e) for e in exts])))
-        L.set_symbol(name, buf[()])
+        bound = canon(sympy.Max(*[sympy.sympify(e) for e in exts]))
+        if bind:
+            L.bind_symbol(op, name, bound, buf[()])
+        else:
+            L.declare_run_dim(op, name, bound)
+            L.set_symbol(name, buf[()])
+
+
+def _bind_after(op: Op, outs: list[Buffer], names: set[str]) -> bool:
+    """Whether the branches' extents are bound right after the If (run-time symbols later
+    ops compute on: torchvision's `if boxes.numel() == 0: keep = empty else: keep = nms(...)`
+    feeds a Gather) rather than reported after the run. Only where every such dim is its
+    result's leading one: a branch writes its value into the leading corner of the result,
+    which is then exactly the compact layout of the true extents."""
+    if not names or not any(u.op.name not in ("return", "yield") for r in op.results for u in r.uses):
+        return False
+    return all(not (isinstance(d, sympy.Symbol) and d.name in names) for o in outs for d in o.shape[1:])
 
 
 def _branch(ctx, i: int, caps, outs, extents) -> list:
@@ -120,7 +136,8 @@ def _branch(ctx, i: int, caps, outs, extents) -> list:
     block = ctx.op.regions[i].block
     ys = list(block.terminator.operands)
     targets = [o if _same_shape(o.shape, y.type.shape) else None for o, y in zip(outs, ys)]
-    stmts, bufs = L.lower_region(block, caps, targets)
+    # rebinds: an op in a branch may bind a run-time symbol (NonMaxSuppression's count)
+    stmts, bufs = L.lower_region(block, caps, targets, rebinds=True)
     with L.into(stmts):
         for o, y in zip(outs, bufs):
             if p.root(y.name) == p.root(o.name):

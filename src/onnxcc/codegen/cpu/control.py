@@ -37,14 +37,17 @@ def emit_body(kem, ctx, stmts) -> None:
 
 def emit_if(kem, ctx, s: IfStmt, k: int) -> None:
     b = ctx.b
-    if rebinds(s):  # code after a binding must re-read the symbols: only loops are split so
-        raise CompileError(f"cpu codegen: if {k} binds a run-time symbol in a branch (not supported)")
     cond = ExprEmitter(ctx, b).emit(s.cond)
     with if_else(b, cond, name=f"if{k}") as (then, otherwise):
-        with then:
-            emit_body(kem, ctx, s.then_body)
-        with otherwise:
-            emit_body(kem, ctx, s.else_body)
+        for branch, body in ((then, s.then_body), (otherwise, s.else_body)):
+            with branch:
+                # a branch that binds a run-time symbol (NonMaxSuppression's count) runs as
+                # its own function, as such a loop body does: the code after the binding must
+                # re-read `syms`; the statements after the If go to a continuation (emit_from)
+                if any(rebinds(x) for x in body):
+                    _call_body(kem, ctx, body, k)
+                else:
+                    emit_body(kem, ctx, body)
 
 
 def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
@@ -88,7 +91,8 @@ def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
 
 def _call_body(kem, ctx, stmts, k: int) -> None:
     """A loop body that re-binds a run-time symbol (a carried dim that changes every
-    iteration) runs as its own function, called once per iteration with the kernel's
+    iteration), or an If branch that binds one, runs as its own function, called once per
+    iteration (branch) with the kernel's
     arguments: its entry block reads `syms` afresh, so every dim and stride in it is the
     current iteration's; a failure it reports is returned at once."""
     b = ctx.b
