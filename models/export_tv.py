@@ -20,6 +20,7 @@ nothing and says why.
 from __future__ import annotations
 
 import argparse
+from collections import OrderedDict
 import warnings
 from pathlib import Path
 
@@ -29,6 +30,9 @@ import torchvision
 import torchvision.models as tvm
 from torchvision.models import convnext, densenet, efficientnet, maxvit, regnet, swin_transformer
 from torchvision.models import video, vision_transformer
+from torchvision.models.detection.anchor_utils import DefaultBoxGenerator
+from torchvision.models.detection.ssd import SSD
+from torchvision.models.detection.ssdlite import SSDLiteHead
 from torchvision.models.detection import fcos_resnet50_fpn, retinanet_resnet50_fpn, ssdlite320_mobilenet_v3_large
 from torchvision.models.optical_flow import raft_small
 from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large, fcn_resnet50
@@ -96,6 +100,33 @@ def _swin_small(v2: bool):
     return swin_transformer.SwinTransformer([4, 4], 16, [1, 1], [1, 2], [4, 4], num_classes=10, **extra)
 
 
+class TinyBackbone(torch.nn.Module):
+    """two feature maps (strides 8 and 16) for the small SSD: torchvision's detectors take any
+    module that returns an ordered dict of them"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        def block(i, o, s):
+            return torch.nn.Sequential(torch.nn.Conv2d(i, o, 3, s, 1), torch.nn.BatchNorm2d(o), torch.nn.ReLU6())
+        self.a = torch.nn.Sequential(block(3, 8, 2), block(8, 16, 2), block(16, 16, 2))
+        self.b = block(16, 24, 2)
+        self.out_channels = [16, 24]
+
+    def forward(self, x):
+        a = self.a(x)
+        return OrderedDict([("0", a), ("1", self.b(a))])
+
+
+def _ssd_small():
+    """torchvision's SSD with its SSDlite head and post-processing (per-class score threshold,
+    TopK, batched NMS) over a tiny backbone, 3 classes, 64x64 resize"""
+    anchors = DefaultBoxGenerator([[2, 3], [2, 3]], min_ratio=0.2, max_ratio=0.95)
+    head = SSDLiteHead([16, 24], anchors.num_anchors_per_location(), 3, torch.nn.BatchNorm2d)
+    net = SSD(TinyBackbone(), anchors, (64, 64), 3, head=head, score_thresh=0.2, nms_thresh=0.5,
+              detections_per_img=20, topk_candidates=30, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return Detector(net)
+
+
 def _det(builder, **kw):
     return Detector(builder(weights=None, weights_backbone=None, **kw))
 
@@ -142,6 +173,7 @@ MODELS: dict[str, tuple] = {
     "raft_small": (lambda: Flow(raft_small(), 2), [(1, 3, 128, 128), (1, 3, 128, 128)],
                    {"a": {0: "N", 2: "H", 3: "W"}, "b": {0: "N", 2: "H", 3: "W"}}),
     "ssdlite": (lambda: _det(ssdlite320_mobilenet_v3_large), [(1, 3, 96, 96)], {"x": {2: "H", 3: "W"}}),
+    "ssd_small": (_ssd_small, [(1, 3, 48, 40)], {"x": {2: "H", 3: "W"}}),
     "retinanet": (lambda: _det(retinanet_resnet50_fpn, min_size=128, max_size=128), [(1, 3, 96, 96)],
                   {"x": {2: "H", 3: "W"}}),
     "fcos": (lambda: _det(fcos_resnet50_fpn, min_size=128, max_size=128), [(1, 3, 96, 96)],
