@@ -205,6 +205,9 @@ def export(name: str, out: Path, kinds: tuple[str, ...]) -> None:
     torch.manual_seed(0)
     module = make().eval()
     args = tuple(torch.randn(s) for s in shapes)
+    for m in module.modules():  # zero-initialised heads (ViT's) would make every output 0
+        if isinstance(m, torch.nn.Linear) and not m.weight.any():
+            torch.nn.init.normal_(m.weight, std=0.2)
     if not isinstance(module, Detector):  # detectors take other arguments in training mode
         calibrate(module, tuple(torch.randn(4, *s[1:]) for s in shapes))  # 4: a norm over 1x1 planes needs a batch
     names = input_names(name)
@@ -216,6 +219,9 @@ def export(name: str, out: Path, kinds: tuple[str, ...]) -> None:
                     torch.onnx.export(module, args, str(path), input_names=names, dynamic_axes=dyn,
                                       opset_version=int(kind[2:]), dynamo=False)
                 else:
+                    # an example dim of 1 is specialised by torch.export: batch 2 where it is symbolic
+                    args = tuple(torch.randn(2, *a.shape[1:]) if 0 in dyn.get(n, {}) else a
+                                 for a, n in zip(args, names))
                     syms = sorted({s for d in dyn.values() for s in d.values()})
                     dims = {s: torch.export.Dim(s, min=1 if s in ("N", "T") else 16, max=4096) for s in syms}
                     per = tuple({ax: dims[s] for ax, s in dyn.get(n, {}).items()} or None for n in names)
