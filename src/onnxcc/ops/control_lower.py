@@ -5,7 +5,9 @@ If    IfStmt(cond[0], then, else). Both branches read the captured operand buffe
       when its shape is the result's. When the branches' extents differ, the result dim is
       run-determined: the result is allocated for the larger extent, each branch writes its
       value into the leading corner (WriteAt) and records its own extent, which SetSymbol
-      reports after the run.
+      reports after the run, or binds right after the If where later ops read the result
+      and the extents are leading dims (`_bind_after`). A branch may bind run-time symbols
+      itself (NonMaxSuppression's count): the CPU runs such a branch as its own function.
 Loop  The results are the state buffers: initialised from the carried inputs, then a
       LoopStmt over t < M while cond runs the body, writes each scan output's row t
       (WriteAt) and copies the yielded values and condition into the states (through a temp
