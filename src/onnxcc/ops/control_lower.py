@@ -5,7 +5,9 @@ If    IfStmt(cond[0], then, else). Both branches read the captured operand buffe
       when its shape is the result's. When the branches' extents differ, the result dim is
       run-determined: the result is allocated for the larger extent, each branch writes its
       value into the leading corner (WriteAt) and records its own extent, which SetSymbol
-      reports after the run.
+      reports after the run, or binds right after the If where later ops read the result
+      and the extents are leading dims (`_bind_after`). A branch may bind run-time symbols
+      itself (NonMaxSuppression's count): the CPU runs such a branch as its own function.
 Loop  The results are the state buffers: initialised from the carried inputs, then a
       LoopStmt over t < M while cond runs the body, writes each scan output's row t
       (WriteAt) and copies the yielded values and condition into the states (through a temp
@@ -110,9 +112,25 @@ def lower_if(ctx) -> None:
     then_s = _branch(ctx, 0, caps, outs, extents)
     else_s = _branch(ctx, 1, caps, outs, extents)
     p.body.append(IfStmt(_first(ctx.inputs[0]), then_s, else_s))
+    bind = _bind_after(op, outs, set(extents))
     for name, (buf, exts) in extents.items():
-        L.declare_run_dim(op, name, canon(sympy.Max(*[sympy.sympify(e) for e in exts])))
-        L.set_symbol(name, buf[()])
+        bound = canon(sympy.Max(*[sympy.sympify(e) for e in exts]))
+        if bind:
+            L.bind_symbol(op, name, bound, buf[()])
+        else:
+            L.declare_run_dim(op, name, bound)
+            L.set_symbol(name, buf[()])
+
+
+def _bind_after(op: Op, outs: list[Buffer], names: set[str]) -> bool:
+    """Whether the branches' extents are bound right after the If (run-time symbols later
+    ops compute on: torchvision's `if boxes.numel() == 0: keep = empty else: keep = nms(...)`
+    feeds a Gather) rather than reported after the run. Only where every such dim is its
+    result's leading one: a branch writes its value into the leading corner of the result,
+    which is then exactly the compact layout of the true extents."""
+    if not names or not any(u.op.name not in ("return", "yield") for r in op.results for u in r.uses):
+        return False
+    return all(not (isinstance(d, sympy.Symbol) and d.name in names) for o in outs for d in o.shape[1:])
 
 
 def _branch(ctx, i: int, caps, outs, extents) -> list:

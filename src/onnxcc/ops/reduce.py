@@ -27,7 +27,7 @@ from .. import kernel as K
 from ..ir import DType, TensorType, canon
 from ..kernel import Expr, Var
 from .elementwise import cast_out, kfloat, kwiden, widen
-from .registry import InferCtx, RefCtx, define
+from .registry import InferCtx, RefCtx, define, get_opdef
 from .shape import fresh_dim
 from .traits import PadRule, set_cost, set_pad
 
@@ -569,3 +569,8 @@ set_pad(PadRule("argreduce", identity=math.inf), "onnx.ArgMin")
 set_pad(PadRule("cumsum"), "onnx.CumSum")
 
 set_cost(lambda op: 4 * op.results[0].type.numel(), "onnx.Softmax", "onnx.LogSoftmax")  # max, exp, sum, div
+
+# the largest / smallest of dims cast to float is exact (elementwise.py's float_values): torchvision's
+# detection transform pads images to a stride multiple of the largest side, computed in float
+for _name in ("ReduceMax", "ReduceMin"):
+    get_opdef(f"onnx.{_name}").float_values = True

@@ -91,9 +91,10 @@ def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
 
 def _call_body(kem, ctx, stmts, k: int, name: str = "") -> None:
     """A loop body that re-binds a run-time symbol (a carried dim that changes every
-    iteration) runs as its own function, called once per iteration with the kernel's
-    arguments: its entry block reads `syms` afresh, so every dim and stride in it is the
-    current iteration's; a failure it reports is returned at once."""
+    iteration), or an If branch that binds one (NonMaxSuppression's count), runs as its own
+    function, called once per iteration (or branch taken) with the kernel's arguments: its
+    entry block reads `syms` afresh, so every dim and stride in it is the current one; a
+    failure it reports is returned at once."""
     b = ctx.b
     if b.function.function_type.return_type != I32:
         raise CompileError(f"cpu codegen: {name or f'loop {k}'} re-binds a symbol outside a kernel function")
