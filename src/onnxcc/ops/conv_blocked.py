@@ -1,0 +1,160 @@
+"""Depthwise Conv on a channel-blocked (NCHWc) copy: vectors run along 16 channels.
+
+The plain depthwise lowering (ops/nn.py `_depthwise_lower`) vectorises each output row, so
+on the small planes of a mobile net's late stages (7x7, 14x14) most lanes of every vector
+are masked off and each tap pays a bounds select: mnasnet's 5x5 depthwise convs ran 2-7x
+slower than onnxruntime there. Here
+
+- the input is copied once, zero-padded, into `Xb[n, cb, h, w, c]` (channel `cb*16 + c`;
+  channels past C are zeros);
+- the taps are summed into `Yb[n, cb, o..., c]`: every load a whole unmasked vector of 16
+  channels, no selects (the padding lives in Xb), the weights a const `Wb[cb, k..., c]`
+  (kernel/fold_consts.py folds its compute at compile time);
+- `Y[n, m, o...] = Yb[n, m // 16, o..., m % 16] (+ B[m])` puts the result back in NCHW.
+
+The two copies cost a gather per 16 elements each, so the path pays only where the taps
+outweigh them (`blocked_applies`). Fusion keeps both copies as buffers (kernel/fuse.py: Xb
+is a guarded remap read at one site per tap; Y and Yb are written through views).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType, canon
+from ..kernel import Const, select
+
+BLOCK = 16
+"""channels per block: one AVX-512 vector of f32 (two AVX2 vectors)"""
+
+MIN_TAPS = 25
+"""smallest window taken: with 3x3 windows the two copies cost more than the blocked taps
+save (measured 1.8-3x slower than the row-vectorised taps on 14x14 to 112x112 planes)"""
+
+MAX_TAPS = 49
+"""largest window taken (its taps are unrolled into one sum, like `_depthwise_lower`'s)"""
+
+MIN_STRIDED_CHANNELS = 128
+"""a strided conv is taken from this many channels on: its output plane is a quarter of
+the input's, so the input copy weighs more; mobile nets' wide layers are their small planes
+(5x5 stride 2: 288 channels 14x14 2x faster blocked, 48 channels 56x56 1.4x slower)"""
+
+
+def blocked_applies(x, w, kernel, group, strides) -> bool:
+    """Whether a Conv takes this path: a pure depthwise conv of f32 (one input and one
+    output channel per group, static channel count) with a static window of `MIN_TAPS` to
+    `MAX_TAPS` taps, at stride 1 or with `MIN_STRIDED_CHANNELS` channels."""
+    c = x.dtype is DType.f32 and x.shape[1]
+    if not (isinstance(c, int) and c > 1 and group == c and w.shape[0] == c and w.shape[1] == 1):
+        return False
+    if not all(isinstance(k, int) for k in kernel) or not MIN_TAPS <= int(np.prod(kernel)) <= MAX_TAPS:
+        return False
+    return all(s == 1 for s in strides) or c >= MIN_STRIDED_CHANNELS
+
+
+def blocked_depthwise_lower(ctx, x, w, bias, kernel, strides, dilations, pb, pe) -> None:
+    """Lower Y = depthwise conv(X, W) + B through the blocked copies described above."""
+    nd = x.rank - 2
+    n_dim, c_total = x.shape[0], x.shape[1]
+    nb = -(-c_total // BLOCK)
+    ragged = c_total % BLOCK != 0
+    y = ctx.out(0)
+    outs = list(y.shape[2:])
+    zero_f = Const(0.0, x.dtype)
+
+    # Xb spans exactly the positions the windows read; it is written through a view whose
+    # last axis runs over (w, c) together, one row per input row rather than one 16-lane
+    # row per pixel (the per-row overhead outweighed the gather)
+    span = [canon((outs[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1) for i in range(nd)]
+    xb = ctx.temp(x.dtype, [n_dim, nb, *span, BLOCK], "xblk")
+    xb_rows = ctx.view(xb, [n_dim, nb, *span[:-1], span[-1] * BLOCK], "xblkrows")
+
+    def x_body(n, cb, *rest):
+        q = rest[-1]
+        c = q % BLOCK
+        pos = [p - ctx.dim(b) for p, b in zip([*rest[:-1], q // BLOCK], pb)]
+        conds = [cb * BLOCK + c < c_total] if ragged else []
+        for p, h, b, e in zip(pos, x.shape[2:], pb, pe):
+            if not _is_zero(b):
+                conds.append(p >= 0)
+            if not _is_zero(e):  # else the last window ends inside X
+                conds.append(p < ctx.dim(h))
+        load = x[(n, cb * BLOCK + c, *pos)]
+        if not conds:
+            return load
+        cond = conds[0]
+        for extra in conds[1:]:
+            cond = cond & extra
+        return select(cond, load, zero_f)  # lazy: a padding position is never loaded
+
+    ctx.compute(xb_rows, x_body)
+
+    wb = ctx.temp(w.dtype, [nb, *kernel, BLOCK], "wblk")
+
+    def w_body(cb, *rest):
+        ks, c = rest[:-1], rest[-1]
+        load = w[(cb * BLOCK + c, Const(0, DType.i64), *ks)]
+        return select(cb * BLOCK + c < c_total, load, zero_f) if ragged else load
+
+    ctx.compute(wb, w_body)
+
+    yb = ctx.temp(x.dtype, [n_dim, nb, *outs, BLOCK], "yblk")
+
+    def taps(n, cb, o_outer, last):
+        """The window's products; `last(t)` indexes the last spatial axis and the block."""
+        terms = []
+        for tap in np.ndindex(*kernel):
+            pos = [oi * s + int(t) * d for oi, t, s, d in zip(o_outer, tap, strides, dilations)]
+            ks = [Const(int(t), DType.i64) for t in tap]
+            x_at, c = last(int(tap[-1]))
+            terms.append(x_at(n, cb, pos) * wb[(cb, *ks, c)])
+        return tree_sum(terms)
+
+    if strides[-1] == 1:
+        # Yb written as rows q = ow*16 + c: at stride 1 along W a tap's loads are contiguous
+        # in q, so a row is a few long vector runs (measured 15-20% faster than 16-lane rows)
+        def y_body(n, cb, *rest):
+            q, d = rest[-1], dilations[-1]
+            return taps(n, cb, rest[:-1], lambda t: (lambda n_, cb_, pos: xb_rows[(n_, cb_, *pos, q + t * d * BLOCK)],
+                                                     q % BLOCK))
+
+        ctx.compute(ctx.view(yb, [n_dim, nb, *outs[:-1], outs[-1] * BLOCK], "yblkrows"), y_body)
+    else:
+        def y_body(n, cb, *rest):
+            o, c = rest[:-2], rest[-1]
+            ow, s, d = rest[-2], strides[-1], dilations[-1]
+            return taps(n, cb, o, lambda t: (lambda n_, cb_, pos: xb[(n_, cb_, *pos, ow * s + t * d, c)], c))
+
+        ctx.compute(yb, y_body)
+
+    # Y and Yb seen with their planes flattened: a row of Y is a whole plane (a 7x7 plane's
+    # rows were 7 lanes each, mostly masked), read from Yb with a stride of 16
+    plane = canon(_prod(outs))
+    yb_flat = ctx.view(yb, [n_dim, nb, plane, BLOCK], "yblkflat")
+
+    def out_body(n, m, p):
+        v = yb_flat[(n, m // BLOCK, p, m % BLOCK)]
+        return v if bias is None else v + bias[m]
+
+    ctx.compute(ctx.view(y, [n_dim, c_total, plane], "yflat"), out_body)
+
+
+def _is_zero(d) -> bool:
+    return isinstance(d, int) and d == 0
+
+
+def _prod(dims):
+    out = 1
+    for d in dims:
+        out = out * d
+    return out
+
+
+def tree_sum(terms: list):
+    """The terms summed as a balanced tree: a left-to-right chain of 25 taps is 25
+    dependent FMAs per output vector (latency-bound, measured about 4x slower than the
+    loads allow); the tree's independent halves overlap (LLVM keeps the order: no
+    fast-math)."""
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0]
