@@ -31,6 +31,7 @@ from ..kernel import (
     unflatten_index,
 )
 from .conv_blocked import blocked_applies, blocked_depthwise_lower
+from .conv_depth import depth_batched_applies, depth_batched_lower
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
@@ -270,6 +271,9 @@ def _conv_lower(ctx) -> None:
     axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
     if blocked_applies(x, w, kernel, group, win["strides"]):
         blocked_depthwise_lower(ctx, x, w, bias, kernel, win["strides"], win["dilations"], pb, pe)
+        return
+    if depth_batched_applies(x, w, group):
+        depth_batched_lower(ctx, x, w, bias, win["strides"], win["dilations"], pb, pe)
         return
     taps = c is None and axes and all(isinstance(k, int) for k in kernel) \
         and int(np.prod(kernel)) <= _UNROLL_WINDOW
