@@ -14,7 +14,8 @@ slower than onnxruntime there. Here
 
 The two copies cost a gather per 16 elements each, so the path pays only where the taps
 outweigh them (`blocked_applies`). Fusion keeps both copies as buffers (kernel/fuse.py: Xb
-is a guarded remap read at one site per tap; Y and Yb are written through views).
+is a guarded remap read at one site per tap, and Yb's sum of taps is too costly to recompute
+at its strided reads).
 """
 
 from __future__ import annotations
@@ -62,12 +63,12 @@ def blocked_depthwise_lower(ctx, x, w, bias, kernel, strides, dilations, pb, pe)
     outs = list(y.shape[2:])
     zero_f = Const(0.0, x.dtype)
 
-    # Xb spans exactly the positions the windows read; it is written through a view whose
-    # last axis runs over (w, c) together, one row per input row rather than one 16-lane
-    # row per pixel (the per-row overhead outweighed the gather)
+    # Xb spans exactly the positions the windows read, its last axis q = w*16 + c: one row
+    # per input row rather than one 16-lane row per pixel (the per-row overhead outweighed
+    # the gather). No views (a 5-D buffer seen 4-D): the verifier proves a view's element
+    # count with sympy's simplify, which took minutes on mnasnet's nested floor dims.
     span = [canon((outs[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1) for i in range(nd)]
-    xb = ctx.temp(x.dtype, [n_dim, nb, *span, BLOCK], "xblk")
-    xb_rows = ctx.view(xb, [n_dim, nb, *span[:-1], span[-1] * BLOCK], "xblkrows")
+    xb = ctx.temp(x.dtype, [n_dim, nb, *span[:-1], canon(span[-1] * BLOCK)], "xblk")
 
     def x_body(n, cb, *rest):
         q = rest[-1]
@@ -87,7 +88,7 @@ def blocked_depthwise_lower(ctx, x, w, bias, kernel, strides, dilations, pb, pe)
             cond = cond & extra
         return select(cond, load, zero_f)  # lazy: a padding position is never loaded
 
-    ctx.compute(xb_rows, x_body)
+    ctx.compute(xb, x_body)
 
     wb = ctx.temp(w.dtype, [nb, *kernel, BLOCK], "wblk")
 
@@ -98,56 +99,44 @@ def blocked_depthwise_lower(ctx, x, w, bias, kernel, strides, dilations, pb, pe)
 
     ctx.compute(wb, w_body)
 
-    yb = ctx.temp(x.dtype, [n_dim, nb, *outs, BLOCK], "yblk")
-
-    def taps(n, cb, o_outer, last):
-        """The window's products; `last(t)` indexes the last spatial axis and the block."""
+    def taps(n, cb, o_outer, col):
+        """The window's products; `col(t)` is (Xb's last index for tap t of the last axis,
+        the block lane)."""
         terms = []
         for tap in np.ndindex(*kernel):
             pos = [oi * s + int(t) * d for oi, t, s, d in zip(o_outer, tap, strides, dilations)]
             ks = [Const(int(t), DType.i64) for t in tap]
-            x_at, c = last(int(tap[-1]))
-            terms.append(x_at(n, cb, pos) * wb[(cb, *ks, c)])
+            q, c = col(int(tap[-1]))
+            terms.append(xb[(n, cb, *pos, q)] * wb[(cb, *ks, c)])
         return tree_sum(terms)
 
-    if strides[-1] == 1:
-        # Yb written as rows q = ow*16 + c: at stride 1 along W a tap's loads are contiguous
+    dl, sl = dilations[-1], strides[-1]
+    if sl == 1:
+        # Yb's last axis q = ow*16 + c too: at stride 1 along W a tap's loads are contiguous
         # in q, so a row is a few long vector runs (measured 15-20% faster than 16-lane rows)
-        def y_body(n, cb, *rest):
-            q, d = rest[-1], dilations[-1]
-            return taps(n, cb, rest[:-1], lambda t: (lambda n_, cb_, pos: xb_rows[(n_, cb_, *pos, q + t * d * BLOCK)],
-                                                     q % BLOCK))
+        yb = ctx.temp(x.dtype, [n_dim, nb, *outs[:-1], canon(outs[-1] * BLOCK)], "yblk")
+        ctx.compute(yb, lambda n, cb, *r: taps(n, cb, r[:-1], lambda t: (r[-1] + t * dl * BLOCK, r[-1] % BLOCK)))
 
-        ctx.compute(ctx.view(yb, [n_dim, nb, *outs[:-1], outs[-1] * BLOCK], "yblkrows"), y_body)
+        def at(n, m, o):
+            return yb[(n, m // BLOCK, *o[:-1], o[-1] * BLOCK + m % BLOCK)]
     else:
-        def y_body(n, cb, *rest):
-            o, c = rest[:-2], rest[-1]
-            ow, s, d = rest[-2], strides[-1], dilations[-1]
-            return taps(n, cb, o, lambda t: (lambda n_, cb_, pos: xb[(n_, cb_, *pos, ow * s + t * d, c)], c))
+        # strided along W: 16-lane rows, each tap one contiguous vector of Xb
+        yb = ctx.temp(x.dtype, [n_dim, nb, *outs, BLOCK], "yblk")
+        ctx.compute(yb, lambda n, cb, *r: taps(n, cb, r[:-2], lambda t: ((r[-2] * sl + t * dl) * BLOCK + r[-1],
+                                                                          r[-1])))
 
-        ctx.compute(yb, y_body)
+        def at(n, m, o):
+            return yb[(n, m // BLOCK, *o, m % BLOCK)]
 
-    # Y and Yb seen with their planes flattened: a row of Y is a whole plane (a 7x7 plane's
-    # rows were 7 lanes each, mostly masked), read from Yb with a stride of 16
-    plane = canon(_prod(outs))
-    yb_flat = ctx.view(yb, [n_dim, nb, plane, BLOCK], "yblkflat")
-
-    def out_body(n, m, p):
-        v = yb_flat[(n, m // BLOCK, p, m % BLOCK)]
+    def out_body(n, m, *o):
+        v = at(n, m, o)
         return v if bias is None else v + bias[m]
 
-    ctx.compute(ctx.view(y, [n_dim, c_total, plane], "yflat"), out_body)
+    ctx.compute(y, out_body)
 
 
 def _is_zero(d) -> bool:
     return isinstance(d, int) and d == 0
-
-
-def _prod(dims):
-    out = 1
-    for d in dims:
-        out = out * d
-    return out
 
 
 def tree_sum(terms: list):

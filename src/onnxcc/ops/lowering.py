@@ -82,11 +82,6 @@ class LowerCtx:
         """Result `result` is operand `operand` reinterpreted with the result's shape."""
         self.aliases[result] = operand
 
-    def view(self, buf: Buffer, shape, hint: str = "view") -> Buffer:
-        """A view of `buf` with another shape of the same element count (no memory of its
-        own): a compute may write or read `buf` through it."""
-        return self.program.view(self._namer(hint), buf, tuple(shape))
-
     def bits_view(self, buf: Buffer, dtype: DType, hint: str = "bits") -> Buffer:
         """A view of `buf`'s memory read as `dtype` (same bit width): loads from it
         reinterpret the bits (BitCast); it takes no memory of its own."""
