@@ -75,10 +75,13 @@ def blocked_depthwise_lower(ctx, x, w, bias, kernel, strides, dilations, pb, pe)
         c = q % BLOCK
         pos = [p - ctx.dim(b) for p, b in zip([*rest[:-1], q // BLOCK], pb)]
         conds = [cb * BLOCK + c < c_total] if ragged else []
-        for p, h, b, e in zip(pos, x.shape[2:], pb, pe):
+        for i, (p, h, b, e) in enumerate(zip(pos, x.shape[2:], pb, pe)):
             if not _is_zero(b):
                 conds.append(p >= 0)
-            if not _is_zero(e):  # else the last window ends inside X
+            # without end padding the last window ends inside X; the column check stays
+            # anyway: a guarded copy is what kernel/fuse.py keeps as a buffer, where an
+            # unguarded remap would be inlined into every tap as a 16-lane gather
+            if not _is_zero(e) or i == nd - 1:
                 conds.append(p < ctx.dim(h))
         load = x[(n, cb * BLOCK + c, *pos)]
         if not conds:
