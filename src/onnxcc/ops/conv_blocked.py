@@ -5,8 +5,8 @@ on the small planes of a mobile net's late stages (7x7, 14x14) most lanes of eve
 are masked off and each tap pays a bounds select: mnasnet's 5x5 depthwise convs ran 2-7x
 slower than onnxruntime there. Here
 
-- the input is copied once, zero-padded, into `Xb[n, cb, h, w, c]` (channel `cb*16 + c`;
-  channels past C are zeros);
+- the input is copied once, zero-padded, into `Xb[n, cb, h, w*16 + c]` (channel
+  `cb*16 + c`; channels past C are zeros);
 - the taps are summed into `Yb[n, cb, o..., c]`: every load a whole unmasked vector of 16
   channels, no selects (the padding lives in Xb), the weights a const `Wb[cb, k..., c]`
   (kernel/fold_consts.py folds its compute at compile time);
@@ -45,8 +45,10 @@ def blocked_applies(x, w, kernel, group, strides) -> bool:
     """Whether a Conv takes this path: a pure depthwise conv of f32 (one input and one
     output channel per group, static channel count) with a static window of `MIN_TAPS` to
     `MAX_TAPS` taps, at stride 1 or with `MIN_STRIDED_CHANNELS` channels."""
-    c = x.dtype is DType.f32 and x.shape[1]
-    if not (isinstance(c, int) and c > 1 and group == c and w.shape[0] == c and w.shape[1] == 1):
+    c = x.shape[1]
+    if x.dtype is not DType.f32 or not isinstance(c, int) or c < 2:
+        return False
+    if not (group == c and w.shape[0] == c and w.shape[1] == 1):
         return False
     if not all(isinstance(k, int) for k in kernel) or not MIN_TAPS <= int(np.prod(kernel)) <= MAX_TAPS:
         return False
