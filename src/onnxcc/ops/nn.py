@@ -30,6 +30,8 @@ from ..kernel import (
     sqrt,
     unflatten_index,
 )
+from .conv_blocked import blocked_applies, blocked_depthwise_lower
+from .conv_depth import depth_batched_applies, depth_batched_lower
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
@@ -267,6 +269,12 @@ def _conv_lower(ctx) -> None:
     c = None if _is_int(cg, 1) else Var("c")
     kv = _window_vars(kernel)
     axes = _reduce_axes([(c, cg)] + list(zip(kv, kernel)))
+    if blocked_applies(x, w, kernel, group, win["strides"]):
+        blocked_depthwise_lower(ctx, x, w, bias, kernel, win["strides"], win["dilations"], pb, pe)
+        return
+    if depth_batched_applies(x, w, group):
+        depth_batched_lower(ctx, x, w, bias, win["strides"], win["dilations"], pb, pe)
+        return
     taps = c is None and axes and all(isinstance(k, int) for k in kernel) \
         and int(np.prod(kernel)) <= _UNROLL_WINDOW
     paired = bool(taps) and _pair_taps(kernel, win)
