@@ -229,6 +229,31 @@ def test_scratch_reserved_in_memory_plan():
     np.testing.assert_allclose(c, (a @ b) @ b[np.arange(70) % 64].T, rtol=1e-4, atol=1e-3)
 
 
+def test_gemm_over_a_floor_divided_reduce_extent():
+    """Attention's P @ V over `S // 5 // 2 - 1` keys (wav2vec2's conv front end shortens the
+    sequence): a GEMM whose packed-B scratch is sized with the floor, not a scalar loop nest."""
+    keys = sympy.floor(sympy.floor(S / 5) / 2) - 1
+    p = KernelProgram.new("pv", ["S"])
+    P = p.input("P", F32, (2, keys, keys))
+    V = p.input("V", F32, (keys, 2, 16))
+    Out = p.output("O", F32, (2, keys, 16))
+    k = Var("k")
+    p.compute(Out, lambda h, i, j: rsum([(k, keys)], P[h, i, k] * V[k, h, j]))
+    schedule_program(p, TargetInfo(parallel=False))
+    (sch,) = (c.schedule for c in p.computes())
+    assert sch.gemm is not None and sch.gemm.batch == ("h",)
+    need = scratch_bytes(p)
+    from onnxcc.ir import evaluate
+
+    assert evaluate(need, {"S": 1601}) == 2 * 32 * 159 * 4  # two heads' packed V, one 32-wide panel
+    kern = JitKernel(p, reserve_scratch(plan(p), p))
+    for s in (20, 400, 1601):  # 1 key, 39 keys, 159 keys
+        n = s // 5 // 2 - 1
+        pm, v = randf(2, n, n), randf(n, 2, 16)
+        (o,) = kern(pm, v, syms={"S": s})
+        np.testing.assert_allclose(o, np.einsum("hik,khj->hij", pm, v), rtol=1e-4, atol=1e-4)
+
+
 def test_schedule_dataclass_describe():
     s = Schedule(vector_width=16, vector_tail="none", parallel=True)
     assert s.describe() == "vector=16 tail=none parallel=True"

@@ -35,6 +35,7 @@ from onnxcc.ir import Dim, Divisible, DType, canon
 from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .flash import Flash, match_flash
+from .fuse import expr_to_dim
 from .program import Compute, KernelProgram
 from .row_epilogue import RowOp, match_row_epilogue
 from .rownorm import RowNorm, match_row_norm
@@ -652,7 +653,7 @@ def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
         n = canon(n * ext[v])
     k: Dim = 1
     for _, x in g.reduce.vars:
-        d = _expr_to_dim(x)
+        d = expr_to_dim(x)  # floor divisions too: a reduce over `samples // 5 // 2 - 1`
         if d is None:
             return None  # type: ignore[return-value]
         k = canon(k * d)
