@@ -245,7 +245,7 @@ def test_gemm_over_a_floor_divided_reduce_extent():
     need = scratch_bytes(p)
     from onnxcc.ir import evaluate
 
-    assert evaluate(need, {"S": 1601}) == 2 * 32 * 159 * 4  # two heads' packed V, one 32-wide panel
+    assert evaluate(need, {"S": 1601}) == 2 * 16 * 159 * 4  # two heads' packed V, one 16-wide panel
     kern = JitKernel(p, reserve_scratch(plan(p), p))
     for s in (20, 400, 1601):  # 1 key, 39 keys, 159 keys
         n = s // 5 // 2 - 1
@@ -269,6 +269,33 @@ def test_gemm_tile_fits_static_channel_counts():
         assert gemm_tile(avx512, m) == {"mr": 12, "nr": 32}, m
     avx2 = TargetInfo.from_features("+avx2,+avx")  # 6 x 16: 12 registers, no 8-row tile as big
     assert gemm_tile(avx2, 16) == {"mr": 6, "nr": 16}
+
+
+def test_narrow_static_n_gets_one_vector_tiles():
+    """N of at most one vector (attention's P @ V, heads of 8 or 16): tiles one vector wide with
+    the tile's accumulator count in rows; wider or unknown N keeps the target's tile. Run at
+    row counts that leave every partial panel height (the 24-row tile's 16, 8, ..., 1 and an
+    odd remainder) and N below, at and (for the wide tile) above the vector."""
+    avx512 = TargetInfo.from_features("+avx512f")
+    assert gemm_tile(avx512, None, 8) == gemm_tile(avx512, 50, 16) == {"mr": 24, "nr": 16}
+    assert gemm_tile(avx512, None, 17) == gemm_tile(avx512, None) == {"mr": 12, "nr": 32}
+    avx2 = TargetInfo.from_features("+avx2,+avx")
+    assert gemm_tile(avx2, None, 8) == {"mr": 12, "nr": 8}
+    for n in (3, 8, 16, 17):
+        p = KernelProgram.new(f"narrow{n}", ["M", "K"])
+        K = sym("K")
+        A, B = p.input("A", F32, (2, M, K)), p.input("B", F32, (2, K, n))
+        C = p.output("C", F32, (2, M, n))
+        k = Var("k")
+        p.compute(C, lambda h, i, j: rsum([(k, K)], A[h, i, k] * B[h, k, j]))
+        schedule_program(p, TargetInfo(parallel=False))
+        (sch,) = (c.schedule for c in p.computes())
+        assert sch.gemm is not None and sch.gemm.nr == (16 if n <= 16 else 32), n
+        kern = JitKernel(p, reserve_scratch(plan(p), p))
+        for m, kk in ((1, 5), (24, 300), (63, 17), (13, 1)):
+            a, b = randf(2, m, kk), randf(2, kk, n)
+            (c,) = kern(a, b)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
 # ---- driver integration ---------------------------------------------------------------------------
