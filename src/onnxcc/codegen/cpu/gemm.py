@@ -231,7 +231,7 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
 
-    narrow = _narrow_choice(kem, ctx, c, g, geo)
+    narrow = _narrow_choice(kem, ctx, c, g, geo) if g.window is not None else None
 
     def run_tasks(task: ir.Function, per_batch: bool) -> None:
         # the window's tiles, `narrow`'s one-vector-wide ones when they waste fewer columns
@@ -281,43 +281,58 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                     call(pad, nplanes)
                     run_tasks(task, False)
             return
-        pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
+        def packed(g: GemmPlan, geo: _Geometry) -> None:  # pack B per window, then the tiles
+            pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
 
-        def windows(slots: ir.Value, per_batch: bool) -> None:
-            # the panels in windows of about WINDOW_BYTES of packed B: pack a window, run
-            # its tasks while it is still in the caches (a conv's whole im2col matrix,
-            # packed before any of it is read, is several MB that come back from DRAM)
-            panel = _mul(b, geo.K, g.nr * 4, "gemm.panel.bytes")
-            want = b.udiv(i64(WINDOW_BYTES), _umax(b, _mul(b, slots, panel, "gemm.win.b"), i64(1), "gemm.w1"),
-                          name="gemm.win.want")
-            want = _umax(b, want, _mul(b, geo.threads, g.tasks, "gemm.win.min"), "gemm.win")
-            # only when A is not packed per task (prepacked conv weights, or read in place):
-            # a task packs its A rows again in every window
-            pcw = _umin(b, want, geo.Pn, "gemm.win") if g.a_const or g.a_direct else geo.Pn
-            with for_range(b, _ceildiv_v(b, geo.Pn, pcw, "gemm.nwin"), "gemm.w", guard=True) as w:
-                p0 = _mul(b, w, pcw, "gemm.p0")
-                pc = _umin(b, pcw, b.sub(geo.Pn, p0, name="gemm.pleft"), "gemm.pc")
-                _xctx_store(b, pctx, 6, p0)
-                _xctx_store(b, pctx, 7, pc)
-                n_jc, n_tasks = geo.n_blocks(b, pc)
-                call(pack, _mul(b, slots, pc, "gemm.packb.items"))
-                call(task, _mul(b, geo.n_ic, n_jc, "gemm.per.batch") if per_batch else n_tasks)
+            def windows(slots: ir.Value, per_batch: bool) -> None:
+                # the panels in windows of about WINDOW_BYTES of packed B: pack a window, run
+                # its tasks while it is still in the caches (a conv's whole im2col matrix,
+                # packed before any of it is read, is several MB that come back from DRAM)
+                panel = _mul(b, geo.K, g.nr * 4, "gemm.panel.bytes")
+                want = b.udiv(i64(WINDOW_BYTES), _umax(b, _mul(b, slots, panel, "gemm.win.b"), i64(1), "gemm.w1"),
+                              name="gemm.win.want")
+                want = _umax(b, want, _mul(b, geo.threads, g.tasks, "gemm.win.min"), "gemm.win")
+                # only when A is not packed per task (prepacked conv weights, or read in place):
+                # a task packs its A rows again in every window
+                pcw = _umin(b, want, geo.Pn, "gemm.win") if g.a_const or g.a_direct else geo.Pn
+                with for_range(b, _ceildiv_v(b, geo.Pn, pcw, "gemm.nwin"), "gemm.w", guard=True) as w:
+                    p0 = _mul(b, w, pcw, "gemm.p0")
+                    pc = _umin(b, pcw, b.sub(geo.Pn, p0, name="gemm.pleft"), "gemm.pc")
+                    _xctx_store(b, pctx, 6, p0)
+                    _xctx_store(b, pctx, 7, pc)
+                    n_jc, n_tasks = geo.n_blocks(b, pc)
+                    call(pack, _mul(b, slots, pc, "gemm.packb.items"))
+                    call(task, _mul(b, geo.n_ic, n_jc, "gemm.per.batch") if per_batch else n_tasks)
 
-        if inter:
-            # one batch at a time when a batch's packed B is big: pack it into batch 0's
-            # panels, run its tasks (its panels are still in the caches; all batches'
-            # panels at once, written before any is read, are not)
-            with if_else(b, geo.inter, name="gemm.inter") as (then, other):
-                with then:
-                    with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
-                        _xctx_store(b, pctx, 5, bt)
-                        windows(i64(1), True)
-                with other:
-                    _xctx_store(b, pctx, 5, i64(0))
-                    windows(geo.nbB, False)
+            if inter:
+                # one batch at a time when a batch's packed B is big: pack it into batch 0's
+                # panels, run its tasks (its panels are still in the caches; all batches'
+                # panels at once, written before any is read, are not)
+                with if_else(b, geo.inter, name="gemm.inter") as (then, other):
+                    with then:
+                        with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
+                            _xctx_store(b, pctx, 5, bt)
+                            windows(i64(1), True)
+                    with other:
+                        _xctx_store(b, pctx, 5, i64(0))
+                        windows(geo.nbB, False)
+                return
+            _xctx_store(b, pctx, 5, i64(0))
+            windows(geo.nbB, False)
+
+        # a conv's packed im2col columns with its weights prepacked: one-vector-wide tiles where
+        # they waste fewer columns (silero's convs over 1 to 4 frames fill 48-wide tiles to a
+        # twelfth), decided per call like the window tiles
+        packed_narrow = _narrow_choice(kem, ctx, c, g, geo) if g.a_const and g.window is None else None
+        if packed_narrow is None:
+            packed(g, geo)
             return
-        _xctx_store(b, pctx, 5, i64(0))
-        windows(geo.nbB, False)
+        g_n, geo_n, use = packed_narrow
+        with if_else(b, use, name="gemm.narrow") as (then, other):
+            with then:
+                packed(g_n, geo_n)
+            with other:
+                packed(g, geo)
         return
     call(_task_function(kem, c, g), geo.n_tasks)
 
@@ -329,13 +344,14 @@ NARROW_EFFICIENCY = 85
 
 def _narrow_choice(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                    ) -> tuple[GemmPlan, _Geometry, ir.Value] | None:
-    """For a window-mode GEMM with tiles several vectors wide: the plan with one-vector-wide
+    """For a GEMM packing B per call (window mode, or a conv's packed columns) with tiles several
+    vectors wide: the plan with one-vector-wide
     tiles, its geometry, and whether it runs (an i1 decided per call). A conv's small output
     planes (7x7 = 49, 4x4 = 16 columns per batch) fill a 48-column tile to a third or less,
     every FMA of the empty vectors wasted; one-vector tiles waste at most vl - 1 columns.
     They run when their padded columns, over the efficiency they keep, are fewer than the
     wide tiles' padded columns."""
-    if g.window is None or g.nr <= g.vl:
+    if g.nr <= g.vl or g.b_const:
         return None
     b = ctx.b
     g_n = dataclasses.replace(g, nr=g.vl)
