@@ -273,15 +273,17 @@ def test_gemm_tile_fits_static_channel_counts():
 
 def test_narrow_static_n_gets_one_vector_tiles():
     """N of at most one vector (attention's P @ V, heads of 8 or 16): tiles one vector wide with
-    the tile's accumulator count in rows; wider or unknown N keeps the target's tile. Run at
+    the tile's accumulator count in rows, half-width vectors for N of at most 8; wider or
+    unknown N keeps the target's tile. Run at
     row counts that leave every partial panel height (the 24-row tile's 16, 8, ..., 1 and an
     odd remainder) and N below, at and (for the wide tile) above the vector."""
     avx512 = TargetInfo.from_features("+avx512f")
-    assert gemm_tile(avx512, None, 8) == gemm_tile(avx512, 50, 16) == {"mr": 24, "nr": 16}
+    assert gemm_tile(avx512, 50, 16) == gemm_tile(avx512, None, 9) == {"mr": 24, "nr": 16}
+    assert gemm_tile(avx512, None, 8) == {"mr": 24, "nr": 8, "vl": 8}  # half-width vectors
     assert gemm_tile(avx512, None, 17) == gemm_tile(avx512, None) == {"mr": 12, "nr": 32}
     avx2 = TargetInfo.from_features("+avx2,+avx")
     assert gemm_tile(avx2, None, 8) == {"mr": 12, "nr": 8}
-    for n in (3, 8, 16, 17):
+    for n in (3, 8, 9, 16, 17):
         p = KernelProgram.new(f"narrow{n}", ["M", "K"])
         K = sym("K")
         A, B = p.input("A", F32, (2, M, K)), p.input("B", F32, (2, K, n))
@@ -290,7 +292,8 @@ def test_narrow_static_n_gets_one_vector_tiles():
         p.compute(C, lambda h, i, j: rsum([(k, K)], A[h, i, k] * B[h, k, j]))
         schedule_program(p, TargetInfo(parallel=False))
         (sch,) = (c.schedule for c in p.computes())
-        assert sch.gemm is not None and sch.gemm.nr == (16 if n <= 16 else 32), n
+        assert sch.gemm is not None and sch.gemm.nr == (8 if n <= 8 else 16 if n <= 16 else 32), n
+        assert sch.gemm.vl == (8 if n <= 8 else 16), n
         kern = JitKernel(p, reserve_scratch(plan(p), p))
         for m, kk in ((1, 5), (24, 300), (63, 17), (13, 1)):
             a, b = randf(2, m, kk), randf(2, kk, n)
