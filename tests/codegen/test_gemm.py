@@ -337,7 +337,7 @@ def test_attention_layouts():
     assert gs.b_k_inner and (gs.m, gs.n) == (("i",), ("j",))
     assert gq.a_direct and go.a_direct and gs.a_direct  # A's rows read in place, never packed
     wq, bqv = p.buffers["Wq"].data, p.buffers["bq"].data
-    for bt, s in [(1, 1), (2, 17), (1, 40)]:
+    for bt, s in [(1, 1), (2, 17), (1, 40), (2, 70), (1, 129)]:  # several row blocks and B panels
         x, pm, v, kt = randf(bt, s, 24), randf(bt, 3, s, s), randf(bt, 3, s, 8), randf(bt, s, 3, 8)
         q, o, sc = kern(x, pm, v, kt, syms={"Bt": bt, "S": s})
         qr = (x @ wq + bqv).reshape(bt, s, 3, 8).transpose(0, 2, 1, 3)

@@ -229,6 +229,31 @@ def test_scratch_reserved_in_memory_plan():
     np.testing.assert_allclose(c, (a @ b) @ b[np.arange(70) % 64].T, rtol=1e-4, atol=1e-3)
 
 
+def test_gemm_over_a_floor_divided_reduce_extent():
+    """Attention's P @ V over `S // 5 // 2 - 1` keys (wav2vec2's conv front end shortens the
+    sequence): a GEMM whose packed-B scratch is sized with the floor, not a scalar loop nest."""
+    keys = sympy.floor(sympy.floor(S / 5) / 2) - 1
+    p = KernelProgram.new("pv", ["S"])
+    P = p.input("P", F32, (2, keys, keys))
+    V = p.input("V", F32, (keys, 2, 16))
+    Out = p.output("O", F32, (2, keys, 16))
+    k = Var("k")
+    p.compute(Out, lambda h, i, j: rsum([(k, keys)], P[h, i, k] * V[k, h, j]))
+    schedule_program(p, TargetInfo(parallel=False))
+    (sch,) = (c.schedule for c in p.computes())
+    assert sch.gemm is not None and sch.gemm.batch == ("h",)
+    need = scratch_bytes(p)
+    from onnxcc.ir import evaluate
+
+    assert evaluate(need, {"S": 1601}) == 2 * 16 * 159 * 4  # two heads' packed V, one 16-wide panel
+    kern = JitKernel(p, reserve_scratch(plan(p), p))
+    for s in (20, 400, 1601):  # 1 key, 39 keys, 159 keys
+        n = s // 5 // 2 - 1
+        pm, v = randf(2, n, n), randf(n, 2, 16)
+        (o,) = kern(pm, v, syms={"S": s})
+        np.testing.assert_allclose(o, np.einsum("hik,khj->hij", pm, v), rtol=1e-4, atol=1e-4)
+
+
 def test_schedule_dataclass_describe():
     s = Schedule(vector_width=16, vector_tail="none", parallel=True)
     assert s.describe() == "vector=16 tail=none parallel=True"
@@ -244,6 +269,36 @@ def test_gemm_tile_fits_static_channel_counts():
         assert gemm_tile(avx512, m) == {"mr": 12, "nr": 32}, m
     avx2 = TargetInfo.from_features("+avx2,+avx")  # 6 x 16: 12 registers, no 8-row tile as big
     assert gemm_tile(avx2, 16) == {"mr": 6, "nr": 16}
+
+
+def test_narrow_static_n_gets_one_vector_tiles():
+    """N of at most one vector (attention's P @ V, heads of 8 or 16): tiles one vector wide with
+    the tile's accumulator count in rows, half-width vectors for N of at most 8; wider or
+    unknown N keeps the target's tile. Run at
+    row counts that leave every partial panel height (the 24-row tile's 16, 8, ..., 1 and an
+    odd remainder) and N below, at and (for the wide tile) above the vector."""
+    avx512 = TargetInfo.from_features("+avx512f")
+    assert gemm_tile(avx512, 50, 16) == gemm_tile(avx512, None, 9) == {"mr": 24, "nr": 16}
+    assert gemm_tile(avx512, None, 8) == {"mr": 24, "nr": 8, "vl": 8}  # half-width vectors
+    assert gemm_tile(avx512, None, 17) == gemm_tile(avx512, None) == {"mr": 12, "nr": 32}
+    avx2 = TargetInfo.from_features("+avx2,+avx")
+    assert gemm_tile(avx2, None, 8) == {"mr": 12, "nr": 8}
+    for n in (3, 8, 9, 16, 17):
+        p = KernelProgram.new(f"narrow{n}", ["M", "K"])
+        K = sym("K")
+        A, B = p.input("A", F32, (2, M, K)), p.input("B", F32, (2, K, n))
+        C = p.output("C", F32, (2, M, n))
+        k = Var("k")
+        p.compute(C, lambda h, i, j: rsum([(k, K)], A[h, i, k] * B[h, k, j]))
+        schedule_program(p, TargetInfo(parallel=False))
+        (sch,) = (c.schedule for c in p.computes())
+        assert sch.gemm is not None and sch.gemm.nr == (8 if n <= 8 else 16 if n <= 16 else 32), n
+        assert sch.gemm.vl == (8 if n <= 8 else 16), n
+        kern = JitKernel(p, reserve_scratch(plan(p), p))
+        for m, kk in ((1, 5), (24, 300), (63, 17), (13, 1)):
+            a, b = randf(2, m, kk), randf(2, kk, n)
+            (c,) = kern(a, b)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
 
 
 # ---- driver integration ---------------------------------------------------------------------------

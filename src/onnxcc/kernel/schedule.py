@@ -35,6 +35,7 @@ from onnxcc.ir import Dim, Divisible, DType, canon
 from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .flash import Flash, match_flash
+from .fuse import expr_to_dim
 from .program import Compute, KernelProgram
 from .row_epilogue import RowOp, match_row_epilogue
 from .rownorm import RowNorm, match_row_norm
@@ -460,14 +461,15 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
     b_vars = set(free_vars(b))
     a_vars = set(free_vars(a))
     m_static = _prod(sizes[n] for n in mv) if all(sizes[n] is not None for n in mv) else None
+    n_static = _prod(sizes[x] for x in nv) if all(sizes[x] is not None for x in nv) else None
+    tile = {"vl": min(target.vector_width, target.gemm_nr), **gemm_tile(target, m_static, n_static)}
     g = GemmPlan(
         reduce=r, a=a, b=b, batch=batch, m=tuple(mv), n=tuple(nv),
         a_batch_vars=tuple(v for v in batch if v in a_vars), b_batch_vars=tuple(v for v in batch if v in b_vars),
         epilogue=epi,
         a_k_inner=_k_inner(a, kvars, set(mv), True), b_k_inner=_k_inner(b, kvars, set(nv), False),
-        k_inner=k_inner, **gemm_tile(target, m_static), kc=target.gemm_kc,
+        k_inner=k_inner, **tile, kc=target.gemm_kc,
         mc_panels=target.gemm_mc_panels, tasks=target.gemm_tasks, min_work=target.gemm_min_work,
-        vl=min(target.vector_width, target.gemm_nr),
         a_direct=_a_direct(a, r, mv, batch, ext, program))
     if _reads_const_only(b, program):
         packed = prepack_b(c, g, program)
@@ -497,15 +499,27 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
     return g
 
 
-def gemm_tile(target: TargetInfo, m: int | None) -> dict:
+def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
     """The micro-kernel tile {"mr": rows, "nr": columns} for a GEMM with M rows (None: not
     static). The target's tile, except when a static M is a multiple of 8 but not of the
     target's mr (a conv's 16, 32 or 64 output channels against AVX-512's 12): then 8 rows
     with as many accumulator registers (8 x 48 for 12 x 32), so every panel is full. With
     12 rows those Ms end in a 4- or 8-row remainder whose micro-kernel is bound by its B
-    loads (measured 5-10% on 3x3 convs with 16 and 32 channels, up to 2x at batch 1)."""
+    loads (measured 5-10% on 3x3 convs with 16 and 32 channels, up to 2x at batch 1).
+    A static N of at most one vector (attention's P @ V with heads of 8 or 16, N the head)
+    gets one-vector-wide tiles with as many rows as the target's tile has accumulators
+    (24 x 16 for 12 x 32): a 32-wide tile would spend half or three quarters of its FMAs on
+    padding (measured 2x faster on [S, S] @ [S, 8] and [S, 16], S = 159 to 1599). An N of at
+    most half a 16-lane vector gets half-width vectors too (24 x 8 in 8-lane vectors: where a
+    16-lane FMA costs two 8-lane ones, Zen 4, half of it was padding; 0.6-0.85x the time on
+    [S, S] @ [S, 8], S = 159 to 1599). Returns the vector width ("vl") when it is not the
+    target's."""
     mr, nr, vl = target.gemm_mr, target.gemm_nr, min(target.vector_width, target.gemm_nr)
     regs = mr * (nr // vl)
+    if n is not None and n <= vl // 2 and vl > 8:
+        return {"mr": regs, "nr": vl // 2, "vl": vl // 2}
+    if n is not None and n <= vl < nr:
+        return {"mr": regs, "nr": vl}
     if m is not None and m % mr and m % 8 == 0 and regs % 8 == 0 and nr % vl == 0:
         return {"mr": 8, "nr": regs // 8 * vl}
     return {"mr": mr, "nr": nr}
@@ -652,7 +666,7 @@ def gemm_scratch_bytes(c: Compute, g: GemmPlan) -> Dim:
         n = canon(n * ext[v])
     k: Dim = 1
     for _, x in g.reduce.vars:
-        d = _expr_to_dim(x)
+        d = expr_to_dim(x)  # floor divisions too: a reduce over `samples // 5 // 2 - 1`
         if d is None:
             return None  # type: ignore[return-value]
         k = canon(k * d)

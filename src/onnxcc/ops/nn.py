@@ -284,6 +284,9 @@ def _conv_lower(ctx) -> None:
     if taps:
         _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg, paired)
         return
+    if group > 1 and c is not None and nd == 1 and isinstance(mg, int) and x.dtype is DType.f32:
+        _grouped_conv1d_lower(ctx, x, w, bias, kv, axes, win, pb, pe, group, mg)
+        return
 
     def body(*ix):
         n, m, o = ix[0], ix[1], ix[2:]
@@ -300,6 +303,26 @@ def _conv_lower(ctx) -> None:
         return acc if bias is None else acc + bias[m]
 
     ctx.compute(ctx.out(0), body)
+
+
+def _grouped_conv1d_lower(ctx, x, w, bias, kv, axes, win, pb, pe, group: int, mg: int) -> None:
+    """A grouped 1-D conv (wav2vec2's positional conv: 16 groups, kernel 128) as a GEMM per
+    (batch, group) into T[n, g, j, o], then Y[n, g*mg + j, o] = T[n, g, j, o]: in one compute
+    the group index g = m // mg sits in both operands' indices, so no GEMM reading exists
+    and it ran as a scalar loop nest. The copy is injective: fusion folds it into its readers."""
+    cg = w.shape[1]
+    t = ctx.temp(x.dtype, [x.shape[0], group, mg, *ctx.out_type().shape[2:]], "gconv")
+    cv = Var("c")
+
+    def gemm(n, g, j, o):
+        m = g * mg + j
+        pos = _window_positions(ctx, [o], kv, win["strides"], win["dilations"], pb)
+        xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, g * ctx.dim(cg) + cv, *pos)], 0)
+        acc = rsum(axes, xv * w[(m, cv, Const(0, DType.i64) if kv[0] is None else kv[0])])
+        return acc if bias is None else acc + bias[m]
+
+    ctx.compute(t, gemm)
+    ctx.compute(ctx.out(0), lambda n, m, o: t[n, m // mg, m % mg, o])
 
 
 def _padded_input(ctx, x, pb, pe, extra_end: int = 0, fill=0):

@@ -51,7 +51,7 @@ import sympy
 from llvmlite import ir
 
 from onnxcc.ir import DType, canon
-from onnxcc.kernel.expr import Expr, Load, Var
+from onnxcc.kernel.expr import Const, Expr, Load, Var
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
 
@@ -231,7 +231,7 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
 
-    narrow = _narrow_choice(kem, ctx, c, g, geo)
+    narrow = _narrow_choice(kem, ctx, c, g, geo) if g.window is not None else None
 
     def run_tasks(task: ir.Function, per_batch: bool) -> None:
         # the window's tiles, `narrow`'s one-vector-wide ones when they waste fewer columns
@@ -281,43 +281,58 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                     call(pad, nplanes)
                     run_tasks(task, False)
             return
-        pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
+        def packed(g: GemmPlan, geo: _Geometry) -> None:  # pack B per window, then the tiles
+            pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
 
-        def windows(slots: ir.Value, per_batch: bool) -> None:
-            # the panels in windows of about WINDOW_BYTES of packed B: pack a window, run
-            # its tasks while it is still in the caches (a conv's whole im2col matrix,
-            # packed before any of it is read, is several MB that come back from DRAM)
-            panel = _mul(b, geo.K, g.nr * 4, "gemm.panel.bytes")
-            want = b.udiv(i64(WINDOW_BYTES), _umax(b, _mul(b, slots, panel, "gemm.win.b"), i64(1), "gemm.w1"),
-                          name="gemm.win.want")
-            want = _umax(b, want, _mul(b, geo.threads, g.tasks, "gemm.win.min"), "gemm.win")
-            # only when A is not packed per task (prepacked conv weights, or read in place):
-            # a task packs its A rows again in every window
-            pcw = _umin(b, want, geo.Pn, "gemm.win") if g.a_const or g.a_direct else geo.Pn
-            with for_range(b, _ceildiv_v(b, geo.Pn, pcw, "gemm.nwin"), "gemm.w", guard=True) as w:
-                p0 = _mul(b, w, pcw, "gemm.p0")
-                pc = _umin(b, pcw, b.sub(geo.Pn, p0, name="gemm.pleft"), "gemm.pc")
-                _xctx_store(b, pctx, 6, p0)
-                _xctx_store(b, pctx, 7, pc)
-                n_jc, n_tasks = geo.n_blocks(b, pc)
-                call(pack, _mul(b, slots, pc, "gemm.packb.items"))
-                call(task, _mul(b, geo.n_ic, n_jc, "gemm.per.batch") if per_batch else n_tasks)
+            def windows(slots: ir.Value, per_batch: bool) -> None:
+                # the panels in windows of about WINDOW_BYTES of packed B: pack a window, run
+                # its tasks while it is still in the caches (a conv's whole im2col matrix,
+                # packed before any of it is read, is several MB that come back from DRAM)
+                panel = _mul(b, geo.K, g.nr * 4, "gemm.panel.bytes")
+                want = b.udiv(i64(WINDOW_BYTES), _umax(b, _mul(b, slots, panel, "gemm.win.b"), i64(1), "gemm.w1"),
+                              name="gemm.win.want")
+                want = _umax(b, want, _mul(b, geo.threads, g.tasks, "gemm.win.min"), "gemm.win")
+                # only when A is not packed per task (prepacked conv weights, or read in place):
+                # a task packs its A rows again in every window
+                pcw = _umin(b, want, geo.Pn, "gemm.win") if g.a_const or g.a_direct else geo.Pn
+                with for_range(b, _ceildiv_v(b, geo.Pn, pcw, "gemm.nwin"), "gemm.w", guard=True) as w:
+                    p0 = _mul(b, w, pcw, "gemm.p0")
+                    pc = _umin(b, pcw, b.sub(geo.Pn, p0, name="gemm.pleft"), "gemm.pc")
+                    _xctx_store(b, pctx, 6, p0)
+                    _xctx_store(b, pctx, 7, pc)
+                    n_jc, n_tasks = geo.n_blocks(b, pc)
+                    call(pack, _mul(b, slots, pc, "gemm.packb.items"))
+                    call(task, _mul(b, geo.n_ic, n_jc, "gemm.per.batch") if per_batch else n_tasks)
 
-        if inter:
-            # one batch at a time when a batch's packed B is big: pack it into batch 0's
-            # panels, run its tasks (its panels are still in the caches; all batches'
-            # panels at once, written before any is read, are not)
-            with if_else(b, geo.inter, name="gemm.inter") as (then, other):
-                with then:
-                    with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
-                        _xctx_store(b, pctx, 5, bt)
-                        windows(i64(1), True)
-                with other:
-                    _xctx_store(b, pctx, 5, i64(0))
-                    windows(geo.nbB, False)
+            if inter:
+                # one batch at a time when a batch's packed B is big: pack it into batch 0's
+                # panels, run its tasks (its panels are still in the caches; all batches'
+                # panels at once, written before any is read, are not)
+                with if_else(b, geo.inter, name="gemm.inter") as (then, other):
+                    with then:
+                        with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
+                            _xctx_store(b, pctx, 5, bt)
+                            windows(i64(1), True)
+                    with other:
+                        _xctx_store(b, pctx, 5, i64(0))
+                        windows(geo.nbB, False)
+                return
+            _xctx_store(b, pctx, 5, i64(0))
+            windows(geo.nbB, False)
+
+        # a conv's packed im2col columns with its weights prepacked: one-vector-wide tiles where
+        # they waste fewer columns (silero's convs over 1 to 4 frames fill 48-wide tiles to a
+        # twelfth), decided per call like the window tiles
+        packed_narrow = _narrow_choice(kem, ctx, c, g, geo) if g.a_const and g.window is None else None
+        if packed_narrow is None:
+            packed(g, geo)
             return
-        _xctx_store(b, pctx, 5, i64(0))
-        windows(geo.nbB, False)
+        g_n, geo_n, use = packed_narrow
+        with if_else(b, use, name="gemm.narrow") as (then, other):
+            with then:
+                packed(g_n, geo_n)
+            with other:
+                packed(g, geo)
         return
     call(_task_function(kem, c, g), geo.n_tasks)
 
@@ -329,13 +344,14 @@ NARROW_EFFICIENCY = 85
 
 def _narrow_choice(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                    ) -> tuple[GemmPlan, _Geometry, ir.Value] | None:
-    """For a window-mode GEMM with tiles several vectors wide: the plan with one-vector-wide
+    """For a GEMM packing B per call (window mode, or a conv's packed columns) with tiles several
+    vectors wide: the plan with one-vector-wide
     tiles, its geometry, and whether it runs (an i1 decided per call). A conv's small output
     planes (7x7 = 49, 4x4 = 16 columns per batch) fill a 48-column tile to a third or less,
     every FMA of the empty vectors wasted; one-vector tiles waste at most vl - 1 columns.
     They run when their padded columns, over the efficiency they keep, are fewer than the
     wide tiles' padded columns."""
-    if g.window is None or g.nr <= g.vl:
+    if g.nr <= g.vl or g.b_const:
         return None
     b = ctx.b
     g_n = dataclasses.replace(g, nr=g.vl)
@@ -822,53 +838,81 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                 _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur)
             first = b.icmp_unsigned("==", pc, i64(0), name="first")
             last = b.icmp_unsigned("==", _add(b, pc, 1, "pc1"), geo.npc, name="last")
-            with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
+            def tile(pn: ir.Value, pm: ir.Value) -> None:
                 pslot = b.sub(pn, geo.P0, name="pslot") if not g.b_const else pn
                 boff = _mul(b, _add(b, _mul(b, _add(b, _mul(b, bB, geo.Pc, "bo"), pslot, "bo"), geo.K, "bo"),
                                     k0, "bo"), NR, "bo")
                 bpanel = _f32_ptr(b, bbase, boff, "bpanel")
                 j0 = _mul(b, pn, NR, "j0")
                 ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
-                with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
-                    i0 = _mul(b, pm, MR, "i0")
-                    rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
-                    if g.a_direct:
-                        apanel = _f32_ptr(b, a_rows, _add(b, _mul(b, i0, lda, "ap"), k0, "ap"), "apanel")
-                        a_args = [apanel, lda]
-                    elif g.a_const:
-                        aoff = _mul(b, _add(b, _mul(b, pm, geo.K, "ap"), k0, "ap"), MR, "ap")
-                        apanel = _f32_ptr(b, apack, aoff, "apanel")
-                        a_args = [apanel]
-                    else:
-                        apanel = _f32_ptr(b, apack, _mul(b, _mul(b, b.sub(pm, pm0, name="pl"), kcur, "ap"), MR,
-                                                         "ap"), "apanel")
-                        a_args = [apanel]
-                    cbase = _f32_ptr(b, out, _add(b, _add(b, cbatch, _mul(b, i0, geo.ldc, "crow"), "coff"), j0,
-                                                  "coff"), "ctile")
-                    full = b.icmp_unsigned("==", rows, i64(MR), name="full")
-                    with if_else(b, full, name="tile") as (then, otherwise):
-                        with then:
-                            b.call(ukr[MR], [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols])
-                        with otherwise:
-                            b.store(i64(0), r0_slot)
-                            for v in variants:
-                                r0 = b.load(r0_slot, name="r0")
-                                more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
-                                with if_then(b, more, name=f"rows{v}"):
-                                    a_r = ([_f32_ptr(b, apanel, _mul(b, r0, lda, "ap.r"), "ap.r"), lda]
-                                           if g.a_direct else [_f32_ptr(b, apanel, r0, "ap.r")])
-                                    b.call(ukr[v], [*a_r, bpanel, kcur,
-                                                    _f32_ptr(b, cbase, _mul(b, r0, geo.ldc, "c.r"), "c.r"),
-                                                    geo.ldc, first, ncols])
-                                    b.store(_add(b, r0, v, "r0.next"), r0_slot)
-                    if g.epilogue is not None:
-                        with if_then(b, last, name="epilogue"):
-                            _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j0, ncols)
+                i0 = _mul(b, pm, MR, "i0")
+                rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
+                if g.a_direct:
+                    apanel = _f32_ptr(b, a_rows, _add(b, _mul(b, i0, lda, "ap"), k0, "ap"), "apanel")
+                    a_args = [apanel, lda]
+                elif g.a_const:
+                    aoff = _mul(b, _add(b, _mul(b, pm, geo.K, "ap"), k0, "ap"), MR, "ap")
+                    apanel = _f32_ptr(b, apack, aoff, "apanel")
+                    a_args = [apanel]
+                else:
+                    apanel = _f32_ptr(b, apack, _mul(b, _mul(b, b.sub(pm, pm0, name="pl"), kcur, "ap"), MR,
+                                                     "ap"), "apanel")
+                    a_args = [apanel]
+                cbase = _f32_ptr(b, out, _add(b, _add(b, cbatch, _mul(b, i0, geo.ldc, "crow"), "coff"), j0,
+                                              "coff"), "ctile")
+                full = b.icmp_unsigned("==", rows, i64(MR), name="full")
+                with if_else(b, full, name="tile") as (then, otherwise):
+                    with then:
+                        b.call(ukr[MR], [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols])
+                    with otherwise:
+                        b.store(i64(0), r0_slot)
+                        for v in variants:
+                            r0 = b.load(r0_slot, name="r0")
+                            more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
+                            with if_then(b, more, name=f"rows{v}"):
+                                a_r = ([_f32_ptr(b, apanel, _mul(b, r0, lda, "ap.r"), "ap.r"), lda]
+                                       if g.a_direct else [_f32_ptr(b, apanel, r0, "ap.r")])
+                                b.call(ukr[v], [*a_r, bpanel, kcur,
+                                                _f32_ptr(b, cbase, _mul(b, r0, geo.ldc, "c.r"), "c.r"),
+                                                geo.ldc, first, ncols])
+                                b.store(_add(b, r0, v, "r0.next"), r0_slot)
+                if g.epilogue is not None:
+                    with if_then(b, last, name="epilogue"):
+                        _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j0, ncols)
+
+            if _rows_outer(g):  # a short k: the C tile's stores dominate, written row block by row block
+                with for_range(b, pm1, "pm", start=pm0, guard=True) as pm, \
+                        for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
+                    tile(pn, pm)
+            else:
+                with for_range(b, pn1, "pn", start=pn0, guard=True) as pn, \
+                        for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
+                    tile(pn, pm)
         em_e.pop()
         em_a.pop()
     b.ret_void()
     fctx.finish()
     return fn
+
+
+ROWS_OUTER_MAX_K = 64
+"""the longest static k for which the tiles are visited row block by row block (see `_rows_outer`;
+measured on [S, k] @ [k, S], 4 heads: 0.51x the time at k = 8, S = 1599; 0.85x at k = 16 and
+0.75-0.87x at k = 32 and 64, S = 1000)"""
+
+
+def _rows_outer(g: GemmPlan) -> bool:
+    """Whether the tiles of a block run with the B panels innermost (each row block of C written
+    left to right) instead of the A panels (each column strip written top to bottom, the order
+    that keeps one B panel in L1 over a long k). With a short static k (attention's scores,
+    Q @ K^T over heads of 8 to 64) the multiply is cheap and the C stores dominate: top to
+    bottom, each tile's rows land in as many pages as rows."""
+    k = 1
+    for _, x in g.reduce.vars:
+        if not isinstance(x, Const):
+            return False
+        k *= int(x.value)
+    return k <= ROWS_OUTER_MAX_K
 
 
 def _pack_a(b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry, ext: dict, apack: ir.Value,
