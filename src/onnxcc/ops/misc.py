@@ -44,6 +44,7 @@ from ..kernel import (
 )
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
+from .scatter_push import scatter_writes
 from .shape import (
     I64,
     emit,
@@ -421,6 +422,11 @@ class ScatterNDOp(OpDef):
         last = idx.shape[-1]
         batch = idx.shape[:-1]
         red = ctx.attr("reduction", "none")
+        if red == "none":  # push form: output + updates work instead of output x updates
+            scatter_writes(ctx, y, x, (*batch, *x.shape[last:]),
+                           lambda s: tuple(wrap_index(idx[(*s[:len(batch)], k)], x.shape[k]) for k in range(last))
+                           + s[len(batch):], lambda s: upd[s])
+            return
         qs = [fresh_var("q") for _ in batch] or [fresh_var("q")]
         q = tuple(qs[:len(batch)])
         box = list(zip(qs, batch)) if batch else [(qs[0], 1)]
@@ -463,6 +469,11 @@ class ScatterElementsOp(OpDef):
         y = ctx.out(0)
         axis = ctx.attr("axis", 0) % x.rank
         red = ctx.attr("reduction", "none")
+        if red == "none":
+            scatter_writes(ctx, y, x, idx.shape,
+                           lambda s: (*s[:axis], wrap_index(idx[s], x.shape[axis]), *s[axis + 1:]),
+                           lambda s: upd[s])
+            return
         m = fresh_var("m")
 
         def body(ix):
