@@ -82,6 +82,7 @@ from .expr import (
     unflatten_index,
     walk,
 )
+from .index_simplify import simplify_indices
 from .program import Compute, KernelProgram, Stmt
 
 CHEAP = 8
@@ -597,6 +598,8 @@ class _Fuser:
         for i in consumers:
             c = p.body[i]
             nb = self.inline(c.body, P, pbody, group)
+            # a reshape inlined makes divisions of the flat position the vars' ranges decide
+            nb = simplify_indices(nb, dict(zip(c.var_names, c.extents)), self.prove)
             if sum(1 for _ in walk(nb)) > MAX_NODES:
                 return self.keep(P.out, "fused body would be too big")
             new_bodies[i] = nb

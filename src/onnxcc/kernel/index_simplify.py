@@ -1,0 +1,210 @@
+"""Integer divisions of index expressions folded with the ranges of the loop vars.
+
+Fusing through a Reshape indexes the producer with `unflatten(flatten(...))` (fuse.py
+`reshape_index`): a GroupNorm written as Reshape (N, C, H, W) -> (N, G, C/G*H*W) -> back reads
+its input at `((i1*H + i2)*W + i3) // (2*H*W)` and so on, several divisions by run-time values
+per element, which also keep the loop scalar (schedule.py `vectorizable`). Most of them are
+identities over the vars' ranges:
+
+    (G*Q + R) // G == Q   and   (G*Q + R) % G == R          when 0 <= R < G
+    N // (k*G) == (N // G) // k,  N % (k*G) == ((N // G) % k) * G + N % G   (k, G > 0)
+
+with Q's terms those whose coefficient G divides (as polynomials over the symbols) and R the
+rest, its range proved with the symbols' ranges (`ir.dims.Prover`). `c*k*(x // k) + c*(x % k)`
+folds back to `c*x`. A division nothing proves is kept as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sympy
+
+from ..ir.dims import Dim, Prover, canon, sym
+from .expr import I64, Binary, Const, Expr, Reduce, SymRef, Var, binary, dim_to_expr, free_vars, transform, walk
+
+Terms = dict  # atom (Expr, or None for the constant) -> sympy coefficient
+Range = tuple  # (lo, hi) sympy expressions, or None when unknown
+
+
+def _dim(e: Expr) -> Dim | None:
+    """A var-free i64 expression as a Dim (None when it reads memory or is not integer math)."""
+    if isinstance(e, Const):
+        return int(e.value) if e.dtype.is_int else None
+    if isinstance(e, SymRef):
+        return sym(e.name)
+    if isinstance(e, Binary) and e.dtype.is_int:
+        a, b = _dim(e.a), _dim(e.b)
+        if a is None or b is None:
+            return None
+        x, y = sympy.sympify(a), sympy.sympify(b)
+        ops = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
+               "floordiv": lambda: sympy.floor(x / y), "div": lambda: sympy.floor(x / y),
+               "mod": lambda: sympy.Mod(x, y), "max": lambda: sympy.Max(x, y), "min": lambda: sympy.Min(x, y)}
+        f = ops.get(e.op)
+        return canon(f()) if f else None
+    return None
+
+
+class _Simplifier:
+    def __init__(self, ranges: Mapping[str, Dim], prover: Prover):
+        self.ext = dict(ranges)
+        self.prove = prover
+        self._lin: dict[Expr, Terms] = {}
+
+    # ---- linear forms ------------------------------------------------------------------
+    def lin(self, e: Expr) -> Terms:
+        hit = self._lin.get(e)
+        if hit is not None:
+            return hit
+        out: Terms
+        d = None if free_vars(e) else _dim(e)
+        if d is not None:
+            out = {None: sympy.sympify(d)}
+        elif isinstance(e, Binary) and e.op in ("add", "sub"):
+            out = dict(self.lin(e.a))
+            sign = 1 if e.op == "add" else -1
+            for k, v in self.lin(e.b).items():
+                out[k] = out.get(k, 0) + sign * v
+        elif isinstance(e, Binary) and e.op == "mul":
+            la, lb = self.lin(e.a), self.lin(e.b)
+            if set(la) == {None}:
+                out = {k: la[None] * v for k, v in lb.items()}
+            elif set(lb) == {None}:
+                out = {k: lb[None] * v for k, v in la.items()}
+            else:
+                out = {e: sympy.Integer(1)}
+        else:
+            out = {e: sympy.Integer(1)}
+        out = _fold_pairs({k: sympy.expand(v) for k, v in out.items() if v != 0})
+        self._lin[e] = out
+        return out
+
+    def build(self, terms: Terms) -> Expr:
+        acc: Expr | None = None
+        for atom, coef in sorted(terms.items(), key=lambda kv: "" if kv[0] is None else str(kv[0])):
+            c = dim_to_expr(canon(coef))
+            t = c if atom is None else (atom if coef == 1 else binary("mul", c, atom))
+            acc = t if acc is None else binary("add", acc, t)
+        return acc if acc is not None else Const(0, I64)
+
+    # ---- ranges ------------------------------------------------------------------------
+    def atom_range(self, a: Expr) -> Range | None:
+        if isinstance(a, Var):
+            d = self.ext.get(a.name)
+            return None if d is None else (sympy.Integer(0), sympy.sympify(d) - 1)
+        if isinstance(a, Binary) and a.op in ("floordiv", "div") and isinstance(a.b, Const) and a.b.value > 0:
+            r = self.range(self.lin(a.a))
+            k = a.b.value
+            return None if r is None else (sympy.floor(r[0] / k), sympy.floor(r[1] / k))
+        if isinstance(a, Binary) and a.op == "mod" and not free_vars(a.b):
+            d = _dim(a.b)
+            if d is not None and self.prove.le(1, d):
+                return (sympy.Integer(0), sympy.sympify(d) - 1)
+        return None
+
+    def range(self, terms: Terms) -> Range | None:
+        lo, hi = sympy.Integer(0), sympy.Integer(0)
+        for atom, coef in terms.items():
+            if atom is None:
+                lo, hi = lo + coef, hi + coef
+                continue
+            r = self.atom_range(atom)
+            if r is None:
+                return None
+            if self.prove.le(0, coef):
+                lo, hi = lo + coef * r[0], hi + coef * r[1]
+            elif self.prove.le(coef, 0):
+                lo, hi = lo + coef * r[1], hi + coef * r[0]
+            else:
+                return None
+        return lo, hi
+
+    # ---- the rewrite -------------------------------------------------------------------
+    def split(self, terms: Terms, g) -> tuple[Terms, Terms] | None:
+        """(Q, R) with terms == g*Q + R and 0 <= R < g proved, or None."""
+        q: Terms = {}
+        r: Terms = {}
+        for atom, coef in terms.items():
+            quo = sympy.cancel(coef / g)
+            num, den = sympy.fraction(quo)
+            if den == 1 and _int_poly(num, sorted(num.free_symbols, key=str)):
+                q[atom] = num
+            else:
+                r[atom] = coef
+        rr = self.range(r)
+        if rr is None or not (self.prove.le(0, canon(rr[0])) and self.prove.le(canon(rr[1]) + 1, canon(g))):
+            return None
+        return q, r
+
+    def divmod(self, n: Expr, d: Expr, op: str) -> Expr | None:
+        dd = _dim(d)
+        if dd is None or not self.prove.le(1, dd):
+            return None
+        terms = self.lin(n)
+        den = sympy.sympify(dd)
+        k, rest = den.as_coeff_Mul()
+        cands = [(sympy.Integer(1), den)]
+        if isinstance(k, sympy.Integer) and k > 1 and rest != 1:
+            cands.append((k, rest))
+        for k, g in cands:
+            qr = self.split(terms, g)
+            if qr is None:
+                continue
+            q, r = qr
+            qe, re_ = self.build(q), self.build(r)
+            if k == 1:
+                return qe if op != "mod" else re_
+            kc = Const(int(k), I64)
+            if op != "mod":
+                return binary("floordiv", qe, kc)
+            return binary("add", binary("mul", binary("mod", qe, kc), dim_to_expr(canon(g))), re_)
+        return None
+
+    def __call__(self, node: Expr) -> Expr | None:
+        if not (isinstance(node, Binary) and node.dtype.is_int and node.op in ("floordiv", "div", "mod")):
+            return None
+        if not free_vars(node.a) or free_vars(node.b):
+            return None
+        return self.divmod(node.a, node.b, node.op)
+
+
+def _int_poly(e, syms) -> bool:
+    if e.is_Integer:
+        return True
+    if not syms or not e.is_polynomial(*syms):
+        return False
+    return all(c.is_Integer for c in sympy.Poly(e, *syms).coeffs())
+
+
+def _fold_pairs(terms: Terms) -> Terms:
+    """`c*k*(x // k) + c*(x % k)` -> `c*x` (k a positive constant)."""
+    for atom in list(terms):
+        if not (isinstance(atom, Binary) and atom.op == "mod" and isinstance(atom.b, Const) and atom.b.value > 0):
+            continue
+        x, k = atom.a, atom.b.value
+        quot = Binary("floordiv", x, atom.b)
+        c = terms.get(atom)
+        if c is None or quot not in terms or sympy.expand(terms[quot] - c * k) != 0:
+            continue
+        del terms[atom], terms[quot]
+        terms[x] = sympy.expand(terms.get(x, 0) + c)
+        if terms[x] == 0:
+            del terms[x]
+    return terms
+
+
+def simplify_indices(body: Expr, ranges: Mapping[str, Dim], prover: Prover) -> Expr:
+    """`body` with the integer divisions its vars' ranges decide folded away. `ranges`: the
+    extent of each free var; the extents of `body`'s reductions are added where they are
+    var-free."""
+    if not any(isinstance(n, Binary) and n.op in ("floordiv", "mod") for n in walk(body)):
+        return body
+    ext = dict(ranges)
+    for n in walk(body):
+        if isinstance(n, Reduce):
+            for v, x in n.vars:
+                d = None if free_vars(x) else _dim(x)
+                if d is not None:
+                    ext.setdefault(v.name, d)
+    return transform(body, _Simplifier(ext, prover))
