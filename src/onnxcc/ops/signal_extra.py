@@ -3,9 +3,11 @@
 STFT: signal (B, L, 1 | 2) cut into frames of `fl` samples every `step`, each frame times
 the window, transformed: (B, frames, bins, 2) with frames = (L - fl) // step + 1 and
 bins = fl // 2 + 1 one-sided (the default), fl otherwise. fl is the window's length when a
-window is given, else the frame_length input. Lowering: a direct O(fl) sum per output
-element in f64 (as DFT's), the angle's integer part 2*pi*(k*n mod fl)/fl kept exact; fl must
-be known at compile time, the step may be read at run time.
+window is given, else the frame_length input. Lowering: the frames times a constant twiddle
+table in the output type (signal_table.py; a GEMM in f32, the window folded into the table when
+it is a constant), or for a table past MAX_TABLE_BYTES a direct O(fl) sum per output element in
+f64, the angle's integer part 2*pi*(k*n mod fl)/fl kept exact; fl must be known at compile
+time, the step may be read at run time.
 
 MelWeightMatrix: (dft_length // 2 + 1, num_mel_bins) triangular filters over mel-spaced
 frequency bins; the two sizes decide the shape (a value version folds them when they are
