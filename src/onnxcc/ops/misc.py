@@ -651,23 +651,36 @@ class MeanVarianceNormalizationOp(OpDef):
         return [x]
 
     def lower(self, ctx):
-        """One compute: the two means are reductions over `axes` that depend only on the
-        kept vars, so the codegen hoists them out of the loops over the normalized axes."""
+        """The statistics over `axes` into two temps over the kept dims (the mean, and the
+        spec's denominator sqrt(E[x^2] - mean^2) + 1e-9), then one elementwise compute. Written
+        inside the per-element compute, the sums were hoisted out of the innermost loop only:
+        recomputed per row, 22x onnxruntime's time on (2, 32, 56, 56)."""
         x = ctx.inputs[0]
         axes = self._axes(ctx, x.rank)
         y = ctx.out(0)
         dt = DType.f32 if x.dtype in (DType.f16, DType.bf16) else x.dtype
         count = cast(dim_to_expr(canon(sympy.prod([x.shape[a] for a in axes]))), dt)
+        kept = [k for k in range(x.rank) if k not in axes]
+
+        def over(o, tag, fn):
+            vs = {a: fresh_var(f"{tag}{a}") for a in axes}
+            at = dict(zip(kept, o))
+            v = cast(x[tuple(vs[k] if k in vs else at[k] for k in range(x.rank))], dt)
+            return rsum([(vs[a], x.shape[a]) for a in axes], fn(v)) if axes else fn(v)
+
+        mean_t = ctx.temp(dt, [x.shape[k] for k in kept], "mvn_mean")
+        den_t = ctx.temp(dt, [x.shape[k] for k in kept], "mvn_den")
+        emit(ctx, mean_t, lambda o: over(o, "m", lambda v: v) / count)
+
+        def den(o):
+            mean = mean_t[o]
+            return sqrt(over(o, "s", lambda v: v * v) / count - mean * mean) + KConst(_MVN_EPS, dt)
+
+        emit(ctx, den_t, den)
 
         def body(ix):
-            def over(tag, fn):
-                vs = {a: fresh_var(f"{tag}{a}") for a in axes}
-                v = cast(x[tuple(vs.get(k, ix[k]) for k in range(x.rank))], dt)
-                return rsum([(vs[a], x.shape[a]) for a in axes], fn(v)) if axes else fn(v)
-
-            mean = over("m", lambda v: v) / count
-            var = over("s", lambda v: v * v) / count - mean * mean
-            return cast((cast(x[ix], dt) - mean) / (sqrt(var) + KConst(_MVN_EPS, dt)), y.dtype)
+            o = tuple(ix[k] for k in kept)
+            return cast((cast(x[ix], dt) - mean_t[o]) / den_t[o], y.dtype)
 
         emit(ctx, y, body)
 
