@@ -100,3 +100,28 @@ def test_groupnorm_reshapes_compile_without_divisions():
     for shape in ((1, 6, 1, 1), (2, 6, 5, 3)):
         x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(k(x)[0], ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_groupnorm_statistics_sum_without_divisions():
+    # torch's GroupNorm before opset 18: Reshape (N, G, -1) -> InstanceNormalization ->
+    # Reshape back. The statistics sum over the flattened (channels of the group, H, W); the
+    # sum's var is split (2, H, W) so no term divides by H or W
+    nodes = [h.make_node("Reshape", ["x", "g"], ["r"]),
+             h.make_node("InstanceNormalization", ["r", "s", "b"], ["n"], epsilon=1e-5),
+             h.make_node("Shape", ["x"], ["sh"]),
+             h.make_node("Reshape", ["n", "sh"], ["y"])]
+    inits = [h.make_tensor("g", TP.INT64, [3], [0, 3, -1]), h.make_tensor("s", TP.FLOAT, [3], [1.0, 0.5, 2.0]),
+             h.make_tensor("b", TP.FLOAT, [3], [0.0, 0.1, -0.2])]
+    m = h.make_model(h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, ["N", 6, "H", "W"])],
+                                  [h.make_tensor_value_info("y", TP.FLOAT, None)], inits),
+                     opset_imports=[h.make_opsetid("", 13)])
+    from onnxcc.kernel.fuse import fuse
+
+    _, prog, _ = jit_compile(m)
+    fuse(prog)
+    for c in prog.computes():
+        assert _divisions(c.body) == 0, str(c)
+    _, _, k = jit_compile(m)
+    for shape in ((1, 6, 1, 1), (2, 6, 5, 3), (1, 6, 7, 16)):
+        x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(k(x)[0], ort_run(m, {"x": x})["y"], rtol=1e-4, atol=1e-5)

@@ -427,6 +427,12 @@ class _Fuser:
                 else:
                     k += 1
         self.remove_dead()
+        # the divisions a Reshape lowered on its own (not inlined) leaves in its indices
+        for i, s in enumerate(p.body):
+            if isinstance(s, Compute):
+                nb = simplify_indices(s.body, dict(zip(s.var_names, s.extents)), self.prove)
+                if nb is not s.body:
+                    p.body[i] = dataclasses.replace(s, body=nb)
         for c in p.computes():
             self.report.groups.append(FusedGroup(c.out, classify(c), self.members.get(c.out, (c.out,)),
                                                  c.origin))

@@ -21,7 +21,21 @@ from collections.abc import Mapping
 import sympy
 
 from ..ir.dims import Dim, Prover, canon, sym
-from .expr import I64, Binary, Const, Expr, Reduce, SymRef, Var, binary, dim_to_expr, free_vars, transform, walk
+from .expr import (
+    I64,
+    Binary,
+    Const,
+    Expr,
+    Reduce,
+    SymRef,
+    Var,
+    binary,
+    dim_to_expr,
+    free_vars,
+    substitute,
+    transform,
+    walk,
+)
 
 Terms = dict  # atom (Expr, or None for the constant) -> sympy coefficient
 Range = tuple  # (lo, hi) sympy expressions, or None when unknown
@@ -194,9 +208,63 @@ def _fold_pairs(terms: Terms) -> Terms:
     return terms
 
 
+def _divisions_by_dims(e: Expr, var: str) -> list[Binary]:
+    """The divisions by a non-constant that read `var`."""
+    return [n for n in walk(e) if isinstance(n, Binary) and n.op in ("floordiv", "div", "mod")
+            and n.dtype.is_int and not isinstance(n.b, Const) and var in free_vars(n.a)]
+
+
+def _split_reduce(r: Reduce, ext: dict, prover: Prover) -> Reduce | None:
+    """A sum over a flattened extent (a group's channels and pixels, reshaped) whose index
+    divides its var: the var split as `a * D + b` (D one of those divisors, dividing the
+    extent; the order of the terms is kept), while that leaves fewer divisions by run-time
+    values, the parts split again. Each term of a GroupNorm's statistics otherwise paid
+    several such divisions, in a scalar loop. None when nothing splits."""
+    vs = list(r.vars)
+    body = r.body
+
+    def count(e: Expr) -> int:
+        return sum(len(_divisions_by_dims(e, w.name)) for w, _ in vs)
+
+    for _ in range(4):
+        done = True
+        env = {**ext, **{w.name: d for w, y in vs if (d := _dim(y)) is not None and not free_vars(y)}}
+        for i, (v, x) in enumerate(vs):
+            total = None if free_vars(x) else _dim(x)
+            divs = _divisions_by_dims(body, v.name)
+            if total is None or not divs:
+                continue
+            best, best_n = None, count(body)
+            for den in dict.fromkeys(n.b for n in divs):
+                d = None if free_vars(den) else _dim(den)
+                if d is None or not prover.le(1, d):
+                    continue
+                num, dd = sympy.fraction(sympy.cancel(sympy.sympify(total) / sympy.sympify(d)))
+                if dd != 1 or not _int_poly(num, sorted(num.free_symbols, key=str)):
+                    continue
+                a, b = Var(f"{v.name}.a"), Var(f"{v.name}.b")
+                sub = {**env, a.name: canon(num), b.name: d}
+                nb = transform(substitute(body, {v.name: binary("add", binary("mul", a, den), b)}),
+                               _Simplifier(sub, prover))
+                trial = vs[:i] + [(a, dim_to_expr(canon(num))), (b, den)] + vs[i + 1:]
+                n = sum(len(_divisions_by_dims(nb, w.name)) for w, _ in trial)
+                if n < best_n:
+                    best, best_n = (trial, nb), n
+            if best is not None:
+                vs, body = best
+                done = False
+                break
+        if done:
+            break
+    if body is r.body:
+        return None
+    return Reduce(r.op, tuple(vs), body, r.init)
+
+
 def simplify_indices(body: Expr, ranges: Mapping[str, Dim], prover: Prover) -> Expr:
-    """`body` with the integer divisions its vars' ranges decide folded away. `ranges`: the
-    extent of each free var; the extents of `body`'s reductions are added where they are
+    """`body` with the integer divisions its vars' ranges decide folded away, and its sums
+    over flattened extents split where that removes divisions (`_split_reduce`). `ranges`:
+    the extent of each free var; the extents of `body`'s reductions are added where they are
     var-free."""
     if not any(isinstance(n, Binary) and n.op in ("floordiv", "mod") for n in walk(body)):
         return body
@@ -207,4 +275,5 @@ def simplify_indices(body: Expr, ranges: Mapping[str, Dim], prover: Prover) -> E
                 d = None if free_vars(x) else _dim(x)
                 if d is not None:
                     ext.setdefault(v.name, d)
-    return transform(body, _Simplifier(ext, prover))
+    body = transform(body, _Simplifier(ext, prover))
+    return transform(body, lambda n: _split_reduce(n, ext, prover) if isinstance(n, Reduce) else None)
