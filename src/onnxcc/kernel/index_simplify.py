@@ -16,6 +16,7 @@ folds back to `c*x`. A division nothing proves is kept as it is.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 import sympy
@@ -110,7 +111,9 @@ class _Simplifier:
         if isinstance(a, Binary) and a.op in ("floordiv", "div") and isinstance(a.b, Const) and a.b.value > 0:
             r = self.range(self.lin(a.a))
             k = a.b.value
-            return None if r is None else (sympy.floor(r[0] / k), sympy.floor(r[1] / k))
+            if r is None or not (r[0].is_Integer and r[1].is_Integer):
+                return None  # sympy's floor of a symbolic bound costs a tenth of a second
+            return sympy.Integer(int(r[0]) // k), sympy.Integer(int(r[1]) // k)
         if isinstance(a, Binary) and a.op == "mod" and not free_vars(a.b):
             d = _dim(a.b)
             if d is not None and self.prove.le(1, d):
@@ -140,8 +143,7 @@ class _Simplifier:
         q: Terms = {}
         r: Terms = {}
         for atom, coef in terms.items():
-            quo = sympy.cancel(coef / g)
-            num, den = sympy.fraction(quo)
+            num, den = _quotient(coef, g)
             if den == 1 and _int_poly(num, sorted(num.free_symbols, key=str)):
                 q[atom] = num
             else:
@@ -178,9 +180,16 @@ class _Simplifier:
     def __call__(self, node: Expr) -> Expr | None:
         if not (isinstance(node, Binary) and node.dtype.is_int and node.op in ("floordiv", "div", "mod")):
             return None
-        if not free_vars(node.a) or free_vars(node.b):
-            return None
+        if not free_vars(node.a) or free_vars(node.b) or isinstance(node.b, Const):
+            return None  # a division by a constant is a multiply and a shift: not worth sympy's time
         return self.divmod(node.a, node.b, node.op)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _quotient(coef, g) -> tuple:
+    """(numerator, denominator) of coef / g, expanded (cheaper than `cancel`; a quotient
+    only a factorisation would show stays undivided, which is only a missed fold)."""
+    return sympy.fraction(sympy.expand(coef / g))
 
 
 def _int_poly(e, syms) -> bool:
@@ -239,7 +248,7 @@ def _split_reduce(r: Reduce, ext: dict, prover: Prover) -> Reduce | None:
                 d = None if free_vars(den) else _dim(den)
                 if d is None or not prover.le(1, d):
                     continue
-                num, dd = sympy.fraction(sympy.cancel(sympy.sympify(total) / sympy.sympify(d)))
+                num, dd = _quotient(sympy.sympify(total), sympy.sympify(d))
                 if dd != 1 or not _int_poly(num, sorted(num.free_symbols, key=str)):
                     continue
                 a, b = Var(f"{v.name}.a"), Var(f"{v.name}.b")
