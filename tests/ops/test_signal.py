@@ -117,3 +117,43 @@ def test_irfft_with_axis_at_run_time_skips_length_one_dims():
 
     r = conf.run_case(conf.get_case("test_dft_irfft"), conf.compiled_executor)
     assert r.status == "pass", r.detail
+
+
+# the table form (ops/signal_table.py): a symbolic signal length cut or zero-padded to a constant
+# dft_length, odd and even, irfft included (its table weighs each bin and its mirror). The
+# interpreter (numpy's FFT) is the oracle at every length; onnxruntime too, except for an irfft
+# whose spectrum is not N // 2 + 1 bins long, where it gives neither numpy's cut / zero-padded
+# result nor the direct sum's (both agree)
+@pytest.mark.parametrize("length,inverse,onesided,c", [(9, 1, 1, 2), (10, 1, 1, 2), (7, 0, 1, 1), (6, 1, 0, 2)])
+def test_dft_table_with_a_symbolic_signal_length(length, inverse, onesided, c):
+    node = h.make_node("DFT", ["x", "n", "a"], ["y"], inverse=inverse, onesided=onesided)
+    m = model(node, [2, "L", 3, c], {"n": np.array(length, np.int64), "a": np.array(1, np.int64)}, opset=20)
+    mod, prog, k = jit_compile(m)
+    assert "twiddles" in str(prog)
+    for sig in (2, length // 2 + 1, length + 3):
+        x = np.random.default_rng(sig).uniform(-2, 2, size=(2, sig, 3, c)).astype(F32)
+        got = k(x)[0]
+        wants = [interp_run(mod, [x])[0]]
+        if not (inverse and onesided) or sig == length // 2 + 1:
+            wants.append(ort_run(m, {"x": x})["y"])
+        for want in wants:
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=f"L={sig}")
+
+
+# f32 transforms of 64 points or more sum in f32 against the table, a GEMM when the axis is the
+# one before the parts (axis 2 here; axis 1 a loop nest); round-off of an f32 FFT's order
+@pytest.mark.parametrize("inverse,onesided,c,axis", [(0, 1, 1, 2), (1, 0, 2, 2), (1, 1, 2, 2), (0, 0, 2, 1)])
+def test_dft_long_f32_as_gemm(inverse, onesided, c, axis):
+    from onnxcc.kernel.schedule import describe_schedules, schedule_program
+
+    shape = ["N", 3, 65 if inverse and onesided else 128, c] if axis == 2 else ["N", 100, 3, c]
+    node = h.make_node("DFT", ["x"], ["y"], axis=axis, inverse=inverse, onesided=onesided)
+    m = model(node, shape)
+    _, prog, k = jit_compile(m)
+    schedule_program(prog)
+    assert ("gemm" in describe_schedules(prog)) == (axis == 2)
+    for n in (1, 5):
+        x = np.random.default_rng(n).uniform(-2, 2, size=[n if d == "N" else d for d in shape]).astype(F32)
+        want = ort_run(m, {"x": x})["y"]
+        np.testing.assert_allclose(k(x)[0], want, rtol=1e-4, atol=2e-5 * (1 if inverse else 128))

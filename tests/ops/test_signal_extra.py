@@ -44,6 +44,39 @@ def test_stft(onesided, use_window, c):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+# the table form (ops/signal_table.py): odd and even frame lengths, the window a constant (folded
+# into the table) or a graph input (a factor of the frames), f32 (a GEMM) and f64
+@pytest.mark.parametrize("fl,onesided,window,c,dtype", [
+    (9, 1, "const", 1, TP.FLOAT), (16, 1, "input", 1, TP.FLOAT), (7, 0, "input", 2, TP.FLOAT),
+    (12, 0, None, 2, TP.FLOAT), (11, 1, "const", 1, TP.DOUBLE), (64, 1, "const", 1, TP.FLOAT)])
+def test_stft_twiddle_table(fl, onesided, window, c, dtype):
+    npdt = np.float32 if dtype == TP.FLOAT else np.float64
+    hann = (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(fl) / fl)).astype(npdt)
+    inits: dict = {"step": np.array(5, np.int64)}
+    ins, vis = ["x", "step"], [("x", dtype, ["B", "L", c])]
+    if window == "const":
+        inits["w"] = hann
+        ins.append("w")
+    elif window == "input":
+        vis.append(("w", dtype, [fl]))
+        ins.append("w")
+    else:
+        inits["len"] = np.array(fl, np.int64)
+        ins += ["", "len"]
+    m = model(h.make_node("STFT", ins, ["y"], onesided=onesided), vis, inits)
+    _, prog, k = jit_compile(m)
+    assert "twiddles" in str(prog)
+    for b, length in ((1, fl), (3, 4 * fl + 3)):
+        x = np.random.default_rng(length).uniform(-1, 1, size=(b, length, c)).astype(npdt)
+        feeds = {"x": x, **({"w": hann} if window == "input" else {})}
+        want = ort_run(m, feeds)["y"]
+        got = k(*feeds.values())[0]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5 * fl)
+        if onesided:  # the DC bin of a real signal has no imaginary part, as an FFT gives
+            assert np.all(got[:, :, 0, 1] == 0)
+
+
 def test_stft_frame_longer_than_signal_is_refused():
     m = model(h.make_node("STFT", ["x", "step", "", "len"], ["y"]), [("x", TP.FLOAT, [1, 8, 1])],
               {"step": np.array(2, np.int64), "len": np.array(16, np.int64)})

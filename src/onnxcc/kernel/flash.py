@@ -204,7 +204,7 @@ def _is_core(n: Expr) -> bool:
                         and m.a == Const(0.0, n.dtype)):
         return False
     (tm, lm), = mx.vars
-    if lm != length or substitute(score, {t.name: tm}) != mx.body:
+    if lm != length or not _alpha_eq(substitute(score, {t.name: tm}), mx.body):
         return False
     # the divisor: select(D == 0, 1, D) or D, D = sum(u < L: exp(X(u) - M))
     denom = guard.b if isinstance(guard, Select) else guard
@@ -215,7 +215,34 @@ def _is_core(n: Expr) -> bool:
         return False
     assert isinstance(denom, Reduce)
     (u, ld), = denom.vars
-    return ld == length and denom.body == Unary("exp", substitute(score, {t.name: u}) - m)
+    return ld == length and _alpha_eq(denom.body, Unary("exp", substitute(score, {t.name: u}) - m))
+
+
+def _alpha_eq(a: Expr, b: Expr) -> bool:
+    """`a == b` up to the names of bound reduce vars: fusion names each reduction after its
+    structure (fuse.py `canon_bound`), so the score's dot product over keys `t` and the
+    divisor's over keys `u` get different names for their own var (a causal Attention with a
+    permute fused in was left as plain loops, 15x onnxruntime's time at 100 tokens)."""
+    return a == b or _bound_renamed(a) == _bound_renamed(b)
+
+
+def _bound_renamed(e: Expr) -> Expr:
+    """`e` with every reduce var renamed in walk order (bottom-up, so inner names are fresh)."""
+    names = iter(range(1 << 30))
+
+    def fn(n: Expr) -> Expr | None:
+        if not isinstance(n, Reduce):
+            return None
+        mapping: dict[str, Expr] = {}
+        vs = []
+        for v, x in n.vars:
+            nv = Var(f"_bound{next(names)}")
+            vs.append((nv, substitute(x, mapping)))
+            mapping[v.name] = nv
+        init = n.init
+        return Reduce(n.op, tuple(vs), substitute(n.body, mapping), init)
+
+    return transform(e, fn)
 
 
 def _sum1(e: Expr) -> bool:

@@ -44,6 +44,7 @@ from ..kernel import (
 )
 from .dtypes import onnx_dtype
 from .registry import OpDef, onnx_inputs, register
+from .scatter_push import scatter_writes
 from .shape import (
     I64,
     emit,
@@ -421,6 +422,11 @@ class ScatterNDOp(OpDef):
         last = idx.shape[-1]
         batch = idx.shape[:-1]
         red = ctx.attr("reduction", "none")
+        if red == "none":  # push form: output + updates work instead of output x updates
+            scatter_writes(ctx, y, x, (*batch, *x.shape[last:]),
+                           lambda s: tuple(wrap_index(idx[(*s[:len(batch)], k)], x.shape[k]) for k in range(last))
+                           + s[len(batch):], lambda s: upd[s])
+            return
         qs = [fresh_var("q") for _ in batch] or [fresh_var("q")]
         q = tuple(qs[:len(batch)])
         box = list(zip(qs, batch)) if batch else [(qs[0], 1)]
@@ -463,6 +469,11 @@ class ScatterElementsOp(OpDef):
         y = ctx.out(0)
         axis = ctx.attr("axis", 0) % x.rank
         red = ctx.attr("reduction", "none")
+        if red == "none":
+            scatter_writes(ctx, y, x, idx.shape,
+                           lambda s: (*s[:axis], wrap_index(idx[s], x.shape[axis]), *s[axis + 1:]),
+                           lambda s: upd[s])
+            return
         m = fresh_var("m")
 
         def body(ix):
@@ -640,23 +651,36 @@ class MeanVarianceNormalizationOp(OpDef):
         return [x]
 
     def lower(self, ctx):
-        """One compute: the two means are reductions over `axes` that depend only on the
-        kept vars, so the codegen hoists them out of the loops over the normalized axes."""
+        """The statistics over `axes` into two temps over the kept dims (the mean, and the
+        spec's denominator sqrt(E[x^2] - mean^2) + 1e-9), then one elementwise compute. Written
+        inside the per-element compute, the sums were hoisted out of the innermost loop only:
+        recomputed per row, 22x onnxruntime's time on (2, 32, 56, 56)."""
         x = ctx.inputs[0]
         axes = self._axes(ctx, x.rank)
         y = ctx.out(0)
         dt = DType.f32 if x.dtype in (DType.f16, DType.bf16) else x.dtype
         count = cast(dim_to_expr(canon(sympy.prod([x.shape[a] for a in axes]))), dt)
+        kept = [k for k in range(x.rank) if k not in axes]
+
+        def over(o, tag, fn):
+            vs = {a: fresh_var(f"{tag}{a}") for a in axes}
+            at = dict(zip(kept, o))
+            v = cast(x[tuple(vs[k] if k in vs else at[k] for k in range(x.rank))], dt)
+            return rsum([(vs[a], x.shape[a]) for a in axes], fn(v)) if axes else fn(v)
+
+        mean_t = ctx.temp(dt, [x.shape[k] for k in kept], "mvn_mean")
+        den_t = ctx.temp(dt, [x.shape[k] for k in kept], "mvn_den")
+        emit(ctx, mean_t, lambda o: over(o, "m", lambda v: v) / count)
+
+        def den(o):
+            mean = mean_t[o]
+            return sqrt(over(o, "s", lambda v: v * v) / count - mean * mean) + KConst(_MVN_EPS, dt)
+
+        emit(ctx, den_t, den)
 
         def body(ix):
-            def over(tag, fn):
-                vs = {a: fresh_var(f"{tag}{a}") for a in axes}
-                v = cast(x[tuple(vs.get(k, ix[k]) for k in range(x.rank))], dt)
-                return rsum([(vs[a], x.shape[a]) for a in axes], fn(v)) if axes else fn(v)
-
-            mean = over("m", lambda v: v) / count
-            var = over("s", lambda v: v * v) / count - mean * mean
-            return cast((cast(x[ix], dt) - mean) / (sqrt(var) + KConst(_MVN_EPS, dt)), y.dtype)
+            o = tuple(ix[k] for k in kept)
+            return cast((cast(x[ix], dt) - mean_t[o]) / den_t[o], y.dtype)
 
         emit(ctx, y, body)
 

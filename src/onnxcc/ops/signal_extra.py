@@ -3,9 +3,11 @@
 STFT: signal (B, L, 1 | 2) cut into frames of `fl` samples every `step`, each frame times
 the window, transformed: (B, frames, bins, 2) with frames = (L - fl) // step + 1 and
 bins = fl // 2 + 1 one-sided (the default), fl otherwise. fl is the window's length when a
-window is given, else the frame_length input. Lowering: a direct O(fl) sum per output
-element in f64 (as DFT's), the angle's integer part 2*pi*(k*n mod fl)/fl kept exact; fl must
-be known at compile time, the step may be read at run time.
+window is given, else the frame_length input. Lowering: the frames times a constant twiddle
+table in the output type (signal_table.py; a GEMM in f32, the window folded into the table when
+it is a constant), or for a table past MAX_TABLE_BYTES a direct O(fl) sum per output element in
+f64, the angle's integer part 2*pi*(k*n mod fl)/fl kept exact; fl must be known at compile
+time, the step may be read at run time.
 
 MelWeightMatrix: (dft_length // 2 + 1, num_mel_bins) triangular filters over mel-spaced
 frequency bins; the two sizes decide the shape (a value version folds them when they are
@@ -30,6 +32,7 @@ from .dual_math import KX, NP
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .shape_util import fresh_dim
 from .signal import known_int
+from .signal_table import table_fits, twiddle_table
 
 F64 = DType.f64
 
@@ -117,6 +120,10 @@ def _stft_lower(ctx) -> None:
         ctx.inputs[sp][(0,) * ctx.inputs[sp].rank], DType.i64)
     complex_in = x.shape[2] == 2
     n = Var("n")
+    bins = y.shape[2]
+    if y.dtype.is_float and table_fits(fl, bins, x.shape[2], y.dtype.np.itemsize):
+        _stft_table(ctx, x, y, fl, step, wp)
+        return
 
     def body(b, f, k, part):
         pos = f * step + n
@@ -133,6 +140,27 @@ def _stft_lower(ctx) -> None:
         real = K.rsum([(n, fl)], re * c + im * s)
         imag = K.rsum([(n, fl)], im * c - re * s)
         return K.cast(K.select(part.eq(0), real, imag), y.dtype)
+
+    ctx.compute(y, body)
+
+
+def _stft_table(ctx, x: K.Buffer, y: K.Buffer, fl: int, step: Expr, wp) -> None:
+    """`y[b, f, k, p] = sum(n, c: x[b, f * step + n, c] * T[n, c, k, p])` against a constant
+    twiddle table (signal_table.py), the window folded into it when it is a constant (else a
+    factor of the frame's side): a GEMM of the frames by the table."""
+    channels, bins = x.shape[2], y.shape[2]
+    wconst = ctx.const_value(wp) if wp is not None else None
+    table = ctx.const(twiddle_table(fl, bins, channels, -1.0, wconst, y.dtype.np), "twiddles")
+    n, c = Var("n"), Var("c")
+    win = ctx.inputs[wp] if wp is not None and wconst is None else None
+
+    def body(b, f, k, part):
+        ch = c if channels == 2 else K.Const(0, DType.i64)  # a real signal: no reduction over c
+        v = K.cast(x[(b, f * step + n, ch)], y.dtype)
+        if win is not None:
+            v = v * K.cast(win[(n,)], y.dtype)
+        axes = [(n, fl), (c, 2)] if channels == 2 else [(n, fl)]
+        return K.rsum(axes, v * table[(n, ch, k, part)])
 
     ctx.compute(y, body)
 
