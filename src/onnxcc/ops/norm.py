@@ -491,7 +491,8 @@ def lrn(x, size: int, alpha: float, beta: float, bias: float):
     for ch in range(c):
         lo, hi = max(0, ch - lo_off), min(c - 1, ch + hi_off)
         acc[:, ch] = sq[:, lo:hi + 1].sum(axis=1)
-    return x / (bias + alpha / size * acc) ** beta
+    with np.errstate(invalid="ignore", over="ignore"):  # inf / inf is NaN, as IEEE says
+        return x / (bias + alpha / size * acc) ** beta
 
 
 def _lrn_infer(ctx: InferCtx):
