@@ -28,10 +28,10 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
 from .elementwise import SATURATING, cast_array, kwiden
+from .int_as_f32 import float_conv
 from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
-from .qconv_float import float_conv
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 _QTYPES = (DType.u8, DType.i8, DType.u16, DType.i16, DType.i32, DType.u4, DType.i4, DType.u2, DType.i2,

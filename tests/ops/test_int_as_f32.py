@@ -1,4 +1,4 @@
-"""QLinearConv through the float conv's lowering (ops/qconv_float.py) where its f32 sums are
+"""QLinearConv through the float conv's lowering (ops/int_as_f32.py) where its f32 sums are
 exact, the integer path where they might not be: both bit-identical to onnxruntime; and the
 kernel program each gets (the f32 sum a GEMM-able compute of its own, requantized after it)."""
 
