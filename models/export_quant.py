@@ -33,7 +33,7 @@ from onnx import helper as h
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
-from quant_inputs import feeds, settings  # noqa: E402
+from quant_inputs import feeds, settings  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 ZOO = ROOT / "tests" / "zoo" / "models"
 TYPES = {"u8": "QUInt8", "s8": "QInt8"}

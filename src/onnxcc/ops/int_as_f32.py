@@ -79,5 +79,7 @@ def float_conv(ctx, shape, x, xz, w, wz, bias) -> Buffer | None:
     bf = None if bias is None else np.asarray(bdata, np.float32).reshape(-1)
     inputs = [xf, ctx.const(wf, "wf")] + ([] if bf is None else [ctx.const(bf, "bf")])
     acc = ctx.temp(DType.f32, shape, "acc")
-    get_opdef("onnx.Conv").lower(ctx.over(inputs, [acc], [None, wf, bf]))
+    conv = get_opdef("onnx.Conv")
+    assert conv is not None and conv.lower is not None  # registered by ops/nn.py
+    conv.lower(ctx.over(inputs, [acc], [None, wf, bf]))
     return acc
