@@ -39,6 +39,7 @@ from ..ops.control_flow import carried_varies, ragged_scans
 from ..ops.dtypes import onnx_dtype
 from ..ops.infer import infer_block, infer_op
 from . import opset_compat, sequences
+from .node_order import topological
 from .onnx_ops import CONVERTERS
 from .validate import validate_model
 
@@ -404,7 +405,7 @@ class GraphBuilder:
                 continue
             arr = self.imp.tensor(t, f'initializer "{t.name}"')
             self.scope[t.name] = self.const(arr, t.name, loc=t.name)
-        for i, node in enumerate(g.node):
+        for i, node in topological(g.node, self.scope, _node_uses):
             self.node(node, i)
 
     def lookup(self, name: str, where: str) -> Value:
@@ -660,6 +661,15 @@ def _constant(node: onnx.NodeProto, b: GraphBuilder) -> list[Value]:
     else:
         raise UnsupportedOp("Constant", node.domain, b.loc, f"Constant attribute {a.name!r} is not supported")
     return [b.const(arr, node.output[0] if node.output else "")]
+
+
+def _node_uses(node: onnx.NodeProto) -> list[str]:
+    """the names a node reads: its inputs and its subgraphs' free names"""
+    out = list(node.input)
+    for a in node.attribute:
+        for sg in [a.g] if a.type == _ATTR.GRAPH else a.graphs if a.type == _ATTR.GRAPHS else []:
+            out += free_vars(sg)
+    return out
 
 
 def free_vars(g: onnx.GraphProto) -> list[str]:

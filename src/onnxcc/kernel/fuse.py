@@ -522,6 +522,11 @@ class _Fuser:
         for c, sites in uses:
             if contraction and any(isinstance(n, Reduce) for n in walk(c.body)):
                 return False, "a matmul only takes epilogues without reductions"
+            if contraction and self.p.buffers[P.out].dtype is DType.f32 \
+                    and self.p.buffers[c.out].dtype is not DType.f32:
+                # the CPU's GEMM path stores f32 (a quantized conv's f32 sum, then requantized
+                # to u8): kept a buffer, the contraction stays a GEMM, the narrowing a cheap pass
+                return False, "an epilogue would narrow a f32 matmul's store"
             for s in sites:
                 if contraction and (s.reduces or not self.identity(s, c)):
                     # NOTE: an epilogue must keep the GEMM's own output order (a permuted

@@ -65,6 +65,14 @@ class LowerCtx:
     def unsupported(self, detail: str) -> UnsupportedOp:
         return UnsupportedOp(self.op.opname, self.op.dialect, self.op.loc, detail)
 
+    def over(self, inputs: list[Buffer | None], outputs: list[Buffer],
+             consts: list[np.ndarray | None]) -> LowerCtx:
+        """This op's context over other buffers, for a lowering that runs another op's lowering
+        on buffers it made (a quantized conv through the float conv's); attrs stay the op's."""
+        sub = LowerCtx(self.op, self.program, inputs, outputs, consts, [], self._namer)
+        sub.lowerer, sub.fused_attention = self.lowerer, self.fused_attention
+        return sub
+
     # ---- writing results -----------------------------------------------------------------
     def out(self, i: int = 0) -> Buffer:
         return self._outputs[i]

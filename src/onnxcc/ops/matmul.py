@@ -8,6 +8,7 @@ import numpy as np
 from ..ir import DType, TensorType
 from ..kernel import Const, Var, broadcast_indices, cast, rsum
 from .elementwise import cast_out, same_dtype, unidirectional, widen
+from .half_as_f32 import lowered_in_f32
 from .int_gemm import transposed_b_loader
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .traits import PadRule, set_cost, set_pad
@@ -49,6 +50,8 @@ def matmul_compute(ctx, out, a_shape, b_shape, load_a, load_b) -> None:
 
 
 def _matmul_lower(ctx) -> None:
+    if lowered_in_f32(ctx, _matmul_lower):  # half precision: on f32 buffers (the GEMM path)
+        return
     a, b = ctx.inputs
     matmul_compute(ctx, ctx.out(0), a.shape, b.shape, lambda i: a[i], lambda i: b[i])
 

@@ -33,6 +33,7 @@ from ..kernel import (
 from .conv_blocked import blocked_applies, blocked_depthwise_lower
 from .conv_depth import depth_batched_applies, depth_batched_lower
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
+from .half_as_f32 import lowered_in_f32
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
 from .traits import set_cost
@@ -256,6 +257,8 @@ def _conv_lower(ctx) -> None:
     """Y[n, m, o...] = sum(c < C/group, k...: pad-guarded X[n, g*C/group + c, o*s + k*d - p]
     * W[m, c, k...]) + B[m], g = m // (M/group): one compute, the contraction one rsum with
     the bias outside it. Depthwise convs (C/group == 1) and 1-wide kernel dims get no var."""
+    if lowered_in_f32(ctx, _conv_lower):  # half precision: on f32 buffers (the GEMM paths)
+        return
     x, w = ctx.inputs[0], ctx.inputs[1]
     bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     nd = x.rank - 2

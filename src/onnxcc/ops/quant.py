@@ -28,6 +28,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
 from .elementwise import SATURATING, cast_array, kwiden
+from .int_as_f32 import float_conv
 from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
@@ -436,9 +437,15 @@ def requant_np(acc: np.ndarray, mult: np.ndarray, zp, dt: DType) -> np.ndarray:
 
 
 def requant_expr(acc: K.Expr, mult: K.Expr, zp: K.Expr, dt: DType) -> K.Expr:
+    """`requant_np` in f32, which gives the same 8-bit result: round() is an integer in f32;
+    below 2**24 adding the zero point (|zp| <= 255) is exact, above it the sum rounds but
+    still clamps to the same end of the range (f32 vectors are twice as wide as f64)."""
     lo, hi = qrange(dt)
-    q = cast(K.unary("round", cast(acc, DType.f32) * mult), DType.f64) + cast(zp, DType.f64)
-    return cast(clamp(q, Const(float(lo), DType.f64), Const(float(hi), DType.f64)), dt)
+    if dt.bits > 16:
+        q = cast(K.unary("round", cast(acc, DType.f32) * mult), DType.f64) + cast(zp, DType.f64)
+        return cast(clamp(q, Const(float(lo), DType.f64), Const(float(hi), DType.f64)), dt)
+    q = K.unary("round", cast(acc, DType.f32) * mult) + cast(zp, DType.f32)
+    return cast(clamp(q, Const(float(lo), DType.f32), Const(float(hi), DType.f32)), dt)
 
 
 def _qlmm_infer(ctx: InferCtx):
@@ -500,8 +507,10 @@ def _qlconv_ref(ctx: RefCtx, *args):
 def _qlconv_lower(ctx) -> None:
     x, x_s, xz, w, w_s, wz, y_s, yz, b = _args(ctx, ctx.inputs, 9)
     y = ctx.out(0)
-    acc = ctx.temp(DType.i32, y.shape, "acc")
-    iconv_compute(ctx, acc, x, w, xz, wz, b)
+    acc = float_conv(ctx, y.shape, x, xz, w, wz, b)
+    if acc is None:
+        acc = ctx.temp(DType.i32, y.shape, "acc")
+        iconv_compute(ctx, acc, x, w, xz, wz, b)
 
     def body(*ix):
         mult = _f32(per_element(x_s, 0)) * _f32(per_element(w_s, ix[1])) / _f32(per_element(y_s, 0))
