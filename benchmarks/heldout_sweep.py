@@ -38,6 +38,8 @@ def _settings(set_name: str, path: Path) -> list[dict]:
         return INPUTS[path.stem.rsplit("_", 1)[0]]
     import numpy as np
 
+    from onnxcc.testing import input_shapes
+
     text = [{"B": 1, "T": 1, "D": 1}, {"B": 2, "T": 9, "D": 5}, {"B": 3, "T": 33, "D": 7}]
     image = [{"N": 1, "H": 32, "W": 32}, {"N": 2, "H": 64, "W": 48}, {"N": 1, "H": 96, "W": 64}]
     graph = onnx.load(str(path), load_external_data=False).graph
@@ -47,12 +49,9 @@ def _settings(set_name: str, path: Path) -> list[dict]:
     for k, dims in enumerate(image if graph.input[0].name == "x" else text):
         rng = np.random.default_rng(k)
         f = {}
-        for vi in graph.input:
-            t = vi.type.tensor_type
-            shape = [d.dim_value or dims[d.dim_param] for d in t.shape.dim]
-            dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-            f[vi.name] = (rng.integers(1, 100, shape) if np.issubdtype(dt, np.integer)
-                          else rng.standard_normal(shape)).astype(dt)
+        for name, (shape, dt) in input_shapes(path, dims).items():
+            f[name] = (rng.integers(1, 100, shape) if np.issubdtype(dt, np.integer)
+                       else rng.standard_normal(shape)).astype(dt)
         out.append(f)
     return out
 

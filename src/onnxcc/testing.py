@@ -55,7 +55,8 @@ def ort_run(model: ModelLike, feeds: dict[str, np.ndarray], threads: int = 1) ->
 
 def input_shapes(model: ModelLike, dims: dict[str, int]) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """{input name: (concrete shape, numpy dtype)} for the graph inputs that are not initializers."""
-    m = _load(model)
+    # a path's external weights are not needed for the signature
+    m = onnx.load(str(model), load_external_data=False) if isinstance(model, (str, Path)) else _load(model)
     inits = {t.name for t in m.graph.initializer}
     out = {}
     for vi in m.graph.input:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
-import onnx
+
+from onnxcc.testing import input_shapes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "heldout2"
 
@@ -51,30 +52,23 @@ def feeds(path: Path, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     values by name: ids in [1, 100), a mask of ones with a left-padded row, lengths in [1, T]"""
     rng = np.random.default_rng(seed)
     dims = {**dims, "M": dims.get("P", 0) + dims.get("T", 0)}
-    graph = onnx.load(str(path), load_external_data=False).graph
-    inits = {i.name for i in graph.initializer}
     out: dict[str, np.ndarray] = {}
-    for vi in graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        shape = [d.dim_value or dims[d.dim_param] for d in t.shape.dim]
-        dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        if vi.name == "mask":
+    for name, (shape, dt) in input_shapes(path, dims).items():
+        if name == "mask":
             a = np.ones(shape, dt)
             if shape[0] > 1 and shape[1] > 1:
                 a[1, : shape[1] // 2] = 0
-        elif vi.name == "lengths":
+        elif name == "lengths":
             a = rng.integers(1, dims["T"] + 1, shape)
-        elif vi.name == "bbox":  # x0 <= y0 <= x1 <= y1: widths and heights are not negative
+        elif name == "bbox":  # x0 <= y0 <= x1 <= y1: widths and heights are not negative
             a = np.sort(rng.integers(0, 100, shape), -1)
-        elif vi.name == "idx":
+        elif name == "idx":
             a = rng.integers(0, 8, shape)
-        elif vi.name in ("a", "b") and np.issubdtype(dt, np.integer):
+        elif name in ("a", "b") and np.issubdtype(dt, np.integer):
             a = rng.integers(-50, 50, shape)
         elif np.issubdtype(dt, np.integer):
             a = rng.integers(1, 50, shape)
         else:
             a = rng.standard_normal(shape)
-        out[vi.name] = a.astype(dt) if dt != np.dtype(ml_dtypes.bfloat16) else a.astype(np.float32).astype(dt)
+        out[name] = a.astype(dt) if dt != np.dtype(ml_dtypes.bfloat16) else a.astype(np.float32).astype(dt)
     return out

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
+
+from onnxcc.testing import input_shapes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "quant"
 
@@ -41,26 +42,19 @@ def feeds(path: Path, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     """one array per graph input: its symbols from `dims`, values by name: ids in [1, 100), a
     mask of ones with a right-padded row, `use_cache_branch` true unless the setting says `first`"""
     rng = np.random.default_rng(seed)
-    graph = onnx.load(str(path), load_external_data=False).graph
-    inits = {i.name for i in graph.initializer}
     out: dict[str, np.ndarray] = {}
-    for vi in graph.input:
-        if vi.name in inits:
-            continue
-        t = vi.type.tensor_type
-        shape = [d.dim_value or dims[d.dim_param] for d in t.shape.dim]
-        dt = onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)
-        if vi.name == "mask":
+    for name, (shape, dt) in input_shapes(path, dims).items():
+        if name == "mask":
             a = np.ones(shape, dt)
             if shape[0] > 1 and shape[1] > 1:
                 a[1, shape[1] // 2:] = 0
-        elif vi.name == "use_cache_branch":
+        elif name == "use_cache_branch":
             a = np.array([not dims.get("first", False)])
         elif np.issubdtype(dt, np.integer):
             a = rng.integers(1, 100, shape)
         else:
             a = rng.standard_normal(shape)
-        out[vi.name] = a.astype(dt)
+        out[name] = a.astype(dt)
     return out
 
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 import onnxcc
-from onnxcc.testing import ort_run
+from onnxcc.testing import input_shapes, ort_run
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "tv"
 STEMS = sorted(p.stem for p in DATA.glob("*.onnx"))
@@ -42,12 +41,8 @@ def model_key(stem: str) -> str:
 def feeds(path: Path, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     """standard normal images, one per graph input, dims from `dims` by symbol name"""
     rng = np.random.default_rng(seed)
-    graph = onnx.load(str(path), load_external_data=False).graph
-    out = {}
-    for vi in graph.input:
-        shape = [d.dim_value or dims[d.dim_param] for d in vi.type.tensor_type.shape.dim]
-        out[vi.name] = rng.standard_normal(shape).astype(np.float32)
-    return out
+    return {name: rng.standard_normal(shape).astype(np.float32)
+            for name, (shape, _) in input_shapes(path, dims).items()}
 
 
 def test_the_set_is_all_there():
