@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..ir import DType
 from ..kernel import Const, Var, rsum, select
+from .int_gemm import pad_guard
 
 
 def depth_batched_applies(x, w, group: int) -> bool:
@@ -38,18 +39,10 @@ def depth_batched_lower(ctx, x, w, bias, strides, dilations, pb, pe) -> None:
 
     def body(n, od, m, oh, ow):
         pos = [o * s + k * d - ctx.dim(p) for o, k, s, d, p in zip((od, oh, ow), kv, strides, dilations, pb)]
-        conds = []
-        for p, h, b, e in zip(pos, x.shape[2:], pb, pe):
-            if not (isinstance(b, int) and b == 0):
-                conds.append(p >= 0)
-            if not (isinstance(e, int) and e == 0):
-                conds.append(p < ctx.dim(h))
         xv = x[(n, c, *pos)]
-        if conds:
-            cond = conds[0]
-            for extra in conds[1:]:
-                cond = cond & extra
-            xv = select(cond, xv, 0)
+        inside = pad_guard(ctx, pos, x.shape[2:], pb, pe)
+        if inside is not None:
+            xv = select(inside, xv, 0)
         acc = rsum(axes, xv * w[(m, c, *kv)])
         return acc if bias is None else acc + bias[m]
 
