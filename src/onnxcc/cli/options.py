@@ -26,6 +26,19 @@ def parse_structure_specs(items) -> dict[str, str]:
     return out
 
 
+def parse_loop_capacity(text: str) -> tuple[int, int]:
+    """"16" or "16:4096" -> (initial, limit), both positive, initial <= limit."""
+    first, _, last = text.partition(":")
+    try:
+        initial = int(first)
+        limit = int(last) if last else max(initial, 1 << 24)
+    except ValueError:
+        raise click.UsageError(f"--loop-capacity {text!r}: expected INITIAL or INITIAL:LIMIT (16:65536)") from None
+    if not 1 <= initial <= limit:
+        raise click.UsageError(f"--loop-capacity {text!r}: need 1 <= INITIAL <= LIMIT")
+    return initial, limit
+
+
 def compile_flags(fn):
     """Decorate a command with the compile flags; it receives `options` (CompileOptions)."""
 
@@ -43,6 +56,9 @@ def compile_flags(fn):
     @click.option("--input-structure", "structure_specs", multiple=True, metavar="INPUT=SPEC",
                   help="the structure of a sequence / optional input: x=seq:3 (ranks where the model gives "
                        "none: x=seq:2:ranks=1,1), o=none, o=some, o=some:seq:2; repeatable")
+    @click.option("--loop-capacity", "loop_capacity", default=None, metavar="INITIAL[:LIMIT]",
+                  help="a while loop's grown state with no bound: the rows its buffers start with beyond "
+                       "the initial extent (default 16), doubled per call up to LIMIT (default 2**24)")
     @click.option("--no-specialize-one", is_flag=True, help="no `SYM == 1` versions for broadcast symbols")
     @click.option("--divisible", type=click.IntRange(min=0), default=None, metavar="K",
                   help="divisibility versions SYM % K == 0 (default: the target's vector width; 0 or 1: none)")
@@ -71,7 +87,7 @@ def compile_flags(fn):
     @functools.wraps(fn)
     def wrapper(*args, name, dims, specs, value_specs, value_symbols, structure_specs, no_specialize_one, divisible,
                 max_versions, target, cuda_arch, triple, cpu_name, cpu_versions, cc, features, no_parallel, no_fuse,
-                opt, bucket_specs, trace, max_buckets, **kwargs):
+                opt, bucket_specs, trace, max_buckets, loop_capacity, **kwargs):
         from ..compiler import CompileOptions
 
         options = CompileOptions(name=name, dims=parse_dims(dims), specialize=parse_specs(specs),
@@ -81,6 +97,8 @@ def compile_flags(fn):
                                  features=features, opt=opt, parallel=not no_parallel, fuse=not no_fuse,
                                  specialize_value=parse_value_specs(value_specs), value_symbols=value_symbols,
                                  input_structure=parse_structure_specs(structure_specs))
+        if loop_capacity is not None:
+            options.loop_capacity = parse_loop_capacity(loop_capacity)
         if cc is not None:
             if not cc.strip():
                 raise click.UsageError("--cc: expected a C compiler, e.g. --cc gcc or --cc 'clang -O2'")

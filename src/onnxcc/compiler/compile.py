@@ -261,6 +261,10 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
     # run-determined dims (control flow): the generic version's bounds
     spec.run_dims = dict(kmod.versions[-1].program.run_dims)
     spec.late_dims = sorted(kmod.versions[-1].program.late_dims)
+    # loop capacities (ops/loop_capacity.py): set and grown by the dispatcher
+    spec.cap_dims = {k: dict(v) for k, v in module.attrs.get("loop_capacity", {}).items()
+                     if k in module.symbols}
+    spec.cap_initial, spec.cap_limit = options.loop_capacity
     # constraints on run-time symbols are checked by the kernel where they are bound
     late = [(e, o) for e, o in spec.constraints
             if {s.name for s in sympy.sympify(e).free_symbols} & set(spec.late_dims)]

@@ -57,6 +57,9 @@ class CompileOptions:
     #: the structure of each sequence / optional input (io_structure.py): {"x": "seq:3",
     #: "opt": "none"}; a build is specialised on it (each element a tensor of the C ABI)
     input_structure: dict[str, str] = field(default_factory=dict)
+    #: a while loop's grown state that nothing bounds: (initial capacity, limit) in rows beyond
+    #: its initial extent; the library doubles it per call until the run fits (ops/loop_capacity.py)
+    loop_capacity: tuple[int, int] = (16, 1 << 24)
 
     def __post_init__(self):
         self.specialize_value = normalize_values(self.specialize_value)
@@ -68,6 +71,7 @@ class CompileOptions:
         d["buckets"] = {k: sorted(set(v)) for k, v in sorted(self.buckets.items())}
         d["specialize_value"] = {k: [list(x) for x in v] for k, v in sorted(self.specialize_value.items())}
         d["input_structure"] = dict(sorted(self.input_structure.items()))
+        d["loop_capacity"] = list(self.loop_capacity)
         return d
 
 

@@ -8,6 +8,7 @@ from .control import IfStmt, LoopStmt, SetSymbol, WriteAt
 from .expr import (
     BINARY_OPS,
     ERR_ASSERT,
+    ERR_CAPACITY,
     ERR_DIV_ZERO,
     ERR_INDEX,
     ERROR_MESSAGES,
@@ -80,6 +81,7 @@ __all__ = [
     "BUFFER_KINDS",
     "ERROR_MESSAGES",
     "ERR_ASSERT",
+    "ERR_CAPACITY",
     "ERR_DIV_ZERO",
     "ERR_INDEX",
     "REDUCE_OPS",

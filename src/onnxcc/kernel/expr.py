@@ -39,10 +39,12 @@ from onnxcc.ir import Dim, DType
 ERR_INDEX = 2
 ERR_DIV_ZERO = 3
 ERR_ASSERT = 4
+ERR_CAPACITY = 5  # a grown loop state passed its capacity: the dispatcher re-runs with more
 ERROR_MESSAGES = {
     ERR_INDEX: "index out of range",
     ERR_DIV_ZERO: "integer division by zero",
     ERR_ASSERT: "kernel assertion failed",
+    ERR_CAPACITY: "capacity exceeded",
 }
 
 I64 = DType.i64

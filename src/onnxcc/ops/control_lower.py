@@ -213,9 +213,9 @@ def lower_loop(ctx) -> None:
     with L.into(stmts):
         for o, y in zip(scans, ys[1 + n:]):
             write_slice(p, o, y, 0, t[()])
-        pairs, news = lc.rebind_after(ctx, vary, states, ys[1:1 + n])
+        pairs, news = lc.rebind_after(ctx, vary, states, ys[1:1 + n], bounds)
         carry(ctx, ([(cond, ys[0])] if cond is not None else []) + pairs)
-        lc.emit_rebinds(ctx, news, bounds)
+        lc.emit_rebinds(ctx, news)
     after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
                            count=None if count is None else count.name, max_trips=cap))
@@ -294,9 +294,9 @@ def lower_scan(ctx) -> None:
     with L.into(stmts):
         for o, y, ax, d in zip(scans, ys[ns:], lay.out_axes, lay.out_dirs):
             write_slice(p, o, y, ax % o.rank, rev if d else fwd)
-        pairs, news = lc.rebind_after(ctx, vary, states, ys[:ns])
+        pairs, news = lc.rebind_after(ctx, vary, states, ys[:ns], bounds)
         carry(ctx, pairs)
-        lc.emit_rebinds(ctx, news, bounds)
+        lc.emit_rebinds(ctx, news)
     after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=dim_to_expr(length)))
     p.body.extend(after)

@@ -39,7 +39,8 @@ from ..kernel import (
     transform,
     unflatten_index,
 )
-from ..kernel.expr import condition_to_expr
+from ..kernel.expr import ERR_CAPACITY, condition_to_expr
+from .loop_capacity import CAPACITY_ATTR, capacity_bound, is_capacity
 
 #: a constant trip count up to which the bound is found by running the growth symbolically
 MAX_SYMBOLIC_TRIPS = 64
@@ -144,7 +145,10 @@ def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, othe
            if coupled else f"grows by {growth} per iteration" +
            (" (not a constant)" if s in growth.free_symbols else "") +
            ("" if trips is not None else " over a trip count with no upper bound over the input dims"))
-    hint = f"--dim {s.name}=1:N" + (f" (or bound the trip count: --dim {iters}=1:N)" if iters and trips is None else "")
+    if iters is None or trips is not None:
+        # nothing bounds it at compile time: a capacity the dispatcher grows per call
+        return capacity_bound(ctx, k, j, s, init_b)
+    hint = f"--dim {s.name}=1:N (or bound the trip count: --dim {iters}=1:N)"
     raise _refuse(ctx, k, j, f"{why}: no bound for its buffer; give one with {hint}")
 
 
@@ -155,16 +159,24 @@ def bind_initial(ctx, vary, bounds: dict, operand_idx) -> None:
         ctx.lowerer.bind_symbol(ctx.op, s.name, bounds[s.name], dim_to_expr(init))
 
 
-def rebind_after(ctx, vary, states: list[Buffer], yields: list[Buffer]) -> tuple[list, list]:
-    """At the end of the body, before any symbol moves: the new extents into i64 temps, and
-    the updates for `control_lower.carry`, a varying state written in the yielded shape
-    (`write_compact`). Returns (updates, [(symbol, temp)])."""
+def rebind_after(ctx, vary, states: list[Buffer], yields: list[Buffer], bounds: dict) -> tuple[list, list]:
+    """At the end of the body, before any symbol moves: the new extents into i64 temps, each
+    checked against its bound there, before `carry` writes the state (so a state that would
+    outgrow its buffer fails the kernel instead of writing past it: ERR_CAPACITY where the
+    bound is a capacity the dispatcher grows, ERR_ASSERT where it is fixed), and the updates
+    for `control_lower.carry`, a varying state written in the yielded shape (`write_compact`).
+    Returns (updates, [(symbol, temp)])."""
     p = ctx.program
     vary_k = {k for k, _, _ in vary}
+    caps = ctx.lowerer.module.attrs.get(CAPACITY_ATTR, {})
     news = []
     for k, j, s in vary:
         t = ctx.temp(DType.i64, (), f"next_{s.name}")
-        p.compute(t, dim_to_expr(yields[k].shape[j]))
+        e = dim_to_expr(yields[k].shape[j])
+        # NOTE: dims are positive symbols to the shape rules, so an extent they compute can
+        # go below 0 where the state runs empty (a Slice [1:] of 0 rows): refused, not run
+        code = ERR_CAPACITY if is_capacity(bounds[s.name], caps) else ERR_ASSERT
+        p.compute(t, check(e <= dim_to_expr(bounds[s.name]), check(e >= 0, e, ERR_ASSERT), code))
         news.append((s, t))
     updates = [(st, y, write_compact) if k in vary_k else (st, y) for k, (st, y) in enumerate(zip(states, yields))]
     return updates, news
@@ -184,13 +196,11 @@ def write_compact(p, state: Buffer, y: Buffer) -> None:
     p.body.append(WriteAt(state.name, tuple(zip(vs, y.shape)), idx, y[vs]))
 
 
-def emit_rebinds(ctx, news, bounds: dict) -> None:
+def emit_rebinds(ctx, news) -> None:
+    """The new extents bound, after the carry (`rebind_after` checked them)."""
     for s, t in news:
-        # NOTE: dims are positive symbols to the shape rules, so an extent they compute can
-        # go below 0 where the state runs empty (a Slice [1:] of 0 rows): refused, not run
-        ok = (t[()] >= 0) & (t[()] <= dim_to_expr(bounds[s.name]))
         ctx.program.bound_mid_run.add(s.name)
-        ctx.program.body.append(SetSymbol(s.name, check(ok, t[()], ERR_ASSERT), bind=True))
+        ctx.program.body.append(SetSymbol(s.name, t[()], bind=True))
 
 
 def check_constraints(ctx, vary, stmts: list) -> list:

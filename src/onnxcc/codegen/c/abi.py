@@ -171,6 +171,13 @@ class ArtifactSpec:
     """version-determined symbols (an output dim the chosen value version fixes) -> their
     value per version (None: left as bound); set by the dispatcher once it picked a version"""
 
+    cap_dims: dict[str, dict] = field(default_factory=dict)
+    """loop capacities (ops/loop_capacity.py): symbol -> {node, value, dim, symbol} of the
+    loop-carried dim it sizes; set by the dispatcher to cap_initial << k, k doubling on the
+    kernel's ERR_CAPACITY while the capacity stays <= cap_limit (codegen/c/capacity.py)"""
+    cap_initial: int = 16
+    cap_limit: int = 1 << 24
+
     def symbol_index(self) -> dict[str, int]:
         return {s.name: k for k, s in enumerate(self.symbols)}
 
@@ -225,6 +232,11 @@ class ArtifactSpec:
             for o, i in v.in_place:
                 if not (0 <= o < len(self.outputs) and 0 <= i < len(self.inputs)):
                     raise ValueError(f"version {k}: in-place pair (output {o}, input {i}) is out of range")
+        for name in self.cap_dims:
+            if name not in known:
+                raise ValueError(f"loop capacity {name} is not a declared symbol")
+        if not 1 <= self.cap_initial <= self.cap_limit:
+            raise ValueError(f"loop capacity: initial {self.cap_initial} not in [1, limit {self.cap_limit}]")
         for name, bound in self.run_dims.items():
             if name not in known:
                 raise ValueError(f"run-determined symbol {name} is not a declared symbol")

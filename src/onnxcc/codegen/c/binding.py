@@ -86,7 +86,8 @@ def plan_bindings(spec: ArtifactSpec) -> Plan:
             changed = True
     # run-determined symbols are bound to their upper bound after the others (see _run_dims_doc)
     missing = [s.name for s in spec.symbols if s.name not in bound and s.name not in spec.run_dims
-               and s.name not in spec.version_dims and s.name not in spec.data_dims]
+               and s.name not in spec.version_dims and s.name not in spec.data_dims
+               and s.name not in spec.cap_dims]
     if missing:
         raise CompileError(
             f"artifact {spec.name}: symbol(s) {', '.join(missing)} cannot be determined from the input "

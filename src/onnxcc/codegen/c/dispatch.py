@@ -15,7 +15,7 @@ import sympy
 from onnxcc.errors import CompileError
 from onnxcc.ir.dims import canon
 
-from . import layout
+from . import capacity, layout
 from . import strings as str_abi
 from .abi import ArtifactSpec, TensorSig
 from .binding import Binding, plan_bindings
@@ -126,7 +126,7 @@ static const char *const version_infos[{len(s.versions)}] = {{
 
 /* thread-local, so concurrent callers each see their own */
 static __thread int last_version_tl = -1;
-{self.run_statics()}
+{self.run_statics()}{capacity.statics(s)}
 /* device types this target's kernels can read */
 static const int32_t devices[] = {{{devices}}};
 #define NUM_DEVICES ((int)(sizeof devices / sizeof devices[0]))
@@ -172,6 +172,7 @@ static const int32_t devices[] = {{{devices}}};
         out.append("  /* every other input dim must agree with the bound symbols */")
         for i, j, d in self.plan.checks:
             out += self.dim_check(i, j, d)
+        out += capacity.bind_lines(s, self.names)
         if s.run_dims:
             out.append("  /* run-determined dims: the upper bound (the kernel writes back the true value) */")
         for name, bound in s.run_dims.items():
@@ -273,7 +274,9 @@ static const int32_t devices[] = {{{devices}}};
         s, n = self.spec, self.n
         max_rank = max([1] + [t.rank for t in s.outputs])
         count = Msg(f"expected {len(s.outputs)} outputs ({', '.join(t.name for t in s.outputs)}), got ")
-        lines = [f"int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs) {{",
+        # with loop capacities NAME_run wraps this as `run_once` (capacity.py: re-runs)
+        head = "static int run_once" if capacity.has_capacity(s) else f"int {n}_run"
+        lines = [f"{head}(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs) {{",
                  "  int64_t s[SYM_CAP];", "  int rc;",
                  f"  onnxcc_span in_sp[{max(1, len(s.inputs))}], out_sp[{max(1, len(s.outputs))}];",
                  "  onnxcc_error_clear();", *str_abi.run_begin(s), "  last_version_tl = -1;",
@@ -483,10 +486,20 @@ const char *{n}_version_info(int version) {{
 int {n}_last_version(void) {{ return last_version_tl; }}
 {stream}{self.output_dims_api()}"""
 
+    def capacity_fns(self) -> list[str]:
+        """NAME_run around run_once where a loop capacity may grow (capacity.py)."""
+        if not capacity.has_capacity(self.spec):
+            return []
+        if not has_run_alloc(self.spec, self.target.devices, self.target.shape_devices):
+            raise CompileError(f"artifact {self.n}: a loop state sized by a growing capacity needs a target "
+                               f"whose library allocates outputs (--target cpu), not {self.spec.target}")
+        return [capacity.run_wrapper(self.spec, self.code)]
+
     def source(self) -> str:
         parts = [self.prelude(), cpu_check_fn(self.spec), cpu_levels_fn(self.spec), self.bind_fn(),
                  self.value_guards_fn(), self.select_version(), self.output_dims_fn(), self.aliasing_fn(),
-                 self.run_fn(), self.api_fns(), identity_defs(self.spec), signature_defs(self.spec, DL_DTYPE)]
+                 self.run_fn(), *self.capacity_fns(), self.api_fns(), identity_defs(self.spec),
+                 signature_defs(self.spec, DL_DTYPE)]
         if has_run_alloc(self.spec, self.target.devices, self.target.shape_devices):
             parts.append(run_alloc_fn(self.spec, DL_DTYPE, self.code))
         if str_abi.string_outputs(self.spec):

@@ -45,8 +45,17 @@ def run_alloc_decl(spec: ArtifactSpec) -> str:
 
 
 def run_alloc_fn(spec: ArtifactSpec, dl_dtype: dict, code) -> str:
-    """The definition of NAME_run_alloc; `code(name)` spells a return code."""
+    """The definition of NAME_run_alloc; `code(name)` spells a return code. Where a loop's
+    capacity may grow (codegen/c/capacity.py) the allocation and the run repeat with the
+    capacity doubled until the run fits, each failed attempt's outputs freed first."""
     n, nout = spec.name, len(spec.outputs)
+    grows = bool(spec.cap_dims)
+    runner = "run_once" if grows else f"{n}_run"
+    retry = """    if (capacity_exceeded(rc)) {
+      for (k = 0; k < %d; ++k) { if (held[k] != NULL) held[k]->deleter(held[k]); held[k] = NULL; }
+      if ((rc = capacity_grow(rc)) == 0) continue;
+    }
+""" % nout if grows else ""
     max_rank = max([1] + [t.rank for t in spec.outputs])
     ranks = ", ".join(str(t.rank) for t in spec.outputs)
     codes = ", ".join(str(dl_dtype[t.dtype][0]) for t in spec.outputs)
@@ -78,22 +87,28 @@ int {n}_run_alloc(const DLTensor *inputs, int n_inputs, DLManagedTensor **output
     return {code("ERR_ARGS")};
   }}
   for (k = 0; k < {nout}; ++k) {{ outputs[k] = NULL; held[k] = NULL; }}
-  for (k = 0; k < {nout}; ++k) {{
-    size_t bytes = 0;
-    if ((rc = {n}_output_shape(inputs, n_inputs, k, dims)) != 0) goto fail;
-    if (onnxcc_tensor_bytes(ranks[k], dims, bits[k], &bytes) != 0 ||
-        (held[k] = onnxcc_managed_new(ranks[k], dims, codes[k], bits[k], bytes)) == NULL) {{
-      onnxcc_error_set("{n}_run_alloc: output %d cannot be allocated", k);
-      rc = {code("ERR_ALLOC")};
-      goto fail;
+{"  cap_shift_tl = 0;" if grows else ""}
+  for (;;) {{
+    for (k = 0; k < {nout}; ++k) {{
+      size_t bytes = 0;
+      if ((rc = {n}_output_shape(inputs, n_inputs, k, dims)) != 0) goto fail;
+      if (onnxcc_tensor_bytes(ranks[k], dims, bits[k], &bytes) != 0 ||
+          (held[k] = onnxcc_managed_new(ranks[k], dims, codes[k], bits[k], bytes)) == NULL) {{
+        onnxcc_error_set("{n}_run_alloc: output %d cannot be allocated", k);
+        rc = {code("ERR_ALLOC")};
+        goto fail;
+      }}
+      outs[k] = held[k]->dl_tensor;
     }}
-    outs[k] = held[k]->dl_tensor;
+    if ((rc = {runner}(inputs, n_inputs, outs, {nout})) == 0) break;
+{retry}    goto fail;
   }}
-  if ((rc = {n}_run(inputs, n_inputs, outs, {nout})) != 0) goto fail;
+{"  cap_shift_tl = 0;" if grows else ""}
 {chr(10).join(finish)}
   for (k = 0; k < {nout}; ++k) outputs[k] = held[k];
   return 0;
 fail:
+{"  cap_shift_tl = 0;" if grows else ""}
   for (k = 0; k < {nout}; ++k) {{
     if (held[k] != NULL) held[k]->deleter(held[k]);
   }}

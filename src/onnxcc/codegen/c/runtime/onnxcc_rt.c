@@ -746,6 +746,10 @@ static void onnxcc_ws_release(void *p, int cached) {
     onnxcc_aligned_free(p);
 }
 
+static __thread int onnxcc_kernel_code_tl;
+
+int onnxcc_last_kernel_code(void) { return onnxcc_kernel_code_tl; }
+
 int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes, const int64_t *syms,
                         void *const *inputs, void *const *outputs) {
   void *ws = NULL;
@@ -763,10 +767,12 @@ int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes, const int
   int32_t rc = fn(syms, inputs, outputs, ws);
   onnxcc_ws_release(ws, cached);
   if (rc == 0) return ONNXCC_OK;
+  onnxcc_kernel_code_tl = (int)rc; /* only failures: read only after an ERR_KERNEL */
   /* the kernels' own codes, named as kernel/expr.py's ERROR_MESSAGES names them (the CUDA
    * runtime reads the same names from its image) */
   const char *what = rc == 2 ? " (index out of range)" : rc == 3 ? " (integer division by zero)"
-                   : rc == 4 ? " (kernel assertion failed)" : "";
+                   : rc == 4 ? " (kernel assertion failed)"
+                   : rc == 5 ? " (capacity exceeded)" : "";
   if (onnxcc_err_buf[0] != '\0')
     onnxcc_error_set("kernel failed in version %d with code %d%s: %s", v, (int)rc, what, onnxcc_err_buf);
   else

@@ -182,6 +182,11 @@ typedef int32_t (*onnxcc_version_fn)(const int64_t *syms, void *const *inputs,
  * it. A nonzero return
  * becomes ONNXCC_ERR_KERNEL with "kernel failed in version V with code C" (followed by
  * any message the kernel set itself with onnxcc_error_set). */
+/* The code the last failed kernel call of this thread returned (valid right after
+ * onnxcc_call_version returned ONNXCC_ERR_KERNEL): 5 is
+ * ERR_CAPACITY, a grown loop state that passed its capacity, which the dispatcher answers by
+ * re-running with a larger one (codegen/c/capacity.py). */
+ONNXCC_HIDDEN int onnxcc_last_kernel_code(void);
 ONNXCC_HIDDEN int onnxcc_call_version(int v, onnxcc_version_fn fn, int64_t ws_bytes,
                                       const int64_t *syms, void *const *inputs,
                                       void *const *outputs);

@@ -1,0 +1,121 @@
+"""Loop capacities in the dispatcher: a loop-carried dim nothing bounds at compile time (a
+while loop on data that appends to its state, ops/loop_capacity.py) has its buffers sized by a
+capacity symbol that the dispatcher sets before the run, `initial << shift`.
+
+The kernel checks every new extent against the capacity before writing the state and fails
+with ERR_CAPACITY (kernel code 5) when it would pass it. On that code:
+- `NAME_run_alloc` frees the outputs it allocated, doubles the capacity (shift + 1), sizes
+  the outputs and the per-call workspace (heap, `onnxcc_call_version`) again and re-runs,
+  until the run fits or the capacity would pass the limit: then the error names the loop
+  node, the value and the capacity reached;
+- `NAME_run` re-runs the same way when no output's size depends on a capacity; when one
+  does, the caller allocated it for the first capacity (`NAME_output_shape`) and it cannot
+  grow: the error says that the output size is known only after the run, use NAME_run_alloc.
+The shift is per thread and back to 0 after every call, so `NAME_output_shape` answers for
+the initial capacity.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from .abi import ArtifactSpec
+from .ctext import c_string
+
+#: the kernel's code for a capacity passed (kernel/expr.py ERR_CAPACITY)
+KERNEL_CODE = 5
+
+
+def has_capacity(spec: ArtifactSpec) -> bool:
+    return bool(spec.cap_dims)
+
+
+def output_grows(spec: ArtifactSpec) -> bool:
+    """Whether some output's allocation is sized by a capacity (its run-determined dims'
+    bounds read one): the caller of NAME_run cannot allocate it for a larger one."""
+    caps = set(spec.cap_dims)
+    for t in spec.outputs:
+        for d in t.shape:
+            for x in sympy.sympify(d).free_symbols:
+                b = spec.run_dims.get(x.name)
+                if x.name in caps or (b is not None and {y.name for y in sympy.sympify(b).free_symbols} & caps):
+                    return True
+    return False
+
+
+def _max_shift(spec: ArtifactSpec) -> int:
+    """The doublings allowed: the largest k with initial << k <= limit."""
+    k = 0
+    while (spec.cap_initial << (k + 1)) <= spec.cap_limit:
+        k += 1
+    return k
+
+
+def statics(spec: ArtifactSpec) -> str:
+    if not has_capacity(spec):
+        return ""
+    which = "; ".join(f'node \\"{c_string(info["node"])}\\" loop-carried value {info["value"]} dim {info["dim"]} '
+                      f'({info["symbol"]})' for info in spec.cap_dims.values())
+    return f"""
+/* loop capacities (codegen/c/capacity.py): initial << cap_shift_tl rows beyond the initial
+ * extent, doubled on a kernel's ERR_CAPACITY up to the limit */
+#define CAP_INITIAL ((int64_t){spec.cap_initial})
+#define CAP_MAX_SHIFT {_max_shift(spec)}
+static __thread int cap_shift_tl = 0;
+static const char cap_loops[] = "{which}";
+
+/* 1 when the run failed because a loop state outgrew its capacity */
+static int capacity_exceeded(int rc) {{
+  return rc == ONNXCC_ERR_KERNEL && onnxcc_last_kernel_code() == {KERNEL_CODE};
+}}
+
+/* the next capacity, or the limit's error (rc kept) when it is reached */
+static int capacity_grow(int rc) {{
+  if (cap_shift_tl >= CAP_MAX_SHIFT) {{
+    onnxcc_error_set("%s needs more than its capacity of %lld rows beyond its initial extent, the "
+                     "limit of this build (compile with a larger --loop-capacity INITIAL:LIMIT)",
+                     cap_loops, (long long)(CAP_INITIAL << cap_shift_tl));
+    cap_shift_tl = 0;
+    return rc;
+  }}
+  ++cap_shift_tl;
+  return 0;
+}}
+"""
+
+
+def bind_lines(spec: ArtifactSpec, names: dict[str, str]) -> list[str]:
+    """In bind_inputs, before the run-determined bounds (which read them): the capacities."""
+    if not has_capacity(spec):
+        return []
+    return ["  /* loop capacities: set per call, doubled on ERR_CAPACITY (capacity.py) */",
+            *(f"  {names[name]} = CAP_INITIAL << cap_shift_tl;" for name in spec.cap_dims)]
+
+
+def run_wrapper(spec: ArtifactSpec, code) -> str:
+    """NAME_run around `run_once` (the plain dispatcher): re-runs with a doubled capacity
+    where the caller's outputs do not depend on it, else names NAME_run_alloc."""
+    n = spec.name
+    if output_grows(spec):
+        retry = f"""  if (capacity_exceeded(rc))
+    onnxcc_error_set("{n}_run: %s needs more than the capacity of %lld rows its outputs were allocated for: "
+                     "output size known only after the run: use {n}_run_alloc", cap_loops,
+                     (long long)CAP_INITIAL);
+  return rc;"""
+    else:
+        retry = """  while (capacity_exceeded(rc)) {
+    if (capacity_grow(rc) != 0) return rc;
+    rc = run_once(inputs, n_inputs, outputs, n_outputs);
+  }
+  cap_shift_tl = 0;
+  return rc;"""
+    return f"""
+/* NAME.h: {n}_run; a loop state that outgrows its capacity: see codegen/c/capacity.py */
+int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outputs) {{
+  cap_shift_tl = 0;
+  int rc = run_once(inputs, n_inputs, outputs, n_outputs);
+{retry}
+}}"""
+
+
+__all__ = ["KERNEL_CODE", "bind_lines", "has_capacity", "output_grows", "run_wrapper", "statics"]
