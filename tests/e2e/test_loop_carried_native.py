@@ -323,7 +323,11 @@ def test_the_body_rebinds_the_carried_dim(tmp_path):
     assert "run carried0_d0 <= 2*N" in text
     top, _, body = text.partition("loop ")
     assert "bind carried0_d0 := N" in top
-    assert "bind carried0_d0 := check(" in body
+    # the new extent is checked against the bound before the state is written, then bound
+    check_at = body.index("next_carried0_d0")
+    assert body[check_at:].split("\n")[0].endswith("= check(carried0_d0 + 1 <= N * 2, check(carried0_d0 + 1 >= 0, "
+                                                    "carried0_d0 + 1, code=4), code=4)")
+    assert check_at < body.index("for (w0 < carried0_d0 + 1)") < body.index("bind carried0_d0 := next_carried0_d0")
     progs = parse_kernel_text(text)  # the text parses back; the nested binding counts as mid-run
     assert progs[-1].late_dims == {"carried0_d0"} and str(progs[-1].run_dims["carried0_d0"]) == "2*N"
 
@@ -342,12 +346,13 @@ def test_constant_trip_count_with_a_data_condition_stays_a_loop():
     assert [str(t) for t in main_f.result_types] == ["f32[carried0_d0]"]
 
 
-def test_unbounded_growth_is_refused_naming_the_node_and_value(tmp_path):
-    onnx.save(while_data(), tmp_path / "w.onnx")
-    with pytest.raises(UnsupportedOp, match=r"grow.*loop-carried value 0 dim 0 changes across iterations and grows "
-                                            r"by 1 per iteration over a trip count with no upper bound.*"
-                                            r"--dim carried0_d0=1:N"):
-        compile_model(tmp_path / "w.onnx", tmp_path / "lib")
+@pytest.mark.parametrize("n,lim", [(1, 3.0), (2, 40.0), (3, 400.0)])
+def test_unbounded_growth_grows_a_capacity(built, n, lim):
+    """No trip count and no range: a capacity the library doubles until the run fits
+    (ops/loop_capacity.py; tests/e2e/test_loop_capacity.py has its edges)."""
+    path, lib, _ = built("while_data_cap", while_data())
+    feeds = {"x": np.full(n, 0.5, np.float32), "lim": np.array(lim, np.float32)}
+    _close(lib.run(feeds), ort_run(path, feeds), f"n={n} lim={lim}")
 
 
 @pytest.mark.parametrize("n,lim", [(1, 3.0), (3, 8.0)])
@@ -404,11 +409,14 @@ def test_slicing_an_emptied_state_gives_empty_rows(built, n, k):
     _close(got, ort_run(path, feeds), f"n={n} k={k}")
 
 
-def test_growth_that_depends_on_another_carried_dim_is_refused(tmp_path):
-    onnx.save(coupled(), tmp_path / "c.onnx")
-    with pytest.raises(UnsupportedOp, match=r"coupled.*loop-carried value 0 dim 0 .*depends on other carried dims "
-                                            r"\(carried1_d0\)"):
-        compile_model(tmp_path / "c.onnx", tmp_path / "lib")
+@pytest.mark.parametrize("n", [1, 3, 12])
+def test_growth_that_depends_on_another_carried_dim_gets_a_capacity(built, n):
+    """y grows by len(z) a step: no bound over the inputs, so a capacity (grown per call)."""
+    path, lib, _ = built("coupled", coupled())
+    feeds = {"x": np.arange(n, dtype=np.float32)}
+    got = lib.run(feeds)
+    assert got["y"].shape == (n + n * (n + 1) + n * (n - 1) // 2,)
+    _close(got, ort_run(path, feeds), f"n={n}")
 
 
 @pytest.mark.parametrize("length,k", [(1, 1), (4, 2), (7, 3)])

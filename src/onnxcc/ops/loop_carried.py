@@ -22,12 +22,15 @@ rather than overrun). Anything else is refused naming the node, the value and wh
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sympy
 
 from ..ir import INT_MAX, DType, canon
 from ..kernel import (
     ERR_ASSERT,
     Buffer,
+    Compute,
     SetSymbol,
     SymRef,
     Var,
@@ -87,10 +90,15 @@ def close_bounds(ctx, marks: dict, bounds: dict, stmts: list) -> None:
 
 
 def _replace_marks(stmts: list, exprs: dict) -> None:
+    def swap(e):
+        return transform(e, lambda x: exprs.get(x.name) if isinstance(x, SymRef) else None)
+
     for k, st in enumerate(stmts):
         if isinstance(st, SetSymbol) and symbols_used(st.value) & set(exprs):
-            value = transform(st.value, lambda e: exprs.get(e.name) if isinstance(e, SymRef) else None)
-            stmts[k] = SetSymbol(st.symbol, value, st.bind)
+            stmts[k] = SetSymbol(st.symbol, swap(st.value), st.bind)
+        elif isinstance(st, Compute) and symbols_used(st.body) & set(exprs):
+            # a nested loop's check of its new extent (`rebind_after`) against its bound
+            stmts[k] = replace(st, body=swap(st.body))
         for b in st.bodies():
             _replace_marks(b, exprs)
 
