@@ -109,8 +109,9 @@ def test_growth_up_to_the_limit_runs(limited):
 
 def test_growth_past_the_limit_names_the_loop_the_value_and_the_capacity(limited):
     _, lib = limited
-    with pytest.raises(RuntimeCallError, match=r'node "grow" loop-carried value 0 dim 0 \(carried0_d0\) needs more '
-                                               r"than its capacity of 16 rows .*--loop-capacity"):
+    with pytest.raises(RuntimeCallError, match=r'node "grow" loop-carried value 0 dim 0 \(carried0_d0\): the run '
+                                               r"needs more than the capacity limit of this build, 16 rows"
+                                               r".*--loop-capacity"):
         lib.run(appended_feeds(17))
     # the thread's capacity starts over: the next call runs (and doubles again)
     assert lib.run(appended_feeds(9))["v2"].shape == (10,)

@@ -383,10 +383,15 @@ def test_data_trip_count_past_its_range_fails(built):
         lib.run({"x": np.ones(2, np.float32), "k": np.array([17.0, 0.0], np.float32)})
 
 
-def test_data_trip_count_without_a_range_names_both_symbols(tmp_path):
-    onnx.save(grow_by_data_trips(), tmp_path / "d.onnx")
-    with pytest.raises(UnsupportedOp, match=r"--dim carried0_d0=1:N \(or bound the trip count: --dim iters=1:N\)"):
-        compile_model(tmp_path / "d.onnx", tmp_path / "lib")
+@pytest.mark.parametrize("n,k", [(1, 0.0), (2, 5.0), (2, 40.0)])
+def test_data_trip_count_without_a_range_gets_capacities(built, n, k):
+    """M from data and no range: the state and the scan outputs' iteration count each get a
+    capacity the library grows per call (ops/loop_capacity.py)."""
+    path, lib, _ = built("grow_by_data_trips_cap", grow_by_data_trips())
+    feeds = {"x": np.random.default_rng(n).standard_normal(n).astype(np.float32), "k": np.array([k, 0.0], np.float32)}
+    got = lib.run(feeds)
+    assert got["s"].shape == (int(k),)
+    _close(got, ort_run(path, feeds), f"n={n} k={k}")
 
 
 @pytest.mark.parametrize("n,k", [(1, 1), (4, 2), (3, 3)])

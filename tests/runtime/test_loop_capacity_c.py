@@ -97,8 +97,8 @@ def test_past_the_limit_a_clear_error_and_nothing_allocated(built):
     r = _run(exe, "65")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "alloc lim=65 rc=8" in r.stdout  # ERR_KERNEL
-    assert ('msg=node "grow" loop-carried value 0 dim 0 (carried0_d0) needs more than its capacity of 64 rows'
-            in r.stdout)
+    assert ('msg=node "grow" loop-carried value 0 dim 0 (carried0_d0): the run needs more than the capacity '
+            "limit of this build, 64 rows" in r.stdout)
     assert "nulls=1" in r.stdout
 
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from onnxcc.errors import VerifyError
 from onnxcc.ir import Dim, DType, canon, print_dim
 
-from .expr import Expr, Load, Var, buffers_read, format_expr, free_vars, symbols_used, walk
+from .expr import ERR_ASSERT, Expr, Load, Var, buffers_read, format_expr, free_vars, symbols_used, walk
 from .program import Buffer, KernelProgram, Stmt
 
 
@@ -136,7 +136,8 @@ class LoopStmt(Stmt):
     (the body updates the buffers it reads). Before each iteration t is stored into the
     rank-0 i64 buffer `index` (when given); after the loop the number of iterations run
     goes to `count`. With `max_trips`, an iteration number reaching it while the loop would
-    go on makes the kernel fail (ERR_ASSERT): the stacked outputs hold that many rows."""
+    go on makes the kernel fail (`max_code`: ERR_ASSERT, or ERR_CAPACITY where max_trips is a
+    capacity the dispatcher grows, ops/loop_capacity.py): the stacked outputs hold that many rows."""
 
     body: list[Stmt] = field(default_factory=list)
     index: str | None = None
@@ -144,6 +145,7 @@ class LoopStmt(Stmt):
     cond: Expr | None = None
     count: str | None = None
     max_trips: Dim | None = None
+    max_code: int = ERR_ASSERT
 
     def bodies(self) -> tuple[list[Stmt], ...]:
         return (self.body,)
@@ -165,6 +167,8 @@ class LoopStmt(Stmt):
             head += f" while ({format_expr(self.cond)})"
         if self.max_trips is not None:
             head += f" at most {print_dim(self.max_trips)}"
+            if self.max_code != ERR_ASSERT:
+                head += f" code={self.max_code}"
         if self.count is not None:
             head += f" count -> {self.count}"
         return [head + " {", *_fmt_body(self.body, indent), f"{indent}}}"]

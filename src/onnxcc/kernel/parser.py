@@ -276,7 +276,7 @@ def _split_top(text: str) -> list[str]:
 
 _HEAD = re.compile(r"kernel ([A-Za-z_][A-Za-z0-9_.]*)\((.*)\) \{$")
 _BUF = re.compile(r"(input|output|temp|const) ([^:\s]+): ([a-z0-9]+)\[(.*?)\](?: = view\((\S+)\)| = <(\d+) values>)?$")
-_LOOP = re.compile(r"loop (\S+) < (.+?)(?: while \((.*)\))?(?: at most (\S+))?(?: count -> (\S+))? \{$")
+_LOOP = re.compile(r"loop (\S+) < (.+?)(?: while \((.*)\))?(?: at most (\S+))?(?: code=(\d+))?(?: count -> (\S+))? \{$")
 _WHERE = re.compile(r"where (\$\d+) = (.*)$")
 
 
@@ -355,13 +355,14 @@ def _stmt(lines: _Lines, p: KernelProgram, bound: set[str]) -> Stmt:
             lines.next()
         return IfStmt(cond, then, other)
     if (m := _LOOP.match(s)) is not None:
-        index, trips, cond, most, count = m.groups()
+        index, trips, cond, most, code, count = m.groups()
         body = _stmts(lines, p, bound)
         lines.next()
         return LoopStmt(body, index if index in p.buffers else None,
                         None if trips == "inf" else parse_expr(trips, p, bound, line=n),
                         None if cond is None else parse_expr(cond, p, bound, line=n),
-                        count, None if most is None else parse_dim(most))
+                        count, None if most is None else parse_dim(most),
+                        *(() if code is None else (int(code),)))
     if s.startswith("symbol ") and " := " in s:
         name, value = s[len("symbol "):].split(" := ", 1)
         return SetSymbol(name.strip(), parse_expr(value, p, bound, line=n))

@@ -29,7 +29,19 @@ import sympy
 
 from ..errors import UnsupportedOp
 from ..ir import INT_MAX, DType, Op, canon
-from ..kernel import Buffer, IfStmt, LoopStmt, Var, WriteAt, dim_to_expr, flatten_index, unflatten_index
+from ..kernel import (
+    ERR_ASSERT,
+    ERR_CAPACITY,
+    Buffer,
+    IfStmt,
+    LoopStmt,
+    Var,
+    WriteAt,
+    dim_to_expr,
+    flatten_index,
+    unflatten_index,
+)
+from . import loop_capacity
 from . import loop_carried as lc
 
 
@@ -202,9 +214,12 @@ def lower_loop(ctx) -> None:
     bounds = _carried_bounds(ctx, lay, vary, body, marks)
     lc.close_bounds(ctx, marks, bounds, stmts)
     count = cap = None
+    code = ERR_ASSERT
     run = sorted({d.name for d in (o.shape[0] for o in scans) if L.is_run_dim(d)})
     if run:
         bound = _trip_bound(ctx, lay, run[0])
+        if bound is None:  # nothing bounds the iterations: a capacity grown per call
+            bound, code = loop_capacity.trips_capacity(ctx, run[0]), ERR_CAPACITY
         count = ctx.temp(DType.i64, (), "loop_count")
         for name in run:
             L.declare_run_dim(op, name, bound)
@@ -218,7 +233,7 @@ def lower_loop(ctx) -> None:
         lc.emit_rebinds(ctx, news)
     after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
-                           count=None if count is None else count.name, max_trips=cap))
+                           count=None if count is None else count.name, max_trips=cap, max_code=code))
     p.body.extend(after)
 
 
@@ -233,7 +248,7 @@ def _carried_bounds(ctx, lay, vary, body, marks: dict) -> dict:
     others = {s.name for _, _, s in vary}
     ys = list(body.terminator.operands)
     return {s.name: lc.carried_bound(ctx, k, j, s, ctx.in_type(lay.carried[k]).shape[j], ys[1 + k].type.shape[j],
-                                     trips, others, marks, iters)
+                                     trips, others, marks)
             for k, j, s in vary}
 
 

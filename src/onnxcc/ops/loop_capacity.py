@@ -30,16 +30,25 @@ def capacity_name(s: sympy.Symbol) -> str:
 def capacity_bound(ctx, k: int, j: int, s: sympy.Symbol, init_b) -> sympy.Expr:
     """The allocation bound of carried dim `s` (value k, dim j) with no bound known at compile
     time: its initial extent's bound plus a capacity symbol the dispatcher sets per call."""
+    cap = declare_capacity(ctx, s, f"loop-carried value {k} dim {j} ({s.name})")
+    return canon(sympy.sympify(init_b) + cap)
+
+
+def trips_capacity(ctx, name: str) -> sympy.Symbol:
+    """The bound of a Loop's iteration count `name` (its scan outputs' leading dim) when
+    nothing bounds it: a capacity; the loop fails with ERR_CAPACITY rather than run past it."""
+    return declare_capacity(ctx, sym(name), f"scan outputs' iteration count ({name})")
+
+
+def declare_capacity(ctx, s: sympy.Symbol, what: str) -> sympy.Symbol:
     L, op = ctx.lowerer, ctx.op
     name = capacity_name(s)
-    L.module.symbols.declare(name, 1, INT_MAX, origin=f'capacity of node "{op.loc}" loop-carried value {k} '
-                                                      f"dim {j} ({s.name})")
+    L.module.symbols.declare(name, 1, INT_MAX, origin=f'capacity of node "{op.loc}" {what}')
     if name not in L.program.symbols:  # the syms slot the dispatcher fills (module order: last)
         L.program.symbols.append(name)
     L.bound.add(name)  # read like an input dim: the dispatcher sets it before any kernel runs
-    L.module.attrs.setdefault(CAPACITY_ATTR, {})[name] = {
-        "node": op.loc or op.name, "value": k, "dim": j, "symbol": s.name}
-    return canon(sympy.sympify(init_b) + sym(name))
+    L.module.attrs.setdefault(CAPACITY_ATTR, {})[name] = {"node": op.loc or op.name, "what": what}
+    return sym(name)
 
 
 def is_capacity(bound, caps: dict) -> bool:
@@ -47,4 +56,4 @@ def is_capacity(bound, caps: dict) -> bool:
     return any(x.name in caps for x in sympy.sympify(bound).free_symbols)
 
 
-__all__ = ["CAPACITY_ATTR", "capacity_bound", "capacity_name", "is_capacity"]
+__all__ = ["CAPACITY_ATTR", "capacity_bound", "capacity_name", "declare_capacity", "is_capacity", "trips_capacity"]

@@ -16,8 +16,10 @@ The bound (every buffer with the dim is allocated for it) comes from the growth 
 iteration and the trip count's bound: init + trips * growth when the growth does not depend
 on the state (a constant, an input dim, a count bounded by either), the running maximum over
 the iterations when the trip count is a small constant, else the symbol's own range
-(`--dim carried0_d0=1:N`). Every re-binding is checked against it (the kernel fails, ERR_ASSERT,
-rather than overrun). Anything else is refused naming the node, the value and why.
+(`--dim carried0_d0=1:N`), else (a while loop on data that appends with nothing bounding it)
+a capacity the dispatcher sets and doubles per call (ops/loop_capacity.py). Every new extent
+is checked against the bound before the state is written (the kernel fails, ERR_ASSERT, or
+ERR_CAPACITY for a capacity, rather than write past the end).
 """
 
 from __future__ import annotations
@@ -124,8 +126,7 @@ def _over_inputs(ctx, e, k: int, j: int, what: str, marks: dict | None = None):
     return e.xreplace(subs).xreplace(back)
 
 
-def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, others: set[str], marks: dict,
-                  iters: str | None = None):
+def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, others: set[str], marks: dict):
     """An upper bound, over the input symbols, of carried dim `s` (initially `init`, `grown`
     after one iteration: an expression of s) over a loop of at most `trips` iterations."""
     L = ctx.lowerer
@@ -149,15 +150,9 @@ def carried_bound(ctx, k: int, j: int, s: sympy.Symbol, init, grown, trips, othe
     info = L.module.symbols[s.name]
     if info.hi < INT_MAX:  # the user's range for it (--dim): checked at every re-binding
         return info.hi
-    why = (f"its extent after an iteration ({grown}) depends on other carried dims ({', '.join(coupled)})"
-           if coupled else f"grows by {growth} per iteration" +
-           (" (not a constant)" if s in growth.free_symbols else "") +
-           ("" if trips is not None else " over a trip count with no upper bound over the input dims"))
-    if iters is None or trips is not None:
-        # nothing bounds it at compile time: a capacity the dispatcher grows per call
-        return capacity_bound(ctx, k, j, s, init_b)
-    hint = f"--dim {s.name}=1:N (or bound the trip count: --dim {iters}=1:N)"
-    raise _refuse(ctx, k, j, f"{why}: no bound for its buffer; give one with {hint}")
+    # nothing bounds it over the inputs (its growth depends on the state or on other carried
+    # dims, or the trip count has no bound): a capacity the dispatcher grows per call
+    return capacity_bound(ctx, k, j, s, init_b)
 
 
 def bind_initial(ctx, vary, bounds: dict, operand_idx) -> None:

@@ -172,8 +172,8 @@ class ArtifactSpec:
     value per version (None: left as bound); set by the dispatcher once it picked a version"""
 
     cap_dims: dict[str, dict] = field(default_factory=dict)
-    """loop capacities (ops/loop_capacity.py): symbol -> {node, value, dim, symbol} of the
-    loop-carried dim it sizes; set by the dispatcher to cap_initial << k, k doubling on the
+    """loop capacities (ops/loop_capacity.py): symbol -> {node, what} (the loop and the
+    carried dim or iteration count it sizes); set by the dispatcher to cap_initial << k, k doubling on the
     kernel's ERR_CAPACITY while the capacity stays <= cap_limit (codegen/c/capacity.py)"""
     cap_initial: int = 16
     cap_limit: int = 1 << 24

@@ -54,8 +54,8 @@ def _max_shift(spec: ArtifactSpec) -> int:
 def statics(spec: ArtifactSpec) -> str:
     if not has_capacity(spec):
         return ""
-    which = "; ".join(f'node \\"{c_string(info["node"])}\\" loop-carried value {info["value"]} dim {info["dim"]} '
-                      f'({info["symbol"]})' for info in spec.cap_dims.values())
+    which = "; ".join(f'node \\"{c_string(info["node"])}\\" {c_string(info["what"])}'
+                      for info in spec.cap_dims.values())
     return f"""
 /* loop capacities (codegen/c/capacity.py): initial << cap_shift_tl rows beyond the initial
  * extent, doubled on a kernel's ERR_CAPACITY up to the limit */
@@ -72,8 +72,8 @@ static int capacity_exceeded(int rc) {{
 /* the next capacity, or the limit's error (rc kept) when it is reached */
 static int capacity_grow(int rc) {{
   if (cap_shift_tl >= CAP_MAX_SHIFT) {{
-    onnxcc_error_set("%s needs more than its capacity of %lld rows beyond its initial extent, the "
-                     "limit of this build (compile with a larger --loop-capacity INITIAL:LIMIT)",
+    onnxcc_error_set("%s: the run needs more than the capacity limit of this build, %lld rows (beyond a "
+                     "carried value's initial extent), compile with a larger --loop-capacity INITIAL:LIMIT",
                      cap_loops, (long long)(CAP_INITIAL << cap_shift_tl));
     cap_shift_tl = 0;
     return rc;
@@ -98,8 +98,8 @@ def run_wrapper(spec: ArtifactSpec, code) -> str:
     n = spec.name
     if output_grows(spec):
         retry = f"""  if (capacity_exceeded(rc))
-    onnxcc_error_set("{n}_run: %s needs more than the capacity of %lld rows its outputs were allocated for: "
-                     "output size known only after the run: use {n}_run_alloc", cap_loops,
+    onnxcc_error_set("{n}_run: %s: the run needs more than the capacity of %lld rows its outputs were "
+                     "allocated for: output size known only after the run: use {n}_run_alloc", cap_loops,
                      (long long)CAP_INITIAL);
   return rc;"""
     else:

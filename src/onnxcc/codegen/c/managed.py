@@ -51,11 +51,11 @@ def run_alloc_fn(spec: ArtifactSpec, dl_dtype: dict, code) -> str:
     n, nout = spec.name, len(spec.outputs)
     grows = bool(spec.cap_dims)
     runner = "run_once" if grows else f"{n}_run"
-    retry = """    if (capacity_exceeded(rc)) {
-      for (k = 0; k < %d; ++k) { if (held[k] != NULL) held[k]->deleter(held[k]); held[k] = NULL; }
+    retry = f"""    if (capacity_exceeded(rc)) {{
+      for (k = 0; k < {nout}; ++k) {{ if (held[k] != NULL) held[k]->deleter(held[k]); held[k] = NULL; }}
       if ((rc = capacity_grow(rc)) == 0) continue;
-    }
-""" % nout if grows else ""
+    }}
+""" if grows else ""
     max_rank = max([1] + [t.rank for t in spec.outputs])
     ranks = ", ".join(str(t.rank) for t in spec.outputs)
     codes = ", ".join(str(dl_dtype[t.dtype][0]) for t in spec.outputs)

@@ -14,7 +14,6 @@ from contextlib import ExitStack
 
 from onnxcc.errors import CompileError
 from onnxcc.kernel.control import IfStmt, LoopStmt, SetSymbol, WriteAt, rebinds
-from onnxcc.kernel.expr import ERR_ASSERT
 
 from ..llvm.exprs import ExprEmitter
 from ..llvm.helpers import I32, I64, for_range, i32, i64, if_else, if_then, move_to_end
@@ -72,7 +71,7 @@ def emit_loop(kem, ctx, s: LoopStmt, k: int) -> None:
     b.position_at_end(body)
     if cap is not None:  # the stacked outputs hold `cap` rows: one more would overflow them
         ok = fn.append_basic_block(f"loop{k}.fits")
-        b.cbranch(b.icmp_signed("<", t, cap, name=f"loop{k}.fits"), ok, ctx.fail_block(ERR_ASSERT))
+        b.cbranch(b.icmp_signed("<", t, cap, name=f"loop{k}.fits"), ok, ctx.fail_block(s.max_code))
         b.position_at_end(ok)
     if s.index is not None:
         b.store(t, ctx.buffer_ptr(s.index), align=8)
