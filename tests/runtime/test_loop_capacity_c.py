@@ -15,6 +15,7 @@ library and caller built with -fsanitize=address where the compiler has it:
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -125,3 +126,14 @@ def test_deleters_free_every_attempt(built):
     r = _run(exe, "leak", "20", leaks=True)  # the negative control: the result not freed
     assert "detected memory leaks" in r.stderr
     assert "onnxcc_managed_new" in r.stderr
+
+
+def test_header_and_metadata_document_the_capacity(built):
+    tmp, _, _ = built
+    h = (tmp / "art" / "appended.h").read_text()
+    assert 'carried0_d0__cap: node "grow" loop-carried value 0 dim 0 (carried0_d0)' in h
+    assert "start at 4 rows" in h and "up to\n * 64 rows" in h
+    assert "output size known only after the run: use\n * appended_run_alloc" in h
+    meta = json.loads((tmp / "art" / "appended.json").read_text())["loop_capacity"]
+    assert meta["initial"] == 4 and meta["limit"] == 64 and meta["run_grows_outputs"] is True
+    assert meta["symbols"]["carried0_d0__cap"]["node"] == "grow"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sympy
 
 from .abi import ArtifactSpec
-from .ctext import c_string
+from .ctext import c_comment, c_string
 
 #: the kernel's code for a capacity passed (kernel/expr.py ERR_CAPACITY)
 KERNEL_CODE = 5
@@ -118,4 +118,35 @@ int {n}_run(const DLTensor *inputs, int n_inputs, DLTensor *outputs, int n_outpu
 }}"""
 
 
-__all__ = ["KERNEL_CODE", "bind_lines", "has_capacity", "output_grows", "run_wrapper", "statics"]
+def header_doc(spec: ArtifactSpec) -> list[str]:
+    """NAME.h: what the capacities are and what NAME_run / NAME_run_alloc do about them."""
+    if not has_capacity(spec):
+        return []
+    n, up = spec.name, spec.name.upper()
+    lines = [" *", " * loop capacities (a while loop whose grown state nothing bounds): the buffers of",
+             *(f' *   {name}: node "{c_comment(info["node"])}" {c_comment(info["what"])}'
+               for name, info in spec.cap_dims.items()),
+             f" * start at {spec.cap_initial} rows (beyond a carried value's initial extent; the symbols above",
+             f" * hold it, as {n}_output_shape reports) and are doubled while a run needs more, up to",
+             f" * {spec.cap_limit} rows: {n}_run_alloc re-runs with the larger capacity (allocating the outputs",
+             f" * again, the earlier ones freed); past the limit it fails with {up}_ERR_KERNEL naming the loop."]
+    if output_grows(spec):
+        lines += [f" * {n}_run cannot grow outputs the caller allocated: a run that needs more than they",
+                  f' * hold fails with {up}_ERR_KERNEL ("output size known only after the run: use',
+                  f' * {n}_run_alloc"), never writing past their end.']
+    else:
+        lines.append(f" * {n}_run re-runs the same way (only its workspace grows).")
+    return lines
+
+
+def metadata(spec: ArtifactSpec) -> dict:
+    """NAME.json: the capacities, where they come from, the initial size and the limit."""
+    if not has_capacity(spec):
+        return {}
+    return {"loop_capacity": {"initial": spec.cap_initial, "limit": spec.cap_limit,
+                              "symbols": {k: dict(v) for k, v in spec.cap_dims.items()},
+                              "run_grows_outputs": output_grows(spec)}}
+
+
+__all__ = ["KERNEL_CODE", "bind_lines", "has_capacity", "header_doc", "metadata", "output_grows", "run_wrapper",
+           "statics"]

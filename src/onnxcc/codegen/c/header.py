@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from onnxcc.ir.types import DType
 
-from . import layout
+from . import capacity, layout
 from . import strings as str_abi
 from .abi import ArtifactSpec, TensorSig
 from .ctext import c_comment, guard_text, shape_text
@@ -69,6 +69,7 @@ def generate_header(spec: ArtifactSpec) -> str:
             doc.append(f" *   {s.name} in [{s.lo}, {s.hi}]{mult}")
     if spec.run_dims:
         doc += _run_dims_doc(spec)
+    doc += capacity.header_doc(spec)
     if spec.constraints:
         doc.append(" *\n * checked at every call:")
         for expr, origin in spec.constraints:

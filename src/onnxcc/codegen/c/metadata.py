@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sympy
 
-from . import layout
+from . import capacity, layout
 from .abi import ArtifactSpec, TensorSig
 from .ctext import guard_text
 from .exprs import text
@@ -50,6 +50,7 @@ def generate_metadata(spec: ArtifactSpec) -> dict:
         "constraints": [{"text": text(e), "origin": o} for e, o in spec.constraints],
         **({"run_dims": {k: text(v) for k, v in spec.run_dims.items()}} if spec.run_dims else {}),
         **({"late_dims": list(spec.late_dims)} if spec.late_dims else {}),
+        **capacity.metadata(spec),
         **({"data_dims": {k: {"input": spec.inputs[i].name, "element": j} for k, (i, j) in spec.data_dims.items()}}
            if spec.data_dims else {}),
         **({"version_dims": {k: [None if d is None else text(d) for d in per]
