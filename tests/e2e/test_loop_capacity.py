@@ -126,3 +126,28 @@ def test_a_bound_that_is_known_gets_no_capacity(tmp_path):
     onnxcc.compile(tmp_path / "g.onnx", tmp_path / "lib", name="g")
     assert "__cap" not in (tmp_path / "lib" / "g.json").read_text()
     assert "capacity_exceeded" not in (tmp_path / "lib" / "g_dispatch.c").read_text()
+
+
+def summed_while() -> onnx.ModelProto:
+    """appended_while's loop with only sums of its results as outputs: no output's size
+    depends on the capacity, so the caller-allocated NAME_run re-runs with a larger one."""
+    m = appended_while()
+    g = m.graph
+    g.node.append(h.make_node("ReduceSum", ["v2"], ["total"], keepdims=0))
+    del g.output[:]
+    g.output.extend([h.make_tensor_value_info("total", T.FLOAT, []), h.make_tensor_value_info("n", T.FLOAT, [])])
+    return m
+
+
+def test_caller_allocated_run_grows_when_no_output_depends_on_the_capacity(tmp_path):
+    onnx.save(summed_while(), tmp_path / "s.onnx")
+    onnxcc.compile(tmp_path / "s.onnx", tmp_path / "lib", name="summed", loop_capacity=(2, 4096))
+    meta = (tmp_path / "lib" / "summed.json").read_text()
+    assert '"run_grows_outputs": false' in meta
+    lib = onnxcc.load(tmp_path / "lib")
+    for k in (0, 2, 3, 100):
+        out = {"total": np.zeros((), np.float32), "n": np.zeros((), np.float32)}
+        lib.run(appended_feeds(k), out=out)  # the caller's buffers: NAME_run itself
+        want = ort_run(tmp_path / "s.onnx", appended_feeds(k))
+        assert float(out["n"]) == k
+        np.testing.assert_array_equal(out["total"], want["total"])

@@ -34,11 +34,14 @@ def output_grows(spec: ArtifactSpec) -> bool:
     """Whether some output's allocation is sized by a capacity (its run-determined dims'
     bounds read one): the caller of NAME_run cannot allocate it for a larger one."""
     caps = set(spec.cap_dims)
+
+    def names(e) -> set[str]:
+        return {str(x) for x in sympy.sympify(e).free_symbols}
+
     for t in spec.outputs:
         for d in t.shape:
-            for x in sympy.sympify(d).free_symbols:
-                b = spec.run_dims.get(x.name)
-                if x.name in caps or (b is not None and {y.name for y in sympy.sympify(b).free_symbols} & caps):
+            for x in names(d):
+                if x in caps or (x in spec.run_dims and names(spec.run_dims[x]) & caps):
                     return True
     return False
 

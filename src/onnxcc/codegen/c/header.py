@@ -63,7 +63,7 @@ def generate_header(spec: ArtifactSpec) -> str:
     if spec.symbols:
         doc.append(" *\n * symbols (bound from the input dims at every call):")
         for s in spec.symbols:
-            if s.name in spec.run_dims:  # listed below
+            if s.name in spec.run_dims or s.name in spec.cap_dims:  # listed below
                 continue
             mult = f", multiple of {s.multiple_of}" if s.multiple_of > 1 else ""
             doc.append(f" *   {s.name} in [{s.lo}, {s.hi}]{mult}")
