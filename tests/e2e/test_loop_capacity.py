@@ -151,3 +151,37 @@ def test_caller_allocated_run_grows_when_no_output_depends_on_the_capacity(tmp_p
         want = ort_run(tmp_path / "s.onnx", appended_feeds(k))
         assert float(out["n"]) == k
         np.testing.assert_array_equal(out["total"], want["total"])
+
+
+# ---- torch.jit.script while loops exported by torch.onnx (models/export_loops.py) ---------
+
+
+@pytest.fixture(scope="module")
+def torch_libs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("loopcap_torch")
+    out = {}
+    for name in ("decode", "collect"):
+        onnxcc.compile(DATA / f"{name}.onnx", d / name, name=name)  # the default capacity, 16
+        out[name] = onnxcc.load(d / name)
+    return out
+
+
+@pytest.mark.parametrize("ids,stop", [([[3, 5]], 0), ([[3, 5]], 4), ([[3, 5]], 9), ([[1, 2, 3], [4, 5, 6]], 4)])
+def test_torch_greedy_token_decode(torch_libs, ids, stop):
+    """`while ids[0, -1] != stop and ids.size(1) < 40: ids = cat([ids, argmax(...)], 1)`: the
+    state grows along dim 1 (up to 40 tokens: past the first capacity of 16 and of 32)."""
+    feeds = {"x": np.array(ids, np.int64), "stop": np.array(stop, np.int64)}
+    got, want = torch_libs["decode"].run(feeds), ort_run(DATA / "decode.onnx", feeds)
+    assert got["y"].shape == want["y"].shape
+    np.testing.assert_array_equal(got["y"], want["y"])
+
+
+@pytest.mark.parametrize("n,lim", [(1, 0.1), (2, 3.0), (1, 1e4), (3, 1e7)])
+def test_torch_while_growing_two_states_one_from_empty(torch_libs, n, lim):
+    """Rows appended to x and a list of sums that starts with 0 elements (rtol 1e-5: f32
+    sums in another order)."""
+    feeds = {"x": np.full((n, 2), 0.1, np.float32), "lim": np.array(lim, np.float32)}
+    got, want = torch_libs["collect"].run(feeds), ort_run(DATA / "collect.onnx", feeds)
+    for k in ("y", "s"):
+        assert got[k].shape == want[k].shape
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5)
