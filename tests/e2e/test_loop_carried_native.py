@@ -486,3 +486,32 @@ def test_a_float_trip_count_is_refused_as_invalid(tmp_path):
     onnx.save(m, tmp_path / "f.onnx")
     with pytest.raises(UnsupportedOp, match=r"'grow': the trip count M is f32\[\], the spec says i64"):
         compile_model(tmp_path / "f.onnx", tmp_path / "lib", CompileOptions(dims={"carried0_d0": (1, 8)}))
+
+
+def ragged_scan() -> onnx.ModelProto:
+    """M an input; the state grows by one a step and is also the scan output: the stacked
+    slices would change shape from the second iteration on (onnxruntime: "inconsistent shape
+    in loop output"), so only a run of one iteration has an answer."""
+    body = h.make_graph([h.make_node("Identity", ["c_in"], ["c_out"]),
+                         h.make_node("Concat", ["y_in", "one_f"], ["y_out"], axis=0),
+                         h.make_node("Identity", ["y_out"], ["scan"])],
+                        "body", [vi("i", T.INT64, []), vi("c_in", T.BOOL, []), vi("y_in", T.FLOAT, None)],
+                        [vi("c_out", T.BOOL, []), vi("y_out", T.FLOAT, None), vi("scan", T.FLOAT, None)],
+                        [h.make_tensor("one_f", T.FLOAT, [1], [1.0])])
+    nodes = [h.make_node("Loop", ["M", "", "x"], ["y", "s"], body=body, name="ragged")]
+    return _model(nodes, [vi("M", T.INT64, []), vi("x", T.FLOAT, ["N"])], [vi("y", T.FLOAT, None),
+                                                                             vi("s", T.FLOAT, None)])
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_scan_output_typed_by_its_first_slice_one_build_for_every_m(built, n):
+    """M as an input: one build (no per-value build); the scan output's slice dim is the first
+    iteration's extent, recorded by the kernel; a later slice of another shape is an error
+    naming it, as onnxruntime refuses it, never a ragged or wrong result."""
+    path, lib, _ = built("ragged", ragged_scan())
+    feeds = {"M": np.array(1, np.int64), "x": np.arange(n, dtype=np.float32)}
+    got = lib.run(feeds)
+    assert got["s"].shape == (1, n + 1)
+    _close(got, ort_run(path, feeds), f"M=1 n={n}")
+    with pytest.raises(RuntimeCallError, match=r"every iteration's slice has the first one's extent scan"):
+        lib.run({"M": np.array(3, np.int64), "x": np.arange(n, dtype=np.float32)})

@@ -276,6 +276,11 @@ def artifact_spec(kmod, name: str, options: CompileOptions, backend: Backend):
         if info is not None and ("loop-carried" in info.origin or "scan state" in info.origin):
             checks.append({"text": f"0 <= {name} <= {print_dim(spec.run_dims[name])}",
                            "origin": f"{info.origin}; its buffers are sized for that bound"})
+    for name in spec.run_dims:  # a Loop's scan-output slices: every iteration the first's shape
+        info = module.symbols[name] if name in module.symbols else None
+        if info is not None and "the first iteration's extent" in info.origin:
+            checks.append({"text": f"every iteration's slice has the first one's extent {name}",
+                           "origin": f"{info.origin} (onnxruntime: inconsistent shape in loop output)"})
     if checks:  # NAME.json: what a kernel assertion (code 4) may mean
         spec.metadata["runtime_constraints"] = checks
     return spec

@@ -454,7 +454,13 @@ class LoopOp(OpDef):
             op.attrs["counted_trips"] = [counted]
         if n_scan:
             trips = self._trip_count(ctx, lay, body, n, counted)
-            out += [y.type.with_shape((trips,) + y.type.shape) for y in ys[1 + n:]]
+            # a slice dim that moves with a carried dim: every iteration must give the first
+            # one's extent (onnxruntime fails otherwise), a run-time symbol the lowering
+            # records at the first iteration and checks at the others (control_lower.py)
+            out += [y.type.with_shape((trips,) + tuple(
+                fresh_dim(ctx, "scan", f"scan output {k} dim {j + 1}: the first iteration's extent", n + k, j + 1)
+                if any(_is_varying(ctx, x) for x in sympy.sympify(d).free_symbols) else d
+                for j, d in enumerate(y.type.shape))) for k, y in enumerate(ys[1 + n:])]
         return out
 
     def _trip_count(self, ctx, lay, body: Block, first_scan: int, counted):

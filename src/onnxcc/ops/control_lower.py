@@ -210,9 +210,11 @@ def lower_loop(ctx) -> None:
     cond_arg = cond if cond is not None else ctx.const(np.array(True), "true")
     args = [t, cond_arg, *states, *(ctx.inputs[i] for i in lay.captures)]
     stmts, ys = L.lower_region(body, args, [None] * (1 + len(outs)), rebinds=True)
-    lc.check_slices(ctx, stmts, vary, [y.type for y in body.terminator.operands[1 + n:]])
     bounds = _carried_bounds(ctx, lay, vary, body, marks)
     lc.close_bounds(ctx, marks, bounds, stmts)
+    slice_types = [y.type for y in body.terminator.operands[1 + n:]]
+    firsts = lc.first_extents(ctx, scans, slice_types, bounds)  # slices typed as the first one's
+    lc.check_slices(ctx, stmts, vary, slice_types, {(k, j) for k, j, *_ in firsts})
     count = cap = None
     code = ERR_ASSERT
     run = sorted({d.name for d in (o.shape[0] for o in scans) if L.is_run_dim(d)})
@@ -226,6 +228,7 @@ def lower_loop(ctx) -> None:
             L.set_symbol(name, count[()])
         cap = p.run_dims[run[0]]
     with L.into(stmts):
+        lc.record_first(ctx, firsts, t[()])
         for o, y in zip(scans, ys[1 + n:]):
             write_slice(p, o, y, 0, t[()])
         pairs, news = lc.rebind_after(ctx, vary, states, ys[1:1 + n], bounds)
@@ -234,6 +237,8 @@ def lower_loop(ctx) -> None:
     after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
                            count=None if count is None else count.name, max_trips=cap, max_code=code))
+    for _, _, name, first, _ in firsts:
+        L.set_symbol(name, first[()])
     p.body.extend(after)
 
 

@@ -37,9 +37,11 @@ from ..kernel import (
     SymRef,
     Var,
     WriteAt,
+    binary,
     check,
     dim_to_expr,
     flatten_index,
+    select,
     symbols_used,
     transform,
     unflatten_index,
@@ -229,15 +231,51 @@ def check_constraints(ctx, vary, stmts: list) -> list:
     return after
 
 
-def check_slices(ctx, stmts, vary, slice_types) -> None:
+def check_slices(ctx, stmts, vary, slice_types, firsts=frozenset()) -> None:
     """Scan-output slices must keep their shape across iterations (the stacked output would
-    be ragged): none may have a dim the body binds or a varying carried dim."""
+    be ragged): none may have a dim the body binds or a varying carried dim, except the dims
+    (k, j) in `firsts`, checked at run time against the first iteration's (`first_extents`)."""
     moving = body_symbols(stmts) | {s.name for _, _, s in vary}
     for k, t in enumerate(slice_types):
-        bad = sorted(s.name for s in t.symbols() if s.name in moving)
+        bad = sorted({s.name for j, d in enumerate(t.shape) if (k, j) not in firsts
+                      for s in sympy.sympify(d).free_symbols if s.name in moving})
         if bad:
             raise ctx.unsupported(f"scan output {k} has slices {t} whose dims ({', '.join(bad)}) change from "
                                   "one iteration to the next (the stacked output would be ragged)")
+
+
+def first_extents(ctx, scans: list[Buffer], slice_types, bounds: dict) -> list:
+    """Scan-output dims typed as the first iteration's extent (control_flow.LoopOp: a slice
+    dim that moves with a carried dim): each is a run-determined symbol allocated for the
+    slice dim's bound (the carried dims at theirs), recorded into an i64 temp at iteration 0.
+    Returns [(k, j, symbol, temp, slice dim)], j the slice's dim (the output's j + 1)."""
+    L = ctx.lowerer
+    subs = {sympy.Symbol(name, integer=True, positive=True): sympy.sympify(b) for name, b in bounds.items()}
+    subs.update({sympy.Symbol(name, integer=True, positive=True): sympy.sympify(b)
+                 for name, b in L.program.run_dims.items() if name not in bounds})
+    out = []
+    for k, (o, t) in enumerate(zip(scans, slice_types)):
+        for j, (d, e) in enumerate(zip(o.shape[1:], t.shape)):
+            if not (L.is_run_dim(d) and d.name not in L.program.run_dims and canon(d) != canon(e)):
+                continue
+            L.declare_run_dim(ctx.op, d.name, canon(sympy.sympify(e).xreplace(subs)))
+            first = ctx.temp(DType.i64, (), f"first_{d.name}")
+            ctx.program.compute(first, dim_to_expr(0))
+            out.append((k, j, d.name, first, e))
+    return out
+
+
+def record_first(ctx, firsts: list, t) -> None:
+    """In the body, before the slices are written: iteration 0 records each extent, the others
+    must give the same (ERR_ASSERT, as onnxruntime's "inconsistent shape in loop output")."""
+    for _, _, _, first, e in firsts:
+        ext = dim_to_expr(e)
+        # (Expr's == and != compare trees: the kernel's comparisons are `binary`)
+        at0 = binary("eq", t, 0)
+        same = binary("or", at0, binary("eq", ext, first[()]))
+        now = ctx.temp(DType.i64, (), "extent")  # (a compute may not read its own output)
+        ctx.program.compute(now, check(same, select(at0, ext, first[()]), ERR_ASSERT))
+        ctx.program.compute(first, now[()])
 
 
 def body_symbols(stmts) -> set[str]:
@@ -255,5 +293,6 @@ def body_symbols(stmts) -> set[str]:
 
 __all__ = [
     "MAX_SYMBOLIC_TRIPS", "bind_initial", "body_symbols", "carried_bound", "check_constraints", "check_slices",
-    "close_bounds", "emit_rebinds", "open_bounds", "rebind_after", "varying_dims", "write_compact",
+    "close_bounds", "emit_rebinds", "first_extents", "open_bounds", "rebind_after", "record_first", "varying_dims",
+    "write_compact",
 ]
