@@ -102,16 +102,6 @@ def carried_varies(op: Op, module) -> bool:
                for a in op.regions[0].block.args[2:2 + n] for d in a.type.shape)
 
 
-def ragged_scans(op: Op, module) -> bool:
-    """Whether a scan output of Loop `op` (as typed) stacks slices whose shape changes across
-    iterations (a dim that is a varying carried symbol): such a Loop cannot stay a loop."""
-    mark = f'node "{op.loc or op.name}": loop-carried'
-    n = len(loop_layout(op).carried)
-    return any(isinstance(d, sympy.Symbol) and d.name in module.symbols
-               and module.symbols[d.name].origin.startswith(mark)
-               for r in op.results[n:] for d in r.type.shape[1:])
-
-
 def _bind_carried(ctx: InferCtx, args, operand_idx) -> None:
     """Carried block args enter with the initial values' types, keeping dims already known
     to vary (from an earlier run of shape inference)."""
