@@ -15,7 +15,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import onnxcc
-from onnxcc.errors import CompileError, UnsupportedOp
+from onnxcc.errors import RuntimeCallError
 from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
 from onnxcc.testing import ort_run
@@ -80,12 +80,17 @@ def test_appended_elements_match_onnxruntime(axis, new_axis, tmp_path):
             np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_a_data_condition_with_no_bound_is_refused_naming_the_loop(tmp_path):
+def test_a_data_condition_with_no_bound_compiles_on_a_capacity(tmp_path):
+    """No bound: the appended slices' count gets a capacity (ops/loop_capacity.py) and later
+    ops compute on it. This loop never ends (x[i:i+1] of i >= N is empty, its sum 0 passes the
+    condition; onnxruntime loops for ever): the empty slice, typed one row, fails the kernel
+    with a clear error instead."""
     m = _model(0, 0, counted=False)
     path = tmp_path / "m.onnx"
     path.write_bytes(m.SerializeToString())
-    with pytest.raises((CompileError, UnsupportedOp), match=r"grow.*--dim"):
-        onnxcc.compile(path, tmp_path / "art")
+    onnxcc.compile(path, tmp_path / "art", loop_capacity=(4, 64))
+    with pytest.raises(RuntimeCallError, match=r"code 4 \(kernel assertion failed\)"):
+        onnxcc.load(tmp_path / "art").run({"x": np.ones((3, 3), np.float32)})
 
 
 def _growing_counted():

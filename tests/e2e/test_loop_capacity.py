@@ -185,3 +185,12 @@ def test_torch_while_growing_two_states_one_from_empty(torch_libs, n, lim):
     for k in ("y", "s"):
         assert got[k].shape == want[k].shape
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5)
+
+
+def test_inspect_shows_the_capacity(tmp_path):
+    onnx.save(appended_while(), tmp_path / "a.onnx")
+    onnxcc.compile(tmp_path / "a.onnx", tmp_path / "lib", name="appended", loop_capacity=(4, 16))
+    r = CliRunner().invoke(main, ["inspect", str(tmp_path / "lib")])
+    assert r.exit_code == 0, r.output
+    assert "sym carried0_d0__cap in [1, 2147483647]  (capacity of node \"grow\" loop-carried value 0 dim 0" in r.output
+    assert "loop capacity: set by the dispatcher, 4 rows, doubled while a run needs more, up to 16" in r.output

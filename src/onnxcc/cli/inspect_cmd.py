@@ -63,6 +63,10 @@ def inspect(artifact: Path, as_json: bool, points: tuple[str, ...]) -> None:
             when = "bound mid-run (later kernels compute on it)" if s["name"] in meta.get("late_dims", []) \
                 else "reported after the run"
             click.echo(f"    run-time: {when}; buffers sized for at most {bound}")
+        cap = meta.get("loop_capacity", {})
+        if s["name"] in cap.get("symbols", {}):  # codegen/c/capacity.py
+            click.echo(f"    loop capacity: set by the dispatcher, {cap['initial']} rows, doubled while a run needs "
+                       f"more, up to {cap['limit']}")
     for c in meta.get("constraints", []):
         click.echo(f"  constraint {c['text']}" + (f"  ({c['origin']})" if c.get("origin") else ""))
     for v in meta.get("versions", []):

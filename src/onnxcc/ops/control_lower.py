@@ -225,7 +225,6 @@ def lower_loop(ctx) -> None:
         count = ctx.temp(DType.i64, (), "loop_count")
         for name in run:
             L.declare_run_dim(op, name, bound)
-            L.set_symbol(name, count[()])
         cap = p.run_dims[run[0]]
     with L.into(stmts):
         lc.record_first(ctx, firsts, t[()])
@@ -237,6 +236,11 @@ def lower_loop(ctx) -> None:
     after = lc.check_constraints(ctx, vary, stmts)
     p.body.append(LoopStmt(stmts, index=t.name, trips=trips, cond=None if cond is None else cond[()],
                            count=None if count is None else count.name, max_trips=cap, max_code=code))
+    for name in run:
+        # the stacked outputs' leading dim: rows [0, count) are a compact prefix, so it is
+        # bound right here and later ops compute on it (a ConcatFromSequence of the appended
+        # slices), like NonZero's count
+        L.bind_symbol(op, name, bound, count[()])
     for _, _, name, first, _ in firsts:
         L.set_symbol(name, first[()])
     p.body.extend(after)
