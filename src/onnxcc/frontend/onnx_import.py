@@ -35,7 +35,7 @@ from onnx.external_data_helper import uses_external_data
 from ..errors import ImportError_, OnnxccError, ParseError, UnsupportedOp, ValueDependentError
 from ..ir import Block, Dim, DType, Function, Module, Op, Region, TensorType, Value, WeightRef, canon, identifier
 from ..ops import InferCtx, get_opdef
-from ..ops.control_flow import carried_varies
+from ..ops.control_flow import carried_varies, ragged_scans
 from ..ops.dtypes import onnx_dtype
 from ..ops.infer import infer_block, infer_op
 from . import opset_compat, sequences
@@ -500,10 +500,13 @@ class GraphBuilder:
         mark, saved = len(self.block.ops), list(self.module.constraints)
         try:
             unrolled = sequences.unroll_loop(self, node)
-        except (sequences.DataCondition, ValueDependentError):
+        except (sequences.DataCondition, ValueDependentError) as e:
             # a trip count M given as an input with no value: kept, M read into a symbol at
             # dispatch by value-symbols (one build for every M instead of one per value; a
-            # scan output whose slices move is typed by the first one's, control_flow.LoopOp)
+            # scan output whose slices move is typed by the first one's, control_flow.LoopOp),
+            # unless the slices are a carried value itself (then per-value builds)
+            if isinstance(e, ValueDependentError) and ragged_scans(loop, self.module):
+                raise
             for op in reversed(self.block.ops[mark:]):
                 op.erase()
             self.module.constraints[:] = saved

@@ -102,6 +102,20 @@ def carried_varies(op: Op, module) -> bool:
                for a in op.regions[0].block.args[2:2 + n] for d in a.type.shape)
 
 
+def ragged_scans(op: Op, module) -> bool:
+    """Whether a scan output of Loop `op` stacks slices that are a varying carried dim itself
+    (the body yields a carried value as a scan output: torch's `for ...: y = y + x[i:i+1];
+    ys.append(y)`): the import builds such a Loop per value of M (unrolled) rather than keep
+    it. Slices that move otherwise (`carried0_d0 + 1`) are typed by the first one's extent
+    and stay one loop (`LoopOp.infer`)."""
+    mark = f'node "{op.loc or op.name}": loop-carried'
+    n = len(loop_layout(op).carried)
+    ys = _yields(op.regions[0].block)
+    return any(isinstance(d, sympy.Symbol) and d.name in module.symbols
+               and module.symbols[d.name].origin.startswith(mark)
+               for y in ys[1 + n:] for d in y.type.shape)
+
+
 def _bind_carried(ctx: InferCtx, args, operand_idx) -> None:
     """Carried block args enter with the initial values' types, keeping dims already known
     to vary (from an earlier run of shape inference)."""
