@@ -36,7 +36,7 @@ def _median_us(f, repeats: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description="what a growing loop capacity costs")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--counts", default="10,100,1000")
     args = ap.parse_args()
