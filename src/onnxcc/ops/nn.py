@@ -32,6 +32,7 @@ from ..kernel import (
 )
 from .conv_blocked import blocked_applies, blocked_depthwise_lower
 from .conv_depth import depth_batched_applies, depth_batched_lower
+from .conv_grouped import grouped_gemm_applies, grouped_gemm_lower
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .half_as_f32 import lowered_in_f32
 from .registry import InferCtx, RefCtx, define
@@ -277,6 +278,9 @@ def _conv_lower(ctx) -> None:
         return
     if depth_batched_applies(x, w, group):
         depth_batched_lower(ctx, x, w, bias, win["strides"], win["dilations"], pb, pe)
+        return
+    if grouped_gemm_applies(x, w, group):  # a GEMM per group (ops/conv_grouped.py)
+        grouped_gemm_lower(ctx, x, w, bias, win["strides"], win["dilations"], pb, pe, group)
         return
     taps = c is None and axes and all(isinstance(k, int) for k in kernel) \
         and int(np.prod(kernel)) <= _UNROLL_WINDOW
