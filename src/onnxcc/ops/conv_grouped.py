@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..ir import DType
 from ..kernel import Const, Var, rsum, select
-from .int_gemm import pad_guard
+from .pad_guard import pad_guard
 
 
 def grouped_gemm_applies(x, w, group: int) -> bool:
