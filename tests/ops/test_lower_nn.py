@@ -86,8 +86,10 @@ def test_lower_conv2d_variants():
     assert not any(isinstance(n, Select) for n in walk(_compute(prog, "out5").body))  # no pads, no checks
     # strided convs with padding read a zero-padded copy of x (y1, y3, y6): no bounds selects
     # in their windows (y3's stride-2 rows add a pairing load, neutralised by a select on
-    # |x| < inf, ops/nn.py `_pair_taps`); nothing else makes temps
-    assert len(prog.temps()) == 3 and all(t.name.startswith("xpad") for t in prog.temps())
+    # |x| < inf, ops/nn.py `_pair_taps`); the grouped y2 sums a GEMM per group into a
+    # [n, group, m/group, oh, ow] temp (ops/conv_grouped.py); nothing else makes temps
+    assert sorted(t.name.split("_")[0] for t in prog.temps()) == ["gconv", "xpad", "xpad", "xpad"]
+    assert [t.shape[1:3] for t in prog.temps() if t.name.startswith("gconv")] == [(2, 2)]
     for out in ("out1", "out3", "out6"):
         assert not any(isinstance(n, Select) and not _pairing(n) for n in walk(_compute(prog, out).body)), out
     assert any(_pairing(n) for n in walk(_compute(prog, "out3").body))

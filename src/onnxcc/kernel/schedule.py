@@ -475,7 +475,9 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         packed = prepack_b(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, b_packed=packed)
-    if not g.b_const and not g.a_batch and target.gemm_window and _reads_const_only(a, program):
+    # A may have batch vars here (a grouped conv's group, ops/conv_grouped.py): it is
+    # prepacked per batch, [batch, M panels, K, mr], which only the window tasks read
+    if not g.b_const and target.gemm_window and _reads_const_only(a, program):
         w = match_conv_window(b, g.n, [(v.name, k) for (v, _), k in zip(r.vars, ks)], g.b_batch_vars, ext)
         if w is not None:
             src = in_place_source(w, g.b_batch_vars, [ext[v] for v in g.b_batch_vars],
@@ -562,27 +564,32 @@ def prepack_b(c: Compute, g: GemmPlan, program: KernelProgram) -> np.ndarray | N
 
 
 def prepack_a(c: Compute, g: GemmPlan, program: KernelProgram) -> np.ndarray | None:
-    """A (no batch vars) evaluated with numpy and laid out as the task packer would, for
-    the whole of K: [M panels, K, mr]; a k block starting at k0 is the slice [:, k0:]."""
+    """A evaluated with numpy and laid out as the task packer would, for the whole of K:
+    [M panels, K, mr]; a k block starting at k0 is the slice [:, k0:]. With batch vars
+    (static extents, window mode only) one such block per batch, row-major over
+    `g.a_batch_vars`: [batches * M panels, K, mr]."""
     ext = dict(zip(c.var_names, c.extents))
     kvars = [(v.name, x) for v, x in g.reduce.vars]
-    dims = [_static(ext[v]) for v in g.m] + [x.value if isinstance(x, Const) else None for _, x in kvars]
+    bvars = list(g.a_batch_vars)
+    dims = [_static(ext[v]) for v in bvars] + [_static(ext[v]) for v in g.m] \
+        + [x.value if isinstance(x, Const) else None for _, x in kvars]
     if any(d is None for d in dims):
         return None
-    mm, kk = _prod(dims[:len(g.m)]), _prod(dims[len(g.m):])
+    nb = _prod(dims[:len(bvars)])
+    mm, kk = _prod(dims[len(bvars):len(bvars) + len(g.m)]), _prod(dims[len(bvars) + len(g.m):])
     panels = -(-mm // g.mr)
-    if panels * g.mr * kk * 4 > _PREPACK_LIMIT or mm * kk == 0:
+    if nb * panels * g.mr * kk * 4 > _PREPACK_LIMIT or nb * mm * kk == 0:
         return None
-    names = list(g.m) + [n for n, _ in kvars]
+    names = bvars + list(g.m) + [n for n, _ in kvars]
     grids = np.meshgrid(*[np.arange(d, dtype=np.int64) for d in dims], indexing="ij", sparse=True)
     try:
         vals = _np_eval(g.a, dict(zip(names, grids)), program)
     except _NoEval:
         return None
-    vals = np.broadcast_to(np.asarray(vals, dtype=np.float32), tuple(dims)).reshape(mm, kk)
-    out = np.zeros((panels * g.mr, kk), np.float32)
-    out[:mm] = vals
-    return np.ascontiguousarray(out.reshape(panels, g.mr, kk).transpose(0, 2, 1))
+    vals = np.broadcast_to(np.asarray(vals, dtype=np.float32), tuple(dims)).reshape(nb, mm, kk)
+    out = np.zeros((nb, panels * g.mr, kk), np.float32)
+    out[:, :mm] = vals
+    return np.ascontiguousarray(out.reshape(nb * panels, g.mr, kk).transpose(0, 2, 1))
 
 
 _NP_BINARY = {

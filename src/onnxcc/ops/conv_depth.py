@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..ir import DType
 from ..kernel import Const, Var, rsum, select
-from .int_gemm import pad_guard
+from .pad_guard import pad_guard
 
 
 def depth_batched_applies(x, w, group: int) -> bool:

@@ -20,6 +20,7 @@ import numpy as np
 from .. import kernel as K
 from ..ir import DType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, rsum, select
+from .pad_guard import pad_guard
 
 Loader = Callable[[tuple], K.Expr]
 
@@ -105,22 +106,6 @@ def b_loader(ctx, operand: int, bz) -> Loader:
 
 
 # ---- integer convolutions as contiguous contractions ------------------------------------------
-
-
-def pad_guard(ctx, pos, in_dims, pb, pe):
-    """The condition that every window position lies inside the input (None: no padding)."""
-    conds = []
-    for p, h, b, e in zip(pos, in_dims, pb, pe):
-        if not (isinstance(b, int) and b == 0):
-            conds.append(p >= 0)
-        if not (isinstance(e, int) and e == 0):
-            conds.append(p < ctx.dim(h))
-    if not conds:
-        return None
-    cond = conds[0]
-    for cc in conds[1:]:
-        cond = cond & cc
-    return cond
 
 
 def _wzero(wz, m):

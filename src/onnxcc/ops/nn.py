@@ -32,8 +32,10 @@ from ..kernel import (
 )
 from .conv_blocked import blocked_applies, blocked_depthwise_lower
 from .conv_depth import depth_batched_applies, depth_batched_lower
+from .conv_grouped import grouped_gemm_applies, grouped_gemm_lower
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .half_as_f32 import lowered_in_f32
+from .pad_guard import pad_conds
 from .registry import InferCtx, RefCtx, define
 from .shape import fresh_dim
 from .traits import set_cost
@@ -166,18 +168,6 @@ def _window_positions(ctx, outs, ks, strides, dilations, pads_begin) -> list:
             for o, k, s, d, pb in zip(outs, ks, strides, dilations, pads_begin)]
 
 
-def _window_bounds(ctx, pos, in_dims, pads_begin, pads_end, ceil_mode: int = 0) -> list:
-    """The conditions that keep `pos` inside the input. A side needs no check when its pad is
-    the literal 0 (without ceil_mode the last window then ends inside the input)."""
-    conds = []
-    for p, h, pb, pe in zip(pos, in_dims, pads_begin, pads_end):
-        if not _is_int(pb, 0):
-            conds.append(p >= 0)
-        if ceil_mode or not _is_int(pe, 0):
-            conds.append(p < ctx.dim(h))
-    return conds
-
-
 def _lowest(dt: DType):
     return float("-inf") if dt.is_float else int(np.iinfo(dt.np).min)
 
@@ -278,6 +268,9 @@ def _conv_lower(ctx) -> None:
     if depth_batched_applies(x, w, group):
         depth_batched_lower(ctx, x, w, bias, win["strides"], win["dilations"], pb, pe)
         return
+    if grouped_gemm_applies(x, w, group):  # a GEMM per group (ops/conv_grouped.py)
+        grouped_gemm_lower(ctx, x, w, bias, win["strides"], win["dilations"], pb, pe, group)
+        return
     taps = c is None and axes and all(isinstance(k, int) for k in kernel) \
         and int(np.prod(kernel)) <= _UNROLL_WINDOW
     paired = bool(taps) and _pair_taps(kernel, win)
@@ -300,7 +293,7 @@ def _conv_lower(ctx) -> None:
             g = m if _is_int(mg, 1) else m // ctx.dim(mg)
             ch = g * ctx.dim(cg) + cw
         pos = _window_positions(ctx, o, kv, win["strides"], win["dilations"], pb)
-        xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
+        xv = _guard(pad_conds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
         prod = xv * w[(m, cw, *[Const(0, DType.i64) if k is None else k for k in kv])]
         acc = rsum(axes, prod) if axes else prod
         return acc if bias is None else acc + bias[m]
@@ -320,7 +313,7 @@ def _grouped_conv1d_lower(ctx, x, w, bias, kv, axes, win, pb, pe, group: int, mg
     def gemm(n, g, j, o):
         m = g * mg + j
         pos = _window_positions(ctx, [o], kv, win["strides"], win["dilations"], pb)
-        xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, g * ctx.dim(cg) + cv, *pos)], 0)
+        xv = _guard(pad_conds(ctx, pos, x.shape[2:], pb, pe), x[(n, g * ctx.dim(cg) + cv, *pos)], 0)
         acc = rsum(axes, xv * w[(m, cv, Const(0, DType.i64) if kv[0] is None else kv[0])])
         return acc if bias is None else acc + bias[m]
 
@@ -342,7 +335,7 @@ def _padded_input(ctx, x, pb, pe, extra_end: int = 0, fill=0):
 
     def body(*ix):
         pos = _window_positions(ctx, ix[2:], [None] * nd, [1] * nd, [1] * nd, pb)
-        return _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(ix[0], ix[1], *pos)], fill)
+        return _guard(pad_conds(ctx, pos, x.shape[2:], pb, pe), x[(ix[0], ix[1], *pos)], fill)
 
     ctx.compute(xp, body)
     return xp
@@ -378,7 +371,7 @@ def _depthwise_lower(ctx, x, w, bias, kernel, win, pb, pe, mg, paired: bool = Fa
         for tap in np.ndindex(*kernel):
             ks = [Const(int(t), DType.i64) for t in tap]
             pos = _window_positions(ctx, o, ks, win["strides"], win["dilations"], pb)
-            xv = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
+            xv = _guard(pad_conds(ctx, pos, x.shape[2:], pb, pe), x[(n, ch, *pos)], 0)
             term = xv * w[(m, zero, *ks)]
             acc = term if acc is None else acc + term
             if paired and nought is not None and tap[-1] == kernel[-1] - 1:
@@ -731,7 +724,7 @@ def _pool_lower(mode: str):
 
         def window(n, c, o, ks, fill):
             pos = _window_positions(ctx, o, ks, strides, dil, pb)
-            return _guard(_window_bounds(ctx, pos, sp, pb, pe, ceil_mode), x[(n, c, *pos)], fill)
+            return _guard(pad_conds(ctx, pos, sp, pb, pe, ceil_mode), x[(n, c, *pos)], fill)
 
         if mode == "max":
             def body(n, c, *o):
@@ -769,7 +762,7 @@ def _maxpool_indices(ctx, x, kernel, strides, dil, pb, pe, ceil_mode, names) -> 
             return _window_positions(ctx, o, unflatten_index(flat, kernel), strides, dil, pb)
 
         pos = positions(r)
-        v = _guard(_window_bounds(ctx, pos, sp, pb, pe, ceil_mode), x[(n, c, *pos)], _lowest(x.dtype))
+        v = _guard(pad_conds(ctx, pos, sp, pb, pe, ceil_mode), x[(n, c, *pos)], _lowest(x.dtype))
         best = positions(argmax(r, size, v))
         if not ctx.attr("storage_order", 0):
             return flatten_index((n, c, *best), x.shape)
@@ -832,7 +825,7 @@ def _lppool_lower(ctx) -> None:
         pos = _window_positions(ctx, o, kv, strides, dil, pb)
         v = abs(kwiden(x[(n, c, *pos)]))
         term = v if p == 1 else v * v if p == 2 else power(v, float(p))
-        term = _guard(_window_bounds(ctx, pos, x.shape[2:], pb, pe, ceil_mode), term, 0.0)
+        term = _guard(pad_conds(ctx, pos, x.shape[2:], pb, pe, ceil_mode), term, 0.0)
         acc = rsum(axes, term) if axes else term
         out = acc if p == 1 else sqrt(acc) if p == 2 else power(acc, 1.0 / p)
         return cast(out, y.dtype)

@@ -32,6 +32,7 @@ from .int_as_f32 import float_conv
 from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
+from .pad_guard import pad_guard
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 _QTYPES = (DType.u8, DType.i8, DType.u16, DType.i16, DType.i32, DType.u4, DType.i4, DType.u2, DType.i2,
@@ -380,16 +381,8 @@ def iconv_compute(ctx, out, x, w, xz, wz, bias=None) -> None:
         xzv = zp(xz, m)
         if xzv is not None:
             xv = xv - xzv
-        conds = []
-        for p, h, b, e in zip(pos, x.shape[2:], pb, pe):
-            if not (isinstance(b, int) and b == 0):
-                conds.append(p >= 0)
-            if not (isinstance(e, int) and e == 0):
-                conds.append(p < ctx.dim(h))
-        if conds:
-            cond = conds[0]
-            for cc in conds[1:]:
-                cond = cond & cc
+        cond = pad_guard(ctx, pos, x.shape[2:], pb, pe)
+        if cond is not None:
             xv = select(cond, xv, Const(0, i32))
         wv = cast(w[(m, c, *kv)], i32)
         wzv = zp(wz, m)

@@ -70,6 +70,7 @@ from ..llvm.helpers import (
     if_then,
     loop_metadata,
 )
+from . import gemm_gemv
 from . import gemm_window as gw
 from .gemm_columns import column_binder, column_segments
 from .gemm_flat import flat_columns_ok
@@ -661,6 +662,9 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     out = fctx.buffer_ptr(c.out)
     variants = _row_variants(MR, _static_m(c, g))
     ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *variants]}
+    grid = gemm_gemv.static_grid(c, g)
+    if grid is not None and gemm_gemv.applies(g, grid):  # a few columns: rows in the lanes, one pass over A
+        ukr = {r: gemm_gemv.gemv_function(kem.module, r, g, grid) for r in [MR, *variants]}
     r0_slot = fctx.eb.alloca(I64, name="r0")
     em_e = ExprEmitter(fctx, b)
     if g.epilogue is not None:
@@ -685,6 +689,7 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
         _bind(em_e, batch_vals, ext)
         bB, cbatch = _batch_offsets(b, g, geo, batch_vals, inter)
         xb = _f32_ptr(b, xp, _mul(b, bB, per_batch, "win.xb"), "win.xb")
+        pa0 = _mul(b, gw.a_batch_index(b, g, batch_vals, ext), geo.Pm, "pa0")  # A's batch panels
         with for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
             q0 = _mul(b, pn, NR, "q0")
             qend = _umin(b, _add(b, q0, NR, "qe"), geo.grid, "qend")
@@ -728,7 +733,7 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
             with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
                 i0 = _mul(b, pm, MR, "i0")
                 rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
-                apanel = _f32_ptr(b, apack, _mul(b, _mul(b, pm, geo.K, "ap"), MR, "ap"), "apanel")
+                apanel = _f32_ptr(b, apack, _mul(b, _mul(b, _add(b, pa0, pm, "ap"), geo.K, "ap"), MR, "ap"), "apanel")
                 crow = _add(b, cbatch, _mul(b, i0, geo.ldc, "wd"), "wd")
                 with if_else(b, inside, name="win.in") as (direct, staged):
                     with direct:

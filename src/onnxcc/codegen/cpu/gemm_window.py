@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from onnxcc.ir import canon
 from onnxcc.kernel.conv_window import POS_X, POS_Y, ConvWindow
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
@@ -136,3 +137,12 @@ def offsets_table(fctx: FnCtx, g: GemmPlan) -> ir.Value:
                           name="woff"), b.udiv(tx, i64(w.sx), name="wrx"), name="woff")
         b.store(off, b.gep(table, [k], inbounds=True, name="woff.p", source_etype=I64), align=8)
     return table
+
+
+def a_batch_index(b: ir.IRBuilder, g: GemmPlan, batch_vals: dict, ext: dict) -> ir.Value:
+    """Which of a prepacked A's per-batch blocks a window task reads (row-major over
+    `g.a_batch_vars`, static extents: kernel/schedule.py `prepack_a`); 0 without batch vars."""
+    out: ir.Value = i64(0)
+    for v in g.a_batch_vars:
+        out = b.add(b.mul(out, i64(int(canon(ext[v]))), name="abatch"), batch_vals[v], name="abatch")
+    return out
