@@ -35,6 +35,7 @@ from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substi
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
+from .flash_lanes import LaneRows, lanes_fit
 
 if TYPE_CHECKING:
     from onnxcc.kernel.program import Compute
@@ -61,6 +62,9 @@ def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, pl
     fl = plan.flash
     assert fl is not None
     b = ctx.b
+    if fl.rows_var is not None and v + 1 < len(c.vars) and lanes_fit(fl):
+        LaneRows(owner, em, ctx, c, plan).run(vals)
+        return
     if fl.rows_var is None or v + 1 == len(c.vars):
         _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
         return
@@ -250,8 +254,9 @@ class _Rows:
         (each V vector loaded once for all rows), where V is a load contiguous in w and the
         row a whole number of vectors. False: not that shape (nothing emitted)."""
         b, em, fl = self.b, self.em, self.fl
-        vl, row = self.width, fl.row
-        if row % vl or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
+        row = fl.row
+        vl = _lanes(row, self.width)
+        if vl < 4 or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
             return False
         vty = ir.VectorType(self.ty, vl)
         regs = [self.ctx.alloca(vty, f"flash.reg{r}") for r in range(self.nrows)]
@@ -351,8 +356,8 @@ class _Rows:
         b, em, fl = self.b, self.em, self.fl
         assert fl.dot is not None
         (e, ext), = fl.dot.vars
-        vl = self.width
-        if not (isinstance(ext, Const) and ext.value % vl == 0 and 0 < ext.value // vl <= 16):
+        vl = _lanes(ext.value, self.width) if isinstance(ext, Const) else 0
+        if not (isinstance(ext, Const) and vl >= 4 and 0 < ext.value // vl <= 16):
             return None
         loads = [*self.query, *self.keyed]
         if not all(_contiguous(x, e.name, self.dt) for x in loads):
@@ -433,6 +438,15 @@ class _Rows:
                     a = b.fadd(a, b.fmul(p, x, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM)
                 b.store(a, ptr)
             em.pop()
+
+
+def _lanes(n: int, width: int) -> int:
+    """The widest vector of at most `width` lanes (a power of two) that divides `n`: a head of
+    8 under 16-lane vectors still runs on explicit 8-lane vectors (0: none of 4 or more)."""
+    vl = width
+    while vl >= 4 and n % vl:
+        vl //= 2
+    return vl if vl >= 4 and n > 0 else 0
 
 
 def _contiguous(x: Expr, e: str, dt) -> bool:

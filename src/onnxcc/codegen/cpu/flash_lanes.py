@@ -1,0 +1,251 @@
+"""Fused attention with the query rows in vector lanes: narrow heads over long key rows.
+
+codegen/cpu/flash.py runs four query rows at a time with each row's dot products along the
+head dim in vector lanes: a head of 8 or 16 fills at most one vector, so every score costs a
+horizontal sum of shuffles and the softmax steps run per row. Here a block of LANES query
+rows (one vector, 16 f32 lanes on AVX-512) shares every instruction instead:
+
+    QT[e][r] = Q(row s0 + r, e)                            once per row block (transposed)
+    m[r] = -inf; l[r] = 0; acc[w][r] = 0
+    for each block of BLOCK keys t0 .. t0 + cnt - 1:
+        s[j][r] = sum_e QT[e][r] * K(t0 + j, e)             K's scalars broadcast over rows
+        s[j][r] = X(row, key) given the dot s[j][r]         the score's scale, masks, causal
+        mx[r] = max(m[r], max_j s[j][r])                     maxnum: elementwise, no shuffles
+        live = mx != -inf;  alpha = live ? exp(m - mx) : 1;  use = live ? mx : 0
+        l *= alpha;  acc[w] *= alpha;  m = live ? mx : m
+        p = exp(s[j] - use);  l += p;  acc[w] += p * V(t0 + j, w)   one exp per score
+    out(row s0 + r, w) = body with the core := acc[w][r] / select(l[r] == 0, 1, l[r])
+
+Every step is a loop over the LANES rows with vectorize metadata (the rows are the loop the
+vectorizer widens; the static head dims are unrolled inside it), so each one is a handful of
+vector instructions per key: the dot is D fused multiply-adds per LANES scores, as in a GEMM.
+The last row block is padded by repeating its last row (the scores of real rows), and only
+its real rows are stored. Semantics are flash.py's (kernel/flash.py's module doc): a block
+whose running max is still -inf adds exp(-inf) = 0; a NaN score is skipped by maxnum but
+reaches its row's sum and accumulator through `p`, so the row is NaN as unfused. Causal
+attention stops the keys at the block's last row's limit.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from onnxcc.kernel.expr import Const, Expr
+
+from ..llvm.exprs import ExprEmitter, compute_type
+from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
+
+if TYPE_CHECKING:
+    from onnxcc.kernel.flash import Flash
+    from onnxcc.kernel.program import Compute
+
+    from .emit import FnCtx, KernelEmitter, NestPlan
+
+BLOCK = 64
+"""keys per block: the block's [BLOCK x LANES] scores stay in L1 between the steps"""
+_FM = ("reassoc", "contract", "nsz")
+"""the dot's and the sums' adds may be reordered and fused, as any reduction's are"""
+MAX_HEAD = 32
+"""the widest query and value heads taken: the query's transposed tile and the accumulators
+are unrolled per head element (measured: benchmarks/attention_chain.py --head 8/16/32)"""
+
+
+def lanes_fit(fl: Flash) -> bool:
+    """Whether a fused core runs here: rows that share keys (`rows_var`), a dot product of a
+    static head of at most MAX_HEAD, and a value row of at most MAX_HEAD."""
+    if fl.rows_var is None or fl.dot is None or fl.query is None or fl.keyed is None:
+        return False
+    (_, ext), = fl.dot.vars
+    return isinstance(ext, Const) and 0 < int(ext.value) <= MAX_HEAD and fl.row <= MAX_HEAD
+
+
+class LaneRows:
+    """The row blocks of one fused compute from its rows var on (module doc)."""
+
+    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan):
+        fl = plan.flash
+        assert fl is not None and fl.dot is not None and fl.rows_var is not None
+        self.owner, self.em, self.ctx, self.c, self.fl, self.b = owner, em, ctx, c, fl, ctx.b
+        self.dt = fl.core.dtype
+        self.ty = ty = compute_type(self.dt)
+        self.lanes = n = plan.vector_width or 8
+        self.rv, self.key, self.w = fl.rows_var, fl.key.name, c.var_names[-1]
+        (e, ext), = fl.dot.vars
+        self.e, self.e_ext, self.d = e.name, ext, int(ext.value)  # type: ignore[attr-defined]
+        self.dv = fl.row
+
+        def arr(size: int, name: str) -> ir.Value:
+            a = ctx.alloca(ir.ArrayType(ty, size), name)
+            a.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+            return a
+
+        self.qt, self.s = arr(self.d * n, "lanes.qt"), arr(BLOCK * n, "lanes.s")
+        self.acc, self.m, self.l = arr(self.dv * n, "lanes.acc"), arr(n, "lanes.m"), arr(n, "lanes.l")
+        self.mx, self.alpha, self.use = arr(n, "lanes.mx"), arr(n, "lanes.alpha"), arr(n, "lanes.use")
+        self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
+        self.epilogue = fl.score != fl.dot
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def slot(self, arr: ir.Value, i: ir.Value | int, r: ir.Value) -> ir.Value:
+        """Element [i][r] of a [* x LANES] stack array."""
+        b = self.b
+        base = i64(i * self.lanes) if isinstance(i, int) else b.mul(i, i64(self.lanes), name="lanes.ib",
+                                                                      flags=("nuw", "nsw"))
+        ix = b.add(base, r, name="lanes.ix", flags=("nuw", "nsw"))
+        return b.gep(arr, [ix], inbounds=True, name="lanes.slot", source_etype=self.ty)
+
+    def load(self, ptr: ir.Value) -> ir.Value:
+        return self.b.load(ptr, name="lanes.ld", typ=self.ty)
+
+    def rows(self, body, name: str) -> None:
+        """`body(r)` for r < LANES, the loop the vectorizer widens into one vector."""
+        md = loop_metadata(self.owner.module, self.lanes, None, no_unroll=True)
+        with for_range(self.b, i64(self.lanes), name, guard=False, metadata=md) as r:
+            body(r)
+
+    def row_of(self, r: ir.Value) -> ir.Value:
+        """The query row lane r stands for: s0 + r, the block's last real row past it."""
+        b = self.b
+        s = b.add(self.s0, r, name="lanes.row", flags=("nuw", "nsw"))
+        return b.select(b.icmp_signed("<", s, self.n_rows), s, self.last, name="lanes.rowc")
+
+    def emit_at(self, e: Expr, binds: dict[str, ir.Value]) -> ir.Value:
+        """`e` with `binds` pushed as a frame of their own."""
+        exts = {self.e: self.e_ext, self.key: self.fl.kv_len, self.w: self.c.extents[-1],
+                self.rv: self.c.extents[-2]}
+        self.em.push(binds, {k: exts[k] for k in binds})
+        v = self.em.emit(e)
+        self.em.pop()
+        return v
+
+    # ---- the row blocks --------------------------------------------------------------------
+    def run(self, vals: dict[str, ir.Value]) -> None:
+        b, em, fl, n = self.b, self.em, self.fl, self.lanes
+        self.vals = vals
+        self.n_rows = self.ctx.dim(self.c.extents[-2])
+        nrb = b.udiv(b.add(self.n_rows, i64(n - 1), name="lanes.rows.up"), i64(n), name="lanes.rowblocks")
+        kv = em.emit(fl.kv_len)
+        with for_range(b, nrb, "lanes.rb", guard=True) as rb:
+            self.s0 = b.mul(rb, i64(n), name="lanes.s0", flags=("nuw", "nsw"))
+            end = b.add(self.s0, i64(n), name="lanes.s1", flags=("nuw", "nsw"))
+            end = b.select(b.icmp_signed("<", end, self.n_rows), end, self.n_rows, name="lanes.end")
+            self.last = b.sub(end, i64(1), name="lanes.last", flags=("nsw",))
+            self.block_rows(kv, end)
+
+    def block_rows(self, kv: ir.Value, end: ir.Value) -> None:
+        b, fl = self.b, self.fl
+        self.load_queries()
+        self.rows(self.start_rows, "lanes.init")
+        n = kv
+        if fl.causal is not None:  # keys past the last row's limit are -inf in every row
+            lim = b.add(self.emit_at(fl.causal, {self.rv: self.last}), i64(1), name="lanes.causal.end")
+            n = b.select(b.icmp_signed("<", lim, n), lim, n, name="lanes.causal.n")
+            n = b.select(b.icmp_signed("<", n, i64(0)), i64(0), n, name="lanes.causal.n0")
+        nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="lanes.n.up"), i64(BLOCK), name="lanes.blocks")
+        with for_range(b, nblk, "lanes.kb", guard=True) as kb:
+            t0 = b.mul(kb, i64(BLOCK), name="lanes.t0", flags=("nuw", "nsw"))
+            left = b.sub(n, t0, name="lanes.left", flags=("nsw",))
+            cnt = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK), name="lanes.cnt")
+            self.block(t0, cnt)
+        self.finish(end)
+
+    def load_queries(self) -> None:
+        """QT[e][r]: the block's query rows transposed, once per row block."""
+        b = self.b
+        with for_range(b, i64(self.lanes), "lanes.q", guard=False) as r:
+            row = self.row_of(r)
+            for k in range(self.d):
+                q = self.emit_at(self.fl.query, {self.rv: row, self.e: i64(k)})  # type: ignore[arg-type]
+                b.store(q, self.slot(self.qt, k, r))
+
+    def start_rows(self, r: ir.Value) -> None:
+        b = self.b
+        b.store(self.neg_inf, self.slot(self.m, 0, r))
+        b.store(self.zero, self.slot(self.l, 0, r))
+        for w in range(self.dv):
+            b.store(self.zero, self.slot(self.acc, w, r))
+
+    def block(self, t0: ir.Value, cnt: ir.Value) -> None:
+        """One block of `cnt` keys from t0: two passes, the scores (with the block max) and,
+        after the rescale, the probabilities into the sums and accumulators."""
+        b, em, fl = self.b, self.em, self.fl
+        self.rows(lambda r: b.store(self.load(self.slot(self.m, 0, r)), self.slot(self.mx, 0, r)), "lanes.mx0")
+        with for_range(b, cnt, "lanes.sc", guard=True) as j:
+            t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
+            # K's D scalars of this key, each broadcast over the rows
+            ks = [self.emit_at(fl.keyed, {self.key: t, self.e: i64(k)}) for k in range(self.d)]  # type: ignore[arg-type]
+
+            def score(r: ir.Value) -> None:
+                acc = None
+                for k, kv in enumerate(ks):
+                    prod = b.fmul(self.load(self.slot(self.qt, k, r)), kv, name="lanes.qk", flags=_FM)
+                    acc = prod if acc is None else b.fadd(acc, prod, name="lanes.dot", flags=_FM)
+                assert acc is not None
+                x = acc
+                if self.epilogue:  # the rest of the score (scale, masks, causal) given its dot
+                    em.push({self.key: t, self.rv: self.row_of(r)},
+                            {self.key: fl.kv_len, self.rv: self.c.extents[-2]})
+                    em.frames[-1].cache[fl.dot] = acc  # type: ignore[index]
+                    x = em.emit(fl.score)
+                    em.pop()
+                b.store(x, self.slot(self.s, j, r))
+                mp = self.slot(self.mx, 0, r)
+                b.store(self.maxnum(self.load(mp), x), mp)
+            self.rows(score, "lanes.sr")
+        self.rows(self.rescale, "lanes.rs")
+        with for_range(b, cnt, "lanes.pv", guard=True) as j:
+            t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
+            vs = [self.emit_at(fl.value, {self.key: t, self.w: i64(w)}) for w in range(self.dv)]
+
+            def pv(r: ir.Value) -> None:
+                p = em.math("exp", b.fsub(self.load(self.slot(self.s, j, r)), self.load(self.slot(self.use, 0, r)),
+                                          name="lanes.sm"))
+                lp = self.slot(self.l, 0, r)
+                b.store(b.fadd(self.load(lp), p, name="lanes.l", flags=_FM), lp)
+                for w, v in enumerate(vs):
+                    ap = self.slot(self.acc, w, r)
+                    b.store(b.fadd(self.load(ap), b.fmul(p, v, name="lanes.pv", flags=_FM), name="lanes.acc",
+                                   flags=_FM), ap)
+            self.rows(pv, "lanes.pr")
+
+    def maxnum(self, a: ir.Value, x: ir.Value) -> ir.Value:
+        """max(a, x), x skipped where NaN (its `p` carries the NaN into the row)."""
+        fn = get_or_declare(self.owner.module, f"llvm.maxnum.{self.ty.intrinsic_name}",
+                            ir.FunctionType(self.ty, [self.ty, self.ty]))
+        return self.b.call(fn, [a, x], name="lanes.max")
+
+    def rescale(self, r: ir.Value) -> None:
+        """After the block max: alpha, the exp's offset, the running max, l and acc rescaled."""
+        b, em = self.b, self.em
+        m_old = self.load(self.slot(self.m, 0, r))
+        m_new = self.load(self.slot(self.mx, 0, r))
+        live = b.fcmp_ordered("!=", m_new, self.neg_inf, name="lanes.live")
+        alpha = b.select(live, em.math("exp", b.fsub(m_old, m_new, name="lanes.dm")), self.one, name="lanes.alpha")
+        b.store(b.select(live, m_new, self.zero, name="lanes.use"), self.slot(self.use, 0, r))
+        b.store(b.select(live, m_new, m_old, name="lanes.m.next"), self.slot(self.m, 0, r))
+        lp = self.slot(self.l, 0, r)
+        b.store(b.fmul(self.load(lp), alpha, name="lanes.l.scaled"), lp)
+        for w in range(self.dv):
+            ap = self.slot(self.acc, w, r)
+            b.store(b.fmul(self.load(ap), alpha, name="lanes.a.scaled"), ap)
+
+    def finish(self, end: ir.Value) -> None:
+        """The block's real rows: the body with the core := acc[w][r] / l[r]."""
+        b, em, c, fl = self.b, self.em, self.c, self.fl
+        with for_range(b, end, "lanes.out", start=self.s0, guard=False) as s:
+            r = b.sub(s, self.s0, name="lanes.r", flags=("nuw", "nsw"))
+            total = self.load(self.slot(self.l, 0, r))
+            denom = b.select(b.fcmp_ordered("==", total, self.zero, name="lanes.empty"), self.one, total,
+                             name="lanes.denom") if fl.guarded else total
+            em.push({self.rv: s}, {self.rv: c.extents[-2]})
+            em.hoist(fl.without_core(c.body))
+            md = loop_metadata(self.owner.module, self.lanes, None)
+            with for_range(b, i64(fl.row), self.w, guard=False, metadata=md) as w:
+                em.push({self.w: w}, {self.w: c.extents[-1]})
+                em.frames[-1].cache[fl.core] = b.fdiv(self.load(self.slot(self.acc, w, r)), denom, name="lanes.y")
+                idx = {**self.vals, self.rv: s, self.w: w}
+                em.store(c.out, [idx[m] for m in c.var_names], em.emit(c.body))
+                em.pop()
+            em.pop()
