@@ -62,17 +62,18 @@ def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, pl
     fl = plan.flash
     assert fl is not None
     b = ctx.b
-    if fl.rows_var is not None and v + 1 < len(c.vars) and lanes_fit(fl):
-        LaneRows(owner, em, ctx, c, plan).run(vals)
-        return
     if fl.rows_var is None or v + 1 == len(c.vars):
         _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
         return
     n = ctx.dim(c.extents[v])
-    full = b.udiv(n, i64(ROWS), name="flash.rowblocks")
+    # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
+    start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
+    full = b.udiv(b.sub(n, start, name="flash.rows.left"), i64(ROWS), name="flash.rowblocks")
     with for_range(b, full, "flash.rb", guard=True) as rb:
-        _Rows(owner, em, ctx, c, plan, ROWS).run(b.mul(rb, i64(ROWS), name="flash.s0", flags=("nuw", "nsw")), vals)
-    with for_range(b, n, "flash.rr", start=b.mul(full, i64(ROWS), name="flash.rdone"), guard=True) as r:
+        s0 = b.add(start, b.mul(rb, i64(ROWS), name="flash.s0.off", flags=("nuw", "nsw")), name="flash.s0")
+        _Rows(owner, em, ctx, c, plan, ROWS).run(s0, vals)
+    done = b.add(start, b.mul(full, i64(ROWS), name="flash.rdone.off"), name="flash.rdone")
+    with for_range(b, n, "flash.rr", start=done, guard=True) as r:
         _Rows(owner, em, ctx, c, plan, 1).run(r, vals)
 
 

@@ -19,8 +19,8 @@ rows (one vector, 16 f32 lanes on AVX-512) shares every instruction instead:
 Every step is a loop over the LANES rows with vectorize metadata (the rows are the loop the
 vectorizer widens; the static head dims are unrolled inside it), so each one is a handful of
 vector instructions per key: the dot is D fused multiply-adds per LANES scores, as in a GEMM.
-The last row block is padded by repeating its last row (the scores of real rows), and only
-its real rows are stored. Semantics are flash.py's (kernel/flash.py's module doc): a block
+Rows past the last whole block go row by row through flash.py (a decoder step's one query
+row would fill one lane of sixteen). Semantics are flash.py's (kernel/flash.py's module doc): a block
 whose running max is still -inf adds exp(-inf) = 0; a NaN score is skipped by maxnum but
 reaches its row's sum and accumulator through `p`, so the row is NaN as unfused. Causal
 attention stops the keys at the block's last row's limit.
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from onnxcc.kernel.expr import Const, Expr
+from onnxcc.kernel.flash import LANES_MAX_HEAD
 
 from ..llvm.exprs import ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
@@ -47,18 +48,17 @@ BLOCK = 64
 """keys per block: the block's [BLOCK x LANES] scores stay in L1 between the steps"""
 _FM = ("reassoc", "contract", "nsz")
 """the dot's and the sums' adds may be reordered and fused, as any reduction's are"""
-MAX_HEAD = 32
-"""the widest query and value heads taken: the query's transposed tile and the accumulators
-are unrolled per head element (measured: benchmarks/attention_chain.py --head 8/16/32)"""
+CHAINS = 4
+"""partial sums per dot product (the adds' latency hidden behind each other)"""
 
 
 def lanes_fit(fl: Flash) -> bool:
     """Whether a fused core runs here: rows that share keys (`rows_var`), a dot product of a
-    static head of at most MAX_HEAD, and a value row of at most MAX_HEAD."""
+    static head of at most LANES_MAX_HEAD, and a value row of at most that."""
     if fl.rows_var is None or fl.dot is None or fl.query is None or fl.keyed is None:
         return False
     (_, ext), = fl.dot.vars
-    return isinstance(ext, Const) and 0 < int(ext.value) <= MAX_HEAD and fl.row <= MAX_HEAD
+    return isinstance(ext, Const) and 0 < int(ext.value) <= LANES_MAX_HEAD and fl.row <= LANES_MAX_HEAD
 
 
 class LaneRows:
@@ -106,10 +106,8 @@ class LaneRows:
             body(r)
 
     def row_of(self, r: ir.Value) -> ir.Value:
-        """The query row lane r stands for: s0 + r, the block's last real row past it."""
-        b = self.b
-        s = b.add(self.s0, r, name="lanes.row", flags=("nuw", "nsw"))
-        return b.select(b.icmp_signed("<", s, self.n_rows), s, self.last, name="lanes.rowc")
+        """The query row lane r stands for."""
+        return self.b.add(self.s0, r, name="lanes.row", flags=("nuw", "nsw"))
 
     def emit_at(self, e: Expr, binds: dict[str, ir.Value]) -> ir.Value:
         """`e` with `binds` pushed as a frame of their own."""
@@ -121,20 +119,20 @@ class LaneRows:
         return v
 
     # ---- the row blocks --------------------------------------------------------------------
-    def run(self, vals: dict[str, ir.Value]) -> None:
-        b, em, fl, n = self.b, self.em, self.fl, self.lanes
+    def run(self, vals: dict[str, ir.Value]) -> ir.Value:
+        """The whole blocks of LANES rows; returns the number of rows done (the caller runs
+        the rest row by row: a decoder's one new row would fill one lane of sixteen)."""
+        b, em, n = self.b, self.em, self.lanes
         self.vals = vals
-        self.n_rows = self.ctx.dim(self.c.extents[-2])
-        nrb = b.udiv(b.add(self.n_rows, i64(n - 1), name="lanes.rows.up"), i64(n), name="lanes.rowblocks")
-        kv = em.emit(fl.kv_len)
+        nrb = b.udiv(self.ctx.dim(self.c.extents[-2]), i64(n), name="lanes.rowblocks")
+        kv = em.emit(self.fl.kv_len)
         with for_range(b, nrb, "lanes.rb", guard=True) as rb:
             self.s0 = b.mul(rb, i64(n), name="lanes.s0", flags=("nuw", "nsw"))
-            end = b.add(self.s0, i64(n), name="lanes.s1", flags=("nuw", "nsw"))
-            end = b.select(b.icmp_signed("<", end, self.n_rows), end, self.n_rows, name="lanes.end")
-            self.last = b.sub(end, i64(1), name="lanes.last", flags=("nsw",))
-            self.block_rows(kv, end)
+            self.last = b.add(self.s0, i64(n - 1), name="lanes.last", flags=("nuw", "nsw"))
+            self.block_rows(kv)
+        return b.mul(nrb, i64(n), name="lanes.done", flags=("nuw", "nsw"))
 
-    def block_rows(self, kv: ir.Value, end: ir.Value) -> None:
+    def block_rows(self, kv: ir.Value) -> None:
         b, fl = self.b, self.fl
         self.load_queries()
         self.rows(self.start_rows, "lanes.init")
@@ -149,7 +147,7 @@ class LaneRows:
             left = b.sub(n, t0, name="lanes.left", flags=("nsw",))
             cnt = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK), name="lanes.cnt")
             self.block(t0, cnt)
-        self.finish(end)
+        self.finish()
 
     def load_queries(self) -> None:
         """QT[e][r]: the block's query rows transposed, once per row block."""
@@ -178,12 +176,17 @@ class LaneRows:
             ks = [self.emit_at(fl.keyed, {self.key: t, self.e: i64(k)}) for k in range(self.d)]  # type: ignore[arg-type]
 
             def score(r: ir.Value) -> None:
-                acc = None
+                # CHAINS independent partial sums, added at the end: one chain of D dependent
+                # adds per key would stall the loop on the add's latency
+                part: list = [None] * min(CHAINS, len(ks))
                 for k, kv in enumerate(ks):
                     prod = b.fmul(self.load(self.slot(self.qt, k, r)), kv, name="lanes.qk", flags=_FM)
-                    acc = prod if acc is None else b.fadd(acc, prod, name="lanes.dot", flags=_FM)
-                assert acc is not None
-                x = acc
+                    c = k % len(part)
+                    part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="lanes.dot", flags=_FM)
+                while len(part) > 1:
+                    part = [b.fadd(part[i], part[i + 1], name="lanes.dots", flags=_FM) if i + 1 < len(part)
+                            else part[i] for i in range(0, len(part), 2)]
+                acc = x = part[0]
                 if self.epilogue:  # the rest of the score (scale, masks, causal) given its dot
                     em.push({self.key: t, self.rv: self.row_of(r)},
                             {self.key: fl.kv_len, self.rv: self.c.extents[-2]})
@@ -231,9 +234,10 @@ class LaneRows:
             ap = self.slot(self.acc, w, r)
             b.store(b.fmul(self.load(ap), alpha, name="lanes.a.scaled"), ap)
 
-    def finish(self, end: ir.Value) -> None:
-        """The block's real rows: the body with the core := acc[w][r] / l[r]."""
+    def finish(self) -> None:
+        """The block's rows: the body with the core := acc[w][r] / l[r]."""
         b, em, c, fl = self.b, self.em, self.c, self.fl
+        end = b.add(self.last, i64(1), name="lanes.end", flags=("nuw", "nsw"))
         with for_range(b, end, "lanes.out", start=self.s0, guard=False) as s:
             r = b.sub(s, self.s0, name="lanes.r", flags=("nuw", "nsw"))
             total = self.load(self.slot(self.l, 0, r))
