@@ -86,6 +86,8 @@ class LaneRows:
         self.mx, self.alpha, self.use = arr(n, "lanes.mx"), arr(n, "lanes.alpha"), arr(n, "lanes.use")
         self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
         self.epilogue = fl.score != fl.dot
+        self.vty = ir.VectorType(ty, n)
+        self.regs = [ctx.alloca(self.vty, f"lanes.reg{w}") for w in range(self.dv + 1)]  # acc[w]..., l
 
     # ---- helpers ---------------------------------------------------------------------------
     def slot(self, arr: ir.Value, i: ir.Value | int, r: ir.Value) -> ir.Value:
@@ -198,20 +200,47 @@ class LaneRows:
                 b.store(self.maxnum(self.load(mp), x), mp)
             self.rows(score, "lanes.sr")
         self.rows(self.rescale, "lanes.rs")
+        # p = exp(s - use) in place: one exp per score, the vectorizer's loop over the rows
+        with for_range(b, cnt, "lanes.p", guard=True) as j:
+            def prob(r: ir.Value) -> None:
+                sp = self.slot(self.s, j, r)
+                x = b.fsub(self.load(sp), self.load(self.slot(self.use, 0, r)), name="lanes.sm")
+                b.store(em.math("exp", x), sp)
+            self.rows(prob, "lanes.pr")
+        self.accumulate(t0, cnt)
+
+    def vec(self, arr: ir.Value, i: int | ir.Value) -> ir.Value:
+        """The pointer to row vector i of a [* x LANES] stack array."""
+        return self.slot(arr, i, i64(0))
+
+    def accumulate(self, t0: ir.Value, cnt: ir.Value) -> None:
+        """l += p and acc[w] += p * V(key, w) over the block's keys with explicit vectors of
+        the LANES rows, the sums in registers across the keys (promoted allocas; stores to
+        the stack arrays every key would bound the loop)."""
+        b, fl, vty = self.b, self.fl, self.vty
+        regs = self.regs
+        for w in range(self.dv):
+            b.store(b.load(self.vec(self.acc, w), name="lanes.accv", typ=vty, align=4), regs[w])
+        b.store(b.load(self.vec(self.l, 0), name="lanes.lv", typ=vty, align=4), regs[-1])
         with for_range(b, cnt, "lanes.pv", guard=True) as j:
             t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
-            vs = [self.emit_at(fl.value, {self.key: t, self.w: i64(w)}) for w in range(self.dv)]
+            p = b.load(self.vec(self.s, j), name="lanes.p", typ=vty, align=4)
+            b.store(b.fadd(b.load(regs[-1], name="lanes.l", typ=vty), p, name="lanes.l.new", flags=_FM), regs[-1])
+            for w in range(self.dv):
+                v = self.emit_at(fl.value, {self.key: t, self.w: i64(w)})
+                vb = self.splat(v)
+                a = b.load(regs[w], name="lanes.a", typ=vty)
+                b.store(b.fadd(a, b.fmul(p, vb, name="lanes.pv", flags=_FM), name="lanes.acc", flags=_FM), regs[w])
+        for w in range(self.dv):
+            b.store(b.load(regs[w], name="lanes.a", typ=vty), self.vec(self.acc, w), align=4)
+        b.store(b.load(regs[-1], name="lanes.l", typ=vty), self.vec(self.l, 0), align=4)
 
-            def pv(r: ir.Value) -> None:
-                p = em.math("exp", b.fsub(self.load(self.slot(self.s, j, r)), self.load(self.slot(self.use, 0, r)),
-                                          name="lanes.sm"))
-                lp = self.slot(self.l, 0, r)
-                b.store(b.fadd(self.load(lp), p, name="lanes.l", flags=_FM), lp)
-                for w, v in enumerate(vs):
-                    ap = self.slot(self.acc, w, r)
-                    b.store(b.fadd(self.load(ap), b.fmul(p, v, name="lanes.pv", flags=_FM), name="lanes.acc",
-                                   flags=_FM), ap)
-            self.rows(pv, "lanes.pr")
+    def splat(self, x: ir.Value) -> ir.Value:
+        """x in every lane."""
+        b, n = self.b, self.lanes
+        one = b.insert_element(ir.Constant(self.vty, None), x, ir.Constant(ir.IntType(32), 0), name="lanes.ins")
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), n), [0] * n)
+        return b.shuffle_vector(one, ir.Constant(self.vty, None), zeros, name="lanes.splat")
 
     def maxnum(self, a: ir.Value, x: ir.Value) -> ir.Value:
         """max(a, x), x skipped where NaN (its `p` carries the NaN into the row)."""
