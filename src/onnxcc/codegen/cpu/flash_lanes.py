@@ -87,7 +87,8 @@ class LaneRows:
         self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
         self.epilogue = fl.score != fl.dot
         self.vty = ir.VectorType(ty, n)
-        self.regs = [ctx.alloca(self.vty, f"lanes.reg{w}") for w in range(self.dv + 1)]  # acc[w]..., l
+        # acc[w]..., l, and the running max while the dots are taken
+        self.regs = [ctx.alloca(self.vty, f"lanes.reg{w}") for w in range(self.dv + 2)]
 
     # ---- helpers ---------------------------------------------------------------------------
     def slot(self, arr: ir.Value, i: ir.Value | int, r: ir.Value) -> ir.Value:
@@ -171,34 +172,26 @@ class LaneRows:
         """One block of `cnt` keys from t0: two passes, the scores (with the block max) and,
         after the rescale, the probabilities into the sums and accumulators."""
         b, em, fl = self.b, self.em, self.fl
-        self.rows(lambda r: b.store(self.load(self.slot(self.m, 0, r)), self.slot(self.mx, 0, r)), "lanes.mx0")
-        with for_range(b, cnt, "lanes.sc", guard=True) as j:
-            t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
-            # K's D scalars of this key, each broadcast over the rows
-            ks = [self.emit_at(fl.keyed, {self.key: t, self.e: i64(k)}) for k in range(self.d)]  # type: ignore[arg-type]
+        self.dots(t0, cnt)
+        if self.epilogue:  # the rest of the score (scale, masks, causal) per (key, row), given its dot
+            # NOTE: a loop of its own, reading the dot from the block: a mask read along the
+            # rows has a symbolic stride, for which the vectorizer keeps a scalar copy of the
+            # loop; with the dot in it, that copy summed each dot across the lanes (bert 3x)
+            self.rows(lambda r: b.store(self.load(self.slot(self.m, 0, r)), self.slot(self.mx, 0, r)), "lanes.mx0")
+            with for_range(b, cnt, "lanes.ep", guard=True) as j:
+                t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
 
-            def score(r: ir.Value) -> None:
-                # CHAINS independent partial sums, added at the end: one chain of D dependent
-                # adds per key would stall the loop on the add's latency
-                part: list = [None] * min(CHAINS, len(ks))
-                for k, kv in enumerate(ks):
-                    prod = b.fmul(self.load(self.slot(self.qt, k, r)), kv, name="lanes.qk", flags=_FM)
-                    c = k % len(part)
-                    part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="lanes.dot", flags=_FM)
-                while len(part) > 1:
-                    part = [b.fadd(part[i], part[i + 1], name="lanes.dots", flags=_FM) if i + 1 < len(part)
-                            else part[i] for i in range(0, len(part), 2)]
-                acc = x = part[0]
-                if self.epilogue:  # the rest of the score (scale, masks, causal) given its dot
+                def score(r: ir.Value) -> None:
+                    sp = self.slot(self.s, j, r)
                     em.push({self.key: t, self.rv: self.row_of(r)},
                             {self.key: fl.kv_len, self.rv: self.c.extents[-2]})
-                    em.frames[-1].cache[fl.dot] = acc  # type: ignore[index]
+                    em.frames[-1].cache[fl.dot] = self.load(sp)  # type: ignore[index]
                     x = em.emit(fl.score)
                     em.pop()
-                b.store(x, self.slot(self.s, j, r))
-                mp = self.slot(self.mx, 0, r)
-                b.store(self.maxnum(self.load(mp), x), mp)
-            self.rows(score, "lanes.sr")
+                    b.store(x, sp)
+                    mp = self.slot(self.mx, 0, r)
+                    b.store(self.maxnum(self.load(mp), x), mp)
+                self.rows(score, "lanes.er")
         self.rows(self.rescale, "lanes.rs")
         # p = exp(s - use) in place: one exp per score, the vectorizer's loop over the rows
         with for_range(b, cnt, "lanes.p", guard=True) as j:
@@ -208,6 +201,33 @@ class LaneRows:
                 b.store(em.math("exp", x), sp)
             self.rows(prob, "lanes.pr")
         self.accumulate(t0, cnt)
+
+    def dots(self, t0: ir.Value, cnt: ir.Value) -> None:
+        """s[j] = the raw dots of the LANES rows with key t0 + j, explicit vectors: the query
+        tile in registers, each of K's D scalars broadcast, CHAINS partial sums (one chain of
+        D dependent adds per key would wait on the add's latency). Without an epilogue the
+        block max is taken here too, into mx."""
+        b, fl, vty = self.b, self.fl, self.vty
+        qs = [b.load(self.vec(self.qt, k), name="lanes.q", typ=vty, align=4) for k in range(self.d)]
+        mreg = self.regs[-1]
+        if not self.epilogue:
+            b.store(b.load(self.vec(self.m, 0), name="lanes.m", typ=vty, align=4), mreg)
+        with for_range(b, cnt, "lanes.dot", guard=True) as j:
+            t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
+            part: list = [None] * min(CHAINS, self.d)
+            for k, q in enumerate(qs):
+                kv = self.splat(self.emit_at(fl.keyed, {self.key: t, self.e: i64(k)}))  # type: ignore[arg-type]
+                prod = b.fmul(q, kv, name="lanes.qk", flags=_FM)
+                c = k % len(part)
+                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="lanes.dot", flags=_FM)
+            while len(part) > 1:
+                part = [b.fadd(part[i], part[i + 1], name="lanes.dots", flags=_FM) if i + 1 < len(part)
+                        else part[i] for i in range(0, len(part), 2)]
+            b.store(part[0], self.vec(self.s, j), align=4)
+            if not self.epilogue:
+                b.store(self.maxnum(b.load(mreg, name="lanes.mx", typ=vty), part[0]), mreg)
+        if not self.epilogue:
+            b.store(b.load(mreg, name="lanes.mx", typ=vty), self.vec(self.mx, 0), align=4)
 
     def vec(self, arr: ir.Value, i: int | ir.Value) -> ir.Value:
         """The pointer to row vector i of a [* x LANES] stack array."""
@@ -221,11 +241,12 @@ class LaneRows:
         regs = self.regs
         for w in range(self.dv):
             b.store(b.load(self.vec(self.acc, w), name="lanes.accv", typ=vty, align=4), regs[w])
-        b.store(b.load(self.vec(self.l, 0), name="lanes.lv", typ=vty, align=4), regs[-1])
+        lreg = regs[self.dv]
+        b.store(b.load(self.vec(self.l, 0), name="lanes.lv", typ=vty, align=4), lreg)
         with for_range(b, cnt, "lanes.pv", guard=True) as j:
             t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
             p = b.load(self.vec(self.s, j), name="lanes.p", typ=vty, align=4)
-            b.store(b.fadd(b.load(regs[-1], name="lanes.l", typ=vty), p, name="lanes.l.new", flags=_FM), regs[-1])
+            b.store(b.fadd(b.load(lreg, name="lanes.l", typ=vty), p, name="lanes.l.new", flags=_FM), lreg)
             for w in range(self.dv):
                 v = self.emit_at(fl.value, {self.key: t, self.w: i64(w)})
                 vb = self.splat(v)
@@ -233,7 +254,7 @@ class LaneRows:
                 b.store(b.fadd(a, b.fmul(p, vb, name="lanes.pv", flags=_FM), name="lanes.acc", flags=_FM), regs[w])
         for w in range(self.dv):
             b.store(b.load(regs[w], name="lanes.a", typ=vty), self.vec(self.acc, w), align=4)
-        b.store(b.load(regs[-1], name="lanes.l", typ=vty), self.vec(self.l, 0), align=4)
+        b.store(b.load(lreg, name="lanes.l", typ=vty), self.vec(self.l, 0), align=4)
 
     def splat(self, x: ir.Value) -> ir.Value:
         """x in every lane."""
@@ -244,8 +265,9 @@ class LaneRows:
 
     def maxnum(self, a: ir.Value, x: ir.Value) -> ir.Value:
         """max(a, x), x skipped where NaN (its `p` carries the NaN into the row)."""
-        fn = get_or_declare(self.owner.module, f"llvm.maxnum.{self.ty.intrinsic_name}",
-                            ir.FunctionType(self.ty, [self.ty, self.ty]))
+        ty = a.type
+        tag = f"v{self.lanes}{self.ty.intrinsic_name}" if isinstance(ty, ir.VectorType) else self.ty.intrinsic_name
+        fn = get_or_declare(self.owner.module, f"llvm.maxnum.{tag}", ir.FunctionType(ty, [ty, ty]))
         return self.b.call(fn, [a, x], name="lanes.max")
 
     def rescale(self, r: ir.Value) -> None:
