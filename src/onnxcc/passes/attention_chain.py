@@ -60,9 +60,10 @@ CAUSAL_MIN_KV = 64
 LANES_MIN_KV = 64
 """the fewest keys for which heads of at most kernel/flash.py's LANES_MAX_HEAD (Q's and V's)
 run fused, with the query rows in vector lanes (codegen/cpu/flash_lanes.py; measured 1 thread,
-4 heads, fused / chain: head 8 0.91 at 64 keys, 0.86 at 256, 0.74 at 1599; head 16 1.0 at
-64, 1.02 at 256, 0.95 at 1599; at 17 keys 1.2x of a few microseconds); a symbolic count
-takes the fused form (the audio encoders' frames: 1599 at 16000 samples)"""
+4 heads, CPU-clock medians, benchmarks/attention_chain.py's chain, fused / chain: head 8 0.86
+at 64 keys, 0.57 at 256, 0.44 at 1599; head 16 0.87 at 64, 0.86 at 256, 0.70 at 1599, 1.0 at
+17); a symbolic count takes the fused form (the audio encoders' frames: 1599 at 16000
+samples; the zoo's bert / gpt2 / vit rows at 1 to 128 tokens are no slower)"""
 NARROW_FACTOR = 8
 """heads narrower than 64 (Q's or V's) need this many times `min_kv` keys before the fused
 form wins (measured: head 16 fused/chain 1.20 at 512 keys, 0.89 at 2048; head 32 1.01 at
