@@ -16,14 +16,16 @@ rows (one vector, 16 f32 lanes on AVX-512) shares every instruction instead:
         p = exp(s[j] - use);  l += p;  acc[w] += p * V(t0 + j, w)   one exp per score
     out(row s0 + r, w) = body with the core := acc[w][r] / select(l[r] == 0, 1, l[r])
 
-Every step is a loop over the LANES rows with vectorize metadata (the rows are the loop the
-vectorizer widens; the static head dims are unrolled inside it), so each one is a handful of
-vector instructions per key: the dot is D fused multiply-adds per LANES scores, as in a GEMM.
+The dots and P @ V are explicit vectors of the LANES rows (the query tile and the row
+sums and accumulators in registers across the block's keys, K's and V's scalars
+broadcast): D fused multiply-adds per LANES scores each, as in a GEMM. The rest (the
+score's epilogue through the expression emitter, the rescale, the exp) are loops over the
+rows with vectorize metadata, which the vectorizer widens into one vector per key.
 Rows past the last whole block go row by row through flash.py (a decoder step's one query
-row would fill one lane of sixteen). Semantics are flash.py's (kernel/flash.py's module doc): a block
-whose running max is still -inf adds exp(-inf) = 0; a NaN score is skipped by maxnum but
-reaches its row's sum and accumulator through `p`, so the row is NaN as unfused. Causal
-attention stops the keys at the block's last row's limit.
+row would fill one lane of sixteen). Semantics are flash.py's (kernel/flash.py's module
+doc): a block whose running max is still -inf adds exp(-inf) = 0; a NaN score is skipped
+by maxnum but reaches its row's sum and accumulator through `p`, so the row is NaN as
+unfused. Causal attention stops the keys at the block's last row's limit.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class LaneRows:
 
         self.qt, self.s = arr(self.d * n, "lanes.qt"), arr(BLOCK * n, "lanes.s")
         self.acc, self.m, self.l = arr(self.dv * n, "lanes.acc"), arr(n, "lanes.m"), arr(n, "lanes.l")
-        self.mx, self.alpha, self.use = arr(n, "lanes.mx"), arr(n, "lanes.alpha"), arr(n, "lanes.use")
+        self.mx, self.use = arr(n, "lanes.mx"), arr(n, "lanes.use")
         self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
         self.epilogue = fl.score != fl.dot
         self.vty = ir.VectorType(ty, n)
