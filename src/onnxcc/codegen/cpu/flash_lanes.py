@@ -52,6 +52,9 @@ _FM = ("reassoc", "contract", "nsz")
 """the dot's and the sums' adds may be reordered and fused, as any reduction's are"""
 CHAINS = 4
 """partial sums per dot product (the adds' latency hidden behind each other)"""
+_CHAIN = ("contract", "nsz")
+"""the dot's partial sums: products fused into the adds but not reassociated, which would
+let LLVM fold the CHAINS partial sums back into one chain of D dependent FMAs"""
 
 
 def lanes_fit(fl: Flash) -> bool:
@@ -219,11 +222,11 @@ class LaneRows:
             part: list = [None] * min(CHAINS, self.d)
             for k, q in enumerate(qs):
                 kv = self.splat(self.emit_at(fl.keyed, {self.key: t, self.e: i64(k)}))  # type: ignore[arg-type]
-                prod = b.fmul(q, kv, name="lanes.qk", flags=_FM)
+                prod = b.fmul(q, kv, name="lanes.qk", flags=_CHAIN)
                 c = k % len(part)
-                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="lanes.dot", flags=_FM)
+                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="lanes.dot", flags=_CHAIN)
             while len(part) > 1:
-                part = [b.fadd(part[i], part[i + 1], name="lanes.dots", flags=_FM) if i + 1 < len(part)
+                part = [b.fadd(part[i], part[i + 1], name="lanes.dots", flags=_CHAIN) if i + 1 < len(part)
                         else part[i] for i in range(0, len(part), 2)]
             b.store(part[0], self.vec(self.s, j), align=4)
             if not self.epilogue:
