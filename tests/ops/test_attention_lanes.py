@@ -98,12 +98,12 @@ def test_every_narrow_chain_runs_in_lanes(lanes):
     assert sum(fl.causal is not None for fl in flashes) == 1
 
 
-def _check(lib, model, b: int, s: int) -> None:
+def _check(lib, model, b: int, s: int, atol: float = ATOL) -> None:
     feeds = _feeds(b, s, np.random.default_rng(s * 10 + b))
     want = ort_run(model, feeds)
     got = lib.run(feeds)
     for name, w in want.items():
-        np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=ATOL, err_msg=f"{name} at batch {b} seq {s}")
+        np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=atol, err_msg=f"{name} at batch {b} seq {s}")
     assert np.isnan(want["Y6"][:, :, 0]).all() and np.isnan(got["Y6"][:, :, 0]).all()
 
 
@@ -115,8 +115,11 @@ def test_narrow_chains_match_onnxruntime(lanes, s):
 
 
 def test_the_audio_encoders_length(lanes):
+    """atol 5e-5: each output sums 1599 products with values up to ~8 in f32, in another
+    order than onnxruntime's (about sqrt(1599) * 2**-24 * 8 = 2e-5 apart where the weighted
+    average cancels to near 0)."""
     model, _, lib = lanes
-    _check(lib, model, 1, 1599)
+    _check(lib, model, 1, 1599, atol=5e-5)
 
 
 def _fused_count(tmp_path, seq, head: int) -> int:
