@@ -54,6 +54,12 @@ MAX_ROW = 1024
 """the largest static value head size the fused emitter takes (its accumulator row lives
 on the stack); a larger or symbolic one keeps the plain loops"""
 
+LANES_MAX_HEAD = 16
+"""the widest query and value heads the CPU runs with the query rows in vector lanes
+(codegen/cpu/flash_lanes.py: one FMA per key per head element per vector of rows); wider
+heads keep the row-at-a-time form, whose dots fill whole vectors (measured at 32: the
+lanes form spills its accumulators and runs 1.8x slower than the chain)"""
+
 _KEY_VARS = ("kt", "ku")
 """the key vars of the numerator / max and of the denominator"""
 

@@ -25,8 +25,10 @@ Rewritten only when that is provably the same computation and pays:
 - the fused form is measured faster (benchmarks/attention_chain.py): a causal chain from 64
   keys; heads of 64 and up from `min_kv` keys (static, or a symbol whose range allows that
   many: measured at most 1.2x slower on short rows, faster from 512 keys, and no O(S*T)
-  buffer); narrower heads from NARROW_FACTOR times that, only when the key count is proved
-  that long (they lose up to 1.7x on short rows).
+  buffer); heads of at most 16 (both Q's and V's) from 64 keys or a symbolic count (the
+  CPU runs them with the query rows in vector lanes); other narrower heads from
+  NARROW_FACTOR times `min_kv`, only when the key count is proved that long (they lose up
+  to 1.7x on short rows).
 
 A chain whose masks are proved causal (attention_causal.py: every key after the query's row
 adds nothing) gets `causal = 0`, and the mask steps that are the identity up to the diagonal
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..ir import DType, Module, Op, Value
-from ..kernel.flash import MAX_ROW
+from ..kernel.flash import LANES_MAX_HEAD, MAX_ROW
 from ..ops.attention import FLASH_MIN_KV
 from .attention_causal import causal_steps
 from .base import ModulePass, PassContext, register_pass
@@ -55,6 +57,13 @@ _MAX_STEPS = 8
 CAUSAL_MIN_KV = 64
 """the fewest keys for which a causal chain runs fused (one key block: measured faster from
 64 keys on, heads of 16 and 64; benchmarks/attention_chain.py --causal)"""
+LANES_MIN_KV = 64
+"""the fewest keys for which heads of at most kernel/flash.py's LANES_MAX_HEAD (Q's and V's)
+run fused, with the query rows in vector lanes (codegen/cpu/flash_lanes.py; measured 1 thread,
+4 heads, CPU-clock medians, benchmarks/attention_chain.py's chain, fused / chain: head 8 0.86
+at 64 keys, 0.57 at 256, 0.44 at 1599; head 16 0.87 at 64, 0.86 at 256, 0.70 at 1599, 1.0 at
+17); a symbolic count takes the fused form (the audio encoders' frames: 1599 at 16000
+samples; the zoo's bert / gpt2 / vit rows at 1 to 128 tokens are no slower)"""
 NARROW_FACTOR = 8
 """heads narrower than 64 (Q's or V's) need this many times `min_kv` keys before the fused
 form wins (measured: head 16 fused/chain 1.20 at 512 keys, 0.89 at 2048; head 32 1.01 at
@@ -173,6 +182,9 @@ class _FuseChain(RewritePattern):
             return symbols.prove_le(kv, CAUSAL_MIN_KV - 1) is not True
         d = chain.scores.operands[0].type.shape[-1]
         heads = [h for h in (d, v.type.shape[-1]) if isinstance(h, int)]
+        if len(heads) == 2 and max(heads) <= LANES_MAX_HEAD:
+            # rows in vector lanes: fused from LANES_MIN_KV keys, and with a symbolic count
+            return symbols.prove_le(kv, LANES_MIN_KV - 1) is not True
         narrow = len(heads) < 2 or min(heads) < 64
         min_kv = self.min_kv * (NARROW_FACTOR if narrow else 1)
         if symbols.prove_le(kv, min_kv - 1) is True:

@@ -35,6 +35,7 @@ from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substi
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
+from .flash_lanes import LaneRows, lanes_fit
 
 if TYPE_CHECKING:
     from onnxcc.kernel.program import Compute
@@ -65,10 +66,14 @@ def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, pl
         _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
         return
     n = ctx.dim(c.extents[v])
-    full = b.udiv(n, i64(ROWS), name="flash.rowblocks")
+    # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
+    start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
+    full = b.udiv(b.sub(n, start, name="flash.rows.left"), i64(ROWS), name="flash.rowblocks")
     with for_range(b, full, "flash.rb", guard=True) as rb:
-        _Rows(owner, em, ctx, c, plan, ROWS).run(b.mul(rb, i64(ROWS), name="flash.s0", flags=("nuw", "nsw")), vals)
-    with for_range(b, n, "flash.rr", start=b.mul(full, i64(ROWS), name="flash.rdone"), guard=True) as r:
+        s0 = b.add(start, b.mul(rb, i64(ROWS), name="flash.s0.off", flags=("nuw", "nsw")), name="flash.s0")
+        _Rows(owner, em, ctx, c, plan, ROWS).run(s0, vals)
+    done = b.add(start, b.mul(full, i64(ROWS), name="flash.rdone.off"), name="flash.rdone")
+    with for_range(b, n, "flash.rr", start=done, guard=True) as r:
         _Rows(owner, em, ctx, c, plan, 1).run(r, vals)
 
 
@@ -250,8 +255,9 @@ class _Rows:
         (each V vector loaded once for all rows), where V is a load contiguous in w and the
         row a whole number of vectors. False: not that shape (nothing emitted)."""
         b, em, fl = self.b, self.em, self.fl
-        vl, row = self.width, fl.row
-        if row % vl or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
+        row = fl.row
+        vl = _lanes(row, self.width)
+        if vl < 4 or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
             return False
         vty = ir.VectorType(self.ty, vl)
         regs = [self.ctx.alloca(vty, f"flash.reg{r}") for r in range(self.nrows)]
@@ -351,8 +357,8 @@ class _Rows:
         b, em, fl = self.b, self.em, self.fl
         assert fl.dot is not None
         (e, ext), = fl.dot.vars
-        vl = self.width
-        if not (isinstance(ext, Const) and ext.value % vl == 0 and 0 < ext.value // vl <= 16):
+        vl = _lanes(ext.value, self.width) if isinstance(ext, Const) else 0
+        if not (isinstance(ext, Const) and vl >= 4 and 0 < ext.value // vl <= 16):
             return None
         loads = [*self.query, *self.keyed]
         if not all(_contiguous(x, e.name, self.dt) for x in loads):
@@ -433,6 +439,15 @@ class _Rows:
                     a = b.fadd(a, b.fmul(p, x, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM)
                 b.store(a, ptr)
             em.pop()
+
+
+def _lanes(n: int, width: int) -> int:
+    """The widest vector of at most `width` lanes (a power of two) that divides `n`: a head of
+    8 under 16-lane vectors still runs on explicit 8-lane vectors (0: none of 4 or more)."""
+    vl = width
+    while vl >= 4 and n % vl:
+        vl //= 2
+    return vl if vl >= 4 and n > 0 else 0
 
 
 def _contiguous(x: Expr, e: str, dt) -> bool:
