@@ -1,35 +1,45 @@
 """The contract between the 8-bit GEMM lowering (ops/int8_gemm.py) and the backend that runs
 it (codegen/cpu/gemm_int8.py, AVX-512 VNNI): the `CallStmt` names, their sizes and buffers,
-and the packed layout of the Q operand.
+and the packed layout of the weights.
 
-    call onnxcc_i8gemm_us(batch, M, N, K, lda, sp, sq, ldc, sc; P, Q, C) -> C
-    C[b][m*ldc + n] = sum(k < K: P[b*sp + m*lda + k] * Q(b, k, n))   in i32
+    call onnxcc_i8gemm(batch, M, N, S0, SS0, S1, SS1, L, lda, sp, ldc, sc; P, Q, C) -> C
+    call onnxcc_i8gemm_rows(same sizes; P, Q, C, T) -> C
 
-`us`: P u8, Q s8; `su`: P s8, Q u8. Q is packed in panels of NR columns, each
-[ceil(K/4)][NR][4] bytes (four consecutive k of one column together), zeros past K and N;
-batch b's panels start sq bytes after batch b-1's (sq = 0: one Q for every batch)."""
+    C[b*sc + m*ldc + n] = sum(s0 < S0, s1 < S1, l < L:
+                              P[b*sp + row(m) + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])   in i32
+
+P is u8 (the activations), W s8 (constant weights); row(m) = m * lda, or T[m] (i64 byte
+offsets) for `_rows`. A matmul is one segment (S0 = S1 = 1, L = K); a conv reads its windows
+in place from a padded channels-last copy of its input: one segment per window row (or per
+tap), each a contiguous run of L bytes, row(m) the output pixel's window corner.
+
+W is packed as Q: panels of NR columns, each [S0*S1*ceil(L/4)][NR][4] bytes (four
+consecutive l of one column together; a segment's last group zero-padded past L), zero past N."""
 
 from __future__ import annotations
 
 import numpy as np
 
 NR = 32
-"""columns per packed Q panel"""
-CALLEES = {"onnxcc_i8gemm_us": False, "onnxcc_i8gemm_su": True}
-"""CallStmt name -> whether P is the signed operand"""
+"""columns per packed panel"""
+CALLEES = {"onnxcc_i8gemm": False, "onnxcc_i8gemm_rows": True}
+"""CallStmt name -> whether the rows' offsets come from a table"""
 
 
 def panels(n: int) -> int:
     return -(-n // NR)
 
 
-def pack_q(q: np.ndarray) -> np.ndarray:
-    """A constant Q (K, N) as its packed panels [panels(N), ceil(K/4), NR, 4], zero-padded."""
-    kk, nn = q.shape
-    g, npan = -(-kk // 4), panels(nn)
-    full = np.zeros((g * 4, npan * NR), q.dtype)
-    full[:kk, :nn] = q
-    return np.ascontiguousarray(full.reshape(g, 4, npan, NR).transpose(2, 0, 3, 1))
+def pack_q(w: np.ndarray, segments: int = 1) -> np.ndarray:
+    """Constant weights (K, N) (K = segments * L, segment-major) as the packed Q
+    [panels(N), segments * ceil(L/4) * 4 / 4, NR, 4] (int8), zero-padded."""
+    kk, nn = w.shape
+    seg_len = kk // segments
+    l4 = -(-seg_len // 4) * 4
+    full = np.zeros((segments, l4, panels(nn) * NR), w.dtype)
+    full[:, :seg_len, :nn] = w.reshape(segments, seg_len, nn)
+    g = segments * l4 // 4
+    return np.ascontiguousarray(full.reshape(g, 4, panels(nn), NR).transpose(2, 0, 3, 1))
 
 
 __all__ = ["CALLEES", "NR", "pack_q", "panels"]

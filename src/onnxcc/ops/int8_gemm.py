@@ -20,7 +20,7 @@ import numpy as np
 
 from ..ir import DType, canon
 from ..kernel import Buffer, CallStmt, Const, cast, select
-from ..kernel.i8gemm import NR, pack_q, panels
+from ..kernel.i8gemm import pack_q
 from .int_gemm import pad_guard
 
 MIN_K = 16
@@ -64,9 +64,10 @@ def _zero_expr(z, ix, shift: int):
     return v
 
 
-def _call(ctx, fn: str, sizes, p: Buffer, q: Buffer, c: Buffer) -> None:
-    sz = tuple(ctx.dim(canon(s)) for s in sizes)
-    ctx.program.body.append(CallStmt(fn, sz, (p.name, q.name, c.name), (c.name,)))
+def _call(ctx, sizes, p: Buffer, q: Buffer, c: Buffer, table: Buffer | None = None) -> None:
+    fn = "onnxcc_i8gemm" if table is None else "onnxcc_i8gemm_rows"
+    bufs = (p.name, q.name, c.name) + (() if table is None else (table.name,))
+    ctx.program.body.append(CallStmt(fn, tuple(ctx.dim(canon(d)) for d in sizes), bufs, (c.name,)))
 
 
 def _u8(ctx, a: Buffer) -> Buffer:
@@ -102,7 +103,8 @@ def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz) -> bool:
     p = _u8(ctx, a)
     exact = az is None and shift == 0
     s = out if exact else ctx.temp(DType.i32, out.shape, "s")
-    _call(ctx, "onnxcc_i8gemm_us", (1, m, nn, kk, kk, 0, 0, nn, 0), p, q, s)
+    # batch, M, N, S0, SS0, S1, SS1, L, lda, sp, ldc, sc (kernel/i8gemm.py)
+    _call(ctx, (1, m, nn, 1, 0, 1, 0, kk, kk, 0, nn, 0), p, q, s)
     if exact:
         return True
     colsum = ctx.const(wi.sum(axis=0).astype(np.int32), "bsum")
@@ -115,18 +117,20 @@ def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz) -> bool:
     return True
 
 
-# ---- convolutions: W (constant) @ im2col(X) -----------------------------------------------------
+# ---- convolutions: im2col(X) read in place @ W (constant) ---------------------------------------
 
 
 def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry) -> Buffer | None:
-    """A temp acc[n, m, o...] (i32, `shape`) = the integer conv sum(c, k: (X - xz) * (W - wz))
-    (+ B) for a constant W, one group and one activation zero point; None: not here.
+    """A temp acc[n, m, oh, ow] (i32, `shape`) = the 2-D integer conv sum(c, k: (X - xz) *
+    (W - wz)) (+ B) for a constant W, one group and one activation zero point; None: not here.
 
-    The input windows are packed at run time straight into the call's Q layout (the
-    im2col of x, 4 taps of one column per 32-bit lane); the 1x1 conv is the same packing
-    without taps."""
+    X is copied once into a padded channels-last u8 temp xp[n, h, (w, c)] (padding = the zero
+    point, s8 shifted to u8); output pixel (oh, ow)'s window is then, per window row, one
+    contiguous run of KW * C bytes of xp (per tap, C bytes, with a dilation along W), which
+    the GEMM reads in place (kernel/i8gemm.py's segments); its result, channels last, is
+    read back into NCHW by the correction."""
     outs, pb, pe, strides, dil = geometry
-    if not ctx.int8_dot or ctx.attr("group", 1) != 1 or x.dtype not in (DType.u8, DType.i8):
+    if not ctx.int8_dot or ctx.attr("group", 1) != 1 or x.dtype not in (DType.u8, DType.i8) or x.rank != 4:
         return None
     if xz is not None and not _scalar_like(xz):
         return None
@@ -134,55 +138,45 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry) -> Buffe
     bdata = None if bias is None else ctx.const_value(ctx.inputs.index(bias))
     if wi is None or (bias is not None and bdata is None):
         return None
-    mo, cin, kernel = wi.shape[0], wi.shape[1], list(wi.shape[2:])
-    kk = int(np.prod(kernel))
-    red = cin * kk
+    mo, cin, kh, kw = wi.shape
+    red = cin * kh * kw
     if red < MIN_K:
         return None
-    wm = wi.reshape(mo, red)
-    ncol = canon(functools.reduce(operator.mul, outs, 1))
-    npan = panels(ncol) if isinstance(ncol, int) else canon((ncol + NR - 1) // NR)
-    groups = -(-red // 4)
+    n_, _, hin, win = x.shape
+    hp, wp = canon(hin + pb[0] + pe[0]), canon(win + pb[1] + pe[1])
     shift = 128 if x.dtype is DType.i8 else 0
-    i32, u8 = DType.i32, DType.u8
+    i32, i64, u8 = DType.i32, DType.i64, DType.u8
     zx = _zero_expr(xz, (0,) * xz.rank if xz is not None else (), shift)
-    steps = [int(np.prod(kernel[i + 1:])) for i in range(len(kernel))]
-    odims = [ctx.dim(o) for o in outs]
-    q = ctx.temp(u8, (x.shape[0], npan, groups, NR, 4), "xq")
+    cdim = ctx.dim(cin)
+    xp = ctx.temp(u8, (n_, hp, canon(wp * cin)), "xp")
 
-    def pack(n, pn, g, j, t):
-        r = g * 4 + t
-        col = pn * NR + j
-        c = r // kk
-        ks = [(r // st) % k if st > 1 else r % k for k, st in zip(kernel, steps)]
-        o, rest = [], col
-        for od in reversed(odims[1:]):
-            o.append(rest % od)
-            rest = rest // od
-        o = [rest, *reversed(o)]
-        pos = [oi * s + k * d - ctx.dim(p) for oi, k, s, d, p in zip(o, ks, strides, dil, pb)]
-        inside = (r < red) & (col < ctx.dim(ncol))
-        v = cast(x[(n, c, *pos)], i32) + Const(shift, i32)
+    def xp_body(n, h, qx):
+        pos = [h - ctx.dim(pb[0]), qx // cdim - ctx.dim(pb[1])]
+        v = cast(x[(n, qx % cdim, *pos)], i32) + Const(shift, i32)
         guard = pad_guard(ctx, pos, x.shape[2:], pb, pe)
-        if guard is not None:
-            v = select(guard, v, zx)  # padding: the zero point, whose term the correction removes
-        return cast(select(inside, v, Const(0, i32)), u8)
+        v = v if guard is None else select(guard, v, zx)  # padding: the zero point, whose term is removed
+        return cast(v, u8)
 
-    ctx.compute(q, pack)
-    p = ctx.const(wm.astype(np.int8), "wq")
-    s = ctx.temp(i32, (x.shape[0], mo, ncol), "s")
-    _call(ctx, "onnxcc_i8gemm_su", (x.shape[0], mo, ncol, red, red, 0, canon(npan * groups * NR * 4), ncol,
-                                    canon(mo * ncol)), p, q, s)
-    corr = -wm.sum(axis=1)
-    rowsum = ctx.const(corr.astype(np.int32), "wsum")
+    ctx.compute(xp, xp_body)
+    oh_, ow_ = outs
+    table = ctx.temp(i64, (oh_, ow_), "rows")
+    ctx.compute(table, lambda oh, ow: (oh * (strides[0] * ctx.dim(wp)) + ow * strides[1]) * cdim)
+    # the window's segments: rows kh of KW * C bytes, or taps (kh, kw) of C bytes when dilated along W
+    s0, ss0 = kh, canon(dil[0] * wp * cin)
+    s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
+    wk = wi.transpose(0, 2, 3, 1).reshape(mo, red)
+    q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), s0 * s1), "wq")
+    npix = canon(oh_ * ow_)
+    s = ctx.temp(i32, (n_, npix, mo), "s")
+    _call(ctx, (n_, npix, mo, s0, ss0, s1, ss1, seg, 0, canon(hp * wp * cin), mo, canon(npix * mo)), xp, q, s,
+          table)
+    colsum = ctx.const((-wk.sum(axis=1)).astype(np.int32), "wsum")
     bconst = None if bias is None else ctx.const(np.asarray(bdata, np.int32).reshape(-1), "bias")
     acc = ctx.temp(i32, shape, "acc")
+    owd = ctx.dim(ow_)
 
-    def body(n, m, *o):
-        flat = o[0]
-        for oi, od in zip(o[1:], odims[1:]):
-            flat = flat * od + oi
-        v = s[(n, m, flat)] + zx * rowsum[(m,)]
+    def body(n, m, oh, ow):
+        v = s[(n, oh * owd + ow, m)] + zx * colsum[(m,)]
         return v if bconst is None else v + bconst[(m,)]
 
     ctx.compute(acc, body)
