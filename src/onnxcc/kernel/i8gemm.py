@@ -2,11 +2,15 @@
 it (codegen/cpu/gemm_int8.py, AVX-512 VNNI): the `CallStmt` names, their sizes and buffers,
 and the packed layout of the weights.
 
-    call onnxcc_i8gemm(batch, M, N, S0, SS0, S1, SS1, L, lda, sp, ldc, sc; P, Q, C) -> C
+    call onnxcc_i8gemm(batch, M, N, S0, SS0, S1, SS1, L, lda, sp, ldc, sc, cs, zp; P, Q, C) -> C
     call onnxcc_i8gemm_rows(same sizes; P, Q, C, T) -> C
 
-    C[b*sc + m*ldc + n] = sum(s0 < S0, s1 < S1, l < L:
-                              P[b*sp + row(m) + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])   in i32
+    acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + row(m) + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
+    C[b*sc + m*ldc + n*cs] = acc(b, m, n)                                         (i32)
+
+The `_u8` / `_i8` variants (after `_rows` where both) take two more buffers, bias (i32 [N])
+and scale (f32 [N]), and store the requantization of ops/quant.py's requant_expr:
+    C[...] = clamp(roundeven(f32(acc + bias[n]) * scale[n]) + zp, lo, hi)        (u8 / i8)
 
 P is u8 (the activations), W s8 (constant weights); row(m) = m * lda, or T[m] (i64 byte
 offsets) for `_rows`. A matmul is one segment (S0 = S1 = 1, L = K); a conv reads its windows
@@ -22,8 +26,8 @@ import numpy as np
 
 NR = 32
 """columns per packed panel"""
-CALLEES = {"onnxcc_i8gemm": False, "onnxcc_i8gemm_rows": True}
-"""CallStmt name -> whether the rows' offsets come from a table"""
+CALLEES = {f"onnxcc_i8gemm{r}{o}": (bool(r), o[1:] or "i32") for r in ("", "_rows") for o in ("", "_u8", "_i8")}
+"""CallStmt name -> (whether the rows' offsets come from a table, what C holds: i32, u8, i8)"""
 
 
 def panels(n: int) -> int:

@@ -64,10 +64,46 @@ def _zero_expr(z, ix, shift: int):
     return v
 
 
-def _call(ctx, sizes, p: Buffer, q: Buffer, c: Buffer, table: Buffer | None = None) -> None:
-    fn = "onnxcc_i8gemm" if table is None else "onnxcc_i8gemm_rows"
+Requant = tuple  # (scale: n -> f32 Expr, zero point: i64 Expr, out dtype u8 / i8)
+"""the requantization a QLinear op applies to the sums, fused into the GEMM's stores"""
+
+
+def _call(ctx, sizes, p: Buffer, q: Buffer, c: Buffer, table: Buffer | None = None,
+          cols: tuple[Buffer, Buffer] | None = None, zp=None, cs=1) -> None:
+    """the CallStmt (kernel/i8gemm.py); `cols` (bias, scale) and `zp` for the requantizing
+    variants (C u8 / i8)"""
+    fn = "onnxcc_i8gemm" + ("" if table is None else "_rows") + ("" if cols is None else f"_{c.dtype.value}")
     bufs = (p.name, q.name, c.name) + (() if table is None else (table.name,))
-    ctx.program.body.append(CallStmt(fn, tuple(ctx.dim(canon(d)) for d in sizes), bufs, (c.name,)))
+    bufs += () if cols is None else (cols[0].name, cols[1].name)
+    exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, cs)) + (Const(0, DType.i64) if zp is None else zp,)
+    ctx.program.body.append(CallStmt(fn, exprs, bufs, (c.name,)))
+
+
+def _columns(ctx, n: int, za, colsum: np.ndarray, bias: np.ndarray | None, requant: Requant):
+    """(bias, scale) of the requantizing GEMM: bias[j] = B[j] - za * colsum[j] (i32; a const
+    unless za is read at run time), scale[j] (f32)"""
+    const_za = za is None or isinstance(za, int)
+    base = (np.zeros(n, np.int64) if bias is None else np.asarray(bias, np.int64).reshape(-1))
+    if const_za:
+        bb = ctx.const((base - (za or 0) * colsum).astype(np.int32), "cbias")
+    else:
+        bb = ctx.temp(DType.i32, (n,), "cbias")
+        cb = ctx.const(base.astype(np.int32), "b0")
+        cc = ctx.const(colsum.astype(np.int32), "csum")
+        ctx.compute(bb, lambda j: cb[(j,)] - za * cc[(j,)])
+    sc = ctx.temp(DType.f32, (n,), "scale")
+    ctx.compute(sc, lambda j: requant[0](j))
+    return bb, sc
+
+
+def _zero_value(ctx, z, shift: int):
+    """the activation zero point plus `shift`: an int when constant, else an i32 Expr"""
+    if z is None:
+        return shift
+    data = ctx.const_value(ctx.inputs.index(z)) if z in ctx.inputs else None
+    if data is not None:
+        return int(np.asarray(data).reshape(-1)[0]) + shift
+    return cast(z[(0,) * z.rank], DType.i32) + Const(shift, DType.i32)
 
 
 def _u8(ctx, a: Buffer) -> Buffer:
@@ -82,10 +118,13 @@ def _u8(ctx, a: Buffer) -> Buffer:
 # ---- A (activations) @ B (constant weights) ----------------------------------------------------
 
 
-def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz) -> bool:
+def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant | None = None) -> bool:
     """out (i32, a.shape[:-1] + (N,)) = (A - az) @ (B - bz) for a constant 2-D B: az one element
-    or one per row of A (A of rank >= 2), bz one element or one per column. False: not here."""
+    or one per row of A (A of rank >= 2), bz one element or one per column; with `requant`,
+    out (u8 / i8) = its requantization (az one element). False: not here."""
     if not ctx.int8_dot or b.rank != 2 or a.dtype not in (DType.u8, DType.i8):
+        return False
+    if requant is not None and az is not None and not _scalar_like(az):
         return False
     if az is not None and not (_scalar_like(az) or (az.rank == 1 and a.rank >= 2)):
         return False
@@ -101,6 +140,10 @@ def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz) -> bool:
     shift = 128 if a.dtype is DType.i8 else 0
     q = ctx.const(pack_q(wi.astype(np.int8)), "bq")
     p = _u8(ctx, a)
+    if requant is not None:
+        cols = _columns(ctx, nn, _zero_value(ctx, az, shift), wi.sum(axis=0), None, requant)
+        _call(ctx, (1, m, nn, 1, 0, 1, 0, kk, kk, 0, nn, 0), p, q, out, cols=cols, zp=requant[1])
+        return True
     exact = az is None and shift == 0
     s = out if exact else ctx.temp(DType.i32, out.shape, "s")
     # batch, M, N, S0, SS0, S1, SS1, L, lda, sp, ldc, sc (kernel/i8gemm.py)
@@ -120,7 +163,8 @@ def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz) -> bool:
 # ---- convolutions: im2col(X) read in place @ W (constant) ---------------------------------------
 
 
-def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry) -> Buffer | None:
+def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant: Requant | None = None,
+              out: Buffer | None = None) -> Buffer | None:
     """A temp acc[n, m, oh, ow] (i32, `shape`) = the 2-D integer conv sum(c, k: (X - xz) *
     (W - wz)) (+ B) for a constant W, one group and one activation zero point; None: not here.
 
@@ -128,7 +172,8 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry) -> Buffe
     point, s8 shifted to u8); output pixel (oh, ow)'s window is then, per window row, one
     contiguous run of KW * C bytes of xp (per tap, C bytes, with a dilation along W), which
     the GEMM reads in place (kernel/i8gemm.py's segments); its result, channels last, is
-    read back into NCHW by the correction."""
+    read back into NCHW by the correction. With `requant` the GEMM stores the requantized
+    result straight into `out` (channels first) and returns it."""
     outs, pb, pe, strides, dil = geometry
     if not ctx.int8_dot or ctx.attr("group", 1) != 1 or x.dtype not in (DType.u8, DType.i8) or x.rank != 4:
         return None
@@ -167,6 +212,12 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry) -> Buffe
     wk = wi.transpose(0, 2, 3, 1).reshape(mo, red)
     q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), s0 * s1), "wq")
     npix = canon(oh_ * ow_)
+    if requant is not None and out is not None:
+        cols = _columns(ctx, mo, _zero_value(ctx, xz, shift), wk.sum(axis=1), bdata, requant)
+        # element (pixel, channel) of image n at out + n*M*npix + pixel + channel*npix
+        _call(ctx, (n_, npix, mo, s0, ss0, s1, ss1, seg, 0, canon(hp * wp * cin), 1, canon(npix * mo)), xp, q, out,
+              table, cols=cols, zp=requant[1], cs=npix)
+        return out
     s = ctx.temp(i32, (n_, npix, mo), "s")
     _call(ctx, (n_, npix, mo, s0, ss0, s1, ss1, seg, 0, canon(hp * wp * cin), mo, canon(npix * mo)), xp, q, s,
           table)

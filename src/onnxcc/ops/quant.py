@@ -474,6 +474,11 @@ def _qlmm_ref(ctx: RefCtx, a, a_s, azp, b, b_s, bzp, y_s, yzp):
 def _qlmm_lower(ctx) -> None:
     a, a_s, azp, b, b_s, bzp, y_s, yzp = ctx.inputs
     y = ctx.out(0)
+    # constant B on the VNNI GEMM (int8_gemm.py), the requantization in its stores
+    requant = (lambda j: _f32(per_element(a_s, 0)) * _f32(per_element(b_s, j)) / _f32(per_element(y_s, 0)),
+               cast(per_element(yzp, 0), DType.i64), y.dtype)
+    if vnni_matmul(ctx, y, a, azp, b, bzp, requant):
+        return
     acc = ctx.temp(DType.i32, y.shape, "acc")
     i32 = DType.i32
 
@@ -514,11 +519,13 @@ def _qlconv_ref(ctx: RefCtx, *args):
 def _qlconv_lower(ctx) -> None:
     x, x_s, xz, w, w_s, wz, y_s, yz, b = _args(ctx, ctx.inputs, 9)
     y = ctx.out(0)
-    # constant W on the VNNI GEMM (int8_gemm.py), else on the f32 GEMM where exact, else the
-    # integer loops
-    acc = vnni_conv(ctx, y.shape, x, xz, w, wz, b, _conv_geometry(ctx, x.shape, w.shape))
-    if acc is None:
-        acc = float_conv(ctx, y.shape, x, xz, w, wz, b)
+    # constant W on the VNNI GEMM (int8_gemm.py) with the requantization in its stores, else on
+    # the f32 GEMM where exact, else the integer loops
+    requant = (lambda j: _f32(per_element(x_s, 0)) * _f32(per_element(w_s, j)) / _f32(per_element(y_s, 0)),
+               cast(per_element(yz, 0), DType.i64), y.dtype)
+    if vnni_conv(ctx, y.shape, x, xz, w, wz, b, _conv_geometry(ctx, x.shape, w.shape), requant, y) is not None:
+        return
+    acc = float_conv(ctx, y.shape, x, xz, w, wz, b)
     if acc is None:
         acc = ctx.temp(DType.i32, y.shape, "acc")
         iconv_compute(ctx, acc, x, w, xz, wz, b)
