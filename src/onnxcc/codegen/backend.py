@@ -71,6 +71,11 @@ class Backend(Protocol):
         """The schedules' view of the machine."""
         ...
 
+    def int8_dot(self) -> bool:
+        """Whether it runs the 8-bit GEMM calls of kernel/i8gemm.py (the quantized ops lower
+        their contractions with constant weights to them only then)."""
+        ...
+
     def emit(self, module: KernelModule, name: str, stop: str, step: StepClock) -> Emitted:
         """Code for every version of `module`, stopping after `stop`."""
         ...

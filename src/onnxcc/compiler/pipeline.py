@@ -69,7 +69,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     # graph module -> kernel module: version k becomes the kernel program NAME_vK
     # (attention fused over key blocks where the backend runs that form: kernel/flash.py)
     steps.append(("kernel", LowerToKernelPass(prefix=name,
-                                              fused_attention=backend.fused_attention)))
+                                              fused_attention=backend.fused_attention,
+                                              int8_dot=backend.int8_dot())))
     # ---- kernel passes: every decision below depends on the version's extents ----
     if options.fuse:
         # weights sliced / concatenated / transposed by graph ops: consts at compile time

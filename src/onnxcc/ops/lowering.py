@@ -45,6 +45,9 @@ class LowerCtx:
         #: attention lowering keeps its score buffer (the fused form as plain loops would
         #: recompute every score once per value column)
         self.fused_attention = False
+        #: whether the target runs the 8-bit GEMM calls (kernel/i8gemm.py: AVX-512 VNNI): the
+        #: backend's `int8_dot()`, passed down by lower-to-kernel
+        self.int8_dot = False
 
     # ---- reading the op ------------------------------------------------------------------
     def attr(self, name: str, default=None):
@@ -70,7 +73,7 @@ class LowerCtx:
         """This op's context over other buffers, for a lowering that runs another op's lowering
         on buffers it made (a quantized conv through the float conv's); attrs stay the op's."""
         sub = LowerCtx(self.op, self.program, inputs, outputs, consts, [], self._namer)
-        sub.lowerer, sub.fused_attention = self.lowerer, self.fused_attention
+        sub.lowerer, sub.fused_attention, sub.int8_dot = self.lowerer, self.fused_attention, self.int8_dot
         return sub
 
     # ---- writing results -----------------------------------------------------------------

@@ -9,6 +9,7 @@ from ..ir import DType, TensorType
 from ..kernel import Const, Var, broadcast_indices, cast, rsum
 from .elementwise import cast_out, same_dtype, unidirectional, widen
 from .half_as_f32 import lowered_in_f32
+from .int8_gemm import vnni_matmul
 from .int_gemm import transposed_b_loader
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 from .traits import PadRule, set_cost, set_pad
@@ -183,6 +184,8 @@ def _zero_point_loader(ctx, operand: int, zp, per_row: bool):
 
 def _mmi_lower(ctx) -> None:
     a, b, az, bz = (onnx_inputs(ctx.op, list(ctx.inputs)) + [None, None])[:4]
+    if vnni_matmul(ctx, ctx.out(0), a, az, b, bz):  # constant B on the VNNI GEMM (int8_gemm.py)
+        return
     matmul_compute(ctx, ctx.out(0), a.shape, b.shape, _zero_point_loader(ctx, 0, az, True),
                    _zero_point_loader(ctx, 1, bz, False))
 

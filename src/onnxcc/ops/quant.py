@@ -28,6 +28,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
 from .elementwise import SATURATING, cast_array, kwiden
+from .int8_gemm import vnni_conv, vnni_matmul
 from .int_as_f32 import float_conv
 from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
@@ -409,7 +410,12 @@ def _convint_ref(ctx: RefCtx, *args):
 
 def _convint_lower(ctx) -> None:
     x, w, xz, wz = _args(ctx, ctx.inputs, 4)
-    iconv_compute(ctx, ctx.out(0), x, w, xz, wz)
+    y = ctx.out(0)
+    acc = vnni_conv(ctx, y.shape, x, xz, w, wz, None, _conv_geometry(ctx, x.shape, w.shape))
+    if acc is not None:  # constant W on the VNNI GEMM (int8_gemm.py)
+        ctx.compute(y, lambda *ix: acc[ix])
+        return
+    iconv_compute(ctx, y, x, w, xz, wz)
 
 
 define("onnx.ConvInteger", infer=_convint_infer, reference=_convint_ref, lower=_convint_lower,
@@ -461,6 +467,11 @@ def _qlmm_ref(ctx: RefCtx, a, a_s, azp, b, b_s, bzp, y_s, yzp):
 def _qlmm_lower(ctx) -> None:
     a, a_s, azp, b, b_s, bzp, y_s, yzp = ctx.inputs
     y = ctx.out(0)
+    # constant B on the VNNI GEMM (int8_gemm.py), the requantization in its stores
+    requant = (lambda j: _f32(per_element(a_s, 0)) * _f32(per_element(b_s, j)) / _f32(per_element(y_s, 0)),
+               cast(per_element(yzp, 0), DType.i64), y.dtype)
+    if vnni_matmul(ctx, y, a, azp, b, bzp, requant):
+        return
     acc = ctx.temp(DType.i32, y.shape, "acc")
     i32 = DType.i32
 
@@ -468,8 +479,9 @@ def _qlmm_lower(ctx) -> None:
         # a's zero point is one element or one per row, b's one element or one per column
         return lambda idx: cast(x[idx], i32) - cast(per_element(z, idx[axis]), i32)
 
-    matmul_compute(ctx, acc, a.shape, b.shape, loader(a, azp, -2 if a.rank > 1 else -1),
-                   b_loader(ctx, 3, bzp))
+    if not vnni_matmul(ctx, acc, a, azp, b, bzp):  # constant B on the VNNI GEMM (int8_gemm.py)
+        matmul_compute(ctx, acc, a.shape, b.shape, loader(a, azp, -2 if a.rank > 1 else -1),
+                       b_loader(ctx, 3, bzp))
 
     def body(*ix):
         mult = _f32(per_element(a_s, 0)) * _f32(per_element(b_s, ix[-1])) / _f32(per_element(y_s, 0))
@@ -500,6 +512,12 @@ def _qlconv_ref(ctx: RefCtx, *args):
 def _qlconv_lower(ctx) -> None:
     x, x_s, xz, w, w_s, wz, y_s, yz, b = _args(ctx, ctx.inputs, 9)
     y = ctx.out(0)
+    # constant W on the VNNI GEMM (int8_gemm.py) with the requantization in its stores, else on
+    # the f32 GEMM where exact, else the integer loops
+    requant = (lambda j: _f32(per_element(x_s, 0)) * _f32(per_element(w_s, j)) / _f32(per_element(y_s, 0)),
+               cast(per_element(yz, 0), DType.i64), y.dtype)
+    if vnni_conv(ctx, y.shape, x, xz, w, wz, b, _conv_geometry(ctx, x.shape, w.shape), requant, y) is not None:
+        return
     acc = float_conv(ctx, y.shape, x, xz, w, wz, b)
     if acc is None:
         acc = ctx.temp(DType.i32, y.shape, "acc")

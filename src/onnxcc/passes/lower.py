@@ -40,9 +40,10 @@ from .base import ModulePass, PassContext, register_pass
 
 
 class _Lowerer:
-    def __init__(self, module: Module, f: Function, name: str, values: dict | None, fused_attention: bool = False):
+    def __init__(self, module: Module, f: Function, name: str, values: dict | None, fused_attention: bool = False,
+                 int8_dot: bool = False):
         self.module, self.f = module, f
-        self.fused_attention = fused_attention
+        self.fused_attention, self.int8_dot = fused_attention, int8_dot
         self.values = values or {}
         self.program = KernelProgram.new(name, [s.name for s in module.symbols])
         self.buf: dict[int, object] = {}  # id(Value) -> Buffer
@@ -219,7 +220,7 @@ class _Lowerer:
         known = [self.values.get(v) for v in op.operands]
         ctx = LowerCtx(op, self.program, ins, results, consts, known, self.fresh)
         ctx.lowerer = self
-        ctx.fused_attention = self.fused_attention
+        ctx.fused_attention, ctx.int8_dot = self.fused_attention, self.int8_dot
         d.lower(ctx)
         small = sorted({v.type.dtype.value for v in [*op.operands, *op.results] if v.type.dtype.is_small})
         if small and not d.small_types and len(ctx.aliases) < len(op.results):
@@ -325,10 +326,11 @@ def _const_of(v: Value, module: Module):
 
 
 def lower_function(module: Module, f: Function, name: str, values: dict | None = None, *,
-                   fused_attention: bool = False) -> KernelProgram:
+                   fused_attention: bool = False, int8_dot: bool = False) -> KernelProgram:
     """The kernel program of one function (usually one version of @main); `fused_attention`:
-    the target runs attention fused over key blocks (see `LowerToKernelPass`)."""
-    return _Lowerer(module, f, name, values, fused_attention).run()
+    the target runs attention fused over key blocks, `int8_dot`: it runs the 8-bit GEMM calls
+    (see `LowerToKernelPass`)."""
+    return _Lowerer(module, f, name, values, fused_attention, int8_dot).run()
 
 
 @register_pass
@@ -343,6 +345,9 @@ class LowerToKernelPass(ModulePass):
     fused_attention: bool = False
     """the backend runs attention fused over key blocks (kernel/flash.py): attention ops
     may lower to that form instead of materialising their scores"""
+    int8_dot: bool = False
+    """the backend runs the 8-bit GEMM calls of kernel/i8gemm.py (a CPU with AVX-512 VNNI):
+    the quantized contractions with constant weights may lower to them"""
 
     def run(self, module: Module, ctx: PassContext) -> KernelModule:  # type: ignore[override]
         kmod = KernelModule(module)
@@ -354,7 +359,7 @@ class LowerToKernelPass(ModulePass):
             f = module.functions[fname]
             try:
                 prog = lower_function(module, f, f"{self.prefix}_v{len(kept)}",
-                                      fused_attention=self.fused_attention)
+                                      fused_attention=self.fused_attention, int8_dot=self.int8_dot)
             except (CompileError, UnsupportedOp) as e:
                 if not has_values or f.attrs.get("kind") == "value":
                     raise

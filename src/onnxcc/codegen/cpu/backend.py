@@ -19,7 +19,7 @@ from ..backend import Emitted, StepClock
 from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
 from ..llvm import object_cache
-from ..llvm.target import LIGHT, host_cpu
+from ..llvm.target import LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates
 from .features import check_cpu, required_features
 from .split import control_only, size, split_by_level
@@ -78,6 +78,13 @@ class CpuBackend:
         if "+avx" in feats:
             return 8
         return 4
+
+    def int8_dot(self) -> bool:
+        """AVX-512 VNNI (vpdpbusd, gemm_int8.py) among the features the library is built for:
+        the host's, or those of --cpu / --features (each level of --cpu-versions on its own),
+        so a library for a CPU without it never contains the instruction."""
+        triple, cpu, features = resolve_target(self.triple, self.cpu, self.features)
+        return "avx512vnni" in required_features(triple, cpu, features)
 
     def target_info(self):
         from onnxcc.kernel.schedule import TargetInfo

@@ -3,7 +3,9 @@
 The sizes go into an i64 array and the buffer pointers into a pointer array, both in the
 entry block's frame; the call is `i32 fn(ptr sizes, ptr buffers)` and a nonzero result
 leaves the kernel with ERR_ASSERT (the runtime set the thread's error message, which the
-dispatcher appends). cpu.py's `STMT_EMITTERS` table points here.
+dispatcher appends). cpu.py's `STMT_EMITTERS` table points here. The 8-bit GEMM calls
+(kernel/i8gemm.py) keep that signature but their callee is defined in LLVM, in the module
+(gemm_int8.py), not in the runtime.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from llvmlite import ir
 
 from onnxcc.kernel.expr import ERR_ASSERT
 from onnxcc.kernel.extern import CallStmt
+from onnxcc.kernel.i8gemm import CALLEES as I8GEMM_CALLEES
 
 from ..llvm.exprs import ExprEmitter
 from ..llvm.helpers import I32, I64, PTR, get_or_declare, i32, i64
+from .gemm_int8 import define_callee
 
 CALL_FNTY = ir.FunctionType(I32, [PTR, PTR])
 
@@ -28,7 +32,10 @@ def emit_call(kem, ctx, s: CallStmt, k: int) -> None:
         b.store(em.emit(e), b.gep(sizes, [i64(0), i64(j)], inbounds=True))
     for j, name in enumerate(s.buffers):
         b.store(ctx.buffer_ptr(name), b.gep(bufs, [i64(0), i64(j)], inbounds=True))
-    fn = get_or_declare(ctx.module, s.fn, CALL_FNTY)
+    if s.fn in I8GEMM_CALLEES:
+        fn = define_callee(ctx.module, s.fn)
+    else:
+        fn = get_or_declare(ctx.module, s.fn, CALL_FNTY)
     rc = b.call(fn, [sizes, bufs], name=f"call{k}.rc")
     ok = ctx.fn.append_basic_block(f"call{k}.ok")
     b.cbranch(b.icmp_signed("!=", rc, i32(0)), ctx.fail_block(ERR_ASSERT), ok)

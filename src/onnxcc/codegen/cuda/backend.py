@@ -45,6 +45,9 @@ class CudaBackend:
 
         return TargetInfo(vector_width=WARP)
 
+    def int8_dot(self) -> bool:
+        return False  # the 8-bit GEMM calls are CPU code (codegen/cpu/gemm_int8.py)
+
     def emit(self, module, name: str, stop: str, step: StepClock) -> Emitted:
         from ..c.abi import DeviceCode
         from .emit import BLOCK, CudaModule
