@@ -1,0 +1,232 @@
+"""nhwc-region: chains of mobile-net convs run channels-last, converted once at each end.
+
+A mobile net's block is 1x1 expand -> activation -> depthwise kxk -> activation -> 1x1
+project (-> residual Add). In NCHW the depthwise conv vectorises along an output row,
+mostly masked lanes on the late stages' 7x7 and 14x14 planes, and a channel-blocked copy
+per layer (ops/conv_blocked.py) costs two copies per conv. Channels-last, every depthwise
+tap is a whole vector of channels and a 1x1 conv is one GEMM over all pixels with the
+constant weight as B; so the whole chain is moved:
+
+- a *region* is a connected set of ops, joined through the 4-D tensors they pass on, each
+  of which can run channels-last: a 2-D f32 Conv with constant weights that is depthwise
+  or has one group (`cc.conv_nhwc`, ops/conv_nhwc.py), a unary elementwise op (ReLU,
+  Clip, HardSwish, HardSigmoid, Sigmoid, ...), a binary elementwise op (Add, Mul, Sub, Div)
+  whose operands are 4-D or constants (SiLU's x * sigmoid(x), a residual Add, an SE
+  block's scale);
+- a region is rewritten only when it holds a depthwise conv (that is what pays for the
+  conversions) and `min_convs` convs in all;
+- inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
+  enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
+  permuted at compile time, and a value read outside (or returned) leaves through one
+  `onnx.Transpose` (perm 0 3 1 2), which fusion folds into its readers.
+
+Rank-0 operands (Clip's bounds, a scalar) stay as they are. Everything else (pooling,
+Concat, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a region
+value it gets the NCHW one back. The rewrite is exact (the same sums in the same order per
+tap; the GEMM path sums a 1x1 conv as the NCHW path does, up to f32 reassociation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
+from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
+from .base import ModulePass, PassContext, register_pass
+from .canonicalize import const_value
+from .dce import dce
+
+UNARY = frozenset({
+    "onnx.Relu", "onnx.Clip", "onnx.HardSwish", "onnx.HardSigmoid", "onnx.Sigmoid", "onnx.Tanh",
+    "onnx.LeakyRelu", "onnx.Elu", "onnx.Selu", "onnx.Softplus", "onnx.Identity", "onnx.Neg", "onnx.Abs",
+    "onnx.Erf", "onnx.Gelu", "onnx.Mish",
+})
+"""elementwise ops of one 4-D operand (further operands rank 0): layout does not matter"""
+
+BINARY = frozenset({"onnx.Add", "onnx.Mul", "onnx.Sub", "onnx.Div"})
+"""broadcasting elementwise ops: fine channels-last when both operands are permuted alike"""
+
+
+def _conv_kind(op: Op, module: Module) -> str | None:
+    """'dw' (depthwise), 'gemm' (one group) or None for a Conv that cannot go channels-last."""
+    if op.name != "onnx.Conv" or len(op.results) != 1 or op.attrs.get("absent"):
+        return None
+    if not 2 <= len(op.operands) <= 3:
+        return None
+    x, w = op.operands[0], op.operands[1]
+    t = op.results[0].type
+    if t.dtype is not DType.f32 or t.rank != 4 or x.type.rank != 4 or t.has_unknown:
+        return None
+    if const_value(w, module) is None or not all(isinstance(d, int) for d in w.type.shape):
+        return None
+    if len(op.operands) == 3 and const_value(op.operands[2], module) is None:
+        return None
+    group = conv_attrs(op.attrs, w.type.shape[2:])["group"]
+    if group == 1:
+        return "gemm"
+    if isinstance(x.type.shape[1], int) and x.type.shape[1] == group and is_depthwise(group, w.type.shape):
+        return "dw"
+    return None
+
+
+def _rank0(v: Value) -> bool:
+    return v.type.rank == 0
+
+
+class _Finder:
+    """The regions of one block: union-find over the ops that may run channels-last."""
+
+    def __init__(self, block: Block, module: Module):
+        self.module = module
+        self.ops = [op for op in block.ops if self.eligible(op)]
+        self.index = {id(op): k for k, op in enumerate(self.ops)}
+        self.parent = list(range(len(self.ops)))
+
+    def eligible(self, op: Op) -> bool:
+        if _conv_kind(op, self.module) is not None:
+            return True
+        if len(op.results) != 1 or op.regions:
+            return False
+        t = op.results[0].type
+        if t.rank != 4 or t.dtype is not DType.f32 or t.has_unknown or op.attrs.get("absent"):
+            return False
+        if op.name in UNARY:
+            return op.operands[0].type.rank == 4 and all(_rank0(v) for v in op.operands[1:])
+        if op.name in BINARY and len(op.operands) == 2:
+            return all(v.type.rank == 4 or self.constant(v) is not None for v in op.operands)
+        return False
+
+    def constant(self, v: Value) -> np.ndarray | None:
+        return const_value(v, self.module)
+
+    def find(self, k: int) -> int:
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def regions(self, min_convs: int) -> list[list[Op]]:
+        for op in self.ops:
+            for v in op.operands:
+                owner = v.owner
+                if isinstance(owner, Op) and id(owner) in self.index and v.type.rank == 4:
+                    a, b = self.find(self.index[id(op)]), self.find(self.index[id(owner)])
+                    self.parent[a] = b
+        groups: dict[int, list[Op]] = {}
+        for op in self.ops:
+            groups.setdefault(self.find(self.index[id(op)]), []).append(op)
+        out = []
+        for ops in groups.values():
+            kinds = [_conv_kind(op, self.module) for op in ops]
+            if "dw" in kinds and sum(k is not None for k in kinds) >= min_convs:
+                out.append(ops)
+        return out
+
+
+def _permuted(t: TensorType) -> TensorType:
+    return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
+
+
+class _Rewriter:
+    """Rewrites one region of a block (its ops in block order)."""
+
+    def __init__(self, block: Block, module: Module, ops: list[Op]):
+        self.block, self.module, self.ops = block, module, ops
+        self.members = {id(op) for op in ops}
+        self.new: dict[int, Value] = {}       # id(old value) -> its channels-last twin
+        self.entries: dict[int, Value] = {}   # id(outside value) -> its transposed copy
+
+    def run(self) -> None:
+        for op in self.ops:
+            self.rewrite(op)
+        for op in self.ops:
+            self.exit(op)
+        for op in reversed(self.ops):
+            op.erase()
+
+    def rewrite(self, op: Op) -> None:
+        operands = [self.operand(v, op) for v in op.operands]
+        rt = _permuted(op.results[0].type)
+        if op.name == "onnx.Conv":
+            attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
+            new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
+        else:
+            new = Op(op.name, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
+        self.block.insert_before(op, new)
+        self.new[id(op.results[0])] = new.results[0]
+
+    def operand(self, v: Value, user: Op) -> Value:
+        if id(v) in self.new:
+            return self.new[id(v)]
+        if v.type.rank == 0 or (user.name == "onnx.Conv" and v is not user.operands[0]):
+            return v  # weights, bias and scalar bounds keep their layout
+        if v.type.rank == 4 and const_value(v, self.module) is None:
+            if id(v) not in self.entries:
+                t = Op("onnx.Transpose", [v], [_permuted(v.type)], {"perm": list(TO_NHWC)}, loc=user.loc,
+                       result_names=[f"{v.name}_nhwc" if v.name else ""])
+                self.block.insert_before(user, t)
+                self.entries[id(v)] = t.results[0]
+            return self.entries[id(v)]
+        return self.permuted_const(v, user)
+
+    def permuted_const(self, v: Value, user: Op) -> Value:
+        """A constant operand of a binary op, broadcast to rank 4 and permuted."""
+        arr = const_value(v, self.module)
+        assert arr is not None  # eligible() checked
+        arr = np.ascontiguousarray(arr.reshape((1,) * (4 - arr.ndim) + arr.shape).transpose(TO_NHWC))
+        t = TensorType(v.type.dtype, arr.shape)
+        value: object = arr
+        if arr.size > 64:
+            key, k = f"{v.name or 'c'}_nhwc", 0
+            while key in self.module.weights:
+                k += 1
+                key = f"{v.name or 'c'}_nhwc_{k}"
+            self.module.weights[key] = arr
+            value = WeightRef(key)
+        c = Op("cc.const", (), [t], {"value": value}, loc=user.loc)
+        self.block.insert_before(user, c)
+        return c.results[0]
+
+    def exit(self, op: Op) -> None:
+        """Uses of `op`'s result outside the region read it back in NCHW."""
+        old = op.results[0]
+        outside = [u for u in old.uses if id(u.op) not in self.members]
+        if not outside:
+            return
+        new = self.new[id(old)]
+        anchor = new.owner
+        k = self.block.ops.index(anchor)
+        t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,
+               result_names=[old.name])
+        t.parent = self.block
+        self.block.ops.insert(k + 1, t)
+        for u in outside:
+            u.op.set_operand(u.index, t.results[0])
+
+
+def nhwc_regions(module: Module, min_convs: int = 2) -> bool:
+    changed = False
+    for fn in module.functions.values():
+        block = fn.body
+        for ops in _Finder(block, module).regions(min_convs):
+            _Rewriter(block, module, ops).run()
+            changed = True
+    if changed:
+        dce(module)
+    return changed
+
+
+@register_pass
+@dataclass(frozen=True)
+class NhwcRegionPass(ModulePass):
+    """Run chains of depthwise / 1x1 / dense convs and the elementwise ops between them
+    channels-last (cc.conv_nhwc), with one layout conversion at each end of a chain."""
+
+    name: ClassVar[str] = "nhwc-region"
+    min_convs: int = 2
+
+    def run(self, module: Module, ctx: PassContext) -> bool:
+        return nhwc_regions(module, self.min_convs)
