@@ -51,7 +51,8 @@ BINARY = frozenset({"onnx.Add", "onnx.Mul", "onnx.Sub", "onnx.Div"})
 
 
 def _conv_kind(op: Op, module: Module) -> str | None:
-    """'dw' (depthwise), 'gemm' (one group) or None for a Conv that cannot go channels-last."""
+    """'dw' (depthwise), 'gemm' (1x1, one group), 'dense' (kxk, one group) or None for a Conv
+    that cannot go channels-last."""
     if op.name != "onnx.Conv" or len(op.results) != 1 or op.attrs.get("absent"):
         return None
     if not 2 <= len(op.operands) <= 3:
@@ -64,12 +65,20 @@ def _conv_kind(op: Op, module: Module) -> str | None:
         return None
     if len(op.operands) == 3 and const_value(op.operands[2], module) is None:
         return None
-    group = conv_attrs(op.attrs, w.type.shape[2:])["group"]
+    win = conv_attrs(op.attrs, w.type.shape[2:])
+    group = win["group"]
     if group == 1:
-        return "gemm"
+        return "gemm" if win["kernel"] == [1, 1] else "dense"
     if isinstance(x.type.shape[1], int) and x.type.shape[1] == group and is_depthwise(group, w.type.shape):
         return "dw"
     return None
+
+
+def _pointwise(op: Op) -> bool:
+    """A 1x1 conv at stride 1 without padding: a plain GEMM over the pixels."""
+    win = conv_attrs(op.attrs, op.operands[1].type.shape[2:])
+    return (win["kernel"] == [1, 1] and win["strides"] == [1, 1] and win["group"] == 1
+            and win["auto_pad"] in ("NOTSET", "VALID") and not any(win["pads"]))
 
 
 def _rank0(v: Value) -> bool:
@@ -79,15 +88,16 @@ def _rank0(v: Value) -> bool:
 class _Finder:
     """The regions of one block: union-find over the ops that may run channels-last."""
 
-    def __init__(self, block: Block, module: Module):
-        self.module = module
+    def __init__(self, block: Block, module: Module, dense: bool):
+        self.module, self.dense = module, dense
         self.ops = [op for op in block.ops if self.eligible(op)]
         self.index = {id(op): k for k, op in enumerate(self.ops)}
         self.parent = list(range(len(self.ops)))
 
     def eligible(self, op: Op) -> bool:
-        if _conv_kind(op, self.module) is not None:
-            return True
+        kind = _conv_kind(op, self.module)
+        if kind is not None:
+            return kind != "dense" or self.dense
         if len(op.results) != 1 or op.regions:
             return False
         t = op.results[0].type
@@ -120,7 +130,7 @@ class _Finder:
             groups.setdefault(self.find(self.index[id(op)]), []).append(op)
         out = []
         for ops in groups.values():
-            kinds = [_conv_kind(op, self.module) for op in ops]
+            kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
             if "dw" in kinds and sum(k is not None for k in kinds) >= min_convs:
                 out.append(ops)
         return out
@@ -150,6 +160,9 @@ class _Rewriter:
     def rewrite(self, op: Op) -> None:
         operands = [self.operand(v, op) for v in op.operands]
         rt = _permuted(op.results[0].type)
+        if op.name == "onnx.Conv" and _pointwise(op):
+            self.new[id(op.results[0])] = self.pointwise(op, operands, rt)
+            return
         if op.name == "onnx.Conv":
             attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
@@ -157,6 +170,44 @@ class _Rewriter:
             new = Op(op.name, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
+
+    def pointwise(self, op: Op, operands: list[Value], rt: TensorType) -> Value:
+        """A 1x1 conv as Reshape -> MatMul -> Add -> Reshape: the GEMM's rows are the pixels
+        as ONE index (the GEMM's per-row epilogue pass unflattens its row index: with
+        (n, h, w) rows that is two divisions per row, most of a short-K tile's time), its B
+        the constant W^T [C, M]; both reshapes are views."""
+        x = operands[0]
+        c, m = x.type.shape[3], rt.shape[3]
+        w = const_value(op.operands[1], self.module)
+        assert w is not None  # _conv_kind checked
+        flat = TensorType(x.type.dtype, (x.type.shape[0] * x.type.shape[1] * x.type.shape[2], c))
+        shape2 = self.const(np.array([-1, c], np.int64), op)
+        x2 = self.add(Op("onnx.Reshape", [x, shape2], [flat], {}, loc=op.loc), op)
+        wt = self.const(np.ascontiguousarray(w[:, :, 0, 0].T), op, f"{op.operands[1].name or 'w'}_t")
+        y2 = self.add(Op("onnx.MatMul", [x2, wt], [TensorType(rt.dtype, (flat.shape[0], m))], {}, loc=op.loc), op)
+        if len(op.operands) > 2:
+            y2 = self.add(Op("onnx.Add", [y2, op.operands[2]], [y2.type], {}, loc=op.loc), op)
+        dims = Op("cc.dims", (), [TensorType(DType.i64, (4,))], {"dims": list(rt.shape)}, loc=op.loc)
+        self.block.insert_before(op, dims)
+        y = Op("onnx.Reshape", [y2, dims.results[0]], [rt], {}, loc=op.loc, result_names=[op.results[0].name])
+        return self.add(y, op)
+
+    def add(self, new: Op, anchor: Op) -> Value:
+        self.block.insert_before(anchor, new)
+        return new.results[0]
+
+    def const(self, arr: np.ndarray, anchor: Op, name: str = "c") -> Value:
+        value: object = arr
+        if arr.size > 64:
+            key, k = f"{name}_nhwc", 0
+            while key in self.module.weights:
+                k += 1
+                key = f"{name}_nhwc_{k}"
+            self.module.weights[key] = arr
+            value = WeightRef(key)
+        c = Op("cc.const", (), [TensorType(DType.from_np(arr.dtype), arr.shape)], {"value": value}, loc=anchor.loc)
+        self.block.insert_before(anchor, c)
+        return c.results[0]
 
     def operand(self, v: Value, user: Op) -> Value:
         if id(v) in self.new:
@@ -177,18 +228,7 @@ class _Rewriter:
         arr = const_value(v, self.module)
         assert arr is not None  # eligible() checked
         arr = np.ascontiguousarray(arr.reshape((1,) * (4 - arr.ndim) + arr.shape).transpose(TO_NHWC))
-        t = TensorType(v.type.dtype, arr.shape)
-        value: object = arr
-        if arr.size > 64:
-            key, k = f"{v.name or 'c'}_nhwc", 0
-            while key in self.module.weights:
-                k += 1
-                key = f"{v.name or 'c'}_nhwc_{k}"
-            self.module.weights[key] = arr
-            value = WeightRef(key)
-        c = Op("cc.const", (), [t], {"value": value}, loc=user.loc)
-        self.block.insert_before(user, c)
-        return c.results[0]
+        return self.const(arr, user, v.name or "c")
 
     def exit(self, op: Op) -> None:
         """Uses of `op`'s result outside the region read it back in NCHW."""
@@ -207,11 +247,11 @@ class _Rewriter:
             u.op.set_operand(u.index, t.results[0])
 
 
-def nhwc_regions(module: Module, min_convs: int = 2) -> bool:
+def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = False) -> bool:
     changed = False
     for fn in module.functions.values():
         block = fn.body
-        for ops in _Finder(block, module).regions(min_convs):
+        for ops in _Finder(block, module, dense).regions(min_convs):
             _Rewriter(block, module, ops).run()
             changed = True
     if changed:
@@ -227,6 +267,9 @@ class NhwcRegionPass(ModulePass):
 
     name: ClassVar[str] = "nhwc-region"
     min_convs: int = 2
+    """a region needs this many convs (one of them depthwise)"""
+    dense: bool = False
+    """whether dense kxk convs join a region (as implicit GEMMs whose A is packed per call)"""
 
     def run(self, module: Module, ctx: PassContext) -> bool:
-        return nhwc_regions(module, self.min_convs)
+        return nhwc_regions(module, self.min_convs, self.dense)
