@@ -74,13 +74,6 @@ def _conv_kind(op: Op, module: Module) -> str | None:
     return None
 
 
-def _pointwise(op: Op) -> bool:
-    """A 1x1 conv at stride 1 without padding: a plain GEMM over the pixels."""
-    win = conv_attrs(op.attrs, op.operands[1].type.shape[2:])
-    return (win["kernel"] == [1, 1] and win["strides"] == [1, 1] and win["group"] == 1
-            and win["auto_pad"] in ("NOTSET", "VALID") and not any(win["pads"]))
-
-
 def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
@@ -160,9 +153,6 @@ class _Rewriter:
     def rewrite(self, op: Op) -> None:
         operands = [self.operand(v, op) for v in op.operands]
         rt = _permuted(op.results[0].type)
-        if op.name == "onnx.Conv" and _pointwise(op):
-            self.new[id(op.results[0])] = self.pointwise(op, operands, rt)
-            return
         if op.name == "onnx.Conv":
             attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
@@ -170,31 +160,6 @@ class _Rewriter:
             new = Op(op.name, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
-
-    def pointwise(self, op: Op, operands: list[Value], rt: TensorType) -> Value:
-        """A 1x1 conv as Reshape -> MatMul -> Add -> Reshape: the GEMM's rows are the pixels
-        as ONE index (the GEMM's per-row epilogue pass unflattens its row index: with
-        (n, h, w) rows that is two divisions per row, most of a short-K tile's time), its B
-        the constant W^T [C, M]; both reshapes are views."""
-        x = operands[0]
-        c, m = x.type.shape[3], rt.shape[3]
-        w = const_value(op.operands[1], self.module)
-        assert w is not None  # _conv_kind checked
-        flat = TensorType(x.type.dtype, (x.type.shape[0] * x.type.shape[1] * x.type.shape[2], c))
-        shape2 = self.const(np.array([-1, c], np.int64), op)
-        x2 = self.add(Op("onnx.Reshape", [x, shape2], [flat], {}, loc=op.loc), op)
-        wt = self.const(np.ascontiguousarray(w[:, :, 0, 0].T), op, f"{op.operands[1].name or 'w'}_t")
-        y2 = self.add(Op("onnx.MatMul", [x2, wt], [TensorType(rt.dtype, (flat.shape[0], m))], {}, loc=op.loc), op)
-        if len(op.operands) > 2:
-            y2 = self.add(Op("onnx.Add", [y2, op.operands[2]], [y2.type], {}, loc=op.loc), op)
-        dims = Op("cc.dims", (), [TensorType(DType.i64, (4,))], {"dims": list(rt.shape)}, loc=op.loc)
-        self.block.insert_before(op, dims)
-        y = Op("onnx.Reshape", [y2, dims.results[0]], [rt], {}, loc=op.loc, result_names=[op.results[0].name])
-        return self.add(y, op)
-
-    def add(self, new: Op, anchor: Op) -> Value:
-        self.block.insert_before(anchor, new)
-        return new.results[0]
 
     def const(self, arr: np.ndarray, anchor: Op, name: str = "c") -> Value:
         value: object = arr
