@@ -74,6 +74,7 @@ from ..llvm.helpers import (
 from . import gemm_window as gw
 from .gemm_columns import column_binder, column_segments
 from .gemm_flat import flat_columns_ok
+from .gemm_ir import RowIndex
 from .gemm_ir import add as _add
 from .gemm_ir import ceildiv as _ceildiv
 from .gemm_ir import ceildiv_v as _ceildiv_v
@@ -82,7 +83,6 @@ from .gemm_ir import mul as _mul
 from .gemm_ir import product as _product
 from .gemm_ir import umax as _umax
 from .gemm_ir import umin as _umin
-from .gemm_ir import RowIndex
 from .gemm_ir import unflatten as _unflatten
 from .gemm_ukr import ukr_function
 
