@@ -84,13 +84,13 @@ def built(tmp_path_factory):
 
 
 def test_region_is_channels_last(tmp_path):
-    """The three depthwise convs became cc.conv_nhwc and the four 1x1 convs MatMuls over
-    the pixels; the dense stem stays an NCHW Conv (the region's entry)."""
+    """The three depthwise and four 1x1 convs became cc.conv_nhwc; the dense stem stays an
+    NCHW Conv (the region's entry), converted once."""
     _model(tmp_path / "m.onnx")
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
-    assert text.count("cc.conv_nhwc(") == 3
-    assert text.count("onnx.MatMul(") == 4
+    assert text.count("cc.conv_nhwc(") == 7
     assert text.count("onnx.Conv(") == 1
+    assert text.count("perm = [0, 2, 3, 1]") == 2  # the stem's output and the SE pool's
 
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))

@@ -522,10 +522,10 @@ def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
         return {"mr": regs, "nr": vl}
     if m is not None and m % mr and m % 8 == 0 and regs % 8 == 0 and nr % vl == 0:
         return {"mr": 8, "nr": regs // 8 * vl}
-    if n is not None and nr % vl == 0 and _pad(n, nr) * 8 > n * 9:
-        # a static N that pads more than 1/8 of the tile's columns (a channels-last 1x1
-        # conv's N is its output channels: 40, 48, 72): the tile of the same accumulator
-        # count that pads least, the wider on a tie (40 and 48 -> 8 x 48, 72 -> 24 x 16)
+    if n is not None and n <= 2 * nr and nr % vl == 0 and _pad(n, nr) * 8 > n * 9:
+        # a static N of at most two tiles that pads more than 1/8 of the columns (a
+        # channels-last 1x1 conv's N is its output channels: 40, 48): the tile of the same
+        # accumulator count that pads least, the wider on a tie (40 and 48 -> 8 x 48)
         shapes = [(regs // k, k * vl) for k in range(regs, 0, -1) if regs % k == 0 and regs // k >= 4]
         shapes = [(r, c) for r, c in shapes if c <= 3 * vl]
         best = min(shapes, key=lambda rc: (_pad(n, rc[1]), -rc[1]))
