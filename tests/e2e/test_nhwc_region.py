@@ -4,7 +4,7 @@ symbolic N, H, W: odd sizes, planes smaller than a vector, batch 1 and 3.
 
 The graph holds a dense 3x3 stride-2 stem (NCHW) and, in one region, an inverted residual block (1x1
 expand to 40 channels (not a multiple of 16) -> Clip 0..6 -> 3x3 depthwise -> HardSwish ->
-1x1 project -> residual Add), a 5x5 stride-2 depthwise with dilation 1 and uneven pads,
+1x1 project -> residual Add, then three more of 24 -> 48 -> 24), a 5x5 stride-2 depthwise with dilation 1 and uneven pads,
 SiLU (x * Sigmoid(x)), an SE block (GlobalAveragePool -> 1x1 -> Relu -> 1x1 ->
 HardSigmoid -> Mul broadcast: the pooling leaves the region, its scale comes back in), a
 dilated 3x3 depthwise and a per-channel constant Add; its exits feed a Flatten -> Gemm, a
@@ -52,6 +52,10 @@ def _model(path):
     d = node("HardSwish", [d], "dw3_a")
     p = conv(d, "project", 40, 24, (1, 1))
     r = node("Add", [p, s], "res")
+    for i in range(3):  # more inverted residual blocks: the region pays for its layout changes
+        e = node("Relu", [conv(r, f"ex{i}", 24, 48, (1, 1))], f"ex{i}_r")
+        d = node("Clip", [conv(e, f"dw{i}", 48, 48, (3, 3), group=48, pads=[1, 1, 1, 1]), lo, hi], f"dw{i}_r")
+        r = node("Add", [conv(d, f"pr{i}", 48, 24, (1, 1)), r], f"res{i}")
     d5 = conv(r, "dw5", 24, 24, (5, 5), group=24, pads=[2, 1, 2, 3], strides=[2, 2])
     sg = node("Sigmoid", [d5], "dw5_sig")
     si = node("Mul", [d5, sg], "silu")
@@ -84,11 +88,11 @@ def built(tmp_path_factory):
 
 
 def test_region_is_channels_last(tmp_path):
-    """The three depthwise and four 1x1 convs became cc.conv_nhwc; the dense stem stays an
+    """The six depthwise and ten 1x1 convs became cc.conv_nhwc; the dense stem stays an
     NCHW Conv (the region's entry), converted once."""
     _model(tmp_path / "m.onnx")
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
-    assert text.count("cc.conv_nhwc(") == 7
+    assert text.count("cc.conv_nhwc(") == 16
     assert text.count("onnx.Conv(") == 1
     assert text.count("perm = [0, 2, 3, 1]") == 2  # the stem's output and the SE pool's
 

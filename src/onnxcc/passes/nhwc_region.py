@@ -14,7 +14,8 @@ constant weight as B; so the whole chain is moved:
   whose operands are 4-D or constants (SiLU's x * sigmoid(x), a residual Add, an SE
   block's scale);
 - a region is rewritten only when it holds a depthwise conv (that is what pays for the
-  conversions) and `min_convs` convs in all;
+  conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per layout change
+  of a whole feature map;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
@@ -45,6 +46,12 @@ UNARY = frozenset({
     "onnx.Erf", "onnx.Gelu", "onnx.Mish",
 })
 """elementwise ops of one 4-D operand (further operands rank 0): layout does not matter"""
+
+CONVS_PER_CONVERSION = 3
+"""a region is taken with at least this many convs per layout change of a whole feature
+map: shufflenet's branches (1x1 -> 3x3 depthwise -> 1x1, one change in and one out) ran
+slower channels-last at 4x224x224 (8.1 -> 9.0-9.6 ms per run in kernels), mobile nets'
+long chains (one change in, one out, one per SE block's pooling) faster"""
 
 BINARY = frozenset({"onnx.Add", "onnx.Mul", "onnx.Sub", "onnx.Div"})
 """broadcasting elementwise ops: fine channels-last when both operands are permuted alike"""
@@ -111,7 +118,7 @@ class _Finder:
             k = self.parent[k]
         return k
 
-    def regions(self, min_convs: int) -> list[list[Op]]:
+    def regions(self, min_convs: int, per_conversion: int) -> list[list[Op]]:
         for op in self.ops:
             for v in op.operands:
                 owner = v.owner
@@ -124,9 +131,29 @@ class _Finder:
         out = []
         for ops in groups.values():
             kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
-            if "dw" in kinds and sum(k is not None for k in kinds) >= min_convs:
+            convs = sum(k is not None for k in kinds)
+            if "dw" in kinds and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
                 out.append(ops)
         return out
+
+    def conversions(self, ops: list[Op]) -> int:
+        """The layout changes of whole feature maps the region would need: 4-D values from
+        outside that it reads and values of its own read outside, not counting [N, C, 1, 1]
+        ones (an SE block's pooled vector) and constants."""
+        members = {id(op) for op in ops}
+        seen: set[int] = set()
+        n = 0
+        for op in ops:
+            ins = op.operands[:1] if op.name == "onnx.Conv" else op.operands
+            crossing = [v for v in ins if not (isinstance(v.owner, Op) and id(v.owner) in members)]
+            if any(id(u.op) not in members for u in op.results[0].uses):
+                crossing.append(op.results[0])
+            for v in crossing:
+                if id(v) in seen or v.type.rank != 4 or self.constant(v) is not None:
+                    continue
+                seen.add(id(v))
+                n += not (v.type.shape[2] == 1 and v.type.shape[3] == 1)
+        return n
 
 
 def _permuted(t: TensorType) -> TensorType:
@@ -212,11 +239,12 @@ class _Rewriter:
             u.op.set_operand(u.index, t.results[0])
 
 
-def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = False) -> bool:
+def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = False,
+                 per_conversion: int = CONVS_PER_CONVERSION) -> bool:
     changed = False
     for fn in module.functions.values():
         block = fn.body
-        for ops in _Finder(block, module, dense).regions(min_convs):
+        for ops in _Finder(block, module, dense).regions(min_convs, per_conversion):
             _Rewriter(block, module, ops).run()
             changed = True
     if changed:
@@ -236,5 +264,8 @@ class NhwcRegionPass(ModulePass):
     dense: bool = False
     """whether dense kxk convs join a region (as implicit GEMMs whose A is packed per call)"""
 
+    convs_per_conversion: int = CONVS_PER_CONVERSION
+    """a region needs this many convs per layout change of a whole feature map"""
+
     def run(self, module: Module, ctx: PassContext) -> bool:
-        return nhwc_regions(module, self.min_convs, self.dense)
+        return nhwc_regions(module, self.min_convs, self.dense, self.convs_per_conversion)
