@@ -285,6 +285,18 @@ def _strided(load: Load, v: Var) -> bool:
     return False
 
 
+def _moves_last_axis(P: Compute) -> bool:
+    """Whether P is a transpose that brings another axis of its input innermost (NCHW to
+    NHWC, passes/nhwc_region.py): read by a window's taps (a channels-last depthwise conv,
+    vectorised along the channels) every inlined tap would load one vector with a stride
+    of H*W, a gather; materialised, the transpose runs once."""
+    body = P.body
+    if not isinstance(body, Load) or not P.vars or not body.indices:
+        return False
+    last = P.vars[-1][0]
+    return body.indices[-1] != last and any(n == last for i in body.indices[:-1] for n in walk(i))
+
+
 def _stencil(body: Expr) -> bool:
     """Whether `body` reads one buffer at `STENCIL_LOADS` or more positions (a pooling
     window reduced at every column, ops/nn.py `_pool_dense_rows`). Inlined into a read that
@@ -497,6 +509,8 @@ class _Fuser:
                         return False, "a window (stencil) read with a stride along the innermost var"
                     if guarded and len(sites) >= STENCIL_LOADS:
                         return False, "a guarded (padding) remap read by a window: its selects would run once per tap"
+                    if len(sites) >= STENCIL_LOADS and _moves_last_axis(P):
+                        return False, "a transpose read by a window: each tap would be a gather"
                     if self.read_once(s, c):
                         continue
                     if cost == 0:

@@ -524,7 +524,21 @@ def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
         return {"mr": regs, "nr": vl}
     if m is not None and m % mr and m % 8 == 0 and regs % 8 == 0 and nr % vl == 0:
         return {"mr": 8, "nr": regs // 8 * vl}
+    if n is not None and n <= 2 * nr and nr % vl == 0 and _pad(n, nr) * 8 > n * 9:
+        # a static N of at most two tiles that pads more than 1/8 of the columns (a
+        # channels-last 1x1 conv's N is its output channels: 40, 48): the tile of the same
+        # accumulator count that pads least, the wider on a tie (40 and 48 -> 8 x 48)
+        shapes = [(regs // k, k * vl) for k in range(regs, 0, -1) if regs % k == 0 and regs // k >= 4]
+        shapes = [(r, c) for r, c in shapes if c <= 3 * vl]
+        best = min(shapes, key=lambda rc: (_pad(n, rc[1]), -rc[1]))
+        if _pad(n, best[1]) < _pad(n, nr):
+            return {"mr": best[0], "nr": best[1]}
     return {"mr": mr, "nr": nr}
+
+
+def _pad(n: int, nr: int) -> int:
+    """n rounded up to whole tiles of nr columns"""
+    return -(-n // nr) * nr
 
 
 # ---- packing constant operands at compile time ----------------------------------------------

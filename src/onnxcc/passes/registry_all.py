@@ -11,6 +11,7 @@ from . import (  # noqa: F401
     dce,
     fold_conv_affine,
     lower,
+    nhwc_region,
     prune_symbols,
     shape_inference,
     specialize,

@@ -71,3 +71,33 @@ def unflatten(b: ir.IRBuilder, flat: ir.Value, exts: Sequence[ir.Value], names: 
 def f32_ptr(b: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, name: str) -> ir.Value:
     off = i64(offset) if isinstance(offset, int) else offset
     return b.gep(base, [off], inbounds=True, name=name, source_etype=F32)
+
+
+class RowIndex:
+    """Row-major indices of a flat row counter that starts at `flat0` and steps by one:
+    unflattened once, then carried row to row (adds and selects). Unflattening every row
+    cost a division per index: with a channels-last conv's rows (n, oh, ow) over a short k
+    that was most of a tile's A packing and epilogue time."""
+
+    def __init__(self, b: ir.IRBuilder, alloca, flat0: ir.Value, exts: Sequence[ir.Value], names: Sequence[str]):
+        """`alloca(type, name)`: a slot in the function's entry block."""
+        self.b, self.exts, self.names = b, list(exts), list(names)
+        self.slots = [alloca(ir.IntType(64), f"{n}.row") for n in self.names]
+        start = unflatten(b, flat0, self.exts, self.names)
+        for n, s in zip(self.names, self.slots):
+            b.store(start[n], s)
+
+    def values(self) -> dict[str, ir.Value]:
+        return {n: self.b.load(s, name=n) for n, s in zip(self.names, self.slots)}
+
+    def step(self, vals: dict[str, ir.Value]) -> None:
+        """Store the indices of the next row (`vals`: this row's, from `values`)."""
+        b, carry = self.b, None
+        for k in reversed(range(len(self.names))):
+            v = vals[self.names[k]]
+            nxt = b.add(v, i64(1) if carry is None else b.zext(carry, ir.IntType(64)), name=f"{self.names[k]}.next")
+            if k == 0:
+                b.store(nxt, self.slots[k])
+                break
+            carry = b.icmp_unsigned("==", nxt, self.exts[k], name=f"{self.names[k]}.wrap")
+            b.store(b.select(carry, i64(0), nxt), self.slots[k])

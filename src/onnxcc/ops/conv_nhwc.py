@@ -1,0 +1,142 @@
+"""cc.conv_nhwc: a 2-D Conv whose input and output are channels-last, [N, H, W, C].
+
+The nhwc-region pass (passes/nhwc_region.py) rewrites chains of mobile-net convs into this
+op so the activations between them never change layout. Operands and attributes are the
+ONNX Conv's (W stays [M, C/group, KH, KW], B is [M]); only X and Y are permuted:
+
+    cc.conv_nhwc(X[N, H, W, C], W, B) = transpose(Conv(transpose(X, 0 3 1 2), W, B), 0 2 3 1)
+
+Lowering, with the channel the innermost (contiguous, vectorised) axis:
+
+- depthwise (one input and one output channel per group): Y[n, o0, o1, c] = sum of the
+  taps (unrolled, a balanced tree) of pad-guarded X[n, o0*s0 + k0*d0 - p0, o1*s1 + k1*d1 -
+  p1, c] * Wt[k0, k1, c]. Each tap is a whole vector of channels; a padding guard depends
+  on (o0, o1) only, so it is one test per output pixel, not per element. Wt is W laid out
+  channels-last at compile time.
+- grouped with one group (1x1 and dense kxk): Y[n, o0, o1, m] = sum(k0, k1, c: guarded
+  X[..., c] * W[m, c, k0, k1]) + B[m]: a GEMM whose rows are the output pixels (n, o0, o1),
+  whose A is X (direct for a 1x1 at stride 1) and whose B is the constant weight, packed
+  at compile time (kernel/schedule.py `GemmPlan`).
+
+Other grouped convs are not rewritten by the pass; lowering one is refused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType, TensorType
+from ..kernel import Const, Var, rsum, select
+from .conv_blocked import tree_sum
+from .elementwise import cast_out, same_dtype, widen
+from .nn import conv, window_geometry
+from .registry import InferCtx, RefCtx, define
+
+TO_NHWC = (0, 2, 3, 1)
+"""the permutation that takes NCHW to NHWC (Transpose perm)"""
+
+TO_NCHW = (0, 3, 1, 2)
+"""the permutation that takes NHWC back to NCHW"""
+
+
+def conv_attrs(attrs: dict, kernel) -> dict:
+    """The window attributes of a 2-D Conv with the ONNX defaults filled in."""
+    return dict(kernel=list(kernel), strides=list(attrs.get("strides") or [1, 1]),
+                dilations=list(attrs.get("dilations") or [1, 1]), pads=list(attrs.get("pads") or [0, 0, 0, 0]),
+                auto_pad=attrs.get("auto_pad", "NOTSET"), group=int(attrs.get("group", 1)))
+
+
+def _geometry(attrs: dict, x_shape, w_shape):
+    """(window attrs, out dims, pads begin, pads end) for channels-last `x_shape`."""
+    win = conv_attrs(attrs, w_shape[2:])
+    outs, pb, pe = window_geometry(x_shape[1:3], win["kernel"], win["strides"], win["dilations"], win["pads"],
+                                   win["auto_pad"])
+    return win, outs, pb, pe
+
+
+def _infer(ctx: InferCtx):
+    x, w = ctx.in_types[0], ctx.in_types[1]
+    dt = same_dtype(ctx)
+    if x.rank != 4 or w.rank != 4:
+        raise ctx.error(f"x must be [N, H, W, C] and w [M, C/group, KH, KW], got {x} and {w}")
+    win, outs, _, _ = _geometry(ctx.op.attrs, x.shape, w.shape)
+    ctx.require_eq(x.shape[3], w.shape[1] * win["group"], "input channels (x dim 3 vs w dim 1 * group)")
+    return [TensorType(dt, (x.shape[0], *outs, w.shape[0]))]
+
+
+def _reference(ctx: RefCtx, x, w, b=None):
+    win, _, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
+    y = conv(widen(x).transpose(TO_NCHW), widen(w), None if b is None else widen(b), win["strides"], pb, pe,
+             win["dilations"], win["group"])
+    return [cast_out(ctx, y.transpose(TO_NHWC))]
+
+
+def is_depthwise(group: int, w_shape) -> bool:
+    """One input and one output channel per group."""
+    return group == w_shape[0] and w_shape[1] == 1
+
+
+def _lower(ctx) -> None:
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    win, _, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
+    y = ctx.out(0)
+    zero_f = Const(0.0, x.dtype)
+
+    def pos_and_guard(o, ks):
+        """Input positions of window offsets `ks` and the conditions keeping them inside X
+        (none on a side whose pad is the literal 0: the window then ends inside X)."""
+        pos, conds = [], []
+        for i in range(2):
+            p = o[i] * win["strides"][i] + ks[i] * win["dilations"][i] - ctx.dim(pb[i])
+            pos.append(p)
+            if not (isinstance(pb[i], int) and pb[i] == 0):
+                conds.append(p >= 0)
+            if not (isinstance(pe[i], int) and pe[i] == 0):
+                conds.append(p < ctx.dim(x.shape[1 + i]))
+        cond = None
+        for c in conds:
+            cond = c if cond is None else cond & c
+        return pos, cond
+
+    if is_depthwise(win["group"], w.shape):
+        wv = ctx.const_value(1)
+        kernel = win["kernel"]
+        if wv is not None and all(isinstance(k, int) for k in kernel):
+            wt = ctx.const(np.transpose(wv[:, 0], (1, 2, 0)), "wnhwc")  # [KH, KW, C]
+
+            def dw_body(n, o0, o1, c):
+                terms = []
+                for tap in np.ndindex(*kernel):
+                    ks = [Const(int(t), DType.i64) for t in tap]
+                    pos, cond = pos_and_guard((o0, o1), ks)
+                    xv = x[(n, *pos, c)]
+                    if cond is not None:
+                        xv = select(cond, xv, zero_f)  # lazy: a padding position is never loaded
+                    terms.append(xv * wt[(*ks, c)])
+                acc = tree_sum(terms)
+                return acc if bias is None else acc + bias[c]
+
+            ctx.compute(y, dw_body)
+            return
+    if win["group"] != 1:
+        raise ctx.unsupported(f"grouped channels-last conv (group {win['group']}) is not lowered")
+    kv = [Var("k0"), Var("k1")]
+    cv = Var("c")
+    axes = [(k, e) for k, e in zip(kv, w.shape[2:]) if not (isinstance(e, int) and e == 1)]
+    axes.append((cv, w.shape[1]))
+
+    def gemm_body(n, o0, o1, m):
+        ks = [k if any(k is a for a, _ in axes) else Const(0, DType.i64) for k in kv]
+        pos, cond = pos_and_guard((o0, o1), ks)
+        xv = x[(n, *pos, cv)]
+        if cond is not None:
+            xv = select(cond, xv, zero_f)
+        acc = rsum(axes, xv * w[(m, cv, *ks)])
+        return acc if bias is None else acc + bias[m]
+
+    ctx.compute(y, gemm_body)
+
+
+define("cc.conv_nhwc", infer=_infer, reference=_reference, arity=(2, 3), lower=_lower,
+       kind="matmul")  # NOTE: like Conv, it takes elementwise epilogues

@@ -1,0 +1,271 @@
+"""nhwc-region: chains of mobile-net convs run channels-last, converted once at each end.
+
+A mobile net's block is 1x1 expand -> activation -> depthwise kxk -> activation -> 1x1
+project (-> residual Add). In NCHW the depthwise conv vectorises along an output row,
+mostly masked lanes on the late stages' 7x7 and 14x14 planes, and a channel-blocked copy
+per layer (ops/conv_blocked.py) costs two copies per conv. Channels-last, every depthwise
+tap is a whole vector of channels and a 1x1 conv is one GEMM over all pixels with the
+constant weight as B; so the whole chain is moved:
+
+- a *region* is a connected set of ops, joined through the 4-D tensors they pass on, each
+  of which can run channels-last: a 2-D f32 Conv with constant weights that is depthwise
+  or has one group (`cc.conv_nhwc`, ops/conv_nhwc.py), a unary elementwise op (ReLU,
+  Clip, HardSwish, HardSigmoid, Sigmoid, ...), a binary elementwise op (Add, Mul, Sub, Div)
+  whose operands are 4-D or constants (SiLU's x * sigmoid(x), a residual Add, an SE
+  block's scale);
+- a region is rewritten only when it holds a depthwise conv (that is what pays for the
+  conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per layout change
+  of a whole feature map;
+- inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
+  enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
+  permuted at compile time, and a value read outside (or returned) leaves through one
+  `onnx.Transpose` (perm 0 3 1 2), which fusion folds into its readers.
+
+Rank-0 operands (Clip's bounds, a scalar) stay as they are. Everything else (pooling,
+Concat, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a region
+value it gets the NCHW one back. The rewrite is exact (the same sums in the same order per
+tap; the GEMM path sums a 1x1 conv as the NCHW path does, up to f32 reassociation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
+from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
+from .base import ModulePass, PassContext, register_pass
+from .canonicalize import const_value
+from .dce import dce
+
+UNARY = frozenset({
+    "onnx.Relu", "onnx.Clip", "onnx.HardSwish", "onnx.HardSigmoid", "onnx.Sigmoid", "onnx.Tanh",
+    "onnx.LeakyRelu", "onnx.Elu", "onnx.Selu", "onnx.Softplus", "onnx.Identity", "onnx.Neg", "onnx.Abs",
+    "onnx.Erf", "onnx.Gelu", "onnx.Mish",
+})
+"""elementwise ops of one 4-D operand (further operands rank 0): layout does not matter"""
+
+CONVS_PER_CONVERSION = 3
+"""a region is taken with at least this many convs per layout change of a whole feature
+map: shufflenet's branches (1x1 -> 3x3 depthwise -> 1x1, one change in and one out) ran
+slower channels-last at 4x224x224 (8.1 -> 9.0-9.6 ms per run in kernels), mobile nets'
+long chains (one change in, one out, one per SE block's pooling) faster"""
+
+BINARY = frozenset({"onnx.Add", "onnx.Mul", "onnx.Sub", "onnx.Div"})
+"""broadcasting elementwise ops: fine channels-last when both operands are permuted alike"""
+
+
+def _conv_kind(op: Op, module: Module) -> str | None:
+    """'dw' (depthwise), 'gemm' (1x1, one group), 'dense' (kxk, one group) or None for a Conv
+    that cannot go channels-last."""
+    if op.name != "onnx.Conv" or len(op.results) != 1 or op.attrs.get("absent"):
+        return None
+    if not 2 <= len(op.operands) <= 3:
+        return None
+    x, w = op.operands[0], op.operands[1]
+    t = op.results[0].type
+    if t.dtype is not DType.f32 or t.rank != 4 or x.type.rank != 4 or t.has_unknown:
+        return None
+    if const_value(w, module) is None or not all(isinstance(d, int) for d in w.type.shape):
+        return None
+    if len(op.operands) == 3 and const_value(op.operands[2], module) is None:
+        return None
+    win = conv_attrs(op.attrs, w.type.shape[2:])
+    group = win["group"]
+    if group == 1:
+        return "gemm" if win["kernel"] == [1, 1] else "dense"
+    if isinstance(x.type.shape[1], int) and x.type.shape[1] == group and is_depthwise(group, w.type.shape):
+        return "dw"
+    return None
+
+
+def _rank0(v: Value) -> bool:
+    return v.type.rank == 0
+
+
+class _Finder:
+    """The regions of one block: union-find over the ops that may run channels-last."""
+
+    def __init__(self, block: Block, module: Module, dense: bool):
+        self.module, self.dense = module, dense
+        self.ops = [op for op in block.ops if self.eligible(op)]
+        self.index = {id(op): k for k, op in enumerate(self.ops)}
+        self.parent = list(range(len(self.ops)))
+
+    def eligible(self, op: Op) -> bool:
+        kind = _conv_kind(op, self.module)
+        if kind is not None:
+            return kind != "dense" or self.dense
+        if len(op.results) != 1 or op.regions:
+            return False
+        t = op.results[0].type
+        if t.rank != 4 or t.dtype is not DType.f32 or t.has_unknown or op.attrs.get("absent"):
+            return False
+        if op.name in UNARY:
+            return op.operands[0].type.rank == 4 and all(_rank0(v) for v in op.operands[1:])
+        if op.name in BINARY and len(op.operands) == 2:
+            return all(v.type.rank == 4 or self.constant(v) is not None for v in op.operands)
+        return False
+
+    def constant(self, v: Value) -> np.ndarray | None:
+        return const_value(v, self.module)
+
+    def find(self, k: int) -> int:
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def regions(self, min_convs: int, per_conversion: int) -> list[list[Op]]:
+        for op in self.ops:
+            for v in op.operands:
+                owner = v.owner
+                if isinstance(owner, Op) and id(owner) in self.index and v.type.rank == 4:
+                    a, b = self.find(self.index[id(op)]), self.find(self.index[id(owner)])
+                    self.parent[a] = b
+        groups: dict[int, list[Op]] = {}
+        for op in self.ops:
+            groups.setdefault(self.find(self.index[id(op)]), []).append(op)
+        out = []
+        for ops in groups.values():
+            kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
+            convs = sum(k is not None for k in kinds)
+            if "dw" in kinds and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
+                out.append(ops)
+        return out
+
+    def conversions(self, ops: list[Op]) -> int:
+        """The layout changes of whole feature maps the region would need: 4-D values from
+        outside that it reads and values of its own read outside, not counting [N, C, 1, 1]
+        ones (an SE block's pooled vector) and constants."""
+        members = {id(op) for op in ops}
+        seen: set[int] = set()
+        n = 0
+        for op in ops:
+            ins = op.operands[:1] if op.name == "onnx.Conv" else op.operands
+            crossing = [v for v in ins if not (isinstance(v.owner, Op) and id(v.owner) in members)]
+            if any(id(u.op) not in members for u in op.results[0].uses):
+                crossing.append(op.results[0])
+            for v in crossing:
+                if id(v) in seen or v.type.rank != 4 or self.constant(v) is not None:
+                    continue
+                seen.add(id(v))
+                n += not (v.type.shape[2] == 1 and v.type.shape[3] == 1)
+        return n
+
+
+def _permuted(t: TensorType) -> TensorType:
+    return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
+
+
+class _Rewriter:
+    """Rewrites one region of a block (its ops in block order)."""
+
+    def __init__(self, block: Block, module: Module, ops: list[Op]):
+        self.block, self.module, self.ops = block, module, ops
+        self.members = {id(op) for op in ops}
+        self.new: dict[int, Value] = {}       # id(old value) -> its channels-last twin
+        self.entries: dict[int, Value] = {}   # id(outside value) -> its transposed copy
+
+    def run(self) -> None:
+        for op in self.ops:
+            self.rewrite(op)
+        for op in self.ops:
+            self.exit(op)
+        for op in reversed(self.ops):
+            op.erase()
+
+    def rewrite(self, op: Op) -> None:
+        operands = [self.operand(v, op) for v in op.operands]
+        rt = _permuted(op.results[0].type)
+        if op.name == "onnx.Conv":
+            attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
+            new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
+        else:
+            new = Op(op.name, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
+        self.block.insert_before(op, new)
+        self.new[id(op.results[0])] = new.results[0]
+
+    def const(self, arr: np.ndarray, anchor: Op, name: str = "c") -> Value:
+        value: object = arr
+        if arr.size > 64:
+            key, k = f"{name}_nhwc", 0
+            while key in self.module.weights:
+                k += 1
+                key = f"{name}_nhwc_{k}"
+            self.module.weights[key] = arr
+            value = WeightRef(key)
+        c = Op("cc.const", (), [TensorType(DType.from_np(arr.dtype), arr.shape)], {"value": value}, loc=anchor.loc)
+        self.block.insert_before(anchor, c)
+        return c.results[0]
+
+    def operand(self, v: Value, user: Op) -> Value:
+        if id(v) in self.new:
+            return self.new[id(v)]
+        if v.type.rank == 0 or (user.name == "onnx.Conv" and v is not user.operands[0]):
+            return v  # weights, bias and scalar bounds keep their layout
+        if v.type.rank == 4 and const_value(v, self.module) is None:
+            if id(v) not in self.entries:
+                t = Op("onnx.Transpose", [v], [_permuted(v.type)], {"perm": list(TO_NHWC)}, loc=user.loc,
+                       result_names=[f"{v.name}_nhwc" if v.name else ""])
+                self.block.insert_before(user, t)
+                self.entries[id(v)] = t.results[0]
+            return self.entries[id(v)]
+        return self.permuted_const(v, user)
+
+    def permuted_const(self, v: Value, user: Op) -> Value:
+        """A constant operand of a binary op, broadcast to rank 4 and permuted."""
+        arr = const_value(v, self.module)
+        assert arr is not None  # eligible() checked
+        arr = np.ascontiguousarray(arr.reshape((1,) * (4 - arr.ndim) + arr.shape).transpose(TO_NHWC))
+        return self.const(arr, user, v.name or "c")
+
+    def exit(self, op: Op) -> None:
+        """Uses of `op`'s result outside the region read it back in NCHW."""
+        old = op.results[0]
+        outside = [u for u in old.uses if id(u.op) not in self.members]
+        if not outside:
+            return
+        new = self.new[id(old)]
+        anchor = new.owner
+        k = self.block.ops.index(anchor)
+        t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,
+               result_names=[old.name])
+        t.parent = self.block
+        self.block.ops.insert(k + 1, t)
+        for u in outside:
+            u.op.set_operand(u.index, t.results[0])
+
+
+def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = False,
+                 per_conversion: int = CONVS_PER_CONVERSION) -> bool:
+    changed = False
+    for fn in module.functions.values():
+        block = fn.body
+        for ops in _Finder(block, module, dense).regions(min_convs, per_conversion):
+            _Rewriter(block, module, ops).run()
+            changed = True
+    if changed:
+        dce(module)
+    return changed
+
+
+@register_pass
+@dataclass(frozen=True)
+class NhwcRegionPass(ModulePass):
+    """Run chains of depthwise / 1x1 / dense convs and the elementwise ops between them
+    channels-last (cc.conv_nhwc), with one layout conversion at each end of a chain."""
+
+    name: ClassVar[str] = "nhwc-region"
+    min_convs: int = 2
+    """a region needs this many convs (one of them depthwise)"""
+    dense: bool = False
+    """whether dense kxk convs join a region (as implicit GEMMs whose A is packed per call)"""
+
+    convs_per_conversion: int = CONVS_PER_CONVERSION
+    """a region needs this many convs per layout change of a whole feature map"""
+
+    def run(self, module: Module, ctx: PassContext) -> bool:
+        return nhwc_regions(module, self.min_convs, self.dense, self.convs_per_conversion)

@@ -1,0 +1,109 @@
+"""Mobile-net blocks run channels-last by the nhwc-region pass (passes/nhwc_region.py),
+compared with onnxruntime through the user path (compile, load, run), one library at
+symbolic N, H, W: odd sizes, planes smaller than a vector, batch 1 and 3.
+
+The graph holds a dense 3x3 stride-2 stem (NCHW) and, in one region, an inverted residual
+block (1x1 expand to 40 channels (not a multiple of 16) -> Clip 0..6 -> 3x3 depthwise ->
+HardSwish -> 1x1 project -> residual Add, then three more of 24 -> 48 -> 24), a 5x5
+stride-2 depthwise with uneven pads, SiLU (x * Sigmoid(x)), an SE block (GlobalAveragePool
+-> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul broadcast: the pooling leaves the region, its
+scale comes back in), a dilated 3x3 depthwise and a per-channel constant Add; its exits
+feed a Flatten -> Gemm, a Concat and a Shape. Tolerance rtol 1e-4, atol 1e-4: sums of up to 360 products of N(0, 1)
+values and small weights, summed in another order than onnxruntime's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxcc
+from onnxcc.testing import ort_run
+
+SHAPES = [dict(N=1, H=1, W=1), dict(N=3, H=5, W=7), dict(N=1, H=9, W=4), dict(N=1, H=16, W=16),
+          dict(N=3, H=23, W=30)]
+
+
+def _model(path):
+    rng = np.random.default_rng(11)
+    inits, nodes = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
+        return name
+
+    def conv(x, y, cin, cout, k, group=1, **attrs):
+        w = const(f"w_{y}", rng.standard_normal((cout, cin // group, *k)) / np.sqrt(cin // group * k[0] * k[1]))
+        b = const(f"b_{y}", rng.standard_normal(cout) * 0.1)
+        nodes.append(helper.make_node("Conv", [x, w, b], [y], group=group, **attrs))
+        return y
+
+    def node(op, ins, y, **attrs):
+        nodes.append(helper.make_node(op, ins, [y], **attrs))
+        return y
+
+    lo, hi = const("lo", 0.0), const("hi", 6.0)
+    s = conv("x", "stem", 3, 24, (3, 3), pads=[1, 1, 1, 1], strides=[2, 2])
+    s = node("Relu", [s], "stem_r")
+    e = conv(s, "expand", 24, 40, (1, 1))
+    e = node("Clip", [e, lo, hi], "expand_r")
+    d = conv(e, "dw3", 40, 40, (3, 3), group=40, pads=[1, 1, 1, 1])
+    d = node("HardSwish", [d], "dw3_a")
+    p = conv(d, "project", 40, 24, (1, 1))
+    r = node("Add", [p, s], "res")
+    for i in range(3):  # more inverted residual blocks: the region pays for its layout changes
+        e = node("Relu", [conv(r, f"ex{i}", 24, 48, (1, 1))], f"ex{i}_r")
+        d = node("Clip", [conv(e, f"dw{i}", 48, 48, (3, 3), group=48, pads=[1, 1, 1, 1]), lo, hi], f"dw{i}_r")
+        r = node("Add", [conv(d, f"pr{i}", 48, 24, (1, 1)), r], f"res{i}")
+    d5 = conv(r, "dw5", 24, 24, (5, 5), group=24, pads=[2, 1, 2, 3], strides=[2, 2])
+    sg = node("Sigmoid", [d5], "dw5_sig")
+    si = node("Mul", [d5, sg], "silu")
+    g = node("GlobalAveragePool", [si], "se_pool")
+    g = conv(g, "se1", 24, 8, (1, 1))
+    g = node("Relu", [g], "se1_r")
+    g = conv(g, "se2", 8, 24, (1, 1))
+    g = node("HardSigmoid", [g], "se_gate")
+    se = node("Mul", [si, g], "se")
+    dd = conv(se, "dwdil", 24, 24, (3, 3), group=24, pads=[2, 2, 2, 2], dilations=[2, 2])
+    o = node("Add", [dd, const("chan", rng.standard_normal((24, 1, 1)))], "chan_add")
+    f = node("GlobalAveragePool", [o], "head_pool")
+    f = node("Flatten", [f], "flat")
+    fc = node("Gemm", [f, const("fc_w", rng.standard_normal((10, 24)) * 0.2)], "logits", transB=1)
+    cat = node("Concat", [o, dd], "cat", axis=1)
+    shp = node("Shape", [o], "shape")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in (fc, cat)]
+    outs.append(helper.make_tensor_value_info(shp, TensorProto.INT64, None))
+    g = helper.make_graph(nodes, "mobile_block", [x], outs, inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), path)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("nhwc_region")
+    _model(d / "m.onnx")
+    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
+    return d / "m.onnx", onnxcc.load(d / "lib")
+
+
+def test_region_is_channels_last(tmp_path):
+    """The six depthwise and ten 1x1 convs became cc.conv_nhwc; the dense stem stays an
+    NCHW Conv (the region's entry), converted once."""
+    _model(tmp_path / "m.onnx")
+    text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
+    assert text.count("cc.conv_nhwc(") == 16
+    assert text.count("onnx.Conv(") == 1
+    assert text.count("perm = [0, 2, 3, 1]") == 2  # the stem's output and the SE pool's
+
+
+@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))
+def test_region_matches_onnxruntime(built, dims):
+    path, lib = built
+    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
+    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
+    want = ort_run(path, feeds)
+    got = lib.run(feeds)
+    for name in ("logits", "cat", "shape"):
+        assert got[name].shape == want[name].shape, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
