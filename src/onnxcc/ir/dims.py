@@ -289,7 +289,22 @@ class Prover:
         return None
 
     def _le_interval(self, x: Dim, y: Dim) -> bool:
-        return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x), self._iv)[0] >= 0)
+        """The interval of `y - x` starts at 0 or above. The difference is never built as a
+        sympy sum (flattening and sorting two sums of nested floors took most of a conv
+        net's memory planning): the terms of both sides are cancelled in a dict, as sympy's
+        Add would cancel them, and the intervals of the terms left are summed."""
+        diff = dict(_sum_terms(sympy.sympify(y)))
+        for m, c in _sum_terms(sympy.sympify(x)):
+            diff[m] = diff.get(m, 0) - c
+        lo: Any = 0
+        try:
+            for m, c in diff.items():
+                if c:
+                    ml, mh = _interval(m, self.table, self._iv)
+                    lo += c * (ml if c > 0 else mh)
+        except _NoBound:
+            return False
+        return bool(lo >= 0)
 
     def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
         d, bounded = _difference(x, y)
@@ -373,6 +388,23 @@ def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr | None, sympy.
     if any(_floor_count(m) > 1 for m in diff):
         return None, None
     return None, _bound_atoms(sympy.Add(*(c * m for m, c in diff.items())))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _sum_terms(e: sympy.Expr) -> tuple[tuple[Any, Any], ...]:
+    """`e` as the terms of its sum, each (the term without its number, that number as an
+    int or Fraction), unexpanded: what sympy's Add collects like terms by."""
+    out: list[tuple[Any, Any]] = []
+    for t in sympy.Add.make_args(e):
+        c, m = t.as_coeff_Mul()
+        if c.is_Integer:
+            k: Any = int(c)
+        elif c.is_Rational:
+            k = Fraction(int(c.p), int(c.q))
+        else:  # a float or an infinity: the whole term, coefficient 1
+            m, k = t, 1
+        out.append((m, k))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -140,11 +140,19 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
       split) holds over the narrower ones and is not proved again."""
     if isinstance(a, int) and isinstance(b, int):
         return a <= b
-    _check_budget()
-    xs, ys = _alternatives(a), _alternatives(b)
-    if len(xs) > 1 or len(ys) > 1:
-        return all(any(_le1(prover, x, y) for y in ys) for x in xs)
-    return _le1(prover, a, b)
+    memo = _ANSWERS.get(prover)
+    if memo is None:
+        memo = _ANSWERS[prover] = {}
+    hit = memo.get((a, b))
+    if hit is None:
+        _check_budget()
+        xs, ys = _alternatives(a), _alternatives(b)
+        if len(xs) > 1 or len(ys) > 1:
+            hit = all(any(_le1(prover, x, y) for y in ys) for x in xs)
+        else:
+            hit = _le1(prover, a, b)
+        memo[(a, b)] = hit
+    return hit
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -177,6 +185,7 @@ def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
 #: each prover proved (`_le`)
 _PARENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PROVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ANSWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class _Refuter:
