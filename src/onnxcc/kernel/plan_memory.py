@@ -90,11 +90,8 @@ def align_up(x: Dim, a: int = ALIGN) -> Dim:
 
 def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
     """The maximum of `items` as one Dim, dropping the ones another provably covers."""
-    uniq: list[Dim] = []
-    for d in items:
-        d = canon(d)
-        if not any(d == u for u in uniq):
-            uniq.append(d)
+    # by hash (pairwise `==` of sympy trees recursed through every equal-hash subtree)
+    uniq: list[Dim] = list(dict.fromkeys(canon(d) for d in items))
     if not uniq:
         return 0
     if all(isinstance(d, int) for d in uniq):
@@ -683,11 +680,7 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
     at: dict[int, tuple[int, int]] = {}  # id(slot) -> (offset, end) at the sample point
     for g in slots:
         conf = [q for q in placed if q.first <= g.last and g.first <= q.last]
-        cands: list[Dim] = [0]
-        for q in conf:
-            e = q.end
-            if not any(e == c for c in cands):
-                cands.append(e)
+        cands: list[Dim] = list(dict.fromkeys([0, *(q.end for q in conf)]))
         best: tuple | None = None
         gsize = sample(g.size)
         for o in cands:
