@@ -213,6 +213,7 @@ class Prover:
         self._le: dict[tuple, bool] = {}
         self._eq: dict[tuple, bool | None] = {}
         self._iv: dict = {}  # subexpression -> interval over the table's ranges
+        self._nn: dict = {}  # polynomial -> `_nonneg`
 
     # ---- the two questions, three answers -------------------------------------------------
     def prove_le(self, a: Dim | None, b: Dim | None) -> bool | None:
@@ -315,12 +316,15 @@ class Prover:
         return self._le_interval(x, y)
 
     def _nonneg(self, d: sympy.Expr) -> bool:
-        lows = []
-        syms: list[Any] = sorted(d.free_symbols, key=str)
-        for s in syms:
-            info = self.table.infos.get(s.name)
-            lows.append((s, info.lo if info is not None else 1))
-        return _nonneg_shifted(d, tuple(lows))
+        hit = self._nn.get(d)
+        if hit is None:
+            lows = []
+            syms: list[Any] = sorted(d.free_symbols, key=str)
+            for s in syms:
+                info = self.table.infos.get(s.name)
+                lows.append((s, info.lo if info is not None else 1))
+            hit = self._nn[d] = _nonneg_shifted(d, tuple(lows))
+        return hit
 
 
 # The symbolic steps of a proof that do not depend on the symbols' ranges are memoised
@@ -424,8 +428,25 @@ def _nonneg_shifted(d: sympy.Expr, lows: tuple) -> bool:
     replaced by s + (its lower bound); `lows` pairs each symbol with that bound."""
     if not d.is_polynomial(*(s for s, _ in lows)):
         return False
+    if all(lo >= 0 for _, lo in lows) and _nonneg_coeffs(d):
+        # every monomial is >= 0 already: the shift only adds terms of the same sign (and
+        # expanding a shifted polynomial of a dozen terms costs milliseconds)
+        return True
     e = sympy.expand(d.xreplace({s: s + lo for s, lo in lows}))
     return all(c >= 0 for c in e.as_coefficients_dict().values())
+
+
+def _nonneg_coeffs(d: sympy.Expr) -> bool:
+    """`d` is a sum of monomials (products of symbols' positive integer powers) with
+    numeric coefficients >= 0 (an unexpanded factor such as `(a - b)*c` answers False)."""
+    for m, c in d.as_coefficients_dict().items():
+        if not (getattr(c, "is_Number", False) and c >= 0):
+            return False
+        for f in sympy.Mul.make_args(m):
+            base, k = f.as_base_exp()
+            if not (base.is_Symbol and k.is_Integer and k > 0) and f != 1:
+                return False
+    return True
 
 
 _SAMPLES = (0, 1, 2, 3, 5, 8, 13, 64, 100, 1000, 12345)
