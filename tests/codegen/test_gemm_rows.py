@@ -54,6 +54,7 @@ def test_static_m_multiple_of_mr_has_no_row_variants(mult):
 
 def test_static_m_below_mr_only_its_height():
     kern, mr, w = _kernel(3)
+    assert mr > 3
     assert {int(h) for h in re.findall(r"ukr\.(\d+)x", kern.optimized_ir)} == {3}
     a = rng.standard_normal((3, 64)).astype(np.float32)
     np.testing.assert_allclose(kern(a)[0], a @ w, rtol=1e-4, atol=1e-4)

@@ -432,8 +432,41 @@ def _nonneg_shifted(d: sympy.Expr, lows: tuple) -> bool:
         # every monomial is >= 0 already: the shift only adds terms of the same sign (and
         # expanding a shifted polynomial of a dozen terms costs milliseconds)
         return True
+    coeffs = _shifted_coeffs(d, lows)
+    if coeffs is not None:
+        return all(c >= 0 for c in coeffs)
     e = sympy.expand(d.xreplace({s: s + lo for s, lo in lows}))
     return all(c >= 0 for c in e.as_coefficients_dict().values())
+
+
+def _shifted_coeffs(d: sympy.Expr, lows: tuple) -> list | None:
+    """The coefficients of the sum of monomials `d` with each symbol s replaced by s + lo,
+    expanded by the binomial theorem on exponent tuples (sympy's `expand` of the shifted
+    tree took a millisecond and more per difference: a BERT's memory planning asks
+    thousands); None when `d` is not such a sum with rational coefficients."""
+    pos = {s: i for i, (s, _) in enumerate(lows)}
+    out: dict[tuple, Any] = {}
+    for m, c in d.as_coefficients_dict().items():
+        if not c.is_Rational:
+            return None
+        terms: dict[tuple, Any] = {(0,) * len(lows): Fraction(int(c.p), int(c.q))}
+        for f in sympy.Mul.make_args(m):
+            if f == 1:
+                continue
+            base, k = f.as_base_exp()
+            if base not in pos or not k.is_Integer or k < 1:
+                return None
+            i, lo, k = pos[base], lows[pos[base]][1], int(k)
+            # (s + lo)**k = sum over j of C(k, j) lo**(k - j) s**j
+            nxt: dict[tuple, Any] = {}
+            for e, v in terms.items():
+                for j in range(k + 1):
+                    key = e[:i] + (e[i] + j,) + e[i + 1:]
+                    nxt[key] = nxt.get(key, 0) + v * math.comb(k, j) * lo ** (k - j)
+            terms = nxt
+        for e, v in terms.items():
+            out[e] = out.get(e, 0) + v
+    return list(out.values())
 
 
 def _nonneg_coeffs(d: sympy.Expr) -> bool:

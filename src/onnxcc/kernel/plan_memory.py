@@ -142,7 +142,6 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
         memo = _ANSWERS[prover] = {}
     hit = memo.get((a, b))
     if hit is None:
-        _check_budget()
         xs, ys = _alternatives(a), _alternatives(b)
         if len(xs) > 1 or len(ys) > 1:
             hit = all(any(_le1(prover, x, y) for y in ys) for x in xs)
