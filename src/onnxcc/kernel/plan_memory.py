@@ -713,7 +713,7 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
                 continue
             above = []
             ok = True
-            top = canon(o + g.size)
+            top = _intern(canon(o + g.size))
             for q in conf:
                 if _le(prover, top, q.offset):
                     above.append(q)
