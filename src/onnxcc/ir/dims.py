@@ -400,7 +400,7 @@ def _sum_terms(e: sympy.Expr) -> tuple[tuple[Any, Any], ...]:
     int or Fraction), unexpanded: what sympy's Add collects like terms by."""
     out: list[tuple[Any, Any]] = []
     for t in sympy.Add.make_args(e):
-        c, m = t.as_coeff_Mul()
+        c, m = cast(Any, t.as_coeff_Mul())
         if c.is_Integer:
             k: Any = int(c)
         elif c.is_Rational:
@@ -446,7 +446,7 @@ def _shifted_coeffs(d: sympy.Expr, lows: tuple) -> list | None:
     thousands); None when `d` is not such a sum with rational coefficients."""
     pos = {s: i for i, (s, _) in enumerate(lows)}
     out: dict[tuple, Any] = {}
-    for m, c in d.as_coefficients_dict().items():
+    for m, c in cast(dict[Any, Any], d.as_coefficients_dict()).items():
         if not c.is_Rational:
             return None
         terms: dict[tuple, Any] = {(0,) * len(lows): Fraction(int(c.p), int(c.q))}
