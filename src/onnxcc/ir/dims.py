@@ -213,6 +213,7 @@ class Prover:
         self._le: dict[tuple, bool] = {}
         self._eq: dict[tuple, bool | None] = {}
         self._iv: dict = {}  # subexpression -> interval over the table's ranges
+        self._nn: dict = {}  # polynomial -> `_nonneg`
 
     # ---- the two questions, three answers -------------------------------------------------
     def prove_le(self, a: Dim | None, b: Dim | None) -> bool | None:
@@ -289,7 +290,22 @@ class Prover:
         return None
 
     def _le_interval(self, x: Dim, y: Dim) -> bool:
-        return bool(self.table.bounds(sympy.sympify(y) - sympy.sympify(x), self._iv)[0] >= 0)
+        """The interval of `y - x` starts at 0 or above. The difference is never built as a
+        sympy sum (flattening and sorting two sums of nested floors took most of a conv
+        net's memory planning): the terms of both sides are cancelled in a dict, as sympy's
+        Add would cancel them, and the intervals of the terms left are summed."""
+        diff = dict(_sum_terms(sympy.sympify(y)))
+        for m, c in _sum_terms(sympy.sympify(x)):
+            diff[m] = diff.get(m, 0) - c
+        lo: Any = 0
+        try:
+            for m, c in diff.items():
+                if c:
+                    ml, mh = _interval(m, self.table, self._iv)
+                    lo += c * (ml if c > 0 else mh)
+        except _NoBound:
+            return False
+        return bool(lo >= 0)
 
     def _poly_le(self, x: sympy.Expr, y: sympy.Expr) -> bool:
         d, bounded = _difference(x, y)
@@ -300,12 +316,15 @@ class Prover:
         return self._le_interval(x, y)
 
     def _nonneg(self, d: sympy.Expr) -> bool:
-        lows = []
-        syms: list[Any] = sorted(d.free_symbols, key=str)
-        for s in syms:
-            info = self.table.infos.get(s.name)
-            lows.append((s, info.lo if info is not None else 1))
-        return _nonneg_shifted(d, tuple(lows))
+        hit = self._nn.get(d)
+        if hit is None:
+            lows = []
+            syms: list[Any] = sorted(d.free_symbols, key=str)
+            for s in syms:
+                info = self.table.infos.get(s.name)
+                lows.append((s, info.lo if info is not None else 1))
+            hit = self._nn[d] = _nonneg_shifted(d, tuple(lows))
+        return hit
 
 
 # The symbolic steps of a proof that do not depend on the symbols' ranges are memoised
@@ -376,6 +395,23 @@ def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr | None, sympy.
 
 
 @functools.lru_cache(maxsize=1 << 14)
+def _sum_terms(e: sympy.Expr) -> tuple[tuple[Any, Any], ...]:
+    """`e` as the terms of its sum, each (the term without its number, that number as an
+    int or Fraction), unexpanded: what sympy's Add collects like terms by."""
+    out: list[tuple[Any, Any]] = []
+    for t in sympy.Add.make_args(e):
+        c, m = cast(Any, t.as_coeff_Mul())
+        if c.is_Integer:
+            k: Any = int(c)
+        elif c.is_Rational:
+            k = Fraction(int(c.p), int(c.q))
+        else:  # a float or an infinity: the whole term, coefficient 1
+            m, k = t, 1
+        out.append((m, k))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def _terms(e: sympy.Expr) -> dict:
     """`e` expanded, as {monomial: its numeric coefficient} (the constant under key 1)."""
     return dict(_expanded(e).as_coefficients_dict())
@@ -392,8 +428,58 @@ def _nonneg_shifted(d: sympy.Expr, lows: tuple) -> bool:
     replaced by s + (its lower bound); `lows` pairs each symbol with that bound."""
     if not d.is_polynomial(*(s for s, _ in lows)):
         return False
+    if all(lo >= 0 for _, lo in lows) and _nonneg_coeffs(d):
+        # every monomial is >= 0 already: the shift only adds terms of the same sign (and
+        # expanding a shifted polynomial of a dozen terms costs milliseconds)
+        return True
+    coeffs = _shifted_coeffs(d, lows)
+    if coeffs is not None:
+        return all(c >= 0 for c in coeffs)
     e = sympy.expand(d.xreplace({s: s + lo for s, lo in lows}))
     return all(c >= 0 for c in e.as_coefficients_dict().values())
+
+
+def _shifted_coeffs(d: sympy.Expr, lows: tuple) -> list | None:
+    """The coefficients of the sum of monomials `d` with each symbol s replaced by s + lo,
+    expanded by the binomial theorem on exponent tuples (sympy's `expand` of the shifted
+    tree took a millisecond and more per difference: a BERT's memory planning asks
+    thousands); None when `d` is not such a sum with rational coefficients."""
+    pos = {s: i for i, (s, _) in enumerate(lows)}
+    out: dict[tuple, Any] = {}
+    for m, c in cast(dict[Any, Any], d.as_coefficients_dict()).items():
+        if not c.is_Rational:
+            return None
+        terms: dict[tuple, Any] = {(0,) * len(lows): Fraction(int(c.p), int(c.q))}
+        for f in sympy.Mul.make_args(m):
+            if f == 1:
+                continue
+            base, k = f.as_base_exp()
+            if base not in pos or not k.is_Integer or k < 1:
+                return None
+            i, lo, k = pos[base], lows[pos[base]][1], int(k)
+            # (s + lo)**k = sum over j of C(k, j) lo**(k - j) s**j
+            nxt: dict[tuple, Any] = {}
+            for e, v in terms.items():
+                for j in range(k + 1):
+                    key = e[:i] + (e[i] + j,) + e[i + 1:]
+                    nxt[key] = nxt.get(key, 0) + v * math.comb(k, j) * lo ** (k - j)
+            terms = nxt
+        for e, v in terms.items():
+            out[e] = out.get(e, 0) + v
+    return list(out.values())
+
+
+def _nonneg_coeffs(d: sympy.Expr) -> bool:
+    """`d` is a sum of monomials (products of symbols' positive integer powers) with
+    numeric coefficients >= 0 (an unexpanded factor such as `(a - b)*c` answers False)."""
+    for m, c in d.as_coefficients_dict().items():
+        if not (getattr(c, "is_Number", False) and c >= 0):
+            return False
+        for f in sympy.Mul.make_args(m):
+            base, k = f.as_base_exp()
+            if not (base.is_Symbol and k.is_Integer and k > 0) and f != 1:
+                return False
+    return True
 
 
 _SAMPLES = (0, 1, 2, 3, 5, 8, 13, 64, 100, 1000, 12345)

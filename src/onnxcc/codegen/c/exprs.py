@@ -14,6 +14,7 @@ helpers; every C file using rendered expressions must include it once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 
 import sympy
@@ -144,7 +145,7 @@ class _IntRenderer:
         if e.is_Symbol:
             return self.name(e)
         if e.is_Add or e.is_Mul or e.is_Pow or e.is_Rational:
-            num, den = sympy.fraction(sympy.together(e))
+            num, den = _fraction(e)
             if den != 1:
                 # An integer-valued expression over one denominator (e.g. s**2/2 + s/2):
                 # floor division is exact there and stays deterministic otherwise.
@@ -155,7 +156,7 @@ class _IntRenderer:
                 return self._chain("*", [self.render(a) for a in e.args])
             return self._pow(e)
         if isinstance(e, (sympy.floor, sympy.ceiling)):
-            num, den = sympy.fraction(sympy.together(e.args[0]))
+            num, den = _fraction(e.args[0], whole=True)
             helper = "onnxcc_floordiv" if isinstance(e, sympy.floor) else "onnxcc_ceildiv"
             if den == 1:
                 return self.render(num)
@@ -163,7 +164,7 @@ class _IntRenderer:
         if isinstance(e, sympy.Mod):
             a, b = e.args
             for x in (a, b):
-                if sympy.fraction(sympy.together(x))[1] != 1:
+                if _fraction(x)[1] != 1:
                     raise UnsupportedExpr(f"Mod of a non-integer expression: {e}")
             return f"onnxcc_mod({self.render(a)}, {self.render(b)})"
         if isinstance(e, (sympy.Max, sympy.Min)):
@@ -273,7 +274,32 @@ class _LetRenderer(_IntRenderer):
 
 def _is_integral(e) -> bool:
     """No denominator at the top level (floor(s/2) counts as integral, s/2 does not)."""
-    return isinstance(e, int) or sympy.fraction(sympy.together(sympy.sympify(e)))[1] == 1
+    return isinstance(e, int) or _fraction(sympy.sympify(e))[1] == 1
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _fraction(e, whole: bool = False) -> tuple:
+    """`sympy.fraction(sympy.together(e))`, memoised, and without `together` where `e` has
+    no denominator outside function calls (a sum of integer multiples of products of
+    symbols and floors / Max...): `together` then only factors the sum, which on a
+    MobileNet's workspace size (nested floors, a dozen terms per sum, 3000 sums) took most
+    of the link step. Callers that render the numerator itself (`whole`) get `together`'s
+    form whenever it is called, so their C text is what it was."""
+    if not whole and _no_denominator(e):
+        return e, sympy.Integer(1)
+    return sympy.fraction(sympy.together(e))
+
+
+def _no_denominator(e) -> bool:
+    """No rational coefficient and no negative power in `e`'s sums, products and powers
+    (function calls are atoms to `together`, which does not look inside them either)."""
+    if e.is_Number:
+        return bool(e.is_Integer)
+    if e.is_Add or e.is_Mul:
+        return all(_no_denominator(a) for a in e.args)
+    if e.is_Pow:
+        return bool(e.exp.is_Integer and e.exp >= 0) and _no_denominator(e.base)
+    return e.is_Symbol or isinstance(e, sympy.core.function.Application)
 
 
 def _lit(v: int) -> str:
@@ -286,6 +312,7 @@ def _lit(v: int) -> str:
     return f"INT64_C({v})"
 
 
+@functools.lru_cache(maxsize=1 << 12, typed=True)
 def text(expr) -> str:
     """Readable text of a dim or guard for messages and NAME.h: the IR's one printer
     (`seq + 1`, `batch % 8 == 0`, `16 < seq & seq <= 64`)."""

@@ -85,6 +85,8 @@ from .gemm_ir import product as _product
 from .gemm_ir import umax as _umax
 from .gemm_ir import umin as _umin
 from .gemm_ir import unflatten as _unflatten
+from .gemm_rows import row_tiles as _row_tiles
+from .gemm_rows import tile_heights as _tile_heights
 from .gemm_ukr import ukr_function
 
 if TYPE_CHECKING:
@@ -602,20 +604,6 @@ def _pack_b_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function
 # ---- the task loop ----------------------------------------------------------------------------
 
 
-def _row_variants(mr: int, m: int | None = None) -> list[int]:
-    """Micro-kernel heights used for the rows of a partial panel, tried in order, each
-    taken when that many rows are left: the binary decomposition, led by the exact
-    remainder when M is static and its remainder is not a power of two (a batch-3 RNN
-    step: one 3-row pass over each B panel instead of a 2-row and a 1-row one)."""
-    out, v = [], 1
-    while v < mr:
-        out.append(v)
-        v *= 2
-    out = sorted(out, reverse=True)
-    rem = m % mr if m is not None else 0
-    return ([rem] if rem and rem not in out else []) + out
-
-
 def _static_m(c: Compute, g: GemmPlan) -> int | None:
     ext = dict(zip(c.var_names, c.extents))
     m = 1
@@ -662,11 +650,11 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     tile.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     xp = gw.scratch_base(kem, fctx) if w.source is None else fctx.buffer_ptr(w.source)
     out = fctx.buffer_ptr(c.out)
-    variants = _row_variants(MR, _static_m(c, g))
-    ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *variants]}
+    heights, variants = _tile_heights(MR, _static_m(c, g))
+    ukr = {r: ukr_function(kem.module, r, g) for r in heights}
     grid = gemm_gemv.static_grid(c, g)
     if grid is not None and gemm_gemv.applies(g, grid):  # a few columns: rows in the lanes, one pass over A
-        ukr = {r: gemm_gemv.gemv_function(kem.module, r, g, grid) for r in [MR, *variants]}
+        ukr = {r: gemm_gemv.gemv_function(kem.module, r, g, grid) for r in heights}
     r0_slot = fctx.eb.alloca(I64, name="r0")
     em_e = ExprEmitter(fctx, b)
     if g.epilogue is not None:
@@ -677,7 +665,7 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     # across padding columns take the plain micro-kernel and the epilogue pass
     staged_in_regs = not any(o.tile for o in eops)
     ukr_plain = ukr if staged_in_regs else {r: ukr_function(kem.module, r, dataclasses.replace(g, row_ops=None))
-                                            for r in [MR, *variants]}
+                                            for r in heights}
     ow_ext = geo.n_ext[1]
     yes = ir.Constant(I1, 1)
     with for_range(b, end, "it", start=begin, guard=True) as it:
@@ -718,19 +706,15 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
                     toff = b.add(c_off, _mul(b, r0, ldc, "e.toff"), name="e.toff")
                     return [_f32_ptr(b, p, toff if o.tile else row, "e.ptr") for o, p in zip(eops, eptrs)]
 
-                with if_else(b, b.icmp_unsigned("==", rows, i64(MR), name="full"), name="tile") as (then, other):
-                    with then:
-                        b.call(kernels[MR], [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols, *eargs(i64(0))])
-                    with other:
-                        b.store(i64(0), r0_slot)
-                        for v in variants:
-                            r0 = b.load(r0_slot, name="r0")
-                            more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
-                            with if_then(b, more, name=f"rows{v}"):
-                                b.call(kernels[v], [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
-                                                _f32_ptr(b, cptr, _mul(b, r0, ldc, "t.r"), "t.r"), ldc, yes, ncols,
-                                                *eargs(r0)])
-                                b.store(_add(b, r0, v, "r0.next"), r0_slot)
+                def call(kernel: ir.Function, r0: ir.Value | None) -> None:
+                    if r0 is None:
+                        b.call(kernel, [apanel, bpanel, offs, geo.K, cptr, ldc, yes, ncols, *eargs(i64(0))])
+                    else:
+                        b.call(kernel, [_f32_ptr(b, apanel, r0, "ap.r"), bpanel, offs, geo.K,
+                                        _f32_ptr(b, cptr, _mul(b, r0, ldc, "t.r"), "t.r"), ldc, yes, ncols,
+                                        *eargs(r0)])
+
+                _row_tiles(b, kernels, MR, variants, rows, r0_slot, call)
 
             with for_range(b, pm1, "pm", start=pm0, guard=True) as pm:
                 i0 = _mul(b, pm, MR, "i0")
@@ -806,8 +790,8 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         apack.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     bbase = _packed_b_ptr(kem, fctx, g)
     out = fctx.buffer_ptr(c.out)
-    variants = _row_variants(MR, _static_m(c, g))
-    ukr = {r: ukr_function(kem.module, r, g) for r in [MR, *variants]}
+    heights, variants = _tile_heights(MR, _static_m(c, g))
+    ukr = {r: ukr_function(kem.module, r, g) for r in heights}
     r0_slot = fctx.eb.alloca(I64, name="r0")
     em_a = ExprEmitter(fctx, b)
     em_e = ExprEmitter(fctx, b)
@@ -867,22 +851,16 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                     a_args = [apanel]
                 cbase = _f32_ptr(b, out, _add(b, _add(b, cbatch, _mul(b, i0, geo.ldc, "crow"), "coff"), j0,
                                               "coff"), "ctile")
-                full = b.icmp_unsigned("==", rows, i64(MR), name="full")
-                with if_else(b, full, name="tile") as (then, otherwise):
-                    with then:
-                        b.call(ukr[MR], [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols])
-                    with otherwise:
-                        b.store(i64(0), r0_slot)
-                        for v in variants:
-                            r0 = b.load(r0_slot, name="r0")
-                            more = b.icmp_unsigned(">=", b.sub(rows, r0, name="rleft"), i64(v), name="more")
-                            with if_then(b, more, name=f"rows{v}"):
-                                a_r = ([_f32_ptr(b, apanel, _mul(b, r0, lda, "ap.r"), "ap.r"), lda]
-                                       if g.a_direct else [_f32_ptr(b, apanel, r0, "ap.r")])
-                                b.call(ukr[v], [*a_r, bpanel, kcur,
-                                                _f32_ptr(b, cbase, _mul(b, r0, geo.ldc, "c.r"), "c.r"),
-                                                geo.ldc, first, ncols])
-                                b.store(_add(b, r0, v, "r0.next"), r0_slot)
+                def call(kernel: ir.Function, r0: ir.Value | None) -> None:
+                    if r0 is None:
+                        b.call(kernel, [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols])
+                        return
+                    a_r = ([_f32_ptr(b, apanel, _mul(b, r0, lda, "ap.r"), "ap.r"), lda]
+                           if g.a_direct else [_f32_ptr(b, apanel, r0, "ap.r")])
+                    b.call(kernel, [*a_r, bpanel, kcur, _f32_ptr(b, cbase, _mul(b, r0, geo.ldc, "c.r"), "c.r"),
+                                    geo.ldc, first, ncols])
+
+                _row_tiles(b, ukr, MR, variants, rows, r0_slot, call)
                 if g.epilogue is not None:
                     with if_then(b, last, name="epilogue"):
                         _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j0, ncols)
