@@ -29,6 +29,7 @@ import torch
 import transformers as T
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import export_tv
 from export_common import export_or_report
 from heldout2_hf import HF as HELDOUT2, TXT, Last, _dec_entry, _decoder, _image, _text
 
@@ -118,11 +119,19 @@ MODELS: dict[str, tuple[tuple, tuple[str, ...]]] = {
 }
 
 
+#: torchvision models of tests/data/tv (models/export_tv.py, same builders) at the opsets that set
+#: did not export: opset 11 has Resize / Pad / Squeeze / ReduceSum / Split in their older forms
+TV = {"swin_v2_small": ("ts11",), "swin_small": ("ts11",), "convnext_small": ("ts11",),
+      "efficientnet_b0_small": ("ts11",), "maxvit_small": ("ts14",)}
+
 #: name -> the least H / W its dynamo export accepts (torch.export proves guards on smaller sizes)
 HW_MIN = {"mobilevitv2": 64}
 
 
 def export(name: str, out: Path, kinds: tuple[str, ...] | None) -> None:
+    if name in TV:
+        export_tv.export(name, out, kinds or TV[name])
+        return
     (make, names, dyn, example), own = MODELS[name]
     torch.manual_seed(0)
     module = make().eval()
@@ -135,11 +144,13 @@ def export(name: str, out: Path, kinds: tuple[str, ...] | None) -> None:
 
 if __name__ == "__main__":
     warnings.filterwarnings("ignore")
+    # eval-mode MultiheadAttention's fused fast path has no TorchScript export rule (as export_tv)
+    torch.backends.mha.set_fastpath_enabled(False)
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--kinds", default="", help="override each entry's kinds (ts11,ts14,ts17,dyn18)")
     ap.add_argument("names", nargs="*")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    for n in a.names or MODELS:
+    for n in a.names or [*MODELS, *TV]:
         export(n, a.out, tuple(a.kinds.split(",")) if a.kinds else None)
