@@ -17,7 +17,6 @@ as external data beside it) with symbolic dims; a file whose export failed is no
 from __future__ import annotations
 
 import argparse
-import inspect
 import sys
 import warnings
 from pathlib import Path
@@ -25,23 +24,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from export_common import export_or_report
 from heldout2_hf import HF
 from heldout2_layers import LAYERS
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "heldout2"
 MODELS = {**LAYERS, **HF}
-
-
-def _by_signature(module: torch.nn.Module, per: list) -> tuple:
-    """dynamic_shapes in forward's structure: one entry per named argument, the rest of the
-    inputs as one tuple for a `*args` parameter"""
-    out: list = []
-    for p in inspect.signature(module.forward).parameters.values():
-        if p.kind == p.VAR_POSITIONAL:
-            out.append(tuple(per[len(out):]))
-            return tuple(out)
-        out.append(per[len(out)])
-    return tuple(out)
 
 
 def export(name: str, out: Path, kinds: tuple[str, ...]) -> None:
@@ -50,25 +38,7 @@ def export(name: str, out: Path, kinds: tuple[str, ...]) -> None:
     module = make().eval()
     args = example()
     for kind in kinds:
-        path = out / f"{name}_{kind}.onnx"
-        try:
-            with torch.no_grad():
-                if kind == "ts17":
-                    torch.onnx.export(module, args, str(path), input_names=names, dynamic_axes=dyn,
-                                      opset_version=17, dynamo=False)
-                else:
-                    # in forward's structure (the wrappers take *args), one Dim per symbol name
-                    syms = {s for d in dyn.values() for s in d.values()}
-                    dims = {s: torch.export.Dim(s, min=1, max=4096) for s in sorted(syms)}
-                    per = [{ax: dims[s] for ax, s in dyn.get(n, {}).items()} or None for n in names]
-                    shapes = _by_signature(module, per)
-                    torch.onnx.export(module, args, str(path), input_names=names, dynamic_shapes=shapes,
-                                      opset_version=int(kind[3:]), dynamo=True)
-            print("exported", path, flush=True)
-        except Exception as e:  # an exporter's refusal: report it, write nothing
-            lines = str(e).splitlines()
-            why = " | ".join(lines[:1] + [ln for ln in lines if "rror" in ln][:3])[:600]
-            print("export failed", path, type(e).__name__, why, flush=True)
+        export_or_report(module, args, out / f"{name}_{kind}.onnx", names, dyn, kind)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import argparse
 from collections import OrderedDict
 import warnings
 from pathlib import Path
+import sys
 
 import tv_shim  # noqa: F401  (torchvision's C++ op schemas; before torchvision)
 import torch
@@ -36,6 +37,9 @@ from torchvision.models.detection.ssdlite import SSDLiteHead
 from torchvision.models.detection import fcos_resnet50_fpn, retinanet_resnet50_fpn, ssdlite320_mobilenet_v3_large
 from torchvision.models.optical_flow import raft_small
 from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large, fcn_resnet50
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from export_common import export_or_report
 
 
 def _has_ops() -> bool:
@@ -212,26 +216,12 @@ def export(name: str, out: Path, kinds: tuple[str, ...]) -> None:
         calibrate(module, tuple(torch.randn(4, *s[1:]) for s in shapes))  # 4: a norm over 1x1 planes needs a batch
     names = input_names(name)
     for kind in kinds:
-        path = out / f"{name}_{kind}.onnx"
-        try:
-            with torch.no_grad():
-                if kind.startswith("ts"):
-                    torch.onnx.export(module, args, str(path), input_names=names, dynamic_axes=dyn,
-                                      opset_version=int(kind[2:]), dynamo=False)
-                else:
-                    # an example dim of 1 is specialised by torch.export: batch 2 where it is symbolic
-                    args = tuple(torch.randn(2, *a.shape[1:]) if 0 in dyn.get(n, {}) else a
-                                 for a, n in zip(args, names))
-                    syms = sorted({s for d in dyn.values() for s in d.values()})
-                    dims = {s: torch.export.Dim(s, min=1 if s in ("N", "T") else 16, max=4096) for s in syms}
-                    per = tuple({ax: dims[s] for ax, s in dyn.get(n, {}).items()} or None for n in names)
-                    torch.onnx.export(module, args, str(path), input_names=names, dynamic_shapes=per,
-                                      opset_version=int(kind[3:]), dynamo=True, external_data=False)
-            print("exported", path, flush=True)
-        except Exception as e:  # an exporter's refusal: report it, write nothing
-            lines = str(e).splitlines()
-            why = " | ".join(lines[:1] + [ln for ln in lines if "rror" in ln][:3])[:600]
-            print("export failed", path, type(e).__name__, why, flush=True)
+        if kind.startswith("dyn"):
+            # an example dim of 1 is specialised by torch.export: batch 2 where it is symbolic
+            args = tuple(torch.randn(2, *a.shape[1:]) if 0 in dyn.get(n, {}) else a
+                         for a, n in zip(args, names))
+        export_or_report(module, args, out / f"{name}_{kind}.onnx", names, dyn, kind,
+                         dim_min=lambda s: 1 if s in ("N", "T") else 16, external_data=False)
 
 
 if __name__ == "__main__":

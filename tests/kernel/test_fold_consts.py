@@ -132,3 +132,20 @@ def test_sliced_weights_end_to_end(tmp_path):
         x = np.random.default_rng(batch).standard_normal((batch, 8)).astype(np.float32)
         want = ort_run(tmp_path / "m.onnx", {"x": x})
         np.testing.assert_allclose(lib.run({"x": x})["y"], want["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_load_from_an_empty_const_is_left_to_the_kernel():
+    # Funnel's opset-14 export: a select whose untaken arm reads a const with no elements
+    p = KernelProgram.new("fold", [])
+    x = p.input("x", F32, (3, 4))
+    w = p.const("w", W)
+    e = p.const("e", np.zeros((0, 4), np.float32))
+    t = p.temp("t", F32, (6, 4))
+    y = p.output("y", F32, (3, 6, 4))
+    p.compute(t, lambda i, j: select(i < 6, w[i, j], e[i - 6, j]))
+    p.compute(y, lambda b, i, j: x[b, j] * t[i, j])
+    assert fold_const_remaps(p) == []
+    p.verify()
+    x0 = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    (got,) = JitKernel(p)(x0)
+    np.testing.assert_allclose(got, x0[:, None, :] * W[None], rtol=1e-6)

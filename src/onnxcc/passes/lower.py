@@ -184,7 +184,10 @@ class _Lowerer:
         `bound` (kernel/control.py). Used by ops whose result size is a count of the data
         (NonZero, Compress, Unique, NonMaxSuppression)."""
         # a count over values that are themselves run-time sized: bounded by their bounds
-        late = {sym(k): sympy.sympify(v) for k, v in self.program.run_dims.items() if k in self.program.late_dims}
+        # late_dims walks the whole body: once per binding, not once per run dim (a detector's
+        # 180 NonZero each bound over every earlier one spent minutes here)
+        late_names = self.program.late_dims
+        late = {sym(k): sympy.sympify(v) for k, v in self.program.run_dims.items() if k in late_names}
         if late and bound is not None:
             bound = canon(sympy.sympify(bound).xreplace(late))
         self.declare_run_dim(op, name, bound, late=True)
@@ -252,9 +255,14 @@ class _Lowerer:
         they can be returned, not computed with."""
         if op.name == "onnx.Identity":
             return
-        late = self.program.late_dims  # bound mid-run: computed on like any other symbol
+        late: set[str] | None = None  # bound mid-run: computed on like any other symbol
         for v in op.operands:
-            run = sorted(s.name for s in v.type.symbols() if s.name in self.program.run_dims and s.name not in late)
+            run = [s.name for s in v.type.symbols() if s.name in self.program.run_dims]
+            if not run:
+                continue
+            if late is None:  # walks the whole body: only for operands with run-time dims
+                late = self.program.late_dims
+            run = sorted(n for n in run if n not in late)
             if run:
                 raise UnsupportedOp(op.opname, op.dialect, op.loc,
                                     f"reads a value of type {v.type} whose dim {', '.join(run)} is known "
