@@ -30,25 +30,8 @@ from onnxcc.testing import ort_run
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "e2e"))
+from sanitizers import ASAN, asan_available, lsan_works  # noqa: E402
 from test_loop_capacity import appended_feeds, appended_while  # noqa: E402
-
-ASAN = ["-fsanitize=address", "-fno-omit-frame-pointer"]
-
-
-def _asan() -> bool:
-    r = subprocess.run(["cc", *ASAN, "-x", "c", "-", "-o", "/dev/null"], input="int main(void){return 0;}",
-                       capture_output=True, text=True)
-    return r.returncode == 0
-
-
-def _lsan_works(tmp: Path) -> bool:
-    """LeakSanitizer needs ptrace; some sandboxes refuse it. Probe with a known leak."""
-    src = tmp / "probe.c"
-    src.write_text("#include <stdlib.h>\nvoid *p;\nint main(void){p = malloc(7); p = 0; return 0;}\n")
-    subprocess.run(["cc", *ASAN, "-o", str(tmp / "probe"), str(src)], check=True)
-    r = subprocess.run([str(tmp / "probe")], capture_output=True, text=True,
-                       env={"ASAN_OPTIONS": "detect_leaks=1", "PATH": "/usr/bin:/bin"})
-    return "detected memory leaks" in r.stderr
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +39,7 @@ def built(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("needs a C compiler")
     tmp = tmp_path_factory.mktemp("loopcap_c")
-    san = _asan()
+    san = asan_available()
     flags = ASAN if san else []
     onnx.save(appended_while(), tmp / "a.onnx")
     art = tmp / "art"
@@ -118,7 +101,7 @@ def test_caller_allocated_run_never_writes_past_its_outputs(built):
 
 def test_deleters_free_every_attempt(built):
     tmp, exe, san = built
-    if not san or not _lsan_works(tmp):
+    if not san or not lsan_works(tmp):
         pytest.skip("LeakSanitizer is not available here")
     r = _run(exe, "0", "5", "20", "65", leaks=True)
     assert r.returncode == 0, r.stderr[-3000:]

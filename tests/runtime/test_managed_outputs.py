@@ -14,12 +14,12 @@ import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
+from sanitizers import ASAN, asan_available, lsan_works
 
 import onnxcc
 from onnxcc.testing import ort_run
 
 HERE = Path(__file__).parent
-ASAN = ["-fsanitize=address", "-fno-omit-frame-pointer"]
 X = np.array([0, 1, 0, 2, 0, 0, 3, 0, 0, 0, 0, 4], np.float32).reshape(3, 4)
 
 
@@ -34,28 +34,12 @@ def _model(path: Path) -> Path:
     return path
 
 
-def _asan() -> bool:
-    r = subprocess.run(["cc", *ASAN, "-x", "c", "-", "-o", "/dev/null"], input="int main(void){return 0;}",
-                       capture_output=True, text=True)
-    return r.returncode == 0
-
-
-def _lsan_works(tmp: Path) -> bool:
-    """LeakSanitizer needs ptrace; some sandboxes refuse it. Probe with a known leak."""
-    src = tmp / "probe.c"
-    src.write_text("#include <stdlib.h>\nvoid *p;\nint main(void){p = malloc(7); p = 0; return 0;}\n")
-    subprocess.run(["cc", *ASAN, "-o", str(tmp / "probe"), str(src)], check=True)
-    r = subprocess.run([str(tmp / "probe")], capture_output=True, text=True,
-                       env={"ASAN_OPTIONS": "detect_leaks=1", "PATH": "/usr/bin:/bin"})
-    return "detected memory leaks" in r.stderr
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     if shutil.which("cc") is None:
         pytest.skip("needs a C compiler")
     tmp = tmp_path_factory.mktemp("managed")
-    san = _asan()
+    san = asan_available()
     flags = ASAN if san else []
     art = tmp / "art"
     onnxcc.compile(_model(tmp / "nzm.onnx"), art, name="nzm", cc=" ".join(["cc", *flags]))
@@ -102,7 +86,7 @@ def test_c_caller_gets_true_shapes_and_the_right_values(built):
 
 def test_deleter_frees_everything(built):
     _, _, exe, san = built
-    if not san or not _lsan_works(built[0]):
+    if not san or not lsan_works(built[0]):
         pytest.skip("LeakSanitizer is not available here")
     r = _run(exe, leaks=True)
     assert r.returncode == 0, r.stderr[-3000:]
