@@ -38,8 +38,8 @@ def _model(cin, cout, group, kernel, attrs, bias, seed) -> onnx.ModelProto:
         ins.append("b")
     node = helper.make_node("ConvTranspose", ins, ["y"], group=group, kernel_shape=kernel, **attrs)
     spatial = [f"S{i}" for i in range(len(kernel))]
-    g = helper.make_graph([node], "convt", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", cin, *spatial])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", cin, *spatial])
+    g = helper.make_graph([node], "convt", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
