@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
+from onnxcc.ir import DType
 from onnxcc.ops.convt_col2im import col2im_applies
 from onnxcc.testing import ort_run
 
@@ -61,12 +62,14 @@ def test_conv_transpose_matches_onnxruntime(name, tmp_path):
 
 
 class _W:
-    def __init__(self, *shape):
-        self.shape = shape
+    def __init__(self, *shape, dtype=DType.f32):
+        self.shape, self.dtype = shape, dtype
 
 
 def test_col2im_only_for_a_stride_and_one_group():
-    assert col2im_applies(_W(8, 6, 4), [2], 1)
-    assert col2im_applies(_W(8, 6, 3, 3), [1, 2], 1)
-    assert not col2im_applies(_W(8, 6, 4), [1], 1)  # no zeros to skip
-    assert not col2im_applies(_W(8, 3, 4), [2], 2)  # groups keep the gather form
+    x = _W(1, 8, 10)
+    assert col2im_applies(x, _W(8, 6, 4), [2], 1)
+    assert col2im_applies(_W(1, 8, 10, 10), _W(8, 6, 3, 3), [1, 2], 1)
+    assert not col2im_applies(x, _W(8, 6, 4), [1], 1)  # no zeros to skip
+    assert not col2im_applies(x, _W(8, 3, 4), [2], 2)  # groups keep the gather form
+    assert not col2im_applies(_W(1, 8, 10, dtype=DType.f16), _W(8, 6, 4), [2], 1)  # one rounding

@@ -12,11 +12,15 @@ has no zeros to skip and no remainder).
 
 from __future__ import annotations
 
+from ..ir import DType
 from ..kernel import Var, rsum, select
 
 
-def col2im_applies(w, strides: list[int], group: int) -> bool:
-    return group == 1 and any(s > 1 for s in strides) and all(isinstance(k, int) for k in w.shape[2:])
+def col2im_applies(x, w, strides: list[int], group: int) -> bool:
+    """Also f32/f64 only: a half-precision T would round each product sum once more before
+    the tap sum (the gather form accumulates in one reduction)."""
+    return (x.dtype in (DType.f32, DType.f64) and group == 1 and any(s > 1 for s in strides)
+            and all(isinstance(k, int) for k in w.shape[2:]))
 
 
 def col2im_lower(ctx, x, w, bias, pads_begin, strides: list[int], dilations: list[int]) -> None:

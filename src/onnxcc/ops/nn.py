@@ -475,7 +475,7 @@ def _convt_lower(ctx) -> None:
     _, pb = conv_transpose_geometry(ctx, x.shape[2:], w.shape)
     strides, dil = _ints_attr(ctx, "strides", nd, 1), _ints_attr(ctx, "dilations", nd, 1)
     group = ctx.attr("group", 1)
-    if col2im_applies(w, strides, group):
+    if col2im_applies(x, w, strides, group):
         return col2im_lower(ctx, x, w, bias, pb, strides, dil)
     cg = canon(sympy.sympify(x.shape[1]) / group)
     mg = w.shape[1]
