@@ -43,6 +43,7 @@ from ..kernel import (
     Const as KConst,
 )
 from .dtypes import onnx_dtype
+from .pad_reflect import reflect_index, single_reflection_ok
 from .registry import OpDef, onnx_inputs, register
 from .scatter_push import scatter_writes
 from .shape import (
@@ -130,6 +131,10 @@ class PadOp(OpDef):
                 continue
             lo = maximum(0 - b, 0)  # NOTE: `0 - b` folds when b is a constant, `-b` does not
             spans[a] = (maximum(b, 0), lo, dim_to_expr(x.shape[a]) - lo - maximum(0 - e, 0))
+        symbols = None if ctx.lowerer is None else ctx.lowerer.module.symbols
+        single = {a: mode == "reflect" and single_reflection_ok(symbols, ctx.in_type(0).shape[a], pad_of[k],
+                                                                  pad_of[k + len(axes)])
+                  for k, a in enumerate(axes)}
 
         def body(ix):
             src, inside = [], None
@@ -146,9 +151,8 @@ class PadOp(OpDef):
                     i = clamp(i, 0, n - 1)
                 elif mode == "wrap":
                     i = i % n
-                else:  # reflect: the mirror image repeats with period 2 (n - 1)
-                    m = i % maximum(2 * (n - 1), 1)
-                    i = select(m < n, m, 2 * (n - 1) - m)
+                else:
+                    i = reflect_index(i, n, single[k])
                 src.append(lo + i)
             v = x[tuple(src)]
             return v if inside is None else select(inside, v, value)

@@ -33,6 +33,7 @@ from ..kernel import (
 from .conv_blocked import blocked_applies, blocked_depthwise_lower
 from .conv_depth import depth_batched_applies, depth_batched_lower
 from .conv_grouped import grouped_gemm_applies, grouped_gemm_lower
+from .convt_col2im import col2im_applies, col2im_lower
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .half_as_f32 import lowered_in_f32
 from .pad_guard import pad_conds
@@ -474,6 +475,8 @@ def _convt_lower(ctx) -> None:
     _, pb = conv_transpose_geometry(ctx, x.shape[2:], w.shape)
     strides, dil = _ints_attr(ctx, "strides", nd, 1), _ints_attr(ctx, "dilations", nd, 1)
     group = ctx.attr("group", 1)
+    if col2im_applies(x, w, strides, group):
+        return col2im_lower(ctx, x, w, bias, pb, strides, dil)
     cg = canon(sympy.sympify(x.shape[1]) / group)
     mg = w.shape[1]
     c = None if _is_int(cg, 1) else Var("c")
