@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import DType
+
 
 def live_taps(h: int, o: int, k: int, s: int, d: int, b: int) -> tuple[int, int] | None:
     """[lo, hi] of the taps that read inside [0, h) for some output o' < o; None if none do."""
@@ -26,14 +28,19 @@ def live_taps(h: int, o: int, k: int, s: int, d: int, b: int) -> tuple[int, int]
 
 def trim_dead_taps(ctx, x, w, kernel, strides, dilations, pb, pe):
     """(w, kernel, pb, pe) of the same conv without its padding-only taps, or None when
-    there are none or the geometry is not static (see the module doc)."""
+    there are none (see the module doc)."""
     dims, outs = list(x.shape[2:]), list(ctx.out(0).shape[2:])
-    if not all(isinstance(v, int) for v in (*dims, *outs, *kernel, *pb, *pe)):
+    if not all(isinstance(k, int) for k in kernel):
         return None
     wv = ctx.const_value(1)
-    if wv is None:
+    # f32 only: the slice must be a const of w's own dtype (a half conv runs on f32 buffers)
+    if wv is None or w.dtype is not DType.f32 or np.asarray(wv).dtype != np.float32:
         return None
-    ranges = [live_taps(h, o, k, s, d, b) for h, o, k, s, d, b in zip(dims, outs, kernel, strides, dilations, pb)]
+    # per axis: one whose extents or pads are symbolic keeps all its taps (a version that
+    # fixes H alone still trims the rows)
+    ranges = [live_taps(h, o, k, s, d, b)
+              if all(isinstance(v, int) for v in (h, o, b, e)) else (0, k - 1)
+              for h, o, k, s, d, b, e in zip(dims, outs, kernel, strides, dilations, pb, pe)]
     # an axis with no live tap makes the output the bias alone: rare, left to the full conv
     if any(r is None for r in ranges) or all(r == (0, k - 1) for r, k in zip(ranges, kernel)):
         return None
@@ -41,7 +48,7 @@ def trim_dead_taps(ctx, x, w, kernel, strides, dilations, pb, pe):
     new_k = [hi - lo + 1 for lo, hi in ranges]  # type: ignore[misc]
     new_b = [b - d * lo for b, d, (lo, _) in zip(pb, dilations, ranges)]  # type: ignore[misc]
     new_e = [e - d * (k - 1 - hi) for e, d, k, (_, hi) in zip(pe, dilations, kernel, ranges)]  # type: ignore[misc]
-    if any(v < 0 for v in (*new_b, *new_e)):
+    if any(isinstance(v, int) and v < 0 for v in (*new_b, *new_e)):
         return None
     wt = ctx.const(np.ascontiguousarray(np.asarray(wv)[(slice(None), slice(None), *sl)]), "wlive")
     return wt, new_k, new_b, new_e
