@@ -72,3 +72,18 @@ def test_live_taps():
     assert live_taps(1, 1, 3, 1, 2, 2) == (1, 1)
     # no tap reads the input: 1 row, kernel 2 at dilation 5, pad 3 (positions -3..-2 and 2..3)
     assert live_taps(1, 2, 2, 1, 5, 3) is None
+
+
+def test_aspp_conv_becomes_1x1(tmp_path):
+    """The ASPP case really drops its outer taps: the sum runs over channels only, on the
+    sliced [M, C, 1, 1] weight, with no padding guard; the symbolic model keeps all taps."""
+    path = tmp_path / "aspp.onnx"
+    onnx.save(_model(*CASES["aspp_d12_7x5"], seed=0), path)
+    text = onnxcc.compile(path, tmp_path / "k", emit="kernel").text
+    assert "f32[24, 16, 1, 1]" in text, text
+    sums = [ln for ln in text.splitlines() if "sum(" in ln]
+    assert len(sums) == 1 and "sum(c < 16:" in sums[0] and "select(" not in sums[0], text
+    path = tmp_path / "sym.onnx"
+    onnx.save(_model(*CASES["d12_symbolic"], seed=0), path)
+    text = onnxcc.compile(path, tmp_path / "s", emit="kernel").text
+    assert "k0 < 3" in text and "1, 1]" not in text, text
