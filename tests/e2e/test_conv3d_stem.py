@@ -24,8 +24,8 @@ def _model(path, bias: bool):
         inits.append(numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b"))
         ins.append("b")
     node = helper.make_node("Conv", ins, ["y"], kernel_shape=[3, 7, 7], strides=[1, 2, 2], pads=[1, 3, 3, 1, 3, 3])
-    g = helper.make_graph([node], "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "D", "H", "W"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "D", "H", "W"])
+    g = helper.make_graph([node], "stem", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
