@@ -36,6 +36,10 @@ def depth_batched_lower(ctx, x, w, bias, strides, dilations, pb, pe) -> None:
     vs = [Const(0, DType.i64) if e == 1 else Var(name) for e, name in zip(exts, ("c", "k0", "k1", "k2"))]
     c, kv = vs[0], vs[1:]
     axes = [(v, e) for v, e in zip(vs, exts) if isinstance(v, Var)]
+    # the largest extent first: the GEMM schedule takes every reduce var but the first as one
+    # static inner block of at most kc/2 (kernel/schedule.py); a video stem's 3 channels first
+    # left 3*7*7 = 147 taps inner and the conv on a scalar loop nest, 7 first leaves 63
+    axes.sort(key=lambda a: -a[1])
 
     def body(n, od, m, oh, ow):
         pos = [o * s + k * d - ctx.dim(p) for o, k, s, d, p in zip((od, oh, ow), kv, strides, dilations, pb)]

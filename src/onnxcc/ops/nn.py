@@ -31,6 +31,7 @@ from ..kernel import (
     unflatten_index,
 )
 from .conv_blocked import blocked_applies, blocked_depthwise_lower
+from .conv_deadtaps import trim_dead_taps
 from .conv_depth import depth_batched_applies, depth_batched_lower
 from .conv_grouped import grouped_gemm_applies, grouped_gemm_lower
 from .convt_col2im import col2im_applies, col2im_lower
@@ -257,6 +258,10 @@ def _conv_lower(ctx) -> None:
     win = _window_attrs(ctx, nd, kernel)
     _, pb, pe = window_geometry(x.shape[2:], kernel, win["strides"], win["dilations"], win["pads"],
                                 win["auto_pad"])
+    trimmed = trim_dead_taps(ctx, x, w, kernel, win["strides"], win["dilations"], pb, pe)
+    if trimmed is not None:  # taps that read only padding dropped (ops/conv_deadtaps.py)
+        w, kernel, pb, pe = trimmed
+        win["kernel"] = kernel
     group = ctx.attr("group", 1)
     cg = w.shape[1]
     mg = canon(sympy.sympify(w.shape[0]) / group)
