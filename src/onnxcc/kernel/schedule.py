@@ -176,7 +176,12 @@ class GemmPlan:
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
                 f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
                 f"b={'prepacked' if self.b_const else 'window' if self.window else 'packed'}"
-                f"{'' if self.epilogue is None else ' +epilogue' + (' in registers' if self.row_ops or self.col_ops else '')}")
+                f"{'' if self.epilogue is None else ' +epilogue' + (' in registers' if self.in_regs else '')}")
+
+    @property
+    def in_regs(self) -> bool:
+        """whether the micro-kernel applies the epilogue (row or column operations)"""
+        return bool(self.row_ops or self.col_ops)
 
 
 @dataclass(frozen=True)
