@@ -72,7 +72,9 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
         arg.name = n
     args = dict(zip(names, fn.args))
     a, bp, kc, cp, ldc, first, ncols = (args[n] for n in ("a", "b", "kc", "c", "ldc", "first", "ncols"))
-    for arg in (a, bp, cp):
+    # a residual tile may share C's memory (an in-place plan): then C is not noalias, so its
+    # stores stay after the residual's loads
+    for arg in (a, bp) if any(o.tile for o in row_ops or ()) else (a, bp, cp):
         arg.add_attribute("noalias")
     NV = NR // VL
     sets = max(1, min(UNROLL, -(-MIN_CHAINS // (rows * NV))))
