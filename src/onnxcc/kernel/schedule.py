@@ -142,6 +142,10 @@ class GemmPlan:
     row_ops: tuple[RowOp, ...] | None = None
     """the epilogue as per-row operations the window micro-kernel applies before it stores
     (kernel/row_epilogue.py; None: a separate pass over the stored tile)"""
+    col_ops: tuple[RowOp, ...] | None = None
+    """the epilogue as per-column operations (bias[n], a residual tile) the micro-kernel
+    applies before it stores, for A read in place and B prepacked in one k block (a
+    channels-last 1x1 conv): operands load one vector per column vector, not a splat"""
 
     @property
     def b_const(self) -> bool:
@@ -172,7 +176,12 @@ class GemmPlan:
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
                 f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
                 f"b={'prepacked' if self.b_const else 'window' if self.window else 'packed'}"
-                f"{'' if self.epilogue is None else ' +epilogue' + (' in registers' if self.row_ops else '')}")
+                f"{'' if self.epilogue is None else ' +epilogue' + (' in registers' if self.in_regs else '')}")
+
+    @property
+    def in_regs(self) -> bool:
+        """whether the micro-kernel applies the epilogue (row or column operations)"""
+        return bool(self.row_ops or self.col_ops)
 
 
 @dataclass(frozen=True)
@@ -475,6 +484,11 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         packed = prepack_b(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, b_packed=packed)
+    if (epi is not None and g.a_direct and g.b_const and len(nv) == 1 and None not in ks
+            and _prod(ks) <= g.kc):  # one k block: the tile is final when the micro-kernel stores it
+        ops = match_row_epilogue(epi, Load(c.out, tuple(Var(n) for n in names), F32), nv[0],
+                                 lambda n: program.buffers[n].shape)
+        g = dataclasses.replace(g, col_ops=ops)
     # A may have batch vars here (a grouped conv's group, ops/conv_grouped.py): it is
     # prepacked per batch, [batch, M panels, K, mr], which only the window tasks read
     if not g.b_const and target.gemm_window and _reads_const_only(a, program):

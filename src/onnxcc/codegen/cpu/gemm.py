@@ -798,6 +798,10 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     em_a.hoist(g.a, guarded=True)
     if g.epilogue is not None:
         em_e.hoist(g.epilogue, guarded=True)
+    # the epilogue in the micro-kernel's registers: per-column operands from the tile's first
+    # column, a residual tile at the tile's place in C (same shape as C)
+    cops = [o for o in g.col_ops or () if o.load is not None]
+    cptrs = [fctx.buffer_ptr(o.load.buffer) for o in cops]  # type: ignore[union-attr]
 
     with for_range(b, end, "it", start=begin, guard=True) as it:
         jc = b.urem(it, geo.n_jc, name="jc")
@@ -851,17 +855,23 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                     a_args = [apanel]
                 cbase = _f32_ptr(b, out, _add(b, _add(b, cbatch, _mul(b, i0, geo.ldc, "crow"), "coff"), j0,
                                               "coff"), "ctile")
+                def eargs(r0: ir.Value | None) -> list[ir.Value]:
+                    coff = _add(b, _add(b, cbatch, _mul(b, i0, geo.ldc, "crow"), "coff"), j0, "coff")
+                    if r0 is not None:
+                        coff = b.add(coff, _mul(b, r0, geo.ldc, "e.toff"), name="e.toff")
+                    return [_f32_ptr(b, p, coff if o.tile else j0, "e.ptr") for o, p in zip(cops, cptrs)]
+
                 def call(kernel: ir.Function, r0: ir.Value | None) -> None:
                     if r0 is None:
-                        b.call(kernel, [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols])
+                        b.call(kernel, [*a_args, bpanel, kcur, cbase, geo.ldc, first, ncols, *eargs(None)])
                         return
                     a_r = ([_f32_ptr(b, apanel, _mul(b, r0, lda, "ap.r"), "ap.r"), lda]
                            if g.a_direct else [_f32_ptr(b, apanel, r0, "ap.r")])
                     b.call(kernel, [*a_r, bpanel, kcur, _f32_ptr(b, cbase, _mul(b, r0, geo.ldc, "c.r"), "c.r"),
-                                    geo.ldc, first, ncols])
+                                    geo.ldc, first, ncols, *eargs(r0)])
 
                 _row_tiles(b, ukr, MR, variants, rows, r0_slot, call)
-                if g.epilogue is not None:
+                if g.epilogue is not None and not g.col_ops:
                     with if_then(b, last, name="epilogue"):
                         _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j0, ncols)
 

@@ -44,8 +44,11 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     in_place = win and g.window.source is not None  # type: ignore[union-attr]
     mode = ".winx" if in_place else ".win" if win else ""
     row_ops = g.row_ops if win else None  # one k block: the tile is final when stored
+    cols = not win and bool(g.col_ops)  # per-column operands (kernel/schedule.py `GemmPlan.col_ops`)
+    if cols:
+        row_ops = g.col_ops
     if row_ops:
-        mode += ".e" + hashlib.sha1("|".join(o.key() for o in row_ops).encode()).hexdigest()[:10]
+        mode += (".c" if cols else ".e") + hashlib.sha1("|".join(o.key() for o in row_ops).encode()).hexdigest()[:10]
     name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}{mode}.v{VL}"
     fn = module.globals.get(name)
     if fn is not None:
@@ -69,7 +72,9 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
         arg.name = n
     args = dict(zip(names, fn.args))
     a, bp, kc, cp, ldc, first, ncols = (args[n] for n in ("a", "b", "kc", "c", "ldc", "first", "ncols"))
-    for arg in (a, bp, cp):
+    # a residual tile may share C's memory (an in-place plan): then C is not noalias, so its
+    # stores stay after the residual's loads
+    for arg in (a, bp) if any(o.tile for o in row_ops or ()) else (a, bp, cp):
         arg.add_attribute("noalias")
     NV = NR // VL
     sets = max(1, min(UNROLL, -(-MIN_CHAINS // (rows * NV))))
@@ -144,7 +149,7 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
         vals.append(row)
     if row_ops:  # the epilogue in registers: row r's operands are element r of each operand row
         _apply_row_ops(module, b, row_ops, vals, [args[f"e{k}"] if o.load is not None else None
-                                                  for k, o in enumerate(row_ops)], V, splat_mask, ldc, masks)
+                                                  for k, o in enumerate(row_ops)], V, splat_mask, ldc, masks, cols)
     with if_else(b, first, name="store") as (then, otherwise):
         with then:
             for r in range(rows):
@@ -163,16 +168,19 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
 
 
 def _apply_row_ops(module: ir.Module, b: ir.IRBuilder, ops, vals: list[list[ir.Value]], ptrs: list, V: ir.VectorType,
-                   splat_mask: ir.Constant, ldc: ir.Value, masks: list[ir.Value]) -> None:
+                   splat_mask: ir.Constant, ldc: ir.Value, masks: list[ir.Value], cols: bool = False) -> None:
     """vals[r][v] = op(vals[r][v], operand) for each op in order, as the expression emitter
     computes them (relu: select(x < 0, 0, x); max / min: llvm.maximum / llvm.minimum). A
-    tile operand is read like C (row stride ldc, the columns' masks)."""
+    tile operand is read like C (row stride ldc, the columns' masks). `cols`: a non-tile
+    operand is per column (its pointer at the tile's first column; masked vector loads)
+    instead of per row."""
     undef = ir.Constant(V, ir.Undefined)
     mload = get_or_declare(module, f"llvm.masked.load.v{V.count}f32.p0",
                            ir.FunctionType(V, [PTR, I32, masks[0].type, V]))
     zero = ir.Constant(V, [0.0] * V.count)
     vmax = get_or_declare(module, f"llvm.maximum.v{V.count}f32", ir.FunctionType(V, [V, V]))
     vmin = get_or_declare(module, f"llvm.minimum.v{V.count}f32", ir.FunctionType(V, [V, V]))
+    col_vals: dict[int, list[ir.Value]] = {}
     for r, row in enumerate(vals):
         for o, p in zip(ops, ptrs):
             if o.op == "relu":
@@ -185,6 +193,11 @@ def _apply_row_ops(module: ir.Module, b: ir.IRBuilder, ops, vals: list[list[ir.V
                 trow = _f32_ptr(b, p, _mul(b, ldc, r, "e.tr") if r else i64(0), "e.trow")
                 ys = [b.call(mload, [_f32_ptr(b, trow, v * V.count, "e.tp"), i32(4), masks[v], zero], name="e.t")
                       for v in range(len(row))]
+            elif cols and p is not None:  # the same vectors for every row: loaded once
+                if id(p) not in col_vals:
+                    col_vals[id(p)] = [b.call(mload, [_f32_ptr(b, p, v * V.count, "e.cp"), i32(4), masks[v], zero],
+                                              name="e.c") for v in range(len(row))]
+                ys = col_vals[id(p)]
             else:
                 if p is not None:
                     s = b.load(_f32_ptr(b, p, r, "e.p"), name="e", typ=F32, align=4)
