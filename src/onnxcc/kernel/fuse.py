@@ -403,23 +403,38 @@ class _Fuser:
         self.prove = Prover(symbols)
         self.members: dict[str, tuple[str, ...]] = {}
         self.report = FusionReport(0, 0)
-        self._reads: dict[int, set[str]] = {}
+        # per-statement buffer roots, keyed by id with the statement kept beside them so a
+        # recycled id never answers for a new statement; rewrites replace statements (frozen
+        # dataclasses), so nothing has to be invalidated
+        self._reads: dict[int, tuple[Stmt, set[str]]] = {}
+        self._writes: dict[int, tuple[Stmt, set[str]]] = {}
+        self._groups: dict[str, set[str]] | None = None
         self._bound_names: dict[Expr, str] = {}
         self._generated: set[str] = set()
 
     # ---- program queries ---------------------------------------------------------------
     def reads(self, s: Stmt) -> set[str]:
-        r = self._reads.get(id(s))
-        if r is None:
-            r = {self.p.root(b) for b in s.reads()}
-            self._reads[id(s)] = r
-        return r
+        hit = self._reads.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = (s, {self.p.root(b) for b in s.reads()})
+            self._reads[id(s)] = hit
+        return hit[1]
 
     def writes(self, s: Stmt) -> set[str]:
-        return {self.p.root(b) for b in s.writes()}
+        hit = self._writes.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = (s, {self.p.root(b) for b in s.writes()})
+            self._writes[id(s)] = hit
+        return hit[1]
 
     def group(self, root: str) -> set[str]:
-        return {n for n in self.p.buffers if self.p.root(n) == root}
+        # buffers are only deleted (remove_dead, after the inlining loop), never added or
+        # re-aliased while inlining: index them by root once instead of per candidate
+        if self._groups is None:
+            self._groups = {}
+            for n in self.p.buffers:
+                self._groups.setdefault(self.p.root(n), set()).add(n)
+        return set(self._groups.get(root, ()))
 
     # ---- driver ------------------------------------------------------------------------
     def run(self) -> FusionReport:
@@ -644,7 +659,6 @@ class _Fuser:
                                                       + self.members.get(c.out, (c.out,))))
             outs.append(c.out)
         p.body.remove(P)
-        self._reads.clear()
         self.report.inlined.append((P.out, tuple(outs), rule))
         return True
 
@@ -725,7 +739,6 @@ class _Fuser:
     def remove_dead(self) -> None:
         p = self.p
         while True:
-            self._reads.clear()
             read = set().union(*(self.reads(s) for s in p.body)) if p.body else set()
             dead = [s for s in p.body if isinstance(s, Compute) and p.buffers[p.root(s.out)].kind == "temp"
                     and p.root(s.out) not in read]
