@@ -397,6 +397,16 @@ def _cut(chain: list[tuple[str, Dim | None]], fv: Iterable[str]) -> int:
 # ---- the pass -----------------------------------------------------------------------------
 
 
+@dataclass
+class _BodyIndex:
+    """Positions in the body, and per buffer root the positions that write / read it
+    (ascending): one scan of the body answers every candidate until the next rewrite."""
+
+    pos: dict[int, int]
+    writers: dict[str, list[int]]
+    readers: dict[str, list[int]]
+
+
 class _Fuser:
     def __init__(self, program: KernelProgram, symbols: SymbolTable | None):
         self.p = program
@@ -409,6 +419,7 @@ class _Fuser:
         self._reads: dict[int, tuple[Stmt, set[str]]] = {}
         self._writes: dict[int, tuple[Stmt, set[str]]] = {}
         self._groups: dict[str, set[str]] | None = None
+        self._index: _BodyIndex | None = None  # rebuilt after a rewrite, not per candidate
         self._bound_names: dict[Expr, str] = {}
         self._generated: set[str] = set()
 
@@ -426,6 +437,18 @@ class _Fuser:
             hit = (s, {self.p.root(b) for b in s.writes()})
             self._writes[id(s)] = hit
         return hit[1]
+
+    def index(self) -> _BodyIndex:
+        if self._index is None:
+            ix = _BodyIndex({}, {}, {})
+            for i, s in enumerate(self.p.body):
+                ix.pos[id(s)] = i
+                for r in self.writes(s):
+                    ix.writers.setdefault(r, []).append(i)
+                for r in self.reads(s):
+                    ix.readers.setdefault(r, []).append(i)
+            self._index = ix
+        return self._index
 
     def group(self, root: str) -> set[str]:
         # buffers are only deleted (remove_dead, after the inlining loop), never added or
@@ -478,11 +501,12 @@ class _Fuser:
         if buf.kind != "temp" or buf.alias_of is not None:
             return False  # outputs are always written; views are not produced by computes
         body = p.body
-        k = next(i for i, s in enumerate(body) if s is P)
-        writers = [i for i, s in enumerate(body) if t in self.writes(s)]
+        ix = self.index()
+        k = ix.pos[id(P)]
+        writers = ix.writers.get(t, [])
         if writers != [k]:
             return self.keep(t, "written by several statements")
-        consumers = [i for i, s in enumerate(body) if t in self.reads(s)]
+        consumers = ix.readers.get(t, [])
         if not consumers:
             return False  # dead: remove_dead deletes it
         if any(i < k or not isinstance(body[i], Compute) for i in consumers):
@@ -659,6 +683,7 @@ class _Fuser:
                                                       + self.members.get(c.out, (c.out,))))
             outs.append(c.out)
         p.body.remove(P)
+        self._index = None
         self.report.inlined.append((P.out, tuple(outs), rule))
         return True
 
