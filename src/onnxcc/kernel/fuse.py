@@ -74,6 +74,7 @@ from .expr import (
     SymRef,
     Unary,
     Var,
+    buffers_read,
     children,
     flatten_index,
     free_vars,
@@ -351,6 +352,8 @@ def _sites(body: Expr, group: set[str]) -> list[_Site]:
         key = (n, tuple(id(r) for r in reds), arm)
         if key in seen or isinstance(n, (Var, Const, SymRef)):
             return
+        if group.isdisjoint(buffers_read(n)):
+            return  # (memoised per node) a subtree without a load of the group has no site
         seen.add(key)
         if isinstance(n, Load) and n.buffer in group:
             out.setdefault(key, _Site(n, reds, arm))
