@@ -74,6 +74,7 @@ from .expr import (
     SymRef,
     Unary,
     Var,
+    buffers_read,
     children,
     flatten_index,
     free_vars,
@@ -351,6 +352,8 @@ def _sites(body: Expr, group: set[str]) -> list[_Site]:
         key = (n, tuple(id(r) for r in reds), arm)
         if key in seen or isinstance(n, (Var, Const, SymRef)):
             return
+        if group.isdisjoint(buffers_read(n)):
+            return  # (memoised per node) a subtree without a load of the group has no site
         seen.add(key)
         if isinstance(n, Load) and n.buffer in group:
             out.setdefault(key, _Site(n, reds, arm))
@@ -397,29 +400,67 @@ def _cut(chain: list[tuple[str, Dim | None]], fv: Iterable[str]) -> int:
 # ---- the pass -----------------------------------------------------------------------------
 
 
+@dataclass
+class _BodyIndex:
+    """Positions in the body, and per buffer root the positions that write / read it
+    (ascending): one scan of the body answers every candidate until the next rewrite."""
+
+    pos: dict[int, int]
+    writers: dict[str, list[int]]
+    readers: dict[str, list[int]]
+
+
 class _Fuser:
     def __init__(self, program: KernelProgram, symbols: SymbolTable | None):
         self.p = program
         self.prove = Prover(symbols)
         self.members: dict[str, tuple[str, ...]] = {}
         self.report = FusionReport(0, 0)
-        self._reads: dict[int, set[str]] = {}
+        # per-statement buffer roots, keyed by id with the statement kept beside them so a
+        # recycled id never answers for a new statement; rewrites replace statements (frozen
+        # dataclasses), so nothing has to be invalidated
+        self._reads: dict[int, tuple[Stmt, set[str]]] = {}
+        self._writes: dict[int, tuple[Stmt, set[str]]] = {}
+        self._groups: dict[str, set[str]] | None = None
+        self._index: _BodyIndex | None = None  # rebuilt after a rewrite, not per candidate
         self._bound_names: dict[Expr, str] = {}
         self._generated: set[str] = set()
 
     # ---- program queries ---------------------------------------------------------------
     def reads(self, s: Stmt) -> set[str]:
-        r = self._reads.get(id(s))
-        if r is None:
-            r = {self.p.root(b) for b in s.reads()}
-            self._reads[id(s)] = r
-        return r
+        hit = self._reads.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = (s, {self.p.root(b) for b in s.reads()})
+            self._reads[id(s)] = hit
+        return hit[1]
 
     def writes(self, s: Stmt) -> set[str]:
-        return {self.p.root(b) for b in s.writes()}
+        hit = self._writes.get(id(s))
+        if hit is None or hit[0] is not s:
+            hit = (s, {self.p.root(b) for b in s.writes()})
+            self._writes[id(s)] = hit
+        return hit[1]
+
+    def index(self) -> _BodyIndex:
+        if self._index is None:
+            ix = _BodyIndex({}, {}, {})
+            for i, s in enumerate(self.p.body):
+                ix.pos[id(s)] = i
+                for r in self.writes(s):
+                    ix.writers.setdefault(r, []).append(i)
+                for r in self.reads(s):
+                    ix.readers.setdefault(r, []).append(i)
+            self._index = ix
+        return self._index
 
     def group(self, root: str) -> set[str]:
-        return {n for n in self.p.buffers if self.p.root(n) == root}
+        # buffers are only deleted (remove_dead, after the inlining loop), never added or
+        # re-aliased while inlining: index them by root once instead of per candidate
+        if self._groups is None:
+            self._groups = {}
+            for n in self.p.buffers:
+                self._groups.setdefault(self.p.root(n), set()).add(n)
+        return set(self._groups.get(root, ()))
 
     # ---- driver ------------------------------------------------------------------------
     def run(self) -> FusionReport:
@@ -463,11 +504,12 @@ class _Fuser:
         if buf.kind != "temp" or buf.alias_of is not None:
             return False  # outputs are always written; views are not produced by computes
         body = p.body
-        k = next(i for i, s in enumerate(body) if s is P)
-        writers = [i for i, s in enumerate(body) if t in self.writes(s)]
+        ix = self.index()
+        k = ix.pos[id(P)]
+        writers = ix.writers.get(t, [])
         if writers != [k]:
             return self.keep(t, "written by several statements")
-        consumers = [i for i, s in enumerate(body) if t in self.reads(s)]
+        consumers = ix.readers.get(t, [])
         if not consumers:
             return False  # dead: remove_dead deletes it
         if any(i < k or not isinstance(body[i], Compute) for i in consumers):
@@ -644,7 +686,7 @@ class _Fuser:
                                                       + self.members.get(c.out, (c.out,))))
             outs.append(c.out)
         p.body.remove(P)
-        self._reads.clear()
+        self._index = None
         self.report.inlined.append((P.out, tuple(outs), rule))
         return True
 
@@ -725,7 +767,6 @@ class _Fuser:
     def remove_dead(self) -> None:
         p = self.p
         while True:
-            self._reads.clear()
             read = set().union(*(self.reads(s) for s in p.body)) if p.body else set()
             dead = [s for s in p.body if isinstance(s, Compute) and p.buffers[p.root(s.out)].kind == "temp"
                     and p.root(s.out) not in read]
