@@ -16,6 +16,15 @@ from ..ir import DType
 from ..kernel import Var, rsum, select
 
 
+def transposed_source(t, stride: int, size):
+    """Where a transposed conv's output offset t = o + pad - k * dilation reads its input along
+    one axis, and the conditions for that input position to exist: t inside the input and, past
+    stride 1, a multiple of the stride."""
+    if stride == 1:
+        return [t >= 0, t < size], t
+    return [t >= 0, (t % stride).eq(0), t < size * stride], t // stride
+
+
 def col2im_applies(x, w, strides: list[int], group: int) -> bool:
     """Also f32/f64 only: a half-precision T would round each product sum once more before
     the tap sum (the gather form accumulates in one reduction)."""
@@ -40,14 +49,9 @@ def col2im_lower(ctx, x, w, bias, pads_begin, strides: list[int], dilations: lis
         conds, src = [], []
         for i in range(nd):
             t = o[i] + ctx.dim(pads_begin[i]) - kv[i] * dilations[i]
-            conds.append(t >= 0)
-            if strides[i] == 1:
-                conds.append(t < ctx.dim(x.shape[2 + i]))
-                src.append(t)
-            else:
-                conds.append((t % strides[i]).eq(0))
-                conds.append(t < ctx.dim(x.shape[2 + i]) * strides[i])
-                src.append(t // strides[i])
+            exists, at = transposed_source(t, strides[i], ctx.dim(x.shape[2 + i]))
+            conds += exists
+            src.append(at)
         ok = conds[0]
         for cond in conds[1:]:
             ok = ok & cond

@@ -34,7 +34,7 @@ from .conv_blocked import blocked_applies, blocked_depthwise_lower
 from .conv_deadtaps import trim_dead_taps
 from .conv_depth import depth_batched_applies, depth_batched_lower
 from .conv_grouped import grouped_gemm_applies, grouped_gemm_lower
-from .convt_col2im import col2im_applies, col2im_lower
+from .convt_col2im import col2im_applies, col2im_lower, transposed_source
 from .elementwise import cast_out, kwiden, results_between, same_dtype, widen
 from .half_as_f32 import lowered_in_f32
 from .pad_guard import pad_conds
@@ -500,15 +500,9 @@ def _convt_lower(ctx) -> None:
         conds, xi = [], []
         for i in range(nd):
             k = zero if kv[i] is None else kv[i]
-            t = o[i] + ctx.dim(pb[i]) - k * dil[i]
-            conds.append(t >= 0)
-            if strides[i] == 1:
-                conds.append(t < ctx.dim(x.shape[2 + i]))
-                xi.append(t)
-            else:
-                conds.append((t % strides[i]).eq(0))
-                conds.append(t < ctx.dim(x.shape[2 + i]) * strides[i])
-                xi.append(t // strides[i])
+            exists, at = transposed_source(o[i] + ctx.dim(pb[i]) - k * dil[i], strides[i], ctx.dim(x.shape[2 + i]))
+            conds += exists
+            xi.append(at)
         prod = _guard(conds, x[(n, ch, *xi)], 0) * w[(ch, mm, *[zero if k is None else k for k in kv])]
         acc = rsum(axes, prod) if axes else prod
         return acc if bias is None else acc + bias[m]

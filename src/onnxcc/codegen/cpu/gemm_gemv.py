@@ -23,6 +23,7 @@ from ..llvm.exprs import F32
 from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
 from .gemm_ir import f32_ptr as _f32_ptr
 from .gemm_ir import mul as _mul
+from .gemm_ir import sum_sets as _sum_sets
 
 MAX_COLS = 4
 """grids of at most this many columns (static) take the column micro-kernel"""
@@ -122,15 +123,7 @@ def gemv_function(module: ir.Module, rows: int, g: GemmPlan, cols: int) -> ir.Fu
             step(b.add(k, i64(u), name="ku", flags=("nuw", "nsw")) if u else k, u % sets)
     with for_range(b, kc, "kr", start=b.and_(kc, i64(-unroll), name="kmain"), guard=True) as kr:
         step(kr, 0)
-    vals = []
-    for j in range(cols):
-        col = []
-        for v in range(nv):
-            x = b.load(acc[0][j][v], name="sum", typ=V)
-            for s in range(1, sets):
-                x = b.fadd(x, b.load(acc[s][j][v], name="part", typ=V), name="sum")
-            col.append(x)
-        vals.append(col)
+    vals = _sum_sets(b, acc, cols, nv, sets, V)
     if row_ops:
         _row_ops(module, b, row_ops, vals, [args.get(f"e{k}") for k in range(len(row_ops))], row_vec, V)
     # C[r][j]: lane r % VL of vector r // VL of column j, one scalar per element (rows x cols

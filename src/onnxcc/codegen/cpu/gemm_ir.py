@@ -101,3 +101,18 @@ class RowIndex:
                 break
             carry = b.icmp_unsigned("==", nxt, self.exts[k], name=f"{self.names[k]}.wrap")
             b.store(b.select(carry, i64(0), nxt), self.slots[k])
+
+
+def sum_sets(b, acc, n_outer: int, n_inner: int, sets: int, typ):
+    """A micro-kernel's partial-sum sets (acc[set][outer][inner], kept apart so consecutive
+    k steps do not wait on one FMA chain) added into one value per (outer, inner) slot."""
+    out = []
+    for i in range(n_outer):
+        row = []
+        for v in range(n_inner):
+            x = b.load(acc[0][i][v], name="sum", typ=typ)
+            for s in range(1, sets):
+                x = b.fadd(x, b.load(acc[s][i][v], name="part", typ=typ), name="sum")
+            row.append(x)
+        out.append(row)
+    return out

@@ -19,6 +19,7 @@ from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i
 from .gemm_ir import add as _add
 from .gemm_ir import f32_ptr as _f32_ptr
 from .gemm_ir import mul as _mul
+from .gemm_ir import sum_sets as _sum_sets
 
 UNROLL = 4
 """k steps per micro-kernel loop iteration"""
@@ -138,15 +139,7 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
             step(_add(b, k, u, "ku"), u % sets)
     with for_range(b, kc, "kr", start=kmain, guard=True) as kr:
         step(kr, 0)
-    vals = []
-    for r in range(rows):
-        row = []
-        for v in range(NV):
-            x = b.load(acc[0][r][v], name="sum", typ=V)
-            for s in range(1, sets):
-                x = b.fadd(x, b.load(acc[s][r][v], name="part", typ=V), name="sum")
-            row.append(x)
-        vals.append(row)
+    vals = _sum_sets(b, acc, rows, NV, sets, V)
     if row_ops:  # the epilogue in registers: row r's operands are element r of each operand row
         _apply_row_ops(module, b, row_ops, vals, [args[f"e{k}"] if o.load is not None else None
                                                   for k, o in enumerate(row_ops)], V, splat_mask, ldc, masks, cols)
