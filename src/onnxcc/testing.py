@@ -134,6 +134,64 @@ def check_lowering(model, dims_list, rtol=1e-4, atol=1e-5, pipeline="shape-infer
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
 
 
+def spec_model(nodes, inputs, outputs, inits=None, opset: int = 18) -> onnx.ModelProto:
+    """A one-graph model for op tests: inputs [(name, numpy dtype, shape, *value range)],
+    outputs [names] (types left to inference), inits {name: array}."""
+    from onnx import helper, numpy_helper
+
+    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), s) for n, t, s, *_ in inputs]
+    ovis = [helper.make_empty_tensor_value_info(n) for n in outputs]
+    inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
+    m = helper.make_model(helper.make_graph(nodes, "g", vis, ovis, inits),
+                          opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def spec_inputs(inputs, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
+    """Random feeds for `spec_model`'s input list: each (name, dtype, shape, lo, hi) uniform in
+    [lo, hi) (ints: integers in [lo, hi), default [0, 10); floats default [-2, 2); bools: a fair
+    coin); a callable in place of the range, `f(rng, shape)`, makes the array itself."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, t, s, *r in inputs:
+        shape = tuple(dims[d] if isinstance(d, str) else d for d in s)
+        if r and callable(r[0]):
+            out[n] = r[0](rng, shape)
+        elif np.dtype(t) == np.bool_:
+            out[n] = rng.random(shape) < 0.5
+        elif np.dtype(t).kind in "iu":
+            lo, hi = r or (0, 10)
+            out[n] = rng.integers(lo, hi, size=shape).astype(t)
+        else:
+            lo, hi = r or (-2.0, 2.0)
+            out[n] = rng.uniform(lo, hi, size=shape).astype(t)
+    return out
+
+
+def check_jit(model, dims_list, rtol=1e-4, atol=1e-5, feeds=None, oracle: str = "ort"):
+    """Compile `model` once (`jit_compile`); at each dims setting compare every output's dtype,
+    shape and values with the oracle: onnxruntime, or "interp" (the numpy reference
+    interpreter). feeds(dims, seed) makes the inputs (default `random_inputs`). Returns the
+    kernel program, for tests that also inspect what was lowered."""
+    from onnxcc.interp import run as interp_run
+
+    mod, prog, kernel = jit_compile(model)
+    for seed, dims in enumerate(dims_list):
+        inputs = feeds(dims, seed) if feeds else random_inputs(model, dims, seed=seed)
+        if oracle == "ort":
+            want = list(ort_run(model, inputs).items())
+        else:
+            want = list(zip([o.name for o in model.graph.output], interp_run(mod, inputs)))
+        got = kernel(*[inputs[a.name] for a in mod.main.params])
+        assert len(got) == len(want), f"{len(got)} outputs, the oracle gives {len(want)} at {dims}"
+        for (name, w), g in zip(want, got):
+            assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
+            assert g.shape == w.shape, (name, dims, g.shape, w.shape)
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
+    return prog
+
+
 def jit_compile(model, pipeline: str = "shape-inference,canonicalize", name: str = "jit_main"):
     """Import an ONNX model, run `pipeline`, lower @main and JIT it in-process.
     Returns (module, kernel program, JitKernel): what op-lowering tests inspect and call."""

@@ -3,66 +3,23 @@ compared with onnxruntime at several settings of the symbolic dims (one of them 
 grouped into few models to keep JIT time small; each model compiles once and runs on every
 feed set."""
 
+from functools import partial
+
 import numpy as np
 import onnx
 import pytest
 from onnx import helper as h
 
 from onnxcc.interp import run as interp_run
-from onnxcc.testing import check_lowering, jit_compile, ort_run
+from onnxcc.testing import check_jit, check_lowering, jit_compile, spec_inputs, spec_model
 
 F32, F16, F64, I64, I32, BOOL = np.float32, np.float16, np.float64, np.int64, np.int32, np.bool_
 DIMS = ({"N": 1, "M": 3}, {"N": 6, "M": 7})
 
 
-def model(nodes, inputs, outputs, inits=None, opset=18):
-    """inputs [(name, numpy dtype, shape, *value range)], outputs [names], inits {name: array}."""
-    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s)
-           for n, t, s, *_ in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 10
-    return m
-
-
-def feeds_for(inputs, dims, seed):
-    """Random feeds: each input (name, dtype, shape, lo, hi) uniform in [lo, hi) (ints:
-    integers, bools: fair coin); a callable range entry makes the array itself."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for n, t, s, *r in inputs:
-        shape = tuple(dims[d] if isinstance(d, str) else d for d in s)
-        if r and callable(r[0]):
-            out[n] = r[0](rng, shape)
-        elif np.dtype(t) == BOOL:
-            out[n] = rng.random(shape) < 0.5
-        elif np.dtype(t).kind in "iu":
-            lo, hi = r or (0, 10)
-            out[n] = rng.integers(lo, hi, size=shape).astype(t)
-        else:
-            lo, hi = r or (-2.0, 2.0)
-            out[n] = rng.uniform(lo, hi, size=shape).astype(t)
-    return out
-
-
-def compile_model(m):
-    mod, prog, k = jit_compile(m)
-    return k, mod, prog
-
-
 def check(m, inputs, dims_list=DIMS, rtol=1e-4, atol=1e-5):
     """Compile once; at each dims setting compare values, dtypes and shapes with onnxruntime."""
-    k, mod, prog = compile_model(m)
-    for seed, dims in enumerate(dims_list):
-        feeds = feeds_for(inputs, dims, seed)
-        want = ort_run(m, feeds)
-        got = k(*[feeds[a.name] for a in mod.main.params])
-        for (name, w), g in zip(want.items(), got):
-            assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
-            assert g.shape == w.shape, (name, g.shape, w.shape)
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
-    return prog
+    return check_jit(m, dims_list, rtol, atol, feeds=partial(spec_inputs, inputs))
 
 
 def n(op, ins, out, **attrs):
@@ -84,7 +41,7 @@ def test_lower_unary_math_ops():
     inputs = [("x", F32, ["N", 5], -3.0, 3.0), ("p", F32, ["N", 5], 1.05, 3.0),
               ("u", F32, ["N", 5], -0.95, 0.95)]
     nodes = [n(op, [src], f"y_{op}") for op, src in UNARY.items()]
-    check(model(nodes, inputs, [f"y_{op}" for op in UNARY]), inputs)
+    check(spec_model(nodes, inputs, [f"y_{op}" for op in UNARY]), inputs)
 
 
 def test_lower_unary_via_check_lowering():
@@ -109,7 +66,7 @@ def test_lower_activations_with_attributes():
         n("HardSwish", ["x"], "hswish"),
         n("PRelu", ["x", "s5"], "prelu_row"), n("PRelu", ["x", "sn"], "prelu_col"),
     ]
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes], opset=20), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes], opset=20), inputs)
 
 
 def _special(rng, shape):
@@ -126,7 +83,7 @@ def test_lower_isnan_isinf():
     nodes = [n("IsNaN", ["x"], "nan"), n("IsInf", ["x"], "inf"),
              n("IsInf", ["x"], "pos", detect_negative=0), n("IsInf", ["x"], "neg", detect_positive=0),
              n("IsInf", ["x"], "none", detect_negative=0, detect_positive=0)]
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes], opset=20), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes], opset=20), inputs)
 
 
 # ---- binary ops with broadcasting over symbolic dims -----------------------------------------------
@@ -150,7 +107,7 @@ def test_lower_binary_float_broadcast():
         n("Where", ["cond", "b", "c"], "where_bc"),
     ]
     outs = [nd.output[0] for nd in nodes if nd.output[0] not in ("abs_a", "ra", "rc")]
-    check(model(nodes, inputs, outs, inits), inputs)
+    check(spec_model(nodes, inputs, outs, inits), inputs)
 
 
 def _nonzero(dtype):
@@ -175,7 +132,7 @@ def test_lower_integer_ops(dt):
         n("BitwiseXor", ["a", "p"], "bxor"),
         n("BitwiseNot", ["a"], "bnot"), n("Where", ["gt", "a", "b"], "where"),
     ]
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes], inits), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes], inits), inputs)
 
 
 @pytest.mark.parametrize("dt", [np.uint8, np.uint32, np.uint64])
@@ -184,14 +141,14 @@ def test_lower_bitshift(dt):
     inputs = [("a", dt, ["N", "M"], 0, 200), ("s", dt, ["M"], 0, bits)]
     nodes = [n("BitShift", ["a", "s"], "left", direction="LEFT"),
              n("BitShift", ["a", "s"], "right", direction="RIGHT")]
-    check(model(nodes, inputs, ["left", "right"]), inputs)
+    check(spec_model(nodes, inputs, ["left", "right"]), inputs)
 
 
 def test_lower_logical_ops():
     inputs = [("p", BOOL, ["N", "M"]), ("q", BOOL, ["M"]), ("x", F32, ["N", "M"]), ("y", F32, ["N", 1])]
     nodes = [n("And", ["p", "q"], "and"), n("Or", ["p", "q"], "or"), n("Xor", ["p", "q"], "xor"),
              n("Not", ["p"], "not"), n("Equal", ["p", "q"], "eq"), n("Where", ["q", "x", "y"], "where")]
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes]), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes]), inputs)
 
 
 # ---- casts, Clip, Dropout, Identity ----------------------------------------------------------------
@@ -207,7 +164,7 @@ def test_lower_cast_and_castlike():
     nodes = [n("Cast", [src], f"cast{k}", to=to) for k, (src, to) in enumerate(casts)]
     nodes += [n("CastLike", ["i", "x"], "like_f"), n("CastLike", ["hf", "d"], "like_d"),
               n("CastLike", ["x", "hf"], "like_h")]
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes]), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes]), inputs)
 
 
 def test_lower_clip_bounds():
@@ -220,7 +177,7 @@ def test_lower_clip_bounds():
         h.make_node("ReduceMean", ["z"], ["zm"], keepdims=0),  # a bound only the run knows
         n("Clip", ["x", "zm", "big"], "runtime_min"),
     ]
-    check(model(nodes, inputs, ["both", "only_max", "only_min", "none", "min_gt_max", "runtime_min"], inits),
+    check(spec_model(nodes, inputs, ["both", "only_max", "only_min", "none", "min_gt_max", "runtime_min"], inits),
           inputs)
 
 
@@ -233,7 +190,7 @@ def test_lower_dropout_and_identity_are_views():
         h.make_node("Dropout", ["x", "zero", "on"], ["d2"]), n("Identity", ["x"], "id"),
         n("Relu", ["d1"], "after_view"),
     ]
-    m = model(nodes, inputs, ["d0", "m0", "m1", "d2", "id", "after_view"], inits)
+    m = spec_model(nodes, inputs, ["d0", "m0", "m1", "d2", "id", "after_view"], inits)
     prog = check(m, inputs)
     text = str(prog)
     assert "= view(in0)" in text  # d1 feeds Relu through a view, not a copy
@@ -251,9 +208,9 @@ def _check_dropout(x, y, mask, ratio):
 def test_lower_dropout_training_constant_flag():
     # training_mode a constant true, ratio absent (0.5): masked at compile time's choice
     inputs = [("x", F32, ["N", 50])]
-    m = model([h.make_node("Dropout", ["x", "", "on"], ["y", "mask"], seed=3)], inputs, ["y", "mask"],
+    m = spec_model([h.make_node("Dropout", ["x", "", "on"], ["y", "mask"], seed=3)], inputs, ["y", "mask"],
               {"on": np.array(True)})
-    k, mod, _ = compile_model(m)
+    mod, _, k = jit_compile(m)
     x = np.random.default_rng(0).uniform(1, 2, (40, 50)).astype(F32)
     y, mask = k(x)
     _check_dropout(x, y, mask, 0.5)
@@ -263,9 +220,9 @@ def test_lower_dropout_training_constant_flag():
 
 def test_lower_dropout_training_flag_at_run_time():
     inputs = [("x", F32, ["N", 50]), ("t", BOOL, [1])]
-    m = model([h.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])], inputs, ["y", "mask"],
+    m = spec_model([h.make_node("Dropout", ["x", "r", "t"], ["y", "mask"])], inputs, ["y", "mask"],
               {"r": np.array(0.25, F32)})
-    k, mod, _ = compile_model(m)
+    mod, _, k = jit_compile(m)
     x = np.random.default_rng(1).uniform(-2, 2, (40, 50)).astype(F32)
     y, mask = k(x, np.array([False]))
     np.testing.assert_array_equal(y, x)
@@ -280,9 +237,9 @@ def test_lower_dropout_training_flag_at_run_time():
 def test_lower_dropout_training_other_float_types(dt):
     # the mask is drawn in f64 whatever the type; y rounds x / (1 - ratio) once to it
     inputs = [("x", dt, ["N", 64])]
-    m = model([h.make_node("Dropout", ["x", "r", "on"], ["y", "mask"], seed=7)], inputs, ["y", "mask"],
+    m = spec_model([h.make_node("Dropout", ["x", "r", "on"], ["y", "mask"], seed=7)], inputs, ["y", "mask"],
               {"r": np.array(0.3, F32), "on": np.array(True)})
-    k, mod, _ = compile_model(m)
+    mod, _, k = jit_compile(m)
     x = np.random.default_rng(2).uniform(-3, 3, (30, 64)).astype(dt)
     y, mask = k(x)
     assert y.dtype == dt
@@ -299,8 +256,8 @@ def test_lower_elementwise_kernel_text():
     inputs = [("a", F32, ["N", "M"]), ("b", F32, ["M"]), ("i", I64, ["N", "M"]), ("j", I64, ["M"])]
     nodes = [n("Pow", ["a", "two"], "sq"), n("Add", ["sq", "b"], "add"), n("Div", ["i", "j"], "idiv"),
              n("Mod", ["i", "j"], "imod"), n("Gelu", ["a"], "gelu")]
-    m = model(nodes, inputs, ["add", "idiv", "imod", "gelu"], {"two": np.array(2.0, F32)}, opset=20)
-    _, _, prog = compile_model(m)
+    m = spec_model(nodes, inputs, ["add", "idiv", "imod", "gelu"], {"two": np.array(2.0, F32)}, opset=20)
+    _, prog, _ = jit_compile(m)
     text = str(prog)
     assert "in0[i0, i1] * in0[i0, i1]" in text  # x ** 2 is a product, the constant exponent inlined
     assert "[i0, i1] + in1[i1]" in text  # b broadcasts along the trailing dim
@@ -313,7 +270,7 @@ def test_lower_elementwise_kernel_text():
 def test_lower_f16_math_in_f32():
     inputs = [("x", F16, ["N", 5])]
     nodes = [n("Relu", ["x"], "relu"), n("Sigmoid", ["x"], "sig"), n("Add", ["x", "x"], "add")]
-    m = model(nodes, inputs, ["relu", "sig", "add"])
-    _, _, prog = compile_model(m)
+    m = spec_model(nodes, inputs, ["relu", "sig", "add"])
+    _, prog, _ = jit_compile(m)
     assert "sigmoid(f32(in0[i0, i1]))" in str(prog)
     check(m, inputs, rtol=2e-3, atol=1e-3)

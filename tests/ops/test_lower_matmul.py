@@ -8,9 +8,8 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.interp import run as interp_run
 from onnxcc.kernel import Reduce, walk
-from onnxcc.testing import jit_compile, ort_run, random_inputs
+from onnxcc.testing import check_jit
 
 F = T.FLOAT
 _RNG = np.random.default_rng(7)
@@ -27,29 +26,6 @@ def _model(nodes, inputs, outputs, inits=None, opset=17):
 
 def _weights(*shape):
     return (_RNG.standard_normal(shape) * 0.5).astype(np.float32)
-
-
-def _compile(m):
-    mod, prog, k = jit_compile(m)
-    return prog, k, mod
-
-
-def _check(m, dims_list, rtol=1e-4, atol=1e-5, feeds_fn=None, oracle="ort"):
-    """Compile once; compare every output with the oracle (onnxruntime, or "interp": the
-    numpy reference interpreter) at each dims setting. Returns the kernel program."""
-    prog, k, mod = _compile(m)
-    for seed, dims in enumerate(dims_list):
-        feeds = feeds_fn(dims, seed) if feeds_fn else random_inputs(m, dims, seed=seed)
-        if oracle == "ort":
-            want = list(ort_run(m, feeds).items())
-        else:
-            want = list(zip([o.name for o in m.graph.output], interp_run(mod, feeds)))
-        got = k(*[feeds[a.name] for a in mod.main.params])
-        for (name, w), g in zip(want, got):
-            assert g.shape == w.shape, (name, dims, g.shape, w.shape)
-            assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
-    return prog
 
 
 def _reduces(prog, out):
@@ -69,7 +45,7 @@ def test_lower_matmul_shapes_and_broadcast():
     m = _model(nodes, [("a", F, ["B", "M", 5]), ("a4", F, ["B", 1, "M", 5]), ("b3", F, [3, 5, 4]),
                        ("v", F, [5]), ("p", F, ["M", "K"]), ("q", F, ["K", 3])],
                [f"y{i}" for i in range(6)], {"w": _weights(5, 6)})
-    prog = _check(m, [{"B": 1, "M": 1, "K": 1}, {"B": 3, "M": 7, "K": 13}])
+    prog = check_jit(m, [{"B": 1, "M": 1, "K": 1}, {"B": 3, "M": 7, "K": 13}])
     # each MatMul is one compute whose body is exactly one sum over the contraction
     for k in range(6):
         c, reds = _reduces(prog, f"out{k}")
@@ -88,7 +64,7 @@ def test_lower_gemm_variants():
     m = _model(nodes, [("a", F, ["M", 5]), ("at", F, [5, "M"]), ("cm", F, ["M", 6]), ("cc", F, ["M", 1])],
                [f"y{i}" for i in range(6)],
                {"w": _weights(5, 6), "wt": _weights(6, 5), "c1": _weights(6), "cs": _weights()})
-    prog = _check(m, [{"M": 1}, {"M": 11}])
+    prog = check_jit(m, [{"M": 1}, {"M": 11}])
     # the bias epilogue stays outside the one contraction: alpha * sum(...) + beta * C
     c, reds = _reduces(prog, "out0")
     assert len(reds) == 1 and str(c.body).startswith("0.5 * sum(k < 5: ") and "2.0 * " in str(c.body)
@@ -116,7 +92,7 @@ def test_lower_matmul_integer():
                        ("bz", u8, [4])], [f"y{i}" for i in range(4)], opset=13)
     # NOTE: the zero point is [1], not rank 0: JitKernel passes inputs through
     # np.ascontiguousarray, which turns a 0-d array into shape (1,)
-    _check(m, [{"M": 1, "B": 1}, {"M": 9, "B": 3}], feeds_fn=feeds)
+    check_jit(m, [{"M": 1, "B": 1}, {"M": 9, "B": 3}], feeds=feeds)
 
 
 def test_lower_matmul_integer_per_row_zero_point_vs_interp():
@@ -125,7 +101,7 @@ def test_lower_matmul_integer_per_row_zero_point_vs_interp():
     i8 = T.INT8
     nodes = [h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y0"])]
     m = _model(nodes, [("a", i8, [5, 7]), ("b", i8, [7, "N"]), ("az", i8, [5]), ("bz", i8, ["N"])], ["y0"])
-    _check(m, [{"N": 1}, {"N": 6}], oracle="interp")
+    check_jit(m, [{"N": 1}, {"N": 6}], oracle="interp")
 
 
 def test_lower_matmul_integer_constant_and_variable_b():
@@ -159,7 +135,7 @@ def test_lower_matmul_integer_constant_and_variable_b():
 
     m = _model(nodes, [("a", u8, ["M", k]), ("a3", u8, [2, "M", k]), ("b", u8, [k, n]), ("bv", u8, [n]),
                        ("b3", u8, [2, k, n])], [f"y{i}" for i in range(6)], inits, opset=13)
-    prog = _check(m, [{"M": 1}, {"M": 9}, {"M": 33}], rtol=0, atol=0, feeds_fn=feeds)
+    prog = check_jit(m, [{"M": 1}, {"M": 9}, {"M": 33}], rtol=0, atol=0, feeds=feeds)
     transposed = [b for b in prog.buffers.values() if b.kind == "const" and b.shape == (n, k)]
     assert sorted(b.dtype.value for b in transposed) == ["i8", "u8"], prog.buffers
     for t in transposed:
@@ -191,4 +167,4 @@ def test_lower_einsum():
         inputs += [(n, F, s) for n, s in zip(names, shapes)]
         nodes.append(h.make_node("Einsum", names, [f"y{k}"], equation=eq))
         outs.append(f"y{k}")
-    _check(_model(nodes, inputs, outs), [{"B": 1, "S": 1}, {"B": 2, "S": 7}])
+    check_jit(_model(nodes, inputs, outs), [{"B": 1, "S": 1}, {"B": 2, "S": 7}])

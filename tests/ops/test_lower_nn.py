@@ -10,9 +10,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from onnxcc.interp import run as interp_run
 from onnxcc.kernel import Binary, Const, Reduce, Select, walk
-from onnxcc.testing import jit_compile, ort_run, random_inputs
+from onnxcc.testing import check_jit
 
 F = T.FLOAT
 _RNG = np.random.default_rng(11)
@@ -35,24 +34,6 @@ class _Weights(dict):
         name = f"w{len(self)}"
         self[name] = np.abs(a) + 0.1 if positive else a
         return name
-
-
-def _check(m, dims_list, rtol=1e-4, atol=1e-5, oracle="ort"):
-    """Compile once; compare every output with the oracle (onnxruntime, or "interp": the
-    numpy reference interpreter) at each dims setting. Returns the kernel program."""
-    mod, prog, k = jit_compile(m)
-    for seed, dims in enumerate(dims_list):
-        feeds = random_inputs(m, dims, seed=seed)
-        if oracle == "ort":
-            want = list(ort_run(m, feeds).items())
-        else:
-            want = list(zip([o.name for o in m.graph.output], interp_run(mod, feeds)))
-        got = k(*[feeds[a.name] for a in mod.main.params])
-        for (name, w), g in zip(want, got):
-            assert g.shape == w.shape, (name, dims, g.shape, w.shape)
-            assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
-    return prog
 
 
 def _compute(prog, out):
@@ -78,7 +59,7 @@ def test_lower_conv2d_variants():
         h.make_node("Conv", [x, w.w(3, 4, 3, 3)], ["y7"], auto_pad="VALID", strides=[1, 2]),
     ]
     m = _model(nodes, [(x, F, ["N", 4, "H", "W"])], [f"y{i}" for i in range(8)], w)
-    prog = _check(m, [{"N": 1, "H": 5, "W": 6}, {"N": 2, "H": 9, "W": 7}])
+    prog = check_jit(m, [{"N": 1, "H": 5, "W": 6}, {"N": 2, "H": 9, "W": 7}])
     # the contraction is one sum (pads read through a lazy select inside it), the bias outside
     c = _compute(prog, "out0")
     reds = [n for n in walk(c.body) if isinstance(n, Reduce)]
@@ -117,7 +98,7 @@ def test_lower_conv1d_3d_and_conv_transpose():
     ]
     m = _model(nodes, [("x1", F, ["N", 3, 6]), ("x3", F, ["N", 2, "D", 4, 5]), ("x2", F, ["N", 4, "H", "W"])],
                [f"y{i}" for i in range(6)], w)
-    _check(m, [{"N": 1, "D": 1, "H": 1, "W": 4}, {"N": 2, "D": 3, "H": 5, "W": 3}])
+    check_jit(m, [{"N": 1, "D": 1, "H": 1, "W": 4}, {"N": 2, "D": 3, "H": 5, "W": 3}])
 
 
 # ---- pooling -----------------------------------------------------------------------------------------
@@ -141,7 +122,7 @@ def test_lower_pools():
     ]
     outs = ["y0", "y1", "i1", "y2", "i2"] + [f"y{i}" for i in range(3, 10)]
     m = _model(nodes, [(x, F, ["N", 3, "H", "W"])], outs)
-    prog = _check(m, [{"N": 1, "H": 4, "W": 5}, {"N": 2, "H": 9, "W": 7}])
+    prog = check_jit(m, [{"N": 1, "H": 4, "W": 5}, {"N": 2, "H": 9, "W": 7}])
     # no pads and no ceil_mode: a plain window sum divided by the constant window size
     body = str(_compute(prog, "out7").body)
     assert "select" not in body and body.endswith("/ 4.0")
@@ -156,7 +137,7 @@ def test_lower_pools_1d_3d():
         h.make_node("GlobalAveragePool", ["x3"], ["y4"]),
     ]
     m = _model(nodes, [("x1", F, ["N", 2, "L"]), ("x3", F, ["N", 2, "D", 5, 4])], [f"y{i}" for i in range(5)])
-    _check(m, [{"N": 1, "L": 1, "D": 2}, {"N": 3, "L": 8, "D": 5}])
+    check_jit(m, [{"N": 1, "L": 1, "D": 2}, {"N": 3, "L": 8, "D": 5}])
 
 
 # ---- normalizations ----------------------------------------------------------------------------------
@@ -182,7 +163,7 @@ def test_lower_normalizations():
                opset=18)
     # NOTE: the absolute tolerance sits at the default, the variance of a 6..60-element row is
     # summed in another order than onnxruntime's, which the relative 1e-4 covers
-    prog = _check(m, [{"N": 1, "H": 1}, {"N": 2, "H": 5}])
+    prog = check_jit(m, [{"N": 1, "H": 1}, {"N": 2, "H": 5}])
     # one compute per result: the statistics over one axis are hoistable reductions; instance
     # and group norms (statistics over several axes) add two small temps each, mean and inv_std;
     # LpNormalization over an inner axis one, its inverse norm (ops/norm.py `_lp_lower`)
@@ -198,7 +179,7 @@ def test_lower_group_norm_per_channel_opset21():
     w = _Weights()
     nodes = [h.make_node("GroupNormalization", ["x", w.w(6), w.w(6)], ["y0"], num_groups=3, epsilon=1e-3)]
     m = _model(nodes, [("x", F, ["N", 6, "S"])], ["y0"], w, opset=21)
-    _check(m, [{"N": 1, "S": 1}, {"N": 2, "S": 7}])
+    check_jit(m, [{"N": 1, "S": 1}, {"N": 2, "S": 7}])
 
 
 def test_lower_ops_without_an_ort_kernel_vs_interp():
@@ -211,7 +192,7 @@ def test_lower_ops_without_an_ort_kernel_vs_interp():
         h.make_node("LRN", ["x"], ["y1"], size=4, alpha=0.01),
     ]
     m = _model(nodes, [("x", F, ["N", 4, "H"])], ["y0", "rm", "rv", "y1"], w, opset=15)
-    prog = _check(m, [{"N": 1, "H": 1}, {"N": 3, "H": 5}], oracle="interp")
+    prog = check_jit(m, [{"N": 1, "H": 1}, {"N": 3, "H": 5}], oracle="interp")
     assert len(prog.temps()) == 2  # the batch mean and variance per channel
 
 
@@ -226,4 +207,4 @@ def test_lower_layernorm_maxpool_other_float_types(dtype):
     # f16: inputs and results are rounded to half precision, and onnxruntime rounds the
     # intermediate steps differently: a few half ulps (2**-10 relative) apart
     tol = dict(rtol=4e-3, atol=4e-3) if dtype == T.FLOAT16 else {}
-    _check(m, [{"N": 1}, {"N": 3}], **tol)
+    check_jit(m, [{"N": 1}, {"N": 3}], **tol)

@@ -3,13 +3,15 @@ sets (negative axes, keepdims 0/1, empty axes), ArgMax/ArgMin, the fused Softmax
 CumSum, JIT-compiled and compared with onnxruntime at several settings of the symbolic dims
 (one of them 1). Each model compiles once and runs on every feed set."""
 
+from functools import partial
+
 import numpy as np
 import onnx
 import pytest
 from onnx import helper as h
 
 from onnxcc.errors import RuntimeCallError
-from onnxcc.testing import check_lowering, jit_compile, ort_run
+from onnxcc.testing import check_jit, check_lowering, jit_compile, ort_run, spec_inputs, spec_model
 
 F32, I64, I32, BOOL = np.float32, np.int64, np.int32, np.bool_
 DIMS = ({"N": 1, "M": 3}, {"N": 5, "M": 7})
@@ -17,51 +19,9 @@ REDUCE_OPS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
 
 
-def model(nodes, inputs, outputs, inits=None, opset=18):
-    """inputs [(name, numpy dtype, shape, *value range)], outputs [names], inits {name: array}."""
-    vis = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)), s)
-           for n, t, s, *_ in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 10
-    return m
-
-
-def feeds_for(inputs, dims, seed):
-    """Random feeds: each input (name, dtype, shape, lo, hi) uniform in [lo, hi) (ints: integers)."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for n, t, s, *r in inputs:
-        shape = tuple(dims[d] if isinstance(d, str) else d for d in s)
-        if np.dtype(t) == BOOL:
-            out[n] = rng.random(shape) < 0.5
-        elif np.dtype(t).kind in "iu":
-            lo, hi = r or (0, 10)
-            out[n] = rng.integers(lo, hi, size=shape).astype(t)
-        else:
-            lo, hi = r or (-2.0, 2.0)
-            out[n] = rng.uniform(lo, hi, size=shape).astype(t)
-    return out
-
-
-def compile_model(m):
-    mod, prog, k = jit_compile(m)
-    return k, mod, prog
-
-
 def check(m, inputs, dims_list=DIMS, rtol=1e-4, atol=1e-5):
     """Compile once; at each dims setting compare values, dtypes and shapes with onnxruntime."""
-    k, mod, prog = compile_model(m)
-    for seed, dims in enumerate(dims_list):
-        feeds = feeds_for(inputs, dims, seed)
-        want = ort_run(m, feeds)
-        got = k(*[feeds[a.name] for a in mod.main.params])
-        for (name, w), g in zip(want.items(), got):
-            assert g.dtype == w.dtype, (name, g.dtype, w.dtype)
-            assert g.shape == w.shape, (name, g.shape, w.shape)
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
-    return prog
+    return check_jit(m, dims_list, rtol, atol, feeds=partial(spec_inputs, inputs))
 
 
 # ---- Reduce* -------------------------------------------------------------------------------------
@@ -74,7 +34,7 @@ def test_lower_reduce_ops_over_axes(axes, keepdims):
     ins = ["x"] if axes is None else ["x", "axes"]
     inits = {} if axes is None else {"axes": np.array(axes, I64)}
     nodes = [h.make_node(op, ins, [op], keepdims=keepdims) for op in REDUCE_OPS]
-    check(model(nodes, inputs, list(REDUCE_OPS), inits), inputs)
+    check(spec_model(nodes, inputs, list(REDUCE_OPS), inits), inputs)
 
 
 def test_lower_reduce_attribute_axes_opset13():
@@ -83,7 +43,7 @@ def test_lower_reduce_attribute_axes_opset13():
              h.make_node("ReduceMean", ["x"], ["mean"], axes=[0, -1], keepdims=0),
              h.make_node("ReduceLogSumExp", ["x"], ["lse"], axes=[1, 2]),
              h.make_node("ReduceSum", ["x", "axes"], ["sum"], keepdims=0)]
-    check(model(nodes, inputs, ["max", "mean", "lse", "sum"], {"axes": np.array([1], I64)}, opset=13), inputs)
+    check(spec_model(nodes, inputs, ["max", "mean", "lse", "sum"], {"axes": np.array([1], I64)}, opset=13), inputs)
 
 
 def test_lower_reduce_empty_axes():
@@ -97,7 +57,7 @@ def test_lower_reduce_empty_axes():
              h.make_node("ReduceSumSquare", ["x", "none"], ["sq_noop"], noop_with_empty_axes=1),
              h.make_node("ReduceLogSum", ["x", "none"], ["log_noop"], noop_with_empty_axes=1),
              h.make_node("ReduceL1", ["x", "none"], ["l1_noop"], noop_with_empty_axes=1)]
-    m = model(nodes, inputs, [nd.output[0] for nd in nodes], {"none": np.zeros(0, I64)})
+    m = spec_model(nodes, inputs, [nd.output[0] for nd in nodes], {"none": np.zeros(0, I64)})
     prog = check(m, inputs)
     assert "out4[i0, i1] = in0[i0, i1] * in0[i0, i1]" in str(prog)
 
@@ -108,14 +68,14 @@ def test_lower_reduce_integer(dt):
     ops = ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean", "ReduceL1", "ReduceSumSquare")
     nodes = [h.make_node(op, ["x", "axes"], [op], keepdims=0) for op in ops]
     nodes.append(h.make_node("ReduceMax", ["x"], ["all"]))
-    check(model(nodes, inputs, list(ops) + ["all"], {"axes": np.array([-1], I64)}), inputs)
+    check(spec_model(nodes, inputs, list(ops) + ["all"], {"axes": np.array([-1], I64)}), inputs)
 
 
 def test_lower_reduce_bool():
     inputs = [("b", BOOL, ["N", "M"])]
     nodes = [h.make_node("ReduceMax", ["b", "axes"], ["any"], keepdims=0),
              h.make_node("ReduceMin", ["b", "axes"], ["all"], keepdims=1)]
-    check(model(nodes, inputs, ["any", "all"], {"axes": np.array([1], I64)}, opset=20), inputs)
+    check(spec_model(nodes, inputs, ["any", "all"], {"axes": np.array([1], I64)}, opset=20), inputs)
 
 
 def test_lower_reduce_via_check_lowering():
@@ -132,7 +92,7 @@ def test_lower_reduce_kernel_text():
     inputs = [("x", F32, ["N", 4, "M"])]
     nodes = [h.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=0),
              h.make_node("ReduceLogSumExp", ["x", "axes"], ["lse"])]
-    _, _, prog = compile_model(model(nodes, inputs, ["mean", "lse"], {"axes": np.array([0, -1], I64)}))
+    _, prog, _ = jit_compile(spec_model(nodes, inputs, ["mean", "lse"], {"axes": np.array([0, -1], I64)}))
     text = str(prog)
     assert "out0[i0] = sum(r0 < N, r2 < M: in0[r0, i0, r2]) / f32(M * N)" in text
     assert "max(m0 < N, m2 < M: in0[m0, i1, m2])" in text  # the max of the stable log-sum-exp
@@ -152,7 +112,7 @@ def test_lower_argmax_argmin():
                     attrs = dict(axis=axis, keepdims=keep, select_last_index=last)
                     nodes.append(h.make_node(op, ["t"], [f"{op}_{axis}_{keep}_{last}"], **attrs))
         nodes.append(h.make_node(op, ["x"], [f"{op}_f"], axis=-1, keepdims=0))
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes]), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes]), inputs)
 
 
 # ---- Softmax family --------------------------------------------------------------------------------
@@ -165,13 +125,13 @@ def test_lower_softmax_family():
         for axis in (-1, 1, 0):
             nodes.append(h.make_node(op, ["r" if op == "Hardmax" else "x"], [f"{op}_{axis}"], axis=axis))
         nodes.append(h.make_node(op, ["big"], [f"{op}_big"]))  # exp overflows without the max shift
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes[1:]], opset=13), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes[1:]], opset=13), inputs)
 
 
 def test_lower_softmax_is_one_fused_compute_on_the_innermost_axis():
     for shape, axis in ((["N", 5], -1), (["N", 5, 1], 1)):
-        m = model([h.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", F32, shape)], ["y"], opset=13)
-        _, _, prog = compile_model(m)
+        m = spec_model([h.make_node("Softmax", ["x"], ["y"], axis=axis)], [("x", F32, shape)], ["y"], opset=13)
+        _, prog, _ = jit_compile(m)
         (c,) = prog.computes()
         ix = "i0, i1" if len(shape) == 2 else "i0, i1, i2"
         rest = "i0, d" if len(shape) == 2 else "i0, d, i2"
@@ -183,8 +143,8 @@ def test_lower_softmax_is_one_fused_compute_on_the_innermost_axis():
 def test_lower_softmax_middle_axis_stages_row_statistics():
     """With elements after the axis, the row max and sum go to temps first: computed inline
     they would run once per element of the row."""
-    m = model([h.make_node("LogSoftmax", ["x"], ["y"], axis=1)], [("x", F32, ["N", 5, "M"])], ["y"], opset=13)
-    _, _, prog = compile_model(m)
+    m = spec_model([h.make_node("LogSoftmax", ["x"], ["y"], axis=1)], [("x", F32, ["N", 5, "M"])], ["y"], opset=13)
+    _, prog, _ = jit_compile(m)
     lines = [c.format("")[0] for c in prog.computes()]
     assert lines == ["rowmax_1[i0, i1] = max(c < 5: in0[i0, c, i1])",
                      "rowlogsum_2[i0, i1] = log(sum(d < 5: exp(in0[i0, d, i1] - rowmax_1[i0, i1])))",
@@ -200,14 +160,14 @@ def test_lower_cumsum(dt, lo, hi):
     inits = {"a0": np.array(0, I64), "a1": np.array(-1, I32)}
     nodes = [h.make_node("CumSum", ["x", ax], [f"cs_{ax}_{e}{r}"], exclusive=e, reverse=r)
              for ax in ("a0", "a1") for e in (0, 1) for r in (0, 1)]
-    check(model(nodes, inputs, [nd.output[0] for nd in nodes], inits), inputs)
+    check(spec_model(nodes, inputs, [nd.output[0] for nd in nodes], inits), inputs)
 
 
 def test_lower_cumsum_axis_known_only_at_run_time():
     inputs = [("x", F32, ["N", "M"]), ("axis", I64, [1])]
     nodes = [h.make_node("CumSum", ["x", "axis"], ["y"], reverse=1)]
-    m = model(nodes, inputs, ["y"])
-    k, _, _ = compile_model(m)
+    m = spec_model(nodes, inputs, ["y"])
+    _, _, k = jit_compile(m)
     x = np.random.default_rng(0).standard_normal((3, 7)).astype(F32)
     for a in (0, 1, -1, -2):
         feeds = {"x": x, "axis": np.array([a], I64)}
