@@ -59,12 +59,15 @@ def _intervals(k: int, s: int, d: int, b: int, e: int) -> list[tuple[int, int | 
     return out
 
 
-def tap_regimes(ctx, x, w, kernel, strides, dilations, pb, pe) -> list[tuple[object, tuple]] | None:
+def tap_regimes(ctx, x, w, kernel, strides, dilations, pb, pe, spatial: slice = slice(2, None)
+                ) -> list[tuple[object, tuple]] | None:
     """[(condition, (w, kernel, pb, pe))] for a conv with a symbolic extent whose dead taps
     depend on it (see the module doc): the trimmed lowerings, each under its condition over
     the extents (a kernel bool Expr), tried in order before the full conv; None when no
-    extent leaves a tap dead, or for more than MAX_VARIANTS combinations."""
-    dims, outs = list(x.shape[2:]), list(ctx.out(0).shape[2:])
+    extent leaves a tap dead, or for more than MAX_VARIANTS combinations. `spatial`: where
+    the window dims sit in X's and Y's shapes (slice(1, 3) channels-last); W is ONNX's
+    [M, C/group, k...] either way."""
+    dims, outs = list(x.shape[spatial]), list(ctx.out(0).shape[spatial])
     if not all(isinstance(k, int) for k in (*kernel, *strides, *dilations, *pb, *pe)):
         return None
     wv = ctx.const_value(1)
@@ -119,10 +122,10 @@ def lower_regimes(ctx, regimes, lower) -> None:
     p.body.extend(chain)
 
 
-def trim_dead_taps(ctx, x, w, kernel, strides, dilations, pb, pe):
+def trim_dead_taps(ctx, x, w, kernel, strides, dilations, pb, pe, spatial: slice = slice(2, None)):
     """(w, kernel, pb, pe) of the same conv without its padding-only taps, or None when
-    there are none (see the module doc)."""
-    dims, outs = list(x.shape[2:]), list(ctx.out(0).shape[2:])
+    there are none (see the module doc; `spatial` as for `tap_regimes`)."""
+    dims, outs = list(x.shape[spatial]), list(ctx.out(0).shape[spatial])
     if not all(isinstance(k, int) for k in kernel):
         return None
     wv = ctx.const_value(1)
