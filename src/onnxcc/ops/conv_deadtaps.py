@@ -30,6 +30,11 @@ from ..kernel import Const, IfStmt
 MAX_VARIANTS = 4
 """trimmed lowerings per conv (each is a conv's code): two symbolic axes of two intervals"""
 
+MIN_REGIME_EXTENT = 4
+"""an interval of extents gets its own lowering only if it reaches this far: a 3x3 conv at
+pad 1 has a dead-tap interval too (h = 1), which would double every padded conv's code for
+planes nobody runs; dilated convs (the ASPP's h <= 12) pass"""
+
 
 def live_taps(h: int, o: int, k: int, s: int, d: int, b: int) -> tuple[int, int] | None:
     """[lo, hi] of the taps that read inside [0, h) for some output o' < o; None if none do."""
@@ -81,8 +86,8 @@ def tap_regimes(ctx, x, w, kernel, strides, dilations, pb, pe, spatial: slice = 
         hx = ctx.dim(h)
         axis = []
         for lo, hi, r in _intervals(k, s, d, b, e):
-            if r is None or r == (0, k - 1) or hi is None:
-                continue  # no tap (an empty output) or all of them: the full conv's case
+            if r is None or r == (0, k - 1) or hi is None or hi < MIN_REGIME_EXTENT:
+                continue  # no tap (an empty output), all of them, or a degenerate plane: the full conv
             cond = hx <= Const(hi, DType.i64)
             axis.append((cond if lo == 1 else cond & (hx >= Const(lo, DType.i64)), r))
         per_axis.append(axis + [(None, (0, k - 1))])
