@@ -2,7 +2,8 @@
 dilation 12 over planes smaller than the dilation) through the user path against
 onnxruntime: dilation 2 and 12 with pad = dilation, strides 1 and 2, odd planes smaller
 than the dilation (outer taps wholly in the padding), planes where every tap is live,
-symbolic H/W (no trim: the full conv), batch 1 and 3, a bias or none."""
+symbolic H/W (the trimmed convs behind ifs on the extents, the full conv last; both sides
+of each threshold in tests/e2e/test_conv_tap_regimes.py), batch 1 and 3, a bias or none."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def test_live_taps():
 
 def test_aspp_conv_becomes_1x1(tmp_path):
     """The ASPP case really drops its outer taps: the sum runs over channels only, on the
-    sliced [M, C, 1, 1] weight, with no padding guard; the symbolic model keeps all taps."""
+    sliced [M, C, 1, 1] weight, with no padding guard; the symbolic model keeps the full
+    conv for planes past the dilation and runs the 1x1 one on planes up to it."""
     path = tmp_path / "aspp.onnx"
     onnx.save(_model(*CASES["aspp_d12_7x5"], seed=0), path)
     text = onnxcc.compile(path, tmp_path / "k", emit="kernel").text
@@ -86,4 +88,5 @@ def test_aspp_conv_becomes_1x1(tmp_path):
     path = tmp_path / "sym.onnx"
     onnx.save(_model(*CASES["d12_symbolic"], seed=0), path)
     text = onnxcc.compile(path, tmp_path / "s", emit="kernel").text
-    assert "k0 < 3" in text and "1, 1]" not in text, text
+    assert "k0 < 3, k1 < 3" in text and "f32[16, 8, 1, 1]" in text, text
+    assert "if ((H <= 12) & (W <= 12))" in text, text

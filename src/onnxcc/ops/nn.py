@@ -31,7 +31,7 @@ from ..kernel import (
     unflatten_index,
 )
 from .conv_blocked import blocked_applies, blocked_depthwise_lower
-from .conv_deadtaps import trim_dead_taps
+from .conv_deadtaps import lower_regimes, tap_regimes, trim_dead_taps
 from .conv_depth import depth_batched_applies, depth_batched_lower
 from .conv_grouped import grouped_gemm_applies, grouped_gemm_lower
 from .convt_col2im import col2im_applies, col2im_lower, transposed_source
@@ -245,10 +245,11 @@ def _conv_ref(ctx: RefCtx, x, w, b=None):
     return [cast_out(ctx, y)]
 
 
-def _conv_lower(ctx) -> None:
+def _conv_lower(ctx, trimmed=None, regimes: bool = True) -> None:
     """Y[n, m, o...] = sum(c < C/group, k...: pad-guarded X[n, g*C/group + c, o*s + k*d - p]
     * W[m, c, k...]) + B[m], g = m // (M/group): one compute, the contraction one rsum with
-    the bias outside it. Depthwise convs (C/group == 1) and 1-wide kernel dims get no var."""
+    the bias outside it. Depthwise convs (C/group == 1) and 1-wide kernel dims get no var.
+    `trimmed`: the (w, kernel, pb, pe) of a run-time tap regime (ops/conv_deadtaps.py)."""
     if lowered_in_f32(ctx, _conv_lower):  # half precision: on f32 buffers (the GEMM paths)
         return
     x, w = ctx.inputs[0], ctx.inputs[1]
@@ -258,7 +259,11 @@ def _conv_lower(ctx) -> None:
     win = _window_attrs(ctx, nd, kernel)
     _, pb, pe = window_geometry(x.shape[2:], kernel, win["strides"], win["dilations"], win["pads"],
                                 win["auto_pad"])
-    trimmed = trim_dead_taps(ctx, x, w, kernel, win["strides"], win["dilations"], pb, pe)
+    rg = regimes and tap_regimes(ctx, x, w, kernel, win["strides"], win["dilations"], pb, pe)
+    if rg:  # dead taps on small planes of a symbolic extent: one lowering per regime
+        lower_regimes(ctx, rg, lambda t: _conv_lower(ctx, t, regimes=False))
+        return
+    trimmed = trimmed or trim_dead_taps(ctx, x, w, kernel, win["strides"], win["dilations"], pb, pe)
     if trimmed is not None:  # taps that read only padding dropped (ops/conv_deadtaps.py)
         w, kernel, pb, pe = trimmed
         win["kernel"] = kernel
