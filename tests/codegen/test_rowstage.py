@@ -141,3 +141,26 @@ def test_chains_match_onnxruntime(tmp_path, act, width, residual, elem):
         want = ort_run(model, {"x": x})["y"]
         assert got.dtype == want.dtype and got.shape == want.shape
         np.testing.assert_allclose(got, want, **tol)
+
+
+@pytest.mark.parametrize("norm", ["Softmax", "LogSoftmax"])
+def test_row_statistics_consumers_after_a_costly_activation(tmp_path, norm):
+    """Softmax runs as a row norm (its row max would evaluate the activation again), so the
+    activation stays a temp there; LogSoftmax's max, sum and element read the staged row."""
+    n = helper.make_node
+    nodes = [n("Sigmoid", ["x"], ["s"]), n("Mul", ["x", "s"], ["a"]), n(norm, ["a"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "sm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 40])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", 40])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    text = onnxcc.compile(model, tmp_path / "k", name="sm", emit="kernel").text
+    fused = re.search(r"kernels \d+ -> 1, arena 0", text) is not None
+    assert fused == (norm == "LogSoftmax"), text
+    if fused:  # and staged: one sigmoid per element
+        ll = onnxcc.compile(model, tmp_path / "ll", name="sm", emit="llvm").text
+        assert len(re.findall(r"call [^\n]*onnxcc\.math\.sigmoid", ll)) == 1
+    onnxcc.compile(model, tmp_path / "lib", name="sm")
+    lib = onnxcc.load(tmp_path / "lib")
+    for rows in (1, 7):
+        x = (rng.standard_normal((rows, 40)) * 4).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(lib.run({"x": x})["y"]), ort_run(model, {"x": x})["y"],
+                                   rtol=1e-5, atol=1e-6)

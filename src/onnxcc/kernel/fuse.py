@@ -86,6 +86,7 @@ from .expr import (
 from .flash import match_flash
 from .index_simplify import simplify_indices
 from .program import Compute, KernelProgram, Stmt
+from .rownorm import match_row_norm
 
 CHEAP = 8
 """per-element cost (see `element_cost`) up to which a producer may be recomputed"""
@@ -623,6 +624,8 @@ class _Fuser:
             return False
         if P.body.dtype is not out.dtype or c.body.dtype is not out.dtype or c.out in buffers_read(c.body):
             return False
+        if match_row_norm(c, out.dtype) is not None:
+            return False  # a softmax runs as a row norm, whose row max would evaluate P again
         inner, ext = c.vars[-1]
         outer = tuple(v for v, _ in c.vars[:-1])
         kinds = set()
