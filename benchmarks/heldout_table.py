@@ -3,7 +3,8 @@
 Models are built here, fresh (symbolic dims, seeded weights), the way the held-out benchmark
 describes them, not taken from models/:
 
-- `mlp`: x[batch, 512] -> Gemm 512x2048 -> Relu -> Gemm 2048x512 -> + x (residual);
+- `mlp`: x[batch, 512] -> Gemm 512x2048 -> Relu -> Gemm 2048x512 -> + x (residual); this
+  row and the transformer's also give GFLOP/s against numpy's sgemm (ROOF_GFLOPS);
 - `transformer`: the post-LN encoder layer (hidden 256, 4 heads, FFN 1024) that
   models/build.py writes, exported torch-style (the issue's row names exactly this layer);
 - `gelu_tanh`, `silu`, `mish`: an activation then LayerNormalization on [batch, seq, 768],
@@ -42,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WIDTH = 768
 ROOF_GBS = 50.0
 """the DRAM stream rate this machine measured (45-55 GB/s)"""
+ROOF_GFLOPS = {1: 235.0, 2: 459.0}
+"""numpy's OpenBLAS sgemm on this machine at 1 and 2 threads (the issue's roof)"""
 CHAIN_SHAPES = [{"batch": b, "seq": s} for b, s in ((1, 128), (4, 512), (16, 1024), (32, 1024))]
 SHAPES = {
     "mlp": [{"batch": b} for b in (1, 16, 128, 512)],
@@ -94,6 +97,17 @@ def chain(act: str) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
+def flops(name: str, dims: dict) -> float | None:
+    """Multiply-adds x 2 of one call (the GEMMs and attention products; elementwise work
+    not counted), for GFLOP/s against the sgemm roof."""
+    if name == "mlp":
+        return 2.0 * dims["batch"] * (512 * 2048 * 2)
+    if name == "transformer":
+        tokens, seq, h = dims["batch"] * dims["seq"], dims["seq"], 256
+        return 2.0 * tokens * (4 * h * h + 2 * h * 1024 + 2 * seq * h)
+    return None
+
+
 def build(name: str, path: Path) -> Path:
     if name == "transformer":
         return ROOT / "models" / "transformer.onnx"
@@ -136,7 +150,15 @@ def main() -> None:
                                clock=time.process_time if cpu_clock else None)
                 row.update(model=name, dims=dims, threads=args.threads, clock="cpu" if cpu_clock else "wall")
                 extra = ""
-                if name not in ("mlp", "transformer"):  # memory-bound: bytes moved / time
+                work = flops(name, dims)
+                if work is not None:
+                    row["onnxcc_gflops"] = work / (row["onnxcc_ms"] / 1e3) / 1e9
+                    roof = ROOF_GFLOPS.get(args.threads)
+                    if roof:
+                        row["roof_share"] = row["onnxcc_gflops"] / roof
+                    extra = f"  {row['onnxcc_gflops']:6.1f} GFLOP/s" + (f" ({100 * row['roof_share']:.0f}% of sgemm)"
+                                                                        if roof else "")
+                else:  # memory-bound: bytes moved / time
                     gb = 2 * feeds["x"].nbytes / 1e9
                     row["mbytes"] = gb * 1e3
                     row["onnxcc_gbs"] = gb / (row["onnxcc_ms"] / 1e3)
