@@ -5,7 +5,7 @@ each shape the two runtimes alternate in rounds (same inputs, same thread count;
 `bench_pair`), and the median of each is reported with the ratio onnxcc / onnxruntime (lower is better) and
 the geometric mean over all rows.
 
-    python benchmarks/compare_ort.py [--threads N] [--repeats R] [--models a,b] [--json out.json]
+    python benchmarks/compare_ort.py [--threads N] [--repeats R] [--models a,b] [--clock wall|cpu] [--json out.json]
     python benchmarks/compare_ort.py --model tests/zoo/models/mobilenet_v2_ts13.onnx \
         --dims batch=1,H=64,W=64 --dims batch=4,H=64,W=64
 """
@@ -43,6 +43,8 @@ def main() -> None:
     ap.add_argument("--dims", action="append", default=[],
                     help="symbol values for --model, e.g. batch=1,H=64,W=64 (repeatable: one row each)")
     ap.add_argument("--peers", default="auto", help="comma list of ort,openvino (auto: OpenVINO if installed)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: one-thread calls timed by CPU time (robust on a shared machine)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if args.model is not None:
@@ -74,7 +76,8 @@ def main() -> None:
             print(f"{name}: compiled in {compile_s:.2f} s, {lib.num_versions} versions")
             for dims in SHAPES[name]:
                 feeds = random_inputs(path, dims, seed=1)
-                row = time_row(lambda f: list(lib.run(f).values()), peers, feeds, args.repeats)
+                row = time_row(lambda f: list(lib.run(f).values()), peers, feeds, args.repeats,
+                               clock=time.process_time if args.clock == "cpu" and args.threads == 1 else None)
                 row.update(model=name, dims=dims, version=lib.last_version)
                 rows.append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
@@ -93,6 +96,7 @@ def main() -> None:
               f"{args.threads} threads): {geomean(x for v in by_model.values() for x in v):.3f}")
     if args.json:
         args.json.write_text(json.dumps({"threads": args.threads, "peers": peer_names, "rows": rows,
+                                         "clock": args.clock, "load": os.getloadavg(),
                                          "geomean_ort": geomean(r.get("ratio") for r in rows),
                                          "geomean_best": geomean(r.get("ratio_best") for r in rows)}, indent=2))
 

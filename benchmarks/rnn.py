@@ -1,14 +1,15 @@
-"""LSTM and GRU layers, onnxcc vs onnxruntime: single-thread minimum latency, side by side.
+"""LSTM and GRU layers, onnxcc vs onnxruntime and OpenVINO: side by side in one process.
 
 Each case is one LSTM or GRU node (forward or bidirectional, default activations, with B)
-built with onnx.helper at fixed sizes; both runtimes get the same inputs, the outputs are
-checked against each other (rtol 1e-4, atol 1e-5) and each is timed as the minimum of
-2 x N calls, alternating. Prints one line per case with the ratio onnxcc / onnxruntime
-(below 1: onnxcc is faster) and the geometric mean of the ratios.
+built with onnx.helper at fixed sizes; every runtime gets the same inputs, the outputs are
+checked against onnxruntime's (rtol 1e-4, atol 1e-5) and each is timed with `peers.time_row`
+(alternating rounds, medians; `--clock cpu` times one-thread runs by CPU time, robust on a
+shared machine). Prints one line per case with the ratio onnxcc / onnxruntime and onnxcc /
+the fastest peer (below 1: onnxcc is faster) and the geometric means.
 
-    python benchmarks/rnn.py                 # the full grid
+    python benchmarks/rnn.py                 # the full grid, one thread
     python benchmarks/rnn.py --quick         # a few representative cases
-    python benchmarks/rnn.py --only lstm-bi --json out.json
+    python benchmarks/rnn.py --only lstm-bi --threads 2 --json out.json
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -50,15 +52,6 @@ def make_model(kind: str, bidir: bool, hidden: int, seq: int, batch: int, inp: i
     onnx.save(model, path)
 
 
-def _tmin(fn, n: int) -> float:
-    best = float("inf")
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def cases(quick: bool):
     if quick:
         return [("LSTM", True, 128, 64, 16), ("LSTM", False, 64, 300, 3), ("GRU", False, 128, 64, 3),
@@ -71,18 +64,24 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="", help="substring filter on the case name (e.g. lstm-bi)")
     ap.add_argument("--input", type=int, default=0, help="input width (default: the hidden size)")
-    ap.add_argument("--calls", type=int, default=0, help="calls per timing round (default: by size)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=24)
+    ap.add_argument("--budget", type=float, default=1.5, help="seconds per case, roughly")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--peers", default="auto", help="comma list of ort,openvino (auto: OpenVINO if installed)")
     ap.add_argument("--json", default="", help="write the results to this file")
     args = ap.parse_args()
-    os.environ["ONNXCC_NUM_THREADS"] = "1"
+    os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    import onnxruntime as ort
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from peers import available_peers, format_row, geomean, make_peers, time_row
 
     import onnxcc
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
+    peer_names = available_peers(args.peers)
+    if "ort" not in peer_names:
+        peer_names.insert(0, "ort")  # the outputs are checked against onnxruntime's
+    cpu_clock = args.clock == "cpu" and args.threads == 1
     rows = []
     tmp = tempfile.mkdtemp()
     for kind, bidir, hid, seq, batch in cases(args.quick):
@@ -95,29 +94,25 @@ def main() -> None:
         out = os.path.join(tmp, name)
         onnxcc.compile(path, out)
         lib = onnxcc.load(out)
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        peers = make_peers(Path(path), args.threads, peer_names)
         feeds = {"X": np.random.default_rng(1).standard_normal((seq, batch, inp)).astype(np.float32)}
-        got, want = lib.run(feeds), sess.run(None, feeds)
-        got = list(got.values()) if isinstance(got, dict) else list(got)
-        ok = all(np.allclose(np.asarray(a), b, rtol=1e-4, atol=1e-5) for a, b in zip(got, want))
-        for _ in range(3):
-            lib.run(feeds)
-            sess.run(None, feeds)
-        work = seq * batch * hid * hid * (2 if bidir else 1)
-        n = args.calls or max(5, min(60, int(2e8 / work)))
-        a = b = float("inf")
-        for _ in range(2):
-            a = min(a, _tmin(lambda: lib.run(feeds), n))
-            b = min(b, _tmin(lambda: sess.run(None, feeds), n))
-        rows.append({"case": name, "onnxcc_ms": a * 1e3, "ort_ms": b * 1e3, "ratio": a / b, "match": ok})
-        print(f"{name:24s} onnxcc {a * 1e3:8.3f} ms  ort {b * 1e3:8.3f} ms  ratio {a / b:6.3f}"
-              f"{'' if ok else '  MISMATCH'}", flush=True)
+        got = [np.asarray(v) for v in lib.run(feeds).values()]
+        want = peers["ort"](feeds)
+        ok = all(np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, want))
+        row = time_row(lambda f: list(lib.run(f).values()), peers, feeds, args.repeats, args.budget,
+                       clock=time.process_time if cpu_clock else None)
+        row.update(case=name, match=ok, threads=args.threads, clock="cpu" if cpu_clock else "wall")
+        rows.append(row)
+        print(f"{name:24s} {format_row(row, peer_names)}{'' if ok else '  MISMATCH'}", flush=True)
     if rows:
-        geo = math.exp(sum(math.log(r["ratio"]) for r in rows) / len(rows))
-        print(f"geomean ratio {geo:.3f} over {len(rows)} cases")
+        geo = geomean(r.get("ratio") for r in rows)
+        geo_best = geomean(r.get("ratio_best") for r in rows)
+        print(f"geomean onnxcc / onnxruntime {geo:.3f}, onnxcc / best peer {geo_best:.3f} over {len(rows)} cases "
+              f"({args.threads} threads)")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"cases": rows, "geomean_ratio": geo}, f, indent=1)
+                json.dump({"cases": rows, "geomean_ratio": geo, "geomean_ratio_best": geo_best,
+                           "threads": args.threads, "peers": peer_names, "load": os.getloadavg()}, f, indent=1)
     if any(not r["match"] for r in rows):
         sys.exit(1)
 

@@ -86,6 +86,7 @@ from .expr import (
 from .flash import match_flash
 from .index_simplify import simplify_indices
 from .program import Compute, KernelProgram, Stmt
+from .rownorm import match_row_norm
 
 CHEAP = 8
 """per-element cost (see `element_cost`) up to which a producer may be recomputed"""
@@ -569,6 +570,8 @@ class _Fuser:
                 if n_sites > MAX_SITES:
                     return False, f"{n_sites} load sites"
                 return True, "cheap elementwise"
+            if len(uses) == 1 and self.stageable(P, *uses[0]):
+                return True, "staged once per row in the output (kernel/rowstage.py)"
             if n_sites != 1:
                 return False, f"costly producer (cost {cost}) read at {n_sites} sites"
             return True, "single read-once site"
@@ -610,6 +613,41 @@ class _Fuser:
         if cost > CHEAP or n_sites > MAX_SITES:
             return False, f"per-element cost {cost} at {n_sites} sites"
         return True, "row-level reduction shared by identity reads"
+
+    def stageable(self, P: Compute, c: Compute, sites: list[_Site]) -> bool:
+        """A costly elementwise P read by one row normalisation `c` (a LayerNorm) at the
+        element it writes and inside row reductions over its innermost axis at the
+        reduction's var: the emitter stages each row of P in c's output, computing P once
+        per element (kernel/rowstage.py matches what this admits)."""
+        out = self.p.buffers[c.out]
+        if not c.vars or out.dtype not in (DType.f32, DType.f64) or self.p.buffers[P.out].dtype is not out.dtype:
+            return False
+        if P.body.dtype is not out.dtype or c.body.dtype is not out.dtype or c.out in buffers_read(c.body):
+            return False
+        if match_row_norm(c, out.dtype) is not None:
+            return False  # a softmax runs as a row norm, whose row max would evaluate P again
+        inner, ext = c.vars[-1]
+        outer = tuple(v for v, _ in c.vars[:-1])
+        kinds = set()
+        for s in sites:
+            if s.in_arm or s.load.buffer != P.out:
+                return False
+            if not s.reduces:
+                if not self.identity(s, c):
+                    return False
+                kinds.add("element")
+                continue
+            r = s.reduces[-1]
+            if len(r.vars) != 1 or any(inner.name in free_vars(x) for x in s.reduces):
+                return False
+            d, dext = r.vars[0]
+            if s.load.indices != (*outer, d) or expr_to_dim(dext) is None \
+                    or not self.prove.eq(expr_to_dim(dext), ext):
+                return False
+            kinds.add("row")
+        shape = self.p.buffers[P.out].shape
+        return kinds == {"element", "row"} and len(shape) == len(c.extents) and all(
+            self.prove.eq(a, b) for a, b in zip(shape, c.extents, strict=True))
 
     def identity(self, s: _Site, c: Compute) -> bool:
         """The site reads the element `c` writes. Index 0 on a dim of extent 1 counts as the

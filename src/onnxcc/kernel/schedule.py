@@ -39,6 +39,7 @@ from .fuse import expr_to_dim
 from .program import Compute, KernelProgram
 from .row_epilogue import RowOp, match_row_epilogue
 from .rownorm import RowNorm, match_row_norm
+from .rowstage import RowStage, match_row_stage
 
 F32 = DType.f32
 
@@ -206,6 +207,9 @@ class Schedule:
     row_norm: RowNorm | None = None
     """the innermost axis is a row normalised by its own sum (softmax): codegen runs it as
     two passes, the numerator stored and summed once, then divided (kernel/rownorm.py)"""
+    row_stage: RowStage | None = None
+    """a costly elementwise part read by the row's statistics and its element is staged in
+    the output row first, then read back (kernel/rowstage.py: a LayerNorm after an activation)"""
     flash: Flash | None = None
     """the compute is attention over its innermost axis: codegen runs each row over key
     blocks with an online softmax, scores never stored (kernel/flash.py)"""
@@ -220,6 +224,8 @@ class Schedule:
             parts.append(f"vector={self.vector_width} tail={self.vector_tail}")
         if self.row_norm is not None:
             parts.append("row-norm")
+        if self.row_stage is not None:
+            parts.append("row-stage")
         if self.flash is not None:
             parts.append(f"flash row={self.flash.row}")
         parts.append(f"parallel={self.parallel}")
@@ -756,6 +762,11 @@ def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
         # two passes over each row (a hint to LLVM's vectorizer, no strip-mining); one row
         # cannot be split over threads, so a rank-1 compute stays serial
         return Schedule(vector_width=vw, strip_mine=False, row_norm=rn, reduce_vector_width=vw,
+                        parallel=parallel if len(c.vars) > 1 else False)
+    rs = match_row_stage(c, program.buffers[c.out].dtype)
+    if rs is not None and vectorizable(rs.stage) and vectorizable(rs.body):
+        # two passes over each row, like a row norm (one row cannot be split over threads)
+        return Schedule(vector_width=vw, strip_mine=False, row_stage=rs, reduce_vector_width=vw,
                         parallel=parallel if len(c.vars) > 1 else False)
     inner_var, ext = c.vars[-1]
     inner = inner_var.name

@@ -37,6 +37,7 @@ from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
 from onnxcc.kernel.program import Compute, KernelProgram, Stmt
 from onnxcc.kernel.rownorm import RowNorm
+from onnxcc.kernel.rowstage import RowStage
 from onnxcc.kernel.schedule import compute_work
 
 from ..llvm.exprs import AccessMetadata, ExprEmitter, ProgramContext
@@ -69,6 +70,7 @@ from ..llvm.target import (  # noqa: F401
 )
 from .flash import emit_flash
 from .rownorm import emit_row_norm
+from .rowstage import emit_row_stage
 
 PARALLEL_FOR = "onnxcc_parallel_for"
 """`void onnxcc_parallel_for(int64_t n, void (*body)(int64_t, int64_t, void *), void *ctx)`"""
@@ -296,7 +298,7 @@ class KernelEmitter:
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
                         getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
                         bool(getattr(sch, "strip_mine", False)), getattr(sch, "row_norm", None),
-                        getattr(sch, "flash", None))
+                        getattr(sch, "flash", None), getattr(sch, "row_stage", None))
 
     def emit_compute(self, ctx: FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
@@ -341,6 +343,9 @@ class KernelEmitter:
                 innermost = j + 1 == len(names)
                 if innermost and plan.row_norm is not None:
                     emit_row_norm(self, em, ctx, c, plan, v, vals)
+                    return
+                if innermost and plan.row_stage is not None and v + 1 == len(names):
+                    emit_row_stage(self, em, ctx, c, plan, v, vals)
                     return
                 if plan.flash is not None and (innermost or (j + 2 == len(names) and plan.flash.rows_var)):
                     emit_flash(self, em, ctx, c, plan, v, vals)  # the rows var too, where it may
@@ -588,6 +593,9 @@ class NestPlan:
     """the innermost loop normalises a row by its sum: two passes (cpu/rownorm.py)"""
     flash: Flash | None = None
     """the innermost loop is a fused-attention row over key blocks (cpu/flash.py)"""
+    row_stage: RowStage | None = None
+    """the innermost loop stages a costly part of the row in the output, then normalises
+    it (cpu/rowstage.py)"""
 
     def hoisted(self, c: Compute) -> Expr:
         """What to hoist above the innermost loop: with a row norm, only the numerator's
@@ -595,6 +603,8 @@ class NestPlan:
         body without its core (whose reductions are the fused loop itself)."""
         if self.flash is not None:
             return self.flash.without_core(c.body)
+        if self.row_stage is not None:  # the row statistics run between the two passes
+            return self.row_stage.stage
         return c.body if self.row_norm is None else self.row_norm.numer
 
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .emit import FnCtx, KernelEmitter, NestPlan
 
 
-def _row_loop_md(module: ir.Module, width: int | None) -> ir.MDValue | None:
+def row_loop_md(module: ir.Module, width: int | None) -> ir.MDValue | None:
     """A fresh `!llvm.loop` node: vectorise at `width` lanes and interleave 1, so a row of
     `width` elements already runs as one vector iteration (LLVM's default interleaving
     would need several vectors' worth before the vector loop is entered at all: measured
@@ -59,7 +59,7 @@ def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute,
     def index(j: ir.Value) -> list[ir.Value]:
         return [j if m == name else vals[m] for m in c.var_names]
 
-    with for_range(b, n, name, guard=False, metadata=_row_loop_md(owner.module, plan.vector_width)) as j:
+    with for_range(b, n, name, guard=False, metadata=row_loop_md(owner.module, plan.vector_width)) as j:
         em.push({name: j}, {name: ext})
         t = em.emit(rn.numer)
         em.store(c.out, index(j), t)
@@ -69,7 +69,7 @@ def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute,
     em.frames[-1].cache[rn.rowsum] = b.load(acc, name="rownorm.sum")
     total = em.emit(rn.denom)
     with for_range(b, n, f"{name}.norm", guard=False,
-                   metadata=_row_loop_md(owner.module, plan.vector_width)) as j:
+                   metadata=row_loop_md(owner.module, plan.vector_width)) as j:
         ptr = em.address(c.out, index(j))
         t = b.load(ptr, name="rownorm.t", align=dt.itemsize, typ=compute_type(dt))
         b.store(b.fdiv(t, total, name="rownorm.div"), ptr, align=dt.itemsize)

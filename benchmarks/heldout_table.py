@@ -1,0 +1,186 @@
+"""The held-out table of the performance issue, rebuilt: onnxcc vs onnxruntime and OpenVINO in one run.
+
+Models are built here, fresh (symbolic dims, seeded weights), the way the held-out benchmark
+describes them, not taken from models/:
+
+- `mlp`: x[batch, 512] -> Gemm 512x2048 -> Relu -> Gemm 2048x512 -> + x (residual); this
+  row and the transformer's also give GFLOP/s against numpy's sgemm (ROOF_GFLOPS);
+- `transformer`: the post-LN encoder layer (hidden 256, 4 heads, FFN 1024) that
+  models/build.py writes, exported torch-style (the issue's row names exactly this layer);
+- `gelu_tanh`, `silu`, `mish`: an activation then LayerNormalization on [batch, seq, 768],
+  written as exporters write them (tanh-GELU with Pow(x, 3); SiLU as x * Sigmoid(x); Mish as
+  x * Tanh(Softplus(x)), its opset-17 form). These are the memory-bound chains: each row
+  also gives GB/s (one read of x, one write of y) and the share of the DRAM stream roof
+  (ROOF_GBS) on working sets larger than the 32 MiB L3.
+
+Each model is compiled once (one library for every shape) and timed with `peers.time_row`
+(alternating rounds, medians) against every installed peer. One thread count per run, as
+both runtimes fix their pool size at start-up; `--clock cpu` times one-thread rows by CPU time
+(robust on a shared machine), more threads always by the wall clock.
+
+    unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+    python benchmarks/heldout_table.py --threads 1 --clock cpu --json t1.json
+    python benchmarks/heldout_table.py --threads 2 --models mlp,silu --json t2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[1]
+WIDTH = 768
+ROOF_GBS = 50.0
+"""the DRAM stream rate this machine measured (45-55 GB/s)"""
+ROOF_GFLOPS = {1: 235.0, 2: 459.0}
+"""numpy's OpenBLAS sgemm on this machine at 1 and 2 threads (the issue's roof)"""
+CHAIN_SHAPES = [{"batch": b, "seq": s} for b, s in ((1, 128), (4, 512), (16, 1024), (32, 1024))]
+SHAPES = {
+    "mlp": [{"batch": b} for b in (1, 16, 128, 512)],
+    "transformer": [{"batch": b, "seq": s} for b in (1, 4) for s in (17, 128, 512)],
+    "gelu_tanh": CHAIN_SHAPES,
+    "silu": CHAIN_SHAPES,
+    "mish": CHAIN_SHAPES,
+}
+
+
+def _c(name: str, v) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(v, np.float32), name)
+
+
+def mlp() -> onnx.ModelProto:
+    rng = np.random.default_rng(11)
+    d, h = 512, 2048
+    inits = [_c("w1", rng.standard_normal((d, h)) / math.sqrt(d)), _c("b1", 0.1 * rng.standard_normal(h)),
+             _c("w2", rng.standard_normal((h, d)) / math.sqrt(h)), _c("b2", 0.1 * rng.standard_normal(d))]
+    nodes = [helper.make_node("Gemm", ["x", "w1", "b1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["o"]),
+             helper.make_node("Add", ["o", "x"], ["y"])]
+    g = helper.make_graph(nodes, "mlp_res", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", d])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", d])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def chain(act: str) -> onnx.ModelProto:
+    """act(x) then LayerNormalization over the last axis, on [batch, seq, WIDTH]."""
+    rng = np.random.default_rng(7)
+    n = helper.make_node
+    inits = [_c("gamma", 1.0 + 0.1 * rng.standard_normal(WIDTH)), _c("beta", 0.1 * rng.standard_normal(WIDTH))]
+    if act == "gelu_tanh":
+        inits += [_c("three", 3.0), _c("k", 0.044715), _c("s", math.sqrt(2.0 / math.pi)), _c("one", 1.0),
+                  _c("half", 0.5)]
+        nodes = [n("Pow", ["x", "three"], ["x3"]), n("Mul", ["x3", "k"], ["kx3"]), n("Add", ["x", "kx3"], ["in"]),
+                 n("Mul", ["in", "s"], ["arg"]), n("Tanh", ["arg"], ["t"]), n("Add", ["t", "one"], ["t1"]),
+                 n("Mul", ["x", "t1"], ["xt"]), n("Mul", ["xt", "half"], ["a"])]
+    elif act == "silu":
+        nodes = [n("Sigmoid", ["x"], ["sg"]), n("Mul", ["x", "sg"], ["a"])]
+    elif act == "mish":
+        nodes = [n("Softplus", ["x"], ["sp"]), n("Tanh", ["sp"], ["t"]), n("Mul", ["x", "t"], ["a"])]
+    else:
+        raise ValueError(act)
+    nodes.append(n("LayerNormalization", ["a", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5))
+    shape = ["batch", "seq", WIDTH]
+    g = helper.make_graph(nodes, f"{act}_layernorm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def flops(name: str, dims: dict) -> float | None:
+    """Multiply-adds x 2 of one call (the GEMMs and attention products; elementwise work
+    not counted), for GFLOP/s against the sgemm roof."""
+    if name == "mlp":
+        return 2.0 * dims["batch"] * (512 * 2048 * 2)
+    if name == "transformer":
+        tokens, seq, h = dims["batch"] * dims["seq"], dims["seq"], 256
+        return 2.0 * tokens * (4 * h * h + 2 * h * 1024 + 2 * seq * h)
+    return None
+
+
+def build(name: str, path: Path) -> Path:
+    if name == "transformer":
+        return ROOT / "models" / "transformer.onnx"
+    onnx.save(mlp() if name == "mlp" else chain(name), path)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--models", default=",".join(SHAPES))
+    ap.add_argument("--repeats", type=int, default=24)
+    ap.add_argument("--budget", type=float, default=2.0, help="seconds per row, roughly")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--peers", default="auto", help="comma list of ort,openvino (auto: OpenVINO if installed)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy only makes inputs here
+    from peers import available_peers, format_row, geomean, make_peers, time_row
+
+    import onnxcc
+    from onnxcc.testing import random_inputs
+
+    peer_names = available_peers(args.peers)
+    cpu_clock = args.clock == "cpu" and args.threads == 1
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            path = build(name, Path(tmp) / f"{name}.onnx")
+            t0 = time.perf_counter()
+            onnxcc.compile(path, Path(tmp) / name)
+            compile_s = time.perf_counter() - t0
+            lib = onnxcc.load(Path(tmp) / name)
+            peers = make_peers(path, args.threads, peer_names)
+            print(f"{name}: compiled in {compile_s:.2f} s, {lib.num_versions} versions", flush=True)
+            for dims in SHAPES[name]:
+                feeds = random_inputs(path, dims, seed=1)
+                row = time_row(lambda f: list(lib.run(f).values()), peers, feeds, args.repeats, args.budget,
+                               clock=time.process_time if cpu_clock else None)
+                row.update(model=name, dims=dims, threads=args.threads, clock="cpu" if cpu_clock else "wall")
+                extra = ""
+                work = flops(name, dims)
+                if work is not None:
+                    row["onnxcc_gflops"] = work / (row["onnxcc_ms"] / 1e3) / 1e9
+                    roof = ROOF_GFLOPS.get(args.threads)
+                    if roof:
+                        row["roof_share"] = row["onnxcc_gflops"] / roof
+                    extra = f"  {row['onnxcc_gflops']:6.1f} GFLOP/s" + (f" ({100 * row['roof_share']:.0f}% of sgemm)"
+                                                                        if roof else "")
+                else:  # memory-bound: bytes moved / time
+                    gb = 2 * feeds["x"].nbytes / 1e9
+                    row["mbytes"] = gb * 1e3
+                    row["onnxcc_gbs"] = gb / (row["onnxcc_ms"] / 1e3)
+                    row["roof_share"] = row["onnxcc_gbs"] / ROOF_GBS
+                    extra = f"  {row['onnxcc_gbs']:5.1f} GB/s ({100 * row['roof_share']:.0f}% of roof)"
+                rows.append(row)
+                shape = ",".join(f"{k}={v}" for k, v in dims.items())
+                errs = ", ".join(f"{n} {e:.1e}" for n, e in row["peer_max_abs_err"].items())
+                print(f"  {shape:18s} {format_row(row, peer_names)}{extra}  (err {errs})", flush=True)
+    summary = {}
+    for key, label in (("ratio", "onnxruntime"), ("ratio_best", "best peer")):
+        by_model: dict[str, list[float]] = {}
+        for r in rows:
+            if key in r:
+                by_model.setdefault(r["model"], []).append(r[key])
+        for m, v in by_model.items():
+            summary.setdefault(m, {})[key] = {"geomean": geomean(v), "min": min(v), "max": max(v)}
+            print(f"onnxcc / {label:11s} {m:12s} geomean {geomean(v):.3f}  ({min(v):.2f}-{max(v):.2f})")
+    if args.json:
+        args.json.write_text(json.dumps({"threads": args.threads, "clock": args.clock, "peers": peer_names,
+                                         "load": os.getloadavg(), "rows": rows, "models": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
