@@ -168,7 +168,7 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     """A temp acc[n, m, oh, ow] (i32, `shape`) = the 2-D integer conv sum(c, k: (X - xz) *
     (W - wz)) (+ B) for a constant W, one group and one activation zero point; None: not here.
 
-    X is copied once into a padded channels-last u8 temp xp[n, h, (w, c)] (padding = the zero
+    X is copied once into a padded channels-last u8 temp xp[n, h, w, c] (padding = the zero
     point, s8 shifted to u8); output pixel (oh, ow)'s window is then, per window row, one
     contiguous run of KW * C bytes of xp (per tap, C bytes, with a dilation along W), which
     the GEMM reads in place (kernel/i8gemm.py's segments); its result, channels last, is
@@ -193,11 +193,12 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     i32, i64, u8 = DType.i32, DType.i64, DType.u8
     zx = _zero_expr(xz, (0,) * xz.rank if xz is not None else (), shift)
     cdim = ctx.dim(cin)
-    xp = ctx.temp(u8, (n_, hp, canon(wp * cin)), "xp")
+    # 4-D (pixel, channel) so the copy's indices need no division (the GEMM reads it flat)
+    xp = ctx.temp(u8, (n_, hp, wp, cin), "xp")
 
-    def xp_body(n, h, qx):
-        pos = [h - ctx.dim(pb[0]), qx // cdim - ctx.dim(pb[1])]
-        v = cast(x[(n, qx % cdim, *pos)], i32) + Const(shift, i32)
+    def xp_body(n, h, wq, ch):
+        pos = [h - ctx.dim(pb[0]), wq - ctx.dim(pb[1])]
+        v = cast(x[(n, ch, *pos)], i32) + Const(shift, i32)
         guard = pad_guard(ctx, pos, x.shape[2:], pb, pe)
         v = v if guard is None else select(guard, v, zx)  # padding: the zero point, whose term is removed
         return cast(v, u8)
