@@ -121,19 +121,22 @@ def _u8(ctx, a: Buffer) -> Buffer:
 # ---- A (activations) @ B (constant weights) ----------------------------------------------------
 
 
-def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant | None = None) -> bool:
-    """out (i32, a.shape[:-1] + (N,)) = (A - az) @ (B - bz) for a constant 2-D B: az one element
-    or one per row of A (A of rank >= 2), bz one element or one per column; with `requant`,
-    out (u8 / i8) = its requantization (az one element). False: not here."""
+def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant | None = None,
+                trans_b: bool = False) -> bool:
+    """out (i32, a.shape[:-1] + (N,)) = (A - az) @ (B - bz) for a constant 2-D B (stored (N, K)
+    with `trans_b`, QGemm's transB): az one element or one per row of A (A of rank >= 2), bz
+    one element or one per column; with `requant`, out (u8 / i8) = its requantization (az one
+    element). False: not here."""
     if not ctx.int8_dot or b.rank != 2 or a.dtype not in (DType.u8, DType.i8):
         return False
     if requant is not None and az is not None and not _scalar_like(az):
         return False
     if az is not None and not (_scalar_like(az) or (az.rank == 1 and a.rank >= 2)):
         return False
-    wi = _folded(ctx, b, bz, 1)
+    wi = _folded(ctx, b, bz, 0 if trans_b else 1)
     if wi is None:
         return False
+    wi = wi.T if trans_b else wi
     kk, nn = wi.shape
     if kk < MIN_K or not isinstance(a.shape[-1], int) or a.shape[-1] != kk:
         return False

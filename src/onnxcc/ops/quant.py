@@ -610,8 +610,9 @@ def _mmif_lower(ctx) -> None:
     a, b, a_s, b_s, az, bz, bias = _args(ctx, ctx.inputs, 7)
     y = ctx.out(0)
     acc = ctx.temp(DType.i32, y.shape, "acc")
-    matmul_compute(ctx, acc, a.shape, b.shape, zp_loader(a, az, -2 if a.rank > 1 else -1),
-                   b_loader(ctx, 1, bz))
+    if not vnni_matmul(ctx, acc, a, az, b, bz):  # constant B on the VNNI GEMM (int8_gemm.py)
+        matmul_compute(ctx, acc, a.shape, b.shape, zp_loader(a, az, -2 if a.rank > 1 else -1),
+                       b_loader(ctx, 1, bz))
     _scaled_out_lower(ctx, y, acc, _f32(per_element(a_s, 0)), b_s, bias)
 
 
@@ -645,8 +646,9 @@ def _dqmm_lower(ctx) -> None:
     ctx.compute(aq, lambda *ix: quantize_expr(a[ix], sc[()], zp[()], DType.u8))
     acc = ctx.temp(DType.i32, y.shape, "acc")
     i32 = DType.i32
-    matmul_compute(ctx, acc, a.shape, b.shape, lambda idx: cast(aq[idx], i32) - cast(zp[()], i32),
-                   b_loader(ctx, 1, bz))
+    if not vnni_matmul(ctx, acc, aq, zp, b, bz):  # constant B on the VNNI GEMM (int8_gemm.py)
+        matmul_compute(ctx, acc, a.shape, b.shape, lambda idx: cast(aq[idx], i32) - cast(zp[()], i32),
+                       b_loader(ctx, 1, bz))
     _scaled_out_lower(ctx, y, acc, sc[()], b_s, bias)
 
 
