@@ -83,3 +83,24 @@ def test_matmul_integer_to_float_and_dynamic_quantize_matmul(tmp_path):
              for bb, mm in ((1, 1), (2, 7), (3, 17))]
     text = _run(m, tmp_path, feeds, set())
     assert text.count("call onnxcc_i8gemm(") == 2
+
+
+@pytest.mark.parametrize("n", [5, 16])
+def test_narrow_panels(tmp_path, n):
+    """N <= 16 on the 16-column panels (`_n16` callees): i32 sums, requantized u8 rows, and a
+    conv's channels-first stores (8 pixels one byte apart), M and N tails"""
+    r = np.random.default_rng(n)
+    k = 21
+    inits = {"b": _extremes(r, (k, n), np.int8), "az": np.uint8(3), "as": np.float32(0.02), "bs": np.float32(0.002),
+             "ys": np.float32(0.3), "yz": np.uint8(9), "w": _extremes(r, (n, 4, 3, 3), np.int8), "xz": np.uint8(250),
+             "ws": r.uniform(1e-3, 3e-3, n).astype(np.float32), "bz": np.int8(0)}
+    nodes = [h.make_node("MatMulInteger", ["a", "b", "az"], ["y0"]),
+             h.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y1"]),
+             h.make_node("QLinearConv", ["x", "as", "xz", "w", "ws", "bz", "ys", "yz"], ["y2"], pads=[1, 1, 1, 1])]
+    m = _model(nodes, [("a", T.UINT8, ["M", k]), ("x", T.UINT8, ["N", 4, "H", "W"])],
+               [("y0", T.INT32), ("y1", T.UINT8), ("y2", T.UINT8)], inits)
+    feeds = [{"a": _extremes(r, (mm, k), np.uint8), "x": _extremes(r, (nb, 4, hh, ww), np.uint8)}
+             for mm, nb, hh, ww in ((1, 1, 3, 3), (9, 2, 5, 7), (30, 1, 11, 13))]
+    text = _run(m, tmp_path, feeds, {"y0", "y1", "y2"})
+    calls = text.count("call onnxcc_i8gemm")
+    assert calls >= 3 and text.count("_n16(") == calls  # every version's three calls narrow

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..ir import DType, canon
 from ..kernel import Buffer, CallStmt, Const, cast, select
-from ..kernel.i8gemm import pack_q
+from ..kernel.i8gemm import NR_NARROW, pack_q, panel_width
 from .int_gemm import pad_guard
 
 MIN_K = 8
@@ -76,6 +76,7 @@ def _call(ctx, sizes, p: Buffer, q: Buffer, c: Buffer, table: Buffer | None = No
     """the CallStmt (kernel/i8gemm.py); `cols` (bias, scale) and `zp` for the requantizing
     variants (C u8 / i8)"""
     fn = "onnxcc_i8gemm" + ("" if table is None else "_rows") + ("" if cols is None else f"_{c.dtype.value}")
+    fn += "_n16" if panel_width(sizes[2]) == NR_NARROW else ""
     bufs = (p.name, q.name, c.name) + (() if table is None else (table.name,))
     bufs += () if cols is None else (cols[0].name, cols[1].name)
     exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, cs)) + (Const(0, DType.i64) if zp is None else zp,)
@@ -144,7 +145,7 @@ def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant
         return False
     m = canon(functools.reduce(operator.mul, a.shape[:-1], 1))
     shift = 128 if a.dtype is DType.i8 else 0
-    q = ctx.const(pack_q(wi.astype(np.int8)), "bq")
+    q = ctx.const(pack_q(wi.astype(np.int8), nr=panel_width(nn)), "bq")
     p = _u8(ctx, a)
     if requant is not None:
         cols = _columns(ctx, nn, _zero_value(ctx, az, shift), wi.sum(axis=0), None, requant)
@@ -217,7 +218,7 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     s0, ss0 = kh, canon(dil[0] * wp * cin)
     s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
     wk = wi.transpose(0, 2, 3, 1).reshape(mo, red)
-    q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), s0 * s1), "wq")
+    q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), s0 * s1, panel_width(mo)), "wq")
     npix = canon(oh_ * ow_)
     if requant is not None and out is not None:
         cols = _columns(ctx, mo, _zero_value(ctx, xz, shift), wk.sum(axis=1), bdata, requant)
