@@ -79,8 +79,10 @@ def test_depthwise_qlinear_conv_and_conv_integer(tmp_path, case):
     m = _model(nodes, [("x", xt, ["N", c, "H", "W"])], outs, inits)
     feeds = [{"x": _extremes(r, (n, c, hh, ww), xdt)} for n, hh, ww in ((1, 5, 7), (2, 9, 4), (1, 13, 11))]
     text = _run(m, tmp_path, feeds)
-    # the depthwise kernel took it: its folded weights, no f32 conv and no VNNI call
+    # the depthwise kernel took it: its folded weights, no f32 conv and no VNNI call; its
+    # channels-last result kept a buffer (not recomputed in the channels-first reader's order)
     assert "wdw" in text and "i8gemm" not in text and "xf_" not in text
+    assert "temp dwl" in text
 
 
 def test_runtime_zero_point_and_no_bias(tmp_path):
