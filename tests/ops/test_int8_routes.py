@@ -88,7 +88,7 @@ def test_matmul_integer_to_float_and_dynamic_quantize_matmul(tmp_path):
 @pytest.mark.parametrize("n", [5, 16])
 def test_narrow_panels(tmp_path, n):
     """N <= 16 on the 16-column panels (`_n16` callees): i32 sums, requantized u8 rows, and a
-    conv's channels-first stores (8 pixels one byte apart), M and N tails"""
+    requantized conv (its channels-last store), M and N tails"""
     r = np.random.default_rng(n)
     k = 21
     inits = {"b": _extremes(r, (k, n), np.int8), "az": np.uint8(3), "as": np.float32(0.02), "bs": np.float32(0.002),

@@ -185,7 +185,7 @@ def _requant(module: ir.Module, b: ir.IRBuilder, vals, bias: ir.Value, scale: ir
 def _store(module: ir.Module, b: ir.IRBuilder, vals, c: ir.Value, ldc: ir.Value, cs: ir.Value, ncols: ir.Value,
            masks: list[ir.Value], ety: ir.IntType) -> None:
     """the tile's vectors into C: masked vector stores where columns are contiguous (cs = 1),
-    else element by element (a conv's channels-first output: column j at c + j*cs)"""
+    else element by element (column j at c + j*cs; the lowering stores densely today)"""
     vt = ir.VectorType(ety, 16)
     bits = ety.width
     mstore = get_or_declare(module, f"llvm.masked.store.v16i{bits}.p0", ir.FunctionType(VOID, [vt, PTR, I32, _MASK]))
@@ -198,43 +198,7 @@ def _store(module: ir.Module, b: ir.IRBuilder, vals, c: ir.Value, ldc: ir.Value,
                     cp = b.gep(crow, [i64(16 * v)], inbounds=True, name="c.p", source_etype=ety)
                     b.call(mstore, [x, cp, i32(bits // 8), masks[v]])
         with otherwise:
-            if len(vals) == 8 and ety == I8:
-                # 8 rows of bytes one apart (ldc = 1: a conv's channels-first output): each
-                # column's 8 bytes are one word, stored at once after a transpose of the tile
-                with if_else(b, b.icmp_unsigned("==", ldc, i64(1), name="rows.packed"), name="tstore") as (tr, gen):
-                    with tr:
-                        _store_transposed(b, vals, c, cs, ncols)
-                    with gen:
-                        _store_each(b, vals, c, ldc, cs, ncols, ety)
-            else:
-                _store_each(b, vals, c, ldc, cs, ncols, ety)
-
-
-def _store_transposed(b: ir.IRBuilder, vals, c: ir.Value, cs: ir.Value, ncols: ir.Value) -> None:
-    """8 rows x 16*len(vals[0]) columns of bytes, element (r, j) at c + r + j*cs: column j's 8 bytes (rows
-    0-7 in order) gathered by one byte shuffle of the tile into i64 lane j, then one 8-byte
-    store per column"""
-    nr = 16 * len(vals[0])
-    words = alloca_once(b, ir.ArrayType(I64, nr), f"c.words{nr}")
-    w16 = ir.VectorType(I64, 16)
-    for v in range(len(vals[0])):
-        rows = [row[v] for row in vals]
-        width = 16
-        while len(rows) > 1:  # concatenate pairwise: 8 x <16 x i8> -> <128 x i8>
-            rows = [b.shuffle_vector(rows[i], rows[i + 1], ir.Constant(ir.VectorType(I32, 2 * width),
-                                                                       list(range(2 * width))), name="cat")
-                    for i in range(0, len(rows), 2)]
-            width *= 2
-        order = [r * 16 + j for j in range(16) for r in range(8)]
-        t = b.shuffle_vector(rows[0], ir.Constant(rows[0].type, ir.Undefined),
-                             ir.Constant(ir.VectorType(I32, 128), order), name="tile.t")
-        at = b.gep(words, [i64(0), i64(16 * v)], inbounds=True, name="c.wv")
-        b.store(b.bitcast(t, w16, name="cols"), b.bitcast(at, w16.as_pointer(), name="c.wvp"), align=8)
-    cols = umin(b, ncols, i64(nr), "c.n")
-    with for_range(b, cols, "cj", guard=True) as j:
-        e = b.load(b.gep(words, [i64(0), j], inbounds=True, name="c.wp"), name="col")
-        dst = b.gep(c, [mul(b, j, cs, "c.j")], inbounds=True, name="c.e", source_etype=I8)
-        b.store(e, b.bitcast(dst, I64.as_pointer(), name="c.ep"), align=1)
+            _store_each(b, vals, c, ldc, cs, ncols, ety)
 
 
 def _store_each(b: ir.IRBuilder, vals, c: ir.Value, ldc: ir.Value, cs: ir.Value, ncols: ir.Value,
