@@ -4,6 +4,7 @@ and the packed layout of the weights.
 
     call onnxcc_i8gemm(batch, M, N, S0, SS0, S1, SS1, L, lda, sp, ldc, sc, cs, zp; P, Q, C) -> C
     call onnxcc_i8gemm_rows(same sizes; P, Q, C, T) -> C
+    (each also as ..._n16: Q packed in panels of NR_NARROW columns, for N <= 16)
 
     acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + row(m) + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
     C[b*sc + m*ldc + n*cs] = acc(b, m, n)                                         (i32)
@@ -26,24 +27,34 @@ import numpy as np
 
 NR = 32
 """columns per packed panel"""
-CALLEES = {f"onnxcc_i8gemm{r}{o}": (bool(r), o[1:] or "i32") for r in ("", "_rows") for o in ("", "_u8", "_i8")}
-"""CallStmt name -> (whether the rows' offsets come from a table, what C holds: i32, u8, i8)"""
+NR_NARROW = 16
+"""columns per panel of the `_n16` callees: N <= 16 (a mobile net's 8- and 16-channel convs)
+would leave half or more of a 32-column panel's lanes idle"""
+CALLEES = {f"onnxcc_i8gemm{r}{o}{w}": (bool(r), o[1:] or "i32", NR_NARROW if w else NR)
+           for r in ("", "_rows") for o in ("", "_u8", "_i8") for w in ("", "_n16")}
+"""CallStmt name -> (whether the rows' offsets come from a table, what C holds: i32, u8, i8,
+columns per panel)"""
 
 
-def panels(n: int) -> int:
-    return -(-n // NR)
+def panel_width(n: int) -> int:
+    """the panel width for N columns: NR_NARROW up to 16, else NR"""
+    return NR_NARROW if n <= NR_NARROW else NR
 
 
-def pack_q(w: np.ndarray, segments: int = 1) -> np.ndarray:
+def panels(n: int, nr: int = NR) -> int:
+    return -(-n // nr)
+
+
+def pack_q(w: np.ndarray, segments: int = 1, nr: int = NR) -> np.ndarray:
     """Constant weights (K, N) (K = segments * L, segment-major) as the packed Q
-    [panels(N), segments * ceil(L/4) * 4 / 4, NR, 4] (int8), zero-padded."""
+    [panels(N), segments * ceil(L/4) * 4 / 4, nr, 4] (int8), zero-padded."""
     kk, nn = w.shape
     seg_len = kk // segments
     l4 = -(-seg_len // 4) * 4
-    full = np.zeros((segments, l4, panels(nn) * NR), w.dtype)
+    full = np.zeros((segments, l4, panels(nn, nr) * nr), w.dtype)
     full[:, :seg_len, :nn] = w.reshape(segments, seg_len, nn)
     g = segments * l4 // 4
-    return np.ascontiguousarray(full.reshape(g, 4, panels(nn), NR).transpose(2, 0, 3, 1))
+    return np.ascontiguousarray(full.reshape(g, 4, panels(nn, nr), nr).transpose(2, 0, 3, 1))
 
 
-__all__ = ["CALLEES", "NR", "pack_q", "panels"]
+__all__ = ["CALLEES", "NR", "NR_NARROW", "pack_q", "panel_width", "panels"]

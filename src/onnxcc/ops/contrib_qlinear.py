@@ -28,6 +28,7 @@ import numpy as np
 from .. import kernel as K
 from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, rmax, rsum, select
+from .int8_gemm import vnni_matmul
 from .int_gemm import per_element
 from .matmul import matmul_compute
 from .nn import pool, window_geometry
@@ -547,7 +548,9 @@ def _qgemm_lower(ctx) -> None:
         return v - cast(per_element(bz, idx[1]), i32)
 
     acc = ctx.temp(i32, (m, n), "acc")
-    matmul_compute(ctx, acc, (m, k), (k, n), load_a, load_b)
+    # constant B on the VNNI GEMM (int8_gemm.py), the same exact i32 sums; the epilogue below
+    if ta or not vnni_matmul(ctx, acc, a, az, b, bz, trans_b=bool(tb)):
+        matmul_compute(ctx, acc, (m, k), (k, n), load_a, load_b)
     alpha = Const(float(np.float32(ctx.attr("alpha", 1.0))), DType.f32)
 
     def body(i, j):

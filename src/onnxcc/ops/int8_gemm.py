@@ -20,12 +20,15 @@ import numpy as np
 
 from ..ir import DType, canon
 from ..kernel import Buffer, CallStmt, Const, cast, select
-from ..kernel.i8gemm import pack_q
+from ..kernel.i8gemm import NR_NARROW, pack_q, panel_width
 from .int_gemm import pad_guard
 
-MIN_K = 16
+MIN_K = 8
 """shorter contractions stay on the caller's path (the packing and the call cost more than
-the vectorized dot products)"""
+the vectorized dot products). 8, not 16: a mobile net's 1x1 convs over 8 channels took the f32
+path, whose channels-first operand also pulled the depthwise conv before it out of its
+channels-last order (int8_depthwise.py); on the GEMM, mobilenet_v2_qop_u8_s8 went 1.18x ->
+1.03x onnxruntime (1 thread, batch 2, 96x80)."""
 
 
 def _scalar_like(buf) -> bool:
@@ -73,6 +76,7 @@ def _call(ctx, sizes, p: Buffer, q: Buffer, c: Buffer, table: Buffer | None = No
     """the CallStmt (kernel/i8gemm.py); `cols` (bias, scale) and `zp` for the requantizing
     variants (C u8 / i8)"""
     fn = "onnxcc_i8gemm" + ("" if table is None else "_rows") + ("" if cols is None else f"_{c.dtype.value}")
+    fn += "_n16" if panel_width(sizes[2]) == NR_NARROW else ""
     bufs = (p.name, q.name, c.name) + (() if table is None else (table.name,))
     bufs += () if cols is None else (cols[0].name, cols[1].name)
     exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, cs)) + (Const(0, DType.i64) if zp is None else zp,)
@@ -118,19 +122,22 @@ def _u8(ctx, a: Buffer) -> Buffer:
 # ---- A (activations) @ B (constant weights) ----------------------------------------------------
 
 
-def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant | None = None) -> bool:
-    """out (i32, a.shape[:-1] + (N,)) = (A - az) @ (B - bz) for a constant 2-D B: az one element
-    or one per row of A (A of rank >= 2), bz one element or one per column; with `requant`,
-    out (u8 / i8) = its requantization (az one element). False: not here."""
+def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant | None = None,
+                trans_b: bool = False) -> bool:
+    """out (i32, a.shape[:-1] + (N,)) = (A - az) @ (B - bz) for a constant 2-D B (stored (N, K)
+    with `trans_b`, QGemm's transB): az one element or one per row of A (A of rank >= 2), bz
+    one element or one per column; with `requant`, out (u8 / i8) = its requantization (az one
+    element). False: not here."""
     if not ctx.int8_dot or b.rank != 2 or a.dtype not in (DType.u8, DType.i8):
         return False
     if requant is not None and az is not None and not _scalar_like(az):
         return False
     if az is not None and not (_scalar_like(az) or (az.rank == 1 and a.rank >= 2)):
         return False
-    wi = _folded(ctx, b, bz, 1)
+    wi = _folded(ctx, b, bz, 0 if trans_b else 1)
     if wi is None:
         return False
+    wi = wi.T if trans_b else wi
     kk, nn = wi.shape
     if kk < MIN_K or not isinstance(a.shape[-1], int) or a.shape[-1] != kk:
         return False
@@ -138,7 +145,7 @@ def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant
         return False
     m = canon(functools.reduce(operator.mul, a.shape[:-1], 1))
     shift = 128 if a.dtype is DType.i8 else 0
-    q = ctx.const(pack_q(wi.astype(np.int8)), "bq")
+    q = ctx.const(pack_q(wi.astype(np.int8), nr=panel_width(nn)), "bq")
     p = _u8(ctx, a)
     if requant is not None:
         cols = _columns(ctx, nn, _zero_value(ctx, az, shift), wi.sum(axis=0), None, requant)
@@ -168,12 +175,13 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     """A temp acc[n, m, oh, ow] (i32, `shape`) = the 2-D integer conv sum(c, k: (X - xz) *
     (W - wz)) (+ B) for a constant W, one group and one activation zero point; None: not here.
 
-    X is copied once into a padded channels-last u8 temp xp[n, h, (w, c)] (padding = the zero
+    X is copied once into a padded channels-last u8 temp xp[n, h, w, c] (padding = the zero
     point, s8 shifted to u8); output pixel (oh, ow)'s window is then, per window row, one
     contiguous run of KW * C bytes of xp (per tap, C bytes, with a dilation along W), which
     the GEMM reads in place (kernel/i8gemm.py's segments); its result, channels last, is
     read back into NCHW by the correction. With `requant` the GEMM stores the requantized
-    result straight into `out` (channels first) and returns it."""
+    result channels last into a temp and `out` (channels first) is written as its index
+    remap, which fusion folds into the readers; returns `out`."""
     outs, pb, pe, strides, dil = geometry
     if not ctx.int8_dot or ctx.attr("group", 1) != 1 or x.dtype not in (DType.u8, DType.i8) or x.rank != 4:
         return None
@@ -193,11 +201,12 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     i32, i64, u8 = DType.i32, DType.i64, DType.u8
     zx = _zero_expr(xz, (0,) * xz.rank if xz is not None else (), shift)
     cdim = ctx.dim(cin)
-    xp = ctx.temp(u8, (n_, hp, canon(wp * cin)), "xp")
+    # 4-D (pixel, channel) so the copy's indices need no division (the GEMM reads it flat)
+    xp = ctx.temp(u8, (n_, hp, wp, cin), "xp")
 
-    def xp_body(n, h, qx):
-        pos = [h - ctx.dim(pb[0]), qx // cdim - ctx.dim(pb[1])]
-        v = cast(x[(n, qx % cdim, *pos)], i32) + Const(shift, i32)
+    def xp_body(n, h, wq, ch):
+        pos = [h - ctx.dim(pb[0]), wq - ctx.dim(pb[1])]
+        v = cast(x[(n, ch, *pos)], i32) + Const(shift, i32)
         guard = pad_guard(ctx, pos, x.shape[2:], pb, pe)
         v = v if guard is None else select(guard, v, zx)  # padding: the zero point, whose term is removed
         return cast(v, u8)
@@ -210,13 +219,20 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     s0, ss0 = kh, canon(dil[0] * wp * cin)
     s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
     wk = wi.transpose(0, 2, 3, 1).reshape(mo, red)
-    q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), s0 * s1), "wq")
+    q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), s0 * s1, panel_width(mo)), "wq")
     npix = canon(oh_ * ow_)
     if requant is not None and out is not None:
         cols = _columns(ctx, mo, _zero_value(ctx, xz, shift), wk.sum(axis=1), bdata, requant)
-        # element (pixel, channel) of image n at out + n*M*npix + pixel + channel*npix
-        _call(ctx, (n_, npix, mo, s0, ss0, s1, ss1, seg, 0, canon(hp * wp * cin), 1, canon(npix * mo)), xp, q, out,
-              table, cols=cols, zp=requant[1], cs=npix)
+        # stored channels last (dense vector stores), `out` its index remap, which fusion
+        # inlines into the readers: the next conv's channels-last copy (a mobile net's 1x1 ->
+        # depthwise -> 1x1) then moves contiguous bytes instead of transposing twice.
+        # Measured (1 thread): mobilenet_v2_qop_u8_s8 1.05-1.09x -> 0.85-0.90x onnxruntime at
+        # batch 2 96x80, convnet_qop_u8_s8_pc 1.11x -> 0.86x at 64x64
+        o = ctx.temp(out.dtype, (n_, npix, mo), "onhwc")
+        _call(ctx, (n_, npix, mo, s0, ss0, s1, ss1, seg, 0, canon(hp * wp * cin), mo, canon(npix * mo)), xp, q, o,
+              table, cols=cols, zp=requant[1])
+        owd = ctx.dim(ow_)
+        ctx.compute(out, lambda n, m, oh, ow: o[(n, oh * owd + ow, m)])
         return out
     s = ctx.temp(i32, (n_, npix, mo), "s")
     _call(ctx, (n_, npix, mo, s0, ss0, s1, ss1, seg, 0, canon(hp * wp * cin), mo, canon(npix * mo)), xp, q, s,

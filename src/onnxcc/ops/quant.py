@@ -28,22 +28,19 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, Var, broadcast_indices, cast, clamp, rmax, rmin, rsum, select
 from .dtypes import onnx_dtype
 from .elementwise import SATURATING, cast_array, kwiden
+from .int8_depthwise import depthwise_qconv
 from .int8_gemm import vnni_conv, vnni_matmul
 from .int_as_f32 import float_conv
 from .int_gemm import b_loader, conv_im2col, conv_rows, nonzero_zero_point, per_element, zp_loader
 from .matmul import matmul_compute, matmul_integer, matmul_shape
 from .nn import conv, window_geometry
 from .pad_guard import pad_guard
+from .quant_requant import qrange, requant_expr, requant_np
 from .registry import InferCtx, RefCtx, define, onnx_inputs
 
 _QTYPES = (DType.u8, DType.i8, DType.u16, DType.i16, DType.i32, DType.u4, DType.i4, DType.u2, DType.i2,
            DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz, DType.f4e2m1)
 _FLOATS = (DType.f32, DType.f16, DType.bf16)
-
-
-def qrange(dt: DType) -> tuple[int, int]:
-    info = ml_dtypes.iinfo(dt.np) if dt.is_small else np.iinfo(dt.np)
-    return int(info.min), int(info.max)
 
 
 def _args(ctx, items, n: int) -> list:
@@ -411,7 +408,10 @@ def _convint_ref(ctx: RefCtx, *args):
 def _convint_lower(ctx) -> None:
     x, w, xz, wz = _args(ctx, ctx.inputs, 4)
     y = ctx.out(0)
-    acc = vnni_conv(ctx, y.shape, x, xz, w, wz, None, _conv_geometry(ctx, x.shape, w.shape))
+    geometry = _conv_geometry(ctx, x.shape, w.shape)
+    if depthwise_qconv(ctx, y, x, xz, w, wz, None, geometry):  # int8_depthwise.py
+        return
+    acc = vnni_conv(ctx, y.shape, x, xz, w, wz, None, geometry)
     if acc is not None:  # constant W on the VNNI GEMM (int8_gemm.py)
         ctx.compute(y, lambda *ix: acc[ix])
         return
@@ -427,24 +427,6 @@ define("onnx.ConvInteger", infer=_convint_infer, reference=_convint_ref, lower=_
 
 def _vec(p: np.ndarray) -> np.ndarray:
     return np.asarray(p, np.float32).reshape(-1)
-
-
-def requant_np(acc: np.ndarray, mult: np.ndarray, zp, dt: DType) -> np.ndarray:
-    q = np.rint(acc.astype(np.float32) * mult.astype(np.float32)).astype(np.float64)
-    lo, hi = qrange(dt)
-    return np.clip(q + np.asarray(zp, np.float64).reshape(()), lo, hi).astype(dt.np)
-
-
-def requant_expr(acc: K.Expr, mult: K.Expr, zp: K.Expr, dt: DType) -> K.Expr:
-    """`requant_np` in f32, which gives the same 8-bit result: round() is an integer in f32;
-    below 2**24 adding the zero point (|zp| <= 255) is exact, above it the sum rounds but
-    still clamps to the same end of the range (f32 vectors are twice as wide as f64)."""
-    lo, hi = qrange(dt)
-    if dt.bits > 16:
-        q = cast(K.unary("round", cast(acc, DType.f32) * mult), DType.f64) + cast(zp, DType.f64)
-        return cast(clamp(q, Const(float(lo), DType.f64), Const(float(hi), DType.f64)), dt)
-    q = K.unary("round", cast(acc, DType.f32) * mult) + cast(zp, DType.f32)
-    return cast(clamp(q, Const(float(lo), DType.f32), Const(float(hi), DType.f32)), dt)
 
 
 def _qlmm_infer(ctx: InferCtx):
@@ -516,7 +498,10 @@ def _qlconv_lower(ctx) -> None:
     # the f32 GEMM where exact, else the integer loops
     requant = (lambda j: _f32(per_element(x_s, 0)) * _f32(per_element(w_s, j)) / _f32(per_element(y_s, 0)),
                cast(per_element(yz, 0), DType.i64), y.dtype)
-    if vnni_conv(ctx, y.shape, x, xz, w, wz, b, _conv_geometry(ctx, x.shape, w.shape), requant, y) is not None:
+    geometry = _conv_geometry(ctx, x.shape, w.shape)
+    if depthwise_qconv(ctx, y, x, xz, w, wz, b, geometry, requant):  # int8_depthwise.py
+        return
+    if vnni_conv(ctx, y.shape, x, xz, w, wz, b, geometry, requant, y) is not None:
         return
     acc = float_conv(ctx, y.shape, x, xz, w, wz, b)
     if acc is None:
@@ -625,8 +610,9 @@ def _mmif_lower(ctx) -> None:
     a, b, a_s, b_s, az, bz, bias = _args(ctx, ctx.inputs, 7)
     y = ctx.out(0)
     acc = ctx.temp(DType.i32, y.shape, "acc")
-    matmul_compute(ctx, acc, a.shape, b.shape, zp_loader(a, az, -2 if a.rank > 1 else -1),
-                   b_loader(ctx, 1, bz))
+    if not vnni_matmul(ctx, acc, a, az, b, bz):  # constant B on the VNNI GEMM (int8_gemm.py)
+        matmul_compute(ctx, acc, a.shape, b.shape, zp_loader(a, az, -2 if a.rank > 1 else -1),
+                       b_loader(ctx, 1, bz))
     _scaled_out_lower(ctx, y, acc, _f32(per_element(a_s, 0)), b_s, bias)
 
 
@@ -660,8 +646,9 @@ def _dqmm_lower(ctx) -> None:
     ctx.compute(aq, lambda *ix: quantize_expr(a[ix], sc[()], zp[()], DType.u8))
     acc = ctx.temp(DType.i32, y.shape, "acc")
     i32 = DType.i32
-    matmul_compute(ctx, acc, a.shape, b.shape, lambda idx: cast(aq[idx], i32) - cast(zp[()], i32),
-                   b_loader(ctx, 1, bz))
+    if not vnni_matmul(ctx, acc, aq, zp, b, bz):  # constant B on the VNNI GEMM (int8_gemm.py)
+        matmul_compute(ctx, acc, a.shape, b.shape, lambda idx: cast(aq[idx], i32) - cast(zp[()], i32),
+                       b_loader(ctx, 1, bz))
     _scaled_out_lower(ctx, y, acc, sc[()], b_s, bias)
 
 

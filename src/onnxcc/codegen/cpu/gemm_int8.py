@@ -9,10 +9,10 @@ one signature `i32 fn(const i64 *sizes, void *const *bufs)`.
 One vpdpbusd adds four u8 x s8 products (each fits 16 bits, their sum 18) into every i32
 lane without saturation: the sums are exact, as the i32 contraction (wrapping like it past
 2**31). The activations (u8) are broadcast four bytes at a time, the packed weights (s8)
-loaded NR columns at a time.
+loaded NR (or, for N <= 16, NR_NARROW) columns at a time.
 
 The work is split over (batch, row block, panel) tasks through onnxcc_parallel_for when it
-is big; a task computes its rows MR at a time by a micro-kernel holding MR x NR/16 zmm
+is big; a task computes its rows MR at a time by a micro-kernel holding MR x nr/16 zmm
 accumulators, the last rows (M % MR) by a kernel of that many rows."""
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from ..llvm.helpers import I1, I8, I32, I64, PTR, VOID, alloca_once, for_range, 
 from .gemm_ir import add, ceildiv, mul, umin
 
 MR = 8
-"""rows of P per micro-kernel call (MR x NV accumulators, 16 of the 32 zmm)"""
-NV = NR // 16
-"""16-lane i32 vectors per panel row"""
+"""rows of P per micro-kernel call (MR x nr/16 accumulators, 16 of the 32 zmm at nr = NR)"""
 PAR_MIN_WORK = 1 << 18
 """M*N*K below which the GEMM runs on the calling thread"""
 
@@ -52,13 +50,14 @@ RB = 12 * MR
 """rows per parallel task"""
 
 
-def _ukr(module: ir.Module, rows: int, out: str) -> ir.Function:
+def _ukr(module: ir.Module, rows: int, out: str, nr: int = NR) -> ir.Function:
     """`void ukr(ptr rowp, ptr q, i64 S0, i64 SS0, i64 S1, i64 SS1, i64 L, ptr c, i64 ldc,
-    i64 cs, i64 ncols[, ptr bias, ptr scale, i64 zp])`: rows x NR of C from one packed panel q
+    i64 cs, i64 ncols[, ptr bias, ptr scale, i64 zp])`: rows x nr of C from one packed panel q
     and `rows` rows of P, row r starting at rowp[r] (a pointer); element (r, j) of the tile at
     c + r*ldc + j*cs; columns >= ncols are not stored. `out` "i32" stores the sums, "u8" / "i8"
     their requantization (`_requant`)."""
-    name = f"onnxcc.i8gemm.ukr.{rows}x{NR}.{out}"
+    name = f"onnxcc.i8gemm.ukr.{rows}x{nr}.{out}"
+    nv = nr // 16  # 16-lane i32 vectors per panel row
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -76,7 +75,7 @@ def _ukr(module: ir.Module, rows: int, out: str) -> ir.Function:
         a.add_attribute("noalias")
     dot = get_or_declare(module, "llvm.x86.avx512.vpdpbusd.512", ir.FunctionType(_V, [_V, _V, _V]))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    acc = [[b.alloca(_V, name=f"acc.{r}.{v}") for v in range(NV)] for r in range(rows)]
+    acc = [[b.alloca(_V, name=f"acc.{r}.{v}") for v in range(nv)] for r in range(rows)]
     zero = ir.Constant(_V, [0] * 16)
     for row in acc:
         for slot in row:
@@ -90,11 +89,11 @@ def _ukr(module: ir.Module, rows: int, out: str) -> ir.Function:
 
     def group(qg: ir.Value, word) -> None:
         """one group of four k: row r's four bytes `word(r)` (an i32) against the panel's"""
-        qrow = _gep8(b, q, mul(b, qg, NR * 4, "q.off"), "q.g")
-        qv = [b.load(_gep8(b, qrow, 64 * v, "q.p"), name=f"q{v}", typ=_V, align=1) for v in range(NV)]
+        qrow = _gep8(b, q, mul(b, qg, nr * 4, "q.off"), "q.g")
+        qv = [b.load(_gep8(b, qrow, 64 * v, "q.p"), name=f"q{v}", typ=_V, align=1) for v in range(nv)]
         for r in range(rows):
             pv = _splat(b, word(r), f"p{r}")
-            for v in range(NV):
+            for v in range(nv):
                 cur = b.load(acc[r][v], name="acc", typ=_V)
                 b.store(b.call(dot, [cur, pv, qv[v]], name="dot"), acc[r][v])  # (u8 x s8) x 4
 
@@ -124,8 +123,8 @@ def _ukr(module: ir.Module, rows: int, out: str) -> ir.Function:
                     group(add(b, q0, groups, "q.i"), lambda r: words[r])
                 with otherwise:
                     pass
-    masks = _column_masks(b, ncols)
-    vals = [[b.load(acc[r][v], name="sum", typ=_V) for v in range(NV)] for r in range(rows)]
+    masks = _column_masks(b, ncols, nv)
+    vals = [[b.load(acc[r][v], name="sum", typ=_V) for v in range(nv)] for r in range(rows)]
     if out != "i32":
         vals = _requant(module, b, vals, fn.args[11], fn.args[12], fn.args[13], masks, out == "i8")
     _store(module, b, vals, c, ldc, cs, ncols, masks, I32 if out == "i32" else I8)
@@ -133,11 +132,11 @@ def _ukr(module: ir.Module, rows: int, out: str) -> ir.Function:
     return fn
 
 
-def _column_masks(b: ir.IRBuilder, ncols: ir.Value) -> list[ir.Value]:
+def _column_masks(b: ir.IRBuilder, ncols: ir.Value, nv: int) -> list[ir.Value]:
     """lane l of vector v is a column of the tile when v*16 + l < ncols"""
     iota = ir.Constant(ir.VectorType(I64, 16), list(range(16)))
     masks = []
-    for v in range(NV):
+    for v in range(nv):
         left = b.sub(ncols, i64(16 * v), name=f"left{v}")
         undef = ir.Constant(ir.VectorType(I64, 16), ir.Undefined)
         lv = b.shuffle_vector(b.insert_element(undef, left, i32(0), name="left.ins"), undef,
@@ -164,7 +163,7 @@ def _requant(module: ir.Module, b: ir.IRBuilder, vals, bias: ir.Value, scale: ir
     zf = ir.Constant(vf, [0.0] * 16)
     zpf = b.sitofp(_splat(b, b.trunc(zp, I32, name="zp32"), "zp"), vf, name="zp.f")
     cols = []
-    for v in range(NV):
+    for v in range(len(masks)):
         bp = b.gep(bias, [i64(16 * v)], inbounds=True, name="bias.p", source_etype=I32)
         sp = b.gep(scale, [i64(16 * v)], inbounds=True, name="scale.p", source_etype=ir.FloatType())
         cols.append((b.call(mload_i, [bp, i32(4), masks[v], zi], name=f"bias{v}"),
@@ -186,7 +185,7 @@ def _requant(module: ir.Module, b: ir.IRBuilder, vals, bias: ir.Value, scale: ir
 def _store(module: ir.Module, b: ir.IRBuilder, vals, c: ir.Value, ldc: ir.Value, cs: ir.Value, ncols: ir.Value,
            masks: list[ir.Value], ety: ir.IntType) -> None:
     """the tile's vectors into C: masked vector stores where columns are contiguous (cs = 1),
-    else element by element (a conv's channels-first output: column j at c + j*cs)"""
+    else element by element (column j at c + j*cs; the lowering stores densely today)"""
     vt = ir.VectorType(ety, 16)
     bits = ety.width
     mstore = get_or_declare(module, f"llvm.masked.store.v16i{bits}.p0", ir.FunctionType(VOID, [vt, PTR, I32, _MASK]))
@@ -199,24 +198,32 @@ def _store(module: ir.Module, b: ir.IRBuilder, vals, c: ir.Value, ldc: ir.Value,
                     cp = b.gep(crow, [i64(16 * v)], inbounds=True, name="c.p", source_etype=ety)
                     b.call(mstore, [x, cp, i32(bits // 8), masks[v]])
         with otherwise:
-            # each row through a stack copy, its columns stored one by one (a loop, not 32 stores)
-            buf = alloca_once(b, ir.ArrayType(ety, NR), "c.tmp")
-            cols = umin(b, ncols, i64(NR), "c.n")
-            for r, row in enumerate(vals):
-                for v, x in enumerate(row):
-                    at = b.gep(buf, [i64(0), i64(16 * v)], inbounds=True, name="c.tv")
-                    b.store(x, b.bitcast(at, vt.as_pointer(), name="c.tvv"), align=1)
-                crow = b.gep(c, [mul(b, ldc, r, "c.off") if r else i64(0)], inbounds=True, name="c.row",
-                             source_etype=ety)
-                with for_range(b, cols, "cj", guard=True) as j:
-                    e = b.load(b.gep(buf, [i64(0), j], inbounds=True, name="c.tp"), name="e")
-                    b.store(e, b.gep(crow, [mul(b, j, cs, "c.j")], inbounds=True, name="c.e", source_etype=ety))
+            _store_each(b, vals, c, ldc, cs, ncols, ety)
 
 
-def _body(module: ir.Module, table: bool, out: str) -> ir.Function:
+def _store_each(b: ir.IRBuilder, vals, c: ir.Value, ldc: ir.Value, cs: ir.Value, ncols: ir.Value,
+                ety: ir.IntType) -> None:
+    """the general strided store: each row through a stack copy, its columns stored one by one
+    (a loop, not 32 stores)"""
+    vt = ir.VectorType(ety, 16)
+    nr = 16 * len(vals[0])
+    buf = alloca_once(b, ir.ArrayType(ety, nr), f"c.tmp{nr}")
+    cols = umin(b, ncols, i64(nr), "c.n")
+    for r, row in enumerate(vals):
+        for v, x in enumerate(row):
+            at = b.gep(buf, [i64(0), i64(16 * v)], inbounds=True, name="c.tv")
+            b.store(x, b.bitcast(at, vt.as_pointer(), name="c.tvv"), align=1)
+        crow = b.gep(c, [mul(b, ldc, r, "c.off") if r else i64(0)], inbounds=True, name="c.row",
+                     source_etype=ety)
+        with for_range(b, cols, "cj", guard=True) as j:
+            e = b.load(b.gep(buf, [i64(0), j], inbounds=True, name="c.tp"), name="e")
+            b.store(e, b.gep(crow, [mul(b, j, cs, "c.j")], inbounds=True, name="c.e", source_etype=ety))
+
+
+def _body(module: ir.Module, table: bool, out: str, nr: int) -> ir.Function:
     """`void body(i64 begin, i64 end, ptr ctx)`: tasks [begin, end) of the (batch, row block,
     panel) grid; ctx = {sizes, bufs} of the call."""
-    name = f"onnxcc.i8gemm.tasks{'.rows' if table else ''}.{out}"
+    name = f"onnxcc.i8gemm.tasks{'.rows' if table else ''}.{out}.n{nr}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -239,9 +246,9 @@ def _body(module: ir.Module, table: bool, out: str) -> ir.Function:
     tb = extra.pop(0) if table else None
     ety = I32 if out == "i32" else I8
     m, n = sz["m"], sz["n"]
-    panels = ceildiv(b, n, NR, "panels")
+    panels = ceildiv(b, n, nr, "panels")
     seg_groups = ceildiv(b, sz["l"], 4, "seg.groups")
-    panel_bytes = mul(b, mul(b, mul(b, sz["s0"], sz["s1"], "segs"), seg_groups, "groups"), NR * 4, "panel.bytes")
+    panel_bytes = mul(b, mul(b, mul(b, sz["s0"], sz["s1"], "segs"), seg_groups, "groups"), nr * 4, "panel.bytes")
     blocks = ceildiv(b, m, RB, "rblocks")
     seg_args = [sz["s0"], sz["ss0"], sz["s1"], sz["ss1"], sz["l"]]
     with for_range(b, end, "t", start=begin, guard=True) as t:
@@ -251,7 +258,7 @@ def _body(module: ir.Module, table: bool, out: str) -> ir.Function:
         bi = b.udiv(rest, blocks, name="b")
         pbat = _gep8(b, pb, mul(b, bi, sz["sp"], "p.b"), "p.bat")
         qpan = _gep8(b, qb, mul(b, j, panel_bytes, "q.j"), "q.pan")
-        col = mul(b, j, NR, "col")
+        col = mul(b, j, nr, "col")
         ncols = b.sub(n, col, name="ncols")
         cbat = b.gep(cb, [add(b, mul(b, bi, sz["sc"], "c.b"), mul(b, col, sz["cs"], "c.j"), "c.off")], inbounds=True,
                      name="c.bat", source_etype=ety)
@@ -273,7 +280,7 @@ def _body(module: ir.Module, table: bool, out: str) -> ir.Function:
                     off = mul(b, mr, sz["lda"], "p.off")
                 b.store(_gep8(b, pbat, off, "p.r"), b.gep(rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
             cp = b.gep(cbat, [mul(b, r0, sz["ldc"], "c.r")], inbounds=True, name="c.blk", source_etype=ety)
-            b.call(_ukr(module, rows, out), [rowp, qpan, *seg_args, cp, sz["ldc"], sz["cs"], ncols, *cols])
+            b.call(_ukr(module, rows, out, nr), [rowp, qpan, *seg_args, cp, sz["ldc"], sz["cs"], ncols, *cols])
 
         with for_range(b, b.udiv(nrows, i64(MR), name="tiles"), "mb", guard=True) as mb:
             tile(add(b, r_lo, mul(b, mb, MR, "r0"), "r0"), MR)
@@ -293,8 +300,8 @@ def _body(module: ir.Module, table: bool, out: str) -> ir.Function:
 
 def define_callee(module: ir.Module, call_name: str) -> ir.Function:
     """The LLVM definition of CallStmt callee `call_name` (one of CALLEES) in `module`."""
-    table, out = CALLEES[call_name]
-    name = f"onnxcc.i8gemm{'.rows' if table else ''}.{out}"
+    table, out, nr = CALLEES[call_name]
+    name = f"onnxcc.i8gemm{'.rows' if table else ''}.{out}.n{nr}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -315,9 +322,9 @@ def define_callee(module: ir.Module, call_name: str) -> ir.Function:
 
     batch, m, n = size("batch"), size("m"), size("n")
     kk = mul(b, mul(b, size("s0"), size("s1"), "k"), size("l"), "k")
-    tasks = mul(b, mul(b, batch, ceildiv(b, m, RB, "rblocks"), "tasks"), ceildiv(b, n, NR, "panels"), "tasks")
+    tasks = mul(b, mul(b, batch, ceildiv(b, m, RB, "rblocks"), "tasks"), ceildiv(b, n, nr, "panels"), "tasks")
     work = mul(b, mul(b, mul(b, batch, m, "w"), n, "w"), kk, "work")
-    body = _body(module, table, out)
+    body = _body(module, table, out, nr)
     runtime = get_or_declare(module, "onnxcc_parallel_for", ir.FunctionType(VOID, [I64, PTR, PTR]))
     big = b.and_(b.icmp_unsigned(">=", work, i64(PAR_MIN_WORK), name="big"),
                  b.icmp_unsigned(">", tasks, i64(1), name="many"), name="par")

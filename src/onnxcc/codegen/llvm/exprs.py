@@ -546,8 +546,34 @@ def _select(em: ExprEmitter, e: Select) -> ir.Value:
     return phi
 
 
+_NARROW_INTS = (DType.i8, DType.u8, DType.i16, DType.u16, DType.i32)
+
+
+def _clamped_in_i32(e) -> bool:
+    """whether float `e` is min(max(x, lo), hi) (either nesting) with constant bounds inside
+    the i32 range: its value is then NaN or in [lo, hi]"""
+    if not (isinstance(e, Binary) and e.op in ("min", "max") and isinstance(e.b, Const)):
+        return False
+    inner = e.a
+    other = "max" if e.op == "min" else "min"
+    if not (isinstance(inner, Binary) and inner.op == other and isinstance(inner.b, Const)):
+        return False
+    return all(-(2.0**31) <= float(c.value) < 2.0**31 for c in (e.b, inner.b))
+
+
 def _cast(em: ExprEmitter, e: Cast) -> ir.Value:
-    return cast_value(em, em.emit(e.a), e.a.dtype, e.dtype)
+    v = em.emit(e.a)
+    if e.a.dtype.is_float and e.dtype in _NARROW_INTS and _clamped_in_i32(e.a):
+        # a clamped float (a quantizer's store) is NaN or in i32's range: fptosi with NaN
+        # sent to 0 gives what the general saturate-to-i64-and-truncate gives, and
+        # vectorizes (llvm.fptosi.sat is scalarized lane by lane on x86); the select never
+        # picks fptosi's poison for a NaN
+        b = em.b
+        isnan = b.fcmp_unordered("uno", v, v, name="isnan")
+        w = b.select(isnan, ir.Constant(I32, 0), b.fptosi(v, I32, name="toint"), name="toint")
+        dty = compute_type(e.dtype)
+        return w if dty == I32 else b.trunc(w, dty, name="toint")
+    return cast_value(em, v, e.a.dtype, e.dtype)
 
 
 def cast_value(em: ExprEmitter, v: ir.Value, src: DType, dst: DType) -> ir.Value:
