@@ -70,7 +70,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     # (attention fused over key blocks where the backend runs that form: kernel/flash.py)
     steps.append(("kernel", LowerToKernelPass(prefix=name,
                                               fused_attention=backend.fused_attention,
-                                              int8_dot=backend.int8_dot())))
+                                              int8_dot=backend.int8_dot(),
+                                              f32_conv_call=backend.f32_conv_call())))
     # ---- kernel passes: every decision below depends on the version's extents ----
     if options.fuse:
         # weights sliced / concatenated / transposed by graph ops: consts at compile time

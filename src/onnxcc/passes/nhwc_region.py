@@ -81,6 +81,22 @@ def _conv_kind(op: Op, module: Module) -> str | None:
     return None
 
 
+def _channel_concat(op: Op) -> bool:
+    """a Concat along the channel axis of 4-D values (axis 1 or -3): channels-last it is the
+    same Concat along axis 3"""
+    return op.attrs.get("axis") in (1, -3) and op.results[0].type.rank == 4
+
+
+DENSE_MIN_CIN = 16
+"""a dense kxk conv joins a region from this many input channels: its implicit GEMM's K is
+KH*KW*C; a 3-channel stem is better served by the NCHW window GEMM"""
+
+
+def _dense_pays(op: Op) -> bool:
+    cin = op.operands[0].type.shape[1]
+    return isinstance(cin, int) and cin >= DENSE_MIN_CIN
+
+
 def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
@@ -97,7 +113,7 @@ class _Finder:
     def eligible(self, op: Op) -> bool:
         kind = _conv_kind(op, self.module)
         if kind is not None:
-            return kind != "dense" or self.dense
+            return kind != "dense" or (self.dense and _dense_pays(op))
         if len(op.results) != 1 or op.regions:
             return False
         t = op.results[0].type
@@ -107,6 +123,8 @@ class _Finder:
             return op.operands[0].type.rank == 4 and all(_rank0(v) for v in op.operands[1:])
         if op.name in BINARY and len(op.operands) == 2:
             return all(v.type.rank == 4 or self.constant(v) is not None for v in op.operands)
+        if op.name == "onnx.Concat":
+            return _channel_concat(op) and all(v.type.rank == 4 and self.constant(v) is None for v in op.operands)
         return False
 
     def constant(self, v: Value) -> np.ndarray | None:
@@ -132,7 +150,7 @@ class _Finder:
         for ops in groups.values():
             kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
             convs = sum(k is not None for k in kinds)
-            if "dw" in kinds and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
+            if ("dw" in kinds or (self.dense and "dense" in kinds)) and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
                 out.append(ops)
         return out
 
@@ -156,6 +174,20 @@ class _Finder:
         return n
 
 
+def _folded_relus(ops: list[Op], module: Module) -> dict[int, Op]:
+    """The region's Relus whose operand is a dense conv's result read by nothing else: the
+    conv's implicit GEMM applies them in its stores (cc.conv_nhwc's `relu`)."""
+    members = {id(op) for op in ops}
+    out = {}
+    for op in ops:
+        if op.name != "onnx.Relu" or not isinstance(op.operands[0].owner, Op):
+            continue
+        conv = op.operands[0].owner
+        if id(conv) in members and _conv_kind(conv, module) == "dense" and len(conv.results[0].uses) == 1:
+            out[id(op)] = conv
+    return out
+
+
 def _permuted(t: TensorType) -> TensorType:
     return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
 
@@ -166,6 +198,8 @@ class _Rewriter:
     def __init__(self, block: Block, module: Module, ops: list[Op]):
         self.block, self.module, self.ops = block, module, ops
         self.members = {id(op) for op in ops}
+        self.folded = _folded_relus(ops, module)  # id(Relu) -> the dense conv it is folded into
+        self.relu_convs = {id(c) for c in self.folded.values()}
         self.new: dict[int, Value] = {}       # id(old value) -> its channels-last twin
         self.entries: dict[int, Value] = {}   # id(outside value) -> its transposed copy
 
@@ -180,11 +214,19 @@ class _Rewriter:
     def rewrite(self, op: Op) -> None:
         operands = [self.operand(v, op) for v in op.operands]
         rt = _permuted(op.results[0].type)
+        if id(op) in self.folded:  # the conv's stores apply it
+            self.new[id(op.results[0])] = self.new[id(self.folded[id(op)].results[0])]
+            return
         if op.name == "onnx.Conv":
             attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
+            if id(op) in self.relu_convs:
+                attrs["relu"] = 1
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
         else:
-            new = Op(op.name, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
+            attrs = dict(op.attrs)
+            if op.name == "onnx.Concat":
+                attrs["axis"] = 3
+            new = Op(op.name, operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
 
@@ -261,7 +303,7 @@ class NhwcRegionPass(ModulePass):
     name: ClassVar[str] = "nhwc-region"
     min_convs: int = 2
     """a region needs this many convs (one of them depthwise)"""
-    dense: bool = False
+    dense: bool = True
     """whether dense kxk convs join a region (as implicit GEMMs whose A is packed per call)"""
 
     convs_per_conversion: int = CONVS_PER_CONVERSION
