@@ -97,6 +97,12 @@ def _dense_pays(op: Op) -> bool:
     return isinstance(cin, int) and cin >= DENSE_MIN_CIN
 
 
+def _plain_maxpool(op: Op) -> bool:
+    """a 2-D MaxPool without Indices (cc.maxpool_nhwc, ops/pool_nhwc.py)"""
+    ks = op.attrs.get("kernel_shape")
+    return len(op.results) == 1 and ks is not None and len(ks) == 2 and int(op.attrs.get("storage_order", 0)) == 0
+
+
 def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
@@ -123,6 +129,8 @@ class _Finder:
             return op.operands[0].type.rank == 4 and all(_rank0(v) for v in op.operands[1:])
         if op.name in BINARY and len(op.operands) == 2:
             return all(v.type.rank == 4 or self.constant(v) is not None for v in op.operands)
+        if op.name == "onnx.MaxPool":
+            return _plain_maxpool(op) and op.operands[0].type.rank == 4
         if op.name == "onnx.Concat":
             return _channel_concat(op) and all(v.type.rank == 4 and self.constant(v) is None for v in op.operands)
         return False
@@ -222,6 +230,9 @@ class _Rewriter:
             if id(op) in self.relu_convs:
                 attrs["relu"] = 1
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
+        elif op.name == "onnx.MaxPool":
+            new = Op("cc.maxpool_nhwc", operands, [rt], dict(op.attrs), loc=op.loc,
+                     result_names=[op.results[0].name])
         else:
             attrs = dict(op.attrs)
             if op.name == "onnx.Concat":
