@@ -87,7 +87,7 @@ def _channel_concat(op: Op) -> bool:
     return op.attrs.get("axis") in (1, -3) and op.results[0].type.rank == 4
 
 
-DENSE_MIN_CIN = 16
+DENSE_MIN_CIN = 1
 """a dense kxk conv joins a region from this many input channels: its implicit GEMM's K is
 KH*KW*C; a 3-channel stem is better served by the NCHW window GEMM"""
 

@@ -1,0 +1,120 @@
+"""Dense convs run channels-last as implicit GEMM calls (ops/conv_implicit.py,
+codegen/cpu/gemm_implicit.py) inside an nhwc-region (Concat and MaxPool with them), compared
+with onnxruntime through the user path (compile, load, run), one library at symbolic N, H, W.
+
+The graph: a 3-channel stem 3x3 (pads 1) -> Relu, a 3x3 stride 2 with asymmetric pads ->
+Relu, a 3x3 stride-2 ceil-mode MaxPool with pads, then a Fire-like block (a 1x1 squeeze ->
+Relu, then a 3x3 dilation 2 expand and a 1x1 expand, each -> Relu, Concat on channels), a
+(2, 3) kernel dilated along W only (taps of C elements), and a 1x1 at stride 2 (a GEMM
+read through the offset table). Channel counts 3, 24, 40, 21, 33, 17, 50, 20, 35: none a
+multiple of 16 except by accident, so every panel has masked columns. Planes from 1x1 (every
+tap but the centre reads padding) to 64x48 (several row blocks per image). Tolerance rtol
+1e-4, atol 1e-4: sums of up to 450 products of N(0, 1) values and weights scaled by
+1/sqrt(fan-in), summed in another order than onnxruntime's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxcc
+from onnxcc.testing import ort_run
+
+SHAPES = [dict(N=1, H=1, W=1), dict(N=3, H=23, W=30), dict(N=1, H=9, W=4), dict(N=2, H=16, W=16),
+          dict(N=1, H=64, W=48)]
+
+
+def _model(path):
+    rng = np.random.default_rng(5)
+    inits, nodes = [], []
+
+    def conv(x, y, cin, cout, k, relu=True, **attrs):
+        w = f"w_{y}"
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((cout, cin, *k)) / np.sqrt(cin * k[0] * k[1])).astype(np.float32), w))
+        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b_{y}"))
+        nodes.append(helper.make_node("Conv", [x, w, f"b_{y}"], [y], **attrs))
+        if not relu:
+            return y
+        nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
+        return f"{y}_r"
+
+    s = conv("x", "stem", 3, 24, (3, 3), pads=[1, 1, 1, 1])
+    s = conv(s, "down", 24, 40, (3, 3), strides=[2, 2], pads=[0, 1, 2, 1])
+    nodes.append(helper.make_node("MaxPool", [s], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                                  ceil_mode=1))
+    q = conv("pool", "squeeze", 40, 21, (1, 1))
+    e3 = conv(q, "e3", 21, 33, (3, 3), pads=[2, 2, 2, 2], dilations=[2, 2])
+    e1 = conv(q, "e1", 21, 17, (1, 1))
+    nodes.append(helper.make_node("Concat", [e1, e3], ["cat"], axis=1))
+    d = conv("cat", "wide", 50, 20, (2, 3), relu=False, pads=[1, 2, 0, 2], dilations=[1, 2])
+    o = conv(d, "pw2", 20, 35, (1, 1), relu=False, strides=[2, 2])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)]
+    g = helper.make_graph(nodes, "dense_convs", [x], outs, inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("conv_implicit")
+    _model(d / "m.onnx")
+    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
+    return d / "m.onnx", onnxcc.load(d / "lib")
+
+
+def _has_avx512f() -> bool:
+    from onnxcc.codegen.cpu.backend import CpuBackend
+    from onnxcc.compiler import CompileOptions
+
+    return CpuBackend.from_options(CompileOptions()).f32_conv_call()
+
+
+def test_dense_convs_are_one_region(tmp_path):
+    """Every conv, the pool and the Concat run channels-last: one layout change in, one out;
+    the Relus after dense convs are folded into them."""
+    _model(tmp_path / "m.onnx")
+    text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
+    assert text.count("cc.conv_nhwc(") == 7
+    assert text.count("onnx.Conv(") == 0
+    assert text.count("cc.maxpool_nhwc(") == 1
+    assert text.count("perm = [0, 2, 3, 1]") == 1
+    assert text.count("perm = [0, 3, 1, 2]") == 1
+    assert text.count("relu = 1") == 3  # stem, down, e3: the dense ones followed by a Relu
+    assert text.count("onnx.Relu(") == 2  # after the 1x1 squeeze and expand: GEMM epilogues
+
+
+@pytest.mark.skipif(not _has_avx512f(), reason="the implicit-GEMM call needs AVX-512F")
+def test_dense_convs_call_the_implicit_gemm(tmp_path):
+    _model(tmp_path / "m.onnx")
+    text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
+    assert text.count("call onnxcc_f32conv(") == 5  # the four kxk convs and the strided 1x1
+
+
+@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))
+def test_dense_convs_match_onnxruntime(built, dims):
+    path, lib = built
+    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
+    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
+    want = ort_run(path, feeds)
+    got = lib.run(feeds)
+    for name in want:
+        assert got[name].shape == want[name].shape, name
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_without_the_call_the_compute_path_matches(tmp_path):
+    """A target without AVX-512F (x86-64-v3) keeps the dense convs channels-last on the
+    compute path (ReLU applied in its body): same results."""
+    _model(tmp_path / "m.onnx")
+    text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1, cpu="x86-64-v3").text
+    assert "onnxcc_f32conv" not in text
+    onnxcc.compile(tmp_path / "m.onnx", tmp_path / "lib", max_versions=1, cpu="x86-64-v3")
+    lib = onnxcc.load(tmp_path / "lib")
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 3, 11, 13)).astype(np.float32)}
+    want = ort_run(tmp_path / "m.onnx", feeds)
+    got = lib.run(feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
