@@ -13,16 +13,23 @@ constant weight as B; so the whole chain is moved:
   Clip, HardSwish, HardSigmoid, Sigmoid, ...), a binary elementwise op (Add, Mul, Sub, Div)
   whose operands are 4-D or constants (SiLU's x * sigmoid(x), a residual Add, an SE
   block's scale);
-- a region is rewritten only when it holds a depthwise conv (that is what pays for the
-  conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per layout change
-  of a whole feature map;
+- with the `dense` option (on by default) also a dense kxk conv of at least `DENSE_MIN_COUT`
+  output channels, which lowers to one implicit GEMM call (ops/conv_implicit.py) where the
+  backend has it; a Relu that alone reads such a conv's result is folded into it
+  (cc.conv_nhwc's `relu`, applied in the call's stores); a Concat along channels (axis 3
+  channels-last) and a 2-D MaxPool without Indices (cc.maxpool_nhwc, ops/pool_nhwc.py), so
+  a squeezenet's Fire modules (squeeze 1x1 -> expand 1x1 | expand 3x3 -> Concat) and the
+  pools between them are one region;
+- a region is rewritten only when it holds a depthwise conv or a dense one (that is what
+  pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
+  layout change of a whole feature map;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
   `onnx.Transpose` (perm 0 3 1 2), which fusion folds into its readers.
 
-Rank-0 operands (Clip's bounds, a scalar) stay as they are. Everything else (pooling,
-Concat, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a region
+Rank-0 operands (Clip's bounds, a scalar) stay as they are. Everything else (average
+pooling, other Concats, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a region
 value it gets the NCHW one back. The rewrite is exact (the same sums in the same order per
 tap; the GEMM path sums a 1x1 conv as the NCHW path does, up to f32 reassociation).
 """
@@ -87,14 +94,17 @@ def _channel_concat(op: Op) -> bool:
     return op.attrs.get("axis") in (1, -3) and op.results[0].type.rank == 4
 
 
-DENSE_MIN_CIN = 1
-"""a dense kxk conv joins a region from this many input channels: its implicit GEMM's K is
-KH*KW*C; a 3-channel stem is better served by the NCHW window GEMM"""
+DENSE_MIN_COUT = 32
+"""a dense kxk conv joins a region from this many output channels: its implicit GEMM's
+columns are the output channels, 32 per packed panel (kernel/conv_call.py), so with fewer
+most lanes are masked. Measured (1 thread, CPU clock, against onnxruntime): squeezenet's
+3 -> 64 stem in its region 8.6 -> 7.4 ms at 224x224; benchmarks/convnets.py's mobile net
+with its 3 -> 16 stem in the region 1.43x -> 1.72x onnxruntime"""
 
 
 def _dense_pays(op: Op) -> bool:
-    cin = op.operands[0].type.shape[1]
-    return isinstance(cin, int) and cin >= DENSE_MIN_CIN
+    cout = op.results[0].type.shape[1]
+    return isinstance(cout, int) and cout >= DENSE_MIN_COUT
 
 
 def _plain_maxpool(op: Op) -> bool:
@@ -292,7 +302,7 @@ class _Rewriter:
             u.op.set_operand(u.index, t.results[0])
 
 
-def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = False,
+def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = True,
                  per_conversion: int = CONVS_PER_CONVERSION) -> bool:
     changed = False
     for fn in module.functions.values():
@@ -315,7 +325,9 @@ class NhwcRegionPass(ModulePass):
     min_convs: int = 2
     """a region needs this many convs (one of them depthwise)"""
     dense: bool = True
-    """whether dense kxk convs join a region (as implicit GEMMs whose A is packed per call)"""
+    """whether dense kxk convs (of at least DENSE_MIN_COUT output channels) join a region
+    (as implicit GEMM calls, ops/conv_implicit.py; without the call, GEMMs whose A is
+    packed per call)"""
 
     convs_per_conversion: int = CONVS_PER_CONVERSION
     """a region needs this many convs per layout change of a whole feature map"""
