@@ -168,7 +168,8 @@ class _Finder:
         for ops in groups.values():
             kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
             convs = sum(k is not None for k in kinds)
-            if ("dw" in kinds or (self.dense and "dense" in kinds)) and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
+            paying = "dw" in kinds or "dense" in kinds  # a dense kind is only eligible with `dense`
+            if paying and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
                 out.append(ops)
         return out
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from onnxcc.kernel.conv_call import CALLEE as F32CONV_CALLEE
 from onnxcc.kernel.expr import ERR_ASSERT
 from onnxcc.kernel.extern import CallStmt
-from onnxcc.kernel.conv_call import CALLEE as F32CONV_CALLEE
 from onnxcc.kernel.i8gemm import CALLEES as I8GEMM_CALLEES
 
 from ..llvm.exprs import ExprEmitter
