@@ -22,8 +22,9 @@ Other grouped convs are not rewritten by the pass; lowering one is refused.
 
 A dense conv (one group, not a 1x1 at stride 1) runs as one implicit GEMM call where the
 backend has it (ops/conv_implicit.py: rows the real output pixels, the window read in place
-from a padded copy). Attribute `relu = 1` (set by the pass on a dense conv whose only reader
-was a Relu) applies max(., 0) to the result, in that call's stores.
+from a padded copy). Attribute `relu = 1` (set by the pass on a conv whose only reader was a
+Relu: a dense one, or a 1x1 one in a region without depthwise convs) applies max(., 0) to
+the result, in that call's stores; such a 1x1 conv takes the call too.
 """
 
 from __future__ import annotations
