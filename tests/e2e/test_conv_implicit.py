@@ -4,7 +4,8 @@ with onnxruntime through the user path (compile, load, run), one library at symb
 
 The graph: a 3-channel stem 3x3 (pads 1) -> Relu, a 3x3 stride 2 with asymmetric pads ->
 Relu, a 3x3 stride-2 ceil-mode MaxPool with pads, then a Fire-like block (a 1x1 squeeze ->
-Relu, then a 3x3 dilation 2 expand and a 1x1 expand, each -> Relu, Concat on channels), a
+Relu, then a 3x3 dilation 2 expand and a 1x1 expand, each -> Relu, Concat on channels), an
+inception branch pool (AveragePool 3x3, stride 1, pads 1, count_include_pad), a
 (2, 3) kernel dilated along W only (taps of C elements), and a 1x1 at stride 2 (a GEMM
 read through the offset table). Channel counts 3, 40, 36, 21, 33, 17, 50, 34, 35: no output
 count a multiple of 16, so every conv's last panel has masked columns. Planes from 1x1 (every
@@ -49,7 +50,9 @@ def _model(path):
     e3 = conv(q, "e3", 21, 33, (3, 3), pads=[2, 2, 2, 2], dilations=[2, 2])
     e1 = conv(q, "e1", 21, 17, (1, 1))
     nodes.append(helper.make_node("Concat", [e1, e3], ["cat"], axis=1))
-    d = conv("cat", "wide", 50, 34, (2, 3), relu=False, pads=[1, 2, 0, 2], dilations=[1, 2])
+    nodes.append(helper.make_node("AveragePool", ["cat"], ["avg"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                  count_include_pad=1))
+    d = conv("avg", "wide", 50, 34, (2, 3), relu=False, pads=[1, 2, 0, 2], dilations=[1, 2])
     o = conv(d, "pw2", 34, 35, (1, 1), relu=False, strides=[2, 2])
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
     outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)]
@@ -73,13 +76,14 @@ def _has_avx512f() -> bool:
 
 
 def test_dense_convs_are_one_region(tmp_path):
-    """Every conv, the pool and the Concat run channels-last: one layout change in, one out;
+    """Every conv, the pools and the Concat run channels-last: one layout change in, one out;
     every Relu is folded into its conv (a region without depthwise convs: 1x1 ones too)."""
     _model(tmp_path / "m.onnx")
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
     assert text.count("cc.conv_nhwc(") == 7
     assert text.count("onnx.Conv(") == 0
     assert text.count("cc.maxpool_nhwc(") == 1
+    assert text.count("cc.avgpool_nhwc(") == 1
     assert text.count("perm = [0, 2, 3, 1]") == 1
     assert text.count("perm = [0, 3, 1, 2]") == 1
     assert text.count("relu = 1") == 5  # stem, down, squeeze, e3, e1

@@ -17,7 +17,7 @@ constant weight as B; so the whole chain is moved:
   output channels, which lowers to one implicit GEMM call (ops/conv_implicit.py) where the
   backend has it; a Relu that alone reads such a conv's result is folded into it
   (cc.conv_nhwc's `relu`, applied in the call's stores); a Concat along channels (axis 3
-  channels-last) and a 2-D MaxPool without Indices (cc.maxpool_nhwc, ops/pool_nhwc.py), so
+  channels-last) and a 2-D MaxPool without Indices or AveragePool (ops/pool_nhwc.py), so
   a squeezenet's Fire modules (squeeze 1x1 -> expand 1x1 | expand 3x3 -> Concat) and the
   pools between them are one region;
 - a region is rewritten only when it holds a depthwise conv or a dense one (that is what
@@ -28,10 +28,11 @@ constant weight as B; so the whole chain is moved:
   permuted at compile time, and a value read outside (or returned) leaves through one
   `onnx.Transpose` (perm 0 3 1 2), which fusion folds into its readers.
 
-Rank-0 operands (Clip's bounds, a scalar) stay as they are. Everything else (average
-pooling, other Concats, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a region
-value it gets the NCHW one back. The rewrite is exact (the same sums in the same order per
-tap; the GEMM path sums a 1x1 conv as the NCHW path does, up to f32 reassociation).
+Rank-0 operands (Clip's bounds, a scalar) stay as they are. An AveragePool joins where
+its divisor is the constant window size (cc.avgpool_nhwc). Everything else (other pooling,
+other Concats, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a
+region value it gets the NCHW one back. The rewrite is exact (the same sums in the same
+order per tap; the GEMM paths sum a conv as the NCHW path does, up to f32 reassociation).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import numpy as np
 
 from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
+from ..ops.pool_nhwc import avg_constant_divisor
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
 from .dce import dce
@@ -108,7 +110,8 @@ def _dense_pays(op: Op) -> bool:
 
 
 def _plain_maxpool(op: Op) -> bool:
-    """a 2-D MaxPool without Indices (cc.maxpool_nhwc, ops/pool_nhwc.py)"""
+    """a 2-D MaxPool without Indices (cc.maxpool_nhwc, ops/pool_nhwc.py), or a 2-D
+    AveragePool"""
     ks = op.attrs.get("kernel_shape")
     return len(op.results) == 1 and ks is not None and len(ks) == 2 and int(op.attrs.get("storage_order", 0)) == 0
 
@@ -141,6 +144,8 @@ class _Finder:
             return all(v.type.rank == 4 or self.constant(v) is not None for v in op.operands)
         if op.name == "onnx.MaxPool":
             return _plain_maxpool(op) and op.operands[0].type.rank == 4
+        if op.name == "onnx.AveragePool":
+            return _plain_maxpool(op) and avg_constant_divisor(op.attrs) and op.operands[0].type.rank == 4
         if op.name == "onnx.Concat":
             return _channel_concat(op) and all(v.type.rank == 4 and self.constant(v) is None for v in op.operands)
         return False
@@ -245,9 +250,9 @@ class _Rewriter:
             if id(op) in self.relu_convs:
                 attrs["relu"] = 1
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
-        elif op.name == "onnx.MaxPool":
-            new = Op("cc.maxpool_nhwc", operands, [rt], dict(op.attrs), loc=op.loc,
-                     result_names=[op.results[0].name])
+        elif op.name in ("onnx.MaxPool", "onnx.AveragePool"):
+            kind = "cc.maxpool_nhwc" if op.name == "onnx.MaxPool" else "cc.avgpool_nhwc"
+            new = Op(kind, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
         else:
             attrs = dict(op.attrs)
             if op.name == "onnx.Concat":
