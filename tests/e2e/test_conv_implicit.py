@@ -119,3 +119,40 @@ def test_without_the_call_the_compute_path_matches(tmp_path):
                    pipeline="shape-inference,canonicalize,nhwc-region")
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1, cpu="x86-64-v3").text
     assert text.count("onnx.Conv(") == 7 and text.count("cc.conv_nhwc(") == 0
+
+
+def test_a_call_reads_the_entry_transpose_in_place(tmp_path):
+    """A 1x1 conv + Relu first in the region (no padding: the call reads the entry
+    Transpose's buffer itself), then 3x3 / 1x1 convs, the last with pads only on one side of
+    each axis; 2x2 to 30x17 planes."""
+    rng = np.random.default_rng(2)
+    inits, nodes = [], []
+
+    def conv(x, y, cin, cout, k, relu=True, **attrs):
+        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w_{y}"))
+        nodes.append(helper.make_node("Conv", [x, f"w_{y}"], [y], **attrs))
+        if relu:
+            nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
+            return f"{y}_r"
+        return y
+
+    h = conv("x", "a", 3, 32, 1)
+    h = conv(h, "b", 32, 32, 3, pads=[1, 1, 1, 1])
+    h = conv(h, "c", 32, 40, 1)
+    h = conv(h, "d", 40, 32, 3, pads=[1, 1, 1, 1])
+    h = conv(h, "e", 32, 48, 1)
+    h = conv(h, "f", 48, 33, 3, relu=False, pads=[0, 1, 1, 0])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    g = helper.make_graph(nodes, "entry", [x], [helper.make_tensor_value_info(h, TensorProto.FLOAT, None)], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    if _has_avx512f():
+        text = onnxcc.compile(path, tmp_path / "k", emit="kernel", max_versions=1).text
+        assert text.count("call onnxcc_f32conv(") == 6
+    onnxcc.compile(path, tmp_path / "lib", max_versions=1)
+    lib = onnxcc.load(tmp_path / "lib")
+    for shape in [(1, 3, 2, 2), (2, 3, 7, 5), (1, 3, 30, 17)]:
+        feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+        want = ort_run(path, feeds)[h]
+        np.testing.assert_allclose(lib.run(feeds)[h], want, rtol=1e-4, atol=1e-4, err_msg=str(shape))
