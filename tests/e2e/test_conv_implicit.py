@@ -7,8 +7,9 @@ Relu, a 3x3 stride-2 ceil-mode MaxPool with pads, then a Fire-like block (a 1x1 
 Relu, then a 3x3 dilation 2 expand and a 1x1 expand, each -> Relu, Concat on channels), an
 inception branch pool (AveragePool 3x3, stride 1, pads 1, count_include_pad), a
 (2, 3) kernel dilated along W only (taps of C elements), and a 1x1 at stride 2 (a GEMM
-read through the offset table). Channel counts 3, 40, 36, 21, 33, 17, 50, 34, 35: no output
-count a multiple of 16, so every conv's last panel has masked columns. Planes from 1x1 (every
+read through the offset table). Channel counts 3, 72, 36, 21, 33, 17, 50, 34, 35: no output
+count a multiple of 16, so every conv's last panel has masked columns (a 3-channel stem
+joins the region from 64 outputs). Planes from 1x1 (every
 tap but the centre reads padding) to 64x48 (several row blocks per image). Tolerance rtol
 1e-4, atol 1e-4: sums of up to 450 products of N(0, 1) values and weights scaled by
 1/sqrt(fan-in), summed in another order than onnxruntime's."""
@@ -42,8 +43,8 @@ def _model(path):
         nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
         return f"{y}_r"
 
-    s = conv("x", "stem", 3, 40, (3, 3), pads=[1, 1, 1, 1])
-    s = conv(s, "down", 40, 36, (3, 3), strides=[2, 2], pads=[0, 1, 2, 1])
+    s = conv("x", "stem", 3, 72, (3, 3), pads=[1, 1, 1, 1])
+    s = conv(s, "down", 72, 36, (3, 3), strides=[2, 2], pads=[0, 1, 2, 1])
     nodes.append(helper.make_node("MaxPool", [s], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
                                   ceil_mode=1))
     q = conv("pool", "squeeze", 36, 21, (1, 1))

@@ -14,7 +14,7 @@ constant weight as B; so the whole chain is moved:
   whose operands are 4-D or constants (SiLU's x * sigmoid(x), a residual Add, an SE
   block's scale);
 - with the `dense` option (on by default) also a dense kxk conv of at least `DENSE_MIN_COUT`
-  output channels, which lowers to one implicit GEMM call (ops/conv_implicit.py) where the
+  output channels (`STEM_MIN_COUT` for a stem of fewer than 16 input channels), which lowers to one implicit GEMM call (ops/conv_implicit.py) where the
   backend has it; a Relu that alone reads such a conv's result is folded into it
   (cc.conv_nhwc's `relu`, applied in the call's stores); a Concat along channels (axis 3
   channels-last) and a 2-D MaxPool without Indices or AveragePool (ops/pool_nhwc.py), so
@@ -99,14 +99,20 @@ def _channel_concat(op: Op) -> bool:
 DENSE_MIN_COUT = 32
 """a dense kxk conv joins a region from this many output channels: its implicit GEMM's
 columns are the output channels, 32 per packed panel (kernel/conv_call.py), so with fewer
-most lanes are masked. Measured (1 thread, CPU clock, against onnxruntime): squeezenet's
-3 -> 64 stem in its region 8.6 -> 7.4 ms at 224x224; benchmarks/convnets.py's mobile net
-with its 3 -> 16 stem in the region 1.43x -> 1.72x onnxruntime"""
+most lanes are masked"""
+STEM_MIN_COUT = 64
+"""a dense conv of fewer than 16 input channels (a stem: K = 9 * 3) joins only from this
+many output channels, whose input rows then serve two panels. Measured (1 thread, CPU
+clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 7.4 ms at
+224x224; torchvision mobilenet_v2's 3 -> 32 stem 1.24x -> 1.29x at 224x224 and 1.06x ->
+1.16x at 96x128; benchmarks/convnets.py's mobile net with a 3 -> 16 stem 1.43x -> 1.72x"""
 
 
 def _dense_pays(op: Op) -> bool:
-    cout = op.results[0].type.shape[1]
-    return isinstance(cout, int) and cout >= DENSE_MIN_COUT
+    cin, cout = op.operands[0].type.shape[1], op.results[0].type.shape[1]
+    if not (isinstance(cin, int) and isinstance(cout, int)):
+        return False
+    return cout >= DENSE_MIN_COUT and (cin >= 16 or cout >= STEM_MIN_COUT)
 
 
 def _plain_maxpool(op: Op) -> bool:
