@@ -14,12 +14,13 @@ constant weight as B; so the whole chain is moved:
   whose operands are 4-D or constants (SiLU's x * sigmoid(x), a residual Add, an SE
   block's scale);
 - with the `dense` option (on by default) also a dense kxk conv of at least `DENSE_MIN_COUT`
-  output channels (`STEM_MIN_COUT` for a stem of fewer than 16 input channels), which lowers to one implicit GEMM call (ops/conv_implicit.py) where the
-  backend has it; a Relu that alone reads such a conv's result is folded into it
-  (cc.conv_nhwc's `relu`, applied in the call's stores); a Concat along channels (axis 3
-  channels-last) and a 2-D MaxPool without Indices or AveragePool (ops/pool_nhwc.py), so
-  a squeezenet's Fire modules (squeeze 1x1 -> expand 1x1 | expand 3x3 -> Concat) and the
-  pools between them are one region;
+  output channels (`STEM_MIN_COUT` for a stem of fewer than 16 input channels), which
+  lowers to one implicit GEMM call (ops/conv_implicit.py) where the backend has it; a Relu
+  that alone reads such a conv's result is folded into it (cc.conv_nhwc's `relu`, applied
+  in the call's stores); a Concat along channels (axis 3 channels-last) and a 2-D MaxPool
+  without Indices or AveragePool (ops/pool_nhwc.py), so a squeezenet's Fire modules
+  (squeeze 1x1 -> expand 1x1 | expand 3x3 -> Concat) and the pools between them are one
+  region;
 - a region is rewritten only when it holds a depthwise conv or a dense one (that is what
   pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
   layout change of a whole feature map;
