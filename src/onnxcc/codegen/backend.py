@@ -76,6 +76,11 @@ class Backend(Protocol):
         their contractions with constant weights to them only then)."""
         ...
 
+    def f32_conv_call(self) -> bool:
+        """Whether it runs the f32 implicit-GEMM conv call of kernel/conv_call.py (dense
+        channels-last convs lower to it only then)."""
+        ...
+
     def emit(self, module: KernelModule, name: str, stop: str, step: StepClock) -> Emitted:
         """Code for every version of `module`, stopping after `stop`."""
         ...

@@ -9,6 +9,8 @@ kernel module, one program per version).
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..codegen.backend import Backend
 from ..codegen.c.layout import reads_host
 from ..kernel.passes import FoldConstsPass, FusePass, PlanMemoryPass, ReserveScratchPass, SchedulePass
@@ -18,6 +20,7 @@ from ..passes.base import sym_values
 from ..passes.broadcast_relax import BroadcastVersionsPass
 from ..passes.bucketize import BucketizePass
 from ..passes.lower import LowerToKernelPass
+from ..passes.nhwc_region import NhwcRegionPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
 from ..passes.specialize import SpecializePass
@@ -43,7 +46,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
           if options.specialize_one else ()),
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
-        *(("ir", p) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
+        # (nhwc-region takes dense convs only where the backend runs their implicit GEMM call)
+        *(("ir", _for_backend(p, backend)) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
         # --value-symbols: size-only int64 inputs become symbols read from their data at dispatch
         # (without it, only a kept Loop's trip count M given as an input: one build for every M)
         ("ir", ValueSymbolsPass(skip=tuple(options.specialize_value), trips_only=not options.value_symbols)),
@@ -70,7 +74,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
     # (attention fused over key blocks where the backend runs that form: kernel/flash.py)
     steps.append(("kernel", LowerToKernelPass(prefix=name,
                                               fused_attention=backend.fused_attention,
-                                              int8_dot=backend.int8_dot())))
+                                              int8_dot=backend.int8_dot(),
+                                              f32_conv_call=backend.f32_conv_call())))
     # ---- kernel passes: every decision below depends on the version's extents ----
     if options.fuse:
         # weights sliced / concatenated / transposed by graph ops: consts at compile time
@@ -95,6 +100,15 @@ def build_pipeline(options: CompileOptions, backend: Backend, name: str,
     for the backend's stop points)."""
     last = PIPELINE_STAGES.index(stop) if stop in PIPELINE_STAGES else len(PIPELINE_STAGES)
     return [p for stage, p in recipe(options, backend, name) if PIPELINE_STAGES.index(stage) <= last]
+
+
+def _for_backend(p: ModulePass, backend: Backend) -> ModulePass:
+    """nhwc-region's dense convs join a region only on a backend with the implicit-GEMM conv
+    call (without it a channels-last dense conv packs its A per call: 3-4x slower measured on
+    squeezenet than the NCHW window GEMM)."""
+    if isinstance(p, NhwcRegionPass) and p.dense and not backend.f32_conv_call():
+        return dataclasses.replace(p, dense=False)
+    return p
 
 
 def graph_pipeline(options: CompileOptions, backend: Backend) -> list[ModulePass]:

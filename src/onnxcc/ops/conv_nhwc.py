@@ -20,6 +20,12 @@ Lowering, with the channel the innermost (contiguous, vectorised) axis:
   at compile time (kernel/schedule.py `GemmPlan`).
 
 Other grouped convs are not rewritten by the pass; lowering one is refused.
+
+A dense conv (one group, not a 1x1 at stride 1) runs as one implicit GEMM call where the
+backend has it (ops/conv_implicit.py: rows the real output pixels, the window read in place
+from a padded copy). Attribute `relu = 1` (set by the pass on a conv whose only reader was a
+Relu: a dense one, or a 1x1 one in a region without depthwise convs) applies max(., 0) to
+the result, in that call's stores; such a 1x1 conv takes the call too.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType, TensorType, canon
-from ..kernel import Const, Var, rsum, select
+from ..kernel import Const, Var, maximum, rsum, select
 from .conv_blocked import tree_sum
+from .conv_implicit import implicit_conv
 from .elementwise import cast_out, same_dtype, widen
 from .nn import conv, window_geometry
 from .registry import InferCtx, RefCtx, define
@@ -69,6 +76,8 @@ def _reference(ctx: RefCtx, x, w, b=None):
     win, _, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
     y = conv(widen(x).transpose(TO_NCHW), widen(w), None if b is None else widen(b), win["strides"], pb, pe,
              win["dilations"], win["group"])
+    if ctx.op.attrs.get("relu"):
+        y = np.maximum(y, 0)
     return [cast_out(ctx, y.transpose(TO_NHWC))]
 
 
@@ -168,6 +177,10 @@ def _lower(ctx) -> None:
             return
     if win["group"] != 1:
         raise ctx.unsupported(f"grouped channels-last conv (group {win['group']}) is not lowered")
+    relu = bool(ctx.attr("relu", 0))
+    pointwise = win["kernel"] == [1, 1] and win["strides"] == [1, 1]
+    if (relu or not pointwise) and implicit_conv(ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu):
+        return
     kv = [Var("k0"), Var("k1")]
     cv = Var("c")
     axes = [(k, e) for k, e in zip(kv, w.shape[2:]) if not (isinstance(e, int) and e == 1)]
@@ -180,7 +193,8 @@ def _lower(ctx) -> None:
         if cond is not None:
             xv = select(cond, xv, zero_f)
         acc = rsum(axes, xv * w[(m, cv, *ks)])
-        return acc if bias is None else acc + bias[m]
+        acc = acc if bias is None else acc + bias[m]
+        return maximum(acc, zero_f) if relu else acc
 
     ctx.compute(y, gemm_body)
 

@@ -48,6 +48,9 @@ class LowerCtx:
         #: whether the target runs the 8-bit GEMM calls (kernel/i8gemm.py: AVX-512 VNNI): the
         #: backend's `int8_dot()`, passed down by lower-to-kernel
         self.int8_dot = False
+        #: whether the target runs the f32 implicit-GEMM conv call (kernel/conv_call.py): the
+        #: backend's `f32_conv_call()`, passed down by lower-to-kernel
+        self.f32_conv_call = False
 
     # ---- reading the op ------------------------------------------------------------------
     def attr(self, name: str, default=None):
@@ -74,6 +77,7 @@ class LowerCtx:
         on buffers it made (a quantized conv through the float conv's); attrs stay the op's."""
         sub = LowerCtx(self.op, self.program, inputs, outputs, consts, [], self._namer)
         sub.lowerer, sub.fused_attention, sub.int8_dot = self.lowerer, self.fused_attention, self.int8_dot
+        sub.f32_conv_call = self.f32_conv_call
         return sub
 
     # ---- writing results -----------------------------------------------------------------

@@ -41,9 +41,10 @@ from .base import ModulePass, PassContext, register_pass
 
 class _Lowerer:
     def __init__(self, module: Module, f: Function, name: str, values: dict | None, fused_attention: bool = False,
-                 int8_dot: bool = False):
+                 int8_dot: bool = False, f32_conv_call: bool = False):
         self.module, self.f = module, f
         self.fused_attention, self.int8_dot = fused_attention, int8_dot
+        self.f32_conv_call = f32_conv_call
         self.values = values or {}
         self.program = KernelProgram.new(name, [s.name for s in module.symbols])
         self.buf: dict[int, object] = {}  # id(Value) -> Buffer
@@ -224,6 +225,7 @@ class _Lowerer:
         ctx = LowerCtx(op, self.program, ins, results, consts, known, self.fresh)
         ctx.lowerer = self
         ctx.fused_attention, ctx.int8_dot = self.fused_attention, self.int8_dot
+        ctx.f32_conv_call = self.f32_conv_call
         d.lower(ctx)
         small = sorted({v.type.dtype.value for v in [*op.operands, *op.results] if v.type.dtype.is_small})
         if small and not d.small_types and len(ctx.aliases) < len(op.results):
@@ -334,11 +336,12 @@ def _const_of(v: Value, module: Module):
 
 
 def lower_function(module: Module, f: Function, name: str, values: dict | None = None, *,
-                   fused_attention: bool = False, int8_dot: bool = False) -> KernelProgram:
+                   fused_attention: bool = False, int8_dot: bool = False,
+                   f32_conv_call: bool = False) -> KernelProgram:
     """The kernel program of one function (usually one version of @main); `fused_attention`:
     the target runs attention fused over key blocks, `int8_dot`: it runs the 8-bit GEMM calls
-    (see `LowerToKernelPass`)."""
-    return _Lowerer(module, f, name, values, fused_attention, int8_dot).run()
+    (see `LowerToKernelPass`), `f32_conv_call`: the implicit-GEMM conv call."""
+    return _Lowerer(module, f, name, values, fused_attention, int8_dot, f32_conv_call).run()
 
 
 @register_pass
@@ -356,6 +359,9 @@ class LowerToKernelPass(ModulePass):
     int8_dot: bool = False
     """the backend runs the 8-bit GEMM calls of kernel/i8gemm.py (a CPU with AVX-512 VNNI):
     the quantized contractions with constant weights may lower to them"""
+    f32_conv_call: bool = False
+    """the backend runs the f32 implicit-GEMM conv call of kernel/conv_call.py (a CPU with
+    AVX-512F): dense channels-last convs may lower to it"""
 
     def run(self, module: Module, ctx: PassContext) -> KernelModule:  # type: ignore[override]
         kmod = KernelModule(module)
@@ -367,7 +373,8 @@ class LowerToKernelPass(ModulePass):
             f = module.functions[fname]
             try:
                 prog = lower_function(module, f, f"{self.prefix}_v{len(kept)}",
-                                      fused_attention=self.fused_attention, int8_dot=self.int8_dot)
+                                      fused_attention=self.fused_attention, int8_dot=self.int8_dot,
+                                      f32_conv_call=self.f32_conv_call)
             except (CompileError, UnsupportedOp) as e:
                 if not has_values or f.attrs.get("kind") == "value":
                     raise

@@ -13,18 +13,27 @@ constant weight as B; so the whole chain is moved:
   Clip, HardSwish, HardSigmoid, Sigmoid, ...), a binary elementwise op (Add, Mul, Sub, Div)
   whose operands are 4-D or constants (SiLU's x * sigmoid(x), a residual Add, an SE
   block's scale);
-- a region is rewritten only when it holds a depthwise conv (that is what pays for the
-  conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per layout change
-  of a whole feature map;
+- with the `dense` option (on by default) also a dense kxk conv of at least `DENSE_MIN_COUT`
+  output channels (`STEM_MIN_COUT` for a stem of fewer than 16 input channels), which
+  lowers to one implicit GEMM call (ops/conv_implicit.py) where the backend has it; a Relu
+  that alone reads such a conv's result is folded into it (cc.conv_nhwc's `relu`, applied
+  in the call's stores); a Concat along channels (axis 3 channels-last) and a 2-D MaxPool
+  without Indices or AveragePool (ops/pool_nhwc.py), so a squeezenet's Fire modules
+  (squeeze 1x1 -> expand 1x1 | expand 3x3 -> Concat) and the pools between them are one
+  region;
+- a region is rewritten only when it holds a depthwise conv or a dense one (that is what
+  pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
+  layout change of a whole feature map;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
   `onnx.Transpose` (perm 0 3 1 2), which fusion folds into its readers.
 
-Rank-0 operands (Clip's bounds, a scalar) stay as they are. Everything else (pooling,
-Concat, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a region
-value it gets the NCHW one back. The rewrite is exact (the same sums in the same order per
-tap; the GEMM path sums a 1x1 conv as the NCHW path does, up to f32 reassociation).
+Rank-0 operands (Clip's bounds, a scalar) stay as they are. An AveragePool joins where
+its divisor is the constant window size (cc.avgpool_nhwc). Everything else (other pooling,
+other Concats, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a
+region value it gets the NCHW one back. The rewrite is exact (the same sums in the same
+order per tap; the GEMM paths sum a conv as the NCHW path does, up to f32 reassociation).
 """
 
 from __future__ import annotations
@@ -35,7 +44,9 @@ from typing import ClassVar
 import numpy as np
 
 from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
+from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
+from ..ops.pool_nhwc import avg_constant_divisor
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
 from .dce import dce
@@ -81,6 +92,44 @@ def _conv_kind(op: Op, module: Module) -> str | None:
     return None
 
 
+def _channel_concat(op: Op) -> bool:
+    """a Concat along the channel axis of 4-D values (axis 1 or -3): channels-last it is the
+    same Concat along axis 3"""
+    return op.attrs.get("axis") in (1, -3) and op.results[0].type.rank == 4
+
+
+DENSE_MIN_COUT = 32
+"""a dense kxk conv joins a region from this many output channels: its implicit GEMM's
+columns are the output channels, 32 per packed panel (kernel/conv_call.py), so with fewer
+most lanes are masked"""
+STEM_MIN_COUT = 64
+"""a dense conv of fewer than 16 input channels (a stem: K = 9 * 3) joins only from this
+many output channels, whose input rows then serve two panels. Measured (1 thread, CPU
+clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 7.4 ms at
+224x224; torchvision mobilenet_v2's 3 -> 32 stem 1.24x -> 1.29x at 224x224 and 1.06x ->
+1.16x at 96x128; benchmarks/convnets.py's mobile net with a 3 -> 16 stem 1.43x -> 1.72x"""
+
+
+def _dense_pays(op: Op) -> bool:
+    cin, cout = op.operands[0].type.shape[1], op.results[0].type.shape[1]
+    if not (isinstance(cin, int) and isinstance(cout, int)):
+        return False
+    # a widely dilated conv (DeepLab's ASPP at 12 / 24 / 36) reads only padding with its outer
+    # taps on planes up to its dilation; the NCHW lowering drops those taps (ops/conv_deadtaps.py,
+    # per plane-size interval when H / W are symbolic), the implicit GEMM would run them all
+    dilations = op.attrs.get("dilations") or []
+    if any(int(d) >= MIN_REGIME_EXTENT for d in dilations):
+        return False
+    return cout >= DENSE_MIN_COUT and (cin >= 16 or cout >= STEM_MIN_COUT)
+
+
+def _plain_maxpool(op: Op) -> bool:
+    """a 2-D MaxPool without Indices (cc.maxpool_nhwc, ops/pool_nhwc.py), or a 2-D
+    AveragePool"""
+    ks = op.attrs.get("kernel_shape")
+    return len(op.results) == 1 and ks is not None and len(ks) == 2 and int(op.attrs.get("storage_order", 0)) == 0
+
+
 def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
@@ -97,7 +146,7 @@ class _Finder:
     def eligible(self, op: Op) -> bool:
         kind = _conv_kind(op, self.module)
         if kind is not None:
-            return kind != "dense" or self.dense
+            return kind != "dense" or (self.dense and _dense_pays(op))
         if len(op.results) != 1 or op.regions:
             return False
         t = op.results[0].type
@@ -107,6 +156,12 @@ class _Finder:
             return op.operands[0].type.rank == 4 and all(_rank0(v) for v in op.operands[1:])
         if op.name in BINARY and len(op.operands) == 2:
             return all(v.type.rank == 4 or self.constant(v) is not None for v in op.operands)
+        if op.name == "onnx.MaxPool":
+            return _plain_maxpool(op) and op.operands[0].type.rank == 4
+        if op.name == "onnx.AveragePool":
+            return _plain_maxpool(op) and avg_constant_divisor(op.attrs) and op.operands[0].type.rank == 4
+        if op.name == "onnx.Concat":
+            return _channel_concat(op) and all(v.type.rank == 4 and self.constant(v) is None for v in op.operands)
         return False
 
     def constant(self, v: Value) -> np.ndarray | None:
@@ -132,7 +187,8 @@ class _Finder:
         for ops in groups.values():
             kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
             convs = sum(k is not None for k in kinds)
-            if "dw" in kinds and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
+            paying = "dw" in kinds or "dense" in kinds  # a dense kind is only eligible with `dense`
+            if paying and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
                 out.append(ops)
         return out
 
@@ -156,6 +212,24 @@ class _Finder:
         return n
 
 
+def _folded_relus(ops: list[Op], module: Module) -> dict[int, Op]:
+    """The region's Relus whose operand is a dense conv's result read by nothing else: the
+    conv's implicit GEMM applies them in its stores (cc.conv_nhwc's `relu`). In a region
+    without a depthwise conv (squeezenet, inception) also a 1x1 conv's, which then takes the
+    same call: squeezenet 1.06x -> 0.91x onnxruntime at 64x64, equal at 96x80 and 224x224;
+    a mobile net's region keeps its 1x1 GEMMs (mnasnet measured within noise either way)."""
+    members = {id(op) for op in ops}
+    kinds = {"dense"} if any(_conv_kind(op, module) == "dw" for op in ops) else {"dense", "gemm"}
+    out = {}
+    for op in ops:
+        if op.name != "onnx.Relu" or not isinstance(op.operands[0].owner, Op):
+            continue
+        conv = op.operands[0].owner
+        if id(conv) in members and _conv_kind(conv, module) in kinds and len(conv.results[0].uses) == 1:
+            out[id(op)] = conv
+    return out
+
+
 def _permuted(t: TensorType) -> TensorType:
     return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
 
@@ -166,6 +240,8 @@ class _Rewriter:
     def __init__(self, block: Block, module: Module, ops: list[Op]):
         self.block, self.module, self.ops = block, module, ops
         self.members = {id(op) for op in ops}
+        self.folded = _folded_relus(ops, module)  # id(Relu) -> the dense conv it is folded into
+        self.relu_convs = {id(c) for c in self.folded.values()}
         self.new: dict[int, Value] = {}       # id(old value) -> its channels-last twin
         self.entries: dict[int, Value] = {}   # id(outside value) -> its transposed copy
 
@@ -180,11 +256,22 @@ class _Rewriter:
     def rewrite(self, op: Op) -> None:
         operands = [self.operand(v, op) for v in op.operands]
         rt = _permuted(op.results[0].type)
+        if id(op) in self.folded:  # the conv's stores apply it
+            self.new[id(op.results[0])] = self.new[id(self.folded[id(op)].results[0])]
+            return
         if op.name == "onnx.Conv":
             attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
+            if id(op) in self.relu_convs:
+                attrs["relu"] = 1
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
+        elif op.name in ("onnx.MaxPool", "onnx.AveragePool"):
+            kind = "cc.maxpool_nhwc" if op.name == "onnx.MaxPool" else "cc.avgpool_nhwc"
+            new = Op(kind, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
         else:
-            new = Op(op.name, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
+            attrs = dict(op.attrs)
+            if op.name == "onnx.Concat":
+                attrs["axis"] = 3
+            new = Op(op.name, operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
 
@@ -239,7 +326,7 @@ class _Rewriter:
             u.op.set_operand(u.index, t.results[0])
 
 
-def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = False,
+def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = True,
                  per_conversion: int = CONVS_PER_CONVERSION) -> bool:
     changed = False
     for fn in module.functions.values():
@@ -261,8 +348,10 @@ class NhwcRegionPass(ModulePass):
     name: ClassVar[str] = "nhwc-region"
     min_convs: int = 2
     """a region needs this many convs (one of them depthwise)"""
-    dense: bool = False
-    """whether dense kxk convs join a region (as implicit GEMMs whose A is packed per call)"""
+    dense: bool = True
+    """whether dense kxk convs (of at least DENSE_MIN_COUT output channels) join a region
+    (as implicit GEMM calls, ops/conv_implicit.py; without the call, GEMMs whose A is
+    packed per call)"""
 
     convs_per_conversion: int = CONVS_PER_CONVERSION
     """a region needs this many convs per layout change of a whole feature map"""

@@ -86,6 +86,12 @@ class CpuBackend:
         triple, cpu, features = resolve_target(self.triple, self.cpu, self.features)
         return "avx512vnni" in required_features(triple, cpu, features)
 
+    def f32_conv_call(self) -> bool:
+        """AVX-512F among the features the library is built for (gemm_implicit.py's micro-kernel
+        holds 24 zmm accumulators; on 16 ymm registers it would spill)."""
+        triple, cpu, features = resolve_target(self.triple, self.cpu, self.features)
+        return "avx512f" in required_features(triple, cpu, features)
+
     def target_info(self):
         from onnxcc.kernel.schedule import TargetInfo
 

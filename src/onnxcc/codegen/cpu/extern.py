@@ -4,20 +4,23 @@ The sizes go into an i64 array and the buffer pointers into a pointer array, bot
 entry block's frame; the call is `i32 fn(ptr sizes, ptr buffers)` and a nonzero result
 leaves the kernel with ERR_ASSERT (the runtime set the thread's error message, which the
 dispatcher appends). cpu.py's `STMT_EMITTERS` table points here. The 8-bit GEMM calls
-(kernel/i8gemm.py) keep that signature but their callee is defined in LLVM, in the module
-(gemm_int8.py), not in the runtime.
+(kernel/i8gemm.py) and the f32 implicit-GEMM conv (kernel/conv_call.py) keep that signature
+but their callee is defined in LLVM, in the module (gemm_int8.py, gemm_implicit.py), not in
+the runtime.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
+from onnxcc.kernel.conv_call import CALLEE as F32CONV_CALLEE
 from onnxcc.kernel.expr import ERR_ASSERT
 from onnxcc.kernel.extern import CallStmt
 from onnxcc.kernel.i8gemm import CALLEES as I8GEMM_CALLEES
 
 from ..llvm.exprs import ExprEmitter
 from ..llvm.helpers import I32, I64, PTR, get_or_declare, i32, i64
+from .gemm_implicit import define_callee as define_f32conv
 from .gemm_int8 import define_callee
 
 CALL_FNTY = ir.FunctionType(I32, [PTR, PTR])
@@ -34,6 +37,8 @@ def emit_call(kem, ctx, s: CallStmt, k: int) -> None:
         b.store(ctx.buffer_ptr(name), b.gep(bufs, [i64(0), i64(j)], inbounds=True))
     if s.fn in I8GEMM_CALLEES:
         fn = define_callee(ctx.module, s.fn)
+    elif s.fn == F32CONV_CALLEE:
+        fn = define_f32conv(ctx.module)
     else:
         fn = get_or_declare(ctx.module, s.fn, CALL_FNTY)
     rc = b.call(fn, [sizes, bufs], name=f"call{k}.rc")

@@ -48,6 +48,9 @@ class CudaBackend:
     def int8_dot(self) -> bool:
         return False  # the 8-bit GEMM calls are CPU code (codegen/cpu/gemm_int8.py)
 
+    def f32_conv_call(self) -> bool:
+        return False  # the implicit-GEMM conv call is CPU code (codegen/cpu/gemm_implicit.py)
+
     def emit(self, module, name: str, stop: str, step: StepClock) -> Emitted:
         from ..c.abi import DeviceCode
         from .emit import BLOCK, CudaModule

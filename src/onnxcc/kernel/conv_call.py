@@ -1,0 +1,45 @@
+"""The contract between the f32 implicit-GEMM conv lowering (ops/conv_implicit.py) and the
+backend that runs it (codegen/cpu/gemm_implicit.py): the `CallStmt` name, its sizes and
+buffers, and the packed layout of the constant weights.
+
+    call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu; P, Q, C, T, B) -> C
+
+    acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + T[m] + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
+    C[b*sc + m*ldc + n] = act(acc(b, m, n) + B[n])          act: max(., 0) when relu, else identity
+
+The GEMM's rows m are a conv's real output pixels (oh, ow), no padding columns; its columns
+n the output channels (the vector lanes); K = (kh, kw, c) read in place from P, a padded
+channels-last copy of the input, through the per-pixel offset table T (i64, elements): one
+contiguous segment of L = KW * C elements per window row (S1 = 1), or of C per tap when the
+conv is dilated along W (S1 = KW). Offsets and strides count f32 elements.
+
+W is packed as Q: panels of NR columns, each [S0*S1*L][NR] f32, zero past N, so a panel
+row is NR / 16 aligned vector loads."""
+
+from __future__ import annotations
+
+import numpy as np
+
+CALLEE = "onnxcc_f32conv"
+"""the CallStmt's function name"""
+NR = 32
+"""columns per packed panel (two 16-lane vectors)"""
+SIZES = ("batch", "m", "n", "s0", "ss0", "s1", "ss1", "l", "sp", "ldc", "sc", "relu")
+"""the call's sizes, in order"""
+
+
+def panels(n: int) -> int:
+    return -(-n // NR)
+
+
+def pack_w(w: np.ndarray) -> np.ndarray:
+    """Conv weights [M, C, KH, KW] as the packed Q [panels(M), KH*KW*C, NR] (f32), K ordered
+    (kh, kw, c) like a window's elements in the channels-last copy, zero past M."""
+    mo = w.shape[0]
+    wk = np.ascontiguousarray(np.asarray(w, np.float32).transpose(2, 3, 1, 0)).reshape(-1, mo)  # [K, M]
+    full = np.zeros((wk.shape[0], panels(mo) * NR), np.float32)
+    full[:, :mo] = wk
+    return np.ascontiguousarray(full.reshape(wk.shape[0], panels(mo), NR).transpose(1, 0, 2))
+
+
+__all__ = ["CALLEE", "NR", "SIZES", "pack_w", "panels"]

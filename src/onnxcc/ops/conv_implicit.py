@@ -1,0 +1,72 @@
+"""A dense channels-last f32 conv as one implicit GEMM call (kernel/conv_call.py), where the
+backend runs it (`ctx.f32_conv_call`: codegen/cpu/gemm_implicit.py).
+
+The NCHW window GEMM computes its columns over a padded plane (a 13x13 output with pads 1
+is 13 x 15 columns, then rounded up to whole tiles: about 70% useful). Here the GEMM's rows
+are the real output pixels (n, oh, ow), its columns the output channels, and K = (kh, kw, c)
+is read in place from one padded channels-last copy of X through a per-pixel offset table,
+so nothing is computed for padding and no im2col matrix is written. The weights are packed
+at compile time; bias and ReLU are applied in the stores.
+
+`implicit_conv` returns False, having written nothing, where it does not apply (another
+target, another dtype, grouped, weights not constant); the caller keeps its own path."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import DType, canon
+from ..kernel import Buffer, CallStmt, Const, select
+from ..kernel.conv_call import CALLEE, pack_w
+from .pad_guard import pad_guard
+
+
+def _literal_zero(d) -> bool:
+    return isinstance(d, int) and d == 0
+
+
+def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
+                  relu: bool) -> bool:
+    """y[n, oh, ow, m] = act(sum(kh, kw, c: padded x[n, oh*s0 + kh*d0 - pb0, ow*s1 + kw*d1 - pb1, c]
+    * W[m, c, kh, kw]) + B[m]) through the call; False: not here."""
+    if not ctx.f32_conv_call or win["group"] != 1 or x.dtype is not DType.f32 or y.dtype is not DType.f32:
+        return False
+    wv = ctx.const_value(w_index)
+    bv = None if bias_index is None else ctx.const_value(bias_index)
+    if wv is None or (bias_index is not None and bv is None) or wv.ndim != 4:
+        return False
+    mo, cin, kh, kw = (int(d) for d in wv.shape)
+    strides, dil = win["strides"], win["dilations"]
+    if not all(isinstance(v, int) for v in (*strides, *dil)):
+        return False
+    n_, hin, win_, _ = x.shape
+    _, oh_, ow_, _ = y.shape
+    if all(_literal_zero(p) for p in (*pb, *pe)):
+        xp, hp, wp = x, hin, win_  # no padding: the windows are read from X itself
+    else:
+        hp, wp = canon(hin + pb[0] + pe[0]), canon(win_ + pb[1] + pe[1])
+        xp = ctx.temp(DType.f32, (n_, hp, wp, cin), "xpad")
+        zero = Const(0.0, DType.f32)
+
+        def pad_body(n, h, w, c):
+            pos = [h - ctx.dim(pb[0]), w - ctx.dim(pb[1])]
+            guard = pad_guard(ctx, pos, (hin, win_), pb, pe)
+            v = x[(n, *pos, c)]
+            return v if guard is None else select(guard, v, zero)  # lazy: padding is never loaded
+
+        ctx.compute(xp, pad_body)
+    wpd, cd = ctx.dim(wp), ctx.dim(cin)
+    table = ctx.temp(DType.i64, (oh_, ow_), "rowoff")
+    ctx.compute(table, lambda oh, ow: (oh * (strides[0] * wpd) + ow * strides[1]) * cd)
+    q = ctx.const(pack_w(wv), "wpack")
+    bconst = ctx.const(np.zeros(mo, np.float32) if bv is None else np.asarray(bv, np.float32).reshape(-1), "bias")
+    # window rows of KW * C contiguous elements, or taps of C when dilated along W
+    s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
+    sizes = (n_, canon(oh_ * ow_), mo, kh, canon(dil[0] * wp * cin), s1, ss1, seg, canon(hp * wp * cin), mo,
+             canon(oh_ * ow_ * mo), int(relu))
+    exprs = tuple(ctx.dim(canon(d)) for d in sizes)
+    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name), (y.name,)))
+    return True
+
+
+__all__ = ["implicit_conv"]
