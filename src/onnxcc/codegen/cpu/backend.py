@@ -22,6 +22,7 @@ from ..llvm import object_cache
 from ..llvm.target import LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates
 from .features import check_cpu, required_features
+from .shared_helpers import share_helpers
 from .split import control_only, size, split_by_level
 
 
@@ -117,7 +118,9 @@ class CpuBackend:
         reads their values, nothing is emitted twice). A function identical to another
         version's is compiled once (`forward_duplicates`); with fewer versions than workers
         each version's module is cut into parts (`split_by_level`) so every worker has work,
-        and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own."""
+        and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
+        never-inlined helpers (GEMM micro-kernels) go to one module of their own, compiled
+        once for every version and part (`share_helpers`)."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -145,6 +148,7 @@ class CpuBackend:
             versions.append((m, v.program.name))
         if len(versions) > 1:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
+        shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
         mods = [(part, lv) for m, prefix in versions
                 for part, lv in split_by_level(m, prefix, parts, functools.partial(_fn_opt, prefix, self.opt))]
         cmod = llir.Module(name=f"{name}.consts")
@@ -158,7 +162,8 @@ class CpuBackend:
         t0 = time.perf_counter()
         target = (self.triple, self.cpu, self.features)
         # the constants' module holds data only: nothing for the optimiser to do
-        objs = compile_in_workers([(cmod, (*target, 0)), *((m, (*target, lv)) for m, lv in mods)], jobs)
+        helpers = [(shared, (*target, self.opt))] if shared else []
+        objs = compile_in_workers([(cmod, (*target, 0)), *helpers, *((m, (*target, lv)) for m, lv in mods)], jobs)
         object_cache.prune()
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=objs)
@@ -293,7 +298,10 @@ def _compile_one(k: int) -> bytes:
 
 
 def _weight(mod) -> int:
-    """What compiling `mod` costs, roughly: its defined functions' instructions."""
+    """What compiling `mod` costs, roughly: its defined functions' instructions (a module
+    given as text: its indented lines)."""
+    if isinstance(mod, str):
+        return mod.count("\n  ")
     return sum(size(f) for f in getattr(mod, "functions", ()) if f.blocks)
 
 

@@ -1,0 +1,89 @@
+"""Shared helpers compiled once per library: the `noinline` helpers (GEMM micro-kernels,
+GEMV and int8 kernels) that every version module, and every part of a split version, would
+otherwise carry as its own internal copy for LLVM to optimise and compile again.
+
+A bert export's five versions held the same 12x32 micro-kernels three times (a third of
+each version's instructions), a conv net's two parts of one version each its own copy of
+every window micro-kernel. The helpers are emitted per module and named by everything their
+code depends on (rows, tile width, A and B modes, the epilogue's hash, the vector width), so
+equal names mean equal code; the texts are compared anyway and a helper whose copies differ
+stays where it is. A shared helper moves, under the build's prefix (unique per library and
+per CPU level of a multi-ISA build) and `hidden` linkage, into one module of its own; each
+version module keeps a declaration. It is never inlined (`noinline`), so its callers'
+code is what it was; only LLVM's interprocedural view of it is lost (a constant argument
+propagated into an internal function's body).
+"""
+
+from __future__ import annotations
+
+import re
+
+from llvmlite import ir
+
+_METADATA = re.compile(r"!\d|!\"|!llvm")
+
+
+def _shareable(fn: ir.Function, prefix: str) -> bool:
+    """A defined, never-inlined helper (not one of version `prefix`'s own functions) whose
+    body names no metadata (the module's numbering is its own) and calls only declarations
+    (intrinsics, the runtime): its text alone is a complete definition."""
+    if not fn.blocks or fn.name == prefix or fn.name.startswith(prefix + ".") or "noinline" not in fn.attributes:
+        return False
+    for block in fn.blocks:
+        for ins in block.instructions:
+            if getattr(ins, "metadata", None):
+                return False
+            for op in getattr(ins, "operands", ()):
+                if isinstance(op, ir.Function) and op.blocks:
+                    return False
+    return True
+
+
+def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | None:
+    """Move the helpers shareable across `versions` ((module, version prefix) pairs) into one
+    module, returned as LLVM IR text (None: nothing to share); in each version module the
+    helper becomes a `hidden` declaration named `name.HELPER`. The modules are changed in
+    place (before they are split: a declaration is not copied into every part)."""
+    texts: dict[str, str] = {}  # helper name -> its definition's text, renamed
+    decls: dict[str, str] = {}  # what the shared definitions call
+    found: dict[str, list[ir.Function]] = {}
+    for module, prefix in versions:
+        for fn in list(module.functions):
+            if _shareable(fn, prefix):
+                found.setdefault(fn.name, []).append(fn)
+    moved = []
+    for old, copies in found.items():
+        bodies = {_body(fn) for fn in copies}
+        if len(bodies) != 1 or _METADATA.search(next(iter(bodies))):
+            continue  # copies that differ (or name metadata) stay internal where they are
+        new = f"{name}.{old}"
+        for fn in copies:
+            module = fn.module
+            fn.name = new  # the calls print their callee's name: they follow
+            module.globals[new] = module.globals.pop(old)
+            fn.linkage = "hidden"
+        texts[new] = str(copies[0])
+        for callee in _callees(copies[0]):
+            decls.setdefault(callee.name, str(callee))
+        moved.extend(copies)
+    if not texts:
+        return None
+    for fn in moved:
+        fn.blocks = []  # now a declaration: its definition is the shared module's
+    triple = versions[0][0].triple
+    head = f'target triple = "{triple}"\n' if triple else ""
+    return head + "\n".join([*decls.values(), *texts.values()]) + "\n"
+
+
+def _body(fn: ir.Function) -> str:
+    return str(fn).split("\n", 1)[1]  # below the define line, which names the function
+
+
+def _callees(fn: ir.Function) -> list[ir.Function]:
+    out: dict[str, ir.Function] = {}
+    for block in fn.blocks:
+        for ins in block.instructions:
+            for op in getattr(ins, "operands", ()):
+                if isinstance(op, ir.Function):
+                    out.setdefault(op.name, op)
+    return list(out.values())
