@@ -146,9 +146,9 @@ class CpuBackend:
                     else:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
+        shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
         if len(versions) > 1:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
-        shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
         mods = [(part, lv) for m, prefix in versions
                 for part, lv in split_by_level(m, prefix, parts, functools.partial(_fn_opt, prefix, self.opt))]
         cmod = llir.Module(name=f"{name}.consts")

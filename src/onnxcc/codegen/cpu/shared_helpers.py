@@ -43,29 +43,35 @@ def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | Non
     """Move the helpers shareable across `versions` ((module, version prefix) pairs) into one
     module, returned as LLVM IR text (None: nothing to share); in each version module the
     helper becomes a `hidden` declaration named `name.HELPER`. The modules are changed in
-    place (before they are split: a declaration is not copied into every part)."""
-    texts: dict[str, str] = {}  # helper name -> its definition's text, renamed
-    decls: dict[str, str] = {}  # what the shared definitions call
+    place, before anything else prints them (llvmlite caches printed names: a caller printed
+    earlier would keep calling the old name, and the link would fail) and before they are
+    split (a declaration is not copied into every part)."""
     found: dict[str, list[ir.Function]] = {}
     for module, prefix in versions:
         for fn in list(module.functions):
             if _shareable(fn, prefix):
                 found.setdefault(fn.name, []).append(fn)
+    texts: dict[str, str] = {}  # helper name -> its definition's text, renamed
+    decls: dict[str, str] = {}  # what the shared definitions call
     moved = []
     for old, copies in found.items():
-        bodies = {_body(fn) for fn in copies}
-        if len(bodies) != 1 or _METADATA.search(next(iter(bodies))):
-            continue  # copies that differ (or name metadata) stay internal where they are
         new = f"{name}.{old}"
-        for fn in copies:
-            module = fn.module
-            fn.name = new  # the calls print their callee's name: they follow
-            module.globals[new] = module.globals.pop(old)
-            fn.linkage = "hidden"
-        texts[new] = str(copies[0])
-        for callee in _callees(copies[0]):
-            decls.setdefault(callee.name, str(callee))
-        moved.extend(copies)
+        for fn in copies:  # renamed before printed: the name is cached by the first print
+            fn.name = new
+            if fn.get_reference() != f'@"{new}"':  # printed before (it prints as it did): not shared
+                break
+            fn.module.globals[new] = fn.module.globals.pop(old)
+        else:
+            bodies = {_body(fn) for fn in copies}
+            if len(bodies) == 1 and not _METADATA.search(next(iter(bodies))):
+                for fn in copies:
+                    fn.linkage = "hidden"
+                    _declare_memory(fn)
+                texts[new] = str(copies[0])
+                for callee in _callees(copies[0]):
+                    decls.setdefault(callee.name, str(callee))
+                moved.extend(copies)
+            # copies that differ (or name metadata) stay internal, each in its module
     if not texts:
         return None
     for fn in moved:
@@ -73,6 +79,27 @@ def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | Non
     triple = versions[0][0].triple
     head = f'target triple = "{triple}"\n' if triple else ""
     return head + "\n".join([*decls.values(), *texts.values()]) + "\n"
+
+
+def _declare_memory(fn: ir.Function) -> None:
+    """Tell the callers what LLVM would have inferred from an internal definition: the
+    helper touches memory only through its pointer arguments and keeps none of them. Without
+    it a call clobbers all memory and captures the buffers passed (a window GEMM's stack
+    tile and offset table): its callers optimised to 30% more code and took 40% longer in
+    LLVM (squeezenet). Only for a helper that calls nothing but LLVM intrinsics and stores
+    no pointer."""
+    for block in fn.blocks:
+        for ins in block.instructions:
+            if isinstance(ins, ir.CallInstr) and not getattr(ins.callee, "name", "").startswith("llvm."):
+                return
+            if isinstance(ins, ir.StoreInstr) and isinstance(ins.operands[0].type, ir.PointerType):
+                return
+            if ins.opname == "ptrtoint":
+                return
+    fn.attributes.add("argmemonly")
+    for arg in fn.args:
+        if isinstance(arg.type, ir.PointerType):
+            arg.add_attribute("captures(none)")
 
 
 def _body(fn: ir.Function) -> str:
