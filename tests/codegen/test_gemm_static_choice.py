@@ -10,7 +10,6 @@ import re
 import numpy as np
 import onnx
 import pytest
-
 from onnx import TensorProto, helper
 
 import onnxcc
