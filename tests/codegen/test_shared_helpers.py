@@ -44,6 +44,7 @@ def test_identical_helpers_move_once_under_the_prefix():
     text = share_helpers([(a, "v0"), (b, "v1")], "lib")
     assert text is not None
     assert text.count("define hidden void @\"lib.onnxcc.h\"") == 1
+    assert "argmemonly" in text.split('@"lib.onnxcc.h"')[1].splitlines()[0]
     for m in (a, b):
         printed = str(m)
         assert 'declare hidden void @"lib.onnxcc.h"(ptr captures(none)' in printed
