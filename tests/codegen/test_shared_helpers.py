@@ -54,7 +54,9 @@ def test_identical_helpers_move_once_under_the_prefix():
 
 
 def test_differing_copies_stay_internal():
-    a, b = _version("v0", 1.0), _version("v1", 2.0)
+    """Equal names are equal code by construction (the emitters look a helper up by name);
+    copies whose instructions differ anyway are left where they are."""
+    a, b = _version("v0", 1.0), _version("v1", 1.0, call_runtime=True)
     assert share_helpers([(a, "v0"), (b, "v1")], "lib") is None
     for m in (a, b):
         assert "define internal void" in str(m)

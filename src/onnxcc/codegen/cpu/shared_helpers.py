@@ -6,8 +6,9 @@ A bert export's five versions held the same 12x32 micro-kernels three times (a t
 each version's instructions), a conv net's two parts of one version each its own copy of
 every window micro-kernel. The helpers are emitted per module and named by everything their
 code depends on (rows, tile width, A and B modes, the epilogue's hash, the vector width), so
-equal names mean equal code; the texts are compared anyway and a helper whose copies differ
-stays where it is. A shared helper moves, under the build's prefix (unique per library and
+equal names mean equal code (the emitters already rely on it: a helper is looked up by name
+in its module); their shapes (types, instructions per block) are compared anyway, and a
+helper whose copies differ stays where it is. A shared helper moves, under the build's prefix (unique per library and
 per CPU level of a multi-ISA build) and `hidden` linkage, into one module of its own; each
 version module keeps a declaration. It is never inlined (`noinline`), so its callers'
 code is what it was; only LLVM's interprocedural view of it is lost (a constant argument
