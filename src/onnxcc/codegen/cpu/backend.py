@@ -161,9 +161,11 @@ class CpuBackend:
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
         target = (self.triple, self.cpu, self.features)
-        # the constants' module holds data only: nothing for the optimiser to do
-        helpers = [(shared, (*target, self.opt))] if shared else []
-        objs = compile_in_workers([(cmod, (*target, 0)), *helpers, *((m, (*target, lv)) for m, lv in mods)], jobs)
+        # loop strength reduction only for the micro-kernels (llvm/target.py `_no_lsr`)
+        helpers = [(shared, (*target, (self.opt, self.opt, True)))] if shared else []
+        pieces = [(m, (*target, (*(lv if isinstance(lv, tuple) else (lv, lv)), False))) for m, lv in mods]
+        # (the constants' module holds data only: nothing for the optimiser to do)
+        objs = compile_in_workers([(cmod, (*target, 0)), *helpers, *pieces], jobs)
         object_cache.prune()
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=objs)
@@ -285,14 +287,14 @@ def _compile_one(k: int) -> bytes:
 
     mod, target = _WORK[k]
     triple, cpu, features, opt = target
-    ir_opt, cg_opt = opt if isinstance(opt, tuple) else (opt, opt)
+    ir_opt, cg_opt, lsr = (*opt, True)[:3] if isinstance(opt, tuple) else (opt, opt, True)
     if not object_cache.enabled():
-        return emit_object(mod, triple, cpu, features, ir_opt, cg_opt)
+        return emit_object(mod, triple, cpu, features, ir_opt, cg_opt, lsr)
     text = str(mod)
-    key = object_cache.object_key(text, *resolve_target(triple, cpu, features), ir_opt, cg_opt)
+    key = object_cache.object_key(text, *resolve_target(triple, cpu, features), ir_opt, cg_opt, lsr)
     obj = object_cache.load(key)
     if obj is None:
-        obj = emit_object(text, triple, cpu, features, ir_opt, cg_opt)
+        obj = emit_object(text, triple, cpu, features, ir_opt, cg_opt, lsr)
         object_cache.store(key, obj)
     return obj
 
@@ -308,7 +310,8 @@ def _weight(mod) -> int:
 def compile_in_workers(work, jobs: int) -> list[bytes]:
     """emit_object for each (module, (triple, cpu, features, opt)) of `work`, `jobs` forked
     processes at a time (in this process with one job); objects come back in `work`'s order.
-    `opt` is one -O level, or a pair (the IR optimiser's, the code generator's)."""
+    `opt` is one -O level, or a pair (the IR optimiser's, the code generator's), or a triple
+    (those and whether the code generator runs loop strength reduction)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
