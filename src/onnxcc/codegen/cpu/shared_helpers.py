@@ -17,25 +17,23 @@ propagated into an internal function's body).
 
 from __future__ import annotations
 
-import re
-
 from llvmlite import ir
-
-_METADATA = re.compile(r"!\d|!\"|!llvm")
 
 
 def _shareable(fn: ir.Function, prefix: str) -> bool:
-    """A defined, never-inlined helper (not one of version `prefix`'s own functions) whose
-    body names no metadata (the module's numbering is its own) and calls only declarations
+    """A defined, never-inlined helper (not one of version `prefix`'s own functions) that
+    names no metadata (the module's numbering is its own) and calls only declarations
     (intrinsics, the runtime): its text alone is a complete definition."""
     if not fn.blocks or fn.name == prefix or fn.name.startswith(prefix + ".") or "noinline" not in fn.attributes:
+        return False
+    if getattr(fn, "metadata", None):
         return False
     for block in fn.blocks:
         for ins in block.instructions:
             if getattr(ins, "metadata", None):
                 return False
             for op in getattr(ins, "operands", ()):
-                if isinstance(op, ir.Function) and op.blocks:
+                if (isinstance(op, ir.Function) and op.blocks) or isinstance(op, (ir.MetaDataArgument, ir.MDValue)):
                     return False
     return True
 
@@ -65,12 +63,11 @@ def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | Non
         else:
             # the shape (types, instructions per block), not the text: printing every copy of
             # every micro-kernel cost more Python time than it saved (bert: 15% of the emission)
-            text = _body(copies[0])
-            if len({_shape(fn) for fn in copies}) == 1 and not _METADATA.search(text):
+            if len({_shape(fn) for fn in copies}) == 1:
                 for fn in copies:
                     fn.linkage = "hidden"
                     _declare_memory(fn)
-                texts[new] = str(copies[0])  # the attributes just added are in it
+                texts[new] = str(copies[0])  # printed once, with the attributes just added
                 for callee in _callees(copies[0]):
                     decls.setdefault(callee.name, str(callee))
                 moved.extend(copies)
@@ -107,10 +104,6 @@ def _declare_memory(fn: ir.Function) -> None:
 
 def _shape(fn: ir.Function) -> tuple:
     return (str(fn.ftype), tuple(fn.attributes), tuple((b.name, len(b.instructions)) for b in fn.blocks))
-
-
-def _body(fn: ir.Function) -> str:
-    return str(fn).split("\n", 1)[1]  # below the define line, which names the function
 
 
 def _callees(fn: ir.Function) -> list[ir.Function]:
