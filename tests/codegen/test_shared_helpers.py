@@ -101,3 +101,13 @@ def test_library_defines_each_micro_kernel_once(tmp_path):
     ukr = [s for s in syms if ".gemm.ukr." in s]
     assert ukr and all(s.startswith("mm.onnxcc.gemm.ukr.") for s in ukr)
     assert len(ukr) == len(set(ukr))
+
+
+def test_helper_naming_metadata_stays_internal():
+    """Metadata numbering is its module's own: a helper whose instructions name any stays."""
+    a = _version("v0", 1.0)
+    h = a.globals["onnxcc.h"]
+    store = h.blocks[0].instructions[0]
+    store.set_metadata("nontemporal", a.add_metadata([ir.IntType(32)(1)]))
+    assert share_helpers([(a, "v0")], "lib") is None
+    assert "define internal void" in str(a)
