@@ -22,6 +22,7 @@ from ..llvm import object_cache
 from ..llvm.target import LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates
 from .features import check_cpu, required_features
+from .shared_helpers import share_helpers
 from .split import control_only, size, split_by_level
 
 
@@ -123,7 +124,9 @@ class CpuBackend:
         reads their values, nothing is emitted twice). A function identical to another
         version's is compiled once (`forward_duplicates`); with fewer versions than workers
         each version's module is cut into parts (`split_by_level`) so every worker has work,
-        and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own."""
+        and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
+        never-inlined helpers (GEMM micro-kernels) go to one module of their own, compiled
+        once for every version and part (`share_helpers`)."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -149,6 +152,7 @@ class CpuBackend:
                     else:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
+        shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
         if len(versions) > 1:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
         mods = [(part, lv) for m, prefix in versions
@@ -163,8 +167,11 @@ class CpuBackend:
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
         target = (self.triple, self.cpu, self.features)
-        # the constants' module holds data only: nothing for the optimiser to do
-        objs = compile_in_workers([(cmod, (*target, 0)), *((m, (*target, lv)) for m, lv in mods)], jobs)
+        # loop strength reduction only for the micro-kernels (llvm/target.py `_no_lsr`)
+        helpers = [(shared, (*target, (self.opt, self.opt, True)))] if shared else []
+        pieces = [(m, (*target, (*(lv if isinstance(lv, tuple) else (lv, lv)), False))) for m, lv in mods]
+        # (the constants' module holds data only: nothing for the optimiser to do)
+        objs = compile_in_workers([(cmod, (*target, 0)), *helpers, *pieces], jobs)
         object_cache.prune()
         step("codegen", time.perf_counter() - t0)
         return Emitted(objects=objs)
@@ -286,27 +293,31 @@ def _compile_one(k: int) -> bytes:
 
     mod, target = _WORK[k]
     triple, cpu, features, opt = target
-    ir_opt, cg_opt = opt if isinstance(opt, tuple) else (opt, opt)
+    ir_opt, cg_opt, lsr = (*opt, True)[:3] if isinstance(opt, tuple) else (opt, opt, True)
     if not object_cache.enabled():
-        return emit_object(mod, triple, cpu, features, ir_opt, cg_opt)
+        return emit_object(mod, triple, cpu, features, ir_opt, cg_opt, lsr)
     text = str(mod)
-    key = object_cache.object_key(text, *resolve_target(triple, cpu, features), ir_opt, cg_opt)
+    key = object_cache.object_key(text, *resolve_target(triple, cpu, features), ir_opt, cg_opt, lsr)
     obj = object_cache.load(key)
     if obj is None:
-        obj = emit_object(text, triple, cpu, features, ir_opt, cg_opt)
+        obj = emit_object(text, triple, cpu, features, ir_opt, cg_opt, lsr)
         object_cache.store(key, obj)
     return obj
 
 
 def _weight(mod) -> int:
-    """What compiling `mod` costs, roughly: its defined functions' instructions."""
+    """What compiling `mod` costs, roughly: its defined functions' instructions (a module
+    given as text: its indented lines)."""
+    if isinstance(mod, str):
+        return mod.count("\n  ")
     return sum(size(f) for f in getattr(mod, "functions", ()) if f.blocks)
 
 
 def compile_in_workers(work, jobs: int) -> list[bytes]:
     """emit_object for each (module, (triple, cpu, features, opt)) of `work`, `jobs` forked
     processes at a time (in this process with one job); objects come back in `work`'s order.
-    `opt` is one -O level, or a pair (the IR optimiser's, the code generator's)."""
+    `opt` is one -O level, or a pair (the IR optimiser's, the code generator's), or a triple
+    (those and whether the code generator runs loop strength reduction)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

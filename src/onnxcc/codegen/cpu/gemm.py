@@ -87,6 +87,7 @@ from .gemm_ir import umin as _umin
 from .gemm_ir import unflatten as _unflatten
 from .gemm_rows import row_tiles as _row_tiles
 from .gemm_rows import tile_heights as _tile_heights
+from .gemm_static import narrow_wins
 from .gemm_ukr import ukr_function
 
 if TYPE_CHECKING:
@@ -237,23 +238,29 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             b.ret(st)
 
     narrow = _narrow_choice(kem, ctx, c, g, geo) if g.window is not None else None
+    made: dict[int, ir.Function] = {}
 
-    def run_tasks(task: ir.Function, per_batch: bool) -> None:
+    def task_of(gp: GemmPlan) -> ir.Function:  # once per plan, however many call sites (LLVM time)
+        if id(gp) not in made:
+            made[id(gp)] = _task_function(kem, c, gp)
+        return made[id(gp)]
+
+    def run_tasks(per_batch: bool) -> None:
         # the window's tiles, `narrow`'s one-vector-wide ones when they waste fewer columns
         def count(gm: _Geometry) -> ir.Value:
             return _mul(b, gm.n_ic, gm.n_jc, "win.per.batch") if per_batch else gm.n_tasks
-        if narrow is None:
-            call(task, count(geo))
+        if narrow is None or narrow[2] is True:  # one choice, known at compile time
+            call(task_of(narrow[0] if narrow else g), count(narrow[1] if narrow else geo))
             return
         g_n, geo_n, use = narrow
         with if_else(b, use, name="win.narrow") as (then, other):
             with then:
-                call(_task_function(kem, c, g_n), count(geo_n))
+                call(task_of(g_n), count(geo_n))
             with other:
-                call(task, count(geo))
+                call(task_of(g), count(geo))
 
     if g.window is not None and g.window.source is not None:  # B read in place: no copy
-        run_tasks(_task_function(kem, c, g), False)
+        run_tasks(False)
         return
     if not g.b_const:
         if kem.plan.scratch_offset is None:
@@ -267,11 +274,10 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             gw.zero_slack(b, gw.scratch_base(kem, ctx), gw.plane_floats(ctx, w), nplanes, gw.slack_floats(ctx, g))
             pad = gw.pad_function(kem, c, g, lambda fb, fp: _mul(fb, fb.load(_xctx_slot(fb, fp, 5), name="bt",
                                                                               align=8, typ=I64), w.planes, "pad.off"))
-            task = _task_function(kem, c, g)
             if geo.inter is None:
                 _xctx_store(b, pctx, 5, i64(0))
                 call(pad, nplanes)
-                run_tasks(task, False)
+                run_tasks(False)
                 return
             # one batch at a time when a batch's planes are big (as packed B, see below):
             # its tiles read the planes while they are in the caches
@@ -280,11 +286,11 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                     with for_range(b, geo.Bt, "win.bt", guard=True) as bt:
                         _xctx_store(b, pctx, 5, bt)
                         call(pad, i64(w.planes))
-                        run_tasks(task, True)
+                        run_tasks(True)
                 with other:
                     _xctx_store(b, pctx, 5, i64(0))
                     call(pad, nplanes)
-                    run_tasks(task, False)
+                    run_tasks(False)
             return
         def packed(g: GemmPlan, geo: _Geometry) -> None:  # pack B per window, then the tiles
             pack, task = _pack_b_function(kem, c, g), _task_function(kem, c, g)
@@ -329,8 +335,8 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
         # they waste fewer columns (silero's convs over 1 to 4 frames fill 48-wide tiles to a
         # twelfth), decided per call like the window tiles
         packed_narrow = _narrow_choice(kem, ctx, c, g, geo) if g.a_const and g.window is None else None
-        if packed_narrow is None:
-            packed(g, geo)
+        if packed_narrow is None or packed_narrow[2] is True:  # one choice, known at compile time
+            packed(*(packed_narrow[:2] if packed_narrow else (g, geo)))
             return
         g_n, geo_n, use = packed_narrow
         with if_else(b, use, name="gemm.narrow") as (then, other):
@@ -348,19 +354,25 @@ NARROW_EFFICIENCY = 85
 
 
 def _narrow_choice(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
-                   ) -> tuple[GemmPlan, _Geometry, ir.Value] | None:
+                   ) -> tuple[GemmPlan, _Geometry, ir.Value | bool] | None:
     """For a GEMM packing B per call (window mode, or a conv's packed columns) with tiles several
     vectors wide: the plan with one-vector-wide
     tiles, its geometry, and whether it runs (an i1 decided per call). A conv's small output
     planes (7x7 = 49, 4x4 = 16 columns per batch) fill a 48-column tile to a third or less,
     every FMA of the empty vectors wasted; one-vector tiles waste at most vl - 1 columns.
     They run when their padded columns, over the efficiency they keep, are fewer than the
-    wide tiles' padded columns."""
+    wide tiles' padded columns (None / True when static extents decide it: the wide / narrow
+    tiles alone)."""
     if g.nr <= g.vl or g.b_const:
         return None
     b = ctx.b
     g_n = dataclasses.replace(g, nr=g.vl)
+    static = narrow_wins(c, g, g_n, NARROW_EFFICIENCY)  # static extents: only the tiles that run are emitted
+    if static is False:
+        return None
     geo_n = _Geometry(ctx, b, c, g_n, geo.threads)
+    if static:
+        return g_n, geo_n, True
     wide = _mul(b, geo.Pn, g.nr * NARROW_EFFICIENCY, "win.wide.cols")
     narrow = _mul(b, geo_n.Pn, g.vl * 100, "win.narrow.cols")
     return g_n, geo_n, b.icmp_unsigned("<", narrow, wide, name="win.narrow")

@@ -57,12 +57,12 @@ def _toolchain() -> bytes:
                       hashlib.sha256(pipeline).hexdigest()]).encode()
 
 
-def object_key(text: str, triple: str, cpu: str, features: str, ir_opt: int, cg_opt: int) -> str:
+def object_key(text: str, triple: str, cpu: str, features: str, ir_opt: int, cg_opt: int, lsr: bool = True) -> str:
     """The key of the object of IR `text` compiled for (triple, cpu, features) with the IR
-    pipeline at -O`ir_opt` and the code generator at -O`cg_opt`; the target as resolved
-    (the host's name and features, not None)."""
+    pipeline at -O`ir_opt` and the code generator at -O`cg_opt` (without loop strength
+    reduction: `lsr` False); the target as resolved (the host's name and features, not None)."""
     h = hashlib.sha256(_toolchain())
-    h.update(f"\0{triple}\0{cpu}\0{features}\0{ir_opt}\0{cg_opt}\0".encode())
+    h.update(f"\0{triple}\0{cpu}\0{features}\0{ir_opt}\0{cg_opt}\0{'' if lsr else 'nolsr'}".encode())
     h.update(text.encode())
     return h.hexdigest()[:40]
 
