@@ -42,7 +42,7 @@ from fractions import Fraction
 
 import sympy
 
-from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym
+from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym, unevaluated
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
@@ -119,19 +119,19 @@ def unevaluated_max(items: list[Dim]) -> Dim:
     """`Max(*items)` (nested Maxes flattened, duplicates dropped) WITHOUT sympy's own
     simplification: sympy compares every pair of arguments symbolically (`factor_terms` on
     each difference), which took most of a convnet's compile time on its workspace size
-    (seconds per call). The callers drop the arguments another provably covers themselves;
-    the value is the same either way."""
-    args: list[sympy.Expr] = []
+    (seconds per call), and orders them canonically, counting every argument's nodes. The
+    arguments stay in the order given (numbers last, as one); the callers drop the
+    arguments another provably covers themselves; the value is the same either way."""
+    args: dict[sympy.Expr, None] = {}  # by hash: a list's `in` compared big trees pairwise
     for d in items:
         e = sympy.sympify(d)
         for a in (e.args if isinstance(e, sympy.Max) else (e,)):
-            if a not in args:
-                args.append(a)
+            args[a] = None
     if all(a.is_Integer for a in args):
         return max(int(a) for a in args)
     nums = [int(a) for a in args if a.is_Integer]
-    args = [a for a in args if not a.is_Integer] + ([sympy.Integer(max(nums))] if nums else [])
-    return args[0] if len(args) == 1 else sympy.Max(*args, evaluate=False)
+    rest = [a for a in args if not a.is_Integer] + ([sympy.Integer(max(nums))] if nums else [])
+    return unevaluated(sympy.Max, rest)
 
 
 def _le(prover: Prover, a: Dim, b: Dim) -> bool:
@@ -205,7 +205,7 @@ class _Refuter:
             env = {n: i.lo if v is None else min(max(v, i.lo), i.hi) for n, i in table.infos.items()}
             if env not in self.points:
                 self.points.append(env)
-        self._memo: list[dict] = [{} for _ in self.points]
+        self._memo: list[dict] = [_point_memo(env) for env in self.points]
         self._values: dict = {}  # dim -> its values at the points (ints where integral)
 
     def values(self, d: Dim) -> tuple:
@@ -223,6 +223,16 @@ class _Refuter:
 
 
 _REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+_POINT_MEMOS: dict[tuple, dict] = {}  # the running plan's `_eval` memos, one per point
+
+
+def _point_memo(env: dict[str, int]) -> dict:
+    """`_eval`'s memo for the point `env`, shared by every refuter and sampler of the running
+    plan that evaluates there: each range a plan tries has its own prover and samplers, but
+    most of their points are the same (only the split symbol's value moves), and evaluating
+    a conv net's offsets (Max trees of nested floors) again at each was a tenth of its plan."""
+    return _POINT_MEMOS.setdefault(tuple(sorted(env.items())), {})
 
 
 def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | None:
@@ -331,9 +341,18 @@ class _BudgetSpent(Exception):
 
 
 _deadline = [math.inf]  # when the running plan's proof budget ends (plans do not nest)
+_next_look = [0.0]  # wall time before which the CPU clock is not read again
 
 
 def _check_budget() -> None:
+    # NOTE: the CPU clock is a system call (microseconds, far more on a loaded machine) and a
+    # plan checks before every proof: it is read at most every 10 ms of wall time, which
+    # passes no faster than CPU time in a single-threaded process, so the cut comes as late
+    # as 10 ms after the budget ends, never sooner
+    now = time.perf_counter()
+    if now < _next_look[0]:
+        return
+    _next_look[0] = now + 0.01
     if time.process_time() > _deadline[0]:
         raise _BudgetSpent
 
@@ -348,7 +367,9 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
         return _stacked_plan(program)
     finally:
         _deadline[0] = math.inf
+        _next_look[0] = 0.0
         _INTERNED.clear()
+        _POINT_MEMOS.clear()
 
 
 def _stacked_plan(program: KernelProgram) -> MemoryPlan:
@@ -627,7 +648,7 @@ class _Sampler:
         self.env = env
         self.key = tuple(sorted(env.items()))  # the point, as a memo key (max_dims)
         self._memo: dict = {}
-        self._exact: dict = {}  # _eval's memo of subexpressions
+        self._exact: dict = _point_memo(env)  # _eval's memo of subexpressions
 
     def __call__(self, d: Dim) -> int:
         if isinstance(d, int):
