@@ -151,6 +151,10 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
     if memo is None:
         memo = _ANSWERS[prover] = {}
     hit = memo.get((a, b))
+    if hit is None and _refuter(prover).refutes(a, b):
+        # a point where a > b refutes it whole (the values of Maxes evaluated as they are),
+        # before the Maxes are split into alternatives compared pair by pair
+        hit = memo[(a, b)] = False
     if hit is None:
         xs, ys = _alternatives(a), _alternatives(b)
         if len(xs) > 1 or len(ys) > 1:
@@ -168,11 +172,15 @@ def _alternatives(d: Dim) -> list[Dim]:
     return max_alternatives(d)
 
 
-def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
+def _refuter(prover: Prover) -> _Refuter:
     ref = _REFUTERS.get(prover)
     if ref is None:
         ref = _REFUTERS[prover] = _Refuter(prover.table)
-    if ref.refutes(a, b):
+    return ref
+
+
+def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
+    if _refuter(prover).refutes(a, b):
         return False
     key = (canon(a), canon(b))
     parent = _PARENTS.get(prover)
@@ -293,6 +301,9 @@ class _Slot:
     order: int
     offset: Dim = 0
     _end: tuple | None = field(default=None, repr=False, compare=False)
+    covers: frozenset = field(default=frozenset(), repr=False, compare=False)
+    """ids of the placed slots whose ends are at most this one's by construction: its offset
+    is one of their ends, or the Max of them, or above such a slot's end (sizes are >= 0)"""
 
     @property
     def end(self) -> Dim:
@@ -438,7 +449,7 @@ def _best_layout(slots: list[_Slot], prover: Prover, samplers: list[_Sampler], p
         for key in _ORDERS:
             trial = [_Slot(list(x.members), x.first, x.last, x.size, x.order) for x in slots]
             _place(sorted(trial, key=lambda x: key(x, sample)), prover, sample)
-            ws = max_dims([x.end for x in trial], prover, sample)
+            ws = max_dims(_tops(trial), prover, sample)
             ratios = [q(ws) / max(1, q(peak)) for q in samplers]
             score = (max(ratios), sum(q(ws) for q in samplers))
             if best is None or score < best[0]:
@@ -747,9 +758,24 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
             key = (gap, lo)
             if best is None or key < best[0]:
                 best = (key, o)
-        g.offset = best[1] if best is not None else max_dims([q.end for q in conf], prover, sample)
+        if best is not None:
+            g.offset = best[1]
+            under = [q for q in conf if q.end is g.offset]  # stacked right on top of q
+        else:
+            g.offset = max_dims(_tops(conf), prover, sample)
+            under = conf
+        g.covers = frozenset().union(*(q.covers | {id(q)} for q in under))
         at[id(g)] = (sample(g.offset), sample(g.end))
         placed.append(g)
+
+
+def _tops(slots: list[_Slot]) -> list[Dim]:
+    """The ends of `slots` that no other one of them covers (`_Slot.covers`): their maximum
+    is the maximum of all the ends, found without comparing the ends below them (an
+    Inception's stacked ends, Maxes of sums of nested floors, compared pairwise were most of
+    its plan)."""
+    covered = set().union(*(x.covers for x in slots)) if slots else set()
+    return [x.end for x in slots if id(x) not in covered]
 
 
 def reserve_scratch(mplan: MemoryPlan, program: KernelProgram) -> MemoryPlan:
