@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, cast
@@ -606,16 +607,30 @@ def _max_alternatives(e: Any) -> tuple[Any, ...]:
 
 
 def unevaluated(func: Any, args: Any) -> Any:
-    """`func(*args)` for Max or Min, neither evaluated nor reordered: the arguments in the
-    order given (the caller's order is deterministic). sympy's unevaluated form still puts
-    them in its canonical order, which counts the nodes of every argument (tens of
-    thousands in a conv net's stacked offsets; seconds per Max). One argument: itself."""
-    args = tuple(sympy.sympify(a) for a in dict.fromkeys(args))
+    """`func(*args)` for Max or Min, not evaluated, its arguments in the order of
+    `_stable_key`: the same arguments give the same (equal) expression in any order they
+    come, in every run. sympy's unevaluated form orders them canonically by counting the
+    nodes of every argument and comparing their sort keys (tens of thousands of nodes in a
+    conv net's stacked offsets; seconds per Max). One argument: itself."""
+    args = tuple(sorted((sympy.sympify(a) for a in dict.fromkeys(args)), key=_stable_key))
     if len(args) == 1:
         return args[0]
     obj: Any = sympy.Expr.__new__(func, *args)
     obj._argset = frozenset(args)
     return obj
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stable_key(e: Any) -> int:
+    """A fingerprint of `e`'s structure that is the same in every process (sympy's hashes
+    change with PYTHONHASHSEED): only an order for `unevaluated`'s arguments."""
+    if e.is_Symbol:
+        text = e.name
+    elif e.is_Number:
+        text = str(e)
+    else:
+        text = type(e).__name__ + repr(tuple(_stable_key(a) for a in e.args))
+    return zlib.crc32(text.encode())
 
 
 def _ceil_slack(q: sympy.Expr) -> sympy.Expr:
