@@ -103,3 +103,22 @@ def test_stacked_convnet_plan_is_disjoint_and_its_workspace_holds_every_slot():
                        for n in names)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # all live at the end: disjoint
         assert spans[-1][1] <= evaluate(mp.workspace_bytes, env)
+
+
+def test_identical_answers_without_simplify_where_a_point_differs(monkeypatch):
+    def no_simplify(d):
+        raise AssertionError(f"simplify asked for {d}")
+
+    monkeypatch.setattr(D, "_simplified", no_simplify)
+    L = sym("L")
+    a = sympy.Max(0, sympy.Min(sympy.floor(L / 10) - 1, sympy.floor(L / 5) - 3))
+    b = sympy.Max(0, sympy.Min(sympy.floor(L / 10), sympy.floor(L / 5) - 3))
+    assert not D.identical(a, b)  # L = 100: 9 against 10
+    assert D.identical(a + b, b + a)
+
+
+def test_identical_still_asks_simplify_where_every_point_agrees():
+    L = sym("L")
+    # Max(L, 1) is L for every positive L: no point differs, the answer is simplify's
+    a = sympy.Max(L, 1) + sympy.floor(L / 7)
+    assert D.identical(a, L + sympy.floor(L / 7)) == (sympy.simplify(a - L - sympy.floor(L / 7)) == 0)

@@ -65,7 +65,35 @@ def _identical(a: sympy.Expr, b: sympy.Expr) -> bool:
     diff = sympy.sympify(a - b)
     if diff == 0 or _expanded(diff) == 0:
         return True
-    return sympy.simplify(diff) == 0
+    if _nonzero_somewhere(diff):
+        # a value of the symbols where the difference is not 0: simplify could not make it
+        # 0 either (a voice model's view checks, Max / Min of nested floors: seconds each)
+        return False
+    return _simplified(diff) == 0
+
+
+def _nonzero_somewhere(d: sympy.Expr) -> bool:
+    """`d` is a number other than 0 at one of a few points (every symbol a positive integer,
+    as the symbols are declared; a point where `d` divides by 0 tells nothing)."""
+    syms: list[Any] = sorted(d.free_symbols, key=str)
+    samples = [v for v in _SAMPLES if v >= 1]  # NOTE: 0 is no value of a positive symbol
+    for shift in range(3):
+        for j in range(len(samples)):
+            point = {s: sympy.Integer(samples[(j + i * shift) % len(samples)]) for i, s in enumerate(syms)}
+            val: Any = d.xreplace(point)
+            if val.is_Rational and val != 0:
+                return True
+        if len(syms) <= 1:
+            break
+    return False
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _simplified(d: sympy.Expr) -> sympy.Expr:
+    """`sympy.simplify(d)`, memoised: shape inference asks the same equalities once per
+    constraint, each through a new prover (`SymbolTable.prove_eq`), and simplify takes a
+    second and more on a voice model's Max / Min of nested floors."""
+    return sympy.simplify(d)
 
 
 def is_static(d: Dim) -> bool:
@@ -280,7 +308,7 @@ class Prover:
                 # nor of one sign, so no step below could answer True or False, and simplify
                 # takes a tenth of a second and more on a conv net's nested floors
                 return None
-            diff = sympy.simplify(diff)
+            diff = _simplified(diff)
             if diff == 0:
                 return True
             lo, hi = self.table.bounds(diff, self._iv)

@@ -119,9 +119,10 @@ def unevaluated_max(items: list[Dim]) -> Dim:
     """`Max(*items)` (nested Maxes flattened, duplicates dropped) WITHOUT sympy's own
     simplification: sympy compares every pair of arguments symbolically (`factor_terms` on
     each difference), which took most of a convnet's compile time on its workspace size
-    (seconds per call), and orders them canonically, counting every argument's nodes. The
-    arguments stay in the order given (numbers last, as one); the callers drop the
-    arguments another provably covers themselves; the value is the same either way."""
+    (seconds per call), and orders them canonically, counting every argument's nodes
+    (`dims.unevaluated` orders them by a cheap fingerprint instead). The numbers become one;
+    the callers drop the arguments another provably covers themselves; the value is the same
+    either way."""
     args: dict[sympy.Expr, None] = {}  # by hash: a list's `in` compared big trees pairwise
     for d in items:
         e = sympy.sympify(d)
