@@ -22,8 +22,9 @@ plan is a static best fit. With symbolic sizes every placement is checked by `pr
 over the symbols' ranges (polynomials in positive symbols, `ceiling` bounds, `Max`): a slot
 reuses a gap only when it provably fits, else it is stacked on top (`Max` of the ends when
 no end provably dominates; only the ends no other slot covers by construction, `_tops`, are
-compared), so offsets are expressions the codegen evaluates once per call. Which valid plan is best depends on the symbols' values, so plans are made ranking
-choices at a few sample points (`SAMPLE_VALUES`) and the one closest to the peak at all of
+compared), so offsets are expressions the codegen evaluates once per call. Which valid
+plan is best depends on the symbols' values, so plans are made ranking choices at a few
+sample points (`SAMPLE_VALUES`) and the one closest to the peak at all of
 them is kept (one symbolic layout cannot be optimal at every size: the transformer's
 scores, 16*batch*seq**2 bytes, outgrow its 1024*batch*seq projections at seq = 64).
 `peak_live_bytes` is the lower bound (the most aligned bytes live at one statement; a `Max`
