@@ -1,6 +1,7 @@
 """c_int_checked_lets (the dispatcher's workspace size, each repeated subexpression once as a
 C local) computes what the nested c_int_checked form does, value and overflow flag, at
-every point tried; a Piecewise piece that is not chosen raises no flag; and the repeated
+every point tried; a Piecewise piece that is not chosen raises no flag (its locals are inside
+its branch of an if / else chain); and the repeated
 nested floors of a conv net's sizes are emitted once each."""
 
 from __future__ import annotations
@@ -72,9 +73,12 @@ def test_lets_match_the_nested_form(tmp_path):
 def test_piecewise_piece_not_chosen_raises_no_flag():
     e = sympy.Piecewise((2**62 * H * W, H <= 1), (B + 1, True))
     lets, res = c_int_checked_lets(e, NAMES, "ovf", "w")
-    # the big piece is only inside the ?: (evaluated when chosen), never a local of its own
-    assert not any("4611686018427387904" in x for x in lets)
-    assert "?" in res
+    # the big piece is computed only inside its own branch (evaluated when chosen), never in
+    # a statement at the top level, which runs whatever the condition
+    big = [k for k, x in enumerate(lets) if "4611686018427387904" in x]
+    assert big and all(lets[k].startswith("  ") for k in big)
+    assert lets[big[0] - 1].startswith("if (") and lets[-1] == "}"
+    assert res == lets[0].split()[1].rstrip(";")  # the chain's result local
 
 
 def test_repeated_floors_are_emitted_once():

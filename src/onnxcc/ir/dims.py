@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import zlib
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, cast
@@ -64,7 +65,35 @@ def _identical(a: sympy.Expr, b: sympy.Expr) -> bool:
     diff = sympy.sympify(a - b)
     if diff == 0 or _expanded(diff) == 0:
         return True
-    return sympy.simplify(diff) == 0
+    if _nonzero_somewhere(diff):
+        # a value of the symbols where the difference is not 0: simplify could not make it
+        # 0 either (a voice model's view checks, Max / Min of nested floors: seconds each)
+        return False
+    return _simplified(diff) == 0
+
+
+def _nonzero_somewhere(d: sympy.Expr) -> bool:
+    """`d` is a number other than 0 at one of a few points (every symbol a positive integer,
+    as the symbols are declared; a point where `d` divides by 0 tells nothing)."""
+    syms: list[Any] = sorted(d.free_symbols, key=str)
+    samples = [v for v in _SAMPLES if v >= 1]  # NOTE: 0 is no value of a positive symbol
+    for shift in range(3):
+        for j in range(len(samples)):
+            point = {s: sympy.Integer(samples[(j + i * shift) % len(samples)]) for i, s in enumerate(syms)}
+            val: Any = d.xreplace(point)
+            if val.is_Rational and val != 0:
+                return True
+        if len(syms) <= 1:
+            break
+    return False
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _simplified(d: sympy.Expr) -> sympy.Expr:
+    """`sympy.simplify(d)`, memoised: shape inference asks the same equalities once per
+    constraint, each through a new prover (`SymbolTable.prove_eq`), and simplify takes a
+    second and more on a voice model's Max / Min of nested floors."""
+    return sympy.simplify(d)
 
 
 def is_static(d: Dim) -> bool:
@@ -263,7 +292,7 @@ class Prover:
 
     # ---- the steps -------------------------------------------------------------------------
     def _prove_eq(self, a: Dim, b: Dim) -> bool | None:
-        diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
+        diff = _expanded(sympy.sympify(a) - sympy.sympify(b))
         if diff == 0:
             return True
         lo, hi = self.table.bounds(diff, self._iv)
@@ -279,7 +308,7 @@ class Prover:
                 # nor of one sign, so no step below could answer True or False, and simplify
                 # takes a tenth of a second and more on a conv net's nested floors
                 return None
-            diff = sympy.simplify(diff)
+            diff = _simplified(diff)
             if diff == 0:
                 return True
             lo, hi = self.table.bounds(diff, self._iv)
@@ -334,11 +363,15 @@ class Prover:
 
 @functools.lru_cache(maxsize=1 << 14)
 def _expanded(e: sympy.Expr) -> sympy.Expr:
-    """`sympy.expand(e)`, the same expression, built faster: each floor / ceiling is expanded
-    once (`_expanded_floor`, memoised: a conv net's sizes repeat the same nested floor chains
-    in every buffer) and held as a plain symbol while the polynomial around it expands.
-    sympy's own deep expansion rebuilds every floor it passes through (its `eval` runs again,
-    milliseconds each), in every expression: most of a MobileNet's memory planning."""
+    """`sympy.expand(e)`, the same expression, built faster: each floor / ceiling / Max /
+    Min is expanded once (`_expanded_floor`, memoised: a conv net's sizes repeat the same
+    nested floor chains in every buffer) and held as a plain symbol while the polynomial
+    around it expands. sympy's own deep expansion rebuilds every floor it passes through
+    (its `eval` runs again, milliseconds each), in every expression: most of a MobileNet's
+    memory planning; and every Max, whose `eval` compares each pair of its arguments
+    (`factor_terms` on their differences): a stacked offset of an Inception's plan, a Max of
+    sums of nested floors, took minutes to expand. A Max / Min keeps its (expanded)
+    arguments unevaluated: the same value, maybe a few arguments sympy would have dropped."""
     floors = _outer_floors(e)
     if not floors:
         return sympy.expand(e)
@@ -349,21 +382,30 @@ def _expanded(e: sympy.Expr) -> sympy.Expr:
     return out.xreplace({d: a for a, d in held.items()})
 
 
+_HELD = (sympy.floor, sympy.ceiling, sympy.Max, sympy.Min)
+"""what `_expanded` holds as an atom while the polynomial around it expands"""
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _expanded_floor(a: sympy.Expr) -> sympy.Expr:
     """A floor / ceiling with its argument expanded, as sympy's deep expansion rebuilds it
-    (its `eval` may pull integer terms out: ceiling(x + 3) is ceiling(x) + 3)."""
-    arg = _expanded(a.args[0])
-    return a if arg == a.args[0] else a.func(arg)
+    (its `eval` may pull integer terms out: ceiling(x + 3) is ceiling(x) + 3); a Max / Min
+    with its arguments expanded, not evaluated again (see `_expanded`)."""
+    args = tuple(_expanded(x) for x in a.args)
+    if args == a.args:
+        return a
+    if isinstance(a, (sympy.Max, sympy.Min)):
+        return unevaluated(a.func, args)
+    return a.func(*args)
 
 
 def _outer_floors(e: sympy.Expr) -> set[Any]:
-    """The floors and ceilings of `e` that no other one contains."""
+    """The floors, ceilings, Maxes and Mins of `e` that no other one contains."""
     out: set[Any] = set()
     todo: list[Any] = [e]
     while todo:
         x = todo.pop()
-        if isinstance(x, (sympy.floor, sympy.ceiling)):
+        if isinstance(x, _HELD):
             out.add(x)
         else:
             todo.extend(x.args)
@@ -419,7 +461,24 @@ def _terms(e: sympy.Expr) -> dict:
 
 @functools.lru_cache(maxsize=1 << 14)
 def _floor_count(m: sympy.Expr) -> int:
-    return len(m.atoms(sympy.floor, sympy.ceiling))
+    """How many distinct floors and ceilings `m` holds, counted up to 2 (the callers ask
+    whether there is more than one). Each distinct subtree is visited once: sympy's `atoms`
+    walks every occurrence, and a stacked offset repeats the same nested floors hundreds of
+    times."""
+    seen: set[Any] = set()
+    found: set[Any] = set()
+    todo: list[Any] = [m]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x, (sympy.floor, sympy.ceiling)):
+            found.add(x)
+            if len(found) > 1:
+                return 2
+        todo.extend(x.args)
+    return len(found)
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -541,26 +600,65 @@ def _bound_atoms(d: sympy.Expr) -> sympy.Expr | None:
         slack = _ceil_slack(q)
         lo, hi = (q, q + slack) if isinstance(a, sympy.ceiling) else (q - slack, q)
         out.append(c * (lo if sign >= 0 else hi))
-    return sympy.expand(sympy.Add(*out))
+    return _expanded(sympy.Add(*out))
 
 
 def max_alternatives(d: Any) -> list[Any]:
     """Max-free expressions whose maximum is `d` (sums distributed over Max)."""
-    e: Any = sympy.sympify(d)
+    return list(_max_alternatives(sympy.sympify(d)))
+
+
+MAX_ALTERNATIVES = 64
+"""a sum whose Maxes would distribute into more alternatives than this is kept whole"""
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _max_alternatives(e: Any) -> tuple[Any, ...]:
+    # memoised, and a product of alternatives too big is refused before it is built: an
+    # Inception's stacked offsets (Max of sums of Maxes) built hundreds of thousands of sums
+    # per question, most thrown away past the limit
     if isinstance(e, sympy.Max):
-        return [x for a in e.args for x in max_alternatives(a)]
+        return tuple(x for a in e.args for x in _max_alternatives(a))
     if e.is_Add and e.has(sympy.Max):
         out: list[Any] = [sympy.Integer(0)]
         for a in e.args:
-            out = [x + y for x in out for y in max_alternatives(a)]
-            if len(out) > 64:
-                return [e]
-        return out
+            alts = _max_alternatives(a)
+            if len(out) * len(alts) > MAX_ALTERNATIVES:
+                return (e,)
+            out = [x + y for x in out for y in alts]
+        return tuple(out)
     if e.is_Mul and e.has(sympy.Max):
         coeff, rest = e.as_coeff_Mul()
         if coeff > 0 and isinstance(rest, sympy.Max):
-            return [coeff * x for x in max_alternatives(rest)]
-    return [e]
+            return tuple(coeff * x for x in _max_alternatives(rest))
+    return (e,)
+
+
+def unevaluated(func: Any, args: Any) -> Any:
+    """`func(*args)` for Max or Min, not evaluated, its arguments in the order of
+    `_stable_key`: the same arguments give the same (equal) expression in any order they
+    come, in every run. sympy's unevaluated form orders them canonically by counting the
+    nodes of every argument and comparing their sort keys (tens of thousands of nodes in a
+    conv net's stacked offsets; seconds per Max). One argument: itself."""
+    args = tuple(sorted((sympy.sympify(a) for a in dict.fromkeys(args)), key=_stable_key))
+    if len(args) == 1:
+        return args[0]
+    obj: Any = sympy.Expr.__new__(func, *args)
+    obj._argset = frozenset(args)
+    return obj
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stable_key(e: Any) -> int:
+    """A fingerprint of `e`'s structure that is the same in every process (sympy's hashes
+    change with PYTHONHASHSEED): only an order for `unevaluated`'s arguments."""
+    if e.is_Symbol:
+        text = e.name
+    elif e.is_Number:
+        text = str(e)
+    else:
+        text = type(e).__name__ + repr(tuple(_stable_key(a) for a in e.args))
+    return zlib.crc32(text.encode())
 
 
 def _ceil_slack(q: sympy.Expr) -> sympy.Expr:
@@ -576,7 +674,7 @@ def _ceil_slack(q: sympy.Expr) -> sympy.Expr:
 
 def _sign(c: sympy.Expr) -> int | None:
     """+1 / -1 when a polynomial in positive symbols is provably >= 0 / <= 0."""
-    c = sympy.expand(c)
+    c = _expanded(c)
     if c.is_Number:
         return 1 if c >= 0 else -1
     coeffs = list(c.as_coefficients_dict().values())

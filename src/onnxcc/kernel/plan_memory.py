@@ -21,9 +21,10 @@ Offsets and sizes are Dims. With concrete sizes (a version whose symbols are fix
 plan is a static best fit. With symbolic sizes every placement is checked by `prove_le`
 over the symbols' ranges (polynomials in positive symbols, `ceiling` bounds, `Max`): a slot
 reuses a gap only when it provably fits, else it is stacked on top (`Max` of the ends when
-no end provably dominates), so offsets are expressions the codegen evaluates once per
-call. Which valid plan is best depends on the symbols' values, so plans are made ranking
-choices at a few sample points (`SAMPLE_VALUES`) and the one closest to the peak at all of
+no end provably dominates; only the ends no other slot covers by construction, `_tops`, are
+compared), so offsets are expressions the codegen evaluates once per call. Which valid
+plan is best depends on the symbols' values, so plans are made ranking choices at a few
+sample points (`SAMPLE_VALUES`) and the one closest to the peak at all of
 them is kept (one symbolic layout cannot be optimal at every size: the transformer's
 scores, 16*batch*seq**2 bytes, outgrow its 1024*batch*seq projections at seq = 64).
 `peak_live_bytes` is the lower bound (the most aligned bytes live at one statement; a `Max`
@@ -42,7 +43,7 @@ from fractions import Fraction
 
 import sympy
 
-from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym
+from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym, unevaluated
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
@@ -119,19 +120,20 @@ def unevaluated_max(items: list[Dim]) -> Dim:
     """`Max(*items)` (nested Maxes flattened, duplicates dropped) WITHOUT sympy's own
     simplification: sympy compares every pair of arguments symbolically (`factor_terms` on
     each difference), which took most of a convnet's compile time on its workspace size
-    (seconds per call). The callers drop the arguments another provably covers themselves;
-    the value is the same either way."""
-    args: list[sympy.Expr] = []
+    (seconds per call), and orders them canonically, counting every argument's nodes
+    (`dims.unevaluated` orders them by a cheap fingerprint instead). The numbers become one;
+    the callers drop the arguments another provably covers themselves; the value is the same
+    either way."""
+    args: dict[sympy.Expr, None] = {}  # by hash: a list's `in` compared big trees pairwise
     for d in items:
         e = sympy.sympify(d)
         for a in (e.args if isinstance(e, sympy.Max) else (e,)):
-            if a not in args:
-                args.append(a)
+            args[a] = None
     if all(a.is_Integer for a in args):
         return max(int(a) for a in args)
     nums = [int(a) for a in args if a.is_Integer]
-    args = [a for a in args if not a.is_Integer] + ([sympy.Integer(max(nums))] if nums else [])
-    return args[0] if len(args) == 1 else sympy.Max(*args, evaluate=False)
+    rest = [a for a in args if not a.is_Integer] + ([sympy.Integer(max(nums))] if nums else [])
+    return unevaluated(sympy.Max, rest)
 
 
 def _le(prover: Prover, a: Dim, b: Dim) -> bool:
@@ -151,6 +153,10 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
     if memo is None:
         memo = _ANSWERS[prover] = {}
     hit = memo.get((a, b))
+    if hit is None and _refuter(prover).refutes(a, b):
+        # a point where a > b refutes it whole (the values of Maxes evaluated as they are),
+        # before the Maxes are split into alternatives compared pair by pair
+        hit = memo[(a, b)] = False
     if hit is None:
         xs, ys = _alternatives(a), _alternatives(b)
         if len(xs) > 1 or len(ys) > 1:
@@ -168,11 +174,15 @@ def _alternatives(d: Dim) -> list[Dim]:
     return max_alternatives(d)
 
 
-def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
+def _refuter(prover: Prover) -> _Refuter:
     ref = _REFUTERS.get(prover)
     if ref is None:
         ref = _REFUTERS[prover] = _Refuter(prover.table)
-    if ref.refutes(a, b):
+    return ref
+
+
+def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
+    if _refuter(prover).refutes(a, b):
         return False
     key = (canon(a), canon(b))
     parent = _PARENTS.get(prover)
@@ -205,7 +215,7 @@ class _Refuter:
             env = {n: i.lo if v is None else min(max(v, i.lo), i.hi) for n, i in table.infos.items()}
             if env not in self.points:
                 self.points.append(env)
-        self._memo: list[dict] = [{} for _ in self.points]
+        self._memo: list[dict] = [_point_memo(env) for env in self.points]
         self._values: dict = {}  # dim -> its values at the points (ints where integral)
 
     def values(self, d: Dim) -> tuple:
@@ -223,6 +233,16 @@ class _Refuter:
 
 
 _REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+_POINT_MEMOS: dict[tuple, dict] = {}  # the running plan's `_eval` memos, one per point
+
+
+def _point_memo(env: dict[str, int]) -> dict:
+    """`_eval`'s memo for the point `env`, shared by every refuter and sampler of the running
+    plan that evaluates there: each range a plan tries has its own prover and samplers, but
+    most of their points are the same (only the split symbol's value moves), and evaluating
+    a conv net's offsets (Max trees of nested floors) again at each was a tenth of its plan."""
+    return _POINT_MEMOS.setdefault(tuple(sorted(env.items())), {})
 
 
 def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | None:
@@ -283,6 +303,9 @@ class _Slot:
     order: int
     offset: Dim = 0
     _end: tuple | None = field(default=None, repr=False, compare=False)
+    covers: frozenset = field(default=frozenset(), repr=False, compare=False)
+    """ids of the placed slots whose ends are at most this one's by construction: its offset
+    is one of their ends, or the Max of them, or above such a slot's end (sizes are >= 0)"""
 
     @property
     def end(self) -> Dim:
@@ -331,9 +354,18 @@ class _BudgetSpent(Exception):
 
 
 _deadline = [math.inf]  # when the running plan's proof budget ends (plans do not nest)
+_next_look = [0.0]  # wall time before which the CPU clock is not read again
 
 
 def _check_budget() -> None:
+    # NOTE: the CPU clock is a system call (microseconds, far more on a loaded machine) and a
+    # plan checks before every proof: it is read at most every 10 ms of wall time, which
+    # passes no faster than CPU time in a single-threaded process, so the cut comes as late
+    # as 10 ms after the budget ends, never sooner
+    now = time.perf_counter()
+    if now < _next_look[0]:
+        return
+    _next_look[0] = now + 0.01
     if time.process_time() > _deadline[0]:
         raise _BudgetSpent
 
@@ -348,7 +380,9 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
         return _stacked_plan(program)
     finally:
         _deadline[0] = math.inf
+        _next_look[0] = 0.0
         _INTERNED.clear()
+        _POINT_MEMOS.clear()
 
 
 def _stacked_plan(program: KernelProgram) -> MemoryPlan:
@@ -417,7 +451,7 @@ def _best_layout(slots: list[_Slot], prover: Prover, samplers: list[_Sampler], p
         for key in _ORDERS:
             trial = [_Slot(list(x.members), x.first, x.last, x.size, x.order) for x in slots]
             _place(sorted(trial, key=lambda x: key(x, sample)), prover, sample)
-            ws = max_dims([x.end for x in trial], prover, sample)
+            ws = max_dims(_tops(trial), prover, sample)
             ratios = [q(ws) / max(1, q(peak)) for q in samplers]
             score = (max(ratios), sum(q(ws) for q in samplers))
             if best is None or score < best[0]:
@@ -627,7 +661,7 @@ class _Sampler:
         self.env = env
         self.key = tuple(sorted(env.items()))  # the point, as a memo key (max_dims)
         self._memo: dict = {}
-        self._exact: dict = {}  # _eval's memo of subexpressions
+        self._exact: dict = _point_memo(env)  # _eval's memo of subexpressions
 
     def __call__(self, d: Dim) -> int:
         if isinstance(d, int):
@@ -635,11 +669,14 @@ class _Sampler:
         v = self._memo.get(d)
         if v is None:
             # the exact rational evaluator first (microseconds); sympy's substitution
-            # (a tree rebuild, about a millisecond) only for nodes it does not know
-            x = _value(d, self.env, self._exact)
-            if x is not None:
+            # (a tree rebuild, about a millisecond, tens on a voice model's sizes) only for
+            # nodes it does not know
+            try:
+                x = _eval(sympy.sympify(d), self.env, self._exact)
                 v = int(x) if x.denominator == 1 else 0
-            else:
+            except ZeroDivisionError:
+                v = 0  # sympy's substitution divides by 0 there too (zoo): ranked as 0
+            except _NoValue:
                 try:
                     v = evaluate(d, self.env)
                 except (ValueError, TypeError):
@@ -726,9 +763,24 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
             key = (gap, lo)
             if best is None or key < best[0]:
                 best = (key, o)
-        g.offset = best[1] if best is not None else max_dims([q.end for q in conf], prover, sample)
+        if best is not None:
+            g.offset = best[1]
+            under = [q for q in conf if q.end is g.offset]  # stacked right on top of q
+        else:
+            g.offset = max_dims(_tops(conf), prover, sample)
+            under = conf
+        g.covers = frozenset().union(*(q.covers | {id(q)} for q in under))
         at[id(g)] = (sample(g.offset), sample(g.end))
         placed.append(g)
+
+
+def _tops(slots: list[_Slot]) -> list[Dim]:
+    """The ends of `slots` that no other one of them covers (`_Slot.covers`): their maximum
+    is the maximum of all the ends, found without comparing the ends below them (an
+    Inception's stacked ends, Maxes of sums of nested floors, compared pairwise were most of
+    its plan)."""
+    covered = set().union(*(x.covers for x in slots)) if slots else set()
+    return [x.end for x in slots if id(x) not in covered]
 
 
 def reserve_scratch(mplan: MemoryPlan, program: KernelProgram) -> MemoryPlan:

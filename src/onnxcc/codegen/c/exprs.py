@@ -94,9 +94,11 @@ def c_int_checked_lets(expr, names: Names, flag: str, prefix: str) -> tuple[list
     `int64_t PREFIXk` local (the statements, in order), and the result is the last one's
     name (or a literal / symbol). A MobileNet's workspace size repeats each nested floor
     chain dozens of times: one 16 KB expression took gcc half a second at -O2, its locals a
-    tenth of that. The same operations are checked as in the nested form; a Piecewise's
-    values and conditions stay inline (only the chosen piece is evaluated, so a piece that
-    would overflow where it is not chosen raises no flag), reusing locals already computed."""
+    tenth of that. The same operations are checked as in the nested form; a Piecewise
+    becomes an if / else-if chain whose branches compute their own piece's locals (only the
+    chosen piece is evaluated, so a piece that would overflow where it is not chosen raises
+    no flag), reusing locals already computed; conditions stay inline. The statements of a
+    branch are indented lines of the list, between `if (...) {` and `}` lines."""
     r = _LetRenderer(names, flag, prefix)
     result = r.render(expr)
     return r.lets, result
@@ -246,7 +248,12 @@ class _LetRenderer(_IntRenderer):
         self.prefix = prefix
         self.lets: list[str] = []
         self._memo: dict = {}
-        self._inline = 0  # > 0 inside a Piecewise: nothing new is hoisted
+        self._count = 0  # locals named so far (branches' lets are in lists of their own)
+        self._inline = 0  # > 0 inside a condition: nothing new is hoisted
+
+    def _local(self) -> str:
+        self._count += 1
+        return f"{self.prefix}{self._count - 1}"
 
     def render(self, e) -> str:
         if isinstance(e, (bool, int)):
@@ -257,17 +264,47 @@ class _LetRenderer(_IntRenderer):
         hit = self._memo.get(e)
         if hit is not None:
             return hit
-        if isinstance(e, sympy.Piecewise):
-            self._inline += 1
-            try:
-                return super().render(e)
-            finally:
-                self._inline -= 1
+        if isinstance(e, sympy.Piecewise) and not self._inline:
+            return self._branches(e)
         out = super().render(e)
         if self._inline:
             return out
-        name = f"{self.prefix}{len(self.lets)}"
+        name = self._local()
         self.lets.append(f"int64_t {name} = {out};")
+        self._memo[e] = name
+        return name
+
+    def boolean(self, e) -> str:
+        # a condition's parts are evaluated only when the conditions before it fail: inline
+        self._inline += 1
+        try:
+            return super().boolean(e)
+        finally:
+            self._inline -= 1
+
+    def _branches(self, e: sympy.Piecewise) -> str:
+        """A Piecewise as an if / else-if chain into one local: each piece's subexpressions
+        become locals inside its own branch, so only the chosen piece is evaluated (a piece
+        that would overflow where it is not chosen raises no flag) and each is still computed
+        once (an Inception's per-range workspace inline was one 280 KB C expression: seconds
+        of the C compiler)."""
+        *pieces, (last, cond) = e.args
+        if cond is not sympy.true:
+            raise UnsupportedExpr(f"Piecewise without a final True piece: {e}")
+        name = self._local()
+        self.lets.append(f"int64_t {name};")
+        arms = [(self.boolean(c), v) for v, c in pieces] + [(None, last)]
+        for k, (c, value) in enumerate(arms):
+            outer, memo = self.lets, self._memo
+            self.lets, self._memo = [], dict(memo)  # the branch sees the locals above it
+            try:
+                v = self.render(value)
+                inner = self.lets
+            finally:
+                self.lets, self._memo = outer, memo
+            head = "} else {" if c is None else (f"if ({c}) {{" if k == 0 else f"}} else if ({c}) {{")
+            self.lets += [head, *(f"  {x}" for x in inner), f"  {name} = {v};"]
+        self.lets.append("}")
         self._memo[e] = name
         return name
 
