@@ -21,6 +21,12 @@ both runtimes fix their pool size at start-up; `--clock cpu` times one-thread ro
     unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
     python benchmarks/heldout_table.py --threads 1 --clock cpu --json t1.json
     python benchmarks/heldout_table.py --threads 2 --models mlp,silu --json t2.json
+    python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu,gelu_tanh,mish --reuse-out
+
+`--reuse-out` separates the kernels from the output allocation: by default each onnxcc call
+returns a fresh array, and one past glibc's mmap threshold (32 MiB; the [16, 1024, 768]
+chains' 48 MiB) is fresh pages the OS clears on first touch (a third of the time of those
+rows, perf: clear_page_erms), where onnxruntime's arena reuses its buffers.
 """
 
 from __future__ import annotations
@@ -124,6 +130,11 @@ def main() -> None:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--peers", default="auto", help="comma list of ort,openvino (auto: OpenVINO if installed)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--reuse-out", action="store_true",
+                    help="run onnxcc into preallocated outputs (lib.run(..., out=)), as a C caller or an "
+                         "arena would: a fresh output past glibc's mmap threshold (32 MiB) is new pages "
+                         "every call, and the kernel's first-touch page clearing then costs about as much "
+                         "as the chain itself (onnxruntime's arena reuses its buffers)")
     args = ap.parse_args()
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy only makes inputs here
@@ -146,9 +157,11 @@ def main() -> None:
             print(f"{name}: compiled in {compile_s:.2f} s, {lib.num_versions} versions", flush=True)
             for dims in SHAPES[name]:
                 feeds = random_inputs(path, dims, seed=1)
-                row = time_row(lambda f: list(lib.run(f).values()), peers, feeds, args.repeats, args.budget,
+                outs = ({k: np.empty_like(v) for k, v in lib.run(feeds).items()} if args.reuse_out else None)
+                row = time_row(lambda f: list(lib.run(f, out=outs).values()), peers, feeds, args.repeats, args.budget,
                                clock=time.process_time if cpu_clock else None)
-                row.update(model=name, dims=dims, threads=args.threads, clock="cpu" if cpu_clock else "wall")
+                row.update(model=name, dims=dims, threads=args.threads, clock="cpu" if cpu_clock else "wall",
+                           reuse_out=args.reuse_out)
                 extra = ""
                 work = flops(name, dims)
                 if work is not None:

@@ -84,6 +84,22 @@ def test_one_activation_per_element_and_numbers(parallel):
         np.testing.assert_allclose(z, _ref(x), rtol=1e-4, atol=2e-4 if n == 1 else 2e-5)
 
 
+def test_row_mean_summed_in_the_staging_pass():
+    """The mean's row sum (over `d`) is accumulated while the row is staged; the variance's
+    (over `e`, after the mean) still re-reads the row. Numbers on odd rows, one element, rows
+    past and short of a vector."""
+    p = _ln_silu_program()
+    schedule_program(p, TargetInfo(parallel=False))
+    kern = JitKernel(p, parallel=False)
+    ir_text = kern.llvm_ir
+    assert "rowstage.rowsum" in ir_text
+    assert not re.search(r'"?d\.loop"?:', ir_text) and re.search(r'"?e\.loop"?:', ir_text)
+    for rows, n in ((1, 1), (1, 15), (4, 16), (3, 31), (2, 769)):
+        x = (rng.standard_normal((rows, n)) * 4 + 1).astype(np.float32)
+        (z,) = kern(x)
+        np.testing.assert_allclose(z, _ref(x), rtol=1e-4, atol=2e-4 if n == 1 else 2e-5)
+
+
 def test_unscheduled_keeps_the_plain_nest():
     """Without a schedule (the CUDA backend's view) the same compute evaluates it per read."""
     kern = JitKernel(_ln_silu_program())

@@ -184,8 +184,10 @@ SPECIALS = {
     "acosh": [1.0, 0.5, np.inf, np.nan, 1e30],
     "atanh": [1.0, -1.0, 2.0, np.nan, 0.0],
     "tanh_softplus": [np.inf, -np.inf, np.nan, 0.0, -0.0, 20.0, 45.0, 100.0, -20.0, -100.0, 1e-8],
+    # -87: exp(-|x|)'s one-step scaling (vmath._exp_nonpositive) at the last normal f32 results
+    "sigmoid": [np.inf, -np.inf, np.nan, 0.0, -0.0, 20.0, -20.0, -87.0, -700.0, -1000.0, 1e-8],
 }
-NUMPY = {"tanh_softplus": lambda v: np.tanh(np.logaddexp(0.0, v)),
+NUMPY = {"tanh_softplus": lambda v: np.tanh(np.logaddexp(0.0, v)), "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
          "erf": np.vectorize(lambda v: v if math.isnan(v) else math.erf(v)), "asin": np.arcsin,
          "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh}
 

@@ -1,7 +1,11 @@
 """The innermost loop of a row-staged compute (kernel/rowstage.py) as two passes over the row:
 
-    for j: out[j] = stage(j)                   (the costly part, once per element)
+    for j: out[j] = stage(j); s += stage(j)    (the costly part, once per element)
     row statistics from out[.]; for j: out[j] = body(j), reading out[j] back
+
+A statistic that is the plain row sum of the staged values (LayerNorm's mean) is summed in
+the first pass (`s`), so the statistics re-read the row once less (the variance's pass
+stays: it needs the mean first).
 
 Both loops carry the vectorizer hint of the row norm's passes. The statistics and the second
 pass read what the first stored, so the loads and stores of this part carry none of the
@@ -14,7 +18,9 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from ..llvm.exprs import AccessMetadata, ExprEmitter
+from onnxcc.kernel.expr import Expr, Load, Reduce, dim_to_expr, walk
+
+from ..llvm.exprs import REDUCE_COMBINE, AccessMetadata, ExprEmitter, compute_type, identity
 from ..llvm.helpers import for_range
 from .rownorm import row_loop_md
 
@@ -36,10 +42,23 @@ def emit_row_stage(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute
     def index(j: ir.Value) -> list[ir.Value]:
         return [j if m == name else vals[m] for m in c.var_names]
 
+    sums = _row_sums(c, rs.body)
+    dt = rs.stage.dtype
+    acc = None
+    if sums:
+        acc = ctx.alloca(compute_type(dt), "rowstage.sum")
+        b.store(identity("sum", dt), acc)
     with for_range(b, n, name, guard=False, metadata=row_loop_md(owner.module, plan.vector_width)) as j:
         em.push({name: j}, {name: ext})
-        em.store(c.out, index(j), em.emit(rs.stage))
+        t = em.emit(rs.stage)
+        em.store(c.out, index(j), t)
+        if acc is not None:
+            b.store(REDUCE_COMBINE["sum"](em, b.load(acc, name="rowstage.cur"), t, dt), acc)
         em.pop()
+    if acc is not None:  # hoist below takes the sum from the frame's cache instead of re-reading the row
+        total = b.load(acc, name="rowstage.rowsum")
+        for r in sums:
+            em.frames[-1].cache[r] = total
     saved = em.md
     em.md = AccessMetadata()
     try:
@@ -51,3 +70,17 @@ def emit_row_stage(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute
             em.pop()
     finally:
         em.md = saved
+
+
+def _row_sums(c: Compute, body: Expr) -> list[Reduce]:
+    """The reductions of `body` that are the plain sum of the staged row: `sum(d < n:
+    out[outer..., d])` over the innermost extent, no init."""
+    outer = tuple(v for v, _ in c.vars[:-1])
+    ext = dim_to_expr(c.vars[-1][1])
+    found: list[Reduce] = []
+    for r in walk(body):
+        if isinstance(r, Reduce) and r.op == "sum" and r.init is None and len(r.vars) == 1 \
+                and r.vars[0][1] == ext and r.body == Load(c.out, (*outer, r.vars[0][0]), r.body.dtype) \
+                and r not in found:
+            found.append(r)
+    return found

@@ -32,7 +32,8 @@ Methods, per function:
 - atan: 1/x above 1, then the tan(pi/6) shift below tan(pi/12), Taylor; asin, acos via atan.
 - tanh: f32 a fitted odd polynomial below 0.55 and 1 - 2/(exp(2|x|) + 1) above; f64 via
   expm1. sinh/cosh via exp (series for small sinh); asinh/acosh/atanh via log1p.
-- sigmoid 1/(1 + exp(-x)); softplus max(x, 0) + log1p(exp(-|x|)).
+- sigmoid 1/(1 + exp(-x)), e = exp(-|x|) by exp's method with a one-step scaling (its
+  argument is never positive); softplus max(x, 0) + log1p(exp(-|x|)).
 - tanh_softplus (Mish's tanh(softplus(x)), which the expression emitters call for that
   composition): n / (n + 2) with n = e (e + 2), e = exp(x) (tanh(log(1 + e)) = ((1 + e)**2 - 1)
   / ((1 + e)**2 + 1)): one exp and one division instead of two exps, a log and three
@@ -612,9 +613,29 @@ def _tanh(m: _Math, x):
     return m.copysign(y, x)
 
 
+def _exp_nonpositive(m: _Math, x):
+    """exp(x) for x <= 0 (or NaN): `_exp_scaled` with one integer scaling instead of two.
+    n = round(x / ln 2) lies in [-1076, 0] (f64) / [-150, 0] (f32), so 2**(n + 64) is a
+    normal number and p 2**(n + 64) is exact; the final product with the constant 2**-64
+    rounds once into the denormals, the same single rounding as the two-step scaling. Five
+    vector ops fewer per element in SiLU's inner loop, where exp is most of the work."""
+    b = m.b
+    xc = m.maxnum(x, m.c(-746.0 if m.f64 else -104.0))
+    n = m.intr("llvm.roundeven", m.mul(xc, m.c(1.0 / math.log(2.0))))
+    l_hi, l_lo = _LN2[m.tag]
+    r = m.fma(b.fneg(n), m.c(l_hi), xc)
+    r = m.fma(b.fneg(n), m.c(l_lo), r)
+    p = m.horner(r, _taylor(14 if m.f64 else 8))
+    ni = b.add(b.fptosi(n, I32), ir.Constant(I32, 64))
+    if m.f64:
+        ni = b.sext(ni, I64)
+    y = m.mul(m.mul(p, m.pow2(ni)), m.c(2.0 ** -64))
+    return m.sel(m.isnan(x), x, y)
+
+
 def _sigmoid(m: _Math, x):
     # e = exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below (down to denormals)
-    e = m.call("exp", m.b.fneg(m.abs(x)))
+    e = _exp_nonpositive(m, m.b.fneg(m.abs(x)))
     s = m.div(m.c(1.0), m.add(m.c(1.0), e))
     return m.sel(m.lt(x, m.c(0.0)), m.mul(e, s), s)
 
