@@ -64,12 +64,14 @@ map: shufflenet's branches (1x1 -> 3x3 depthwise -> 1x1, one change in and one o
 slower channels-last at 4x224x224 (8.1 -> 9.0-9.6 ms per run in kernels), mobile nets'
 long chains (one change in, one out, one per SE block's pooling) faster"""
 
-DENSE_WEIGHT = 3
+DENSE_WEIGHT = 2
 """a dense kxk conv counts as this many convs against the layout changes: its implicit GEMM
 does k*k times the work of a 1x1 conv of its channels per pixel, while a change is one copy.
-The plain net of benchmarks/convnets.py (3 -> 16 -> 32 3x3 convs, pools, one change out to
-its global pool) 1.84x -> 1.66x onnxruntime at 224x224, 1.57x -> 1.12x at 32x32 (1 thread,
-CPU clock)"""
+Measured (1 thread, CPU clock, against onnxruntime): the plain net of benchmarks/convnets.py
+(3 -> 16 -> 32 3x3 convs, pools, one change out to its global pool) 1.84x -> 1.66x at
+224x224, 1.57x -> 1.12x at 32x32 as a region; its resnet block (two 32 -> 32 3x3 convs, a
+full-map change in for the residual Add and one out), taken with weight 3, ran slower at
+224x224 (b=4 20.9 -> 25.0 ms), so weight 2 keeps two changes for two dense convs out"""
 
 BINARY = frozenset({"onnx.Add", "onnx.Mul", "onnx.Sub", "onnx.Div"})
 """broadcasting elementwise ops: fine channels-last when both operands are permuted alike"""
