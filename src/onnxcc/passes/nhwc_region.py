@@ -23,7 +23,10 @@ constant weight as B; so the whole chain is moved:
   region;
 - a region is rewritten only when it holds a depthwise conv or a dense one (that is what
   pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
-  layout change of a whole feature map;
+  layout change of a whole feature map, a dense conv counting `DENSE_WEIGHT`; a value from
+  outside read only by dense convs is no change (each conv's padded copy transposes it), and
+  a stem whose result reaches a dense conv joins from `DENSE_STEM_MIN_COUT` outputs, so a
+  short plain chain (3 -> 16 -> 32 convs with pools) is one region from its input;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
