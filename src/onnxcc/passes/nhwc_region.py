@@ -23,7 +23,10 @@ constant weight as B; so the whole chain is moved:
   region;
 - a region is rewritten only when it holds a depthwise conv or a dense one (that is what
   pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
-  layout change of a whole feature map;
+  layout change of a whole feature map, a dense conv counting `DENSE_WEIGHT`; a value from
+  outside read only by dense convs is no change (each conv's padded copy transposes it), and
+  a stem whose result reaches a dense conv joins from `DENSE_STEM_MIN_COUT` outputs, so a
+  short plain chain (3 -> 16 -> 32 convs with pools) is one region from its input;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
@@ -63,6 +66,15 @@ CONVS_PER_CONVERSION = 3
 map: shufflenet's branches (1x1 -> 3x3 depthwise -> 1x1, one change in and one out) ran
 slower channels-last at 4x224x224 (8.1 -> 9.0-9.6 ms per run in kernels), mobile nets'
 long chains (one change in, one out, one per SE block's pooling) faster"""
+
+DENSE_WEIGHT = 2
+"""a dense kxk conv counts as this many convs against the layout changes: its implicit GEMM
+does k*k times the work of a 1x1 conv of its channels per pixel, while a change is one copy.
+Measured (1 thread, CPU clock, against onnxruntime): the plain net of benchmarks/convnets.py
+(3 -> 16 -> 32 3x3 convs, pools, one change out to its global pool) 1.84x -> 1.66x at
+224x224, 1.57x -> 1.12x at 32x32 as a region; its resnet block (two 32 -> 32 3x3 convs, a
+full-map change in for the residual Add and one out), taken with weight 3, ran slower at
+224x224 (b=4 20.9 -> 25.0 ms), so weight 2 keeps two changes for two dense convs out"""
 
 BINARY = frozenset({"onnx.Add", "onnx.Mul", "onnx.Sub", "onnx.Div"})
 """broadcasting elementwise ops: fine channels-last when both operands are permuted alike"""
@@ -110,7 +122,32 @@ clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 7.4 
 1.16x at 96x128; benchmarks/convnets.py's mobile net with a 3 -> 16 stem 1.43x -> 1.72x"""
 
 
-def _dense_pays(op: Op) -> bool:
+DENSE_STEM_MIN_COUT = 16
+"""a stem whose result reaches a dense conv (through Relus and pools) joins from this many
+output channels: outside, its NCHW result would enter the region through the next conv's
+padded copy, a transposing gather per pooled pixel of every channel (27% of the plain net
+of benchmarks/convnets.py at 224x224); inside, only its 3-channel input is converted, in the
+stem's own padded copy. Measured on that net (1 thread, CPU clock) 4.8 -> 3.5 ms per run
+at 224x224; a stem before a depthwise conv keeps STEM_MIN_COUT (see above)"""
+
+
+def _feeds_dense(op: Op, module: Module) -> bool:
+    """whether `op`'s result reaches a dense conv that pays (`_dense_pays`) through a chain of
+    single-use unary ops and plain pools"""
+    v = op.results[0]
+    for _ in range(8):
+        if len(v.uses) != 1:
+            return False
+        user = v.uses[0].op
+        if user.name == "onnx.Conv":
+            return v is user.operands[0] and _conv_kind(user, module) == "dense" and _dense_pays(user, module)
+        if user.name not in UNARY and not (user.name == "onnx.MaxPool" and _plain_maxpool(user)):
+            return False
+        v = user.results[0]
+    return False
+
+
+def _dense_pays(op: Op, module: Module) -> bool:
     cin, cout = op.operands[0].type.shape[1], op.results[0].type.shape[1]
     if not (isinstance(cin, int) and isinstance(cout, int)):
         return False
@@ -120,6 +157,8 @@ def _dense_pays(op: Op) -> bool:
     dilations = op.attrs.get("dilations") or []
     if any(int(d) >= MIN_REGIME_EXTENT for d in dilations):
         return False
+    if cin < 16 and DENSE_STEM_MIN_COUT <= cout < STEM_MIN_COUT:
+        return _feeds_dense(op, module)
     return cout >= DENSE_MIN_COUT and (cin >= 16 or cout >= STEM_MIN_COUT)
 
 
@@ -146,7 +185,7 @@ class _Finder:
     def eligible(self, op: Op) -> bool:
         kind = _conv_kind(op, self.module)
         if kind is not None:
-            return kind != "dense" or (self.dense and _dense_pays(op))
+            return kind != "dense" or (self.dense and _dense_pays(op, self.module))
         if len(op.results) != 1 or op.regions:
             return False
         t = op.results[0].type
@@ -187,10 +226,18 @@ class _Finder:
         for ops in groups.values():
             kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
             convs = sum(k is not None for k in kinds)
+            weight = convs + (DENSE_WEIGHT - 1) * kinds.count("dense")
             paying = "dw" in kinds or "dense" in kinds  # a dense kind is only eligible with `dense`
-            if paying and convs >= min_convs and convs >= per_conversion * self.conversions(ops):
+            if paying and convs >= min_convs and weight >= per_conversion * self.conversions(ops):
                 out.append(ops)
         return out
+
+    def dense_only(self, v: Value, members: set[int]) -> bool:
+        """whether the region reads `v` only as the input of dense convs (each makes a padded
+        channels-last copy of its input, which takes the layout change for free)"""
+        inside = [u for u in v.uses if id(u.op) in members]
+        return bool(inside) and all(
+            u.index == 0 and _conv_kind(u.op, self.module) == "dense" for u in inside)
 
     def conversions(self, ops: list[Op]) -> int:
         """The layout changes of whole feature maps the region would need: 4-D values from
@@ -207,6 +254,8 @@ class _Finder:
             for v in crossing:
                 if id(v) in seen or v.type.rank != 4 or self.constant(v) is not None:
                     continue
+                if v.owner is not op and self.dense_only(v, members):
+                    continue  # transposed in the padded copy its dense convs make anyway
                 seen.add(id(v))
                 n += not (v.type.shape[2] == 1 and v.type.shape[3] == 1)
         return n

@@ -49,12 +49,13 @@ def _splat(b: ir.IRBuilder, x: ir.Value, name: str) -> ir.Value:
     return b.shuffle_vector(ins, undef, ir.Constant(ir.VectorType(I32, 16), [0] * 16), name=name)
 
 
-def _ukr(module: ir.Module) -> ir.Function:
+def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     """`void ukr(ptr rowp, ptr q, i64 S0, i64 SS0, i64 S1, i64 SS1, i64 L, ptr c, i64 ldc,
     i64 ncols, i64 nrows, ptr bias, i64 relu)`: MR x NR of C from one packed panel q, row r
     of the window at rowp[r]; rows >= nrows and columns >= ncols are not stored; bias points
-    at the panel's first column."""
-    name = f"onnxcc.f32conv.ukr.{MR}x{NR}"
+    at the panel's first column. With `nv` = 1 only the panel's first 16 columns: a conv of
+    at most 16 output channels (a small stem) does half the FMAs of the full panel."""
+    name = f"onnxcc.f32conv.ukr.{MR}x{16 * nv}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
@@ -71,7 +72,7 @@ def _ukr(module: ir.Module) -> ir.Function:
         a.add_attribute("noalias")
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    acc = [[b.alloca(_V, name=f"acc.{r}.{v}") for v in range(NV)] for r in range(MR)]
+    acc = [[b.alloca(_V, name=f"acc.{r}.{v}") for v in range(nv)] for r in range(MR)]
     zero = ir.Constant(_V, [0.0] * 16)
     for row in acc:
         for slot in row:
@@ -86,10 +87,10 @@ def _ukr(module: ir.Module) -> ir.Function:
             qseg = _gepf(b, q, mul(b, k0, NR, "q.seg"), "q.s")
             with for_range(b, seg, "k", guard=True) as k:
                 qrow = _gepf(b, qseg, mul(b, k, NR, "q.k"), "q.row")
-                qv = [b.load(_gepf(b, qrow, 16 * v, "q.p"), name=f"q{v}", typ=_V, align=4) for v in range(NV)]
+                qv = [b.load(_gepf(b, qrow, 16 * v, "q.p"), name=f"q{v}", typ=_V, align=4) for v in range(nv)]
                 for r in range(MR):
                     pv = _splat(b, b.load(_gepf(b, segp[r], k, "p.p"), name=f"x{r}", typ=F32, align=4), f"x{r}.v")
-                    for v in range(NV):
+                    for v in range(nv):
                         cur = b.load(acc[r][v], name="acc", typ=_V)
                         b.store(b.call(fma, [pv, qv[v], cur], name="fma"), acc[r][v])
     _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu)
@@ -108,7 +109,7 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
                   ir.Constant(F32, float("-inf")), name="lo")
     lov = _splat(b, lo, "lo.v")
     masks, cols = [], []
-    for v in range(NV):
+    for v in range(len(acc[0])):
         left = b.sub(ncols, i64(16 * v), name=f"left{v}")
         undef = ir.Constant(ir.VectorType(I64, 16), ir.Undefined)
         lv = b.shuffle_vector(b.insert_element(undef, left, i32(0), name="left.ins"), undef,
@@ -177,8 +178,12 @@ def _body(module: ir.Module) -> ir.Function:
                              align=8)
                 b.store(_gepf(b, pbat, off, "p.r"), b.gep(rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
             cp = _gepf(b, cbat, mul(b, r0, sz["ldc"], "c.r"), "c.blk")
-            b.call(_ukr(module), [rowp, qpan, *seg_args, cp, sz["ldc"], ncols, b.sub(r_hi, r0, name="rows"), bcol,
-                                  sz["relu"]])
+            args = [rowp, qpan, *seg_args, cp, sz["ldc"], ncols, b.sub(r_hi, r0, name="rows"), bcol, sz["relu"]]
+            with if_else(b, b.icmp_signed("<=", ncols, i64(16), name="half"), name="ukr") as (then, otherwise):
+                with then:  # the last panel's columns fit one vector (a 16-channel stem)
+                    b.call(_ukr(module, 1), args)
+                with otherwise:
+                    b.call(_ukr(module), args)
     b.ret_void()
     return fn
 

@@ -1,0 +1,101 @@
+"""A short dense chain (benchmarks/convnets.py's `plain` net: a 3 -> 16 stem, a 16 -> C conv,
+Relus and max pools, a global average pool) runs channels-last as implicit GEMM calls: the
+stem joins the region because its result reaches a dense conv (DENSE_STEM_MIN_COUT), the
+input's change of layout is taken by the stem's padded copy, and a dense conv weighs
+DENSE_WEIGHT convs against the one change out (passes/nhwc_region.py). A stem of at most 16
+output channels runs the 16-column micro-kernel (codegen/cpu/gemm_implicit.py), as does any
+last panel of at most 16 columns (C = 40: a second panel of 8).
+
+Compared with onnxruntime through the user path at symbolic N, H, W, on planes from 2x2 (the
+second conv on a 1x1 plane: every tap but the centre reads padding) to 37x29 (sizes no pool
+divides). Tolerance rtol 1e-4, atol 1e-4: sums of up to 144 products of N(0, 1) values and
+weights scaled by 1/sqrt(fan-in), in another order than onnxruntime's."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxcc
+from onnxcc.testing import ort_run
+
+SHAPES = [dict(N=1, H=2, W=2), dict(N=3, H=5, W=7), dict(N=2, H=37, W=29), dict(N=1, H=3, W=16)]
+
+
+def _model(path, stem: int, cout: int, second_pool: bool) -> None:
+    rng = np.random.default_rng(stem * 100 + cout)
+    inits, nodes = [], []
+
+    def conv(x, y, cin, co):
+        w = (rng.standard_normal((co, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w_{y}"))
+        inits.append(numpy_helper.from_array((0.1 * rng.standard_normal(co)).astype(np.float32), f"b_{y}"))
+        nodes.append(helper.make_node("Conv", [x, f"w_{y}", f"b_{y}"], [y], kernel_shape=[3, 3], pads=[1] * 4))
+        nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
+        return f"{y}_r"
+
+    h = conv("x", "c1", 3, stem)
+    nodes.append(helper.make_node("MaxPool", [h], ["p1"], kernel_shape=[2, 2], strides=[2, 2]))
+    h = conv("p1", "c2", stem, cout)
+    if second_pool:
+        nodes.append(helper.make_node("MaxPool", [h], ["p2"], kernel_shape=[2, 2], strides=[2, 2]))
+        h = "p2"
+    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    outs = [helper.make_tensor_value_info("gap", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info(h, TensorProto.FLOAT, None)]
+    g = helper.make_graph(nodes, "stem_chain", [x], outs, inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_stem_and_conv_are_one_region(tmp_path):
+    """Both convs channels-last with their Relus folded, the first pool between them; one
+    change in (the 3-channel input), one out (read by the global pool and returned)."""
+    _model(tmp_path / "m.onnx", 16, 32, second_pool=True)
+    text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
+    assert text.count("cc.conv_nhwc(") == 2
+    assert text.count("onnx.Conv(") == 0
+    assert text.count("relu = 1") == 2
+    assert text.count("perm = [0, 2, 3, 1]") == 1
+    assert text.count("perm = [0, 3, 1, 2]") == 1
+
+
+def test_stem_before_a_depthwise_conv_stays_out(tmp_path):
+    """A 3 -> 16 stem whose result reaches a depthwise conv (a mobile net's) keeps
+    STEM_MIN_COUT: it stays an NCHW Conv."""
+    rng = np.random.default_rng(1)
+    w1 = numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) / 5).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((16, 1, 3, 3)) / 3).astype(np.float32), "w2")
+    w3 = numpy_helper.from_array((rng.standard_normal((32, 16, 1, 1)) / 4).astype(np.float32), "w3")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "w2"], ["b"], kernel_shape=[3, 3], pads=[1] * 4, group=16),
+             helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("Conv", ["br", "w3"], ["y"], kernel_shape=[1, 1])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    g = helper.make_graph(nodes, "dw", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [w1, w2, w3])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
+    text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
+    assert "onnx.Conv(%x" in text
+    assert "cc.conv_nhwc(%x" not in text
+
+
+@pytest.mark.parametrize("stem,cout,second_pool", [(16, 32, True), (16, 40, False), (16, 16, True)],
+                         ids=["plain", "narrow_stem_two_panels", "sixteen"])
+def test_stem_chain_matches_onnxruntime(tmp_path, stem, cout, second_pool):
+    _model(tmp_path / "m.onnx", stem, cout, second_pool)
+    onnxcc.compile(tmp_path / "m.onnx", tmp_path / "lib", max_versions=1)
+    lib = onnxcc.load(tmp_path / "lib")
+    for k, dims in enumerate(SHAPES):
+        if second_pool and min(dims["H"], dims["W"]) < 4:
+            continue  # the second pool needs a 2x2 plane
+        rng = np.random.default_rng(k)
+        feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
+        want = ort_run(tmp_path / "m.onnx", feeds)
+        got = lib.run(feeds)
+        for name in want:
+            assert got[name].shape == want[name].shape, (name, dims)
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} {dims}")
