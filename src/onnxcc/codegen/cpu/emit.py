@@ -129,6 +129,7 @@ class FnCtx(ProgramContext):
         self._syms: dict[str, ir.Value] = {}
         self._ptrs: dict[str, ir.Value] = {}
         self._strides: dict[str, list[ir.Value]] = {}
+        self._dims: dict[Dim, ir.Value] = {}
         self._fails: dict[int, ir.Block] = {}
         self.status: ir.Value | None = None
         self.par_ctx: ir.Value | None = None
@@ -139,9 +140,19 @@ class FnCtx(ProgramContext):
 
     def dim(self, d: Dim) -> ir.Value:
         d = canon(d)
-        if self.hoist_reader is not None and not isinstance(d, int) and is_big(d):
-            return self.hoist_reader.get(d)
-        return super().dim(d)
+        if isinstance(d, int):
+            return i64(d)
+        # NOTE: memoised by the sympy dim (its hash is cached): the emitter's own cache hashes
+        # the whole Expr tree per lookup, which on a 60 KB workspace offset asked for by each
+        # of ~900 buffer pointers was most of a conv net's IR emission
+        v = self._dims.get(d)
+        if v is None:
+            if self.hoist_reader is not None and is_big(d):
+                v = self.hoist_reader.get(d)
+            else:
+                v = super().dim(d)
+            self._dims[d] = v
+        return v
 
     def sym(self, name: str) -> ir.Value:
         v = self._syms.get(name)
