@@ -14,7 +14,9 @@ Each `Compute` becomes a loop nest over its domain with reductions as inner loop
 accumulators live in entry-block allocas; symbols, buffer pointers and row-major strides
 are loaded / computed once in the entry block. With `parallel=True`, the leading loops of
 a big enough compute are collapsed into one index and run through the runtime's
-`onnxcc_parallel_for(n, body, ctx)`, `body(begin, end, ctx)` being an internal function.
+`onnxcc_parallel_for(n, body, ctx)`, `body(begin, end, ctx)` being an internal function;
+the dims too big to repeat in each body (workspace offsets on symbolic shapes) it reads
+from the ctx, computed once by the calling function (cpu/hoist_dims.py).
 
 Statements are emitted through `STMT_EMITTERS` (type -> method), so `If`/`Loop`
 statements and schedules (loop order, tiles, vector width) plug in beside `Compute`.
@@ -142,9 +144,8 @@ class FnCtx(ProgramContext):
         d = canon(d)
         if isinstance(d, int):
             return i64(d)
-        # NOTE: memoised by the sympy dim (its hash is cached): the emitter's own cache hashes
-        # the whole Expr tree per lookup, which on a 60 KB workspace offset asked for by each
-        # of ~900 buffer pointers was most of a conv net's IR emission
+        # memoised by the sympy dim (its hash is cached): a workspace offset that many buffer
+        # pointers and GEMM calls ask for is converted to an Expr and looked up once
         v = self._dims.get(d)
         if v is None:
             if self.hoist_reader is not None and is_big(d):
