@@ -14,7 +14,9 @@ Each `Compute` becomes a loop nest over its domain with reductions as inner loop
 accumulators live in entry-block allocas; symbols, buffer pointers and row-major strides
 are loaded / computed once in the entry block. With `parallel=True`, the leading loops of
 a big enough compute are collapsed into one index and run through the runtime's
-`onnxcc_parallel_for(n, body, ctx)`, `body(begin, end, ctx)` being an internal function.
+`onnxcc_parallel_for(n, body, ctx)`, `body(begin, end, ctx)` being an internal function;
+the dims too big to repeat in each body (workspace offsets on symbolic shapes) it reads
+from the ctx, computed once by the calling function (cpu/hoist_dims.py).
 
 Statements are emitted through `STMT_EMITTERS` (type -> method), so `If`/`Loop`
 statements and schedules (loop order, tiles, vector width) plug in beside `Compute`.
@@ -69,6 +71,7 @@ from ..llvm.target import (  # noqa: F401
     target_machine,
 )
 from .flash import emit_flash
+from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
 from .rowstage import emit_row_stage
 
@@ -78,7 +81,8 @@ PARALLEL_FOR = "onnxcc_parallel_for"
 KERNEL_FNTY = ir.FunctionType(I32, [PTR, PTR, PTR, PTR])
 PAR_BODY_FNTY = ir.FunctionType(VOID, [I64, I64, PTR])
 PAR_FOR_FNTY = ir.FunctionType(VOID, [I64, PTR, PTR])
-_CTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR])  # syms, inputs, outputs, workspace, status
+# the parallel ctx: syms, inputs, outputs, workspace, status, hoisted dims (cpu/hoist_dims.py)
+_CTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, PTR])
 _SYM_RANGE = (1, (1 << 63) - 1)
 PAR_GROUP = 4096
 """elements per parallel work item of a vectorised one-axis compute"""
@@ -127,9 +131,29 @@ class FnCtx(ProgramContext):
         self._syms: dict[str, ir.Value] = {}
         self._ptrs: dict[str, ir.Value] = {}
         self._strides: dict[str, list[ir.Value]] = {}
+        self._dims: dict[Dim, ir.Value] = {}
         self._fails: dict[int, ir.Block] = {}
         self.status: ir.Value | None = None
         self.par_ctx: ir.Value | None = None
+        self.hoisted = HoistedDims()
+        """big dims this function computes for the body functions it calls"""
+        self.hoist_reader: HoistedReader | None = None
+        """in a body function: where it reads big dims from (its owner's slots)"""
+
+    def dim(self, d: Dim) -> ir.Value:
+        d = canon(d)
+        if isinstance(d, int):
+            return i64(d)
+        # memoised by the sympy dim (its hash is cached): a workspace offset that many buffer
+        # pointers and GEMM calls ask for is converted to an Expr and looked up once
+        v = self._dims.get(d)
+        if v is None:
+            if self.hoist_reader is not None and is_big(d):
+                v = self.hoist_reader.get(d)
+            else:
+                v = super().dim(d)
+            self._dims[d] = v
+        return v
 
     def sym(self, name: str) -> ir.Value:
         v = self._syms.get(name)
@@ -185,6 +209,7 @@ class FnCtx(ProgramContext):
         return self.eb.alloca(ty, name=name)
 
     def finish(self) -> None:
+        self.hoisted.finish(self)
         self.eb.branch(self.start)
         for blk in self._fails.values():
             move_to_end(blk)
@@ -202,6 +227,9 @@ class KernelEmitter:
         self.program, self.plan, self.fn_name = program, plan, fn_name
         self.module, self.opts = module, options
         self._consts: dict[str, ir.GlobalVariable] = {}
+        self._stmt_ctx: FnCtx | None = None
+        """the kernel-signature function statements are emitted into: body functions made now
+        are called with its parallel ctx"""
 
     def run(self) -> ir.Function:
         fn = ir.Function(self.module, KERNEL_FNTY, name=self.fn_name)
@@ -229,9 +257,16 @@ class KernelEmitter:
         iteration) the rest goes to a continuation function called with the same
         arguments: its entry block re-reads `syms`, so the dims and strides it computes
         once there see the symbol's true value."""
+        ctx = FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
+        outer, self._stmt_ctx = self._stmt_ctx, ctx
+        try:
+            self._emit_stmts(fn, ctx, body, start)
+        finally:
+            self._stmt_ctx = outer
+
+    def _emit_stmts(self, fn: ir.Function, ctx: FnCtx, body: list, start: int) -> None:
         from .control import STMT_IDS
 
-        ctx = FnCtx(self, fn, lambda eb: tuple(fn.args), lambda b, code: b.ret(i32(code)))
         for k in range(start, len(body)):
             stmt = body[k]
             emit = STMT_EMITTERS.get(type(stmt))
@@ -479,6 +514,9 @@ class KernelEmitter:
             b.ret(st)
 
     def _parallel_ctx(self, ctx: FnCtx) -> ir.Value:
+        if ctx is not self._stmt_ctx:  # its body functions would read another function's slots
+            raise CompileError(f"cpu codegen: kernel {self.program.name}: a parallel call from inside a "
+                               "body function")
         if ctx.par_ctx is None:
             eb = ctx.eb
             ctx.status = eb.alloca(I32, name="status")
@@ -488,6 +526,9 @@ class KernelEmitter:
                 slot = eb.gep(p, [i32(0), i32(k)], inbounds=True, name=f"par.ctx.{k}", source_etype=_CTX_TY)
                 slot.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
                 eb.store(v, slot)
+            slot = eb.gep(p, [i32(0), i32(5)], inbounds=True, name="par.ctx.5", source_etype=_CTX_TY)
+            slot.type = PTR
+            ctx.hoisted.reserve(eb, slot)
             ctx.par_ctx = p
         return ctx.par_ctx
 
@@ -514,6 +555,8 @@ class KernelEmitter:
 
         bctx = FnCtx(self, fn, lambda eb: [field(eb, k, n) for k, n in
                                             enumerate(("syms", "inputs", "outputs", "workspace"))], on_fail)
+        if self._stmt_ctx is not None:  # called with that function's parallel ctx
+            bctx.hoist_reader = HoistedReader(self._stmt_ctx.hoisted, lambda eb: field(eb, 5, "hoisted"), bctx.eb)
         return fn, bctx
 
     def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:

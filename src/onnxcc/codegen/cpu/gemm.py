@@ -168,8 +168,8 @@ class _Geometry:
     def set_window(self, b: ir.IRBuilder, pctx: ir.Value) -> None:
         """Read the window of B panels this call covers (panels [P0, P0 + Pc), packed at
         slots [0, Pc) of each batch's packed B) from the ctx (see `_run`)."""
-        self.P0 = b.load(_xctx_slot(b, pctx, 6), name="gemm.p0", align=8, typ=I64)
-        self.Pc = b.load(_xctx_slot(b, pctx, 7), name="gemm.pc", align=8, typ=I64)
+        self.P0 = b.load(_xctx_slot(b, pctx, 7), name="gemm.p0", align=8, typ=I64)
+        self.Pc = b.load(_xctx_slot(b, pctx, 8), name="gemm.pc", align=8, typ=I64)
         self.n_jc, self.n_tasks = self.n_blocks(b, self.Pc)
 
 
@@ -217,7 +217,7 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
     inter = _interleaved(g)
     if not g.b_const:  # the body functions read the batch and the B window from the ctx's extra fields
         xctx = ctx.eb.alloca(_XCTX_TY, name="gemm.xctx")
-        for k in range(5):
+        for k in range(6):
             src = ctx.eb.gep(pctx, [i32(0), i32(k)], inbounds=True, name="ctx.f", source_etype=_XCTX_TY)
             dst = ctx.eb.gep(xctx, [i32(0), i32(k)], inbounds=True, name="xctx.f", source_etype=_XCTX_TY)
             src.type = dst.type = PTR  # NOTE: llvmlite types GEPs as typed pointers; the IR is opaque
@@ -272,10 +272,10 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             w = g.window
             nplanes = _mul(b, geo.nbB, w.planes, "win.planes")
             gw.zero_slack(b, gw.scratch_base(kem, ctx), gw.plane_floats(ctx, w), nplanes, gw.slack_floats(ctx, g))
-            pad = gw.pad_function(kem, c, g, lambda fb, fp: _mul(fb, fb.load(_xctx_slot(fb, fp, 5), name="bt",
+            pad = gw.pad_function(kem, c, g, lambda fb, fp: _mul(fb, fb.load(_xctx_slot(fb, fp, 6), name="bt",
                                                                               align=8, typ=I64), w.planes, "pad.off"))
             if geo.inter is None:
-                _xctx_store(b, pctx, 5, i64(0))
+                _xctx_store(b, pctx, 6, i64(0))
                 call(pad, nplanes)
                 run_tasks(False)
                 return
@@ -284,11 +284,11 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
             with if_else(b, geo.inter, name="win.inter") as (then, other):
                 with then:
                     with for_range(b, geo.Bt, "win.bt", guard=True) as bt:
-                        _xctx_store(b, pctx, 5, bt)
+                        _xctx_store(b, pctx, 6, bt)
                         call(pad, i64(w.planes))
                         run_tasks(True)
                 with other:
-                    _xctx_store(b, pctx, 5, i64(0))
+                    _xctx_store(b, pctx, 6, i64(0))
                     call(pad, nplanes)
                     run_tasks(False)
             return
@@ -309,8 +309,8 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                 with for_range(b, _ceildiv_v(b, geo.Pn, pcw, "gemm.nwin"), "gemm.w", guard=True) as w:
                     p0 = _mul(b, w, pcw, "gemm.p0")
                     pc = _umin(b, pcw, b.sub(geo.Pn, p0, name="gemm.pleft"), "gemm.pc")
-                    _xctx_store(b, pctx, 6, p0)
-                    _xctx_store(b, pctx, 7, pc)
+                    _xctx_store(b, pctx, 7, p0)
+                    _xctx_store(b, pctx, 8, pc)
                     n_jc, n_tasks = geo.n_blocks(b, pc)
                     call(pack, _mul(b, slots, pc, "gemm.packb.items"))
                     call(task, _mul(b, geo.n_ic, n_jc, "gemm.per.batch") if per_batch else n_tasks)
@@ -322,13 +322,13 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
                 with if_else(b, geo.inter, name="gemm.inter") as (then, other):
                     with then:
                         with for_range(b, geo.Bt, "gemm.bt", guard=True) as bt:
-                            _xctx_store(b, pctx, 5, bt)
+                            _xctx_store(b, pctx, 6, bt)
                             windows(i64(1), True)
                     with other:
-                        _xctx_store(b, pctx, 5, i64(0))
+                        _xctx_store(b, pctx, 6, i64(0))
                         windows(geo.nbB, False)
                 return
-            _xctx_store(b, pctx, 5, i64(0))
+            _xctx_store(b, pctx, 6, i64(0))
             windows(geo.nbB, False)
 
         # a conv's packed im2col columns with its weights prepacked: one-vector-wide tiles where
@@ -384,8 +384,8 @@ while it is in the L2 caches"""
 INTERLEAVE_MIN_BYTES = 1 << 19
 """packed B bytes of one batch from which a GEMM with several batches packs and multiplies
 one batch at a time (below it, one parallel call per batch costs more than it saves)"""
-_XCTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, I64, I64, I64])
-"""the kernel's parallel ctx (syms, inputs, outputs, workspace, status), then the batch an
+_XCTX_TY = ir.LiteralStructType([PTR, PTR, PTR, PTR, PTR, PTR, I64, I64, I64])
+"""the kernel's parallel ctx (emit.py's: syms, inputs, outputs, workspace, status, hoisted), then the batch an
 interleaved GEMM's body functions work on (0 when not interleaved) and the window of B
 panels of a GEMM that packs B per call (first panel, panel count)"""
 
@@ -413,7 +413,7 @@ def _batch_items(b: ir.IRBuilder, fn: ir.Function, g: GemmPlan, geo: _Geometry, 
     begin, end, pctx = fn.args
     if geo.inter is None:
         return begin, end, None
-    off = _mul(b, b.load(_xctx_slot(b, pctx, 5), name="bt", align=8, typ=I64), per, "items.off")
+    off = _mul(b, b.load(_xctx_slot(b, pctx, 6), name="bt", align=8, typ=I64), per, "items.off")
     return _add(b, begin, off, "begin"), _add(b, end, off, "end"), geo.inter
 
 
