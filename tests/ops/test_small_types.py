@@ -170,8 +170,17 @@ def test_interpreter_matches_onnx_reference():
     m = _model(nodes, [("x", T.FLOAT, [x.size])], outs)
     want = dict(zip([o for o, _, _ in outs], ReferenceEvaluator(m).run(None, {"x": x}), strict=True))
     got = _reference(m, {"x": x})
+    # out of a sub-byte integer's range ONNX says nothing and ml_dtypes changed its mind
+    # (0.6 wraps, 0.7 gives 0; ours is 0 whatever is installed): compared in range only
+    in_range = {"i4": (-8, 7), "u4": (0, 15), "i2": (-2, 1), "u2": (0, 3)}
     for o, _, _ in outs:
-        _same_bits(got[o], want[o], o)
+        if o in in_range:
+            with np.errstate(invalid="ignore"):
+                keep = (np.trunc(x) >= in_range[o][0]) & (np.trunc(x) <= in_range[o][1])
+            assert keep.sum() > 1000, o
+            _same_bits(got[o][keep], want[o][keep], o)
+        else:
+            _same_bits(got[o], want[o], o)
 
 
 def test_other_ops_refuse_small_types_naming_type_and_node(tmp_path):

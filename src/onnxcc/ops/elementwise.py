@@ -285,6 +285,9 @@ def _cast(x, a):
 SATURATING = (DType.f8e4m3fn, DType.f8e4m3fnuz, DType.f8e5m2, DType.f8e5m2fnuz)
 
 
+_SUB_BYTE_INTS = {DType.i4: (-8, 7), DType.u4: (0, 15), DType.i2: (-2, 1), DType.u2: (0, 3)}
+
+
 def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
     """ONNX Cast of a (widened) array: numpy's astype (ml_dtypes' for bf16 and the small
     types: nearest even, sub-byte integers wrapping or 0 out of range as ml_dtypes has it);
@@ -297,8 +300,31 @@ def cast_array(x: np.ndarray, to: DType, saturate: bool = True, round_mode: str 
     if to in SATURATING and saturate:
         hi = float(ml_dtypes.finfo(to.np).max)
         x = np.clip(x, -hi, hi)  # NaN stays NaN
+    if to in _SUB_BYTE_INTS and np.asarray(x).dtype.kind == "f":
+        # toward zero, 0 where out of range (ml_dtypes 0.7's rule; 0.6 wraps): one rule
+        # whatever ml_dtypes is installed, the one the code generator emits
+        lo, hi = _SUB_BYTE_INTS[to]
+        with np.errstate(invalid="ignore"):
+            t = np.trunc(x)
+            x = np.where((t >= lo) & (t <= hi), t, 0)
+    if np.asarray(x).dtype == np.float64 and to.is_float and to not in (DType.f16, DType.f32, DType.f64):
+        x = _f32_round_to_odd(np.asarray(x))
     with np.errstate(invalid="ignore", over="ignore"):  # NaN / out of range: the rules above
         return np.asarray(x).astype(to.np)
+
+
+def _f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """f64 -> f32 rounding toward zero with the last bit set when inexact ("round to odd").
+    ml_dtypes before 0.7 converts f64 to bf16 and the small floats through f32 with two
+    nearest-even roundings, which moves values just past a tie onto the tie; an odd f32
+    keeps which side of every tie of a format with far fewer bits the value lies on, so the
+    second (nearest-even) rounding is the one correct rounding of the f64."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x.astype(np.float32)
+        inexact = np.isfinite(y) & (y.astype(np.float64) != x)
+        toward0 = np.where(inexact & (np.abs(y.astype(np.float64)) > np.abs(x)), np.nextafter(y, np.float32(0)), y)
+    bits = toward0.view(np.uint32) | inexact.astype(np.uint32)
+    return bits.view(np.float32)
 
 
 def _cast_value(ctx: InferCtx, v):
