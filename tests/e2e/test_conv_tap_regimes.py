@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import compile_kernel_and_lib
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxcc
 from onnxcc.testing import ort_run
 
 C, M = 8, 12
@@ -50,12 +50,7 @@ def _model(path) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("taps")
-    path = str(d / "taps.onnx")
-    _model(path)
-    kernel = onnxcc.compile(path, str(d / "kir"), emit="kernel", max_versions=1).text
-    onnxcc.compile(path, str(d / "lib"), max_versions=1)
-    return path, kernel, onnxcc.load(str(d / "lib"))
+    return compile_kernel_and_lib(tmp_path_factory, "taps", _model)
 
 
 def test_regimes_are_guarded_by_the_extents(built):

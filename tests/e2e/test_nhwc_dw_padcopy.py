@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import compile_kernel_and_lib
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxcc
 from onnxcc.ops.conv_nhwc import PAD_COPY_CHANNELS
 from onnxcc.testing import ort_run
 
@@ -50,12 +50,7 @@ def _model(path) -> None:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("dwpad")
-    path = str(d / "m.onnx")
-    _model(path)
-    kernel = onnxcc.compile(path, str(d / "k"), emit="kernel", max_versions=1).text
-    onnxcc.compile(path, str(d / "lib"), max_versions=1)
-    return path, kernel, onnxcc.load(str(d / "lib"))
+    return compile_kernel_and_lib(tmp_path_factory, "dwpad", _model)
 
 
 def test_narrow_depthwise_convs_read_a_padded_copy(built):

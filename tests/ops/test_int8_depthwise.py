@@ -8,45 +8,10 @@ so a generic x86-64 build takes it too."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
+from int8_models import extremes, quant_model, run_against_ort
 from onnx import TensorProto as T
 from onnx import helper as h
-
-import onnxcc
-from onnxcc.testing import ort_run
-
-
-def _model(nodes, inputs, outputs, inits):
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                     [h.make_tensor_value_info(n, t, None) for n, t in outputs],
-                     [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-    m.ir_version = 8
-    return m
-
-
-def _extremes(r, shape, dt):
-    info = np.iinfo(dt)
-    x = r.integers(int(info.min), int(info.max) + 1, shape).astype(dt)
-    x.flat[0], x.flat[-1] = info.min, info.max
-    x.flat[len(x.flat) // 2] = info.max
-    return x
-
-
-def _run(m, tmp_path, feeds_list, **options) -> str:
-    """compile, run every feeds dict against onnxruntime (exact), return the kernel IR text"""
-    path = tmp_path / "m.onnx"
-    onnx.save(m, path)
-    onnxcc.compile(path, tmp_path / "lib", **options)
-    lib = onnxcc.load(tmp_path / "lib")
-    for feeds in feeds_list:
-        want, got = ort_run(path, feeds), lib.run(feeds)
-        for name, w in want.items():
-            assert got[name].dtype == w.dtype, name
-            np.testing.assert_array_equal(got[name], w, err_msg=f"{name} at {[f.shape for f in feeds.values()]}")
-    return onnxcc.compile(path, tmp_path / "kir", emit="kernel", **options).text
-
 
 CASES = [  # x type, w type, channels, depth multiplier, kernel, x zero point, w zero point, attrs, per-channel
     (T.UINT8, np.int8, 19, 1, 3, 255, 0, {"pads": [1, 1, 1, 1]}, True),
@@ -65,7 +30,7 @@ def test_depthwise_qlinear_conv_and_conv_integer(tmp_path, case):
     r = np.random.default_rng(case)
     xdt = np.uint8 if xt == T.UINT8 else np.int8
     cout = c * mult
-    w = _extremes(r, (cout, 1, k, k), wdt)
+    w = extremes(r, (cout, 1, k, k), wdt, middle=True)
     wzs = np.full(cout, wz, wdt) if per_ch else wdt(wz)
     if per_ch:  # zero points at both ends across the channels
         wzs[::2] = np.iinfo(wdt).min if wz == 0 else wz
@@ -76,9 +41,9 @@ def test_depthwise_qlinear_conv_and_conv_integer(tmp_path, case):
     nodes = [h.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], group=c, **attrs),
              h.make_node("ConvInteger", ["x", "w", "xz"] + ([] if per_ch else ["wz"]), ["ci"], group=c, **attrs)]
     outs = [("y", xt)] + ([] if per_ch else [("ci", T.INT32)])
-    m = _model(nodes, [("x", xt, ["N", c, "H", "W"])], outs, inits)
-    feeds = [{"x": _extremes(r, (n, c, hh, ww), xdt)} for n, hh, ww in ((1, 5, 7), (2, 9, 4), (1, 13, 11))]
-    text = _run(m, tmp_path, feeds)
+    m = quant_model(nodes, [("x", xt, ["N", c, "H", "W"])], outs, inits)
+    feeds = [{"x": extremes(r, (n, c, hh, ww), xdt, middle=True)} for n, hh, ww in ((1, 5, 7), (2, 9, 4), (1, 13, 11))]
+    text = run_against_ort(m, tmp_path, feeds)
     # the depthwise kernel took it: its folded weights, no f32 conv and no VNNI call; its
     # channels-last result kept a buffer (not recomputed in the channels-first reader's order)
     assert "wdw" in text and "i8gemm" not in text and "xf_" not in text
@@ -89,24 +54,24 @@ def test_runtime_zero_point_and_no_bias(tmp_path):
     """X's zero point a graph input (read at run time), no bias, u8 weights off s8 (i32 products)"""
     r = np.random.default_rng(11)
     c = 21
-    w = _extremes(r, (c, 1, 3, 3), np.uint8)
+    w = extremes(r, (c, 1, 3, 3), np.uint8, middle=True)
     inits = {"w": w, "wz": np.uint8(0), "xs": np.float32(0.05), "ws": np.float32(0.004), "ys": np.float32(0.9),
              "yz": np.uint8(250)}
     node = h.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], group=c,
                        pads=[1, 1, 1, 1])
-    m = _model([node], [("x", T.UINT8, ["N", c, "H", "W"]), ("xz", T.UINT8, [])], [("y", T.UINT8)], inits)
-    feeds = [{"x": _extremes(r, (1, c, 6, 5), np.uint8), "xz": np.array(z, np.uint8)} for z in (0, 255, 77)]
-    assert "wdw" in _run(m, tmp_path, feeds)
+    m = quant_model([node], [("x", T.UINT8, ["N", c, "H", "W"]), ("xz", T.UINT8, [])], [("y", T.UINT8)], inits)
+    feeds = [{"x": extremes(r, (1, c, 6, 5), np.uint8, middle=True), "xz": np.array(z, np.uint8)} for z in (0, 255, 77)]
+    assert "wdw" in run_against_ort(m, tmp_path, feeds)
 
 
 def test_generic_cpu(tmp_path):
     """a build for a plain x86-64 (no AVX-512) runs the same kernel, same results"""
     r = np.random.default_rng(5)
     c = 24
-    inits = {"w": _extremes(r, (c, 1, 3, 3), np.int8), "wz": np.int8(0), "xz": np.uint8(200), "xs": np.float32(0.05),
-             "ws": np.float32(0.004), "ys": np.float32(0.2), "yz": np.uint8(17)}
+    inits = {"w": extremes(r, (c, 1, 3, 3), np.int8, middle=True), "wz": np.int8(0), "xz": np.uint8(200),
+             "xs": np.float32(0.05), "ws": np.float32(0.004), "ys": np.float32(0.2), "yz": np.uint8(17)}
     node = h.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"], ["y"], group=c,
                        pads=[1, 1, 1, 1], strides=[2, 2])
-    m = _model([node], [("x", T.UINT8, ["N", c, "H", "W"])], [("y", T.UINT8)], inits)
-    feeds = [{"x": _extremes(r, (2, c, hw, hw), np.uint8)} for hw in (7, 10)]
-    assert "wdw" in _run(m, tmp_path, feeds, cpu="x86-64")
+    m = quant_model([node], [("x", T.UINT8, ["N", c, "H", "W"])], [("y", T.UINT8)], inits)
+    feeds = [{"x": extremes(r, (2, c, hw, hw), np.uint8, middle=True)} for hw in (7, 10)]
+    assert "wdw" in run_against_ort(m, tmp_path, feeds, cpu="x86-64")

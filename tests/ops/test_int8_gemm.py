@@ -7,46 +7,14 @@ for a CPU without VNNI does not use it)."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
+from int8_models import extremes, quant_model, run_against_ort
 from onnx import TensorProto as T
 from onnx import helper as h
 
-import onnxcc
 from onnxcc.codegen.cpu.backend import CpuBackend
-from onnxcc.testing import ort_run
 
 pytestmark = pytest.mark.skipif(not CpuBackend().int8_dot(), reason="the build host has no AVX-512 VNNI")
-
-
-def _model(nodes, inputs, outputs, inits):
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                     [h.make_tensor_value_info(n, t, None) for n, t in outputs],
-                     [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
-    m.ir_version = 8
-    return m
-
-
-def _extremes(r, shape, dt):
-    info = np.iinfo(dt)
-    x = r.integers(int(info.min), int(info.max) + 1, shape).astype(dt)
-    x.flat[0], x.flat[-1] = info.min, info.max
-    return x
-
-
-def _run(m, tmp_path, feeds_list, **options) -> str:
-    """compile, run every feeds dict against onnxruntime (exact), return the kernel IR text"""
-    path = tmp_path / "m.onnx"
-    onnx.save(m, path)
-    onnxcc.compile(path, tmp_path / "lib", **options)
-    lib = onnxcc.load(tmp_path / "lib")
-    for feeds in feeds_list:
-        want, got = ort_run(path, feeds), lib.run(feeds)
-        for name, w in want.items():
-            assert got[name].dtype == w.dtype, name
-            np.testing.assert_array_equal(got[name], w, err_msg=f"{name} at {[f.shape for f in feeds.values()]}")
-    return onnxcc.compile(path, tmp_path / "kir", emit="kernel", **options).text
 
 
 @pytest.mark.parametrize("adt,bdt,k,n", [(np.uint8, np.int8, 19, 45), (np.int8, np.int8, 64, 33),
@@ -55,7 +23,7 @@ def test_matmul_integer_and_qlinear_matmul(tmp_path, adt, bdt, k, n):
     r = np.random.default_rng(k)
     ta = T.UINT8 if adt == np.uint8 else T.INT8
     info = np.iinfo(adt)
-    b = _extremes(r, (k, n), bdt)
+    b = extremes(r, (k, n), bdt)
     # u8 weights fit s8 only with a zero point in their middle (else the integer path runs)
     bz = np.full(n, 128, bdt) if bdt == np.uint8 else r.integers(-3, 3, n).astype(bdt)
     b = np.clip(b.astype(np.int64), bz.astype(np.int64) - 128, bz.astype(np.int64) + 127).astype(bdt)
@@ -64,9 +32,9 @@ def test_matmul_integer_and_qlinear_matmul(tmp_path, adt, bdt, k, n):
     nodes = [h.make_node("MatMulInteger", ["a", "b"], ["y0"]),
              h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y1"]),
              h.make_node("QLinearMatMul", ["a", "as", "az0", "b", "bs", "bz", "ys", "yz"], ["y2"])]
-    m = _model(nodes, [("a", ta, ["B", "M", k])], [("y0", T.INT32), ("y1", T.INT32), ("y2", ta)], inits)
-    feeds = [{"a": _extremes(r, s, adt)} for s in ((1, 1, k), (2, 13, k), (1, 37, k))]
-    text = _run(m, tmp_path, feeds)
+    m = quant_model(nodes, [("a", ta, ["B", "M", k])], [("y0", T.INT32), ("y1", T.INT32), ("y2", ta)], inits)
+    feeds = [{"a": extremes(r, s, adt)} for s in ((1, 1, k), (2, 13, k), (1, 37, k))]
+    text = run_against_ort(m, tmp_path, feeds)
     # u8 weights without their zero point (y0) do not fit s8: the integer path
     assert text.count("call onnxcc_i8gemm(") == (1 if bdt == np.uint8 else 2)
     # the requantization in the GEMM's stores
@@ -88,7 +56,7 @@ def test_conv_integer_and_qlinear_conv(tmp_path, case):
     xt, wdt, cin, cout, k, xz, wz, attrs, per_ch = CONVS[case]
     r = np.random.default_rng(case)
     xdt = np.uint8 if xt == T.UINT8 else np.int8
-    w = _extremes(r, (cout, cin, k, k), wdt)
+    w = extremes(r, (cout, cin, k, k), wdt)
     if wz:  # weights within s8 of their zero point
         w = np.clip(w.astype(np.int64), np.iinfo(np.int8).min + wz, np.iinfo(np.int8).max + wz).astype(wdt)
     inits = {"w": w, "xz": xdt(xz), "wz": np.full(cout, wz, wdt) if per_ch else wdt(wz), "xs": np.float32(0.02),
@@ -97,9 +65,9 @@ def test_conv_integer_and_qlinear_conv(tmp_path, case):
     nodes = [h.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], **attrs),
              h.make_node("ConvInteger", ["x", "w", "xz"] + ([] if per_ch else ["wz"]), ["c"], **attrs)]
     outs = [("y", xt)] + ([] if per_ch else [("c", T.INT32)])
-    m = _model(nodes, [("x", xt, ["N", cin, "H", "W"])], outs, inits)
-    feeds = [{"x": _extremes(r, (n, cin, hh, ww), xdt)} for n, hh, ww in ((1, 5, 7), (2, 9, 4), (1, 13, 11))]
-    text = _run(m, tmp_path, feeds)
+    m = quant_model(nodes, [("x", xt, ["N", cin, "H", "W"])], outs, inits)
+    feeds = [{"x": extremes(r, (n, cin, hh, ww), xdt)} for n, hh, ww in ((1, 5, 7), (2, 9, 4), (1, 13, 11))]
+    text = run_against_ort(m, tmp_path, feeds)
     # (N <= 16: the callees of 16-column panels, `_n16`)
     wide = "_n16" if cout <= 16 else ""
     assert f"call onnxcc_i8gemm_rows_{'u8' if xt == T.UINT8 else 'i8'}{wide}(" in text
@@ -109,9 +77,9 @@ def test_conv_integer_and_qlinear_conv(tmp_path, case):
 def test_no_vnni_target_keeps_the_integer_path(tmp_path):
     """--cpu x86-64-v4 (AVX-512 without VNNI): the same model, no VNNI call, same results"""
     r = np.random.default_rng(9)
-    inits = {"b": _extremes(r, (40, 24), np.int8), "az": np.uint8(9)}
-    m = _model([h.make_node("MatMulInteger", ["a", "b", "az"], ["y"])], [("a", T.UINT8, ["M", 40])],
+    inits = {"b": extremes(r, (40, 24), np.int8), "az": np.uint8(9)}
+    m = quant_model([h.make_node("MatMulInteger", ["a", "b", "az"], ["y"])], [("a", T.UINT8, ["M", 40])],
                [("y", T.INT32)], inits)
-    text = _run(m, tmp_path, [{"a": _extremes(r, (5, 40), np.uint8)}], cpu="x86-64-v4")
+    text = run_against_ort(m, tmp_path, [{"a": extremes(r, (5, 40), np.uint8)}], cpu="x86-64-v4")
     assert "i8gemm" not in text
     assert not CpuBackend(cpu="x86-64-v4").int8_dot() and CpuBackend(cpu="icelake-server").int8_dot()

@@ -1,0 +1,22 @@
+"""What e2e tests of one generated model share (test_conv_tap_regimes.py,
+test_nhwc_dw_padcopy.py): the model written once per module, compiled to its kernel IR text
+(what the lowering chose) and to a library loaded for the numeric comparisons."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import onnxcc
+
+
+def compile_kernel_and_lib(tmp_path_factory, name: str, write_model: Callable[[str], None], **options):
+    """-> (model path, kernel IR text, loaded library) of the model `write_model(path)` writes,
+    both built with `options` (one version unless they say otherwise: the generic version is
+    the one the tests' symbolic extents exercise)."""
+    d = tmp_path_factory.mktemp(name)
+    path = str(d / f"{name}.onnx")
+    write_model(path)
+    options.setdefault("max_versions", 1)
+    kernel = onnxcc.compile(path, str(d / "kir"), emit="kernel", **options).text
+    onnxcc.compile(path, str(d / "lib"), **options)
+    return path, kernel, onnxcc.load(str(d / "lib"))
