@@ -41,8 +41,6 @@ from .expr import (
     exp,
     flatten_index,
     floor,
-    format_expr,
-    format_shared,
     free_vars,
     fresh_var,
     inline_load,
@@ -72,6 +70,7 @@ from .expr import (
     walk,
     wrap_index,
 )
+from .expr_text import format_expr, format_shared
 from .extern import CallStmt
 from .plan_memory import MemoryPlan, align_up, plan
 from .program import BUFFER_KINDS, Buffer, Compute, KernelProgram, Stmt

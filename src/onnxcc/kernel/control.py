@@ -43,7 +43,8 @@ from dataclasses import dataclass, field, replace
 from onnxcc.errors import VerifyError
 from onnxcc.ir import Dim, DType, canon, print_dim
 
-from .expr import ERR_ASSERT, Expr, Load, Var, buffers_read, format_expr, free_vars, symbols_used, walk
+from .expr import ERR_ASSERT, Expr, Load, Var, buffers_read, free_vars, symbols_used, walk
+from .expr_text import format_expr
 from .program import Buffer, KernelProgram, Stmt
 
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from onnxcc.errors import VerifyError
 from onnxcc.ir import DType
 
-from .expr import Expr, buffers_read, format_expr, free_vars, symbols_used
+from .expr import Expr, buffers_read, free_vars, symbols_used
+from .expr_text import format_expr
 from .program import KernelProgram, Stmt
 
 _FN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -34,13 +34,12 @@ from .expr import (
     Var,
     buffers_read,
     dim_to_expr,
-    format_expr,
-    format_shared,
     free_vars,
     lift,
     symbols_used,
     walk,
 )
+from .expr_text import format_expr, format_shared
 
 BUFFER_KINDS = ("input", "output", "temp", "const")
 

@@ -17,6 +17,7 @@ from . import control_flow  # noqa: F401
 from . import data_dependent  # noqa: F401
 from . import elementwise  # noqa: F401
 from . import flex_attention  # noqa: F401
+from . import gather  # noqa: F401
 from . import kv_cache  # noqa: F401
 from . import linalg  # noqa: F401
 from . import linear_attention  # noqa: F401

@@ -1,7 +1,7 @@
 """Shape and data-movement ops: symbolic shape rules, value propagation, numpy references.
 
-Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Gather,
-GatherElements, GatherND, Expand, Tile, Range, ConstantOfShape, Identity.
+Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Expand,
+Tile, Range, ConstantOfShape, Identity (Gather, GatherElements and GatherND: gather.py).
 
 Value propagation is what makes exported shape chains work: `Shape(x)` yields the object
 array of x's dims, Gather / Slice / Concat / Unsqueeze / ... move those dims around, and
@@ -38,7 +38,6 @@ from ..kernel import (
     flatten_index,
     select,
     unflatten_index,
-    wrap_index,
 )
 from .registry import OpDef, RefCtx, get_opdef, onnx_inputs, register
 
@@ -655,132 +654,6 @@ def _slices(shape, starts, ends, axes, steps) -> tuple:
     return tuple(sl)
 
 
-# ---- Gather, GatherElements, GatherND --------------------------------------------------------
-
-def _norm_indices(idx: np.ndarray, dim: int) -> np.ndarray:
-    idx = np.asarray(idx).astype(np.int64)
-    return np.where(idx < 0, idx + dim, idx)
-
-
-@register("onnx.Gather")
-class GatherOp(OpDef):
-    arity = 2
-    kind = "injective"
-
-    def infer(self, ctx):
-        x, idx = ctx.in_types
-        axis = norm_axis(ctx, ctx.attr("axis", 0), x.rank)
-        ints, dim = ctx.known_ints(1), x.shape[axis]
-        if ints is not None and isinstance(dim, int):
-            bad = [i for i in ints if not -dim <= i < dim]
-            if bad:
-                raise ctx.error(f"index {bad[0]} out of range for axis {axis} of size {dim}")
-        return [x.with_shape(x.shape[:axis] + idx.shape + x.shape[axis + 1:])]
-
-    def value(self, ctx):
-        v, ints = ctx.known(0), ctx.known_ints(1)
-        if v is None or ints is None or not value_shape_ok(ctx.op.results[0].type):
-            return None
-        axis = ctx.attr("axis", 0) % v.ndim
-        idx = _norm_indices(np.array(ints).reshape(ctx.in_types[1].shape), v.shape[axis])
-        return [np.take(v, idx, axis=axis)]
-
-    def lower(self, ctx):
-        x, idx = ctx.inputs
-        axis = ctx.attr("axis", 0) % x.rank
-        r = idx.rank
-
-        d = x.shape[axis]
-        fixed = lowered_value(ctx, 1) if r == 0 else None
-        fixed = None if fixed is None else canon(fixed.reshape(-1)[0])
-        if fixed is not None:  # a compile-time scalar index (x[:, 0], Gather(Shape(x), 1)...)
-            sign = nonneg(fixed)
-            fixed = None if sign is None else fixed if sign else canon(fixed + d)
-        if fixed is not None:
-            static = isinstance(d, int) and isinstance(fixed, int) and 0 <= fixed < d
-            k = dim_to_expr(fixed)
-            k = k if static else wrap_index(k, d, negative=False)  # only the run knows it is in range
-
-        def body(ix):
-            at = k if fixed is not None else wrap_index(idx[ix[axis:axis + r]], d)
-            return x[ix[:axis] + (at,) + ix[axis + r:]]
-
-        emit(ctx, ctx.out(0), body)
-
-    def reference(self, ctx, x, idx):
-        axis = ctx.attr("axis", 0) % x.ndim
-        return [np.take(x, _norm_indices(idx, x.shape[axis]), axis=axis)]
-
-
-@register("onnx.GatherElements")
-class GatherElementsOp(OpDef):
-    arity = 2
-
-    def infer(self, ctx):
-        x, idx = ctx.in_types
-        if x.rank != idx.rank:
-            raise ctx.error(f"indices rank {idx.rank} differs from data rank {x.rank}")
-        norm_axis(ctx, ctx.attr("axis", 0), x.rank)
-        return [x.with_shape(idx.shape)]
-
-    def lower(self, ctx):
-        x, idx = ctx.inputs
-        axis = ctx.attr("axis", 0) % x.rank
-
-        def body(ix):
-            k = wrap_index(idx[ix], x.shape[axis])
-            return x[ix[:axis] + (k,) + ix[axis + 1:]]
-
-        emit(ctx, ctx.out(0), body)
-
-    def reference(self, ctx, x, idx):
-        axis = ctx.attr("axis", 0) % x.ndim
-        return [np.take_along_axis(x, _norm_indices(idx, x.shape[axis]), axis=axis)]
-
-
-@register("onnx.GatherND")
-class GatherNDOp(OpDef):
-    arity = 2
-
-    def infer(self, ctx):
-        x, idx = ctx.in_types
-        b = ctx.attr("batch_dims", 0)
-        last = idx.shape[-1] if idx.rank else None
-        if not isinstance(last, int):
-            raise UnsupportedOp("GatherND", "", ctx.loc, "the last indices dim must be static")
-        if b + last > x.rank:
-            raise ctx.error(f"batch_dims {b} + index length {last} exceeds data rank {x.rank}")
-        for i in range(b):
-            ctx.require_eq(x.shape[i], idx.shape[i], f"batch dim {i} of data and indices")
-        return [x.with_shape(idx.shape[:-1] + x.shape[b + last:])]
-
-    def lower(self, ctx):
-        x, idx = ctx.inputs
-        b = ctx.attr("batch_dims", 0)
-        last = idx.shape[-1]
-        q = idx.rank - 1  # output dims [0, q) index the indices tensor
-
-        def body(ix):
-            picked = tuple(wrap_index(idx[ix[:q] + (k,)], x.shape[b + k]) for k in range(last))
-            return x[ix[:b] + picked + ix[q:]]
-
-        emit(ctx, ctx.out(0), body)
-
-    def reference(self, ctx, x, idx):
-        b = ctx.attr("batch_dims", 0)
-        last = idx.shape[-1]
-        batch = int(np.prod(x.shape[:b], dtype=np.int64))
-        xr = x.reshape((batch,) + x.shape[b:])
-        ir = idx.reshape(batch, -1, last).astype(np.int64)
-        dims = np.array(x.shape[b:b + last], dtype=np.int64)
-        ir = np.where(ir < 0, ir + dims, ir)
-        rows = [xr[i][tuple(ir[i, j])] for i in range(batch) for j in range(ir.shape[1])]
-        out_shape = idx.shape[:-1] + x.shape[b + last:]
-        if not rows:
-            return [np.zeros(out_shape, dtype=x.dtype)]
-        return [np.stack(rows).reshape(out_shape)]
-
-
 # ---- Expand, Tile ---------------------------------------------------------------------------
 
 @register("onnx.Expand")
@@ -963,7 +836,6 @@ set_pad(PadRule("transpose"), "onnx.Transpose")
 set_pad(PadRule("concat"), "onnx.Concat")
 set_pad(PadRule("split"), "onnx.Split")
 set_pad(PadRule("slice", shape_operands=(1, 2)), "onnx.Slice")
-set_pad(PadRule("gather"), "onnx.Gather")
 set_pad(PadRule("expand", shape_operands=(1,)), "onnx.Expand")
 set_pad(PadRule("constant_of_shape", shape_operands=(0,)), "onnx.ConstantOfShape")
 set_pad(PadRule("passthrough"), "onnx.Shape", "onnx.Size")
@@ -982,5 +854,5 @@ for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten"):
     get_opdef(f"onnx.{_name}").predicate = _same_pred
 
 
-for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Concat", "Gather"):
+for _name in ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Concat"):
     get_opdef(f"onnx.{_name}").float_values = True  # they move elements (see elementwise.py)
