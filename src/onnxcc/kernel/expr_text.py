@@ -11,87 +11,69 @@ from collections.abc import Iterable, Mapping
 
 from onnxcc.ir import DType
 
-from .expr import (
-    BINARY_OPS,
-    ERR_INDEX,
-    I64,
-    Binary,
-    Cast,
-    Check,
-    Const,
-    Expr,
-    Load,
-    Reduce,
-    Select,
-    SymRef,
-    Unary,
-    Var,
-    children,
-    free_vars,
-    walk,
-)
+from . import expr as E
 
 _ATOM = 10
 
 
-def format_const(c: Const) -> str:
+def format_const(c: E.Const) -> str:
     v = c.value
     if c.dtype is DType.bool:
         return "true" if v else "false"
     if c.dtype.is_float:
         s = "nan" if math.isnan(v) else ("inf" if v == math.inf else "-inf" if v == -math.inf else repr(v))
         return s if c.dtype is DType.f32 else f"{s}:{c.dtype.value}"
-    return str(v) if c.dtype is I64 else f"{v}:{c.dtype.value}"
+    return str(v) if c.dtype is DType.i64 else f"{v}:{c.dtype.value}"
 
 
-def format_expr(e: Expr, names: Mapping[Expr, str] | None = None) -> str:
+def format_expr(e: E.Expr, names: Mapping[E.Expr, str] | None = None) -> str:
     """Text of `e`; sub-expressions in `names` print as that name (see `format_shared`)."""
     return _fmt(e, names or {})[0]
 
 
-def format_shared(e: Expr, bound: Iterable[str] = (), min_size: int = 6) -> tuple[str, list[tuple[str, str]]]:
+def format_shared(e: E.Expr, bound: Iterable[str] = (), min_size: int = 6) -> tuple[str, list[tuple[str, str]]]:
     """Text of `e` with big sub-expressions that occur more than once (as fusion makes
     them) printed once: returns (text, [(name, definition), ...]) with names `$0, $1, ...`,
     definitions in dependency order. Only sub-expressions over the vars in `bound` are
     named, so every name is well defined where the text uses it."""
     scope = set(bound)
-    uses: dict[Expr, int] = {}
-    size: dict[Expr, int] = {}
-    order = list(walk(e))
+    uses: dict[E.Expr, int] = {}
+    size: dict[E.Expr, int] = {}
+    order = list(E.walk(e))
     for n in order:
-        kids = children(n)
+        kids = E.children(n)
         size[n] = 1 + sum(size[c] for c in kids)
         for c in kids:
             uses[c] = uses.get(c, 0) + 1
-    names: dict[Expr, str] = {}
+    names: dict[E.Expr, str] = {}
     defs: list[tuple[str, str]] = []
     for n in order:
-        if n is e or isinstance(n, (Var, Const, SymRef)) or uses.get(n, 0) < 2:
+        if n is e or isinstance(n, (E.Var, E.Const, E.SymRef)) or uses.get(n, 0) < 2:
             continue
-        if (isinstance(n, Reduce) or size[n] >= min_size) and free_vars(n) <= scope:
+        if (isinstance(n, E.Reduce) or size[n] >= min_size) and E.free_vars(n) <= scope:
             text = format_expr(n, names)
             names[n] = f"${len(defs)}"
             defs.append((names[n], text))
     return format_expr(e, names), defs
 
 
-def _fmt(e: Expr, names: Mapping[Expr, str]) -> tuple[str, int]:
+def _fmt(e: E.Expr, names: Mapping[E.Expr, str]) -> tuple[str, int]:
     """Text and precedence of `e` (Python-like precedence, comparisons never chain)."""
     if names and e in names:
         return names[e], _ATOM
-    if isinstance(e, (Var, SymRef)):
+    if isinstance(e, (E.Var, E.SymRef)):
         return e.name, _ATOM
-    if isinstance(e, Const):
+    if isinstance(e, E.Const):
         s = format_const(e)
         return s, (_ATOM if not s.startswith("-") else 8)
 
-    def sub(x: Expr) -> str:
+    def sub(x: E.Expr) -> str:
         return _fmt(x, names)[0]
 
-    if isinstance(e, Load):
+    if isinstance(e, E.Load):
         return f"{e.buffer}[{', '.join(sub(i) for i in e.indices)}]", _ATOM
-    if isinstance(e, Binary):
-        sym_, prec = BINARY_OPS[e.op]
+    if isinstance(e, E.Binary):
+        sym_, prec = E.BINARY_OPS[e.op]
         if sym_ is None:
             return f"{e.op}({sub(e.a)}, {sub(e.b)})", _ATOM
         a, pa = _fmt(e.a, names)
@@ -101,19 +83,19 @@ def _fmt(e: Expr, names: Mapping[Expr, str]) -> tuple[str, int]:
         if pb <= prec:  # left-associative: parenthesise an equal-precedence right operand
             b = f"({b})"
         return f"{a} {sym_} {b}", prec
-    if isinstance(e, Unary):
+    if isinstance(e, E.Unary):
         if e.op in ("neg", "not"):
             a, pa = _fmt(e.a, names)
             return f"{'-' if e.op == 'neg' else '~'}{a if pa >= 8 else f'({a})'}", 8
         return f"{e.op}({sub(e.a)})", _ATOM
-    if isinstance(e, Cast):
+    if isinstance(e, E.Cast):
         return f"{e.dtype.value}({sub(e.a)})", _ATOM
-    if isinstance(e, Select):
+    if isinstance(e, E.Select):
         return f"select({sub(e.cond)}, {sub(e.a)}, {sub(e.b)})", _ATOM
-    if isinstance(e, Check):
-        code = "" if e.code == ERR_INDEX else f", code={e.code}"
+    if isinstance(e, E.Check):
+        code = "" if e.code == E.ERR_INDEX else f", code={e.code}"
         return f"check({sub(e.cond)}, {sub(e.value)}{code})", _ATOM
-    if isinstance(e, Reduce):
+    if isinstance(e, E.Reduce):
         axes = ", ".join(f"{v.name} < {sub(x)}" for v, x in e.vars)
         init = "" if e.init is None else f", init={sub(e.init)}"
         return f"{e.op}({axes}{init}: {sub(e.body)})", _ATOM
