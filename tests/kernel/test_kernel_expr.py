@@ -37,6 +37,7 @@ from onnxcc.kernel import (
     walk,
     wrap_index,
 )
+from onnxcc.kernel.expr import outside_reductions
 
 F32, I64, I32, BOOL = DType.f32, DType.i64, DType.i32, DType.bool
 i, j, k = Var("i"), Var("j"), Var("k")
@@ -197,6 +198,17 @@ def test_substitute_and_capture_avoidance():
     (v, ext), = captured.vars
     assert v.name != "k" and str(ext) == "k + 1" and captured.body == Load("X", (k, v), F32)
     assert substitute(body, {"j": i}) is body  # untouched subtrees stay shared
+
+
+def test_outside_reductions_stops_at_reductions():
+    """each node outside a reduction once, parents first; a reduction yielded, its body not
+    entered (element_cost and the row matchers count on both)"""
+    x = Load("X", (i, j), F32)
+    inner = rsum([(k, 4)], Load("Y", (i, k), F32) * 2.0)
+    e = (x + inner) * (x + inner)
+    got = list(outside_reductions(e))
+    assert got[0] is e and len(got) == 6  # the repeated operand once
+    assert set(got) == {e, x + inner, x, inner, i, j}  # not inner's Y load, k, 4 or 2.0
 
 
 def test_inline_load_fuses_a_producer():

@@ -744,6 +744,22 @@ def walk(e: Expr) -> Iterator[Expr]:
                 stack.append((c, False))
 
 
+def outside_reductions(e: Expr) -> Iterator[Expr]:
+    """Every structurally distinct node of `e` that is not inside a reduction, once, parents
+    before children; a reduction is yielded but its extents, body and init are not entered
+    (what runs once per evaluation of `e`, the reductions as opaque values)."""
+    seen: set[Expr] = set()
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        yield n
+        if not isinstance(n, Reduce):
+            stack.extend(children(n))
+
+
 def _memo(e: Expr, key: str, combine: Callable[[Expr], Any]) -> Any:
     """`combine(n)` cached on every node of `e` under `key`, children first (combine reads
     the children's cached values). A walk stops at a node that has it: the passes ask again

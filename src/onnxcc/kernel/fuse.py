@@ -78,6 +78,7 @@ from .expr import (
     children,
     flatten_index,
     free_vars,
+    outside_reductions,
     substitute,
     transform,
     unflatten_index,
@@ -86,7 +87,7 @@ from .expr import (
 from .flash import match_flash
 from .index_simplify import simplify_indices
 from .program import Compute, KernelProgram, Stmt
-from .rownorm import match_row_norm
+from .rownorm import match_row_norm, stores_row_exactly
 
 CHEAP = 8
 """per-element cost (see `element_cost`) up to which a producer may be recomputed"""
@@ -199,19 +200,7 @@ def element_cost(e: Expr) -> int:
     """Arithmetic per evaluation of `e`, reductions excluded (their bodies and the reduce
     node weigh nothing here), index arithmetic free. Roughly: add/mul/compare 1, division
     and sqrt 4, transcendental functions and general powers 16."""
-    total = 0
-    seen: set[Expr] = set()
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if isinstance(n, Reduce):
-            continue
-        total += _weight(n)
-        stack.extend(children(n))
-    return total
+    return sum(_weight(n) for n in outside_reductions(e) if not isinstance(n, Reduce))
 
 
 def _weight(n: Expr) -> int:
@@ -620,9 +609,9 @@ class _Fuser:
         reduction's var: the emitter stages each row of P in c's output, computing P once
         per element (kernel/rowstage.py matches what this admits)."""
         out = self.p.buffers[c.out]
-        if not c.vars or out.dtype not in (DType.f32, DType.f64) or self.p.buffers[P.out].dtype is not out.dtype:
+        if not stores_row_exactly(c, out.dtype) or self.p.buffers[P.out].dtype is not out.dtype:
             return False
-        if P.body.dtype is not out.dtype or c.body.dtype is not out.dtype or c.out in buffers_read(c.body):
+        if P.body.dtype is not out.dtype or c.out in buffers_read(c.body):
             return False
         if match_row_norm(c, out.dtype) is not None:
             return False  # a softmax runs as a row norm, whose row max would evaluate P again
@@ -841,17 +830,7 @@ class _Fuser:
 
 def _top_reduces(e: Expr) -> list[Reduce]:
     """Reductions in `e` not nested inside another reduction."""
-    out, seen, stack = [], set(), [e]
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if isinstance(n, Reduce):
-            out.append(n)
-            continue
-        stack.extend(children(n))
-    return out
+    return [n for n in outside_reductions(e) if isinstance(n, Reduce)]
 
 
 def _merge(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:

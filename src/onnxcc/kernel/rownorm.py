@@ -27,7 +27,14 @@ from .expr import Binary, Const, Expr, Load, Reduce, children, dim_to_expr, free
 from .program import Compute
 
 _STORED_EXACTLY = (DType.f32, DType.f64)
-"""output dtypes whose storage holds the computed numerator bit for bit"""
+"""output dtypes whose storage holds a computed value bit for bit"""
+
+
+def stores_row_exactly(c: Compute, out_dtype: DType) -> bool:
+    """`c` has an innermost var to run as a row, and its output (of `out_dtype`) holds the
+    body's values bit for bit: what a two-pass row emission (this file's, rowstage.py's)
+    needs to read a stored row back as it was computed."""
+    return bool(c.vars) and out_dtype in _STORED_EXACTLY and c.body.dtype is out_dtype
 
 
 @dataclass(frozen=True)
@@ -47,9 +54,7 @@ class RowNorm:
 def match_row_norm(c: Compute, out_dtype: DType) -> RowNorm | None:
     """The row normalisation `c` (storing `out_dtype`) computes over its innermost var, or None."""
     body = c.body
-    if not c.vars or out_dtype not in _STORED_EXACTLY or body.dtype is not out_dtype:
-        return None
-    if not (isinstance(body, Binary) and body.op == "div"):
+    if not stores_row_exactly(c, out_dtype) or not (isinstance(body, Binary) and body.op == "div"):
         return None
     numer, denom = body.a, body.b
     inner, ext = c.vars[-1]

@@ -39,14 +39,14 @@ from .expr import (
     children,
     dim_to_expr,
     free_vars,
+    outside_reductions,
     rebuild,
     substitute,
     walk,
 )
 from .fuse import CHEAP, element_cost
 from .program import Compute
-
-_STORED_EXACTLY = (DType.f32, DType.f64)
+from .rownorm import stores_row_exactly
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,7 @@ class RowStage:
 def match_row_stage(c: Compute, out_dtype: DType) -> RowStage | None:
     """The row staging of `c` (storing `out_dtype`), or None."""
     body = c.body
-    if not c.vars or out_dtype not in _STORED_EXACTLY or body.dtype is not out_dtype:
-        return None
-    if c.out in buffers_read(body):
+    if not stores_row_exactly(c, out_dtype) or c.out in buffers_read(body):
         return None
     inner, ext = c.vars[-1]
     j, ext_e = inner.name, dim_to_expr(ext)
@@ -123,21 +121,13 @@ def _safe(new: Expr, c: Compute, j: str) -> bool:
     """Every read of the output in `new` is at the element being written (outside
     reductions) or inside a reduction free of `j` (hoisted before the second pass)."""
     own = tuple(Var(v.name) for v, _ in c.vars)
-    stack: list[Expr] = [new]
-    seen: set[Expr] = set()
-    while stack:
-        n = stack.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if isinstance(n, Reduce):
+    for n in outside_reductions(new):
+        if isinstance(n, Reduce):  # its reads of the row run before the second pass stores anything
             if c.out in buffers_read(n) and j in free_vars(n):
                 return False
-            continue  # its reads of the row run before the second pass stores anything
-        if isinstance(n, Load) and n.buffer == c.out and n.indices != own:
+        elif isinstance(n, Load) and n.buffer == c.out and n.indices != own:
             return False
-        if isinstance(n, Select) and any(isinstance(r, Reduce) and c.out in buffers_read(r)
-                                         for arm in (n.a, n.b) for r in walk(arm)):
+        elif isinstance(n, Select) and any(isinstance(r, Reduce) and c.out in buffers_read(r)
+                                           for arm in (n.a, n.b) for r in walk(arm)):
             return False  # a lazy arm is not hoisted: its statistics would run mid-row
-        stack.extend(children(n))
     return True
