@@ -4,18 +4,18 @@ test_nhwc_dw_padcopy.py): the model written once per module, compiled to its ker
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import onnx
 
 import onnxcc
 
 
-def compile_kernel_and_lib(tmp_path_factory, name: str, write_model: Callable[[str], None], **options):
-    """-> (model path, kernel IR text, loaded library) of the model `write_model(path)` writes,
-    both built with `options` (one version unless they say otherwise: the generic version is
-    the one the tests' symbolic extents exercise)."""
+def compile_kernel_and_lib(tmp_path_factory, name: str, model: onnx.ModelProto, **options):
+    """-> (model path, kernel IR text, loaded library) of `model`, saved as NAME.onnx in a new
+    directory, both built with `options` (one version unless they say otherwise: the generic
+    version is the one the tests' symbolic extents exercise)."""
     d = tmp_path_factory.mktemp(name)
     path = str(d / f"{name}.onnx")
-    write_model(path)
+    onnx.save(model, path)
     options.setdefault("max_versions", 1)
     kernel = onnxcc.compile(path, str(d / "kir"), emit="kernel", **options).text
     onnxcc.compile(path, str(d / "lib"), **options)

@@ -25,7 +25,7 @@ from onnxcc.testing import ort_run
 C, M = 8, 12
 
 
-def _model(path) -> None:
+def _model() -> onnx.ModelProto:
     rng = np.random.default_rng(5)
 
     def w(name, *shape):
@@ -45,12 +45,12 @@ def _model(path) -> None:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", C, "H", "W"]),
          helper.make_tensor_value_info("s", TensorProto.FLOAT, ["N", C, "L"])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "y2", "z", "z2")], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    return compile_kernel_and_lib(tmp_path_factory, "taps", _model)
+    return compile_kernel_and_lib(tmp_path_factory, "taps", _model())
 
 
 def test_regimes_are_guarded_by_the_extents(built):

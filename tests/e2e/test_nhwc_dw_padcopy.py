@@ -21,7 +21,7 @@ from onnxcc.ops.conv_nhwc import PAD_COPY_CHANNELS
 from onnxcc.testing import ort_run
 
 
-def _model(path) -> None:
+def _model() -> onnx.ModelProto:
     rng = np.random.default_rng(3)
     inits, nodes = [], []
 
@@ -45,12 +45,12 @@ def _model(path) -> None:
     h = conv(h, "p3", 32, 8, 1)
     g = helper.make_graph(nodes, "dwpad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])],
                           [helper.make_tensor_value_info(h, TensorProto.FLOAT, None)], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), path)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    return compile_kernel_and_lib(tmp_path_factory, "dwpad", _model)
+    return compile_kernel_and_lib(tmp_path_factory, "dwpad", _model())
 
 
 def test_narrow_depthwise_convs_read_a_padded_copy(built):

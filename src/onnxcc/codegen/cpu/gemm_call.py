@@ -43,32 +43,43 @@ def splat(b: ir.IRBuilder, x: ir.Value, name: str) -> ir.Value:
 
 def internal_function(module: ir.Module, name: str, fnty: ir.FunctionType, arg_names: Sequence[str],
                       noinline: bool = False) -> ir.Function:
-    """a new module-private nounwind function; its arguments named from `arg_names` (the
-    8-bit micro-kernel's optional requantization arguments make it longer than the list)"""
+    """a new module-private nounwind function, its arguments named `arg_names`"""
     fn = ir.Function(module, fnty, name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
     if noinline:  # NOTE: a micro-kernel inlined into every tile variant multiplies compile time
         fn.attributes.add("noinline")
-    for a, n in zip(fn.args, arg_names):
+    for a, n in zip(fn.args, arg_names, strict=True):
         a.name = n
     return fn
 
 
-def zeroed_accumulators(b: ir.IRBuilder, vt: ir.VectorType, rows: int, nv: int) -> list[list[ir.Value]]:
-    """rows x nv stack slots of `vt` set to zero (mem2reg keeps them in registers)"""
+UKR_ARGS = (("rowp", PTR), ("q", PTR), ("s0", I64), ("ss0", I64), ("s1", I64), ("ss1", I64), ("l", I64),
+            ("c", PTR), ("ldc", I64))
+"""a micro-kernel's leading arguments: its rows' pointers, the packed panel, the window's
+segments (`window_segments`), the output tile and its row stride"""
+
+
+def micro_kernel(module: ir.Module, name: str, tail: Sequence[tuple[str, ir.Type]], vt: ir.VectorType, rows: int,
+                 nv: int) -> tuple[ir.Function, ir.IRBuilder, list[list[ir.Value]], list[ir.Value]]:
+    """A new `void name(UKR_ARGS..., tail...)` (q and c noalias: the packed panel and the tile
+    overlap nothing the kernel reads), with its entry block begun: (the function, a builder
+    after the rows x nv accumulators of `vt` set to zero (mem2reg keeps them in registers)
+    and the loads of the row pointers rowp[0 .. rows), the accumulators, the row pointers)."""
+    args = (*UKR_ARGS, *tail)
+    fn = internal_function(module, name, ir.FunctionType(VOID, [t for _, t in args]), [n for n, _ in args],
+                           noinline=True)
+    for a in (fn.args[1], fn.args[7]):
+        a.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
     acc = [[b.alloca(vt, name=f"acc.{r}.{v}") for v in range(nv)] for r in range(rows)]
     zero = ir.Constant(vt, [0 if isinstance(vt.element, ir.IntType) else 0.0] * 16)
     for row in acc:
         for slot in row:
             b.store(zero, slot)
-    return acc
-
-
-def row_pointers(b: ir.IRBuilder, rowp: ir.Value, rows: int) -> list[ir.Value]:
-    """the tile's rows' first elements, rowp[0 .. rows)"""
-    return [b.load(b.gep(rowp, [i64(r)], inbounds=True, name="rowp.p", source_etype=PTR), name=f"p.row{r}",
+    prow = [b.load(b.gep(fn.args[0], [i64(r)], inbounds=True, name="rowp.p", source_etype=PTR), name=f"p.row{r}",
                    typ=PTR, align=8) for r in range(rows)]
+    return fn, b, acc, prow
 
 
 @contextmanager
@@ -209,5 +220,4 @@ def define_entry(module: ir.Module, name: str, shape: CallShape, body: Callable[
 
 
 __all__ = ["BODY_FNTY", "CALL_FNTY", "MASK", "PAR_MIN_WORK", "CallShape", "Task", "column_mask", "define_entry",
-           "gep", "internal_function", "row_pointers", "splat", "task_body", "window_segments",
-           "zeroed_accumulators"]
+           "gep", "internal_function", "micro_kernel", "splat", "task_body", "window_segments"]

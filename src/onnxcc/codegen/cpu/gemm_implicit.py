@@ -50,17 +50,10 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    fn = gcall.internal_function(module, name,
-                           ir.FunctionType(VOID, [PTR, PTR, I64, I64, I64, I64, I64, PTR, I64, I64, I64, PTR, I64]),
-                           ("rowp", "q", "s0", "ss0", "s1", "ss1", "l", "c", "ldc", "ncols", "nrows", "bias", "relu"),
-                           noinline=True)
-    rowp, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu = fn.args
-    for a in (q, c):
-        a.add_attribute("noalias")
+    fn, b, acc, prow = gcall.micro_kernel(module, name, (("ncols", I64), ("nrows", I64), ("bias", PTR), ("relu", I64)),
+                                          _V, MR, nv)
+    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    acc = gcall.zeroed_accumulators(b, _V, MR, nv)
-    prow = gcall.row_pointers(b, rowp, MR)
     with gcall.window_segments(b, s0n, ss0, s1n, ss1, seg, "k.seg") as (base, k0):
         segp = [_gepf(b, prow[r], base, f"p.seg{r}") for r in range(MR)]
         qseg = _gepf(b, q, mul(b, k0, NR, "q.seg"), "q.s")

@@ -49,18 +49,10 @@ def _ukr(module: ir.Module, rows: int, out: str, nr: int = NR) -> ir.Function:
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    extra = [] if out == "i32" else [PTR, PTR, I64]
-    fn = gcall.internal_function(module, name,
-                           ir.FunctionType(VOID, [PTR, PTR, I64, I64, I64, I64, I64, PTR, I64, I64, I64, *extra]),
-                           ("rowp", "q", "s0", "ss0", "s1", "ss1", "l", "c", "ldc", "cs", "ncols", "bias", "scale",
-                            "zp"), noinline=True)
-    rowp, q, s0n, ss0, s1n, ss1, seg, c, ldc, cs, ncols = fn.args[:11]
-    for a in (q, c):
-        a.add_attribute("noalias")
+    requant = () if out == "i32" else (("bias", PTR), ("scale", PTR), ("zp", I64))
+    fn, b, acc, prow = gcall.micro_kernel(module, name, (("cs", I64), ("ncols", I64), *requant), _V, rows, nv)
+    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, cs, ncols = fn.args[:11]
     dot = get_or_declare(module, "llvm.x86.avx512.vpdpbusd.512", ir.FunctionType(_V, [_V, _V, _V]))
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    acc = gcall.zeroed_accumulators(b, _V, rows, nv)
-    prow = gcall.row_pointers(b, rowp, rows)
     groups = b.lshr(seg, i64(2), name="groups")
     rem = b.and_(seg, i64(3), name="l.rem")
     per_seg = b.add(groups, b.zext(b.icmp_unsigned("!=", rem, i64(0), name="has.rem"), I64, name="rem.g"),
