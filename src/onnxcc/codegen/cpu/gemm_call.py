@@ -47,7 +47,7 @@ def internal_function(module: ir.Module, name: str, fnty: ir.FunctionType, arg_n
     fn = ir.Function(module, fnty, name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    if noinline:  # NOTE: a micro-kernel inlined into every tile variant multiplies compile time
+    if noinline:  # a micro-kernel called from several tile variants: one copy, not one per caller
         fn.attributes.add("noinline")
     for a, n in zip(fn.args, arg_names, strict=True):
         a.name = n
