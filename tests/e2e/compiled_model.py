@@ -1,10 +1,13 @@
 """What e2e tests of one generated model share (test_conv_tap_regimes.py,
-test_nhwc_dw_padcopy.py): the model written once per module, compiled to its kernel IR text
+test_nhwc_dw_padcopy.py): the model built once per module, compiled to its kernel IR text
 (what the lowering chose) and to a library loaded for the numeric comparisons."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import onnx
+import pytest
 
 import onnxcc
 
@@ -20,3 +23,14 @@ def compile_kernel_and_lib(tmp_path_factory, name: str, model: onnx.ModelProto, 
     kernel = onnxcc.compile(path, str(d / "kir"), emit="kernel", **options).text
     onnxcc.compile(path, str(d / "lib"), **options)
     return path, kernel, onnxcc.load(str(d / "lib"))
+
+
+def built_fixture(name: str, make_model: Callable[[], onnx.ModelProto], **options):
+    """A module-scoped fixture `built`: `compile_kernel_and_lib` of `make_model()`, once per
+    test module (`built = built_fixture("taps", _model)` at the module's top level)."""
+
+    @pytest.fixture(scope="module")
+    def built(tmp_path_factory):
+        return compile_kernel_and_lib(tmp_path_factory, name, make_model(), **options)
+
+    return built

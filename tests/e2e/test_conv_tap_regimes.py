@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import compile_kernel_and_lib
+from compiled_model import built_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxcc.testing import ort_run
@@ -48,9 +48,7 @@ def _model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return compile_kernel_and_lib(tmp_path_factory, "taps", _model())
+built = built_fixture("taps", _model)
 
 
 def test_regimes_are_guarded_by_the_extents(built):

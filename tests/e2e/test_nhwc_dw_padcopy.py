@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import compile_kernel_and_lib
+from compiled_model import built_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxcc.ops.conv_nhwc import PAD_COPY_CHANNELS
@@ -48,9 +48,7 @@ def _model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return compile_kernel_and_lib(tmp_path_factory, "dwpad", _model())
+built = built_fixture("dwpad", _model)
 
 
 def test_narrow_depthwise_convs_read_a_padded_copy(built):
