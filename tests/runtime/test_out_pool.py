@@ -159,7 +159,7 @@ def test_model_outputs_pooled_and_correct(silu):
     sess = ort.InferenceSession(str(silu / "silu.onnx"), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     feeds = [rng.standard_normal((512, 768)).astype(np.float32) for _ in range(4)]
-    want = [sess.run(None, {"x": x})[0] for x in feeds]
+    want = [np.asarray(sess.run(None, {"x": x})[0]) for x in feeds]
     kept = [lib.run({"x": x})["y"] for x in feeds]  # every result kept: four blocks
     views = [lib.run({"x": x})["y"][::3] for x in feeds]  # only views kept: four more
     assert lib.out_pool.num_blocks == 8 and lib.out_pool.hits == 0

@@ -46,7 +46,7 @@ _EXACT_REFCOUNTS = sys.implementation.name == "cpython"
 
 
 class _Block:
-    __slots__ = ("base", "nbytes", "offset", "idle")
+    __slots__ = ("base", "idle", "nbytes", "offset")
 
     def __init__(self, nbytes: int):
         #: the owning array; outputs are views of it
