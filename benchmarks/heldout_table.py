@@ -58,6 +58,10 @@ SHAPES = {
     "gelu_tanh": CHAIN_SHAPES,
     "silu": CHAIN_SHAPES,
     "mish": CHAIN_SHAPES,
+    # the activations alone (no LayerNormalization): the elementwise chains
+    "gelu_tanh_noln": CHAIN_SHAPES,
+    "silu_noln": CHAIN_SHAPES,
+    "mish_noln": CHAIN_SHAPES,
 }
 
 
@@ -79,8 +83,9 @@ def mlp() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def chain(act: str) -> onnx.ModelProto:
-    """act(x) then LayerNormalization over the last axis, on [batch, seq, WIDTH]."""
+def chain(act: str, ln: bool = True) -> onnx.ModelProto:
+    """act(x) then LayerNormalization over the last axis, on [batch, seq, WIDTH] (without
+    `ln`: the activation alone, the elementwise chain)."""
     rng = np.random.default_rng(7)
     n = helper.make_node
     inits = [_c("gamma", 1.0 + 0.1 * rng.standard_normal(WIDTH)), _c("beta", 0.1 * rng.standard_normal(WIDTH))]
@@ -96,7 +101,11 @@ def chain(act: str) -> onnx.ModelProto:
         nodes = [n("Softplus", ["x"], ["sp"]), n("Tanh", ["sp"], ["t"]), n("Mul", ["x", "t"], ["a"])]
     else:
         raise ValueError(act)
-    nodes.append(n("LayerNormalization", ["a", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5))
+    if ln:
+        nodes.append(n("LayerNormalization", ["a", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5))
+    else:
+        nodes[-1].output[0] = "y"
+        inits = [t for t in inits if t.name not in ("gamma", "beta")]
     shape = ["batch", "seq", WIDTH]
     g = helper.make_graph(nodes, f"{act}_layernorm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
@@ -117,14 +126,19 @@ def flops(name: str, dims: dict) -> float | None:
 def build(name: str, path: Path) -> Path:
     if name == "transformer":
         return ROOT / "models" / "transformer.onnx"
-    onnx.save(mlp() if name == "mlp" else chain(name), path)
+    if name == "mlp":
+        onnx.save(mlp(), path)
+    else:
+        act, ln = (name[:-5], False) if name.endswith("_noln") else (name, True)
+        onnx.save(chain(act, ln), path)
     return path
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--models", default=",".join(SHAPES))
+    ap.add_argument("--models", default=",".join(m for m in SHAPES if not m.endswith("_noln")),
+                    help=f"comma list of {', '.join(SHAPES)}")
     ap.add_argument("--repeats", type=int, default=24)
     ap.add_argument("--budget", type=float, default=2.0, help="seconds per row, roughly")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
@@ -161,7 +175,7 @@ def main() -> None:
                 row = time_row(lambda f: list(lib.run(f, out=outs).values()), peers, feeds, args.repeats, args.budget,
                                clock=time.process_time if cpu_clock else None)
                 row.update(model=name, dims=dims, threads=args.threads, clock="cpu" if cpu_clock else "wall",
-                           reuse_out=args.reuse_out)
+                           reuse_out=args.reuse_out, out_pool_mb=lib.out_pool.max_bytes / 2**20)
                 extra = ""
                 work = flops(name, dims)
                 if work is not None:

@@ -67,8 +67,9 @@ class OutPool:
     def __init__(self, max_bytes: int, max_blocks: int, min_bytes: int = MIN_BYTES):
         self.max_bytes = max(0, int(max_bytes))
         self.max_blocks = max(0, int(max_blocks))
-        self.min_bytes = max(1, int(min_bytes))
         self.enabled = _EXACT_REFCOUNTS and self.max_bytes > 0 and self.max_blocks > 0
+        # off: no request is large enough (take's one test per call stays the only one)
+        self.min_bytes = max(1, int(min_bytes)) if self.enabled else sys.maxsize
         self._blocks: list[_Block] = []  # least recently handed out first
         self._lock = threading.Lock()
         #: counters for tests and benchmarks: outputs served from a kept block, from a new
@@ -91,7 +92,7 @@ class OutPool:
     def take(self, shape: tuple, dtype: np.dtype) -> np.ndarray:
         """An uninitialised C-contiguous array of `shape` and `dtype`."""
         nbytes = math.prod(shape) * dtype.itemsize
-        if not self.enabled or nbytes < self.min_bytes or dtype.hasobject:
+        if nbytes < self.min_bytes or dtype.hasobject:
             return np.empty(shape, dtype)
         with self._lock:
             block = self._free_block(nbytes)
