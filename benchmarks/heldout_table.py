@@ -23,10 +23,14 @@ both runtimes fix their pool size at start-up; `--clock cpu` times one-thread ro
     python benchmarks/heldout_table.py --threads 2 --models mlp,silu --json t2.json
     python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu,gelu_tanh,mish --reuse-out
 
-`--reuse-out` separates the kernels from the output allocation: by default each onnxcc call
-returns a fresh array, and one past glibc's mmap threshold (32 MiB; the [16, 1024, 768]
-chains' 48 MiB) is fresh pages the OS clears on first touch (a third of the time of those
-rows, perf: clear_page_erms), where onnxruntime's arena reuses its buffers.
+`--reuse-out` runs onnxcc into preallocated outputs. Without it each call returns its
+output from the loader's output pool (runtime/out_pool.py), which reuses a block once the
+previous call's result is gone, as onnxruntime's arena does; `ONNXCC_OUT_POOL_MB=0` shows the
+loader before the pool: an output past glibc's mmap threshold (32 MiB; the [16, 1024, 768]
+chains' 48 MiB) was fresh pages the OS cleared on first touch (a third of the time of those
+rows, perf: clear_page_erms).
+
+    ONNXCC_OUT_POOL_MB=0 python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu_noln
 """
 
 from __future__ import annotations

@@ -41,8 +41,9 @@ MIN_BYTES = 1 << 20
 SLACK = 2
 """a free block serves a request of at least 1/SLACK of its size (no huge block pinned by a
 small output)"""
-# reference counts are what decide reuse: only where they are exact (CPython)
-_EXACT_REFCOUNTS = sys.implementation.name == "cpython"
+# reference counts are what decide reuse: only where they are exact (CPython with its GIL;
+# the free-threaded build defers some counts)
+_EXACT_REFCOUNTS = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class _Block:
