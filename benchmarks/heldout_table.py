@@ -21,7 +21,7 @@ both runtimes fix their pool size at start-up; `--clock cpu` times one-thread ro
     unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
     python benchmarks/heldout_table.py --threads 1 --clock cpu --json t1.json
     python benchmarks/heldout_table.py --threads 2 --models mlp,silu --json t2.json
-    python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu,gelu_tanh,mish --reuse-out
+    python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu,gelu_tanh,mish --pool-ab
 
 `--reuse-out` runs onnxcc into preallocated outputs. Without it each call returns its
 output from the loader's output pool (runtime/out_pool.py), which reuses a block once the
@@ -153,6 +153,9 @@ def main() -> None:
                          "arena would: a fresh output past glibc's mmap threshold (32 MiB) is new pages "
                          "every call, and the kernel's first-touch page clearing then costs about as much "
                          "as the chain itself (onnxruntime's arena reuses its buffers)")
+    ap.add_argument("--pool-ab", action="store_true",
+                    help="also time onnxcc with the output pool off (load(out_pool_mb=0)), alternating in "
+                         "the same rounds: the pool's effect without the machine's drift between runs")
     args = ap.parse_args()
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy only makes inputs here
@@ -172,12 +175,21 @@ def main() -> None:
             compile_s = time.perf_counter() - t0
             lib = onnxcc.load(Path(tmp) / name)
             peers = make_peers(path, args.threads, peer_names)
+            if args.pool_ab:  # the same library without the output pool, timed in the same rounds
+                lib_off = onnxcc.load(Path(tmp) / name, out_pool_mb=0)
+                peers["nopool"] = lambda f, lib_off=lib_off: list(lib_off.run(f).values())
             print(f"{name}: compiled in {compile_s:.2f} s, {lib.num_versions} versions", flush=True)
             for dims in SHAPES[name]:
                 feeds = random_inputs(path, dims, seed=1)
                 outs = ({k: np.empty_like(v) for k, v in lib.run(feeds).items()} if args.reuse_out else None)
                 row = time_row(lambda f: list(lib.run(f, out=outs).values()), peers, feeds, args.repeats, args.budget,
                                clock=time.process_time if cpu_clock else None)
+                if args.pool_ab:  # a row against the peers as without it, plus the pool's own ratio
+                    row["pool_ratio"] = row["onnxcc_ms"] / row["nopool_ms"]
+                    row["peer_max_abs_err"].pop("nopool")
+                    if peer_names:
+                        best = min(peer_names, key=lambda n: row[f"{n}_ms"])
+                        row["best_peer"], row["ratio_best"] = best, row["onnxcc_ms"] / row[f"{best}_ms"]
                 row.update(model=name, dims=dims, threads=args.threads, clock="cpu" if cpu_clock else "wall",
                            reuse_out=args.reuse_out, out_pool_mb=lib.out_pool.max_bytes / 2**20)
                 extra = ""
@@ -198,6 +210,8 @@ def main() -> None:
                 rows.append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
                 errs = ", ".join(f"{n} {e:.1e}" for n, e in row["peer_max_abs_err"].items())
+                if args.pool_ab:
+                    extra += f"  no pool {row['nopool_ms']:9.3f} ms (pool / no pool {row['pool_ratio']:.3f})"
                 print(f"  {shape:18s} {format_row(row, peer_names)}{extra}  (err {errs})", flush=True)
     summary = {}
     for key, label in (("ratio", "onnxruntime"), ("ratio_best", "best peer")):
