@@ -14,6 +14,7 @@ import atexit
 import ctypes
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -650,6 +651,8 @@ class CompiledModel:
             if bufs is not None and bufs[k] is not None:
                 a = as_output(self._out_names[k], self.outputs[k]["dtype"], self._out_np[k], shape, bufs[k],
                               self._strided_out_ok[k])
+            elif math.prod(shape) * self._out_np[k].itemsize < self.out_pool.min_bytes:
+                a = np.empty(shape, self._out_np[k])  # a small output: malloc keeps its memory (out_pool.py)
             else:
                 a = self._empty(k, shape, self._out_np[k])
             nd = len(shape)
