@@ -131,6 +131,8 @@ def test_config_from_arguments_and_env(monkeypatch):
     monkeypatch.delenv("ONNXCC_OUT_POOL_MB")
     monkeypatch.setenv("ONNXCC_OUT_POOL_BLOCKS", "2")
     assert from_env().max_blocks == 2 and from_env().enabled
+    # the defaults give every model the process's one pool; arguments give a model its own
+    assert from_env() is from_env() and from_env(8) is not from_env(8)
     with pytest.raises(ValueError, match="must be >= 0"):
         from_env(-1)
 
@@ -155,7 +157,8 @@ def test_model_outputs_pooled_and_correct(silu):
 
     from onnxcc.runtime import load
 
-    lib = load(silu / "art")
+    lib = load(silu / "art", out_pool_mb=512)  # a pool of its own: counters no other test touches
+    assert load(silu / "art").out_pool is load(silu / "art").out_pool  # the default: the shared one
     sess = ort.InferenceSession(str(silu / "silu.onnx"), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     feeds = [rng.standard_normal((512, 768)).astype(np.float32) for _ in range(4)]

@@ -779,9 +779,9 @@ def load(path: str | os.PathLike, *, out_pool_mb: float | None = None,
     """Load an artifact from its directory (holding one NAME.json) or its NAME.json.
 
     run()'s outputs come from a pool of blocks reused once every array over them is gone
-    (out_pool.py): at most `out_pool_mb` MiB in `out_pool_blocks` blocks (defaults: the
-    environment's ONNXCC_OUT_POOL_MB / ONNXCC_OUT_POOL_BLOCKS, else 512 MiB and 16; 0 turns
-    the pool off)."""
+    (out_pool.py): by default the process's shared pool, bounded by ONNXCC_OUT_POOL_MB /
+    ONNXCC_OUT_POOL_BLOCKS (else 512 MiB in 16 blocks); `out_pool_mb` / `out_pool_blocks`
+    give this model a pool of its own (0 MiB: none)."""
     p = Path(path)
     if p.is_dir():
         found = [m for m in sorted(p.glob("*.json")) if _artifact_meta(m)]

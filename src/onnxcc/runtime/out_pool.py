@@ -19,8 +19,9 @@ those from memory it keeps) and object arrays (strings: numpy must fill them wit
 never touch the pool. One lock per pool: two threads calling the same library take
 different blocks.
 
-Configured per loaded model (`load(path, out_pool_mb=..., out_pool_blocks=...)`) or by the
-environment: ONNXCC_OUT_POOL_MB (0 turns it off), ONNXCC_OUT_POOL_BLOCKS.
+Models loaded with the defaults share one pool per process, bounded by the environment:
+ONNXCC_OUT_POOL_MB (0 turns it off), ONNXCC_OUT_POOL_BLOCKS; `load(path, out_pool_mb=...,
+out_pool_blocks=...)` gives a model a pool of its own.
 """
 
 from __future__ import annotations
@@ -141,16 +142,30 @@ class OutPool:
         return block
 
 
+_SHARED: dict[tuple[int, int], OutPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 def from_env(max_mb: float | None = None, max_blocks: int | None = None) -> OutPool:
-    """The pool load() gives a model: its arguments, else ONNXCC_OUT_POOL_MB /
-    ONNXCC_OUT_POOL_BLOCKS, else the defaults (512 MiB, 16 blocks)."""
+    """The pool load() gives a model. With no argument, the process's shared pool for the
+    bounds ONNXCC_OUT_POOL_MB / ONNXCC_OUT_POOL_BLOCKS give (else 512 MiB, 16 blocks): every
+    model loaded so shares one bound, however many are loaded (a JIT session's versions, a
+    test suite's models). With either argument, a pool of the model's own."""
+    own = max_mb is not None or max_blocks is not None
     if max_mb is None:
         max_mb = _env_number("ONNXCC_OUT_POOL_MB", DEFAULT_MB)
     if max_blocks is None:
         max_blocks = int(_env_number("ONNXCC_OUT_POOL_BLOCKS", DEFAULT_BLOCKS))
     if max_mb < 0 or max_blocks < 0:
         raise ValueError(f"output pool bounds must be >= 0, got {max_mb} MiB and {max_blocks} blocks")
-    return OutPool(int(max_mb * (1 << 20)), max_blocks)
+    key = (int(max_mb * (1 << 20)), max_blocks)
+    if own:
+        return OutPool(*key)
+    with _SHARED_LOCK:
+        pool = _SHARED.get(key)
+        if pool is None:
+            pool = _SHARED[key] = OutPool(*key)
+        return pool
 
 
 def _env_number(name: str, default: float) -> float:
