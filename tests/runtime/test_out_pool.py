@@ -173,9 +173,16 @@ def test_model_outputs_pooled_and_correct(silu):
     for x, w in zip(feeds, want, strict=True):  # released: every call reuses a block
         np.testing.assert_allclose(lib.run({"x": x})["y"], w, rtol=1e-5, atol=1e-6)
     assert lib.out_pool.hits == 4 and lib.out_pool.num_blocks == 8
+    # an output fed back as the next input is alive during that call: never its output block
+    y1 = lib.run({"x": feeds[0]})["y"]
+    y2 = lib.run({"x": y1})["y"]
+    assert not np.shares_memory(y1, y2)
+    np.testing.assert_allclose(y1, want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y2, np.asarray(sess.run(None, {"x": want[0]})[0]), rtol=1e-5, atol=1e-6)
+    del y1, y2
     # out= is written in place and never touches the pool
     buf = np.empty((512, 768), np.float32)
-    assert lib.run({"x": feeds[0]}, out={"y": buf})["y"] is buf and lib.out_pool.hits == 4
+    assert lib.run({"x": feeds[0]}, out={"y": buf})["y"] is buf and lib.out_pool.hits == 6
     np.testing.assert_allclose(buf, want[0], rtol=1e-5, atol=1e-6)
     # off: plain arrays
     off = load(silu / "art", out_pool_mb=0)
