@@ -31,6 +31,18 @@ chains' 48 MiB) was fresh pages the OS cleared on first touch (a third of the ti
 rows, perf: clear_page_erms).
 
     ONNXCC_OUT_POOL_MB=0 python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu_noln
+
+Measured (December 2026, 1 thread, CPU clock, `--pool-ab`, load 9-10 on the 2 cores): the
+pool took the [16|32, 1024, 768] chain rows to 0.59-0.79x of their time without it (SiLU + LN
+[32, 1024, 768] 24.8 -> 17.0 ms, 0.84 -> 0.58x onnxruntime, 8.1 -> 11.8 GB/s). What is left
+there is compute, not memory: one core runs this SiLU + LN at ~500 ns per row of 768 in cache
+and out of it alike, and a hand-written AVX-512 version of the same algorithm at ~400 ns
+(15 GB/s), no faster with its result written by non-temporal stores from a stack row; one core
+streams y = a * x at 17-18 GB/s with plain stores and 27-28 GB/s with non-temporal ones. So
+streaming stores pay only once two cores run the compute (then the write-allocate reads of
+plain stores are a third of the traffic); one thread's lever is the activation's instruction
+count (codegen/llvm/vmath.py), which is also why SiLU alone is 1.2-1.5x onnxruntime (its
+fused QuickGelu: a rational logistic, about half our ops per element).
 """
 
 from __future__ import annotations
