@@ -21,12 +21,28 @@ both runtimes fix their pool size at start-up; `--clock cpu` times one-thread ro
     unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
     python benchmarks/heldout_table.py --threads 1 --clock cpu --json t1.json
     python benchmarks/heldout_table.py --threads 2 --models mlp,silu --json t2.json
-    python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu,gelu_tanh,mish --reuse-out
+    python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu,gelu_tanh,mish --pool-ab
 
-`--reuse-out` separates the kernels from the output allocation: by default each onnxcc call
-returns a fresh array, and one past glibc's mmap threshold (32 MiB; the [16, 1024, 768]
-chains' 48 MiB) is fresh pages the OS clears on first touch (a third of the time of those
-rows, perf: clear_page_erms), where onnxruntime's arena reuses its buffers.
+`--reuse-out` runs onnxcc into preallocated outputs. Without it each call returns its
+output from the loader's output pool (runtime/out_pool.py), which reuses a block once the
+previous call's result is gone, as onnxruntime's arena does; `ONNXCC_OUT_POOL_MB=0` shows the
+loader before the pool: an output past glibc's mmap threshold (32 MiB; the [16, 1024, 768]
+chains' 48 MiB) was fresh pages the OS cleared on first touch (a third of the time of those
+rows, perf: clear_page_erms).
+
+    ONNXCC_OUT_POOL_MB=0 python benchmarks/heldout_table.py --threads 1 --clock cpu --models silu_noln
+
+Measured (December 2026, 1 thread, CPU clock, `--pool-ab`, load 9-10 on the 2 cores): the
+pool took the [16|32, 1024, 768] chain rows to 0.59-0.79x of their time without it (SiLU + LN
+[32, 1024, 768] 24.8 -> 17.0 ms, 0.84 -> 0.58x onnxruntime, 8.1 -> 11.8 GB/s). What is left
+there is compute, not memory: one core runs this SiLU + LN at ~500 ns per row of 768 in cache
+and out of it alike, and a hand-written AVX-512 version of the same algorithm at ~400 ns
+(15 GB/s), no faster with its result written by non-temporal stores from a stack row; one core
+streams y = a * x at 17-18 GB/s with plain stores and 27-28 GB/s with non-temporal ones. So
+streaming stores pay only once two cores run the compute (then the write-allocate reads of
+plain stores are a third of the traffic); one thread's lever is the activation's instruction
+count (codegen/llvm/vmath.py), which is also why SiLU alone is 1.2-1.5x onnxruntime (its
+fused QuickGelu: a rational logistic, about half our ops per element).
 """
 
 from __future__ import annotations
@@ -58,6 +74,10 @@ SHAPES = {
     "gelu_tanh": CHAIN_SHAPES,
     "silu": CHAIN_SHAPES,
     "mish": CHAIN_SHAPES,
+    # the activations alone (no LayerNormalization): the elementwise chains
+    "gelu_tanh_noln": CHAIN_SHAPES,
+    "silu_noln": CHAIN_SHAPES,
+    "mish_noln": CHAIN_SHAPES,
 }
 
 
@@ -79,8 +99,9 @@ def mlp() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def chain(act: str) -> onnx.ModelProto:
-    """act(x) then LayerNormalization over the last axis, on [batch, seq, WIDTH]."""
+def chain(act: str, ln: bool = True) -> onnx.ModelProto:
+    """act(x) then LayerNormalization over the last axis, on [batch, seq, WIDTH] (without
+    `ln`: the activation alone, the elementwise chain)."""
     rng = np.random.default_rng(7)
     n = helper.make_node
     inits = [_c("gamma", 1.0 + 0.1 * rng.standard_normal(WIDTH)), _c("beta", 0.1 * rng.standard_normal(WIDTH))]
@@ -96,7 +117,11 @@ def chain(act: str) -> onnx.ModelProto:
         nodes = [n("Softplus", ["x"], ["sp"]), n("Tanh", ["sp"], ["t"]), n("Mul", ["x", "t"], ["a"])]
     else:
         raise ValueError(act)
-    nodes.append(n("LayerNormalization", ["a", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5))
+    if ln:
+        nodes.append(n("LayerNormalization", ["a", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5))
+    else:
+        nodes[-1].output[0] = "y"
+        inits = [t for t in inits if t.name not in ("gamma", "beta")]
     shape = ["batch", "seq", WIDTH]
     g = helper.make_graph(nodes, f"{act}_layernorm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
@@ -117,14 +142,19 @@ def flops(name: str, dims: dict) -> float | None:
 def build(name: str, path: Path) -> Path:
     if name == "transformer":
         return ROOT / "models" / "transformer.onnx"
-    onnx.save(mlp() if name == "mlp" else chain(name), path)
+    if name == "mlp":
+        onnx.save(mlp(), path)
+    else:
+        act, ln = (name[:-5], False) if name.endswith("_noln") else (name, True)
+        onnx.save(chain(act, ln), path)
     return path
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--models", default=",".join(SHAPES))
+    ap.add_argument("--models", default=",".join(m for m in SHAPES if not m.endswith("_noln")),
+                    help=f"comma list of {', '.join(SHAPES)}")
     ap.add_argument("--repeats", type=int, default=24)
     ap.add_argument("--budget", type=float, default=2.0, help="seconds per row, roughly")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
@@ -135,6 +165,9 @@ def main() -> None:
                          "arena would: a fresh output past glibc's mmap threshold (32 MiB) is new pages "
                          "every call, and the kernel's first-touch page clearing then costs about as much "
                          "as the chain itself (onnxruntime's arena reuses its buffers)")
+    ap.add_argument("--pool-ab", action="store_true",
+                    help="also time onnxcc with the output pool off (load(out_pool_mb=0)), alternating in "
+                         "the same rounds: the pool's effect without the machine's drift between runs")
     args = ap.parse_args()
     os.environ["ONNXCC_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # numpy only makes inputs here
@@ -154,14 +187,23 @@ def main() -> None:
             compile_s = time.perf_counter() - t0
             lib = onnxcc.load(Path(tmp) / name)
             peers = make_peers(path, args.threads, peer_names)
+            if args.pool_ab:  # the same library without the output pool, timed in the same rounds
+                lib_off = onnxcc.load(Path(tmp) / name, out_pool_mb=0)
+                peers["nopool"] = lambda f, lib_off=lib_off: list(lib_off.run(f).values())
             print(f"{name}: compiled in {compile_s:.2f} s, {lib.num_versions} versions", flush=True)
             for dims in SHAPES[name]:
                 feeds = random_inputs(path, dims, seed=1)
                 outs = ({k: np.empty_like(v) for k, v in lib.run(feeds).items()} if args.reuse_out else None)
                 row = time_row(lambda f: list(lib.run(f, out=outs).values()), peers, feeds, args.repeats, args.budget,
                                clock=time.process_time if cpu_clock else None)
+                if args.pool_ab:  # a row against the peers as without it, plus the pool's own ratio
+                    row["pool_ratio"] = row["onnxcc_ms"] / row["nopool_ms"]
+                    row["peer_max_abs_err"].pop("nopool")
+                    if peer_names:
+                        best = min(peer_names, key=lambda n: row[f"{n}_ms"])
+                        row["best_peer"], row["ratio_best"] = best, row["onnxcc_ms"] / row[f"{best}_ms"]
                 row.update(model=name, dims=dims, threads=args.threads, clock="cpu" if cpu_clock else "wall",
-                           reuse_out=args.reuse_out)
+                           reuse_out=args.reuse_out, out_pool_mb=lib.out_pool.max_bytes / 2**20)
                 extra = ""
                 work = flops(name, dims)
                 if work is not None:
@@ -180,6 +222,8 @@ def main() -> None:
                 rows.append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
                 errs = ", ".join(f"{n} {e:.1e}" for n, e in row["peer_max_abs_err"].items())
+                if args.pool_ab:
+                    extra += f"  no pool {row['nopool_ms']:9.3f} ms (pool / no pool {row['pool_ratio']:.3f})"
                 print(f"  {shape:18s} {format_row(row, peer_names)}{extra}  (err {errs})", flush=True)
     summary = {}
     for key, label in (("ratio", "onnxruntime"), ("ratio_best", "best peer")):

@@ -63,11 +63,12 @@ def compile(model, out_dir, emit: str = "lib", **options):
     return compile_model(model, out_dir, CompileOptions(**options), emit=emit)
 
 
-def load(path: str | os.PathLike):
-    """Load a compiled artifact directory (or its NAME.json) for calls from Python."""
+def load(path: str | os.PathLike, *, out_pool_mb: float | None = None, out_pool_blocks: int | None = None):
+    """Load a compiled artifact directory (or its NAME.json) for calls from Python; the
+    output pool's bounds as in `onnxcc.runtime.load`."""
     from .runtime import load as _load
 
-    return _load(path)
+    return _load(path, out_pool_mb=out_pool_mb, out_pool_blocks=out_pool_blocks)
 
 
 def __getattr__(name: str):

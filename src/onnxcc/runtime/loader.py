@@ -14,6 +14,7 @@ import atexit
 import ctypes
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -28,6 +29,7 @@ from onnxcc.errors import GuardError, OnnxccError, RuntimeCallError
 
 from . import strings as str_io
 from .interop import as_input, as_output
+from .out_pool import OutPool, from_env
 
 
 class ArtifactError(OnnxccError):
@@ -330,8 +332,10 @@ def _load_by_content(meta: dict, lib_path: Path) -> tuple[ctypes.CDLL, Path]:
 class CompiledModel:
     """One loaded artifact. Thread-safe: calls release the GIL and the C side is re-entrant."""
 
-    def __init__(self, meta: dict, lib_path: Path):
+    def __init__(self, meta: dict, lib_path: Path, out_pool: OutPool | None = None):
         self.meta = meta
+        #: where run() takes its outputs from (out_pool.py): blocks reused once released
+        self.out_pool = out_pool if out_pool is not None else from_env()
         self.name: str = meta["name"]
         self.inputs: list[dict] = meta["inputs"]
         self.outputs: list[dict] = meta["outputs"]
@@ -647,6 +651,8 @@ class CompiledModel:
             if bufs is not None and bufs[k] is not None:
                 a = as_output(self._out_names[k], self.outputs[k]["dtype"], self._out_np[k], shape, bufs[k],
                               self._strided_out_ok[k])
+            elif math.prod(shape) * self._out_np[k].itemsize < self.out_pool.min_bytes:
+                a = np.empty(shape, self._out_np[k])  # a small output: malloc keeps its memory (out_pool.py)
             else:
                 a = self._empty(k, shape, self._out_np[k])
             nd = len(shape)
@@ -689,7 +695,7 @@ class CompiledModel:
                 outs.append(as_output(t["name"], t["dtype"], self._out_np[k], shape, bufs[k],
                                       self._strided_out_ok[k]))
             else:
-                outs.append(self._empty(k, shape, DTYPES[t["dtype"]][0]))
+                outs.append(self._empty(k, shape, np.dtype(DTYPES[t["dtype"]][0])))
         if self._cuda:  # copy to the device, run there, copy back
             from .cuda_device import driver
 
@@ -717,10 +723,11 @@ class CompiledModel:
         str_io.decode(self.outputs[k]["name"], ptrs, out)
         return out
 
-    def _empty(self, k: int, shape: tuple, dtype) -> np.ndarray:
-        """Output k's array; an allocation the machine cannot make is the caller's error, named."""
+    def _empty(self, k: int, shape: tuple, dtype: np.dtype) -> np.ndarray:
+        """Output k's array, from the output pool; an allocation the machine cannot make is
+        the caller's error, named."""
         try:
-            return np.empty(shape, dtype)
+            return self.out_pool.take(shape, dtype)
         except (MemoryError, ValueError) as e:
             nbytes = np.dtype(dtype).itemsize * int(np.prod([int(d) for d in shape], dtype=object))
             raise RuntimeCallError(f'output "{self.outputs[k]["name"]}" of shape {list(shape)} ({nbytes} bytes) '
@@ -767,8 +774,14 @@ class CompiledModel:
         return self._run(ins.array, len(ins), outs.array, len(outs))
 
 
-def load(path: str | os.PathLike) -> CompiledModel:
-    """Load an artifact from its directory (holding one NAME.json) or its NAME.json."""
+def load(path: str | os.PathLike, *, out_pool_mb: float | None = None,
+         out_pool_blocks: int | None = None) -> CompiledModel:
+    """Load an artifact from its directory (holding one NAME.json) or its NAME.json.
+
+    run()'s outputs come from a pool of blocks reused once every array over them is gone
+    (out_pool.py): by default the process's shared pool, bounded by ONNXCC_OUT_POOL_MB /
+    ONNXCC_OUT_POOL_BLOCKS (else 512 MiB in 16 blocks); `out_pool_mb` / `out_pool_blocks`
+    give this model a pool of its own (0 MiB: none)."""
     p = Path(path)
     if p.is_dir():
         found = [m for m in sorted(p.glob("*.json")) if _artifact_meta(m)]
@@ -780,7 +793,7 @@ def load(path: str | os.PathLike) -> CompiledModel:
     lib = _library_path(p, meta)
     if not lib.is_file():
         raise FileNotFoundError(f"{p}: library {lib} not found")
-    return CompiledModel(meta, lib)
+    return CompiledModel(meta, lib, from_env(out_pool_mb, out_pool_blocks))
 
 
 def _library_path(meta_path: Path, meta: dict) -> Path:
