@@ -16,6 +16,7 @@ Values are named `%<onnx name>` where that is a legal, unique identifier, else `
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -52,6 +53,18 @@ def print_dim(d) -> str:
         return "?"
     if isinstance(d, int):
         return str(d)
+    try:
+        return _print_sympy_dim(d)
+    except TypeError:  # unhashable: not a sympy expression, printed as it comes
+        return _dim_printer.doprint(d)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _print_sympy_dim(d) -> str:
+    # Memoised: a symbolic workspace size (thousands of terms on a conv net with symbolic H, W)
+    # is printed for the pass statistics, the version info, NAME.json (twice: the build id
+    # digests the metadata) and the dispatcher's overflow message, each print 0.1-0.3 s of
+    # sympy's ordering of terms. Equal expressions print alike, so the cache is exact.
     return _dim_printer.doprint(d)
 
 
