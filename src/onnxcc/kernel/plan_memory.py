@@ -91,7 +91,8 @@ def _align_up_expr(x: sympy.Expr, a: int) -> Dim:
     # memoised: the plan aligns the same symbolic sizes again for each range it tries, and
     # sympy's ceiling asks the assumptions of the whole tree (tens of ms on a conv net's sum)
     if isinstance(x, sympy.Piecewise):  # per part, so every part stays a plain dim
-        return sympy.Piecewise(*[(align_up(v, a), c) for v, c in x.args])
+        pieces: list = list(x.args)
+        return sympy.Piecewise(*[(align_up(v, a), c) for v, c in pieces])
     return canon(sympy.ceiling(x / a) * a)
 
 
