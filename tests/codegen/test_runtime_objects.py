@@ -51,3 +51,17 @@ def test_failures_hand_the_sources_back(tmp_path, monkeypatch):
     blocker.write_text("")
     monkeypatch.setenv("ONNXCC_CACHE_DIR", str(blocker))  # a file where the directory should be
     assert runtime_objects([RUNTIME_DIR / RUNTIME_SOURCES[0]], "cc", FLAGS) is None
+
+
+def test_dispatcher_alone_is_compiled_at_O1():
+    from pathlib import Path
+
+    from onnxcc.codegen.c.build import link_flags
+
+    # runtime from cached objects, no backend C: only the generated dispatcher is compiled
+    assert link_flags(FLAGS, False, []) == ["-O1", *FLAGS[1:]]
+    # the runtime (or a backend's C source) compiled in the same command keeps -O2
+    assert link_flags(FLAGS, True, []) == FLAGS
+    assert link_flags(FLAGS, False, [Path("host.c")]) == FLAGS
+    # a user's own -O level after the defaults is left alone
+    assert link_flags([*FLAGS, "-O3"], False, [])[-1] == "-O3"

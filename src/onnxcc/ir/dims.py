@@ -147,6 +147,14 @@ class SymbolTable:
     """Ordered table of the module's symbols, keyed by name."""
 
     infos: dict[str, SymbolInfo] = field(default_factory=dict)
+    # (the ranges it was made for, the prover): see `prover`
+    _prover: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {"infos": self.infos}  # the prover's memos are a cache: not copied along
+
+    def __setstate__(self, state: dict) -> None:
+        self.infos, self._prover = state["infos"], None
 
     def declare(self, name: str, lo: int = 1, hi: int = INT_MAX, multiple_of: int = 1,
                 origin: str = "") -> sympy.Symbol:
@@ -195,13 +203,24 @@ class SymbolTable:
         except _NoBound:
             return -sympy.oo, sympy.oo
 
+    def prover(self) -> Prover:
+        """A prover over the table as it is now, the same one while no symbol is added and
+        no range or divisibility changes (they are checked at every call: `SymbolInfo`s are
+        mutable). Its memos then carry over from question to question: a new prover per
+        question re-derived the intervals of a conv chain's nested floors at every conv
+        (half of a SqueezeNet's import)."""
+        key = tuple((i.name, i.lo, i.hi, i.multiple_of) for i in self.infos.values())
+        if self._prover is None or self._prover[0] != key:
+            self._prover = (key, Prover(self))
+        return self._prover[1]
+
     def prove_eq(self, a: Dim, b: Dim) -> bool | None:
         """True / False / None ("cannot tell"): see `Prover.prove_eq`."""
-        return Prover(self).prove_eq(a, b)
+        return self.prover().prove_eq(a, b)
 
     def prove_le(self, a: Dim, b: Dim) -> bool | None:
         """True / False / None ("cannot tell"): see `Prover.prove_le`."""
-        return Prover(self).prove_le(a, b)
+        return self.prover().prove_le(a, b)
 
     def substitute(self, d: Dim, subs: dict) -> Dim:
         if isinstance(d, int) or d is None:

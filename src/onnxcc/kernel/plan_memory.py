@@ -83,9 +83,16 @@ def align_up(x: Dim, a: int = ALIGN) -> Dim:
     """The least multiple of `a` that is >= x (exact for symbolic x)."""
     if isinstance(x, int):
         return -(-x // a) * a
-    x = sympy.sympify(x)
+    return _align_up_expr(sympy.sympify(x), a)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _align_up_expr(x: sympy.Expr, a: int) -> Dim:
+    # memoised: the plan aligns the same symbolic sizes again for each range it tries, and
+    # sympy's ceiling asks the assumptions of the whole tree (tens of ms on a conv net's sum)
     if isinstance(x, sympy.Piecewise):  # per part, so every part stays a plain dim
-        return sympy.Piecewise(*[(align_up(v, a), c) for v, c in x.args])
+        pieces: list = list(x.args)
+        return sympy.Piecewise(*[(align_up(v, a), c) for v, c in pieces])
     return canon(sympy.ceiling(x / a) * a)
 
 
