@@ -246,7 +246,9 @@ class _FuseQdq(RewritePattern):
 
     def _gemm(self, f: Op, q: _Quant, rw: Rewriter) -> Value | None:
         ins = onnx_inputs(f, list(f.operands))
-        if f.attrs.get("transA", 0) or float(f.attrs.get("alpha", 1.0)) != 1.0 or float(f.attrs.get("beta", 1.0)) != 1.0:
+        if f.attrs.get("transA", 0) or float(f.attrs.get("alpha", 1.0)) != 1.0:
+            return None
+        if float(f.attrs.get("beta", 1.0)) != 1.0:
             return None
         a = _deq(ins[0], self.module)
         w = _deq(ins[1], self.module)
