@@ -48,6 +48,9 @@ def test_convnet_groups_become_qlinear_ops():
     assert ops["com.microsoft.QGemm"] == 1 and ops["onnx.Gemm"] == 0
     assert ops["com.microsoft.QLinearAdd"] == 1 and ops["onnx.Add"] == 0
     assert ops["com.microsoft.QLinearGlobalAveragePool"] == 1
+    # MaxPool and Flatten between a DQ and a Q of the same parameters run on the i8 values:
+    # one DequantizeLinear is left, the output's
+    assert ops["onnx.DequantizeLinear"] == 1 and ops["onnx.QuantizeLinear"] == 1
 
 
 def test_bert_weight_matmuls_become_qlinear_matmuls():

@@ -13,6 +13,8 @@ what the model means in practice and what the oracle computes. The groups rewrit
     Q(Gemm(DQ(a), DQ(W), [DQ(C:i32)]))     -> com.microsoft.QGemm(a, .., W, .., C, ..)
     Q(Add(DQ(a), DQ(b))), Q(Mul(..))        -> com.microsoft.QLinearAdd / QLinearMul
     Q(GlobalAveragePool(DQ(x)))            -> com.microsoft.QLinearGlobalAveragePool
+    Q(MaxPool(DQ(x))), Q(Reshape(DQ(x)))..  -> MaxPool(x), Reshape(x).. on the 8-bit values
+                                              (same scale and zero point on both sides)
 
 A Relu or a Clip with constant bounds between the contraction and the Q folds too: Q is
 monotone, so Q(clip(v, lo, hi)) = clip(Q(v), Q(lo), Q(hi)); the clamp vanishes when Q(lo) and
@@ -41,13 +43,17 @@ from typing import ClassVar
 import numpy as np
 
 from ..ir import DType, Module, Op, TensorType, Value
-from ..ops import onnx_inputs
+from ..ops import get_opdef, onnx_inputs
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value, new_const
 from .dce import dce
 from .rewrite import RewritePattern, Rewriter, apply_patterns
 
 _INT8 = (DType.u8, DType.i8)
+_MONOTONE = ("onnx.MaxPool", "onnx.GlobalMaxPool")
+"""ops that pick one of their inputs by order: they commute with an increasing DQ; the ops that
+only move elements are those whose OpDef takes strings (ops/strings.py MOVES_ELEMENTS)"""
+_TINY = float(np.finfo(np.float32).tiny)
 _BIAS_RTOL = 1e-6
 """a bias scale this close to x_scale * w_scale (relative) counts as equal: the quantizer
 rounds the product once in f32 or f64, the fused op's multiplier is that product anyway"""
@@ -160,6 +166,8 @@ class _FuseQdq(RewritePattern):
         build = {"onnx.Conv": self._conv, "onnx.MatMul": self._matmul, "onnx.Gemm": self._gemm,
                  "onnx.Add": self._binary, "onnx.Mul": self._binary,
                  "onnx.GlobalAveragePool": self._gap}.get(f.name)
+        if build is None and (f.name in _MONOTONE or getattr(get_opdef(f.name), "strings", False)):
+            build = self._move
         if build is None:
             return False
         made = build(f, q, rewriter)
@@ -291,6 +299,18 @@ class _FuseQdq(RewritePattern):
             return None
         operands = [x.q, x.scale, self._zp(x, f, rw), q.scale, self._zp(q, f, rw)]
         return self._emit(rw, q, "com.microsoft.QLinearGlobalAveragePool", operands, {"channels_last": 0}, f)
+
+    def _move(self, f: Op, q: _Quant, rw: Rewriter) -> Value | None:
+        """an op that only moves elements (or takes maxima) between a DQ and a Q with the same
+        scale and zero point: the same op on the 8-bit values (Q(DQ(x)) is x, DQ increasing)"""
+        x = _deq(f.operands[0], self.module)
+        if not _activation(x) or x is None or x.q.type.dtype is not q.dtype:
+            return None
+        if x.s[0] != q.s[0] or x.z[0] != q.z[0] or not np.isfinite(x.s[0]) or abs(x.s[0]) < _TINY:
+            return None
+        if any(v.type.dtype.is_float for v in f.operands[1:]):
+            return None  # more data (Concat's other parts, Pad's value): not this pattern
+        return self._emit(rw, q, f.name, [x.q, *f.operands[1:]], dict(f.attrs), f)
 
     # ---- building ----------------------------------------------------------------------------
 
