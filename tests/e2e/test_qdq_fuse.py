@@ -145,3 +145,32 @@ def test_qdq_models_equal_onnxruntime(tmp_path, path, settings):
         want, got = ort_run(path, f), lib.run(f)
         for name, w in want.items():
             np.testing.assert_array_equal(got[name], w, err_msg=f"{path.stem} {name} at {dims}")
+
+
+def test_qattention_projection_on_the_int8_gemm(tmp_path):
+    """com.microsoft.QAttention's QKV projection by a constant weight runs on the VNNI GEMM
+    (the same exact i32 sums); the attention after it is f32 in another order than
+    onnxruntime's: 1e-4"""
+    r = np.random.default_rng(7)
+    hin, d, heads = 32, 32, 4
+    inits = {"w": r.integers(-128, 128, (hin, 3 * d)).astype(np.int8),
+             "b": r.uniform(-0.2, 0.2, 3 * d).astype(np.float32), "xs": np.array([0.02], np.float32),
+             "ws": r.uniform(0.005, 0.02, 3 * d).astype(np.float32), "xz": np.array([120], np.uint8),
+             "wz": np.zeros(3 * d, np.int8)}
+    node = h.make_node("QAttention", ["x", "w", "b", "xs", "ws", "", "xz", "wz"], ["y"], num_heads=heads,
+                       domain="com.microsoft")
+    g = h.make_graph([node], "g", [h.make_tensor_value_info("x", T.UINT8, ["B", "S", hin])],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)],
+                     [onnx.numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    path = tmp_path / "qattn.onnx"
+    onnx.save(model, path)
+    onnxcc.compile(path, tmp_path / "lib")
+    lib = onnxcc.load(tmp_path / "lib")
+    for k, (b, s) in enumerate([(1, 7), (3, 33)]):
+        x = np.random.default_rng(k).integers(0, 256, (b, s, hin)).astype(np.uint8)
+        want, got = ort_run(path, {"x": x})["y"], lib.run({"x": x})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    if CpuBackend().int8_dot():
+        assert "onnxcc_i8gemm" in onnxcc.compile(path, tmp_path / "kir", emit="kernel").text
