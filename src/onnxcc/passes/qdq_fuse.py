@@ -115,6 +115,8 @@ def _quant(op: Op, module: Module) -> _Quant | None:
     z = np.zeros(1, np.int64) if zp is None else const_value(zp, module)
     if s is None or z is None or s.size != 1 or z.size != 1:
         return None
+    if not (np.isfinite(s).all() and float(s.reshape(-1)[0]) > 0):
+        return None  # a scale the quantizer never writes (0, inf, nan): left to the op's own rule
     return _Quant(op, scale, zp, np.asarray(s, np.float32).reshape(-1), np.asarray(z, np.int64).reshape(-1), dt)
 
 
