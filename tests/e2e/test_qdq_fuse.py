@@ -5,8 +5,11 @@ into the QLinear ops, and the results equal onnxruntime's, which fuses the same 
 Exactness: where onnxruntime fuses a group, both compute the same i32 sums and the same f32
 requantization, so the 8-bit results are equal (the float path, unfused, differs from them
 by one step where the scaled sum is within an f32 rounding of .5; measured on
-convnet_qdq_s8_s8_pc cut at its last conv: 1 element in 49152 at N=2, 64x48). The files are
-those of test_quant_exported.py (tests/data/quant, made by models/export_quant.py)."""
+convnet_qdq_s8_s8_pc cut at its last conv: 1 element in 49152 at N=2, 64x48). Where
+onnxruntime's own kernels disagree there is no single answer: its QLinearAdd rounds a sum of
+147.49998 to 147 in its scalar loop and to 148 in its vector loop (a MobileNetV2 QDQ twin,
+1 element of 576 after features.9's Add); ours gives 147, the f32 formula's value. The files
+are those of test_quant_exported.py (tests/data/quant, made by models/export_quant.py)."""
 
 from __future__ import annotations
 
