@@ -13,8 +13,8 @@ what the model means in practice and what the oracle computes. The groups rewrit
     Q(Gemm(DQ(a), DQ(W), [DQ(C:i32)]))     -> com.microsoft.QGemm(a, .., W, .., C, ..)
     Q(Add(DQ(a), DQ(b))), Q(Mul(..))        -> com.microsoft.QLinearAdd / QLinearMul
     Q(GlobalAveragePool(DQ(x)))            -> com.microsoft.QLinearGlobalAveragePool
-    Q(MaxPool(DQ(x))), Q(Reshape(DQ(x)))..  -> MaxPool(x), Reshape(x).. on the 8-bit values
-                                              (same scale and zero point on both sides)
+    Q(MaxPool(DQ(x))), Q(Concat(DQ(x), DQ(y))), Q(Reshape(DQ(x))).. -> the same op on the 8-bit
+                                             values (one scale and zero point on every side)
 
 A Relu or a Clip with constant bounds between the contraction and the Q folds too: Q is
 monotone, so Q(clip(v, lo, hi)) = clip(Q(v), Q(lo), Q(hi)); the clamp vanishes when Q(lo) and
@@ -303,16 +303,23 @@ class _FuseQdq(RewritePattern):
         return self._emit(rw, q, "com.microsoft.QLinearGlobalAveragePool", operands, {"channels_last": 0}, f)
 
     def _move(self, f: Op, q: _Quant, rw: Rewriter) -> Value | None:
-        """an op that only moves elements (or takes maxima) between a DQ and a Q with the same
-        scale and zero point: the same op on the 8-bit values (Q(DQ(x)) is x, DQ increasing)"""
-        x = _deq(f.operands[0], self.module)
-        if not _activation(x) or x is None or x.q.type.dtype is not q.dtype:
+        """an op that only moves elements (or takes maxima) whose data operands are all DQs
+        with the Q's scale and zero point: the same op on the 8-bit values (Q(DQ(x)) is x,
+        DQ increasing); a float operand of another kind (Pad's value) refuses"""
+        operands = []
+        for v in f.operands:
+            if not v.type.dtype.is_float:
+                operands.append(v)  # indices, shapes, Where's condition
+                continue
+            x = _deq(v, self.module)
+            if not _activation(x) or x is None or x.q.type.dtype is not q.dtype:
+                return None
+            if x.s[0] != q.s[0] or x.z[0] != q.z[0] or not np.isfinite(x.s[0]) or abs(x.s[0]) < _TINY:
+                return None
+            operands.append(x.q)
+        if all(a is b for a, b in zip(operands, f.operands, strict=True)):
             return None
-        if x.s[0] != q.s[0] or x.z[0] != q.z[0] or not np.isfinite(x.s[0]) or abs(x.s[0]) < _TINY:
-            return None
-        if any(v.type.dtype.is_float for v in f.operands[1:]):
-            return None  # more data (Concat's other parts, Pad's value): not this pattern
-        return self._emit(rw, q, f.name, [x.q, *f.operands[1:]], dict(f.attrs), f)
+        return self._emit(rw, q, f.name, operands, dict(f.attrs), f)
 
     # ---- building ----------------------------------------------------------------------------
 
