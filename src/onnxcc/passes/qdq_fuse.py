@@ -13,6 +13,7 @@ what the model means in practice and what the oracle computes. The groups rewrit
     Q(Gemm(DQ(a), DQ(W), [DQ(C:i32)]))     -> com.microsoft.QGemm(a, .., W, .., C, ..)
     Q(Add(DQ(a), DQ(b))), Q(Mul(..))        -> com.microsoft.QLinearAdd / QLinearMul
     Q(GlobalAveragePool(DQ(x)))            -> com.microsoft.QLinearGlobalAveragePool
+    Q(Concat(DQ(a), DQ(b)..)), other scales -> com.microsoft.QLinearConcat
     Q(MaxPool(DQ(x))), Q(Concat(DQ(x), DQ(y))), Q(Reshape(DQ(x))).. -> the same op on the 8-bit
                                              values (one scale and zero point on every side)
 
@@ -173,6 +174,8 @@ class _FuseQdq(RewritePattern):
         if build is None:
             return False
         made = build(f, q, rewriter)
+        if made is None and f.name == "onnx.Concat":
+            made = self._concat(f, q, rewriter)
         if made is None:
             return False
         result = made
@@ -227,13 +230,14 @@ class _FuseQdq(RewritePattern):
         m = w.q.type.shape[0]
         if not isinstance(m, int) or not _weight(w, self.module, m, 0):
             return None
-        operands = [x.q, x.scale, self._zp(x, f, rw), w.q, w.scale, self._zp(w, f, rw),
-                    q.scale, self._zp(q, f, rw)]
-        if len(ins) > 2 and ins[2] is not None:
-            b = _deq(ins[2], self.module)
+        b = _deq(ins[2], self.module) if len(ins) > 2 and ins[2] is not None else None
+        if b is not None or (len(ins) > 2 and ins[2] is not None):
             if not _bias_ok(b, self.module, x, w, m):
                 return None
-            assert b is not None
+        # (zero points are made only once the group is known to fuse: nothing is left behind)
+        operands = [x.q, x.scale, self._zp(x, f, rw), w.q, w.scale, self._zp(w, f, rw),
+                    q.scale, self._zp(q, f, rw)]
+        if b is not None:
             operands.append(b.q)
         attrs = {k: v for k, v in f.attrs.items() if k != "absent"}
         return self._emit(rw, q, "onnx.QLinearConv", operands, attrs, f)
@@ -320,6 +324,18 @@ class _FuseQdq(RewritePattern):
         if all(a is b for a, b in zip(operands, f.operands, strict=True)):
             return None
         return self._emit(rw, q, f.name, operands, dict(f.attrs), f)
+
+    def _concat(self, f: Op, q: _Quant, rw: Rewriter) -> Value | None:
+        """a Concat of DQs of other scales -> com.microsoft.QLinearConcat, which requantizes
+        each part as DQ then Q do (the same f32 operations, so the same 8-bit values)"""
+        parts = [_deq(v, self.module) for v in f.operands]
+        if not all(_activation(x) and x is not None and x.q.type.dtype is q.dtype for x in parts):
+            return None
+        operands = [q.scale, self._zp(q, f, rw)]
+        for x in parts:
+            assert x is not None
+            operands += [x.q, x.scale, self._zp(x, f, rw)]
+        return self._emit(rw, q, "com.microsoft.QLinearConcat", operands, {"axis": f.attrs.get("axis", 0)}, f)
 
     # ---- building ----------------------------------------------------------------------------
 
