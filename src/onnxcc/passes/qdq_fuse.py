@@ -230,9 +230,9 @@ class _FuseQdq(RewritePattern):
         m = w.q.type.shape[0]
         if not isinstance(m, int) or not _weight(w, self.module, m, 0):
             return None
-        has_bias = len(ins) > 2 and ins[2] is not None
-        b = _deq(ins[2], self.module) if has_bias else None
-        if has_bias and not _bias_ok(b, self.module, x, w, m):
+        bias = ins[2] if len(ins) > 2 else None
+        b = None if bias is None else _deq(bias, self.module)
+        if bias is not None and not _bias_ok(b, self.module, x, w, m):
             return None
         # (zero points are made only once the group is known to fuse: nothing is left behind)
         operands = [x.q, x.scale, self._zp(x, f, rw), w.q, w.scale, self._zp(w, f, rw),
