@@ -7,7 +7,8 @@
   mask_index    [B] (each row's end position) or [B, T] / [B, S, T] raw (0 = masked)
   past          refused (and the present output)
   QKV = f32(sum((x - x_zp) * (w - w_zp))) * (input_scale * weight_scale[col]) + bias[col], as
-  onnxruntime's kernel (the integer product exact in i32), then multi-head scaled dot-product
+  onnxruntime's kernel (the integer product exact in i32; on the VNNI GEMM for a constant
+  weight), then multi-head scaled dot-product
   attention over Q, K, V (contrib_attention's `lower_sdpa`; masked scores get
   mask_filter_value added, future keys too with unidirectional = 1).
 """
@@ -22,6 +23,7 @@ from ..ir import DType, TensorType, canon
 from ..kernel import Const, cast, select
 from .contrib_attention import lower_sdpa, sdpa
 from .contrib_rotary import refusal
+from .int8_gemm import vnni_matmul
 from .int_gemm import per_element
 from .matmul import matmul_compute, matmul_integer
 from .registry import InferCtx, RefCtx, define, onnx_inputs
@@ -112,7 +114,9 @@ def _lower(ctx) -> None:
         return v if wz is None else v - cast(per_element(wz, ix[-1]), i32)
 
     acc = ctx.temp(i32, (*x.shape[:2], w.shape[1]), "qkv_acc")
-    matmul_compute(ctx, acc, x.shape, w.shape, load_x, load_w)
+    # a constant weight on the VNNI GEMM (int8_gemm.py): the same exact i32 sums
+    if not vnni_matmul(ctx, acc, x, xz, w, wz):
+        matmul_compute(ctx, acc, x.shape, w.shape, load_x, load_w)
     qkv = ctx.temp(f32, acc.shape, "qkv")
     xs, ws = a["input_scale"], a["weight_scale"]
     ctx.compute(qkv, lambda b, s, c: cast(acc[(b, s, c)], f32) * (cast(per_element(xs, 0), f32)

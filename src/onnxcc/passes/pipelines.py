@@ -8,6 +8,7 @@ compiler/pipeline.py, which starts with DEFAULT_GRAPH_PIPELINE.
 #: ONNX import -> clean graph IR
 DEFAULT_GRAPH_PIPELINE = ",".join([
     "shape-inference",  # recompute symbolic result types, propagate shape-chain values, record constraints
+    "qdq-fuse",         # DQ -> Conv / MatMul / Gemm / Add -> Q groups into the QLinear ops (int8 kernels)
     "canonicalize",     # fold constants and shape chains, simplify identities, drop dead ops
     "fold-conv-affine", # BatchNormalization / constant per-channel Mul, Add after a Conv -> its weights
     "nhwc-region",      # chains of depthwise / 1x1 convs channels-last, one layout change at each end

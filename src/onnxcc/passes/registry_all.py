@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     lower,
     nhwc_region,
     prune_symbols,
+    qdq_fuse,
     shape_inference,
     specialize,
     specialize_value,
