@@ -33,9 +33,11 @@ constant weight as B; so the whole chain is moved:
   `onnx.Transpose` (perm 0 3 1 2), which fusion folds into its readers.
 
 Rank-0 operands (Clip's bounds, a scalar) stay as they are. An AveragePool joins where
-its divisor is the constant window size (cc.avgpool_nhwc). Everything else (other pooling,
-other Concats, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a
-region value it gets the NCHW one back. The rewrite is exact (the same sums in the same
+its divisor is the constant window size (cc.avgpool_nhwc); GlobalAveragePool, GlobalMaxPool
+and a ReduceMean over H, W keeping its dims join as cc.global_*pool_nhwc, whose [N, 1, 1, C]
+result leaves the region without a feature-map conversion (a net's head no longer counts one
+against the region). Everything else (other pooling, other Concats, Reshape, grouped convs)
+is outside: where it reads a region value it gets the NCHW one back. The rewrite is exact (the same sums in the same
 order per tap; the GEMM paths sum a conv as the NCHW path does, up to f32 reassociation).
 """
 
@@ -169,6 +171,36 @@ def _plain_maxpool(op: Op) -> bool:
     return len(op.results) == 1 and ks is not None and len(ks) == 2 and int(op.attrs.get("storage_order", 0)) == 0
 
 
+GLOBAL_POOLS = {"onnx.GlobalAveragePool": "cc.global_avgpool_nhwc", "onnx.GlobalMaxPool": "cc.global_maxpool_nhwc",
+                "onnx.ReduceMean": "cc.global_avgpool_nhwc"}
+"""ops that pool a 4-D value over H and W into [N, C, 1, 1] (ops/pool_nhwc.py): inside a region
+their reduction loads a vector of channels per step and their [N, 1, 1, C] result leaves the
+region without moving a feature map"""
+
+
+def _global_pool(op: Op, module: Module) -> str | None:
+    """the channels-last op for a global pool over H, W of a 4-D value (a ReduceMean over axes
+    2, 3 that keeps its dims too), or None"""
+    kind = GLOBAL_POOLS.get(op.name)
+    if kind is None or len(op.results) != 1 or op.operands[0].type.rank != 4:
+        return None
+    if op.name == "onnx.ReduceMean":
+        if not int(op.attrs.get("keepdims", 1)):
+            return None
+        if len(op.operands) > 1:
+            axes = const_value(op.operands[1], module)
+            if axes is None:
+                return None
+            axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+        else:
+            axes = list(op.attrs.get("axes") or [])
+        if sorted(a % 4 for a in axes) != [2, 3] or len(axes) != 2:
+            return None
+    elif len(op.operands) != 1:
+        return None
+    return kind
+
+
 def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
@@ -201,7 +233,7 @@ class _Finder:
             return _plain_maxpool(op) and avg_constant_divisor(op.attrs) and op.operands[0].type.rank == 4
         if op.name == "onnx.Concat":
             return _channel_concat(op) and all(v.type.rank == 4 and self.constant(v) is None for v in op.operands)
-        return False
+        return _global_pool(op, self.module) is not None
 
     def constant(self, v: Value) -> np.ndarray | None:
         return const_value(v, self.module)
@@ -279,6 +311,11 @@ def _folded_relus(ops: list[Op], module: Module) -> dict[int, Op]:
     return out
 
 
+def _unit_plane(t: TensorType) -> bool:
+    """[N, C, 1, 1] with a static C: channels-last the same elements in the same order"""
+    return t.shape[2] == 1 and t.shape[3] == 1 and isinstance(t.shape[1], int)
+
+
 def _permuted(t: TensorType) -> TensorType:
     return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
 
@@ -303,12 +340,16 @@ class _Rewriter:
             op.erase()
 
     def rewrite(self, op: Op) -> None:
-        operands = [self.operand(v, op) for v in op.operands]
+        pooled = _global_pool(op, self.module)
+        ins = op.operands[:1] if pooled else op.operands  # a ReduceMean's axes are the op's now
+        operands = [self.operand(v, op) for v in ins]
         rt = _permuted(op.results[0].type)
         if id(op) in self.folded:  # the conv's stores apply it
             self.new[id(op.results[0])] = self.new[id(self.folded[id(op)].results[0])]
             return
-        if op.name == "onnx.Conv":
+        if pooled:
+            new = Op(pooled, operands, [rt], {}, loc=op.loc, result_names=[op.results[0].name])
+        elif op.name == "onnx.Conv":
             attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
             if id(op) in self.relu_convs:
                 attrs["relu"] = 1
@@ -366,11 +407,18 @@ class _Rewriter:
             return
         new = self.new[id(old)]
         anchor = new.owner
-        k = self.block.ops.index(anchor)
-        t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,
-               result_names=[old.name])
+        assert isinstance(anchor, Op)
+        if _unit_plane(old.type):
+            # [N, 1, 1, C] and [N, C, 1, 1] hold their elements in the same order: a Reshape, a
+            # view, where a Transpose is a compute that fusion would inline the pool into (its
+            # reduction then strided over the channels again); Reshape's 0 keeps N
+            shape = self.const(np.array([0, old.type.shape[1], 1, 1], np.int64), anchor, "unit_plane")
+            t = Op("onnx.Reshape", [new, shape], [old.type], {}, loc=op.loc, result_names=[old.name])
+        else:
+            t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,
+                   result_names=[old.name])
         t.parent = self.block
-        self.block.ops.insert(k + 1, t)
+        self.block.ops.insert(self.block.ops.index(anchor) + 1, t)
         for u in outside:
             u.op.set_operand(u.index, t.results[0])
 
