@@ -134,18 +134,23 @@ at 224x224; a stem before a depthwise conv keeps STEM_MIN_COUT (see above)"""
 
 
 def _feeds_dense(op: Op, module: Module) -> bool:
-    """whether `op`'s result reaches a dense conv that pays (`_dense_pays`) through a chain of
-    single-use unary ops and plain pools"""
+    """whether `op`'s result reaches a dense conv that pays (`_dense_pays`) as its input, through
+    a chain of unary ops and plain pools; the chain's values may have other readers too (a
+    residual Add reading a stem's Relu: benchmarks/convnets.py's resnet net, whose stem outside
+    the region entered it twice, through the conv's padded copy and the Add's transposing read)"""
     v = op.results[0]
     for _ in range(8):
-        if len(v.uses) != 1:
+        nxt = None
+        for u in v.uses:
+            user = u.op
+            if user.name == "onnx.Conv":
+                if u.index == 0 and _conv_kind(user, module) == "dense" and _dense_pays(user, module):
+                    return True
+            elif nxt is None and (user.name in UNARY or (user.name == "onnx.MaxPool" and _plain_maxpool(user))):
+                nxt = user.results[0]
+        if nxt is None:
             return False
-        user = v.uses[0].op
-        if user.name == "onnx.Conv":
-            return v is user.operands[0] and _conv_kind(user, module) == "dense" and _dense_pays(user, module)
-        if user.name not in UNARY and not (user.name == "onnx.MaxPool" and _plain_maxpool(user)):
-            return False
-        v = user.results[0]
+        v = nxt
     return False
 
 
