@@ -25,8 +25,9 @@ constant weight as B; so the whole chain is moved:
   pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
   layout change of a whole feature map, a dense conv counting `DENSE_WEIGHT`; a value from
   outside read only by dense convs is no change (each conv's padded copy transposes it), and
-  a stem whose result reaches a dense conv joins from `DENSE_STEM_MIN_COUT` outputs, so a
-  short plain chain (3 -> 16 -> 32 convs with pools) is one region from its input;
+  an image stem (at most 4 input channels, read from a planar padded copy) or a stem whose
+  result reaches a dense conv joins from `DENSE_STEM_MIN_COUT` outputs, so a short plain
+  chain (3 -> 16 -> 32 convs with pools) or a mobile net is one region from its input;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
@@ -50,6 +51,7 @@ import numpy as np
 
 from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
 from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
+from ..ops.conv_implicit import PLANAR_MAX_CIN
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
 from ..ops.pool_nhwc import avg_constant_divisor
 from .base import ModulePass, PassContext, register_pass
@@ -117,20 +119,26 @@ DENSE_MIN_COUT = 32
 columns are the output channels, 32 per packed panel (kernel/conv_call.py), so with fewer
 most lanes are masked"""
 STEM_MIN_COUT = 64
-"""a dense conv of fewer than 16 input channels (a stem: K = 9 * 3) joins only from this
-many output channels, whose input rows then serve two panels. Measured (1 thread, CPU
-clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 7.4 ms at
+"""a dense conv of fewer than 16 input channels (a stem: K = 9 * 3) joins from this many
+output channels, whose input rows then serve two panels (smaller stems: DENSE_STEM_MIN_COUT).
+Measured before the planar stem copy (its channels-last copy was scalar code; 1 thread,
+CPU clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 7.4 ms at
 224x224; torchvision mobilenet_v2's 3 -> 32 stem 1.24x -> 1.29x at 224x224 and 1.06x ->
 1.16x at 96x128; benchmarks/convnets.py's mobile net with a 3 -> 16 stem 1.43x -> 1.72x"""
 
 
 DENSE_STEM_MIN_COUT = 16
-"""a stem whose result reaches a dense conv (through Relus and pools) joins from this many
-output channels: outside, its NCHW result would enter the region through the next conv's
-padded copy, a transposing gather per pooled pixel of every channel (27% of the plain net
+"""an image stem (at most PLANAR_MAX_CIN input channels, whose windows the conv call reads
+from a planar padded copy of the input, contiguous along W: ops/conv_implicit.py) joins from
+this many output channels: benchmarks/convnets.py's mobile net (3 -> 16 stride-2 stem, then
+depthwise blocks) 0.68 -> 0.57 ms at 224x224 and 0.70 -> 0.56 ms at 4x112x112 (1 thread, CPU
+clock; the NCHW stem's result entered the region through a transposing padded copy). A stem
+of 5 to 15 input channels joins from this many outputs where its result reaches a dense
+conv (through Relus and pools): outside, its NCHW result would enter the region through
+the next conv's padded copy, a transposing gather per pooled pixel of every channel (27% of the plain net
 of benchmarks/convnets.py at 224x224); inside, only its 3-channel input is converted, in the
 stem's own padded copy. Measured on that net (1 thread, CPU clock) 4.8 -> 3.5 ms per run
-at 224x224; a stem before a depthwise conv keeps STEM_MIN_COUT (see above)"""
+at 224x224; such a stem before a depthwise conv keeps STEM_MIN_COUT (see above)"""
 
 
 def _feeds_dense(op: Op, module: Module) -> bool:
@@ -165,7 +173,7 @@ def _dense_pays(op: Op, module: Module) -> bool:
     if any(int(d) >= MIN_REGIME_EXTENT for d in dilations):
         return False
     if cin < 16 and DENSE_STEM_MIN_COUT <= cout < STEM_MIN_COUT:
-        return _feeds_dense(op, module)
+        return cin <= PLANAR_MAX_CIN or _feeds_dense(op, module)
     return cout >= DENSE_MIN_COUT and (cin >= 16 or cout >= STEM_MIN_COUT)
 
 
