@@ -6,9 +6,10 @@ The graph holds a dense 3x3 stride-2 stem and, in one region with it, an inverte
 block (1x1 expand to 40 channels (not a multiple of 16) -> Clip 0..6 -> 3x3 depthwise ->
 HardSwish -> 1x1 project -> residual Add, then three more of 24 -> 48 -> 24), a 5x5
 stride-2 depthwise with uneven pads, SiLU (x * Sigmoid(x)), an SE block (GlobalAveragePool
--> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul broadcast: all inside the region), a dilated 3x3 depthwise and a per-channel constant Add; its exits
-feed a Flatten -> Gemm, a Concat and a Shape. Tolerance rtol 1e-4, atol 1e-4: sums of up to 360 products of N(0, 1)
-values and small weights, summed in another order than onnxruntime's."""
+-> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul broadcast: all inside the region), a dilated
+3x3 depthwise and a per-channel constant Add; its exits feed a Flatten -> Gemm, a Concat
+and a Shape. Tolerance rtol 1e-4, atol 1e-4: sums of up to 360 products of N(0, 1) values
+and small weights, summed in another order than onnxruntime's."""
 
 from __future__ import annotations
 
