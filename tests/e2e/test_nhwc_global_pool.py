@@ -92,3 +92,35 @@ def test_reduce_mean_dropping_its_dims_stays_out(tmp_path):
     assert "global_avgpool_nhwc" not in text
     assert "onnx.ReduceMean(" in text
     _check(tmp_path, ["y"])
+
+
+@pytest.mark.parametrize("head", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_region_references_match_onnxruntime(tmp_path, head):
+    """The numpy references of the channels-last ops (the interpreter over the rewritten
+    module) against onnxruntime: what the other tests' compiled runs are checked by."""
+    from onnxcc.frontend import load_onnx
+    from onnxcc.interp import run as interp_run
+    from onnxcc.passes.nhwc_region import nhwc_regions
+
+    _model(tmp_path / "m.onnx", head, 40)
+    module = load_onnx(tmp_path / "m.onnx")
+    assert nhwc_regions(module)
+    assert "global_" in str(module)
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 3, 11, 6)).astype(np.float32)}
+    got = interp_run(module, list(feeds.values()))[0]
+    np.testing.assert_allclose(got, ort_run(tmp_path / "m.onnx", feeds)["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_max_pool_call_lets_nan_win(tmp_path):
+    """A NaN in one channel's map is that channel's max (np.max's rule, the reference's), the
+    other channels unaffected."""
+    _model(tmp_path / "m.onnx", "GlobalMaxPool", 40, also_map=True)
+    onnxcc.compile(tmp_path / "m.onnx", tmp_path / "lib", max_versions=1)
+    lib = onnxcc.load(tmp_path / "lib")
+    x = np.random.default_rng(6).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    x[1, 0, 4, 4] = np.nan  # reaches some channels of image 1 through the 3x3 windows
+    got = lib.run({"x": x})
+    want = np.max(got["m"], axis=(2, 3))
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_array_equal(np.isnan(got["y"]), np.isnan(want))
+    np.testing.assert_allclose(got["y"], want, rtol=0, atol=0)
