@@ -25,9 +25,10 @@ constant weight as B; so the whole chain is moved:
   pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
   layout change of a whole feature map, a dense conv counting `DENSE_WEIGHT`; a value from
   outside read only by dense convs is no change (each conv's padded copy transposes it), and
-  an image stem (at most 4 input channels, read from a planar padded copy) or a stem whose
-  result reaches a dense conv joins from `DENSE_STEM_MIN_COUT` outputs, so a short plain
-  chain (3 -> 16 -> 32 convs with pools) or a mobile net is one region from its input;
+  an image stem (at most 4 input channels, read from a planar padded copy; 16, 32 or 48
+  outputs) or a stem whose result reaches a dense conv joins from `DENSE_STEM_MIN_COUT`
+  outputs, so a short plain chain (3 -> 16 -> 32 convs with pools) or a mobile net is one
+  region from its input;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
@@ -129,10 +130,14 @@ CPU clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 
 
 DENSE_STEM_MIN_COUT = 16
 """an image stem (at most PLANAR_MAX_CIN input channels, whose windows the conv call reads
-from a planar padded copy of the input, contiguous along W: ops/conv_implicit.py) joins from
-this many output channels: benchmarks/convnets.py's mobile net (3 -> 16 stride-2 stem, then
-depthwise blocks) 0.68 -> 0.57 ms at 224x224 and 0.70 -> 0.56 ms at 4x112x112 (1 thread, CPU
-clock; the NCHW stem's result entered the region through a transposing padded copy). A stem
+from a planar padded copy of the input, contiguous along W: ops/conv_implicit.py) of a whole
+number of 16-channel vectors joins from this many output channels: benchmarks/convnets.py's
+mobile net (3 -> 16 stride-2 stem, then depthwise blocks) 0.68 -> 0.57 ms at 224x224 and
+0.70 -> 0.56 ms at 4x112x112 (1 thread, CPU clock; the NCHW stem's result entered the region
+through a transposing padded copy); zoo (1 thread, CPU clock, against onnxruntime) mnasnet0_5
+0.99x -> 0.77x, mobilenet_v3_small 0.44x -> 0.40x, lraspp_mobilenet_v3 0.92x -> 0.81x,
+mobilenet_v2 0.70x -> 0.64x; shufflenet_v2_x0_5's 3 -> 24 stem took its first block into a
+region and ran 0.49x -> 0.70x, so 24 (a masked half vector) stays out. A stem
 of 5 to 15 input channels joins from this many outputs where its result reaches a dense
 conv (through Relus and pools): outside, its NCHW result would enter the region through
 the next conv's padded copy, a transposing gather per pooled pixel of every channel (27% of the plain net
@@ -173,7 +178,7 @@ def _dense_pays(op: Op, module: Module) -> bool:
     if any(int(d) >= MIN_REGIME_EXTENT for d in dilations):
         return False
     if cin < 16 and DENSE_STEM_MIN_COUT <= cout < STEM_MIN_COUT:
-        return cin <= PLANAR_MAX_CIN or _feeds_dense(op, module)
+        return (cin <= PLANAR_MAX_CIN and cout % 16 == 0) or _feeds_dense(op, module)
     return cout >= DENSE_MIN_COUT and (cin >= 16 or cout >= STEM_MIN_COUT)
 
 
