@@ -23,7 +23,7 @@ from onnxcc.testing import ort_run
 SHAPES = [(1, 1, 1), (3, 5, 7), (2, 37, 29), (1, 16, 3)]
 
 
-def _model(path, head: str, cout: int, also_map: bool = False) -> None:
+def _model(path, head: str, cout: int, also_map: bool = False, flatten: bool = True) -> None:
     rng = np.random.default_rng(cout)
     inits = [numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) / 5).astype(np.float32), "w1"),
              numpy_helper.from_array((rng.standard_normal((cout, 16, 3, 3)) / 12).astype(np.float32), "w2"),
@@ -43,7 +43,7 @@ def _model(path, head: str, cout: int, also_map: bool = False) -> None:
         nodes.append(helper.make_node("ReduceMean", ["m"], ["p"], axes=[2, 3], keepdims=0))
     else:
         nodes.append(helper.make_node(head, ["m"], ["p"]))
-    nodes.append(helper.make_node("Flatten", ["p"], ["y"]))
+    nodes.append(helper.make_node("Flatten" if flatten else "Identity", ["p"], ["y"]))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
     outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     if also_map:
@@ -124,3 +124,10 @@ def test_max_pool_call_lets_nan_win(tmp_path):
     assert np.isnan(want).any() and not np.isnan(want).all()
     np.testing.assert_array_equal(np.isnan(got["y"]), np.isnan(want))
     np.testing.assert_allclose(got["y"], want, rtol=0, atol=0)
+
+
+def test_pooled_result_returned_as_it_is(tmp_path):
+    """The [N, C, 1, 1] result read by nothing but the graph's output (the Reshape view of the
+    pool's buffer is what the caller gets)."""
+    _model(tmp_path / "m.onnx", "GlobalAveragePool", 40, flatten=False)
+    _check(tmp_path, ["y"])
