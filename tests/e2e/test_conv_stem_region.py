@@ -62,22 +62,46 @@ def test_stem_and_conv_are_one_region(tmp_path):
     assert text.count("perm = [0, 3, 1, 2]") == 1
 
 
-def test_stem_before_a_depthwise_conv_stays_out(tmp_path):
-    """A 3 -> 16 stem whose result reaches a depthwise conv (a mobile net's) keeps
-    STEM_MIN_COUT: it stays an NCHW Conv."""
-    rng = np.random.default_rng(1)
-    w1 = numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) / 5).astype(np.float32), "w1")
+def _dw_model(path, cin: int) -> None:
+    """a cin -> 16 stem, Relu, a 3x3 depthwise conv, Relu, a 1x1 conv to 32 (a mobile net's start)"""
+    rng = np.random.default_rng(cin)
+    w1 = numpy_helper.from_array((rng.standard_normal((16, cin, 3, 3)) / 5).astype(np.float32), "w1")
     w2 = numpy_helper.from_array((rng.standard_normal((16, 1, 3, 3)) / 3).astype(np.float32), "w2")
     w3 = numpy_helper.from_array((rng.standard_normal((32, 16, 1, 1)) / 4).astype(np.float32), "w3")
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1] * 4),
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[3, 3], pads=[1] * 4, strides=[2, 2]),
              helper.make_node("Relu", ["a"], ["ar"]),
              helper.make_node("Conv", ["ar", "w2"], ["b"], kernel_shape=[3, 3], pads=[1] * 4, group=16),
              helper.make_node("Relu", ["b"], ["br"]),
              helper.make_node("Conv", ["br", "w3"], ["y"], kernel_shape=[1, 1])]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", cin, "H", "W"])
     g = helper.make_graph(nodes, "dw", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                           [w1, w2, w3])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), tmp_path / "m.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_image_stem_before_a_depthwise_conv_joins(tmp_path):
+    """A 3 -> 16 stem before a depthwise conv (a mobile net's) joins the region: the conv call
+    reads its windows from a planar padded copy of the input (ops/conv_implicit.py), so the
+    input's one change of layout is a copy contiguous along W. Against onnxruntime at odd
+    planes and batch 1 to 3."""
+    _dw_model(tmp_path / "m.onnx", 3)
+    text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
+    assert "onnx.Conv(" not in text
+    assert text.count("cc.conv_nhwc(") == 3
+    kernel = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
+    assert "xplanar" in kernel
+    onnxcc.compile(tmp_path / "m.onnx", tmp_path / "lib", max_versions=1)
+    lib = onnxcc.load(tmp_path / "lib")
+    for n, h, w in ((1, 1, 1), (3, 9, 14), (2, 31, 17)):
+        feeds = {"x": np.random.default_rng(h * w).standard_normal((n, 3, h, w)).astype(np.float32)}
+        np.testing.assert_allclose(lib.run(feeds)["y"], ort_run(tmp_path / "m.onnx", feeds)["y"],
+                                   rtol=1e-4, atol=1e-4, err_msg=f"{n}x{h}x{w}")
+
+
+def test_stem_of_five_channels_before_a_depthwise_conv_stays_out(tmp_path):
+    """A 5 -> 16 stem (more channels than the planar copy takes) whose result reaches only a
+    depthwise conv keeps STEM_MIN_COUT: it stays an NCHW Conv."""
+    _dw_model(tmp_path / "m.onnx", 5)
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
     assert "onnx.Conv(%x" in text
     assert "cc.conv_nhwc(%x" not in text

@@ -6,10 +6,10 @@ The graph holds a dense 3x3 stride-2 stem (NCHW) and, in one region, an inverted
 block (1x1 expand to 40 channels (not a multiple of 16) -> Clip 0..6 -> 3x3 depthwise ->
 HardSwish -> 1x1 project -> residual Add, then three more of 24 -> 48 -> 24), a 5x5
 stride-2 depthwise with uneven pads, SiLU (x * Sigmoid(x)), an SE block (GlobalAveragePool
--> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul broadcast: the pooling leaves the region, its
-scale comes back in), a dilated 3x3 depthwise and a per-channel constant Add; its exits
-feed a Flatten -> Gemm, a Concat and a Shape. Tolerance rtol 1e-4, atol 1e-4: sums of up to 360 products of N(0, 1)
-values and small weights, summed in another order than onnxruntime's."""
+-> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul broadcast: all inside the region), a dilated
+3x3 depthwise and a per-channel constant Add; its exits feed a Flatten -> Gemm, a Concat
+and a Shape. Tolerance rtol 1e-4, atol 1e-4: sums of up to 360 products of N(0, 1) values
+and small weights, summed in another order than onnxruntime's."""
 
 from __future__ import annotations
 
@@ -88,13 +88,19 @@ def built(tmp_path_factory):
 
 
 def test_region_is_channels_last(tmp_path):
-    """The six depthwise and ten 1x1 convs became cc.conv_nhwc; the dense stem stays an
-    NCHW Conv (the region's entry), converted once."""
+    """The six depthwise and ten 1x1 convs became cc.conv_nhwc, the SE and head pools
+    cc.global_avgpool_nhwc; the 3 -> 24 stem stays an NCHW Conv (24 channels: a masked half
+    vector, passes/nhwc_region.py DENSE_STEM_MIN_COUT): its result is the one entry, the
+    Concat's operand the one feature map leaving, the head pool's [N, 1, 1, C] leaves as a
+    Reshape (a view)."""
     _model(tmp_path / "m.onnx")
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
     assert text.count("cc.conv_nhwc(") == 16
     assert text.count("onnx.Conv(") == 1
-    assert text.count("perm = [0, 2, 3, 1]") == 2  # the stem's output and the SE pool's
+    assert text.count("cc.global_avgpool_nhwc(") == 2
+    assert text.count("perm = [0, 2, 3, 1]") == 1  # the stem's result
+    assert text.count("perm = [0, 3, 1, 2]") == 1  # the Concat's and Shape's operand
+    assert text.count("onnx.Reshape(") == 1  # the head pool to Flatten
 
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))

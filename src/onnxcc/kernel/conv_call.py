@@ -42,4 +42,15 @@ def pack_w(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(full.reshape(wk.shape[0], panels(mo), NR).transpose(1, 0, 2))
 
 
-__all__ = ["CALLEE", "NR", "SIZES", "pack_w", "panels"]
+def pack_w_planar(w: np.ndarray) -> np.ndarray:
+    """Conv weights [M, C, KH, KW] as the packed Q with K ordered (kh, c, kw): the order of a
+    window in a planar padded copy [N, C, HP, WP] (a stem's few input channels), read as KH x C
+    segments of KW contiguous elements."""
+    mo = w.shape[0]
+    wk = np.ascontiguousarray(np.asarray(w, np.float32).transpose(2, 1, 3, 0)).reshape(-1, mo)  # [K, M]
+    full = np.zeros((wk.shape[0], panels(mo) * NR), np.float32)
+    full[:, :mo] = wk
+    return np.ascontiguousarray(full.reshape(wk.shape[0], panels(mo), NR).transpose(1, 0, 2))
+
+
+__all__ = ["CALLEE", "NR", "SIZES", "pack_w", "pack_w_planar", "panels"]

@@ -17,12 +17,46 @@ import numpy as np
 
 from ..ir import DType, canon
 from ..kernel import Buffer, CallStmt, Const, select
-from ..kernel.conv_call import CALLEE, pack_w
+from ..kernel.conv_call import CALLEE, pack_w, pack_w_planar
 from .pad_guard import pad_guard
 
 
 def _literal_zero(d) -> bool:
     return isinstance(d, int) and d == 0
+
+
+PLANAR_MAX_CIN = 4
+"""a conv of at most this many input channels (an image stem) reads its windows from a planar
+padded copy [N, C, HP, WP] instead of a channels-last one: the copy of the net's NCHW input
+is then a contiguous one along W (channels-last, with 3 channels innermost, it ran as scalar
+code: 15% of benchmarks/convnets.py's mobile net at 224x224), and a window is KH x C
+segments of KW contiguous elements"""
+
+
+def _padded_read(ctx, x: Buffer, pb, pe, n, h, w, c):
+    """x[n, h - pb0, w - pb1, c], zero in the padding"""
+    pos = [h - ctx.dim(pb[0]), w - ctx.dim(pb[1])]
+    guard = pad_guard(ctx, pos, x.shape[1:3], pb, pe)
+    v = x[(n, *pos, c)]
+    return v if guard is None else select(guard, v, Const(0.0, DType.f32))  # lazy: padding is never loaded
+
+
+def _planar(ctx, x: Buffer, wv: np.ndarray, win: dict, pb, pe, oh_, ow_, relu: bool):
+    """The call's sizes, P and Q for a window read from a planar padded copy of X"""
+    n_, hin, win_, cin = x.shape
+    mo, _, kh, kw = (int(d) for d in wv.shape)
+    strides, dil = win["strides"], win["dilations"]
+    hp, wp = canon(hin + pb[0] + pe[0]), canon(win_ + pb[1] + pe[1])
+    xp = ctx.temp(DType.f32, (n_, cin, hp, wp), "xplanar")
+    ctx.compute(xp, lambda n, c, h, w: _padded_read(ctx, x, pb, pe, n, h, w, c))
+    wpd = ctx.dim(wp)
+    table = ctx.temp(DType.i64, (oh_, ow_), "rowoff")
+    ctx.compute(table, lambda oh, ow: oh * (strides[0] * wpd) + ow * strides[1])
+    q = ctx.const(pack_w_planar(wv), "wpack")
+    # K = (kh, c, kw): KH segments d0 rows apart, C planes apart each, of KW contiguous taps
+    sizes = (n_, canon(oh_ * ow_), mo, kh, canon(dil[0] * wp), cin, canon(hp * wp), kw, canon(cin * hp * wp), mo,
+             canon(oh_ * ow_ * mo), int(relu))
+    return sizes, xp, q, table
 
 
 def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
@@ -41,29 +75,25 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
         return False
     n_, hin, win_, _ = x.shape
     _, oh_, ow_, _ = y.shape
-    if all(_literal_zero(p) for p in (*pb, *pe)):
-        xp, hp, wp = x, hin, win_  # no padding: the windows are read from X itself
+    padded = not all(_literal_zero(p) for p in (*pb, *pe))
+    if padded and cin <= PLANAR_MAX_CIN and dil[1] == 1:
+        sizes, xp, q, table = _planar(ctx, x, wv, win, pb, pe, oh_, ow_, relu)
     else:
-        hp, wp = canon(hin + pb[0] + pe[0]), canon(win_ + pb[1] + pe[1])
-        xp = ctx.temp(DType.f32, (n_, hp, wp, cin), "xpad")
-        zero = Const(0.0, DType.f32)
-
-        def pad_body(n, h, w, c):
-            pos = [h - ctx.dim(pb[0]), w - ctx.dim(pb[1])]
-            guard = pad_guard(ctx, pos, (hin, win_), pb, pe)
-            v = x[(n, *pos, c)]
-            return v if guard is None else select(guard, v, zero)  # lazy: padding is never loaded
-
-        ctx.compute(xp, pad_body)
-    wpd, cd = ctx.dim(wp), ctx.dim(cin)
-    table = ctx.temp(DType.i64, (oh_, ow_), "rowoff")
-    ctx.compute(table, lambda oh, ow: (oh * (strides[0] * wpd) + ow * strides[1]) * cd)
-    q = ctx.const(pack_w(wv), "wpack")
+        if not padded:
+            xp, hp, wp = x, hin, win_  # no padding: the windows are read from X itself
+        else:
+            hp, wp = canon(hin + pb[0] + pe[0]), canon(win_ + pb[1] + pe[1])
+            xp = ctx.temp(DType.f32, (n_, hp, wp, cin), "xpad")
+            ctx.compute(xp, lambda n, h, w, c: _padded_read(ctx, x, pb, pe, n, h, w, c))
+        wpd, cd = ctx.dim(wp), ctx.dim(cin)
+        table = ctx.temp(DType.i64, (oh_, ow_), "rowoff")
+        ctx.compute(table, lambda oh, ow: (oh * (strides[0] * wpd) + ow * strides[1]) * cd)
+        q = ctx.const(pack_w(wv), "wpack")
+        # window rows of KW * C contiguous elements, or taps of C when dilated along W
+        s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
+        sizes = (n_, canon(oh_ * ow_), mo, kh, canon(dil[0] * wp * cin), s1, ss1, seg, canon(hp * wp * cin), mo,
+                 canon(oh_ * ow_ * mo), int(relu))
     bconst = ctx.const(np.zeros(mo, np.float32) if bv is None else np.asarray(bv, np.float32).reshape(-1), "bias")
-    # window rows of KW * C contiguous elements, or taps of C when dilated along W
-    s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
-    sizes = (n_, canon(oh_ * ow_), mo, kh, canon(dil[0] * wp * cin), s1, ss1, seg, canon(hp * wp * cin), mo,
-             canon(oh_ * ow_ * mo), int(relu))
     exprs = tuple(ctx.dim(canon(d)) for d in sizes)
     ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name), (y.name,)))
     return True

@@ -15,8 +15,11 @@ pixel (-inf outside X, as the NCHW pool fills)."""
 
 from __future__ import annotations
 
-from ..ir import DType, TensorType
-from ..kernel import Const, maximum, select
+import numpy as np
+
+from ..ir import DType, TensorType, canon
+from ..kernel import CallStmt, Const, Var, cast, maximum, rmax, rsum, select
+from ..kernel.chan_pool_call import CALLEE as CHANPOOL
 from .conv_blocked import tree_sum
 from .nn import pool, window_geometry
 from .pad_guard import pad_guard
@@ -100,3 +103,62 @@ def _lower(mode: str):
 
 define("cc.maxpool_nhwc", infer=_infer, reference=_reference("max"), arity=1, lower=_lower("max"), kind="reduction")
 define("cc.avgpool_nhwc", infer=_infer, reference=_reference("avg"), arity=1, lower=_lower("avg"), kind="reduction")
+
+
+# ---- global pools over H, W of a channels-last value -------------------------------------------
+#
+#     cc.global_avgpool_nhwc(X[N, H, W, C]) -> [N, 1, 1, C]   (GlobalAveragePool, ReduceMean over H, W)
+#     cc.global_maxpool_nhwc(X[N, H, W, C]) -> [N, 1, 1, C]   (GlobalMaxPool)
+#
+# A net's head pools the last feature map of a region. Outside the region it read the map back
+# through the exit Transpose, which fusion folds into the pool: one scalar strided load per
+# element (16-19% of benchmarks/convnets.py's plain net at 224x224). Inside, the output's
+# innermost axis is the channels, so each step of the reduction loads a vector of channels, and
+# the exit of [N, 1, 1, C] to [N, C, 1, 1] moves no element of a feature map.
+
+def _global_infer(ctx: InferCtx):
+    x = ctx.in_types[0]
+    if x.rank != 4:
+        raise ctx.error(f"x must be [N, H, W, C], got {x}")
+    return [TensorType(x.dtype, (x.shape[0], 1, 1, x.shape[3]))]
+
+
+def _global_reference(mode: str):
+    def reference(ctx: RefCtx, x):
+        wide = x.astype(np.float64)
+        y = wide.mean(axis=(1, 2), keepdims=True) if mode == "avg" else wide.max(axis=(1, 2), keepdims=True)
+        return [y.astype(x.dtype)]
+
+    return reference
+
+
+def _global_lower(mode: str):
+    def lower(ctx) -> None:
+        x = ctx.inputs[0]
+        if x.dtype is not DType.f32:
+            raise ctx.unsupported(f"channels-last global {mode} pool of {x.dtype.value} is not lowered")
+        sp = x.shape[1:3]
+        if ctx.f32_conv_call:  # the backend that runs the conv call runs the pool call too
+            sizes = (x.shape[0], canon(sp[0] * sp[1]), x.shape[3], int(mode == "max"))
+            y = ctx.out(0)
+            ctx.program.body.append(CallStmt(CHANPOOL, tuple(ctx.dim(canon(d)) for d in sizes), (x.name, y.name),
+                                             (y.name,)))
+            return
+        rv = [Var("r0"), Var("r1")]
+        red = list(zip(rv, sp, strict=True))
+
+        def body(n, _h, _w, c):
+            v = x[(n, *rv, c)]
+            if mode == "max":
+                return rmax(red, v)
+            return rsum(red, v) / cast(ctx.dim(canon(sp[0] * sp[1])), x.dtype)
+
+        ctx.compute(ctx.out(0), body)
+
+    return lower
+
+
+define("cc.global_avgpool_nhwc", infer=_global_infer, reference=_global_reference("avg"), arity=1,
+       lower=_global_lower("avg"), kind="reduction")
+define("cc.global_maxpool_nhwc", infer=_global_infer, reference=_global_reference("max"), arity=1,
+       lower=_global_lower("max"), kind="reduction")

@@ -25,17 +25,21 @@ constant weight as B; so the whole chain is moved:
   pays for the conversions), `min_convs` convs in all and `CONVS_PER_CONVERSION` convs per
   layout change of a whole feature map, a dense conv counting `DENSE_WEIGHT`; a value from
   outside read only by dense convs is no change (each conv's padded copy transposes it), and
-  a stem whose result reaches a dense conv joins from `DENSE_STEM_MIN_COUT` outputs, so a
-  short plain chain (3 -> 16 -> 32 convs with pools) is one region from its input;
+  an image stem (at most 4 input channels, read from a planar padded copy; 16, 32 or 48
+  outputs) or a stem whose result reaches a dense conv joins from `DENSE_STEM_MIN_COUT`
+  outputs, so a short plain chain (3 -> 16 -> 32 convs with pools) or a mobile net is one
+  region from its input;
 - inside it every 4-D value has the permuted type [N, H, W, C]; a 4-D operand from outside
   enters through one `onnx.Transpose` (perm 0 2 3 1) per value, a constant operand is
   permuted at compile time, and a value read outside (or returned) leaves through one
   `onnx.Transpose` (perm 0 3 1 2), which fusion folds into its readers.
 
 Rank-0 operands (Clip's bounds, a scalar) stay as they are. An AveragePool joins where
-its divisor is the constant window size (cc.avgpool_nhwc). Everything else (other pooling,
-other Concats, Reshape, grouped convs, GlobalAveragePool) is outside: where it reads a
-region value it gets the NCHW one back. The rewrite is exact (the same sums in the same
+its divisor is the constant window size (cc.avgpool_nhwc); GlobalAveragePool, GlobalMaxPool
+and a ReduceMean over H, W keeping its dims join as cc.global_*pool_nhwc, whose [N, 1, 1, C]
+result leaves the region without a feature-map conversion (a net's head no longer counts one
+against the region). Everything else (other pooling, other Concats, Reshape, grouped convs)
+is outside: where it reads a region value it gets the NCHW one back. The rewrite is exact (the same sums in the same
 order per tap; the GEMM paths sum a conv as the NCHW path does, up to f32 reassociation).
 """
 
@@ -48,6 +52,7 @@ import numpy as np
 
 from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
 from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
+from ..ops.conv_implicit import PLANAR_MAX_CIN
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
 from ..ops.pool_nhwc import avg_constant_divisor
 from .base import ModulePass, PassContext, register_pass
@@ -115,35 +120,50 @@ DENSE_MIN_COUT = 32
 columns are the output channels, 32 per packed panel (kernel/conv_call.py), so with fewer
 most lanes are masked"""
 STEM_MIN_COUT = 64
-"""a dense conv of fewer than 16 input channels (a stem: K = 9 * 3) joins only from this
-many output channels, whose input rows then serve two panels. Measured (1 thread, CPU
-clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 7.4 ms at
+"""a dense conv of fewer than 16 input channels (a stem: K = 9 * 3) joins from this many
+output channels, whose input rows then serve two panels (smaller stems: DENSE_STEM_MIN_COUT).
+Measured before the planar stem copy (its channels-last copy was scalar code; 1 thread,
+CPU clock, against onnxruntime): squeezenet's 3 -> 64 stem in its region 8.6 -> 7.4 ms at
 224x224; torchvision mobilenet_v2's 3 -> 32 stem 1.24x -> 1.29x at 224x224 and 1.06x ->
 1.16x at 96x128; benchmarks/convnets.py's mobile net with a 3 -> 16 stem 1.43x -> 1.72x"""
 
 
 DENSE_STEM_MIN_COUT = 16
-"""a stem whose result reaches a dense conv (through Relus and pools) joins from this many
-output channels: outside, its NCHW result would enter the region through the next conv's
-padded copy, a transposing gather per pooled pixel of every channel (27% of the plain net
+"""an image stem (at most PLANAR_MAX_CIN input channels, whose windows the conv call reads
+from a planar padded copy of the input, contiguous along W: ops/conv_implicit.py) of a whole
+number of 16-channel vectors joins from this many output channels: benchmarks/convnets.py's
+mobile net (3 -> 16 stride-2 stem, then depthwise blocks) 0.68 -> 0.57 ms at 224x224 and
+0.70 -> 0.56 ms at 4x112x112 (1 thread, CPU clock; the NCHW stem's result entered the region
+through a transposing padded copy); zoo (1 thread, CPU clock, against onnxruntime) mnasnet0_5
+0.99x -> 0.77x, mobilenet_v3_small 0.44x -> 0.40x, lraspp_mobilenet_v3 0.92x -> 0.81x,
+mobilenet_v2 0.70x -> 0.64x; shufflenet_v2_x0_5's 3 -> 24 stem took its first block into a
+region and ran 0.49x -> 0.70x, so 24 (a masked half vector) stays out. A stem
+of 5 to 15 input channels joins from this many outputs where its result reaches a dense
+conv (through Relus and pools): outside, its NCHW result would enter the region through
+the next conv's padded copy, a transposing gather per pooled pixel of every channel (27% of the plain net
 of benchmarks/convnets.py at 224x224); inside, only its 3-channel input is converted, in the
 stem's own padded copy. Measured on that net (1 thread, CPU clock) 4.8 -> 3.5 ms per run
-at 224x224; a stem before a depthwise conv keeps STEM_MIN_COUT (see above)"""
+at 224x224; such a stem before a depthwise conv keeps STEM_MIN_COUT (see above)"""
 
 
 def _feeds_dense(op: Op, module: Module) -> bool:
-    """whether `op`'s result reaches a dense conv that pays (`_dense_pays`) through a chain of
-    single-use unary ops and plain pools"""
+    """whether `op`'s result reaches a dense conv that pays (`_dense_pays`) as its input, through
+    a chain of unary ops and plain pools; the chain's values may have other readers too (a
+    residual Add reading a stem's Relu: benchmarks/convnets.py's resnet net, whose stem outside
+    the region entered it twice, through the conv's padded copy and the Add's transposing read)"""
     v = op.results[0]
     for _ in range(8):
-        if len(v.uses) != 1:
+        nxt = None
+        for u in v.uses:
+            user = u.op
+            if user.name == "onnx.Conv":
+                if u.index == 0 and _conv_kind(user, module) == "dense" and _dense_pays(user, module):
+                    return True
+            elif nxt is None and (user.name in UNARY or (user.name == "onnx.MaxPool" and _plain_maxpool(user))):
+                nxt = user.results[0]
+        if nxt is None:
             return False
-        user = v.uses[0].op
-        if user.name == "onnx.Conv":
-            return v is user.operands[0] and _conv_kind(user, module) == "dense" and _dense_pays(user, module)
-        if user.name not in UNARY and not (user.name == "onnx.MaxPool" and _plain_maxpool(user)):
-            return False
-        v = user.results[0]
+        v = nxt
     return False
 
 
@@ -158,7 +178,7 @@ def _dense_pays(op: Op, module: Module) -> bool:
     if any(int(d) >= MIN_REGIME_EXTENT for d in dilations):
         return False
     if cin < 16 and DENSE_STEM_MIN_COUT <= cout < STEM_MIN_COUT:
-        return _feeds_dense(op, module)
+        return (cin <= PLANAR_MAX_CIN and cout % 16 == 0) or _feeds_dense(op, module)
     return cout >= DENSE_MIN_COUT and (cin >= 16 or cout >= STEM_MIN_COUT)
 
 
@@ -167,6 +187,36 @@ def _plain_maxpool(op: Op) -> bool:
     AveragePool"""
     ks = op.attrs.get("kernel_shape")
     return len(op.results) == 1 and ks is not None and len(ks) == 2 and int(op.attrs.get("storage_order", 0)) == 0
+
+
+GLOBAL_POOLS = {"onnx.GlobalAveragePool": "cc.global_avgpool_nhwc", "onnx.GlobalMaxPool": "cc.global_maxpool_nhwc",
+                "onnx.ReduceMean": "cc.global_avgpool_nhwc"}
+"""ops that pool a 4-D value over H and W into [N, C, 1, 1] (ops/pool_nhwc.py): inside a region
+their reduction loads a vector of channels per step and their [N, 1, 1, C] result leaves the
+region without moving a feature map"""
+
+
+def _global_pool(op: Op, module: Module) -> str | None:
+    """the channels-last op for a global pool over H, W of a 4-D value (a ReduceMean over axes
+    2, 3 that keeps its dims too), or None"""
+    kind = GLOBAL_POOLS.get(op.name)
+    if kind is None or len(op.results) != 1 or op.operands[0].type.rank != 4:
+        return None
+    if op.name == "onnx.ReduceMean":
+        if not int(op.attrs.get("keepdims", 1)):
+            return None
+        if len(op.operands) > 1:
+            axes = const_value(op.operands[1], module)
+            if axes is None:
+                return None
+            axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+        else:
+            axes = list(op.attrs.get("axes") or [])
+        if sorted(a % 4 for a in axes) != [2, 3] or len(axes) != 2:
+            return None
+    elif len(op.operands) != 1:
+        return None
+    return kind
 
 
 def _rank0(v: Value) -> bool:
@@ -201,7 +251,7 @@ class _Finder:
             return _plain_maxpool(op) and avg_constant_divisor(op.attrs) and op.operands[0].type.rank == 4
         if op.name == "onnx.Concat":
             return _channel_concat(op) and all(v.type.rank == 4 and self.constant(v) is None for v in op.operands)
-        return False
+        return _global_pool(op, self.module) is not None
 
     def constant(self, v: Value) -> np.ndarray | None:
         return const_value(v, self.module)
@@ -279,6 +329,11 @@ def _folded_relus(ops: list[Op], module: Module) -> dict[int, Op]:
     return out
 
 
+def _unit_plane(t: TensorType) -> bool:
+    """[N, C, 1, 1] with a static C: channels-last the same elements in the same order"""
+    return t.shape[2] == 1 and t.shape[3] == 1 and isinstance(t.shape[1], int)
+
+
 def _permuted(t: TensorType) -> TensorType:
     return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
 
@@ -303,12 +358,16 @@ class _Rewriter:
             op.erase()
 
     def rewrite(self, op: Op) -> None:
-        operands = [self.operand(v, op) for v in op.operands]
+        pooled = _global_pool(op, self.module)
+        ins = op.operands[:1] if pooled else op.operands  # a ReduceMean's axes are the op's now
+        operands = [self.operand(v, op) for v in ins]
         rt = _permuted(op.results[0].type)
         if id(op) in self.folded:  # the conv's stores apply it
             self.new[id(op.results[0])] = self.new[id(self.folded[id(op)].results[0])]
             return
-        if op.name == "onnx.Conv":
+        if pooled:
+            new = Op(pooled, operands, [rt], {}, loc=op.loc, result_names=[op.results[0].name])
+        elif op.name == "onnx.Conv":
             attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
             if id(op) in self.relu_convs:
                 attrs["relu"] = 1
@@ -366,11 +425,18 @@ class _Rewriter:
             return
         new = self.new[id(old)]
         anchor = new.owner
-        k = self.block.ops.index(anchor)
-        t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,
-               result_names=[old.name])
+        assert isinstance(anchor, Op)
+        if _unit_plane(old.type):
+            # [N, 1, 1, C] and [N, C, 1, 1] hold their elements in the same order: a Reshape, a
+            # view, where a Transpose is a compute that fusion would inline the pool into (its
+            # reduction then strided over the channels again); Reshape's 0 keeps N
+            shape = self.const(np.array([0, old.type.shape[1], 1, 1], np.int64), anchor, "unit_plane")
+            t = Op("onnx.Reshape", [new, shape], [old.type], {}, loc=op.loc, result_names=[old.name])
+        else:
+            t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,
+                   result_names=[old.name])
         t.parent = self.block
-        self.block.ops.insert(k + 1, t)
+        self.block.ops.insert(self.block.ops.index(anchor) + 1, t)
         for u in outside:
             u.op.set_operand(u.index, t.results[0])
 

@@ -4,15 +4,16 @@ The sizes go into an i64 array and the buffer pointers into a pointer array, bot
 entry block's frame; the call is `i32 fn(ptr sizes, ptr buffers)` and a nonzero result
 leaves the kernel with ERR_ASSERT (the runtime set the thread's error message, which the
 dispatcher appends). cpu.py's `STMT_EMITTERS` table points here. The 8-bit GEMM calls
-(kernel/i8gemm.py) and the f32 implicit-GEMM conv (kernel/conv_call.py) keep that signature
-but their callee is defined in LLVM, in the module (gemm_int8.py, gemm_implicit.py), not in
-the runtime.
+(kernel/i8gemm.py), the f32 implicit-GEMM conv (kernel/conv_call.py) and the channels-last
+global pool (kernel/chan_pool_call.py) keep that signature but their callee is defined in
+LLVM, in the module (gemm_int8.py, gemm_implicit.py, chan_pool.py), not in the runtime.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
+from onnxcc.kernel.chan_pool_call import CALLEE as CHANPOOL_CALLEE
 from onnxcc.kernel.conv_call import CALLEE as F32CONV_CALLEE
 from onnxcc.kernel.expr import ERR_ASSERT
 from onnxcc.kernel.extern import CallStmt
@@ -20,6 +21,7 @@ from onnxcc.kernel.i8gemm import CALLEES as I8GEMM_CALLEES
 
 from ..llvm.exprs import ExprEmitter
 from ..llvm.helpers import I32, I64, PTR, get_or_declare, i32, i64
+from .chan_pool import define_callee as define_chanpool
 from .gemm_implicit import define_callee as define_f32conv
 from .gemm_int8 import define_callee
 
@@ -39,6 +41,8 @@ def emit_call(kem, ctx, s: CallStmt, k: int) -> None:
         fn = define_callee(ctx.module, s.fn)
     elif s.fn == F32CONV_CALLEE:
         fn = define_f32conv(ctx.module)
+    elif s.fn == CHANPOOL_CALLEE:
+        fn = define_chanpool(ctx.module)
     else:
         fn = get_or_declare(ctx.module, s.fn, CALL_FNTY)
     rc = b.call(fn, [sizes, bufs], name=f"call{k}.rc")
