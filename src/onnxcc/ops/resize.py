@@ -649,5 +649,27 @@ def _lower_filter(ctx, spec: _Spec, x, y, axes: list[_Axis], taps: list) -> None
         src = dst
 
 
+def channels_last_scales(op, value_of) -> tuple[int, np.ndarray] | None:
+    """(operand index, scales) of the same Resize run on the channels-last twin of its 4-D
+    input, or None where it has no such twin here: only a Resize whose constant `scales`
+    (`value_of(value)`: the constant's array or None) keep N and C as they are (exactly 1),
+    without sizes, axes or a roi in use. The twin's scales are [1, sh, sw, 1]: a scale of 1
+    leaves its axis untouched (`_is_identity`), so H and W resize as in NCHW with the
+    channels innermost (one gather or tap sum per pixel, vectorised over channels)."""
+    try:
+        spec = _spec(op)
+    except ValueError:
+        return None
+    if spec.scales is None or spec.sizes is not None or spec.axes is not None or spec.coord == "tf_crop_and_resize":
+        return None
+    v = value_of(op.operands[spec.scales])
+    if v is None or np.size(v) != 4:
+        return None
+    s = np.asarray(v, np.float32).reshape(-1)
+    if s[0] != 1.0 or s[1] != 1.0:
+        return None
+    return spec.scales, np.ascontiguousarray(s[[0, 2, 3, 1]])
+
+
 define("onnx.Resize", infer=_infer, reference=_reference, lower=_lower, arity=(1, 4))
 define("onnx.Upsample", infer=_infer, reference=_reference, lower=_lower, arity=(1, 2))

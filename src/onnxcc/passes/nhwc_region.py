@@ -51,6 +51,7 @@ from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
 from ..ops.convt_nhwc import pixel_shuffle_convt
 from ..ops.pool_nhwc import avg_constant_divisor
+from ..ops.resize import channels_last_scales
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
 from .dce import dce
@@ -208,6 +209,10 @@ class _Finder:
         if len(op.results) != 1 or op.regions:
             return False
         t = op.results[0].type
+        if op.name == "onnx.Resize":  # a decoder's upsampling (its roi is often `absent`)
+            return (t.rank == 4 and t.dtype is DType.f32 and not t.has_unknown and op.operands[0].type.rank == 4
+                    and channels_last_scales(op, self.constant) is not None)
+        t = op.results[0].type
         if t.rank != 4 or t.dtype is not DType.f32 or t.has_unknown or op.attrs.get("absent"):
             return False
         if op.name in UNARY:
@@ -322,6 +327,8 @@ class _Rewriter:
             op.erase()
 
     def rewrite(self, op: Op) -> None:
+        if op.name == "onnx.Resize":
+            return self.resize(op)
         operands = [self.operand(v, op) for v in op.operands]
         rt = _permuted(op.results[0].type)
         if id(op) in self.folded:  # the conv's stores apply it
@@ -342,6 +349,19 @@ class _Rewriter:
             if op.name == "onnx.Concat":
                 attrs["axis"] = 3
             new = Op(op.name, operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
+        self.block.insert_before(op, new)
+        self.new[id(op.results[0])] = new.results[0]
+
+    def resize(self, op: Op) -> None:
+        """The same Resize on the channels-last input, its constant scales permuted alike."""
+        found = channels_last_scales(op, lambda v: const_value(v, self.module))
+        assert found is not None  # eligible() checked
+        k, scales = found
+        operands = list(op.operands)
+        operands[0] = self.operand(op.operands[0], op)
+        operands[k] = self.const(scales, op, "scales")
+        new = Op(op.name, operands, [_permuted(op.results[0].type)], dict(op.attrs), loc=op.loc,
+                 result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
 
