@@ -2,13 +2,13 @@
 
 Five nets nobody tuned for: `plain` (3x3 convs 3->16->32 with Relu and MaxPool, global
 average pool, Gemm: the shape of the held-out benchmark), `mobile` (a stride-2 stem, then two
-depthwise-separable blocks with BatchNormalization + Relu, one depthwise at stride 2) and
-`resnet` (a stem conv, then a residual block conv-BN-Relu-conv-BN + identity, Relu), and two U-Nets (`unet`, `unet_resize`; not in the default `--nets`): 3x3 conv pairs
-over three pooled levels, a decoder that upsamples by a 2x2 stride-2 ConvTranspose (`unet`)
-or by a x2 Resize + 3x3 conv (`unet_resize`, nearest and bilinear as torch exports them),
-concatenates the encoder's skips and ends in a 1x1 conv to 3 classes per pixel (H and W
-multiples of 8). Each is
-compiled once with `onnxcc compile` (one library for every shape) and timed against
+depthwise-separable blocks with BatchNormalization + Relu, one depthwise at stride 2),
+`resnet` (a stem conv, then a residual block conv-BN-Relu-conv-BN + identity, Relu), and two
+U-Nets, `unet` and `unet_resize` (not in the default `--nets`): 3x3 conv pairs over three
+pooled levels, a decoder that upsamples by a 2x2 stride-2 ConvTranspose (`unet`) or by a x2
+Resize + 3x3 conv (`unet_resize`, nearest and bilinear as torch exports them), concatenates
+the encoder's skips and ends in a 1x1 conv to 3 classes per pixel (H and W multiples of 8).
+Each is compiled once with `onnxcc compile` (one library for every shape) and timed against
 onnxruntime, and OpenVINO where it is installed (`peers.py`; alternating rounds, medians). Each thread count
 runs in a child process of its own, because both runtimes fix their pool size at start-up.
 

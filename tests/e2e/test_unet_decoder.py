@@ -121,7 +121,8 @@ def _check(path, lib, shape, seed: int) -> None:
 
 @pytest.mark.parametrize("shape", [(1, 3, 8, 8), (3, 3, 12, 20), (2, 3, 4, 36)], ids=str)
 def test_unet_matches_onnxruntime(unet, shape):
-    _check(*unet, shape, shape[2] * 100 + shape[3])
+    path, lib = unet
+    _check(path, lib, shape, shape[2] * 100 + shape[3])
 
 
 @pytest.mark.parametrize("up", ["convt", *RESIZES])
