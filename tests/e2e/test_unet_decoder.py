@@ -85,9 +85,9 @@ def _unet(path, ups: tuple[str, str]) -> None:
 
 def _chain(path) -> None:
     """Upsamplings without skips (any H, W): ConvTranspose 2x2/s2 without bias, a bilinear
-    Resize (align_corners) and a nearest one (half_pixel, with an empty roi constant), a 3x3/s3 ConvTranspose (kernel == stride); beside
-    them NCHW ConvTransposes: 3x3/s2 pads 1 output_padding 1, 2x2/s2 output_padding 1,
-    4x4/s2 pads 1, grouped 2x2/s2."""
+    Resize (align_corners) and a nearest one (half_pixel, with an empty roi constant), a
+    3x3/s3 ConvTranspose (kernel == stride); beside them NCHW ConvTransposes: 3x3/s2 pads 1
+    output_padding 1, 2x2/s2 output_padding 1, 4x4/s2 pads 1, grouped 2x2/s2."""
     g = _G(5)
     h = g.conv(g.conv("x", 3, 16), 16, 32)
     h = g.conv(g.convt(h, 32, 16, bias=False), 16, 32)
