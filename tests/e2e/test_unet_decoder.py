@@ -57,8 +57,19 @@ class _G:
         ins = [x, w] + ([self.const(0.1 * self.rng.standard_normal(cout))] if bias else [])
         return self.node("ConvTranspose", *ins, kernel_shape=[k, k], strides=[s, s], **attrs)
 
-    def resize(self, x: str, kind: str, empty_roi: bool = False) -> str:
-        """x2 on H and W; roi absent (as torch exports) or an empty constant"""
+    def resize(self, x: str, kind: str, empty_roi: bool = False, like: str | None = None) -> str:
+        """x2 on H and W; roi absent (as torch exports) or an empty constant. With `like`, to
+        that tensor's H and W by sizes computed from the shapes, as torch exports
+        interpolate(x, size=like.shape[2:]): Concat(Shape(x)[:2], Shape(like)[2:])."""
+        if like is not None:
+            i64 = {}
+            for k, v in (("zero", 0), ("two", 2), ("four", 4)):
+                i64[k] = f"i64_{k}"
+                if not any(t.name == i64[k] for t in self.inits):
+                    self.inits.append(numpy_helper.from_array(np.array([v], np.int64), i64[k]))
+            nc = self.node("Slice", self.node("Shape", x), i64["zero"], i64["two"])
+            hw = self.node("Slice", self.node("Shape", like), i64["two"], i64["four"])
+            return self.node("Resize", x, "", "", self.node("Concat", nc, hw, axis=0), **RESIZES[kind])
         scales = self.const([1, 1, 2, 2])
         return self.node("Resize", x, self.const(np.zeros(0)) if empty_roi else "", scales, **RESIZES[kind])
 
@@ -77,7 +88,11 @@ def _unet(path, ups: tuple[str, str]) -> None:
     s2 = g.conv(g.conv(g.node("MaxPool", s1, kernel_shape=[2, 2], strides=[2, 2]), 16, 32), 32, 32)
     h = g.conv(g.conv(g.node("MaxPool", s2, kernel_shape=[2, 2], strides=[2, 2]), 32, 64), 64, 64)
     for up, skip, c in zip(ups, (s2, s1), (32, 16), strict=True):
-        h = g.convt(h, 2 * c, c) if up == "convt" else g.conv(g.resize(h, up), 2 * c, c)
+        if up == "convt":
+            h = g.convt(h, 2 * c, c)
+        else:  # "sized_...": to the skip's size (any H and W)
+            sized = up.startswith("sized_")
+            h = g.conv(g.resize(h, up.removeprefix("sized_"), like=skip if sized else None), 2 * c, c)
         h = g.conv(g.conv(g.node("Concat", h, skip, axis=1), 2 * c, c), c, c)
     out = g.node("Conv", h, g.const(g.rng.standard_normal((3, 16, 1, 1)) / 4), kernel_shape=[1, 1])
     g.save(path, [out])
@@ -102,11 +117,12 @@ def _chain(path) -> None:
 
 
 UNETS = {"convt": ("convt", "convt"), "torch_resize": ("nearest_floor", "bilinear"),
+         "sized": ("sized_nearest_floor", "sized_nearest_floor"),
          "other_resize": ("nearest_exact", "bilinear_half")}
 
 
 @pytest.fixture(scope="module", params=[  # the second linear resize's build takes ~15 s: slow
-    "convt", "torch_resize", pytest.param("other_resize", marks=pytest.mark.slow)])
+    "convt", "torch_resize", "sized", pytest.param("other_resize", marks=pytest.mark.slow)])
 def unet(request, tmp_path_factory):
     d = tmp_path_factory.mktemp(f"unet_{request.param}")
     _unet(d / "m.onnx", UNETS[request.param])
@@ -130,7 +146,22 @@ def test_unet_matches_onnxruntime(unet, shape):
     _check(path, lib, shape, shape[2] * 100 + shape[3])
 
 
-@pytest.mark.parametrize("up", ["convt", *RESIZES])
+@pytest.fixture(scope="module")
+def sized_unet(tmp_path_factory):
+    d = tmp_path_factory.mktemp("unet_sized")
+    _unet(d / "m.onnx", UNETS["sized"])
+    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
+    return d / "m.onnx", onnxcc.load(d / "lib")
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 4, 4), (2, 3, 5, 7), (1, 3, 13, 6), (3, 3, 7, 9)], ids=str)
+def test_sized_unet_any_plane(sized_unet, shape):
+    """Resized to the skip's size, the decoder takes planes the pools floor (odd ones)."""
+    path, lib = sized_unet
+    _check(path, lib, shape, shape[2] * 100 + shape[3])
+
+
+@pytest.mark.parametrize("up", ["convt", *RESIZES, "sized_bilinear"])
 def test_decoder_is_channels_last(tmp_path, up):
     """The whole net is one region: every conv, pool, upsampling and Concat channels-last,
     one layout change in (the input) and one out (the result)."""
@@ -140,7 +171,9 @@ def test_decoder_is_channels_last(tmp_path, up):
     assert "onnx.Conv(" not in text and "onnx.ConvTranspose(" not in text
     assert text.count("cc.convt_nhwc(") == (2 if up == "convt" else 0)
     assert text.count("axis = 3") == 2  # both Concats along the channels-last channel axis
-    if up != "convt":
+    if up.startswith("sized_"):  # the sizes, folded to a cc.dims, permuted
+        assert "cc.dims() {dims = [#dim<N>, #dim<H>, #dim<W>, 32]}" in text
+    elif up != "convt":
         assert text.count("dense<f32[4]: [1.0, 2.0, 2.0, 1.0]>") >= 1  # the permuted scales
 
 

@@ -51,7 +51,7 @@ from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
 from ..ops.convt_nhwc import pixel_shuffle_convt
 from ..ops.pool_nhwc import avg_constant_divisor
-from ..ops.resize import channels_last_scales
+from ..ops.resize import channels_last_resize
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
 from .dce import dce
@@ -187,6 +187,12 @@ def _plain_maxpool(op: Op) -> bool:
     return len(op.results) == 1 and ks is not None and len(ks) == 2 and int(op.attrs.get("storage_order", 0)) == 0
 
 
+def _known_dims(v: Value) -> list | None:
+    """The dims a folded shape value holds (a `cc.dims`: torch's interpolate(size=...))"""
+    owner = v.owner
+    return list(owner.attrs["dims"]) if isinstance(owner, Op) and owner.name == "cc.dims" else None
+
+
 def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
@@ -211,7 +217,7 @@ class _Finder:
         t = op.results[0].type
         if op.name == "onnx.Resize":  # a decoder's upsampling (its roi is often `absent`)
             return (t.rank == 4 and t.dtype is DType.f32 and not t.has_unknown and op.operands[0].type.rank == 4
-                    and channels_last_scales(op, self.constant) is not None)
+                    and channels_last_resize(op, self.constant, _known_dims) is not None)
         t = op.results[0].type
         if t.rank != 4 or t.dtype is not DType.f32 or t.has_unknown or op.attrs.get("absent"):
             return False
@@ -353,13 +359,18 @@ class _Rewriter:
         self.new[id(op.results[0])] = new.results[0]
 
     def resize(self, op: Op) -> None:
-        """The same Resize on the channels-last input, its constant scales permuted alike."""
-        found = channels_last_scales(op, lambda v: const_value(v, self.module))
+        """The same Resize on the channels-last input, its scales or sizes permuted alike."""
+        found = channels_last_resize(op, lambda v: const_value(v, self.module), _known_dims)
         assert found is not None  # eligible() checked
-        k, scales = found
+        k, arg = found
         operands = list(op.operands)
         operands[0] = self.operand(op.operands[0], op)
-        operands[k] = self.const(scales, op, "scales")
+        if isinstance(arg, np.ndarray):
+            operands[k] = self.const(arg, op, "scales")
+        else:
+            sizes = Op("cc.dims", (), [TensorType(DType.i64, (4,))], {"dims": arg}, loc=op.loc)
+            self.block.insert_before(op, sizes)
+            operands[k] = sizes.results[0]
         new = Op(op.name, operands, [_permuted(op.results[0].type)], dict(op.attrs), loc=op.loc,
                  result_names=[op.results[0].name])
         self.block.insert_before(op, new)
