@@ -218,7 +218,6 @@ class _Finder:
         if op.name == "onnx.Resize":  # a decoder's upsampling (its roi is often `absent`)
             return (t.rank == 4 and t.dtype is DType.f32 and not t.has_unknown and op.operands[0].type.rank == 4
                     and channels_last_resize(op, self.constant, _known_dims) is not None)
-        t = op.results[0].type
         if t.rank != 4 or t.dtype is not DType.f32 or t.has_unknown or op.attrs.get("absent"):
             return False
         if op.name in UNARY:
