@@ -1,16 +1,20 @@
 """Small conv nets with symbolic batch, H, W against onnxruntime, side by side in one process.
 
-Three nets nobody tuned for: `plain` (3x3 convs 3->16->32 with Relu and MaxPool, global
+Five nets nobody tuned for: `plain` (3x3 convs 3->16->32 with Relu and MaxPool, global
 average pool, Gemm: the shape of the held-out benchmark), `mobile` (a stride-2 stem, then two
-depthwise-separable blocks with BatchNormalization + Relu, one depthwise at stride 2) and
-`resnet` (a stem conv, then a residual block conv-BN-Relu-conv-BN + identity, Relu). Each is
-compiled once with `onnxcc compile` (one library for every shape) and timed against
+depthwise-separable blocks with BatchNormalization + Relu, one depthwise at stride 2),
+`resnet` (a stem conv, then a residual block conv-BN-Relu-conv-BN + identity, Relu), and two
+U-Nets, `unet` and `unet_resize` (not in the default `--nets`): 3x3 conv pairs over three
+pooled levels, a decoder that upsamples by a 2x2 stride-2 ConvTranspose (`unet`) or by a x2
+Resize + 3x3 conv (`unet_resize`, nearest and bilinear as torch exports them), concatenates
+the encoder's skips and ends in a 1x1 conv to 3 classes per pixel (H and W multiples of 8).
+Each is compiled once with `onnxcc compile` (one library for every shape) and timed against
 onnxruntime, and OpenVINO where it is installed (`peers.py`; alternating rounds, medians). Each thread count
 runs in a child process of its own, because both runtimes fix their pool size at start-up.
 
     unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
-    python benchmarks/convnets.py [--threads 2,1] [--nets plain,mobile,resnet]
-        [--sizes 32,112,224] [--batches 1,4] [--clock wall|cpu] [--json out.json]
+    python benchmarks/convnets.py [--threads 2,1] [--nets plain,mobile,resnet,unet,unet_resize]
+        [--sizes 32,112,224,96x160] [--batches 1,4] [--clock wall|cpu] [--json out.json]
 
 Prints one row per (net, batch, size, threads) with both medians and the ratio
 onnxcc / onnxruntime (lower is better) and onnxcc / the fastest peer, then the geomeans per
@@ -80,9 +84,24 @@ class _Net:
         w = self._init(self.rng.standard_normal((10, c)) / math.sqrt(c))
         return self.op("Gemm", h, w, self._init(0.1 * self.rng.standard_normal(10)), transB=1)
 
-    def model(self, name: str, out: str) -> onnx.ModelProto:
+    def convt(self, x: str, cin: int, cout: int) -> str:
+        """A 2x2 stride-2 ConvTranspose (a U-Net's learned upsampling; weight [Cin, Cout, 2, 2])."""
+        w = self.rng.standard_normal((cin, cout, 2, 2)) * math.sqrt(1.0 / cin)
+        b = 0.1 * self.rng.standard_normal(cout)
+        return self.op("ConvTranspose", x, self._init(w), self._init(b), kernel_shape=[2, 2], strides=[2, 2])
+
+    def resize2(self, x: str, mode: str) -> str:
+        """A x2 Resize as torch exports F.interpolate(scale_factor=2): nearest with asymmetric
+        coordinates and floor rounding, bilinear (align_corners=False) with pytorch_half_pixel."""
+        scales = self._init(np.array([1, 1, 2, 2]))
+        if mode == "nearest":
+            return self.op("Resize", x, "", scales, mode="nearest", coordinate_transformation_mode="asymmetric",
+                           nearest_mode="floor")
+        return self.op("Resize", x, "", scales, mode="linear", coordinate_transformation_mode="pytorch_half_pixel")
+
+    def model(self, name: str, out: str, out_shape: tuple = ("batch", 10)) -> onnx.ModelProto:
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, "H", "W"])
-        y = helper.make_tensor_value_info(out, TensorProto.FLOAT, ["batch", 10])
+        y = helper.make_tensor_value_info(out, TensorProto.FLOAT, list(out_shape))
         g = helper.make_graph(self.nodes, name, [x], [y], self.inits)
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -112,7 +131,57 @@ def resnet() -> onnx.ModelProto:
     return g.model("resnet", g.head(h, 32))
 
 
-NETS = {"plain": plain, "mobile": mobile, "resnet": resnet}
+UNET_WIDTHS = (16, 32, 64)
+"""a U-Net's encoder widths per level (three 2x2 max pools, so H and W are multiples of 8);
+the bottleneck has twice the last"""
+
+
+def _unet(seed: int, up) -> tuple[_Net, str]:
+    """Encoder: per level two 3x3 conv + Relu, then a 2x2 max pool; a bottleneck of two 3x3
+    convs; decoder: per level `up` (x2 upsampling and halving the channels), a Concat with the
+    encoder's skip along channels, two 3x3 conv + Relu; a 1x1 conv to 3 classes at full size.
+    Convs carry a bias (torch exports an eval-mode BatchNorm folded into it)."""
+    g = _Net(seed)
+
+    def double(h: str, cin: int, cout: int) -> str:
+        h = g.op("Relu", g.conv(h, cin, cout, 3))
+        return g.op("Relu", g.conv(h, cout, cout, 3))
+
+    skips, h, cin = [], "x", 3
+    for c in UNET_WIDTHS:
+        h = double(h, cin, c)
+        skips.append(h)
+        h, cin = g.op("MaxPool", h, kernel_shape=[2, 2], strides=[2, 2]), c
+    h = double(h, cin, 2 * cin)
+    for level, c in enumerate(reversed(UNET_WIDTHS)):
+        h = up(g, h, 2 * c, c, level)
+        h = double(g.op("Concat", h, skips.pop(), axis=1), 2 * c, c)
+    return g, g.conv(h, UNET_WIDTHS[0], 3, 1)
+
+
+def unet() -> onnx.ModelProto:
+    g, out = _unet(4, lambda g, h, cin, cout, level: g.convt(h, cin, cout))
+    return g.model("unet", out, ("batch", 3, "H", "W"))
+
+
+def unet_resize() -> onnx.ModelProto:
+    """Upsampling by Resize then a 3x3 conv + Relu halving the channels: nearest at the deepest
+    level, bilinear above it (both as torch exports them)."""
+    def up(g: _Net, h: str, cin: int, cout: int, level: int) -> str:
+        h = g.resize2(h, "nearest" if level == 0 else "linear")
+        return g.op("Relu", g.conv(h, cin, cout, 3))
+
+    g, out = _unet(5, up)
+    return g.model("unet_resize", out, ("batch", 3, "H", "W"))
+
+
+NETS = {"plain": plain, "mobile": mobile, "resnet": resnet, "unet": unet, "unet_resize": unet_resize}
+
+
+def _size(text: str) -> tuple[int, int]:
+    """'224' is a square plane, '96x160' is H x W"""
+    h, _, w = text.partition("x")
+    return int(h), int(w or h)
 
 
 def _child(args) -> list[dict]:
@@ -134,13 +203,16 @@ def _child(args) -> list[dict]:
             lib = onnxcc.load(Path(tmp) / name)
             peers = make_peers(path, args.threads, peer_names)
             for b in (int(v) for v in args.batches.split(",")):
-                for s in (int(v) for v in args.sizes.split(",")):
-                    x = np.random.default_rng(0).standard_normal((b, 3, s, s)).astype(np.float32)
+                for s in args.sizes.split(","):
+                    hw = _size(s)
+                    x = np.random.default_rng(0).standard_normal((b, 3, *hw)).astype(np.float32)
                     row = time_row(lambda f: list(lib.run(f).values()), peers, {"x": x}, args.repeats,
                                    clock=time.process_time if cpu_clock else None)
-                    row.update(net=name, batch=b, size=s, threads=args.threads, clock="cpu" if cpu_clock else "wall")
+                    size = hw[0] if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
+                    row.update(net=name, batch=b, size=size, threads=args.threads, clock="cpu" if cpu_clock else "wall")
                     rows.append(row)
-                    print(f"{name:7s} b={b} {s:4d}^2 t={args.threads}  {format_row(row, peer_names)}", flush=True)
+                    label = f"{hw[0]}^2" if hw[0] == hw[1] else f"{hw[0]}x{hw[1]}"
+                    print(f"{name:7s} b={b} {label:>7s} t={args.threads}  {format_row(row, peer_names)}", flush=True)
     return rows
 
 
@@ -149,8 +221,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", default="2,1", help="comma list; each runs in its own child process")
-    ap.add_argument("--nets", default=",".join(NETS))
-    ap.add_argument("--sizes", default="32,112,224")
+    ap.add_argument("--nets", default="plain,mobile,resnet")
+    ap.add_argument("--sizes", default="32,112,224", help="comma list of N (N x N) or HxW")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")

@@ -28,6 +28,7 @@ from . import ml  # noqa: F401
 from . import nms  # noqa: F401
 from . import nn  # noqa: F401
 from . import conv_nhwc  # noqa: F401
+from . import convt_nhwc  # noqa: F401
 from . import pool_nhwc  # noqa: F401
 from . import pointwise_extra  # noqa: F401
 from . import quant  # noqa: F401

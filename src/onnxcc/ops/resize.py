@@ -649,5 +649,37 @@ def _lower_filter(ctx, spec: _Spec, x, y, axes: list[_Axis], taps: list) -> None
         src = dst
 
 
+def channels_last_resize(op, value_of, dims_of) -> tuple[int, np.ndarray | list] | None:
+    """(operand index, new operand) of the same Resize run on the channels-last twin of its
+    4-D input, or None where it has no such twin here. It has one when N and C stay as they
+    are and no axes or roi are in use, with constant `scales` [1, 1, sh, sw] (`value_of(v)`:
+    a constant's array or None) or `sizes` [N, C, h, w] whose values the compiler knows
+    (`dims_of(v)`: a list of dims or None; torch's interpolate(size=...) after shape folding).
+    The twin's operand is [1, sh, sw, 1] (an f32 array) or [N, h, w, C] (a list of dims): an
+    axis of scale 1 or size equal to its input is left untouched (`_is_identity`), so H and
+    W resize as in NCHW with the channels innermost (one gather or tap sum per pixel,
+    vectorised over channels)."""
+    try:
+        spec = _spec(op)
+    except ValueError:
+        return None
+    if spec.axes is not None or spec.coord == "tf_crop_and_resize" or spec.policy != "stretch":
+        return None
+    perm = [0, 2, 3, 1]
+    if spec.scales is not None:
+        v = value_of(op.operands[spec.scales])
+        if v is None or np.size(v) != 4:
+            return None
+        s = np.asarray(v, np.float32).reshape(-1)
+        return (spec.scales, np.ascontiguousarray(s[perm])) if s[0] == 1.0 and s[1] == 1.0 else None
+    if spec.sizes is None:
+        return None
+    dims = dims_of(op.operands[spec.sizes])
+    shape = op.operands[spec.x].type.shape
+    if dims is None or len(dims) != 4 or not all(_same(dims[k], shape[k]) for k in (0, 1)):
+        return None
+    return spec.sizes, [dims[k] for k in perm]
+
+
 define("onnx.Resize", infer=_infer, reference=_reference, lower=_lower, arity=(1, 4))
 define("onnx.Upsample", infer=_infer, reference=_reference, lower=_lower, arity=(1, 2))

@@ -54,7 +54,9 @@ from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
 from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
 from ..ops.conv_implicit import PLANAR_MAX_CIN
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
+from ..ops.convt_nhwc import pixel_shuffle_convt
 from ..ops.pool_nhwc import avg_constant_divisor
+from ..ops.resize import channels_last_resize
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
 from .dce import dce
@@ -109,16 +111,32 @@ def _conv_kind(op: Op, module: Module) -> str | None:
     return None
 
 
+def _upsample_convt(op: Op, module: Module) -> bool:
+    """a U-Net's upsampling ConvTranspose (kernel == stride, no pads; ops/convt_nhwc.py) of f32
+    with constant weights and bias: channels-last it is one GEMM storing Y in place, so a
+    decoder's upsample -> Concat with the skip -> convs needs no layout change"""
+    if len(op.results) != 1 or not 2 <= len(op.operands) <= 3 or op.attrs.get("absent"):
+        return False
+    x, w, t = op.operands[0], op.operands[1], op.results[0].type
+    if t.dtype is not DType.f32 or t.rank != 4 or x.type.rank != 4 or t.has_unknown:
+        return False
+    if any(const_value(v, module) is None for v in op.operands[1:]):
+        return False
+    return pixel_shuffle_convt(op.attrs, w.type.shape)
+
+
 def _channel_concat(op: Op) -> bool:
     """a Concat along the channel axis of 4-D values (axis 1 or -3): channels-last it is the
     same Concat along axis 3"""
     return op.attrs.get("axis") in (1, -3) and op.results[0].type.rank == 4
 
 
-DENSE_MIN_COUT = 32
+DENSE_MIN_COUT = 16
 """a dense kxk conv joins a region from this many output channels: its implicit GEMM's
-columns are the output channels, 32 per packed panel (kernel/conv_call.py), so with fewer
-most lanes are masked"""
+columns are the output channels, 32 per packed panel (kernel/conv_call.py), with a 12x16
+micro-kernel for a panel of 16. Was 32; at 16 a U-Net's full-resolution 32 -> 16 and
+16 -> 16 convs join its region (benchmarks/convnets.py `unet`, 1 thread, CPU clock, against
+onnxruntime: 1.43x -> 1.07x at 1x256x256, 1.07x -> 0.95x at 1x128x128)"""
 STEM_MIN_COUT = 64
 """a dense conv of fewer than 16 input channels (a stem: K = 9 * 3) joins from this many
 output channels, whose input rows then serve two panels (smaller stems: DENSE_STEM_MIN_COUT).
@@ -219,6 +237,12 @@ def _global_pool(op: Op, module: Module) -> str | None:
     return kind
 
 
+def _known_dims(v: Value) -> list | None:
+    """The dims a folded shape value holds (a `cc.dims`: torch's interpolate(size=...))"""
+    owner = v.owner
+    return list(owner.attrs["dims"]) if isinstance(owner, Op) and owner.name == "cc.dims" else None
+
+
 def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
@@ -236,9 +260,14 @@ class _Finder:
         kind = _conv_kind(op, self.module)
         if kind is not None:
             return kind != "dense" or (self.dense and _dense_pays(op, self.module))
+        if op.name == "onnx.ConvTranspose":
+            return _upsample_convt(op, self.module)
         if len(op.results) != 1 or op.regions:
             return False
         t = op.results[0].type
+        if op.name == "onnx.Resize":  # a decoder's upsampling (its roi is often `absent`)
+            return (t.rank == 4 and t.dtype is DType.f32 and not t.has_unknown and op.operands[0].type.rank == 4
+                    and channels_last_resize(op, self.constant, _known_dims) is not None)
         if t.rank != 4 or t.dtype is not DType.f32 or t.has_unknown or op.attrs.get("absent"):
             return False
         if op.name in UNARY:
@@ -297,7 +326,7 @@ class _Finder:
         seen: set[int] = set()
         n = 0
         for op in ops:
-            ins = op.operands[:1] if op.name == "onnx.Conv" else op.operands
+            ins = op.operands[:1] if op.name in ("onnx.Conv", "onnx.ConvTranspose") else op.operands
             crossing = [v for v in ins if not (isinstance(v.owner, Op) and id(v.owner) in members)]
             if any(id(u.op) not in members for u in op.results[0].uses):
                 crossing.append(op.results[0])
@@ -358,6 +387,8 @@ class _Rewriter:
             op.erase()
 
     def rewrite(self, op: Op) -> None:
+        if op.name == "onnx.Resize":
+            return self.resize(op)
         pooled = _global_pool(op, self.module)
         ins = op.operands[:1] if pooled else op.operands  # a ReduceMean's axes are the op's now
         operands = [self.operand(v, op) for v in ins]
@@ -372,6 +403,8 @@ class _Rewriter:
             if id(op) in self.relu_convs:
                 attrs["relu"] = 1
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
+        elif op.name == "onnx.ConvTranspose":
+            new = Op("cc.convt_nhwc", operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
         elif op.name in ("onnx.MaxPool", "onnx.AveragePool"):
             kind = "cc.maxpool_nhwc" if op.name == "onnx.MaxPool" else "cc.avgpool_nhwc"
             new = Op(kind, operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])
@@ -380,6 +413,24 @@ class _Rewriter:
             if op.name == "onnx.Concat":
                 attrs["axis"] = 3
             new = Op(op.name, operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
+        self.block.insert_before(op, new)
+        self.new[id(op.results[0])] = new.results[0]
+
+    def resize(self, op: Op) -> None:
+        """The same Resize on the channels-last input, its scales or sizes permuted alike."""
+        found = channels_last_resize(op, lambda v: const_value(v, self.module), _known_dims)
+        assert found is not None  # eligible() checked
+        k, arg = found
+        operands = list(op.operands)
+        operands[0] = self.operand(op.operands[0], op)
+        if isinstance(arg, np.ndarray):
+            operands[k] = self.const(arg, op, "scales")
+        else:
+            sizes = Op("cc.dims", (), [TensorType(DType.i64, (4,))], {"dims": arg}, loc=op.loc)
+            self.block.insert_before(op, sizes)
+            operands[k] = sizes.results[0]
+        new = Op(op.name, operands, [_permuted(op.results[0].type)], dict(op.attrs), loc=op.loc,
+                 result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
 
@@ -399,7 +450,7 @@ class _Rewriter:
     def operand(self, v: Value, user: Op) -> Value:
         if id(v) in self.new:
             return self.new[id(v)]
-        if v.type.rank == 0 or (user.name == "onnx.Conv" and v is not user.operands[0]):
+        if v.type.rank == 0 or (user.name in ("onnx.Conv", "onnx.ConvTranspose") and v is not user.operands[0]):
             return v  # weights, bias and scalar bounds keep their layout
         if v.type.rank == 4 and const_value(v, self.module) is None:
             if id(v) not in self.entries:
