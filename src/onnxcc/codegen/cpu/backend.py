@@ -153,7 +153,7 @@ class CpuBackend:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
         shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
-        if len(versions) > 1:  # before the split: a stub's target may be in any part
+        if versions:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
         mods = [(part, lv) for m, prefix in versions
                 for part, lv in split_by_level(m, prefix, parts, functools.partial(_fn_opt, prefix, self.opt))]

@@ -71,6 +71,7 @@ from ..llvm.target import (  # noqa: F401
     target_machine,
 )
 from .flash import emit_flash
+from .frame import Frame, frame_ctx, framed
 from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
 from .rowstage import emit_row_stage
@@ -139,6 +140,8 @@ class FnCtx(ProgramContext):
         """big dims this function computes for the body functions it calls"""
         self.hoist_reader: HoistedReader | None = None
         """in a body function: where it reads big dims from (its owner's slots)"""
+        self.frame: Frame | None = None
+        """in a parallel body: where it reads its buffers' addresses from (cpu/frame.py)"""
 
     def dim(self, d: Dim) -> ir.Value:
         d = canon(d)
@@ -180,6 +183,8 @@ class FnCtx(ProgramContext):
         eb = self.eb
         if buf.alias_of is not None:
             p = self.buffer_ptr(prog.root(name))
+        elif self.frame is not None and framed(buf.kind, self._const_bytes(name) if buf.kind == "const" else 0):
+            p = self.frame.pointer(eb, name)
         elif buf.kind in ("input", "output"):
             arr, order = ((self.inputs_p, prog.inputs) if buf.kind == "input"
                           else (self.outputs_p, prog.outputs))
@@ -196,6 +201,10 @@ class FnCtx(ProgramContext):
         self._ptrs[name] = p
         return p
 
+
+    def _const_bytes(self, name: str) -> int:
+        ty = self.owner.const_global(name).value_type
+        return ty.count if isinstance(ty, ir.ArrayType) else 0
 
     def fail_block(self, code: int) -> ir.Block:
         blk = self._fails.get(code)
@@ -230,6 +239,8 @@ class KernelEmitter:
         self._stmt_ctx: FnCtx | None = None
         """the kernel-signature function statements are emitted into: body functions made now
         are called with its parallel ctx"""
+        self._frames: dict[str, Frame] = {}
+        """the parallel bodies made and not yet called: the buffers each reads from its ctx"""
 
     def run(self) -> ir.Function:
         fn = ir.Function(self.module, KERNEL_FNTY, name=self.fn_name)
@@ -497,7 +508,8 @@ class KernelEmitter:
             for v in plan.order[:ncol]:
                 n_par = canon(n_par * c.extents[v])
             n = ctx.dim(n_par)
-        pctx = self._parallel_ctx(ctx)
+        # the body's own ctx: the shared fields and its buffers' addresses (cpu/frame.py)
+        pctx = frame_ctx(ctx, self._parallel_ctx(ctx), self._frames.pop(body.name))
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
         work = compute_work(c)
         if isinstance(work, int):
@@ -561,7 +573,8 @@ class KernelEmitter:
 
     def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:
         fn, bctx = self.body_function(f"par.{c.out}")
-        begin, end, _pctx = fn.args
+        begin, end, pctx = fn.args
+        bctx.frame = self._frames[fn.name] = Frame(pctx)
         if ncol == 0:  # groups of PAR_GROUP elements of the one axis
             b = bctx.b
             em = ExprEmitter(bctx, b, access_md=md)
