@@ -26,8 +26,8 @@ _MD_REF = re.compile(r"!(\d+)")
 _LOCAL = re.compile(r'%"((?:[^"\\]|\\.)*)"|%([-\w.$]+)')
 _LABEL = re.compile(r'^"?([^\s"]+?)"?:$', re.MULTILINE)
 # labels inside metadata that only keep nodes apart (llvmlite uniques metadata by content):
-# a loop ID's `!"onnxcc.loop", i32 N` and a statement's alias scope `onnxcc.VERSION.sK`
-_LOOP_TAG = re.compile(r'(!"onnxcc\.loop"), i32 \d+')
+# a loop ID's `!"onnxcc.loop", i32 N` (a row norm's: `onnxcc.rownorm`) and a statement's alias scope `onnxcc.VERSION.sK`
+_LOOP_TAG = re.compile(r'(!"onnxcc\.(?:loop|rownorm)"), i32 \d+')
 _SCOPE_TAG = re.compile(r'"onnxcc\.version\.s\d+')
 
 
