@@ -71,7 +71,7 @@ from ..llvm.target import (  # noqa: F401
     target_machine,
 )
 from .flash import emit_flash
-from .frame import Frame, frame_ctx, framed
+from .frame import FRAME_BASE, Frame, FrameReader, close_frames, framed, open_frame
 from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
 from .rowstage import emit_row_stage
@@ -140,8 +140,10 @@ class FnCtx(ProgramContext):
         """big dims this function computes for the body functions it calls"""
         self.hoist_reader: HoistedReader | None = None
         """in a body function: where it reads big dims from (its owner's slots)"""
-        self.frame: Frame | None = None
+        self.frame: FrameReader | None = None
         """in a parallel body: where it reads its buffers' addresses from (cpu/frame.py)"""
+        self.frames: list[tuple[ir.Value, Frame]] = []
+        """the frames of the bodies this function calls, filled in when it is finished"""
 
     def dim(self, d: Dim) -> ir.Value:
         d = canon(d)
@@ -184,7 +186,7 @@ class FnCtx(ProgramContext):
         if buf.alias_of is not None:
             p = self.buffer_ptr(prog.root(name))
         elif self.frame is not None and framed(buf.kind, self._const_bytes(name) if buf.kind == "const" else 0):
-            p = self.frame.pointer(eb, name)
+            p = self.frame.pointer(eb, name, lambda owner: owner.buffer_ptr(name))
         elif buf.kind in ("input", "output"):
             arr, order = ((self.inputs_p, prog.inputs) if buf.kind == "input"
                           else (self.outputs_p, prog.outputs))
@@ -202,6 +204,10 @@ class FnCtx(ProgramContext):
         return p
 
 
+    def global_ptr(self, g: ir.GlobalVariable) -> ir.Value:
+        """Global `g` (a GEMM's packed weights), in a body through its frame."""
+        return g if self.frame is None else self.frame.pointer(self.eb, g.name, lambda owner: g)
+
     def _const_bytes(self, name: str) -> int:
         ty = self.owner.const_global(name).value_type
         return ty.count if isinstance(ty, ir.ArrayType) else 0
@@ -218,6 +224,7 @@ class FnCtx(ProgramContext):
         return self.eb.alloca(ty, name=name)
 
     def finish(self) -> None:
+        close_frames(self)
         self.hoisted.finish(self)
         self.eb.branch(self.start)
         for blk in self._fails.values():
@@ -239,8 +246,10 @@ class KernelEmitter:
         self._stmt_ctx: FnCtx | None = None
         """the kernel-signature function statements are emitted into: body functions made now
         are called with its parallel ctx"""
-        self._frames: dict[str, Frame] = {}
-        """the parallel bodies made and not yet called: the buffers each reads from its ctx"""
+        self._frame: Frame | None = None
+        self._frame_ctx: ir.Value | None = None
+        """the frame the next body functions read their addresses from and the ctx to call them
+        with (`frame_ctx`)"""
 
     def run(self) -> ir.Function:
         fn = ir.Function(self.module, KERNEL_FNTY, name=self.fn_name)
@@ -496,6 +505,7 @@ class KernelEmitter:
         if plan.flash is not None and plan.flash.rows_var is not None:
             ncol = rank - 2  # fused attention runs blocks of query rows (cpu/flash.py)
         b = ctx.b
+        pctx = self.frame_ctx(ctx)  # the body reads its buffers' addresses from it (cpu/frame.py)
         if rank == 1 and plan.vector_width and plan.strip_mine:
             # one axis: run groups of whole vector chunks in parallel
             ncol = 0
@@ -508,8 +518,6 @@ class KernelEmitter:
             for v in plan.order[:ncol]:
                 n_par = canon(n_par * c.extents[v])
             n = ctx.dim(n_par)
-        # the body's own ctx: the shared fields and its buffers' addresses (cpu/frame.py)
-        pctx = frame_ctx(ctx, self._parallel_ctx(ctx), self._frames.pop(body.name))
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
         work = compute_work(c)
         if isinstance(work, int):
@@ -544,10 +552,18 @@ class KernelEmitter:
             ctx.par_ctx = p
         return ctx.par_ctx
 
+    def frame_ctx(self, ctx: FnCtx, base: int = FRAME_BASE) -> ir.Value:
+        """A new frame (cpu/frame.py) for the body functions made next (until the next call)
+        and the ctx `ctx`'s function calls them with: the parallel ctx's fields, from slot
+        `base` the addresses the bodies ask for."""
+        self._frame_ctx, self._frame = open_frame(ctx, self._parallel_ctx(ctx), base)
+        return self._frame_ctx
+
     def body_function(self, label: str) -> tuple[ir.Function, FnCtx]:
         """A new internal `void(i64 begin, i64 end, ptr ctx)` function for
         onnxcc_parallel_for, with its own entry-block services (reading the kernel's
-        arguments from the ctx struct; a failure stores the code in the status slot)."""
+        arguments from the ctx struct; a failure stores the code in the status slot). It is
+        called with the ctx of the last frame opened (`frame_ctx`), whose addresses it reads."""
         name = f"{self.fn_name}.{label}"
         fn = ir.Function(self.module, PAR_BODY_FNTY, name=self.module.get_unique_name(name))
         fn.linkage = "internal"
@@ -569,12 +585,14 @@ class KernelEmitter:
                                             enumerate(("syms", "inputs", "outputs", "workspace"))], on_fail)
         if self._stmt_ctx is not None:  # called with that function's parallel ctx
             bctx.hoist_reader = HoistedReader(self._stmt_ctx.hoisted, lambda eb: field(eb, 5, "hoisted"), bctx.eb)
+        if self._frame is None:
+            raise CompileError(f"cpu codegen: kernel {self.program.name}: body {name} made without a frame")
+        bctx.frame = FrameReader(self._frame, pctx)
         return fn, bctx
 
     def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:
         fn, bctx = self.body_function(f"par.{c.out}")
-        begin, end, pctx = fn.args
-        bctx.frame = self._frames[fn.name] = Frame(pctx)
+        begin, end, _pctx = fn.args
         if ncol == 0:  # groups of PAR_GROUP elements of the one axis
             b = bctx.b
             em = ExprEmitter(bctx, b, access_md=md)

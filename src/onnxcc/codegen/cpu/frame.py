@@ -1,14 +1,16 @@
-"""Buffer pointers handed to a parallel body function by its caller (a "frame" in its ctx).
+"""Addresses handed to parallel body functions by their caller (a "frame" in their ctx).
 
-A parallel body (`par.*`, emit.py `_parallel_body`) used to compute each buffer's address in
-its own entry block: a temp's `workspace + offset` from the memory plan, an input's slot in
-the `inputs` array, a weight's global. Those are the only things that differ between the
-bodies of two layers of the same shape (bert's attention, a transformer's layer norms), so
-LLVM optimised and compiled every layer's copy again (0.65 s per attention kernel). Here
-the body instead loads its k-th buffer's address from slot `FRAME_BASE + k` of the ctx it
-is called with, k in the order the body first asks for buffers; the caller builds that ctx
-per body (the shared ctx's fields, then the addresses, which it computes in its own entry
-block). Two layers' bodies then print alike and `dedup.py` compiles one of them.
+A parallel body (`par.*`, emit.py `_parallel_body`; a GEMM's packing and tile tasks, gemm.py)
+used to compute each buffer's address in its own entry block: a temp's `workspace + offset`
+from the memory plan, an input's slot in the `inputs` array, a weight's global (a GEMM's
+packed weights). Those are the only things that differ between the bodies of two layers of
+the same shape (bert's attention and projections, a transformer's layer norms), so LLVM
+optimised and compiled every layer's copy again (0.65 s per bert attention kernel). Here a
+body instead loads the k-th address it asks for from slot `base + k` of the ctx it is called
+with; the caller builds that ctx per frame (`open_frame`: the shared ctx's fields, then, once
+its function is finished, `close_frames`, the addresses, computed in its own entry block).
+Two layers' bodies then print alike and `dedup.py` compiles one of them. The bodies of one
+GEMM share one frame (the packer and the tasks are called with the same ctx).
 
 LLVM sees nothing less in the body than before: its workspace pointer was already a load
 from the ctx (no `noalias` there), so the temps' addresses carried no provenance, and the
@@ -19,36 +21,22 @@ constant tables stay globals the body names (LLVM may fold their values,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from ..llvm.helpers import PTR, i32, i64
+from ..llvm.helpers import PTR, i64
 
 if TYPE_CHECKING:
     from .emit import FnCtx
 
 FRAME_BASE = 6
-"""the frame's first slot: after the parallel ctx's six fields (emit.py `_CTX_TY`)"""
+"""a parallel body's first frame slot: after the parallel ctx's six fields (emit.py `_CTX_TY`)"""
 
 SMALL_CONST_BYTES = 4096
 """constants up to this size stay named globals in the body (the CPU backend keeps them
 visible to the optimiser, `cpu/backend.py` `_INLINE_CONST_BYTES`)"""
-
-
-class Frame:
-    """The body side: which buffers the body reads through its frame, in slot order."""
-
-    def __init__(self, ctx_arg: ir.Value) -> None:
-        self.ctx_arg = ctx_arg
-        self.names: list[str] = []
-
-    def pointer(self, eb: ir.IRBuilder, name: str) -> ir.Value:
-        """The address of buffer `name`, loaded in the body's entry block (`eb`) from its slot."""
-        k = len(self.names)
-        self.names.append(name)
-        slot = eb.gep(self.ctx_arg, [i64(FRAME_BASE + k)], inbounds=True, name=f"{name}.slot", source_etype=PTR)
-        return eb.load(slot, name=f"{name}.data", align=8, typ=PTR)
 
 
 def framed(kind: str, const_bytes: int) -> bool:
@@ -56,26 +44,69 @@ def framed(kind: str, const_bytes: int) -> bool:
     return kind in ("input", "output", "temp") or (kind == "const" and const_bytes > SMALL_CONST_BYTES)
 
 
-def frame_ctx(owner: FnCtx, pctx: ir.Value, frame: Frame) -> ir.Value:
-    """The ctx to call `frame`'s body with: `pctx`'s fields, then the frame's addresses, built in
-    the owner's entry block. Without framed buffers, `pctx` itself. The fields are copied by
-    loads placed after everything the entry block stored into `pctx` so far; the hoisted
-    dims' array, stored into field 5 only when the entry block is finished, is stored right
-    after the field's first (null) store (hoist_dims.py), so before these loads as well."""
-    if not frame.names:
-        return pctx
-    eb = owner.eb
-    ty = ir.ArrayType(PTR, FRAME_BASE + len(frame.names))
-    arr = eb.alloca(ty, name="frame.ctx")
+class Frame:
+    """The addresses the bodies called with one frame ctx read, in slot order: each a key (a
+    buffer's name, a global's) and how the caller computes it."""
 
-    def slot(k: int) -> ir.Value:
-        p = eb.gep(arr, [i32(0), i32(k)], inbounds=True, name=f"frame.ctx.{k}", source_etype=ty)
-        p.type = PTR  # NOTE: llvmlite types GEPs as typed pointers; the IR is opaque
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.slots: dict[str, int] = {}
+        self.values: list[Callable[[FnCtx], ir.Value]] = []
+
+    def slot(self, key: str, value: Callable[[FnCtx], ir.Value]) -> int:
+        k = self.slots.get(key)
+        if k is None:
+            k = self.slots[key] = len(self.values)
+            self.values.append(value)
+        return self.base + k
+
+
+class FrameReader:
+    """A body's side of a frame: each address loaded once, in its entry block, from the ctx
+    argument `ctx_arg`."""
+
+    def __init__(self, frame: Frame, ctx_arg: ir.Value) -> None:
+        self.frame, self.ctx_arg = frame, ctx_arg
+        self._loaded: dict[str, ir.Value] = {}
+
+    def pointer(self, eb: ir.IRBuilder, key: str, value: Callable[[FnCtx], ir.Value]) -> ir.Value:
+        p = self._loaded.get(key)
+        if p is None:
+            k = self.frame.slot(key, value)
+            slot = eb.gep(self.ctx_arg, [i64(k)], inbounds=True, name=f"{key}.slot", source_etype=PTR)
+            p = self._loaded[key] = eb.load(slot, name=f"{key}.data", align=8, typ=PTR)
         return p
 
+
+def open_frame(owner: FnCtx, pctx: ir.Value, base: int) -> tuple[ir.Value, Frame]:
+    """A new frame of `owner` (the function calling the bodies) and the ctx to call its bodies
+    with: `pctx`'s six fields copied into the first slots of a fresh array in the owner's entry
+    block (its type and the addresses set by `close_frames`). The copies are loads placed
+    after everything the entry block stored into `pctx` so far; the hoisted dims' array,
+    stored into field 5 only when the entry block is finished, is stored right after the
+    field's first (null) store (hoist_dims.py), so before these loads as well."""
+    eb = owner.eb
+    arr = eb.alloca(ir.ArrayType(PTR, base), name="frame.ctx")
     for k in range(FRAME_BASE):
         src = eb.gep(pctx, [i64(k)], inbounds=True, name=f"par.ctx.f{k}", source_etype=PTR)
-        eb.store(eb.load(src, name=f"par.ctx.v{k}", align=8, typ=PTR), slot(k), align=8)
-    for k, name in enumerate(frame.names):
-        eb.store(owner.buffer_ptr(name), slot(FRAME_BASE + k), align=8)
-    return arr
+        eb.store(eb.load(src, name=f"par.ctx.v{k}", align=8, typ=PTR), _slot(eb, arr, k), align=8)
+    frame = Frame(base)
+    owner.frames.append((arr, frame))
+    return arr, frame
+
+
+def close_frames(owner: FnCtx) -> None:
+    """Size each of `owner`'s frame arrays for its addresses and store them (at the end of the
+    entry block, which runs whole before the body)."""
+    for arr, frame in owner.frames:
+        # NOTE: llvmlite prints an alloca's type from this field; the frame's size is known now
+        arr.allocated_type = ir.ArrayType(PTR, frame.base + len(frame.values))  # pyright: ignore[reportAttributeAccessIssue]
+        for k, value in enumerate(frame.values):
+            owner.eb.store(value(owner), _slot(owner.eb, arr, frame.base + k), align=8)
+    owner.frames.clear()
+
+
+def _slot(eb: ir.IRBuilder, arr: ir.Value, k: int) -> ir.Value:
+    p = eb.gep(arr, [i64(k)], inbounds=True, name=f"frame.ctx.{k}", source_etype=PTR)
+    p.type = PTR  # NOTE: llvmlite types GEPs as typed pointers; the IR is opaque
+    return p
