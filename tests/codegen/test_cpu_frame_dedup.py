@@ -1,6 +1,7 @@
 """Same-shape layers compile once (codegen/cpu/frame.py + dedup.py): two Softmax layers of
 one shape, in two versions, leave one softmax body for LLVM; the other three are stubs that
-tail-call it, and every version still computes onnxruntime's answer."""
+tail-call it; two MatMul layers with different weights share one GEMM task (the packed
+weights' address read from the frame). Every version still computes onnxruntime's answer."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def test_same_shape_layers_compile_once_and_stay_right(tmp_path, monkeypatch):
+def _compiled_text(monkeypatch, model: onnx.ModelProto, out, **options) -> str:
+    """The LLVM IR of every module the build hands to the workers."""
     texts: list[str] = []
     real = cpu_backend.compile_in_workers
 
@@ -38,11 +40,30 @@ def test_same_shape_layers_compile_once_and_stay_right(tmp_path, monkeypatch):
 
     monkeypatch.setattr(cpu_backend, "compile_in_workers", capture)
     monkeypatch.setenv("ONNXCC_OBJECT_CACHE", "0")
+    onnxcc.compile(model, out, **options)
+    return "\n".join(texts)
+
+
+def _bodies(text: str, pattern: str) -> list[tuple[str, str, str]]:
+    """(name, parameters, body) of each function defined in `text` whose name matches `pattern`."""
+    return re.findall(r'^define [^@]*@"(' + pattern + r')"\(([^)]*)\)[^\n]*\n\{\n(.*?)^\}', text,
+                      re.MULTILINE | re.DOTALL)
+
+
+def _check(lib, model: onnx.ModelProto, shapes) -> None:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for shape in shapes:
+        x = rng.standard_normal(shape).astype(np.float32)
+        got = np.asarray(next(iter(lib.run([x]).values())))
+        want = np.asarray(sess.run(None, {"x": x})[0])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_same_shape_layers_compile_once_and_stay_right(tmp_path, monkeypatch):
     model = _model()
-    onnxcc.compile(model, tmp_path / "art", name="two", specialize={"N": [2]})
-    text = "\n".join(texts)
-    bodies = re.findall(r'^define [^@]*@"(two_v\d\.par\.[^"]+)"\(([^)]*)\)[^\n]*\n\{\n(.*?)^\}', text,
-                        re.MULTILINE | re.DOTALL)
+    text = _compiled_text(monkeypatch, model, tmp_path / "art", name="two", specialize={"N": [2]})
+    bodies = _bodies(text, r"two_v\d\.par\.[^\"]+")
     assert len(bodies) == 4, [name for name, _, _ in bodies]  # two softmaxes in each of two versions
     full = [name for name, _, body in bodies if "tail call" not in body]
     stubs = [body for name, _, body in bodies if "tail call" in body]
@@ -52,11 +73,20 @@ def test_same_shape_layers_compile_once_and_stay_right(tmp_path, monkeypatch):
     (kept,) = [body for name, _, body in bodies if name == full[0]]
     assert "getelementptr inbounds ptr, ptr %\"ctx\", i64 6" in kept
 
-    lib = onnxcc.load(tmp_path / "art")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    for n, s in ((2, 5), (3, 7), (1, 1)):  # the N=2 version, then the generic one
-        x = rng.standard_normal((n, s, 64)).astype(np.float32)
-        got = np.asarray(next(iter(lib.run([x]).values())))
-        want = np.asarray(sess.run(None, {"x": x})[0])
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    _check(onnxcc.load(tmp_path / "art"), model, [(2, 5, 64), (3, 7, 64), (1, 1, 64)])  # N=2, then generic
+
+
+def test_gemm_layers_with_different_weights_share_one_task(tmp_path, monkeypatch):
+    rng = np.random.default_rng(2)
+    w1, w2 = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["m1"]), helper.make_node("Tanh", ["m1"], ["t"]),
+             helper.make_node("MatMul", ["t", "W2"], ["m2"]), helper.make_node("Tanh", ["m2"], ["y"])]
+    g = helper.make_graph(nodes, "mm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])],
+                          [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    text = _compiled_text(monkeypatch, model, tmp_path / "art", name="mm")
+    tasks = _bodies(text, r"mm_v0\.gemm\.[^\"]+")
+    assert len(tasks) == 2, [name for name, _, _ in tasks]
+    assert sum("tail call" in body for _, _, body in tasks) == 1
+    _check(onnxcc.load(tmp_path / "art"), model, [(1, 64), (5, 64), (37, 64)])
