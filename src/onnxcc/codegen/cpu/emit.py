@@ -71,7 +71,7 @@ from ..llvm.target import (  # noqa: F401
     target_machine,
 )
 from .flash import emit_flash
-from .frame import FRAME_BASE, Frame, FrameReader, close_frames, framed, open_frame
+from .frame import FRAME_BASE, Frame, FrameReader, Repeats, close_frames, framed, open_frame
 from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
 from .rowstage import emit_row_stage
@@ -247,9 +247,9 @@ class KernelEmitter:
         """the kernel-signature function statements are emitted into: body functions made now
         are called with its parallel ctx"""
         self._frame: Frame | None = None
-        self._frame_ctx: ir.Value | None = None
-        """the frame the next body functions read their addresses from and the ctx to call them
-        with (`frame_ctx`)"""
+        """the frame the next body functions read their addresses from (`frame_ctx`; None: they
+        compute them)"""
+        self._repeats: Repeats | None = None
 
     def run(self) -> ir.Function:
         fn = ir.Function(self.module, KERNEL_FNTY, name=self.fn_name)
@@ -505,7 +505,7 @@ class KernelEmitter:
         if plan.flash is not None and plan.flash.rows_var is not None:
             ncol = rank - 2  # fused attention runs blocks of query rows (cpu/flash.py)
         b = ctx.b
-        pctx = self.frame_ctx(ctx)  # the body reads its buffers' addresses from it (cpu/frame.py)
+        pctx = self.frame_ctx(ctx, c)  # the body may read its buffers' addresses from it (cpu/frame.py)
         if rank == 1 and plan.vector_width and plan.strip_mine:
             # one axis: run groups of whole vector chunks in parallel
             ncol = 0
@@ -552,12 +552,20 @@ class KernelEmitter:
             ctx.par_ctx = p
         return ctx.par_ctx
 
-    def frame_ctx(self, ctx: FnCtx, base: int = FRAME_BASE) -> ir.Value:
-        """A new frame (cpu/frame.py) for the body functions made next (until the next call)
-        and the ctx `ctx`'s function calls them with: the parallel ctx's fields, from slot
-        `base` the addresses the bodies ask for."""
-        self._frame_ctx, self._frame = open_frame(ctx, self._parallel_ctx(ctx), base)
-        return self._frame_ctx
+    def frame_ctx(self, ctx: FnCtx, c: Compute, base: int = FRAME_BASE, own: bool = False) -> ir.Value:
+        """The ctx `ctx`'s function calls the body functions of compute `c` with (those made
+        next, until the next call): where another compute of the program has `c`'s shape, a new
+        frame (cpu/frame.py): the parallel ctx's fields, from slot `base` the addresses the
+        bodies ask for. Else the parallel ctx itself, or (`own`) a copy of it `base` slots
+        long, and the bodies compute their addresses."""
+        if self._repeats is None:
+            self._repeats = Repeats(self.program)
+        pctx = self._parallel_ctx(ctx)
+        if c in self._repeats:
+            arr, self._frame = open_frame(ctx, pctx, base)
+            return arr
+        self._frame = None
+        return open_frame(ctx, pctx, base)[0] if own else pctx
 
     def body_function(self, label: str) -> tuple[ir.Function, FnCtx]:
         """A new internal `void(i64 begin, i64 end, ptr ctx)` function for
@@ -585,9 +593,8 @@ class KernelEmitter:
                                             enumerate(("syms", "inputs", "outputs", "workspace"))], on_fail)
         if self._stmt_ctx is not None:  # called with that function's parallel ctx
             bctx.hoist_reader = HoistedReader(self._stmt_ctx.hoisted, lambda eb: field(eb, 5, "hoisted"), bctx.eb)
-        if self._frame is None:
-            raise CompileError(f"cpu codegen: kernel {self.program.name}: body {name} made without a frame")
-        bctx.frame = FrameReader(self._frame, pctx)
+        if self._frame is not None:
+            bctx.frame = FrameReader(self._frame, pctx)
         return fn, bctx
 
     def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:

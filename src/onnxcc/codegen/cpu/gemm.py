@@ -209,7 +209,7 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
     b = ctx.b
     # the ctx of every body below: the parallel ctx's fields, the batch and window fields
     # (`_XCTX_TY`), then the addresses the bodies read (cpu/frame.py)
-    pctx = kem.frame_ctx(ctx, len(_XCTX_TY.elements))
+    pctx = kem.frame_ctx(ctx, c, len(_XCTX_TY.elements), own=not g.b_const)
     parallel = _parallel(kem, c)
     runtime = get_or_declare(kem.module, PARALLEL_FOR, PAR_FOR_FNTY)
 
