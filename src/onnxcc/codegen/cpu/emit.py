@@ -16,7 +16,9 @@ are loaded / computed once in the entry block. With `parallel=True`, the leading
 a big enough compute are collapsed into one index and run through the runtime's
 `onnxcc_parallel_for(n, body, ctx)`, `body(begin, end, ctx)` being an internal function;
 the dims too big to repeat in each body (workspace offsets on symbolic shapes) it reads
-from the ctx, computed once by the calling function (cpu/hoist_dims.py).
+from the ctx, computed once by the calling function (cpu/hoist_dims.py); the bodies of a
+compute whose shape another compute repeats read their buffers' addresses from it too
+(cpu/frame.py), so two layers of one shape give one body to compile (cpu/dedup.py).
 
 Statements are emitted through `STMT_EMITTERS` (type -> method), so `If`/`Loop`
 statements and schedules (loop order, tiles, vector width) plug in beside `Compute`.
