@@ -122,7 +122,7 @@ class CpuBackend:
         overlap; one job: in this process). The weight constants all versions share are defined once, in their own
         object; each version module sees them `available_externally` (the optimiser still
         reads their values, nothing is emitted twice). A function identical to another
-        version's is compiled once (`forward_duplicates`); with fewer versions than workers
+        one, of its version or another, is compiled once (`forward_duplicates`); with fewer versions than workers
         each version's module is cut into parts (`split_by_level`) so every worker has work,
         and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
         never-inlined helpers (GEMM micro-kernels) go to one module of their own, compiled
