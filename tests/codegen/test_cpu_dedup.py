@@ -78,3 +78,43 @@ def test_entry_functions_and_single_versions_are_left_alone():
     assert forward_duplicates([(v0, "m_v0"), (v1, "m_v1")]) == 1  # the loop; not the entries
     assert 'call void @"m_v1.par.scale"' in str(v1)
     assert forward_duplicates([(_version("a_v0", 2), "a_v0")]) == 0
+
+
+def _tagged(m: ir.Module, name: str, extra_md: int) -> ir.Function:
+    """A body whose loop ID carries the `onnxcc.loop` tag numbered after the module's metadata
+    (as llvm/helpers.py numbers it) and whose store names a statement's alias scope."""
+    for k in range(extra_md):
+        m.add_metadata([ir.MetaDataString(m, f"other{name}{k}")])
+    f = ir.Function(m, BODY, name)
+    f.linkage = "internal"
+    entry, loop, done = f.append_basic_block("entry"), f.append_basic_block("loop"), f.append_basic_block("done")
+    ir.IRBuilder(entry).branch(loop)
+    b = ir.IRBuilder(loop)
+    i = b.phi(I64, name="i")
+    i.add_incoming(f.args[0], entry)
+    st = b.store(i, b.gep(f.args[2], [i], inbounds=True, source_etype=I64))
+    k = len(m.metadata)
+    dom = m.add_metadata([ir.MetaDataString(m, f"onnxcc.m_v0.s{k}")])
+    st.set_metadata("alias.scope", m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"onnxcc.m_v0.s{k}.w"), dom])]))
+    nxt = b.add(i, ir.Constant(I64, 1))
+    i.add_incoming(nxt, loop)
+    br = b.cbranch(b.icmp_signed("<", nxt, f.args[1]), loop, done)
+    tag = m.add_metadata([ir.MetaDataString(m, "onnxcc.loop"), ir.Constant(ir.IntType(32), len(m.metadata))])
+    node = m.add_metadata([tag, m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.disable")])])
+    node.operands = (node, *node.operands)
+    br.set_metadata("llvm.loop", node)
+    ir.IRBuilder(done).ret_void()
+    return f
+
+
+def test_loop_and_scope_labels_do_not_keep_functions_apart():
+    """Two layers' bodies in one version differ only in the numbers their loop-ID tags and
+    alias-scope labels carry (each made unique in the module): one is compiled, the other
+    forwards to it."""
+    m = ir.Module(name="m_v0")
+    _tagged(m, "m_v0.par.a", 0)
+    _tagged(m, "m_v0.par.b", 3)
+    assert forward_duplicates([(m, "m_v0")]) == 1
+    text = str(m)
+    assert 'tail call void @"m_v0.par.a"' in text
+    parse_modules([text])

@@ -122,7 +122,7 @@ class CpuBackend:
         overlap; one job: in this process). The weight constants all versions share are defined once, in their own
         object; each version module sees them `available_externally` (the optimiser still
         reads their values, nothing is emitted twice). A function identical to another
-        version's is compiled once (`forward_duplicates`); with fewer versions than workers
+        one, of its version or another, is compiled once (`forward_duplicates`); with fewer versions than workers
         each version's module is cut into parts (`split_by_level`) so every worker has work,
         and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
         never-inlined helpers (GEMM micro-kernels) go to one module of their own, compiled
@@ -153,7 +153,7 @@ class CpuBackend:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
         shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
-        if len(versions) > 1:  # before the split: a stub's target may be in any part
+        if versions:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
         mods = [(part, lv) for m, prefix in versions
                 for part, lv in split_by_level(m, prefix, parts, functools.partial(_fn_opt, prefix, self.opt))]

@@ -25,6 +25,10 @@ from llvmlite import ir
 _MD_REF = re.compile(r"!(\d+)")
 _LOCAL = re.compile(r'%"((?:[^"\\]|\\.)*)"|%([-\w.$]+)')
 _LABEL = re.compile(r'^"?([^\s"]+?)"?:$', re.MULTILINE)
+# labels inside metadata that only keep nodes apart (llvmlite uniques metadata by content):
+# a loop ID's `!"onnxcc.loop", i32 N` (a row norm's: `onnxcc.rownorm`) and a statement's alias scope `onnxcc.VERSION.sK`
+_LOOP_TAG = re.compile(r'(!"onnxcc\.(?:loop|rownorm)"), i32 \d+')
+_SCOPE_TAG = re.compile(r'"onnxcc\.version\.s\d+')
 
 
 def _metadata_text(module: ir.Module) -> dict[str, str]:
@@ -47,7 +51,8 @@ def _content_key(fn: ir.Function, prefix: str, mds: dict[str, str]) -> str:
             continue
         order[n] = len(order)
         md = mds[n]
-        defs.append(md.replace(f'"onnxcc.{prefix}.', '"onnxcc.version.'))
+        md = _SCOPE_TAG.sub('"onnxcc.version.s', md.replace(f'"onnxcc.{prefix}.', '"onnxcc.version.'))
+        defs.append(_LOOP_TAG.sub(r"\1", md))
         todo.extend(_MD_REF.findall(md))
     whole = "\n".join([text, *defs])
     return _MD_REF.sub(lambda m: f"!{order.get(m.group(1), m.group(1))}", whole)

@@ -16,7 +16,9 @@ are loaded / computed once in the entry block. With `parallel=True`, the leading
 a big enough compute are collapsed into one index and run through the runtime's
 `onnxcc_parallel_for(n, body, ctx)`, `body(begin, end, ctx)` being an internal function;
 the dims too big to repeat in each body (workspace offsets on symbolic shapes) it reads
-from the ctx, computed once by the calling function (cpu/hoist_dims.py).
+from the ctx, computed once by the calling function (cpu/hoist_dims.py); the bodies of a
+compute whose shape another compute repeats read their buffers' addresses from it too
+(cpu/frame.py), so two layers of one shape give one body to compile (cpu/dedup.py).
 
 Statements are emitted through `STMT_EMITTERS` (type -> method), so `If`/`Loop`
 statements and schedules (loop order, tiles, vector width) plug in beside `Compute`.
@@ -71,6 +73,7 @@ from ..llvm.target import (  # noqa: F401
     target_machine,
 )
 from .flash import emit_flash
+from .frame import FRAME_BASE, Frame, FrameReader, Repeats, close_frames, framed, open_frame
 from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
 from .rowstage import emit_row_stage
@@ -139,6 +142,10 @@ class FnCtx(ProgramContext):
         """big dims this function computes for the body functions it calls"""
         self.hoist_reader: HoistedReader | None = None
         """in a body function: where it reads big dims from (its owner's slots)"""
+        self.frame: FrameReader | None = None
+        """in a parallel body: where it reads its buffers' addresses from (cpu/frame.py)"""
+        self.frames: list[tuple[ir.Value, Frame]] = []
+        """the frames of the bodies this function calls, filled in when it is finished"""
 
     def dim(self, d: Dim) -> ir.Value:
         d = canon(d)
@@ -180,6 +187,8 @@ class FnCtx(ProgramContext):
         eb = self.eb
         if buf.alias_of is not None:
             p = self.buffer_ptr(prog.root(name))
+        elif self.frame is not None and framed(buf.kind, self._const_bytes(name) if buf.kind == "const" else 0):
+            p = self.frame.pointer(eb, name, lambda owner: owner.buffer_ptr(name))
         elif buf.kind in ("input", "output"):
             arr, order = ((self.inputs_p, prog.inputs) if buf.kind == "input"
                           else (self.outputs_p, prog.outputs))
@@ -197,6 +206,14 @@ class FnCtx(ProgramContext):
         return p
 
 
+    def global_ptr(self, g: ir.GlobalVariable) -> ir.Value:
+        """Global `g` (a GEMM's packed weights), in a body through its frame."""
+        return g if self.frame is None else self.frame.pointer(self.eb, g.name, lambda owner: g)
+
+    def _const_bytes(self, name: str) -> int:
+        ty = self.owner.const_global(name).value_type
+        return ty.count if isinstance(ty, ir.ArrayType) else 0
+
     def fail_block(self, code: int) -> ir.Block:
         blk = self._fails.get(code)
         if blk is None:
@@ -209,6 +226,7 @@ class FnCtx(ProgramContext):
         return self.eb.alloca(ty, name=name)
 
     def finish(self) -> None:
+        close_frames(self)
         self.hoisted.finish(self)
         self.eb.branch(self.start)
         for blk in self._fails.values():
@@ -230,6 +248,10 @@ class KernelEmitter:
         self._stmt_ctx: FnCtx | None = None
         """the kernel-signature function statements are emitted into: body functions made now
         are called with its parallel ctx"""
+        self._frame: Frame | None = None
+        """the frame the next body functions read their addresses from (`frame_ctx`; None: they
+        compute them)"""
+        self._repeats: Repeats | None = None
 
     def run(self) -> ir.Function:
         fn = ir.Function(self.module, KERNEL_FNTY, name=self.fn_name)
@@ -485,6 +507,7 @@ class KernelEmitter:
         if plan.flash is not None and plan.flash.rows_var is not None:
             ncol = rank - 2  # fused attention runs blocks of query rows (cpu/flash.py)
         b = ctx.b
+        pctx = self.frame_ctx(ctx, c)  # the body may read its buffers' addresses from it (cpu/frame.py)
         if rank == 1 and plan.vector_width and plan.strip_mine:
             # one axis: run groups of whole vector chunks in parallel
             ncol = 0
@@ -497,7 +520,6 @@ class KernelEmitter:
             for v in plan.order[:ncol]:
                 n_par = canon(n_par * c.extents[v])
             n = ctx.dim(n_par)
-        pctx = self._parallel_ctx(ctx)
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
         work = compute_work(c)
         if isinstance(work, int):
@@ -532,10 +554,26 @@ class KernelEmitter:
             ctx.par_ctx = p
         return ctx.par_ctx
 
+    def frame_ctx(self, ctx: FnCtx, c: Compute, base: int = FRAME_BASE, own: bool = False) -> ir.Value:
+        """The ctx `ctx`'s function calls the body functions of compute `c` with (those made
+        next, until the next call): where another compute of the program has `c`'s shape, a new
+        frame (cpu/frame.py): the parallel ctx's fields, from slot `base` the addresses the
+        bodies ask for. Else the parallel ctx itself, or (`own`) a copy of it `base` slots
+        long, and the bodies compute their addresses."""
+        if self._repeats is None:
+            self._repeats = Repeats(self.program)
+        pctx = self._parallel_ctx(ctx)
+        if c in self._repeats:
+            arr, self._frame = open_frame(ctx, pctx, base)
+            return arr
+        self._frame = None
+        return open_frame(ctx, pctx, base)[0] if own else pctx
+
     def body_function(self, label: str) -> tuple[ir.Function, FnCtx]:
         """A new internal `void(i64 begin, i64 end, ptr ctx)` function for
         onnxcc_parallel_for, with its own entry-block services (reading the kernel's
-        arguments from the ctx struct; a failure stores the code in the status slot)."""
+        arguments from the ctx struct; a failure stores the code in the status slot). It is
+        called with the ctx of the last frame opened (`frame_ctx`), whose addresses it reads."""
         name = f"{self.fn_name}.{label}"
         fn = ir.Function(self.module, PAR_BODY_FNTY, name=self.module.get_unique_name(name))
         fn.linkage = "internal"
@@ -557,6 +595,8 @@ class KernelEmitter:
                                             enumerate(("syms", "inputs", "outputs", "workspace"))], on_fail)
         if self._stmt_ctx is not None:  # called with that function's parallel ctx
             bctx.hoist_reader = HoistedReader(self._stmt_ctx.hoisted, lambda eb: field(eb, 5, "hoisted"), bctx.eb)
+        if self._frame is not None:
+            bctx.frame = FrameReader(self._frame, pctx)
         return fn, bctx
 
     def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:

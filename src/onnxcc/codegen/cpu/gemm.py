@@ -207,7 +207,9 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
     from .emit import PAR_FOR_FNTY, PARALLEL_FOR
 
     b = ctx.b
-    pctx = kem._parallel_ctx(ctx)
+    # the ctx of every body below: the parallel ctx's fields, the batch and window fields
+    # (`_XCTX_TY`), then the addresses the bodies read (cpu/frame.py)
+    pctx = kem.frame_ctx(ctx, c, len(_XCTX_TY.elements), own=not g.b_const)
     parallel = _parallel(kem, c)
     runtime = get_or_declare(kem.module, PARALLEL_FOR, PAR_FOR_FNTY)
 
@@ -215,14 +217,6 @@ def _run(kem: KernelEmitter, ctx: FnCtx, c: Compute, g: GemmPlan, geo: _Geometry
     big = b.icmp_unsigned(">=", work, i64(PARALLEL_MIN_WORK), name="gemm.big")
 
     inter = _interleaved(g)
-    if not g.b_const:  # the body functions read the batch and the B window from the ctx's extra fields
-        xctx = ctx.eb.alloca(_XCTX_TY, name="gemm.xctx")
-        for k in range(6):
-            src = ctx.eb.gep(pctx, [i32(0), i32(k)], inbounds=True, name="ctx.f", source_etype=_XCTX_TY)
-            dst = ctx.eb.gep(xctx, [i32(0), i32(k)], inbounds=True, name="xctx.f", source_etype=_XCTX_TY)
-            src.type = dst.type = PTR  # NOTE: llvmlite types GEPs as typed pointers; the IR is opaque
-            ctx.eb.store(ctx.eb.load(src, name="ctx.v", typ=PTR), dst)
-        pctx = xctx
 
     def call(fn: ir.Function, n: ir.Value) -> None:
         if parallel:
@@ -428,7 +422,7 @@ def _scratch_ptr(kem: KernelEmitter, fctx: FnCtx) -> ir.Value:
 def _packed_b_ptr(kem: KernelEmitter, fctx: FnCtx, g: GemmPlan) -> ir.Value:
     if not g.b_const:
         return _scratch_ptr(kem, fctx)
-    return _const_global(kem, g.b_packed)
+    return fctx.global_ptr(_const_global(kem, g.b_packed))
 
 
 def _const_global(kem: KernelEmitter, data) -> ir.Value:
@@ -654,7 +648,7 @@ def _window_task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Fun
     begin, end, inter = _batch_items(b, fn, g, geo, _mul(b, geo.n_ic, geo.n_jc, "per.batch"))
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
-    apack = _const_global(kem, g.a_packed)
+    apack = fctx.global_ptr(_const_global(kem, g.a_packed))
     per_batch = _mul(b, gw.plane_floats(fctx, w), w.planes, "win.bfloats")
     offs = gw.offsets_table(fctx, g)
     tile = fctx.eb.alloca(ir.ArrayType(F32, MR * NR), name="win.tile")
@@ -795,7 +789,7 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
         a_strides = {i.name: st for i, st in zip(a_load.indices, fctx.strides(a_load.buffer)) if isinstance(i, Var)}
         lda = a_strides[[v for v in g.m if v in a_strides][-1]]  # m vars of extent 1 may read 0
     elif g.a_const:  # packed at compile time, [panel][K][mr]
-        apack = _const_global(kem, g.a_packed)
+        apack = fctx.global_ptr(_const_global(kem, g.a_packed))
     else:
         apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
         apack.align = 64
