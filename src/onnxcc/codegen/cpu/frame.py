@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import format_shared
+from onnxcc.kernel.expr_text import format_shared
 
 from ..llvm.helpers import PTR, i64
 
