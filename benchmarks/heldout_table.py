@@ -78,6 +78,7 @@ SHAPES = {
     "gelu_tanh_noln": CHAIN_SHAPES,
     "silu_noln": CHAIN_SHAPES,
     "mish_noln": CHAIN_SHAPES,
+    "sigmoid_noln": CHAIN_SHAPES,  # the logistic alone (vmath's sigmoid, no multiply)
 }
 
 
@@ -113,6 +114,8 @@ def chain(act: str, ln: bool = True) -> onnx.ModelProto:
                  n("Mul", ["x", "t1"], ["xt"]), n("Mul", ["xt", "half"], ["a"])]
     elif act == "silu":
         nodes = [n("Sigmoid", ["x"], ["sg"]), n("Mul", ["x", "sg"], ["a"])]
+    elif act == "sigmoid":
+        nodes = [n("Sigmoid", ["x"], ["a"])]
     elif act == "mish":
         nodes = [n("Softplus", ["x"], ["sp"]), n("Tanh", ["sp"], ["t"]), n("Mul", ["x", "t"], ["a"])]
     else:

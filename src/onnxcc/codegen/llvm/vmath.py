@@ -113,8 +113,10 @@ _PH_FROM = float(2 ** 28)  # |x| from here takes the table (below, Cody-Waite is
 _TANH_F32 = (0.9999999990813541, -0.3333331123195477, 0.13332467939077722, -0.05384336944869202,
              0.021042167769626408, -0.006238845482553957)
 # exp(r) on |r| <= ln(2)/2 (f32, sigmoid's `_exp_nonpositive`): 1 + r + r**2 q(r), q of degree
-# 4 by least squares at Chebyshev nodes against mpmath, rounded to f32 (relative error 3.8e-9,
-# 0.03 ulp; the degree-7 Taylor polynomial `_exp` uses is one fma longer)
+# 4 by least squares (relative error) at Chebyshev nodes against mpmath, rounded to f32:
+# relative error 3.8e-9, one fma shorter than the Taylor polynomial `_exp` uses. NOTE: a
+# degree-5 fit (9.2e-8) took sigmoid to 3.1 ulp: that error is up to 1.5 ulp where the
+# result's significand is near 2
 _EXP_F32 = (1.0, 1.0, 0.49999988079071045, 0.16666516661643982, 0.04166955500841141, 0.00836905837059021,
             0.0013750892831012607)
 # ln 2 = hi + lo, hi with trailing zero bits so n * hi is exact
@@ -647,18 +649,14 @@ def _exp_nonpositive(m: _Math, x):
 
 
 def _sigmoid(m: _Math, x):
-    """e = exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below (down to the
-    denormals). f32 divides with `arcp ninf contract` (the divisor is in [1, 2] or NaN): x86
-    then uses a reciprocal estimate (vrcp14ps) and one Newton step that folds the numerator
-    in, q = q0 + r0 (num - d q0) with q0 = num r0: four vector ops instead of a division
-    (~5 cycles per 16 floats on this machine's core, the loop's bottleneck). Targets without
-    an estimate (or f64, which keeps the correctly rounded division) divide."""
+    # e = exp(-|x|) never overflows: 1 / (1 + e) for x >= 0, e / (1 + e) below (down to the
+    # denormals), one correctly rounded division either way. NOTE: a reciprocal estimate
+    # (`fdiv arcp`: vrcp14ps and a Newton step with the numerator folded in) measured slower
+    # than vdivps on this machine's Zen 4 core (three more FMA-port ops) and less accurate
+    # (2.0 ulp with AVX-512's 14-bit estimate, 2.5 with AVX2's 12-bit one, 2.8 without FMA).
     e = _exp_nonpositive(m, m.b.fneg(m.abs(x)))
-    d = m.add(m.c(1.0), e)
     num = m.sel(m.lt(x, m.c(0.0)), e, m.c(1.0))
-    if m.f64:
-        return m.div(num, d)
-    return m.b.fdiv(num, d, flags=("arcp", "ninf", "contract"))
+    return m.div(num, m.add(m.c(1.0), e))
 
 
 def _softplus(m: _Math, x):
