@@ -11,7 +11,7 @@ for the table). Worst error measured over each function's whole domain (4000 ran
 plus log-spaced magnitudes, denormals, near-singular points), f32 / f64 ulps:
 
     exp 0.8/1.0  expm1 2.8/1.3  log 0.8/1.2  log1p 1.7/1.8  log2 1.2/1.3  sin 0.5/1.9
-    cos 0.5/2.1  tan 0.5/3.2  tanh 1.0/2.3  sigmoid 1.9/1.9  softplus 2.2/2.1  erf 1.7/1.3
+    cos 0.5/2.1  tan 0.5/3.2  tanh 1.0/2.3  sigmoid 1.8/1.6  softplus 2.2/2.1  erf 1.7/1.3
     asin 2.3/3.2  acos 2.1/3.0  atan 1.3/1.8  sinh 1.1/1.1  cosh 1.0/0.9  asinh 2.0/1.8
     acosh 2.2/2.6  atanh 2.5/2.3  pow 0.5/1.2 (x in [1e-30, 1e30], results up to overflow)
     tanh_softplus 2.2/3.2
@@ -32,8 +32,13 @@ Methods, per function:
 - atan: 1/x above 1, then the tan(pi/6) shift below tan(pi/12), Taylor; asin, acos via atan.
 - tanh: f32 a fitted odd polynomial below 0.55 and 1 - 2/(exp(2|x|) + 1) above; f64 via
   expm1. sinh/cosh via exp (series for small sinh); asinh/acosh/atanh via log1p.
-- sigmoid 1/(1 + exp(-x)), e = exp(-|x|) by exp's method with a one-step scaling (its
-  argument is never positive); softplus max(x, 0) + log1p(exp(-|x|)).
+- sigmoid 1/(1 + exp(-x)) = num / (1 + e), e = exp(-|x|), num = e for x < 0, else 1; e by
+  exp's reduction with n rounded by a shifter constant, 2**n from the shifter's bits, the
+  2**-64 of a one-step scaling folded into the polynomial (f32: a fitted degree 6), no NaN
+  blend (`_exp_nonpositive`): 17 vector ops and a division per 16 f32 elements against 22 and
+  a division before (SiLU alone -20% per element). Error bound, f32: 1.8 ulp on the sample
+  above, 2.05 ulp on 60000 points of [-25, 3] (the previous form: 2.2), held to 2.25 by the
+  dense test; f64 1.6. softplus max(x, 0) + log1p(exp(-|x|)).
 - tanh_softplus (Mish's tanh(softplus(x)), which the expression emitters call for that
   composition): n / (n + 2) with n = e (e + 2), e = exp(x) (tanh(log(1 + e)) = ((1 + e)**2 - 1)
   / ((1 + e)**2 + 1)): one exp and one division instead of two exps, a log and three
