@@ -1,10 +1,12 @@
-"""What e2e tests of one generated model share (test_conv_tap_regimes.py,
-test_nhwc_dw_padcopy.py): the model built once per module, compiled to its kernel IR text
-(what the lowering chose) and to a library loaded for the numeric comparisons."""
+"""What e2e tests of one generated model share: the model built once per module, compiled to a
+library loaded for the numeric comparisons (`lib_fixture`), and for the tests that also read
+what the lowering chose, to its kernel IR text (`built_fixture`: test_conv_tap_regimes.py,
+test_nhwc_dw_padcopy.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import onnx
 import pytest
@@ -32,5 +34,21 @@ def built_fixture(name: str, make_model: Callable[[], onnx.ModelProto], **option
     @pytest.fixture(scope="module")
     def built(tmp_path_factory):
         return compile_kernel_and_lib(tmp_path_factory, name, make_model(), **options)
+
+    return built
+
+
+def lib_fixture(name: str, write_model: Callable[[Path], object], **options):
+    """A module-scoped fixture `built` -> (model path, loaded library): `write_model(path)`
+    saves the model as NAME.onnx in a new directory, compiled there with `options` (the
+    compiler's defaults otherwise: every version it makes)."""
+
+    @pytest.fixture(scope="module")
+    def built(tmp_path_factory):
+        d = tmp_path_factory.mktemp(name)
+        path = d / f"{name}.onnx"
+        write_model(path)
+        onnxcc.compile(path, d / "lib", **options)
+        return path, onnxcc.load(d / "lib")
 
     return built

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -45,12 +46,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("conv3d")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("conv3d", _model, max_versions=1)
 
 
 @pytest.mark.parametrize("n,dd,h,w", SHAPES)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -47,12 +48,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("blocked_dw")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("blocked_dw", _model, max_versions=1)
 
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxcc
 from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import KernelProgram, Var, rsum
@@ -55,12 +55,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("gemv_convs")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib")
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("gemv_convs", _model)
 
 
 @pytest.mark.parametrize("n", [1, 3])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -56,12 +57,7 @@ def _model(path, weights_as_input=False):
     return {f"w_{n}": numpy_helper.to_array(i) for i in inits for n, *_ in CONVS if i.name == f"w_{n}"}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("grouped_convs")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib")
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("grouped_convs", _model)
 
 
 @pytest.mark.parametrize("n,h,w", [(1, 9, 13), (3, 16, 11), (1, 28, 28)])

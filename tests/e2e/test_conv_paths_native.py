@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -47,12 +48,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("convs")
-    _model(d / "convs.onnx")
-    onnxcc.compile(d / "convs.onnx", d / "lib")
-    return d / "convs.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("convs", _model)
 
 
 @pytest.mark.parametrize("n,h,w", [(1, 5, 7), (2, 9, 4), (1, 17, 33), (3, 6, 6), (1, 40, 23), (2, 64, 61)])

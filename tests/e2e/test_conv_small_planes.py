@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxcc
 from onnxcc.codegen.cpu.gemm import NARROW_EFFICIENCY
 from onnxcc.testing import ort_run
 
@@ -54,12 +54,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("small_planes")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib")
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("small_planes", _model)
 
 
 def _narrow(cols: int, nr: int, vl: int = 16) -> bool:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxcc
 from onnxcc.testing import ort_run
 
 C = 6
@@ -40,12 +40,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("dw")
-    _model(d / "dw.onnx")
-    onnxcc.compile(d / "dw.onnx", d / "lib")
-    return d / "dw.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("dw", _model)
 
 
 def _compare(path, lib, x, where):

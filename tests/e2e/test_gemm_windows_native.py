@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxcc
 from onnxcc.codegen.cpu.gemm import WINDOW_BYTES
 from onnxcc.testing import ort_run
 
@@ -31,12 +31,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("win")
-    _model(d / "win.onnx")
-    onnxcc.compile(d / "win.onnx", d / "lib")
-    return d / "win.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("win", _model)
 
 
 # (N, H, W) of the conv, (M, K, J) of the matmul

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-import onnxcc
 from onnxcc.testing import ort_run
 
 
@@ -56,13 +56,7 @@ def nms_if_model() -> onnx.ModelProto:
     return m
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("if_nms")
-    path = d / "if_nms.onnx"
-    onnx.save(nms_if_model(), path)
-    onnxcc.compile(path, d / "art")
-    return path, onnxcc.load(d / "art")
+built = lib_fixture("if_nms", lambda path: onnx.save(nms_if_model(), path))
 
 
 @pytest.mark.parametrize("n,scale", [(20, 1.0), (7, 1.0), (5, 0.1), (1, 1.0)])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
 from onnx import TensorProto, helper
 
 import onnxcc
@@ -44,12 +45,7 @@ def _model(path):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pools")
-    _model(d / "pools.onnx")
-    onnxcc.compile(d / "pools.onnx", d / "lib")
-    return d / "pools.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("pools", _model)
 
 
 def _compare(path, lib, x, where):
