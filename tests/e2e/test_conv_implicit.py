@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import lib_fixture
+from conv_net import ConvNet
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -29,44 +31,22 @@ SHAPES = [dict(N=1, H=1, W=1), dict(N=3, H=23, W=30), dict(N=1, H=9, W=4), dict(
 
 
 def _model(path):
-    rng = np.random.default_rng(5)
-    inits, nodes = [], []
-
-    def conv(x, y, cin, cout, k, relu=True, **attrs):
-        w = f"w_{y}"
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal((cout, cin, *k)) / np.sqrt(cin * k[0] * k[1])).astype(np.float32), w))
-        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b_{y}"))
-        nodes.append(helper.make_node("Conv", [x, w, f"b_{y}"], [y], **attrs))
-        if not relu:
-            return y
-        nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
-        return f"{y}_r"
-
-    s = conv("x", "stem", 3, 72, (3, 3), pads=[1, 1, 1, 1])
-    s = conv(s, "down", 72, 36, (3, 3), strides=[2, 2], pads=[0, 1, 2, 1])
-    nodes.append(helper.make_node("MaxPool", [s], ["pool"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
-                                  ceil_mode=1))
-    q = conv("pool", "squeeze", 36, 21, (1, 1))
-    e3 = conv(q, "e3", 21, 33, (3, 3), pads=[2, 2, 2, 2], dilations=[2, 2])
-    e1 = conv(q, "e1", 21, 17, (1, 1))
-    nodes.append(helper.make_node("Concat", [e1, e3], ["cat"], axis=1))
-    nodes.append(helper.make_node("AveragePool", ["cat"], ["avg"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
-                                  count_include_pad=1))
-    d = conv("avg", "wide", 50, 34, (2, 3), relu=False, pads=[1, 2, 0, 2], dilations=[1, 2])
-    o = conv(d, "pw2", 34, 35, (1, 1), relu=False, strides=[2, 2])
+    net = ConvNet(5)
+    s = net.conv("x", "stem", 3, 72, (3, 3), act="Relu", pads=[1, 1, 1, 1])
+    s = net.conv(s, "down", 72, 36, (3, 3), act="Relu", strides=[2, 2], pads=[0, 1, 2, 1])
+    net.node("MaxPool", [s], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    q = net.conv("pool", "squeeze", 36, 21, (1, 1), act="Relu")
+    e3 = net.conv(q, "e3", 21, 33, (3, 3), act="Relu", pads=[2, 2, 2, 2], dilations=[2, 2])
+    e1 = net.conv(q, "e1", 21, 17, (1, 1), act="Relu")
+    net.node("Concat", [e1, e3], "cat", axis=1)
+    net.node("AveragePool", ["cat"], "avg", kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)
+    d = net.conv("avg", "wide", 50, 34, (2, 3), pads=[1, 2, 0, 2], dilations=[1, 2])
+    o = net.conv(d, "pw2", 34, 35, (1, 1), strides=[2, 2])
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)]
-    g = helper.make_graph(nodes, "dense_convs", [x], outs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    onnx.save(net.model("dense_convs", [x], [o], 13), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("conv_implicit")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("conv_implicit", _model, max_versions=1)
 
 
 def _has_avx512f() -> bool:
@@ -126,17 +106,11 @@ def test_a_call_reads_the_entry_transpose_in_place(tmp_path):
     """A 1x1 conv + Relu first in the region (no padding: the call reads the entry
     Transpose's buffer itself), then 3x3 / 1x1 convs, the last with pads only on one side of
     each axis; 2x2 to 30x17 planes."""
-    rng = np.random.default_rng(2)
-    inits, nodes = [], []
+    net = ConvNet(2)
+    rng = net.rng
 
     def conv(x, y, cin, cout, k, relu=True, **attrs):
-        w = (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w_{y}"))
-        nodes.append(helper.make_node("Conv", [x, f"w_{y}"], [y], **attrs))
-        if relu:
-            nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
-            return f"{y}_r"
-        return y
+        return net.conv(x, y, cin, cout, k, bias=False, act="Relu" if relu else None, **attrs)
 
     h = conv("x", "a", 3, 32, 1)
     h = conv(h, "b", 32, 32, 3, pads=[1, 1, 1, 1])
@@ -145,9 +119,8 @@ def test_a_call_reads_the_entry_transpose_in_place(tmp_path):
     h = conv(h, "e", 32, 48, 1)
     h = conv(h, "f", 48, 33, 3, relu=False, pads=[0, 1, 1, 0])
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    g = helper.make_graph(nodes, "entry", [x], [helper.make_tensor_value_info(h, TensorProto.FLOAT, None)], inits)
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    onnx.save(net.model("entry", [x], [h], 13), path)
     if _has_avx512f():
         text = onnxcc.compile(path, tmp_path / "k", emit="kernel", max_versions=1).text
         assert text.count("call onnxcc_f32conv(") == 6

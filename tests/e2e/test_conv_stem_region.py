@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from conv_net import ConvNet
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -25,29 +26,19 @@ SHAPES = [dict(N=1, H=2, W=2), dict(N=3, H=5, W=7), dict(N=2, H=37, W=29), dict(
 
 
 def _model(path, stem: int, cout: int, second_pool: bool) -> None:
-    rng = np.random.default_rng(stem * 100 + cout)
-    inits, nodes = [], []
+    net = ConvNet(stem * 100 + cout)
 
     def conv(x, y, cin, co):
-        w = (rng.standard_normal((co, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w_{y}"))
-        inits.append(numpy_helper.from_array((0.1 * rng.standard_normal(co)).astype(np.float32), f"b_{y}"))
-        nodes.append(helper.make_node("Conv", [x, f"w_{y}", f"b_{y}"], [y], kernel_shape=[3, 3], pads=[1] * 4))
-        nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
-        return f"{y}_r"
+        return net.conv(x, y, cin, co, 3, act="Relu", kernel_shape=[3, 3], pads=[1] * 4)
 
     h = conv("x", "c1", 3, stem)
-    nodes.append(helper.make_node("MaxPool", [h], ["p1"], kernel_shape=[2, 2], strides=[2, 2]))
+    net.node("MaxPool", [h], "p1", kernel_shape=[2, 2], strides=[2, 2])
     h = conv("p1", "c2", stem, cout)
     if second_pool:
-        nodes.append(helper.make_node("MaxPool", [h], ["p2"], kernel_shape=[2, 2], strides=[2, 2]))
-        h = "p2"
-    nodes.append(helper.make_node("GlobalAveragePool", [h], ["gap"]))
+        h = net.node("MaxPool", [h], "p2", kernel_shape=[2, 2], strides=[2, 2])
+    net.node("GlobalAveragePool", [h], "gap")
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    outs = [helper.make_tensor_value_info("gap", TensorProto.FLOAT, None),
-            helper.make_tensor_value_info(h, TensorProto.FLOAT, None)]
-    g = helper.make_graph(nodes, "stem_chain", [x], outs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    onnx.save(net.model("stem_chain", [x], ["gap", h], 13), path)
 
 
 def test_stem_and_conv_are_one_region(tmp_path):

@@ -15,23 +15,18 @@ import numpy as np
 import onnx
 import pytest
 from compiled_model import built_fixture
-from onnx import TensorProto, helper, numpy_helper
+from conv_net import ConvNet
+from onnx import TensorProto, helper
 
 from onnxcc.ops.conv_nhwc import PAD_COPY_CHANNELS
 from onnxcc.testing import ort_run
 
 
 def _model() -> onnx.ModelProto:
-    rng = np.random.default_rng(3)
-    inits, nodes = [], []
+    net = ConvNet(3)
 
     def conv(x, y, cin, cout, k, group=1, **attrs):
-        w = rng.standard_normal((cout, cin // group, k, k)) / np.sqrt(cin // group * k * k)
-        inits.append(numpy_helper.from_array(w.astype(np.float32), f"w_{y}"))
-        inits.append(numpy_helper.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), f"b_{y}"))
-        nodes.append(helper.make_node("Conv", [x, f"w_{y}", f"b_{y}"], [f"{y}_c"], group=group, **attrs))
-        nodes.append(helper.make_node("HardSwish", [f"{y}_c"], [y]))
-        return y
+        return net.conv(x, y, cin, cout, k, group, act="HardSwish", **attrs)
 
     h = conv("x", "e0", 8, 16, 1)
     h = conv(h, "d0", 16, 16, 3, group=16, pads=[1, 1, 1, 1])
@@ -43,11 +38,10 @@ def _model() -> onnx.ModelProto:
     h = conv(h, "p2", 48, 32, 1)
     h = conv(h, "d3", 32, 32, 3, group=32, pads=[0, 1, 1, 0], strides=[2, 2])
     h = conv(h, "p3", 32, 8, 1)
-    g = helper.make_graph(nodes, "dwpad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])],
-                          [helper.make_tensor_value_info(h, TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    return net.model("dwpad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])], [h], 14)
 
 
+OUT = "p3_hardswish"
 built = built_fixture("dwpad", _model)
 
 
@@ -64,4 +58,4 @@ def test_narrow_depthwise_convs_read_a_padded_copy(built):
 def test_matches_onnxruntime(built, n, h, w):
     path, _, lib = built
     x = np.random.default_rng(n * 100 + h * 10 + w).standard_normal((n, 8, h, w)).astype(np.float32)
-    np.testing.assert_allclose(lib.run({"x": x})["p3"], ort_run(path, {"x": x})["p3"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(lib.run({"x": x})[OUT], ort_run(path, {"x": x})[OUT], rtol=1e-4, atol=1e-4)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from compiled_model import lib_fixture
+from conv_net import ConvNet
+from onnx import TensorProto, helper
 
 import onnxcc
 from onnxcc.testing import ort_run
@@ -26,23 +28,8 @@ SHAPES = [dict(N=1, H=1, W=1), dict(N=3, H=5, W=7), dict(N=1, H=9, W=4), dict(N=
 
 
 def _model(path):
-    rng = np.random.default_rng(11)
-    inits, nodes = [], []
-
-    def const(name, arr):
-        inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
-        return name
-
-    def conv(x, y, cin, cout, k, group=1, **attrs):
-        w = const(f"w_{y}", rng.standard_normal((cout, cin // group, *k)) / np.sqrt(cin // group * k[0] * k[1]))
-        b = const(f"b_{y}", rng.standard_normal(cout) * 0.1)
-        nodes.append(helper.make_node("Conv", [x, w, b], [y], group=group, **attrs))
-        return y
-
-    def node(op, ins, y, **attrs):
-        nodes.append(helper.make_node(op, ins, [y], **attrs))
-        return y
-
+    net = ConvNet(11)
+    rng, const, conv, node = net.rng, net.const, net.conv, net.node
     lo, hi = const("lo", 0.0), const("hi", 6.0)
     s = conv("x", "stem", 3, 24, (3, 3), pads=[1, 1, 1, 1], strides=[2, 2])
     s = node("Relu", [s], "stem_r")
@@ -73,18 +60,11 @@ def _model(path):
     cat = node("Concat", [o, dd], "cat", axis=1)
     shp = node("Shape", [o], "shape")
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in (fc, cat)]
-    outs.append(helper.make_tensor_value_info(shp, TensorProto.INT64, None))
-    g = helper.make_graph(nodes, "mobile_block", [x], outs, inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), path)
+    outs = [fc, cat, helper.make_tensor_value_info(shp, TensorProto.INT64, None)]
+    onnx.save(net.model("mobile_block", [x], outs, 14), path)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("nhwc_region")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("nhwc_region", _model, max_versions=1)
 
 
 def test_region_is_channels_last(tmp_path):
