@@ -37,7 +37,7 @@ from onnxcc.kernel import (
     walk,
     wrap_index,
 )
-from onnxcc.kernel.expr import outside_reductions
+from onnxcc.kernel.expr import outside_reductions, replace_nodes
 
 F32, I64, I32, BOOL = DType.f32, DType.i64, DType.i32, DType.bool
 i, j, k = Var("i"), Var("j"), Var("k")
@@ -218,6 +218,18 @@ def test_inline_load_fuses_a_producer():
     assert buffers_read(fused) == {"X"}
     neg = transform(fused, lambda n: Unary("neg", n) if isinstance(n, Load) else None)
     assert str(neg) == "exp(-X[i, j + 1]) * exp(-X[i, j])"
+
+
+def test_replace_nodes_judges_the_nodes_as_they_are():
+    """A node that matches is replaced whole, even when a node inside it matches too (the row
+    matchers' rewrite); `transform` sees it only after its children are rewritten."""
+    x = Load("X", (i, j), F32)
+    a = exp(x) * x
+    e = a + exp(x)
+    pats = {a: Load("Z", (i, j), F32), x: Load("W", (i, j), F32)}
+    assert str(replace_nodes(e, pats.get)) == "Z[i, j] + exp(W[i, j])"
+    assert str(transform(e, pats.get)) == "exp(W[i, j]) * W[i, j] + exp(W[i, j])"
+    assert replace_nodes(e, lambda n: None) == e
 
 
 # ---- programs ---------------------------------------------------------------------------------

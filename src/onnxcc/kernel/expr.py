@@ -836,6 +836,23 @@ def rebuild(e: Expr, new_children: tuple[Expr, ...]) -> Expr:
     return e
 
 
+def replace_nodes(e: Expr, new: Callable[[Expr], Expr | None]) -> Expr:
+    """`e` with every node `n` for which `new(n)` is not None replaced by it, each node judged
+    as it is in `e` (bottom up over `walk`, no recursion: fused bodies can be deep), so a
+    matching node wins over its children; `transform` instead judges each node with its
+    children already rewritten. The row matchers' rewrite (kernel/rownorm.py, rowstage.py)."""
+    memo: dict[Expr, Expr] = {}
+    for n in walk(e):
+        hit = new(n)
+        if hit is not None:
+            memo[n] = hit
+            continue
+        kids = children(n)
+        built = tuple(memo[k] for k in kids)
+        memo[n] = n if all(x is y for x, y in zip(kids, built, strict=True)) else rebuild(n, built)
+    return memo[e]
+
+
 def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """Rebuild `e` bottom-up; `fn(node)` (children already transformed) returns a
     replacement or None to keep it. Memoised, so shared subtrees stay shared. Does not

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from onnxcc.ir import DType
 
-from .expr import Binary, Const, Expr, Load, Reduce, children, dim_to_expr, free_vars, rebuild, substitute, walk
+from .expr import Binary, Const, Expr, Load, Reduce, dim_to_expr, free_vars, replace_nodes, substitute, walk
 from .program import Compute
 
 _STORED_EXACTLY = (DType.f32, DType.f64)
@@ -99,17 +99,9 @@ def per_element_reads(rn: RowNorm, c: Compute) -> tuple[Expr, Expr]:
         return all(ld.indices[:-1] == own[:-1] and ld.indices[-1] in bound
                    for ld in walk(n.body) if isinstance(ld, Load))
 
-    def cut(e: Expr) -> Expr:
-        """`e` with its row statistics replaced by constants, each node judged as it is in
-        `e` (bottom up over `walk`, no recursion: fused bodies can be deep)."""
-        memo: dict[Expr, Expr] = {}
-        for n in walk(e):
-            if row_stat(n):
-                memo[n] = Const(0, n.dtype)
-            else:
-                kids = children(n)
-                new = tuple(memo[k] for k in kids)
-                memo[n] = n if all(x is y for x, y in zip(kids, new, strict=True)) else rebuild(n, new)
-        return memo[e]
+    def cut(n: Expr) -> Expr | None:
+        """A row statistic's stand-in (a constant), each node judged as it is in the
+        numerator or the divisor."""
+        return Const(0, n.dtype) if row_stat(n) else None
 
-    return cut(rn.numer), cut(rn.denom)
+    return replace_nodes(rn.numer, cut), replace_nodes(rn.denom, cut)

@@ -40,7 +40,7 @@ from .expr import (
     dim_to_expr,
     free_vars,
     outside_reductions,
-    rebuild,
+    replace_nodes,
     substitute,
     walk,
 )
@@ -76,7 +76,7 @@ def match_row_stage(c: Compute, out_dtype: DType) -> RowStage | None:
         for r in rows:
             d = r.vars[0][0]
             pats.setdefault(substitute(a, {j: d}), Load(c.out, (*outer, d), out_dtype))
-        new = _replace(body, pats)
+        new = replace_nodes(body, pats.get)
         if new == body or not any(c.out in buffers_read(r) for r in walk(new) if isinstance(r, Reduce)):
             continue
         if _safe(new, c, j):
@@ -102,19 +102,6 @@ def _candidates(body: Expr, j: str, dtype: DType) -> list[Expr]:
             continue
         stack.extend(children(n))
     return sorted(found, key=element_cost, reverse=True)
-
-
-def _replace(e: Expr, pats: dict[Expr, Expr]) -> Expr:
-    """`e` with every maximal occurrence of a key of `pats` replaced by its value."""
-    memo: dict[Expr, Expr] = {}
-    for n in walk(e):  # children before parents; a matching node wins over its children
-        if n in pats:
-            memo[n] = pats[n]
-            continue
-        kids = children(n)
-        new = tuple(memo[k] for k in kids)
-        memo[n] = n if all(x is y for x, y in zip(kids, new, strict=True)) else rebuild(n, new)
-    return memo[e]
 
 
 def _safe(new: Expr, c: Compute, j: str) -> bool:
