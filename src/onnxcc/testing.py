@@ -134,18 +134,29 @@ def check_lowering(model, dims_list, rtol=1e-4, atol=1e-5, pipeline="shape-infer
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
 
 
-def spec_model(nodes, inputs, outputs, inits=None, opset: int = 18) -> onnx.ModelProto:
-    """A one-graph model for op tests: inputs [(name, numpy dtype, shape, *value range)],
-    outputs [names] (types left to inference), inits {name: array}."""
+def op_model(nodes, inputs, outputs, inits=None, opset: int = 17, ir_version: int = 8,
+             domains: dict[str, int] | None = None) -> onnx.ModelProto:
+    """A one-graph model for op tests: inputs [(name, onnx element type, shape)], outputs
+    [names] (types left to inference), inits {name: array}; `domains` {domain: opset} imported
+    besides ai.onnx's `opset` (com.microsoft's contrib ops)."""
     from onnx import helper, numpy_helper
 
-    vis = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), s) for n, t, s, *_ in inputs]
+    vis = [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs]
     ovis = [helper.make_empty_tensor_value_info(n) for n in outputs]
     inits = [numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = helper.make_model(helper.make_graph(nodes, "g", vis, ovis, inits),
-                          opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 10
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domains or {}).items()]
+    m = helper.make_model(helper.make_graph(nodes, "g", vis, ovis, inits), opset_imports=opsets)
+    m.ir_version = ir_version
     return m
+
+
+def spec_model(nodes, inputs, outputs, inits=None, opset: int = 18) -> onnx.ModelProto:
+    """`op_model` with inputs [(name, numpy dtype, shape, *value range)] (the ranges are
+    `spec_inputs`'), ir_version 10."""
+    from onnx import helper
+
+    typed = [(n, helper.np_dtype_to_tensor_dtype(np.dtype(t)), s) for n, t, s, *_ in inputs]
+    return op_model(nodes, typed, outputs, inits, opset, ir_version=10)
 
 
 def spec_inputs(inputs, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:

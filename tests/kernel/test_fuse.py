@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -21,7 +20,7 @@ from onnxcc.kernel import KernelProgram, Reduce, Var, exp, relu, rmax, rsum, sel
 from onnxcc.kernel.fuse import classify, element_cost, fuse
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
-from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS, ort_run, random_inputs
+from onnxcc.testing import MODELS_DIR, SAMPLE_MODELS, op_model, ort_run, random_inputs
 
 F32 = DType.f32
 N, M = sym("N"), sym("M")
@@ -288,12 +287,7 @@ def test_costs_and_classes():
 
 
 def _onnx_model(nodes, inputs, outputs, inits):
-    vis = [h.make_tensor_value_info(n, T.FLOAT, s) for n, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in inits.items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return op_model(nodes, [(n, T.FLOAT, s) for n, s in inputs], outputs, inits)
 
 
 def _layernorm_softmax_model():

@@ -4,7 +4,6 @@ several settings of its dims, the native JIT kernels and the numpy reference int
 compared with onnxruntime (which runs the com.microsoft ops on CPU)."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -12,7 +11,7 @@ from onnx import helper as h
 from onnxcc.errors import OnnxccError, UnsupportedOp
 from onnxcc.frontend import load_onnx
 from onnxcc.interp import run as interp_run
-from onnxcc.testing import jit_compile, ort_run, random_inputs
+from onnxcc.testing import jit_compile, op_model, ort_run, random_inputs
 
 F, I64 = T.FLOAT, T.INT64
 MS = "com.microsoft"
@@ -20,13 +19,7 @@ _RNG = np.random.default_rng(5)
 
 
 def _model(nodes, inputs, outputs, inits=None, opset=17):
-    vis = [h.make_tensor_value_info(n, t, s) for n, t, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits),
-                     opset_imports=[h.make_opsetid("", opset), h.make_opsetid(MS, 1)])
-    m.ir_version = 10 if opset >= 23 else 8
-    return m
+    return op_model(nodes, inputs, outputs, inits, opset, 10 if opset >= 23 else 8, {MS: 1})
 
 
 def _w(*shape, scale=0.5):

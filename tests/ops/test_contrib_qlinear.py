@@ -6,8 +6,9 @@ onnxruntime's table or requantization uses the same f32 arithmetic (Concat, Leak
 the averages, QGemm), within one quantization step where it approximates (Sigmoid: MLAS's
 logistic; Softmax: an exp table built in double)."""
 
+from functools import partial
+
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -16,20 +17,13 @@ from onnxcc.errors import OnnxccError
 from onnxcc.frontend import load_onnx
 from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
-from onnxcc.testing import jit_compile, ort_run
+from onnxcc.testing import jit_compile, op_model, ort_run
 
 U8, I8, I32, F, B = T.UINT8, T.INT8, T.INT32, T.FLOAT, T.BOOL
 MS = "com.microsoft"
 
 
-def _model(nodes, inputs, outputs, inits=None):
-    vis = [h.make_tensor_value_info(n, t, s) for n, t, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits),
-                     opset_imports=[h.make_opsetid("", 17), h.make_opsetid(MS, 1)])
-    m.ir_version = 8
-    return m
+_model = partial(op_model, domains={MS: 1})
 
 
 def _check(m, feeds_list, tol_q=0, rtol=1e-6, atol=1e-6, max_off=1.0):

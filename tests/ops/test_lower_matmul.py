@@ -4,24 +4,14 @@ symbolic dims (one of them 1). Ops are grouped into few models so the suite JITs
 each model is compiled once and run at every setting."""
 
 import numpy as np
-import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
 
 from onnxcc.kernel import Reduce, walk
-from onnxcc.testing import check_jit
+from onnxcc.testing import check_jit, op_model
 
 F = T.FLOAT
 _RNG = np.random.default_rng(7)
-
-
-def _model(nodes, inputs, outputs, inits=None, opset=17):
-    vis = [h.make_tensor_value_info(n, t, s) for n, t, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
 
 
 def _weights(*shape):
@@ -42,7 +32,7 @@ def test_lower_matmul_shapes_and_broadcast():
         h.make_node("MatMul", ["v", "v"], ["y4"]),      # 1-D @ 1-D -> scalar
         h.make_node("MatMul", ["p", "q"], ["y5"]),      # symbolic contraction dim
     ]
-    m = _model(nodes, [("a", F, ["B", "M", 5]), ("a4", F, ["B", 1, "M", 5]), ("b3", F, [3, 5, 4]),
+    m = op_model(nodes, [("a", F, ["B", "M", 5]), ("a4", F, ["B", 1, "M", 5]), ("b3", F, [3, 5, 4]),
                        ("v", F, [5]), ("p", F, ["M", "K"]), ("q", F, ["K", 3])],
                [f"y{i}" for i in range(6)], {"w": _weights(5, 6)})
     prog = check_jit(m, [{"B": 1, "M": 1, "K": 1}, {"B": 3, "M": 7, "K": 13}])
@@ -61,7 +51,7 @@ def test_lower_gemm_variants():
         h.make_node("Gemm", ["a", "w"], ["y4"]),                                       # no C
         h.make_node("Gemm", ["a", "w", "c1"], ["y5"], beta=0.0),                       # C ignored
     ]
-    m = _model(nodes, [("a", F, ["M", 5]), ("at", F, [5, "M"]), ("cm", F, ["M", 6]), ("cc", F, ["M", 1])],
+    m = op_model(nodes, [("a", F, ["M", 5]), ("at", F, [5, "M"]), ("cm", F, ["M", 6]), ("cc", F, ["M", 1])],
                [f"y{i}" for i in range(6)],
                {"w": _weights(5, 6), "wt": _weights(6, 5), "c1": _weights(6), "cs": _weights()})
     prog = check_jit(m, [{"M": 1}, {"M": 11}])
@@ -88,7 +78,7 @@ def test_lower_matmul_integer():
         h.make_node("MatMulInteger", ["a3", "b", "az"], ["y2"]),        # batched A
         h.make_node("MatMulInteger", ["a", "b", "", "bz"], ["y3"]),     # absent a_zero_point
     ]
-    m = _model(nodes, [("a", u8, ["M", 7]), ("b", u8, [7, 4]), ("a3", u8, ["B", "M", 7]), ("az", u8, [1]),
+    m = op_model(nodes, [("a", u8, ["M", 7]), ("b", u8, [7, 4]), ("a3", u8, ["B", "M", 7]), ("az", u8, [1]),
                        ("bz", u8, [4])], [f"y{i}" for i in range(4)], opset=13)
     # NOTE: the zero point is [1], not rank 0: JitKernel passes inputs through
     # np.ascontiguousarray, which turns a 0-d array into shape (1,)
@@ -100,7 +90,7 @@ def test_lower_matmul_integer_per_row_zero_point_vs_interp():
     scalar zero points only, so the numpy reference interpreter is the oracle."""
     i8 = T.INT8
     nodes = [h.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y0"])]
-    m = _model(nodes, [("a", i8, [5, 7]), ("b", i8, [7, "N"]), ("az", i8, [5]), ("bz", i8, ["N"])], ["y0"])
+    m = op_model(nodes, [("a", i8, [5, 7]), ("b", i8, [7, "N"]), ("az", i8, [5]), ("bz", i8, ["N"])], ["y0"])
     check_jit(m, [{"N": 1}, {"N": 6}], oracle="interp")
 
 
@@ -133,7 +123,7 @@ def test_lower_matmul_integer_constant_and_variable_b():
                 "bv": rng.integers(0, 256, (n,), dtype=np.uint8),
                 "b3": rng.integers(0, 256, (2, k, n), dtype=np.uint8)}
 
-    m = _model(nodes, [("a", u8, ["M", k]), ("a3", u8, [2, "M", k]), ("b", u8, [k, n]), ("bv", u8, [n]),
+    m = op_model(nodes, [("a", u8, ["M", k]), ("a3", u8, [2, "M", k]), ("b", u8, [k, n]), ("bv", u8, [n]),
                        ("b3", u8, [2, k, n])], [f"y{i}" for i in range(6)], inits, opset=13)
     prog = check_jit(m, [{"M": 1}, {"M": 9}, {"M": 33}], rtol=0, atol=0, feeds=feeds)
     transposed = [b for b in prog.buffers.values() if b.kind == "const" and b.shape == (n, k)]
@@ -167,4 +157,4 @@ def test_lower_einsum():
         inputs += [(n, F, s) for n, s in zip(names, shapes)]
         nodes.append(h.make_node("Einsum", names, [f"y{k}"], equation=eq))
         outs.append(f"y{k}")
-    check_jit(_model(nodes, inputs, outs), [{"B": 1, "S": 1}, {"B": 2, "S": 7}])
+    check_jit(op_model(nodes, inputs, outs), [{"B": 1, "S": 1}, {"B": 2, "S": 7}])

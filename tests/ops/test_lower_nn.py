@@ -4,6 +4,8 @@ compared with onnxruntime (or, where onnxruntime has no kernel, the numpy refere
 interpreter) at several settings of the symbolic dims, one of them 1. Ops are grouped into
 few models; each model is compiled once and run at every setting."""
 
+from functools import partial
+
 import numpy as np
 import onnx
 import pytest
@@ -11,19 +13,13 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from onnxcc.kernel import Binary, Const, Reduce, Select, walk
-from onnxcc.testing import check_jit
+from onnxcc.testing import check_jit, op_model
 
 F = T.FLOAT
 _RNG = np.random.default_rng(11)
 
 
-def _model(nodes, inputs, outputs, inits=None, opset=19):
-    vis = [h.make_tensor_value_info(n, t, s) for n, t, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
+_model = partial(op_model, opset=19)
 
 
 class _Weights(dict):

@@ -14,22 +14,11 @@ from onnxcc.errors import RuntimeCallError
 from onnxcc.frontend import load_onnx
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
-from onnxcc.testing import MODELS_DIR, check_lowering, jit_compile, ort_run, random_inputs
+from onnxcc.testing import MODELS_DIR, check_lowering, jit_compile, op_model, ort_run, random_inputs
 
 FOLDED, UNFOLDED = "shape-inference,canonicalize", "shape-inference"
 BIG, SMALL = 2**63 - 1, -(2**63)
 SEVEN = onnx.numpy_helper.from_array(np.array([7], np.int32))
-
-
-def model(nodes, inputs, outputs, inits=None, opset=17):
-    """A model from nodes; inputs [(name, onnx elem type, shape)], outputs [names],
-    inits {name: array}."""
-    vis = [h.make_tensor_value_info(n, t, s) for n, t, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
 
 
 def i64(*v):
@@ -75,7 +64,7 @@ def _movement_model():
     inits = {"sp": i64(1, 2, 3), "st": i64(-1, 1), "en": i64(SMALL, 6), "ax": i64(1, 2), "stp": i64(-1, 2),
              "st2": i64(0, 1), "en2": i64(BIG, -1), "a0": i64(0), "rs": i64(0, -1, 3)}
     outs = ["t", "c", "s0", "s1", "s2", "e0", "e1", "rev", "mid", "sh", "sh1", "sz", "fl", "sq", "id", "r"]
-    return model(nodes, [x, z], outs, inits)
+    return op_model(nodes, [x, z], outs, inits)
 
 
 @pytest.mark.parametrize("pipeline", [FOLDED, UNFOLDED])
@@ -91,7 +80,7 @@ def test_lower_slice_start_past_end_and_clamping():
     inits = {"a": i64(BIG, 5), "b": i64(-4, SMALL), "ax": i64(0, 1), "st": i64(-1, -2),
              "c": i64(-100, 2), "d": i64(100, BIG), "st2": i64(1, 3)}
     dims = [{"N": 1, "S": 1}, {"N": 3, "S": 8}, {"N": 9, "S": 5}]
-    check_lowering(model(nodes, [x], ["y0", "y1"], inits), dims)
+    check_lowering(op_model(nodes, [x], ["y0", "y1"], inits), dims)
 
 
 # ---- exporter shape chains ---------------------------------------------------------------------------
@@ -118,7 +107,7 @@ def _chain_model():
     ]
     inits = {"k0": np.array(0, np.int64), "k1": np.array(1, np.int64), "ax0": i64(0), "heads": i64(4),
              "hd": i64(64), "z": i64(0), "two": i64(2), "w": i64(256)}
-    return model(nodes, [x], ["p", "y", "tgt", "tgt2"], inits)
+    return op_model(nodes, [x], ["p", "y", "tgt", "tgt2"], inits)
 
 
 @pytest.mark.parametrize("pipeline", [FOLDED, UNFOLDED])
@@ -153,7 +142,7 @@ def test_lower_slice_symbolic_starts_and_ends():
         h.make_node("Slice", ["x", "zero", "k", "two"], ["y3"]),  # x[:, :, :K]
     ]
     inits = {"zero": i64(0), "one": i64(1), "two": i64(2), "m1": i64(-1)}
-    m = model(nodes, [x, z], ["y", "y2", "y3"], inits)
+    m = op_model(nodes, [x, z], ["y", "y2", "y3"], inits)
     dims = [{"N": 1, "S": 4, "K": 1}, {"N": 2, "S": 9, "K": 3}]
     check_lowering(m, dims)
     check_lowering(m, dims, pipeline=UNFOLDED)
@@ -171,7 +160,7 @@ def test_lower_slice_symbolic_expression_bounds():
         h.make_node("Sub", ["nk", "one"], ["e2"]),
         h.make_node("Slice", ["x", "e", "e2", "one", "m1"], ["y2"]),
     ]
-    m = model(nodes, [x, z], ["y", "y2"], {"one": i64(1), "m1": i64(-1)})
+    m = op_model(nodes, [x, z], ["y", "y2"], {"one": i64(1), "m1": i64(-1)})
     check_lowering(m, [{"N": 1, "S": 4, "K": 1}, {"N": 2, "S": 9, "K": 3}, {"N": 1, "S": 2, "K": 5}])
 
 
@@ -200,7 +189,7 @@ def _gather_model():
              "f0": np.array(0.5, np.float32), "f9": np.array(3.1, np.float32),
              "f1": np.array(0.25, np.float32)}
     outs = ["g1", "g0", "gel", "gnd", "ex", "ex2", "ti", "rg", "rgf", "cs"]
-    return model(nodes, [x, gi, ge, gn], outs, inits)
+    return op_model(nodes, [x, gi, ge, gn], outs, inits)
 
 
 def _gather_feeds(n, s, m, seed):
@@ -234,7 +223,7 @@ def test_lower_gather_constant_index_checked_against_symbolic_dim():
     # x[:, 4] and x[:, -5]: fine while S >= 5, a run-time index error below
     nodes = [h.make_node("Gather", ["x", "four"], ["y"], axis=1),
              h.make_node("Gather", ["x", "m5"], ["z"], axis=1)]
-    m = model(nodes, [("x", T.FLOAT, ["N", "S"])], ["y", "z"],
+    m = op_model(nodes, [("x", T.FLOAT, ["N", "S"])], ["y", "z"],
               {"four": np.array(4, np.int64), "m5": np.array(-5, np.int64)})
     check_lowering(m, [{"N": 1, "S": 5}, {"N": 3, "S": 9}])
     k, _ = compile_jit(m)
@@ -265,7 +254,7 @@ def _misc_model():
              "p3": i64(0, -1, 5, 0, 2, -1), "tk": np.array(-1, np.int64), "r2": i64(-1, 4),
              "depth": np.array(6, np.int64), "ohv": np.array([-1.0, 2.0], np.float32)}
     outs = ["pc", "pr", "pe", "pw", "tu", "tl", "ey", "o1", "d2s", "d2c", "s2d"]
-    return model(nodes, [x, q, oh], outs, inits, opset=19)
+    return op_model(nodes, [x, q, oh], outs, inits, opset=19)
 
 
 def _misc_feeds(n, s, hh, w, seed):
@@ -302,7 +291,7 @@ def _select_scatter_model():
              "pv": np.array([2.0, 3.0, -1.0], np.float32)}
     ei0, u0 = ("ei0", T.INT64, ["K", 2]), ("u0", T.FLOAT, ["K", 2])
     outs = ["tv", "ti", "bv", "bi", "snd", "sna", "snp", "se", "sem", "sen", "sea"]
-    return model(nodes, [x, u, si, su, ei, ei0, u0], outs, inits, opset=18)
+    return op_model(nodes, [x, u, si, su, ei, ei0, u0], outs, inits, opset=18)
 
 
 def _select_scatter_feeds(n, s, k, seed):
@@ -323,6 +312,6 @@ def test_lower_topk_and_scatter():
 
 def test_lower_gather_with_check_lowering_inputs():
     # the plain check_lowering path (random non-negative indices) at M = 1 and a non power of two
-    m = model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)],
+    m = op_model([h.make_node("Gather", ["x", "i"], ["y"], axis=1)],
               [("x", T.FLOAT, ["N", 10]), ("i", T.INT64, ["M"])], ["y"])
     check_lowering(m, [{"N": 1, "M": 1}, {"N": 3, "M": 6}])

@@ -6,7 +6,6 @@ both compared with onnxruntime, exactly for integer outputs (onnxruntime's kerne
 same f32 arithmetic and half-to-even rounding), unless a test says otherwise."""
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -15,19 +14,14 @@ from onnxcc.errors import OnnxccError
 from onnxcc.frontend import load_onnx
 from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
-from onnxcc.testing import jit_compile, ort_run
+from onnxcc.testing import jit_compile, op_model, ort_run
 
 U8, I8, U16, I16, I32, F = T.UINT8, T.INT8, T.UINT16, T.INT16, T.INT32, T.FLOAT
 
 
 def _model(nodes, inputs, outputs, inits=None, opset=21, ms=False):
-    vis = [h.make_tensor_value_info(n, t, s) for n, t, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    ops = [h.make_opsetid("", opset)] + ([h.make_opsetid("com.microsoft", 1)] if ms else [])
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=ops)
-    m.ir_version = 10 if opset >= 21 else 8
-    return m
+    domains = {"com.microsoft": 1} if ms else None
+    return op_model(nodes, inputs, outputs, inits, opset, 10 if opset >= 21 else 8, domains)
 
 
 def _compare(name, got, want, tol_q=0, rtol=1e-6, atol=1e-6):

@@ -9,6 +9,8 @@ for align_corners, pytorch_half_pixel and tf_crop_and_resize with `scales`, the 
 reference uses the unfloored output length `scale * in`, onnxruntime the floored one (it
 fails test_resize_downsample_scales_*_align_corners); with in * scale integral they agree."""
 
+from functools import partial
+
 import numpy as np
 import onnx
 import pytest
@@ -18,7 +20,7 @@ from onnx import helper as h
 from onnxcc import conformance
 from onnxcc.errors import OnnxccError
 from onnxcc.interp import run as interp_run
-from onnxcc.testing import jit_compile, ort_run, random_inputs
+from onnxcc.testing import jit_compile, op_model, ort_run, random_inputs
 
 F = T.FLOAT
 COORDS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
@@ -26,13 +28,7 @@ COORDS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_cor
 NEAREST = ["round_prefer_floor", "round_prefer_ceil", "floor", "ceil"]
 
 
-def _model(nodes, inputs, outputs, inits=None, opset=19):
-    vis = [h.make_tensor_value_info(n, t, s) for n, t, s in inputs]
-    ovis = [h.make_empty_tensor_value_info(n) for n in outputs]
-    inits = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
-    m = h.make_model(h.make_graph(nodes, "g", vis, ovis, inits), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
+_model = partial(op_model, opset=19)
 
 
 def _check(m, dims_list, rtol=1e-4, atol=1e-5, oracle=None, dtype=None, fixed=None):
