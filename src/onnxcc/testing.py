@@ -134,6 +134,18 @@ def check_lowering(model, dims_list, rtol=1e-4, atol=1e-5, pipeline="shape-infer
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"output {name} at {dims}")
 
 
+def compile_lib(model: onnx.ModelProto, out_dir: str | Path, **options):
+    """The user path in one call: `model` saved as OUT_DIR/model.onnx, compiled with `options`
+    into OUT_DIR/lib and loaded (-> `onnxcc.load`'s model, ready to `run`)."""
+    import onnxcc
+
+    out_dir = Path(out_dir)
+    path = out_dir / "model.onnx"
+    onnx.save(model, str(path))
+    onnxcc.compile(path, out_dir / "lib", **options)
+    return onnxcc.load(out_dir / "lib")
+
+
 def op_model(nodes, inputs, outputs, inits=None, opset: int = 17, ir_version: int = 8,
              domains: dict[str, int] | None = None) -> onnx.ModelProto:
     """A one-graph model for op tests: inputs [(name, onnx element type, shape)], outputs

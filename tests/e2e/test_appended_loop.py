@@ -18,7 +18,7 @@ import onnxcc
 from onnxcc.errors import RuntimeCallError
 from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
-from onnxcc.testing import ort_run
+from onnxcc.testing import compile_lib, ort_run
 
 F = T.FLOAT
 
@@ -66,10 +66,7 @@ def test_the_counted_loop_has_the_symbolic_extent():
 @pytest.mark.parametrize(("axis", "new_axis"), [(0, 0), (1, 0), (0, 1), (1, 1), (-1, 1)])
 def test_appended_elements_match_onnxruntime(axis, new_axis, tmp_path):
     m = _model(axis, new_axis)
-    path = tmp_path / "m.onnx"
-    path.write_bytes(m.SerializeToString())
-    onnxcc.compile(path, tmp_path / "art")
-    model = onnxcc.load(tmp_path / "art")
+    model = compile_lib(m, tmp_path)
     mod = onnxcc.load_onnx(m)
     rng = np.random.default_rng(axis + 3 * new_axis)
     for n in (1, 4, 9):
@@ -125,10 +122,7 @@ def test_a_counted_loop_growing_its_state_needs_no_dim_flag(tmp_path):
     text = str(mod)
     assert "counted_trips = [#dim<N>]" in text
     assert str(onnxcc.ir.parse_module(text)) == text  # the attribute parses back
-    path = tmp_path / "g.onnx"
-    path.write_bytes(m.SerializeToString())
-    onnxcc.compile(path, tmp_path / "art")
-    model = onnxcc.load(tmp_path / "art")
+    model = compile_lib(m, tmp_path)
     rng = np.random.default_rng(7)
     for n in (1, 2, 6):
         f = {"x": rng.standard_normal((n, 3)).astype(np.float32), "y0": rng.standard_normal((1, 3)).astype(np.float32)}

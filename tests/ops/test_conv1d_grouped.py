@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from conv_models import one_conv_model
 
 import onnxcc
-from onnxcc.testing import ort_run
+from onnxcc.testing import compile_lib, ort_run
 
 CASES = {
     # name: (channels in, out, groups, kernel, attrs, bias)
@@ -25,28 +25,15 @@ CASES = {
 
 
 def _model(cin: int, cout: int, groups: int, k: int, attrs: dict, bias: bool, seed: int) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((cout, cin // groups, k)).astype(np.float32)
-    inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())]
-    ins = ["x", "w"]
-    if bias:
-        b = rng.standard_normal(cout).astype(np.float32)
-        inits.append(helper.make_tensor("b", TensorProto.FLOAT, b.shape, b))
-        ins.append("b")
-    node = helper.make_node("Conv", ins, ["y"], group=groups, kernel_shape=[k], **attrs)
-    g = helper.make_graph([node], "gconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", cin, "L"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return one_conv_model("Conv", ["N", cin, "L"], (cout, cin // groups, k), cout if bias else None, seed, "gconv",
+                          group=groups, kernel_shape=[k], **attrs)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_grouped_conv1d_matches_onnxruntime(name, tmp_path):
     cin, cout, groups, k, attrs, bias = CASES[name]
     model = _model(cin, cout, groups, k, attrs, bias, seed=len(name))
-    path = tmp_path / f"{name}.onnx"
-    onnx.save(model, path)
-    onnxcc.compile(path, tmp_path / "art")
-    lib = onnxcc.load(tmp_path / "art")
+    lib = compile_lib(model, tmp_path)
     rng = np.random.default_rng(1)
     for n, length in ((1, 37), (3, 64), (1, 201)):
         x = rng.standard_normal((n, cin, length)).astype(np.float32)

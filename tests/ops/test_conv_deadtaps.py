@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from conv_models import one_conv_model
 
 import onnxcc
 from onnxcc.ops.conv_deadtaps import live_taps
-from onnxcc.testing import ort_run
+from onnxcc.testing import compile_lib, ort_run
 
 CASES = {
     # name: (cin, cout, dilation, stride, (H, W) or None for symbolic, bias)
@@ -29,30 +29,16 @@ CASES = {
 
 
 def _model(cin, cout, dil, stride, hw, bias, seed):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
-    inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())]
-    ins = ["x", "w"]
-    if bias:
-        b = rng.standard_normal(cout).astype(np.float32)
-        inits.append(helper.make_tensor("b", TensorProto.FLOAT, b.shape, b))
-        ins.append("b")
-    node = helper.make_node("Conv", ins, ["y"], kernel_shape=[3, 3], dilations=[dil, dil],
-                            pads=[dil] * 4, strides=[stride, stride])
-    dims = ["N", cin, *(hw if hw else ("H", "W"))]
-    g = helper.make_graph([node], "dconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return one_conv_model("Conv", ["N", cin, *(hw if hw else ("H", "W"))], (cout, cin, 3, 3), cout if bias else None,
+                          seed, "dconv", kernel_shape=[3, 3], dilations=[dil, dil], pads=[dil] * 4,
+                          strides=[stride, stride])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_dilated_conv_matches_onnxruntime(name, tmp_path):
     cin, cout, dil, stride, hw, bias = CASES[name]
     model = _model(cin, cout, dil, stride, hw, bias, seed=len(name))
-    path = tmp_path / f"{name}.onnx"
-    onnx.save(model, path)
-    onnxcc.compile(path, tmp_path / "art")
-    lib = onnxcc.load(tmp_path / "art")
+    lib = compile_lib(model, tmp_path)
     rng = np.random.default_rng(2)
     shapes = ((7, 5), (13, 16)) if hw is None else (hw, hw)
     for n, (h, w) in zip((1, 3), shapes):

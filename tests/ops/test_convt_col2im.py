@@ -8,12 +8,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from conv_models import one_conv_model
 
-import onnxcc
 from onnxcc.ir import DType
 from onnxcc.ops.convt_col2im import col2im_applies
-from onnxcc.testing import ort_run
+from onnxcc.testing import compile_lib, ort_run
 
 CASES = {
     # name: (cin, cout, group, kernel, attrs, bias, spatial run shapes)
@@ -29,29 +28,16 @@ CASES = {
 
 
 def _model(cin, cout, group, kernel, attrs, bias, seed) -> onnx.ModelProto:
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((cin, cout // group, *kernel)).astype(np.float32)
-    inits = [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())]
-    ins = ["x", "w"]
-    if bias:
-        b = rng.standard_normal(cout).astype(np.float32)
-        inits.append(helper.make_tensor("b", TensorProto.FLOAT, b.shape, b))
-        ins.append("b")
-    node = helper.make_node("ConvTranspose", ins, ["y"], group=group, kernel_shape=kernel, **attrs)
     spatial = [f"S{i}" for i in range(len(kernel))]
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", cin, *spatial])
-    g = helper.make_graph([node], "convt", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return one_conv_model("ConvTranspose", ["N", cin, *spatial], (cin, cout // group, *kernel), cout if bias else None,
+                          seed, "convt", group=group, kernel_shape=kernel, **attrs)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_conv_transpose_matches_onnxruntime(name, tmp_path):
     cin, cout, group, kernel, attrs, bias, runs = CASES[name]
     model = _model(cin, cout, group, kernel, attrs, bias, seed=len(name))
-    path = tmp_path / f"{name}.onnx"
-    onnx.save(model, path)
-    onnxcc.compile(path, tmp_path / "art")
-    lib = onnxcc.load(tmp_path / "art")
+    lib = compile_lib(model, tmp_path)
     rng = np.random.default_rng(2)
     for k, spatial in enumerate(runs):
         x = rng.standard_normal((1 + k, cin, *spatial)).astype(np.float32)

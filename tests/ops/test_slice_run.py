@@ -13,12 +13,11 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-import onnxcc
 from onnxcc.errors import RuntimeCallError
 from onnxcc.frontend import load_onnx
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.lower import lower_function
-from onnxcc.testing import ort_run
+from onnxcc.testing import compile_lib, ort_run
 
 
 def _const(name, v):
@@ -50,10 +49,7 @@ def test_the_length_is_bound_where_the_slice_runs():
 @pytest.mark.parametrize("step", [1, 2, -1])
 def test_data_bounds_match_onnxruntime(step, tmp_path):
     m = _slice_model(step)
-    path = tmp_path / "m.onnx"
-    path.write_bytes(m.SerializeToString())
-    onnxcc.compile(path, tmp_path / "art")
-    model = onnxcc.load(tmp_path / "art")
+    model = compile_lib(m, tmp_path)
     rng = np.random.default_rng(step + 5)
     # (N, p): inside, negative (from the end), past the end, crossed / empty, the whole dim
     cases = [(7, [1, 5]), (7, [-6, -1]), (4, [2, 40]), (6, [3, 3]), (5, [-100, 100]), (1, [0, 1])]
@@ -97,10 +93,7 @@ def _bag_model():
 
 def test_a_loop_body_slicing_a_run_time_length_matches_onnxruntime(tmp_path):
     m = _bag_model()
-    path = tmp_path / "bag.onnx"
-    path.write_bytes(m.SerializeToString())
-    onnxcc.compile(path, tmp_path / "art")
-    model = onnxcc.load(tmp_path / "art")
+    model = compile_lib(m, tmp_path)
     rng = np.random.default_rng(1)
     for b, t in ((3, 5), (1, 1), (6, 2)):
         f = {"ids": rng.integers(0, 50, (b, t)).astype(np.int64)}
@@ -133,10 +126,7 @@ def _branch_model():
 
 def test_an_if_branch_slicing_a_run_time_length_matches_onnxruntime(tmp_path):
     m = _branch_model()
-    path = tmp_path / "br.onnx"
-    path.write_bytes(m.SerializeToString())
-    onnxcc.compile(path, tmp_path / "art")
-    model = onnxcc.load(tmp_path / "art")
+    model = compile_lib(m, tmp_path)
     rng = np.random.default_rng(2)
     for n, p in ((6, [1, 4]), (6, [2, 2]), (3, [0, 9]), (5, [-2, 5])):
         f = {"x": rng.standard_normal((n, 3)).astype(np.float32), "p": np.array(p, np.int64)}
@@ -163,10 +153,7 @@ def test_a_one_offset_slice_is_typed_one_and_checked_at_run_time(tmp_path):
     mod = load_onnx(m)
     run_pipeline(mod, "shape-inference,canonicalize")
     assert str(mod.main.result_types[0]) == "f32[4, 3]"
-    path = tmp_path / "one.onnx"
-    path.write_bytes(m.SerializeToString())
-    onnxcc.compile(path, tmp_path / "art")
-    model = onnxcc.load(tmp_path / "art")
+    model = compile_lib(m, tmp_path)
     rng = np.random.default_rng(4)
     z = rng.standard_normal((4, 3)).astype(np.float32)
     for n, p in ((5, [0, 3]), (2, [1, -7]), (3, [2, -2])):

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import onnxcc
 from onnxcc.errors import GuardError
+from onnxcc.testing import compile_lib
 
 
 def test_constraint_names_where_each_symbol_was_bound(tmp_path):
@@ -18,9 +17,7 @@ def test_constraint_names_where_each_symbol_was_bound(tmp_path):
                           [vi("y", TensorProto.FLOAT, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    onnx.save(m, str(tmp_path / "mm.onnx"))
-    onnxcc.compile(tmp_path / "mm.onnx", tmp_path / "art", name="mm")
-    cm = onnxcc.load(tmp_path / "art")
+    cm = compile_lib(m, tmp_path, name="mm")
     with pytest.raises(GuardError) as e:
         cm.run({"a": np.zeros((3, 5), np.float32), "b": np.zeros((6, 2), np.float32)})
     assert str(e.value).startswith('constraint k == k2 does not hold (k = 5 from input "a" dim 1; '
@@ -40,9 +37,7 @@ def test_a_kernel_error_code_is_named(tmp_path):
                           [vi("y", TensorProto.FLOAT, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    onnx.save(m, str(tmp_path / "g.onnx"))
-    onnxcc.compile(tmp_path / "g.onnx", tmp_path / "art", name="g")
-    cm = onnxcc.load(tmp_path / "art")
+    cm = compile_lib(m, tmp_path, name="g")
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(cm.run({"x": x, "i": np.array([0, 2])})["y"], x[:, [0, 2]])
     with pytest.raises(RuntimeCallError, match=r"with code 2 \(index out of range\)"):

@@ -7,12 +7,12 @@ library with a message; a view whose strides are not whole elements by the loade
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
 from onnxcc.errors import GuardError
+from onnxcc.testing import compile_lib
 from onnxcc.testing_c import relu_mul_add_model
 
 
@@ -128,9 +128,7 @@ def test_3d_out_views_of_each_element_size(tmp_path, dtype):
                      [vi("y", code, ["A", 3, 4])])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     m.ir_version = 8
-    onnx.save(m, str(tmp_path / "add3.onnx"))
-    onnxcc.compile(tmp_path / "add3.onnx", tmp_path / "art", name="add3")
-    lib = onnxcc.load(tmp_path / "art")
+    lib = compile_lib(m, tmp_path, name="add3")
     x = (np.arange(2 * 3 * 4) % 50 - 20).astype(dtype).reshape(2, 3, 4)
     want = lib.run({"x": x})["y"]
     np.testing.assert_array_equal(want, x + x)

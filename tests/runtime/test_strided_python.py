@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
+from onnxcc.testing import compile_lib
 from onnxcc.testing_c import relu_mul_add_model
 
 
@@ -70,9 +71,7 @@ def test_value_guarded_input_must_be_compact(tmp_path):
                           [vi("y", TensorProto.FLOAT, None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    onnx.save(m, str(tmp_path / "vv.onnx"))
-    onnxcc.compile(tmp_path / "vv.onnx", tmp_path / "art", name="vv", specialize_value={"shape": [3, 4]})
-    vv = onnxcc.load(tmp_path / "art")
+    vv = compile_lib(m, tmp_path, name="vv", specialize_value={"shape": [3, 4]})
     assert vv.meta["strided_inputs"] == ["x"]
     x = np.arange(24, dtype=np.float32).reshape(2, 12)[:, ::2]
     shape = np.array([3, 0, 4, 0], np.int64)[::2]  # [3, 4], strided
@@ -84,7 +83,7 @@ def test_value_guarded_input_must_be_compact(tmp_path):
     assert rc == vv.codes["ERR_SHAPE"]
     assert vv.last_error == ('input "shape" dim 0: stride 2 is not compact row-major (expected 1); this input is '
                              "not served strided (the header lists those that are), pass it compact")
-    assert "must be compact: shape (their data is read by the dispatcher" in (tmp_path / "art" / "vv.h").read_text()
+    assert "must be compact: shape (their data is read by the dispatcher" in (tmp_path / "lib" / "vv.h").read_text()
 
 
 @pytest.fixture(scope="module")
