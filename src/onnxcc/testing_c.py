@@ -185,10 +185,20 @@ def run_sanitized_driver(tmp: Path, models: dict[str, Path], source: Path) -> tu
     return lines[:-1], dirs
 
 
+def driver_rows(lines: list[str], keys: tuple[str, ...]) -> dict[str, tuple]:
+    """A C driver's report lines, `NAME k1=<int> k2=<int> ... msg=<text>`, by NAME: the ints
+    of `keys` in that order, then the message (the rest of the line after `msg=`)."""
+    rows = {}
+    for ln in lines:
+        name, rest = ln.split(" ", 1)
+        ints = (int(rest.split(f"{k}=", 1)[1].split()[0]) for k in keys)
+        rows[name] = (*ints, rest.split("msg=", 1)[1])
+    return rows
+
+
 def relu_mul_add_model(path: Path, graph_name: str = "st") -> Path:
     """Save y = Relu(a) * b + a (a: f32[N, 4], b: f32[4]), the stride and alias tests' model:
     one writer per element reading a only at that element, so y may be written over a."""
-    import onnx
     from onnx import TensorProto, helper
 
     vi = helper.make_tensor_value_info
@@ -196,6 +206,14 @@ def relu_mul_add_model(path: Path, graph_name: str = "st") -> Path:
                            helper.make_node("Add", ["m", "a"], ["y"])], graph_name,
                           [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, [4])],
                           [vi("y", TensorProto.FLOAT, ["N", 4])])
+    return save_graph(g, path)
+
+
+def save_graph(g, path: Path) -> Path:
+    """Save the graph `g` as a model (opset 17, ir_version 8) at `path`; -> `path`."""
+    import onnx
+    from onnx import helper
+
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, str(path))

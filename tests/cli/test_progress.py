@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 
-import onnx
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
@@ -12,6 +11,7 @@ from onnxcc.cli import main
 from onnxcc.cli.progress import Progress
 from onnxcc.compiler import CompileOptions, compile_model
 from onnxcc.passes import PassContext
+from onnxcc.testing_c import save_graph
 from onnxcc.version import __version__
 
 
@@ -24,10 +24,7 @@ def _relu(path):
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 def test_progress_reports_passes_versions_and_steps_on_a_terminal(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
@@ -11,16 +10,14 @@ from onnx import TensorProto, helper, numpy_helper
 import onnxcc
 from onnxcc.cli import main
 from onnxcc.errors import RuntimeCallError
+from onnxcc.testing_c import save_graph
 
 vi = helper.make_tensor_value_info
 
 
 def _save(path, nodes, inputs, outputs, inits=()):
     g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 def _ir(path) -> tuple[int, list[str]]:

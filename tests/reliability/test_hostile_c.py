@@ -11,12 +11,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 import onnxcc
-from onnxcc.testing_c import SANITIZE, sanitizers_available
+from onnxcc.testing_c import SANITIZE, sanitizers_available, save_graph
 
 HERE = Path(__file__).parent
 
@@ -26,10 +25,7 @@ def _model(path: Path) -> Path:
     g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"]), helper.make_node("Mul", ["a", "b"], ["z"])],
                           "g", [vi("a", TensorProto.FLOAT, ["N", 4]), vi("b", TensorProto.FLOAT, ["N", 4])],
                           [vi("y", TensorProto.FLOAT, ["N", 4]), vi("z", TensorProto.FLOAT, ["N", 4])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 def run_harness(tmp: Path) -> tuple[list[str], bool]:

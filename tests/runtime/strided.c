@@ -10,26 +10,12 @@
 
 #include "sq.h"
 #include "st.h"
+#include "f32_view.h"
 
 #define N 5
 
 static float a[N * 4], b[4], want[N * 4], y[N * 4];
 static int64_t shape_a[2] = {N, 4}, shape_b[1] = {4};
-
-static DLTensor t(void *p, int ndim, int64_t *shape, int64_t *strides, uint64_t off) {
-  DLTensor x;
-  memset(&x, 0, sizeof x);
-  x.data = p;
-  x.device.device_type = kDLCPU;
-  x.ndim = ndim;
-  x.shape = shape;
-  x.strides = strides;
-  x.byte_offset = off;
-  x.dtype.code = kDLFloat;
-  x.dtype.bits = 32;
-  x.dtype.lanes = 1;
-  return x;
-}
 
 static int same(const float *got, const float *exp, int n) {
   for (int i = 0; i < n; i++)

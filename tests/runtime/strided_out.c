@@ -13,23 +13,9 @@
 
 #include "so.h"
 #include "tw.h"
+#include "f32_view.h"
 
 #define SENTINEL -777.0f
-
-static DLTensor t(void *p, int ndim, int64_t *shape, int64_t *strides, uint64_t off) {
-  DLTensor x;
-  memset(&x, 0, sizeof x);
-  x.data = p;
-  x.device.device_type = kDLCPU;
-  x.ndim = ndim;
-  x.shape = shape;
-  x.strides = strides;
-  x.byte_offset = off;
-  x.dtype.code = kDLFloat;
-  x.dtype.bits = 32;
-  x.dtype.lanes = 1;
-  return x;
-}
 
 static int close_to(float got, float exp) { return fabsf(got - exp) <= 1e-6f * (1.0f + fabsf(exp)); }
 

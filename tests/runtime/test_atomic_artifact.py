@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
@@ -18,6 +17,7 @@ import onnxcc
 from onnxcc.cli import main
 from onnxcc.compiler import CompileOptions, artifact_dir, compile_model
 from onnxcc.runtime import ArtifactError
+from onnxcc.testing_c import save_graph
 
 X = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
 
@@ -26,10 +26,7 @@ def _model(path, op="Relu"):
     g = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 import onnxcc
 from onnxcc.runtime import ArtifactError
+from onnxcc.testing_c import save_graph
 
 
 def _model(path, op: str, k: float):
@@ -25,10 +26,7 @@ def _model(path, op: str, k: float):
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
                           [onnx.numpy_helper.from_array(np.array(k, np.float32), "k")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4)

@@ -10,7 +10,6 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper as oh
@@ -18,6 +17,7 @@ from sanitizers import ASAN, asan_available, lsan_works
 
 import onnxcc
 from onnxcc.testing import ort_run
+from onnxcc.testing_c import save_graph
 
 HERE = Path(__file__).parent
 X = np.array([0, 1, 0, 2, 0, 0, 3, 0, 0, 0, 0, 4], np.float32).reshape(3, 4)
@@ -28,10 +28,7 @@ def _model(path: Path) -> Path:
                       [oh.make_tensor_value_info("x", TP.FLOAT, ["N", "M"])],
                       [oh.make_tensor_value_info("nz", TP.INT64, None),
                        oh.make_tensor_value_info("neg", TP.FLOAT, None)])
-    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return save_graph(g, path)
 
 
 @pytest.fixture(scope="module")

@@ -12,21 +12,13 @@ import json
 import shutil
 from pathlib import Path
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
 from onnxcc.kernel.in_place import in_place_pairs
-from onnxcc.testing_c import relu_mul_add_model, run_sanitized_driver
+from onnxcc.testing_c import driver_rows, relu_mul_add_model, run_sanitized_driver, save_graph
 
 HERE = Path(__file__).parent
-
-
-def _save(g, path: Path) -> Path:
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
 
 
 def sq_model(path: Path) -> Path:
@@ -35,7 +27,7 @@ def sq_model(path: Path) -> Path:
     g = helper.make_graph([helper.make_node("Transpose", ["a"], ["t"], perm=[1, 0]),
                            helper.make_node("Add", ["a", "t"], ["y"])], "sq",
                           [vi("a", TensorProto.FLOAT, [4, 4])], [vi("y", TensorProto.FLOAT, [4, 4])])
-    return _save(g, path)
+    return save_graph(g, path)
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +36,7 @@ def results(tmp_path_factory):
     models = {"st": relu_mul_add_model(tmp / "st.onnx", "st"), "sq": sq_model(tmp / "sq.onnx")}
     lines, dirs = run_sanitized_driver(tmp, models, HERE / "strided.c")
     st, sq = dirs["st"], dirs["sq"]
-    rows = {}
-    for ln in lines:
-        name, rest = ln.split(" ", 1)
-        rc, right, version = (int(rest.split(f"{k}=", 1)[1].split()[0]) for k in ("rc", "right", "version"))
-        rows[name] = (rc, right, version, rest.split("msg=", 1)[1])
+    rows = driver_rows(lines, ("rc", "right", "version"))
     return rows, st, sq
 
 

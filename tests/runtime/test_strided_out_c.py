@@ -12,21 +12,13 @@ import json
 import shutil
 from pathlib import Path
 
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from onnxcc.testing_c import relu_mul_add_model, run_sanitized_driver
+from onnxcc.testing_c import driver_rows, relu_mul_add_model, run_sanitized_driver, save_graph
 
 HERE = Path(__file__).parent
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
-
-
-def _save(g, path: Path) -> Path:
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
 
 
 def tw_model(path: Path) -> Path:
@@ -35,7 +27,7 @@ def tw_model(path: Path) -> Path:
     g = helper.make_graph([helper.make_node("Add", ["a", "a"], ["p"]), helper.make_node("Mul", ["a", "a"], ["q"])],
                           "tw", [vi("a", TensorProto.FLOAT, ["N", 4])],
                           [vi("p", TensorProto.FLOAT, ["N", 4]), vi("q", TensorProto.FLOAT, ["N", 4])])
-    return _save(g, path)
+    return save_graph(g, path)
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +36,7 @@ def results(tmp_path_factory):
     models = {"so": relu_mul_add_model(tmp / "so.onnx", "so"), "tw": tw_model(tmp / "tw.onnx")}
     lines, dirs = run_sanitized_driver(tmp, models, HERE / "strided_out.c")
     so, tw = dirs["so"], dirs["tw"]
-    rows = {}
-    for ln in lines:
-        name, rest = ln.split(" ", 1)
-        rc, right = (int(rest.split(f"{k}=", 1)[1].split()[0]) for k in ("rc", "right"))
-        rows[name] = (rc, right, rest.split("msg=", 1)[1])
+    rows = driver_rows(lines, ("rc", "right"))
     return rows, so, tw
 
 
