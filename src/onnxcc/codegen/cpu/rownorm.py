@@ -22,6 +22,7 @@ from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type, identity
 from ..llvm.helpers import I1, for_range, i32
 
 if TYPE_CHECKING:
+    from onnxcc.kernel.expr import Expr
     from onnxcc.kernel.program import Compute
 
     from .emit import FnCtx, KernelEmitter, NestPlan
@@ -44,6 +45,30 @@ def row_loop_md(module: ir.Module, width: int | None) -> ir.MDValue | None:
     return node
 
 
+def row_index(c: Compute, v: int, vals: dict[str, ir.Value], j: ir.Value) -> list[ir.Value]:
+    """The output index of element `j` of the row: `j` for the innermost var `v`, the outer
+    vars' values from `vals`."""
+    name = c.var_names[v]
+    return [j if m == name else vals[m] for m in c.var_names]
+
+
+def store_row(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
+              vals: dict[str, ir.Value], n: ir.Value, value: Expr, acc: ir.Value | None, tag: str) -> None:
+    """The first pass of a two-pass row (this file's and rowstage.py's): `out[j] = value(j)`
+    for j < n, `value` evaluated once per element, each summed into `acc` (an alloca of its
+    compute type) where one is given."""
+    b = ctx.b
+    name, ext = c.var_names[v], c.extents[v]
+    dt = value.dtype
+    with for_range(b, n, name, guard=False, metadata=row_loop_md(owner.module, plan.vector_width)) as j:
+        em.push({name: j}, {name: ext})
+        t = em.emit(value)
+        em.store(c.out, row_index(c, v, vals, j), t)
+        if acc is not None:
+            b.store(REDUCE_COMBINE["sum"](em, b.load(acc, name=f"{tag}.cur"), t, dt), acc)
+        em.pop()
+
+
 def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
                   vals: dict[str, ir.Value]) -> None:
     """The innermost var `v` of `c` (the outer vars bound in `vals`; the row nonempty)."""
@@ -55,21 +80,12 @@ def emit_row_norm(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute,
     dt = rn.numer.dtype
     acc = ctx.alloca(compute_type(dt), "rownorm.acc")
     b.store(identity("sum", dt), acc)
-
-    def index(j: ir.Value) -> list[ir.Value]:
-        return [j if m == name else vals[m] for m in c.var_names]
-
-    with for_range(b, n, name, guard=False, metadata=row_loop_md(owner.module, plan.vector_width)) as j:
-        em.push({name: j}, {name: ext})
-        t = em.emit(rn.numer)
-        em.store(c.out, index(j), t)
-        b.store(REDUCE_COMBINE["sum"](em, b.load(acc, name="rownorm.cur"), t, dt), acc)
-        em.pop()
+    store_row(owner, em, ctx, c, plan, v, vals, n, rn.numer, acc, "rownorm")
     # the divisor reads the row sum just computed (the frame's cache is what emit consults)
     em.frames[-1].cache[rn.rowsum] = b.load(acc, name="rownorm.sum")
     total = em.emit(rn.denom)
     with for_range(b, n, f"{name}.norm", guard=False,
                    metadata=row_loop_md(owner.module, plan.vector_width)) as j:
-        ptr = em.address(c.out, index(j))
+        ptr = em.address(c.out, row_index(c, v, vals, j))
         t = b.load(ptr, name="rownorm.t", align=dt.itemsize, typ=compute_type(dt))
         b.store(b.fdiv(t, total, name="rownorm.div"), ptr, align=dt.itemsize)

@@ -20,9 +20,9 @@ from llvmlite import ir
 
 from onnxcc.kernel.expr import Expr, Load, Reduce, dim_to_expr, walk
 
-from ..llvm.exprs import REDUCE_COMBINE, AccessMetadata, ExprEmitter, compute_type, identity
+from ..llvm.exprs import AccessMetadata, ExprEmitter, compute_type, identity
 from ..llvm.helpers import for_range
-from .rownorm import row_loop_md
+from .rownorm import row_index, row_loop_md, store_row
 
 if TYPE_CHECKING:
     from onnxcc.kernel.program import Compute
@@ -38,23 +38,13 @@ def emit_row_stage(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute
     b = ctx.b
     name, ext = c.var_names[v], c.extents[v]
     n = ctx.dim(ext)
-
-    def index(j: ir.Value) -> list[ir.Value]:
-        return [j if m == name else vals[m] for m in c.var_names]
-
     sums = _row_sums(c, rs.body)
     dt = rs.stage.dtype
     acc = None
     if sums:
         acc = ctx.alloca(compute_type(dt), "rowstage.sum")
         b.store(identity("sum", dt), acc)
-    with for_range(b, n, name, guard=False, metadata=row_loop_md(owner.module, plan.vector_width)) as j:
-        em.push({name: j}, {name: ext})
-        t = em.emit(rs.stage)
-        em.store(c.out, index(j), t)
-        if acc is not None:
-            b.store(REDUCE_COMBINE["sum"](em, b.load(acc, name="rowstage.cur"), t, dt), acc)
-        em.pop()
+    store_row(owner, em, ctx, c, plan, v, vals, n, rs.stage, acc, "rowstage")
     if acc is not None:  # hoist below takes the sum from the frame's cache instead of re-reading the row
         total = b.load(acc, name="rowstage.rowsum")
         for r in sums:
@@ -66,7 +56,7 @@ def emit_row_stage(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute
         with for_range(b, n, f"{name}.norm", guard=False,
                        metadata=row_loop_md(owner.module, plan.vector_width)) as j:
             em.push({name: j}, {name: ext})
-            em.store(c.out, index(j), em.emit(rs.body))
+            em.store(c.out, row_index(c, v, vals, j), em.emit(rs.body))
             em.pop()
     finally:
         em.md = saved
