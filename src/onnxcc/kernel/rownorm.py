@@ -71,12 +71,21 @@ def match_row_norm(c: Compute, out_dtype: DType) -> RowNorm | None:
     return RowNorm(numer, denom, rowsum)
 
 
+def row_reduction(n: Expr, inner: str, ext: Expr) -> bool:
+    """`n` reduces over one var of the row's extent `ext` and is free of the innermost var
+    `inner`: a statistic of the whole row (its sum, max, sum of squares), what both row
+    matchers (this file's, rowstage.py's) and the staging emitter look for."""
+    return isinstance(n, Reduce) and len(n.vars) == 1 and n.vars[0][1] == ext and inner not in free_vars(n)
+
+
+def plain_row_sum(n: Expr, inner: str, ext: Expr) -> bool:
+    """`n` is `sum(d < ext: ...)` over the row, with no initial value."""
+    return row_reduction(n, inner, ext) and n.op == "sum" and n.init is None
+
+
 def _sums_row(n: Expr, numer: Expr, inner: str, ext: Expr) -> bool:
     """Whether `n` is `sum(d < ext: numer[inner := d])`."""
-    if not (isinstance(n, Reduce) and n.op == "sum" and n.init is None and len(n.vars) == 1):
-        return False
-    (d, dext), = n.vars
-    return dext == ext and substitute(numer, {inner: d}) == n.body
+    return plain_row_sum(n, inner, ext) and substitute(numer, {inner: n.vars[0][0]}) == n.body
 
 
 def per_element_reads(rn: RowNorm, c: Compute) -> tuple[Expr, Expr]:

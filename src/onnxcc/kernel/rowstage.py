@@ -46,7 +46,7 @@ from .expr import (
 )
 from .fuse import CHEAP, element_cost
 from .program import Compute
-from .rownorm import stores_row_exactly
+from .rownorm import row_reduction, stores_row_exactly
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,7 @@ def match_row_stage(c: Compute, out_dtype: DType) -> RowStage | None:
         return None
     inner, ext = c.vars[-1]
     j, ext_e = inner.name, dim_to_expr(ext)
-    rows = [n for n in walk(body) if isinstance(n, Reduce) and len(n.vars) == 1 and n.vars[0][1] == ext_e
-            and j not in free_vars(n)]
+    rows = [n for n in walk(body) if row_reduction(n, j, ext_e)]
     if not rows:
         return None
     outer = tuple(v for v, _ in c.vars[:-1])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from onnxcc.kernel.expr import Expr, Load, Reduce, dim_to_expr, walk
+from onnxcc.kernel.rownorm import plain_row_sum
 
 from ..llvm.exprs import AccessMetadata, ExprEmitter, compute_type, identity
 from ..llvm.helpers import for_range
@@ -66,11 +67,10 @@ def _row_sums(c: Compute, body: Expr) -> list[Reduce]:
     """The reductions of `body` that are the plain sum of the staged row: `sum(d < n:
     out[outer..., d])` over the innermost extent, no init."""
     outer = tuple(v for v, _ in c.vars[:-1])
-    ext = dim_to_expr(c.vars[-1][1])
+    inner, ext = c.vars[-1][0].name, dim_to_expr(c.vars[-1][1])
     found: list[Reduce] = []
     for r in walk(body):
-        if isinstance(r, Reduce) and r.op == "sum" and r.init is None and len(r.vars) == 1 \
-                and r.vars[0][1] == ext and r.body == Load(c.out, (*outer, r.vars[0][0]), r.body.dtype) \
+        if plain_row_sum(r, inner, ext) and r.body == Load(c.out, (*outer, r.vars[0][0]), r.body.dtype) \
                 and r not in found:
             found.append(r)
     return found
