@@ -31,6 +31,19 @@ _DL = {"f32": ("kDLFloat", 32), "f64": ("kDLFloat", 64), "f16": ("kDLFloat", 16)
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 
+C_F32_TENSOR = r"""
+/* a compact f32 DLTensor over host memory (needs <string.h> and an artifact's header) */
+static DLTensor tensor(float *data, int ndim, int64_t *shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data; t.device.device_type = kDLCPU; t.ndim = ndim;
+  t.dtype.code = kDLFloat; t.dtype.bits = 32; t.dtype.lanes = 1; t.shape = shape;
+  return t;
+}
+"""
+"""C text the tests' inline drivers paste in after their includes: `tensor(data, ndim, shape)`."""
+
+
 def sanitizers_available(flags: list[str] = SANITIZE) -> bool:
     """Whether `cc` links a program with `flags` (distributions ship the sanitizer runtimes
     separately)."""

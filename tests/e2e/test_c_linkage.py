@@ -12,6 +12,7 @@ import pytest
 
 import onnxcc
 from onnxcc.testing import MODELS_DIR, ort_run, random_inputs
+from onnxcc.testing_c import C_F32_TENSOR
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -20,16 +21,8 @@ C_MAIN = r"""
 #include <stdlib.h>
 #include <string.h>
 #include "transformer.h"
-
+""" + C_F32_TENSOR + r"""
 /* usage: prog BATCH SEQ IN.bin OUT.bin  -> runs once; or prog errors */
-static DLTensor tensor(float *data, int ndim, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data; t.device.device_type = kDLCPU; t.ndim = ndim;
-  t.dtype.code = kDLFloat; t.dtype.bits = 32; t.dtype.lanes = 1; t.shape = shape;
-  return t;
-}
-
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "errors") == 0) {
     static float buf[2 * 100 * 256];

@@ -22,6 +22,7 @@ from onnx import helper as oh
 import onnxcc
 from onnxcc.errors import RuntimeCallError
 from onnxcc.testing import MODELS_DIR, ort_run, random_inputs
+from onnxcc.testing_c import C_F32_TENSOR
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -334,14 +335,7 @@ C_MAIN = r"""
 #include <string.h>
 #include "loop_model.h"
 
-static DLTensor tensor(float *data, int ndim, int64_t *shape) {
-  DLTensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data; t.device.device_type = kDLCPU; t.ndim = ndim;
-  t.dtype.code = kDLFloat; t.dtype.bits = 32; t.dtype.lanes = 1; t.shape = shape;
-  return t;
-}
-
+""" + C_F32_TENSOR + r"""
 /* usage: prog BATCH IN.bin OUT.bin: writes h_final then the valid rows of h_all */
 int main(int argc, char **argv) {
   int64_t b = atoll(argv[1]);
