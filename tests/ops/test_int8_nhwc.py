@@ -4,7 +4,8 @@ onnxruntime: every conv geometry of the VNNI GEMM's and the depthwise kernel's o
 zero points at the extremes, per-channel weight zero points, strides, asymmetric pads,
 dilations, a depth multiplier, symbolic N / H / W), each followed by a depthwise conv so the
 two make a region (passes/qnhwc_region.py) and run channels-last; both results are outputs,
-the first leaving the region through its Transpose."""
+the first leaving the region through its Transpose. A first conv of 1 to 3 input channels
+(STEMS, and CONVS' 3-channel one) reads the NCHW input in packed pixels."""
 
 from __future__ import annotations
 
@@ -23,7 +24,12 @@ from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
 
 pytestmark = pytest.mark.skipif(not CpuBackend().int8_dot(), reason="the build host has no AVX-512 VNNI")
 
-FIRST = [("dense", c) for c in CONVS] + [("depthwise", c) for c in DEPTHWISE]
+STEMS = [  # convs of 1 to 3 input channels, which read the NCHW input packed per pixel (`nchw_input`)
+    (T.INT8, np.int8, 1, 16, 3, -5, 0, {"pads": [1, 1, 1, 1]}, False),
+    (T.UINT8, np.int8, 2, 24, 5, 200, 0, {"pads": [2, 1, 0, 2], "strides": [2, 2]}, True),
+    (T.INT8, np.int8, 3, 8, 3, 127, 0, {"dilations": [2, 1], "pads": [2, 1, 2, 1]}, False),
+]
+FIRST = [("dense", c) for c in CONVS + STEMS] + [("depthwise", c) for c in DEPTHWISE]
 
 
 def _first_conv(r, kind, case):
@@ -62,3 +68,4 @@ def test_conv_then_depthwise_channels_last(tmp_path, case):
     text = run_against_ort(m, tmp_path, feeds)
     if kind == "dense":  # the first conv on the GEMM, storing channels-last in place
         assert "call onnxcc_i8gemm" in text
+    assert ("xpix" in text) == (kind == "dense" and cin <= 3)  # the stem's packed pixels

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..ir import Block, DType, Module, Op, TensorType, Value
 from ..ops import onnx_inputs
-from ..ops.int8_gemm import MIN_K
+from ..ops.int8_gemm import MIN_K, PACK_MAX_CIN
 from ..ops.int8_nhwc import TO_NCHW, TO_NHWC
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value, new_const
@@ -167,8 +167,10 @@ class _Rewriter:
 
     def rewrite(self, op: Op) -> None:
         feats = features(op)
-        operands = [self.operand(v, op) if k in feats else v for k, v in enumerate(op.operands)]
         attrs = dict(op.attrs)
+        if self.stem(op):
+            feats, attrs["nchw_input"] = [], 1
+        operands = [self.operand(v, op) if k in feats else v for k, v in enumerate(op.operands)]
         if op.name == MS + "QLinearConcat":
             attrs["axis"] = 3
         elif op.name == MS + "QLinearGlobalAveragePool":
@@ -177,6 +179,13 @@ class _Rewriter:
                  result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
+
+    def stem(self, op: Op) -> bool:
+        """a conv of one group reading a value from outside of at most PACK_MAX_CIN channels
+        (an image): it reads it in NCHW, packed per pixel in its own padded copy"""
+        x = op.operands[0]
+        return (op.name == "onnx.QLinearConv" and int(op.attrs.get("group", 1)) == 1 and id(x) not in self.new
+                and isinstance(x.type.shape[1], int) and x.type.shape[1] <= PACK_MAX_CIN)
 
     def operand(self, v: Value, user: Op) -> Value:
         if id(v) in self.new:
