@@ -68,7 +68,8 @@ def _chain(act: str) -> onnx.ModelProto:
     inits.update(pool_s=inits["add_s"], pool_z=inits["add_z"])
     conv("c4", "pool", 16, 8, 1)
     conv("c5", "c4", 8, 8, 3, pads=[2, 2, 2, 2], dilations=[2, 2])
-    inits.update(cat_s=np.float32(0.12), cat_z=zero(126))
+    # the Concat quantized like c4 (copied, contrib_qlinear.py `_same_quant`), c5 requantized
+    inits.update(cat_s=inits["c4_s"], cat_z=inits["c4_z"])
     nodes.append(h.make_node("QLinearConcat", ["cat_s", "cat_z", "c4", "c4_s", "c4_z", "c5", "c5_s", "c5_z"], ["cat"],
                              axis=1, domain="com.microsoft"))
     inits.update(gap_s=np.float32(0.03), gap_z=zero(128))
