@@ -17,8 +17,10 @@ from onnx import helper as h
 from test_int8_depthwise import CASES as DEPTHWISE
 from test_int8_gemm import CONVS
 
+import onnxcc
 from onnxcc.codegen.cpu.backend import CpuBackend
 from onnxcc.compiler import load_module
+from onnxcc.interp import run as interp_run
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
 
@@ -69,3 +71,47 @@ def test_conv_then_depthwise_channels_last(tmp_path, case):
     if kind == "dense":  # the first conv on the GEMM, storing channels-last in place
         assert "call onnxcc_i8gemm" in text
     assert ("xpix" in text) == (kind == "dense" and cin <= 3)  # the stem's packed pixels
+
+
+def _ir_chain() -> str:
+    """cc.qlinearconv_nhwc as the pass leaves it, on every lowering: a stem reading NCHW
+    (`nchw_input`, packed pixels on the GEMM), a conv of 2 groups (neither the GEMM nor the
+    depthwise kernel: the loops) and u8 weights whose per-channel zero points put W - wz
+    outside s8 (the loops)"""
+    r = np.random.default_rng(2)
+    consts = {"xs": ("f32[]", [0.05]), "xz": ("u8[]", [131]), "ws": ("f32[8]", r.uniform(1e-3, 3e-3, 8)),
+              "wz": ("i8[]", [0]), "wz2": ("u8[8]", [0, 255, 128, 3, 77, 128, 200, 9]),
+              "w0": ("i8[8, 3, 3, 3]", r.integers(-128, 128, 216)),
+              "w1": ("i8[8, 4, 3, 3]", r.integers(-128, 128, 288)),
+              "w2": ("u8[8, 8, 3, 3]", r.integers(0, 256, 576)), "b": ("i32[8]", r.integers(-2000, 2000, 8)),
+              "ys": ("f32[]", [0.2]), "yz": ("u8[]", [120])}
+    lines = [f"%{k} = cc.const() {{value = dense<{t}: [{', '.join(str(v) for v in np.asarray(a).tolist())}]>}} : ({t})"
+             for k, (t, a) in consts.items()]
+    out = "u8[N, floor(H/2), W - 1, 8]"
+    lines += [
+        "%0 = cc.qlinearconv_nhwc(%x, %xs, %xz, %w0, %ws, %wz, %ys, %yz, %b) {nchw_input = 1, pads = [1, 1, 1, 1]}"
+        " : (u8[N, H, W, 8])",
+        "%1 = cc.qlinearconv_nhwc(%0, %ys, %yz, %w1, %ws, %wz, %ys, %yz) {group = 2, pads = [0, 1, 1, 0],"
+        f" strides = [2, 1]}} : ({out})",
+        f"%2 = cc.qlinearconv_nhwc(%1, %ys, %yz, %w2, %ws, %wz2, %ys, %yz, %b) {{pads = [1, 1, 1, 1]}} : ({out})",
+        "return %0, %1, %2"]
+    body = "\n".join("    " + line for line in lines)
+    return ("module @m {\n  sym N in [1, 4]\n  sym H in [4, 32]\n  sym W in [4, 32]\n"
+            f"  func @main(%x: u8[N, 3, H, W]) -> (u8[N, H, W, 8], {out}, {out}) {{\n{body}\n  }}\n}}\n")
+
+
+@pytest.mark.parametrize("cpu", [None, "x86-64-v4"])
+def test_lowerings_equal_the_reference(tmp_path, cpu):
+    """with VNNI (the stem on the GEMM) and without (every conv on the loops): the 8-bit
+    results equal the numpy reference's (the QLinearConv reference on the transposed input)"""
+    path = tmp_path / "chain.onnxir"
+    path.write_text(_ir_chain())
+    onnxcc.compile(path, tmp_path / "lib", **({"cpu": cpu} if cpu else {}))
+    lib = onnxcc.load(tmp_path / "lib")
+    module = load_module(path)
+    r = np.random.default_rng(0)
+    for n, hh, ww in ((1, 4, 4), (2, 9, 13)):
+        x = extremes(r, (n, 3, hh, ww), np.uint8)
+        got, want = list(lib.run({"x": x}).values()), interp_run(module, {"x": x})
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
