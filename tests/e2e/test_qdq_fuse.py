@@ -46,8 +46,9 @@ def _ops(path) -> Counter:
 
 def test_convnet_groups_become_qlinear_ops():
     ops = _ops(CONVNET)
-    # c1, the strided c2, the depthwise dw, the 1x1 pw; the head Gemm; the residual Add; the pool
-    assert ops["onnx.QLinearConv"] == 4 and ops["onnx.Conv"] == 0
+    # c1, the strided c2, the depthwise dw, the 1x1 pw (channels-last after qnhwc-region); the
+    # head Gemm; the residual Add; the pool
+    assert ops["onnx.QLinearConv"] + ops["cc.qlinearconv_nhwc"] == 4 and ops["onnx.Conv"] == 0
     assert ops["com.microsoft.QGemm"] == 1 and ops["onnx.Gemm"] == 0
     assert ops["com.microsoft.QLinearAdd"] == 1 and ops["onnx.Add"] == 0
     assert ops["com.microsoft.QLinearGlobalAveragePool"] == 1

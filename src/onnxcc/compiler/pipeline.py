@@ -23,6 +23,7 @@ from ..passes.lower import LowerToKernelPass
 from ..passes.nhwc_region import NhwcRegionPass
 from ..passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from ..passes.prune_symbols import PruneSymbolsPass
+from ..passes.qnhwc_region import QnhwcRegionPass
 from ..passes.specialize import SpecializePass
 from ..passes.specialize_value import SpecializeValuePass, value_specs
 from ..passes.split_if import SplitIfPass
@@ -46,7 +47,8 @@ def recipe(options: CompileOptions, backend: Backend, name: str) -> list[tuple[s
           if options.specialize_one else ()),
         # the clean-graph pipeline `onnxcc ir` runs too (passes/pipelines.py): shape-inference
         # (symbolic result types, shape-chain values, constraints), canonicalize (fold, simplify)
-        # (nhwc-region takes dense convs only where the backend runs their implicit GEMM call)
+        # (nhwc-region takes dense convs only where the backend runs their implicit GEMM call,
+        # qnhwc-region quantized ones only where it runs the VNNI GEMM)
         *(("ir", _for_backend(p, backend)) for p in parse_pipeline(DEFAULT_GRAPH_PIPELINE)),
         # --value-symbols: size-only int64 inputs become symbols read from their data at dispatch
         # (without it, only a kept Loop's trip count M given as an input: one build for every M)
@@ -108,6 +110,8 @@ def _for_backend(p: ModulePass, backend: Backend) -> ModulePass:
     squeezenet than the NCHW window GEMM)."""
     if isinstance(p, NhwcRegionPass) and p.dense and not backend.f32_conv_call():
         return dataclasses.replace(p, dense=False)
+    if isinstance(p, QnhwcRegionPass) and p.dense and not backend.int8_dot():
+        return dataclasses.replace(p, dense=False)  # qnhwc-region's one-group convs: on the VNNI GEMM only
     return p
 
 

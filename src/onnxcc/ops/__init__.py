@@ -32,6 +32,7 @@ from . import convt_nhwc  # noqa: F401
 from . import pool_nhwc  # noqa: F401
 from . import pointwise_extra  # noqa: F401
 from . import quant  # noqa: F401
+from . import int8_nhwc  # noqa: F401
 from . import contrib_qlinear  # noqa: F401
 from . import contrib_qlstm  # noqa: F401
 from . import contrib_qattention  # noqa: F401

@@ -52,22 +52,26 @@ def _scalar_like(buf) -> bool:
     return buf is None or buf.rank == 0 or all(isinstance(d, int) and d == 1 for d in buf.shape)
 
 
-def depthwise_applies(ctx, x: Buffer, w: Buffer) -> bool:
-    """whether `x` (N, C, H, W) and `w` (M, 1, KH, KW) make a depthwise conv this kernel takes"""
+def depthwise_applies(ctx, x: Buffer, w: Buffer, channels_last: bool = False) -> bool:
+    """whether `x` (N, C, H, W; channels last (N, H, W, C)) and `w` (M, 1, KH, KW) make a
+    depthwise conv this kernel takes"""
     group = ctx.attr("group", 1)
     if x.rank != 4 or w.rank != 4 or x.dtype not in (DType.u8, DType.i8) or group == 1:
         return False
-    c, m = x.shape[1], w.shape[0]
+    c, m = x.shape[3 if channels_last else 1], w.shape[0]
     if not all(isinstance(d, int) for d in (c, m, *w.shape[1:])):
         return False
     return c == group and w.shape[1] == 1 and m % c == 0 and w.shape[2] * w.shape[3] <= MAX_TAPS
 
 
-def depthwise_qconv(ctx, out: Buffer, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant=None) -> bool:
+def depthwise_qconv(ctx, out: Buffer, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant=None,
+                    channels_last: bool = False) -> bool:
     """Write `out` (i32 sums, or with `requant` = (scale: m -> f32 Expr, zero point Expr,
     dtype) their requantization); False, having written nothing, where it does not apply
-    (not depthwise, W / its zero point / B not constant, X's zero point not one element)."""
-    if not depthwise_applies(ctx, x, w) or not _scalar_like(xz):
+    (not depthwise, W / its zero point / B not constant, X's zero point not one element).
+    `channels_last` (cc.qlinearconv_nhwc, ops/int8_nhwc.py): X is [N, H, W, C] and `out`
+    [N, OH, OW, M], written directly; X is copied only where the conv pads."""
+    if not depthwise_applies(ctx, x, w, channels_last) or not _scalar_like(xz):
         return False
     wdata, wzv, bdata = _const_int(ctx, w), _const_int(ctx, wz), _const_int(ctx, bias)
     if wdata is None or wzv is None or bdata is None:
@@ -84,9 +88,9 @@ def depthwise_qconv(ctx, out: Buffer, x: Buffer, xz, w: Buffer, wz, bias, geomet
     # wq[tap, m]: a tap's weights of consecutive channels side by side, as the vector lanes
     wq = ctx.const(np.ascontiguousarray(wi.T).astype(np.int16 if narrow else np.int32), "wdw")
     cbias = _corrected_bias(ctx, xz, base, wi.sum(axis=1))
-    xp = _padded(ctx, x, xz, geometry)
+    xp = _padded(ctx, x, xz, geometry, channels_last)
     _, _, strides, dil = geometry[1:]
-    mult = mo // x.shape[1]
+    mult = mo // x.shape[3 if channels_last else 1]
     sc = None
     if requant is not None:
         sc = ctx.temp(DType.f32, (mo,), "dwscale")
@@ -108,6 +112,9 @@ def depthwise_qconv(ctx, out: Buffer, x: Buffer, xz, w: Buffer, wz, bias, geomet
             return acc
         return requant_expr(acc, sc[(m,)], requant[1], requant[2])
 
+    if channels_last:
+        ctx.compute(out, lambda n, oh, ow, m: body(n, m, oh, ow))
+        return True
     # the result over flat pixels p = oh * OW + ow: read back at a computed index, it is never
     # inlined into its reader, which would run it in the reader's (channels-first) order, the
     # channels a stride apart (a single depthwise conv read by a DequantizeLinear ran 10%
@@ -138,19 +145,22 @@ def _corrected_bias(ctx, xz, base: np.ndarray, colsum: np.ndarray) -> Buffer:
     return out
 
 
-def _padded(ctx, x: Buffer, xz, geometry) -> Buffer:
+def _padded(ctx, x: Buffer, xz, geometry, channels_last: bool = False) -> Buffer:
     """X's channels-last copy xp[n, h, w, c], padded: the border holds the zero point (0
-    without one), so the window reads need no guard"""
+    without one), so the window reads need no guard; a channels-last X that needs no padding
+    is read as it is"""
     _, pb, pe, _, _ = geometry
-    n_, c, h, w = x.shape
+    if channels_last and all(isinstance(p, int) and p == 0 for p in (*pb, *pe)):
+        return x
+    n_, c, h, w = (x.shape[0], x.shape[3], *x.shape[1:3]) if channels_last else x.shape
     hp, wp = canon(h + pb[0] + pe[0]), canon(w + pb[1] + pe[1])
     xp = ctx.temp(x.dtype, (n_, hp, wp, c), "xpad8")
     fill = Const(0, x.dtype) if xz is None else xz[(0,) * xz.rank]
 
     def body(n, ch, i, j):
         pos = [i - ctx.dim(pb[0]), j - ctx.dim(pb[1])]
-        guard = pad_guard(ctx, pos, x.shape[2:], pb, pe)
-        v = x[(n, ch, *pos)]
+        guard = pad_guard(ctx, pos, (h, w), pb, pe)
+        v = x[(n, *pos, ch) if channels_last else (n, ch, *pos)]
         return v if guard is None else select(guard, v, fill)
 
     ctx.compute(xp, lambda n, i, j, ch: body(n, ch, i, j))

@@ -170,8 +170,36 @@ def vnni_matmul(ctx, out: Buffer, a: Buffer, az, b: Buffer, bz, requant: Requant
 # ---- convolutions: im2col(X) read in place @ W (constant) ---------------------------------------
 
 
+PACK_MAX_CIN = 3
+"""an NCHW X of at most this many channels (an image stem's) is copied into packed pixels"""
+
+
+def _packed_pixels(ctx, x: Buffer, zx, shift: int, padded: tuple, pb, pe) -> Buffer:
+    """X [N, C, H, W] (C <= 3) padded into one i32 word per pixel, xw[n, h, w] = sum(c: u8(x[n, c, h, w])
+    << 8c), the pads the zero point in every channel byte and byte 3 zero (its weight is zero):
+    the GEMM reads it as [N, HP, WP, 4] bytes, a window row one run of KW * 4 bytes. A
+    channels-last copy of a 3-channel X was a gather along its innermost axis (16 byte
+    inserts per vector); this reads each plane along W."""
+    i32 = DType.i32
+    cin = x.shape[1]
+    xw = ctx.temp(i32, (x.shape[0], *padded), "xpix")
+    pad = zx * Const(sum(1 << (8 * c) for c in range(cin)), i32)
+
+    def body(n, h, wq):
+        pos = [h - ctx.dim(pb[0]), wq - ctx.dim(pb[1])]
+        word = None
+        for c in range(cin):
+            v = (cast(x[(n, c, *pos)], i32) + Const(shift, i32)) * Const(1 << (8 * c), i32)
+            word = v if word is None else word + v
+        guard = pad_guard(ctx, pos, x.shape[2:], pb, pe)
+        return word if guard is None else select(guard, word, pad)
+
+    ctx.compute(xw, body)
+    return xw
+
+
 def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant: Requant | None = None,
-              out: Buffer | None = None) -> Buffer | None:
+              out: Buffer | None = None, channels_last: bool = False, x_last: bool | None = None) -> Buffer | None:
     """A temp acc[n, m, oh, ow] (i32, `shape`) = the 2-D integer conv sum(c, k: (X - xz) *
     (W - wz)) (+ B) for a constant W, one group and one activation zero point; None: not here.
 
@@ -181,9 +209,20 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     the GEMM reads in place (kernel/i8gemm.py's segments); its result, channels last, is
     read back into NCHW by the correction. With `requant` the GEMM stores the requantized
     result channels last into a temp and `out` (channels first) is written as its index
-    remap, which fusion folds into the readers; returns `out`."""
+    remap, which fusion folds into the readers; returns `out`.
+
+    `channels_last` (cc.qlinearconv_nhwc, ops/int8_nhwc.py; with `requant` and `out`): X is
+    [N, H, W, C] and `out` [N, OH, OW, M], which the GEMM stores directly; the copy of X is a
+    plain padded one, made only where the conv pads or X is s8 (else the GEMM reads X in
+    place), and a 1x1 conv at stride 1 reads X's pixels as its rows, with no offset table.
+    `x_last` False with `channels_last`: X stays [N, C, H, W] (a region's stem reads the
+    NCHW input). An NCHW X of at most PACK_MAX_CIN channels is copied as packed pixels
+    (`_packed_pixels`)."""
+    x_last = channels_last if x_last is None else x_last
     outs, pb, pe, strides, dil = geometry
     if not ctx.int8_dot or ctx.attr("group", 1) != 1 or x.dtype not in (DType.u8, DType.i8) or x.rank != 4:
+        return None
+    if channels_last and (requant is None or out is None):
         return None
     if xz is not None and not _scalar_like(xz):
         return None
@@ -195,24 +234,44 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     red = cin * kh * kw
     if red < MIN_K:
         return None
-    n_, _, hin, win = x.shape
+    n_, hin, win = (x.shape[0], *x.shape[1:3]) if x_last else (x.shape[0], *x.shape[2:])
     hp, wp = canon(hin + pb[0] + pe[0]), canon(win + pb[1] + pe[1])
     shift = 128 if x.dtype is DType.i8 else 0
     i32, i64, u8 = DType.i32, DType.i64, DType.u8
     zx = _zero_expr(xz, (0,) * xz.rank if xz is not None else (), shift)
-    cdim = ctx.dim(cin)
-    # 4-D (pixel, channel) so the copy's indices need no division (the GEMM reads it flat)
-    xp = ctx.temp(u8, (n_, hp, wp, cin), "xp")
+    unpadded = all(isinstance(p, int) and p == 0 for p in (*pb, *pe))
+    packed = not x_last and cin <= PACK_MAX_CIN
+    if packed:  # one i32 word per pixel, the weights of its padding bytes zero
+        xp = _packed_pixels(ctx, x, zx, shift, (hp, wp), pb, pe)
+        wi = np.concatenate([wi, np.zeros((mo, 4 - cin, kh, kw), wi.dtype)], axis=1)
+        cin, red = 4, 4 * kh * kw
+    elif x_last and unpadded and shift == 0:
+        xp = x  # read in place: the previous channels-last op's result is already the GEMM's A
+    else:
+        # 4-D (pixel, channel) so the copy's indices need no division (the GEMM reads it flat)
+        xp = ctx.temp(u8, (n_, hp, wp, cin), "xp")
+        spatial = x.shape[1:3] if x_last else x.shape[2:]
 
-    def xp_body(n, h, wq, ch):
-        pos = [h - ctx.dim(pb[0]), wq - ctx.dim(pb[1])]
-        v = cast(x[(n, ch, *pos)], i32) + Const(shift, i32)
-        guard = pad_guard(ctx, pos, x.shape[2:], pb, pe)
-        v = v if guard is None else select(guard, v, zx)  # padding: the zero point, whose term is removed
-        return cast(v, u8)
+        def xp_body(n, h, wq, ch):
+            pos = [h - ctx.dim(pb[0]), wq - ctx.dim(pb[1])]
+            v = cast(x[(n, *pos, ch) if x_last else (n, ch, *pos)], i32) + Const(shift, i32)
+            guard = pad_guard(ctx, pos, spatial, pb, pe)
+            v = v if guard is None else select(guard, v, zx)  # padding: the zero point, whose term is removed
+            return cast(v, u8)
 
-    ctx.compute(xp, xp_body)
+        ctx.compute(xp, xp_body)
     oh_, ow_ = outs
+    cdim = ctx.dim(cin)
+    if channels_last:
+        cols = _columns(ctx, mo, _zero_value(ctx, xz, shift), wi.transpose(0, 2, 3, 1).reshape(mo, red).sum(axis=1),
+                        bdata, requant)
+        if x_last and unpadded and (kh, kw) == (1, 1) and tuple(strides) == (1, 1):
+            # a 1x1 conv at stride 1: every pixel of X is a row of A, the batch folded into M
+            wk = wi.reshape(mo, cin)
+            q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), nr=panel_width(mo)), "wq")
+            m = canon(n_ * hin * win)
+            _call(ctx, (1, m, mo, 1, 0, 1, 0, cin, cin, 0, mo, 0), xp, q, out, cols=cols, zp=requant[1])
+            return out
     table = ctx.temp(i64, (oh_, ow_), "rows")
     ctx.compute(table, lambda oh, ow: (oh * (strides[0] * ctx.dim(wp)) + ow * strides[1]) * cdim)
     # the window's segments: rows kh of KW * C bytes, or taps (kh, kw) of C bytes when dilated along W
@@ -221,6 +280,10 @@ def vnni_conv(ctx, shape, x: Buffer, xz, w: Buffer, wz, bias, geometry, requant:
     wk = wi.transpose(0, 2, 3, 1).reshape(mo, red)
     q = ctx.const(pack_q(np.ascontiguousarray(wk.T).astype(np.int8), s0 * s1, panel_width(mo)), "wq")
     npix = canon(oh_ * ow_)
+    if channels_last:  # `out` [N, OH, OW, M] is the GEMM's C, stored in place
+        _call(ctx, (n_, npix, mo, s0, ss0, s1, ss1, seg, 0, canon(hp * wp * cin), mo, canon(npix * mo)), xp, q, out,
+              table, cols=cols, zp=requant[1])
+        return out
     if requant is not None and out is not None:
         cols = _columns(ctx, mo, _zero_value(ctx, xz, shift), wk.sum(axis=1), bdata, requant)
         # stored channels last (dense vector stores), `out` its index remap, which fusion

@@ -73,11 +73,14 @@ def _lower(mode: str):
     def lower(ctx) -> None:
         x = ctx.inputs[0]
         win, _, pb, pe = _geometry(ctx.op.attrs, x.shape)
-        if x.dtype is not DType.f32:
+        # an 8-bit max pool (passes/qnhwc_region.py) fills its padding with the type's minimum
+        small_int = mode == "max" and x.dtype in (DType.u8, DType.i8)
+        if x.dtype is not DType.f32 and not small_int:
             raise ctx.unsupported(f"channels-last {mode} pool of {x.dtype.value} is not lowered")
         if mode == "avg" and not avg_constant_divisor(ctx.op.attrs):
             raise ctx.unsupported("channels-last average pool with a per-window divisor is not lowered")
-        fill = Const(float("-inf") if mode == "max" else 0.0, x.dtype)
+        fill = Const(int(np.iinfo(x.dtype.np).min), x.dtype) if small_int else Const(
+            float("-inf") if mode == "max" else 0.0, x.dtype)
         kernel, strides, dil = win["kernel"], win["strides"], win["dilations"]
 
         def body(n, o0, o1, c):

@@ -12,4 +12,5 @@ DEFAULT_GRAPH_PIPELINE = ",".join([
     "canonicalize",     # fold constants and shape chains, simplify identities, drop dead ops
     "fold-conv-affine", # BatchNormalization / constant per-channel Mul, Add after a Conv -> its weights
     "nhwc-region",      # chains of depthwise / 1x1 convs channels-last, one layout change at each end
+    "qnhwc-region",     # chains of quantized convs (QLinearConv) channels-last, one layout change at each end
 ])

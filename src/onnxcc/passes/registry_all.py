@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     nhwc_region,
     prune_symbols,
     qdq_fuse,
+    qnhwc_region,
     shape_inference,
     specialize,
     specialize_value,
