@@ -6,8 +6,10 @@ The GEMM's rows are a conv's output pixels, each reading its window in place fro
 channels-last copy of the input through a row-offset table; its columns the output channels,
 NR = 32 per packed weight panel, two 16-lane vectors. A micro-kernel holds MR x 2
 accumulators (24 of the 32 zmm): per k it loads the panel row's two vectors and broadcasts
-one input element per row. The bias and an optional ReLU are applied to the registers
-before the (masked) stores, so the conv's output is written once.
+one input element per row; a window segment of 3, 5 or 7 steps (a planar stem's KW taps)
+is a straight run of steps at immediate offsets instead of a loop. The bias and an
+optional ReLU are applied to the registers before the (masked) stores, so the conv's
+output is written once.
 
 Work is split over (batch, row block, panel) tasks through onnxcc_parallel_for when it is
 big. A tile's missing rows (the last M % MR) repeat the block's last row's pointer and are
@@ -35,6 +37,13 @@ _SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B"), ety=F32, n
 
 _V = ir.VectorType(F32, 16)
 
+UNROLLED_SEGMENTS = (3, 5, 7)
+"""segment lengths whose steps a micro-kernel emits one after the other, each step's addresses
+an immediate offset from the segment's start: a planar stem's KW taps (kernel widths 3, 5, 7).
+As a loop, LLVM unrolls the k loop by 2 or 4 and the odd leftover step, a second copy of the
+body with its own address arithmetic, spilled the row pointers (12 rows' pointers, the panel,
+the segment counters: more than the 15 general registers)"""
+
 
 def _gepf(b: ir.IRBuilder, base: ir.Value, off: ir.Value | int, name: str) -> ir.Value:
     return gcall.gep(b, base, off, F32, name)
@@ -54,20 +63,57 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
                                           _V, MR, nv)
     _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
-    with gcall.window_segments(b, s0n, ss0, s1n, ss1, seg, "k.seg") as (base, k0):
-        segp = [_gepf(b, prow[r], base, f"p.seg{r}") for r in range(MR)]
-        qseg = _gepf(b, q, mul(b, k0, NR, "q.seg"), "q.s")
-        with for_range(b, seg, "k", guard=True) as k:
-            qrow = _gepf(b, qseg, mul(b, k, NR, "q.k"), "q.row")
-            qv = [b.load(_gepf(b, qrow, 16 * v, "q.p"), name=f"q{v}", typ=_V, align=4) for v in range(nv)]
-            for r in range(MR):
-                pv = gcall.splat(b, b.load(_gepf(b, segp[r], k, "p.p"), name=f"x{r}", typ=F32, align=4), f"x{r}.v")
-                for v in range(nv):
-                    cur = b.load(acc[r][v], name="acc", typ=_V)
-                    b.store(b.call(fma, [pv, qv[v], cur], name="fma"), acc[r][v])
+    walk = _SegmentWalk(b, fma, acc, prow, q, (s0n, ss0, s1n, ss1, seg), nv)
+    done = fn.append_basic_block("k.done")
+    generic = fn.append_basic_block("k.any")
+    switch = b.switch(seg, generic)
+    for steps in UNROLLED_SEGMENTS:
+        blk = fn.append_basic_block(f"k.seg{steps}")
+        switch.add_case(i64(steps), blk)
+        b.position_at_end(blk)
+        walk.emit(steps)
+        b.branch(done)
+    b.position_at_end(generic)
+    walk.emit(None)
+    b.branch(done)
+    b.position_at_end(done)
     _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu)
     b.ret_void()
     return fn
+
+
+class _SegmentWalk:
+    """The micro-kernel's K loop: every segment of the window, `steps` k steps each (a
+    straight run of steps) or L (a loop over them), one FMA per row and panel vector a step."""
+
+    def __init__(self, b: ir.IRBuilder, fma: ir.Function, acc, prow: list[ir.Value], q: ir.Value,
+                 seg_args: tuple[ir.Value, ...], nv: int) -> None:
+        self.b, self.fma, self.acc, self.prow, self.q, self.seg_args, self.nv = b, fma, acc, prow, q, seg_args, nv
+
+    def emit(self, steps: int | None) -> None:
+        b = self.b
+        s0n, ss0, s1n, ss1, seg = self.seg_args
+        per_seg = seg if steps is None else i64(steps)
+        with gcall.window_segments(b, s0n, ss0, s1n, ss1, per_seg, "k.seg") as (base, k0):
+            segp = [_gepf(b, self.prow[r], base, f"p.seg{r}") for r in range(MR)]
+            qseg = _gepf(b, self.q, mul(b, k0, NR, "q.seg"), "q.s")
+            if steps is None:
+                with for_range(b, seg, "k", guard=True) as k:
+                    self._step(segp, qseg, k)
+            else:
+                for k in range(steps):
+                    self._step(segp, qseg, k)
+
+    def _step(self, segp: list[ir.Value], qseg: ir.Value, k: ir.Value | int) -> None:
+        """step k of a segment: k an int is an immediate offset"""
+        b = self.b
+        qrow = _gepf(b, qseg, k * NR if isinstance(k, int) else mul(b, k, NR, "q.k"), "q.row")
+        qv = [b.load(_gepf(b, qrow, 16 * v, "q.p"), name=f"q{v}", typ=_V, align=4) for v in range(self.nv)]
+        for r in range(MR):
+            pv = gcall.splat(b, b.load(_gepf(b, segp[r], k, "p.p"), name=f"x{r}", typ=F32, align=4), f"x{r}.v")
+            for v in range(self.nv):
+                cur = b.load(self.acc[r][v], name="acc", typ=_V)
+                b.store(b.call(self.fma, [pv, qv[v], cur], name="fma"), self.acc[r][v])
 
 
 def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bias, relu) -> None:
