@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from onnxcc.kernel.conv_call import NR, SIZES
+from onnxcc.kernel.conv_call import NR, POOL_ROWS, SIZES
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
@@ -33,6 +33,7 @@ NV = NR // 16
 """16-lane vectors per panel row"""
 RB = 8 * MR
 """rows per parallel task"""
+assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
 _SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B"), ety=F32, nr=NR, mr=MR, rb=RB)
 
 _V = ir.VectorType(F32, 16)
@@ -51,17 +52,19 @@ def _gepf(b: ir.IRBuilder, base: ir.Value, off: ir.Value | int, name: str) -> ir
 
 def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     """`void ukr(ptr rowp, ptr q, i64 S0, i64 SS0, i64 S1, i64 SS1, i64 L, ptr c, i64 ldc,
-    i64 ncols, i64 nrows, ptr bias, i64 relu)`: MR x NR of C from one packed panel q, row r
-    of the window at rowp[r]; rows >= nrows and columns >= ncols are not stored; bias points
-    at the panel's first column. With `nv` = 1 only the panel's first 16 columns: a conv of
-    at most 16 output channels (a small stem) does half the FMAs of the full panel."""
+    i64 ncols, i64 nrows, ptr bias, i64 relu, i64 pool)`: MR x NR of C from one packed panel q,
+    row r of the window at rowp[r]; rows >= nrows and columns >= ncols are not stored; bias
+    points at the panel's first column; with pool = 4 each 4 rows are maxed into one row of C.
+    With `nv` = 1 only the panel's first 16 columns: a conv of at most 16 output channels (a
+    small stem) does half the FMAs of the full panel."""
     name = f"onnxcc.f32conv.ukr.{MR}x{16 * nv}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    fn, b, acc, prow = gcall.micro_kernel(module, name, (("ncols", I64), ("nrows", I64), ("bias", PTR), ("relu", I64)),
+    fn, b, acc, prow = gcall.micro_kernel(module, name, (("ncols", I64), ("nrows", I64), ("bias", PTR), ("relu", I64),
+                                                                   ("pool", I64)),
                                           _V, MR, nv)
-    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu = fn.args
+    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu, pool = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
     walk = _SegmentWalk(b, fma, acc, prow, q, (s0n, ss0, s1n, ss1, seg), nv)
     done = fn.append_basic_block("k.done")
@@ -77,7 +80,7 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     walk.emit(None)
     b.branch(done)
     b.position_at_end(done)
-    _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu)
+    _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu, pool)
     b.ret_void()
     return fn
 
@@ -116,11 +119,13 @@ class _SegmentWalk:
                 b.store(b.call(self.fma, [pv, qv[v], cur], name="fma"), self.acc[r][v])
 
 
-def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bias, relu) -> None:
+def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bias, relu, pool) -> None:
     """acc + bias, then max(., 0) where `relu` (a select keeps NaN as np.maximum does), into
-    the tile's rows < nrows and columns < ncols (masked vector stores)."""
+    the tile's rows < nrows and columns < ncols (masked vector stores); with `pool` = 4 the
+    maximum (llvm.maximum: NaN-propagating, as the kernel's max) of each 4 rows into one."""
     mload = get_or_declare(module, "llvm.masked.load.v16f32.p0", ir.FunctionType(_V, [PTR, I32, gcall.MASK, _V]))
     mstore = get_or_declare(module, "llvm.masked.store.v16f32.p0", ir.FunctionType(VOID, [_V, PTR, I32, gcall.MASK]))
+    vmax = get_or_declare(module, "llvm.maximum.v16f32", ir.FunctionType(_V, [_V, _V]))
     zero = ir.Constant(_V, [0.0] * 16)
     lo = b.select(b.icmp_unsigned("!=", relu, i64(0), name="relu.on"), ir.Constant(F32, 0.0),
                   ir.Constant(F32, float("-inf")), name="lo")
@@ -129,15 +134,33 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
     for v in range(len(acc[0])):
         masks.append(gcall.column_mask(b, ncols, v))
         cols.append(b.call(mload, [_gepf(b, bias, 16 * v, "bias.p"), i32(4), masks[v], zero], name=f"bias{v}"))
-    for r, row in enumerate(acc):
-        with if_then(b, b.icmp_unsigned(">", nrows, i64(r), name="row.in"), name=f"store{r}"):
-            crow = _gepf(b, c, mul(b, ldc, r, "c.off") if r else i64(0), "c.row")
-            for v, slot in enumerate(row):
-                x = b.fadd(b.load(slot, name="sum", typ=_V), cols[v], name="biased")
-                neg = b.fcmp_ordered("<", x, lov, name="below")
-                neg.type = gcall.MASK
-                x = b.select(neg, lov, x, name="act")
-                b.call(mstore, [x, _gepf(b, crow, 16 * v, "c.p"), i32(4), masks[v]])
+
+    def value(r: int, v: int) -> ir.Value:
+        x = b.fadd(b.load(acc[r][v], name="sum", typ=_V), cols[v], name="biased")
+        neg = b.fcmp_ordered("<", x, lov, name="below")
+        neg.type = gcall.MASK
+        return b.select(neg, lov, x, name="act")
+
+    def store(row: int, vals: list[ir.Value]) -> None:
+        crow = _gepf(b, c, mul(b, ldc, row, "c.off") if row else i64(0), "c.row")
+        for v, x in enumerate(vals):
+            b.call(mstore, [x, _gepf(b, crow, 16 * v, "c.p"), i32(4), masks[v]])
+
+    with if_else(b, b.icmp_unsigned("==", pool, i64(POOL_ROWS), name="pooled"), name="st") as (then, otherwise):
+        with then:
+            for g in range(MR // POOL_ROWS):
+                with if_then(b, b.icmp_unsigned(">", nrows, i64(POOL_ROWS * g), name="win.in"), name=f"pool{g}"):
+                    top = POOL_ROWS * g
+                    pooled = []
+                    for v in range(len(acc[0])):
+                        upper = b.call(vmax, [value(top, v), value(top + 1, v)], name="max.up")
+                        lower = b.call(vmax, [value(top + 2, v), value(top + 3, v)], name="max.lo")
+                        pooled.append(b.call(vmax, [upper, lower], name="pooled"))
+                    store(g, pooled)
+        with otherwise:
+            for r in range(len(acc)):
+                with if_then(b, b.icmp_unsigned(">", nrows, i64(r), name="row.in"), name=f"store{r}"):
+                    store(r, [value(r, v) for v in range(len(acc[r]))])
 
 
 def _panel_elems(b: ir.IRBuilder, sz: dict[str, ir.Value]) -> ir.Value:
@@ -166,9 +189,9 @@ def _body(module: ir.Module) -> ir.Function:
                 off = b.load(b.gep(t.bufs["T"], [mr], inbounds=True, name="t.p", source_etype=I64), name="t.off",
                              typ=I64, align=8)
                 b.store(_gepf(b, t.pbat, off, "p.r"), b.gep(t.rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
-            cp = _gepf(b, cbat, mul(b, r0, sz["ldc"], "c.r"), "c.blk")
+            cp = _gepf(b, cbat, mul(b, b.udiv(r0, sz["pool"], name="c.r0"), sz["ldc"], "c.r"), "c.blk")
             args = [t.rowp, t.qpan, *seg_args, cp, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
-                    sz["relu"]]
+                    sz["relu"], sz["pool"]]
             with if_else(b, b.icmp_signed("<=", t.ncols, i64(16), name="half"), name="ukr") as (then, otherwise):
                 with then:  # the last panel's columns fit one vector (a 16-channel stem)
                     b.call(_ukr(module, 1), args)
