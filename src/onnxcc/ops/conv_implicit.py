@@ -73,12 +73,15 @@ def _planar(ctx, x: Buffer, y: Buffer, wv: np.ndarray, win: dict, pb, pe, relu: 
 
 
 def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
-                  relu: bool, pool: bool = False) -> bool:
+                  relu: bool, pool: bool = False, residual: Buffer | None = None) -> bool:
     """y[n, oh, ow, m] = act(sum(kh, kw, c: padded x[n, oh*s0 + kh*d0 - pb0, ow*s1 + kw*d1 - pb1, c]
     * W[m, c, kh, kw]) + B[m]) through the call; with `pool`, y is the 2x2 stride-2 max pool of
     that (floor mode: y[n, ph, pw, m] the maximum over oh in {2ph, 2ph+1}, ow in {2pw, 2pw+1});
-    False: not here."""
+    with `residual` (a buffer shaped like y, not with `pool`) act(... + B[m] + residual[n, oh, ow,
+    m]); False: not here."""
     if not ctx.f32_conv_call or win["group"] != 1 or x.dtype is not DType.f32 or y.dtype is not DType.f32:
+        return False
+    if residual is not None and (pool or residual.dtype is not DType.f32):
         return False
     wv = ctx.const_value(w_index)
     bv = None if bias_index is None else ctx.const_value(bias_index)
@@ -107,8 +110,10 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
         sizes = (n_, rows, mo, kh, canon(dil[0] * wp * cin), s1, ss1, seg, canon(hp * wp * cin), mo,
                  canon(y.shape[1] * y.shape[2] * mo), int(relu), POOL_ROWS if pool else 1)
     bconst = ctx.const(np.zeros(mo, np.float32) if bv is None else np.asarray(bv, np.float32).reshape(-1), "bias")
-    exprs = tuple(ctx.dim(canon(d)) for d in sizes)
-    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name), (y.name,)))
+    exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, int(residual is not None)))
+    res = bconst if residual is None else residual  # without a residual the call never reads it
+    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name, res.name),
+                                     (y.name,)))
     return True
 
 

@@ -29,7 +29,10 @@ the result, in that call's stores; such a 1x1 conv takes the call too. Attribute
 (set by the pass on a dense conv whose result, through its folded Relu, only a 2x2 stride-2
 MaxPool reads) makes the op that pool of the conv: the call maxes each window's 4 pixels in
 its stores, so the conv's full-size result is never written (without the call: the conv
-into a temp, then the pool).
+into a temp, then the pool). Attribute `residual = 1` (set by the pass on a dense conv whose
+result only a residual Add reads) makes a last operand R, shaped like the result, added
+after the bias and before `relu` (the Add's Relu, folded too): the call reads R in its
+stores, so the conv's own result is never written and read back.
 """
 
 from __future__ import annotations
@@ -95,10 +98,14 @@ def _max_pool2(y: np.ndarray) -> np.ndarray:
     return y[:, :, :POOL * ph, :POOL * pw].reshape(n, c, ph, POOL, pw, POOL).max(axis=(3, 5))
 
 
-def _reference(ctx: RefCtx, x, w, b=None):
+def _reference(ctx: RefCtx, x, w, *rest):
     win, _, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
+    res = rest[-1] if ctx.op.attrs.get("residual") else None
+    b = rest[0] if len(rest) > (res is not None) else None
     y = conv(widen(x).transpose(TO_NCHW), widen(w), None if b is None else widen(b), win["strides"], pb, pe,
              win["dilations"], win["group"])
+    if res is not None:
+        y = y + widen(res).transpose(TO_NCHW)
     if ctx.op.attrs.get("relu"):
         y = np.maximum(y, 0)
     if ctx.op.attrs.get("pool"):
@@ -156,7 +163,8 @@ def _padded(ctx, x, pb, pe):
 
 def _lower(ctx) -> None:
     x, w = ctx.inputs[0], ctx.inputs[1]
-    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    res = ctx.inputs[-1] if ctx.attr("residual", 0) else None
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 + (res is not None) else None
     win, outs, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
     y = ctx.out(0)
     zero_f = Const(0.0, x.dtype)
@@ -178,8 +186,8 @@ def _lower(ctx) -> None:
             cond = c if cond is None else cond & c
         return pos, cond
 
-    if pool and (win["group"] != 1 or x.dtype is not DType.f32):
-        raise ctx.unsupported("a pooled channels-last conv is a dense f32 one")
+    if (pool or res is not None) and (win["group"] != 1 or x.dtype is not DType.f32):
+        raise ctx.unsupported("a pooled or residual channels-last conv is a dense f32 one")
     if is_depthwise(win["group"], w.shape):
         wv = ctx.const_value(1)
         kernel = win["kernel"]
@@ -207,8 +215,8 @@ def _lower(ctx) -> None:
         raise ctx.unsupported(f"grouped channels-last conv (group {win['group']}) is not lowered")
     relu = bool(ctx.attr("relu", 0))
     pointwise = win["kernel"] == [1, 1] and win["strides"] == [1, 1]
-    if (relu or not pointwise or pool) and implicit_conv(ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe,
-                                                         relu, pool):
+    if (relu or not pointwise or pool or res is not None) and implicit_conv(
+            ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu, pool, res):
         return
     full = ctx.temp(x.dtype, (x.shape[0], *outs, w.shape[0]), "conv") if pool else y
     kv = [Var("k0"), Var("k1")]
@@ -224,6 +232,7 @@ def _lower(ctx) -> None:
             xv = select(cond, xv, zero_f)
         acc = rsum(axes, xv * w[(m, cv, *ks)])
         acc = acc if bias is None else acc + bias[m]
+        acc = acc if res is None else acc + res[n, o0, o1, m]
         return maximum(acc, zero_f) if relu else acc
 
     ctx.compute(full, gemm_body)
@@ -233,5 +242,5 @@ def _lower(ctx) -> None:
             maximum(full[n, p0 * POOL + 1, p1 * POOL, m], full[n, p0 * POOL + 1, p1 * POOL + 1, m])))
 
 
-define("cc.conv_nhwc", infer=_infer, reference=_reference, arity=(2, 3), lower=_lower,
+define("cc.conv_nhwc", infer=_infer, reference=_reference, arity=(2, 4), lower=_lower,
        kind="matmul")  # NOTE: like Conv, it takes elementwise epilogues

@@ -34,7 +34,7 @@ NV = NR // 16
 RB = 8 * MR
 """rows per parallel task"""
 assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
-_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B"), ety=F32, nr=NR, mr=MR, rb=RB)
+_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R"), ety=F32, nr=NR, mr=MR, rb=RB)
 
 _V = ir.VectorType(F32, 16)
 
@@ -52,9 +52,10 @@ def _gepf(b: ir.IRBuilder, base: ir.Value, off: ir.Value | int, name: str) -> ir
 
 def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     """`void ukr(ptr rowp, ptr q, i64 S0, i64 SS0, i64 S1, i64 SS1, i64 L, ptr c, i64 ldc,
-    i64 ncols, i64 nrows, ptr bias, i64 relu, i64 pool)`: MR x NR of C from one packed panel q,
-    row r of the window at rowp[r]; rows >= nrows and columns >= ncols are not stored; bias
-    points at the panel's first column; with pool = 4 each 4 rows are maxed into one row of C.
+    i64 ncols, i64 nrows, ptr bias, i64 relu, i64 pool, ptr res)`: MR x NR of C from one
+    packed panel q, row r of the window at rowp[r]; rows >= nrows and columns >= ncols are not
+    stored; bias points at the panel's first column; with pool = 4 each 4 rows are maxed into
+    one row of C; res (null: none) is a residual tile laid out like C, added before the ReLU.
     With `nv` = 1 only the panel's first 16 columns: a conv of at most 16 output channels (a
     small stem) does half the FMAs of the full panel."""
     name = f"onnxcc.f32conv.ukr.{MR}x{16 * nv}"
@@ -62,9 +63,9 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     if fn is not None:
         return fn
     fn, b, acc, prow = gcall.micro_kernel(module, name, (("ncols", I64), ("nrows", I64), ("bias", PTR), ("relu", I64),
-                                                                   ("pool", I64)),
+                                                                   ("pool", I64), ("res", PTR)),
                                           _V, MR, nv)
-    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu, pool = fn.args
+    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu, pool, res = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
     walk = _SegmentWalk(b, fma, acc, prow, q, (s0n, ss0, s1n, ss1, seg), nv)
     done = fn.append_basic_block("k.done")
@@ -80,7 +81,7 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     walk.emit(None)
     b.branch(done)
     b.position_at_end(done)
-    _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu, pool)
+    _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu, pool, res)
     b.ret_void()
     return fn
 
@@ -119,10 +120,11 @@ class _SegmentWalk:
                 b.store(b.call(self.fma, [pv, qv[v], cur], name="fma"), self.acc[r][v])
 
 
-def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bias, relu, pool) -> None:
-    """acc + bias, then max(., 0) where `relu` (a select keeps NaN as np.maximum does), into
-    the tile's rows < nrows and columns < ncols (masked vector stores); with `pool` = 4 the
-    maximum (llvm.maximum: NaN-propagating, as the kernel's max) of each 4 rows into one."""
+def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bias, relu, pool, res) -> None:
+    """acc + bias (+ the residual tile `res` where not null), then max(., 0) where `relu` (a
+    select keeps NaN as np.maximum does), into the tile's rows < nrows and columns < ncols
+    (masked vector stores); with `pool` = 4 the maximum (llvm.maximum: NaN-propagating, as
+    the kernel's max) of each 4 rows into one."""
     mload = get_or_declare(module, "llvm.masked.load.v16f32.p0", ir.FunctionType(_V, [PTR, I32, gcall.MASK, _V]))
     mstore = get_or_declare(module, "llvm.masked.store.v16f32.p0", ir.FunctionType(VOID, [_V, PTR, I32, gcall.MASK]))
     vmax = get_or_declare(module, "llvm.maximum.v16f32", ir.FunctionType(_V, [_V, _V]))
@@ -135,8 +137,12 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
         masks.append(gcall.column_mask(b, ncols, v))
         cols.append(b.call(mload, [_gepf(b, bias, 16 * v, "bias.p"), i32(4), masks[v], zero], name=f"bias{v}"))
 
-    def value(r: int, v: int) -> ir.Value:
+    def value(r: int, v: int, residual: bool = False) -> ir.Value:
         x = b.fadd(b.load(acc[r][v], name="sum", typ=_V), cols[v], name="biased")
+        if residual:  # (acc + bias) + r: onnxruntime's order, the conv's then the Add's
+            rrow = _gepf(b, res, mul(b, ldc, r, "r.off") if r else i64(0), "r.row")
+            x = b.fadd(x, b.call(mload, [_gepf(b, rrow, 16 * v, "r.p"), i32(4), masks[v], zero], name="r"),
+                       name="plus.r")
         neg = b.fcmp_ordered("<", x, lov, name="below")
         neg.type = gcall.MASK
         return b.select(neg, lov, x, name="act")
@@ -158,9 +164,13 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
                         pooled.append(b.call(vmax, [upper, lower], name="pooled"))
                     store(g, pooled)
         with otherwise:
-            for r in range(len(acc)):
-                with if_then(b, b.icmp_unsigned(">", nrows, i64(r), name="row.in"), name=f"store{r}"):
-                    store(r, [value(r, v) for v in range(len(acc[r]))])
+            has_res = b.icmp_unsigned("!=", b.ptrtoint(res, I64, name="res.i"), i64(0), name="res.on")
+            with if_else(b, has_res, name="res") as (with_res, plain):
+                for arm, residual in ((with_res, True), (plain, False)):
+                    with arm:
+                        for r in range(len(acc)):
+                            with if_then(b, b.icmp_unsigned(">", nrows, i64(r), name="row.in"), name=f"store{r}"):
+                                store(r, [value(r, v, residual) for v in range(len(acc[r]))])
 
 
 def _panel_elems(b: ir.IRBuilder, sz: dict[str, ir.Value]) -> ir.Value:
@@ -179,6 +189,7 @@ def _body(module: ir.Module) -> ir.Function:
         b, sz = t.b, t.sz
         seg_args = [sz["s0"], sz["ss0"], sz["s1"], sz["ss1"], sz["l"]]
         cbat = _gepf(b, t.bufs["C"], add(b, mul(b, t.bi, sz["sc"], "c.b"), t.col, "c.off"), "c.bat")
+        rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sc"], "r.b"), t.col, "r.off"), "r.bat")
         bcol = _gepf(b, t.bufs["B"], t.col, "bias.j")
         r_lo, r_hi = t.rows()
         last = b.sub(r_hi, i64(1), name="r.last")
@@ -190,8 +201,10 @@ def _body(module: ir.Module) -> ir.Function:
                              typ=I64, align=8)
                 b.store(_gepf(b, t.pbat, off, "p.r"), b.gep(t.rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
             cp = _gepf(b, cbat, mul(b, b.udiv(r0, sz["pool"], name="c.r0"), sz["ldc"], "c.r"), "c.blk")
+            rp = b.select(b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on"),
+                          _gepf(b, rbat, mul(b, r0, sz["ldc"], "r.r"), "r.blk"), ir.Constant(PTR, None), name="res")
             args = [t.rowp, t.qpan, *seg_args, cp, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
-                    sz["relu"], sz["pool"]]
+                    sz["relu"], sz["pool"], rp]
             with if_else(b, b.icmp_signed("<=", t.ncols, i64(16), name="half"), name="ukr") as (then, otherwise):
                 with then:  # the last panel's columns fit one vector (a 16-channel stem)
                     b.call(_ukr(module, 1), args)
