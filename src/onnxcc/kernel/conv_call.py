@@ -2,16 +2,22 @@
 backend that runs it (codegen/cpu/gemm_implicit.py): the `CallStmt` name, its sizes and
 buffers, and the packed layout of the constant weights.
 
-    call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu; P, Q, C, T, B) -> C
+    call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu, pool, res; P, Q, C, T, B, R) -> C
 
     acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + T[m] + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
-    C[b*sc + m*ldc + n] = act(acc(b, m, n) + B[n])          act: max(., 0) when relu, else identity
+    y(b, m, n) = act(acc(b, m, n) + B[n] + r(b, m, n))      act: max(., 0) when relu, else identity
+    r(b, m, n) = R[b*sc + m*ldc + n] when res (a residual laid out like C; pool = 1), else 0
+    C[b*sc + m*ldc + n] = y(b, m, n)                                                  pool = 1
+    C[b*sc + g*ldc + n] = max(y(b, 4g, n), y(b, 4g + 1, n), y(b, 4g + 2, n), y(b, 4g + 3, n))   pool = 4
 
 The GEMM's rows m are a conv's real output pixels (oh, ow), no padding columns; its columns
 n the output channels (the vector lanes); K = (kh, kw, c) read in place from P, a padded
 channels-last copy of the input, through the per-pixel offset table T (i64, elements): one
 contiguous segment of L = KW * C elements per window row (S1 = 1), or of C per tap when the
-conv is dilated along W (S1 = KW). Offsets and strides count f32 elements.
+conv is dilated along W (S1 = KW). Offsets and strides count f32 elements. With pool = 4
+(a 2x2 stride-2 MaxPool after the conv, M a multiple of 4) each 4 consecutive rows are one
+pooling window's pixels, maxed (NaN-propagating) in the stores: only the pooled map is
+written. Without res, R is any buffer (the call never reads it).
 
 W is packed as Q: panels of NR columns, each [S0*S1*L][NR] f32, zero past N, so a panel
 row is NR / 16 aligned vector loads."""
@@ -24,7 +30,9 @@ CALLEE = "onnxcc_f32conv"
 """the CallStmt's function name"""
 NR = 32
 """columns per packed panel (two 16-lane vectors)"""
-SIZES = ("batch", "m", "n", "s0", "ss0", "s1", "ss1", "l", "sp", "ldc", "sc", "relu")
+POOL_ROWS = 4
+"""GEMM rows per stored output row with `pool`: a 2x2 window's pixels"""
+SIZES = ("batch", "m", "n", "s0", "ss0", "s1", "ss1", "l", "sp", "ldc", "sc", "relu", "pool", "res")
 """the call's sizes, in order"""
 
 
@@ -53,4 +61,4 @@ def pack_w_planar(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(full.reshape(wk.shape[0], panels(mo), NR).transpose(1, 0, 2))
 
 
-__all__ = ["CALLEE", "NR", "SIZES", "pack_w", "pack_w_planar", "panels"]
+__all__ = ["CALLEE", "NR", "POOL_ROWS", "SIZES", "pack_w", "pack_w_planar", "panels"]

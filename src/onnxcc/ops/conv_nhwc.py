@@ -25,7 +25,14 @@ A dense conv (one group, not a 1x1 at stride 1) runs as one implicit GEMM call w
 backend has it (ops/conv_implicit.py: rows the real output pixels, the window read in place
 from a padded copy). Attribute `relu = 1` (set by the pass on a conv whose only reader was a
 Relu: a dense one, or a 1x1 one in a region without depthwise convs) applies max(., 0) to
-the result, in that call's stores; such a 1x1 conv takes the call too.
+the result, in that call's stores; such a 1x1 conv takes the call too. Attribute `pool = 2`
+(set by the pass on a dense conv whose result, through its folded Relu, only a 2x2 stride-2
+MaxPool reads) makes the op that pool of the conv: the call maxes each window's 4 pixels in
+its stores, so the conv's full-size result is never written (without the call: the conv
+into a temp, then the pool). Attribute `residual = 1` (set by the pass on a dense conv whose
+result only a residual Add reads) makes a last operand R, shaped like the result, added
+after the bias and before `relu` (the Add's Relu, folded too): the call reads R in its
+stores, so the conv's own result is never written and read back.
 """
 
 from __future__ import annotations
@@ -69,15 +76,40 @@ def _infer(ctx: InferCtx):
         raise ctx.error(f"x must be [N, H, W, C] and w [M, C/group, KH, KW], got {x} and {w}")
     win, outs, _, _ = _geometry(ctx.op.attrs, x.shape, w.shape)
     ctx.require_eq(x.shape[3], w.shape[1] * win["group"], "input channels (x dim 3 vs w dim 1 * group)")
+    if ctx.op.attrs.get("pool"):
+        outs = pooled_dims(outs)
     return [TensorType(dt, (x.shape[0], *outs, w.shape[0]))]
 
 
-def _reference(ctx: RefCtx, x, w, b=None):
+POOL = 2
+"""the window and stride of the MaxPool a dense conv's `pool` attribute folds in"""
+
+
+def pooled_dims(outs) -> list:
+    """the extents of a 2x2 stride-2 MaxPool (floor mode, no padding) over the conv's `outs`"""
+    pooled, _, _ = window_geometry(outs, [POOL, POOL], [POOL, POOL], [1, 1], [0, 0, 0, 0])
+    return list(pooled)
+
+
+def _max_pool2(y: np.ndarray) -> np.ndarray:
+    """[N, C, H, W] -> the 2x2 stride-2 max pool (floor mode; NaN-propagating like np.max)"""
+    n, c, h, w = y.shape
+    ph, pw = h // POOL, w // POOL
+    return y[:, :, :POOL * ph, :POOL * pw].reshape(n, c, ph, POOL, pw, POOL).max(axis=(3, 5))
+
+
+def _reference(ctx: RefCtx, x, w, *rest):
     win, _, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
+    res = rest[-1] if ctx.op.attrs.get("residual") else None
+    b = rest[0] if len(rest) > (res is not None) else None
     y = conv(widen(x).transpose(TO_NCHW), widen(w), None if b is None else widen(b), win["strides"], pb, pe,
              win["dilations"], win["group"])
+    if res is not None:
+        y = y + widen(res).transpose(TO_NCHW)
     if ctx.op.attrs.get("relu"):
         y = np.maximum(y, 0)
+    if ctx.op.attrs.get("pool"):
+        y = _max_pool2(y)
     return [cast_out(ctx, y.transpose(TO_NHWC))]
 
 
@@ -131,10 +163,12 @@ def _padded(ctx, x, pb, pe):
 
 def _lower(ctx) -> None:
     x, w = ctx.inputs[0], ctx.inputs[1]
-    bias = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    win, _, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
+    res = ctx.inputs[-1] if ctx.attr("residual", 0) else None
+    bias = ctx.inputs[2] if len(ctx.inputs) > 2 + (res is not None) else None
+    win, outs, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
     y = ctx.out(0)
     zero_f = Const(0.0, x.dtype)
+    pool = bool(ctx.attr("pool", 0))
 
     def pos_and_guard(o, ks):
         """Input positions of window offsets `ks` and the conditions keeping them inside X
@@ -152,6 +186,8 @@ def _lower(ctx) -> None:
             cond = c if cond is None else cond & c
         return pos, cond
 
+    if (pool or res is not None) and (win["group"] != 1 or x.dtype is not DType.f32):
+        raise ctx.unsupported("a pooled or residual channels-last conv is a dense f32 one")
     if is_depthwise(win["group"], w.shape):
         wv = ctx.const_value(1)
         kernel = win["kernel"]
@@ -179,8 +215,10 @@ def _lower(ctx) -> None:
         raise ctx.unsupported(f"grouped channels-last conv (group {win['group']}) is not lowered")
     relu = bool(ctx.attr("relu", 0))
     pointwise = win["kernel"] == [1, 1] and win["strides"] == [1, 1]
-    if (relu or not pointwise) and implicit_conv(ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu):
+    if (relu or not pointwise or pool or res is not None) and implicit_conv(
+            ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu, pool, res):
         return
+    full = ctx.temp(x.dtype, (x.shape[0], *outs, w.shape[0]), "conv") if pool else y
     kv = [Var("k0"), Var("k1")]
     cv = Var("c")
     axes = [(k, e) for k, e in zip(kv, w.shape[2:]) if not (isinstance(e, int) and e == 1)]
@@ -194,10 +232,15 @@ def _lower(ctx) -> None:
             xv = select(cond, xv, zero_f)
         acc = rsum(axes, xv * w[(m, cv, *ks)])
         acc = acc if bias is None else acc + bias[m]
+        acc = acc if res is None else acc + res[n, o0, o1, m]
         return maximum(acc, zero_f) if relu else acc
 
-    ctx.compute(y, gemm_body)
+    ctx.compute(full, gemm_body)
+    if pool:
+        ctx.compute(y, lambda n, p0, p1, m: maximum(
+            maximum(full[n, p0 * POOL, p1 * POOL, m], full[n, p0 * POOL, p1 * POOL + 1, m]),
+            maximum(full[n, p0 * POOL + 1, p1 * POOL, m], full[n, p0 * POOL + 1, p1 * POOL + 1, m])))
 
 
-define("cc.conv_nhwc", infer=_infer, reference=_reference, arity=(2, 3), lower=_lower,
+define("cc.conv_nhwc", infer=_infer, reference=_reference, arity=(2, 4), lower=_lower,
        kind="matmul")  # NOTE: like Conv, it takes elementwise epilogues

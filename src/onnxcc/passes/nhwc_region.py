@@ -17,7 +17,9 @@ constant weight as B; so the whole chain is moved:
   output channels (`STEM_MIN_COUT` for a stem of fewer than 16 input channels), which
   lowers to one implicit GEMM call (ops/conv_implicit.py) where the backend has it; a Relu
   that alone reads such a conv's result is folded into it (cc.conv_nhwc's `relu`, applied
-  in the call's stores); a Concat along channels (axis 3 channels-last) and a 2-D MaxPool
+  in the call's stores), and so is a 2x2 stride-2 MaxPool that alone reads it (`pool`: the
+  stores max each window's 4 pixels), and a residual Add of it (`residual`, with the Relu
+  that alone reads the sum); a Concat along channels (axis 3 channels-last) and a 2-D MaxPool
   without Indices or AveragePool (ops/pool_nhwc.py), so a squeezenet's Fire modules
   (squeeze 1x1 -> expand 1x1 | expand 3x3 -> Concat) and the pools between them are one
   region;
@@ -53,7 +55,7 @@ import numpy as np
 from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
 from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
 from ..ops.conv_implicit import PLANAR_MAX_CIN
-from ..ops.conv_nhwc import TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
+from ..ops.conv_nhwc import POOL, TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
 from ..ops.convt_nhwc import pixel_shuffle_convt
 from ..ops.pool_nhwc import avg_constant_divisor
 from ..ops.resize import channels_last_resize
@@ -358,6 +360,76 @@ def _folded_relus(ops: list[Op], module: Module) -> dict[int, Op]:
     return out
 
 
+def _pool2(op: Op) -> bool:
+    """a MaxPool of a 2x2 window at stride 2, floor mode, without padding or dilation: what a
+    dense conv's `pool` attribute folds in (ops/conv_nhwc.py)"""
+    a = op.attrs
+    return (op.name == "onnx.MaxPool" and len(op.results) == 1 and list(a.get("kernel_shape") or []) == [POOL, POOL]
+            and list(a.get("strides") or []) == [POOL, POOL] and not any(a.get("pads") or [])
+            and list(a.get("dilations") or [1, 1]) == [1, 1] and not int(a.get("ceil_mode", 0))
+            and a.get("auto_pad", "NOTSET") in ("NOTSET", "VALID") and not int(a.get("storage_order", 0)))
+
+
+def _folded_pools(ops: list[Op], module: Module, relus: dict[int, Op]) -> dict[int, Op]:
+    """The region's 2x2 stride-2 MaxPools whose operand is a dense conv's result (or its folded
+    Relu's) read by nothing else: the conv's implicit GEMM maxes each window's 4 pixels in its
+    stores (cc.conv_nhwc's `pool`), so the full-size map is neither written nor read back.
+    benchmarks/convnets.py's plain net (3 -> 16 -> 32 convs, each Relu -> MaxPool 2x2)."""
+    members = {id(op) for op in ops}
+    out = {}
+    for op in ops:
+        src = op.operands[0].owner if op.operands else None
+        if not (_pool2(op) and isinstance(src, Op) and len(src.results[0].uses) == 1):
+            continue
+        conv = relus.get(id(src), src)
+        if id(conv) in members and conv.name == "onnx.Conv" and _conv_kind(conv, module) == "dense" and (
+                conv is src or len(conv.results[0].uses) == 1):
+            out[id(op)] = conv
+    return out
+
+
+@dataclass(frozen=True)
+class _Residual:
+    """a residual Add folded into the dense conv one of its operands is (cc.conv_nhwc's
+    `residual`), with the Relu after it where that alone reads the sum"""
+
+    conv: Op
+    add: Op
+    other: Value
+    """the Add's other operand: the conv's last operand"""
+    relu: Op | None
+
+
+def _folded_residuals(ops: list[Op], module: Module, taken: set[int]) -> list[_Residual]:
+    """The region's Adds of two values of one type, one a dense conv's result read by nothing
+    else (its ReLU and pool not folded: `taken`), the other made in the region before that
+    conv: the conv's stores add it (and apply the Relu that alone reads the sum), so neither
+    the conv's result nor the sum is a separate pass over memory. benchmarks/convnets.py's
+    resnet net."""
+    members = {id(op) for op in ops}
+    block = ops[0].parent
+    order = {id(op): k for k, op in enumerate(block.ops)} if block is not None else {}
+    out = []
+    for add in ops:
+        if add.name != "onnx.Add" or len(add.operands) != 2 or add.operands[0].type != add.operands[1].type:
+            continue
+        if add.operands[0].type != add.results[0].type:
+            continue
+        for k in (0, 1):
+            conv, other = add.operands[k].owner, add.operands[1 - k]
+            if not (isinstance(conv, Op) and id(conv) in members and id(conv) not in taken
+                    and _conv_kind(conv, module) == "dense" and len(conv.results[0].uses) == 1):
+                continue
+            src = other.owner
+            if not (isinstance(src, Op) and id(src) in members and order[id(src)] < order[id(conv)]):
+                continue  # made outside the region, or after the conv: not there when the conv runs
+            uses = add.results[0].uses
+            relu = uses[0].op if len(uses) == 1 and uses[0].op.name == "onnx.Relu" else None
+            out.append(_Residual(conv, add, other, relu if relu is not None and id(relu) in members else None))
+            break
+    return out
+
+
 def _unit_plane(t: TensorType) -> bool:
     """[N, C, 1, 1] with a static C: channels-last the same elements in the same order"""
     return t.shape[2] == 1 and t.shape[3] == 1 and isinstance(t.shape[1], int)
@@ -375,6 +447,14 @@ class _Rewriter:
         self.members = {id(op) for op in ops}
         self.folded = _folded_relus(ops, module)  # id(Relu) -> the dense conv it is folded into
         self.relu_convs = {id(c) for c in self.folded.values()}
+        self.pools = _folded_pools(ops, module, self.folded)  # id(MaxPool) -> the dense conv it is folded into
+        self.pool_types = {id(conv): pool.results[0].type for pool in ops
+                           if (conv := self.pools.get(id(pool))) is not None}  # id(conv) -> its pooled type
+        self.residuals = {id(r.conv): r for r in _folded_residuals(ops, module,
+                                                                   self.relu_convs | set(self.pool_types))}
+        self.absorbed = {**self.folded, **self.pools}  # id(op) -> the conv whose result is op's
+        for r in self.residuals.values():  # the Add (and its Relu) too
+            self.absorbed.update({id(r.add): r.conv, **({id(r.relu): r.conv} if r.relu is not None else {})})
         self.new: dict[int, Value] = {}       # id(old value) -> its channels-last twin
         self.entries: dict[int, Value] = {}   # id(outside value) -> its transposed copy
 
@@ -393,8 +473,9 @@ class _Rewriter:
         ins = op.operands[:1] if pooled else op.operands  # a ReduceMean's axes are the op's now
         operands = [self.operand(v, op) for v in ins]
         rt = _permuted(op.results[0].type)
-        if id(op) in self.folded:  # the conv's stores apply it
-            self.new[id(op.results[0])] = self.new[id(self.folded[id(op)].results[0])]
+        folded = self.absorbed.get(id(op))
+        if folded is not None:  # the conv's stores apply it
+            self.new[id(op.results[0])] = self.new[id(folded.results[0])]
             return
         if pooled:
             new = Op(pooled, operands, [rt], {}, loc=op.loc, result_names=[op.results[0].name])
@@ -402,6 +483,17 @@ class _Rewriter:
             attrs = {k: v for k, v in op.attrs.items() if k != "absent"}
             if id(op) in self.relu_convs:
                 attrs["relu"] = 1
+            if id(op) in self.pool_types:
+                attrs["pool"] = POOL
+                rt = _permuted(self.pool_types[id(op)])
+            res = self.residuals.get(id(op))
+            if res is not None:
+                if len(operands) < 3:  # the residual is the last operand: a zero bias before it
+                    operands.append(self.const(np.zeros(rt.shape[3], np.float32), op, "bias"))
+                operands.append(self.new[id(res.other)])
+                attrs["residual"] = 1
+                if res.relu is not None:
+                    attrs["relu"] = 1
             new = Op("cc.conv_nhwc", operands, [rt], attrs, loc=op.loc, result_names=[op.results[0].name])
         elif op.name == "onnx.ConvTranspose":
             new = Op("cc.convt_nhwc", operands, [rt], dict(op.attrs), loc=op.loc, result_names=[op.results[0].name])

@@ -6,8 +6,10 @@ The GEMM's rows are a conv's output pixels, each reading its window in place fro
 channels-last copy of the input through a row-offset table; its columns the output channels,
 NR = 32 per packed weight panel, two 16-lane vectors. A micro-kernel holds MR x 2
 accumulators (24 of the 32 zmm): per k it loads the panel row's two vectors and broadcasts
-one input element per row. The bias and an optional ReLU are applied to the registers
-before the (masked) stores, so the conv's output is written once.
+one input element per row; a window segment of 3, 5 or 7 steps (a planar stem's KW taps)
+is a straight run of steps at immediate offsets instead of a loop. The bias and an
+optional ReLU are applied to the registers before the (masked) stores, so the conv's
+output is written once.
 
 Work is split over (batch, row block, panel) tasks through onnxcc_parallel_for when it is
 big. A tile's missing rows (the last M % MR) repeat the block's last row's pointer and are
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from onnxcc.kernel.conv_call import NR, SIZES
+from onnxcc.kernel.conv_call import NR, POOL_ROWS, SIZES
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
@@ -31,9 +33,17 @@ NV = NR // 16
 """16-lane vectors per panel row"""
 RB = 8 * MR
 """rows per parallel task"""
-_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B"), ety=F32, nr=NR, mr=MR, rb=RB)
+assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
+_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R"), ety=F32, nr=NR, mr=MR, rb=RB)
 
 _V = ir.VectorType(F32, 16)
+
+UNROLLED_SEGMENTS = (3, 5, 7)
+"""segment lengths whose steps a micro-kernel emits one after the other, each step's addresses
+an immediate offset from the segment's start: a planar stem's KW taps (kernel widths 3, 5, 7).
+As a loop, LLVM unrolls the k loop by 2 or 4 and the odd leftover step, a second copy of the
+body with its own address arithmetic, spilled the row pointers (12 rows' pointers, the panel,
+the segment counters: more than the 15 general registers)"""
 
 
 def _gepf(b: ir.IRBuilder, base: ir.Value, off: ir.Value | int, name: str) -> ir.Value:
@@ -42,39 +52,82 @@ def _gepf(b: ir.IRBuilder, base: ir.Value, off: ir.Value | int, name: str) -> ir
 
 def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     """`void ukr(ptr rowp, ptr q, i64 S0, i64 SS0, i64 S1, i64 SS1, i64 L, ptr c, i64 ldc,
-    i64 ncols, i64 nrows, ptr bias, i64 relu)`: MR x NR of C from one packed panel q, row r
-    of the window at rowp[r]; rows >= nrows and columns >= ncols are not stored; bias points
-    at the panel's first column. With `nv` = 1 only the panel's first 16 columns: a conv of
-    at most 16 output channels (a small stem) does half the FMAs of the full panel."""
+    i64 ncols, i64 nrows, ptr bias, i64 relu, i64 pool, ptr res)`: MR x NR of C from one
+    packed panel q, row r of the window at rowp[r]; rows >= nrows and columns >= ncols are not
+    stored; bias points at the panel's first column; with pool = 4 each 4 rows are maxed into
+    one row of C; res (null: none) is a residual tile laid out like C, added before the ReLU.
+    With `nv` = 1 only the panel's first 16 columns: a conv of at most 16 output channels (a
+    small stem) does half the FMAs of the full panel."""
     name = f"onnxcc.f32conv.ukr.{MR}x{16 * nv}"
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    fn, b, acc, prow = gcall.micro_kernel(module, name, (("ncols", I64), ("nrows", I64), ("bias", PTR), ("relu", I64)),
+    fn, b, acc, prow = gcall.micro_kernel(module, name, (("ncols", I64), ("nrows", I64), ("bias", PTR), ("relu", I64),
+                                                                   ("pool", I64), ("res", PTR)),
                                           _V, MR, nv)
-    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu = fn.args
+    _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu, pool, res = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
-    with gcall.window_segments(b, s0n, ss0, s1n, ss1, seg, "k.seg") as (base, k0):
-        segp = [_gepf(b, prow[r], base, f"p.seg{r}") for r in range(MR)]
-        qseg = _gepf(b, q, mul(b, k0, NR, "q.seg"), "q.s")
-        with for_range(b, seg, "k", guard=True) as k:
-            qrow = _gepf(b, qseg, mul(b, k, NR, "q.k"), "q.row")
-            qv = [b.load(_gepf(b, qrow, 16 * v, "q.p"), name=f"q{v}", typ=_V, align=4) for v in range(nv)]
-            for r in range(MR):
-                pv = gcall.splat(b, b.load(_gepf(b, segp[r], k, "p.p"), name=f"x{r}", typ=F32, align=4), f"x{r}.v")
-                for v in range(nv):
-                    cur = b.load(acc[r][v], name="acc", typ=_V)
-                    b.store(b.call(fma, [pv, qv[v], cur], name="fma"), acc[r][v])
-    _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu)
+    walk = _SegmentWalk(b, fma, acc, prow, q, (s0n, ss0, s1n, ss1, seg), nv)
+    done = fn.append_basic_block("k.done")
+    generic = fn.append_basic_block("k.any")
+    switch = b.switch(seg, generic)
+    for steps in UNROLLED_SEGMENTS:
+        blk = fn.append_basic_block(f"k.seg{steps}")
+        switch.add_case(i64(steps), blk)
+        b.position_at_end(blk)
+        walk.emit(steps)
+        b.branch(done)
+    b.position_at_end(generic)
+    walk.emit(None)
+    b.branch(done)
+    b.position_at_end(done)
+    _epilogue(module, b, acc, c, ldc, ncols, nrows, bias, relu, pool, res)
     b.ret_void()
     return fn
 
 
-def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bias, relu) -> None:
-    """acc + bias, then max(., 0) where `relu` (a select keeps NaN as np.maximum does), into
-    the tile's rows < nrows and columns < ncols (masked vector stores)."""
+class _SegmentWalk:
+    """The micro-kernel's K loop: every segment of the window, `steps` k steps each (a
+    straight run of steps) or L (a loop over them), one FMA per row and panel vector a step."""
+
+    def __init__(self, b: ir.IRBuilder, fma: ir.Function, acc, prow: list[ir.Value], q: ir.Value,
+                 seg_args: tuple[ir.Value, ...], nv: int) -> None:
+        self.b, self.fma, self.acc, self.prow, self.q, self.seg_args, self.nv = b, fma, acc, prow, q, seg_args, nv
+
+    def emit(self, steps: int | None) -> None:
+        b = self.b
+        s0n, ss0, s1n, ss1, seg = self.seg_args
+        per_seg = seg if steps is None else i64(steps)
+        with gcall.window_segments(b, s0n, ss0, s1n, ss1, per_seg, "k.seg") as (base, k0):
+            segp = [_gepf(b, self.prow[r], base, f"p.seg{r}") for r in range(MR)]
+            qseg = _gepf(b, self.q, mul(b, k0, NR, "q.seg"), "q.s")
+            if steps is None:
+                with for_range(b, seg, "k", guard=True) as k:
+                    self._step(segp, qseg, k)
+            else:
+                for k in range(steps):
+                    self._step(segp, qseg, k)
+
+    def _step(self, segp: list[ir.Value], qseg: ir.Value, k: ir.Value | int) -> None:
+        """step k of a segment: k an int is an immediate offset"""
+        b = self.b
+        qrow = _gepf(b, qseg, k * NR if isinstance(k, int) else mul(b, k, NR, "q.k"), "q.row")
+        qv = [b.load(_gepf(b, qrow, 16 * v, "q.p"), name=f"q{v}", typ=_V, align=4) for v in range(self.nv)]
+        for r in range(MR):
+            pv = gcall.splat(b, b.load(_gepf(b, segp[r], k, "p.p"), name=f"x{r}", typ=F32, align=4), f"x{r}.v")
+            for v in range(self.nv):
+                cur = b.load(self.acc[r][v], name="acc", typ=_V)
+                b.store(b.call(self.fma, [pv, qv[v], cur], name="fma"), self.acc[r][v])
+
+
+def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bias, relu, pool, res) -> None:
+    """acc + bias (+ the residual tile `res` where not null), then max(., 0) where `relu` (a
+    select keeps NaN as np.maximum does), into the tile's rows < nrows and columns < ncols
+    (masked vector stores); with `pool` = 4 the maximum (llvm.maximum: NaN-propagating, as
+    the kernel's max) of each 4 rows into one."""
     mload = get_or_declare(module, "llvm.masked.load.v16f32.p0", ir.FunctionType(_V, [PTR, I32, gcall.MASK, _V]))
     mstore = get_or_declare(module, "llvm.masked.store.v16f32.p0", ir.FunctionType(VOID, [_V, PTR, I32, gcall.MASK]))
+    vmax = get_or_declare(module, "llvm.maximum.v16f32", ir.FunctionType(_V, [_V, _V]))
     zero = ir.Constant(_V, [0.0] * 16)
     lo = b.select(b.icmp_unsigned("!=", relu, i64(0), name="relu.on"), ir.Constant(F32, 0.0),
                   ir.Constant(F32, float("-inf")), name="lo")
@@ -83,15 +136,41 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
     for v in range(len(acc[0])):
         masks.append(gcall.column_mask(b, ncols, v))
         cols.append(b.call(mload, [_gepf(b, bias, 16 * v, "bias.p"), i32(4), masks[v], zero], name=f"bias{v}"))
-    for r, row in enumerate(acc):
-        with if_then(b, b.icmp_unsigned(">", nrows, i64(r), name="row.in"), name=f"store{r}"):
-            crow = _gepf(b, c, mul(b, ldc, r, "c.off") if r else i64(0), "c.row")
-            for v, slot in enumerate(row):
-                x = b.fadd(b.load(slot, name="sum", typ=_V), cols[v], name="biased")
-                neg = b.fcmp_ordered("<", x, lov, name="below")
-                neg.type = gcall.MASK
-                x = b.select(neg, lov, x, name="act")
-                b.call(mstore, [x, _gepf(b, crow, 16 * v, "c.p"), i32(4), masks[v]])
+
+    def value(r: int, v: int, residual: bool = False) -> ir.Value:
+        x = b.fadd(b.load(acc[r][v], name="sum", typ=_V), cols[v], name="biased")
+        if residual:  # (acc + bias) + r: onnxruntime's order, the conv's then the Add's
+            rrow = _gepf(b, res, mul(b, ldc, r, "r.off") if r else i64(0), "r.row")
+            x = b.fadd(x, b.call(mload, [_gepf(b, rrow, 16 * v, "r.p"), i32(4), masks[v], zero], name="r"),
+                       name="plus.r")
+        neg = b.fcmp_ordered("<", x, lov, name="below")
+        neg.type = gcall.MASK
+        return b.select(neg, lov, x, name="act")
+
+    def store(row: int, vals: list[ir.Value]) -> None:
+        crow = _gepf(b, c, mul(b, ldc, row, "c.off") if row else i64(0), "c.row")
+        for v, x in enumerate(vals):
+            b.call(mstore, [x, _gepf(b, crow, 16 * v, "c.p"), i32(4), masks[v]])
+
+    with if_else(b, b.icmp_unsigned("==", pool, i64(POOL_ROWS), name="pooled"), name="st") as (then, otherwise):
+        with then:
+            for g in range(MR // POOL_ROWS):
+                with if_then(b, b.icmp_unsigned(">", nrows, i64(POOL_ROWS * g), name="win.in"), name=f"pool{g}"):
+                    top = POOL_ROWS * g
+                    pooled = []
+                    for v in range(len(acc[0])):
+                        upper = b.call(vmax, [value(top, v), value(top + 1, v)], name="max.up")
+                        lower = b.call(vmax, [value(top + 2, v), value(top + 3, v)], name="max.lo")
+                        pooled.append(b.call(vmax, [upper, lower], name="pooled"))
+                    store(g, pooled)
+        with otherwise:
+            has_res = b.icmp_unsigned("!=", b.ptrtoint(res, I64, name="res.i"), i64(0), name="res.on")
+            with if_else(b, has_res, name="res") as (with_res, plain):
+                for arm, residual in ((with_res, True), (plain, False)):
+                    with arm:
+                        for r in range(len(acc)):
+                            with if_then(b, b.icmp_unsigned(">", nrows, i64(r), name="row.in"), name=f"store{r}"):
+                                store(r, [value(r, v, residual) for v in range(len(acc[r]))])
 
 
 def _panel_elems(b: ir.IRBuilder, sz: dict[str, ir.Value]) -> ir.Value:
@@ -110,6 +189,7 @@ def _body(module: ir.Module) -> ir.Function:
         b, sz = t.b, t.sz
         seg_args = [sz["s0"], sz["ss0"], sz["s1"], sz["ss1"], sz["l"]]
         cbat = _gepf(b, t.bufs["C"], add(b, mul(b, t.bi, sz["sc"], "c.b"), t.col, "c.off"), "c.bat")
+        rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sc"], "r.b"), t.col, "r.off"), "r.bat")
         bcol = _gepf(b, t.bufs["B"], t.col, "bias.j")
         r_lo, r_hi = t.rows()
         last = b.sub(r_hi, i64(1), name="r.last")
@@ -120,9 +200,11 @@ def _body(module: ir.Module) -> ir.Function:
                 off = b.load(b.gep(t.bufs["T"], [mr], inbounds=True, name="t.p", source_etype=I64), name="t.off",
                              typ=I64, align=8)
                 b.store(_gepf(b, t.pbat, off, "p.r"), b.gep(t.rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
-            cp = _gepf(b, cbat, mul(b, r0, sz["ldc"], "c.r"), "c.blk")
+            cp = _gepf(b, cbat, mul(b, b.udiv(r0, sz["pool"], name="c.r0"), sz["ldc"], "c.r"), "c.blk")
+            rp = b.select(b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on"),
+                          _gepf(b, rbat, mul(b, r0, sz["ldc"], "r.r"), "r.blk"), ir.Constant(PTR, None), name="res")
             args = [t.rowp, t.qpan, *seg_args, cp, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
-                    sz["relu"]]
+                    sz["relu"], sz["pool"], rp]
             with if_else(b, b.icmp_signed("<=", t.ncols, i64(16), name="half"), name="ukr") as (then, otherwise):
                 with then:  # the last panel's columns fit one vector (a 16-channel stem)
                     b.call(_ukr(module, 1), args)
