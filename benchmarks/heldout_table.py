@@ -159,6 +159,19 @@ def build(name: str, path: Path) -> Path:
     return path
 
 
+def _compile_before(src: Path, model: Path, out: Path):
+    """`model` compiled by the onnxcc sources in `src` (a subprocess, so this process keeps
+    its own), loaded by this one's loader."""
+    import subprocess
+
+    import onnxcc
+
+    env = dict(os.environ, PYTHONPATH=str(src.resolve()))
+    subprocess.run([sys.executable, "-c", "import sys, onnxcc; onnxcc.compile(sys.argv[1], sys.argv[2])",
+                    str(model), str(out)], env=env, check=True)
+    return onnxcc.load(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -174,6 +187,10 @@ def main() -> None:
                          "arena would: a fresh output past glibc's mmap threshold (32 MiB) is new pages "
                          "every call, and the kernel's first-touch page clearing then costs about as much "
                          "as the chain itself (onnxruntime's arena reuses its buffers)")
+    ap.add_argument("--before", type=Path, metavar="SRC",
+                    help="also compile each model with the onnxcc sources in SRC (another checkout's src/, "
+                         "in a subprocess) and time that library in the same rounds: before / after "
+                         "without the machine's drift between runs (e.g. `git worktree add` of main)")
     ap.add_argument("--pool-ab", action="store_true",
                     help="also time onnxcc with the output pool off (load(out_pool_mb=0)), alternating in "
                          "the same rounds: the pool's effect without the machine's drift between runs")
@@ -196,6 +213,9 @@ def main() -> None:
             compile_s = time.perf_counter() - t0
             lib = onnxcc.load(Path(tmp) / name)
             peers = make_peers(path, args.threads, peer_names)
+            if args.before:  # the same model compiled by other sources, timed in the same rounds
+                lib_before = _compile_before(args.before, path, Path(tmp) / f"{name}_before")
+                peers["before"] = lambda f, lib_before=lib_before: list(lib_before.run(f).values())
             if args.pool_ab:  # the same library without the output pool, timed in the same rounds
                 lib_off = onnxcc.load(Path(tmp) / name, out_pool_mb=0)
                 peers["nopool"] = lambda f, lib_off=lib_off: list(lib_off.run(f).values())
@@ -205,6 +225,11 @@ def main() -> None:
                 outs = ({k: np.empty_like(v) for k, v in lib.run(feeds).items()} if args.reuse_out else None)
                 row = time_row(lambda f: list(lib.run(f, out=outs).values()), peers, feeds, args.repeats, args.budget,
                                clock=time.process_time if cpu_clock else None)
+                if args.before:  # a row against the peers as without it, plus after / before
+                    row["before_ratio"] = row["onnxcc_ms"] / row["before_ms"]
+                    if peer_names:
+                        best = min(peer_names, key=lambda n: row[f"{n}_ms"])
+                        row["best_peer"], row["ratio_best"] = best, row["onnxcc_ms"] / row[f"{best}_ms"]
                 if args.pool_ab:  # a row against the peers as without it, plus the pool's own ratio
                     row["pool_ratio"] = row["onnxcc_ms"] / row["nopool_ms"]
                     row["peer_max_abs_err"].pop("nopool")
@@ -231,6 +256,8 @@ def main() -> None:
                 rows.append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
                 errs = ", ".join(f"{n} {e:.1e}" for n, e in row["peer_max_abs_err"].items())
+                if args.before:
+                    extra += f"  before {row['before_ms']:9.3f} ms (after / before {row['before_ratio']:.3f})"
                 if args.pool_ab:
                     extra += f"  no pool {row['nopool_ms']:9.3f} ms (pool / no pool {row['pool_ratio']:.3f})"
                 print(f"  {shape:18s} {format_row(row, peer_names)}{extra}  (err {errs})", flush=True)
