@@ -202,6 +202,9 @@ class ExprEmitter:
         self.var_level: dict[str, int] = {}
         self.var_ext: dict[str, Expr] = {}
         self._fails: dict[Expr, bool] = {}
+        # `!llvm.loop` hints for the loop of a one-var float sum (None: LLVM's defaults), set
+        # by a caller that knows the loop's shape (codegen/cpu/rowstage.py)
+        self.sum_loop_md: Callable[[], ir.MDValue | None] | None = None
 
     # ---- frames --------------------------------------------------------------------------
     def push(self, bindings: dict[str, ir.Value], extents: dict[str, Expr | Dim] | None = None) -> None:
@@ -906,17 +909,23 @@ def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
     acc = em.ctx.alloca(ty, f"{e.op}.acc")
     b.store(start, acc)
     em.hoist(e.body, guarded=True)
+    md = em.sum_loop_md() if em.sum_loop_md and e.op == "sum" and dt.is_float and len(e.vars) == 1 else None
     with ExitStack() as st:
         for k, (v, ext) in enumerate(e.vars):
             n = em.emit(ext)
-            idx = st.enter_context(for_range(b, n, v.name, guard=True))
+            idx = st.enter_context(for_range(b, n, v.name, guard=True, metadata=md))
             em.push({v.name: idx}, {v.name: ext})
             st.callback(em.pop)
             if k + 1 < len(e.vars):
                 em.hoist(e.body, guarded=True)
         x = em.emit(e.body)
         cur = b.load(acc, name=f"{e.op}.cur")
-        b.store(REDUCE_COMBINE[e.op](em, cur, x, dt), acc)
+        # NOTE: with the interleave hint the sum is not `contract`: x86's DAG combiner folds
+        # fadd(fma(x, y, z), w) into fma(x, y, fadd(z, w)) under reassoc + contract, which
+        # chained the interleaved accumulators back into one FMA chain
+        nxt = b.fadd(cur, x, name="acc", flags=("reassoc", "nsz")) if md is not None else \
+            REDUCE_COMBINE[e.op](em, cur, x, dt)
+        b.store(nxt, acc)
     return b.load(acc, name=e.op)
 
 
