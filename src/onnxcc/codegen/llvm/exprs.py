@@ -762,7 +762,23 @@ INT_BINARY: dict[str, BinFn] = {
 }
 
 
+def _one_plus_tanh(e: Binary) -> Expr | None:
+    """u where `e` is 1 + tanh(u) (either order, float)."""
+    if e.op != "add" or not e.dtype.is_float:
+        return None
+    for t, one in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(t, Unary) and t.op == "tanh" and isinstance(one, Const) and one.value == 1.0:
+            return t.a
+    return None
+
+
 def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
+    u = _one_plus_tanh(e)
+    if u is not None:
+        # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is
+        # about half tanh's vector ops, and for u << 0 it keeps the digits the sum cancels
+        two = _fconst(em.emit(u), 2.0)
+        return em.b.fmul(em.math("sigmoid", em.b.fmul(em.emit(u), two, name="twice")), two, name="one.tanh")
     a, b = em.emit(e.a), em.emit(e.b)
     table = FLOAT_BINARY if e.a.dtype.is_float else INT_BINARY
     fn = table.get(e.op)
