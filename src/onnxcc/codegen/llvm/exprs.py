@@ -936,12 +936,7 @@ def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
                 em.hoist(e.body, guarded=True)
         x = em.emit(e.body)
         cur = b.load(acc, name=f"{e.op}.cur")
-        # NOTE: with the interleave hint the sum is not `contract`: x86's DAG combiner folds
-        # fadd(fma(x, y, z), w) into fma(x, y, fadd(z, w)) under reassoc + contract, which
-        # chained the interleaved accumulators back into one FMA chain
-        nxt = b.fadd(cur, x, name="acc", flags=("reassoc", "nsz")) if md is not None else \
-            REDUCE_COMBINE[e.op](em, cur, x, dt)
-        b.store(nxt, acc)
+        b.store(REDUCE_COMBINE[e.op](em, cur, x, dt), acc)
     return b.load(acc, name=e.op)
 
 
