@@ -7,9 +7,10 @@ describes them, not taken from models/:
   row and the transformer's also give GFLOP/s against numpy's sgemm (ROOF_GFLOPS);
 - `transformer`: the post-LN encoder layer (hidden 256, 4 heads, FFN 1024) that
   models/build.py writes, exported torch-style (the issue's row names exactly this layer);
-- `gelu_tanh`, `silu`, `mish`: an activation then LayerNormalization on [batch, seq, 768],
-  written as exporters write them (tanh-GELU with Pow(x, 3); SiLU as x * Sigmoid(x); Mish as
-  x * Tanh(Softplus(x)), its opset-17 form). These are the memory-bound chains: each row
+- `gelu_tanh`, `gelu_erf`, `silu`, `mish`: an activation then LayerNormalization on
+  [batch, seq, 768], written as exporters write them (tanh-GELU with Pow(x, 3); the exact
+  GELU with Erf(x / sqrt(2)); SiLU as x * Sigmoid(x); Mish as x * Tanh(Softplus(x)), its
+  opset-17 form). These are the memory-bound chains: each row
   also gives GB/s (one read of x, one write of y) and the share of the DRAM stream roof
   (ROOF_GBS) on working sets larger than the 32 MiB L3.
 
@@ -78,10 +79,12 @@ SHAPES = {
     "mlp": [{"batch": b} for b in (1, 16, 128, 512)],
     "transformer": [{"batch": b, "seq": s} for b in (1, 4) for s in (17, 128, 512)],
     "gelu_tanh": CHAIN_SHAPES,
+    "gelu_erf": CHAIN_SHAPES,
     "silu": CHAIN_SHAPES,
     "mish": CHAIN_SHAPES,
     # the activations alone (no LayerNormalization): the elementwise chains
     "gelu_tanh_noln": CHAIN_SHAPES,
+    "gelu_erf_noln": CHAIN_SHAPES,
     "silu_noln": CHAIN_SHAPES,
     "mish_noln": CHAIN_SHAPES,
     "sigmoid_noln": CHAIN_SHAPES,  # the logistic alone (vmath's sigmoid, no multiply)
@@ -118,6 +121,10 @@ def chain(act: str, ln: bool = True) -> onnx.ModelProto:
         nodes = [n("Pow", ["x", "three"], ["x3"]), n("Mul", ["x3", "k"], ["kx3"]), n("Add", ["x", "kx3"], ["in"]),
                  n("Mul", ["in", "s"], ["arg"]), n("Tanh", ["arg"], ["t"]), n("Add", ["t", "one"], ["t1"]),
                  n("Mul", ["x", "t1"], ["xt"]), n("Mul", ["xt", "half"], ["a"])]
+    elif act == "gelu_erf":  # the exact GELU as torch exports it: x * 0.5 * (1 + erf(x / sqrt(2)))
+        inits += [_c("sqrt2", math.sqrt(2.0)), _c("one", 1.0), _c("half", 0.5)]
+        nodes = [n("Div", ["x", "sqrt2"], ["xs"]), n("Erf", ["xs"], ["e"]), n("Add", ["e", "one"], ["e1"]),
+                 n("Mul", ["x", "e1"], ["xe"]), n("Mul", ["xe", "half"], ["a"])]
     elif act == "silu":
         nodes = [n("Sigmoid", ["x"], ["sg"]), n("Mul", ["x", "sg"], ["a"])]
     elif act == "sigmoid":

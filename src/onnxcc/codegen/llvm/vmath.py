@@ -741,7 +741,7 @@ def _erf(m: _Math, x):
     a = m.abs(x)
     z = m.mul(x, x)
     lo, hi, cheb = _ERFC_Q["f64"] if m.f64 else (1.0, 4.0, None)
-    ac = m.minnum(a, m.c(hi))
+    ac = m.minnum(a, m.c(hi)) if m.f64 else m.sel(m.lt(m.c(hi), a), m.c(hi), a)
     u = m.fma(ac, m.c(2.0 / (hi - lo)), m.c(-(lo + hi) / (hi - lo)))
     if m.f64:
         two_sqrtpi = 2.0 / math.sqrt(math.pi)
@@ -753,10 +753,17 @@ def _erf(m: _Math, x):
         q = m.horner(u, _ERFC_Q_F32)
     h = m.mul(ac, ac)
     lo_bits = m.fma(ac, ac, b.fneg(h))  # ac*ac = h + lo_bits exactly
-    e = m.mul(m.call("exp", b.fneg(h)), m.sub(m.c(1.0), lo_bits))
-    big = m.copysign(m.sub(m.c(1.0), m.mul(e, q)), x)
-    y = m.sel(m.lt(a, m.c(1.0)), small, big)
-    return m.sel(m.isnan(x), x, y)
+    if m.f64:
+        e = m.mul(m.call("exp", b.fneg(h)), m.sub(m.c(1.0), lo_bits))
+        big = m.copysign(m.sub(m.c(1.0), m.mul(e, q)), x)
+        return m.sel(m.isnan(x), x, m.sel(m.lt(a, m.c(1.0)), small, big))
+    # f32 (the exact GELU's loop): exp(-h) by the shifter exp (h <= 16: a normal result), its
+    # scale applied in the fma that forms 1 - e q; |x| clamped NaN-passing, so a NaN x comes
+    # out of the big branch as NaN with no blend
+    p, scale = _exp_parts(m, h, -1.0, 0)
+    pq = m.mul(m.mul(p, q), m.sub(m.c(1.0), lo_bits))
+    big = m.copysign(m.fma(b.fneg(pq), scale, m.c(1.0)), x)
+    return m.sel(m.lt(a, m.c(1.0)), small, big)
 
 
 # ---- pow ----------------------------------------------------------------------------------
