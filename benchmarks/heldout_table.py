@@ -50,6 +50,26 @@ floats instead of 22; same night, 1 thread, CPU clock, both libraries and onnxru
 in one process, medians of 15): SiLU alone [4,512|16,1024|32,1024, 768] 0.78-0.82x its time
 before (1.25-1.44 -> 1.02-1.19x onnxruntime), Sigmoid alone (`sigmoid_noln`) 0.78-0.83x, SiLU +
 LN 0.84-0.88x (0.55-0.61 -> 0.48-0.54x onnxruntime).
+
+After branch ewloop (sigmoid as c / (c + c exp(-x)); tanh, tanh_softplus and erf on the shifter
+exp; 1 + tanh(u) as 2 sigmoid(2u); the variance's row sum on 4 accumulators), `--before` main's
+sources, same run, 1 thread, CPU clock, medians, load 4-5 on the 2 cores; after / before, then
+onnxcc / onnxruntime after:
+
+    silu_noln       0.77-0.97   0.87-1.19     (at parity: onnxruntime's rational logistic is
+    sigmoid_noln    0.91-0.94   0.68-1.03      about as many vector ops as ours)
+    silu            0.66-0.90   0.35-0.50
+    gelu_tanh_noln  0.54-0.59   0.11-0.25
+    gelu_tanh       0.61-0.75   0.16-0.28
+    mish_noln       0.75-0.79   0.03-0.04
+    mish            0.66-0.82   0.04-0.06
+    gelu_erf_noln   0.86-0.92   1.08-1.36     (erf's degree-11 erfc polynomial is what is left)
+    gelu_erf        0.74-0.85   0.58-0.67
+
+GB/s at 1 thread: 13-27 (26-54% of ROOF_GBS) for the activations alone, 7-18 with LN. Two
+threads (`--threads 2`, wall clock) were noise on that loaded machine (the [16, 1024] rows
+slower than one thread); onnxcc_parallel_for deals chunks out dynamically, so a loaded core
+does not hold the other back.
 """
 
 from __future__ import annotations
