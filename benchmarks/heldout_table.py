@@ -66,7 +66,8 @@ onnxcc / onnxruntime after:
     gelu_erf_noln   0.86-0.92   1.08-1.36     (erf's degree-11 erfc polynomial is what is left)
     gelu_erf        0.74-0.85   0.58-0.67
 
-GB/s at 1 thread: 13-27 (26-54% of ROOF_GBS) for the activations alone, 7-18 with LN. Two
+GB/s at 1 thread, activations alone: SiLU / Sigmoid 16-27 (31-54% of ROOF_GBS), tanh-GELU 13-15,
+Mish 15-18, Erf-GELU 7-10; with LN 7-18. Two
 threads (`--threads 2`, wall clock) were noise on that loaded machine (the [16, 1024] rows
 slower than one thread); onnxcc_parallel_for deals chunks out dynamically, so a loaded core
 does not hold the other back.
