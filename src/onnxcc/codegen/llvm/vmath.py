@@ -752,16 +752,18 @@ def _erf(m: _Math, x):
         small = m.mul(x, m.horner(m.fma(z, m.c(2.0), m.c(-1.0)), _ERF_SMALL_F32))
         q = m.horner(u, _ERFC_Q_F32)
     h = m.mul(ac, ac)
-    lo_bits = m.fma(ac, ac, b.fneg(h))  # ac*ac = h + lo_bits exactly
     if m.f64:
+        lo_bits = m.fma(ac, ac, b.fneg(h))  # ac*ac = h + lo_bits exactly
         e = m.mul(m.call("exp", b.fneg(h)), m.sub(m.c(1.0), lo_bits))
         big = m.copysign(m.sub(m.c(1.0), m.mul(e, q)), x)
         return m.sel(m.isnan(x), x, m.sel(m.lt(a, m.c(1.0)), small, big))
     # f32 (the exact GELU's loop): exp(-h) by the shifter exp (h <= 16: a normal result), its
     # scale applied in the fma that forms 1 - e q; |x| clamped NaN-passing, so a NaN x comes
-    # out of the big branch as NaN with no blend
+    # out of the big branch as NaN with no blend. No correction for the rounding of h = x**2
+    # (f64's lo_bits): it moves exp(-h) by h 2**-24 relative, and erf by erfc(x) h 2**-24, at
+    # most 0.2 ulp (x = 1); the branch measured 1.04 ulp without it
     p, scale = _exp_parts(m, h, -1.0, 0)
-    pq = m.mul(m.mul(p, q), m.sub(m.c(1.0), lo_bits))
+    pq = m.mul(p, q)
     big = m.copysign(m.fma(b.fneg(pq), scale, m.c(1.0)), x)
     return m.sel(m.lt(a, m.c(1.0)), small, big)
 
