@@ -63,8 +63,9 @@ onnxcc / onnxruntime after:
     gelu_tanh       0.61-0.75   0.16-0.28
     mish_noln       0.75-0.79   0.03-0.04
     mish            0.66-0.82   0.04-0.06
-    gelu_erf_noln   0.86-0.92   1.08-1.36     (erf's degree-11 erfc polynomial is what is left)
-    gelu_erf        0.74-0.85   0.58-0.67
+    gelu_erf_noln   0.72-0.85   1.04-1.25     (erf's degree-11 erfc polynomial is what is left)
+    gelu_erf        0.72-0.88   0.61-0.69     (these two rows: a later run, load 2-4, after
+                                                 erf dropped its x**2 rounding correction)
 
 GB/s at 1 thread, activations alone: SiLU / Sigmoid 16-27 (31-54% of ROOF_GBS), tanh-GELU 13-15,
 Mish 15-18, Erf-GELU 7-10; with LN 7-18. Two
