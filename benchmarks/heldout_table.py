@@ -7,9 +7,10 @@ describes them, not taken from models/:
   row and the transformer's also give GFLOP/s against numpy's sgemm (ROOF_GFLOPS);
 - `transformer`: the post-LN encoder layer (hidden 256, 4 heads, FFN 1024) that
   models/build.py writes, exported torch-style (the issue's row names exactly this layer);
-- `gelu_tanh`, `silu`, `mish`: an activation then LayerNormalization on [batch, seq, 768],
-  written as exporters write them (tanh-GELU with Pow(x, 3); SiLU as x * Sigmoid(x); Mish as
-  x * Tanh(Softplus(x)), its opset-17 form). These are the memory-bound chains: each row
+- `gelu_tanh`, `gelu_erf`, `silu`, `mish`: an activation then LayerNormalization on
+  [batch, seq, 768], written as exporters write them (tanh-GELU with Pow(x, 3); the exact
+  GELU with Erf(x / sqrt(2)); SiLU as x * Sigmoid(x); Mish as x * Tanh(Softplus(x)), its
+  opset-17 form). These are the memory-bound chains: each row
   also gives GB/s (one read of x, one write of y) and the share of the DRAM stream roof
   (ROOF_GBS) on working sets larger than the 32 MiB L3.
 
@@ -49,6 +50,28 @@ floats instead of 22; same night, 1 thread, CPU clock, both libraries and onnxru
 in one process, medians of 15): SiLU alone [4,512|16,1024|32,1024, 768] 0.78-0.82x its time
 before (1.25-1.44 -> 1.02-1.19x onnxruntime), Sigmoid alone (`sigmoid_noln`) 0.78-0.83x, SiLU +
 LN 0.84-0.88x (0.55-0.61 -> 0.48-0.54x onnxruntime).
+
+After branch ewloop (sigmoid as c / (c + c exp(-x)); tanh, tanh_softplus and erf on the shifter
+exp; 1 + tanh(u) as 2 sigmoid(2u); the variance's row sum on 4 accumulators), `--before` main's
+sources, same run, 1 thread, CPU clock, medians, load 4-5 on the 2 cores; after / before, then
+onnxcc / onnxruntime after:
+
+    silu_noln       0.77-0.97   0.87-1.19     (at parity: onnxruntime's rational logistic is
+    sigmoid_noln    0.91-0.94   0.68-1.03      about as many vector ops as ours)
+    silu            0.66-0.90   0.35-0.50
+    gelu_tanh_noln  0.54-0.59   0.11-0.25
+    gelu_tanh       0.61-0.75   0.16-0.28
+    mish_noln       0.75-0.79   0.03-0.04
+    mish            0.66-0.82   0.04-0.06
+    gelu_erf_noln   0.72-0.85   1.04-1.25     (erf's degree-11 erfc polynomial is what is left)
+    gelu_erf        0.72-0.88   0.61-0.69     (these two rows: a later run, load 2-4, after
+                                                 erf dropped its x**2 rounding correction)
+
+GB/s at 1 thread, activations alone: SiLU / Sigmoid 16-27 (31-54% of ROOF_GBS), tanh-GELU 13-15,
+Mish 15-18, Erf-GELU 7-10; with LN 7-18. Two
+threads (`--threads 2`, wall clock) were noise on that loaded machine (the [16, 1024] rows
+slower than one thread); onnxcc_parallel_for deals chunks out dynamically, so a loaded core
+does not hold the other back.
 """
 
 from __future__ import annotations
@@ -78,10 +101,12 @@ SHAPES = {
     "mlp": [{"batch": b} for b in (1, 16, 128, 512)],
     "transformer": [{"batch": b, "seq": s} for b in (1, 4) for s in (17, 128, 512)],
     "gelu_tanh": CHAIN_SHAPES,
+    "gelu_erf": CHAIN_SHAPES,
     "silu": CHAIN_SHAPES,
     "mish": CHAIN_SHAPES,
     # the activations alone (no LayerNormalization): the elementwise chains
     "gelu_tanh_noln": CHAIN_SHAPES,
+    "gelu_erf_noln": CHAIN_SHAPES,
     "silu_noln": CHAIN_SHAPES,
     "mish_noln": CHAIN_SHAPES,
     "sigmoid_noln": CHAIN_SHAPES,  # the logistic alone (vmath's sigmoid, no multiply)
@@ -118,6 +143,10 @@ def chain(act: str, ln: bool = True) -> onnx.ModelProto:
         nodes = [n("Pow", ["x", "three"], ["x3"]), n("Mul", ["x3", "k"], ["kx3"]), n("Add", ["x", "kx3"], ["in"]),
                  n("Mul", ["in", "s"], ["arg"]), n("Tanh", ["arg"], ["t"]), n("Add", ["t", "one"], ["t1"]),
                  n("Mul", ["x", "t1"], ["xt"]), n("Mul", ["xt", "half"], ["a"])]
+    elif act == "gelu_erf":  # the exact GELU as torch exports it: x * 0.5 * (1 + erf(x / sqrt(2)))
+        inits += [_c("sqrt2", math.sqrt(2.0)), _c("one", 1.0), _c("half", 0.5)]
+        nodes = [n("Div", ["x", "sqrt2"], ["xs"]), n("Erf", ["xs"], ["e"]), n("Add", ["e", "one"], ["e1"]),
+                 n("Mul", ["x", "e1"], ["xe"]), n("Mul", ["xe", "half"], ["a"])]
     elif act == "silu":
         nodes = [n("Sigmoid", ["x"], ["sg"]), n("Mul", ["x", "sg"], ["a"])]
     elif act == "sigmoid":
@@ -159,6 +188,19 @@ def build(name: str, path: Path) -> Path:
     return path
 
 
+def _compile_before(src: Path, model: Path, out: Path):
+    """`model` compiled by the onnxcc sources in `src` (a subprocess, so this process keeps
+    its own), loaded by this one's loader."""
+    import subprocess
+
+    import onnxcc
+
+    env = dict(os.environ, PYTHONPATH=str(src.resolve()))
+    subprocess.run([sys.executable, "-c", "import sys, onnxcc; onnxcc.compile(sys.argv[1], sys.argv[2])",
+                    str(model), str(out)], env=env, check=True)
+    return onnxcc.load(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -174,6 +216,10 @@ def main() -> None:
                          "arena would: a fresh output past glibc's mmap threshold (32 MiB) is new pages "
                          "every call, and the kernel's first-touch page clearing then costs about as much "
                          "as the chain itself (onnxruntime's arena reuses its buffers)")
+    ap.add_argument("--before", type=Path, metavar="SRC",
+                    help="also compile each model with the onnxcc sources in SRC (another checkout's src/, "
+                         "in a subprocess) and time that library in the same rounds: before / after "
+                         "without the machine's drift between runs (e.g. `git worktree add` of main)")
     ap.add_argument("--pool-ab", action="store_true",
                     help="also time onnxcc with the output pool off (load(out_pool_mb=0)), alternating in "
                          "the same rounds: the pool's effect without the machine's drift between runs")
@@ -196,6 +242,9 @@ def main() -> None:
             compile_s = time.perf_counter() - t0
             lib = onnxcc.load(Path(tmp) / name)
             peers = make_peers(path, args.threads, peer_names)
+            if args.before:  # the same model compiled by other sources, timed in the same rounds
+                lib_before = _compile_before(args.before, path, Path(tmp) / f"{name}_before")
+                peers["before"] = lambda f, lib_before=lib_before: list(lib_before.run(f).values())
             if args.pool_ab:  # the same library without the output pool, timed in the same rounds
                 lib_off = onnxcc.load(Path(tmp) / name, out_pool_mb=0)
                 peers["nopool"] = lambda f, lib_off=lib_off: list(lib_off.run(f).values())
@@ -205,6 +254,11 @@ def main() -> None:
                 outs = ({k: np.empty_like(v) for k, v in lib.run(feeds).items()} if args.reuse_out else None)
                 row = time_row(lambda f: list(lib.run(f, out=outs).values()), peers, feeds, args.repeats, args.budget,
                                clock=time.process_time if cpu_clock else None)
+                if args.before:  # a row against the peers as without it, plus after / before
+                    row["before_ratio"] = row["onnxcc_ms"] / row["before_ms"]
+                    if peer_names:
+                        best = min(peer_names, key=lambda n: row[f"{n}_ms"])
+                        row["best_peer"], row["ratio_best"] = best, row["onnxcc_ms"] / row[f"{best}_ms"]
                 if args.pool_ab:  # a row against the peers as without it, plus the pool's own ratio
                     row["pool_ratio"] = row["onnxcc_ms"] / row["nopool_ms"]
                     row["peer_max_abs_err"].pop("nopool")
@@ -231,6 +285,8 @@ def main() -> None:
                 rows.append(row)
                 shape = ",".join(f"{k}={v}" for k, v in dims.items())
                 errs = ", ".join(f"{n} {e:.1e}" for n, e in row["peer_max_abs_err"].items())
+                if args.before:
+                    extra += f"  before {row['before_ms']:9.3f} ms (after / before {row['before_ratio']:.3f})"
                 if args.pool_ab:
                     extra += f"  no pool {row['nopool_ms']:9.3f} ms (pool / no pool {row['pool_ratio']:.3f})"
                 print(f"  {shape:18s} {format_row(row, peer_names)}{extra}  (err {errs})", flush=True)

@@ -150,3 +150,44 @@ def test_no_scalar_libm_call_in_compiled_models(name, tmp_path):
     assert external <= RUNTIME_CALLS, f"{name} calls {sorted(external - RUNTIME_CALLS)}"
     if name.startswith("gelu"):  # the fused GELU loop runs on packed vectors
         assert re.search(r"\bv?(?:mul|fmadd\d+|add)ps\b", art.text)
+
+
+def test_one_plus_tanh_as_twice_a_sigmoid(tmp_path):
+    """tanh-GELU's 1 + tanh(u) (either operand order) is emitted as 2 sigmoid(2 u) (about
+    half the vector ops; exact for u << 0, where the sum cancels): no tanh left in the
+    kernel, and 0.5 x (1 + tanh(u)) within 3 ulp of numpy's double result over the range,
+    its cancelling tail (u down to -40), specials and f32 extremes included."""
+    n = h.make_node
+    k, s = 0.044715, math.sqrt(2 / math.pi)
+    for order in (["t", "one"], ["one", "t"]):
+        nodes = [n("Mul", ["x", "x"], ["x2"]), n("Mul", ["x2", "x"], ["x3"]), n("Mul", ["x3", "k"], ["kx3"]),
+                 n("Add", ["x", "kx3"], ["i"]), n("Mul", ["i", "s"], ["u"]), n("Tanh", ["u"], ["t"]),
+                 n("Add", order, ["t1"]), n("Mul", ["x", "t1"], ["xt"]), n("Mul", ["xt", "half"], ["y"])]
+        inits = [onnx.numpy_helper.from_array(np.asarray(v, np.float32), nm)
+                 for nm, v in (("k", k), ("s", s), ("one", 1.0), ("half", 0.5))]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N"])],
+                         [h.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N"])], inits)
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 18)])
+        m.ir_version = 10
+        out = tmp_path / order[0]
+        ll = onnxcc.compile(m, out / "ll", name="g", emit="llvm").text  # the fused loop, through fuse
+        assert "onnxcc.math.sigmoid" in ll and "onnxcc.math.tanh" not in ll
+        onnxcc.compile(m, out / "lib", name="g")
+        rng = np.random.default_rng(9)
+        x = np.concatenate([rng.uniform(-12, 12, N), rng.uniform(-6, -2, N // 2), SPECIALS,
+                            [3.4e38, -3.4e38, 1e10, -1e10]]).astype(np.float32)
+        got = np.asarray(onnxcc.load(out / "lib").run({"x": x})["y"])
+        with np.errstate(all="ignore"):
+            # the f32 argument the kernel forms (x + x**3 k contracted into one fma: u's rounding
+            # is 2 |u| ulps of the result) and x (1 + tanh(u)) rounded to f32 as the graph does
+            # (it overflows at x = 3.4e38), the rest exact in double
+            x3 = (x * x) * x
+            u = (x3.astype(np.float64) * np.float64(np.float32(k)) + x).astype(np.float32) * np.float32(s)
+            t1 = 2.0 / (1.0 + np.exp(-2.0 * u.astype(np.float64)))
+            want = 0.5 * (x.astype(np.float64) * t1).astype(np.float32).astype(np.float64)
+        # where 2 sigmoid(2 u) is denormal (u < -43.7) x scales its absolute error: there the
+        # bound is 4 |x| of the smallest denormal
+        tiny = np.abs(want) < 2 * float(np.finfo(np.float32).tiny) * np.maximum(np.abs(x), 1)
+        assert _ulps(got[~tiny], want[~tiny]) <= 3.0
+        err = np.abs(got[tiny].astype(np.float64) - want[tiny])
+        assert (err <= 4 * np.abs(x[tiny]) * float(np.finfo(np.float32).smallest_subnormal)).all()

@@ -28,16 +28,21 @@ if TYPE_CHECKING:
     from .emit import FnCtx, KernelEmitter, NestPlan
 
 
-def row_loop_md(module: ir.Module, width: int | None) -> ir.MDValue | None:
+def row_loop_md(module: ir.Module, width: int | None, interleave: int = 1,
+                unroll: bool = True) -> ir.MDValue | None:
     """A fresh `!llvm.loop` node: vectorise at `width` lanes and interleave 1, so a row of
     `width` elements already runs as one vector iteration (LLVM's default interleaving
     would need several vectors' worth before the vector loop is entered at all: measured
-    1.4x slower than one pass on rows of 17, 0.9x with interleave 1)."""
+    1.4x slower than one pass on rows of 17, 0.9x with interleave 1); `interleave` for a
+    caller that knows its rows are long (rowstage.stat_interleave), `unroll=False` to keep
+    LLVM's unroller off the loop."""
     if not width:
         return None
     props = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"), ir.Constant(I1, 1)]),
              module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.width"), i32(width)]),
-             module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(1)])]
+             module.add_metadata([ir.MetaDataString(module, "llvm.loop.interleave.count"), i32(interleave)])]
+    if not unroll:
+        props.append(module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")]))
     # NOTE: llvmlite uniques metadata by content; a distinct tag keeps each loop ID its own
     tag = module.add_metadata([ir.MetaDataString(module, "onnxcc.rownorm"), i32(len(module.metadata))])
     node = module.add_metadata([tag, *props])

@@ -202,6 +202,9 @@ class ExprEmitter:
         self.var_level: dict[str, int] = {}
         self.var_ext: dict[str, Expr] = {}
         self._fails: dict[Expr, bool] = {}
+        # `!llvm.loop` hints for the loop of a one-var float sum (None: LLVM's defaults), set
+        # by a caller that knows the loop's shape (codegen/cpu/rowstage.py)
+        self.sum_loop_md: Callable[[], ir.MDValue | None] | None = None
 
     # ---- frames --------------------------------------------------------------------------
     def push(self, bindings: dict[str, ir.Value], extents: dict[str, Expr | Dim] | None = None) -> None:
@@ -759,7 +762,23 @@ INT_BINARY: dict[str, BinFn] = {
 }
 
 
+def _one_plus_tanh(e: Binary) -> Expr | None:
+    """u where `e` is 1 + tanh(u) (either order, float)."""
+    if e.op != "add" or not e.dtype.is_float:
+        return None
+    for t, one in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(t, Unary) and t.op == "tanh" and isinstance(one, Const) and one.value == 1.0:
+            return t.a
+    return None
+
+
 def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
+    u = _one_plus_tanh(e)
+    if u is not None:
+        # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is
+        # about half tanh's vector ops, and for u << 0 it keeps the digits the sum cancels
+        two = _fconst(em.emit(u), 2.0)
+        return em.b.fmul(em.math("sigmoid", em.b.fmul(em.emit(u), two, name="twice")), two, name="one.tanh")
     a, b = em.emit(e.a), em.emit(e.b)
     table = FLOAT_BINARY if e.a.dtype.is_float else INT_BINARY
     fn = table.get(e.op)
@@ -906,10 +925,11 @@ def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
     acc = em.ctx.alloca(ty, f"{e.op}.acc")
     b.store(start, acc)
     em.hoist(e.body, guarded=True)
+    md = em.sum_loop_md() if em.sum_loop_md and e.op == "sum" and dt.is_float and len(e.vars) == 1 else None
     with ExitStack() as st:
         for k, (v, ext) in enumerate(e.vars):
             n = em.emit(ext)
-            idx = st.enter_context(for_range(b, n, v.name, guard=True))
+            idx = st.enter_context(for_range(b, n, v.name, guard=True, metadata=md))
             em.push({v.name: idx}, {v.name: ext})
             st.callback(em.pop)
             if k + 1 < len(e.vars):
