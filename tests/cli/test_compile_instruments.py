@@ -14,7 +14,8 @@ from onnxcc.testing import MODELS_DIR
 MLP = str(MODELS_DIR / "mlp.onnx")
 HEADER = re.compile(r"^// -----// IR Dump After (\S+) //----- //$", re.M)
 CPU_RECIPE = ["split-if", "broadcast-versions", "shape-inference", "qdq-fuse", "canonicalize", "fold-conv-affine",
-              "nhwc-region", "value-symbols", "prune-symbols", "specialize", "attention-chain", "lower-to-kernel",
+              "nhwc-region", "qnhwc-region", "value-symbols", "prune-symbols", "specialize", "attention-chain",
+              "lower-to-kernel",
               "fold-consts", "fuse", "schedule", "plan-memory", "reserve-scratch"]
 
 
@@ -52,12 +53,13 @@ def test_dump_dir_numbers_every_pass_of_the_build_in_one_sequence(tmp_path):
              "--dump-dir", str(dumps))
     assert r.exit_code == 0, r.output
     files = sorted(p.name for p in dumps.iterdir())
-    names = [*CPU_RECIPE[:10], "bucketize", *CPU_RECIPE[10:]]
+    names = [*CPU_RECIPE[:11], "bucketize", *CPU_RECIPE[11:]]
     graph = {"split-if", "broadcast-versions", "shape-inference", "qdq-fuse", "canonicalize", "fold-conv-affine",
-             "nhwc-region", "value-symbols", "prune-symbols", "specialize", "bucketize", "attention-chain"}
+             "nhwc-region", "qnhwc-region", "value-symbols", "prune-symbols", "specialize", "bucketize",
+             "attention-chain"}
     assert files == [f"{i:03d}_{n}{'.onnxir' if n in graph else '.kir'}" for i, n in enumerate(names)]
     # graph dumps parse back; the last one holds the bucket and exact versions
-    last_graph = parse_module((dumps / "010_bucketize.onnxir").read_text())
+    last_graph = parse_module((dumps / "011_bucketize.onnxir").read_text())
     assert len(last_graph.dispatch["main"]) == 3
     kir = (dumps / f"{len(names) - 1:03d}_reserve-scratch.kir").read_text()
     assert kir.count("// version ") == 3 and "kernel mlp_v2(batch)" in kir

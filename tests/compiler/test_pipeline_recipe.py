@@ -20,7 +20,7 @@ def _names(options: CompileOptions, stop: str = "lib") -> list[str]:
 def test_recipe_order_follows_the_options_and_the_backend():
     # value-symbols always runs: without --value-symbols it binds only a kept Loop's trip-count input
     graph = ["split-if", "broadcast-versions", "shape-inference", "qdq-fuse", "canonicalize", "fold-conv-affine",
-             "nhwc-region", "value-symbols", "prune-symbols", "specialize"]
+             "nhwc-region", "qnhwc-region", "value-symbols", "prune-symbols", "specialize"]
     # attention-chain only where the backend runs attention fused over key blocks (the CPU)
     base = [*graph, "attention-chain", "lower-to-kernel"]
     kernel = ["plan-memory", "reserve-scratch"]
