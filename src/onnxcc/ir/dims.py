@@ -17,6 +17,8 @@ from typing import Any, cast
 
 import sympy
 
+from .periodic import zero_count, zero_verdict
+
 Dim = int | sympy.Expr
 
 INT_MAX = 2**31 - 1
@@ -45,13 +47,15 @@ def canon(d) -> Any:
 
 
 def identical(a: Dim, b: Dim) -> bool:
-    """Whether `a - b` is 0 for every value of the symbols, as `sympy.simplify(a - b) == 0`
-    answers it (a view's element count against its buffer's, a loop's extent against its
-    buffer's dim), only faster: equal canonical forms, then the difference expanded, each
-    floor expanded once (`_expanded`); sympy's simplify, which takes up to a second on a
-    pooled net's nested floors (poolformer: most of lower-to-kernel and fuse), only where
-    those leave a nonzero difference. Memoised: a program's verify asks the same pairs after
-    every kernel pass."""
+    """Whether `a - b` is 0 for every value of the symbols (a view's element count against
+    its buffer's, a loop's extent against its buffer's dim): True wherever
+    `sympy.simplify(a - b) == 0` is, only faster: equal canonical forms, then the difference
+    expanded, each floor expanded once (`_expanded`); a difference of one symbol decided
+    exactly on one period of its floors (`periodic.zero_verdict`: also where simplify
+    leaves floor((H + 3)/4) - floor((H - 1)/4) - 1); sympy's simplify, which takes up to a
+    second on a pooled net's nested floors (poolformer: most of lower-to-kernel and fuse),
+    only where those leave a nonzero difference. Memoised: a program's verify asks the same
+    pairs after every kernel pass."""
     a, b = canon(a), canon(b)
     if a == b:
         return True
@@ -65,6 +69,12 @@ def _identical(a: sympy.Expr, b: sympy.Expr) -> bool:
     diff = sympy.sympify(a - b)
     if diff == 0 or _expanded(diff) == 0:
         return True
+    syms = diff.free_symbols
+    if len(syms) == 1:
+        # one symbol: decided exactly on one period of its floors (a positive symbol: n >= 1)
+        verdict = zero_verdict(diff, next(iter(syms)), 1, None)
+        if verdict is not None:
+            return verdict
     if _nonzero_somewhere(diff):
         # a value of the symbols where the difference is not 0: simplify could not make it
         # 0 either (a voice model's view checks, Max / Min of nested floors: seconds each)
@@ -322,6 +332,9 @@ class Prover:
         if self.le(a, b) and self.le(b, a):
             return True
         if not diff.is_polynomial(*diff.free_symbols):  # floor, Mod, Max...: ask sympy
+            verdict = self._one_symbol_zeros(diff)
+            if verdict is not None:
+                return verdict
             if _signs_differ(diff, self.table):
                 # of two signs (0 counted as one) at two points in range: neither identically 0
                 # nor of one sign, so no step below could answer True or False, and simplify
@@ -336,6 +349,18 @@ class Prover:
             if lo == hi == 0:
                 return True
         return None
+
+    def _one_symbol_zeros(self, diff: sympy.Expr) -> bool | None:
+        """`_prove_eq`'s answer for a difference of one symbol decided on one period of its
+        floors (`periodic.zero_count`): True where it is 0 at every value in range, False
+        where at none, else None (also where that cannot tell)."""
+        syms = diff.free_symbols
+        if len(syms) != 1:
+            return None
+        (s,) = syms
+        info = self.table.infos.get(s.name)
+        lo, hi, k = (info.lo, info.hi, info.multiple_of) if info is not None else (1, INT_MAX, 1)
+        return {"all": True, "none": False}.get(zero_count(diff, s, lo, hi, k) or "")
 
     def _le_interval(self, x: Dim, y: Dim) -> bool:
         """The interval of `y - x` starts at 0 or above. The difference is never built as a
