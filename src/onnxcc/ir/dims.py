@@ -20,6 +20,7 @@ import sympy
 from .periodic import zero_count, zero_verdict
 from .poly_terms import build as build_terms
 from .poly_terms import poly_terms
+from .rounding import ceiling_of, floor_of
 
 Dim = int | sympy.Expr
 
@@ -447,6 +448,10 @@ def _expanded_floor(a: sympy.Expr) -> sympy.Expr:
         return a
     if isinstance(a, (sympy.Max, sympy.Min)):
         return unevaluated(a.func, args)
+    if isinstance(a, sympy.floor):
+        return floor_of(args[0])
+    if isinstance(a, sympy.ceiling):
+        return ceiling_of(args[0])
     return a.func(*args)
 
 

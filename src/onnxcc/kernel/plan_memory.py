@@ -44,6 +44,7 @@ from fractions import Fraction
 import sympy
 
 from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym, unevaluated
+from onnxcc.ir.rounding import ceiling_of
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
@@ -93,7 +94,7 @@ def _align_up_expr(x: sympy.Expr, a: int) -> Dim:
     if isinstance(x, sympy.Piecewise):  # per part, so every part stays a plain dim
         pieces: list = list(x.args)
         return sympy.Piecewise(*[(align_up(v, a), c) for v, c in pieces])
-    return canon(sympy.ceiling(x / a) * a)
+    return canon(ceiling_of(x / a) * a)
 
 
 def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
