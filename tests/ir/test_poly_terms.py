@@ -43,3 +43,8 @@ def test_expanded_matches_sympy_with_floors_held():
 
     for e in EXPRS + [64 * C((3 * B * (H2 + 1) * (W2 + 1)) / 4) + 128 * B * (H2 + 1), C((H + 3) / 2) * (W + 1)]:
         assert dims._expanded(e) == held_expand(e), e
+
+
+def test_terms_are_the_expanded_sums_coefficients():
+    for e in EXPRS:
+        assert dims._terms(e) == dict(dims._expanded(e).as_coefficients_dict()), e

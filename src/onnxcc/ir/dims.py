@@ -19,7 +19,7 @@ import sympy
 
 from .periodic import zero_count, zero_verdict
 from .poly_terms import build as build_terms
-from .poly_terms import poly_terms
+from .poly_terms import monomial, poly_terms
 from .rounding import ceiling_of, floor_of
 
 Dim = int | sympy.Expr
@@ -419,19 +419,28 @@ def _expanded(e: sympy.Expr) -> sympy.Expr:
     (`factor_terms` on their differences): a stacked offset of an Inception's plan, a Max of
     sums of nested floors, took minutes to expand. A Max / Min keeps its (expanded)
     arguments unevaluated: the same value, maybe a few arguments sympy would have dropped."""
-    floors = _outer_floors(e)
-    inner: Any = e.xreplace({a: _expanded_floor(a) for a in floors}) if floors else e
     # multiplied out on dicts (`poly_terms`: a detection net's offsets, sums of products of
     # nested-floor extents, took sympy's expand 25 CPU seconds), sympy's expand for the rest
-    terms = poly_terms(inner)
+    terms = _held_terms(e)
     if terms is not None:
         return build_terms(terms)
+    floors = _outer_floors(e)
     if not floors:
         return sympy.expand(e)
+    inner: Any = e.xreplace({a: _expanded_floor(a) for a in floors})
     # the floors now have expanded arguments (nothing below them changes any more)
     held = {a: sympy.Dummy() for a in _outer_floors(inner)}
     out: Any = sympy.expand(inner.xreplace(held))
     return out.xreplace({d: a for a, d in held.items()})
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _held_terms(e: sympy.Expr) -> dict | None:
+    """`_expanded(e)` as `poly_terms` gives it, {monomial: coefficient}, before sympy sums
+    it (sorting a sum's terms was half of what was left of a detection net's expansions);
+    None where `poly_terms` leaves it to sympy."""
+    floors = _outer_floors(e)
+    return poly_terms(e.xreplace({a: _expanded_floor(a) for a in floors}) if floors else e)
 
 
 _HELD = (sympy.floor, sympy.ceiling, sympy.Max, sympy.Min)
@@ -505,13 +514,32 @@ def _sum_terms(e: sympy.Expr) -> tuple[tuple[Any, Any], ...]:
             k = Fraction(int(c.p), int(c.q))
         else:  # a float or an infinity: the whole term, coefficient 1
             m, k = t, 1
-        out.append((m, k))
+        out.append((_one_object(m), k))
     return tuple(out)
+
+
+_OBJECTS: dict = {}
+"""one object per distinct term (`_one_object`)"""
+
+
+def _one_object(m: Any) -> Any:
+    """The one object equal to `m` that the proof steps key their dicts with: two sides'
+    terms are built apart, and a dict lookup of an equal but distinct key compares the two
+    trees node by node (a detection net's plan compared nested floors 1.4 million times),
+    while the same object stops at identity. Bounded: emptied when it grows large."""
+    if len(_OBJECTS) > 1 << 16:
+        _OBJECTS.clear()
+    return _OBJECTS.setdefault(m, m)
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _terms(e: sympy.Expr) -> dict:
     """`e` expanded, as {monomial: its numeric coefficient} (the constant under key 1)."""
+    held = _held_terms(e)
+    if held is not None:  # what the sum's `as_coefficients_dict` gives, without the sum
+        if not held:
+            return {sympy.S.One: sympy.S.Zero}  # as 0's `as_coefficients_dict`
+        return {_one_object(monomial(m)): c for m, c in held.items()}
     return dict(_expanded(e).as_coefficients_dict())
 
 
