@@ -309,8 +309,10 @@ class Prover:
         key = (a, b)
         hit = self._le.get(key)
         if hit is None:
-            hit = self._le_interval(a, b) or all(any(self._poly_le(x, y) for y in max_alternatives(b))
-                                                 for x in max_alternatives(a))
+            hit = self._le_interval(a, b)
+            if not hit:
+                ys = max_alternatives(b)  # once, not once per alternative of `a`
+                hit = all(any(self._poly_le(x, y) for y in ys) for x in max_alternatives(a))
             self._le[key] = hit
         return hit
 
@@ -439,8 +441,10 @@ def _held_terms(e: sympy.Expr) -> dict | None:
     """`_expanded(e)` as `poly_terms` gives it, {monomial: coefficient}, before sympy sums
     it (sorting a sum's terms was half of what was left of a detection net's expansions);
     None where `poly_terms` leaves it to sympy."""
-    floors = _outer_floors(e)
-    return poly_terms(e.xreplace({a: _expanded_floor(a) for a in floors}) if floors else e)
+    # only the floors whose arguments expand to something else (xreplace walks the whole
+    # tree even when every entry maps a floor to itself)
+    moved = {a: x for a in _outer_floors(e) if (x := _expanded_floor(a)) is not a}
+    return poly_terms(e.xreplace(moved) if moved else e)
 
 
 _HELD = (sympy.floor, sympy.ceiling, sympy.Max, sympy.Min)
@@ -477,7 +481,7 @@ def _outer_floors(e: sympy.Expr) -> set[Any]:
     return out
 
 
-@functools.lru_cache(maxsize=1 << 14)
+@functools.lru_cache(maxsize=1 << 16)
 def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None]:
     """`y - x` expanded when it is a number (else None), and `y - x` with its floors and
     ceilings bounded (`_bound_atoms`; None when it cannot be). Each side is expanded once
