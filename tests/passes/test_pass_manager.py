@@ -150,6 +150,27 @@ def test_verify_after_each_catches_broken_ir():
     assert "IR invalid after pass" in str(e) and "must end with 'return'" in str(e)
 
 
+@dataclass(frozen=True)
+class AnalysisPass(ModulePass):
+    """Claims to leave the IR as it was (`keeps_ir`): the verifier is not asked again."""
+
+    name: ClassVar[str] = "test-analysis"
+    keeps_ir: ClassVar[bool] = True
+
+    def run(self, module, ctx):
+        return True
+
+
+def test_verify_after_each_skips_passes_that_keep_the_ir(monkeypatch):
+    import onnxcc.ir.verify as v
+
+    calls = []
+    real = v.verify
+    monkeypatch.setattr(v, "verify", lambda m: calls.append(1) or real(m))
+    run_pipeline(_module(), [NoopPass(), AnalysisPass(), NoopPass()], PassContext(instruments=[VerifyAfterEach()]))
+    assert len(calls) == 2
+
+
 def test_unsupported_op_keeps_its_own_error():
     with pytest.raises(UnsupportedOp, match=r"unsupported op Foo \(domain com.x\) at node 'n1'"):
         run_pipeline(_module(), [UnsupportedPass()])

@@ -17,6 +17,11 @@ from typing import Any, cast
 
 import sympy
 
+from .periodic import zero_count, zero_verdict
+from .poly_terms import build as build_terms
+from .poly_terms import monomial, poly_terms
+from .rounding import ceiling_of, floor_of
+
 Dim = int | sympy.Expr
 
 INT_MAX = 2**31 - 1
@@ -45,13 +50,15 @@ def canon(d) -> Any:
 
 
 def identical(a: Dim, b: Dim) -> bool:
-    """Whether `a - b` is 0 for every value of the symbols, as `sympy.simplify(a - b) == 0`
-    answers it (a view's element count against its buffer's, a loop's extent against its
-    buffer's dim), only faster: equal canonical forms, then the difference expanded, each
-    floor expanded once (`_expanded`); sympy's simplify, which takes up to a second on a
-    pooled net's nested floors (poolformer: most of lower-to-kernel and fuse), only where
-    those leave a nonzero difference. Memoised: a program's verify asks the same pairs after
-    every kernel pass."""
+    """Whether `a - b` is 0 for every value of the symbols (a view's element count against
+    its buffer's, a loop's extent against its buffer's dim): True wherever
+    `sympy.simplify(a - b) == 0` is, only faster: equal canonical forms, then the difference
+    expanded, each floor expanded once (`_expanded`); a difference of one symbol decided
+    exactly on one period of its floors (`periodic.zero_verdict`: also where simplify
+    leaves floor((H + 3)/4) - floor((H - 1)/4) - 1); sympy's simplify, which takes up to a
+    second on a pooled net's nested floors (poolformer: most of lower-to-kernel and fuse),
+    only where those leave a nonzero difference. Memoised: a program's verify asks the same
+    pairs after every kernel pass."""
     a, b = canon(a), canon(b)
     if a == b:
         return True
@@ -65,6 +72,12 @@ def _identical(a: sympy.Expr, b: sympy.Expr) -> bool:
     diff = sympy.sympify(a - b)
     if diff == 0 or _expanded(diff) == 0:
         return True
+    syms = diff.free_symbols
+    if len(syms) == 1:
+        # one symbol: decided exactly on one period of its floors (a positive symbol: n >= 1)
+        verdict = zero_verdict(diff, next(iter(syms)), 1, None)
+        if verdict is not None:
+            return verdict
     if _nonzero_somewhere(diff):
         # a value of the symbols where the difference is not 0: simplify could not make it
         # 0 either (a voice model's view checks, Max / Min of nested floors: seconds each)
@@ -296,8 +309,10 @@ class Prover:
         key = (a, b)
         hit = self._le.get(key)
         if hit is None:
-            hit = self._le_interval(a, b) or all(any(self._poly_le(x, y) for y in max_alternatives(b))
-                                                 for x in max_alternatives(a))
+            hit = self._le_interval(a, b)
+            if not hit:
+                ys = max_alternatives(b)  # once, not once per alternative of `a`
+                hit = all(any(self._poly_le(x, y) for y in ys) for x in max_alternatives(a))
             self._le[key] = hit
         return hit
 
@@ -322,6 +337,9 @@ class Prover:
         if self.le(a, b) and self.le(b, a):
             return True
         if not diff.is_polynomial(*diff.free_symbols):  # floor, Mod, Max...: ask sympy
+            verdict = self._one_symbol_zeros(diff)
+            if verdict is not None:
+                return verdict
             if _signs_differ(diff, self.table):
                 # of two signs (0 counted as one) at two points in range: neither identically 0
                 # nor of one sign, so no step below could answer True or False, and simplify
@@ -336,6 +354,18 @@ class Prover:
             if lo == hi == 0:
                 return True
         return None
+
+    def _one_symbol_zeros(self, diff: sympy.Expr) -> bool | None:
+        """`_prove_eq`'s answer for a difference of one symbol decided on one period of its
+        floors (`periodic.zero_count`): True where it is 0 at every value in range, False
+        where at none, else None (also where that cannot tell)."""
+        syms = diff.free_symbols
+        if len(syms) != 1:
+            return None
+        (s,) = syms
+        info = self.table.infos.get(s.name)
+        lo, hi, k = (info.lo, info.hi, info.multiple_of) if info is not None else (1, INT_MAX, 1)
+        return {"all": True, "none": False}.get(zero_count(diff, s, lo, hi, k) or "")
 
     def _le_interval(self, x: Dim, y: Dim) -> bool:
         """The interval of `y - x` starts at 0 or above. The difference is never built as a
@@ -391,6 +421,11 @@ def _expanded(e: sympy.Expr) -> sympy.Expr:
     (`factor_terms` on their differences): a stacked offset of an Inception's plan, a Max of
     sums of nested floors, took minutes to expand. A Max / Min keeps its (expanded)
     arguments unevaluated: the same value, maybe a few arguments sympy would have dropped."""
+    # multiplied out on dicts (`poly_terms`: a detection net's offsets, sums of products of
+    # nested-floor extents, took sympy's expand 25 CPU seconds), sympy's expand for the rest
+    terms = _held_terms(e)
+    if terms is not None:
+        return build_terms(terms)
     floors = _outer_floors(e)
     if not floors:
         return sympy.expand(e)
@@ -399,6 +434,17 @@ def _expanded(e: sympy.Expr) -> sympy.Expr:
     held = {a: sympy.Dummy() for a in _outer_floors(inner)}
     out: Any = sympy.expand(inner.xreplace(held))
     return out.xreplace({d: a for a, d in held.items()})
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _held_terms(e: sympy.Expr) -> dict | None:
+    """`_expanded(e)` as `poly_terms` gives it, {monomial: coefficient}, before sympy sums
+    it (sorting a sum's terms was half of what was left of a detection net's expansions);
+    None where `poly_terms` leaves it to sympy."""
+    # only the floors whose arguments expand to something else (xreplace walks the whole
+    # tree even when every entry maps a floor to itself)
+    moved = {a: x for a in _outer_floors(e) if (x := _expanded_floor(a)) is not a}
+    return poly_terms(e.xreplace(moved) if moved else e)
 
 
 _HELD = (sympy.floor, sympy.ceiling, sympy.Max, sympy.Min)
@@ -415,6 +461,10 @@ def _expanded_floor(a: sympy.Expr) -> sympy.Expr:
         return a
     if isinstance(a, (sympy.Max, sympy.Min)):
         return unevaluated(a.func, args)
+    if isinstance(a, sympy.floor):
+        return floor_of(args[0])
+    if isinstance(a, sympy.ceiling):
+        return ceiling_of(args[0])
     return a.func(*args)
 
 
@@ -431,7 +481,7 @@ def _outer_floors(e: sympy.Expr) -> set[Any]:
     return out
 
 
-@functools.lru_cache(maxsize=1 << 14)
+@functools.lru_cache(maxsize=1 << 16)
 def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr | None, sympy.Expr | None]:
     """`y - x` expanded when it is a number (else None), and `y - x` with its floors and
     ceilings bounded (`_bound_atoms`; None when it cannot be). Each side is expanded once
@@ -468,13 +518,32 @@ def _sum_terms(e: sympy.Expr) -> tuple[tuple[Any, Any], ...]:
             k = Fraction(int(c.p), int(c.q))
         else:  # a float or an infinity: the whole term, coefficient 1
             m, k = t, 1
-        out.append((m, k))
+        out.append((_one_object(m), k))
     return tuple(out)
+
+
+_OBJECTS: dict = {}
+"""one object per distinct term (`_one_object`)"""
+
+
+def _one_object(m: Any) -> Any:
+    """The one object equal to `m` that the proof steps key their dicts with: two sides'
+    terms are built apart, and a dict lookup of an equal but distinct key compares the two
+    trees node by node (a detection net's plan compared nested floors 1.4 million times),
+    while the same object stops at identity. Bounded: emptied when it grows large."""
+    if len(_OBJECTS) > 1 << 16:
+        _OBJECTS.clear()
+    return _OBJECTS.setdefault(m, m)
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _terms(e: sympy.Expr) -> dict:
     """`e` expanded, as {monomial: its numeric coefficient} (the constant under key 1)."""
+    held = _held_terms(e)
+    if held is not None:  # what the sum's `as_coefficients_dict` gives, without the sum
+        if not held:
+            return {sympy.S.One: sympy.S.Zero}  # as 0's `as_coefficients_dict`
+        return {_one_object(monomial(m)): c for m, c in held.items()}
     return dict(_expanded(e).as_coefficients_dict())
 
 

@@ -44,6 +44,7 @@ from fractions import Fraction
 import sympy
 
 from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym, unevaluated
+from onnxcc.ir.rounding import ceiling_of
 
 from .expr import Load, Reduce, Var, walk
 from .program import Compute, KernelProgram
@@ -93,7 +94,7 @@ def _align_up_expr(x: sympy.Expr, a: int) -> Dim:
     if isinstance(x, sympy.Piecewise):  # per part, so every part stays a plain dim
         pieces: list = list(x.args)
         return sympy.Piecewise(*[(align_up(v, a), c) for v, c in pieces])
-    return canon(sympy.ceiling(x / a) * a)
+    return canon(ceiling_of(x / a) * a)
 
 
 def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
@@ -252,11 +253,11 @@ def _point_memo(env: dict[str, int]) -> dict:
     return _POINT_MEMOS.setdefault(tuple(sorted(env.items())), {})
 
 
-def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | None:
+def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | int | None:
     """The exact value of a dim at `env` (None when some symbol has no value or the tree
     has a node this evaluator does not know)."""
     if isinstance(d, int):
-        return Fraction(d)
+        return d
     try:
         return _eval(sympy.sympify(d), env, memo)
     except (_NoValue, ZeroDivisionError):
@@ -267,28 +268,33 @@ class _NoValue(Exception):
     pass
 
 
-def _eval(e, env: dict[str, int], memo: dict) -> Fraction:
+def _eval(e, env: dict[str, int], memo: dict) -> Fraction | int:
+    # NOTE: ints where the value is integral (most of a plan's sizes and offsets), Fractions
+    # only below a division: Fraction arithmetic normalises by a gcd at every step
     v = memo.get(e)
     if v is not None:
         return v
-    if e.is_Rational:
+    if e.is_Integer:
+        v = int(e)
+    elif e.is_Rational:
         v = Fraction(int(e.p), int(e.q))
     elif e.is_Symbol:
         if e.name not in env:
             raise _NoValue
-        v = Fraction(env[e.name])
+        v = env[e.name]
     elif e.is_Add:
-        v = sum((_eval(a, env, memo) for a in e.args), Fraction(0))
+        v = sum(_eval(a, env, memo) for a in e.args)
     elif e.is_Mul:
-        v = Fraction(1)
+        v = 1
         for a in e.args:
             v *= _eval(a, env, memo)
     elif e.is_Pow and e.exp.is_Integer:
-        v = _eval(e.base, env, memo) ** int(e.exp)
+        k = int(e.exp)
+        v = _eval(e.base, env, memo) ** k if k >= 0 else Fraction(_eval(e.base, env, memo)) ** k
     elif isinstance(e, sympy.floor):
-        v = Fraction(math.floor(_eval(e.args[0], env, memo)))
+        v = math.floor(_eval(e.args[0], env, memo))
     elif isinstance(e, sympy.ceiling):
-        v = Fraction(math.ceil(_eval(e.args[0], env, memo)))
+        v = math.ceil(_eval(e.args[0], env, memo))
     elif isinstance(e, (sympy.Max, sympy.Min)):
         vals = [_eval(a, env, memo) for a in e.args]
         v = max(vals) if isinstance(e, sympy.Max) else min(vals)

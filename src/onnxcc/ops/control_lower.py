@@ -28,7 +28,7 @@ import numpy as np
 import sympy
 
 from ..errors import UnsupportedOp
-from ..ir import INT_MAX, DType, Op, canon
+from ..ir import INT_MAX, DType, Op, canon, identical
 from ..kernel import (
     ERR_ASSERT,
     ERR_CAPACITY,
@@ -51,7 +51,7 @@ def _first(buf: Buffer):
 
 
 def _same(a, b) -> bool:
-    return canon(a) == canon(b) or sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+    return identical(a, b)
 
 
 def _same_shape(a, b) -> bool:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy
 
-from ..ir import Dim, DType, canon
+from ..ir import Dim, DType, canon, identical
 from ..kernel import (
     Const,
     Expr,
@@ -194,9 +194,7 @@ def _is_identity(spec: _Spec, in_dim: Dim, out_dim: Dim, scale, roi) -> bool:
 
 
 def _same(a: Dim, b: Dim) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+    return identical(a, b)
 
 
 def _taps(spec: _Spec, scale: float) -> tuple[int, int, float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
-from ..ir import Dim, DType, TensorType, canon, prove_le_implied
+from ..ir import Dim, DType, TensorType, canon, identical, prove_le_implied
 from ..kernel import Expr, cast, dim_to_expr, lift
 from .cc import const_array
 from .registry import InferCtx, RefCtx
@@ -265,9 +265,7 @@ def value_expr(ctx, i: int, k: int) -> Expr:
 
 def same_dim(a: Dim, b: Dim) -> bool:
     """Whether two dims are provably equal (structurally, after canonicalisation)."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+    return identical(a, b)
 
 
 def nonneg(x: Expr | Dim) -> bool | None:

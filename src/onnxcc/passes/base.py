@@ -63,6 +63,9 @@ class ModulePass:
     name: ClassVar[str] = ""
     #: True for a conversion pass: `run` returns the new module instead of `changed`
     converts: ClassVar[bool] = False
+    #: True for a pass that only attaches results to the module (a memory plan) and leaves
+    #: the IR the verifier checks as it was: `VerifyAfterEach` does not verify it again
+    keeps_ir: ClassVar[bool] = False
 
     def run(self, module: Module, ctx: PassContext) -> bool:
         raise NotImplementedError
@@ -187,6 +190,8 @@ class VerifyAfterEach(Instrument):
     def after(self, pass_, module, index, changed):
         from ..ir.verify import verify
 
+        if getattr(pass_, "keeps_ir", False):
+            return  # verified after the pass before it (a detection net's verify: 0.5 s)
         try:
             if isinstance(module, Module):
                 verify(module)

@@ -43,7 +43,7 @@ import numpy as np
 import sympy
 
 from ..errors import OnnxccError
-from ..ir import Block, DType, Function, Module, Op, TensorType, Value, canon, sym
+from ..ir import Block, DType, Function, Module, Op, TensorType, Value, canon, identical, sym
 from ..ir.clone import clone_function
 from ..ops import InferCtx, RefCtx, get_opdef
 from ..ops.cc import const_array
@@ -98,7 +98,7 @@ def _prod(dims) -> object:
 
 def _same(a, b) -> bool:
     """Structural dim equality (sympy canonical forms); no range reasoning."""
-    return sympy.simplify(sympy.sympify(a) - sympy.sympify(b)) == 0
+    return identical(a, b)
 
 
 # ---- the analysis --------------------------------------------------------------------------------

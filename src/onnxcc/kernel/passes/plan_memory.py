@@ -16,6 +16,7 @@ from ..plan_memory import plan, reserve_scratch
 @dataclass(frozen=True)
 class PlanMemoryPass:
     name: ClassVar[str] = "plan-memory"
+    keeps_ir: ClassVar[bool] = True  # the programs are read, the plans set beside them
 
     def run(self, module: KernelModule, ctx) -> bool:
         for v in module.versions:
@@ -33,6 +34,7 @@ class PlanMemoryPass:
 @dataclass(frozen=True)
 class ReserveScratchPass:
     name: ClassVar[str] = "reserve-scratch"
+    keeps_ir: ClassVar[bool] = True
 
     def run(self, module: KernelModule, ctx) -> bool:
         changed = False
