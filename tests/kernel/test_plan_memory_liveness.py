@@ -335,3 +335,31 @@ def test_generic_transformer_plan_is_split_by_seq_and_at_the_peak():
     for env in envs:
         ws, peak = evaluate(mp.workspace_bytes, env), evaluate(mp.peak_live_bytes, env)
         assert peak <= ws <= 1.1 * peak, (env, ws, peak)
+
+
+def test_range_layouts_past_their_budget_keep_the_whole_range_layout(monkeypatch):
+    """Past the split budget (SPLIT_SECONDS_MIN, or the whole-range layout's own time) the
+    ranges not yet planned keep the whole-range layout: no Piecewise, still a valid plan, at
+    most the whole layout's 1.14x of the peak where the split one was at the peak."""
+    from onnxcc.compiler import CompileOptions, graph_stage, load_module
+    from onnxcc.kernel import plan_memory
+    from onnxcc.kernel.fuse import fuse
+    from onnxcc.passes.lower import lower_function
+    from onnxcc.testing import MODELS_DIR
+
+    module = load_module(MODELS_DIR / "transformer.onnx")
+    graph_stage(module, CompileOptions(divisible=0, target="cuda"))
+    (vname,) = module.dispatch["main"]
+    prog = lower_function(module, module.functions[vname], "t")
+    fuse(prog, module.symbols)
+    clock = iter(itertools.count(0.0, 100.0))  # every read of the CPU clock: 100 s later
+    monkeypatch.setattr(plan_memory.time, "process_time", lambda: next(clock))
+    monkeypatch.setattr(plan_memory, "PROOF_SECONDS", 1e12)
+    mp = plan(prog, module.symbols)
+    assert not sympy.sympify(mp.workspace_bytes).atoms(sympy.Piecewise), mp.workspace_bytes
+    assert not mp.proofs_cut
+    envs = [{"batch": b, "seq": s} for b in (1, 4) for s in (17, 64, 200, 512)]
+    check_plan(prog, mp, envs)
+    for env in envs:
+        ws, peak = evaluate(mp.workspace_bytes, env), evaluate(mp.peak_live_bytes, env)
+        assert peak <= ws <= 1.2 * peak, (env, ws, peak)
