@@ -12,8 +12,8 @@ helper whose copies differ stays where it is. A shared helper moves, under the b
 per CPU level of a multi-ISA build) and `hidden` linkage, into one module of its own; each
 version module keeps a declaration. It is never inlined (`noinline`), so its callers'
 code is what it was; only LLVM's interprocedural view of it is lost (a constant argument
-propagated into an internal function's body). A helper moves with the inlinable functions
-only it calls (`_units`): the LLVM-defined runtime calls (`gemm_call.py` `define_entry`,
+propagated into an internal function's body). A helper takes along the inlinable
+functions it calls (`_units`): the LLVM-defined runtime calls (`gemm_call.py` `define_entry`,
 `chan_pool.py`) move with their task bodies, so a version's entry that calls them keeps
 no compute of its own and is compiled as control code (`split.control_only`; squeezenet's
 entry inlined 26 conv calls' set-up and took 0.5 s of -O3).
@@ -41,16 +41,10 @@ def _own(fn: ir.Function, prefix: str) -> bool:
 
 def _units(module: ir.Module, prefix: str) -> dict[str, list[ir.Function]]:
     """The shareable units of `module`, by their root's name: a never-inlined helper (the
-    root) with the inlinable functions only it reaches (a runtime call's entry, `gemm_call.py`
-    `define_entry`, with its task body: the body is called from the entry alone). Every
-    function of a unit is `_own`; the never-inlined helpers a unit calls are units of their
-    own, which `share_helpers` must share too. A function the unit's code reaches that
-    another function of the module also calls (an `alwaysinline` vector-math helper) keeps
-    the root out: moved, it would no longer inline there."""
-    users: dict[ir.Function, set[ir.Function]] = {}
-    for fn in module.functions:
-        for g in _callees(fn):
-            users.setdefault(g, set()).add(fn)
+    root) with the inlinable functions it reaches (a runtime call's entry, `gemm_call.py`
+    `define_entry`, with its task body). Every function of a unit is `_own`; the
+    never-inlined helpers a unit calls are units of their own, which `share_helpers` must
+    share too."""
     out = {}
     for root in module.functions:
         if "noinline" not in root.attributes or not _own(root, prefix):
@@ -61,8 +55,7 @@ def _units(module: ir.Module, prefix: str) -> dict[str, list[ir.Function]]:
                 if g.blocks and "noinline" not in g.attributes and g not in unit:  # else: a unit of its own
                     unit.append(g)
                     todo.append(g)
-        members = set(unit)
-        if all(_own(g, prefix) and users.get(g, set()) <= members for g in unit[1:]):
+        if all(_own(g, prefix) for g in unit[1:]):
             out[root.name] = unit
     return out
 
@@ -70,8 +63,11 @@ def _units(module: ir.Module, prefix: str) -> dict[str, list[ir.Function]]:
 def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | None:
     """Move the helpers shareable across `versions` ((module, version prefix) pairs) into one
     module, returned as LLVM IR text (None: nothing to share); in each version module the
-    helper becomes a `hidden` declaration named `name.HELPER`. The modules are changed in
-    place, before anything else prints them (llvmlite caches printed names: a caller printed
+    helper becomes a `hidden` declaration named `name.HELPER`. The inlinable functions of its
+    unit are copied, internal and under their names, into the shared module: a version
+    function may call them too (an `alwaysinline` vector-math helper), and the version's copy,
+    unused otherwise, is dropped by the split or by LLVM. The modules are changed in place,
+    before anything else prints them (llvmlite caches printed names: a caller printed
     earlier would keep calling the old name, and the link would fail) and before they are
     split (a declaration is not copied into every part)."""
     found: dict[str, list[list[ir.Function]]] = {}  # root name -> the unit's copies, one per module
@@ -81,7 +77,7 @@ def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | Non
     ok: dict[str, list[list[ir.Function]]] = {}
     for old, copies in found.items():
         for unit in copies:  # renamed before printed: the name is cached by the first print
-            if not all(_rename(fn, f"{name}.{fn.name}") for fn in unit):
+            if not _rename(unit[0], f"{name}.{old}"):
                 break  # printed before (it prints as it did): not shared
         else:
             # the shape (types, instructions per block), not the text: printing every copy of
@@ -104,18 +100,17 @@ def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | Non
     decls: dict[str, str] = {}  # what the shared definitions call
     for copies in ok.values():
         for unit in copies:
-            for fn in unit:
-                fn.linkage = "hidden"
+            unit[0].linkage = "hidden"
             _declare_memory(unit[0])
         for fn in copies[0]:
-            texts[fn.name] = str(fn)  # printed once, with the attributes just added
+            if fn.name not in texts:  # (a function two units reach: equal names, equal code)
+                texts[fn.name] = str(fn)  # printed once, with the attributes just added
             for callee in _callees(fn):
                 if not callee.blocks:
                     decls.setdefault(callee.name, str(callee))
     for copies in ok.values():
         for unit in copies:
-            for fn in unit:
-                fn.blocks = []  # now a declaration: its definition is the shared module's
+            unit[0].blocks = []  # now a declaration: its definition is the shared module's
     triple = versions[0][0].triple
     head = f'target triple = "{triple}"\n' if triple else ""
     return head + "\n".join([*decls.values(), *texts.values()]) + "\n"
