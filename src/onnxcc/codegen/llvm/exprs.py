@@ -55,6 +55,7 @@ from onnxcc.kernel.expr import (
 
 from . import small
 from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
+from .int_bounds import LowerBounds
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
 
 F32 = ir.FloatType()
@@ -202,6 +203,8 @@ class ExprEmitter:
         self.var_level: dict[str, int] = {}
         self.var_ext: dict[str, Expr] = {}
         self._fails: dict[Expr, bool] = {}
+        self.bounds = LowerBounds(getattr(ctx, "sym_lower", lambda name: None))
+        """lower bounds of symbol arithmetic (int_bounds.py), where the context declares its symbols'"""
 
     # ---- frames --------------------------------------------------------------------------
     def push(self, bindings: dict[str, ir.Value], extents: dict[str, Expr | Dim] | None = None) -> None:
@@ -700,6 +703,10 @@ def _int_division(kind: str) -> BinFn:
         if not known_positive(divisor):
             m1 = bb.icmp_signed("==", b, minus1, name="by.m1")
             b = bb.select(m1, one, b, name="divisor")
+        if m1 is None and kind in ("floordiv", "mod") and em.bounds.nonnegative(e.a):
+            # a >= 0 < b: floor and truncation agree, signed and unsigned too (a conv's
+            # output size; int_bounds.py)
+            return bb.udiv(a, b, name="div") if kind == "floordiv" else bb.urem(a, b, name="rem")
         q = bb.sdiv(a, b, name="q")
         r = bb.srem(a, b, name="r")
         if kind in ("floordiv", "mod"):
