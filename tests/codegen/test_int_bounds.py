@@ -1,6 +1,7 @@
 """codegen/llvm/int_bounds.py: a floor division or modulo of symbol arithmetic that is
-provably non-negative is emitted as one unsigned division (no sign fix); every other one
-keeps Python's floor semantics. Values compared with Python's // and % over symbol values
+provably non-negative is emitted as one unsigned division (no sign fix), one bounded below
+as a signed division of the dividend shifted down when negative; every one keeps Python's
+floor semantics. Values compared with Python's // and % over symbol values
 that make the unproved dividends negative."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from onnxcc.codegen.llvm.exprs import ExprEmitter
 from onnxcc.codegen.llvm.int_bounds import LowerBounds
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import KernelProgram, select
-from onnxcc.kernel.expr import Const, SymRef, Var, binary, cast
+from onnxcc.kernel.expr import Binary, Const, SymRef, Var, binary, cast
 
 I64 = DType.i64
 N, M = SymRef("N"), SymRef("M")
@@ -57,16 +58,21 @@ def test_proved_division_is_one_udiv():
     em.emit((N - 1) // 2)
     text = str(fn)
     assert "udiv" in text and "sdiv" not in text and "srem" not in text
-    em.emit((N - 3) // 2)  # may be negative: the floor fix stays
-    assert "sdiv" in str(fn) and "srem" in str(fn)
+    em.emit((N - 3) // 2)  # may be negative, bounded below: the dividend shifted when negative
+    assert "sdiv" in str(fn) and "a.floor" in str(fn) and "srem" not in str(fn)
+    em.emit((N - M) // 2)  # unbounded: the remainder's sign fix
+    assert "srem" in str(fn)
 
 
 def test_floor_division_values_match_python():
-    """Outputs of symbol arithmetic: proved (N - 1) // 3, (N - 1) % 3, (2 N + 1) // 4 and the
-    unproved (N - 5) // 3, (N - 5) % 3 and ((N - 3) // 2 - 1) // 2, for N from 1 to 12."""
-    exprs = [(N - 1) // 3, (N - 1) % 3, (N * 2 + 1) // 4, (N - 5) // 3, (N - 5) % 3, ((N - 3) // 2 - 1) // 2]
-    p = KernelProgram.new("divs", ["N"])
+    """Outputs of symbol arithmetic: non-negative (N - 1) // 3, (N - 1) % 3, (2 N + 1) // 4;
+    bounded below (N - 5) // 3, (N - 5) % 3, ((N - 3) // 2 - 1) // 2; unbounded (M - N) // 3
+    (M = 2), for N from 1 to 12."""
+    exprs = [(N - 1) // 3, (N - 1) % 3, (N * 2 + 1) // 4, (N - 5) // 3, (N - 5) % 3, ((N - 3) // 2 - 1) // 2,
+             (M - N) // 3]
+    p = KernelProgram.new("divs", ["N", "M"])
     X = p.input("X", I64, (sym("N"),))
+    p.input("Z", I64, (sym("M"),))
     Y = p.output("Y", I64, (len(exprs),))
 
     def body(i):
@@ -78,6 +84,22 @@ def test_floor_division_values_match_python():
     p.compute(Y, body)
     kern = JitKernel(p)
     for n in range(1, 13):
-        (y,) = kern(np.zeros(n, np.int64))
-        want = [(n - 1) // 3, (n - 1) % 3, (2 * n + 1) // 4, (n - 5) // 3, (n - 5) % 3, ((n - 3) // 2 - 1) // 2]
+        (y,) = kern(np.zeros(n, np.int64), np.zeros(2, np.int64))
+        want = [(n - 1) // 3, (n - 1) % 3, (2 * n + 1) // 4, (n - 5) // 3, (n - 5) % 3, ((n - 3) // 2 - 1) // 2,
+                (2 - n) // 3]
         assert y.tolist() == want, n
+
+
+def test_i32_constants_near_the_wrap_keep_the_sign_fix():
+    """A bound from i32 constants near INT32_MIN: shifting the dividend would wrap, so the
+    remainder form stays (and computes Python's floor)."""
+    m = ir.Module(name="t")
+    fn = ir.Function(m, ir.FunctionType(ir.IntType(32), []), "f")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    class Ctx:
+        module = m
+
+    em = ExprEmitter(Ctx(), b, check_div=False)
+    em.emit(Binary("floordiv", Const(-(1 << 31), DType.i32), Const(3, DType.i32)))
+    assert "srem" in str(fn) and "a.floor" not in str(fn)

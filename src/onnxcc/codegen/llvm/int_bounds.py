@@ -7,7 +7,9 @@ is seven instructions (`sdiv`, `srem` and the sign fix), which LLVM's InstCombin
 prove away from the symbols' range metadata: squeezenet's kernels held 541 of them, a
 quarter of its emitted instructions. Where the dividend is provably non-negative and the
 divisor positive, floor and truncation agree and one `udiv` is exact (`exprs.py`
-`_int_division`).
+`_int_division`); where it is only bounded below (`(H - 3) // 2`, negative on small planes)
+and the divisor a positive constant, the dividend is shifted down by c - 1 when negative and
+divided with truncation: three instructions, no remainder.
 
 Only symbols and constants are bounded (a symbol by what the backend's function context
 declares for it, `FunctionContext.sym_lower`, the bound its loads' range metadata already
