@@ -13,6 +13,7 @@ from onnxcc.codegen.llvm.target import parse_modules
 
 I64, PTR, VOID, F32 = ir.IntType(64), ir.PointerType(), ir.VoidType(), ir.FloatType()
 BODY = ir.FunctionType(VOID, [I64, I64, PTR])
+CALL = ir.FunctionType(ir.IntType(32), [PTR, PTR])
 
 
 def _module() -> ir.Module:
@@ -164,12 +165,25 @@ def test_a_control_only_entry_skips_the_ir_optimiser():
         elif kind == "body":
             body = ir.Function(m, ir.FunctionType(VOID, [I64]), "m_v0.par.a")
             b.call(body, [x])
+        elif kind in ("call", "call-defined", "shared-ukr"):  # a runtime call (the conv call) / a micro-kernel
+            name, ty = (("lib.onnxcc.gemm.ukr.8x32.v16", ir.FunctionType(VOID, [PTR, PTR])) if kind == "shared-ukr"
+                        else ("lib.onnxcc.f32conv" if kind == "call" else "onnxcc.f32conv", CALL))
+            callee = ir.Function(m, ty, name)
+            if kind == "call-defined":  # defined here: the part would compile it at the entry's level
+                callee.linkage = "internal"
+                cb = ir.IRBuilder(callee.append_basic_block("entry"))
+                cb.ret(ir.Constant(ir.IntType(32), 0))
+            null = ir.Constant(PTR, None)
+            b.call(callee, [null, null])
         b.ret_void()
         return f
 
     assert _fn_opt("m_v0", 3, entry("plain")) == CONTROL_OPT == (LIGHT, 1)
     assert _fn_opt("m_v0", 3, entry("body")) == CONTROL_OPT  # calling the parallel bodies is control
-    for kind in ("loop", "vector", "ukr"):
+    # a runtime call defined in the shared helpers' module is one call; defined in this
+    # module it would be compiled with the entry, and a micro-kernel call is compute
+    assert _fn_opt("m_v0", 3, entry("call")) == CONTROL_OPT
+    for kind in ("loop", "vector", "ukr", "call-defined", "shared-ukr"):
         assert _fn_opt("m_v0", 3, entry(kind)) == (3, 3), kind
     assert _fn_opt("m_v0", 3, entry("plain", "m_v0.par.b")) == (3, 3)  # only the entry
     assert _fn_opt("m_v0", 0, entry("plain")) == (0, 0)

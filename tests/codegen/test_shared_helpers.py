@@ -111,3 +111,86 @@ def test_helper_naming_metadata_stays_internal():
     store.set_metadata("nontemporal", a.add_metadata([ir.IntType(32)(1)]))
     assert share_helpers([(a, "v0")], "lib") is None
     assert "define internal void" in str(a)
+
+
+I64, PTR, I32 = ir.IntType(64), ir.PointerType(), ir.IntType(32)
+CALL = ir.FunctionType(I32, [PTR, PTR])
+
+
+def _runtime_call(prefix: str, *, body_called_by_version: bool = False, ukr_differs: bool = False) -> ir.Module:
+    """A module with a runtime call's entry `onnxcc.rc` (noinline, i32(ptr, ptr)) handing its
+    task body `onnxcc.rc.tasks` (inlinable) to the thread pool; the body calls the micro-kernel
+    `onnxcc.rc.ukr` (noinline). The version entry `PREFIX` calls `onnxcc.rc`."""
+    m = ir.Module(name=prefix)
+    pfor = ir.Function(m, ir.FunctionType(ir.VoidType(), [I64, PTR, PTR]), "onnxcc_parallel_for")
+    ukr = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR]), "onnxcc.rc.ukr")
+    ukr.linkage = "internal"
+    ukr.attributes.add("noinline")
+    b = ir.IRBuilder(ukr.append_basic_block("entry"))
+    b.store(ir.Constant(F32, 2.0 if ukr_differs else 1.0), ukr.args[0])
+    if ukr_differs:
+        b.store(ir.Constant(F32, 3.0), ukr.args[0])
+    b.ret_void()
+    tasks = ir.Function(m, ir.FunctionType(ir.VoidType(), [I64, I64, PTR]), "onnxcc.rc.tasks")
+    tasks.linkage = "internal"
+    b = ir.IRBuilder(tasks.append_basic_block("entry"))
+    b.call(ukr, [tasks.args[2]])
+    b.ret_void()
+    rc = ir.Function(m, CALL, "onnxcc.rc")
+    rc.linkage = "internal"
+    rc.attributes.add("noinline")
+    b = ir.IRBuilder(rc.append_basic_block("entry"))
+    b.call(pfor, [ir.Constant(I64, 4), tasks, rc.args[1]])
+    b.ret(ir.Constant(I32, 0))
+    k = ir.Function(m, ir.FunctionType(I32, [PTR]), prefix)
+    b = ir.IRBuilder(k.append_basic_block("entry"))
+    if body_called_by_version:
+        b.call(tasks, [ir.Constant(I64, 0), ir.Constant(I64, 1), k.args[0]])
+    b.ret(b.call(rc, [k.args[0], k.args[0]]))
+    return m
+
+
+def test_a_runtime_call_moves_with_its_task_body():
+    """The entry of an LLVM-defined runtime call moves, and its task body goes with it: the
+    version modules keep declarations (their copy of the body, unused now, is dropped by
+    LLVM), the shared module defines all three (LLVM accepts it linked with the versions)."""
+    from onnxcc.codegen.llvm.target import parse_modules
+
+    a, b = _runtime_call("v0"), _runtime_call("v1")
+    text = share_helpers([(a, "v0"), (b, "v1")], "lib")
+    assert text is not None
+    assert text.count('define hidden i32 @"lib.onnxcc.rc"') == 1
+    assert text.count('define hidden void @"lib.onnxcc.rc.ukr"') == 1
+    assert text.count('define internal void @"onnxcc.rc.tasks"') == 1
+    for m in (a, b):
+        printed = str(m)
+        assert 'declare hidden i32 @"lib.onnxcc.rc"' in printed and 'call i32 @"lib.onnxcc.rc"' in printed
+    parse_modules([text, str(a), str(b)])  # every reference resolves, nothing defined twice
+
+
+def test_a_task_body_a_version_function_calls_stays_callable():
+    """A version function that calls the task body itself keeps its own copy (it may inline
+    it); the shared module has another, internal to it."""
+    from onnxcc.codegen.llvm.target import parse_modules
+
+    a = _runtime_call("v0", body_called_by_version=True)
+    text = share_helpers([(a, "v0")], "lib")
+    assert text is not None and 'define hidden i32 @"lib.onnxcc.rc"' in text
+    printed = str(a)
+    assert 'define internal void @"onnxcc.rc.tasks"' in printed
+    assert 'call void @"onnxcc.rc.tasks"' in printed
+    parse_modules([text, printed])
+
+
+def test_a_call_whose_micro_kernel_stays_stays_too():
+    """A unit calling a never-inlined helper that is not shared (its copies differ) would name
+    a function its module no longer defines: it stays, with the helper."""
+    from onnxcc.codegen.llvm.target import parse_modules
+
+    a, b = _runtime_call("v0"), _runtime_call("v1", ukr_differs=True)
+    assert share_helpers([(a, "v0"), (b, "v1")], "lib") is None
+    for m in (a, b):
+        printed = str(m)
+        assert "declare hidden" not in printed
+        assert 'define internal i32 @"lib.onnxcc.rc"' in printed  # renamed, still its module's own
+        parse_modules(printed)

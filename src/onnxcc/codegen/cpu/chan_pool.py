@@ -62,6 +62,7 @@ def define_callee(module: ir.Module) -> ir.Function:
     fn = ir.Function(module, _CALL_FNTY, name=name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")  # a call per pool; shared once per library (shared_helpers.py)
     sizes, bufs = fn.args
     sizes.name, bufs.name = "sizes", "bufs"
     mload = get_or_declare(module, "llvm.masked.load.v16f32.p0", ir.FunctionType(_V, [PTR, I32, _MASK, _V]))

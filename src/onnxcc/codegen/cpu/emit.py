@@ -162,6 +162,10 @@ class FnCtx(ProgramContext):
             self._dims[d] = v
         return v
 
+    def sym_lower(self, name: str) -> int:
+        """The least value of symbol `name` (the lower end of its loads' range metadata)."""
+        return 0 if name in self.program.run_dims else _SYM_RANGE[0]
+
     def sym(self, name: str) -> ir.Value:
         v = self._syms.get(name)
         if v is None:
@@ -171,7 +175,7 @@ class FnCtx(ProgramContext):
                 raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
             p = self.eb.gep(self.syms_p, [i64(k)], inbounds=True, name=f"{name}.ptr", source_etype=I64)
             v = self.eb.load(p, name=name, align=8, typ=I64)
-            lo = 0 if name in self.program.run_dims else _SYM_RANGE[0]  # a count may be 0
+            lo = self.sym_lower(name)  # a count may be 0
             v.set_metadata("range", self.module.add_metadata([i64(lo), i64(_SYM_RANGE[1])]))
             self._syms[name] = v
         return v

@@ -189,7 +189,9 @@ def task_body(module: ir.Module, name: str, shape: CallShape,
 def define_entry(module: ir.Module, name: str, shape: CallShape, body: Callable[[], ir.Function]) -> ir.Function:
     """Defines `i32 name(const i64 *sizes, void *const *bufs)`: the task grid of `body()` run
     on the calling thread, or through onnxcc_parallel_for when the work is big and splits."""
-    fn = internal_function(module, name, CALL_FNTY, ("sizes", "bufs"))
+    # never inlined: one call per conv, and the version's entry stays control code that
+    # shared_helpers.py moves this (with its task body) out of
+    fn = internal_function(module, name, CALL_FNTY, ("sizes", "bufs"), noinline=True)
     sizes, bufs = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx = b.alloca(ir.ArrayType(PTR, 2), name="ctx")

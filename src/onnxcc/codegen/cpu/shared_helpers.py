@@ -12,7 +12,11 @@ helper whose copies differ stays where it is. A shared helper moves, under the b
 per CPU level of a multi-ISA build) and `hidden` linkage, into one module of its own; each
 version module keeps a declaration. It is never inlined (`noinline`), so its callers'
 code is what it was; only LLVM's interprocedural view of it is lost (a constant argument
-propagated into an internal function's body).
+propagated into an internal function's body). A helper takes along the inlinable
+functions it calls (`_units`): the LLVM-defined runtime calls (`gemm_call.py` `define_entry`,
+`chan_pool.py`) move with their task bodies, so a version's entry that calls them keeps
+no compute of its own and is compiled as control code (`split.control_only`; squeezenet's
+entry inlined 26 conv calls' set-up and took 0.5 s of -O3).
 """
 
 from __future__ import annotations
@@ -20,65 +24,108 @@ from __future__ import annotations
 from llvmlite import ir
 
 
-def _shareable(fn: ir.Function, prefix: str) -> bool:
-    """A defined, never-inlined helper (not one of version `prefix`'s own functions) that
-    names no metadata (the module's numbering is its own) and calls only declarations
-    (intrinsics, the runtime): its text alone is a complete definition."""
-    if not fn.blocks or fn.name == prefix or fn.name.startswith(prefix + ".") or "noinline" not in fn.attributes:
-        return False
-    if getattr(fn, "metadata", None):
+def _own(fn: ir.Function, prefix: str) -> bool:
+    """A defined function that is not one of version `prefix`'s own and names no metadata
+    (the module's numbering is its own)."""
+    if not fn.blocks or fn.name == prefix or fn.name.startswith(prefix + ".") or getattr(fn, "metadata", None):
         return False
     for block in fn.blocks:
         for ins in block.instructions:
             if getattr(ins, "metadata", None):
                 return False
             for op in getattr(ins, "operands", ()):
-                if (isinstance(op, ir.Function) and op.blocks) or isinstance(op, (ir.MetaDataArgument, ir.MDValue)):
+                if isinstance(op, (ir.MetaDataArgument, ir.MDValue)):
                     return False
     return True
+
+
+def _units(module: ir.Module, prefix: str) -> dict[str, list[ir.Function]]:
+    """The shareable units of `module`, by their root's name: a never-inlined helper (the
+    root) with the inlinable functions it reaches (a runtime call's entry, `gemm_call.py`
+    `define_entry`, with its task body). Every function of a unit is `_own`; the
+    never-inlined helpers a unit calls are units of their own, which `share_helpers` must
+    share too."""
+    out = {}
+    for root in module.functions:
+        if "noinline" not in root.attributes or not _own(root, prefix):
+            continue
+        unit, todo = [root], [root]
+        while todo:
+            for g in _callees(todo.pop()):
+                if g.blocks and "noinline" not in g.attributes and g not in unit:  # else: a unit of its own
+                    unit.append(g)
+                    todo.append(g)
+        if all(_own(g, prefix) for g in unit[1:]):
+            out[root.name] = unit
+    return out
 
 
 def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | None:
     """Move the helpers shareable across `versions` ((module, version prefix) pairs) into one
     module, returned as LLVM IR text (None: nothing to share); in each version module the
-    helper becomes a `hidden` declaration named `name.HELPER`. The modules are changed in
-    place, before anything else prints them (llvmlite caches printed names: a caller printed
+    helper becomes a `hidden` declaration named `name.HELPER`. The inlinable functions of its
+    unit are copied, internal and under their names, into the shared module: a version
+    function may call them too (an `alwaysinline` vector-math helper), and the version's copy,
+    unused otherwise, is dropped by the split or by LLVM. The modules are changed in place,
+    before anything else prints them (llvmlite caches printed names: a caller printed
     earlier would keep calling the old name, and the link would fail) and before they are
     split (a declaration is not copied into every part)."""
-    found: dict[str, list[ir.Function]] = {}
+    found: dict[str, list[list[ir.Function]]] = {}  # root name -> the unit's copies, one per module
     for module, prefix in versions:
-        for fn in list(module.functions):
-            if _shareable(fn, prefix):
-                found.setdefault(fn.name, []).append(fn)
-    texts: dict[str, str] = {}  # helper name -> its definition's text, renamed
-    decls: dict[str, str] = {}  # what the shared definitions call
-    moved = []
+        for root, unit in _units(module, prefix).items():
+            found.setdefault(root, []).append(unit)
+    ok: dict[str, list[list[ir.Function]]] = {}
     for old, copies in found.items():
-        new = f"{name}.{old}"
-        for fn in copies:  # renamed before printed: the name is cached by the first print
-            fn.name = new
-            if fn.get_reference() != f'@"{new}"':  # printed before (it prints as it did): not shared
-                break
-            fn.module.globals[new] = fn.module.globals.pop(old)
+        for unit in copies:  # renamed before printed: the name is cached by the first print
+            if not _rename(unit[0], f"{name}.{old}"):
+                break  # printed before (it prints as it did): not shared
         else:
             # the shape (types, instructions per block), not the text: printing every copy of
             # every micro-kernel cost more Python time than it saved (bert: 15% of the emission)
-            if len({_shape(fn) for fn in copies}) == 1:
-                for fn in copies:
-                    fn.linkage = "hidden"
-                    _declare_memory(fn)
-                texts[new] = str(copies[0])  # printed once, with the attributes just added
-                for callee in _callees(copies[0]):
-                    decls.setdefault(callee.name, str(callee))
-                moved.extend(copies)
+            if len({tuple(map(_shape, unit)) for unit in copies}) == 1:
+                ok[old] = copies
             # copies that differ (or name metadata) stay internal, each in its module
-    if not texts:
+    # a unit calling a never-inlined helper that is not shared stays too (until none does)
+    while True:
+        drop = [old for old, copies in ok.items()
+                if any(g.blocks and "noinline" in g.attributes and g.name.removeprefix(f"{name}.") not in ok
+                       for fn in copies[0] for g in _callees(fn))]
+        if not drop:
+            break
+        for old in drop:
+            del ok[old]
+    if not ok:
         return None
-    for fn in moved:
-        fn.blocks = []  # now a declaration: its definition is the shared module's
+    texts: dict[str, str] = {}  # helper name -> its definition's text, renamed
+    decls: dict[str, str] = {}  # what the shared definitions call
+    for copies in ok.values():
+        for unit in copies:
+            unit[0].linkage = "hidden"
+            _declare_memory(unit[0])
+        for fn in copies[0]:
+            if fn.name not in texts:  # (a function two units reach: equal names, equal code)
+                texts[fn.name] = str(fn)  # printed once, with the attributes just added
+            for callee in _callees(fn):
+                if not callee.blocks:
+                    decls.setdefault(callee.name, str(callee))
+    for copies in ok.values():
+        for unit in copies:
+            unit[0].blocks = []  # now a declaration: its definition is the shared module's
     triple = versions[0][0].triple
     head = f'target triple = "{triple}"\n' if triple else ""
     return head + "\n".join([*decls.values(), *texts.values()]) + "\n"
+
+
+def _rename(fn: ir.Function, new: str) -> bool:
+    """`fn` renamed `new` in its module; False when it was printed before under its old name."""
+    old = fn.name
+    if old == new:
+        return True
+    fn.name = new
+    if fn.get_reference() != f'@"{new}"':
+        return False
+    fn.module.globals[new] = fn.module.globals.pop(old)
+    return True
 
 
 def _declare_memory(fn: ir.Function) -> None:

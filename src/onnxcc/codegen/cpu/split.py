@@ -38,18 +38,33 @@ def control_only(fn: ir.Function) -> bool:
     """`fn` computes no tensor itself: no vector value, no compute loop (every loop the
     emitter makes for a compute carries `!llvm.loop` metadata, vectorised or scalar), no call
     of a GEMM micro-kernel or of vector math. What is left is size arithmetic, calls of other
-    functions (the parallel bodies, GEMM tasks) and tiny loops around them (a batch loop, a
-    few floats of slack zeroed)."""
+    functions (the parallel bodies, GEMM tasks, the LLVM-defined runtime calls once
+    shared_helpers.py has moved them out: `runtime_call`) and tiny loops around them (a
+    batch loop, a few floats of slack zeroed)."""
     for block in fn.blocks:
         for ins in block.instructions:
             if "llvm.loop" in getattr(ins, "metadata", {}) or isinstance(ins.type, ir.VectorType):
                 return False
             if isinstance(ins, ir.CallInstr):
-                # the shared helpers (GEMM micro-kernels, vector math) are named onnxcc.*
-                if getattr(ins.callee, "name", "").startswith("onnxcc.") \
-                        or any(isinstance(a.type, ir.VectorType) for a in ins.args):
+                # the helpers (GEMM micro-kernels, vector math) are named onnxcc.*, shared
+                # ones LIB.onnxcc.*
+                name = getattr(ins.callee, "name", "")
+                helper = name.startswith("onnxcc.") or ".onnxcc." in name
+                if helper and not runtime_call(ins.callee):
+                    return False
+                if any(isinstance(a.type, ir.VectorType) for a in ins.args):
                     return False
     return True
+
+
+_RUNTIME_CALL = ir.FunctionType(ir.IntType(32), [ir.PointerType(), ir.PointerType()])
+
+
+def runtime_call(fn) -> bool:
+    """`fn` is a runtime call's entry (`i32 fn(const i64 *sizes, void *const *bufs)`, the
+    conv / int8 GEMM / pool calls defined in LLVM) declared here, defined in the shared
+    helpers' module: calling it is one call, nothing this module compiles."""
+    return isinstance(fn, ir.Function) and not fn.blocks and str(fn.ftype) == str(_RUNTIME_CALL)
 
 
 def _callees(fn: ir.Function) -> set[ir.Function]:

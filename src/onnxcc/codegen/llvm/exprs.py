@@ -55,6 +55,7 @@ from onnxcc.kernel.expr import (
 
 from . import small
 from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
+from .int_bounds import LowerBounds
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
 
 F32 = ir.FloatType()
@@ -205,6 +206,8 @@ class ExprEmitter:
         # `!llvm.loop` hints for the loop of a one-var float sum (None: LLVM's defaults), set
         # by a caller that knows the loop's shape (codegen/cpu/rowstage.py)
         self.sum_loop_md: Callable[[], ir.MDValue | None] | None = None
+        self.bounds = LowerBounds(getattr(ctx, "sym_lower", lambda name: None))
+        """lower bounds of symbol arithmetic (int_bounds.py), where the context declares its symbols'"""
 
     # ---- frames --------------------------------------------------------------------------
     def push(self, bindings: dict[str, ir.Value], extents: dict[str, Expr | Dim] | None = None) -> None:
@@ -703,6 +706,19 @@ def _int_division(kind: str) -> BinFn:
         if not known_positive(divisor):
             m1 = bb.icmp_signed("==", b, minus1, name="by.m1")
             b = bb.select(m1, one, b, name="divisor")
+        lo = em.bounds.lower(e.a) if m1 is None and kind in ("floordiv", "mod") else None
+        if lo is not None and lo >= 0:
+            # a >= 0 < b: floor and truncation agree, signed and unsigned too (a conv's
+            # output size; int_bounds.py)
+            return bb.udiv(a, b, name="div") if kind == "floordiv" else bb.urem(a, b, name="rem")
+        c = divisor.value if isinstance(divisor, Const) else None
+        room = 1 << (ty.width - 2)  # a + 1 - c cannot wrap
+        if kind == "floordiv" and lo is not None and c is not None and lo > -room and 0 < c < room:
+            # symbol arithmetic that may be negative ((H - 3) // 2), bounded far from the
+            # wrap: floor(a / c) == trunc((a < 0 ? a + 1 - c : a) / c), three instructions
+            neg = bb.icmp_signed("<", a, zero, name="a.neg")
+            shifted = bb.select(neg, bb.add(a, ir.Constant(ty, 1 - c), name="a.down"), a, name="a.floor")
+            return bb.sdiv(shifted, b, name="floordiv")
         q = bb.sdiv(a, b, name="q")
         r = bb.srem(a, b, name="r")
         if kind in ("floordiv", "mod"):
