@@ -268,20 +268,20 @@ def test_vmath_tanh_family_f32_dense():
 
 
 def test_vmath_erf_f32_dense():
-    """erf f32 (x + x P(x**2) below 1, 1 - exp(-x**2) Q above, both weighted fits) held to
-    1.3 ulp on [-4.5, 4.5], densest at the branch switch and where the result rounds to 1
-    (measured 1.12 on 66000 points; the degree-11 Q before: 1.78)."""
+    """erf f32 (x + x P(x**2) below 1, 1 - exp(-x**2) Q above, both weighted fits, a
+    degree-5 exp) held to 1.6 ulp on [-4.5, 4.5], densest at the branch switch and where the
+    result rounds to 1 (measured 1.41 on 66000 points; the degree-11 Q before: 1.78)."""
     rng = np.random.default_rng(23)
     x = np.concatenate([rng.uniform(-4.5, 4.5, 3000), rng.uniform(0.97, 1.03, 500), rng.uniform(-1.03, -0.97, 500),
                         rng.uniform(3.8, 4.1, 200)]).astype(np.float32)
     worst, where = _worst_on("erf", x)
-    assert worst <= 1.3, f"erf f32: {worst:.2f} ulp at x = {where!r}"
+    assert worst <= 1.6, f"erf f32: {worst:.2f} ulp at x = {where!r}"
 
 
 def test_vmath_erf_div_f32_dense():
     """erf_div f32 (the exact GELU's erf(x / sqrt 2), no division) against erf of the exact
-    quotient, x / sqrt(2) over erf's whole range: held to 1.7 ulp (measured 1.43 on 66000
-    points; erf of the rounded quotient, as the graph's Div then Erf computed it: 1.5)."""
+    quotient, x / sqrt(2) over erf's whole range: held to 1.9 ulp (measured 1.71 on 66000
+    points: erf's own error plus up to 0.3 ulp for the big branch's argument, x (1/c))."""
     rng = np.random.default_rng(29)
     c = np.float32(math.sqrt(2.0))
     y = np.concatenate([rng.uniform(-4.5, 4.5, 3000), rng.uniform(0.97, 1.03, 500), rng.uniform(-1.03, -0.97, 500),
@@ -296,7 +296,7 @@ def test_vmath_erf_div_f32_dense():
         err = float(abs(mp.mpf(float(gi)) - r)) / float(np.spacing(np.abs(rv)))
         if err > worst:
             worst, where = err, float(xi)
-    assert worst <= 1.7, f"erf_div f32: {worst:.2f} ulp at x = {where!r}"
+    assert worst <= 1.9, f"erf_div f32: {worst:.2f} ulp at x = {where!r}"
 
 
 @pytest.mark.parametrize("tag", ["f32", "f64"])

@@ -11,10 +11,10 @@ for the table). Worst error measured over each function's whole domain (4000 ran
 plus log-spaced magnitudes, denormals, near-singular points), f32 / f64 ulps:
 
     exp 0.8/1.0  expm1 2.8/1.3  log 0.8/1.2  log1p 1.7/1.8  log2 1.2/1.3  sin 0.5/1.9
-    cos 0.5/2.1  tan 0.5/3.2  tanh 1.4/2.3  sigmoid 1.8/1.8  softplus 2.2/2.1  erf 1.7/1.3
+    cos 0.5/2.1  tan 0.5/3.2  tanh 1.4/2.3  sigmoid 1.8/1.8  softplus 2.2/2.1  erf 1.4/1.2
     asin 2.3/3.2  acos 2.1/3.0  atan 1.3/1.8  sinh 1.1/1.1  cosh 1.0/0.9  asinh 2.0/1.8
     acosh 2.2/2.6  atanh 2.5/2.3  pow 0.5/1.2 (x in [1e-30, 1e30], results up to overflow)
-    tanh_softplus 2.2/3.2
+    tanh_softplus 2.2/3.2  erf_div 1.7/1.8 (f32 erf: 1.41 and erf_div 1.71 on dense [-4.5, 4.5] samples)
 
 Methods, per function:
 - exp: n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), Taylor polynomial, 2**n in two
@@ -51,9 +51,12 @@ Methods, per function:
   [-746, 40]; the result has rounded to 0 below, to 1 above) and e computed scaled by 2**32
   (f64 2**64) by the shifter exp, so every term is a normal number and the division rounds
   the denormal results; no NaN blend (Mish alone 0.72-0.86x its time with `_exp`).
-- erf: below 1 a polynomial (f64 Taylor, f32 a fit); above, erfc(x) = exp(-x**2) Q(x) with Q
-  a Chebyshev interpolant of exp(x**2) erfc(x) (f64 by Clenshaw, f32 in the power basis;
-  coefficients below, computed with mpmath).
+- erf: below 1 a polynomial (f64 Taylor, f32 x + x P(x**2), a fit); above, erfc(x) =
+  exp(-x**2) Q(x) with Q an interpolant of exp(x**2) erfc(x) (f64 Chebyshev by Clenshaw; f32
+  a power-basis fit weighted by the error it makes in erf, with exp(-x**2) by the shifter
+  exp); coefficients below, computed with mpmath. erf_div(x, c) = erf(x / c), the exact
+  GELU's erf(x / sqrt 2): f32 without the division (x times 1/c, the small branch's leading
+  term corrected by an fma step), 1.71 ulp against erf of the exact quotient.
 - pow: exp(y log|x|) with the IEEE special cases (sign for odd integer y, NaN for negative x
   and non-integer y, pow(x, 0) = pow(1, y) = 1); f32 runs in f64 and is rounded once (<= 1
   ulp); f64 takes integer |y| <= 1024 by unrolled binary powering when every product is
@@ -104,11 +107,16 @@ _ERFC_Q = {
 # 2/sqrt(pi) costs nothing: as the leading coefficient it alone was 0.9 ulp); above, Q as a
 # polynomial in its u. Both fitted against mpmath (Lawson's weighted minimax at Chebyshev
 # nodes, each coefficient rounded to f32 before the next ones are refitted): P for relative
-# error (a degree-6 P estimated 0.02 ulp), Q for the error it makes in erf, exp(-x**2)
-# (Q_fit - Q): 0.22 ulp estimated at degree 7, where the unweighted fit (uniform relative
-# error 4e-8) needed degree 11 for the same.
-_ERF_SMALL_F32 = (0.12837916612625122, -0.3761262595653534, 0.11283578723669052, -0.026853347197175026,
-                  0.005187162198126316, -0.0007997853099368513, 7.806903158780187e-05)
+# error (degree 5: 0.68 ulp estimated; degree 6, 0.02, measured 1.12 ulp in all, one fma
+# more), Q for the error it makes in erf, exp(-x**2) (Q_fit - Q): 0.22 ulp estimated at
+# degree 7, where the unweighted fit (uniform relative error 4e-8) needed degree 11 for the
+# same. With _EXP_ERF_F32: 1.41 ulp measured on 66000 points (1.78 with the fits before, 42
+# vector ops a GELU vector against 49).
+_ERF_SMALL_F32 = (0.12837912142276764, -0.37612324953079224, 0.11280175298452377, -0.026711227372288704,
+                  0.004917483776807785, -0.0005631216336041689)
+# exp(r) for erf's exp(-x**2) Q: its relative error reaches erf times erfc(x) <= 0.16, so a
+# degree 5 does (1.05e-7, 0.28 ulp at x = 1; fitted as _EXP_F32 below)
+_EXP_ERF_F32 = (1.0, 1.0, 0.499992311000824, 0.16667112708091736, 0.04189017787575722, 0.008312688209116459)
 _ERFC_Q_F32 = (0.21080654859542847, -0.11144959181547165, 0.056605014950037, -0.026339421048760414,
                0.009954177774488926, -0.014900232665240765, -0.009115711785852909, -0.0066442652605473995)
 
@@ -644,7 +652,7 @@ def _tanh(m: _Math, x):
     return m.copysign(y, x)
 
 
-def _exp_parts(m: _Math, x, f: float, off: int):
+def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _EXP_F32):
     """(p, scale) with p * scale = exp(f x) * 2**-off, for f a power of two (either sign) and
     x already clamped to where that is a normal number: the hot loops of sigmoid (SiLU),
     tanh (tanh-GELU) and tanh_softplus (Mish), so every vector op counts. The caller
@@ -664,7 +672,7 @@ def _exp_parts(m: _Math, x, f: float, off: int):
     l_hi, l_lo = _LN2[m.tag]
     r = m.fma(k, m.c(-l_hi / f), x)
     r = m.fma(k, m.c(-l_lo / f), r)
-    coeffs = _taylor(14) if m.f64 else _EXP_F32
+    coeffs = _taylor(14) if m.f64 else coeffs_f32
     p = m.horner(r, [c * f ** j for j, c in enumerate(coeffs)])
     return p, b.bitcast(b.shl(b.bitcast(t, m.ity), m.i(m.mant)), m.ty)
 
@@ -783,8 +791,8 @@ def _erf_f64(m: _Math, x):
 
 def _erf_f32(m: _Math, x, lead):
     """erf(x) in f32 (the exact GELU's loop), with `lead` (x itself, or a more accurate value
-    of the argument x approximates: `_erf_div`) the small branch's leading term.
-    Below 1: lead + x P(x**2); above, 1 - exp(-h) Q(|x|), h = x**2, |x| clamped at 4
+    of the argument x approximates: `_erf_div`) the small branch's argument.
+    Below 1: lead + lead P(lead**2); above, 1 - exp(-h) Q(|x|), h = x**2, |x| clamped at 4
     NaN-passing, so a NaN x comes out of the big branch as NaN with no blend. exp(-h) by the
     shifter exp (h <= 16: a normal result), its scale applied in the fma that forms 1 - e Q.
     No correction for the rounding of h (f64's lo_bits): it moves exp(-h) by h 2**-24
@@ -796,7 +804,7 @@ def _erf_f32(m: _Math, x, lead):
     u = m.fma(ac, m.c(2.0 / (hi - lo)), m.c(-(lo + hi) / (hi - lo)))
     small = m.fma(lead, m.horner(m.mul(lead, lead), _ERF_SMALL_F32), lead)
     q = m.horner(u, _ERFC_Q_F32)
-    p, scale = _exp_parts(m, m.mul(ac, ac), -1.0, 0)
+    p, scale = _exp_parts(m, m.mul(ac, ac), -1.0, 0, _EXP_ERF_F32)
     big = m.fma(b.fneg(m.mul(p, q)), scale, m.c(1.0))
     # the sign after the blend: the big branch's, and a zero's (lead + x P is +0 for x = -0
     # when lead is `_erf_div`'s corrected quotient)
