@@ -772,7 +772,30 @@ def _one_plus_tanh(e: Binary) -> Expr | None:
     return None
 
 
+def _half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
+    """(x, erf(u)) where `e` is x * (1 + erf(u)) * 0.5 (the exact GELU as torch exports it;
+    products and the sum in either order, float)."""
+    if e.op != "mul" or not e.dtype.is_float:
+        return None
+    for m, half in ((e.a, e.b), (e.b, e.a)):
+        if not (isinstance(half, Const) and half.value == 0.5 and isinstance(m, Binary) and m.op == "mul"):
+            continue
+        for x, s in ((m.a, m.b), (m.b, m.a)):
+            if isinstance(s, Binary) and s.op == "add":
+                for t, one in ((s.a, s.b), (s.b, s.a)):
+                    if isinstance(t, Unary) and t.op == "erf" and isinstance(one, Const) and one.value == 1.0:
+                        return x, t
+    return None
+
+
 def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
+    gelu = _half_x_one_plus_erf(e)
+    if gelu is not None:
+        # x * (1 + erf) * 0.5 as h + h erf, h = x / 2 (exact but for denormal x): one fma and
+        # one product instead of a sum and two products, rounded once (for erf near -1 the
+        # sum 1 + erf is not rounded first), and no overflow of x * 2 near the float maximum
+        h = em.b.fmul(em.emit(gelu[0]), _fconst(em.emit(gelu[0]), 0.5), name="half.x")
+        return em.intr("llvm.fma", [em.emit(gelu[1]), h, h], label="gelu")
     u = _one_plus_tanh(e)
     if u is not None:
         # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is
