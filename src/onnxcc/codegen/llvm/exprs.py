@@ -54,6 +54,7 @@ from onnxcc.kernel.expr import (
 )
 
 from . import small
+from .erf_forms import erf_of_constant_quotient, half_x_one_plus_erf
 from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
 
@@ -772,24 +773,8 @@ def _one_plus_tanh(e: Binary) -> Expr | None:
     return None
 
 
-def _half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
-    """(x, erf(u)) where `e` is x * (1 + erf(u)) * 0.5 (the exact GELU as torch exports it;
-    products and the sum in either order, float)."""
-    if e.op != "mul" or not e.dtype.is_float:
-        return None
-    for m, half in ((e.a, e.b), (e.b, e.a)):
-        if not (isinstance(half, Const) and half.value == 0.5 and isinstance(m, Binary) and m.op == "mul"):
-            continue
-        for x, s in ((m.a, m.b), (m.b, m.a)):
-            if isinstance(s, Binary) and s.op == "add":
-                for t, one in ((s.a, s.b), (s.b, s.a)):
-                    if isinstance(t, Unary) and t.op == "erf" and isinstance(one, Const) and one.value == 1.0:
-                        return x, t
-    return None
-
-
 def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
-    gelu = _half_x_one_plus_erf(e)
+    gelu = half_x_one_plus_erf(e)
     if gelu is not None:
         # x * (1 + erf) * 0.5 as h + h erf, h = x / 2 (exact but for denormal x): one fma and
         # one product instead of a sum and two products, rounded once (for erf near -1 the
@@ -888,12 +873,11 @@ def _unary(em: ExprEmitter, e: Unary) -> ir.Value:
         # Mish's tanh(softplus(x)) in one vmath function: one exp and one division instead of
         # two exps, a log and three divisions (measured 2x on a Mish + LayerNorm chain)
         return em.math("tanh_softplus", em.emit(e.a.a))
-    d = e.a
-    if e.op == "erf" and isinstance(d, Binary) and d.op == "div" and isinstance(d.b, Const) \
-            and d.dtype.is_float and 0.0625 <= abs(float(d.b.value)) <= 16.0:
+    quotient = erf_of_constant_quotient(e)
+    if quotient is not None:
         # the exact GELU's erf(x / sqrt 2): vmath's erf_div multiplies by the reciprocal and
         # corrects with fmas instead of a vdivps per vector (8% of the GELU loop's time)
-        return em.math("erf_div", em.emit(d.a), em.emit(d.b))
+        return em.math("erf_div", em.emit(quotient[0]), em.emit(quotient[1]))
     x = em.emit(e.a)
     table = FLOAT_UNARY if e.a.dtype.is_float else INT_UNARY
     fn = table.get(e.op)
