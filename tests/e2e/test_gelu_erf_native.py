@@ -4,8 +4,9 @@ product with an fma-corrected quotient) and the rest one fma (h + h erf, h = x /
 exprs), checked against a float64 reference (4 ulp relative plus the absolute error erf's
 allows where 1 + erf cancels) and onnxruntime, with infinities, NaN, signed zeros,
 denormals and the extremes among the inputs. A second GELU has its operands in the other
-order; one output takes erf of x / 3 (another constant divisor), one erf of x / t with t an
-input (no constant: the plain division and erf)."""
+order, a third torch's dynamo grouping, x * (0.5 * (erf(x / sqrt 2) + 1)); one output takes
+erf of x / 3 (another constant divisor), one erf of x / t with t an input (no constant: the
+plain division and erf)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,17 @@ def _model() -> onnx.ModelProto:
              n("Mul", ["x", "e1"], ["xe"]), n("Mul", ["xe", "half"], ["gelu"]),
              n("Div", ["w", "sqrt2"], ["ws"]), n("Erf", ["ws"], ["ew"]), n("Add", ["one", "ew"], ["ew1"]),
              n("Mul", ["ew1", "w"], ["wew"]), n("Mul", ["half", "wew"], ["gelu2"]),
+             n("Div", ["v", "sqrt2"], ["vs"]), n("Erf", ["vs"], ["ev"]), n("Add", ["ev", "one"], ["ev1"]),
+             n("Mul", ["half", "ev1"], ["hev1"]), n("Mul", ["v", "hev1"], ["gelu3"]),
              n("Div", ["x", "three"], ["x3"]), n("Erf", ["x3"], ["erf3"]),
              n("Div", ["x", "t"], ["xt"]), n("Erf", ["xt"], ["erft"])]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", WIDTH])
     w = helper.make_tensor_value_info("w", TensorProto.FLOAT, ["batch", WIDTH])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, ["batch", WIDTH])
     t = helper.make_tensor_value_info("t", TensorProto.FLOAT, [WIDTH])
     outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["batch", WIDTH])
-            for o in ("gelu", "gelu2", "erf3", "erft")]
-    g = helper.make_graph(nodes, "gelu_erf", [x, w, t], outs,
+            for o in ("gelu", "gelu2", "gelu3", "erf3", "erft")]
+    g = helper.make_graph(nodes, "gelu_erf", [x, w, v, t], outs,
                           [c("sqrt2", math.sqrt(2.0)), c("one", 1.0), c("half", 0.5), c("three", 3.0)])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
@@ -54,7 +58,7 @@ def _inputs(batch: int):
     x.flat[:len(SPECIALS)] = SPECIALS
     w = rng.uniform(-6.0, 6.0, (batch, WIDTH)).astype(np.float32)
     t = rng.uniform(0.5, 3.0, WIDTH).astype(np.float32)
-    return {"x": x, "w": w, "t": t}
+    return {"x": x, "w": w, "v": -w, "t": t}
 
 
 def _erf64(v: np.ndarray) -> np.ndarray:
@@ -84,13 +88,14 @@ def test_gelu_erf_against_float64_and_ort(built, batch):
     got = lib.run(feeds)
     _check_gelu(got["gelu"], feeds["x"])
     _check_gelu(got["gelu2"], feeds["w"])  # the products and the sum in the other order
+    _check_gelu(got["gelu3"], feeds["v"])  # torch's dynamo grouping: x * (0.5 * (erf + 1))
     x = feeds["x"]
     for name, d in (("erf3", np.float32(3.0)), ("erft", feeds["t"])):
         with np.errstate(over="ignore"):  # 3.4e38 / t: inf, erf 1
             ref = _erf64((x / d).astype(np.float32))
         np.testing.assert_allclose(got[name], ref, rtol=2e-7, atol=2e-7 * 1e-30, equal_nan=True)
     ort = ort_run(str(path), feeds)
-    for name in ("gelu", "gelu2", "erf3", "erft"):
+    for name in ("gelu", "gelu2", "gelu3", "erf3", "erft"):
         np.testing.assert_allclose(got[name], ort[name], rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
@@ -101,6 +106,6 @@ def test_gelu_erf_uses_erf_div(tmp_path):
     onnx.save(_model(), path)
     llvm_ir = onnxcc.compile(path, tmp_path / "out", emit="llvm", max_versions=1).text
     assert "onnxcc.math.erf_div.f32" in llvm_ir
-    assert llvm_ir.count('call float @"onnxcc.math.erf_div.f32"(') == 3
+    assert llvm_ir.count('call float @"onnxcc.math.erf_div.f32"(') == 4
     assert llvm_ir.count('call float @"onnxcc.math.erf.f32"(') == 1  # erf(x / t)
-    assert llvm_ir.count('%"gelu" = call float @"llvm.fma.f32"(') == 2  # both GELU spellings
+    assert llvm_ir.count('%"gelu" = call float @"llvm.fma.f32"(') == 3  # the three GELU spellings

@@ -20,17 +20,30 @@ def erf_of_constant_quotient(e: Unary) -> tuple[Expr, Const] | None:
     return d.a, d.b
 
 
+def _one_plus_erf(s: Expr) -> Unary | None:
+    if isinstance(s, Binary) and s.op == "add":
+        for t, one in ((s.a, s.b), (s.b, s.a)):
+            if isinstance(t, Unary) and t.op == "erf" and isinstance(one, Const) and one.value == 1.0:
+                return t
+    return None
+
+
 def half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
-    """(x, erf(u)) where `e` is x * (1 + erf(u)) * 0.5 (products and the sum in either
-    order, float)."""
+    """(x, erf(u)) where `e` is the product of x, 0.5 and 1 + erf(u), either grouping (torch's
+    TorchScript export: x * (1 + erf) * 0.5; its dynamo export: x * (0.5 * (erf + 1))), any
+    operand order, float."""
     if e.op != "mul" or not e.dtype.is_float:
         return None
-    for m, half in ((e.a, e.b), (e.b, e.a)):
-        if not (isinstance(half, Const) and half.value == 0.5 and isinstance(m, Binary) and m.op == "mul"):
+    for inner, outer in ((e.a, e.b), (e.b, e.a)):
+        if not (isinstance(inner, Binary) and inner.op == "mul"):
             continue
-        for x, s in ((m.a, m.b), (m.b, m.a)):
-            if isinstance(s, Binary) and s.op == "add":
-                for t, one in ((s.a, s.b), (s.b, s.a)):
-                    if isinstance(t, Unary) and t.op == "erf" and isinstance(one, Const) and one.value == 1.0:
-                        return x, t
+        factors = (inner.a, inner.b, outer)
+        for k in range(3):
+            half, rest = factors[k], factors[:k] + factors[k + 1:]
+            if not (isinstance(half, Const) and half.value == 0.5):
+                continue
+            for x, s in (rest, rest[::-1]):
+                t = _one_plus_erf(s)
+                if t is not None:
+                    return x, t
     return None
