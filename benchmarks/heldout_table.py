@@ -67,6 +67,15 @@ onnxcc / onnxruntime after:
     gelu_erf        0.72-0.88   0.61-0.69     (these two rows: a later run, load 2-4, after
                                                  erf dropped its x**2 rounding correction)
 
+After branch erfgelu (erf f32's fits weighted by the error they make in erf: Q of degree 7
+for 11, P and the exp of degree 5; erf(x / sqrt 2) without the vdivps, vmath `erf_div`; the
+GELU's x * (1 + erf) * 0.5 as one fma, codegen/llvm/erf_forms.py: about 40 vector ops a
+vector for 49 and a division), `--before` main's sources, same run, 1 thread, CPU clock,
+repeats 60, load 1-2:
+
+    gelu_erf_noln   0.73-0.82   0.80-0.95
+    gelu_erf        0.81-0.90   0.50-0.67
+
 GB/s at 1 thread, activations alone: SiLU / Sigmoid 16-27 (31-54% of ROOF_GBS), tanh-GELU 13-15,
 Mish 15-18, Erf-GELU 7-10; with LN 7-18. Two
 threads (`--threads 2`, wall clock) were noise on that loaded machine (the [16, 1024] rows
