@@ -363,6 +363,7 @@ class Prover:
         if len(syms) != 1:
             return None
         (s,) = syms
+        assert isinstance(s, sympy.Symbol)  # the only free symbols a Dim holds
         info = self.table.infos.get(s.name)
         lo, hi, k = (info.lo, info.hi, info.multiple_of) if info is not None else (1, INT_MAX, 1)
         return {"all": True, "none": False}.get(zero_count(diff, s, lo, hi, k) or "")

@@ -126,7 +126,7 @@ def _shape(e: Any, n: Any, memo: dict) -> tuple[Fraction, int]:
         out = (shapes[0][0], period)
     elif isinstance(e, sympy.Mod):
         a, m = e.args
-        if not (m.is_Integer and int(m) != 0):
+        if not (isinstance(m, sympy.Integer) and m != 0):
             raise _Undecided
         # Mod(x, m) = x - m*floor(x/m): slope 0
         s, t = _shape(a, n, memo)
