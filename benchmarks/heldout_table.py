@@ -69,7 +69,7 @@ onnxcc / onnxruntime after:
 
 After branch erfgelu (erf f32's fits weighted by the error they make in erf: Q of degree 7
 for 11, P and the exp of degree 5; erf(x / sqrt 2) without the vdivps, vmath `erf_div`; the
-GELU's x * (1 + erf) * 0.5 as one fma, codegen/llvm/erf_forms.py: about 40 vector ops a
+GELU's x * (1 + erf) * 0.5 as one fma, codegen/llvm/gelu_forms.py: about 40 vector ops a
 vector for 49 and a division), `--before` main's sources, same run, 1 thread, CPU clock,
 repeats 60, load 1-2:
 

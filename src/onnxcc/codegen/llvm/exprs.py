@@ -54,7 +54,7 @@ from onnxcc.kernel.expr import (
 )
 
 from . import small
-from .erf_forms import erf_of_constant_quotient, half_x_one_plus_erf
+from .gelu_forms import erf_of_constant_quotient, half_x_one_plus_erf, one_plus_tanh
 from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .int_bounds import LowerBounds
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
@@ -779,16 +779,6 @@ INT_BINARY: dict[str, BinFn] = {
 }
 
 
-def _one_plus_tanh(e: Binary) -> Expr | None:
-    """u where `e` is 1 + tanh(u) (either order, float)."""
-    if e.op != "add" or not e.dtype.is_float:
-        return None
-    for t, one in ((e.a, e.b), (e.b, e.a)):
-        if isinstance(t, Unary) and t.op == "tanh" and isinstance(one, Const) and one.value == 1.0:
-            return t.a
-    return None
-
-
 def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
     gelu = half_x_one_plus_erf(e)
     if gelu is not None:
@@ -797,7 +787,7 @@ def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
         # sum 1 + erf is not rounded first), and no overflow of x * 2 near the float maximum
         h = em.b.fmul(em.emit(gelu[0]), _fconst(em.emit(gelu[0]), 0.5), name="half.x")
         return em.intr("llvm.fma", [em.emit(gelu[1]), h, h], label="gelu")
-    u = _one_plus_tanh(e)
+    u = one_plus_tanh(e)
     if u is not None:
         # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is
         # about half tanh's vector ops, and for u << 0 it keeps the digits the sum cancels

@@ -1,6 +1,7 @@
-"""The exact GELU's expression shapes that the expression emitter (exprs.py) computes in a
-cheaper form: torch's x * 0.5 * (1 + erf(x / sqrt 2)) has a division by a constant inside
-the erf (vmath's erf_div: no vdivps) and a sum and two products around it (one fma)."""
+"""The GELU expression shapes that the expression emitter (exprs.py) computes in a cheaper
+form: torch's exact x * 0.5 * (1 + erf(x / sqrt 2)) has a division by a constant inside the
+erf (vmath's erf_div: no vdivps) and a sum and two products around it (one fma); the tanh
+GELU's 1 + tanh(u) is 2 sigmoid(2 u)."""
 
 from __future__ import annotations
 
@@ -46,4 +47,14 @@ def half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
                 t = _one_plus_erf(s)
                 if t is not None:
                     return x, t
+    return None
+
+
+def one_plus_tanh(e: Binary) -> Expr | None:
+    """u where `e` is 1 + tanh(u) (either order, float)."""
+    if e.op != "add" or not e.dtype.is_float:
+        return None
+    for t, one in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(t, Unary) and t.op == "tanh" and isinstance(one, Const) and one.value == 1.0:
+            return t.a
     return None
