@@ -8,10 +8,13 @@ made); what a region must hold to pay, and the per-op folds, stay in the pass's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..ir import Block, Module, Op, TensorType, Value
 from ..ops.conv_nhwc import TO_NCHW, TO_NHWC
+from .dce import dce
 
 
 def permuted(t: TensorType) -> TensorType:
@@ -120,3 +123,18 @@ class RegionRewriter:
         self.block.ops.insert(self.block.ops.index(anchor) + 1, t)
         for u in outside:
             u.op.set_operand(u.index, t.results[0])
+
+
+def rewrite_regions(module: Module, regions: Callable[[Block], list[list[Op]]],
+                    rewriter: type[RegionRewriter]) -> bool:
+    """Rewrite every region `regions` finds in each function's body; dead ops (the constants
+    the old ops read) are dropped after."""
+    changed = False
+    for fn in module.functions.values():
+        block = fn.body
+        for ops in regions(block):
+            rewriter(block, module, ops).run()
+            changed = True
+    if changed:
+        dce(module)
+    return changed

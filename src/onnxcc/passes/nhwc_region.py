@@ -61,8 +61,7 @@ from ..ops.pool_nhwc import avg_constant_divisor
 from ..ops.resize import channels_last_resize
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
-from .dce import dce
-from .layout_region import RegionFinder, RegionRewriter, permuted
+from .layout_region import RegionFinder, RegionRewriter, permuted, rewrite_regions
 
 UNARY = frozenset({
     "onnx.Relu", "onnx.Clip", "onnx.HardSwish", "onnx.HardSigmoid", "onnx.Sigmoid", "onnx.Tanh",
@@ -529,15 +528,8 @@ class _Rewriter(RegionRewriter):
 
 def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = True,
                  per_conversion: int = CONVS_PER_CONVERSION) -> bool:
-    changed = False
-    for fn in module.functions.values():
-        block = fn.body
-        for ops in _Finder(block, module, dense).regions(min_convs, per_conversion):
-            _Rewriter(block, module, ops).run()
-            changed = True
-    if changed:
-        dce(module)
-    return changed
+    return rewrite_regions(module, lambda block: _Finder(block, module, dense).regions(min_convs, per_conversion),
+                           _Rewriter)
 
 
 @register_pass

@@ -36,8 +36,7 @@ from ..ops import onnx_inputs
 from ..ops.int8_gemm import MIN_K, PACK_MAX_CIN
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value, new_const
-from .dce import dce
-from .layout_region import RegionFinder, RegionRewriter, permuted
+from .layout_region import RegionFinder, RegionRewriter, permuted, rewrite_regions
 
 _INT8 = (DType.u8, DType.i8)
 MS = "com.microsoft."
@@ -163,15 +162,7 @@ class _Rewriter(RegionRewriter):
 
 
 def qnhwc_regions(module: Module, min_convs: int = 2, dense: bool = True) -> bool:
-    changed = False
-    for fn in module.functions.values():
-        block = fn.body
-        for ops in _Finder(block, module, dense).regions(min_convs):
-            _Rewriter(block, module, ops).run()
-            changed = True
-    if changed:
-        dce(module)
-    return changed
+    return rewrite_regions(module, lambda block: _Finder(block, module, dense).regions(min_convs), _Rewriter)
 
 
 @register_pass
