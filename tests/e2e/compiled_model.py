@@ -1,17 +1,21 @@
 """What e2e tests of one generated model share: the model built once per module, compiled to a
 library loaded for the numeric comparisons (`lib_fixture`), and for the tests that also read
 what the lowering chose, to its kernel IR text (`built_fixture`: test_conv_tap_regimes.py,
-test_nhwc_dw_padcopy.py)."""
+test_nhwc_dw_padcopy.py); the comparison of a library's outputs with onnxruntime's
+(`assert_matches_onnxruntime`), and whether this machine's backend has the f32 conv call
+(`has_f32_conv_call`: the tests that read the calls the lowering emits)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
 import onnxcc
+from onnxcc.testing import ort_run
 
 
 def compile_kernel_and_lib(tmp_path_factory, name: str, model: onnx.ModelProto, **options):
@@ -52,3 +56,23 @@ def lib_fixture(name: str, write_model: Callable[[Path], object], **options):
         return path, onnxcc.load(d / "lib")
 
     return built
+
+
+def has_f32_conv_call() -> bool:
+    """whether the default CPU backend lowers a dense channels-last conv to the implicit-GEMM
+    call (ops/conv_implicit.py), so a test may look for `onnxcc_f32conv` in the kernel IR"""
+    from onnxcc.codegen.cpu.backend import CpuBackend
+    from onnxcc.compiler import CompileOptions
+
+    return CpuBackend.from_options(CompileOptions()).f32_conv_call()
+
+
+def assert_matches_onnxruntime(path, lib, feeds: dict[str, np.ndarray], rtol: float, atol: float,
+                               where: object = "") -> None:
+    """`lib.run(feeds)` gives the outputs onnxruntime gives for the model at `path`: the same
+    names, shapes, and values within rtol / atol (`where` names the case in a failure)"""
+    want, got = ort_run(str(path), feeds), lib.run(feeds)
+    assert set(got) == set(want)
+    for name, ref in want.items():
+        assert got[name].shape == ref.shape, name
+        np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol, err_msg=f"{name} at {where}")

@@ -21,6 +21,7 @@ import re
 import numpy as np
 import onnx
 import pytest
+from compiled_model import assert_matches_onnxruntime, has_f32_conv_call, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -71,19 +72,7 @@ def _finish(path, nodes, inits, outs) -> list[str]:
     return outs
 
 
-def _has_conv_call() -> bool:
-    from onnxcc.codegen.cpu.backend import CpuBackend
-    from onnxcc.compiler import CompileOptions
-
-    return CpuBackend.from_options(CompileOptions()).f32_conv_call()
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("pool_stores")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("pool_stores", _model, max_versions=1)
 
 
 def test_pools_fold_into_their_convs(tmp_path):
@@ -92,7 +81,7 @@ def test_pools_fold_into_their_convs(tmp_path):
     assert text.count("cc.conv_nhwc(") == 4
     assert text.count("pool = 2") == 3  # stem, mid, last
     assert text.count("cc.maxpool_nhwc(") == 2  # the side branch's two
-    if _has_conv_call():
+    if has_f32_conv_call():
         kir = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
         pools = [c.split(",")[-2].strip() for c in re.findall(r"call onnxcc_f32conv\(([^;]*);", kir)]
         assert sorted(pools) == ["1", "4", "4", "4"], pools
@@ -103,11 +92,7 @@ def test_pooled_convs_match_onnxruntime(built, dims):
     path, lib = built
     rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
     feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-    want, got = ort_run(str(path), feeds), lib.run(feeds)
-    assert set(got) == set(want)
-    for name in want:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} at {dims}")
+    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
 
 
 def test_nan_propagates_through_the_pooled_stores(tmp_path):

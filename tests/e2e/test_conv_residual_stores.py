@@ -19,10 +19,11 @@ import re
 import numpy as np
 import onnx
 import pytest
+from compiled_model import assert_matches_onnxruntime, has_f32_conv_call, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
-from onnxcc.testing import check_lowering, ort_run
+from onnxcc.testing import check_lowering
 
 SHAPES = [dict(N=1, H=1, W=1), dict(N=2, H=13, W=11), dict(N=1, H=40, W=33), dict(N=3, H=9, W=16)]
 
@@ -58,19 +59,7 @@ def _model(path) -> None:
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-def _has_conv_call() -> bool:
-    from onnxcc.codegen.cpu.backend import CpuBackend
-    from onnxcc.compiler import CompileOptions
-
-    return CpuBackend.from_options(CompileOptions()).f32_conv_call()
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    d = tmp_path_factory.mktemp("residual_stores")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib", max_versions=1)
-    return d / "m.onnx", onnxcc.load(d / "lib")
+built = lib_fixture("residual_stores", _model, max_versions=1)
 
 
 def test_residual_adds_fold_into_their_convs(tmp_path):
@@ -80,7 +69,7 @@ def test_residual_adds_fold_into_their_convs(tmp_path):
     assert text.count("residual = 1") == 2  # the block's second conv, the conv after it
     assert text.count("onnx.Add(") == 1  # the last conv's: its result is read twice
     assert text.count("onnx.Relu(") == 0
-    if _has_conv_call():
+    if has_f32_conv_call():
         kir = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
         res = [c.split(",")[-1].strip() for c in re.findall(r"call onnxcc_f32conv\(([^;]*);", kir)]
         assert sorted(res) == ["0", "0", "0", "1", "1"], res
@@ -91,11 +80,7 @@ def test_residual_convs_match_onnxruntime(built, dims):
     path, lib = built
     rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
     feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-    want, got = ort_run(str(path), feeds), lib.run(feeds)
-    assert set(got) == set(want)
-    for name in want:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} at {dims}")
+    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
 
 
 def test_without_the_call_the_compute_path_matches(tmp_path):

@@ -22,10 +22,10 @@ import re
 import numpy as np
 import onnx
 import pytest
+from compiled_model import assert_matches_onnxruntime, has_f32_conv_call
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 SHAPES = [dict(N=1, H=3, W=3), dict(N=2, H=16, W=13), dict(N=1, H=33, W=40), dict(N=3, H=9, W=30)]
 
@@ -61,13 +61,6 @@ def _model(path) -> None:
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
 
 
-def _has_conv_call() -> bool:
-    from onnxcc.codegen.cpu.backend import CpuBackend
-    from onnxcc.compiler import CompileOptions
-
-    return CpuBackend.from_options(CompileOptions()).f32_conv_call()
-
-
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("short_segment") / "m.onnx"
@@ -82,16 +75,12 @@ def test_short_segments_match_onnxruntime(model_path, tmp_path):
     for s in SHAPES:
         feeds = {"x": rng.standard_normal((s["N"], 3, s["H"], s["W"])).astype(np.float32),
                  "g": rng.standard_normal((s["N"], 1, s["H"], s["W"])).astype(np.float32)}
-        got = lib.run(feeds)
-        want = ort_run(str(model_path), feeds)
-        assert set(got) == set(want)
-        for name, ref in want.items():
-            np.testing.assert_allclose(got[name], ref, rtol=1e-4, atol=1e-4, err_msg=f"{name} at {s}")
+        assert_matches_onnxruntime(model_path, lib, feeds, rtol=1e-4, atol=1e-4, where=s)
 
 
 def test_stems_call_the_conv_with_short_segments(model_path, tmp_path):
     """Every stem is one implicit-GEMM call whose segment length L (the 8th size) is its KW"""
-    if not _has_conv_call():
+    if not has_f32_conv_call():
         pytest.skip("no f32 conv call on this target")
     from onnxcc.compiler import CompileOptions
     from onnxcc.compiler.compile import compile_model
@@ -118,7 +107,7 @@ def _unrolled_blocks(body: str) -> dict[int, list[str]]:
 
 
 def test_micro_kernels_unroll_short_segments_without_spills(model_path, tmp_path):
-    if not _has_conv_call():
+    if not has_f32_conv_call():
         pytest.skip("no f32 conv call on this target")
     from onnxcc.compiler import CompileOptions
     from onnxcc.compiler.compile import compile_model

@@ -55,13 +55,13 @@ import numpy as np
 from ..ir import Block, DType, Module, Op, TensorType, Value, WeightRef
 from ..ops.conv_deadtaps import MIN_REGIME_EXTENT
 from ..ops.conv_implicit import PLANAR_MAX_CIN
-from ..ops.conv_nhwc import POOL, TO_NCHW, TO_NHWC, conv_attrs, is_depthwise
+from ..ops.conv_nhwc import POOL, TO_NHWC, conv_attrs, is_depthwise
 from ..ops.convt_nhwc import pixel_shuffle_convt
 from ..ops.pool_nhwc import avg_constant_divisor
 from ..ops.resize import channels_last_resize
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
-from .dce import dce
+from .layout_region import RegionFinder, RegionRewriter, permuted, rewrite_regions
 
 UNARY = frozenset({
     "onnx.Relu", "onnx.Clip", "onnx.HardSwish", "onnx.HardSigmoid", "onnx.Sigmoid", "onnx.Tanh",
@@ -249,14 +249,15 @@ def _rank0(v: Value) -> bool:
     return v.type.rank == 0
 
 
-class _Finder:
-    """The regions of one block: union-find over the ops that may run channels-last."""
+class _Finder(RegionFinder):
+    """The regions of one block: the ops that may run channels-last, joined through 4-D values."""
 
     def __init__(self, block: Block, module: Module, dense: bool):
-        self.module, self.dense = module, dense
-        self.ops = [op for op in block.ops if self.eligible(op)]
-        self.index = {id(op): k for k, op in enumerate(self.ops)}
-        self.parent = list(range(len(self.ops)))
+        self.dense = dense
+        super().__init__(block, module)
+
+    def links(self, op: Op) -> list[int]:
+        return [k for k, v in enumerate(op.operands) if v.type.rank == 4]
 
     def eligible(self, op: Op) -> bool:
         kind = _conv_kind(op, self.module)
@@ -287,24 +288,9 @@ class _Finder:
     def constant(self, v: Value) -> np.ndarray | None:
         return const_value(v, self.module)
 
-    def find(self, k: int) -> int:
-        while self.parent[k] != k:
-            self.parent[k] = self.parent[self.parent[k]]
-            k = self.parent[k]
-        return k
-
     def regions(self, min_convs: int, per_conversion: int) -> list[list[Op]]:
-        for op in self.ops:
-            for v in op.operands:
-                owner = v.owner
-                if isinstance(owner, Op) and id(owner) in self.index and v.type.rank == 4:
-                    a, b = self.find(self.index[id(op)]), self.find(self.index[id(owner)])
-                    self.parent[a] = b
-        groups: dict[int, list[Op]] = {}
-        for op in self.ops:
-            groups.setdefault(self.find(self.index[id(op)]), []).append(op)
         out = []
-        for ops in groups.values():
+        for ops in self.groups():
             kinds = [_conv_kind(op, self.module) if op.name == "onnx.Conv" else None for op in ops]
             convs = sum(k is not None for k in kinds)
             weight = convs + (DENSE_WEIGHT - 1) * kinds.count("dense")
@@ -430,21 +416,12 @@ def _folded_residuals(ops: list[Op], module: Module, taken: set[int]) -> list[_R
     return out
 
 
-def _unit_plane(t: TensorType) -> bool:
-    """[N, C, 1, 1] with a static C: channels-last the same elements in the same order"""
-    return t.shape[2] == 1 and t.shape[3] == 1 and isinstance(t.shape[1], int)
-
-
-def _permuted(t: TensorType) -> TensorType:
-    return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
-
-
-class _Rewriter:
-    """Rewrites one region of a block (its ops in block order)."""
+class _Rewriter(RegionRewriter):
+    """Rewrites one region of a block (its ops in block order), folding a dense conv's Relu,
+    2x2 MaxPool and residual Add into its stores."""
 
     def __init__(self, block: Block, module: Module, ops: list[Op]):
-        self.block, self.module, self.ops = block, module, ops
-        self.members = {id(op) for op in ops}
+        super().__init__(block, module, ops)
         self.folded = _folded_relus(ops, module)  # id(Relu) -> the dense conv it is folded into
         self.relu_convs = {id(c) for c in self.folded.values()}
         self.pools = _folded_pools(ops, module, self.folded)  # id(MaxPool) -> the dense conv it is folded into
@@ -455,16 +432,6 @@ class _Rewriter:
         self.absorbed = {**self.folded, **self.pools}  # id(op) -> the conv whose result is op's
         for r in self.residuals.values():  # the Add (and its Relu) too
             self.absorbed.update({id(r.add): r.conv, **({id(r.relu): r.conv} if r.relu is not None else {})})
-        self.new: dict[int, Value] = {}       # id(old value) -> its channels-last twin
-        self.entries: dict[int, Value] = {}   # id(outside value) -> its transposed copy
-
-    def run(self) -> None:
-        for op in self.ops:
-            self.rewrite(op)
-        for op in self.ops:
-            self.exit(op)
-        for op in reversed(self.ops):
-            op.erase()
 
     def rewrite(self, op: Op) -> None:
         if op.name == "onnx.Resize":
@@ -472,7 +439,7 @@ class _Rewriter:
         pooled = _global_pool(op, self.module)
         ins = op.operands[:1] if pooled else op.operands  # a ReduceMean's axes are the op's now
         operands = [self.operand(v, op) for v in ins]
-        rt = _permuted(op.results[0].type)
+        rt = permuted(op.results[0].type)
         folded = self.absorbed.get(id(op))
         if folded is not None:  # the conv's stores apply it
             self.new[id(op.results[0])] = self.new[id(folded.results[0])]
@@ -485,7 +452,7 @@ class _Rewriter:
                 attrs["relu"] = 1
             if id(op) in self.pool_types:
                 attrs["pool"] = POOL
-                rt = _permuted(self.pool_types[id(op)])
+                rt = permuted(self.pool_types[id(op)])
             res = self.residuals.get(id(op))
             if res is not None:
                 if len(operands) < 3:  # the residual is the last operand: a zero bias before it
@@ -521,7 +488,7 @@ class _Rewriter:
             sizes = Op("cc.dims", (), [TensorType(DType.i64, (4,))], {"dims": arg}, loc=op.loc)
             self.block.insert_before(op, sizes)
             operands[k] = sizes.results[0]
-        new = Op(op.name, operands, [_permuted(op.results[0].type)], dict(op.attrs), loc=op.loc,
+        new = Op(op.name, operands, [permuted(op.results[0].type)], dict(op.attrs), loc=op.loc,
                  result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
@@ -545,12 +512,7 @@ class _Rewriter:
         if v.type.rank == 0 or (user.name in ("onnx.Conv", "onnx.ConvTranspose") and v is not user.operands[0]):
             return v  # weights, bias and scalar bounds keep their layout
         if v.type.rank == 4 and const_value(v, self.module) is None:
-            if id(v) not in self.entries:
-                t = Op("onnx.Transpose", [v], [_permuted(v.type)], {"perm": list(TO_NHWC)}, loc=user.loc,
-                       result_names=[f"{v.name}_nhwc" if v.name else ""])
-                self.block.insert_before(user, t)
-                self.entries[id(v)] = t.results[0]
-            return self.entries[id(v)]
+            return super().operand(v, user)
         return self.permuted_const(v, user)
 
     def permuted_const(self, v: Value, user: Op) -> Value:
@@ -560,41 +522,14 @@ class _Rewriter:
         arr = np.ascontiguousarray(arr.reshape((1,) * (4 - arr.ndim) + arr.shape).transpose(TO_NHWC))
         return self.const(arr, user, v.name or "c")
 
-    def exit(self, op: Op) -> None:
-        """Uses of `op`'s result outside the region read it back in NCHW."""
-        old = op.results[0]
-        outside = [u for u in old.uses if id(u.op) not in self.members]
-        if not outside:
-            return
-        new = self.new[id(old)]
-        anchor = new.owner
-        assert isinstance(anchor, Op)
-        if _unit_plane(old.type):
-            # [N, 1, 1, C] and [N, C, 1, 1] hold their elements in the same order: a Reshape, a
-            # view, where a Transpose is a compute that fusion would inline the pool into (its
-            # reduction then strided over the channels again); Reshape's 0 keeps N
-            shape = self.const(np.array([0, old.type.shape[1], 1, 1], np.int64), anchor, "unit_plane")
-            t = Op("onnx.Reshape", [new, shape], [old.type], {}, loc=op.loc, result_names=[old.name])
-        else:
-            t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,
-                   result_names=[old.name])
-        t.parent = self.block
-        self.block.ops.insert(self.block.ops.index(anchor) + 1, t)
-        for u in outside:
-            u.op.set_operand(u.index, t.results[0])
+    def plane_shape(self, arr: np.ndarray, op: Op, anchor: Op) -> Value:
+        return self.const(arr, anchor, "unit_plane")
 
 
 def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = True,
                  per_conversion: int = CONVS_PER_CONVERSION) -> bool:
-    changed = False
-    for fn in module.functions.values():
-        block = fn.body
-        for ops in _Finder(block, module, dense).regions(min_convs, per_conversion):
-            _Rewriter(block, module, ops).run()
-            changed = True
-    if changed:
-        dce(module)
-    return changed
+    return rewrite_regions(module, lambda block: _Finder(block, module, dense).regions(min_convs, per_conversion),
+                           _Rewriter)
 
 
 @register_pass

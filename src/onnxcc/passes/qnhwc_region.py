@@ -34,10 +34,9 @@ import numpy as np
 from ..ir import Block, DType, Module, Op, TensorType, Value
 from ..ops import onnx_inputs
 from ..ops.int8_gemm import MIN_K, PACK_MAX_CIN
-from ..ops.int8_nhwc import TO_NCHW, TO_NHWC
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value, new_const
-from .dce import dce
+from .layout_region import RegionFinder, RegionRewriter, permuted, rewrite_regions
 
 _INT8 = (DType.u8, DType.i8)
 MS = "com.microsoft."
@@ -92,14 +91,16 @@ def features(op: Op) -> list[int]:
     return [k for k, v in enumerate(op.operands) if v.type.rank == 4]
 
 
-class _Finder:
-    """The regions of one block: union-find over the ops that may run channels-last."""
+class _Finder(RegionFinder):
+    """The regions of one block: the ops that may run channels-last, joined through their
+    feature maps."""
 
     def __init__(self, block: Block, module: Module, dense: bool):
-        self.module, self.dense = module, dense
-        self.ops = [op for op in block.ops if self.eligible(op)]
-        self.index = {id(op): k for k, op in enumerate(self.ops)}
-        self.parent = list(range(len(self.ops)))
+        self.dense = dense
+        super().__init__(block, module)
+
+    def links(self, op: Op) -> list[int]:
+        return features(op)
 
     def eligible(self, op: Op) -> bool:
         if len(op.results) != 1 or op.regions or not _int8_4d(op.results[0].type):
@@ -122,48 +123,15 @@ class _Finder:
             return not op.attrs.get("channels_last")
         return False
 
-    def find(self, k: int) -> int:
-        while self.parent[k] != k:
-            self.parent[k] = self.parent[self.parent[k]]
-            k = self.parent[k]
-        return k
-
     def regions(self, min_convs: int) -> list[list[Op]]:
-        for op in self.ops:
-            for k in features(op):
-                owner = op.operands[k].owner
-                if isinstance(owner, Op) and id(owner) in self.index:
-                    a, b = self.find(self.index[id(op)]), self.find(self.index[id(owner)])
-                    self.parent[a] = b
-        groups: dict[int, list[Op]] = {}
-        for op in self.ops:
-            groups.setdefault(self.find(self.index[id(op)]), []).append(op)
-        return [ops for ops in groups.values() if sum(op.name == "onnx.QLinearConv" for op in ops) >= min_convs]
+        return [ops for ops in self.groups() if sum(op.name == "onnx.QLinearConv" for op in ops) >= min_convs]
 
 
 NEW_NAMES = {"onnx.QLinearConv": "cc.qlinearconv_nhwc", "onnx.MaxPool": "cc.maxpool_nhwc"}
 
 
-def _permuted(t: TensorType) -> TensorType:
-    return TensorType(t.dtype, tuple(t.shape[p] for p in TO_NHWC))
-
-
-class _Rewriter:
+class _Rewriter(RegionRewriter):
     """Rewrites one region of a block (its ops in block order)."""
-
-    def __init__(self, block: Block, module: Module, ops: list[Op]):
-        self.block, self.module, self.ops = block, module, ops
-        self.members = {id(op) for op in ops}
-        self.new: dict[int, Value] = {}       # id(old value) -> its channels-last twin
-        self.entries: dict[int, Value] = {}   # id(outside value) -> its transposed copy
-
-    def run(self) -> None:
-        for op in self.ops:
-            self.rewrite(op)
-        for op in self.ops:
-            self.exit(op)
-        for op in reversed(self.ops):
-            op.erase()
 
     def rewrite(self, op: Op) -> None:
         feats = features(op)
@@ -175,7 +143,7 @@ class _Rewriter:
             attrs["axis"] = 3
         elif op.name == MS + "QLinearGlobalAveragePool":
             attrs["channels_last"] = 1
-        new = Op(NEW_NAMES.get(op.name, op.name), operands, [_permuted(op.results[0].type)], attrs, loc=op.loc,
+        new = Op(NEW_NAMES.get(op.name, op.name), operands, [permuted(op.results[0].type)], attrs, loc=op.loc,
                  result_names=[op.results[0].name])
         self.block.insert_before(op, new)
         self.new[id(op.results[0])] = new.results[0]
@@ -187,48 +155,14 @@ class _Rewriter:
         return (op.name == "onnx.QLinearConv" and int(op.attrs.get("group", 1)) == 1 and id(x) not in self.new
                 and isinstance(x.type.shape[1], int) and x.type.shape[1] <= PACK_MAX_CIN)
 
-    def operand(self, v: Value, user: Op) -> Value:
-        if id(v) in self.new:
-            return self.new[id(v)]
-        if id(v) not in self.entries:
-            t = Op("onnx.Transpose", [v], [_permuted(v.type)], {"perm": list(TO_NHWC)}, loc=user.loc,
-                   result_names=[f"{v.name}_nhwc" if v.name else ""])
-            self.block.insert_before(user, t)
-            self.entries[id(v)] = t.results[0]
-        return self.entries[id(v)]
-
-    def exit(self, op: Op) -> None:
-        """Uses of `op`'s result outside the region read it back in NCHW."""
-        old = op.results[0]
-        outside = [u for u in old.uses if id(u.op) not in self.members]
-        if not outside:
-            return
-        new = self.new[id(old)]
-        anchor = new.owner
-        assert isinstance(anchor, Op)
-        if old.type.shape[2] == 1 and old.type.shape[3] == 1 and isinstance(old.type.shape[1], int):
-            # [N, 1, 1, C] holds its elements in [N, C, 1, 1]'s order: a Reshape, a view
-            shape = new_const(TensorType(DType.i64, (4,)), np.array([0, old.type.shape[1], 1, 1]), op.loc)
-            self.block.insert_before(anchor, shape)
-            t = Op("onnx.Reshape", [new, shape.results[0]], [old.type], {}, loc=op.loc, result_names=[old.name])
-        else:
-            t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc, result_names=[old.name])
-        t.parent = self.block
-        self.block.ops.insert(self.block.ops.index(anchor) + 1, t)
-        for u in outside:
-            u.op.set_operand(u.index, t.results[0])
+    def plane_shape(self, arr: np.ndarray, op: Op, anchor: Op) -> Value:
+        shape = new_const(TensorType(DType.i64, (4,)), arr, op.loc)
+        self.block.insert_before(anchor, shape)
+        return shape.results[0]
 
 
 def qnhwc_regions(module: Module, min_convs: int = 2, dense: bool = True) -> bool:
-    changed = False
-    for fn in module.functions.values():
-        block = fn.body
-        for ops in _Finder(block, module, dense).regions(min_convs):
-            _Rewriter(block, module, ops).run()
-            changed = True
-    if changed:
-        dce(module)
-    return changed
+    return rewrite_regions(module, lambda block: _Finder(block, module, dense).regions(min_convs), _Rewriter)
 
 
 @register_pass
