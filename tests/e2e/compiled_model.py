@@ -7,6 +7,7 @@ test_nhwc_dw_padcopy.py); the comparison of a library's outputs with onnxruntime
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,6 +57,12 @@ def lib_fixture(name: str, write_model: Callable[[Path], object], **options):
         return path, onnxcc.load(d / "lib")
 
     return built
+
+
+def f32conv_sizes(kernel_text: str) -> list[list[str]]:
+    """the sizes (the text before the buffers) of every `call onnxcc_f32conv(...)` in a kernel
+    IR dump, one list of strings per call"""
+    return [[s.strip() for s in c.split(",")] for c in re.findall(r"call onnxcc_f32conv\(([^;]*);", kernel_text)]
 
 
 def has_f32_conv_call() -> bool:

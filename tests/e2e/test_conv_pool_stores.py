@@ -16,12 +16,10 @@ compute path) the same results."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, has_f32_conv_call, lib_fixture
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -83,7 +81,7 @@ def test_pools_fold_into_their_convs(tmp_path):
     assert text.count("cc.maxpool_nhwc(") == 2  # the side branch's two
     if has_f32_conv_call():
         kir = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
-        pools = [c.split(",")[-2].strip() for c in re.findall(r"call onnxcc_f32conv\(([^;]*);", kir)]
+        pools = [sizes[-2] for sizes in f32conv_sizes(kir)]
         assert sorted(pools) == ["1", "4", "4", "4"], pools
 
 

@@ -14,12 +14,10 @@ compute path) the same results."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, has_f32_conv_call, lib_fixture
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -71,7 +69,7 @@ def test_residual_adds_fold_into_their_convs(tmp_path):
     assert text.count("onnx.Relu(") == 0
     if has_f32_conv_call():
         kir = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
-        res = [c.split(",")[-1].strip() for c in re.findall(r"call onnxcc_f32conv\(([^;]*);", kir)]
+        res = [sizes[-1] for sizes in f32conv_sizes(kir)]
         assert sorted(res) == ["0", "0", "0", "1", "1"], res
 
 

@@ -22,7 +22,7 @@ import re
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, has_f32_conv_call
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -86,7 +86,7 @@ def test_stems_call_the_conv_with_short_segments(model_path, tmp_path):
     from onnxcc.compiler.compile import compile_model
 
     text = compile_model(str(model_path), str(tmp_path / "k"), CompileOptions(max_versions=1), emit="kernel").text
-    seg = [call.split(",")[7].strip() for call in re.findall(r"call onnxcc_f32conv\(([^;]*);", text)]
+    seg = [sizes[7] for sizes in f32conv_sizes(text)]
     assert sorted(s for s in seg if s in ("3", "5", "7")) == ["3", "3", "5", "7", "7"], seg
 
 

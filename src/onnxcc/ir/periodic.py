@@ -24,6 +24,8 @@ from typing import Any
 
 import sympy
 
+from .exact_value import NoValue, exact_value
+
 MAX_PERIOD = 1 << 12
 """residue classes evaluated at most (a larger period answers None)"""
 
@@ -60,14 +62,13 @@ def zero_count(expr: Any, symbol: Any, lo: int, hi: int | None, multiple_of: int
     period = _lcm(period, step)
     if period > MAX_PERIOD:
         return None
-    memo: dict = {}
     seen_zero = seen_nonzero = False
     for r0 in range(first, first + period, step):
         if hi is not None and r0 > hi:
             break
         try:
-            v0 = _value(e, symbol, r0, memo)
-        except (_Undecided, ZeroDivisionError):
+            v0 = exact_value(e, {symbol.name: r0}, {})
+        except (NoValue, ZeroDivisionError):
             return None
         # on n = r0 + k*period (k >= 0, n <= hi) the value is v0 + slope*period*k
         kmax = None if hi is None else (hi - r0) // period
@@ -137,34 +138,3 @@ def _shape(e: Any, n: Any, memo: dict) -> tuple[Fraction, int]:
     return out
 
 
-def _value(e: Any, n: Any, v: int, memo: dict) -> Fraction:
-    """The exact value of `e` at `n = v` (`_shape` accepted `e`)."""
-    key = (e, v)
-    hit = memo.get(key)
-    if hit is not None:
-        return hit
-    out: Fraction
-    if e.is_Rational:
-        out = Fraction(int(e.p), int(e.q))
-    elif e == n:
-        out = Fraction(v)
-    elif e.is_Add:
-        out = sum((_value(a, n, v, memo) for a in e.args), Fraction(0))
-    elif e.is_Mul:
-        out = Fraction(1)
-        for a in e.args:
-            out *= _value(a, n, v, memo)
-    elif isinstance(e, sympy.floor):
-        out = Fraction(math.floor(_value(e.args[0], n, v, memo)))
-    elif isinstance(e, sympy.ceiling):
-        out = Fraction(math.ceil(_value(e.args[0], n, v, memo)))
-    elif isinstance(e, (sympy.Max, sympy.Min)):
-        vals = [_value(a, n, v, memo) for a in e.args]
-        out = max(vals) if isinstance(e, sympy.Max) else min(vals)
-    elif isinstance(e, sympy.Mod):
-        a, m = _value(e.args[0], n, v, memo), _value(e.args[1], n, v, memo)
-        out = a - m * math.floor(a / m)
-    else:
-        raise _Undecided
-    memo[key] = out
-    return out

@@ -15,11 +15,11 @@ expression.
 
 from __future__ import annotations
 
-import math
-from fractions import Fraction
 from typing import Any
 
 import sympy
+
+from .exact_value import NoValue, exact_value
 
 _POINTS = (7, 1000)
 """values every symbol takes (one point each) where the argument's magnitude is looked at"""
@@ -65,47 +65,11 @@ def _far_from_zero(x: Any) -> bool:
         return False
     for v in _POINTS:
         try:
-            val = _value(x, v, {})
-        except (_NoValue, ZeroDivisionError):
+            val = exact_value(x, {s.name: v for s in x.free_symbols}, {})
+        except (NoValue, ZeroDivisionError):
             return False
         if abs(val) > 2:
             return True
     return False
 
 
-class _NoValue(Exception):
-    pass
-
-
-def _value(e: Any, v: int, memo: dict) -> Fraction:
-    """The exact value of `e` with every symbol at `v`."""
-    hit = memo.get(e)
-    if hit is not None:
-        return hit
-    out: Fraction
-    if e.is_Rational:
-        out = Fraction(int(e.p), int(e.q))
-    elif e.is_Symbol:
-        out = Fraction(v)
-    elif e.is_Add:
-        out = sum((_value(a, v, memo) for a in e.args), Fraction(0))
-    elif e.is_Mul:
-        out = Fraction(1)
-        for a in e.args:
-            out *= _value(a, v, memo)
-    elif e.is_Pow and e.exp.is_Integer:
-        out = _value(e.base, v, memo) ** int(e.exp)
-    elif isinstance(e, sympy.floor):
-        out = Fraction(math.floor(_value(e.args[0], v, memo)))
-    elif isinstance(e, sympy.ceiling):
-        out = Fraction(math.ceil(_value(e.args[0], v, memo)))
-    elif isinstance(e, (sympy.Max, sympy.Min)):
-        vals = [_value(a, v, memo) for a in e.args]
-        out = max(vals) if isinstance(e, sympy.Max) else min(vals)
-    elif isinstance(e, sympy.Mod):
-        a, m = _value(e.args[0], v, memo), _value(e.args[1], v, memo)
-        out = a - m * math.floor(a / m)
-    else:
-        raise _NoValue
-    memo[e] = out
-    return out

@@ -44,6 +44,7 @@ from fractions import Fraction
 import sympy
 
 from onnxcc.ir.dims import Dim, Prover, SymbolTable, canon, evaluate, max_alternatives, sym, unevaluated
+from onnxcc.ir.exact_value import NoValue, exact_value
 from onnxcc.ir.rounding import ceiling_of
 
 from .expr import Load, Reduce, Var, walk
@@ -242,11 +243,11 @@ class _Refuter:
 
 _REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-_POINT_MEMOS: dict[tuple, dict] = {}  # the running plan's `_eval` memos, one per point
+_POINT_MEMOS: dict[tuple, dict] = {}  # the running plan's `exact_value` memos, one per point
 
 
 def _point_memo(env: dict[str, int]) -> dict:
-    """`_eval`'s memo for the point `env`, shared by every refuter and sampler of the running
+    """`exact_value`'s memo for the point `env`, shared by every refuter and sampler of the running
     plan that evaluates there: each range a plan tries has its own prover and samplers, but
     most of their points are the same (only the split symbol's value moves), and evaluating
     a conv net's offsets (Max trees of nested floors) again at each was a tenth of its plan."""
@@ -259,49 +260,9 @@ def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | int | None:
     if isinstance(d, int):
         return d
     try:
-        return _eval(sympy.sympify(d), env, memo)
-    except (_NoValue, ZeroDivisionError):
+        return exact_value(sympy.sympify(d), env, memo)
+    except (NoValue, ZeroDivisionError):
         return None
-
-
-class _NoValue(Exception):
-    pass
-
-
-def _eval(e, env: dict[str, int], memo: dict) -> Fraction | int:
-    # NOTE: ints where the value is integral (most of a plan's sizes and offsets), Fractions
-    # only below a division: Fraction arithmetic normalises by a gcd at every step
-    v = memo.get(e)
-    if v is not None:
-        return v
-    if e.is_Integer:
-        v = int(e)
-    elif e.is_Rational:
-        v = Fraction(int(e.p), int(e.q))
-    elif e.is_Symbol:
-        if e.name not in env:
-            raise _NoValue
-        v = env[e.name]
-    elif e.is_Add:
-        v = sum(_eval(a, env, memo) for a in e.args)
-    elif e.is_Mul:
-        v = 1
-        for a in e.args:
-            v *= _eval(a, env, memo)
-    elif e.is_Pow and e.exp.is_Integer:
-        k = int(e.exp)
-        v = _eval(e.base, env, memo) ** k if k >= 0 else Fraction(_eval(e.base, env, memo)) ** k
-    elif isinstance(e, sympy.floor):
-        v = math.floor(_eval(e.args[0], env, memo))
-    elif isinstance(e, sympy.ceiling):
-        v = math.ceil(_eval(e.args[0], env, memo))
-    elif isinstance(e, (sympy.Max, sympy.Min)):
-        vals = [_eval(a, env, memo) for a in e.args]
-        v = max(vals) if isinstance(e, sympy.Max) else min(vals)
-    else:
-        raise _NoValue
-    memo[e] = v
-    return v
 
 
 # ---- the plan -----------------------------------------------------------------------------
@@ -688,7 +649,7 @@ class _Sampler:
         self.env = env
         self.key = tuple(sorted(env.items()))  # the point, as a memo key (max_dims)
         self._memo: dict = {}
-        self._exact: dict = _point_memo(env)  # _eval's memo of subexpressions
+        self._exact: dict = _point_memo(env)  # exact_value's memo of subexpressions
 
     def __call__(self, d: Dim) -> int:
         if isinstance(d, int):
@@ -699,11 +660,11 @@ class _Sampler:
             # (a tree rebuild, about a millisecond, tens on a voice model's sizes) only for
             # nodes it does not know
             try:
-                x = _eval(sympy.sympify(d), self.env, self._exact)
+                x = exact_value(sympy.sympify(d), self.env, self._exact)
                 v = int(x) if x.denominator == 1 else 0
             except ZeroDivisionError:
                 v = 0  # sympy's substitution divides by 0 there too (zoo): ranked as 0
-            except _NoValue:
+            except NoValue:
                 try:
                     v = evaluate(d, self.env)
                 except (ValueError, TypeError):
