@@ -20,7 +20,7 @@ from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
 from ..llvm import object_cache
 from ..llvm.target import LIGHT, host_cpu, resolve_target
-from .dedup import forward_duplicates
+from .dedup import forward_duplicates, forward_version
 from .features import check_cpu, required_features
 from .shared_helpers import share_helpers
 from .split import control_only, size, split_by_level
@@ -102,14 +102,18 @@ class CpuBackend:
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
-        from .emit import emit_assembly, emit_llvm
+        from .emit import KERNEL_FNTY, emit_assembly, emit_llvm
 
         if stop == "lib":
             return self._emit_parallel(module, name, step)
         t0 = time.perf_counter()
         llmod = llir.Module(name=name)
         llmod.triple = self.triple or llvm.get_process_triple()  # so --emit llvm output is self-describing
-        for v in module.versions:
+        twins = _twins(module)
+        for k, v in enumerate(module.versions):
+            if k in twins:  # the same program as an earlier version: its entry calls that one's
+                forward_version(llmod, v.program.name, twins[k], KERNEL_FNTY)
+                continue
             emit_llvm(v.program, v.plan, v.program.name, llmod, parallel=self.parallel)
         step("llvm", time.perf_counter() - t0)
         if stop == "llvm":
@@ -121,7 +125,9 @@ class CpuBackend:
         processes (llvmlite serialises every LLVM call behind one lock, so threads would not
         overlap; one job: in this process). The weight constants all versions share are defined once, in their own
         object; each version module sees them `available_externally` (the optimiser still
-        reads their values, nothing is emitted twice). A function identical to another
+        reads their values, nothing is emitted twice). A version whose program and plan
+        equal an earlier one's is not emitted: its entry, in a module of stubs, calls the
+        earlier entry (`_twins`); a function identical to another
         one, of its version or another, is compiled once (`forward_duplicates`); with fewer versions than workers
         each version's module is cut into parts (`split_by_level`) so every worker has work,
         and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
@@ -130,14 +136,22 @@ class CpuBackend:
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
-        from .emit import emit_llvm
+        from .emit import KERNEL_FNTY, emit_llvm
 
         t0 = time.perf_counter()
         triple = self.triple or llvm.get_process_triple()
         versions, consts = [], {}
         jobs = _jobs()
-        parts = -(-jobs // max(1, len(module.versions)))  # fewer versions than workers: split them
-        for v in module.versions:
+        twins = _twins(module)
+        stubs = llir.Module(name=f"{name}.twins")  # the entries of versions that another one's code serves
+        stubs.triple = triple
+        for k, target in twins.items():
+            forward_version(stubs, module.versions[k].program.name, target, KERNEL_FNTY)
+        # fewer versions than workers: split them
+        parts = -(-jobs // max(1, len(module.versions) - len(twins)))
+        for k, v in enumerate(module.versions):
+            if k in twins:
+                continue
             m = llir.Module(name=f"{name}.{v.program.name}")
             m.triple = triple
             emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel)
@@ -170,6 +184,8 @@ class CpuBackend:
         # loop strength reduction only for the micro-kernels (llvm/target.py `_no_lsr`)
         helpers = [(shared, (*target, (self.opt, self.opt, True)))] if shared else []
         pieces = [(m, (*target, (*(lv if isinstance(lv, tuple) else (lv, lv)), False))) for m, lv in mods]
+        if twins:
+            pieces.append((stubs, (*target, (self.opt, self.opt, False))))
         # (the constants' module holds data only: nothing for the optimiser to do)
         objs = compile_in_workers([(cmod, (*target, 0)), *helpers, *pieces], jobs)
         object_cache.prune()
@@ -303,6 +319,15 @@ def _compile_one(k: int) -> bytes:
         obj = emit_object(text, triple, cpu, features, ir_opt, cg_opt, lsr)
         object_cache.store(key, obj)
     return obj
+
+
+def _twins(module) -> dict[int, str]:
+    """Versions of kernel module `module` whose program and plan equal an earlier version's
+    (`kernel/fingerprint.py`): index -> the entry name of the earlier version, whose code
+    serves both."""
+    from onnxcc.kernel.fingerprint import version_twins
+
+    return {k: module.versions[j].program.name for k, j in version_twins(module.versions).items()}
 
 
 def _weight(mod) -> int:

@@ -13,6 +13,11 @@ function, keeps the functions apart.
 A target in another module (another version's) is given `hidden` linkage and declared
 where the stub calls it; version functions are named after their version, so the name is
 unique in the library (and per CPU level in a multi-ISA build).
+
+A whole version whose kernel program and memory plan equal an earlier version's (the key of
+`kernel/fingerprint.py`, taken before any LLVM is emitted) is not emitted at all: its entry
+is a stub calling the earlier version's entry (`forward_version`), which the dispatcher
+reaches under the version's own guard as before.
 """
 
 from __future__ import annotations
@@ -93,6 +98,21 @@ def forward_duplicates(versions: list[tuple[ir.Module, str]]) -> int:
             _forward(fn, callee)
             stubs += 1
     return stubs
+
+
+def forward_version(module: ir.Module, name: str, target: ir.Function | str, ftype: ir.FunctionType) -> ir.Function:
+    """Define version entry `name` in `module` as a tail call of entry `target` (a function
+    of `module`, or the name of one defined in another module of the library: declared here)
+    with the same arguments."""
+    if isinstance(target, str):
+        callee = module.globals.get(target)
+        if callee is None:
+            callee = ir.Function(module, ftype, target)
+    else:
+        callee = target
+    fn = ir.Function(module, ftype, name)
+    _forward(fn, callee)
+    return fn
 
 
 def _shape(fn: ir.Function) -> tuple:
