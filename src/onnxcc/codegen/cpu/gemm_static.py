@@ -42,6 +42,13 @@ measured on [S, k] @ [k, S], 4 heads: 0.51x the time at k = 8, S = 1599; 0.85x a
 0.75-0.87x at k = 32 and 64, S = 1000)"""
 
 
+def dense_rows(g: GemmPlan) -> bool:
+    """Whether `g` is a dense layer (B prepacked, A read in place or packed per task), whose
+    tiles run row block by row block (`rows_outer`) in tasks of one row panel (gemm.py
+    `_Geometry._dense_tasks`)."""
+    return g.b_const and not g.a_const and g.window is None
+
+
 def rows_outer(g: GemmPlan) -> bool:
     """Whether the tiles of a block run with the B panels innermost (each row block of C written
     left to right) instead of the A panels (each column strip written top to bottom, the order
@@ -53,7 +60,7 @@ def rows_outer(g: GemmPlan) -> bool:
     keeps the broadcast operand's micro-panel; column strips kept instead a 32 KiB B panel
     (256 x 32 floats) that does not fit beside anything in a 32 KiB L1 (the MLP's
     x[M, 512] @ W[512, 2048] at M = 128 / 512: 0.9x the time)."""
-    if g.b_const and not g.a_const and g.window is None:
+    if dense_rows(g):
         return True
     k = 1
     for _, x in g.reduce.vars:
