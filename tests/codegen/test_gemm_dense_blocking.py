@@ -13,7 +13,7 @@ import pytest
 from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import KernelProgram, Var, relu, rsum
-from onnxcc.kernel.schedule import ONE_BLOCK_MAX_K, TargetInfo, match_gemm, schedule_program
+from onnxcc.kernel.schedule import DENSE_MIN_WORK, ONE_BLOCK_MAX_K, TargetInfo, match_gemm, schedule_program
 
 F32 = DType.f32
 M, S = sym("M"), sym("S")
@@ -41,8 +41,16 @@ def test_one_k_block_up_to_the_limit():
     assert _plan(512, 256).kc == 512 == ONE_BLOCK_MAX_K
     assert _plan(300, 256).kc == 300
     assert _plan(1024, 256).kc == target_kc  # past the limit: the target's blocks
-    assert _plan(100, 256).kc == target_kc  # one block anyway
+    assert _plan(200, 256).kc == target_kc  # one block anyway
     assert _plan(512, 256, const_b=False).kc == target_kc  # B packed per call: not a dense layer
+    assert _plan(300, 64).kc == target_kc  # 300 x 64 multiply-adds a row: not a dense layer
+
+
+def test_dense_only_from_the_work_per_row():
+    assert _plan(256, 128).dense and 256 * 128 == DENSE_MIN_WORK
+    assert not _plan(256, 127).dense
+    assert not _plan(96, 16).dense  # a small channels-last 1x1 conv's shape
+    assert not _plan(1024, 256, const_b=False).dense
 
 
 @pytest.mark.parametrize("k,n,row,want", [
@@ -52,6 +60,7 @@ def test_one_k_block_up_to_the_limit():
     (512, 2048, None, False),   # 2 KiB apart: two set groups, as the direct path measured best
     (768, 256, None, False),
     (1024, 64, None, False),    # too few columns to pay for the copy
+    (1024, 16, None, False),    # not a dense layer (16k multiply-adds a row)
 ])
 def test_stage_only_aliasing_rows(k, n, row, want):
     g = _plan(k, n, row)

@@ -143,6 +143,10 @@ class GemmPlan:
     row_ops: tuple[RowOp, ...] | None = None
     """the epilogue as per-row operations the window micro-kernel applies before it stores
     (kernel/row_epilogue.py; None: a separate pass over the stored tile)"""
+    dense: bool = False
+    """a dense layer: B prepacked, A not, static N x K of at least DENSE_MIN_WORK multiply-adds
+    per row (codegen/cpu/gemm_static.py `dense_rows`: tiles row block by row block, in tasks
+    of one row panel; K up to ONE_BLOCK_MAX_K in one block)"""
     a_stage: bool = False
     """A is read in place (`a_direct`) but its rows sit a multiple of 4 KiB apart (a hidden
     size of 1024 or 2048 floats), so the micro-kernel's rows would all map to the same L1
@@ -534,6 +538,10 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
     return g
 
 
+DENSE_MIN_WORK = 1 << 15
+"""the fewest multiply-adds per row (N x K) of a dense layer: a task of one row panel is then
+at least ~20k FMA cycles, past which its own overhead does not show (a channels-last 1x1
+conv of 16 -> 96 channels, 1.5k per pixel, keeps its blocks of 8 panels)"""
 ONE_BLOCK_MAX_K = 512
 """the longest static k a dense layer (B prepacked, A not) multiplies in one k block: the
 tile is final when the micro-kernel stores it (its bias / ReLU / residual in registers,
@@ -563,10 +571,14 @@ def _a_row_stride(a: Expr, m: Sequence[str], program: KernelProgram) -> int | No
 
 
 def _dense_blocking(g: GemmPlan, a: Expr, ks: list, n_static: int | None, program: KernelProgram) -> GemmPlan:
-    """A dense layer's k block and A staging: one k block up to ONE_BLOCK_MAX_K (measured on
-    the MLP's x[M, 512] @ W[512, 2048], M = 128 / 512: 0.94-0.97x the time of two blocks of
-    256), and `a_stage` where A's rows alias in L1 (x[M, 2048] @ W[2048, 512]: 0.85-0.9x)."""
-    if len(ks) == 1 and ks[0] is not None and g.kc < ks[0] <= ONE_BLOCK_MAX_K:
+    """A dense layer (`GemmPlan.dense`) with its k block and A staging: one k block up to
+    ONE_BLOCK_MAX_K (measured on the MLP's x[M, 512] @ W[512, 2048], M = 128 / 512:
+    0.94-0.97x the time of two blocks of 256), and `a_stage` where A's rows alias in L1
+    (x[M, 2048] @ W[2048, 512]: 0.85-0.9x)."""
+    if len(ks) != 1 or ks[0] is None or n_static is None or n_static * ks[0] < DENSE_MIN_WORK:
+        return g
+    g = dataclasses.replace(g, dense=True)
+    if g.kc < ks[0] <= ONE_BLOCK_MAX_K:
         g = dataclasses.replace(g, kc=ks[0])
     if g.a_direct and n_static is not None and n_static >= A_STAGE_MIN_N:
         lda = _a_row_stride(a, g.m, program)

@@ -802,17 +802,18 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
     kc_max = geo.kco * g.k_inner
+    task_panels = 1 if dense_rows(g) else g.mc_panels  # the row panels of one task, at most
     if g.a_direct:  # A's rows are read in place: its pointer, row stride, strides per index
         a_load = g.a
         a_base_ptr = fctx.buffer_ptr(a_load.buffer)
         a_strides = {i.name: st for i, st in zip(a_load.indices, fctx.strides(a_load.buffer)) if isinstance(i, Var)}
         lda = a_strides[[v for v in g.m if v in a_strides][-1]]  # m vars of extent 1 may read 0
         if g.a_stage:  # a stack block of the task's rows, at a row stride that does not alias in L1
-            a_ld, (astage, lda) = lda, stage_block(fctx, g, kc_max)
+            a_ld, (astage, lda) = lda, stage_block(fctx, g, task_panels, kc_max)
     elif g.a_const:  # packed at compile time, [panel][K][mr]
         apack = fctx.global_ptr(_const_global(kem, g.a_packed))
     else:
-        apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
+        apack = fctx.eb.alloca(ir.ArrayType(F32, task_panels * MR * kc_max), name="apack")
         apack.align = 64
         apack.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     bbase = _packed_b_ptr(kem, fctx, g)

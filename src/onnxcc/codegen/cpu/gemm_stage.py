@@ -25,10 +25,10 @@ A_STAGE_PAD = 16
 one L1 set apart (and stay 64-byte aligned)"""
 
 
-def stage_block(fctx: FnCtx, g: GemmPlan, kc_max: int) -> tuple[ir.Value, ir.Value]:
-    """(the task's stack block for mc_panels x mr rows of kc_max floats, its row stride: i64)."""
+def stage_block(fctx: FnCtx, g: GemmPlan, panels: int, kc_max: int) -> tuple[ir.Value, ir.Value]:
+    """(the task's stack block for `panels` x mr rows of kc_max floats, its row stride: i64)."""
     lds = kc_max + A_STAGE_PAD
-    block = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * g.mr * lds), name="astage")
+    block = fctx.eb.alloca(ir.ArrayType(F32, panels * g.mr * lds), name="astage")
     block.align = 64
     block.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     return block, i64(lds)

@@ -43,10 +43,10 @@ measured on [S, k] @ [k, S], 4 heads: 0.51x the time at k = 8, S = 1599; 0.85x a
 
 
 def dense_rows(g: GemmPlan) -> bool:
-    """Whether `g` is a dense layer (B prepacked, A read in place or packed per task), whose
-    tiles run row block by row block (`rows_outer`) in tasks of one row panel (gemm.py
-    `_Geometry._dense_tasks`)."""
-    return g.b_const and not g.a_const and g.window is None
+    """Whether `g` is a dense layer (kernel/schedule.py `GemmPlan.dense`: B prepacked, A read
+    in place or packed per task, N x K wide enough), whose tiles run row block by row block
+    (`rows_outer`) in tasks of one row panel (gemm.py `_Geometry._dense_tasks`)."""
+    return g.dense and g.b_const and not g.a_const and g.window is None
 
 
 def rows_outer(g: GemmPlan) -> bool:
