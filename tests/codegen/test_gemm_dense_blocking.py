@@ -150,3 +150,16 @@ def test_mlp_through_the_user_path_matches_ort(tmp_path):
         got = lib.run({"x": x})["y"]
         np.testing.assert_allclose(np.asarray(got), ort_run(tmp_path / "m.onnx", {"x": x})["y"], rtol=1e-4,
                                    atol=1e-4, err_msg=f"batch={batch}")
+
+
+def test_pool_chunks_match_the_runtime():
+    """The dense tasks are counted in the runtime pool's chunks: the constant codegen assumes
+    is the one the C runtime cuts by."""
+    import re
+    from pathlib import Path
+
+    from onnxcc.codegen.cpu import gemm
+
+    src = (Path(gemm.__file__).parents[2] / "codegen" / "c" / "runtime" / "onnxcc_rt.c").read_text()
+    m = re.search(r"#define ONNXCC_CHUNKS_PER_THREAD (\d+)", src)
+    assert m is not None and int(m.group(1)) == gemm.POOL_CHUNKS_PER_THREAD

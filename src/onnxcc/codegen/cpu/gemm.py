@@ -96,6 +96,9 @@ if TYPE_CHECKING:
 
 NUM_THREADS = "onnxcc_num_threads"
 """`int onnxcc_num_threads(void)`: the runtime pool's threads, the caller included"""
+POOL_CHUNKS_PER_THREAD = 4
+"""the chunks per thread onnxcc_parallel_for cuts its items into (runtime/onnxcc_rt.c
+ONNXCC_CHUNKS_PER_THREAD): a dense layer's task count is made a multiple of them"""
 PARALLEL_MIN_WORK = 1 << 17
 """multiply-adds below which a GEMM runs on the calling thread (waking the pool costs more)"""
 
@@ -164,15 +167,17 @@ class _Geometry:
 
     def _dense_tasks(self, b: ir.IRBuilder) -> None:
         """A dense layer's tasks (tiles row block by row block, `dense_rows`): one row panel
-        each, so no A block needs to stay in L2, and the columns cut in as many blocks as make
-        the tasks about `tasks` per thread and, where the row panels are not a multiple of
-        the threads, a multiple of them (M = 128 on 2 threads: 11 panels dealt 5 / 6 before,
-        now 2 x 11 half-width tasks)."""
+        each, so no A block needs to stay in L2, and the columns cut in blocks so there are
+        about `tasks` per thread and, on several threads, a multiple of the pool's chunks
+        (POOL_CHUNKS_PER_THREAD per thread: onnxcc_parallel_for deals ceil(n / chunks) tasks
+        a chunk). M = 128 on 2 threads is 11 row panels: cut in 4 blocks as before, the two
+        threads ran 5 and 6 of them; now 88 tasks in 8 chunks of 11."""
         rows = _umax(b, _mul(b, self.Bt, self.Pm, "dense.rows"), i64(1), "dense.rows")
         want = _ceildiv_v(b, self._tasks, rows, "dense.njc")
-        even = b.icmp_unsigned("==", b.urem(rows, self.threads, name="dense.rem"), i64(0), name="dense.even")
-        spread = _mul(b, _ceildiv_v(b, want, self.threads, "dense.njc.t"), self.threads, "dense.njc.r")
-        n_jc = b.select(even, want, spread, name="dense.njc")
+        chunks = _mul(b, self.threads, POOL_CHUNKS_PER_THREAD, "dense.chunks")
+        even = b.or_(b.icmp_unsigned("==", b.urem(rows, chunks, name="dense.rem"), i64(0), name="dense.even"),
+                     b.icmp_unsigned("==", self.threads, i64(1), name="dense.serial"), name="dense.even")
+        n_jc = b.select(even, want, _umax(b, want, chunks, "dense.njc.c"), name="dense.njc")
         self.n_ic = self.Pm
         self._per = rows
         self.n_jc = _umax(b, _umin(b, n_jc, self.Pn, "dense.njc"), i64(1), "dense.njc")
