@@ -1,6 +1,6 @@
 """A dense layer's GEMM plan (kernel/schedule.py `_dense_blocking`: B prepacked, A not): one
 k block up to ONE_BLOCK_MAX_K, and A's rows staged per task (`GemmPlan.a_stage`, codegen/cpu/
-gemm.py `_stage_a`) where they sit a multiple of 4 KiB apart and N is wide enough. The plan
+gemm_dense.py `stage_rows`) where they sit a multiple of 4 KiB apart and N is wide enough. The plan
 choices are asserted; the staged path is checked against numpy (rtol 1e-4, atol scaled with
 sqrt(K): f32 sums in another order) over row tails, k blocks with a remainder, column tails,
 batch vars in A and in the prepacked B, epilogues, serial and parallel."""
@@ -158,8 +158,8 @@ def test_pool_chunks_match_the_runtime():
     import re
     from pathlib import Path
 
-    from onnxcc.codegen.cpu import gemm
+    from onnxcc.codegen.cpu import gemm_dense
 
-    src = (Path(gemm.__file__).parents[2] / "codegen" / "c" / "runtime" / "onnxcc_rt.c").read_text()
+    src = (Path(gemm_dense.__file__).parents[2] / "codegen" / "c" / "runtime" / "onnxcc_rt.c").read_text()
     m = re.search(r"#define ONNXCC_CHUNKS_PER_THREAD (\d+)", src)
-    assert m is not None and int(m.group(1)) == gemm.POOL_CHUNKS_PER_THREAD
+    assert m is not None and int(m.group(1)) == gemm_dense.POOL_CHUNKS_PER_THREAD

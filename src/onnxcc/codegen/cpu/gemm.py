@@ -74,6 +74,7 @@ from ..llvm.helpers import (
 from . import gemm_gemv
 from . import gemm_window as gw
 from .gemm_columns import column_binder, column_segments
+from .gemm_dense import dense_blocks, stage_block, stage_rows
 from .gemm_flat import flat_columns_ok
 from .gemm_ir import RowIndex
 from .gemm_ir import add as _add
@@ -87,7 +88,6 @@ from .gemm_ir import umin as _umin
 from .gemm_ir import unflatten as _unflatten
 from .gemm_rows import row_tiles as _row_tiles
 from .gemm_rows import tile_heights as _tile_heights
-from .gemm_stage import stage_block, stage_rows
 from .gemm_static import dense_rows, narrow_wins, rows_outer
 from .gemm_ukr import ukr_function
 
@@ -96,9 +96,6 @@ if TYPE_CHECKING:
 
 NUM_THREADS = "onnxcc_num_threads"
 """`int onnxcc_num_threads(void)`: the runtime pool's threads, the caller included"""
-POOL_CHUNKS_PER_THREAD = 4
-"""the chunks per thread onnxcc_parallel_for cuts its items into (runtime/onnxcc_rt.c
-ONNXCC_CHUNKS_PER_THREAD): a dense layer's task count is made a multiple of them"""
 PARALLEL_MIN_WORK = 1 << 17
 """multiply-adds below which a GEMM runs on the calling thread (waking the pool costs more)"""
 
@@ -166,21 +163,9 @@ class _Geometry:
             self._dense_tasks(b)
 
     def _dense_tasks(self, b: ir.IRBuilder) -> None:
-        """A dense layer's tasks (tiles row block by row block, `dense_rows`): one row panel
-        each, so no A block needs to stay in L2, and the columns cut in blocks so there are
-        about `tasks` per thread and, on several threads, a multiple of the pool's chunks
-        (POOL_CHUNKS_PER_THREAD per thread: onnxcc_parallel_for deals ceil(n / chunks) tasks
-        a chunk). M = 128 on 2 threads is 11 row panels: cut in 4 blocks as before, the two
-        threads ran 5 and 6 of them; now 88 tasks in 8 chunks of 11."""
-        rows = _umax(b, _mul(b, self.Bt, self.Pm, "dense.rows"), i64(1), "dense.rows")
-        want = _ceildiv_v(b, self._tasks, rows, "dense.njc")
-        chunks = _mul(b, self.threads, POOL_CHUNKS_PER_THREAD, "dense.chunks")
-        even = b.or_(b.icmp_unsigned("==", b.urem(rows, chunks, name="dense.rem"), i64(0), name="dense.even"),
-                     b.icmp_unsigned("==", self.threads, i64(1), name="dense.serial"), name="dense.even")
-        n_jc = b.select(even, want, _umax(b, want, chunks, "dense.njc.c"), name="dense.njc")
-        self.n_ic = self.Pm
-        self._per = rows
-        self.n_jc = _umax(b, _umin(b, n_jc, self.Pn, "dense.njc"), i64(1), "dense.njc")
+        """A dense layer's tasks: one row panel each, the columns cut (gemm_dense.py)."""
+        rows, self.n_jc = dense_blocks(b, self.Bt, self.Pm, self.Pn, self._tasks, self.threads)
+        self.n_ic, self._per = self.Pm, rows
         self.n_tasks = _mul(b, rows, self.n_jc, "dense.tasks")
 
     def n_blocks(self, b: ir.IRBuilder, panels: ir.Value) -> tuple[ir.Value, ir.Value]:
