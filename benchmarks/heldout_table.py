@@ -76,6 +76,18 @@ repeats 60, load 1-2:
     gelu_erf_noln   0.73-0.82   0.80-0.95
     gelu_erf        0.81-0.90   0.50-0.67
 
+After branch gemmmlp (dense layers, kernel/schedule.py `GemmPlan.dense`: tiles row block by
+row block so A's 12 rows stay in L1 while the prepacked B panels stream; one k block up to
+K = 512, the bias / ReLU / residual in registers; A rows 4 KiB apart copied per task to a
+stride that does not alias in L1; tasks of one row panel, codegen/cpu/gemm_dense.py), after /
+before against main's sources in the same rounds, 1 thread, CPU clock, medians, load 6-11 on
+the 2 cores (three runs): MLP batch 1 / 16 / 128 / 512 0.80-0.89 / 0.75-0.79 / 0.82-0.95 /
+0.86-0.92, onnxcc / onnxruntime 0.85-0.93 at batch 16-512 (before: 1.0-1.17); transformer
+0.77-0.98 (seq 128 batch 4: 0.90-0.98, 0.86-0.99x onnxruntime). The x[M, 512] @ W[512, 2048]
+and x[M, 2048] @ W[2048, 512] GEMMs alone at M = 128 / 512: 0.87-0.92x their time, 95-105
+GFLOP/s where numpy's sgemm and onnxruntime ran 85-100 in the same rounds. `--threads 2` was
+not measurable that night: every runtime ran 4-6x slower on 2 threads than on 1.
+
 GB/s at 1 thread, activations alone: SiLU / Sigmoid 16-27 (31-54% of ROOF_GBS), tanh-GELU 13-15,
 Mish 15-18, Erf-GELU 7-10; with LN 7-18. Two
 threads (`--threads 2`, wall clock) were noise on that loaded machine (the [16, 1024] rows
