@@ -86,7 +86,7 @@ the 2 cores (four runs): MLP batch 1 / 16 / 128 / 512 0.75-0.89 / 0.75-0.84 / 0.
 0.89-0.98 in before / after runs without the peers (0.77-1.03 in this table's rows; seq 128
 batch 4 0.86-0.99x onnxruntime). The x[M, 512] @ W[512, 2048]
 and x[M, 2048] @ W[2048, 512] GEMMs alone at M = 128 / 512: 0.87-0.92x their time, 95-105
-GFLOP/s where numpy's sgemm and onnxruntime ran 85-100 in the same rounds. `--threads 2` was
+GFLOP/s where numpy's sgemm and onnxruntime ran 85-105 in the same rounds. `--threads 2` was
 not measurable that night: every runtime ran 4-6x slower on 2 threads than on 1.
 
 GB/s at 1 thread, activations alone: SiLU / Sigmoid 16-27 (31-54% of ROOF_GBS), tanh-GELU 13-15,
