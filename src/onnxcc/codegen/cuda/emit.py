@@ -211,6 +211,10 @@ class _KernelBuilder(ProgramContext):
         except ValueError:
             raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
 
+    def sym_lower(self, name: str) -> int | None:
+        """None: a symbol arrives as a plain kernel parameter, with no range promised to LLVM."""
+        return None
+
     def buffer_ptr(self, name: str) -> ir.Value:
         p = self._ptrs.get(name)
         if p is not None:

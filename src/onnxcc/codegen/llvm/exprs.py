@@ -128,6 +128,9 @@ class FunctionContext(Protocol):
     module: ir.Module
 
     def sym(self, name: str) -> ir.Value: ...
+    # the least value the function may assume of a symbol (what its loads of the symbol
+    # promise LLVM), None where it promises none: what int_bounds.py bounds symbols with
+    def sym_lower(self, name: str) -> int | None: ...
     def dim(self, d: Dim) -> ir.Value: ...
     def buffer_ptr(self, name: str) -> ir.Value: ...
     def strides(self, name: str) -> list[ir.Value]: ...
@@ -204,11 +207,9 @@ class ExprEmitter:
         self.var_level: dict[str, int] = {}
         self.var_ext: dict[str, Expr] = {}
         self._fails: dict[Expr, bool] = {}
-        # `!llvm.loop` hints for the loop of a one-var float sum (None: LLVM's defaults), set
-        # by a caller that knows the loop's shape (codegen/cpu/rowstage.py)
-        self.sum_loop_md: Callable[[], ir.MDValue | None] | None = None
-        self.bounds = LowerBounds(getattr(ctx, "sym_lower", lambda name: None))
-        """lower bounds of symbol arithmetic (int_bounds.py), where the context declares its symbols'"""
+        self.bounds = LowerBounds(ctx.sym_lower)
+        """lower bounds of symbol arithmetic (int_bounds.py), from the lower bounds the context
+        declares for its symbols"""
 
     # ---- frames --------------------------------------------------------------------------
     def push(self, bindings: dict[str, ir.Value], extents: dict[str, Expr | Dim] | None = None) -> None:
@@ -336,6 +337,15 @@ class ExprEmitter:
             raise CompileError(f"cpu codegen: no emitter for {type(e).__name__}")
         v = fn(self, e)
         self.frames[-1].cache[e] = v
+        return v
+
+    def reduce(self, e: Reduce, *, loop_md: ir.MDValue | None = None) -> ir.Value:
+        """`emit(e)` with `loop_md`, an `!llvm.loop` node, on the loop of the one-var reduction
+        `e` (None: LLVM's defaults), for a caller that knows the loop's shape
+        (codegen/cpu/rowstage.py: a row statistic's sum over a long static row)."""
+        v = self._lookup(e)
+        if v is None:
+            v = self.frames[-1].cache[e] = _reduce(self, e, loop_md)
         return v
 
     # ---- memory --------------------------------------------------------------------------
@@ -934,9 +944,11 @@ def _fake_binary(op: str, dt: DType) -> Binary:
     return Binary(op, z, z)
 
 
-def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
+def _reduce(em: ExprEmitter, e: Reduce, loop_md: ir.MDValue | None = None) -> ir.Value:
     if e.op in ("argmax", "argmin"):
         return _arg_reduce(em, e)
+    if loop_md is not None and len(e.vars) != 1:
+        raise CompileError(f"a loop hint for the {len(e.vars)} loops of {e.op}: a loop ID names one loop")
     b = em.b
     dt = e.body.dtype
     ty = compute_type(dt)
@@ -944,11 +956,10 @@ def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
     acc = em.ctx.alloca(ty, f"{e.op}.acc")
     b.store(start, acc)
     em.hoist(e.body, guarded=True)
-    md = em.sum_loop_md() if em.sum_loop_md and e.op == "sum" and dt.is_float and len(e.vars) == 1 else None
     with ExitStack() as st:
         for k, (v, ext) in enumerate(e.vars):
             n = em.emit(ext)
-            idx = st.enter_context(for_range(b, n, v.name, guard=True, metadata=md))
+            idx = st.enter_context(for_range(b, n, v.name, guard=True, metadata=loop_md))
             em.push({v.name: idx}, {v.name: ext})
             st.callback(em.pop)
             if k + 1 < len(e.vars):
