@@ -28,13 +28,12 @@ import math
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
-from onnxcc.ir import Dim, DType, canon
+from onnxcc.ir import Dim, DType
 from onnxcc.kernel.expr import (
     ERR_DIV_ZERO,
     Binary,
@@ -54,6 +53,7 @@ from onnxcc.kernel.expr import (
 )
 
 from . import small
+from .function_context import FunctionContext
 from .gelu_forms import erf_of_constant_quotient, half_x_one_plus_erf, one_plus_tanh
 from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .int_bounds import LowerBounds
@@ -117,63 +117,6 @@ def _bf16_round_np(x: np.float32) -> np.float32:
         return np.float32(x)
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
     return np.array(bits & 0xFFFFFFFF, np.uint32).view(np.float32)[()]
-
-
-# ---- what the emitter needs from its function -------------------------------------------
-
-
-class FunctionContext(Protocol):
-    """The per-function services an `ExprEmitter` uses (implemented by the backend)."""
-
-    module: ir.Module
-
-    def sym(self, name: str) -> ir.Value: ...
-    # the least value the function may assume of a symbol (what its loads of the symbol
-    # promise LLVM), None where it promises none: what int_bounds.py bounds symbols with
-    def sym_lower(self, name: str) -> int | None: ...
-    def dim(self, d: Dim) -> ir.Value: ...
-    def buffer_ptr(self, name: str) -> ir.Value: ...
-    def strides(self, name: str) -> list[ir.Value]: ...
-    def buffer_dtype(self, name: str) -> DType: ...
-    def buffer_shape(self, name: str) -> tuple[Dim, ...]: ...
-    def fail_block(self, code: int) -> ir.Block: ...
-    def alloca(self, ty: ir.Type, name: str) -> ir.Value: ...
-
-
-def row_major_strides(shape) -> list[Dim]:
-    """Element strides of a compact row-major tensor, as Dims."""
-    out: list[Dim] = []
-    acc: Dim = 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc = canon(acc * d)
-    return out[::-1]
-
-
-class ProgramContext:
-    """The FunctionContext services both backends derive the same way from the kernel
-    program: dims and strides computed once in the entry block, buffer dtypes and shapes.
-    Subclasses set `program`, `entry_em` (an emitter on the entry block) and `_strides`."""
-
-    def dim(self, d: Dim) -> ir.Value:
-        """A Dim as an i64 value computed once in the entry block."""
-        d = canon(d)
-        if isinstance(d, int):
-            return ir.Constant(I64, d)
-        return self.entry_em.emit(dim_to_expr(d))
-
-    def buffer_dtype(self, name: str) -> DType:
-        return self.program.buffers[name].dtype
-
-    def buffer_shape(self, name: str) -> tuple[Dim, ...]:
-        return self.program.buffers[name].shape
-
-    def strides(self, name: str) -> list[ir.Value]:
-        s = self._strides.get(name)
-        if s is None:
-            s = [self.dim(d) for d in row_major_strides(self.program.buffers[name].shape)]
-            self._strides[name] = s
-        return s
 
 
 @dataclass
