@@ -319,13 +319,7 @@ class KernelEmitter:
 
     def access_md(self, k: int) -> AccessMetadata:
         """Scoped-noalias metadata for statement k: its loads never alias its stores."""
-        m = self.module
-        tag = f"onnxcc.{self.fn_name}.s{k}"
-        dom = m.add_metadata([ir.MetaDataString(m, tag)])
-        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
-        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
-        return AccessMetadata(load=[("alias.scope", reads), ("noalias", writes)],
-                              store=[("alias.scope", writes), ("noalias", reads)])
+        return AccessMetadata.scoped_noalias(self.module, f"onnxcc.{self.fn_name}.s{k}")
 
     # ---- Compute ---------------------------------------------------------------------------
     def nest_plan(self, c: Compute) -> NestPlan:

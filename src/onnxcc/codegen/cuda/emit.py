@@ -247,13 +247,7 @@ class _KernelBuilder(ProgramContext):
     # ---- the kernel ------------------------------------------------------------------------
     def access_md(self) -> AccessMetadata:
         """Scoped-noalias metadata: the compute's loads never alias its store."""
-        m = self.module
-        tag = f"onnxcc.{self.fn.name}"
-        dom = m.add_metadata([ir.MetaDataString(m, tag)])
-        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
-        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
-        return AccessMetadata(load=[("alias.scope", reads), ("noalias", writes)],
-                              store=[("alias.scope", writes), ("noalias", reads)])
+        return AccessMetadata.scoped_noalias(self.module, f"onnxcc.{self.fn.name}")
 
     def sreg(self, name: str) -> ir.Value:
         if self.sregs:

@@ -132,6 +132,16 @@ class AccessMetadata:
     load: list[tuple[str, ir.MDValue]] = field(default_factory=list)
     store: list[tuple[str, ir.MDValue]] = field(default_factory=list)
 
+    @classmethod
+    def scoped_noalias(cls, m: ir.Module, tag: str) -> AccessMetadata:
+        """Fresh alias scopes `tag.reads` / `tag.writes` in a domain `tag`: the statement's
+        loads never alias its stores."""
+        dom = m.add_metadata([ir.MetaDataString(m, tag)])
+        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
+        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
+        return cls(load=[("alias.scope", reads), ("noalias", writes)],
+                   store=[("alias.scope", writes), ("noalias", reads)])
+
 
 # ---- the emitter --------------------------------------------------------------------------
 
