@@ -108,3 +108,28 @@ def test_gelu_erf_uses_erf_div(tmp_path):
     assert llvm_ir.count('call float @"onnxcc.math.gelu.f32"(') == 3  # the three GELU spellings
     assert llvm_ir.count('call float @"onnxcc.math.erf_div.f32"(') == 1  # erf(x / 3)
     assert llvm_ir.count('call float @"onnxcc.math.erf.f32"(') == 1  # erf(x / t)
+
+
+def test_gelu_ops_reach_vmath_gelu(tmp_path):
+    """onnx.Gelu (opset 20) and com.microsoft.Gelu lower to 0.5 x (1 + erf(x * (1 / sqrt 2))):
+    the factor form reaches vmath's gelu too, within the float64 reference's bound (the
+    reference takes the graph's rounded quotient; vmath's gelu the product with 1 / sqrt 2 as
+    fitted for sqrt 2, 3.4e-8 apart) and onnxruntime's."""
+    n = helper.make_node
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", WIDTH])
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["batch", WIDTH]) for o in ("g20", "gms")]
+    g = helper.make_graph([n("Gelu", ["x"], ["g20"]), n("Gelu", ["x"], ["gms"], domain="com.microsoft")],
+                          "gelu_ops", [x], outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("com.microsoft", 1)],
+                          ir_version=9)
+    path = tmp_path / "g.onnx"
+    onnx.save(m, path)
+    llvm_ir = onnxcc.compile(path, tmp_path / "ll", emit="llvm", max_versions=1).text
+    assert llvm_ir.count('call float @"onnxcc.math.gelu.f32"(') == 2
+    onnxcc.compile(path, tmp_path / "lib", max_versions=1)
+    feeds = {"x": _inputs(5)["x"]}
+    got = onnxcc.load(tmp_path / "lib").run(feeds)
+    ort = ort_run(str(path), feeds)
+    for name in ("g20", "gms"):
+        _check_gelu(got[name], feeds["x"])
+        np.testing.assert_allclose(got[name], ort[name], rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -60,24 +60,38 @@ def half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
     return None
 
 
-#: the divisor vmath's `gelu` is fitted for: sqrt 2 rounded to f32
+#: the divisor vmath's `gelu` is fitted for: sqrt 2 rounded to f32; and the factor onnx.Gelu's
+#: and com.microsoft.Gelu's lowering writes instead, 1 / sqrt 2 rounded to f32 (its product
+#: with the divisor is 1 - 3.4e-8: less than the half ulp by which the graph's own f32 product
+#: x * (1 / sqrt 2) may miss, so vmath's gelu is as close to that graph's exact value)
 _SQRT2_F32 = np.float32(np.sqrt(2.0))
+_INV_SQRT2_F32 = np.float32(1.0 / np.sqrt(2.0))
+
+
+def _erf_argument_over_sqrt2(u: Expr) -> Expr | None:
+    """y where `u` is y / sqrt 2 or y * (1 / sqrt 2) (either order), the constants as f32."""
+    if not (isinstance(u, Binary) and u.dtype is DType.f32):
+        return None
+    if u.op == "div" and isinstance(u.b, Const) and np.float32(u.b.value) == _SQRT2_F32:
+        return u.a
+    if u.op == "mul":
+        for y, k in ((u.a, u.b), (u.b, u.a)):
+            if isinstance(k, Const) and np.float32(k.value) == _INV_SQRT2_F32:
+                return y
+    return None
 
 
 def exact_gelu(e: Binary) -> Expr | None:
     """x where `e` is the f32 GELU x * 0.5 * (1 + erf(x / sqrt 2)) (any grouping and order
-    `half_x_one_plus_erf` takes, the divisor sqrt 2 rounded to f32, the same x in both
-    places): what vmath's `gelu` computes."""
+    `half_x_one_plus_erf` takes, erf's argument x / sqrt 2 or x * (1 / sqrt 2), the
+    constants as f32, the same x in both places): what vmath's `gelu` computes."""
     if e.dtype is not DType.f32:
         return None
     found = half_x_one_plus_erf(e)
     if found is None:
         return None
     x, t = found
-    q = erf_of_constant_quotient(t)
-    if q is None or q[0] != x or np.float32(q[1].value) != _SQRT2_F32:
-        return None
-    return x
+    return x if _erf_argument_over_sqrt2(t.a) == x else None
 
 
 def one_plus_tanh(e: Binary) -> Expr | None:
