@@ -77,8 +77,9 @@ repeats 60, load 1-2:
     gelu_erf        0.81-0.90   0.50-0.67
 
 After branch erfln (the f32 exact GELU as one vmath function, x Phi(x) with Phi(-|x|) =
-exp(-x**2 / 2) R(|x|) / 2, R a degree 4/5 rational: 29 vector ops and a division per 16
-floats for 44, and more accurate than the graph's 1 + erf where that cancels), `--before`
+exp(-x**2 / 2) R(|x|) / 2, R a degree 4/5 rational: 31 arithmetic vector ops per 16 floats,
+a division among them, for 37 and 6 constant reloads, and more accurate than the graph's
+1 + erf where that cancels), `--before`
 main's sources, same run, 1 thread, CPU clock, repeats 60, load 11 on the 2 cores:
 
     gelu_erf        0.82-0.96   0.44-0.57   (geomean 0.479; the 0.57 at [1, 128], noisiest)

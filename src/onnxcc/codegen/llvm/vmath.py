@@ -849,10 +849,11 @@ def _gelu(m: _Math, x):
     exp with its 2**-1 in the scale and the rounding of a**2 folded into its reduced
     argument, the rational R, then Phi = Phi(-a) for x < 0 and 1 - Phi(-a) otherwise, so
     neither side cancels (the graph's 1 + erf(x / c) does for x < 0: its error there, and
-    onnxruntime's, is absolute, up to 4.3e-8 |x|). 29 vector ops and a division per 16
-    floats against 44 and none for h + h erf_div(x, c) (two branches of erf, each a
-    polynomial, one with an exp; the division replaced 3 ops). Error: see
-    tests/codegen/test_vmath_gelu.py."""
+    onnxruntime's, is absolute, up to 4.3e-8 |x|). In the LayerNorm chain's first pass
+    (x86 AVX-512, counted in the assembly): 31 arithmetic vector ops per 16 floats, one of
+    them a division, against 37 for h + h erf_div(x, c) (two branches of erf, each a
+    polynomial, one with an exp), whose constants also did not all fit the registers (6.5
+    reloads a vector). Error: see tests/codegen/test_vmath_gelu.py."""
     if m.f64:
         raise TypeError("vmath gelu is f32 only (the f64 GELU stays h + h erf_div)")
     b = m.b
