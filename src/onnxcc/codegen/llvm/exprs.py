@@ -54,7 +54,7 @@ from onnxcc.kernel.expr import (
 
 from . import small
 from .function_context import FunctionContext
-from .gelu_forms import erf_of_constant_quotient, half_x_one_plus_erf, one_plus_tanh
+from .gelu_forms import emit_gelu_form, erf_of_constant_quotient
 from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .int_bounds import LowerBounds
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
@@ -743,19 +743,9 @@ INT_BINARY: dict[str, BinFn] = {
 
 
 def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
-    gelu = half_x_one_plus_erf(e)
-    if gelu is not None:
-        # x * (1 + erf) * 0.5 as h + h erf, h = x / 2 (exact but for denormal x): one fma and
-        # one product instead of a sum and two products, rounded once (for erf near -1 the
-        # sum 1 + erf is not rounded first), and no overflow of x * 2 near the float maximum
-        h = em.b.fmul(em.emit(gelu[0]), _fconst(em.emit(gelu[0]), 0.5), name="half.x")
-        return em.intr("llvm.fma", [em.emit(gelu[1]), h, h], label="gelu")
-    u = one_plus_tanh(e)
-    if u is not None:
-        # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is
-        # about half tanh's vector ops, and for u << 0 it keeps the digits the sum cancels
-        two = _fconst(em.emit(u), 2.0)
-        return em.b.fmul(em.math("sigmoid", em.b.fmul(em.emit(u), two, name="twice")), two, name="one.tanh")
+    form = emit_gelu_form(em, e)  # the GELUs' cheaper forms (gelu_forms.py)
+    if form is not None:
+        return form
     a, b = em.emit(e.a), em.emit(e.b)
     table = FLOAT_BINARY if e.a.dtype.is_float else INT_BINARY
     fn = table.get(e.op)
