@@ -24,6 +24,7 @@ from onnxcc.kernel.conv_call import NR, POOL_ROWS, SIZES
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
+from . import conv_out_rows as out_rows
 from . import gemm_call as gcall
 from .gemm_ir import add, ceildiv, mul, umin
 
@@ -53,9 +54,11 @@ def _gepf(b: ir.IRBuilder, base: ir.Value, off: ir.Value | int, name: str) -> ir
 def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     """`void ukr(ptr rowp, ptr q, i64 S0, i64 SS0, i64 S1, i64 SS1, i64 L, ptr c, i64 ldc,
     i64 ncols, i64 nrows, ptr bias, i64 relu, i64 pool, ptr res)`: MR x NR of C from one
-    packed panel q, row r of the window at rowp[r]; rows >= nrows and columns >= ncols are not
-    stored; bias points at the panel's first column; with pool = 4 each 4 rows are maxed into
-    one row of C; res (null: none) is a residual tile laid out like C, added before the ReLU.
+    packed panel q, row r of the window at rowp[r]; stored row g at c[g] (a row pointer each:
+    a padded C's rows are not evenly spaced, conv_out_rows.py); rows >= nrows and columns >=
+    ncols are not stored; bias points at the panel's first column; with pool = 4 each 4 rows
+    are maxed into one stored row; res (null: none) is a residual tile, row r at res + r*ldc,
+    added before the ReLU.
     With `nv` = 1 only the panel's first 16 columns: a conv of at most 16 output channels (a
     small stem) does half the FMAs of the full panel."""
     name = f"onnxcc.f32conv.ukr.{MR}x{16 * nv}"
@@ -148,7 +151,8 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
         return b.select(neg, lov, x, name="act")
 
     def store(row: int, vals: list[ir.Value]) -> None:
-        crow = _gepf(b, c, mul(b, ldc, row, "c.off") if row else i64(0), "c.row")
+        crow = b.load(b.gep(c, [i64(row)], inbounds=True, name="c.pp", source_etype=PTR), name="c.row", typ=PTR,
+                      align=8)
         for v, x in enumerate(vals):
             b.call(mstore, [x, _gepf(b, crow, 16 * v, "c.p"), i32(4), masks[v]])
 
@@ -191,6 +195,8 @@ def _body(module: ir.Module) -> ir.Function:
         cbat = _gepf(b, t.bufs["C"], add(b, mul(b, t.bi, sz["sc"], "c.b"), t.col, "c.off"), "c.bat")
         rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sc"], "r.b"), t.col, "r.off"), "r.bat")
         bcol = _gepf(b, t.bufs["B"], t.col, "bias.j")
+        with b.goto_entry_block():
+            crow = b.alloca(ir.ArrayType(PTR, MR), name="crow")  # the tile's stored rows' pointers
         r_lo, r_hi = t.rows()
         last = b.sub(r_hi, i64(1), name="r.last")
         with for_range(b, ceildiv(b, b.sub(r_hi, r_lo, name="r.n"), MR, "tiles"), "mb", guard=True) as mb:
@@ -200,10 +206,10 @@ def _body(module: ir.Module) -> ir.Function:
                 off = b.load(b.gep(t.bufs["T"], [mr], inbounds=True, name="t.p", source_etype=I64), name="t.off",
                              typ=I64, align=8)
                 b.store(_gepf(b, t.pbat, off, "p.r"), b.gep(t.rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
-            cp = _gepf(b, cbat, mul(b, b.udiv(r0, sz["pool"], name="c.r0"), sz["ldc"], "c.r"), "c.blk")
+            out_rows.row_pointers(b, sz, cbat, b.udiv(r0, sz["pool"], name="c.r0"), MR, crow)
             rp = b.select(b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on"),
                           _gepf(b, rbat, mul(b, r0, sz["ldc"], "r.r"), "r.blk"), ir.Constant(PTR, None), name="res")
-            args = [t.rowp, t.qpan, *seg_args, cp, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
+            args = [t.rowp, t.qpan, *seg_args, crow, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
                     sz["relu"], sz["pool"], rp]
             with if_else(b, b.icmp_signed("<=", t.ncols, i64(16), name="half"), name="ukr") as (then, otherwise):
                 with then:  # the last panel's columns fit one vector (a 16-channel stem)
@@ -219,7 +225,8 @@ def define_callee(module: ir.Module) -> ir.Function:
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    return gcall.define_entry(module, name, _SHAPE, lambda: _body(module))
+    grid = gcall.define_entry(module, f"{name}.grid", _SHAPE, lambda: _body(module))
+    return out_rows.define_with_border(module, name, grid)
 
 
 __all__ = ["MR", "define_callee"]
