@@ -3,7 +3,7 @@ backend that runs it (codegen/cpu/gemm_implicit.py): the `CallStmt` name, its si
 buffers, and the packed layout of the constant weights.
 
     call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu, pool, res,
-                        oh, ow, wpo, opt, opl, opb, opr; P, Q, C, T, B, R) -> C
+                        oh, ow, wpo, opt, opl, opb, opr; P, Q, C, T, B, R, U) -> C
 
     acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + T[m] + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
     y(b, m, n) = act(acc(b, m, n) + B[n] + r(b, m, n))      act: max(., 0) when relu, else identity
@@ -23,9 +23,9 @@ written. Without res, R is any buffer (the call never reads it).
 
 The stored pixels form oh x ow rows (the pooled ones with pool = 4). With out pads (opt, opl,
 opb, opr, not all 0) C is the zero-padded map [batch, opt + oh + opb, wpo = opl + ow + opr,
-ldc]: the call writes the interior through at(j) and zeros the border, so the next conv reads
+ldc]: the call writes the interior through U (i64, U[j] = at(j)*ldc) and zeros the border, so the next conv reads
 its windows from C in place instead of from a padded copy (ops/conv_nhwc.py `out_pads`);
-without, at(j) = j (ow = wpo, pads 0) and C is the flat map. res needs the flat C (it is read
+without, at(j) = j (ow = wpo, pads 0), C is the flat map and U any buffer (not read). res needs the flat C (it is read
 at b*sc + m*ldc).
 
 W is packed as Q: panels of NR columns, each [S0*S1*L][NR] f32, zero past N, so a panel

@@ -56,6 +56,14 @@ def _row_table(ctx, stored, pool: bool, offset):
     return canon(oh_ * ow_ * POOL_ROWS), table
 
 
+def _out_table(ctx, stored, wpo, out_pads, mo: int):
+    """U: each stored pixel's element offset in the padded y (kernel/conv_call.py at(j) * ldc)"""
+    opt, opl = out_pads[0], out_pads[1]
+    u = ctx.temp(DType.i64, stored, "outoff")
+    ctx.compute(u, lambda oh, ow: ((oh + opt) * ctx.dim(wpo) + ow + opl) * mo)
+    return u
+
+
 def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: bool):
     """The call's sizes, P and Q for a window read from a planar padded copy of X"""
     n_, hin, win_, cin = x.shape
@@ -119,8 +127,9 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     placed = (*stored, y.shape[2], *out_pads)  # kernel/conv_call.py: oh, ow, wpo, opt, opl, opb, opr
     exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, int(residual is not None), *placed))
     res = bconst if residual is None else residual  # without a residual the call never reads it
-    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name, res.name),
-                                     (y.name,)))
+    places = table if not any(out_pads) else _out_table(ctx, stored, y.shape[2], out_pads, mo)
+    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name, res.name,
+                                                     places.name), (y.name,)))
     return True
 
 

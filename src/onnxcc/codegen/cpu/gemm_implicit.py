@@ -35,7 +35,7 @@ NV = NR // 16
 RB = 8 * MR
 """rows per parallel task"""
 assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
-_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R"), ety=F32, nr=NR, mr=MR, rb=RB)
+_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R", "U"), ety=F32, nr=NR, mr=MR, rb=RB)
 
 _V = ir.VectorType(F32, 16)
 
@@ -70,6 +70,7 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
                                           _V, MR, nv)
     _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu, pool, res = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
+    out_rows.prefetch_tile(module, b, c, ldc, res, MR, nv)
     walk = _SegmentWalk(b, fma, acc, prow, q, (s0n, ss0, s1n, ss1, seg), nv)
     done = fn.append_basic_block("k.done")
     generic = fn.append_basic_block("k.any")
@@ -206,7 +207,7 @@ def _body(module: ir.Module) -> ir.Function:
                 off = b.load(b.gep(t.bufs["T"], [mr], inbounds=True, name="t.p", source_etype=I64), name="t.off",
                              typ=I64, align=8)
                 b.store(_gepf(b, t.pbat, off, "p.r"), b.gep(t.rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
-            out_rows.row_pointers(b, sz, cbat, b.udiv(r0, sz["pool"], name="c.r0"), MR, crow)
+            out_rows.row_pointers(b, sz, cbat, b.udiv(r0, sz["pool"], name="c.r0"), MR, crow, t.bufs["U"])
             rp = b.select(b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on"),
                           _gepf(b, rbat, mul(b, r0, sz["ldc"], "r.r"), "r.blk"), ir.Constant(PTR, None), name="res")
             args = [t.rowp, t.qpan, *seg_args, crow, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
