@@ -8,7 +8,9 @@ with asymmetric pads [1, 0, 2, 1] reads (out pads asymmetric too); a conv + Relu
 MaxPool (pooled rows, padded) read by a depthwise conv; a 1x1 conv (a GEMM: keeps its
 reader's pads) read by a dilated conv (pads 2); a conv + Relu whose result two convs read
 with different pads (not moved: each reader keeps its own padding), the 5x5 one's result
-padded for a conv with a residual Add (flat) and the Relu after it. Compared with
+padded for a conv with a residual Add (flat) and the Relu after it, whose result a ResNet
+block reads: padded for its first conv, its interior the residual of its second
+(`residual_pads`). Compared with
 onnxruntime at odd, even and tiny planes, batch 1 to 3, each shape run twice after a larger
 one (the workspace then holds the larger run's data where the border goes: a border the
 call did not zero would show). Tolerance rtol 1e-4, atol 1e-4: sums of up to 288 products
@@ -60,7 +62,8 @@ def _model(path) -> None:
     a = conv(shared, 32, 32)
     b = conv(shared, 32, 32, k=5, pads=(2, 2, 2, 2))
     res = node("Relu", node("Add", conv(node("Relu", b), 32, 32), a))
-    outs = [node("GlobalAveragePool", res), shared]
+    block = node("Relu", node("Add", conv(node("Relu", conv(res, 32, 32)), 32, 32), res))
+    outs = [node("GlobalAveragePool", block), shared]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
     g = helper.make_graph(nodes, "padded_output", [x], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
                                                         for o in outs], inits)
@@ -71,23 +74,26 @@ built = lib_fixture("padded_output", _model, max_versions=1)
 
 
 def test_pads_move_into_the_producers(tmp_path):
-    """Five producers write padded maps (the stem, the stride-2 conv, the pooled conv, the
-    dilated conv, the 5x5 conv read by the residual conv); the shared map (two readers), the
-    bare 1x1 conv's (a GEMM, not the call) and the graph's output keep their readers' pads."""
+    """Seven producers write padded maps (the stem, the stride-2 conv, the pooled conv, the
+    dilated conv, the 5x5 conv read by the residual conv, that conv (read by the block) and the
+    block's first conv); the shared map (two readers), the bare 1x1 conv's (a GEMM, not the
+    call) and the graph's output keep their readers' pads."""
     _model(tmp_path / "m.onnx")
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
     moved = [line for line in text.splitlines() if "out_pads" in line]
-    assert len(moved) == 5, moved
+    assert len(moved) == 7, moved
     assert "out_pads = [1, 0, 2, 1]" in moved[0] and "relu = 1" in moved[0]  # the stem, its reader's pads
     assert sum("pool = 2" in line for line in moved) == 1  # the pooled rows, read by the depthwise conv
-    pads = re.findall(r"(?<!out_)pads = (\[[0-9, ]*\])", text)
-    assert pads.count("[0, 0, 0, 0]") == 6  # the five readers and the 1x1 conv
+    pads = re.findall(r"(?<![a-z_])pads = (\[[0-9, ]*\])", text)
+    assert pads.count("[0, 0, 0, 0]") == 8  # the seven readers and the 1x1 conv
+    assert text.count("residual_pads = [1, 1, 1, 1]") == 1  # the block's second conv
     assert pads.count("[2, 2, 2, 2]") == 2  # the dilated conv (after the GEMM) and the 5x5 reader
     assert pads.count("[1, 1, 1, 1]") == 2  # the stem (its input is the graph's) and the shared map's 3x3 reader
     if has_f32_conv_call():
         kir = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
         padded = [s for s in f32conv_sizes(kir) if any(s[p] != "0" for p in ("opt", "opl", "opb", "opr"))]
-        assert len(padded) == 5, padded
+        assert len(padded) == 7, padded
+        assert sum(s["rpad"] == "1" for s in f32conv_sizes(kir)) == 1
 
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))

@@ -82,16 +82,18 @@ def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: boo
 
 def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
                   relu: bool, pool: bool = False, residual: Buffer | None = None,
-                  out_pads: tuple[int, int, int, int] = (0, 0, 0, 0)) -> bool:
+                  out_pads: tuple[int, int, int, int] = (0, 0, 0, 0),
+                  residual_pads: tuple[int, int, int, int] = (0, 0, 0, 0)) -> bool:
     """y[n, oh, ow, m] = act(sum(kh, kw, c: padded x[n, oh*s0 + kh*d0 - pb0, ow*s1 + kw*d1 - pb1, c]
     * W[m, c, kh, kw]) + B[m]) through the call; with `pool`, y is the 2x2 stride-2 max pool of
     that (floor mode: y[n, ph, pw, m] the maximum over oh in {2ph, 2ph+1}, ow in {2pw, 2pw+1});
     with `residual` (a buffer shaped like y, not with `pool`) act(... + B[m] + residual[n, oh, ow,
-    m]); with `out_pads` (top, left, bottom, right) y is that zero-padded on H and W (the call
-    writes the border's zeros; not with `residual`); False: not here."""
+    m]), or residual[n, oh + top, ow + left, m] with `residual_pads` (top, left, bottom, right:
+    a map another conv wrote padded); with `out_pads` y is the result zero-padded on H and W
+    (the call writes the border's zeros); False: not here."""
     if not ctx.f32_conv_call or win["group"] != 1 or x.dtype is not DType.f32 or y.dtype is not DType.f32:
         return False
-    if residual is not None and (pool or residual.dtype is not DType.f32 or any(out_pads)):
+    if residual is not None and (pool or residual.dtype is not DType.f32):
         return False
     wv = ctx.const_value(w_index)
     bv = None if bias_index is None else ctx.const_value(bias_index)
@@ -124,12 +126,15 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     # C: the stored pixels' rows (y's, or its interior with out pads), sc y's batch stride
     sizes = (*sizes, mo, canon(y.shape[1] * y.shape[2] * mo), int(relu), POOL_ROWS if pool else 1)
     bconst = ctx.const(np.zeros(mo, np.float32) if bv is None else np.asarray(bv, np.float32).reshape(-1), "bias")
-    placed = (*stored, y.shape[2], *out_pads)  # kernel/conv_call.py: oh, ow, wpo, opt, opl, opb, opr
-    exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, int(residual is not None), *placed))
     res = bconst if residual is None else residual  # without a residual the call never reads it
+    sr = canon(res.shape[1] * res.shape[2] * mo) if residual is not None else 0
+    # kernel/conv_call.py: oh, ow, wpo, opt, opl, opb, opr, sr, rpad
+    placed = (*stored, y.shape[2], *out_pads, sr, int(any(residual_pads)))
+    exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, int(residual is not None), *placed))
     places = table if not any(out_pads) else _out_table(ctx, stored, y.shape[2], out_pads, mo)
+    res_places = table if not any(residual_pads) else _out_table(ctx, stored, res.shape[2], residual_pads, mo)
     ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name, res.name,
-                                                     places.name), (y.name,)))
+                                                     places.name, res_places.name), (y.name,)))
     return True
 
 

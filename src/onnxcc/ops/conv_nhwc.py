@@ -37,7 +37,8 @@ stores, so the conv's own result is never written and read back. Attribute `out_
 only the next conv reads, that conv's pads moved here) makes the result zero-padded on H and
 W: the call writes the interior in place and zeros the border, so the reader, its pads now
 0, reads its windows from it unguarded and no padded copy is made (without the call: the
-conv into a temp, then the padded copy).
+conv into a temp, then the padded copy). Attribute `residual_pads` (same order) says R is
+such a padded map: the residual is R's interior.
 """
 
 from __future__ import annotations
@@ -88,10 +89,10 @@ def _infer(ctx: InferCtx):
     return [TensorType(dt, (x.shape[0], *outs, w.shape[0]))]
 
 
-def out_pads(attrs: dict) -> tuple[int, int, int, int]:
+def out_pads(attrs: dict, name: str = "out_pads") -> tuple[int, int, int, int]:
     """the zeros around the result on H and W (top, left, bottom, right): attribute
-    `out_pads`, none by default"""
-    t, left, bot, right = (int(p) for p in attrs.get("out_pads") or (0, 0, 0, 0))
+    `out_pads` (or `residual_pads`: around the residual operand), none by default"""
+    t, left, bot, right = (int(p) for p in attrs.get(name) or (0, 0, 0, 0))
     return t, left, bot, right
 
 
@@ -119,7 +120,8 @@ def _reference(ctx: RefCtx, x, w, *rest):
     y = conv(widen(x).transpose(TO_NCHW), widen(w), None if b is None else widen(b), win["strides"], pb, pe,
              win["dilations"], win["group"])
     if res is not None:
-        y = y + widen(res).transpose(TO_NCHW)
+        t, left, _, _ = out_pads(ctx.op.attrs, "residual_pads")
+        y = y + widen(res).transpose(TO_NCHW)[:, :, t:t + y.shape[2], left:left + y.shape[3]]
     if ctx.op.attrs.get("relu"):
         y = np.maximum(y, 0)
     if ctx.op.attrs.get("pool"):
@@ -223,9 +225,10 @@ def _lower_into(ctx, y, pads: tuple[int, int, int, int] | None = None) -> bool:
     if (pool or res is not None) and (win["group"] != 1 or x.dtype is not DType.f32):
         raise ctx.unsupported("a pooled or residual channels-last conv is a dense f32 one")
     relu = bool(ctx.attr("relu", 0))
+    rpads = out_pads(ctx.op.attrs, "residual_pads")
     if pads is not None:
         return win["group"] == 1 and implicit_conv(ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe,
-                                                   relu, pool, res, pads)
+                                                   relu, pool, res, pads, rpads)
     if is_depthwise(win["group"], w.shape):
         wv = ctx.const_value(1)
         kernel = win["kernel"]
@@ -253,7 +256,8 @@ def _lower_into(ctx, y, pads: tuple[int, int, int, int] | None = None) -> bool:
         raise ctx.unsupported(f"grouped channels-last conv (group {win['group']}) is not lowered")
     pointwise = win["kernel"] == [1, 1] and win["strides"] == [1, 1]
     if (relu or not pointwise or pool or res is not None) and implicit_conv(
-            ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu, pool, res):
+            ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu, pool, res,
+            residual_pads=rpads):
         return True
     full = ctx.temp(x.dtype, (x.shape[0], *outs, w.shape[0]), "conv") if pool else y
     kv = [Var("k0"), Var("k1")]
@@ -269,7 +273,7 @@ def _lower_into(ctx, y, pads: tuple[int, int, int, int] | None = None) -> bool:
             xv = select(cond, xv, zero_f)
         acc = rsum(axes, xv * w[(m, cv, *ks)])
         acc = acc if bias is None else acc + bias[m]
-        acc = acc if res is None else acc + res[n, o0, o1, m]
+        acc = acc if res is None else acc + res[n, o0 + rpads[0], o1 + rpads[1], m]
         return maximum(acc, zero_f) if relu else acc
 
     ctx.compute(full, gemm_body)

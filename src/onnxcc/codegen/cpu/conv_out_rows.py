@@ -47,10 +47,30 @@ def row_pointers(b: ir.IRBuilder, sz: dict[str, ir.Value], cbat: ir.Value, j0: i
                 b.store(ptr, b.gep(out, [i64(0), i64(g)], inbounds=True, name="crow.g"))
 
 
+def residual_pointers(b: ir.IRBuilder, sz: dict[str, ir.Value], rbat: ir.Value, r0: ir.Value, rows: int,
+                      out: ir.Value, table: ir.Value) -> None:
+    """out[g] = the address of row r0 + g's residual (`rbat`: R of the batch at the panel's
+    first column): (r0 + g)*ldc on a flat R, table[r0 + g] (V) on a padded one (`rpad`), the
+    row clamped to the last (the micro-kernel reads only rows < nrows)."""
+    with if_else(b, b.icmp_unsigned("!=", sz["rpad"], i64(0), name="rpadded"), name="rrow") as (padded, flat):
+        with padded:
+            last = b.sub(sz["m"], i64(1), name="r.last")
+            for g in range(rows):
+                off = b.load(b.gep(table, [umin(b, add(b, r0, g, "r.j"), last, "r.j")], inbounds=True, name="v.p",
+                                   source_etype=I64), name="v", typ=I64, align=8)
+                b.store(gcall.gep(b, rbat, off, F32, "r.p"), b.gep(out, [i64(0), i64(g)], inbounds=True,
+                                                                   name="rrow.g"))
+        with flat:
+            base = gcall.gep(b, rbat, mul(b, r0, sz["ldc"], "r.r"), F32, "r.blk")
+            for g in range(rows):
+                ptr = b.gep(base, [mul(b, sz["ldc"], g, "r.off")], name="r.p", source_etype=F32)
+                b.store(ptr, b.gep(out, [i64(0), i64(g)], inbounds=True, name="rrow.g"))
+
+
 def prefetch_tile(module: ir.Module, b: ir.IRBuilder, c: ir.Value, ldc: ir.Value, res: ir.Value, rows: int,
                   nv: int) -> None:
     """Before a micro-kernel's k loop: its tile's rows of C (`c`: the row pointers) fetched
-    for writing and the residual's (`res` + r*ldc, where not null) for reading, so their
+    for writing and the residual's (`res`: its row pointers, where not null) for reading, so their
     misses overlap the FMAs instead of stalling the stores (a 4x112x112x32 map does not stay
     in the caches between convs). A prefetch never faults: the rows past the tile's (never
     stored) are fetched too."""
@@ -67,7 +87,8 @@ def prefetch_tile(module: ir.Module, b: ir.IRBuilder, c: ir.Value, ldc: ir.Value
     has_res = b.icmp_unsigned("!=", b.ptrtoint(res, I64, name="pf.res.i"), i64(0), name="pf.res")
     with if_then(b, has_res, name="pf.res"):
         for r in range(rows):
-            fetch(b.gep(res, [mul(b, ldc, r, "pf.r")], name="pf.rp", source_etype=F32), 0)
+            fetch(b.load(b.gep(res, [i64(r)], inbounds=True, name="pf.rpp", source_etype=PTR), name="pf.r", typ=PTR,
+                         align=8), 0)
 
 
 def _pads(b: ir.IRBuilder, sz: dict[str, ir.Value]) -> ir.Value:
@@ -129,4 +150,4 @@ def define_with_border(module: ir.Module, name: str, grid: ir.Function) -> ir.Fu
     return fn
 
 
-__all__ = ["OUT_SIZES", "define_with_border", "prefetch_tile", "row_pointers"]
+__all__ = ["OUT_SIZES", "define_with_border", "prefetch_tile", "residual_pointers", "row_pointers"]

@@ -35,7 +35,7 @@ NV = NR // 16
 RB = 8 * MR
 """rows per parallel task"""
 assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
-_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R", "U"), ety=F32, nr=NR, mr=MR, rb=RB)
+_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R", "U", "V"), ety=F32, nr=NR, mr=MR, rb=RB)
 
 _V = ir.VectorType(F32, 16)
 
@@ -57,8 +57,8 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     packed panel q, row r of the window at rowp[r]; stored row g at c[g] (a row pointer each:
     a padded C's rows are not evenly spaced, conv_out_rows.py); rows >= nrows and columns >=
     ncols are not stored; bias points at the panel's first column; with pool = 4 each 4 rows
-    are maxed into one stored row; res (null: none) is a residual tile, row r at res + r*ldc,
-    added before the ReLU.
+    are maxed into one stored row; res (null: none) is the residual tile's row pointers (row r
+    at res[r]), added before the ReLU.
     With `nv` = 1 only the panel's first 16 columns: a conv of at most 16 output channels (a
     small stem) does half the FMAs of the full panel."""
     name = f"onnxcc.f32conv.ukr.{MR}x{16 * nv}"
@@ -144,7 +144,8 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
     def value(r: int, v: int, residual: bool = False) -> ir.Value:
         x = b.fadd(b.load(acc[r][v], name="sum", typ=_V), cols[v], name="biased")
         if residual:  # (acc + bias) + r: onnxruntime's order, the conv's then the Add's
-            rrow = _gepf(b, res, mul(b, ldc, r, "r.off") if r else i64(0), "r.row")
+            rrow = b.load(b.gep(res, [i64(r)], inbounds=True, name="r.pp", source_etype=PTR), name="r.row", typ=PTR,
+                          align=8)
             x = b.fadd(x, b.call(mload, [_gepf(b, rrow, 16 * v, "r.p"), i32(4), masks[v], zero], name="r"),
                        name="plus.r")
         neg = b.fcmp_ordered("<", x, lov, name="below")
@@ -194,10 +195,11 @@ def _body(module: ir.Module) -> ir.Function:
         b, sz = t.b, t.sz
         seg_args = [sz["s0"], sz["ss0"], sz["s1"], sz["ss1"], sz["l"]]
         cbat = _gepf(b, t.bufs["C"], add(b, mul(b, t.bi, sz["sc"], "c.b"), t.col, "c.off"), "c.bat")
-        rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sc"], "r.b"), t.col, "r.off"), "r.bat")
+        rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sr"], "r.b"), t.col, "r.off"), "r.bat")
         bcol = _gepf(b, t.bufs["B"], t.col, "bias.j")
         with b.goto_entry_block():
             crow = b.alloca(ir.ArrayType(PTR, MR), name="crow")  # the tile's stored rows' pointers
+            rrow = b.alloca(ir.ArrayType(PTR, MR), name="rrow")  # its residual rows' 
         r_lo, r_hi = t.rows()
         last = b.sub(r_hi, i64(1), name="r.last")
         with for_range(b, ceildiv(b, b.sub(r_hi, r_lo, name="r.n"), MR, "tiles"), "mb", guard=True) as mb:
@@ -208,8 +210,10 @@ def _body(module: ir.Module) -> ir.Function:
                              typ=I64, align=8)
                 b.store(_gepf(b, t.pbat, off, "p.r"), b.gep(t.rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
             out_rows.row_pointers(b, sz, cbat, b.udiv(r0, sz["pool"], name="c.r0"), MR, crow, t.bufs["U"])
-            rp = b.select(b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on"),
-                          _gepf(b, rbat, mul(b, r0, sz["ldc"], "r.r"), "r.blk"), ir.Constant(PTR, None), name="res")
+            res_on = b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on")
+            with if_then(b, res_on, name="rrow"):
+                out_rows.residual_pointers(b, sz, rbat, r0, MR, rrow, t.bufs["V"])
+            rp = b.select(res_on, rrow, ir.Constant(PTR, None), name="res")
             args = [t.rowp, t.qpan, *seg_args, crow, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
                     sz["relu"], sz["pool"], rp]
             with if_else(b, b.icmp_signed("<=", t.ncols, i64(16), name="half"), name="ukr") as (then, otherwise):
