@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from onnxcc.kernel.conv_call import SIZES
+from onnxcc.kernel.conv_call import POOL_ROWS, SIZES
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I1, I8, I32, I64, PTR, VOID, for_range, get_or_declare, i64, if_else, if_then
@@ -29,22 +29,39 @@ def row_pointers(b: ir.IRBuilder, sz: dict[str, ir.Value], cbat: ir.Value, j0: i
     batch at the panel's first column), g < `rows`: j*ldc on a flat C; on a padded one
     table[j] (U: each stored pixel's element offset at(j)*ldc, made by the lowering; the
     division and wrap per row cost 150 cycles a tile, 3% of resnet's run), j clamped to the
-    last pixel (a tile's rows past it are never stored: the micro-kernel's nrows)."""
+    last pixel (a tile's rows past it are never stored: the micro-kernel's nrows). With
+    `pool` a tile stores rows / POOL_ROWS rows: only those are set."""
     ldc = sz["ldc"]
-    with if_else(b, b.icmp_unsigned("!=", _pads(b, sz), i64(0), name="padded"), name="crow") as (padded, flat):
-        with padded:
-            last = b.sub(mul(b, sz["oh"], sz["ow"], "c.n"), i64(1), name="c.last")
-            for g in range(rows):
-                j = umin(b, add(b, j0, g, "c.j"), last, "c.j")
-                off = b.load(b.gep(table, [j], inbounds=True, name="u.p", source_etype=I64), name="u", typ=I64,
-                             align=8)
-                b.store(gcall.gep(b, cbat, off, F32, "c.p"), b.gep(out, [i64(0), i64(g)], inbounds=True,
-                                                                    name="crow.g"))
-        with flat:
-            base = gcall.gep(b, cbat, mul(b, j0, ldc, "c.r"), F32, "c.blk")
-            for g in range(rows):
-                ptr = b.gep(base, [mul(b, ldc, g, "c.off")], name="c.p", source_etype=F32)  # not inbounds: see above
-                b.store(ptr, b.gep(out, [i64(0), i64(g)], inbounds=True, name="crow.g"))
+
+    def from_table(n: int) -> None:
+        last = b.sub(mul(b, sz["oh"], sz["ow"], "c.n"), i64(1), name="c.last")
+        for g in range(n):
+            j = umin(b, add(b, j0, g, "c.j"), last, "c.j")
+            off = b.load(b.gep(table, [j], inbounds=True, name="u.p", source_etype=I64), name="u", typ=I64, align=8)
+            b.store(gcall.gep(b, cbat, off, F32, "c.p"), b.gep(out, [i64(0), i64(g)], inbounds=True, name="crow.g"))
+
+    def flat(n: int) -> None:
+        base = gcall.gep(b, cbat, mul(b, j0, ldc, "c.r"), F32, "c.blk")
+        for g in range(n):
+            ptr = b.gep(base, [mul(b, ldc, g, "c.off")], name="c.p", source_etype=F32)  # not inbounds: see above
+            b.store(ptr, b.gep(out, [i64(0), i64(g)], inbounds=True, name="crow.g"))
+
+    padded = b.icmp_unsigned("!=", _pads(b, sz), i64(0), name="padded")
+    _per_pool(b, sz["pool"], lambda n: _either(b, padded, lambda: from_table(n), lambda: flat(n)), rows)
+
+
+def _either(b: ir.IRBuilder, cond: ir.Value, then, otherwise) -> None:
+    with if_else(b, cond, name="either") as (yes, no):
+        with yes:
+            then()
+        with no:
+            otherwise()
+
+
+def _per_pool(b: ir.IRBuilder, pool: ir.Value, emit, rows: int) -> None:
+    """`emit(n)` for the n rows a tile stores: rows // POOL_ROWS with pool, else rows"""
+    _either(b, b.icmp_unsigned("==", pool, i64(POOL_ROWS), name="pooled"), lambda: emit(rows // POOL_ROWS),
+            lambda: emit(rows))
 
 
 def residual_pointers(b: ir.IRBuilder, sz: dict[str, ir.Value], rbat: ir.Value, r0: ir.Value, rows: int,
@@ -67,13 +84,13 @@ def residual_pointers(b: ir.IRBuilder, sz: dict[str, ir.Value], rbat: ir.Value, 
                 b.store(ptr, b.gep(out, [i64(0), i64(g)], inbounds=True, name="rrow.g"))
 
 
-def prefetch_tile(module: ir.Module, b: ir.IRBuilder, c: ir.Value, ldc: ir.Value, res: ir.Value, rows: int,
+def prefetch_tile(module: ir.Module, b: ir.IRBuilder, c: ir.Value, pool: ir.Value, res: ir.Value, rows: int,
                   nv: int) -> None:
     """Before a micro-kernel's k loop: its tile's rows of C (`c`: the row pointers) fetched
     for writing and the residual's (`res`: its row pointers, where not null) for reading, so their
     misses overlap the FMAs instead of stalling the stores (a 4x112x112x32 map does not stay
     in the caches between convs). A prefetch never faults: the rows past the tile's (never
-    stored) are fetched too."""
+    stored) are fetched too; with `pool` only the rows stored."""
     pf = get_or_declare(module, "llvm.prefetch.p0", ir.FunctionType(VOID, [PTR, I32, I32, I32]))
 
     def fetch(ptr: ir.Value, write: int) -> None:
@@ -81,9 +98,12 @@ def prefetch_tile(module: ir.Module, b: ir.IRBuilder, c: ir.Value, ldc: ir.Value
             at = gcall.gep(b, ptr, 16 * v, F32, "pf.p") if v else ptr
             b.call(pf, [at, ir.Constant(I32, write), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
-    for g in range(rows):
-        fetch(b.load(b.gep(c, [i64(g)], inbounds=True, name="pf.cp", source_etype=PTR), name="pf.c", typ=PTR,
-                     align=8), 1)
+    def stored(n: int) -> None:
+        for g in range(n):
+            fetch(b.load(b.gep(c, [i64(g)], inbounds=True, name="pf.cp", source_etype=PTR), name="pf.c", typ=PTR,
+                         align=8), 1)
+
+    _per_pool(b, pool, stored, rows)
     has_res = b.icmp_unsigned("!=", b.ptrtoint(res, I64, name="pf.res.i"), i64(0), name="pf.res")
     with if_then(b, has_res, name="pf.res"):
         for r in range(rows):

@@ -70,7 +70,7 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
                                           _V, MR, nv)
     _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu, pool, res = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
-    out_rows.prefetch_tile(module, b, c, ldc, res, MR, nv)
+    out_rows.prefetch_tile(module, b, c, pool, res, MR, nv)
     walk = _SegmentWalk(b, fma, acc, prow, q, (s0n, ss0, s1n, ss1, seg), nv)
     done = fn.append_basic_block("k.done")
     generic = fn.append_basic_block("k.any")
