@@ -15,7 +15,7 @@ fallback), and a depthwise reader that guarded its taps instead of copying would
 
 from __future__ import annotations
 
-from ..ir import DType, Module, Op, OpResult, TensorType, Value, canon
+from ..ir import DType, Module, Op, TensorType, Value, canon
 from ..ops.conv_implicit import PLANAR_MAX_CIN
 from ..ops.conv_nhwc import conv_attrs, out_pads
 from .canonicalize import const_value
