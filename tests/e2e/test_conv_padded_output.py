@@ -112,3 +112,23 @@ def test_without_the_call_the_compute_path_matches(tmp_path):
     _model(tmp_path / "m.onnx")
     check_lowering(tmp_path / "m.onnx", SHAPES[:2], rtol=1e-4, atol=1e-4,
                    pipeline="shape-inference,canonicalize,nhwc-region")
+
+
+def test_the_reference_reads_padded_maps(tmp_path):
+    """The interpreter (cc.conv_nhwc's numpy reference: `out_pads` pads the result, a
+    `residual_pads` residual is read at its interior) after nhwc-region gives onnxruntime's
+    results."""
+    from onnxcc.frontend import load_onnx
+    from onnxcc.interp import run as interp_run
+    from onnxcc.passes import run_pipeline
+    from onnxcc.testing import ort_run
+
+    _model(tmp_path / "m.onnx")
+    m = load_onnx(str(tmp_path / "m.onnx"))
+    run_pipeline(m, "shape-inference,canonicalize,nhwc-region")
+    text = str(m)
+    assert "out_pads" in text and "residual_pads" in text
+    x = np.random.default_rng(3).standard_normal((2, 3, 13, 11)).astype(np.float32)
+    want = ort_run(str(tmp_path / "m.onnx"), {"x": x})
+    for got, ref in zip(interp_run(m, [x]), want.values(), strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
