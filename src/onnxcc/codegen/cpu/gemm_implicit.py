@@ -199,7 +199,7 @@ def _body(module: ir.Module) -> ir.Function:
         bcol = _gepf(b, t.bufs["B"], t.col, "bias.j")
         with b.goto_entry_block():
             crow = b.alloca(ir.ArrayType(PTR, MR), name="crow")  # the tile's stored rows' pointers
-            rrow = b.alloca(ir.ArrayType(PTR, MR), name="rrow")  # its residual rows' 
+            rrow = b.alloca(ir.ArrayType(PTR, MR), name="rrow")  # its residual rows' pointers
         r_lo, r_hi = t.rows()
         last = b.sub(r_hi, i64(1), name="r.last")
         with for_range(b, ceildiv(b, b.sub(r_hi, r_lo, name="r.n"), MR, "tiles"), "mb", guard=True) as mb:
