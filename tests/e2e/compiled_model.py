@@ -59,10 +59,13 @@ def lib_fixture(name: str, write_model: Callable[[Path], object], **options):
     return built
 
 
-def f32conv_sizes(kernel_text: str) -> list[list[str]]:
+def f32conv_sizes(kernel_text: str) -> list[dict[str, str]]:
     """the sizes (the text before the buffers) of every `call onnxcc_f32conv(...)` in a kernel
-    IR dump, one list of strings per call"""
-    return [[s.strip() for s in c.split(",")] for c in re.findall(r"call onnxcc_f32conv\(([^;]*);", kernel_text)]
+    IR dump, one dict per call: each size's text by its name (kernel/conv_call.py `SIZES`)"""
+    from onnxcc.kernel.conv_call import SIZES
+
+    calls = re.findall(r"call onnxcc_f32conv\(([^;]*);", kernel_text)
+    return [dict(zip(SIZES, (s.strip() for s in c.split(",")), strict=True)) for c in calls]
 
 
 def has_f32_conv_call() -> bool:
