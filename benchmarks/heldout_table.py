@@ -95,10 +95,10 @@ row block so A's 12 rows stay in L1 while the prepacked B panels stream; one k b
 K = 512, the bias / ReLU / residual in registers; A rows 4 KiB apart copied per task to a
 stride that does not alias in L1; tasks of one row panel, codegen/cpu/gemm_dense.py), after /
 before against main's sources in the same rounds, 1 thread, CPU clock, medians, load 6-11 on
-the 2 cores (four runs): MLP batch 1 / 16 / 128 / 512 0.75-0.89 / 0.75-0.84 / 0.82-0.95 /
-0.86-0.92, onnxcc / onnxruntime 0.69-0.93 at batch 16-512 (main: 1.03-1.17); transformer
-0.89-0.98 in before / after runs without the peers (0.77-1.03 in this table's rows; seq 128
-batch 4 0.86-0.99x onnxruntime). The x[M, 512] @ W[512, 2048]
+the 2 cores (six runs, the last two against main after the padfuse / erfln merges): MLP
+batch 1 / 16 / 128 / 512 0.75-0.91 / 0.64-0.84 / 0.82-0.97 / 0.79-0.95, onnxcc / onnxruntime
+0.55-0.93 at batch 16-512 (main: 1.03-1.17); transformer 0.89-0.99 in before / after runs
+without the peers (0.77-1.07 in this table's rows; seq 128 batch 4 0.86-0.99x onnxruntime). The x[M, 512] @ W[512, 2048]
 and x[M, 2048] @ W[2048, 512] GEMMs alone at M = 128 / 512: 0.87-0.92x their time, 95-105
 GFLOP/s where numpy's sgemm and onnxruntime ran 85-105 in the same rounds. `--threads 2` was
 not measurable that night: every runtime ran 4-6x slower on 2 threads than on 1.
