@@ -493,7 +493,7 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
     if (epi is not None and g.a_direct and g.b_const and len(nv) == 1 and None not in ks
             and _prod(ks) <= g.kc):  # one k block: the tile is final when the micro-kernel stores it
         ops = match_row_epilogue(epi, Load(c.out, tuple(Var(n) for n in names), F32), nv[0],
-                                 lambda n: program.buffers[n].shape)
+                                 lambda n: program.buffers[n].shape, self_products=True)
         g = dataclasses.replace(g, col_ops=ops)
     # A may have batch vars here (a grouped conv's group, ops/conv_grouped.py): it is
     # prepacked per batch, [batch, M panels, K, mr], which only the window tasks read
