@@ -73,7 +73,7 @@ def test_row_items_match_numpy(built, threads):
 def test_row_items_only_for_short_static_rows():
     """16 channels in 16-lane vectors take rows; 32 only where the row's length is symbolic
     (on a static row LLVM made gathers of a guarded conv's taps); 33, a symbolic extent, an
-    unvectorised innermost loop or rank 2 keep one item per iteration of the outer vars."""
+    unvectorised innermost loop or rank 2 or 3 keep one item per iteration of the outer vars."""
     p = KernelProgram.new("rows", ["N", "H", "W"])
     N, H, W = sym("N"), sym("H"), sym("W")
     computes = {}
@@ -85,9 +85,12 @@ def test_row_items_only_for_short_static_rows():
     flat = p.output("flat", DType.f32, (N, 16))
     xf = p.input("xf", DType.f32, (N, 16))
     c2 = p.compute(flat, lambda n, c: xf[n, c])
+    x3 = p.input("r3", DType.f32, (N, H, 16))
+    c3 = p.compute(p.output("s3", DType.f32, (N, H, 16)), lambda n, h, c: x3[n, h, c])
     plan = NestPlan(order=(0, 1, 2, 3), parallel=True, vector_width=16)
     assert row_items(computes[W, 16], plan) and row_items(computes[W, 32], plan) and row_items(computes[7, 16], plan)
     assert not row_items(computes[7, 32], plan)
     assert not row_items(computes[W, 33], plan) and not row_items(computes[W, H], plan)
     assert not row_items(computes[W, 16], NestPlan(order=(0, 1, 2, 3), parallel=True))
     assert not row_items(c2, NestPlan(order=(0, 1), parallel=True, vector_width=16))
+    assert not row_items(c3, NestPlan(order=(0, 1, 2), parallel=True, vector_width=16))

