@@ -39,12 +39,13 @@ from onnxcc.kernel.control import rebinds
 from onnxcc.kernel.expr import Binary, Const, Expr, Load, Reduce, Var, walk
 from onnxcc.kernel.flash import Flash
 from onnxcc.kernel.plan_memory import MemoryPlan
-from onnxcc.kernel.program import Compute, KernelProgram, Stmt
+from onnxcc.kernel.program import Buffer, Compute, KernelProgram, Stmt
 from onnxcc.kernel.rownorm import RowNorm
 from onnxcc.kernel.rowstage import RowStage
 from onnxcc.kernel.schedule import compute_work
 
-from ..llvm.exprs import AccessMetadata, ExprEmitter, ProgramContext
+from ..llvm.exprs import AccessMetadata, ExprEmitter
+from ..llvm.function_context import ProgramContext
 from ..llvm.helpers import (
     I32,
     I64,
@@ -141,7 +142,7 @@ def emit_llvm(program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir
 
 
 class FnCtx(ProgramContext):
-    """Entry-block services of one LLVM function (implements llvm.exprs.FunctionContext)."""
+    """Entry-block services of one LLVM function (implements llvm.function_context.FunctionContext)."""
 
     def __init__(self, owner: KernelEmitter, fn: ir.Function,
                  base_ptrs: Callable[[ir.IRBuilder], Sequence[ir.Value]],
@@ -205,34 +206,20 @@ class FnCtx(ProgramContext):
             self._syms[name] = v
         return v
 
-    def buffer_ptr(self, name: str) -> ir.Value:
-        p = self._ptrs.get(name)
-        if p is not None:
-            return p
-        prog = self.program
-        buf = prog.buffers.get(name)
-        if buf is None:
-            raise CompileError(f"kernel {prog.name}: unknown buffer {name}")
-        eb = self.eb
-        if buf.alias_of is not None:
-            p = self.buffer_ptr(prog.root(name))
-        elif self.frame is not None and framed(buf.kind, self._const_bytes(name) if buf.kind == "const" else 0):
-            p = self.frame.pointer(eb, name, lambda owner: owner.buffer_ptr(name))
-        elif buf.kind in ("input", "output"):
+    def _root_ptr(self, name: str, buf: Buffer) -> ir.Value:
+        """From the ctx's input / output arrays, the workspace, the const's global; in a body
+        whose frame holds it, read from the frame."""
+        eb, prog = self.eb, self.program
+        if self.frame is not None and framed(buf.kind, self._const_bytes(name) if buf.kind == "const" else 0):
+            return self.frame.pointer(eb, name, lambda owner: owner.buffer_ptr(name))
+        if buf.kind in ("input", "output"):
             arr, order = ((self.inputs_p, prog.inputs) if buf.kind == "input"
                           else (self.outputs_p, prog.outputs))
             slot = eb.gep(arr, [i64(order.index(name))], inbounds=True, name=f"{name}.slot", source_etype=PTR)
-            p = eb.load(slot, name=f"{name}.data", align=8, typ=PTR)
-        elif buf.kind == "temp":
-            off = self.owner.plan.offsets.get(name)
-            if off is None:
-                raise CompileError(f"kernel {prog.name}: memory plan has no offset for temp {name}")
-            p = eb.gep(self.ws_p, [self.dim(off)], inbounds=True, name=f"{name}.data",
-                       source_etype=ir.IntType(8))
-        else:
-            p = self.owner.const_global(name)
-        self._ptrs[name] = p
-        return p
+            return eb.load(slot, name=f"{name}.data", align=8, typ=PTR)
+        if buf.kind == "temp":
+            return self.temp_ptr(name, self.owner.plan, self.ws_p)
+        return self.owner.const_global(name)
 
 
     def global_ptr(self, g: ir.GlobalVariable) -> ir.Value:
@@ -357,13 +344,7 @@ class KernelEmitter:
 
     def access_md(self, k: int) -> AccessMetadata:
         """Scoped-noalias metadata for statement k: its loads never alias its stores."""
-        m = self.module
-        tag = f"onnxcc.{self.fn_name}.s{k}"
-        dom = m.add_metadata([ir.MetaDataString(m, tag)])
-        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
-        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
-        return AccessMetadata(load=[("alias.scope", reads), ("noalias", writes)],
-                              store=[("alias.scope", writes), ("noalias", reads)])
+        return AccessMetadata.scoped_noalias(self.module, f"onnxcc.{self.fn_name}.s{k}")
 
     # ---- Compute ---------------------------------------------------------------------------
     def nest_plan(self, c: Compute) -> NestPlan:
