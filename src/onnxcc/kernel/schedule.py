@@ -510,7 +510,7 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
     if (epi is not None and g.a_direct and g.b_const and len(nv) == 1 and None not in ks
             and _prod(ks) <= g.kc):  # one k block: the tile is final when the micro-kernel stores it
         ops = match_row_epilogue(epi, Load(c.out, tuple(Var(n) for n in names), F32), nv[0],
-                                 lambda n: program.buffers[n].shape)
+                                 lambda n: program.buffers[n].shape, self_products=True)
         g = dataclasses.replace(g, col_ops=ops)
     # A may have batch vars here (a grouped conv's group, ops/conv_grouped.py): it is
     # prepacked per batch, [batch, M panels, K, mr], which only the window tasks read
@@ -593,7 +593,8 @@ def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
     target's mr (a conv's 16, 32 or 64 output channels against AVX-512's 12): then 8 rows
     with as many accumulator registers (8 x 48 for 12 x 32), so every panel is full. With
     12 rows those Ms end in a 4- or 8-row remainder whose micro-kernel is bound by its B
-    loads (measured 5-10% on 3x3 convs with 16 and 32 channels, up to 2x at batch 1).
+    loads (measured 5-10% on 3x3 convs with 16 and 32 channels, up to 2x at batch 1); not
+    where the wider tile pads a static N by more FMAs than it saves (`_pads_columns_more`).
     A static N of at most one vector (attention's P @ V with heads of 8 or 16, N the head)
     gets one-vector-wide tiles with as many rows as the target's tile has accumulators
     (24 x 16 for 12 x 32): a 32-wide tile would spend half or three quarters of its FMAs on
@@ -608,7 +609,8 @@ def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
         return {"mr": regs, "nr": vl // 2, "vl": vl // 2}
     if n is not None and n <= vl < nr:
         return {"mr": regs, "nr": vl}
-    if m is not None and m % mr and m % 8 == 0 and regs % 8 == 0 and nr % vl == 0:
+    if m is not None and m % mr and m % 8 == 0 and regs % 8 == 0 and nr % vl == 0 \
+            and not _pads_columns_more(m, n, mr, nr, regs // 8 * vl):
         return {"mr": 8, "nr": regs // 8 * vl}
     if n is not None and n <= 2 * nr and nr % vl == 0 and _pad(n, nr) * 8 > n * 9:
         # a static N of at most two tiles that pads more than 1/8 of the columns (a
@@ -620,6 +622,17 @@ def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
         if _pad(n, best[1]) < _pad(n, nr):
             return {"mr": best[0], "nr": best[1]}
     return {"mr": mr, "nr": nr}
+
+
+def _pads_columns_more(m: int, n: int | None, mr: int, nr: int, nr8: int) -> bool:
+    """Whether 8-row tiles nr8 wide cost more FMAs than the mr x nr tiles once both are
+    padded to whole tiles (a remainder row tile counted as a full one). A channels-last 1x1
+    conv's M is its pixels and N its output channels: at 8 x 48 the 32 or 64 channels of a
+    mobile net's pointwise convs padded to 48 or 96 (a third of the FMAs spent on padding,
+    where 12 x 32 wasted at most one partial row tile of thousands), 128 and 256 to 144 and
+    288; an NCHW conv's small M (16 or 32 output channels) against its many pixels keeps 8
+    rows."""
+    return n is not None and _pad(m, 8) * _pad(n, nr8) > _pad(m, mr) * _pad(n, nr)
 
 
 def _pad(n: int, nr: int) -> int:
