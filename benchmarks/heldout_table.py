@@ -76,6 +76,33 @@ repeats 60, load 1-2:
     gelu_erf_noln   0.73-0.82   0.80-0.95
     gelu_erf        0.81-0.90   0.50-0.67
 
+After branch erfln (the f32 exact GELU as one vmath function, x Phi(x) with Phi(-|x|) =
+exp(-x**2 / 2) R(|x|) / 2, R a degree 4/5 rational: 31 arithmetic vector ops per 16 floats,
+a division among them, for 37 and 6 constant reloads, and more accurate than the graph's
+1 + erf where that cancels), `--before`
+main's sources, same run, 1 thread, CPU clock, repeats 60, load 11 on the 2 cores:
+
+    gelu_erf        0.82-0.96   0.44-0.57   (geomean 0.479; the 0.57 at [1, 128], noisiest)
+    gelu_erf_noln   0.79-0.85   0.68-0.81
+
+A software prefetch of the next row before a staged row's first pass (a line at a time;
+load 7-8): of the input and, for writing, the output, 1.01-1.45x the time without it on
+gelu_erf and 1.00-1.62x on silu (the [4, 512] and larger rows all 1.38 or more); of the
+input alone, 0.87-1.29x (noise). Dropped.
+
+After branch gemmmlp (dense layers, kernel/schedule.py `GemmPlan.dense`: tiles row block by
+row block so A's 12 rows stay in L1 while the prepacked B panels stream; one k block up to
+K = 512, the bias / ReLU / residual in registers; A rows 4 KiB apart copied per task to a
+stride that does not alias in L1; tasks of one row panel, codegen/cpu/gemm_dense.py), after /
+before against main's sources in the same rounds, 1 thread, CPU clock, medians, load 6-11 on
+the 2 cores (six runs, the last two against main after the padfuse / erfln merges): MLP
+batch 1 / 16 / 128 / 512 0.75-0.91 / 0.64-0.84 / 0.82-0.97 / 0.79-0.95, onnxcc / onnxruntime
+0.55-0.93 at batch 16-512 (main: 1.03-1.17); transformer 0.89-0.99 in before / after runs
+without the peers (0.77-1.07 in this table's rows; seq 128 batch 4 0.86-0.99x onnxruntime). The x[M, 512] @ W[512, 2048]
+and x[M, 2048] @ W[2048, 512] GEMMs alone at M = 128 / 512: 0.87-0.92x their time, 95-105
+GFLOP/s where numpy's sgemm and onnxruntime ran 85-105 in the same rounds. `--threads 2` was
+not measurable that night: every runtime ran 4-6x slower on 2 threads than on 1.
+
 GB/s at 1 thread, activations alone: SiLU / Sigmoid 16-27 (31-54% of ROOF_GBS), tanh-GELU 13-15,
 Mish 15-18, Erf-GELU 7-10; with LN 7-18. Two
 threads (`--threads 2`, wall clock) were noise on that loaded machine (the [16, 1024] rows

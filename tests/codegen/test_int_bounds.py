@@ -7,14 +7,16 @@ that make the unproved dividends negative."""
 from __future__ import annotations
 
 import numpy as np
+import sympy
 from llvmlite import ir
 
 from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.codegen.llvm.exprs import ExprEmitter
 from onnxcc.codegen.llvm.int_bounds import LowerBounds
 from onnxcc.ir import DType, sym
+from onnxcc.ir.dims import SymbolTable
 from onnxcc.kernel import KernelProgram, select
-from onnxcc.kernel.expr import Binary, Const, SymRef, Var, binary, cast
+from onnxcc.kernel.expr import Binary, Const, SymRef, Var, binary, cast, dim_to_expr
 
 I64 = DType.i64
 N, M = SymRef("N"), SymRef("M")
@@ -34,10 +36,27 @@ def test_lower_bounds_of_symbol_arithmetic():
     assert _lower(binary("min", N, M - 1)) == 0
     assert _lower((N - 9) % 4) == 0
     assert _lower(N - 1, run_dims=("N",)) == -1  # a count may be 0
+    assert _lower((N - 9) % M) == 0  # floor mod by a positive divisor
+    assert _lower((N - 5) * 2) == -8
     assert _lower(Var("i")) is None  # loop vars are not bounded
     assert _lower(N // M) is None  # only constant divisors
     assert _lower(N - M) is None  # a symbol's upper bound is not known
     assert _lower(cast(N, DType.i32)) is None
+
+
+def test_lowered_dims_bounded_as_ir_bounds_them():
+    """The bound of a lowered dim is the lower end ir/dims gives the dim itself (one set of
+    interval rules, ir/intervals.py), with the symbols' lower ends the backend declares."""
+    table = SymbolTable()
+    table.declare("H", lo=1)
+    table.declare("W", lo=1)
+    H, W = sym("H"), sym("W")
+    dims = [sympy.floor((W - 1) / 2) + 1, sympy.floor((H - 3) / 2), sympy.floor((sympy.floor((H - 3) / 2) - 1) / 2),
+            sympy.ceiling(W / 3), sympy.Max(H - 5, 0), sympy.Min(W, H - 1), sympy.Mod(W - 9, 4),
+            sympy.Mod(-2, W), 3 * W - 7, H * W - 1]
+    bounds = LowerBounds(lambda name: table[name].lo)
+    for d in dims:
+        assert bounds.lower(dim_to_expr(d)) == table.bounds(d)[0], d
 
 
 def test_proved_division_is_one_udiv():
@@ -99,6 +118,9 @@ def test_i32_constants_near_the_wrap_keep_the_sign_fix():
 
     class Ctx:
         module = m
+
+        def sym_lower(self, name):
+            return None
 
     em = ExprEmitter(Ctx(), b, check_div=False)
     em.emit(Binary("floordiv", Const(-(1 << 31), DType.i32), Const(3, DType.i32)))

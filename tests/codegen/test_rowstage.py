@@ -199,3 +199,27 @@ def test_variance_sum_interleaved_on_static_rows(tmp_path, width, interleaved):
         x = (rng.standard_normal((b, s, width)) * 2 + 6).astype(np.float32)
         np.testing.assert_allclose(np.asarray(lib.run({"x": x})["y"]), ort_run(model, {"x": x})["y"],
                                    rtol=1e-5, atol=3e-5)
+
+
+def _hinted_loops(ll: str) -> int:
+    """Loops whose `!llvm.loop` ID carries the statistics' unroll.disable hint."""
+    (off,) = re.findall(r'^!(\d+) = !\{ !"llvm\.loop\.unroll\.disable" \}$', ll, re.M) or ["none"]
+    ids = re.findall(rf"^!(\d+) = !\{{ !\1,[^\n]*!{off}\b", ll, re.M)
+    return sum(len(re.findall(rf"!llvm\.loop !{i}$", ll, re.M)) for i in ids)
+
+
+def test_f32_statistics_of_an_f64_row_each_hinted(tmp_path):
+    """LayerNormalization's f32 statistics of an f64 activation: the mean is no plain sum of
+    the staged row (a cast in between), so it re-reads the row like the variance, whose sum
+    reads it; each of the two loops gets its own interleaved, non-unrolled loop ID (the mean,
+    emitted inside the variance's, as well). Numbers against onnxruntime."""
+    model = _chain("silu", 1024, False, TensorProto.DOUBLE)
+    ll = onnxcc.compile(model, tmp_path / "ll", name="chain", emit="llvm").text
+    assert _hinted_loops(ll) == 2
+    assert _hinted_loops(onnxcc.compile(_chain("silu", 768, False, TensorProto.FLOAT), tmp_path / "f32",
+                                        name="chain", emit="llvm").text) == 1  # the mean summed while staging
+    onnxcc.compile(model, tmp_path / "lib", name="chain")
+    lib = onnxcc.load(tmp_path / "lib")
+    x = rng.standard_normal((2, 3, 1024)) * 2 + 6
+    np.testing.assert_allclose(np.asarray(lib.run({"x": x})["y"]), ort_run(model, {"x": x})["y"],
+                               rtol=1e-5, atol=3e-5)

@@ -271,6 +271,18 @@ def test_gemm_tile_fits_static_channel_counts():
     assert gemm_tile(avx2, 16) == {"mr": 6, "nr": 16}
 
 
+def test_gemm_tile_keeps_32_columns_for_channels_last_pointwise():
+    """A channels-last 1x1 conv: M its pixels (8 divides 56 x 56, 28 x 28, 112 x 112 but 12
+    does not), N its output channels. 8 x 48 would pad 32, 64, 128, 256 channels to 48, 96,
+    144, 288; 12 x 32 pads nothing but one partial row tile, so it stays. An NCHW conv's
+    few output channels as M against many pixels keep the 8-row tile."""
+    avx512 = TargetInfo.from_features("+avx512f")
+    for m, n in ((3136, 64), (12544, 32), (784, 128), (392, 256), (6272, 32)):
+        assert gemm_tile(avx512, m, n) == {"mr": 12, "nr": 32}, (m, n)
+    for m, n in ((16, 3136), (32, 3136), (64, 12544), (16, 49)):
+        assert gemm_tile(avx512, m, n) == {"mr": 8, "nr": 48}, (m, n)
+
+
 def test_narrow_static_n_gets_one_vector_tiles():
     """N of at most one vector (attention's P @ V, heads of 8 or 16): tiles one vector wide with
     the tile's accumulator count in rows, half-width vectors for N of at most 8; wider or

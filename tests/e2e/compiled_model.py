@@ -2,7 +2,7 @@
 library loaded for the numeric comparisons (`lib_fixture`), and for the tests that also read
 what the lowering chose, to its kernel IR text (`built_fixture`: test_conv_tap_regimes.py,
 test_nhwc_dw_padcopy.py); the comparison of a library's outputs with onnxruntime's
-(`assert_matches_onnxruntime`), and whether this machine's backend has the f32 conv call
+(`assert_matches_onnxruntime`: within tolerances, or exactly), and whether this machine's backend has the f32 conv call
 (`has_f32_conv_call`: the tests that read the calls the lowering emits)."""
 
 from __future__ import annotations
@@ -59,10 +59,13 @@ def lib_fixture(name: str, write_model: Callable[[Path], object], **options):
     return built
 
 
-def f32conv_sizes(kernel_text: str) -> list[list[str]]:
+def f32conv_sizes(kernel_text: str) -> list[dict[str, str]]:
     """the sizes (the text before the buffers) of every `call onnxcc_f32conv(...)` in a kernel
-    IR dump, one list of strings per call"""
-    return [[s.strip() for s in c.split(",")] for c in re.findall(r"call onnxcc_f32conv\(([^;]*);", kernel_text)]
+    IR dump, one dict per call: each size's text by its name (kernel/conv_call.py `SIZES`)"""
+    from onnxcc.kernel.conv_call import SIZES
+
+    calls = re.findall(r"call onnxcc_f32conv\(([^;]*);", kernel_text)
+    return [dict(zip(SIZES, (s.strip() for s in c.split(",")), strict=True)) for c in calls]
 
 
 def has_f32_conv_call() -> bool:
@@ -74,12 +77,18 @@ def has_f32_conv_call() -> bool:
     return CpuBackend.from_options(CompileOptions()).f32_conv_call()
 
 
-def assert_matches_onnxruntime(path, lib, feeds: dict[str, np.ndarray], rtol: float, atol: float,
+def assert_matches_onnxruntime(path, lib, feeds: dict[str, np.ndarray], rtol: float = 0.0, atol: float = 0.0,
                                where: object = "") -> None:
     """`lib.run(feeds)` gives the outputs onnxruntime gives for the model at `path`: the same
-    names, shapes, and values within rtol / atol (`where` names the case in a failure)"""
+    names, shapes, and values within rtol / atol (`where` names the case in a failure). With
+    both 0, the default, exactly: the same dtypes and every element equal (the integer
+    kernels, whose i32 sums and requantization are onnxruntime's)"""
     want, got = ort_run(str(path), feeds), lib.run(feeds)
     assert set(got) == set(want)
     for name, ref in want.items():
         assert got[name].shape == ref.shape, name
-        np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol, err_msg=f"{name} at {where}")
+        if rtol == 0 and atol == 0:
+            assert got[name].dtype == ref.dtype, name
+            np.testing.assert_array_equal(got[name], ref, err_msg=f"{name} at {where}")
+        else:
+            np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol, err_msg=f"{name} at {where}")

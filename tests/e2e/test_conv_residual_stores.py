@@ -69,7 +69,7 @@ def test_residual_adds_fold_into_their_convs(tmp_path):
     assert text.count("onnx.Relu(") == 0
     if has_f32_conv_call():
         kir = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
-        res = [sizes[-1] for sizes in f32conv_sizes(kir)]
+        res = [sizes["res"] for sizes in f32conv_sizes(kir)]
         assert sorted(res) == ["0", "0", "0", "1", "1"], res
 
 

@@ -86,7 +86,7 @@ def test_stems_call_the_conv_with_short_segments(model_path, tmp_path):
     from onnxcc.compiler.compile import compile_model
 
     text = compile_model(str(model_path), str(tmp_path / "k"), CompileOptions(max_versions=1), emit="kernel").text
-    seg = [sizes[7] for sizes in f32conv_sizes(text)]
+    seg = [sizes["l"] for sizes in f32conv_sizes(text)]
     assert sorted(s for s in seg if s in ("3", "5", "7")) == ["3", "3", "5", "7", "7"], seg
 
 

@@ -1,8 +1,7 @@
 """The exact GELU as torch exports it, x * 0.5 * (1 + erf(x / sqrt 2)), compiled at a symbolic
-batch: its erf of a division by a constant is vmath's `erf_div` (no vdivps; the reciprocal
-product with an fma-corrected quotient) and the rest one fma (h + h erf, h = x / 2 in
-exprs), checked against a float64 reference (4 ulp relative plus the absolute error erf's
-allows where 1 + erf cancels) and onnxruntime, with infinities, NaN, signed zeros,
+batch: the whole product is vmath's `gelu` (x Phi(x) from exp(-x**2 / 2) and a rational,
+no erf; gelu_forms.exact_gelu), checked against a float64 reference (4 ulp relative plus the
+absolute error the graph's 1 + erf has where it cancels) and onnxruntime, with infinities, NaN, signed zeros,
 denormals and the extremes among the inputs. A second GELU has its operands in the other
 order, a third torch's dynamo grouping, x * (0.5 * (erf(x / sqrt 2) + 1)); one output takes
 erf of x / 3 (another constant divisor), one erf of x / t with t an input (no constant: the
@@ -100,12 +99,37 @@ def test_gelu_erf_against_float64_and_ort(built, batch):
 
 
 def test_gelu_erf_uses_erf_div(tmp_path):
-    """The constant divisors reach vmath's erf_div (no division in the loop); the input
-    divisor does not."""
+    """The three f32 GELU spellings (divisor sqrt 2) reach vmath's gelu (x Phi(x), no erf);
+    the other constant divisor reaches erf_div (no division in the loop); the input divisor
+    neither."""
     path = tmp_path / "g.onnx"
     onnx.save(_model(), path)
     llvm_ir = onnxcc.compile(path, tmp_path / "out", emit="llvm", max_versions=1).text
-    assert "onnxcc.math.erf_div.f32" in llvm_ir
-    assert llvm_ir.count('call float @"onnxcc.math.erf_div.f32"(') == 4
+    assert llvm_ir.count('call float @"onnxcc.math.gelu.f32"(') == 3  # the three GELU spellings
+    assert llvm_ir.count('call float @"onnxcc.math.erf_div.f32"(') == 1  # erf(x / 3)
     assert llvm_ir.count('call float @"onnxcc.math.erf.f32"(') == 1  # erf(x / t)
-    assert llvm_ir.count('%"gelu" = call float @"llvm.fma.f32"(') == 3  # the three GELU spellings
+
+
+def test_gelu_ops_reach_vmath_gelu(tmp_path):
+    """onnx.Gelu (opset 20) and com.microsoft.Gelu lower to 0.5 x (1 + erf(x * (1 / sqrt 2))):
+    the factor form reaches vmath's gelu too, within the float64 reference's bound (the
+    reference takes the graph's rounded quotient; vmath's gelu the product with 1 / sqrt 2 as
+    fitted for sqrt 2, 3.4e-8 apart) and onnxruntime's."""
+    n = helper.make_node
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", WIDTH])
+    outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["batch", WIDTH]) for o in ("g20", "gms")]
+    g = helper.make_graph([n("Gelu", ["x"], ["g20"]), n("Gelu", ["x"], ["gms"], domain="com.microsoft")],
+                          "gelu_ops", [x], outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("com.microsoft", 1)],
+                          ir_version=9)
+    path = tmp_path / "g.onnx"
+    onnx.save(m, path)
+    llvm_ir = onnxcc.compile(path, tmp_path / "ll", emit="llvm", max_versions=1).text
+    assert llvm_ir.count('call float @"onnxcc.math.gelu.f32"(') == 2
+    onnxcc.compile(path, tmp_path / "lib", max_versions=1)
+    feeds = {"x": _inputs(5)["x"]}
+    got = onnxcc.load(tmp_path / "lib").run(feeds)
+    ort = ort_run(str(path), feeds)
+    for name in ("g20", "gms"):
+        _check_gelu(got[name], feeds["x"])
+        np.testing.assert_allclose(got[name], ort[name], rtol=1e-5, atol=1e-6, equal_nan=True)

@@ -32,6 +32,7 @@ from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
 from onnxcc.testing import ort_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compiled_model import assert_matches_onnxruntime
 from quant_inputs import DATA, feeds
 
 CONVNET = DATA / "convnet_qdq_s8_s8_pc.onnx"
@@ -78,11 +79,7 @@ def test_convnet_convs_equal_onnxruntime_exactly(tmp_path):
     onnxcc.compile(path, tmp_path / "lib")
     lib = onnxcc.load(tmp_path / "lib")
     for k, dims in enumerate([{"N": 2, "H": 64, "W": 48}, {"N": 1, "H": 17, "W": 29}]):
-        f = feeds(path, dims, k)
-        want, got = ort_run(path, f), lib.run(f)
-        for name, w in want.items():
-            assert got[name].shape == w.shape
-            np.testing.assert_array_equal(got[name], w, err_msg=f"{name} at {dims}")
+        assert_matches_onnxruntime(path, lib, feeds(path, dims, k), where=dims)
     if CpuBackend().int8_dot():
         text = onnxcc.compile(path, tmp_path / "kir", emit="kernel").text
         assert "onnxcc_i8gemm" in text  # the dense convs on the VNNI GEMM
@@ -145,10 +142,7 @@ def test_qdq_models_equal_onnxruntime(tmp_path, path, settings):
     onnxcc.compile(path, tmp_path / "lib")
     lib = onnxcc.load(tmp_path / "lib")
     for k, dims in enumerate(settings):
-        f = feeds(path, dims, k)
-        want, got = ort_run(path, f), lib.run(f)
-        for name, w in want.items():
-            np.testing.assert_array_equal(got[name], w, err_msg=f"{path.stem} {name} at {dims}")
+        assert_matches_onnxruntime(path, lib, feeds(path, dims, k), where=f"{path.stem} {dims}")
 
 
 def test_qattention_projection_on_the_int8_gemm(tmp_path):
@@ -174,7 +168,6 @@ def test_qattention_projection_on_the_int8_gemm(tmp_path):
     lib = onnxcc.load(tmp_path / "lib")
     for k, (b, s) in enumerate([(1, 7), (3, 33)]):
         x = np.random.default_rng(k).integers(0, 256, (b, s, hin)).astype(np.uint8)
-        want, got = ort_run(path, {"x": x})["y"], lib.run({"x": x})["y"]
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        assert_matches_onnxruntime(path, lib, {"x": x}, rtol=1e-4, atol=1e-4, where=x.shape)
     if CpuBackend().int8_dot():
         assert "onnxcc_i8gemm" in onnxcc.compile(path, tmp_path / "kir", emit="kernel").text

@@ -25,9 +25,9 @@ from onnxcc.codegen.cpu.backend import CpuBackend
 from onnxcc.compiler import load_module
 from onnxcc.passes import run_pipeline
 from onnxcc.passes.pipelines import DEFAULT_GRAPH_PIPELINE
-from onnxcc.testing import ort_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compiled_model import assert_matches_onnxruntime
 from quant_inputs import feeds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,10 +105,7 @@ def test_chain_channels_last_equals_onnxruntime(tmp_path, act):
     lib = onnxcc.load(tmp_path / "lib")
     for k, (n, hh, ww) in enumerate([(1, 16, 16), (2, 23, 17), (1, 40, 9)]):
         x = np.random.default_rng(k).standard_normal((n, 3, hh, ww)).astype(np.float32) * 2
-        want, got = ort_run(path, {"x": x}), lib.run({"x": x})
-        for name, w in want.items():
-            assert got[name].dtype == w.dtype and got[name].shape == w.shape
-            np.testing.assert_array_equal(got[name], w, err_msg=f"{name} at {x.shape}")
+        assert_matches_onnxruntime(path, lib, {"x": x}, where=x.shape)
 
 
 def test_chain_without_vnni_keeps_dense_convs_nchw():
@@ -147,7 +144,4 @@ def test_qdq_twins_channels_last_equal_onnxruntime(tmp_path, name, convs):
     onnxcc.compile(path, tmp_path / "lib")
     lib = onnxcc.load(tmp_path / "lib")
     for k, dims in enumerate([{"batch": 1, "H": 64, "W": 64}, {"batch": 2, "H": 96, "W": 80}]):
-        f = feeds(path, dims, k)
-        want, got = ort_run(path, f), lib.run(f)
-        for out, w in want.items():
-            np.testing.assert_array_equal(got[out], w, err_msg=f"{out} at {dims}")
+        assert_matches_onnxruntime(path, lib, feeds(path, dims, k), where=dims)

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 import sympy
 
+from . import intervals
 from .periodic import zero_count, zero_verdict
 from .poly_terms import build as build_terms
 from .poly_terms import monomial, poly_terms
@@ -777,7 +778,8 @@ def _sign(c: sympy.Expr) -> int | None:
 
 
 def _interval(e: Any, table: SymbolTable, memo: dict) -> tuple:
-    """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges.
+    """Interval arithmetic over Add/Mul/floor/ceiling/Max/Min/Mod with symbol ranges, by the
+    rules of `intervals.py` (which the backend's bounds of the lowered dims share).
 
     The ends are Python ints and Fractions, exact like sympy's numbers but without their
     dispatch, and each subexpression's interval is kept in `memo`: the memory planner asks
@@ -792,52 +794,38 @@ def _interval_of(e: Any, table: SymbolTable, memo: dict) -> tuple:
     if e.is_Integer:
         return int(e), int(e)
     if e.is_Rational:
-        q = Fraction(int(e.p), int(e.q))
-        return q, q
+        return intervals.point(Fraction(int(e.p), int(e.q)))
     if e.is_Symbol:
         info = table.infos.get(e.name)
         if info is None:
             return 1, INT_MAX
         return info.lo, info.hi
     if e.is_Add:
-        lo, hi = 0, 0
+        iv: Any = (0, 0)
         for a in e.args:
-            l2, h2 = _interval(a, table, memo)
-            lo, hi = lo + l2, hi + h2
-        return lo, hi
+            iv = intervals.add(iv, _interval(a, table, memo))
+        return iv
     if e.is_Mul:
-        lo, hi = 1, 1
+        iv = (1, 1)
         for a in e.args:
-            l2, h2 = _interval(a, table, memo)
-            cands = [x * y for x in (lo, hi) for y in (l2, h2)]
-            lo, hi = min(cands), max(cands)
-        return lo, hi
+            iv = intervals.mul(iv, _interval(a, table, memo))
+        return iv
+    bounded: Any = None
     if e.is_Pow and e.exp.is_Integer and e.exp > 0:
-        lo, hi = _interval(e.base, table, memo)
-        if lo >= 0:
-            k = int(e.exp)
-            return lo ** k, hi ** k
+        bounded = intervals.power(_interval(e.base, table, memo), int(e.exp))
+    elif isinstance(e, sympy.floor):
+        bounded = intervals.floor(_interval(e.args[0], table, memo))
+    elif isinstance(e, sympy.ceiling):
+        bounded = intervals.ceiling(_interval(e.args[0], table, memo))
+    elif isinstance(e, sympy.Max):
+        bounded = intervals.maximum(_interval(a, table, memo) for a in e.args)
+    elif isinstance(e, sympy.Min):
+        bounded = intervals.minimum(_interval(a, table, memo) for a in e.args)
+    elif isinstance(e, sympy.Mod):
+        bounded = intervals.floor_mod(_interval(e.args[1], table, memo))
+    if bounded is None:
         raise _NoBound
-    if isinstance(e, sympy.floor):
-        lo, hi = _interval(e.args[0], table, memo)
-        return math.floor(lo), math.floor(hi)
-    if isinstance(e, sympy.ceiling):
-        lo, hi = _interval(e.args[0], table, memo)
-        return math.ceil(lo), math.ceil(hi)
-    if isinstance(e, sympy.Max):
-        ivs = [_interval(a, table, memo) for a in e.args]
-        return max(i[0] for i in ivs), max(i[1] for i in ivs)
-    if isinstance(e, sympy.Min):
-        ivs = [_interval(a, table, memo) for a in e.args]
-        return min(i[0] for i in ivs), min(i[1] for i in ivs)
-    if isinstance(e, sympy.Mod):  # floor mod: the divisor's sign, below its magnitude
-        m: Any = e.args[1]
-        if m.is_Integer and m > 0:
-            return 0, int(m) - 1
-        mlo, mhi = _interval(m, table, memo)
-        if mlo > 0:  # e.g. Mod(-2, N), a roll's split point: in [0, N - 1]
-            return 0, mhi - 1
-    raise _NoBound
+    return bounded
 
 
 def _identifier(s: str) -> str:

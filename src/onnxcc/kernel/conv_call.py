@@ -2,13 +2,16 @@
 backend that runs it (codegen/cpu/gemm_implicit.py): the `CallStmt` name, its sizes and
 buffers, and the packed layout of the constant weights.
 
-    call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu, pool, res; P, Q, C, T, B, R) -> C
+    call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu, pool, res,
+                        oh, ow, wpo, opt, opl, opb, opr, sr, rpad; P, Q, C, T, B, R, U, V) -> C
 
     acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + T[m] + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
     y(b, m, n) = act(acc(b, m, n) + B[n] + r(b, m, n))      act: max(., 0) when relu, else identity
-    r(b, m, n) = R[b*sc + m*ldc + n] when res (a residual laid out like C; pool = 1), else 0
-    C[b*sc + m*ldc + n] = y(b, m, n)                                                  pool = 1
-    C[b*sc + g*ldc + n] = max(y(b, 4g, n), y(b, 4g + 1, n), y(b, 4g + 2, n), y(b, 4g + 3, n))   pool = 4
+    r(b, m, n) = R[b*sr + m*ldc + n] when res (a residual laid out like C; pool = 1), else 0;
+                 R[b*sr + V[m] + n] with rpad (R zero-padded, V[m] its interior pixel m's offset)
+    C[b*sc + at(m)*ldc + n] = y(b, m, n)                                                  pool = 1
+    C[b*sc + at(g)*ldc + n] = max(y(b, 4g, n), y(b, 4g + 1, n), y(b, 4g + 2, n), y(b, 4g + 3, n))   pool = 4
+    at(j) = (j // ow + opt) * wpo + j % ow + opl      the stored pixel j's place in C's rows
 
 The GEMM's rows m are a conv's real output pixels (oh, ow), no padding columns; its columns
 n the output channels (the vector lanes); K = (kh, kw, c) read in place from P, a padded
@@ -18,6 +21,14 @@ conv is dilated along W (S1 = KW). Offsets and strides count f32 elements. With 
 (a 2x2 stride-2 MaxPool after the conv, M a multiple of 4) each 4 consecutive rows are one
 pooling window's pixels, maxed (NaN-propagating) in the stores: only the pooled map is
 written. Without res, R is any buffer (the call never reads it).
+
+The stored pixels form oh x ow rows (the pooled ones with pool = 4). With out pads (opt, opl,
+opb, opr, not all 0) C is the zero-padded map [batch, opt + oh + opb, wpo = opl + ow + opr,
+ldc]: the call writes the interior through U (i64, U[j] = at(j)*ldc) and zeros the border,
+so the next conv reads its windows from C in place instead of from a padded copy
+(ops/conv_nhwc.py `out_pads`); without, at(j) = j (ow = wpo, pads 0), C is the flat map and U
+any buffer (not read). Likewise a residual that another conv wrote padded is read through V
+(`rpad`; else V is not read), sr its batch stride.
 
 W is packed as Q: panels of NR columns, each [S0*S1*L][NR] f32, zero past N, so a panel
 row is NR / 16 aligned vector loads."""
@@ -32,7 +43,8 @@ NR = 32
 """columns per packed panel (two 16-lane vectors)"""
 POOL_ROWS = 4
 """GEMM rows per stored output row with `pool`: a 2x2 window's pixels"""
-SIZES = ("batch", "m", "n", "s0", "ss0", "s1", "ss1", "l", "sp", "ldc", "sc", "relu", "pool", "res")
+SIZES = ("batch", "m", "n", "s0", "ss0", "s1", "ss1", "l", "sp", "ldc", "sc", "relu", "pool", "res",
+         "oh", "ow", "wpo", "opt", "opl", "opb", "opr", "sr", "rpad")
 """the call's sizes, in order"""
 
 

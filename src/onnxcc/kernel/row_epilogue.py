@@ -28,7 +28,7 @@ MAX_STEPS = 6
 @dataclass(frozen=True)
 class RowOp:
     op: str
-    """"add", "sub" (acc - operand), "mul", "max", "min" or "relu" (no operand)"""
+    """"add", "sub" (acc - operand), "mul", "max", "min", "relu" (no operand) or "mulself" (`sub`)"""
     value: float | None = None
     """a constant operand"""
     load: Load | None = None
@@ -36,9 +36,14 @@ class RowOp:
     tile: bool = False
     """`load` is a whole tile instead: the output's own indices into a buffer of the
     output's shape (a residual), read at the tile's place with the output's row stride"""
+    sub: tuple[RowOp, ...] = ()
+    """op "mulself": acc * sub(acc), `sub` a chain of constant steps and relu applied to a
+    copy of acc (HardSwish: x * min(max(x * (1/6) + 0.5, 0), 1))"""
 
     def key(self) -> str:
         """What the micro-kernel's code depends on (a load's buffer is an argument)."""
+        if self.op == "mulself":
+            return f"mulself({','.join(o.key() for o in self.sub)})"
         return f"{self.op}:{'t' if self.tile else 'r' if self.load is not None else self.value!r}"
 
 
@@ -62,9 +67,43 @@ def _same_shape(a: Sequence[Dim], b: Sequence[Dim]) -> bool:
     return len(a) == len(b) and all(sympy.sympify(x) == sympy.sympify(y) for x, y in zip(a, b))
 
 
-def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], Sequence[Dim]]
-                       ) -> tuple[RowOp, ...] | None:
-    """The epilogue as row operations applied to `acc` in order, or None."""
+def _constant_chain(e: Expr, base: Expr) -> tuple[RowOp, ...] | None:
+    """`e` as steps with constant operands and relu applied to `base` in order, or None."""
+    ops: list[RowOp] = []
+    while e != base:
+        if len(ops) >= MAX_STEPS or e.dtype is not DType.f32:
+            return None
+        if isinstance(e, Unary) and e.op == "relu":
+            ops.append(RowOp("relu"))
+            e = e.a
+            continue
+        if not isinstance(e, Binary) or e.op not in ("add", "sub", "mul", "max", "min"):
+            return None
+        if isinstance(e.b, Const) and e.a.dtype is DType.f32:
+            ops.append(RowOp(e.op, value=float(e.b.value)))
+            e = e.a
+        elif isinstance(e.a, Const) and e.op != "sub":
+            ops.append(RowOp(e.op, value=float(e.a.value)))
+            e = e.b
+        else:
+            return None
+    return tuple(reversed(ops))
+
+
+def _self_product(e: Binary) -> tuple[Expr, RowOp] | None:
+    """`x * chain(x)` (either order; a product is exact either way) as x and its step."""
+    for x, y in ((e.a, e.b), (e.b, e.a)):
+        sub = _constant_chain(y, x)
+        if sub:
+            return x, RowOp("mulself", sub=sub)
+    return None
+
+
+def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], Sequence[Dim]],
+                       self_products: bool = False) -> tuple[RowOp, ...] | None:
+    """The epilogue as row operations applied to `acc` in order, or None. `self_products`:
+    also a product of the value with a constant chain of itself (op "mulself"), which only
+    the GEMM micro-kernel's column epilogue applies."""
     ops: list[RowOp] = []
     e = epi
     while e != acc:
@@ -77,6 +116,13 @@ def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], S
         if not isinstance(e, Binary) or e.op not in ("add", "sub", "mul", "max", "min"):
             return None
         a_has, b_has = (any(n == acc for n in walk(x)) for x in (e.a, e.b))
+        if a_has and b_has and e.op == "mul" and self_products:
+            found = _self_product(e)
+            if found is None:
+                return None
+            e, step = found
+            ops.append(step)
+            continue
         if a_has == b_has:
             return None
         inner, other = (e.a, e.b) if a_has else (e.b, e.a)

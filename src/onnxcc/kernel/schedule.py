@@ -143,6 +143,15 @@ class GemmPlan:
     row_ops: tuple[RowOp, ...] | None = None
     """the epilogue as per-row operations the window micro-kernel applies before it stores
     (kernel/row_epilogue.py; None: a separate pass over the stored tile)"""
+    dense: bool = False
+    """a dense layer: B prepacked, A not, static N x K of at least DENSE_MIN_WORK multiply-adds
+    per row (codegen/cpu/gemm_static.py `dense_rows`: tiles row block by row block, in tasks
+    of one row panel; K up to ONE_BLOCK_MAX_K in one block)"""
+    a_stage: bool = False
+    """A is read in place (`a_direct`) but its rows sit a multiple of 4 KiB apart (a hidden
+    size of 1024 or 2048 floats), so the micro-kernel's rows would all map to the same L1
+    sets: each task copies its rows of every k block into a stack block of a row stride that
+    does not alias (`A_STAGE_PAD` more than the block), then reads that in place"""
     col_ops: tuple[RowOp, ...] | None = None
     """the epilogue as per-column operations (bias[n], a residual tile) the micro-kernel
     applies before it stores, for A read in place and B prepacked in one k block (a
@@ -175,9 +184,15 @@ class GemmPlan:
         k = ", ".join(v.name for v, _ in self.reduce.vars)
         return (f"gemm batch=({', '.join(self.batch)}) m=({', '.join(self.m)}) n=({', '.join(self.n)}) "
                 f"k=({k}) tile={self.mr}x{self.nr} kc={self.kc} "
-                f"a={'direct' if self.a_direct else 'prepacked' if self.a_const else 'packed'} "
+                f"a={self._a_mode} "
                 f"b={'prepacked' if self.b_const else 'window' if self.window else 'packed'}"
                 f"{'' if self.epilogue is None else ' +epilogue' + (' in registers' if self.in_regs else '')}")
+
+    @property
+    def _a_mode(self) -> str:
+        if self.a_direct:
+            return "staged" if self.a_stage else "direct"
+        return "prepacked" if self.a_const else "packed"
 
     @property
     def in_regs(self) -> bool:
@@ -490,10 +505,12 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
         packed = prepack_b(c, g, program)
         if packed is not None:
             g = dataclasses.replace(g, b_packed=packed)
+            if not _reads_const_only(a, program):  # a dense layer: activations times weights
+                g = _dense_blocking(g, a, ks, n_static, program)
     if (epi is not None and g.a_direct and g.b_const and len(nv) == 1 and None not in ks
             and _prod(ks) <= g.kc):  # one k block: the tile is final when the micro-kernel stores it
         ops = match_row_epilogue(epi, Load(c.out, tuple(Var(n) for n in names), F32), nv[0],
-                                 lambda n: program.buffers[n].shape)
+                                 lambda n: program.buffers[n].shape, self_products=True)
         g = dataclasses.replace(g, col_ops=ops)
     # A may have batch vars here (a grouped conv's group, ops/conv_grouped.py): it is
     # prepacked per batch, [batch, M panels, K, mr], which only the window tasks read
@@ -521,13 +538,63 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
     return g
 
 
+DENSE_MIN_WORK = 1 << 15
+"""the fewest multiply-adds per row (N x K) of a dense layer: a task of one row panel is then
+at least ~20k FMA cycles, past which its own overhead does not show (a channels-last 1x1
+conv of 16 -> 96 channels, 1.5k per pixel, keeps its blocks of 8 panels)"""
+ONE_BLOCK_MAX_K = 512
+"""the longest static k a dense layer (B prepacked, A not) multiplies in one k block: the
+tile is final when the micro-kernel stores it (its bias / ReLU / residual in registers,
+`GemmPlan.col_ops`), and C is not read back per block. 12 rows x 512 k of A is 24 KiB,
+which stays in L1 while the tile's row of B panels streams by (see codegen/cpu/gemm_static.py `rows_outer`)"""
+L1_SET_SPAN = 4096
+"""bytes after which addresses map to the same L1 set again (64 sets x 64-byte lines: every
+x86 L1D of 32 KiB x 8 ways or 48 KiB x 12 ways)"""
+A_STAGE_MIN_N = 128
+"""the fewest static columns for which a dense layer stages aliasing A rows (`a_stage`):
+below it each row block meets few B panels, and the copy is not paid back"""
+
+
+def _a_row_stride(a: Expr, m: Sequence[str], program: KernelProgram) -> int | None:
+    """Elements between A's consecutive rows when A is read in place (`_a_direct`): the
+    product of its buffer's dims after the last m index (None: not static)."""
+    assert isinstance(a, Load)
+    names = [i.name if isinstance(i, Var) else None for i in a.indices]
+    last = max(names.index(v) for v in m if v in names)
+    stride = 1
+    for d in program.buffers[a.buffer].shape[last + 1:]:
+        v = _static(d)
+        if v is None:
+            return None
+        stride *= v
+    return stride
+
+
+def _dense_blocking(g: GemmPlan, a: Expr, ks: list, n_static: int | None, program: KernelProgram) -> GemmPlan:
+    """A dense layer (`GemmPlan.dense`) with its k block and A staging: one k block up to
+    ONE_BLOCK_MAX_K (measured on the MLP's x[M, 512] @ W[512, 2048], M = 128 / 512:
+    0.94-0.97x the time of two blocks of 256), and `a_stage` where A's rows alias in L1
+    (x[M, 2048] @ W[2048, 512]: 0.85-0.9x)."""
+    if len(ks) != 1 or ks[0] is None or n_static is None or n_static * ks[0] < DENSE_MIN_WORK:
+        return g
+    g = dataclasses.replace(g, dense=True)
+    if g.kc < ks[0] <= ONE_BLOCK_MAX_K:
+        g = dataclasses.replace(g, kc=ks[0])
+    if g.a_direct and n_static is not None and n_static >= A_STAGE_MIN_N:
+        lda = _a_row_stride(a, g.m, program)
+        if lda is not None and lda * 4 % L1_SET_SPAN == 0:
+            g = dataclasses.replace(g, a_stage=True)
+    return g
+
+
 def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
     """The micro-kernel tile {"mr": rows, "nr": columns} for a GEMM with M rows (None: not
     static). The target's tile, except when a static M is a multiple of 8 but not of the
     target's mr (a conv's 16, 32 or 64 output channels against AVX-512's 12): then 8 rows
     with as many accumulator registers (8 x 48 for 12 x 32), so every panel is full. With
     12 rows those Ms end in a 4- or 8-row remainder whose micro-kernel is bound by its B
-    loads (measured 5-10% on 3x3 convs with 16 and 32 channels, up to 2x at batch 1).
+    loads (measured 5-10% on 3x3 convs with 16 and 32 channels, up to 2x at batch 1); not
+    where the wider tile pads a static N by more FMAs than it saves (`_pads_columns_more`).
     A static N of at most one vector (attention's P @ V with heads of 8 or 16, N the head)
     gets one-vector-wide tiles with as many rows as the target's tile has accumulators
     (24 x 16 for 12 x 32): a 32-wide tile would spend half or three quarters of its FMAs on
@@ -542,7 +609,8 @@ def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
         return {"mr": regs, "nr": vl // 2, "vl": vl // 2}
     if n is not None and n <= vl < nr:
         return {"mr": regs, "nr": vl}
-    if m is not None and m % mr and m % 8 == 0 and regs % 8 == 0 and nr % vl == 0:
+    if m is not None and m % mr and m % 8 == 0 and regs % 8 == 0 and nr % vl == 0 \
+            and not _pads_columns_more(m, n, mr, nr, regs // 8 * vl):
         return {"mr": 8, "nr": regs // 8 * vl}
     if n is not None and n <= 2 * nr and nr % vl == 0 and _pad(n, nr) * 8 > n * 9:
         # a static N of at most two tiles that pads more than 1/8 of the columns (a
@@ -554,6 +622,17 @@ def gemm_tile(target: TargetInfo, m: int | None, n: int | None = None) -> dict:
         if _pad(n, best[1]) < _pad(n, nr):
             return {"mr": best[0], "nr": best[1]}
     return {"mr": mr, "nr": nr}
+
+
+def _pads_columns_more(m: int, n: int | None, mr: int, nr: int, nr8: int) -> bool:
+    """Whether 8-row tiles nr8 wide cost more FMAs than the mr x nr tiles once both are
+    padded to whole tiles (a remainder row tile counted as a full one). A channels-last 1x1
+    conv's M is its pixels and N its output channels: at 8 x 48 the 32 or 64 channels of a
+    mobile net's pointwise convs padded to 48 or 96 (a third of the FMAs spent on padding,
+    where 12 x 32 wasted at most one partial row tile of thousands), 128 and 256 to 144 and
+    288; an NCHW conv's small M (16 or 32 output channels) against its many pixels keeps 8
+    rows."""
+    return n is not None and _pad(m, 8) * _pad(n, nr8) > _pad(m, mr) * _pad(n, nr)
 
 
 def _pad(n: int, nr: int) -> int:

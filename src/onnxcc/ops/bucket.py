@@ -21,7 +21,7 @@ import numpy as np
 import sympy
 
 from .. import kernel as K
-from ..ir import DType, TensorType, canon, evaluate, sym
+from ..ir import Dim, DType, TensorType, canon, evaluate, sym
 from .registry import InferCtx, OpDef, RefCtx, register
 from .traits import PadRule, set_pad
 
@@ -59,6 +59,16 @@ def _kfill(fill: float, dtype: DType) -> K.Expr:
     return K.const(fill_scalar(fill, dtype), dtype)
 
 
+def _lower_filled_past(ctx, n: Dim) -> None:
+    """The result is operand 0 below index `n` along the `axis` attribute, `fill` from there
+    on (pad_dim: the input's length; mask_dim: the true length)."""
+    x, y = ctx.inputs[0], ctx.out(0)
+    axis = ctx.attr("axis") % y.rank
+    end = ctx.dim(n)
+    fill = _kfill(ctx.attr("fill", 0.0), y.dtype)
+    ctx.compute(y, lambda *ix: K.select(ix[axis] < end, x[ix], fill))
+
+
 @register("cc.pad_dim")
 class PadDimOp(OpDef):
     arity = 1
@@ -82,11 +92,8 @@ class PadDimOp(OpDef):
         return [np.pad(x, widths, constant_values=fill)]
 
     def lower(self, ctx) -> None:
-        x, y = ctx.inputs[0], ctx.out(0)
-        axis = ctx.attr("axis") % y.rank
-        n = ctx.dim(x.shape[axis])
-        fill = _kfill(ctx.attr("fill", 0.0), y.dtype)
-        ctx.compute(y, lambda *ix: K.select(ix[axis] < n, x[ix], fill))
+        x = ctx.inputs[0]
+        _lower_filled_past(ctx, x.shape[ctx.attr("axis") % x.rank])
 
 
 @register("cc.unpad_dim")
@@ -127,11 +134,7 @@ class MaskDimOp(OpDef):
         return [np.where(keep, x, np.asarray(fill, dtype=x.dtype))]
 
     def lower(self, ctx) -> None:
-        x, y = ctx.inputs[0], ctx.out(0)
-        axis = ctx.attr("axis") % y.rank
-        n = ctx.dim(parse_len(ctx.attr("len")))
-        fill = _kfill(ctx.attr("fill", 0.0), y.dtype)
-        ctx.compute(y, lambda *ix: K.select(ix[axis] < n, x[ix], fill))
+        _lower_filled_past(ctx, parse_len(ctx.attr("len")))
 
 
 @register("cc.true_len")

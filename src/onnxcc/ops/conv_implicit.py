@@ -41,11 +41,12 @@ def _padded_read(ctx, x: Buffer, pb, pe, n, h, w, c):
     return v if guard is None else select(guard, v, Const(0.0, DType.f32))  # lazy: padding is never loaded
 
 
-def _row_table(ctx, y: Buffer, pool: bool, offset):
+def _row_table(ctx, stored, pool: bool, offset):
     """The call's rows (their count, and the i64 table of each row's window offset `offset(oh,
     ow)`): the output pixels in order, or with `pool` each pooled pixel's 2x2 window of conv
-    pixels, 4 consecutive rows (the table [PH, PW, 2, 2], read flat)."""
-    _, oh_, ow_, _ = y.shape
+    pixels, 4 consecutive rows (the table [PH, PW, 2, 2], read flat). `stored`: the extents
+    of the pixels the call stores (y's, less its out pads)."""
+    oh_, ow_ = stored
     if not pool:
         table = ctx.temp(DType.i64, (oh_, ow_), "rowoff")
         ctx.compute(table, offset)
@@ -55,7 +56,15 @@ def _row_table(ctx, y: Buffer, pool: bool, offset):
     return canon(oh_ * ow_ * POOL_ROWS), table
 
 
-def _planar(ctx, x: Buffer, y: Buffer, wv: np.ndarray, win: dict, pb, pe, relu: bool, pool: bool):
+def _out_table(ctx, stored, wpo, out_pads, mo: int):
+    """U: each stored pixel's element offset in the padded y (kernel/conv_call.py at(j) * ldc)"""
+    opt, opl = out_pads[0], out_pads[1]
+    u = ctx.temp(DType.i64, stored, "outoff")
+    ctx.compute(u, lambda oh, ow: ((oh + opt) * ctx.dim(wpo) + ow + opl) * mo)
+    return u
+
+
+def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: bool):
     """The call's sizes, P and Q for a window read from a planar padded copy of X"""
     n_, hin, win_, cin = x.shape
     mo, _, kh, kw = (int(d) for d in wv.shape)
@@ -64,21 +73,24 @@ def _planar(ctx, x: Buffer, y: Buffer, wv: np.ndarray, win: dict, pb, pe, relu: 
     xp = ctx.temp(DType.f32, (n_, cin, hp, wp), "xplanar")
     ctx.compute(xp, lambda n, c, h, w: _padded_read(ctx, x, pb, pe, n, h, w, c))
     wpd = ctx.dim(wp)
-    rows, table = _row_table(ctx, y, pool, lambda oh, ow: oh * (strides[0] * wpd) + ow * strides[1])
+    rows, table = _row_table(ctx, stored, pool, lambda oh, ow: oh * (strides[0] * wpd) + ow * strides[1])
     q = ctx.const(pack_w_planar(wv), "wpack")
     # K = (kh, c, kw): KH segments d0 rows apart, C planes apart each, of KW contiguous taps
-    sizes = (n_, rows, mo, kh, canon(dil[0] * wp), cin, canon(hp * wp), kw, canon(cin * hp * wp), mo,
-             canon(y.shape[1] * y.shape[2] * mo), int(relu), POOL_ROWS if pool else 1)
+    sizes = (n_, rows, mo, kh, canon(dil[0] * wp), cin, canon(hp * wp), kw, canon(cin * hp * wp))
     return sizes, xp, q, table
 
 
 def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
-                  relu: bool, pool: bool = False, residual: Buffer | None = None) -> bool:
+                  relu: bool, pool: bool = False, residual: Buffer | None = None,
+                  out_pads: tuple[int, int, int, int] = (0, 0, 0, 0),
+                  residual_pads: tuple[int, int, int, int] = (0, 0, 0, 0)) -> bool:
     """y[n, oh, ow, m] = act(sum(kh, kw, c: padded x[n, oh*s0 + kh*d0 - pb0, ow*s1 + kw*d1 - pb1, c]
     * W[m, c, kh, kw]) + B[m]) through the call; with `pool`, y is the 2x2 stride-2 max pool of
     that (floor mode: y[n, ph, pw, m] the maximum over oh in {2ph, 2ph+1}, ow in {2pw, 2pw+1});
     with `residual` (a buffer shaped like y, not with `pool`) act(... + B[m] + residual[n, oh, ow,
-    m]); False: not here."""
+    m]), or residual[n, oh + top, ow + left, m] with `residual_pads` (top, left, bottom, right:
+    a map another conv wrote padded); with `out_pads` y is the result zero-padded on H and W
+    (the call writes the border's zeros); False: not here."""
     if not ctx.f32_conv_call or win["group"] != 1 or x.dtype is not DType.f32 or y.dtype is not DType.f32:
         return False
     if residual is not None and (pool or residual.dtype is not DType.f32):
@@ -93,8 +105,10 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
         return False
     n_, hin, win_, _ = x.shape
     padded = not all(_literal_zero(p) for p in (*pb, *pe))
+    opt, opl, opb, opr = out_pads
+    stored = (canon(y.shape[1] - opt - opb), canon(y.shape[2] - opl - opr))
     if padded and cin <= PLANAR_MAX_CIN and dil[1] == 1:
-        sizes, xp, q, table = _planar(ctx, x, y, wv, win, pb, pe, relu, pool)
+        sizes, xp, q, table = _planar(ctx, x, stored, wv, win, pb, pe, pool)
     else:
         if not padded:
             xp, hp, wp = x, hin, win_  # no padding: the windows are read from X itself
@@ -103,17 +117,24 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
             xp = ctx.temp(DType.f32, (n_, hp, wp, cin), "xpad")
             ctx.compute(xp, lambda n, h, w, c: _padded_read(ctx, x, pb, pe, n, h, w, c))
         wpd, cd = ctx.dim(wp), ctx.dim(cin)
-        rows, table = _row_table(ctx, y, pool, lambda oh, ow: (oh * (strides[0] * wpd) + ow * strides[1]) * cd)
+        rows, table = _row_table(ctx, stored, pool,
+                                 lambda oh, ow: (oh * (strides[0] * wpd) + ow * strides[1]) * cd)
         q = ctx.const(pack_w(wv), "wpack")
         # window rows of KW * C contiguous elements, or taps of C when dilated along W
         s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
-        sizes = (n_, rows, mo, kh, canon(dil[0] * wp * cin), s1, ss1, seg, canon(hp * wp * cin), mo,
-                 canon(y.shape[1] * y.shape[2] * mo), int(relu), POOL_ROWS if pool else 1)
+        sizes = (n_, rows, mo, kh, canon(dil[0] * wp * cin), s1, ss1, seg, canon(hp * wp * cin))
+    # C: the stored pixels' rows (y's, or its interior with out pads), sc y's batch stride
+    sizes = (*sizes, mo, canon(y.shape[1] * y.shape[2] * mo), int(relu), POOL_ROWS if pool else 1)
     bconst = ctx.const(np.zeros(mo, np.float32) if bv is None else np.asarray(bv, np.float32).reshape(-1), "bias")
-    exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, int(residual is not None)))
     res = bconst if residual is None else residual  # without a residual the call never reads it
-    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name, res.name),
-                                     (y.name,)))
+    sr = canon(res.shape[1] * res.shape[2] * mo) if residual is not None else 0
+    # kernel/conv_call.py: oh, ow, wpo, opt, opl, opb, opr, sr, rpad
+    placed = (*stored, y.shape[2], *out_pads, sr, int(any(residual_pads)))
+    exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, int(residual is not None), *placed))
+    places = table if not any(out_pads) else _out_table(ctx, stored, y.shape[2], out_pads, mo)
+    res_places = table if not any(residual_pads) else _out_table(ctx, stored, res.shape[2], residual_pads, mo)
+    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name, res.name,
+                                                     places.name, res_places.name), (y.name,)))
     return True
 
 

@@ -32,7 +32,13 @@ its stores, so the conv's full-size result is never written (without the call: t
 into a temp, then the pool). Attribute `residual = 1` (set by the pass on a dense conv whose
 result only a residual Add reads) makes a last operand R, shaped like the result, added
 after the bias and before `relu` (the Add's Relu, folded too): the call reads R in its
-stores, so the conv's own result is never written and read back.
+stores, so the conv's own result is never written and read back. Attribute `out_pads =
+[top, left, bottom, right]` (set by the pass, passes/nhwc_padfuse.py, on a conv whose result
+only the next conv reads, that conv's pads moved here) makes the result zero-padded on H and
+W: the call writes the interior in place and zeros the border, so the reader, its pads now
+0, reads its windows from it unguarded and no padded copy is made (without the call: the
+conv into a temp, then the padded copy). Attribute `residual_pads` (same order) says R is
+such a padded map: the residual is R's interior.
 """
 
 from __future__ import annotations
@@ -78,7 +84,16 @@ def _infer(ctx: InferCtx):
     ctx.require_eq(x.shape[3], w.shape[1] * win["group"], "input channels (x dim 3 vs w dim 1 * group)")
     if ctx.op.attrs.get("pool"):
         outs = pooled_dims(outs)
+    t, left, bot, right = out_pads(ctx.op.attrs)
+    outs = [canon(outs[0] + t + bot), canon(outs[1] + left + right)]
     return [TensorType(dt, (x.shape[0], *outs, w.shape[0]))]
+
+
+def out_pads(attrs: dict, name: str = "out_pads") -> tuple[int, int, int, int]:
+    """the zeros around the result on H and W (top, left, bottom, right): attribute
+    `out_pads` (or `residual_pads`: around the residual operand), none by default"""
+    t, left, bot, right = (int(p) for p in attrs.get(name) or (0, 0, 0, 0))
+    return t, left, bot, right
 
 
 POOL = 2
@@ -105,11 +120,14 @@ def _reference(ctx: RefCtx, x, w, *rest):
     y = conv(widen(x).transpose(TO_NCHW), widen(w), None if b is None else widen(b), win["strides"], pb, pe,
              win["dilations"], win["group"])
     if res is not None:
-        y = y + widen(res).transpose(TO_NCHW)
+        t, left, _, _ = out_pads(ctx.op.attrs, "residual_pads")
+        y = y + widen(res).transpose(TO_NCHW)[:, :, t:t + y.shape[2], left:left + y.shape[3]]
     if ctx.op.attrs.get("relu"):
         y = np.maximum(y, 0)
     if ctx.op.attrs.get("pool"):
         y = _max_pool2(y)
+    t, left, bot, right = out_pads(ctx.op.attrs)
+    y = np.pad(y, ((0, 0), (0, 0), (t, bot), (left, right)))
     return [cast_out(ctx, y.transpose(TO_NHWC))]
 
 
@@ -162,11 +180,29 @@ def _padded(ctx, x, pb, pe):
 
 
 def _lower(ctx) -> None:
+    pads = out_pads(ctx.op.attrs)
+    y = ctx.out(0)
+    if not any(pads):
+        _lower_into(ctx, y)
+        return
+    if _lower_into(ctx, y, pads):  # the call wrote the interior and the border's zeros
+        return
+    t, left, bot, right = pads
+    inner = ctx.temp(y.dtype, (y.shape[0], canon(y.shape[1] - t - bot), canon(y.shape[2] - left - right),
+                               y.shape[3]), "unpadded")
+    _lower_into(ctx, inner)
+    ctx.compute(y, lambda n, h, w, c: select((h >= t) & (h < ctx.dim(inner.shape[1]) + t) & (w >= left)
+                                             & (w < ctx.dim(inner.shape[2]) + left),
+                                             inner[n, h - t, w - left, c], Const(0.0, y.dtype)))
+
+
+def _lower_into(ctx, y, pads: tuple[int, int, int, int] | None = None) -> bool:
+    """The conv into `y`; with `pads`, only where the implicit call writes y zero-padded by
+    them (True), else nothing (False)."""
     x, w = ctx.inputs[0], ctx.inputs[1]
     res = ctx.inputs[-1] if ctx.attr("residual", 0) else None
     bias = ctx.inputs[2] if len(ctx.inputs) > 2 + (res is not None) else None
     win, outs, pb, pe = _geometry(ctx.op.attrs, x.shape, w.shape)
-    y = ctx.out(0)
     zero_f = Const(0.0, x.dtype)
     pool = bool(ctx.attr("pool", 0))
 
@@ -188,6 +224,11 @@ def _lower(ctx) -> None:
 
     if (pool or res is not None) and (win["group"] != 1 or x.dtype is not DType.f32):
         raise ctx.unsupported("a pooled or residual channels-last conv is a dense f32 one")
+    relu = bool(ctx.attr("relu", 0))
+    rpads = out_pads(ctx.op.attrs, "residual_pads")
+    if pads is not None:
+        return win["group"] == 1 and implicit_conv(ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe,
+                                                   relu, pool, res, pads, rpads)
     if is_depthwise(win["group"], w.shape):
         wv = ctx.const_value(1)
         kernel = win["kernel"]
@@ -210,14 +251,14 @@ def _lower(ctx) -> None:
                 return acc if bias is None else acc + bias[c]
 
             ctx.compute(y, dw_body)
-            return
+            return True
     if win["group"] != 1:
         raise ctx.unsupported(f"grouped channels-last conv (group {win['group']}) is not lowered")
-    relu = bool(ctx.attr("relu", 0))
     pointwise = win["kernel"] == [1, 1] and win["strides"] == [1, 1]
     if (relu or not pointwise or pool or res is not None) and implicit_conv(
-            ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu, pool, res):
-        return
+            ctx, y, x, 1, 2 if bias is not None else None, win, pb, pe, relu, pool, res,
+            residual_pads=rpads):
+        return True
     full = ctx.temp(x.dtype, (x.shape[0], *outs, w.shape[0]), "conv") if pool else y
     kv = [Var("k0"), Var("k1")]
     cv = Var("c")
@@ -232,7 +273,7 @@ def _lower(ctx) -> None:
             xv = select(cond, xv, zero_f)
         acc = rsum(axes, xv * w[(m, cv, *ks)])
         acc = acc if bias is None else acc + bias[m]
-        acc = acc if res is None else acc + res[n, o0, o1, m]
+        acc = acc if res is None else acc + res[n, o0 + rpads[0], o1 + rpads[1], m]
         return maximum(acc, zero_f) if relu else acc
 
     ctx.compute(full, gemm_body)
@@ -240,6 +281,7 @@ def _lower(ctx) -> None:
         ctx.compute(y, lambda n, p0, p1, m: maximum(
             maximum(full[n, p0 * POOL, p1 * POOL, m], full[n, p0 * POOL, p1 * POOL + 1, m]),
             maximum(full[n, p0 * POOL + 1, p1 * POOL, m], full[n, p0 * POOL + 1, p1 * POOL + 1, m])))
+    return True
 
 
 define("cc.conv_nhwc", infer=_infer, reference=_reference, arity=(2, 4), lower=_lower,

@@ -283,8 +283,10 @@ class OneHotOp(OpDef):
 
 # ---- DepthToSpace, SpaceToDepth -------------------------------------------------------------
 
-@register("onnx.DepthToSpace")
-class DepthToSpaceOp(OpDef):
+class _BlockMoveOp(OpDef):
+    """DepthToSpace / SpaceToDepth: b x b blocks of an NCHW tensor between the channels and
+    the plane, in DCR (depth-column-row) or CRD order."""
+
     arity = 1
     kind = "injective"
 
@@ -292,16 +294,28 @@ class DepthToSpaceOp(OpDef):
         x = ctx.in_types[0]
         if x.rank != 4:
             raise ctx.error(f"input must be NCHW (rank 4), got {x}")
-        b = ctx.attr("blocksize")
-        n, c, h, w = x.shape
+        return [x.with_shape(self.moved_shape(ctx, x.shape, ctx.attr("blocksize")))]
+
+    def moved_shape(self, ctx, shape: tuple, b: int) -> list:
+        raise NotImplementedError
+
+    @staticmethod
+    def dcr(ctx) -> bool:
+        return ctx.attr("mode", "DCR") == "DCR"
+
+
+@register("onnx.DepthToSpace")
+class DepthToSpaceOp(_BlockMoveOp):
+    def moved_shape(self, ctx, shape, b):
+        n, c, h, w = shape
         c2 = exact_div(ctx, c, b * b, f"depth-to-space channels by blocksize {b}^2")
-        return [x.with_shape([n, c2, None if h is None else h * b, None if w is None else w * b])]
+        return [n, c2, None if h is None else h * b, None if w is None else w * b]
 
     def lower(self, ctx):
         x, y = ctx.inputs[0], ctx.out(0)
         b = ctx.attr("blocksize")
         c2 = dim_to_expr(y.shape[1])
-        dcr = ctx.attr("mode", "DCR") == "DCR"
+        dcr = self.dcr(ctx)
 
         def body(ix):
             n, c, h, w = ix
@@ -314,7 +328,7 @@ class DepthToSpaceOp(OpDef):
     def reference(self, ctx, x):
         b = ctx.attr("blocksize")
         n, c, h, w = x.shape
-        if ctx.attr("mode", "DCR") == "DCR":
+        if self.dcr(ctx):
             t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
         else:
             t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
@@ -322,25 +336,18 @@ class DepthToSpaceOp(OpDef):
 
 
 @register("onnx.SpaceToDepth")
-class SpaceToDepthOp(OpDef):
-    arity = 1
-    kind = "injective"
-
-    def infer(self, ctx):
-        x = ctx.in_types[0]
-        if x.rank != 4:
-            raise ctx.error(f"input must be NCHW (rank 4), got {x}")
-        b = ctx.attr("blocksize")
-        n, c, h, w = x.shape
+class SpaceToDepthOp(_BlockMoveOp):
+    def moved_shape(self, ctx, shape, b):
+        n, c, h, w = shape
         h2 = exact_div(ctx, h, b, f"space-to-depth height by blocksize {b}")
         w2 = exact_div(ctx, w, b, f"space-to-depth width by blocksize {b}")
-        return [x.with_shape([n, None if c is None else c * b * b, h2, w2])]
+        return [n, None if c is None else c * b * b, h2, w2]
 
     def lower(self, ctx):
         x, y = ctx.inputs[0], ctx.out(0)
         b = ctx.attr("blocksize")
         c = dim_to_expr(x.shape[1])
-        dcr = ctx.attr("mode", "DCR") == "DCR"
+        dcr = self.dcr(ctx)
 
         def body(ix):
             n, oc, h, w = ix
@@ -355,7 +362,7 @@ class SpaceToDepthOp(OpDef):
     def reference(self, ctx, x):
         b = ctx.attr("blocksize")
         n, c, h, w = x.shape
-        perm = (0, 3, 5, 1, 2, 4) if ctx.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)  # CRD: opset 24
+        perm = (0, 3, 5, 1, 2, 4) if self.dcr(ctx) else (0, 1, 3, 5, 2, 4)  # CRD: opset 24
         t = x.reshape(n, c, h // b, b, w // b, b).transpose(perm)
         return [t.reshape(n, c * b * b, h // b, w // b)]
 

@@ -182,11 +182,28 @@ def _check_symbolic_target(ctx, x: TensorType, i: int, t: Dim, allowzero: int) -
     ctx.require(sympy.Ge(t, 1), f"reshape target dim {i} must not be 0 (copy)")
 
 
+class _ViewOp(OpDef):
+    """Operand 0 in another shape (Reshape, Flatten, Squeeze, Unsqueeze): a view where the
+    element counts are provably equal (`view_or_copy`), and a small tensor's known values
+    carried over in the result's shape."""
+
+    arity = 1
+    kind = "injective"
+
+    def value(self, ctx):
+        v, t = ctx.known(0), ctx.op.results[0].type
+        if v is None or not value_shape_ok(t):
+            return None
+        return [np.asarray(v, dtype=object).reshape(t.shape)]
+
+    def lower(self, ctx):
+        view_or_copy(ctx)
+
+
 @register("onnx.Reshape")
-class ReshapeOp(OpDef):
+class ReshapeOp(_ViewOp):
     arity = 2
     size_operands = (1,)
-    kind = "injective"
 
     def infer(self, ctx):
         x, tt = ctx.in_types
@@ -226,15 +243,6 @@ class ReshapeOp(OpDef):
             ctx.require_eq(numel, prod(out), f"reshape element count of {x} to {target}")
         return [x.with_shape(out)]
 
-    def value(self, ctx):
-        v, t = ctx.known(0), ctx.op.results[0].type
-        if v is None or not value_shape_ok(t):
-            return None
-        return [np.asarray(v, dtype=object).reshape(t.shape)]
-
-    def lower(self, ctx):
-        view_or_copy(ctx)
-
     def reference(self, ctx, x, shape):
         shape = static_ints(ctx, shape)
         if not ctx.attr("allowzero", 0):
@@ -243,9 +251,7 @@ class ReshapeOp(OpDef):
 
 
 @register("onnx.Flatten")
-class FlattenOp(OpDef):
-    arity = 1
-    kind = "injective"
+class FlattenOp(_ViewOp):
 
     def infer(self, ctx):
         x = ctx.in_types[0]
@@ -254,12 +260,6 @@ class FlattenOp(OpDef):
             raise ctx.error(f"axis {axis} out of range for rank {x.rank}")
         axis = axis + x.rank if axis < 0 else axis
         return [x.with_shape([prod(x.shape[:axis]), prod(x.shape[axis:])])]
-
-    def value(self, ctx):
-        return ReshapeOp.value(self, ctx)
-
-    def lower(self, ctx):
-        view_or_copy(ctx)
 
     def reference(self, ctx, x):
         axis = ctx.attr("axis", 1)
@@ -300,17 +300,30 @@ def _ref_axes(ctx: RefCtx, args) -> list[int] | None:
     return static_ints(ctx, args[0]) if args else None
 
 
-@register("onnx.Squeeze")
-class SqueezeOp(OpDef):
+class _AxesOp(_ViewOp):
+    """Squeeze / Unsqueeze: dims dropped / inserted at the axes of the `axes` attribute (old
+    opsets) or operand 1; `rank_step` dims per axis, -1 or 1."""
+
     arity = (1, 2)
-    kind = "injective"
+    rank_step = 0
 
     def infer(self, ctx):
         x = ctx.in_types[0]
         try:
             axes = _axes(ctx)
         except _AxesUnknown:
-            return _unknown_axes_result(ctx, x, -1)
+            return _unknown_axes_result(ctx, x, self.rank_step)
+        return self.infer_axes(ctx, x, axes)
+
+    def infer_axes(self, ctx, x: TensorType, axes: list[int] | None) -> list[TensorType]:
+        raise NotImplementedError
+
+
+@register("onnx.Squeeze")
+class SqueezeOp(_AxesOp):
+    rank_step = -1
+
+    def infer_axes(self, ctx, x, axes):
         if axes is None:  # squeeze every dim that is 1; a symbol is kept and must not be 1
             out = []
             for i, d in enumerate(x.shape):
@@ -325,12 +338,6 @@ class SqueezeOp(OpDef):
             ctx.require_eq(x.shape[a], 1, f"squeeze of dim {a}")
         return [x.with_shape([d for i, d in enumerate(x.shape) if i not in axes])]
 
-    def value(self, ctx):
-        return ReshapeOp.value(self, ctx)
-
-    def lower(self, ctx):
-        view_or_copy(ctx)
-
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)
         if axes is None:
@@ -339,16 +346,10 @@ class SqueezeOp(OpDef):
 
 
 @register("onnx.Unsqueeze")
-class UnsqueezeOp(OpDef):
-    arity = (1, 2)
-    kind = "injective"
+class UnsqueezeOp(_AxesOp):
+    rank_step = 1
 
-    def infer(self, ctx):
-        x = ctx.in_types[0]
-        try:
-            axes = _axes(ctx)
-        except _AxesUnknown:
-            return _unknown_axes_result(ctx, x, 1)
+    def infer_axes(self, ctx, x, axes):
         if axes is None:
             raise ctx.error("unsqueeze needs axes")
         rank = x.rank + len(axes)
@@ -357,12 +358,6 @@ class UnsqueezeOp(OpDef):
             raise ctx.error(f"repeated axes {axes}")
         it = iter(x.shape)
         return [x.with_shape([1 if i in axes else next(it) for i in range(rank)])]
-
-    def value(self, ctx):
-        return ReshapeOp.value(self, ctx)
-
-    def lower(self, ctx):
-        view_or_copy(ctx)
 
     def reference(self, ctx, x, *rest):
         axes = _ref_axes(ctx, rest)

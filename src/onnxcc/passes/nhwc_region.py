@@ -62,6 +62,7 @@ from ..ops.resize import channels_last_resize
 from .base import ModulePass, PassContext, register_pass
 from .canonicalize import const_value
 from .layout_region import RegionFinder, RegionRewriter, permuted, rewrite_regions
+from .nhwc_padfuse import fuse_padded_outputs
 
 UNARY = frozenset({
     "onnx.Relu", "onnx.Clip", "onnx.HardSwish", "onnx.HardSigmoid", "onnx.Sigmoid", "onnx.Tanh",
@@ -528,8 +529,10 @@ class _Rewriter(RegionRewriter):
 
 def nhwc_regions(module: Module, min_convs: int = 2, dense: bool = True,
                  per_conversion: int = CONVS_PER_CONVERSION) -> bool:
-    return rewrite_regions(module, lambda block: _Finder(block, module, dense).regions(min_convs, per_conversion),
-                           _Rewriter)
+    changed = rewrite_regions(module, lambda block: _Finder(block, module, dense).regions(min_convs, per_conversion),
+                              _Rewriter)
+    # a conv's padding written by the call producing its input (only where the call runs)
+    return (changed and dense and fuse_padded_outputs(module)) or changed
 
 
 @register_pass

@@ -14,11 +14,9 @@ x86 CPUs); an explicit feature string adds to them and `-feat` removes.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import os
-import sys
-import tempfile
+
+from ..llvm.target import captured_fd2, target_machine
 
 #: the features the generated check can test, in the order it tests them
 CHECKABLE = ("sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "avx", "avx2", "fma", "bmi", "bmi2",
@@ -85,28 +83,11 @@ def required_features(triple: str, cpu: str, features: str) -> list[str]:
 
 # ---- checking names against LLVM -------------------------------------------------------------
 
-@contextlib.contextmanager
-def _captured_fd2(into: list[bytes]):
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            into.append(tmp.read())
-
-
 def check_cpu(triple: str | None, cpu: str | None, features: str | None) -> str:
     """"" when LLVM knows `cpu` and every feature of `features` for the triple, else a one-line
     problem with a hint. LLVM only warns on fd 2 (and ignores the name) when it builds the
     subtarget, so a tiny function is compiled with fd 2 captured."""
     import llvmlite.binding as llvm
-
-    from ..llvm.target import target_machine
 
     host = llvm.get_process_triple()
     triple_ = triple or host
@@ -117,7 +98,7 @@ def check_cpu(triple: str | None, cpu: str | None, features: str | None) -> str:
         probe_features = ",".join(filter(None, [probe_features, "+64bit"]))
     out: list[bytes] = []
     try:
-        with _captured_fd2(out):
+        with captured_fd2(out):
             tm = target_machine(triple_, cpu or ("generic" if triple_ != host else None), probe_features or None,
                                 0)
             tm.emit_assembly(llvm.parse_assembly("define void @probe() {\n  ret void\n}\n"))

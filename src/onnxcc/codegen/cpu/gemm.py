@@ -51,7 +51,7 @@ import sympy
 from llvmlite import ir
 
 from onnxcc.ir import DType, canon
-from onnxcc.kernel.expr import Const, Expr, Load, Var
+from onnxcc.kernel.expr import Expr, Load, Var
 from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
 
@@ -74,6 +74,7 @@ from ..llvm.helpers import (
 from . import gemm_gemv
 from . import gemm_window as gw
 from .gemm_columns import column_binder, column_segments
+from .gemm_dense import dense_blocks, stage_block, stage_rows
 from .gemm_flat import flat_columns_ok
 from .gemm_ir import RowIndex
 from .gemm_ir import add as _add
@@ -87,7 +88,7 @@ from .gemm_ir import umin as _umin
 from .gemm_ir import unflatten as _unflatten
 from .gemm_rows import row_tiles as _row_tiles
 from .gemm_rows import tile_heights as _tile_heights
-from .gemm_static import narrow_wins
+from .gemm_static import dense_rows, narrow_wins, rows_outer
 from .gemm_ukr import ukr_function
 
 if TYPE_CHECKING:
@@ -158,6 +159,14 @@ class _Geometry:
         self.P0: ir.Value = i64(0)
         self.Pc: ir.Value = self.Pn
         self.n_jc, self.n_tasks = self.n_blocks(b, self.Pn)
+        if dense_rows(g):
+            self._dense_tasks(b)
+
+    def _dense_tasks(self, b: ir.IRBuilder) -> None:
+        """A dense layer's tasks: one row panel each, the columns cut (gemm_dense.py)."""
+        rows, self.n_jc = dense_blocks(b, self.Bt, self.Pm, self.Pn, self._tasks, self.threads)
+        self.n_ic, self._per = self.Pm, rows
+        self.n_tasks = _mul(b, rows, self.n_jc, "dense.tasks")
 
     def n_blocks(self, b: ir.IRBuilder, panels: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(n blocks, tasks) when the tasks cover `panels` B panels."""
@@ -783,15 +792,18 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     ext = dict(zip(c.var_names, c.extents))
     MR, NR = g.mr, g.nr
     kc_max = geo.kco * g.k_inner
+    task_panels = 1 if dense_rows(g) else g.mc_panels  # the row panels of one task, at most
     if g.a_direct:  # A's rows are read in place: its pointer, row stride, strides per index
         a_load = g.a
         a_base_ptr = fctx.buffer_ptr(a_load.buffer)
         a_strides = {i.name: st for i, st in zip(a_load.indices, fctx.strides(a_load.buffer)) if isinstance(i, Var)}
         lda = a_strides[[v for v in g.m if v in a_strides][-1]]  # m vars of extent 1 may read 0
+        if g.a_stage:  # a stack block of the task's rows, at a row stride that does not alias in L1
+            a_ld, (astage, lda) = lda, stage_block(fctx, g, task_panels, kc_max)
     elif g.a_const:  # packed at compile time, [panel][K][mr]
         apack = fctx.global_ptr(_const_global(kem, g.a_packed))
     else:
-        apack = fctx.eb.alloca(ir.ArrayType(F32, g.mc_panels * MR * kc_max), name="apack")
+        apack = fctx.eb.alloca(ir.ArrayType(F32, task_panels * MR * kc_max), name="apack")
         apack.align = 64
         apack.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
     bbase = _packed_b_ptr(kem, fctx, g)
@@ -837,6 +849,9 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
             k0 = _mul(b, ko0, g.k_inner, "k0")
             if not g.a_direct and not g.a_const:
                 _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur, fctx.alloca)
+            if g.a_stage:  # rows [m0, m1) of this k block, row r - m0 at astage + (r - m0) * lda
+                stage_rows(b, kem.module, g, _f32_ptr(b, a_rows, _add(b, _mul(b, m0, a_ld, "as.src"), k0, "as.src"),
+                                                    "as.src"), a_ld, astage, lda, b.sub(m1, m0, name="as.rows"), kcur)
             first = b.icmp_unsigned("==", pc, i64(0), name="first")
             last = b.icmp_unsigned("==", _add(b, pc, 1, "pc1"), geo.npc, name="last")
             def tile(pn: ir.Value, pm: ir.Value) -> None:
@@ -848,7 +863,10 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                 ncols = _umin(b, b.sub(geo.N, j0, name="nleft"), i64(NR), "ncols")
                 i0 = _mul(b, pm, MR, "i0")
                 rows = _umin(b, b.sub(geo.M, i0, name="mleft"), i64(MR), "rows")
-                if g.a_direct:
+                if g.a_stage:
+                    apanel = _f32_ptr(b, astage, _mul(b, b.sub(i0, m0, name="as.r"), lda, "ap"), "apanel")
+                    a_args = [apanel, lda]
+                elif g.a_direct:
                     apanel = _f32_ptr(b, a_rows, _add(b, _mul(b, i0, lda, "ap"), k0, "ap"), "apanel")
                     a_args = [apanel, lda]
                 elif g.a_const:
@@ -881,7 +899,7 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
                     with if_then(b, last, name="epilogue"):
                         _epilogue(b, fctx, em_e, c, g, geo, ext, i0, rows, j0, ncols)
 
-            if _rows_outer(g):  # a short k: the C tile's stores dominate, written row block by row block
+            if rows_outer(g):  # a short k: the C tile's stores dominate, written row block by row block
                 with for_range(b, pm1, "pm", start=pm0, guard=True) as pm, \
                         for_range(b, pn1, "pn", start=pn0, guard=True) as pn:
                     tile(pn, pm)
@@ -894,26 +912,6 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
     b.ret_void()
     fctx.finish()
     return fn
-
-
-ROWS_OUTER_MAX_K = 64
-"""the longest static k for which the tiles are visited row block by row block (see `_rows_outer`;
-measured on [S, k] @ [k, S], 4 heads: 0.51x the time at k = 8, S = 1599; 0.85x at k = 16 and
-0.75-0.87x at k = 32 and 64, S = 1000)"""
-
-
-def _rows_outer(g: GemmPlan) -> bool:
-    """Whether the tiles of a block run with the B panels innermost (each row block of C written
-    left to right) instead of the A panels (each column strip written top to bottom, the order
-    that keeps one B panel in L1 over a long k). With a short static k (attention's scores,
-    Q @ K^T over heads of 8 to 64) the multiply is cheap and the C stores dominate: top to
-    bottom, each tile's rows land in as many pages as rows."""
-    k = 1
-    for _, x in g.reduce.vars:
-        if not isinstance(x, Const):
-            return False
-        k *= int(x.value)
-    return k <= ROWS_OUTER_MAX_K
 
 
 def _pack_a(b: ir.IRBuilder, em: ExprEmitter, g: GemmPlan, geo: _Geometry, ext: dict, apack: ir.Value,

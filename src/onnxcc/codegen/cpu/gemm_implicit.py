@@ -24,6 +24,7 @@ from onnxcc.kernel.conv_call import NR, POOL_ROWS, SIZES
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
+from . import conv_out_rows as out_rows
 from . import gemm_call as gcall
 from .gemm_ir import add, ceildiv, mul, umin
 
@@ -34,7 +35,7 @@ NV = NR // 16
 RB = 8 * MR
 """rows per parallel task"""
 assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
-_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R"), ety=F32, nr=NR, mr=MR, rb=RB)
+_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R", "U", "V"), ety=F32, nr=NR, mr=MR, rb=RB)
 
 _V = ir.VectorType(F32, 16)
 
@@ -53,9 +54,11 @@ def _gepf(b: ir.IRBuilder, base: ir.Value, off: ir.Value | int, name: str) -> ir
 def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
     """`void ukr(ptr rowp, ptr q, i64 S0, i64 SS0, i64 S1, i64 SS1, i64 L, ptr c, i64 ldc,
     i64 ncols, i64 nrows, ptr bias, i64 relu, i64 pool, ptr res)`: MR x NR of C from one
-    packed panel q, row r of the window at rowp[r]; rows >= nrows and columns >= ncols are not
-    stored; bias points at the panel's first column; with pool = 4 each 4 rows are maxed into
-    one row of C; res (null: none) is a residual tile laid out like C, added before the ReLU.
+    packed panel q, row r of the window at rowp[r]; stored row g at c[g] (a row pointer each:
+    a padded C's rows are not evenly spaced, conv_out_rows.py); rows >= nrows and columns >=
+    ncols are not stored; bias points at the panel's first column; with pool = 4 each 4 rows
+    are maxed into one stored row; res (null: none) is the residual tile's row pointers (row r
+    at res[r]), added before the ReLU.
     With `nv` = 1 only the panel's first 16 columns: a conv of at most 16 output channels (a
     small stem) does half the FMAs of the full panel."""
     name = f"onnxcc.f32conv.ukr.{MR}x{16 * nv}"
@@ -67,6 +70,7 @@ def _ukr(module: ir.Module, nv: int = NV) -> ir.Function:
                                           _V, MR, nv)
     _, q, s0n, ss0, s1n, ss1, seg, c, ldc, ncols, nrows, bias, relu, pool, res = fn.args
     fma = get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V]))
+    out_rows.prefetch_tile(module, b, c, pool, res, MR, nv)
     walk = _SegmentWalk(b, fma, acc, prow, q, (s0n, ss0, s1n, ss1, seg), nv)
     done = fn.append_basic_block("k.done")
     generic = fn.append_basic_block("k.any")
@@ -140,7 +144,8 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
     def value(r: int, v: int, residual: bool = False) -> ir.Value:
         x = b.fadd(b.load(acc[r][v], name="sum", typ=_V), cols[v], name="biased")
         if residual:  # (acc + bias) + r: onnxruntime's order, the conv's then the Add's
-            rrow = _gepf(b, res, mul(b, ldc, r, "r.off") if r else i64(0), "r.row")
+            rrow = b.load(b.gep(res, [i64(r)], inbounds=True, name="r.pp", source_etype=PTR), name="r.row", typ=PTR,
+                          align=8)
             x = b.fadd(x, b.call(mload, [_gepf(b, rrow, 16 * v, "r.p"), i32(4), masks[v], zero], name="r"),
                        name="plus.r")
         neg = b.fcmp_ordered("<", x, lov, name="below")
@@ -148,7 +153,8 @@ def _epilogue(module: ir.Module, b: ir.IRBuilder, acc, c, ldc, ncols, nrows, bia
         return b.select(neg, lov, x, name="act")
 
     def store(row: int, vals: list[ir.Value]) -> None:
-        crow = _gepf(b, c, mul(b, ldc, row, "c.off") if row else i64(0), "c.row")
+        crow = b.load(b.gep(c, [i64(row)], inbounds=True, name="c.pp", source_etype=PTR), name="c.row", typ=PTR,
+                      align=8)
         for v, x in enumerate(vals):
             b.call(mstore, [x, _gepf(b, crow, 16 * v, "c.p"), i32(4), masks[v]])
 
@@ -189,8 +195,11 @@ def _body(module: ir.Module) -> ir.Function:
         b, sz = t.b, t.sz
         seg_args = [sz["s0"], sz["ss0"], sz["s1"], sz["ss1"], sz["l"]]
         cbat = _gepf(b, t.bufs["C"], add(b, mul(b, t.bi, sz["sc"], "c.b"), t.col, "c.off"), "c.bat")
-        rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sc"], "r.b"), t.col, "r.off"), "r.bat")
+        rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sr"], "r.b"), t.col, "r.off"), "r.bat")
         bcol = _gepf(b, t.bufs["B"], t.col, "bias.j")
+        with b.goto_entry_block():
+            crow = b.alloca(ir.ArrayType(PTR, MR), name="crow")  # the tile's stored rows' pointers
+            rrow = b.alloca(ir.ArrayType(PTR, MR), name="rrow")  # its residual rows' pointers
         r_lo, r_hi = t.rows()
         last = b.sub(r_hi, i64(1), name="r.last")
         with for_range(b, ceildiv(b, b.sub(r_hi, r_lo, name="r.n"), MR, "tiles"), "mb", guard=True) as mb:
@@ -200,10 +209,12 @@ def _body(module: ir.Module) -> ir.Function:
                 off = b.load(b.gep(t.bufs["T"], [mr], inbounds=True, name="t.p", source_etype=I64), name="t.off",
                              typ=I64, align=8)
                 b.store(_gepf(b, t.pbat, off, "p.r"), b.gep(t.rowp, [i64(0), i64(r)], inbounds=True, name="rowp.r"))
-            cp = _gepf(b, cbat, mul(b, b.udiv(r0, sz["pool"], name="c.r0"), sz["ldc"], "c.r"), "c.blk")
-            rp = b.select(b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on"),
-                          _gepf(b, rbat, mul(b, r0, sz["ldc"], "r.r"), "r.blk"), ir.Constant(PTR, None), name="res")
-            args = [t.rowp, t.qpan, *seg_args, cp, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
+            out_rows.row_pointers(b, sz, cbat, b.udiv(r0, sz["pool"], name="c.r0"), MR, crow, t.bufs["U"])
+            res_on = b.icmp_unsigned("!=", sz["res"], i64(0), name="res.on")
+            with if_then(b, res_on, name="rrow"):
+                out_rows.residual_pointers(b, sz, rbat, r0, MR, rrow, t.bufs["V"])
+            rp = b.select(res_on, rrow, ir.Constant(PTR, None), name="res")
+            args = [t.rowp, t.qpan, *seg_args, crow, sz["ldc"], t.ncols, b.sub(r_hi, r0, name="rows"), bcol,
                     sz["relu"], sz["pool"], rp]
             with if_else(b, b.icmp_signed("<=", t.ncols, i64(16), name="half"), name="ukr") as (then, otherwise):
                 with then:  # the last panel's columns fit one vector (a 16-channel stem)
@@ -219,7 +230,8 @@ def define_callee(module: ir.Module) -> ir.Function:
     fn = module.globals.get(name)
     if fn is not None:
         return fn
-    return gcall.define_entry(module, name, _SHAPE, lambda: _body(module))
+    grid = gcall.define_entry(module, f"{name}.grid", _SHAPE, lambda: _body(module))
+    return out_rows.define_with_border(module, name, grid)
 
 
 __all__ = ["MR", "define_callee"]

@@ -187,6 +187,11 @@ def _apply_row_ops(module: ir.Module, b: ir.IRBuilder, ops, vals: list[list[ir.V
     col_vals: dict[int, list[ir.Value]] = {}
     for r, row in enumerate(vals):
         for o, p in zip(ops, ptrs):
+            if o.op == "mulself":  # x * chain(x): the chain (constants, relu) on a copy
+                part = [list(row)]
+                _apply_row_ops(module, b, o.sub, part, [None] * len(o.sub), V, splat_mask, ldc, masks, cols)
+                row[:] = [b.fmul(x, y, name="e.self") for x, y in zip(row, part[0])]
+                continue
             if o.op == "relu":
                 neg = [b.fcmp_ordered("<", x, zero, name="isneg") for x in row]
                 for m in neg:

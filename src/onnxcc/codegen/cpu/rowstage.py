@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import Expr, Load, Reduce, dim_to_expr, walk
+from onnxcc.kernel.expr import Expr, Load, Reduce, buffers_read, dim_to_expr, walk
 from onnxcc.kernel.rownorm import plain_row_sum
 
 from ..llvm.exprs import AccessMetadata, ExprEmitter, compute_type, identity
@@ -52,12 +52,13 @@ def emit_row_stage(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute
         total = b.load(acc, name="rowstage.rowsum")
         for r in sums:
             em.frames[-1].cache[r] = total
-    saved, saved_sum_md = em.md, em.sum_loop_md
+    saved = em.md
     em.md = AccessMetadata()
     k = stat_interleave(ext, plan.vector_width)
-    if k > 1:  # else LLVM's defaults, as any reduction
-        em.sum_loop_md = lambda: row_loop_md(owner.module, plan.vector_width, k, unroll=False)
     try:
+        if k > 1:  # the sums of the other statistics (the variance's) interleaved; else LLVM's defaults
+            for r in _statistic_sums(c, rs.body, done=sums):
+                em.reduce(r, loop_md=row_loop_md(owner.module, plan.vector_width, k, unroll=False))
         em.hoist(rs.body)  # the row statistics, over the stored row, before anything is overwritten
         with for_range(b, n, f"{name}.norm", guard=False,
                        metadata=row_loop_md(owner.module, plan.vector_width)) as j:
@@ -65,7 +66,7 @@ def emit_row_stage(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute
             em.store(c.out, row_index(c, v, vals, j), em.emit(rs.body))
             em.pop()
     finally:
-        em.md, em.sum_loop_md = saved, saved_sum_md
+        em.md = saved
 
 
 #: vector accumulators of a row statistic's sum (the variance's): one FMA chain per vector
@@ -95,3 +96,11 @@ def _row_sums(c: Compute, body: Expr) -> list[Reduce]:
                 and r not in found:
             found.append(r)
     return found
+
+
+def _statistic_sums(c: Compute, body: Expr, done: list[Reduce]) -> list[Reduce]:
+    """The one-var float sums of `body` over the staged row but those `done` (the plain row
+    sums, summed in the first pass), inner ones first (`walk`'s order): each is emitted
+    before the reductions that read it, so each loop gets its own hint."""
+    return [r for r in walk(body) if isinstance(r, Reduce) and r.op == "sum" and len(r.vars) == 1
+            and r.body.dtype.is_float and c.out in buffers_read(r) and r not in done]

@@ -41,10 +41,11 @@ from onnxcc.errors import CompileError
 from onnxcc.ir import Dim, canon
 from onnxcc.kernel.expr import Reduce, free_vars, walk
 from onnxcc.kernel.plan_memory import MemoryPlan
-from onnxcc.kernel.program import Compute, KernelProgram
+from onnxcc.kernel.program import Buffer, Compute, KernelProgram
 
 from ..c.abi import KernelLaunch
-from ..llvm.exprs import AccessMetadata, ExprEmitter, ProgramContext
+from ..llvm.exprs import AccessMetadata, ExprEmitter
+from ..llvm.function_context import ProgramContext
 from ..llvm.helpers import I32, I64, PTR, VOID, for_range, i32, move_to_end, name_unnamed
 from ..llvm.target import optimized, target_machine
 
@@ -166,7 +167,7 @@ def _numel(extents: Sequence[Dim]) -> Dim:
 
 
 class _KernelBuilder(ProgramContext):
-    """Builds one kernel entry for one compute (implements llvm.exprs.FunctionContext)."""
+    """Builds one kernel entry for one compute (implements llvm.function_context.FunctionContext)."""
 
     def __init__(self, owner: CudaModule, program: KernelProgram, plan: MemoryPlan, c: Compute, name: str):
         self.owner, self.program, self.plan, self.c = owner, program, plan, c
@@ -211,32 +212,23 @@ class _KernelBuilder(ProgramContext):
         except ValueError:
             raise CompileError(f"kernel {self.program.name}: unknown symbol {name}") from None
 
-    def buffer_ptr(self, name: str) -> ir.Value:
-        p = self._ptrs.get(name)
-        if p is not None:
-            return p
+    def sym_lower(self, name: str) -> int | None:
+        """None: a symbol arrives as a plain kernel parameter, with no range promised to LLVM."""
+        return None
+
+    def _root_ptr(self, name: str, buf: Buffer) -> ir.Value:
+        """A kernel parameter, the workspace, a constant's global (through the generic
+        address space)."""
         prog = self.program
-        buf = prog.buffers.get(name)
-        if buf is None:
-            raise CompileError(f"kernel {prog.name}: unknown buffer {name}")
         nsym, nin = len(prog.symbols), len(prog.inputs)
-        if buf.alias_of is not None:
-            p = self.buffer_ptr(prog.root(name))
-        elif buf.kind == "input":
-            p = self.args[nsym + prog.inputs.index(name)]
-        elif buf.kind == "output":
-            p = self.args[nsym + nin + prog.outputs.index(name)]
-        elif buf.kind == "temp":
-            off = self.plan.offsets.get(name)
-            if off is None:
-                raise CompileError(f"kernel {prog.name}: memory plan has no offset for temp {name}")
-            p = self.eb.gep(self.ws, [self.dim(off)], inbounds=True, name=f"{name}.data",
-                            source_etype=ir.IntType(8))
-        else:
-            g = self.owner.const_global(buf.data)  # type: ignore[arg-type]
-            p = g if self.owner.emulate else self.eb.addrspacecast(g, PTR, name=f"{name}.data")
-        self._ptrs[name] = p
-        return p
+        if buf.kind == "input":
+            return self.args[nsym + prog.inputs.index(name)]
+        if buf.kind == "output":
+            return self.args[nsym + nin + prog.outputs.index(name)]
+        if buf.kind == "temp":
+            return self.temp_ptr(name, self.plan, self.ws)
+        g = self.owner.const_global(buf.data)  # type: ignore[arg-type]
+        return g if self.owner.emulate else self.eb.addrspacecast(g, PTR, name=f"{name}.data")
 
 
     def fail_block(self, code: int) -> ir.Block:
@@ -255,13 +247,7 @@ class _KernelBuilder(ProgramContext):
     # ---- the kernel ------------------------------------------------------------------------
     def access_md(self) -> AccessMetadata:
         """Scoped-noalias metadata: the compute's loads never alias its store."""
-        m = self.module
-        tag = f"onnxcc.{self.fn.name}"
-        dom = m.add_metadata([ir.MetaDataString(m, tag)])
-        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
-        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
-        return AccessMetadata(load=[("alias.scope", reads), ("noalias", writes)],
-                              store=[("alias.scope", writes), ("noalias", reads)])
+        return AccessMetadata.scoped_noalias(self.module, f"onnxcc.{self.fn.name}")
 
     def sreg(self, name: str) -> ir.Value:
         if self.sregs:

@@ -28,13 +28,12 @@ import math
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 from llvmlite import ir
 
 from onnxcc.errors import CompileError
-from onnxcc.ir import Dim, DType, canon
+from onnxcc.ir import Dim, DType
 from onnxcc.kernel.expr import (
     ERR_DIV_ZERO,
     Binary,
@@ -54,7 +53,8 @@ from onnxcc.kernel.expr import (
 )
 
 from . import small
-from .gelu_forms import erf_of_constant_quotient, half_x_one_plus_erf, one_plus_tanh
+from .function_context import FunctionContext
+from .gelu_forms import emit_gelu_form, erf_of_constant_quotient
 from .helpers import I1, I8, I16, I32, I64, for_range, intrinsic, move_to_end
 from .int_bounds import LowerBounds
 from .vmath import INTRINSIC_REPLACEMENTS, math_function
@@ -119,60 +119,6 @@ def _bf16_round_np(x: np.float32) -> np.float32:
     return np.array(bits & 0xFFFFFFFF, np.uint32).view(np.float32)[()]
 
 
-# ---- what the emitter needs from its function -------------------------------------------
-
-
-class FunctionContext(Protocol):
-    """The per-function services an `ExprEmitter` uses (implemented by the backend)."""
-
-    module: ir.Module
-
-    def sym(self, name: str) -> ir.Value: ...
-    def dim(self, d: Dim) -> ir.Value: ...
-    def buffer_ptr(self, name: str) -> ir.Value: ...
-    def strides(self, name: str) -> list[ir.Value]: ...
-    def buffer_dtype(self, name: str) -> DType: ...
-    def buffer_shape(self, name: str) -> tuple[Dim, ...]: ...
-    def fail_block(self, code: int) -> ir.Block: ...
-    def alloca(self, ty: ir.Type, name: str) -> ir.Value: ...
-
-
-def row_major_strides(shape) -> list[Dim]:
-    """Element strides of a compact row-major tensor, as Dims."""
-    out: list[Dim] = []
-    acc: Dim = 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc = canon(acc * d)
-    return out[::-1]
-
-
-class ProgramContext:
-    """The FunctionContext services both backends derive the same way from the kernel
-    program: dims and strides computed once in the entry block, buffer dtypes and shapes.
-    Subclasses set `program`, `entry_em` (an emitter on the entry block) and `_strides`."""
-
-    def dim(self, d: Dim) -> ir.Value:
-        """A Dim as an i64 value computed once in the entry block."""
-        d = canon(d)
-        if isinstance(d, int):
-            return ir.Constant(I64, d)
-        return self.entry_em.emit(dim_to_expr(d))
-
-    def buffer_dtype(self, name: str) -> DType:
-        return self.program.buffers[name].dtype
-
-    def buffer_shape(self, name: str) -> tuple[Dim, ...]:
-        return self.program.buffers[name].shape
-
-    def strides(self, name: str) -> list[ir.Value]:
-        s = self._strides.get(name)
-        if s is None:
-            s = [self.dim(d) for d in row_major_strides(self.program.buffers[name].shape)]
-            self._strides[name] = s
-        return s
-
-
 @dataclass
 class _Frame:
     vars: tuple[str, ...]
@@ -185,6 +131,16 @@ class AccessMetadata:
 
     load: list[tuple[str, ir.MDValue]] = field(default_factory=list)
     store: list[tuple[str, ir.MDValue]] = field(default_factory=list)
+
+    @classmethod
+    def scoped_noalias(cls, m: ir.Module, tag: str) -> AccessMetadata:
+        """Fresh alias scopes `tag.reads` / `tag.writes` in a domain `tag`: the statement's
+        loads never alias its stores."""
+        dom = m.add_metadata([ir.MetaDataString(m, tag)])
+        reads = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.reads"), dom])])
+        writes = m.add_metadata([m.add_metadata([ir.MetaDataString(m, f"{tag}.writes"), dom])])
+        return cls(load=[("alias.scope", reads), ("noalias", writes)],
+                   store=[("alias.scope", writes), ("noalias", reads)])
 
 
 # ---- the emitter --------------------------------------------------------------------------
@@ -204,11 +160,9 @@ class ExprEmitter:
         self.var_level: dict[str, int] = {}
         self.var_ext: dict[str, Expr] = {}
         self._fails: dict[Expr, bool] = {}
-        # `!llvm.loop` hints for the loop of a one-var float sum (None: LLVM's defaults), set
-        # by a caller that knows the loop's shape (codegen/cpu/rowstage.py)
-        self.sum_loop_md: Callable[[], ir.MDValue | None] | None = None
-        self.bounds = LowerBounds(getattr(ctx, "sym_lower", lambda name: None))
-        """lower bounds of symbol arithmetic (int_bounds.py), where the context declares its symbols'"""
+        self.bounds = LowerBounds(ctx.sym_lower)
+        """lower bounds of symbol arithmetic (int_bounds.py), from the lower bounds the context
+        declares for its symbols"""
 
     # ---- frames --------------------------------------------------------------------------
     def push(self, bindings: dict[str, ir.Value], extents: dict[str, Expr | Dim] | None = None) -> None:
@@ -336,6 +290,15 @@ class ExprEmitter:
             raise CompileError(f"cpu codegen: no emitter for {type(e).__name__}")
         v = fn(self, e)
         self.frames[-1].cache[e] = v
+        return v
+
+    def reduce(self, e: Reduce, *, loop_md: ir.MDValue | None = None) -> ir.Value:
+        """`emit(e)` with `loop_md`, an `!llvm.loop` node, on the loop of the one-var reduction
+        `e` (None: LLVM's defaults), for a caller that knows the loop's shape
+        (codegen/cpu/rowstage.py: a row statistic's sum over a long static row)."""
+        v = self._lookup(e)
+        if v is None:
+            v = self.frames[-1].cache[e] = _reduce(self, e, loop_md)
         return v
 
     # ---- memory --------------------------------------------------------------------------
@@ -780,19 +743,9 @@ INT_BINARY: dict[str, BinFn] = {
 
 
 def _binary(em: ExprEmitter, e: Binary) -> ir.Value:
-    gelu = half_x_one_plus_erf(e)
-    if gelu is not None:
-        # x * (1 + erf) * 0.5 as h + h erf, h = x / 2 (exact but for denormal x): one fma and
-        # one product instead of a sum and two products, rounded once (for erf near -1 the
-        # sum 1 + erf is not rounded first), and no overflow of x * 2 near the float maximum
-        h = em.b.fmul(em.emit(gelu[0]), _fconst(em.emit(gelu[0]), 0.5), name="half.x")
-        return em.intr("llvm.fma", [em.emit(gelu[1]), h, h], label="gelu")
-    u = one_plus_tanh(e)
-    if u is not None:
-        # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is
-        # about half tanh's vector ops, and for u << 0 it keeps the digits the sum cancels
-        two = _fconst(em.emit(u), 2.0)
-        return em.b.fmul(em.math("sigmoid", em.b.fmul(em.emit(u), two, name="twice")), two, name="one.tanh")
+    form = emit_gelu_form(em, e)  # the GELUs' cheaper forms (gelu_forms.py)
+    if form is not None:
+        return form
     a, b = em.emit(e.a), em.emit(e.b)
     table = FLOAT_BINARY if e.a.dtype.is_float else INT_BINARY
     fn = table.get(e.op)
@@ -934,9 +887,11 @@ def _fake_binary(op: str, dt: DType) -> Binary:
     return Binary(op, z, z)
 
 
-def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
+def _reduce(em: ExprEmitter, e: Reduce, loop_md: ir.MDValue | None = None) -> ir.Value:
     if e.op in ("argmax", "argmin"):
         return _arg_reduce(em, e)
+    if loop_md is not None and len(e.vars) != 1:
+        raise CompileError(f"a loop hint for the {len(e.vars)} loops of {e.op}: a loop ID names one loop")
     b = em.b
     dt = e.body.dtype
     ty = compute_type(dt)
@@ -944,11 +899,10 @@ def _reduce(em: ExprEmitter, e: Reduce) -> ir.Value:
     acc = em.ctx.alloca(ty, f"{e.op}.acc")
     b.store(start, acc)
     em.hoist(e.body, guarded=True)
-    md = em.sum_loop_md() if em.sum_loop_md and e.op == "sum" and dt.is_float and len(e.vars) == 1 else None
     with ExitStack() as st:
         for k, (v, ext) in enumerate(e.vars):
             n = em.emit(ext)
-            idx = st.enter_context(for_range(b, n, v.name, guard=True, metadata=md))
+            idx = st.enter_context(for_range(b, n, v.name, guard=True, metadata=loop_md))
             em.push({v.name: idx}, {v.name: ext})
             st.callback(em.pop)
             if k + 1 < len(e.vars):

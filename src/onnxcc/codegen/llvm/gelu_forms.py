@@ -1,11 +1,21 @@
 """The GELU expression shapes that the expression emitter (exprs.py) computes in a cheaper
 form: torch's exact x * 0.5 * (1 + erf(x / sqrt 2)) has a division by a constant inside the
-erf (vmath's erf_div: no vdivps) and a sum and two products around it (one fma); the tanh
-GELU's 1 + tanh(u) is 2 sigmoid(2 u)."""
+erf (vmath's erf_div: no vdivps) and a sum and two products around it (one fma); in f32
+with the divisor sqrt 2 (what exporters write) the whole product is vmath's `gelu`, x Phi(x)
+with no erf at all (`exact_gelu`); the tanh GELU's 1 + tanh(u) is 2 sigmoid(2 u)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import numpy as np
+from llvmlite import ir
+
+from onnxcc.ir import DType
 from onnxcc.kernel.expr import Binary, Const, Expr, Unary
+
+if TYPE_CHECKING:
+    from .exprs import ExprEmitter
 
 #: divisors erf_div takes (x times 1/c is then finite wherever x / c is, or both overflow)
 ERF_DIV_RANGE = (0.0625, 16.0)
@@ -50,6 +60,40 @@ def half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
     return None
 
 
+#: the divisor vmath's `gelu` is fitted for: sqrt 2 rounded to f32; and the factor onnx.Gelu's
+#: and com.microsoft.Gelu's lowering writes instead, 1 / sqrt 2 rounded to f32 (its product
+#: with the divisor is 1 - 3.4e-8: less than the half ulp by which the graph's own f32 product
+#: x * (1 / sqrt 2) may miss, so vmath's gelu is as close to that graph's exact value)
+_SQRT2_F32 = np.float32(np.sqrt(2.0))
+_INV_SQRT2_F32 = np.float32(1.0 / np.sqrt(2.0))
+
+
+def _erf_argument_over_sqrt2(u: Expr) -> Expr | None:
+    """y where `u` is y / sqrt 2 or y * (1 / sqrt 2) (either order), the constants as f32."""
+    if not (isinstance(u, Binary) and u.dtype is DType.f32):
+        return None
+    if u.op == "div" and isinstance(u.b, Const) and np.float32(u.b.value) == _SQRT2_F32:
+        return u.a
+    if u.op == "mul":
+        for y, k in ((u.a, u.b), (u.b, u.a)):
+            if isinstance(k, Const) and np.float32(k.value) == _INV_SQRT2_F32:
+                return y
+    return None
+
+
+def exact_gelu(e: Binary) -> Expr | None:
+    """x where `e` is the f32 GELU x * 0.5 * (1 + erf(x / sqrt 2)) (any grouping and order
+    `half_x_one_plus_erf` takes, erf's argument x / sqrt 2 or x * (1 / sqrt 2), the
+    constants as f32, the same x in both places): what vmath's `gelu` computes."""
+    if e.dtype is not DType.f32:
+        return None
+    found = half_x_one_plus_erf(e)
+    if found is None:
+        return None
+    x, t = found
+    return x if _erf_argument_over_sqrt2(t.a) == x else None
+
+
 def one_plus_tanh(e: Binary) -> Expr | None:
     """u where `e` is 1 + tanh(u) (either order, float)."""
     if e.op != "add" or not e.dtype.is_float:
@@ -57,4 +101,25 @@ def one_plus_tanh(e: Binary) -> Expr | None:
     for t, one in ((e.a, e.b), (e.b, e.a)):
         if isinstance(t, Unary) and t.op == "tanh" and isinstance(one, Const) and one.value == 1.0:
             return t.a
+    return None
+
+
+def emit_gelu_form(em: ExprEmitter, e: Binary) -> ir.Value | None:
+    """`e` in its cheaper form where it is one of the GELU shapes above, else None."""
+    x = exact_gelu(e)
+    if x is not None:  # f32 x Phi(x) with no erf: vmath's gelu (31 vector ops a vector for 37)
+        return em.math("gelu", em.emit(x))
+    gelu = half_x_one_plus_erf(e)
+    if gelu is not None:
+        # x * (1 + erf) * 0.5 as h + h erf, h = x / 2 (exact but for denormal x): one fma and
+        # one product instead of a sum and two products, rounded once (for erf near -1 the
+        # sum 1 + erf is not rounded first), and no overflow of x * 2 near the float maximum
+        h = em.b.fmul(em.emit(gelu[0]), ir.Constant(em.emit(gelu[0]).type, 0.5), name="half.x")
+        return em.intr("llvm.fma", [em.emit(gelu[1]), h, h], label="gelu")
+    u = one_plus_tanh(e)
+    if u is not None:
+        # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is
+        # about half tanh's vector ops, and for u << 0 it keeps the digits the sum cancels
+        two = ir.Constant(em.emit(u).type, 2.0)
+        return em.b.fmul(em.math("sigmoid", em.b.fmul(em.emit(u), two, name="twice")), two, name="one.tanh")
     return None

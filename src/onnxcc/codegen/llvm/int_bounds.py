@@ -11,16 +11,21 @@ divisor positive, floor and truncation agree and one `udiv` is exact (`exprs.py`
 and the divisor a positive constant, the dividend is shifted down by c - 1 when negative and
 divided with truncation: three instructions, no remainder.
 
-Only symbols and constants are bounded (a symbol by what the backend's function context
-declares for it, `FunctionContext.sym_lower`, the bound its loads' range metadata already
-promise LLVM); a loop var, a load or a select is unknown. Overflow is not modelled: the
-expressions bounded here are sizes and offsets of buffers, far below 2**63.
+The bounds follow the interval rules ir/ bounds the dims with (`onnxcc.ir.intervals`, which
+`ir/dims._interval` applies to the same expressions before lowering): this module only maps
+the kernel's operations onto them. Only symbols and constants are bounded: a symbol from
+below by what the backend's function context declares for it (`FunctionContext.sym_lower`,
+the bound its loads' range metadata already promise LLVM), from above not at all; a loop
+var, a load or a select is unknown. Overflow is not modelled: the expressions bounded here
+are sizes and offsets of buffers, far below 2**63.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from onnxcc.ir import intervals
+from onnxcc.ir.intervals import UNBOUNDED, Interval
 from onnxcc.kernel.expr import Binary, Const, Expr, SymRef
 
 
@@ -30,51 +35,46 @@ class LowerBounds:
 
     def __init__(self, sym_lower: Callable[[str], int | None]) -> None:
         self.sym_lower = sym_lower
-        self._memo: dict[Expr, int | None] = {}
+        self._memo: dict[Expr, Interval] = {}
 
     def nonnegative(self, e: Expr) -> bool:
         lo = self.lower(e)
         return lo is not None and lo >= 0
 
     def lower(self, e: Expr) -> int | None:
+        lo = self.interval(e)[0]
+        return None if lo is None else int(lo)
+
+    def interval(self, e: Expr) -> Interval:
         if isinstance(e, Const):
-            return int(e.value) if e.dtype.is_int else None
+            return intervals.point(int(e.value)) if e.dtype.is_int else UNBOUNDED
         if isinstance(e, SymRef):
-            return self.sym_lower(e.name)
+            return self.sym_lower(e.name), None
         if not isinstance(e, Binary) or not (e.dtype.is_int and e.dtype.is_signed):
-            return None
-        if e in self._memo:
-            return self._memo[e]
-        lo = self._binary(e)
-        self._memo[e] = lo
-        return lo
+            return UNBOUNDED
+        iv = self._memo.get(e)
+        if iv is None:
+            iv = self._memo[e] = self._binary(e)
+        return iv
 
-    def _binary(self, e: Binary) -> int | None:
+    def _binary(self, e: Binary) -> Interval:
         op = e.op
-        a = self.lower(e.a)
-        if op == "sub":  # a - c: only a constant's upper bound is known
-            return a - c if a is not None and (c := _const(e.b)) is not None else None
-        if op in ("floordiv", "div", "mod"):
-            d = _const(e.b)
-            if d is None or d <= 0:
-                return None
+        if op in ("floordiv", "div", "mod"):  # both floor semantics on the kernel's ints
+            d = self.interval(e.b)
             if op == "mod":
-                return 0  # floor modulo a positive constant
-            return None if a is None else a // d  # floor is monotone
-        b = self.lower(e.b)
-        if op == "max":
-            known = [x for x in (a, b) if x is not None]
-            return max(known) if known else None
-        if a is None or b is None:
-            return None
-        if op == "add":
-            return a + b
-        if op == "min":
-            return min(a, b)
-        if op == "mul" and a >= 0 and b >= 0:
-            return a * b
-        return None
+                return intervals.floor_mod(d) or UNBOUNDED
+            c = d[0]
+            if c is None or c != d[1] or c <= 0:  # only constant divisors, as dims' floor(x / c)
+                return UNBOUNDED
+            return intervals.floor_div(self.interval(e.a), int(c))
+        rule = _RULES.get(op)
+        return UNBOUNDED if rule is None else rule(self.interval(e.a), self.interval(e.b))
 
 
-def _const(e: Expr) -> int | None:
-    return int(e.value) if isinstance(e, Const) and e.dtype.is_int else None
+_RULES: dict[str, Callable[[Interval, Interval], Interval]] = {
+    "add": intervals.add,
+    "sub": lambda a, b: intervals.add(a, intervals.neg(b)),
+    "mul": intervals.mul,
+    "max": lambda a, b: intervals.maximum((a, b)),
+    "min": lambda a, b: intervals.minimum((a, b)),
+}

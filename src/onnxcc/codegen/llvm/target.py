@@ -140,14 +140,14 @@ def optimize(mod, tm, opt: int = 3) -> None:
 
 
 @contextlib.contextmanager
-def _quiet_missed_hints():
-    """Run the body with fd 2 sent to a temp file, then write back what LLVM printed there,
-    less the missed-transformation remarks (`_MISSED_HINT`). LLVM writes to the C stream,
-    so Python's sys.stderr cannot catch it."""
+def captured_fd2(into: list[bytes]):
+    """Run the body with fd 2 sent to a temp file, then append what was written there to
+    `into`. LLVM writes its warnings and remarks to the C stream, which Python's sys.stderr
+    cannot catch. Without an fd 2 (embedded interpreters) the body runs uncaptured."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError):  # pragma: no cover - no fd 2 (embedded interpreters)
+    except (OSError, ValueError):  # pragma: no cover - no fd 2
         yield
         return
     with tempfile.TemporaryFile() as tmp:
@@ -158,9 +158,21 @@ def _quiet_missed_hints():
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
-            rest = _MISSED_HINT.sub(b"", tmp.read())
-            if rest:
-                os.write(2, rest)
+            into.append(tmp.read())
+
+
+@contextlib.contextmanager
+def _quiet_missed_hints():
+    """Run the body with fd 2 captured, then write back what LLVM printed there, less the
+    missed-transformation remarks (`_MISSED_HINT`)."""
+    printed: list[bytes] = []
+    try:
+        with captured_fd2(printed):
+            yield
+    finally:
+        rest = _MISSED_HINT.sub(b"", b"".join(printed))
+        if rest:
+            os.write(2, rest)
 
 
 def emit_object(modules, triple: str | None = None, cpu: str | None = None, features: str | None = None,

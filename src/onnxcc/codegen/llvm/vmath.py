@@ -15,6 +15,7 @@ plus log-spaced magnitudes, denormals, near-singular points), f32 / f64 ulps:
     asin 2.3/3.2  acos 2.1/3.0  atan 1.3/1.8  sinh 1.1/1.1  cosh 1.0/0.9  asinh 2.0/1.8
     acosh 2.2/2.6  atanh 2.5/2.3  pow 0.5/1.2 (x in [1e-30, 1e30], results up to overflow)
     tanh_softplus 2.2/3.2  erf_div 1.7/1.8 (f32 erf: 1.41 and erf_div 1.71 on dense [-4.5, 4.5] samples)
+    gelu (f32 only) 2.4 for x >= -1, 3.9 below, down to the denormal results
 
 Methods, per function:
 - exp: n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), Taylor polynomial, 2**n in two
@@ -57,6 +58,11 @@ Methods, per function:
   exp); coefficients below, computed with mpmath. erf_div(x, c) = erf(x / c), the exact
   GELU's erf(x / sqrt 2): f32 without the division (x times 1/c, the small branch's leading
   term corrected by an fma step), 1.71 ulp against erf of the exact quotient.
+- gelu (f32, the exact GELU x Phi(x) of exporters' x * 0.5 * (1 + erf(x / sqrt 2)), which the
+  expression emitters call for that whole product): Phi(-|x|) = exp(-x**2 / 2) R(|x|) / 2,
+  R a degree 4/5 rational (the shifter exp, x**2's rounding folded into its argument), and
+  Phi(x) = 1 - Phi(-x) for x >= 0: no erf, and no cancellation where the graph's 1 + erf
+  has it (x < 0: onnxruntime's error there is 4.3e-8 |x|, up to 160 ulp).
 - pow: exp(y log|x|) with the IEEE special cases (sign for odd integer y, NaN for negative x
   and non-integer y, pow(x, 0) = pow(1, y) = 1); f32 runs in f64 and is rounded once (<= 1
   ulp); f64 takes integer |y| <= 1024 by unrolled binary powering when every product is
@@ -81,6 +87,8 @@ F64 = ir.DoubleType()
 FUNCTIONS = ("exp", "expm1", "log", "log1p", "log2", "sin", "cos", "tan", "pow", "tanh", "sigmoid", "softplus",
              "erf", "erf_div", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
              "tanh_softplus")
+#: functions defined for f32 only (their f64 callers keep the plain form): the exact GELU
+F32_FUNCTIONS = ("gelu",)
 #: the functions of two arguments
 BINARY_FUNCTIONS = ("pow", "erf_div")
 
@@ -652,7 +660,7 @@ def _tanh(m: _Math, x):
     return m.copysign(y, x)
 
 
-def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _EXP_F32):
+def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _EXP_F32, lo=None):
     """(p, scale) with p * scale = exp(f x) * 2**-off, for f a power of two (either sign) and
     x already clamped to where that is a normal number: the hot loops of sigmoid (SiLU),
     tanh (tanh-GELU) and tanh_softplus (Mish), so every vector op counts. The caller
@@ -664,7 +672,9 @@ def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _E
       first exact), so f x is never formed, and the polynomial in s takes exp's
       coefficients times f**i;
     - a NaN x passes every step (its shifted bits give some finite scale; NaN times it is
-      NaN), so there is no NaN blend."""
+      NaN), so there is no NaN blend;
+    - `lo`, where given, is a small addend of x (the rounding error of x = a**2: `_gelu`),
+      added to the reduced argument (one add), so exp(f (x + lo)) is what comes out."""
     b = m.b
     shifter = m.c(1.5 * 2.0 ** m.mant + m.bias - off)
     t = m.fma(x, m.c(f / math.log(2.0)), shifter)
@@ -672,6 +682,8 @@ def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _E
     l_hi, l_lo = _LN2[m.tag]
     r = m.fma(k, m.c(-l_hi / f), x)
     r = m.fma(k, m.c(-l_lo / f), r)
+    if lo is not None:
+        r = m.add(r, lo)
     coeffs = _taylor(14) if m.f64 else coeffs_f32
     p = m.horner(r, [c * f ** j for j, c in enumerate(coeffs)])
     return p, b.bitcast(b.shl(b.bitcast(t, m.ity), m.i(m.mant)), m.ty)
@@ -811,6 +823,52 @@ def _erf_f32(m: _Math, x, lead):
     return m.copysign(m.sel(m.lt(a, m.c(1.0)), small, big), x)
 
 
+# ---- the exact GELU (f32) ---------------------------------------------------------------------
+
+#: R(a) = exp(a**2 / 2) erfc(a / c) for a in [0, 13.25], c = sqrt 2 rounded to f32 (the divisor
+#: exporters write), as P(a) / Q(a) of degrees 4 / 5 with P(0) = Q(0) = 1: Lawson's weighted
+#: least squares for relative error at 5000 Chebyshev nodes against mpmath, each coefficient
+#: rounded to f32 before the rest were refitted; relative error 1.5e-8 with these f32
+#: coefficients (exact arithmetic). R falls from 1 to 0.1 like the Mills ratio, which a
+#: polynomial in a could not follow on this range at a useful degree (11 gave 4e-7 relative);
+#: all coefficients positive, so Horner in f32 adds little error.
+_GELU_P = (1.0, 0.8997335433959961, 0.38275569677352905, 0.08655517548322678, 0.008970357477664948)
+_GELU_Q = (1.0, 1.6976184844970703, 1.237254023551941, 0.4909186363220215, 0.10847850143909454,
+           0.011242909356951714)
+#: |x| clamp: the shifter exp's scale 2**(k - 1) has zero bits (is exactly 0) once
+#: a**2 / (2 ln 2) rounds to 126, from a = 13.19 to 13.24, so GELU(x <= -13.19) is exactly -0
+#: (true value below 2e-37), GELU(-inf) NaN as the graph's -inf * 0, and a is never past 13.24
+#: (k = -127 would wrap the scale's bits)
+_GELU_CLAMP = 13.2
+
+
+def _gelu(m: _Math, x):
+    """x Phi(x) = x / 2 (1 + erf(x / c)), c = sqrt 2 rounded to f32: the exact GELU of a
+    whole `x * 0.5 * (1 + erf(x / sqrt 2))` (codegen/llvm/gelu_forms.py), f32 only.
+    Phi(-a) = erfc(a / c) / 2 = exp(-a**2 / 2) R(a) / 2 for a = |x| (clamped): the shifter
+    exp with its 2**-1 in the scale and the rounding of a**2 folded into its reduced
+    argument, the rational R, then Phi = Phi(-a) for x < 0 and 1 - Phi(-a) otherwise, so
+    neither side cancels (the graph's 1 + erf(x / c) does for x < 0: its error there, and
+    onnxruntime's, is absolute, up to 4.3e-8 |x|). In the LayerNorm chain's first pass
+    (x86 AVX-512, counted in the assembly): 31 arithmetic vector ops per 16 floats, one of
+    them a division, against 37 for h + h erf_div(x, c) (two branches of erf, each a
+    polynomial, one with an exp), whose constants also did not all fit the registers (6.5
+    reloads a vector). Error: see tests/codegen/test_vmath_gelu.py."""
+    if m.f64:
+        raise TypeError("vmath gelu is f32 only (the f64 GELU stays h + h erf_div)")
+    b = m.b
+    a = m.abs(x)
+    ac = m.sel(m.lt(m.c(_GELU_CLAMP), a), m.c(_GELU_CLAMP), a)  # NaN passes
+    h = m.mul(ac, ac)
+    lo = m.fma(ac, ac, b.fneg(h))  # ac**2 = h + lo exactly
+    p, scale = _exp_parts(m, h, -0.5, 1, lo=lo)
+    rat = m.div(m.horner(ac, _GELU_P), m.horner(ac, _GELU_Q))
+    e = m.mul(p, rat)
+    below = m.mul(e, scale)  # Phi(-a)
+    above = m.fma(b.fneg(e), scale, m.c(1.0))  # 1 - Phi(-a) = Phi(a)
+    return m.mul(x, m.sel(m.lt(x, m.c(0.0)), below, above))
+
+
 # ---- pow ----------------------------------------------------------------------------------
 
 
@@ -865,8 +923,8 @@ _BUILDERS: dict[str, Callable] = {
     "exp": _exp, "expm1": _expm1, "log": _log, "log1p": _log1p, "log2": _log2, "sin": _sin, "cos": _cos,
     "tan": _tan, "pow": _pow, "tanh": _tanh, "sigmoid": _sigmoid, "softplus": _softplus, "erf": _erf,
     "erf_div": _erf_div,
-    "tanh_softplus": _tanh_softplus,
+    "tanh_softplus": _tanh_softplus, "gelu": _gelu,
     "asin": _asin, "acos": _acos, "atan": _atan, "sinh": _sinh,
     "cosh": _cosh, "asinh": _asinh, "acosh": _acosh, "atanh": _atanh,
 }
-assert set(_BUILDERS) == set(FUNCTIONS)
+assert set(_BUILDERS) == set(FUNCTIONS) | set(F32_FUNCTIONS)

@@ -1,0 +1,77 @@
+"""A dense layer's GEMM (kernel/schedule.py `GemmPlan.dense`: B prepacked, A not; gemm.py runs
+its tiles row block by row block): its tasks, and its A rows staged per task.
+
+Tasks: one row panel each, so no A block needs to stay in L2, and the columns cut in blocks
+so there are about `tasks` per thread and, on several threads, a multiple of the pool's
+chunks (POOL_CHUNKS_PER_THREAD per thread: onnxcc_parallel_for deals ceil(n / chunks) tasks a
+chunk). M = 128 on 2 threads is 11 row panels: cut in 4 blocks as before, the two threads ran
+5 and 6 of them; now 88 tasks in 8 chunks of 11.
+
+Staging (`GemmPlan.a_stage`): rows of A that sit a multiple of 4 KiB apart all map to the same
+L1 sets, more of them than the L1 has ways, so the micro-kernel's 12 rows cannot stay in L1
+while the B panels stream by. Each task copies its rows of every k block into a stack block
+whose row stride is the block's length plus one cache line, and the micro-kernel reads that in
+place (x[M, 2048] @ W[2048, 512], M = 128 / 512: 0.85-0.9x the time of the rows read where
+they are)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llvmlite import ir
+
+from onnxcc.kernel.schedule import GemmPlan
+
+from ..llvm.exprs import F32
+from ..llvm.helpers import PTR, for_range, i64, loop_metadata
+from .gemm_ir import ceildiv_v, f32_ptr, mul, umax, umin
+
+if TYPE_CHECKING:
+    from .emit import FnCtx
+
+POOL_CHUNKS_PER_THREAD = 4
+"""the chunks per thread onnxcc_parallel_for cuts its items into (runtime/onnxcc_rt.c
+ONNXCC_CHUNKS_PER_THREAD)"""
+DENSE_TASK_MIN_PANELS = 4
+"""the fewest B panels a task is cut to, where N has them (1 thread, the transformer layer at
+seq 17 in tasks of one 32-column panel: 1.06x the time of two tasks per thread)"""
+
+
+def dense_blocks(b: ir.IRBuilder, bt: ir.Value, pm: ir.Value, pn: ir.Value, tasks: ir.Value, threads: ir.Value
+                 ) -> tuple[ir.Value, ir.Value]:
+    """(row panels over the batches, column blocks) of the tasks, for `bt` batches of `pm` row
+    panels, `pn` B panels, about `tasks` tasks wanted in all, on `threads` threads."""
+    rows = umax(b, mul(b, bt, pm, "dense.rows"), i64(1), "dense.rows")
+    want = ceildiv_v(b, tasks, rows, "dense.njc")
+    chunks = mul(b, threads, POOL_CHUNKS_PER_THREAD, "dense.chunks")
+    even = b.or_(b.icmp_unsigned("==", b.urem(rows, chunks, name="dense.rem"), i64(0), name="dense.even"),
+                 b.icmp_unsigned("==", threads, i64(1), name="dense.serial"), name="dense.even")
+    n_jc = b.select(even, want, umax(b, want, chunks, "dense.njc.c"), name="dense.njc")
+    most = umax(b, b.udiv(pn, i64(DENSE_TASK_MIN_PANELS), name="dense.njc.max"), i64(1), "dense.njc.max")
+    return rows, umax(b, umin(b, n_jc, most, "dense.njc"), i64(1), "dense.njc")
+
+
+A_STAGE_PAD = 16
+"""floats a staged row's stride exceeds the k block by: 64 bytes, so consecutive rows start
+one L1 set apart (and stay 64-byte aligned)"""
+
+
+def stage_block(fctx: FnCtx, g: GemmPlan, panels: int, kc_max: int) -> tuple[ir.Value, ir.Value]:
+    """(the task's stack block for `panels` x mr rows of kc_max floats, its row stride: i64)."""
+    lds = kc_max + A_STAGE_PAD
+    block = fctx.eb.alloca(ir.ArrayType(F32, panels * g.mr * lds), name="astage")
+    block.align = 64
+    block.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
+    return block, i64(lds)
+
+
+def stage_rows(b: ir.IRBuilder, module: ir.Module, g: GemmPlan, src: ir.Value, lda_src: ir.Value, dst: ir.Value,
+               lda_dst: ir.Value, rows: ir.Value, kcur: ir.Value) -> None:
+    """dst[r * lda_dst + t] = src[r * lda_src + t] for r < rows, t < kcur."""
+    md = loop_metadata(module, vector_width=g.vl)
+    with for_range(b, rows, "as.r", guard=True) as r:
+        s_row = f32_ptr(b, src, mul(b, r, lda_src, "as.so"), "as.srow")
+        d_row = f32_ptr(b, dst, mul(b, r, lda_dst, "as.do"), "as.drow")
+        with for_range(b, kcur, "as.t", guard=True, metadata=md) as t:
+            v = b.load(f32_ptr(b, s_row, t, "as.s"), name="as.v", typ=F32, align=4)
+            b.store(v, f32_ptr(b, d_row, t, "as.d"), align=4)
