@@ -344,10 +344,14 @@ def _check_budget() -> None:
         raise _BudgetSpent
 
 
-def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPlan:
+def plan(program: KernelProgram, symbols: SymbolTable | None = None,
+         provers: dict | None = None) -> MemoryPlan:
     """Offsets for every temp that owns memory (see the module docstring). `symbols`
-    gives the symbols' ranges (default: [1, 2**31-1])."""
+    gives the symbols' ranges (default: [1, 2**31-1]). `provers` (a dict the caller keeps
+    for the plans of one module's versions) shares the provers, and what they proved, between
+    plans made under the same ranges."""
     _deadline[0] = time.process_time() + PROOF_SECONDS
+    _PROVERS[0] = provers if provers is not None else {}
     try:
         return _plan(program, symbols)
     except _BudgetSpent:
@@ -357,6 +361,22 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
         _next_look[0] = 0.0
         _INTERNED.clear()
         _POINT_MEMOS.clear()
+        _PROVERS[0] = {}
+
+
+_PROVERS: list[dict] = [{}]  # the running plan's `provers` (plans do not nest)
+
+
+def _prover(table: SymbolTable | None) -> Prover:
+    """A prover over `table`'s ranges as they are now, shared by the plans given the same
+    `provers` dict (each version of a module asks its placements under the same ranges, many
+    of the same pairs: a prover's answers depend only on the ranges). It proves over a copy
+    of the table, so a later change to the table cannot make its answers stale."""
+    key = None if table is None else tuple((i.name, i.lo, i.hi, i.multiple_of) for i in table.infos.values())
+    p = _PROVERS[0].get(key)
+    if p is None:
+        p = _PROVERS[0][key] = Prover(None if table is None else table.copy())
+    return p
 
 
 def _stacked_plan(program: KernelProgram) -> MemoryPlan:
@@ -377,7 +397,7 @@ def _stacked_plan(program: KernelProgram) -> MemoryPlan:
 
 
 def _plan(program: KernelProgram, symbols: SymbolTable | None) -> MemoryPlan:
-    prover = Prover(symbols)
+    prover = _prover(symbols)
     temps = program.temps()
     sizes = {b.name: program.alloc_bytes(b) for b in temps}
     live = liveness(program)
@@ -471,7 +491,7 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
     def layout(t: SymbolTable) -> _Layout:
         p = prover
         if t is not table:  # a part of the range: what the whole-range prover proved holds here
-            p = Prover(t)
+            p = _prover(t)
             _PARENTS[p] = prover
         return _best_layout(slots, p, [_Sampler(e) for e in _sample_points(program, t)], peak,
                             [_Sampler(e) for e in _sweep_points(program, t)])

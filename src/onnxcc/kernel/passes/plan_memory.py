@@ -19,8 +19,9 @@ class PlanMemoryPass:
     keeps_ir: ClassVar[bool] = True  # the programs are read, the plans set beside them
 
     def run(self, module: KernelModule, ctx) -> bool:
+        provers: dict = {}  # shared by the versions' plans (the same ranges: the same answers)
         for v in module.versions:
-            mplan = plan(v.program, module.graph.symbols)
+            mplan = plan(v.program, module.graph.symbols, provers)
             v.plan = mplan
             v.stats.update({"kernels_after": count_kernels(v.program.body),
                             "arena_bytes": print_dim(mplan.workspace_bytes),
