@@ -286,7 +286,7 @@ class _Slot:
         # cached per offset: a placement asks for the ends of the placed slots once per
         # candidate per slot placed after them, and building the sum is a sympy Add each time
         if self._end is None or self._end[0] is not self.offset:
-            self._end = (self.offset, _intern(canon(self.offset + self.size)))
+            self._end = (self.offset, _sum(self.offset, self.size))
         return self._end[1]
 
 
@@ -298,6 +298,19 @@ def _intern(d: Dim) -> Dim:
     own cache keeps only the last thousand), and a memo lookup with an equal but distinct
     key compares the two trees node by node; with one object it stops at identity."""
     return d if isinstance(d, int) else _INTERNED.setdefault(d, d)
+
+
+_SUMS: dict = {}  # the running plan's (offset, size) -> end (cleared after each plan)
+
+
+def _sum(offset: Dim, size: Dim) -> Dim:
+    """`offset + size`, interned, built once per pair in a plan: each placement order and
+    sample point tries the same slots at the same candidate offsets again, and a sympy sum of
+    two sums of nested floors is tens of microseconds to flatten and sort."""
+    hit = _SUMS.get((offset, size))
+    if hit is None:
+        hit = _SUMS[(offset, size)] = _intern(canon(offset + size))
+    return hit
 
 
 def liveness(program: KernelProgram) -> dict[str, tuple[int, int]]:
@@ -360,6 +373,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None,
         _deadline[0] = math.inf
         _next_look[0] = 0.0
         _INTERNED.clear()
+        _SUMS.clear()
         _POINT_MEMOS.clear()
         _PROVERS[0] = {}
 
@@ -758,7 +772,7 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
                 continue
             above = []
             ok = True
-            top = _intern(canon(o + g.size))
+            top = _sum(o, g.size)
             for q in conf:
                 if _le(prover, top, q.offset):
                     above.append(q)
