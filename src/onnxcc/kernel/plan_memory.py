@@ -243,15 +243,13 @@ class _Refuter:
 
 _REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-_POINT_MEMOS: dict[tuple, dict] = {}  # the running plan's `exact_value` memos, one per point
-
 
 def _point_memo(env: dict[str, int]) -> dict:
     """`exact_value`'s memo for the point `env`, shared by every refuter and sampler of the running
     plan that evaluates there: each range a plan tries has its own prover and samplers, but
     most of their points are the same (only the split symbol's value moves), and evaluating
     a conv net's offsets (Max trees of nested floors) again at each was a tenth of its plan."""
-    return _POINT_MEMOS.setdefault(tuple(sorted(env.items())), {})
+    return _RUNNING[0].points.setdefault(tuple(sorted(env.items())), {})
 
 
 def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | int | None:
@@ -290,26 +288,23 @@ class _Slot:
         return self._end[1]
 
 
-_INTERNED: dict = {}  # the running plan's ends and maxima (cleared after each plan)
 
 
 def _intern(d: Dim) -> Dim:
     """One object per distinct dim: every trial placement builds its slots' ends anew (sympy's
     own cache keeps only the last thousand), and a memo lookup with an equal but distinct
     key compares the two trees node by node; with one object it stops at identity."""
-    return d if isinstance(d, int) else _INTERNED.setdefault(d, d)
-
-
-_SUMS: dict = {}  # the running plan's (offset, size) -> end (cleared after each plan)
+    return d if isinstance(d, int) else _RUNNING[0].interned.setdefault(d, d)
 
 
 def _sum(offset: Dim, size: Dim) -> Dim:
     """`offset + size`, interned, built once per pair in a plan: each placement order and
     sample point tries the same slots at the same candidate offsets again, and a sympy sum of
     two sums of nested floors is tens of microseconds to flatten and sort."""
-    hit = _SUMS.get((offset, size))
+    sums = _RUNNING[0].sums
+    hit = sums.get((offset, size))
     if hit is None:
-        hit = _SUMS[(offset, size)] = _intern(canon(offset + size))
+        hit = sums[(offset, size)] = _intern(canon(offset + size))
     return hit
 
 
@@ -357,14 +352,30 @@ def _check_budget() -> None:
         raise _BudgetSpent
 
 
+class PlanMemos:
+    """What the plans of one module's versions share (`plan`'s `memos`): the provers, one per
+    state of the ranges (what a prover proved holds for every plan made under its ranges),
+    and one object per distinct end and maximum, so that the memos keyed by them stop at
+    identity (equal trees built apart are compared node by node)."""
+
+    def __init__(self) -> None:
+        self.provers: dict = {}  # the ranges -> `Prover` (`_prover`)
+        self.interned: dict = {}  # dim -> its one object (`_intern`)
+        self.sums: dict = {}  # (offset, size) -> end (`_sum`)
+        self.points: dict[tuple, dict] = {}  # point -> `exact_value`'s memo there (`_point_memo`)
+
+
+_RUNNING = [PlanMemos()]  # the running plan's (plans do not nest)
+
+
 def plan(program: KernelProgram, symbols: SymbolTable | None = None,
-         provers: dict | None = None) -> MemoryPlan:
+         memos: PlanMemos | None = None) -> MemoryPlan:
     """Offsets for every temp that owns memory (see the module docstring). `symbols`
-    gives the symbols' ranges (default: [1, 2**31-1]). `provers` (a dict the caller keeps
-    for the plans of one module's versions) shares the provers, and what they proved, between
-    plans made under the same ranges."""
+    gives the symbols' ranges (default: [1, 2**31-1]). `memos`, kept by the caller for the
+    plans of one module's versions, shares their provers and what those proved (each
+    version's placements ask many of the same pairs under the same ranges)."""
     _deadline[0] = time.process_time() + PROOF_SECONDS
-    _PROVERS[0] = provers if provers is not None else {}
+    _RUNNING[0] = memos if memos is not None else PlanMemos()
     try:
         return _plan(program, symbols)
     except _BudgetSpent:
@@ -372,24 +383,18 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None,
     finally:
         _deadline[0] = math.inf
         _next_look[0] = 0.0
-        _INTERNED.clear()
-        _SUMS.clear()
-        _POINT_MEMOS.clear()
-        _PROVERS[0] = {}
-
-
-_PROVERS: list[dict] = [{}]  # the running plan's `provers` (plans do not nest)
+        _RUNNING[0] = PlanMemos()
 
 
 def _prover(table: SymbolTable | None) -> Prover:
     """A prover over `table`'s ranges as they are now, shared by the plans given the same
-    `provers` dict (each version of a module asks its placements under the same ranges, many
-    of the same pairs: a prover's answers depend only on the ranges). It proves over a copy
-    of the table, so a later change to the table cannot make its answers stale."""
+    `PlanMemos` (a prover's answers depend only on the ranges). It proves over a copy of the
+    table, so a later change to the table cannot make its answers stale."""
     key = None if table is None else tuple((i.name, i.lo, i.hi, i.multiple_of) for i in table.infos.values())
-    p = _PROVERS[0].get(key)
+    provers = _RUNNING[0].provers
+    p = provers.get(key)
     if p is None:
-        p = _PROVERS[0][key] = Prover(None if table is None else table.copy())
+        p = provers[key] = Prover(None if table is None else table.copy())
     return p
 
 
