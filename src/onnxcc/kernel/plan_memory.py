@@ -226,12 +226,21 @@ class _Refuter:
                 self.points.append(env)
         self._memo: list[dict] = [_point_memo(env) for env in self.points]
         self._values: dict = {}  # dim -> its values at the points (ints where integral)
+        self._by_id: dict[int, tuple] = {}  # id(dim) -> (dim, its values)
 
     def values(self, d: Dim) -> tuple:
+        # by identity first: a placement asks for the same objects again and again, and a dict
+        # lookup of one equal to a key but built apart (an alternative of a Max, an end of an
+        # earlier plan) compares the two trees node by node (a detection net's plan: a third
+        # of its refutations); the dict by equality then once per such object
+        hit = self._by_id.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
         v = self._values.get(d)
         if v is None:
             xs = (_value(d, env, memo) for env, memo in zip(self.points, self._memo, strict=True))
             v = self._values[d] = tuple(x if x is None or x.denominator != 1 else int(x) for x in xs)
+        self._by_id[id(d)] = (d, v)  # the object held: its id is not reused while it is here
         return v
 
     def refutes(self, a: Dim, b: Dim) -> bool:
