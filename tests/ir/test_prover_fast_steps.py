@@ -59,3 +59,37 @@ def test_prover_answers_on_the_fast_path():
     assert not p.le(B**2, 2 * B + 100)     # false at batch = 64
     assert p.le(F, H)
     assert not p.le(H, W)
+
+
+def test_le_interval_by_sides_matches_the_cancelled_terms():
+    # each side's bound summed once, corrected for the terms both hold (other coefficients,
+    # the same ones, opposite signs) and for a term without bounds that cancels: the
+    # answer of the terms left after cancelling, pair by pair
+    unbounded = sympy.Mod(H, W - 3)  # a divisor that may be <= 0: no interval
+    sides = [
+        3 * B * F + 2 * H,
+        2 * B * F + 3 * H,
+        B * F - H + 7,
+        -B * F + 5 * H * W,
+        unbounded + 2 * H,
+        unbounded + H + 1,
+        sympy.Integer(0),
+    ]
+    p = Prover(_table())
+    answers = set()
+    for x, y in itertools.product(sides, sides):
+        sx, sy = sympy.sympify(x), sympy.sympify(y)
+        got = p._le_interval(x, y)
+        assert got == p._difference_nonneg_whole(sx, sy), (x, y)
+        answers.add(got)
+    assert answers == {True, False}
+
+
+def test_held_terms_of_a_sum_are_the_whole_sums():
+    # term by term (memoised) and rebuilt whole then multiplied out: the same dict
+    G = sympy.floor((W + 3) / 4)
+    sums = [576 * B * F * G + 64 * B * F + 3 * H, (F + 1) * (G + 2) + B * sympy.ceiling((H + 5) / 2) - F * G,
+            sympy.Max(B, H) * F + 2 * F]
+    for e in sums:
+        assert e.is_Add
+        assert dims._held_terms(e) == dims._held_whole(e), e

@@ -138,3 +138,35 @@ def test_convnet_like_plan_is_disjoint(budget, monkeypatch):
                 if a < b and live[a][0] <= live[b][1] and live[b][0] <= live[a][1]:
                     assert spans[a][1] <= spans[b][0] or spans[b][1] <= spans[a][0], (a, b, env)
         assert max(hi for _, hi in spans.values()) <= evaluate(mp.workspace_bytes, env)
+
+
+def _chain(name: str, chans: list[int]) -> KernelProgram:
+    p = KernelProgram.new(name, ["batch", "H", "W"])
+    p.input("x", DType.f32, (B, 3, H, W))
+    names = ["x"]
+    for k, c in enumerate(chans):
+        t = f"t{k}"
+        p.temp(t, DType.f32, (B, c, _side(H, k // 2 + 1), _side(W, k // 2 + 1)))
+        p.compute(t, lambda b, c_, h, w, rs=tuple(names[-2:]): sum(
+            (relu(p.buffers[r].load(b, 0, 0, 0)) for r in rs), 0.0) + 1.0)
+        names.append(t)
+    p.output("y", DType.f32, (B, 1))
+    p.compute("y", lambda b, j: p.buffers[names[-1]].load(b, 0, 0, 0) + p.buffers[names[-3]].load(b, 0, 0, 0))
+    return p
+
+
+def test_versions_sharing_plan_memos_plan_as_alone():
+    # two versions' plans through one PlanMemos (the pass's way): the plans each gets alone,
+    # one whole-range prover between them, and proofs over a copy of the table, so a range
+    # narrowed afterwards (a later pass) gets a prover of its own
+    a, b = _chain("a", [16, 24, 24, 40, 40]), _chain("b", [16, 24, 40, 40, 48, 96])
+    table = _table()
+    alone = [plan(a, table).describe(), plan(b, table).describe()]
+    memos = pm.PlanMemos()
+    shared = [plan(a, table, memos).describe(), plan(b, table, memos).describe()]
+    assert shared == alone
+    whole = [p for k, p in memos.provers.items() if dict((n, (lo, hi)) for n, lo, hi, _ in k)["H"] == (1, 2**31 - 1)]
+    assert len(whole) == 1 and whole[0].table is not table
+    table.infos["H"] = replace(table.infos["H"], lo=9, hi=40)
+    plan(a, table, memos)
+    assert any(dict((n, (lo, hi)) for n, lo, hi, _ in k)["H"] == (9, 40) for k in memos.provers)

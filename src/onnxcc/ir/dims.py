@@ -19,8 +19,8 @@ import sympy
 
 from . import intervals
 from .periodic import zero_count, zero_verdict
+from .poly_terms import add_terms, monomial, poly_terms
 from .poly_terms import build as build_terms
-from .poly_terms import monomial, poly_terms
 from .rounding import ceiling_of, floor_of
 
 Dim = int | sympy.Expr
@@ -276,6 +276,8 @@ class Prover:
         self._eq: dict[tuple, bool | None] = {}
         self._iv: dict = {}  # subexpression -> interval over the table's ranges
         self._nn: dict = {}  # polynomial -> `_nonneg`
+        self._li: dict = {}  # (x, y) -> `_le_interval`
+        self._sb: dict = {}  # (sum, upper) -> `_sum_bounds`
 
     # ---- the two questions, three answers -------------------------------------------------
     def prove_le(self, a: Dim | None, b: Dim | None) -> bool | None:
@@ -372,10 +374,57 @@ class Prover:
     def _le_interval(self, x: Dim, y: Dim) -> bool:
         """The interval of `y - x` starts at 0 or above. The difference is never built as a
         sympy sum (flattening and sorting two sums of nested floors took most of a conv
-        net's memory planning): the terms of both sides are cancelled in a dict, as sympy's
-        Add would cancel them, and the intervals of the terms left are summed."""
-        diff = dict(_sum_terms(sympy.sympify(y)))
-        for m, c in _sum_terms(sympy.sympify(x)):
+        net's memory planning): the terms of both sides are cancelled as sympy's Add would
+        cancel them, and the intervals of the terms left are summed. Memoised per pair
+        (`le` asks it of a Max-free pair, then `_poly_le` of the same pair again)."""
+        sx, sy = sympy.sympify(x), sympy.sympify(y)
+        hit = self._li.get((sx, sy))
+        if hit is None:
+            hit = self._li[(sx, sy)] = self._difference_nonneg(sx, sy)
+        return hit
+
+    def _difference_nonneg(self, x: sympy.Expr, y: sympy.Expr) -> bool:
+        tx, hix, okx = self._sum_bounds(x, upper=True)
+        ty, loy, oky = self._sum_bounds(y, upper=False)
+        if not (okx and oky):  # a term without bounds: only the terms left after cancelling
+            return self._difference_nonneg_whole(x, y)
+        # each side's bound summed once per side (memoised), corrected for the terms both
+        # hold: the same exact sum as over the cancelled terms, in the time of the shared
+        # terms (a placement compares each end with dozens of offsets of hundreds of terms)
+        lo: Any = loy - hix
+        if len(tx) <= len(ty):
+            shared = ((m, cx, ty[m]) for m, cx in tx.items() if m in ty)
+        else:
+            shared = ((m, tx[m], cy) for m, cy in ty.items() if m in tx)
+        for m, cx, cy in shared:
+            if cx and cy:
+                ml, mh = _interval(m, self.table, self._iv)
+                c = cy - cx
+                lo += (c * (ml if c > 0 else mh)) - cy * (ml if cy > 0 else mh) + cx * (mh if cx > 0 else ml)
+        return bool(lo >= 0)
+
+    def _sum_bounds(self, e: sympy.Expr, upper: bool) -> tuple[dict, Any, bool]:
+        """`e`'s terms {term: coefficient} and the lower (or upper) end of the interval of
+        their sum, term by term; False where a term has no bound (or a term repeats)."""
+        hit = self._sb.get((e, upper))
+        if hit is None:
+            pairs = _sum_terms(e)
+            terms = dict(pairs)
+            end: Any = 0
+            ok = len(terms) == len(pairs)
+            try:
+                for m, c in terms.items():
+                    if c:
+                        ml, mh = _interval(m, self.table, self._iv)
+                        end += c * ((mh if c > 0 else ml) if upper else (ml if c > 0 else mh))
+            except _NoBound:
+                ok = False
+            hit = self._sb[(e, upper)] = (terms, end, ok)
+        return hit
+
+    def _difference_nonneg_whole(self, x: sympy.Expr, y: sympy.Expr) -> bool:
+        diff = dict(_sum_terms(y))
+        for m, c in _sum_terms(x):
             diff[m] = diff.get(m, 0) - c
         lo: Any = 0
         try:
@@ -443,6 +492,27 @@ def _held_terms(e: sympy.Expr) -> dict | None:
     """`_expanded(e)` as `poly_terms` gives it, {monomial: coefficient}, before sympy sums
     it (sorting a sum's terms was half of what was left of a detection net's expansions);
     None where `poly_terms` leaves it to sympy."""
+    if e.is_Add:
+        # term by term, each memoised: a plan's ends and offsets are sums that share most of
+        # their terms (each end is an offset plus a size), and rebuilding every sum whole
+        # (xreplace) to multiply it out again was half of a detection net's proofs. A sum's
+        # terms multiplied out and added are the sum multiplied out: the same canonical dict
+        out: dict = {}
+        for a in e.args:
+            part = _held_term(a)
+            if part is None:  # left to sympy, or cancelling only once rebuilt whole
+                return _held_whole(e)
+            add_terms(out, part)
+        return out
+    return _held_whole(e)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _held_term(e: sympy.Expr) -> dict | None:
+    return _held_whole(e)
+
+
+def _held_whole(e: sympy.Expr) -> dict | None:
     # only the floors whose arguments expand to something else (xreplace walks the whole
     # tree even when every entry maps a floor to itself)
     moved = {a: x for a in _outer_floors(e) if (x := _expanded_floor(a)) is not a}
@@ -493,18 +563,21 @@ def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr | None, sympy.
     seconds -> 1.7, and building it as a sympy sum most of what was left). A term holding
     two floors (nested ones: a strided conv's size) cannot be bounded, so a difference with
     one is answered before it is built."""
-    diff = dict(_terms(y))
-    for m, c in _terms(x).items():
+    ty, tx = _number_terms(y), _number_terms(x)
+    if ty is None or tx is None:  # a coefficient that is no rational: in sympy's numbers
+        ty, tx = _terms(y), _terms(x)
+    diff = dict(ty)
+    for m, c in tx.items():
         v = diff.get(m, 0) - c
         if v == 0:
             diff.pop(m, None)
         else:
             diff[m] = v
     if all(m == 1 for m in diff):
-        return sympy.sympify(sum(diff.values(), sympy.Integer(0))), None
+        return sympy.sympify(_sympy_number(sum(diff.values(), 0))), None
     if any(_floor_count(m) > 1 for m in diff):
         return None, None
-    return None, _bound_atoms(sympy.Add(*(c * m for m, c in diff.items())))
+    return None, _bound_atoms(sympy.Add(*(_sympy_number(c) * m for m, c in diff.items())))
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -545,8 +618,37 @@ def _terms(e: sympy.Expr) -> dict:
     if held is not None:  # what the sum's `as_coefficients_dict` gives, without the sum
         if not held:
             return {sympy.S.One: sympy.S.Zero}  # as 0's `as_coefficients_dict`
-        return {_one_object(monomial(m)): c for m, c in held.items()}
+        return {_monomial(m): c for m, c in held.items()}
     return dict(_expanded(e).as_coefficients_dict())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _monomial(m: frozenset) -> Any:
+    """`monomial(m)` as its one object (`_one_object`), built once per monomial: the plan's
+    sums repeat the same products of floors in hundreds of ends."""
+    return _one_object(monomial(m))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _number_terms(e: sympy.Expr) -> dict | None:
+    """`_terms(e)` with Python ints / Fractions as coefficients (None where one is not
+    rational): `_difference` subtracts hundreds of coefficients per pair, and sympy's number
+    arithmetic (its dispatch) was a third of that."""
+    out: dict = {}
+    for m, c in _terms(e).items():
+        if not getattr(c, "is_Rational", False):
+            return None
+        out[m] = int(c.p) if c.q == 1 else Fraction(int(c.p), int(c.q))
+    return out
+
+
+def _sympy_number(v: Any) -> Any:
+    """An int / Fraction as sympy's number (a sympy number as it is)."""
+    if isinstance(v, int):
+        return sympy.Integer(v)
+    if isinstance(v, Fraction):
+        return sympy.Rational(v.numerator, v.denominator)
+    return v
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -62,7 +62,7 @@ def _terms(e: Any, memo: dict) -> dict[Monomial, Any]:
     elif e.is_Add:
         out = {}
         for a in e.args:
-            _add_into(out, _terms(a, memo))
+            add_terms(out, _terms(a, memo))
     elif e.is_Mul:
         out = {frozenset(): sympy.Integer(1)}
         for a in e.args:
@@ -84,7 +84,8 @@ def _terms(e: Any, memo: dict) -> dict[Monomial, Any]:
     return out
 
 
-def _add_into(acc: dict, more: dict) -> None:
+def add_terms(acc: dict, more: dict) -> None:
+    """`acc` += `more`, in place (terms that cancel dropped)."""
     for m, c in more.items():
         v = acc.get(m, 0) + c
         if v == 0:

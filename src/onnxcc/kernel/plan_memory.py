@@ -226,12 +226,21 @@ class _Refuter:
                 self.points.append(env)
         self._memo: list[dict] = [_point_memo(env) for env in self.points]
         self._values: dict = {}  # dim -> its values at the points (ints where integral)
+        self._by_id: dict[int, tuple] = {}  # id(dim) -> (dim, its values)
 
     def values(self, d: Dim) -> tuple:
+        # by identity first: a placement asks for the same objects again and again, and a dict
+        # lookup of one equal to a key but built apart (an alternative of a Max, an end of an
+        # earlier plan) compares the two trees node by node (a detection net's plan: a third
+        # of its refutations); the dict by equality then once per such object
+        hit = self._by_id.get(id(d))
+        if hit is not None and hit[0] is d:
+            return hit[1]
         v = self._values.get(d)
         if v is None:
             xs = (_value(d, env, memo) for env, memo in zip(self.points, self._memo, strict=True))
             v = self._values[d] = tuple(x if x is None or x.denominator != 1 else int(x) for x in xs)
+        self._by_id[id(d)] = (d, v)  # the object held: its id is not reused while it is here
         return v
 
     def refutes(self, a: Dim, b: Dim) -> bool:
@@ -243,15 +252,13 @@ class _Refuter:
 
 _REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-_POINT_MEMOS: dict[tuple, dict] = {}  # the running plan's `exact_value` memos, one per point
-
 
 def _point_memo(env: dict[str, int]) -> dict:
     """`exact_value`'s memo for the point `env`, shared by every refuter and sampler of the running
     plan that evaluates there: each range a plan tries has its own prover and samplers, but
     most of their points are the same (only the split symbol's value moves), and evaluating
     a conv net's offsets (Max trees of nested floors) again at each was a tenth of its plan."""
-    return _POINT_MEMOS.setdefault(tuple(sorted(env.items())), {})
+    return _RUNNING[0].points.setdefault(tuple(sorted(env.items())), {})
 
 
 def _value(d: Dim, env: dict[str, int], memo: dict) -> Fraction | int | None:
@@ -286,18 +293,28 @@ class _Slot:
         # cached per offset: a placement asks for the ends of the placed slots once per
         # candidate per slot placed after them, and building the sum is a sympy Add each time
         if self._end is None or self._end[0] is not self.offset:
-            self._end = (self.offset, _intern(canon(self.offset + self.size)))
+            self._end = (self.offset, _sum(self.offset, self.size))
         return self._end[1]
 
 
-_INTERNED: dict = {}  # the running plan's ends and maxima (cleared after each plan)
 
 
 def _intern(d: Dim) -> Dim:
     """One object per distinct dim: every trial placement builds its slots' ends anew (sympy's
     own cache keeps only the last thousand), and a memo lookup with an equal but distinct
     key compares the two trees node by node; with one object it stops at identity."""
-    return d if isinstance(d, int) else _INTERNED.setdefault(d, d)
+    return d if isinstance(d, int) else _RUNNING[0].interned.setdefault(d, d)
+
+
+def _sum(offset: Dim, size: Dim) -> Dim:
+    """`offset + size`, interned, built once per pair in a plan: each placement order and
+    sample point tries the same slots at the same candidate offsets again, and a sympy sum of
+    two sums of nested floors is tens of microseconds to flatten and sort."""
+    sums = _RUNNING[0].sums
+    hit = sums.get((offset, size))
+    if hit is None:
+        hit = sums[(offset, size)] = _intern(canon(offset + size))
+    return hit
 
 
 def liveness(program: KernelProgram) -> dict[str, tuple[int, int]]:
@@ -344,10 +361,30 @@ def _check_budget() -> None:
         raise _BudgetSpent
 
 
-def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPlan:
+class PlanMemos:
+    """What the plans of one module's versions share (`plan`'s `memos`): the provers, one per
+    state of the ranges (what a prover proved holds for every plan made under its ranges),
+    and one object per distinct end and maximum, so that the memos keyed by them stop at
+    identity (equal trees built apart are compared node by node)."""
+
+    def __init__(self) -> None:
+        self.provers: dict = {}  # the ranges -> `Prover` (`_prover`)
+        self.interned: dict = {}  # dim -> its one object (`_intern`)
+        self.sums: dict = {}  # (offset, size) -> end (`_sum`)
+        self.points: dict[tuple, dict] = {}  # point -> `exact_value`'s memo there (`_point_memo`)
+
+
+_RUNNING = [PlanMemos()]  # the running plan's (plans do not nest)
+
+
+def plan(program: KernelProgram, symbols: SymbolTable | None = None,
+         memos: PlanMemos | None = None) -> MemoryPlan:
     """Offsets for every temp that owns memory (see the module docstring). `symbols`
-    gives the symbols' ranges (default: [1, 2**31-1])."""
+    gives the symbols' ranges (default: [1, 2**31-1]). `memos`, kept by the caller for the
+    plans of one module's versions, shares their provers and what those proved (each
+    version's placements ask many of the same pairs under the same ranges)."""
     _deadline[0] = time.process_time() + PROOF_SECONDS
+    _RUNNING[0] = memos if memos is not None else PlanMemos()
     try:
         return _plan(program, symbols)
     except _BudgetSpent:
@@ -355,8 +392,19 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None) -> MemoryPl
     finally:
         _deadline[0] = math.inf
         _next_look[0] = 0.0
-        _INTERNED.clear()
-        _POINT_MEMOS.clear()
+        _RUNNING[0] = PlanMemos()
+
+
+def _prover(table: SymbolTable | None) -> Prover:
+    """A prover over `table`'s ranges as they are now, shared by the plans given the same
+    `PlanMemos` (a prover's answers depend only on the ranges). It proves over a copy of the
+    table, so a later change to the table cannot make its answers stale."""
+    key = None if table is None else tuple((i.name, i.lo, i.hi, i.multiple_of) for i in table.infos.values())
+    provers = _RUNNING[0].provers
+    p = provers.get(key)
+    if p is None:
+        p = provers[key] = Prover(None if table is None else table.copy())
+    return p
 
 
 def _stacked_plan(program: KernelProgram) -> MemoryPlan:
@@ -377,7 +425,7 @@ def _stacked_plan(program: KernelProgram) -> MemoryPlan:
 
 
 def _plan(program: KernelProgram, symbols: SymbolTable | None) -> MemoryPlan:
-    prover = Prover(symbols)
+    prover = _prover(symbols)
     temps = program.temps()
     sizes = {b.name: program.alloc_bytes(b) for b in temps}
     live = liveness(program)
@@ -471,7 +519,7 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
     def layout(t: SymbolTable) -> _Layout:
         p = prover
         if t is not table:  # a part of the range: what the whole-range prover proved holds here
-            p = Prover(t)
+            p = _prover(t)
             _PARENTS[p] = prover
         return _best_layout(slots, p, [_Sampler(e) for e in _sample_points(program, t)], peak,
                             [_Sampler(e) for e in _sweep_points(program, t)])
@@ -738,7 +786,7 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
                 continue
             above = []
             ok = True
-            top = _intern(canon(o + g.size))
+            top = _sum(o, g.size)
             for q in conf:
                 if _le(prover, top, q.offset):
                     above.append(q)

@@ -10,7 +10,7 @@ from ...errors import CompileError
 from ...ir import print_dim
 from ..fuse import count_kernels
 from ..module import KernelModule
-from ..plan_memory import plan, reserve_scratch
+from ..plan_memory import PlanMemos, plan, reserve_scratch
 
 
 @dataclass(frozen=True)
@@ -19,8 +19,9 @@ class PlanMemoryPass:
     keeps_ir: ClassVar[bool] = True  # the programs are read, the plans set beside them
 
     def run(self, module: KernelModule, ctx) -> bool:
+        memos = PlanMemos()  # shared by the versions' plans (the same ranges: the same answers)
         for v in module.versions:
-            mplan = plan(v.program, module.graph.symbols)
+            mplan = plan(v.program, module.graph.symbols, memos)
             v.plan = mplan
             v.stats.update({"kernels_after": count_kernels(v.program.body),
                             "arena_bytes": print_dim(mplan.workspace_bytes),
