@@ -18,6 +18,7 @@ from pathlib import Path
 import sympy
 
 from ..codegen.backend import BACKENDS, Backend, backend_class, make_backend
+from ..codegen.gc_quiet import gc_frozen, refreeze
 from ..errors import CompileError, OnnxccError, UnsupportedOp
 from ..ir import DType, Module, identifier, print_bool, print_dim
 from ..passes import Instrument, PassContext, run_pipeline
@@ -116,10 +117,20 @@ class _StageClock(Instrument):
 
     def after(self, pass_, module, index, changed):
         self.timings[self.stage] = self.timings.get(self.stage, 0.0) + time.perf_counter() - self._t0
+        refreeze()  # what the pass left alive (sympy's caches, the module): walked no more
 
 
 def compile_model(model, out_dir, options: CompileOptions | None = None, emit: str = "lib",
                   pass_ctx: PassContext | None = None) -> Artifact:
+    """Build `model` into `out_dir`, with the objects alive before each build step kept out of
+    Python's cyclic collector (codegen/gc_quiet.py: the passes' sympy and graph objects made
+    by the million, re-walked by every full collection), its state restored on return."""
+    with gc_frozen():
+        return _compile_model(model, out_dir, options, emit, pass_ctx)
+
+
+def _compile_model(model, out_dir, options: CompileOptions | None, emit: str,
+                   pass_ctx: PassContext | None) -> Artifact:
     from .pipeline import build_pipeline  # the passes and ops: loaded when a build starts
 
     options = options or CompileOptions()

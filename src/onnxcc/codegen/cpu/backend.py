@@ -7,7 +7,6 @@ plus one object holding the weight constants."""
 from __future__ import annotations
 
 import functools
-import gc
 import os
 import threading
 import time
@@ -19,6 +18,7 @@ import numpy as np
 from ..backend import Emitted, StepClock
 from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
+from ..gc_quiet import gc_frozen, refreeze
 from ..llvm import object_cache
 from ..llvm.target import LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates, forward_version
@@ -106,7 +106,7 @@ class CpuBackend:
         from .emit import KERNEL_FNTY, emit_assembly, emit_llvm
 
         if stop == "lib":
-            with _gc_frozen():
+            with gc_frozen():  # the passes' survivors too (nested in the driver's)
                 return self._emit_parallel(module, name, step)
         t0 = time.perf_counter()
         llmod = llir.Module(name=name)
@@ -168,6 +168,7 @@ class CpuBackend:
                     else:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
+            refreeze()  # this version's IR objects live until the objects come back
         shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
         if versions:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
@@ -189,6 +190,7 @@ class CpuBackend:
         if twins:
             pieces.append((stubs, (*target, (self.opt, self.opt, False))))
         # (the constants' module holds data only: nothing for the optimiser to do)
+        refreeze()  # the split parts and stubs too: no full collection walks them again
         objs = compile_in_workers([(cmod, (*target, 0)), *helpers, *pieces], jobs)
         object_cache.prune()
         step("codegen", time.perf_counter() - t0)
@@ -321,22 +323,6 @@ def _compile_one(k: int) -> bytes:
         obj = emit_object(text, triple, cpu, features, ir_opt, cg_opt, lsr)
         object_cache.store(key, obj)
     return obj
-
-
-class _gc_frozen:
-    """Python's cyclic collector kept off the objects alive when the build's emission starts
-    (the graph and kernel modules, sympy's caches: hundreds of thousands), which every
-    full collection would walk again while LLVM IR objects are made by the million: that
-    was 30-45% of the `llvm` step (bert_ts17: 0.5 s of it). New objects are still
-    collected; the frozen ones are handed back at the end, so a process that compiles many
-    models frees them as before. The forked codegen workers inherit the frozen set, whose
-    pages their collections then leave unwritten (not copied)."""
-
-    def __enter__(self):
-        gc.freeze()
-
-    def __exit__(self, *exc):
-        gc.unfreeze()
 
 
 def _twins(module) -> dict[int, str]:
