@@ -1,4 +1,4 @@
-"""codegen/cpu/backend.py `_gc_frozen`: a library's LLVM emission runs with the objects alive
+"""codegen/gc_quiet.py `gc_frozen` (codegen/cpu/backend.py): a library's LLVM emission runs with the objects alive
 when it starts (the graph and kernel modules) frozen out of Python's cyclic collector, and
 hands them back afterwards, so a process that compiles many models frees them as before."""
 
