@@ -6,8 +6,10 @@ the graph and kernel modules, sympy's caches). Every full collection walks all o
 that was 30-45% of emission's `llvm` step. `gc.freeze()` moves the objects alive now into the
 collector's permanent generation, which no collection walks; new objects are still collected,
 and frozen ones are still freed by reference counting when they die (only frozen *cycles*
-wait until the end). The driver enters it around the whole compile, the backend again around
-emission (re-freezing what the passes left alive); the outermost exit unfreezes everything.
+wait until the end). The driver enters it around the whole compile and `refreeze`s after each
+pass; the CPU backend enters it again around emission and refreezes after each version's LLVM
+module and before the worker compile (bert_ts17: the collector's share of a compile 0.77 s ->
+0.12 s); the outermost exit unfreezes everything.
 
 It restores the collector's state exactly, also on an exception: it only acts when nothing
 was frozen on entry (`gc.get_freeze_count() == 0`), so objects a caller froze itself (a
