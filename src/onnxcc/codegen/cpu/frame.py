@@ -66,7 +66,15 @@ class Repeats:
     a wrong one costs a frame or a dedup, never a result."""
 
     def __init__(self, program: KernelProgram) -> None:
-        counts = Counter(self.key(c) for c in program.computes())
+        # each compute's key kept by identity: the emitter asks about every compute again,
+        # and a key (sympy extents printed, the body formatted) is a tenth of the emission
+        self._known: dict[int, tuple[Compute, tuple]] = {}
+        counts: Counter[tuple] = Counter()
+        for c in program.computes():  # (one object met twice counts twice, as it did)
+            known = self._known.get(id(c))
+            if known is None:
+                known = self._known[id(c)] = (c, self.key(c))
+            counts[known[1]] += 1
         self._keys = {k for k, n in counts.items() if n > 1}
 
     @staticmethod
@@ -81,7 +89,10 @@ class Repeats:
         return (tuple(str(d) for d in c.extents), _WORD.sub(name, text))
 
     def __contains__(self, c: Compute) -> bool:
-        return bool(self._keys) and self.key(c) in self._keys
+        if not self._keys:
+            return False
+        known = self._known.get(id(c))
+        return (known[1] if known is not None and known[0] is c else self.key(c)) in self._keys
 
 
 class Frame:
