@@ -90,3 +90,32 @@ def test_gemm_layers_with_different_weights_share_one_task(tmp_path, monkeypatch
     assert len(tasks) == 2, [name for name, _, _ in tasks]
     assert sum("tail call" in body for _, _, body in tasks) == 1
     _check(onnxcc.load(tmp_path / "art"), model, [(1, 64), (5, 64), (37, 64)])
+
+
+def test_repeats_keys_each_compute_once(tmp_path, monkeypatch):
+    """The emitter asks `Repeats` about every compute again (`frame_ctx`): the key (sympy
+    extents printed, the body formatted) is computed when the program is counted, not again
+    per question. The frame decisions are checked by the test above."""
+    from onnxcc.codegen.cpu import frame
+
+    counted, keyed, asked = [0], [0], [0]
+    init, key, contains = frame.Repeats.__init__, frame.Repeats.key, frame.Repeats.__contains__
+
+    def counting_init(self, program):
+        counted[0] += sum(1 for _ in program.computes())
+        init(self, program)
+
+    def counting_key(c):
+        keyed[0] += 1
+        return key(c)
+
+    def counting_contains(self, c):
+        asked[0] += 1
+        return contains(self, c)
+
+    monkeypatch.setattr(frame.Repeats, "__init__", counting_init)
+    monkeypatch.setattr(frame.Repeats, "key", staticmethod(counting_key))
+    monkeypatch.setattr(frame.Repeats, "__contains__", counting_contains)
+    _compiled_text(monkeypatch, _model(), tmp_path / "art", name="two", specialize={"N": [2]})
+    assert asked[0] >= 4  # two softmaxes in each of two versions
+    assert keyed[0] == counted[0]
