@@ -80,7 +80,9 @@ def forward_duplicates(versions: list[tuple[ir.Module, str]]) -> int:
         for fn in group:
             if shapes[_shape(fn)] < 2:
                 continue
-            key = _content_key(fn, prefix, mds.setdefault(id(module), _metadata_text(module)))
+            if id(module) not in mds:  # (not `setdefault`: it would print them again per function)
+                mds[id(module)] = _metadata_text(module)
+            key = _content_key(fn, prefix, mds[id(module)])
             hit = seen.get(key)
             if hit is None:
                 seen[key] = (fn, module)
