@@ -91,19 +91,19 @@ MAX_ULP = {"f32": 3.0, "f64": 4.0}
 @functools.cache
 def _engine():
     mod = ir.Module("vmath_test")
-    for name in cm.FUNCTIONS:
-        for ty in (cm.F32, cm.F64):
-            f = cm.math_function(mod, name, ty)
-            w = ir.Function(mod, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64]),
-                            f"t_{name}_{cm.type_tag(ty)}")
-            b = ir.IRBuilder(w.append_basic_block())
-            a, a2, o, n = w.args
-            with for_range(b, n, "i") as i:
-                args = [b.load(b.gep(a, [i], source_etype=ty), typ=ty)]
-                if name in cm.BINARY_FUNCTIONS:
-                    args.append(b.load(b.gep(a2, [i], source_etype=ty), typ=ty))
-                b.store(b.call(f, args), b.gep(o, [i], source_etype=ty))
-            b.ret_void()
+    builds = [(name, ty) for name in cm.FUNCTIONS for ty in (cm.F32, cm.F64)]
+    for name, ty in builds + [(name, cm.F32) for name in cm.F32_FUNCTIONS]:
+        f = cm.math_function(mod, name, ty)
+        w = ir.Function(mod, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR, I64]),
+                        f"t_{name}_{cm.type_tag(ty)}")
+        b = ir.IRBuilder(w.append_basic_block())
+        a, a2, o, n = w.args
+        with for_range(b, n, "i") as i:
+            args = [b.load(b.gep(a, [i], source_etype=ty), typ=ty)]
+            if name in cm.BINARY_FUNCTIONS:
+                args.append(b.load(b.gep(a2, [i], source_etype=ty), typ=ty))
+            b.store(b.call(f, args), b.gep(o, [i], source_etype=ty))
+        b.ret_void()
     tm = target_machine(jit=True)
     ref = parse_modules(mod)
     optimize_module(ref, tm, 2)

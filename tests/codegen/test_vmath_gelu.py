@@ -4,7 +4,7 @@ and compared with mpmath over the whole f32 range: NaN, infinities, signed zeros
 denormals, the clamp and the extremes.
 
 The bound it is held to is about the accuracy of onnxruntime's own GELU on the same points
-(`python tests/codegen/test_vmath_gelu.py` prints both): for x >= -1, vmath 2.42 ulp and
+(`python -m tests.codegen.test_vmath_gelu` prints both): for x >= -1, vmath 2.42 ulp and
 onnxruntime 1.93 (2.2-2.6 on a uniform grid of [-9, 9]); below -1, where the graph's
 1 + erf(x / sqrt 2) cancels, onnxruntime's error is absolute, 3.5e-8 |x| (4.3e-8 on the
 grid), up to 1.7e7 ulp, and vmath's 2.8e-8 |x|, 3.92 ulp: its form does not cancel, so it
@@ -12,48 +12,18 @@ is held in ulps there too, down to where the results become denormal."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import math
 
-import llvmlite.binding as llvm
 import mpmath as mp
 import numpy as np
-from llvmlite import ir
 
-from onnxcc.codegen.cpu.emit import optimize as optimize_module
-from onnxcc.codegen.cpu.emit import parse_modules, target_machine
-from onnxcc.codegen.llvm import vmath as cm
-from onnxcc.codegen.llvm.helpers import I64, PTR, for_range
+from tests.codegen.test_vmath_functions import run
 
 C32 = float(np.float32(math.sqrt(2.0)))
 
 
-@functools.cache
-def _gelu_fn():
-    mod = ir.Module("vmath_gelu_test")
-    f = cm.math_function(mod, "gelu", cm.F32)
-    w = ir.Function(mod, ir.FunctionType(ir.VoidType(), [PTR, PTR, I64]), "t_gelu")
-    b = ir.IRBuilder(w.append_basic_block())
-    a, o, n = w.args
-    with for_range(b, n, "i") as i:
-        b.store(b.call(f, [b.load(b.gep(a, [i], source_etype=cm.F32), typ=cm.F32)]),
-                b.gep(o, [i], source_etype=cm.F32))
-    b.ret_void()
-    tm = target_machine(jit=True)
-    ref = parse_modules(mod)
-    optimize_module(ref, tm, 2)
-    ee = llvm.create_mcjit_compiler(ref, tm)
-    ee.finalize_object()
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(ee.get_function_address("t_gelu"))
-    return ee, fn
-
-
 def gelu(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x, np.float32)
-    out = np.empty_like(x)
-    _gelu_fn()[1](x.ctypes.data, out.ctypes.data, x.size)
-    return out
+    return run("gelu", np.asarray(x, np.float32))  # the vmath test engine's f32 build
 
 
 def _exact(v: float) -> mp.mpf:
