@@ -25,7 +25,7 @@ import re
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, image_feeds, lib_fixture
 from conv_net import ConvNet
 from onnx import TensorProto, helper
 
@@ -91,8 +91,7 @@ def test_padded_maps_match_onnxruntime(built, dims):
     path, lib = built
     big = np.random.default_rng(0).standard_normal((3, 3, 24, 32)).astype(np.float32) * 50
     lib.run({"x": big})  # large values where the border's zeros go
-    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
-    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
+    feeds = image_feeds(dims)
     for _ in range(2):
         assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, image_feeds, lib_fixture
 from conv_net import ConvNet
 from onnx import TensorProto, helper, numpy_helper
 
@@ -74,9 +74,7 @@ def test_pools_fold_into_their_convs(tmp_path):
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))
 def test_pooled_convs_match_onnxruntime(built, dims):
     path, lib = built
-    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
-    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
+    assert_matches_onnxruntime(path, lib, image_feeds(dims), rtol=1e-4, atol=1e-4, where=dims)
 
 
 def test_nan_propagates_through_the_pooled_stores(tmp_path):
