@@ -50,8 +50,15 @@ POOL_ROWS = 4
 """GEMM rows per stored output row with `pool`: a 2x2 window's pixels"""
 
 
+class _InOrder:
+    """a dataclass of the call's arguments by name, `values()` in its fields' order"""
+
+    def values(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]  (a dataclass: the subclasses)
+
+
 @dataclass(frozen=True)
-class Sizes:
+class Sizes(_InOrder):
     """The call's sizes by name (the contract above): the lowering builds one with every field
     named, and the callee reads each size at its field's index (`SIZES`), so the two cannot
     disagree on the order of the call's sizes array."""
@@ -80,17 +87,13 @@ class Sizes:
     sr: Dim
     rpad: Dim
 
-    def values(self) -> tuple[Dim, ...]:
-        """the sizes in the order of the call's sizes array"""
-        return tuple(getattr(self, f) for f in SIZES)
-
 
 SIZES = tuple(f.name for f in fields(Sizes))
 """the call's sizes, in order: the i64 array's index of each name"""
 
 
 @dataclass(frozen=True)
-class Buffers:
+class Buffers(_InOrder):
     """The call's buffers (their names) by the contract's letters; in `BUFFERS` order in the
     call's pointer array."""
 
@@ -102,9 +105,6 @@ class Buffers:
     R: str
     U: str
     V: str
-
-    def values(self) -> tuple[str, ...]:
-        return tuple(getattr(self, f) for f in BUFFERS)
 
 
 BUFFERS = tuple(f.name for f in fields(Buffers))
