@@ -152,14 +152,17 @@ def test_mlp_through_the_user_path_matches_ort(tmp_path):
                                    atol=1e-4, err_msg=f"batch={batch}")
 
 
-def test_pool_chunks_match_the_runtime():
-    """The dense tasks are counted in the runtime pool's chunks: the constant codegen assumes
-    is the one the C runtime cuts by."""
-    import re
-    from pathlib import Path
-
+def test_runtime_define_reads_the_c_constant(tmp_path):
+    """The dense tasks are counted in the runtime pool's chunks, a constant codegen reads from
+    the C runtime's source (codegen/c/target.py `runtime_define`): its integer, or an error
+    where the source has none (no silent default)."""
+    from onnxcc.codegen.c.link import runtime_define
     from onnxcc.codegen.cpu import gemm_dense
+    from onnxcc.errors import CompileError
 
-    src = (Path(gemm_dense.__file__).parents[2] / "codegen" / "c" / "runtime" / "onnxcc_rt.c").read_text()
-    m = re.search(r"#define ONNXCC_CHUNKS_PER_THREAD (\d+)", src)
-    assert m is not None and int(m.group(1)) == gemm_dense.POOL_CHUNKS_PER_THREAD
+    src = tmp_path / "rt.c"
+    src.write_text("#define ONNXCC_CHUNKS_PER_THREADS 9\n#define ONNXCC_CHUNKS_PER_THREAD 6 /* why */\n")
+    assert runtime_define("ONNXCC_CHUNKS_PER_THREAD", src) == 6
+    with pytest.raises(CompileError, match="ONNXCC_OTHER"):
+        runtime_define("ONNXCC_OTHER", src)
+    assert gemm_dense.POOL_CHUNKS_PER_THREAD == runtime_define("ONNXCC_CHUNKS_PER_THREAD") >= 1

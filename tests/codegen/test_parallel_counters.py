@@ -6,14 +6,12 @@ numpy exactly (Transpose and Add move or add each element once), with 1 to 3 thr
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from threaded_child import assert_child_ok, lib_fixture
 
 
 def _model(path) -> None:
@@ -47,20 +45,9 @@ _RUN = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    import onnxcc
-
-    d = tmp_path_factory.mktemp("counters")
-    _model(d / "m.onnx")
-    onnxcc.compile(d / "m.onnx", d / "lib")
-    return d / "lib"
+built = lib_fixture("counters", _model)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_split_items_match_numpy(built, threads):
-    # the pool's size is fixed at its first use in a process: one child per thread count
-    env = {**os.environ, "ONNXCC_NUM_THREADS": str(threads)}
-    r = subprocess.run([sys.executable, "-c", _RUN, str(built)], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+    assert_child_ok(_RUN, built, threads)

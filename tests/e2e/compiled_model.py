@@ -1,8 +1,9 @@
 """What e2e tests of one generated model share: the model built once per module, compiled to a
 library loaded for the numeric comparisons (`lib_fixture`), and for the tests that also read
 what the lowering chose, to its kernel IR text (`built_fixture`: test_conv_tap_regimes.py,
-test_nhwc_dw_padcopy.py); the comparison of a library's outputs with onnxruntime's
-(`assert_matches_onnxruntime`: within tolerances, or exactly), and whether this machine's backend has the f32 conv call
+test_nhwc_dw_padcopy.py); the random image fed at symbolic N, H, W (`image_feeds`) and the
+comparison of a library's outputs with onnxruntime's (`assert_matches_onnxruntime`: within
+tolerances, or exactly); whether this machine's backend has the f32 conv call
 (`has_f32_conv_call`: the tests that read the calls the lowering emits)."""
 
 from __future__ import annotations
@@ -75,6 +76,13 @@ def has_f32_conv_call() -> bool:
     from onnxcc.compiler import CompileOptions
 
     return CpuBackend.from_options(CompileOptions()).f32_conv_call()
+
+
+def image_feeds(dims: dict[str, int], channels: int = 3, seed: int | None = None) -> dict[str, np.ndarray]:
+    """{"x": N(0, 1) f32 values of shape [N, channels, H, W]} for `dims` (N, H, W), drawn from
+    a generator seeded by `seed`, by default H * 100 + W (each plane its own values)"""
+    rng = np.random.default_rng(dims["H"] * 100 + dims["W"] if seed is None else seed)
+    return {"x": rng.standard_normal((dims["N"], channels, dims["H"], dims["W"])).astype(np.float32)}
 
 
 def assert_matches_onnxruntime(path, lib, feeds: dict[str, np.ndarray], rtol: float = 0.0, atol: float = 0.0,

@@ -1,6 +1,7 @@
 """A conv net built node by node, what the e2e tests that generate one share
 (test_nhwc_dw_padcopy.py, test_nhwc_region.py, test_conv_implicit.py,
-test_conv_stem_region.py): weights N(0, 1) / sqrt(fan-in) and biases N(0, 0.1), so every conv's
+test_conv_stem_region.py, test_conv_padded_output.py, test_conv_residual_stores.py,
+test_conv_pool_stores.py): weights N(0, 1) / sqrt(fan-in) and biases N(0, 0.1), so every conv's
 outputs stay near N(0, 1) however deep the chain, drawn from one generator in the order the convs
 are added."""
 
@@ -22,7 +23,13 @@ class ConvNet:
         self.inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
         return name
 
-    def node(self, op: str, ins: list[str], y: str, **attrs) -> str:
+    def fresh(self, op: str) -> str:
+        """a name for the next node's output: `op` in lower case and the node's index"""
+        return f"{op.lower()}{len(self.nodes)}"
+
+    def node(self, op: str, ins: list[str], y: str | None = None, **attrs) -> str:
+        """an `op` node reading `ins` into y (`fresh(op)` by default) -> y"""
+        y = self.fresh(op) if y is None else y
         self.nodes.append(helper.make_node(op, ins, [y], **attrs))
         return y
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 # (name, in channels, out channels, kernel, attrs)
 CONVS = [
@@ -55,11 +54,7 @@ def test_conv3d_matches_onnxruntime(built, n, dd, h, w):
     rng = np.random.default_rng(dd * 100 + h * 10 + w)
     feeds = {"x": rng.standard_normal((n, 8, dd, h, w)).astype(np.float32),
              "x1": rng.standard_normal((n, 1, dd, h, w)).astype(np.float32)}
-    want = ort_run(path, feeds)
-    got = lib.run(feeds)
-    for name, *_ in CONVS:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=(n, dd, h, w))
 
 
 def test_conv3d_is_computed_depth_batched(tmp_path):

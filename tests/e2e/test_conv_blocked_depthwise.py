@@ -12,11 +12,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 # (name, channels, kernel, attrs, input dims): input dims are symbols but for N's
 CONVS = [
@@ -57,11 +56,7 @@ def test_blocked_depthwise_matches_onnxruntime(built, dims):
     rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
     feeds = {f"x_{name}": rng.standard_normal((dims["N"], c, *[dims[s] for s in sp])).astype(np.float32)
              for name, c, _, _, sp in CONVS}
-    want = ort_run(path, feeds)
-    got = lib.run(feeds)
-    for name, *_ in CONVS:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
 
 
 def _dw_model(path, c, k, strides):

@@ -13,14 +13,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import KernelProgram, Var, rsum
 from onnxcc.kernel.schedule import TargetInfo, schedule_program
-from onnxcc.testing import ort_run
 
 # (name, in channels, out channels, kernel, attrs, plane (H, W), epilogue)
 CONVS = [
@@ -64,10 +63,7 @@ def test_convs_on_tiny_planes_match_onnxruntime(built, n):
     rng = np.random.default_rng(n)
     feeds = {f"x_{name}": rng.standard_normal((n, c, h, w)).astype(np.float32)
              for name, c, _, _, _, (h, w), _ in CONVS}
-    want = ort_run(path, feeds)
-    got = lib.run(feeds)
-    for name, *_ in CONVS:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=n)
 
 
 def test_the_column_kernel_runs_for_a_few_columns_only():

@@ -12,11 +12,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 # (name, in channels, out channels, group, kernel, attrs, epilogue)
 CONVS = [
@@ -64,10 +63,7 @@ built = lib_fixture("grouped_convs", _model)
 def test_grouped_convs_match_onnxruntime(built, n, h, w):
     path, lib = built
     x = np.random.default_rng(h * w).standard_normal((n, 128, h, w)).astype(np.float32)
-    want = ort_run(path, {"x": x})
-    got = lib.run({"x": x})
-    for name, *_ in CONVS:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} at {(n, h, w)}")
+    assert_matches_onnxruntime(path, lib, {"x": x}, rtol=1e-4, atol=1e-4, where=(n, h, w))
 
 
 def test_grouped_convs_with_weights_as_inputs(tmp_path):
@@ -79,10 +75,7 @@ def test_grouped_convs_with_weights_as_inputs(tmp_path):
     feeds = {"x": rng.standard_normal((2, 128, 10, 7)).astype(np.float32)}
     for name, c, m, group, k, *_ in CONVS:
         feeds[f"w_{name}"] = (rng.standard_normal((m, c // group, k, k)) * 0.1).astype(np.float32)
-    want = ort_run(tmp_path / "m.onnx", feeds)
-    got = lib.run(feeds)
-    for name, *_ in CONVS:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    assert_matches_onnxruntime(tmp_path / "m.onnx", lib, feeds, rtol=1e-4, atol=1e-4)
 
 
 def test_grouped_conv_lowers_to_a_gemm_per_group(tmp_path):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, image_feeds, lib_fixture
 from conv_net import ConvNet
 from onnx import TensorProto, helper, numpy_helper
 
@@ -81,13 +81,7 @@ def test_dense_convs_call_the_implicit_gemm(tmp_path):
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))
 def test_dense_convs_match_onnxruntime(built, dims):
     path, lib = built
-    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
-    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-    want = ort_run(path, feeds)
-    got = lib.run(feeds)
-    for name in want:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    assert_matches_onnxruntime(path, lib, image_feeds(dims), rtol=1e-4, atol=1e-4, where=dims)
 
 
 def test_without_the_call_the_compute_path_matches(tmp_path):

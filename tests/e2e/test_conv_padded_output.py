@@ -25,8 +25,9 @@ import re
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
-from onnx import TensorProto, helper, numpy_helper
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, image_feeds, lib_fixture
+from conv_net import ConvNet
+from onnx import TensorProto, helper
 
 import onnxcc
 from onnxcc.testing import check_lowering
@@ -35,22 +36,14 @@ SHAPES = [dict(N=1, H=8, W=8), dict(N=2, H=13, W=11), dict(N=3, H=17, W=30), dic
 
 
 def _model(path) -> None:
-    rng = np.random.default_rng(5)
-    inits, nodes = [], []
+    net = ConvNet(5)
 
     def node(op, *ins, **attrs):
-        out = f"{op.lower()}{len(nodes)}"
-        nodes.append(helper.make_node(op, list(ins), [out], **attrs))
-        return out
+        return net.node(op, list(ins), **attrs)
 
     def conv(x, cin, cout, k=3, pads=(1, 1, 1, 1), stride=1, group=1, dilation=1):
-        w = f"w{len(inits)}"
-        fan = cin // group * k * k
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal((cout, cin // group, k, k)) / np.sqrt(fan)).astype(np.float32), w))
-        inits.append(numpy_helper.from_array((0.1 * rng.standard_normal(cout)).astype(np.float32), f"b{w}"))
-        return node("Conv", x, w, f"b{w}", kernel_shape=[k, k], pads=list(pads), strides=[stride, stride],
-                    group=group, dilations=[dilation, dilation])
+        return net.conv(x, net.fresh("Conv"), cin, cout, k, group=group, kernel_shape=[k, k], pads=list(pads),
+                        strides=[stride, stride], dilations=[dilation, dilation])
 
     stem = node("Relu", conv("x", 3, 16))
     s2 = node("Relu", conv(stem, 16, 32, pads=(1, 0, 2, 1), stride=2))
@@ -63,11 +56,8 @@ def _model(path) -> None:
     b = conv(shared, 32, 32, k=5, pads=(2, 2, 2, 2))
     res = node("Relu", node("Add", conv(node("Relu", b), 32, 32), a))
     block = node("Relu", node("Add", conv(node("Relu", conv(res, 32, 32)), 32, 32), res))
-    outs = [node("GlobalAveragePool", block), shared]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    g = helper.make_graph(nodes, "padded_output", [x], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
-                                                        for o in outs], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    onnx.save(net.model("padded_output", [x], [node("GlobalAveragePool", block), shared], 13), path)
 
 
 built = lib_fixture("padded_output", _model, max_versions=1)
@@ -101,8 +91,7 @@ def test_padded_maps_match_onnxruntime(built, dims):
     path, lib = built
     big = np.random.default_rng(0).standard_normal((3, 3, 24, 32)).astype(np.float32) * 50
     lib.run({"x": big})  # large values where the border's zeros go
-    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
-    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
+    feeds = image_feeds(dims)
     for _ in range(2):
         assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
 

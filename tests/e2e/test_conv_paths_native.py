@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -55,12 +55,7 @@ built = lib_fixture("convs", _model)
 def test_conv_paths_match_onnxruntime(built, n, h, w):
     path, lib = built
     x = np.random.default_rng(h * w).standard_normal((n, C, h, w)).astype(np.float32)
-    want = ort_run(path, {"x": x})
-    got = lib.run({"x": x})
-    for name, *_ in CONVS:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4,
-                                   err_msg=f"{name} at {(n, h, w)}")
+    assert_matches_onnxruntime(path, lib, {"x": x}, rtol=1e-4, atol=1e-4, where=(n, h, w))
 
 
 def test_single_channel_input_takes_the_tap_path_and_matches(tmp_path):

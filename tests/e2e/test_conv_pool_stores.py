@@ -19,7 +19,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, image_feeds, lib_fixture
+from conv_net import ConvNet
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
@@ -31,42 +32,27 @@ SHAPES = [dict(N=1, H=8, W=8), dict(N=2, H=13, W=11), dict(N=1, H=37, W=29), dic
 def _model(path, pooled: bool = True) -> list[str]:
     """The graph above; with `pooled` False the folded pools are left out (the maps they read
     are the outputs): the oracle of the NaN test. Returns the output names."""
-    rng = np.random.default_rng(12)
-    inits, nodes = [], []
+    net = ConvNet(12)
 
     def conv(x, y, cin, cout, relu=True):
-        w = (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32)
-        inits.append(numpy_helper.from_array(w, f"w_{y}"))
-        inits.append(numpy_helper.from_array((0.1 * rng.standard_normal(cout)).astype(np.float32), f"b_{y}"))
-        nodes.append(helper.make_node("Conv", [x, f"w_{y}", f"b_{y}"], [y], kernel_shape=[3, 3], pads=[1] * 4))
-        if not relu:
-            return y
-        nodes.append(helper.make_node("Relu", [y], [f"{y}_r"]))
-        return f"{y}_r"
+        return net.conv(x, y, cin, cout, 3, act="Relu" if relu else None, kernel_shape=[3, 3], pads=[1] * 4)
 
     def pool(x, y, **attrs):
-        nodes.append(helper.make_node("MaxPool", [x], [y], kernel_shape=[2, 2], strides=[2, 2], **attrs))
-        return y
+        return net.node("MaxPool", [x], y, kernel_shape=[2, 2], strides=[2, 2], **attrs)
 
     outs = []
     h = conv("x", "stem", 3, 16)
-    h = pool(h, "p1") if pooled else h
-    if not pooled:
-        return _finish(path, nodes, inits, [h])
-    h = pool(conv(h, "mid", 16, 40), "p2")
-    outs.append(pool(conv(h, "last", 40, 24, relu=False), "p3"))
-    b = conv("p1", "side", 16, 32)  # read by two pools: not folded
-    for q in (pool(b, "q_ceil", ceil_mode=1), pool(b, "q_floor")):  # pooled to [N, 32, 1, 1]: no conversion
-        nodes.append(helper.make_node("GlobalAveragePool", [q], [f"{q}_avg"]))
-        outs.append(f"{q}_avg")
-    return _finish(path, nodes, inits, outs)
-
-
-def _finish(path, nodes, inits, outs) -> list[str]:
+    if pooled:
+        h = pool(h, "p1")
+        h = pool(conv(h, "mid", 16, 40), "p2")
+        outs.append(pool(conv(h, "last", 40, 24, relu=False), "p3"))
+        b = conv("p1", "side", 16, 32)  # read by two pools: not folded
+        for q in (pool(b, "q_ceil", ceil_mode=1), pool(b, "q_floor")):  # pooled to [N, 32, 1, 1]: no conversion
+            outs.append(net.node("GlobalAveragePool", [q], f"{q}_avg"))
+    else:
+        outs.append(h)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    g = helper.make_graph(nodes, "pooled_convs", [x], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
-                                                       for o in outs], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    onnx.save(net.model("pooled_convs", [x], outs, 13), path)
     return outs
 
 
@@ -88,9 +74,7 @@ def test_pools_fold_into_their_convs(tmp_path):
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))
 def test_pooled_convs_match_onnxruntime(built, dims):
     path, lib = built
-    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
-    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
+    assert_matches_onnxruntime(path, lib, image_feeds(dims), rtol=1e-4, atol=1e-4, where=dims)
 
 
 def test_nan_propagates_through_the_pooled_stores(tmp_path):

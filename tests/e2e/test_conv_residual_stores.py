@@ -14,11 +14,11 @@ compute path) the same results."""
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
-from onnx import TensorProto, helper, numpy_helper
+from compiled_model import assert_matches_onnxruntime, f32conv_sizes, has_f32_conv_call, image_feeds, lib_fixture
+from conv_net import ConvNet
+from onnx import TensorProto, helper
 
 import onnxcc
 from onnxcc.testing import check_lowering
@@ -27,23 +27,14 @@ SHAPES = [dict(N=1, H=1, W=1), dict(N=2, H=13, W=11), dict(N=1, H=40, W=33), dic
 
 
 def _model(path) -> None:
-    rng = np.random.default_rng(21)
-    inits, nodes = [], []
+    net = ConvNet(21)
 
-    def node(op, *ins, **attrs):
-        out = f"{op.lower()}{len(nodes)}"
-        nodes.append(helper.make_node(op, list(ins), [out], **attrs))
-        return out
+    def node(op, *ins):
+        return net.node(op, list(ins))
 
     def conv(x, cin, cout, stride=1, bias=True):
-        w = f"w{len(inits)}"
-        inits.append(numpy_helper.from_array(
-            (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32), w))
-        ins = [x, w]
-        if bias:
-            inits.append(numpy_helper.from_array((0.1 * rng.standard_normal(cout)).astype(np.float32), f"b{w}"))
-            ins.append(f"b{w}")
-        return node("Conv", *ins, kernel_shape=[3, 3], pads=[1] * 4, strides=[stride, stride])
+        return net.conv(x, net.fresh("Conv"), cin, cout, 3, bias=bias, kernel_shape=[3, 3], pads=[1] * 4,
+                        strides=[stride, stride])
 
     h1 = node("Relu", conv("x", 3, 32, stride=2))
     b = conv(node("Relu", conv(h1, 32, 32)), 32, 32, bias=False)
@@ -52,9 +43,7 @@ def _model(path) -> None:
     e = conv(s2, 32, 32)
     outs = [s2, node("GlobalAveragePool", node("Add", e, s2)), node("GlobalAveragePool", e)]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    g = helper.make_graph(nodes, "residual", [x], [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
-                                                   for o in outs], inits)
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    onnx.save(net.model("residual", [x], outs, 13), path)
 
 
 built = lib_fixture("residual_stores", _model, max_versions=1)
@@ -76,9 +65,7 @@ def test_residual_adds_fold_into_their_convs(tmp_path):
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))
 def test_residual_convs_match_onnxruntime(built, dims):
     path, lib = built
-    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
-    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-    assert_matches_onnxruntime(path, lib, feeds, rtol=1e-4, atol=1e-4, where=dims)
+    assert_matches_onnxruntime(path, lib, image_feeds(dims), rtol=1e-4, atol=1e-4, where=dims)
 
 
 def test_without_the_call_the_compute_path_matches(tmp_path):

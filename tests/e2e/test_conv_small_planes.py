@@ -11,11 +11,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 from onnxcc.codegen.cpu.gemm import NARROW_EFFICIENCY
-from onnxcc.testing import ort_run
 
 C = 48
 # (name, out channels, kernel, attrs, residual)
@@ -72,8 +71,4 @@ def test_the_shapes_cover_both_tile_widths():
 def test_small_planes_match_onnxruntime(built, n, h, w):
     path, lib = built
     x = np.random.default_rng(h * 100 + w).standard_normal((n, C, h, w)).astype(np.float32)
-    want = ort_run(path, {"x": x})
-    got = lib.run({"x": x})
-    for name, *_ in CONVS:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} at {(n, h, w)}")
+    assert_matches_onnxruntime(path, lib, {"x": x}, rtol=1e-4, atol=1e-4, where=(n, h, w))

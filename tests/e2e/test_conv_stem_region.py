@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from compiled_model import assert_matches_onnxruntime, image_feeds
 from conv_net import ConvNet
 from onnx import TensorProto, helper, numpy_helper
 
@@ -107,10 +108,5 @@ def test_stem_chain_matches_onnxruntime(tmp_path, stem, cout, second_pool):
     for k, dims in enumerate(SHAPES):
         if second_pool and min(dims["H"], dims["W"]) < 4:
             continue  # the second pool needs a 2x2 plane
-        rng = np.random.default_rng(k)
-        feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-        want = ort_run(tmp_path / "m.onnx", feeds)
-        got = lib.run(feeds)
-        for name in want:
-            assert got[name].shape == want[name].shape, (name, dims)
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} {dims}")
+        assert_matches_onnxruntime(tmp_path / "m.onnx", lib, image_feeds(dims, seed=k), rtol=1e-4, atol=1e-4,
+                                   where=dims)

@@ -9,10 +9,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper, numpy_helper
-
-from onnxcc.testing import ort_run
 
 C = 6
 # (name, out channels, kernel, attrs): group C everywhere
@@ -44,11 +42,7 @@ built = lib_fixture("dw", _model)
 
 
 def _compare(path, lib, x, where):
-    want = ort_run(path, {"x": x})
-    got = lib.run({"x": x})
-    for name, *_ in CONVS:
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=f"{name} at {where}")
+    assert_matches_onnxruntime(path, lib, {"x": x}, rtol=1e-4, atol=1e-4, where=where)
 
 
 @pytest.mark.parametrize("n,h,w", [(1, 5, 7), (3, 9, 10), (1, 17, 33), (2, 32, 64), (1, 40, 37)])

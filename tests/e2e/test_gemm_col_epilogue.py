@@ -13,13 +13,13 @@ import re
 import numpy as np
 import onnx
 import pytest
+from compiled_model import assert_matches_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
 from onnxcc.ir import DType, sym
 from onnxcc.kernel import KernelProgram, Var, relu, rsum
 from onnxcc.kernel.schedule import TargetInfo, match_gemm
-from onnxcc.testing import ort_run
 
 CASES = [(8, 8), (16, 24), (24, 16), (40, 48), (48, 96), (16, 72)]
 """(N, K)"""
@@ -63,11 +63,7 @@ def test_col_epilogue_matches_ort(tmp_path, n, k):
     for m in ROWS:
         feeds = {"x": rng.standard_normal((m, k)).astype(np.float32),
                  "r": rng.standard_normal((m, n)).astype(np.float32)}
-        got = lib.run(feeds)
-        want = ort_run(tmp_path / "m.onnx", feeds)
-        for name in ("y", "z"):
-            np.testing.assert_allclose(np.asarray(got[name]), want[name], rtol=1e-4, atol=1e-4,
-                                       err_msg=f"{name} M={m} N={n} K={k}")
+        assert_matches_onnxruntime(tmp_path / "m.onnx", lib, feeds, rtol=1e-4, atol=1e-4, where=f"M={m} N={n} K={k}")
 
 
 def test_col_ops_planned_only_for_one_k_block():

@@ -13,13 +13,13 @@ import re
 import numpy as np
 import onnx
 import pytest
+from compiled_model import assert_matches_onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
 from onnxcc.ir import DType
 from onnxcc.kernel.expr import Const, Load, Var, maximum, minimum
 from onnxcc.kernel.row_epilogue import match_row_epilogue
-from onnxcc.testing import ort_run
 
 CASES = [(16, 16), (40, 32), (64, 24)]
 """(N, K)"""
@@ -59,11 +59,7 @@ def test_hardswish_col_epilogue_matches_ort(tmp_path, n, k):
     rng = np.random.default_rng(k)
     for m in ROWS:
         feeds = {"x": (3 * rng.standard_normal((m, k))).astype(np.float32)}  # past the clamps
-        got = lib.run(feeds)
-        want = ort_run(tmp_path / "m.onnx", feeds)
-        for name in ("y", "z"):
-            np.testing.assert_allclose(np.asarray(got[name]), want[name], rtol=1e-4, atol=1e-4,
-                                       err_msg=f"{name} M={m} N={n} K={k}")
+        assert_matches_onnxruntime(tmp_path / "m.onnx", lib, feeds, rtol=1e-4, atol=1e-4, where=f"M={m} N={n} K={k}")
 
 
 def test_self_product_only_when_asked():

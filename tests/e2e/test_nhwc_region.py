@@ -13,15 +13,13 @@ and small weights, summed in another order than onnxruntime's."""
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, image_feeds, lib_fixture
 from conv_net import ConvNet
 from onnx import TensorProto, helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 SHAPES = [dict(N=1, H=1, W=1), dict(N=3, H=5, W=7), dict(N=1, H=9, W=4), dict(N=1, H=16, W=16),
           dict(N=3, H=23, W=30)]
@@ -86,10 +84,4 @@ def test_region_is_channels_last(tmp_path):
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))
 def test_region_matches_onnxruntime(built, dims):
     path, lib = built
-    rng = np.random.default_rng(dims["H"] * 100 + dims["W"])
-    feeds = {"x": rng.standard_normal((dims["N"], 3, dims["H"], dims["W"])).astype(np.float32)}
-    want = ort_run(path, feeds)
-    got = lib.run(feeds)
-    for name in ("logits", "cat", "shape"):
-        assert got[name].shape == want[name].shape, name
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4, err_msg=name)
+    assert_matches_onnxruntime(path, lib, image_feeds(dims), rtol=1e-4, atol=1e-4, where=dims)

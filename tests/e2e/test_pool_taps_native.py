@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_matches_onnxruntime, lib_fixture
 from onnx import TensorProto, helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 C = 5
 # (name, op, attrs)
@@ -49,12 +48,7 @@ built = lib_fixture("pools", _model)
 
 
 def _compare(path, lib, x, where):
-    want = ort_run(path, {"x": x})
-    got = lib.run({"x": x})
-    assert set(got) == set(want)
-    for name, w in want.items():
-        assert got[name].shape == w.shape, name
-        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=f"{name} at {where}")
+    assert_matches_onnxruntime(path, lib, {"x": x}, rtol=1e-5, atol=1e-6, where=where)
 
 
 @pytest.mark.parametrize("n,h,w", [(1, 5, 7), (2, 9, 10), (1, 17, 33), (3, 32, 64), (1, 63, 55)])

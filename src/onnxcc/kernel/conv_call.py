@@ -1,6 +1,7 @@
 """The contract between the f32 implicit-GEMM conv lowering (ops/conv_implicit.py) and the
 backend that runs it (codegen/cpu/gemm_implicit.py): the `CallStmt` name, its sizes and
-buffers, and the packed layout of the constant weights.
+buffers (by name: `Sizes`, `Buffers`, whose fields give the arrays' order), and the packed
+layout of the constant weights.
 
     call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu, pool, res,
                         oh, ow, wpo, opt, opl, opb, opr, sr, rpad; P, Q, C, T, B, R, U, V) -> C
@@ -35,7 +36,11 @@ row is NR / 16 aligned vector loads."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
+
+from onnxcc.ir import Dim
 
 CALLEE = "onnxcc_f32conv"
 """the CallStmt's function name"""
@@ -43,9 +48,67 @@ NR = 32
 """columns per packed panel (two 16-lane vectors)"""
 POOL_ROWS = 4
 """GEMM rows per stored output row with `pool`: a 2x2 window's pixels"""
-SIZES = ("batch", "m", "n", "s0", "ss0", "s1", "ss1", "l", "sp", "ldc", "sc", "relu", "pool", "res",
-         "oh", "ow", "wpo", "opt", "opl", "opb", "opr", "sr", "rpad")
-"""the call's sizes, in order"""
+
+
+class _InOrder:
+    """a dataclass of the call's arguments by name, `values()` in its fields' order"""
+
+    def values(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]  (a dataclass: the subclasses)
+
+
+@dataclass(frozen=True)
+class Sizes(_InOrder):
+    """The call's sizes by name (the contract above): the lowering builds one with every field
+    named, and the callee reads each size at its field's index (`SIZES`), so the two cannot
+    disagree on the order of the call's sizes array."""
+
+    batch: Dim
+    m: Dim
+    n: Dim
+    s0: Dim
+    ss0: Dim
+    s1: Dim
+    ss1: Dim
+    l: Dim  # noqa: E741 (the contract's L, a segment's length: the name the codegen reads)
+    sp: Dim
+    ldc: Dim
+    sc: Dim
+    relu: Dim
+    pool: Dim
+    res: Dim
+    oh: Dim
+    ow: Dim
+    wpo: Dim
+    opt: Dim
+    opl: Dim
+    opb: Dim
+    opr: Dim
+    sr: Dim
+    rpad: Dim
+
+
+SIZES = tuple(f.name for f in fields(Sizes))
+"""the call's sizes, in order: the i64 array's index of each name"""
+
+
+@dataclass(frozen=True)
+class Buffers(_InOrder):
+    """The call's buffers (their names) by the contract's letters; in `BUFFERS` order in the
+    call's pointer array."""
+
+    P: str
+    Q: str
+    C: str
+    T: str
+    B: str
+    R: str
+    U: str
+    V: str
+
+
+BUFFERS = tuple(f.name for f in fields(Buffers))
+"""the call's buffers, in order: the pointer array's index of each letter"""
 
 
 def panels(n: int) -> int:
@@ -73,4 +136,5 @@ def pack_w_planar(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(full.reshape(wk.shape[0], panels(mo), NR).transpose(1, 0, 2))
 
 
-__all__ = ["CALLEE", "NR", "POOL_ROWS", "SIZES", "pack_w", "pack_w_planar", "panels"]
+__all__ = ["BUFFERS", "CALLEE", "NR", "POOL_ROWS", "SIZES", "Buffers", "Sizes", "pack_w", "pack_w_planar",
+           "panels"]

@@ -67,8 +67,18 @@ def _same_shape(a: Sequence[Dim], b: Sequence[Dim]) -> bool:
     return len(a) == len(b) and all(sympy.sympify(x) == sympy.sympify(y) for x, y in zip(a, b))
 
 
-def _constant_chain(e: Expr, base: Expr) -> tuple[RowOp, ...] | None:
-    """`e` as steps with constant operands and relu applied to `base` in order, or None."""
+Operand = Callable[[str, Expr], RowOp | None]
+"""a chain step's operand (the side of the expression without the value chained) as the step
+of its op, or None where such an operand is not allowed"""
+
+
+def _constant_operand(op: str, other: Expr) -> RowOp | None:
+    return RowOp(op, value=float(other.value)) if isinstance(other, Const) else None
+
+
+def _chain(e: Expr, base: Expr, operand: Operand, self_products: bool) -> tuple[RowOp, ...] | None:
+    """`e` as steps applied to `base` in order, each relu or an op with an `operand` (a
+    "mulself" step too with `self_products`), or None."""
     ops: list[RowOp] = []
     while e != base:
         if len(ops) >= MAX_STEPS or e.dtype is not DType.f32:
@@ -79,43 +89,7 @@ def _constant_chain(e: Expr, base: Expr) -> tuple[RowOp, ...] | None:
             continue
         if not isinstance(e, Binary) or e.op not in ("add", "sub", "mul", "max", "min"):
             return None
-        if isinstance(e.b, Const) and e.a.dtype is DType.f32:
-            ops.append(RowOp(e.op, value=float(e.b.value)))
-            e = e.a
-        elif isinstance(e.a, Const) and e.op != "sub":
-            ops.append(RowOp(e.op, value=float(e.a.value)))
-            e = e.b
-        else:
-            return None
-    return tuple(reversed(ops))
-
-
-def _self_product(e: Binary) -> tuple[Expr, RowOp] | None:
-    """`x * chain(x)` (either order; a product is exact either way) as x and its step."""
-    for x, y in ((e.a, e.b), (e.b, e.a)):
-        sub = _constant_chain(y, x)
-        if sub:
-            return x, RowOp("mulself", sub=sub)
-    return None
-
-
-def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], Sequence[Dim]],
-                       self_products: bool = False) -> tuple[RowOp, ...] | None:
-    """The epilogue as row operations applied to `acc` in order, or None. `self_products`:
-    also a product of the value with a constant chain of itself (op "mulself"), which only
-    the GEMM micro-kernel's column epilogue applies."""
-    ops: list[RowOp] = []
-    e = epi
-    while e != acc:
-        if len(ops) >= MAX_STEPS or e.dtype is not DType.f32:
-            return None
-        if isinstance(e, Unary) and e.op == "relu":
-            ops.append(RowOp("relu"))
-            e = e.a
-            continue
-        if not isinstance(e, Binary) or e.op not in ("add", "sub", "mul", "max", "min"):
-            return None
-        a_has, b_has = (any(n == acc for n in walk(x)) for x in (e.a, e.b))
+        a_has, b_has = (any(n == base for n in walk(x)) for x in (e.a, e.b))
         if a_has and b_has and e.op == "mul" and self_products:
             found = _self_product(e)
             if found is None:
@@ -127,16 +101,39 @@ def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], S
             return None
         inner, other = (e.a, e.b) if a_has else (e.b, e.a)
         if e.op == "sub" and not a_has:
-            return None  # operand - acc: not a chain step
-        if isinstance(other, Const):
-            step = RowOp(e.op, value=float(other.value))
-        elif (isinstance(other, Load) and other.dtype is DType.f32 and other.indices == acc.indices
-              and _same_shape(shape_of(other.buffer), shape_of(acc.buffer))):
-            step = RowOp(e.op, load=other, tile=True)
-        elif _row_load(other, m, shape_of):
-            step = RowOp(e.op, load=other)  # type: ignore[arg-type]
-        else:
+            return None  # operand - value: not a chain step
+        step = operand(e.op, other)
+        if step is None:
             return None
         ops.append(step)  # add, mul, max, min: the side of the operand does not change the value
         e = inner
     return tuple(reversed(ops))
+
+
+def _self_product(e: Binary) -> tuple[Expr, RowOp] | None:
+    """`x * chain(x)` (either order; a product is exact either way), the chain's steps
+    constants and relu, as x and its step."""
+    for x, y in ((e.a, e.b), (e.b, e.a)):
+        sub = _chain(y, x, _constant_operand, self_products=False)
+        if sub:
+            return x, RowOp("mulself", sub=sub)
+    return None
+
+
+def match_row_epilogue(epi: Expr, acc: Load, m: str, shape_of: Callable[[str], Sequence[Dim]],
+                       self_products: bool = False) -> tuple[RowOp, ...] | None:
+    """The epilogue as row operations applied to `acc` in order, or None. `self_products`:
+    also a product of the value with a constant chain of itself (op "mulself"), which only
+    the GEMM micro-kernel's column epilogue applies."""
+
+    def operand(op: str, other: Expr) -> RowOp | None:
+        if isinstance(other, Const):
+            return _constant_operand(op, other)
+        if (isinstance(other, Load) and other.dtype is DType.f32 and other.indices == acc.indices
+                and _same_shape(shape_of(other.buffer), shape_of(acc.buffer))):
+            return RowOp(op, load=other, tile=True)
+        if _row_load(other, m, shape_of):
+            return RowOp(op, load=other)  # type: ignore[arg-type]
+        return None
+
+    return _chain(epi, acc, operand, self_products)

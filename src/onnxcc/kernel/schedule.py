@@ -146,7 +146,10 @@ class GemmPlan:
     dense: bool = False
     """a dense layer: B prepacked, A not, static N x K of at least DENSE_MIN_WORK multiply-adds
     per row (codegen/cpu/gemm_static.py `dense_rows`: tiles row block by row block, in tasks
-    of one row panel; K up to ONE_BLOCK_MAX_K in one block)"""
+    of one row panel; K up to ONE_BLOCK_MAX_K in one block). The rule reads N x K, not M: a
+    task covers one row panel whatever M is, so N x K alone sizes the work of a row panel
+    against a task's overhead, while M (the tokens or pixels, usually symbolic) only sets how
+    many row panels there are (codegen/cpu/gemm_dense.py `dense_blocks`)"""
     a_stage: bool = False
     """A is read in place (`a_direct`) but its rows sit a multiple of 4 KiB apart (a hidden
     size of 1024 or 2048 floats), so the micro-kernel's rows would all map to the same L1

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ir import DType, canon
 from ..kernel import Buffer, CallStmt, Const, select
-from ..kernel.conv_call import CALLEE, POOL_ROWS, pack_w, pack_w_planar
+from ..kernel.conv_call import CALLEE, POOL_ROWS, Buffers, Sizes, pack_w, pack_w_planar
 from .pad_guard import pad_guard
 
 
@@ -65,7 +65,8 @@ def _out_table(ctx, stored, wpo, out_pads, mo: int):
 
 
 def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: bool):
-    """The call's sizes, P and Q for a window read from a planar padded copy of X"""
+    """The call's sizes of its rows and window (`Sizes` batch .. sp, by name), P, Q and T for a
+    window read from a planar padded copy of X"""
     n_, hin, win_, cin = x.shape
     mo, _, kh, kw = (int(d) for d in wv.shape)
     strides, dil = win["strides"], win["dilations"]
@@ -76,8 +77,9 @@ def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: boo
     rows, table = _row_table(ctx, stored, pool, lambda oh, ow: oh * (strides[0] * wpd) + ow * strides[1])
     q = ctx.const(pack_w_planar(wv), "wpack")
     # K = (kh, c, kw): KH segments d0 rows apart, C planes apart each, of KW contiguous taps
-    sizes = (n_, rows, mo, kh, canon(dil[0] * wp), cin, canon(hp * wp), kw, canon(cin * hp * wp))
-    return sizes, xp, q, table
+    window = dict(batch=n_, m=rows, n=mo, s0=kh, ss0=canon(dil[0] * wp), s1=cin, ss1=canon(hp * wp), l=kw,
+                  sp=canon(cin * hp * wp))
+    return window, xp, q, table
 
 
 def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
@@ -108,7 +110,7 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     opt, opl, opb, opr = out_pads
     stored = (canon(y.shape[1] - opt - opb), canon(y.shape[2] - opl - opr))
     if padded and cin <= PLANAR_MAX_CIN and dil[1] == 1:
-        sizes, xp, q, table = _planar(ctx, x, stored, wv, win, pb, pe, pool)
+        window, xp, q, table = _planar(ctx, x, stored, wv, win, pb, pe, pool)
     else:
         if not padded:
             xp, hp, wp = x, hin, win_  # no padding: the windows are read from X itself
@@ -122,19 +124,21 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
         q = ctx.const(pack_w(wv), "wpack")
         # window rows of KW * C contiguous elements, or taps of C when dilated along W
         s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
-        sizes = (n_, rows, mo, kh, canon(dil[0] * wp * cin), s1, ss1, seg, canon(hp * wp * cin))
-    # C: the stored pixels' rows (y's, or its interior with out pads), sc y's batch stride
-    sizes = (*sizes, mo, canon(y.shape[1] * y.shape[2] * mo), int(relu), POOL_ROWS if pool else 1)
+        window = dict(batch=n_, m=rows, n=mo, s0=kh, ss0=canon(dil[0] * wp * cin), s1=s1, ss1=ss1, l=seg,
+                      sp=canon(hp * wp * cin))
     bconst = ctx.const(np.zeros(mo, np.float32) if bv is None else np.asarray(bv, np.float32).reshape(-1), "bias")
     res = bconst if residual is None else residual  # without a residual the call never reads it
     sr = canon(res.shape[1] * res.shape[2] * mo) if residual is not None else 0
-    # kernel/conv_call.py: oh, ow, wpo, opt, opl, opb, opr, sr, rpad
-    placed = (*stored, y.shape[2], *out_pads, sr, int(any(residual_pads)))
-    exprs = tuple(ctx.dim(canon(d)) for d in (*sizes, int(residual is not None), *placed))
+    # C: the stored pixels' rows (y's, or its interior with out pads), sc y's batch stride
+    sizes = Sizes(**window, ldc=mo, sc=canon(y.shape[1] * y.shape[2] * mo), relu=int(relu),
+                  pool=POOL_ROWS if pool else 1, res=int(residual is not None), oh=stored[0], ow=stored[1],
+                  wpo=y.shape[2], opt=opt, opl=opl, opb=opb, opr=opr, sr=sr, rpad=int(any(residual_pads)))
+    exprs = tuple(ctx.dim(canon(d)) for d in sizes.values())
     places = table if not any(out_pads) else _out_table(ctx, stored, y.shape[2], out_pads, mo)
     res_places = table if not any(residual_pads) else _out_table(ctx, stored, res.shape[2], residual_pads, mo)
-    ctx.program.body.append(CallStmt(CALLEE, exprs, (xp.name, q.name, y.name, table.name, bconst.name, res.name,
-                                                     places.name, res_places.name), (y.name,)))
+    bufs = Buffers(P=xp.name, Q=q.name, C=y.name, T=table.name, B=bconst.name, R=res.name, U=places.name,
+                   V=res_places.name)
+    ctx.program.body.append(CallStmt(CALLEE, exprs, bufs.values(), (y.name,)))
     return True
 
 

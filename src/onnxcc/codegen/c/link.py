@@ -23,7 +23,9 @@ from .target import (
     LinkTarget,
     api_names,
     link_target,
+    runtime_define,
 )
 
 __all__ = ["ABI_VERSION", "CPU_LINK", "DL_DTYPE", "ERROR_CODES", "IDENTITY_API", "RUNTIME_DIR", "RUNTIME_SOURCES",
-           "LinkTarget", "api_names", "generate_dispatcher", "generate_header", "generate_metadata", "link_target"]
+           "LinkTarget", "api_names", "generate_dispatcher", "generate_header", "generate_metadata", "link_target",
+           "runtime_define"]

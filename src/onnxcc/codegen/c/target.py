@@ -4,6 +4,7 @@ dtype codes, the exported API's names."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from onnxcc.errors import CompileError
@@ -15,6 +16,7 @@ from .package import SIGNATURE_API
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 RUNTIME_SOURCES = ("onnxcc_rt.c", "onnxcc_layout.c")
+
 ABI_VERSION = 1
 #: the artifact's identity functions (NAME_ prefixed; _identity_header / identity_defs)
 IDENTITY_API = ("build_id", "abi_version")
@@ -43,6 +45,17 @@ DISPATCH_STATICS = {"sig_in_infos", "sig_out_infos", "cpu_check", "cpu_missing",
                      "bind_inputs", "output_dims", "devices", "version_infos", "last_version_tl", "run_syms_tl",
                      "run_ok_tl", "select_version", "value_guard_holds",
                      "input_names", "output_names", "in_place_ok", "in_sigs", "out_sigs"}
+
+
+def runtime_define(name: str, source: Path = RUNTIME_DIR / "onnxcc_rt.c") -> int:
+    """The integer of `#define NAME <integer>` in a runtime source: a constant the generated
+    code must agree with (the thread pool's chunks per thread), defined once, in the C the
+    runtime is compiled from, and read here instead of repeated; a source without it is an
+    error, not a default."""
+    m = re.search(rf"^#define {re.escape(name)} (\d+)\b", source.read_text(), re.M)
+    if m is None:
+        raise CompileError(f"{source.name} has no `#define {name} <integer>`")
+    return int(m.group(1))
 
 
 class LinkTarget:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from onnxcc.kernel.conv_call import NR, POOL_ROWS, SIZES
+from onnxcc.kernel.conv_call import BUFFERS, NR, POOL_ROWS, SIZES
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
@@ -35,7 +35,7 @@ NV = NR // 16
 RB = 8 * MR
 """rows per parallel task"""
 assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
-_SHAPE = gcall.CallShape(sizes=SIZES, bufs=("P", "Q", "C", "T", "B", "R", "U", "V"), ety=F32, nr=NR, mr=MR, rb=RB)
+_SHAPE = gcall.CallShape(sizes=SIZES, bufs=BUFFERS, ety=F32, nr=NR, mr=MR, rb=RB)
 
 _V = ir.VectorType(F32, 16)
 
