@@ -108,6 +108,18 @@ Mish 15-18, Erf-GELU 7-10; with LN 7-18. Two
 threads (`--threads 2`, wall clock) were noise on that loaded machine (the [16, 1024] rows
 slower than one thread); onnxcc_parallel_for deals chunks out dynamically, so a loaded core
 does not hold the other back.
+
+The roof (benchmarks/dram_stream.py, 100 MB arrays, quiet machine, load 0.7): y = x streams
+22-30 GB/s at 2 threads with plain stores (read + write counted, as here) and 36-46 GB/s with
+non-temporal ones; one thread 22-26 and 33-37. Plain stores read each output line first, so
+60% of ROOF_GBS (30 GB/s) is out of reach of a chain whose output misses the caches unless it
+streams: branch ntstore (codegen/cpu/streaming_stores.py) stages a row-staged chain's rows on
+the stack and copies them out non-temporally where the output is 16 MiB or more. `--before`
+main's sources, 1 thread, CPU clock, medians of 31 alternated rounds, load 9-11, after / before:
+[16|32, 1024] rows 0.96 / 0.99 (silu), 0.94 / 0.96 (gelu_tanh), 0.96 / 0.98 (gelu_erf), 0.91 /
+0.92 (mish); [1, 128] and [4, 512] 0.99-1.04 (plain stores there: a threshold of 1 MiB took
+[4, 512] to 1.06-1.13x at 2 threads). Two threads were not measurable that hour (load 8-10:
+4-7 GB/s for every library).
 """
 
 from __future__ import annotations

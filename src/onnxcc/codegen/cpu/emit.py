@@ -78,6 +78,7 @@ from .frame import FRAME_BASE, Frame, FrameReader, Repeats, close_frames, framed
 from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
 from .rowstage import emit_row_stage
+from .streaming_stores import fence_streams
 
 PARALLEL_FOR = "onnxcc_parallel_for"
 """`void onnxcc_parallel_for(int64_t n, void (*body)(int64_t, int64_t, void *), void *ctx)`"""
@@ -172,6 +173,8 @@ class FnCtx(ProgramContext):
         """in a parallel body: where it reads its buffers' addresses from (cpu/frame.py)"""
         self.frames: list[tuple[ir.Value, Frame]] = []
         """the frames of the bodies this function calls, filled in when it is finished"""
+        self.stream_flags: list[ir.Value] = []
+        """the flags of the non-temporal row stores emitted since the last fence (cpu/streaming_stores.py)"""
 
     def dim(self, d: Dim) -> ir.Value:
         d = canon(d)
@@ -396,6 +399,7 @@ class KernelEmitter:
             em = ExprEmitter(ctx, ctx.b, access_md=md)
             em.hoist(plan.hoisted(c))
             self.emit_loops(em, ctx, c, plan, 0, {})
+            fence_streams(ctx)
 
     def emit_loops(self, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, first: int,
                    bound: dict[str, ir.Value]) -> None:
@@ -667,6 +671,7 @@ class KernelEmitter:
                 wrap = b.icmp_unsigned(">=", nxt, bctx.dim(exts[v]), name=f"{names[v]}.wrap")
                 b.store(b.select(wrap, i64(0), nxt, name=f"{names[v]}.next"), slot)
                 carry = wrap
+        fence_streams(bctx)
         b.ret_void()
         bctx.finish()
         return fn

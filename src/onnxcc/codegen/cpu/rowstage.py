@@ -12,6 +12,9 @@ a loop kept rolled.
 Both loops carry the vectorizer hint of the row norm's passes. The statistics and the second
 pass read what the first stored, so the loads and stores of this part carry none of the
 statement's scoped-noalias tags (which promise that its loads never alias its stores).
+
+Where the output may be large (streaming_stores.py), the row is staged in a stack row
+instead on the calls that store non-temporally, and copied out once normalised.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from onnxcc.kernel.expr import Expr, Load, Reduce, buffers_read, dim_to_expr, wa
 from onnxcc.kernel.rownorm import plain_row_sum
 
 from ..llvm.exprs import AccessMetadata, ExprEmitter, compute_type, identity
-from ..llvm.helpers import for_range
+from ..llvm.helpers import for_range, i64
 from .rownorm import row_index, row_loop_md, store_row
+from .streaming_stores import copy_row, stream_row
 
 if TYPE_CHECKING:
     from onnxcc.kernel.program import Compute
@@ -36,6 +40,24 @@ if TYPE_CHECKING:
 def emit_row_stage(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
                    vals: dict[str, ir.Value]) -> None:
     """The innermost var `v` of `c` (the outer vars bound in `vals`; the row nonempty)."""
+    rs = plan.row_stage
+    assert rs is not None
+    sr = stream_row(ctx, c) if v + 1 == len(c.vars) else None
+    if sr is None:
+        _emit_passes(owner, em, ctx, c, plan, v, vals)
+        return
+    # the row staged in sr.stack on the streaming path, in the output otherwise (streaming_stores.py)
+    b = ctx.b
+    out_row = em.address(c.out, row_index(c, v, vals, i64(0)))
+    row = b.select(sr.flag, sr.stack, out_row, name="rowstage.row")
+    with ctx.redirected(c.out, row, [i64(0)] * (len(c.vars) - 1) + [i64(1)]):
+        _emit_passes(owner, em, ctx, c, plan, v, vals)
+    copy_row(ctx, sr, out_row)
+
+
+def _emit_passes(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
+                 vals: dict[str, ir.Value]) -> None:
+    """Both passes and the statistics between them, on `c.out`'s row."""
     rs = plan.row_stage
     assert rs is not None
     b = ctx.b

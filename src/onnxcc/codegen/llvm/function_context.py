@@ -6,6 +6,8 @@ in the workspace."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 from llvmlite import ir
@@ -94,6 +96,21 @@ class ProgramContext:
             p = self.buffer_ptr(prog.root(name)) if buf.alias_of is not None else self._root_ptr(name, buf)
             self._ptrs[name] = p
         return p
+
+    @contextmanager
+    def redirected(self, name: str, ptr: ir.Value, strides: list[ir.Value]) -> Iterator[None]:
+        """Within the with-block, buffer `name`'s elements are addressed from `ptr` by
+        `strides` (a row staged away from its buffer: cpu/streaming_stores.py)."""
+        saved = self._ptrs.get(name), self._strides.get(name)
+        self._ptrs[name], self._strides[name] = ptr, strides
+        try:
+            yield
+        finally:
+            for memo, old in ((self._ptrs, saved[0]), (self._strides, saved[1])):
+                if old is None:
+                    memo.pop(name, None)
+                else:
+                    memo[name] = old
 
     def _root_ptr(self, name: str, buf: Buffer) -> ir.Value:
         """The pointer of a buffer that aliases none (the backend's arguments, workspace, globals)."""
