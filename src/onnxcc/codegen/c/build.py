@@ -41,10 +41,11 @@ def _version_script(spec: ArtifactSpec) -> str:
 #: a generated dispatcher from this size (bytes of C) up is compiled at -O0: its bulk is the
 #: versions' workspace-size formulas (checked multiply-adds, hundreds per version in a conv
 #: net with symbolic H and W), which gcc's -O1 took 1.0-1.2 s to compile for lraspp's 187 KB
-#: (0.16 s at -O0) and 0.32 s for mobilenet_v3_small's 75 KB (0.06 s). At -O0 the inline
-#: helpers stay calls: a few microseconds per model call, against a model whose run takes
-#: milliseconds; a small dispatcher (a small model, whose run may take microseconds) keeps -O1
-DISPATCH_O0_BYTES = 48 * 1024
+#: (0.16 s at -O0). At -O0 the inline helpers stay calls: 0.53 us more per call there (kernels
+#: stubbed out), 0.04% of its 1.2 ms run at 64x64. Not lower: mobilenet_v3_small's 75 KB
+#: dispatcher (0.32 s of -O1, 0.06 s of -O0) would cost 0.65 us per call, 1.3% of its 50 us
+#: run at 64x64; a small dispatcher (a small model) keeps -O1
+DISPATCH_O0_BYTES = 128 * 1024
 
 
 def link_flags(flags: list[str], compiles_runtime: bool, extras: list[Path], dispatcher_bytes: int = 0) -> list[str]:
