@@ -41,8 +41,9 @@ def _version_script(spec: ArtifactSpec) -> str:
 #: a generated dispatcher from this size (bytes of C) up is compiled at -O0: its bulk is the
 #: versions' workspace-size formulas (checked multiply-adds, hundreds per version in a conv
 #: net with symbolic H and W), which gcc's -O1 took 1.0-1.2 s to compile for lraspp's 187 KB
-#: (0.16 s at -O0). At -O0 the inline helpers stay calls: 0.53 us more per call there (kernels
-#: stubbed out), 0.04% of its 1.2 ms run at 64x64. Not lower: mobilenet_v3_small's 75 KB
+#: (0.16 s at -O0), ppocr_det_v4's 161 KB 1.1 s (0.2 s). At -O0 the inline helpers stay calls:
+#: per call (kernels stubbed out) 0.53 us more on lraspp, 0.04% of its 1.2 ms run at 64x64, and
+#: 1.1 us on ppocr, 0.3% of its 0.36 ms run at 2x32x32. Not lower: mobilenet_v3_small's 75 KB
 #: dispatcher (0.32 s of -O1, 0.06 s of -O0) would cost 0.65 us per call, 1.3% of its 50 us
 #: run at 64x64; a small dispatcher (a small model) keeps -O1
 DISPATCH_O0_BYTES = 128 * 1024
