@@ -38,14 +38,27 @@ def _version_script(spec: ArtifactSpec) -> str:
     return f"{{\n  global:\n{names}  local:\n    *;\n}};\n"
 
 
-def link_flags(flags: list[str], compiles_runtime: bool, extras: list[Path]) -> list[str]:
+#: a generated dispatcher from this size (bytes of C) up is compiled at -O0: its bulk is the
+#: versions' workspace-size formulas (checked multiply-adds, hundreds per version in a conv
+#: net with symbolic H and W), which gcc's -O1 took 1.0-1.2 s to compile for lraspp's 187 KB
+#: (0.16 s at -O0), ppocr_det_v4's 161 KB 1.1 s (0.2 s). At -O0 the inline helpers stay calls:
+#: per call (kernels stubbed out) 0.53 us more on lraspp, 0.04% of its 1.2 ms run at 64x64, and
+#: 1.1 us on ppocr, 0.3% of its 0.36 ms run at 2x32x32. Not lower: mobilenet_v3_small's 75 KB
+#: dispatcher (0.32 s of -O1, 0.06 s of -O0) would cost 0.65 us per call, 1.3% of its 50 us
+#: run at 64x64; a small dispatcher (a small model) keeps -O1
+DISPATCH_O0_BYTES = 128 * 1024
+
+
+def link_flags(flags: list[str], compiles_runtime: bool, extras: list[Path], dispatcher_bytes: int = 0) -> list[str]:
     """The flags of the link command. Where the only C it compiles is the generated
     dispatcher (the runtime comes as cached objects), its -O2 becomes -O1: the dispatcher is
     straight-line size arithmetic and guards run once per call, where -O2 only spends compile
-    time (a symbolic conv net's 800-line dispatcher: 0.7 s of gcc at -O2, 0.4 s at -O1)."""
+    time (a symbolic conv net's 800-line dispatcher: 0.7 s of gcc at -O2, 0.4 s at -O1); a
+    dispatcher of `DISPATCH_O0_BYTES` or more gets -O0."""
     if compiles_runtime or extras:  # runtime or backend C compiled here too: as it always was
         return flags
-    return ["-O1" if f == "-O2" else f for f in flags]
+    level = "-O0" if dispatcher_bytes >= DISPATCH_O0_BYTES else "-O1"
+    return [level if f == "-O2" else f for f in flags]
 
 
 def _tail(s: str, lines: int = 40) -> str:
@@ -85,7 +98,8 @@ def build_library(spec: ArtifactSpec, object_files: Iterable[str | os.PathLike],
     # the runtime compiled once per compiler and flags (runtime_objects.py), else with the library
     sources = [RUNTIME_DIR / r for r in runtime]
     runtime_inputs = runtime_objects(sources, cc, flags) or sources
-    cmd = [*shlex.split(cc), "-shared", *link_flags(flags, runtime_inputs == sources and bool(sources), extras),
+    cmd = [*shlex.split(cc), "-shared", *link_flags(flags, runtime_inputs == sources and bool(sources), extras,
+                                             len(dispatcher)),
            f"-I{out}", f"-I{RUNTIME_DIR}", "-o", tmp, str(out / f"{name}_dispatch.c"),
            *map(str, runtime_inputs), *map(str, extras), *map(str, objects),
            "-Wl,-z,defs", f"-Wl,--version-script={out / f'{name}.map'}", *libs]
