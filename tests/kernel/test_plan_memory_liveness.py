@@ -363,3 +363,38 @@ def test_range_layouts_past_their_budget_keep_the_whole_range_layout(monkeypatch
     for env in envs:
         ws, peak = evaluate(mp.workspace_bytes, env), evaluate(mp.peak_live_bytes, env)
         assert peak <= ws <= 1.2 * peak, (env, ws, peak)
+
+
+def test_range_layout_not_started_where_the_budget_cannot_hold_it(monkeypatch):
+    """A range layout starts only where the split budget leaves the time the last one took:
+    whole-range layout 10 s (budget 10 s more), the first range layout 6 s, so a second
+    one (expected 6 s, ending at 22 > 20) is not started; the plan stays valid."""
+    from onnxcc.compiler import CompileOptions, graph_stage, load_module
+    from onnxcc.kernel import plan_memory
+    from onnxcc.kernel.fuse import fuse
+    from onnxcc.passes.lower import lower_function
+    from onnxcc.testing import MODELS_DIR
+
+    module = load_module(MODELS_DIR / "transformer.onnx")
+    graph_stage(module, CompileOptions(divisible=0, target="cuda"))
+    (vname,) = module.dispatch["main"]
+    prog = lower_function(module, module.functions[vname], "t")
+    fuse(prog, module.symbols)
+    now = [0.0]
+    layouts = []
+    real = plan_memory._best_layout
+
+    def timed(*args, **kw):
+        out = real(*args, **kw)
+        now[0] += 10.0 if not layouts else 6.0
+        layouts.append(out)
+        return out
+
+    monkeypatch.setattr(plan_memory.time, "process_time", lambda: now[0])
+    monkeypatch.setattr(plan_memory, "_best_layout", timed)
+    monkeypatch.setattr(plan_memory, "PROOF_SECONDS", 1e12)
+    mp = plan(prog, module.symbols)
+    assert len(layouts) == 2
+    assert not mp.proofs_cut
+    envs = [{"batch": b, "seq": s} for b in (1, 4) for s in (17, 64, 200, 256, 257, 512)]
+    check_plan(prog, mp, envs)

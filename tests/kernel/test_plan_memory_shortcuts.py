@@ -170,3 +170,22 @@ def test_versions_sharing_plan_memos_plan_as_alone():
     table.infos["H"] = replace(table.infos["H"], lo=9, hi=40)
     plan(a, table, memos)
     assert any(dict((n, (lo, hi)) for n, lo, hi, _ in k)["H"] == (9, 40) for k in memos.provers)
+
+
+def test_alternatives_of_different_maxes_are_one_object():
+    # the same sum split out of two Maxes (a stacked offset's and the end above it) is one
+    # object, so the prover's memos keyed by it stop at identity instead of comparing trees;
+    # the lists are max_alternatives' own, element for element
+    x, y, z = 64 * B * H, 128 * B * W, 64 * B * H * W
+    m1 = pm.unevaluated_max([x + z, y])
+    m2 = pm.unevaluated_max([pm.unevaluated_max([x, y + 64]) + z, 7 * B])
+    pm._RUNNING[0] = pm.PlanMemos()
+    try:
+        a1, a2 = pm._alternatives(m1), pm._alternatives(m2)
+        assert a1 == pm.max_alternatives(m1) and a2 == pm.max_alternatives(m2)
+        (s1,) = [a for a in a1 if a == x + z]
+        (s2,) = [a for a in a2 if a == x + z]
+        assert s1 is s2
+        assert pm._alternatives(m1) is a1
+    finally:
+        pm._RUNNING[0] = pm.PlanMemos()

@@ -36,6 +36,8 @@ def sym(name: str) -> sympy.Symbol:
 def canon(d) -> Any:
     """Normalise a dim: python ints stay ints, integer-valued sympy numbers become ints
     (None stays None: an unknown dim)."""
+    if isinstance(d, sympy.Expr):  # first: the prover and the planner ask it ~10**6 times a plan
+        return int(cast(sympy.Integer, d)) if d.is_Integer else d
     if d is None:
         return None
     if isinstance(d, bool):

@@ -176,11 +176,17 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
     return hit
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _alternatives(d: Dim) -> list[Dim]:
-    """`max_alternatives`, memoised: `_le` asks for the same few offsets and ends thousands
-    of times per placement (callers only read the list)."""
-    return max_alternatives(d)
+    """`max_alternatives`, memoised per plan, each alternative interned (`_intern`): `_le`
+    asks for the same few offsets and ends thousands of times per placement (callers only
+    read the list), and the same sum comes out of several Maxes (an offset stacked on a Max,
+    and the Max's own alternatives) as distinct objects, which every memo of the prover then
+    compared node by node (a detection net's plan: a fifth of its time in sympy's `==`)."""
+    alts = _RUNNING[0].alternatives
+    hit = alts.get(d)
+    if hit is None:
+        hit = alts[d] = [_intern(x) for x in max_alternatives(d)]
+    return hit
 
 
 def _refuter(prover: Prover) -> _Refuter:
@@ -372,6 +378,7 @@ class PlanMemos:
         self.interned: dict = {}  # dim -> its one object (`_intern`)
         self.sums: dict = {}  # (offset, size) -> end (`_sum`)
         self.points: dict[tuple, dict] = {}  # point -> `exact_value`'s memo there (`_point_memo`)
+        self.alternatives: dict = {}  # dim -> its Max alternatives, interned (`_alternatives`)
 
 
 _RUNNING = [PlanMemos()]  # the running plan's (plans do not nest)
@@ -498,8 +505,8 @@ SPLIT_SECONDS_MIN = 1.0
 """CPU seconds the per-range layouts may always spend; beyond it they may spend as much as the
 whole-range layout took. A 670-node OCR detector's whole-range layout took 3.5-5.3 s and its
 ten range layouts 20-23 s more for an arena 1.19x -> 1.13-1.19x the peak; past the budget
-the parts not yet planned keep the whole-range layout, valid over every range"""
-"""ranges are bisected geometrically below this value (symbols' ranges often end at 2**31)"""
+the parts not yet planned keep the whole-range layout, valid over every range. A range layout
+is started only where the budget leaves the time the last one took (see `_range_layouts`)"""
 
 
 def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, peak: Dim) -> _Layout:
@@ -536,8 +543,13 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
     spent_whole = time.process_time() - start
     deadline = time.process_time() + max(SPLIT_SECONDS_MIN, spent_whole)
 
+    last = [0.0]  # CPU seconds the last range layout took: what the next one is expected to
+
     def out_of_time() -> bool:
-        return time.process_time() > deadline
+        # NOTE: a layout is not started that would be expected to end past the deadline (the
+        # OCR detector's versions each started one more, 1.4 and 2.2 s, past a budget of 1.6
+        # and 2.6: the last one's cost is a fair guess, the ranges plan the same slots)
+        return time.process_time() + last[0] > deadline
 
     def solve(lo: int, hi: int, depth: int, lay: _Layout | None = None) -> list[tuple[int, _Layout]]:
         if lay is None and out_of_time():
@@ -545,7 +557,9 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
         if lay is None:
             sub = SymbolTable(dict(table.infos))
             sub.infos[split] = replace(info, lo=lo, hi=hi)
+            begun = time.process_time()
             lay = layout(sub)
+            last[0] = time.process_time() - begun
             budget[0] -= 1
         top = min(hi, SPLIT_CAP)
         if lay.worst <= SPLIT_ABOVE or depth == 0 or top - lo < 2 or budget[0] < 2 or out_of_time():
