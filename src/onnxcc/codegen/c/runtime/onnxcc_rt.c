@@ -107,7 +107,7 @@ int onnxcc_tensor_bytes(int32_t ndim, const int64_t *shape, int bits, size_t *by
 typedef struct {
   onnxcc_body_fn body;
   void *ctx;
-  int64_t n, chunk, nchunks;
+  int64_t n, nchunks; /* chunk c is [c * n / nchunks, (c + 1) * n / nchunks) */
 } onnxcc_job;
 
 static struct {
@@ -134,13 +134,19 @@ static struct {
 static pthread_once_t onnxcc_pool_once = PTHREAD_ONCE_INIT;
 static __thread int onnxcc_in_parallel; /* set inside bodies, and for life on workers */
 
+/* Chunks differ by at most one item. Cut as ceil(n / nchunks) items each, 33 items in 8
+ * chunks were 7 chunks (6 of 5 items, one of 3), which 2 threads share 4:3, 20 items to 13;
+ * as 8 chunks of 4 or 5, 4:4. floor(n * c / k) with n = q * k + r, without n * c's overflow. */
+static inline int64_t onnxcc_chunk_start(const onnxcc_job *job, int64_t c) {
+  int64_t k = job->nchunks;
+  return job->n / k * c + job->n % k * c / k;
+}
+
 static void onnxcc_run_chunks(const onnxcc_job *job) {
   for (;;) {
     int64_t c = __atomic_fetch_add(&onnxcc_pool.next, 1, __ATOMIC_RELAXED);
     if (c >= job->nchunks) return;
-    int64_t begin = c * job->chunk;
-    int64_t end = begin + job->chunk < job->n ? begin + job->chunk : job->n;
-    job->body(begin, end, job->ctx);
+    job->body(onnxcc_chunk_start(job, c), onnxcc_chunk_start(job, c + 1), job->ctx);
   }
 }
 
@@ -356,8 +362,7 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
   }
   onnxcc_keep_caller_core_free();
   int64_t want = (int64_t)(onnxcc_pool.nworkers + 1) * ONNXCC_CHUNKS_PER_THREAD;
-  int64_t chunk = (n + want - 1) / want;
-  onnxcc_job job = {body, ctx, n, chunk, (n + chunk - 1) / chunk};
+  onnxcc_job job = {body, ctx, n, n < want ? n : want};
 
   pthread_mutex_lock(&onnxcc_pool.mu);
   onnxcc_pool.job = job;
