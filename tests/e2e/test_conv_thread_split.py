@@ -62,10 +62,10 @@ def test_conv_call_on_threads_matches_onnxruntime(built, threads, tmp_path):
     xs = {f"x{i}": rng.standard_normal((n, 3, h, w)).astype(np.float32) for i, (n, h, w) in enumerate(SHAPES)}
     np.savez(tmp_path / "in.npz", **xs)
     env = dict(os.environ, ONNXCC_NUM_THREADS=str(threads))
-    subprocess.run([sys.executable, "-c", _CHILD, str(path.parent / "lib"), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
-                   check=True, env=env)
+    args = [str(path.parent / "lib"), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
+    subprocess.run([sys.executable, "-c", _CHILD, *args], check=True, env=env)
     got = np.load(tmp_path / "out.npz")
     model = onnx.load(path)
     for k, x in xs.items():
-        want = list(ort_run(model, {"x": x}).values())[0]
+        want = next(iter(ort_run(model, {"x": x}).values()))
         np.testing.assert_allclose(got[k], want, rtol=1e-4, atol=1e-4, err_msg=f"{threads} threads, x {x.shape}")

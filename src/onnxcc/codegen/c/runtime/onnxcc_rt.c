@@ -99,10 +99,21 @@ int onnxcc_tensor_bytes(int32_t ndim, const int64_t *shape, int bits, size_t *by
  * alongside the caller. The caller, once no chunk is left, retires the job (active = 0)
  * and waits for busy == 0, so a job never outlives its parallel_for call. `submit_mu`
  * gives the pool to one caller thread at a time; a second caller runs inline instead of
- * waiting, which keeps concurrent model calls from serialising on each other. */
+ * waiting, which keeps concurrent model calls from serialising on each other.
+ * `mu` is an adaptive mutex where glibc has one: a worker that sees a job while spinning takes
+ * the lock while the caller is still publishing, and a worker that finishes as the caller
+ * retires the job did so too; a plain mutex put the loser to sleep in the kernel, a few
+ * microseconds of futex wake-up per parallel loop. A worker leaves a job without the lock
+ * (`busy` is atomic) and signals done_cv only when the caller sleeps on it (`caller_waits`). */
 
 #define ONNXCC_MAX_THREADS 256
 #define ONNXCC_CHUNKS_PER_THREAD 4 /* some slack for uneven chunks, little overhead */
+
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#define ONNXCC_POOL_MUTEX_INIT PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#else
+#define ONNXCC_POOL_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
+#endif
 
 typedef struct {
   onnxcc_body_fn body;
@@ -121,11 +132,12 @@ static struct {
   int shutdown;
   uint64_t generation;
   int active;
-  int busy;
+  int busy;                  /* workers in the job; changed atomically */
+  int caller_waits;          /* the caller sleeps on done_cv; atomic */
   onnxcc_job job;
   int64_t next;              /* next chunk to claim; atomic */
 } onnxcc_pool = {
-    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .mu = ONNXCC_POOL_MUTEX_INIT,
     .work_cv = PTHREAD_COND_INITIALIZER,
     .done_cv = PTHREAD_COND_INITIALIZER,
     .submit_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -270,14 +282,17 @@ static void *onnxcc_worker_main(void *arg) {
     if (onnxcc_pool.shutdown) break;
     seen = onnxcc_pool.generation;
     onnxcc_job job = onnxcc_pool.job;
-    __atomic_store_n(&onnxcc_pool.busy, onnxcc_pool.busy + 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&onnxcc_pool.busy, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&onnxcc_pool.mu);
     onnxcc_run_chunks(&job);
-    pthread_mutex_lock(&onnxcc_pool.mu);
-    int left = onnxcc_pool.busy - 1;
-    __atomic_store_n(&onnxcc_pool.busy, left, __ATOMIC_RELEASE);
-    if (left == 0) pthread_cond_broadcast(&onnxcc_pool.done_cv);
-    pthread_mutex_unlock(&onnxcc_pool.mu);
+    /* Either this load sees caller_waits set, or the caller's load of busy (after it set
+     * caller_waits) sees this decrement: both are sequentially consistent. */
+    if (__atomic_sub_fetch(&onnxcc_pool.busy, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&onnxcc_pool.caller_waits, __ATOMIC_SEQ_CST)) {
+      pthread_mutex_lock(&onnxcc_pool.mu);
+      pthread_cond_broadcast(&onnxcc_pool.done_cv);
+      pthread_mutex_unlock(&onnxcc_pool.mu);
+    }
   }
   pthread_mutex_unlock(&onnxcc_pool.mu);
   return NULL;
@@ -298,15 +313,16 @@ static int onnxcc_configured_threads(void) {
 
 /* The child of a fork has none of the parent's workers: run everything inline there. */
 static void onnxcc_pool_after_fork(void) {
-  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER, fresh_adaptive = ONNXCC_POOL_MUTEX_INIT;
   pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
-  onnxcc_pool.mu = fresh;
+  onnxcc_pool.mu = fresh_adaptive;
   onnxcc_pool.submit_mu = fresh;
   onnxcc_pool.work_cv = fresh_cv;
   onnxcc_pool.done_cv = fresh_cv;
   onnxcc_pool.nworkers = 0;
   onnxcc_pool.active = 0;
   onnxcc_pool.busy = 0;
+  onnxcc_pool.caller_waits = 0;
 }
 
 static void onnxcc_pool_init(void) {
@@ -380,12 +396,15 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
    * so `busy` only falls from here on; spin on it a while before sleeping. */
   pthread_mutex_lock(&onnxcc_pool.mu);
   __atomic_store_n(&onnxcc_pool.active, 0, __ATOMIC_RELEASE);
-  int idle = onnxcc_pool.busy == 0;
   pthread_mutex_unlock(&onnxcc_pool.mu);
-  if (!idle) onnxcc_spin_until(onnxcc_workers_idle, NULL);
-  pthread_mutex_lock(&onnxcc_pool.mu);
-  while (onnxcc_pool.busy > 0) pthread_cond_wait(&onnxcc_pool.done_cv, &onnxcc_pool.mu);
-  pthread_mutex_unlock(&onnxcc_pool.mu);
+  if (!onnxcc_spin_until(onnxcc_workers_idle, NULL)) {
+    pthread_mutex_lock(&onnxcc_pool.mu);
+    __atomic_store_n(&onnxcc_pool.caller_waits, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&onnxcc_pool.busy, __ATOMIC_SEQ_CST) > 0)
+      pthread_cond_wait(&onnxcc_pool.done_cv, &onnxcc_pool.mu);
+    __atomic_store_n(&onnxcc_pool.caller_waits, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&onnxcc_pool.mu);
+  }
   pthread_mutex_unlock(&onnxcc_pool.submit_mu);
 }
 
