@@ -206,18 +206,22 @@ SPLIT_CANDIDATES = 8
 def row_blocks(b: ir.IRBuilder, shape: CallShape, batch: ir.Value, tiles: ir.Value, panels: ir.Value,
                threads: ir.Value) -> ir.Value:
     """Row blocks per image (each `tiles * k / blocks` tiles of mr rows onwards, so blocks differ
-    by at most a tile). The fewest that keep a block within `shape.rb` rows, unless their
-    (batch, block, panel) tasks are fewer than the pool's chunks (ONNXCC_CHUNKS_PER_THREAD per
-    thread: one task a chunk) and more blocks leave the busiest thread a smaller share,
-    ceil(tasks / threads) / tasks; the fewest blocks on a tie. A 16x16 output (22 tiles of 12
-    rows) was 3 tasks of 8, 8 and 6 tiles, which 2 threads share 2:1; as 4 tasks, 11:11."""
+    by at most a tile). The fewest that keep a block within `shape.rb` rows, unless more blocks
+    leave the busiest thread a smaller share of the (batch, block, panel) tasks, ceil(chunks /
+    threads) / chunks, the chunks as the pool cuts them (runtime/onnxcc_rt.c
+    `onnxcc_chunk_count`: one task each up to 2 * POOL_CHUNKS_PER_THREAD per thread, else
+    POOL_CHUNKS_PER_THREAD per thread, taken as equal); the fewest blocks on a tie. A 16x16
+    output (22 tiles of 12 rows) was 3 tasks of 8, 8 and 6 tiles, which 2 threads share 2:1;
+    as 4 tasks, 11:11."""
     fewest = ceildiv(b, tiles, shape.rb // shape.mr, "rb.fewest")
     chunks = mul(b, threads, POOL_CHUNKS_PER_THREAD, "rb.chunks")
+    singles = mul(b, chunks, 2, "rb.singles")
     best, share = fewest, None
     for d in range(SPLIT_CANDIDATES):
         cand = add(b, fewest, d, f"rb.cand{d}")
         tasks = mul(b, mul(b, batch, cand, f"rb.tasks{d}"), panels, f"rb.tasks{d}")
-        dealt = umin(b, tasks, chunks, f"rb.dealt{d}")  # chunks of about equal work
+        one_each = b.icmp_unsigned("<=", tasks, singles, name=f"rb.one{d}")
+        dealt = b.select(one_each, tasks, chunks, name=f"rb.dealt{d}")
         most = ceildiv_v(b, dealt, threads, f"rb.most{d}")
         if share is None:
             share = (most, dealt)

@@ -154,6 +154,22 @@ static inline int64_t onnxcc_chunk_start(const onnxcc_job *job, int64_t c) {
   return job->n / k * c + job->n % k * c / k;
 }
 
+static int64_t onnxcc_chunk_count(int64_t n, int threads) {
+  /* Up to 2 * ONNXCC_CHUNKS_PER_THREAD items per thread: one item a chunk, the finest split
+   * (11 items in 8 chunks of 1 or 2 items were shared 7:4 by 2 threads claiming in turn;
+   * as 11 chunks, 6:5). Else ONNXCC_CHUNKS_PER_THREAD chunks per thread, unless chunks would
+   * be a few items each and a count of 2 to ONNXCC_CHUNKS_PER_THREAD per thread divides n:
+   * then chunks of one size, as many per thread (18 items: 6 chunks of 3, not 8 of 2 or 3).
+   * Fewer than 2 per thread would leave the caller nothing to take over from a worker that
+   * starts late. */
+  int64_t most = (int64_t)threads * ONNXCC_CHUNKS_PER_THREAD;
+  if (n <= 2 * most) return n;
+  if (n >= 4 * most) return most; /* chunk sizes differ by a quarter at most */
+  for (int64_t k = most - most % threads; k >= 2 * (int64_t)threads; k -= threads)
+    if (n % k == 0) return k;
+  return most;
+}
+
 static void onnxcc_run_chunks(const onnxcc_job *job) {
   for (;;) {
     int64_t c = __atomic_fetch_add(&onnxcc_pool.next, 1, __ATOMIC_RELAXED);
@@ -377,8 +393,7 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
     return;
   }
   onnxcc_keep_caller_core_free();
-  int64_t want = (int64_t)(onnxcc_pool.nworkers + 1) * ONNXCC_CHUNKS_PER_THREAD;
-  onnxcc_job job = {body, ctx, n, n < want ? n : want};
+  onnxcc_job job = {body, ctx, n, onnxcc_chunk_count(n, onnxcc_pool.nworkers + 1)};
 
   pthread_mutex_lock(&onnxcc_pool.mu);
   onnxcc_pool.job = job;
