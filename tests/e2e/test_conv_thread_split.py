@@ -1,7 +1,8 @@
 """The implicit-GEMM conv call's task grid on 1, 2 and 3 threads (codegen/cpu/gemm_call.py
-`row_blocks`: more row blocks than the fewest where few tasks would leave a thread idle, each
-block `tiles * k / blocks` tiles onwards) and the pool's chunks (runtime/onnxcc_rt.c: chunk c
-of n items is [c * n / chunks, (c + 1) * n / chunks)), compared with onnxruntime.
+`row_blocks`: more row blocks than the fewest where few tasks would leave a thread idle;
+`Task.rows`: blocks of whole tiles differing by at most one, the longer first) and the pool's
+chunks (runtime/onnxcc_rt.c: differing by at most one item, the longer first), compared with
+onnxruntime.
 
 One library at symbolic N, H, W: a stride-2 3x3 stem 3 -> 32 with Relu, a 3x3 32 -> 32 with
 Relu, a 3x3 32 -> 40 with a residual Add of a 1x1 32 -> 40 and Relu, and a 3x3 40 -> 24 with

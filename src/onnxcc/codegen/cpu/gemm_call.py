@@ -155,10 +155,18 @@ class Task:
     """row blocks per image in this call (`row_blocks`)"""
 
     def rows(self) -> tuple[ir.Value, ir.Value]:
-        """[r_lo, r_hi): the task's rows, tiles [blk * tiles / blocks, (blk + 1) * tiles / blocks)"""
+        """[r_lo, r_hi): the task's rows. Blocks differ by at most a tile, the longer first
+        (tiles % blocks of them): the pool deals tasks in order, so the last ones, what a
+        thread that finished early waits on, are the short ones."""
         b, mr = self.b, self.shape.mr
-        first = b.udiv(mul(b, self.blk, self.tiles, "t.lo"), self.blocks, name="t.lo")
-        end = b.udiv(mul(b, add(b, self.blk, 1, "t.next"), self.tiles, "t.hi"), self.blocks, name="t.hi")
+        q = b.udiv(self.tiles, self.blocks, name="t.q")
+        r = b.urem(self.tiles, self.blocks, name="t.r")
+
+        def start(k: ir.Value, name: str) -> ir.Value:
+            return add(b, mul(b, k, q, f"{name}.q"), umin(b, k, r, f"{name}.r"), name)
+
+        first = start(self.blk, "t.lo")
+        end = start(add(b, self.blk, 1, "t.next"), "t.hi")
         return mul(b, first, mr, "r.lo"), umin(b, mul(b, end, mr, "r.hi"), self.sz["m"], "r.end")
 
 
@@ -205,8 +213,8 @@ SPLIT_CANDIDATES = 8
 
 def row_blocks(b: ir.IRBuilder, shape: CallShape, batch: ir.Value, tiles: ir.Value, panels: ir.Value,
                threads: ir.Value) -> ir.Value:
-    """Row blocks per image (each `tiles * k / blocks` tiles of mr rows onwards, so blocks differ
-    by at most a tile). The fewest that keep a block within `shape.rb` rows, unless more blocks
+    """Row blocks per image (of whole tiles of mr rows, differing by at most a tile:
+    `Task.rows`). The fewest that keep a block within `shape.rb` rows, unless more blocks
     leave the busiest thread a smaller share of the (batch, block, panel) tasks, ceil(chunks /
     threads) / chunks, the chunks as the pool cuts them (runtime/onnxcc_rt.c
     `onnxcc_chunk_count`: one task each up to 2 * POOL_CHUNKS_PER_THREAD per thread, else

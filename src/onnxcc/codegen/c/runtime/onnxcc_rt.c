@@ -146,12 +146,13 @@ static struct {
 static pthread_once_t onnxcc_pool_once = PTHREAD_ONCE_INIT;
 static __thread int onnxcc_in_parallel; /* set inside bodies, and for life on workers */
 
-/* Chunks differ by at most one item. Cut as ceil(n / nchunks) items each, 33 items in 8
- * chunks were 7 chunks (6 of 5 items, one of 3), which 2 threads share 4:3, 20 items to 13;
- * as 8 chunks of 4 or 5, 4:4. floor(n * c / k) with n = q * k + r, without n * c's overflow. */
+/* Chunks differ by at most one item, the longer ones first (claimed in order, the last
+ * chunks are what a thread finishing early waits on). Cut as ceil(n / nchunks) items each,
+ * 33 items in 8 chunks were 7 chunks (6 of 5 items, one of 3), which 2 threads share 4:3,
+ * 20 items to 13; as 8 chunks of 5 or 4, 4:4. */
 static inline int64_t onnxcc_chunk_start(const onnxcc_job *job, int64_t c) {
-  int64_t k = job->nchunks;
-  return job->n / k * c + job->n % k * c / k;
+  int64_t q = job->n / job->nchunks, r = job->n % job->nchunks;
+  return c * q + (c < r ? c : r);
 }
 
 static int64_t onnxcc_chunk_count(int64_t n, int threads) {
