@@ -8,7 +8,7 @@ One library at symbolic N, H, W: a stride-2 3x3 stem 3 -> 32 with Relu, a 3x3 32
 Relu, a 3x3 32 -> 40 with a residual Add of a 1x1 32 -> 40 and Relu, and a 3x3 40 -> 24 with
 Relu and a 2x2 MaxPool (the call's pooled stores: a block's rows a multiple of 4). Each thread
 count runs in a child process, as the pool's size is fixed when a library first runs a
-parallel loop. Planes from 8x8 (one tile of 12 rows after the stem: one block only) to 63x70,
+parallel loop. Planes from 8x8 (a 4x4 map after the stem: 2 tiles, run serially) to 63x70,
 odd and even, batch 1 to 3: task counts 1 to dozens, blocks of unequal tiles. Tolerances as
 test_conv_implicit.py's (rtol 1e-4, atol 1e-4)."""
 
