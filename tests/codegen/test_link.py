@@ -571,6 +571,16 @@ static void slow(int64_t b, int64_t e, void *ctx) {
   nanosleep(&ts, NULL);
 }
 
+static int64_t shortest = 1 << 30, longest;
+
+static void measure(int64_t b, int64_t e, void *ctx) {
+  (void)ctx;
+  pthread_mutex_lock(&mu);
+  if (e - b < shortest) shortest = e - b;
+  if (e - b > longest) longest = e - b;
+  pthread_mutex_unlock(&mu);
+}
+
 static void *caller(void *arg) {
   (void)arg;
   int *hits = calloc(N, sizeof(int));
@@ -587,6 +597,8 @@ int main(void) {
   for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, caller, NULL);
   for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
   onnxcc_parallel_for(64, slow, NULL);
+  onnxcc_parallel_for(34, measure, NULL); /* 3 threads: 12 chunks of 2 or 3 items */
+  printf("chunks %lld..%lld\n", (long long)shortest, (long long)longest);
   void *p = onnxcc_aligned_alloc(100), *q = onnxcc_aligned_alloc(0);
   printf("threads=%d distinct=%d aligned=%d\n", onnxcc_num_threads(), nseen,
          p && q && ((uintptr_t)p % 64 == 0) && ((uintptr_t)q % 64 == 0));
@@ -599,17 +611,23 @@ int main(void) {
 """
 
 
-def test_thread_pool_in_c(tmp_path):
+@pytest.mark.parametrize("spin_us", ["100", "0"])
+def test_thread_pool_in_c(tmp_path, spin_us):
+    """Every item once, nested loops inline, concurrent callers, chunks that differ by one item
+    at most; without spinning (ONNXCC_SPIN_US=0) every job wakes the workers and the caller
+    waits on done_cv."""
     (tmp_path / "pool.c").write_text(POOL_TEST)
     exe = tmp_path / "pool"
     subprocess.run(["cc", "-O1", "-Wall", "-Werror", "-pthread", "-I", str(RUNTIME_DIR),
                     str(tmp_path / "pool.c"), str(RUNTIME_DIR / "onnxcc_rt.c"), "-o", str(exe)], check=True)
-    env = dict(os.environ, ONNXCC_NUM_THREADS="3")
+    env = dict(os.environ, ONNXCC_NUM_THREADS="3", ONNXCC_SPIN_US=spin_us)
     out = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    threads, distinct, aligned = (int(kv.split("=")[1]) for kv in out.stdout.splitlines()[0].split())
+    lines = out.stdout.splitlines()
+    assert lines[0] == "chunks 2..3"
+    threads, distinct, aligned = (int(kv.split("=")[1]) for kv in lines[1].split())
     assert threads == 3 and 2 <= distinct <= 3 and aligned == 1
-    assert out.stdout.splitlines()[1] == "err=x=3 y"
+    assert lines[2] == "err=x=3 y"
 
 
 PLACEMENT_TEST = r"""

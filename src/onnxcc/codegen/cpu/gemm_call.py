@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else
-from .gemm_ir import add, ceildiv, mul, umin
+from .gemm_dense import POOL_CHUNKS_PER_THREAD
+from .gemm_ir import add, ceildiv, ceildiv_v, mul, umin
 
 PAR_MIN_WORK = 1 << 18
 """M*N*K below which a call runs on the calling thread (the pool's wake-up costs more)"""
@@ -121,7 +122,8 @@ class CallShape:
     mr: int
     """rows per micro-kernel call (the row pointer array's length)"""
     rb: int
-    """rows per task"""
+    """rows per task, at most (a multiple of mr; fewer where that splits the work more evenly
+    over the pool's threads, `row_blocks`)"""
 
 
 @dataclass(frozen=True)
@@ -147,18 +149,33 @@ class Task:
     """P of batch bi"""
     qpan: ir.Value
     """the packed panel"""
+    tiles: ir.Value
+    """ceil(m / mr): an image's tiles"""
+    blocks: ir.Value
+    """row blocks per image in this call (`row_blocks`)"""
 
     def rows(self) -> tuple[ir.Value, ir.Value]:
-        """[r_lo, r_hi): the task's rows"""
-        r_lo = mul(self.b, self.blk, self.shape.rb, "r.lo")
-        return r_lo, umin(self.b, add(self.b, r_lo, self.shape.rb, "r.hi"), self.sz["m"], "r.end")
+        """[r_lo, r_hi): the task's rows. Blocks differ by at most a tile, the longer first
+        (tiles % blocks of them): the pool deals tasks in order, so the last ones, what a
+        thread that finished early waits on, are the short ones."""
+        b, mr = self.b, self.shape.mr
+        q = b.udiv(self.tiles, self.blocks, name="t.q")
+        r = b.urem(self.tiles, self.blocks, name="t.r")
+
+        def start(k: ir.Value, name: str) -> ir.Value:
+            return add(b, mul(b, k, q, f"{name}.q"), umin(b, k, r, f"{name}.r"), name)
+
+        first = start(self.blk, "t.lo")
+        end = start(add(b, self.blk, 1, "t.next"), "t.hi")
+        return mul(b, first, mr, "r.lo"), umin(b, mul(b, end, mr, "r.hi"), self.sz["m"], "r.end")
 
 
 @contextmanager
 def task_body(module: ir.Module, name: str, shape: CallShape,
               panel_size: Callable[[ir.IRBuilder, dict[str, ir.Value]], ir.Value]) -> Iterator[Task]:
     """Defines `void name(i64 begin, i64 end, ptr ctx)`: tasks [begin, end) of the (batch, row
-    block, panel) grid, ctx = {sizes, bufs} of the call; the with-block emits one task's work.
+    block, panel) grid, ctx = {sizes, bufs, row blocks per image} of the call; the with-block
+    emits one task's work.
     `panel_size(b, sizes)`: a packed panel's length in `shape.ety` elements."""
     fn = internal_function(module, name, BODY_FNTY, ("begin", "end", "ctx"))
     ctx = fn.args[2]
@@ -171,9 +188,11 @@ def task_body(module: ir.Module, name: str, shape: CallShape,
           for j, n in enumerate(shape.sizes)}
     bp = {nm: b.load(b.gep(bufs, [i64(j)], inbounds=True, name="buf.p", source_etype=PTR), name=nm, typ=PTR, align=8)
           for j, nm in enumerate(shape.bufs)}
+    blocks = b.ptrtoint(b.load(b.gep(ctx, [i64(2)], inbounds=True, name="rblocks.pp", source_etype=PTR),
+                               name="rblocks.p", typ=PTR, align=8), I64, name="rblocks")
     panels = ceildiv(b, sz["n"], shape.nr, "panels")
     psize = panel_size(b, sz)
-    blocks = ceildiv(b, sz["m"], shape.rb, "rblocks")
+    tiles = ceildiv(b, sz["m"], shape.mr, "tiles")
     with for_range(b, fn.args[1], "t", start=fn.args[0], guard=True) as t:
         j = b.urem(t, panels, name="panel")
         rest = b.udiv(t, panels, name="t.rest")
@@ -182,8 +201,49 @@ def task_body(module: ir.Module, name: str, shape: CallShape,
         pbat = gep(b, bp["P"], mul(b, bi, sz["sp"], "p.b"), shape.ety, "p.bat")
         qpan = gep(b, bp["Q"], mul(b, j, psize, "q.j"), shape.ety, "q.pan")
         col = mul(b, j, shape.nr, "col")
-        yield Task(b, fn, shape, rowp, sz, bp, bi, blk, col, b.sub(sz["n"], col, name="ncols"), pbat, qpan)
+        yield Task(b, fn, shape, rowp, sz, bp, bi, blk, col, b.sub(sz["n"], col, name="ncols"), pbat, qpan, tiles,
+                   blocks)
     b.ret_void()
+
+
+SPLIT_CANDIDATES = 8
+"""block counts tried above the fewest, ceil(tiles / (rb / mr)): enough for a multiple of up to
+8 threads"""
+
+
+def row_blocks(b: ir.IRBuilder, shape: CallShape, batch: ir.Value, tiles: ir.Value, panels: ir.Value,
+               threads: ir.Value) -> ir.Value:
+    """Row blocks per image (of whole tiles of mr rows, differing by at most a tile:
+    `Task.rows`). The fewest that keep a block within `shape.rb` rows, unless more blocks
+    leave the busiest thread a smaller share of the (batch, block, panel) tasks, ceil(chunks /
+    threads) / chunks, the chunks as the pool cuts them (runtime/onnxcc_rt.c
+    `onnxcc_chunk_count`: one task each up to 2 * POOL_CHUNKS_PER_THREAD per thread, else
+    POOL_CHUNKS_PER_THREAD per thread, taken as equal); the fewest blocks on a tie. A 16x16
+    output (22 tiles of 12 rows) was 3 tasks of 8, 8 and 6 tiles, which 2 threads share 2:1;
+    as 4 tasks, 11:11."""
+    fewest = ceildiv(b, tiles, shape.rb // shape.mr, "rb.fewest")
+    chunks = mul(b, threads, POOL_CHUNKS_PER_THREAD, "rb.chunks")
+    singles = mul(b, chunks, 2, "rb.singles")
+    best, share = fewest, None
+    for d in range(SPLIT_CANDIDATES):
+        cand = add(b, fewest, d, f"rb.cand{d}")
+        tasks = mul(b, mul(b, batch, cand, f"rb.tasks{d}"), panels, f"rb.tasks{d}")
+        one_each = b.icmp_unsigned("<=", tasks, singles, name=f"rb.one{d}")
+        dealt = b.select(one_each, tasks, chunks, name=f"rb.dealt{d}")
+        most = ceildiv_v(b, dealt, threads, f"rb.most{d}")
+        if share is None:
+            share = (most, dealt)
+            continue
+        ok = b.and_(b.icmp_unsigned("<", i64(d), threads, name=f"rb.fits{d}"),
+                    b.icmp_unsigned("<=", cand, tiles, name=f"rb.tile{d}"), name=f"rb.ok{d}")
+        # most / dealt < share[0] / share[1], cross-multiplied
+        less = b.icmp_unsigned("<", mul(b, most, share[1], f"rb.l{d}"), mul(b, share[0], dealt, f"rb.r{d}"),
+                               name=f"rb.lt{d}")
+        better = b.and_(ok, less, name=f"rb.better{d}")
+        share = (b.select(better, most, share[0], name=f"rb.most{d}"),
+                 b.select(better, dealt, share[1], name=f"rb.dealt{d}"))
+        best = b.select(better, cand, best, name=f"rb.best{d}")
+    return best
 
 
 def define_entry(module: ir.Module, name: str, shape: CallShape, body: Callable[[], ir.Function]) -> ir.Function:
@@ -194,7 +254,7 @@ def define_entry(module: ir.Module, name: str, shape: CallShape, body: Callable[
     fn = internal_function(module, name, CALL_FNTY, ("sizes", "bufs"), noinline=True)
     sizes, bufs = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    ctx = b.alloca(ir.ArrayType(PTR, 2), name="ctx")
+    ctx = b.alloca(ir.ArrayType(PTR, 3), name="ctx")  # sizes, bufs, row blocks per image (as a pointer)
     b.store(sizes, b.gep(ctx, [i64(0), i64(0)], inbounds=True, name="ctx.s"))
     b.store(bufs, b.gep(ctx, [i64(0), i64(1)], inbounds=True, name="ctx.b"))
 
@@ -205,13 +265,19 @@ def define_entry(module: ir.Module, name: str, shape: CallShape, body: Callable[
 
     batch, m, n = size("batch"), size("m"), size("n")
     kk = mul(b, mul(b, size("s0"), size("s1"), "k"), size("l"), "k")
-    tasks = mul(b, mul(b, batch, ceildiv(b, m, shape.rb, "rblocks"), "tasks"), ceildiv(b, n, shape.nr, "panels"),
-                "tasks")
+    panels = ceildiv(b, n, shape.nr, "panels")
+    tiles = ceildiv(b, m, shape.mr, "tiles")
+    fewest = ceildiv(b, tiles, shape.rb // shape.mr, "rblocks")
     work = mul(b, mul(b, mul(b, batch, m, "w"), n, "w"), kk, "work")
     body_fn = body()
     runtime = get_or_declare(module, "onnxcc_parallel_for", ir.FunctionType(VOID, [I64, PTR, PTR]))
-    big = b.and_(b.icmp_unsigned(">=", work, i64(PAR_MIN_WORK), name="big"),
-                 b.icmp_unsigned(">", tasks, i64(1), name="many"), name="par")
+    big = b.icmp_unsigned(">=", work, i64(PAR_MIN_WORK), name="big")
+    threads = b.zext(b.call(get_or_declare(module, "onnxcc_num_threads", ir.FunctionType(I32, [])), [],
+                            name="threads"), I64, name="threads")
+    blocks = b.select(big, row_blocks(b, shape, batch, tiles, panels, threads), fewest, name="rblocks")
+    b.store(b.inttoptr(blocks, PTR, name="rblocks.p"), b.gep(ctx, [i64(0), i64(2)], inbounds=True, name="ctx.rb"))
+    tasks = mul(b, mul(b, batch, blocks, "tasks"), panels, "tasks")
+    big = b.and_(big, b.icmp_unsigned(">", tasks, i64(1), name="many"), name="par")
     with if_else(b, big, name="par") as (then, otherwise):
         with then:
             b.call(runtime, [tasks, body_fn, ctx])
@@ -222,4 +288,4 @@ def define_entry(module: ir.Module, name: str, shape: CallShape, body: Callable[
 
 
 __all__ = ["BODY_FNTY", "CALL_FNTY", "MASK", "PAR_MIN_WORK", "CallShape", "Task", "column_mask", "define_entry",
-           "gep", "internal_function", "micro_kernel", "splat", "task_body", "window_segments"]
+           "gep", "internal_function", "micro_kernel", "row_blocks", "splat", "task_body", "window_segments"]

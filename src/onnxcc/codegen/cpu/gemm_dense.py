@@ -3,8 +3,8 @@ its tiles row block by row block): its tasks, and its A rows staged per task.
 
 Tasks: one row panel each, so no A block needs to stay in L2, and the columns cut in blocks
 so there are about `tasks` per thread and, on several threads, a multiple of the pool's
-chunks (POOL_CHUNKS_PER_THREAD per thread: onnxcc_parallel_for deals ceil(n / chunks) tasks a
-chunk). M = 128 on 2 threads is 11 row panels: cut in 4 blocks as before, the two threads ran
+chunks (POOL_CHUNKS_PER_THREAD per thread, n / chunks tasks each: runtime/onnxcc_rt.c
+`onnxcc_chunk_count`). M = 128 on 2 threads is 11 row panels: cut in 4 blocks as before, the two threads ran
 5 and 6 of them; now 88 tasks in 8 chunks of 11.
 
 Staging (`GemmPlan.a_stage`): rows of A that sit a multiple of 4 KiB apart all map to the same

@@ -33,7 +33,7 @@ MR = 12
 NV = NR // 16
 """16-lane vectors per panel row"""
 RB = 8 * MR
-"""rows per parallel task"""
+"""rows per parallel task, at most (gemm_call.row_blocks: fewer where that splits the grid evenly over the threads)"""
 assert MR % POOL_ROWS == 0 and RB % POOL_ROWS == 0  # a pooling window's rows never straddle tiles
 _SHAPE = gcall.CallShape(sizes=SIZES, bufs=BUFFERS, ety=F32, nr=NR, mr=MR, rb=RB)
 

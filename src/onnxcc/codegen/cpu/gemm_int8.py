@@ -28,7 +28,7 @@ from .gemm_ir import add, ceildiv, mul, umin
 MR = 8
 """rows of P per micro-kernel call (MR x nr/16 accumulators, 16 of the 32 zmm at nr = NR)"""
 RB = 12 * MR
-"""rows per parallel task"""
+"""rows per parallel task, at most (gemm_call.row_blocks: fewer where that splits the grid evenly over the threads)"""
 _SIZES = ("batch", "m", "n", "s0", "ss0", "s1", "ss1", "l", "lda", "sp", "ldc", "sc", "cs", "zp")
 
 _V = ir.VectorType(I32, 16)

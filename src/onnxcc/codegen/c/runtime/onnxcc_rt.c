@@ -99,15 +99,26 @@ int onnxcc_tensor_bytes(int32_t ndim, const int64_t *shape, int bits, size_t *by
  * alongside the caller. The caller, once no chunk is left, retires the job (active = 0)
  * and waits for busy == 0, so a job never outlives its parallel_for call. `submit_mu`
  * gives the pool to one caller thread at a time; a second caller runs inline instead of
- * waiting, which keeps concurrent model calls from serialising on each other. */
+ * waiting, which keeps concurrent model calls from serialising on each other.
+ * `mu` is an adaptive mutex where glibc has one: a worker that sees a job while spinning takes
+ * the lock while the caller is still publishing, and a worker that finishes as the caller
+ * retires the job did so too; a plain mutex put the loser to sleep in the kernel, a few
+ * microseconds of futex wake-up per parallel loop. A worker leaves a job without the lock
+ * (`busy` is atomic) and signals done_cv only when the caller sleeps on it (`caller_waits`). */
 
 #define ONNXCC_MAX_THREADS 256
 #define ONNXCC_CHUNKS_PER_THREAD 4 /* some slack for uneven chunks, little overhead */
 
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#define ONNXCC_POOL_MUTEX_INIT PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#else
+#define ONNXCC_POOL_MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
+#endif
+
 typedef struct {
   onnxcc_body_fn body;
   void *ctx;
-  int64_t n, chunk, nchunks;
+  int64_t n, nchunks; /* chunk c is [c * n / nchunks, (c + 1) * n / nchunks) */
 } onnxcc_job;
 
 static struct {
@@ -121,11 +132,12 @@ static struct {
   int shutdown;
   uint64_t generation;
   int active;
-  int busy;
+  int busy;                  /* workers in the job; changed atomically */
+  int caller_waits;          /* the caller sleeps on done_cv; atomic */
   onnxcc_job job;
   int64_t next;              /* next chunk to claim; atomic */
 } onnxcc_pool = {
-    .mu = PTHREAD_MUTEX_INITIALIZER,
+    .mu = ONNXCC_POOL_MUTEX_INIT,
     .work_cv = PTHREAD_COND_INITIALIZER,
     .done_cv = PTHREAD_COND_INITIALIZER,
     .submit_mu = PTHREAD_MUTEX_INITIALIZER,
@@ -134,13 +146,36 @@ static struct {
 static pthread_once_t onnxcc_pool_once = PTHREAD_ONCE_INIT;
 static __thread int onnxcc_in_parallel; /* set inside bodies, and for life on workers */
 
+/* Chunks differ by at most one item, the longer ones first (claimed in order, the last
+ * chunks are what a thread finishing early waits on). Cut as ceil(n / nchunks) items each,
+ * 33 items in 8 chunks were 7 chunks (6 of 5 items, one of 3), which 2 threads share 4:3,
+ * 20 items to 13; as 8 chunks of 5 or 4, 4:4. */
+static inline int64_t onnxcc_chunk_start(const onnxcc_job *job, int64_t c) {
+  int64_t q = job->n / job->nchunks, r = job->n % job->nchunks;
+  return c * q + (c < r ? c : r);
+}
+
+static int64_t onnxcc_chunk_count(int64_t n, int threads) {
+  /* Up to 2 * ONNXCC_CHUNKS_PER_THREAD items per thread: one item a chunk, the finest split
+   * (11 items in 8 chunks of 1 or 2 items were shared 7:4 by 2 threads claiming in turn;
+   * as 11 chunks, 6:5). Else ONNXCC_CHUNKS_PER_THREAD chunks per thread, unless chunks would
+   * be a few items each and a count of 2 to ONNXCC_CHUNKS_PER_THREAD per thread divides n:
+   * then chunks of one size, as many per thread (18 items: 6 chunks of 3, not 8 of 2 or 3).
+   * Fewer than 2 per thread would leave the caller nothing to take over from a worker that
+   * starts late. */
+  int64_t most = (int64_t)threads * ONNXCC_CHUNKS_PER_THREAD;
+  if (n <= 2 * most) return n;
+  if (n >= 4 * most) return most; /* chunk sizes differ by a quarter at most */
+  for (int64_t k = most - most % threads; k >= 2 * (int64_t)threads; k -= threads)
+    if (n % k == 0) return k;
+  return most;
+}
+
 static void onnxcc_run_chunks(const onnxcc_job *job) {
   for (;;) {
     int64_t c = __atomic_fetch_add(&onnxcc_pool.next, 1, __ATOMIC_RELAXED);
     if (c >= job->nchunks) return;
-    int64_t begin = c * job->chunk;
-    int64_t end = begin + job->chunk < job->n ? begin + job->chunk : job->n;
-    job->body(begin, end, job->ctx);
+    job->body(onnxcc_chunk_start(job, c), onnxcc_chunk_start(job, c + 1), job->ctx);
   }
 }
 
@@ -264,14 +299,17 @@ static void *onnxcc_worker_main(void *arg) {
     if (onnxcc_pool.shutdown) break;
     seen = onnxcc_pool.generation;
     onnxcc_job job = onnxcc_pool.job;
-    __atomic_store_n(&onnxcc_pool.busy, onnxcc_pool.busy + 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&onnxcc_pool.busy, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&onnxcc_pool.mu);
     onnxcc_run_chunks(&job);
-    pthread_mutex_lock(&onnxcc_pool.mu);
-    int left = onnxcc_pool.busy - 1;
-    __atomic_store_n(&onnxcc_pool.busy, left, __ATOMIC_RELEASE);
-    if (left == 0) pthread_cond_broadcast(&onnxcc_pool.done_cv);
-    pthread_mutex_unlock(&onnxcc_pool.mu);
+    /* Either this load sees caller_waits set, or the caller's load of busy (after it set
+     * caller_waits) sees this decrement: both are sequentially consistent. */
+    if (__atomic_sub_fetch(&onnxcc_pool.busy, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&onnxcc_pool.caller_waits, __ATOMIC_SEQ_CST)) {
+      pthread_mutex_lock(&onnxcc_pool.mu);
+      pthread_cond_broadcast(&onnxcc_pool.done_cv);
+      pthread_mutex_unlock(&onnxcc_pool.mu);
+    }
   }
   pthread_mutex_unlock(&onnxcc_pool.mu);
   return NULL;
@@ -292,15 +330,16 @@ static int onnxcc_configured_threads(void) {
 
 /* The child of a fork has none of the parent's workers: run everything inline there. */
 static void onnxcc_pool_after_fork(void) {
-  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER, fresh_adaptive = ONNXCC_POOL_MUTEX_INIT;
   pthread_cond_t fresh_cv = PTHREAD_COND_INITIALIZER;
-  onnxcc_pool.mu = fresh;
+  onnxcc_pool.mu = fresh_adaptive;
   onnxcc_pool.submit_mu = fresh;
   onnxcc_pool.work_cv = fresh_cv;
   onnxcc_pool.done_cv = fresh_cv;
   onnxcc_pool.nworkers = 0;
   onnxcc_pool.active = 0;
   onnxcc_pool.busy = 0;
+  onnxcc_pool.caller_waits = 0;
 }
 
 static void onnxcc_pool_init(void) {
@@ -355,9 +394,7 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
     return;
   }
   onnxcc_keep_caller_core_free();
-  int64_t want = (int64_t)(onnxcc_pool.nworkers + 1) * ONNXCC_CHUNKS_PER_THREAD;
-  int64_t chunk = (n + want - 1) / want;
-  onnxcc_job job = {body, ctx, n, chunk, (n + chunk - 1) / chunk};
+  onnxcc_job job = {body, ctx, n, onnxcc_chunk_count(n, onnxcc_pool.nworkers + 1)};
 
   pthread_mutex_lock(&onnxcc_pool.mu);
   onnxcc_pool.job = job;
@@ -375,12 +412,15 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
    * so `busy` only falls from here on; spin on it a while before sleeping. */
   pthread_mutex_lock(&onnxcc_pool.mu);
   __atomic_store_n(&onnxcc_pool.active, 0, __ATOMIC_RELEASE);
-  int idle = onnxcc_pool.busy == 0;
   pthread_mutex_unlock(&onnxcc_pool.mu);
-  if (!idle) onnxcc_spin_until(onnxcc_workers_idle, NULL);
-  pthread_mutex_lock(&onnxcc_pool.mu);
-  while (onnxcc_pool.busy > 0) pthread_cond_wait(&onnxcc_pool.done_cv, &onnxcc_pool.mu);
-  pthread_mutex_unlock(&onnxcc_pool.mu);
+  if (!onnxcc_spin_until(onnxcc_workers_idle, NULL)) {
+    pthread_mutex_lock(&onnxcc_pool.mu);
+    __atomic_store_n(&onnxcc_pool.caller_waits, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&onnxcc_pool.busy, __ATOMIC_SEQ_CST) > 0)
+      pthread_cond_wait(&onnxcc_pool.done_cv, &onnxcc_pool.mu);
+    __atomic_store_n(&onnxcc_pool.caller_waits, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&onnxcc_pool.mu);
+  }
   pthread_mutex_unlock(&onnxcc_pool.submit_mu);
 }
 
