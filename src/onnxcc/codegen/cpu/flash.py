@@ -51,6 +51,10 @@ streams the whole K and V from L2 per row, which bounds it at a third of the GEM
 GROUP = 4
 """keys whose dot products share one loop over the head dim (the query factor loaded once
 for all of them), and whose P @ V terms share one pass over the accumulator row"""
+PV_REGS = 16
+"""the most accumulator vectors (rows x value-head chunks) P @ V keeps in registers across a
+block's keys: 4 rows of a head of 64 in 16-lane vectors, with the V vectors and broadcasts
+beside them in the 32 registers"""
 _FM = ("reassoc", "contract", "nsz")
 """the dot's adds may be reordered (vector lanes), as any reduction's are"""
 
@@ -260,9 +264,12 @@ class _Rows:
         if vl < 4 or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
             return False
         vty = ir.VectorType(self.ty, vl)
-        regs = [self.ctx.alloca(vty, f"flash.reg{r}") for r in range(self.nrows)]
         v = fl.value
         assert isinstance(v, Load)
+        if self.nrows * (row // vl) <= PV_REGS:
+            self.pv_all_chunks(t0, cnt, vty, vl, v)
+            return True
+        regs = [self.ctx.alloca(vty, f"flash.reg{r}") for r in range(self.nrows)]
         for c in range(row // vl):
             base = i64(c * vl)
             ptrs = [self.at(self.acc, r, row, base) for r in range(self.nrows)]
@@ -286,6 +293,41 @@ class _Rows:
                 b.store(b.load(reg, name="flash.r", typ=vty), ptr, align=self.dt.itemsize)
         return True
 
+    def pv_all_chunks(self, t0: ir.Value, cnt: ir.Value, vty: ir.VectorType, vl: int, v: Load) -> None:
+        """pv_vectors with every row's whole accumulator row in registers across the block's
+        keys: per key, the row's V vectors loaded once and one FMA per (row, chunk), all of
+        them independent (chunk by chunk, each row's FMAs wait on the previous key's)."""
+        b, em, fl = self.b, self.em, self.fl
+        row = fl.row
+        chunks = row // vl
+        regs = [[self.ctx.alloca(vty, f"flash.reg{r}.{c}") for c in range(chunks)] for r in range(self.nrows)]
+        for r in range(self.nrows):
+            for c in range(chunks):
+                ptr = self.at(self.acc, r, row, i64(c * vl))
+                b.store(b.load(ptr, name="flash.accv", typ=vty, align=self.dt.itemsize), regs[r][c])
+        with for_range(b, cnt, "flash.pv", guard=True) as i:
+            self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
+            vvs = []
+            for c in range(chunks):
+                em.push({self.w: i64(c * vl)}, {self.w: self.w_ext})
+                vvs.append(b.load(em.address(v.buffer, [em.emit(ix) for ix in v.indices]), name="flash.v", typ=vty,
+                                  align=self.dt.itemsize))
+                em.pop()
+            em.pop()
+            for r in range(self.nrows):
+                p = self.load(self.at(self.blk, r, BLOCK, i))
+                one = b.insert_element(ir.Constant(vty, None), p, ir.Constant(ir.IntType(32), 0))
+                pb = b.shuffle_vector(one, ir.Constant(vty, None),
+                                      ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl), name="flash.pb")
+                for c, vv in enumerate(vvs):
+                    acc = b.load(regs[r][c], name="flash.r", typ=vty)
+                    b.store(b.fadd(acc, b.fmul(pb, vv, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM),
+                            regs[r][c])
+        for r in range(self.nrows):
+            for c in range(chunks):
+                ptr = self.at(self.acc, r, row, i64(c * vl))
+                b.store(b.load(regs[r][c], name="flash.r", typ=vty), ptr, align=self.dt.itemsize)
+
     def block_max(self, r: int, cnt: ir.Value) -> ir.Value:
         """Row r's max score in the block, NaN if one is NaN (as the unfused row max gives):
         maxnum (which skips NaN) and a NaN flag over explicit vectors of the whole block,
@@ -305,8 +347,10 @@ class _Rows:
             mx = v if mx is None else b.call(maxnum, [mx, v], name="flash.vmax")
             nan = isnan if nan is None else b.or_(nan, isnan, name="flash.nan")
         assert mx is not None and nan is not None
+        # nnan: a NaN lane only matters where `any_nan` already picks NaN (without the flag
+        # the reduction is a chain of 16 NaN-checked scalar maxes per row and block)
         top = b.call(get_or_declare(m, f"llvm.vector.reduce.fmax.{vname}", ir.FunctionType(self.ty, [vty])), [mx],
-                     name="flash.bmax")
+                     name="flash.bmax", fastmath=("nnan",))
         any_nan = b.call(get_or_declare(m, f"llvm.vector.reduce.or.v{vl}i1", ir.FunctionType(ir.IntType(1), [bty])),
                          [nan], name="flash.anynan")
         return b.select(any_nan, ir.Constant(self.ty, float("nan")), top, name="flash.bmax")
