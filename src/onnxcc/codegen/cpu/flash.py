@@ -38,6 +38,7 @@ from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 from .flash_lanes import LaneRows, lanes_fit
 
 if TYPE_CHECKING:
+    from onnxcc.kernel.flash import Flash
     from onnxcc.kernel.program import Compute
 
     from .emit import FnCtx, KernelEmitter, NestPlan
@@ -59,19 +60,37 @@ _FM = ("reassoc", "contract", "nsz")
 """the dot's adds may be reordered (vector lanes), as any reduction's are"""
 
 
+PAR_ROWS = 64
+"""query rows per parallel item where the rows are split over items (`row_chunks`): the (batch,
+head) items alone are 4 for a batch of 4 heads, 2 per thread on 2 threads (one late item was
+a quarter of the attention's time on a shared core); 64 rows at 512 keys is still ~0.2 ms of
+work per item, and consecutive items of one head share its K and V in L2"""
+
+
+def row_chunks(fl: Flash | None) -> bool:
+    """Whether a fused compute's parallel items are (outer vars, a chunk of PAR_ROWS query
+    rows) instead of the outer vars alone: the rows-at-once path, not the narrow heads' lanes
+    (flash_lanes.py runs its row blocks from row 0)."""
+    return fl is not None and fl.rows_var is not None and not lanes_fit(fl)
+
+
 def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
-               vals: dict[str, ir.Value]) -> None:
+               vals: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> None:
     """From var `v` of `c` on: the rows var and the innermost one (`plan.flash.rows_var`
-    set), or the innermost alone; the outer vars are bound in `vals`."""
+    set), or the innermost alone; the outer vars are bound in `vals`. `rows`: only the query
+    rows [lo, hi) (a parallel item's chunk, `row_chunks`), else all of them."""
     fl = plan.flash
     assert fl is not None
     b = ctx.b
     if fl.rows_var is None or v + 1 == len(c.vars):
         _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
         return
-    n = ctx.dim(c.extents[v])
-    # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
-    start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
+    if rows is not None:
+        start, n = rows
+    else:
+        n = ctx.dim(c.extents[v])
+        # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
+        start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
     full = b.udiv(b.sub(n, start, name="flash.rows.left"), i64(ROWS), name="flash.rowblocks")
     with for_range(b, full, "flash.rb", guard=True) as rb:
         s0 = b.add(start, b.mul(rb, i64(ROWS), name="flash.s0.off", flags=("nuw", "nsw")), name="flash.s0")
