@@ -1,7 +1,8 @@
 """Fused attention with heads of 64 (codegen/cpu/flash.py) runs its parallel items as (outer
 vars, a chunk of PAR_ROWS query rows) (`row_chunks`; codegen/cpu/emit.py steps the chunk as
 the innermost item counter): chains of rank 4 ([B, H, S, 64]) and rank 3 ([B, S, 64]), with an
-additive mask, a boolean mask and the causal mask, at lengths around the 64-row chunks (1, 63,
+additive mask, a boolean mask and the causal mask, and rank 3 with heads of 128 (P @ V chunk by
+chunk, flash.py `PV_REGS`), at lengths around the 64-row chunks (1, 63,
 64, 65, 129, 200) and batches 1 to 3, on 1 to 3 threads (the splits of the items then land
 inside a head's chunks), compared with onnxruntime at fp32 rtol 1e-4 / atol 1e-5."""
 
@@ -47,13 +48,18 @@ def _model() -> onnx.ModelProto:
         n("MatMul", ["Q3", "K3t"], ["s3"]), n("Mul", ["s3", "scale"], ["x3"]),
         n("Where", ["pad", "x3", "lowest"], ["m3"]),
         n("Softmax", ["m3"], ["p3"], axis=-1), n("MatMul", ["p3", "V3"], ["Y3"]),
+        # rank 3, heads of 128: 4 rows' accumulators are 32 vectors, P @ V goes chunk by chunk
+        n("Transpose", ["K4"], ["K4t"], perm=[0, 2, 1]),
+        n("MatMul", ["Q4", "K4t"], ["s4"]), n("Mul", ["s4", "scale"], ["x4"]),
+        n("Softmax", ["x4"], ["p4"], axis=-1), n("MatMul", ["p4", "V4"], ["Y4"]),
     ]
     f = T.FLOAT
     inputs = [("Q", f, ["B", 2, "S", D]), ("Q2", f, ["B", 2, "S", D]), ("K", f, ["B", 2, "S", D]),
               ("V", f, ["B", 2, "S", D]), ("amask", f, ["B", 1, "S", "S"]),
               ("Q3", f, ["B", "S", D]), ("K3", f, ["B", "S", D]), ("V3", f, ["B", "S", D]),
-              ("pad", T.BOOL, ["B", 1, "S"])]
-    outs = ["Y1", "Y2", "Y3"]
+              ("pad", T.BOOL, ["B", 1, "S"]), ("Q4", f, ["B", "S", 2 * D]), ("K4", f, ["B", "S", 2 * D]),
+              ("V4", f, ["B", "S", 2 * D])]
+    outs = ["Y1", "Y2", "Y3", "Y4"]
     g = helper.make_graph(nodes, "chunks", [helper.make_tensor_value_info(*i) for i in inputs],
                           [helper.make_tensor_value_info(o, f, None) for o in outs], initializer=inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
@@ -77,7 +83,8 @@ _RUN = textwrap.dedent("""
         pad[..., 0] = True
         feeds = {"Q": normal(b, 2, s, 64), "Q2": normal(b, 2, s, 64), "K": normal(b, 2, s, 64),
                  "V": normal(b, 2, s, 64), "amask": normal(b, 1, s, s), "Q3": normal(b, s, 64),
-                 "K3": normal(b, s, 64), "V3": normal(b, s, 64), "pad": pad}
+                 "K3": normal(b, s, 64), "V3": normal(b, s, 64), "pad": pad, "Q4": normal(b, s, 128),
+                 "K4": normal(b, s, 128), "V4": normal(b, s, 128)}
         want = ort_run(model, feeds)
         got = lib.run(feeds)
         for name, w in want.items():
@@ -97,7 +104,7 @@ def built(tmp_path_factory):
     text = onnxcc.compile(d / "m.onnx", d / "kir", name="chunks", emit="kernel", max_versions=1).text
     generic = parse_kernel_text(text)[-1]
     fused = [fl for c in generic.computes() if (fl := match_flash(c)) is not None]
-    assert len(fused) == 3 and all(fl.rows_var is not None for fl in fused)
+    assert len(fused) == 4 and all(fl.rows_var is not None for fl in fused)
     onnxcc.compile(d / "m.onnx", d / "lib", name="chunks", max_versions=1)
     return d
 
