@@ -124,3 +124,24 @@ def test_chains_match_onnxruntime(chains, s):
             np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=ATOL, err_msg=f"{name} at batch {b} seq {s}")
         assert np.isnan(want["Y4"][:, :, 0]).all()  # the -inf row: NaN on both sides
         assert np.isfinite(want["Y4"][:, :, 1:][~np.isnan(want["Y4"][:, :, 1:])]).all()
+
+
+@pytest.mark.parametrize("s", (100, 300))
+def test_a_nan_score_reaches_its_rows_as_unfused(chains, s):
+    """A NaN in a query row makes that row's output NaN, a NaN in a key (past the first
+    64-key block) every row's of its head: the fused kernel's block max keeps NaN apart from
+    its reduction (codegen/cpu/flash.py block_max), so NaN lands exactly where onnxruntime's
+    unfused chain puts it, and nowhere else. (Not the causal chain's keys: unfused, a NaN
+    key after a row's diagonal makes that row NaN through the mask's add; the fused kernel
+    skips those keys.)"""
+    model, _, lib = chains
+    feeds = _feeds(2, s, np.random.default_rng(s + 1))
+    for q in ("Q", "Q3", "Q4", "Q6"):
+        feeds[q][0, 0, 5, 3] = np.nan
+    feeds["Kt"][1, 1, 0, 70] = np.nan  # chain 2's keys (a NaN key of the causal chain: see below)
+    want = ort_run(model, feeds)
+    got = lib.run(feeds)
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w, rtol=RTOL, atol=ATOL, err_msg=f"{name} at seq {s}")
+    assert np.isnan(want["Y2"][0, 0, 5]).all() and np.isnan(want["Y2"][1, 1]).all()
+    assert np.isfinite(want["Y2"][0, 1]).all() and np.isfinite(want["Y2"][0, 0, 6:]).all()

@@ -73,7 +73,8 @@ from ..llvm.target import (  # noqa: F401
     parse_modules,
     target_machine,
 )
-from .flash import emit_flash
+from .flash import PAR_ROWS as FLASH_PAR_ROWS
+from .flash import emit_flash, row_chunks
 from .frame import FRAME_BASE, Frame, FrameReader, Repeats, close_frames, framed, open_frame
 from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
@@ -402,9 +403,10 @@ class KernelEmitter:
             fence_streams(ctx)
 
     def emit_loops(self, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, first: int,
-                   bound: dict[str, ir.Value]) -> None:
+                   bound: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> None:
         """Loops for `plan.order[first:]` (the vars before are bound to `bound`), the body
-        and the store. The domain is known nonempty, so loops need no entry test."""
+        and the store. The domain is known nonempty, so loops need no entry test. `rows`: a
+        fused attention's chunk of query rows (cpu/flash.py `row_chunks`)."""
         b = ctx.b
         names, exts = c.var_names, c.extents
         vals = dict(bound)
@@ -422,7 +424,7 @@ class KernelEmitter:
                     emit_row_stage(self, em, ctx, c, plan, v, vals)
                     return
                 if plan.flash is not None and (innermost or (j + 2 == len(names) and plan.flash.rows_var)):
-                    emit_flash(self, em, ctx, c, plan, v, vals)  # the rows var too, where it may
+                    emit_flash(self, em, ctx, c, plan, v, vals, rows)  # the rows var too, where it may
                     return
                 if innermost and plan.vector_width and plan.strip_mine:
                     self.emit_strip_mined(em, ctx, c, plan, v, vals, i64(0), ctx.dim(exts[v]))
@@ -540,6 +542,8 @@ class KernelEmitter:
             for v in plan.order[:ncol]:
                 n_par = canon(n_par * c.extents[v])
             n = ctx.dim(n_par)
+            if ncol and row_chunks(plan.flash):  # items of PAR_ROWS query rows (cpu/flash.py)
+                n = b.mul(n, self._row_chunk_count(ctx, c), name="flash.items")
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
         work = compute_work(c)
         if isinstance(work, int):
@@ -645,6 +649,12 @@ class KernelEmitter:
         # carries per item (a 64-bit division per item cost as much as a 30-wide row)
         slots = []
         rest = begin
+        chunk = None  # fused attention: the item's chunk of query rows, innermost
+        if row_chunks(plan.flash):  # (ncol > 0 here)
+            nchunks = self._row_chunk_count(bctx, c)
+            chunk = bctx.eb.alloca(I64, name="flash.chunk.cur")
+            b.store(b.urem(rest, nchunks, name="flash.chunk"), chunk)
+            rest = b.udiv(rest, nchunks, name="p.flash.chunk")
         for v in reversed(outer):
             slot = bctx.eb.alloca(I64, name=f"{names[v]}.cur")
             if v != outer[0]:
@@ -659,9 +669,19 @@ class KernelEmitter:
             em.push({names[v]: vals[names[v]] for v in outer}, {names[v]: exts[v] for v in outer})
             if ncol < len(names):
                 em.hoist(plan.hoisted(c))
-            self.emit_loops(em, bctx, c, plan, ncol, vals)
-            em.pop()
+            rows = None
             carry: ir.Value = ir.Constant(ir.IntType(1), 1)
+            if chunk is not None:
+                cur = b.load(chunk, name="flash.chunk", typ=I64)
+                lo = b.mul(cur, i64(FLASH_PAR_ROWS), name="flash.lo", flags=("nuw", "nsw"))
+                ext = bctx.dim(exts[plan.order[ncol]])
+                hi = b.add(lo, i64(FLASH_PAR_ROWS), name="flash.hi", flags=("nuw", "nsw"))
+                rows = (lo, b.select(b.icmp_signed("<", hi, ext, name="flash.short"), hi, ext, name="flash.hi"))
+                nxt = b.add(cur, i64(1), name="flash.chunk.step")
+                carry = b.icmp_unsigned(">=", nxt, nchunks, name="flash.chunk.wrap")
+                b.store(b.select(carry, i64(0), nxt, name="flash.chunk.next"), chunk)
+            self.emit_loops(em, bctx, c, plan, ncol, vals, rows)
+            em.pop()
             for v, slot in slots:  # innermost outer var first
                 cur = vals[names[v]]
                 if v == outer[0]:
@@ -675,6 +695,13 @@ class KernelEmitter:
         b.ret_void()
         bctx.finish()
         return fn
+
+
+    def _row_chunk_count(self, ctx: FnCtx, c: Compute) -> ir.Value:
+        """ceil(query rows / FLASH_PAR_ROWS) of a fused attention (cpu/flash.py `row_chunks`)."""
+        b = ctx.b
+        up = b.add(ctx.dim(c.extents[len(c.vars) - 2]), i64(FLASH_PAR_ROWS - 1), name="flash.rows.up")
+        return b.udiv(up, i64(FLASH_PAR_ROWS), name="flash.chunks")
 
 
 @dataclass(frozen=True)

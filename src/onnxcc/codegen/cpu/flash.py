@@ -38,6 +38,7 @@ from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 from .flash_lanes import LaneRows, lanes_fit
 
 if TYPE_CHECKING:
+    from onnxcc.kernel.flash import Flash
     from onnxcc.kernel.program import Compute
 
     from .emit import FnCtx, KernelEmitter, NestPlan
@@ -51,23 +52,45 @@ streams the whole K and V from L2 per row, which bounds it at a third of the GEM
 GROUP = 4
 """keys whose dot products share one loop over the head dim (the query factor loaded once
 for all of them), and whose P @ V terms share one pass over the accumulator row"""
+PV_REGS = 16
+"""the most accumulator vectors (rows x value-head chunks) P @ V keeps in registers across a
+block's keys: 4 rows of a head of 64 in 16-lane vectors, with the V vectors and broadcasts
+beside them in the 32 registers"""
 _FM = ("reassoc", "contract", "nsz")
 """the dot's adds may be reordered (vector lanes), as any reduction's are"""
 
 
+PAR_ROWS = 64
+"""query rows per parallel item where the rows are split over items (`row_chunks`): the (batch,
+head) items alone are 4 for a batch of 4 heads, 2 per thread on 2 threads (one late item was
+a quarter of the attention's time on a shared core); 64 rows at 512 keys is still ~0.2 ms of
+work per item, and consecutive items of one head share its K and V in L2"""
+
+
+def row_chunks(fl: Flash | None) -> bool:
+    """Whether a fused compute's parallel items are (outer vars, a chunk of PAR_ROWS query
+    rows) instead of the outer vars alone: the rows-at-once path, not the narrow heads' lanes
+    (flash_lanes.py runs its row blocks from row 0)."""
+    return fl is not None and fl.rows_var is not None and not lanes_fit(fl)
+
+
 def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
-               vals: dict[str, ir.Value]) -> None:
+               vals: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> None:
     """From var `v` of `c` on: the rows var and the innermost one (`plan.flash.rows_var`
-    set), or the innermost alone; the outer vars are bound in `vals`."""
+    set), or the innermost alone; the outer vars are bound in `vals`. `rows`: only the query
+    rows [lo, hi) (a parallel item's chunk, `row_chunks`), else all of them."""
     fl = plan.flash
     assert fl is not None
     b = ctx.b
     if fl.rows_var is None or v + 1 == len(c.vars):
         _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
         return
-    n = ctx.dim(c.extents[v])
-    # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
-    start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
+    if rows is not None:
+        start, n = rows
+    else:
+        n = ctx.dim(c.extents[v])
+        # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
+        start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
     full = b.udiv(b.sub(n, start, name="flash.rows.left"), i64(ROWS), name="flash.rowblocks")
     with for_range(b, full, "flash.rb", guard=True) as rb:
         s0 = b.add(start, b.mul(rb, i64(ROWS), name="flash.s0.off", flags=("nuw", "nsw")), name="flash.s0")
@@ -260,9 +283,12 @@ class _Rows:
         if vl < 4 or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
             return False
         vty = ir.VectorType(self.ty, vl)
-        regs = [self.ctx.alloca(vty, f"flash.reg{r}") for r in range(self.nrows)]
         v = fl.value
         assert isinstance(v, Load)
+        if self.nrows * (row // vl) <= PV_REGS:
+            self.pv_all_chunks(t0, cnt, vty, vl, v)
+            return True
+        regs = [self.ctx.alloca(vty, f"flash.reg{r}") for r in range(self.nrows)]
         for c in range(row // vl):
             base = i64(c * vl)
             ptrs = [self.at(self.acc, r, row, base) for r in range(self.nrows)]
@@ -286,6 +312,41 @@ class _Rows:
                 b.store(b.load(reg, name="flash.r", typ=vty), ptr, align=self.dt.itemsize)
         return True
 
+    def pv_all_chunks(self, t0: ir.Value, cnt: ir.Value, vty: ir.VectorType, vl: int, v: Load) -> None:
+        """pv_vectors with every row's whole accumulator row in registers across the block's
+        keys: per key, the row's V vectors loaded once and one FMA per (row, chunk), all of
+        them independent (chunk by chunk, each row's FMAs wait on the previous key's)."""
+        b, em, fl = self.b, self.em, self.fl
+        row = fl.row
+        chunks = row // vl
+        regs = [[self.ctx.alloca(vty, f"flash.reg{r}.{c}") for c in range(chunks)] for r in range(self.nrows)]
+        for r in range(self.nrows):
+            for c in range(chunks):
+                ptr = self.at(self.acc, r, row, i64(c * vl))
+                b.store(b.load(ptr, name="flash.accv", typ=vty, align=self.dt.itemsize), regs[r][c])
+        with for_range(b, cnt, "flash.pv", guard=True) as i:
+            self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
+            vvs = []
+            for c in range(chunks):
+                em.push({self.w: i64(c * vl)}, {self.w: self.w_ext})
+                vvs.append(b.load(em.address(v.buffer, [em.emit(ix) for ix in v.indices]), name="flash.v", typ=vty,
+                                  align=self.dt.itemsize))
+                em.pop()
+            em.pop()
+            for r in range(self.nrows):
+                p = self.load(self.at(self.blk, r, BLOCK, i))
+                one = b.insert_element(ir.Constant(vty, None), p, ir.Constant(ir.IntType(32), 0))
+                pb = b.shuffle_vector(one, ir.Constant(vty, None),
+                                      ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl), name="flash.pb")
+                for c, vv in enumerate(vvs):
+                    acc = b.load(regs[r][c], name="flash.r", typ=vty)
+                    b.store(b.fadd(acc, b.fmul(pb, vv, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM),
+                            regs[r][c])
+        for r in range(self.nrows):
+            for c in range(chunks):
+                ptr = self.at(self.acc, r, row, i64(c * vl))
+                b.store(b.load(regs[r][c], name="flash.r", typ=vty), ptr, align=self.dt.itemsize)
+
     def block_max(self, r: int, cnt: ir.Value) -> ir.Value:
         """Row r's max score in the block, NaN if one is NaN (as the unfused row max gives):
         maxnum (which skips NaN) and a NaN flag over explicit vectors of the whole block,
@@ -305,8 +366,10 @@ class _Rows:
             mx = v if mx is None else b.call(maxnum, [mx, v], name="flash.vmax")
             nan = isnan if nan is None else b.or_(nan, isnan, name="flash.nan")
         assert mx is not None and nan is not None
+        # nnan: a NaN lane only matters where `any_nan` already picks NaN (without the flag
+        # the reduction is a chain of 16 NaN-checked scalar maxes per row and block)
         top = b.call(get_or_declare(m, f"llvm.vector.reduce.fmax.{vname}", ir.FunctionType(self.ty, [vty])), [mx],
-                     name="flash.bmax")
+                     name="flash.bmax", fastmath=("nnan",))
         any_nan = b.call(get_or_declare(m, f"llvm.vector.reduce.or.v{vl}i1", ir.FunctionType(ir.IntType(1), [bty])),
                          [nan], name="flash.anynan")
         return b.select(any_nan, ir.Constant(self.ty, float("nan")), top, name="flash.bmax")
