@@ -696,7 +696,6 @@ class KernelEmitter:
         bctx.finish()
         return fn
 
-
     def _row_chunk_count(self, ctx: FnCtx, c: Compute) -> ir.Value:
         """ceil(query rows / FLASH_PAR_ROWS) of a fused attention (cpu/flash.py `row_chunks`)."""
         b = ctx.b
