@@ -11,6 +11,7 @@ import math
 import numpy as np
 import onnx
 import pytest
+from attention_masks import torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -42,9 +43,7 @@ def _chains_model() -> onnx.ModelProto:
         n("MatMul", ["Q", "Kt"], ["s2"]), n("Div", ["s2", "root"], ["x2"]), n("Where", ["pad", "x2", "lowest"], ["m2"]),
         n("Softmax", ["m2"], ["p2"], axis=-1), n("MatMul", ["p2", "V"], ["Y2"]),
         # 3: the causal mask torch writes (Trilu of ones, Equal 0, Where -> lowest, Add)
-        n("Shape", ["Q"], ["qs"], start=2, end=3), n("Concat", ["qs", "qs"], ["tt"], axis=0),
-        n("Expand", ["one", "tt"], ["ones"]), n("Trilu", ["ones"], ["tril"], upper=0),
-        n("Equal", ["tril", "zero"], ["above"]), n("Where", ["above", "lowest", "zero"], ["causal"]),
+        *torch_causal_mask("Q"),
         n("MatMul", ["Q3", "Kt0"], ["s3"]), n("Mul", ["s3", "scale"], ["x3"]), n("Add", ["x3", "causal"], ["m3"]),
         n("Softmax", ["m3"], ["p3"], axis=-1), n("MatMul", ["p3", "V"], ["Y3"]),
         # 4: masked_fill with -inf (rows masked everywhere: NaN, as onnxruntime's Softmax gives)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from attention_masks import torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -40,9 +41,7 @@ def _model() -> onnx.ModelProto:
         n("Mul", ["s2", "scale"], ["y2"]), n("Where", ["pad", "y2", "lowest"], ["x2"]),
         n("Add", ["s3", "kmask"], ["x3"]),
         n("Add", ["amask", "s4"], ["x4"]),
-        n("Shape", ["Q5"], ["qs"], start=2, end=3), n("Concat", ["qs", "qs"], ["tt"], axis=0),
-        n("Expand", ["one", "tt"], ["ones"]), n("Trilu", ["ones"], ["tril"], upper=0),
-        n("Equal", ["tril", "zero"], ["above"]), n("Where", ["above", "lowest", "zero"], ["causal"]),
+        *torch_causal_mask("Q5"),
         n("Mul", ["s5", "scale"], ["y5"]), n("Add", ["y5", "causal"], ["x5"]),
         n("Where", ["bmask", "s6", "neginf"], ["x6"]),
     ]

@@ -17,6 +17,7 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
+from attention_masks import torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -38,9 +39,7 @@ def _model() -> onnx.ModelProto:
         n("MatMul", ["Q", "Kt"], ["s1"]), n("Mul", ["s1", "scale"], ["x1"]), n("Add", ["x1", "amask"], ["m1"]),
         n("Softmax", ["m1"], ["p1"], axis=-1), n("MatMul", ["p1", "V"], ["Y1"]),
         # rank 4, causal (Trilu of ones, Equal 0, Where -> lowest, Add)
-        n("Shape", ["Q"], ["qs"], start=2, end=3), n("Concat", ["qs", "qs"], ["tt"], axis=0),
-        n("Expand", ["one", "tt"], ["ones"]), n("Trilu", ["ones"], ["tril"], upper=0),
-        n("Equal", ["tril", "zero"], ["above"]), n("Where", ["above", "lowest", "zero"], ["causal"]),
+        *torch_causal_mask("Q"),
         n("MatMul", ["Q2", "Kt"], ["s2"]), n("Mul", ["s2", "scale"], ["x2"]), n("Add", ["x2", "causal"], ["m2"]),
         n("Softmax", ["m2"], ["p2"], axis=-1), n("MatMul", ["p2", "V"], ["Y2"]),
         # rank 3, a boolean key mask [B, 1, S] through Where
