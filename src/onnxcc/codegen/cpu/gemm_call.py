@@ -17,10 +17,13 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
+from ..c.link import runtime_define
 from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else
-from .gemm_dense import POOL_CHUNKS_PER_THREAD
 from .gemm_ir import add, ceildiv, ceildiv_v, mul, umin
 
+POOL_CHUNKS_PER_THREAD = runtime_define("ONNXCC_CHUNKS_PER_THREAD")
+"""the chunks per thread onnxcc_parallel_for cuts its items into: runtime/onnxcc_rt.c's
+ONNXCC_CHUNKS_PER_THREAD, read from there (the compile cache's key covers that source)"""
 PAR_MIN_WORK = 1 << 18
 """M*N*K below which a call runs on the calling thread (the pool's wake-up costs more)"""
 

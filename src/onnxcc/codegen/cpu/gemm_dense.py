@@ -22,17 +22,14 @@ from llvmlite import ir
 
 from onnxcc.kernel.schedule import GemmPlan
 
-from ..c.link import runtime_define
 from ..llvm.exprs import F32
 from ..llvm.helpers import PTR, for_range, i64, loop_metadata
+from .gemm_call import POOL_CHUNKS_PER_THREAD
 from .gemm_ir import ceildiv_v, f32_ptr, mul, umax, umin
 
 if TYPE_CHECKING:
     from .emit import FnCtx
 
-POOL_CHUNKS_PER_THREAD = runtime_define("ONNXCC_CHUNKS_PER_THREAD")
-"""the chunks per thread onnxcc_parallel_for cuts its items into: runtime/onnxcc_rt.c's
-ONNXCC_CHUNKS_PER_THREAD, read from there (the compile cache's key covers that source)"""
 DENSE_TASK_MIN_PANELS = 4
 """the fewest B panels a task is cut to, where N has them (1 thread, the transformer layer at
 seq 17 in tasks of one 32-column panel: 1.06x the time of two tasks per thread)"""
