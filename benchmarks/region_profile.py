@@ -5,8 +5,11 @@ judge a change to how one kernel splits. This runs the model at ONE thread with 
 region profile on (`ONNXCC_REGION_PROFILE`, codegen/c/runtime/onnxcc_rt.c): every parallel
 loop is cut into the chunks the pool would deal at N threads and each chunk is timed by the
 thread's CPU clock; the work between parallel loops (kernels that run serially, the call's
-own overhead) is the CPU time between them. The N-thread time is then replayed: per region,
-the chunks claimed in order by whichever thread is free first (the caller at 0, a worker
+own overhead) is the CPU time between them. The library is built with
+`ONNXCC_PROFILE_SERIAL=1` (codegen/cpu/emit.py): each compute that runs serially runs as a
+region of its own named `ser.OUT`, counted serially, with the span it would have if split.
+The N-thread time is then replayed: per region, the chunks claimed in order by whichever
+thread is free first (the caller at 0, a worker
 `--wake-us` later), the region's span the last finish, plus a dispatch cost per region
 (`--dispatch-us`, measured by `--measure-dispatch` on this machine's pool);
 
@@ -24,7 +27,7 @@ half their work. Regions are named by their body functions (`nm` on the library)
 
 Zoo names take the rows of tests/zoo/zoo.json (`--row`, default all). The profiled calls run
 in a child process (the profile is written when it exits). Compare two trees by running the
-tool with each on PYTHONPATH; the estimate of one tree is repeatable to ~2% under load.
+tool with each on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -197,17 +200,20 @@ def analyse(call: tuple, threads: int, dispatch_ns: float, wake_ns: float, name)
         label = name(r["lib"], r["off"])
         serial.append({"between": f"{prev_name} .. {label}", "ns": r["t0"] - prev_end})
         work = sum(r["chunks"])
-        span = replay(r["chunks"], threads, wake_ns)
-        cost = span + (dispatch_ns if r["n"] > 1 else 0.0)
-        items.append({"name": label, "n": r["n"], "chunks": len(r["chunks"]), "work": work, "span": cost,
-                      "loss": cost - (work / threads if r["n"] > 1 else work)})
+        split = replay(r["chunks"], threads, wake_ns) + (dispatch_ns if r["n"] > 1 else 0.0)
+        if label.startswith("ser."):  # runs serially in a normal build (emit.PROFILE_SERIAL_ENV)
+            items.append({"name": label, "n": r["n"], "chunks": len(r["chunks"]), "work": work, "span": work,
+                          "loss": 0.0, "serial": True, "if_split": split})
+        else:
+            items.append({"name": label, "n": r["n"], "chunks": len(r["chunks"]), "work": work, "span": split,
+                          "loss": split - (work / threads if r["n"] > 1 else work), "serial": False})
         prev_end, prev_name = r["t2"], label
     serial.append({"between": f"{prev_name} .. <call end>", "ns": z - prev_end})
-    serial_ns = sum(s["ns"] for s in serial)
+    gap_ns = sum(s["ns"] for s in serial)
     region_work = sum(i["work"] for i in items)
-    return {"cpu": serial_ns + region_work, "serial": serial_ns, "region_work": region_work,
-            "predicted": serial_ns + sum(i["span"] for i in items), "regions": items, "gaps": serial,
-            "n_regions": sum(1 for i in items if i["n"] > 1)}
+    return {"cpu": gap_ns + region_work, "serial": gap_ns + sum(i["work"] for i in items if i["serial"]),
+            "region_work": region_work, "predicted": gap_ns + sum(i["span"] for i in items), "regions": items,
+            "gaps": serial, "n_regions": sum(1 for i in items if i["n"] > 1 and not i["serial"])}
 
 
 def _median_call(calls: list[dict]) -> dict:
@@ -217,9 +223,8 @@ def _median_call(calls: list[dict]) -> dict:
     out = dict(calls[0])
     for k in ("cpu", "serial", "region_work", "predicted"):
         out[k] = statistics.median(c[k] for c in calls)
-    out["regions"] = [dict(r, work=statistics.median(c["regions"][i]["work"] for c in calls),
-                           span=statistics.median(c["regions"][i]["span"] for c in calls),
-                           loss=statistics.median(c["regions"][i]["loss"] for c in calls))
+    out["regions"] = [dict(r, **{k: statistics.median(c["regions"][i][k] for c in calls)
+                                 for k in ("work", "span", "loss", "if_split") if k in r})
                       for i, r in enumerate(calls[0]["regions"])]
     out["gaps"] = [dict(g, ns=statistics.median(c["gaps"][i]["ns"] for c in calls))
                    for i, g in enumerate(calls[0]["gaps"])]
@@ -235,8 +240,13 @@ def report(label: str, m: dict, threads: int, top: int) -> None:
     print("    serial stretches (us):")
     for g in gaps:
         print(f"      {g['ns'] * us:8.1f}  {g['between']}")
-    print("    regions by loss over work/threads (us): loss  span  work  items/chunks")
-    for r in sorted(m["regions"], key=lambda r: -r["loss"])[:top]:
+    ser = sorted((r for r in m["regions"] if r["serial"]), key=lambda r: -r["work"])
+    if ser:
+        print(f"    serial computes (us; {sum(r['work'] for r in ser) * us:.1f} in all): time  if split  items")
+        for r in ser[:top]:
+            print(f"      {r['work'] * us:7.1f} {r['if_split'] * us:7.1f}  {r['n']:6d}  {r['name']}")
+    print("    parallel regions by loss over work/threads (us): loss  span  work  items/chunks")
+    for r in sorted((r for r in m["regions"] if not r["serial"]), key=lambda r: -r["loss"])[:top]:
         print(f"      {r['loss'] * us:7.1f} {r['span'] * us:7.1f} {r['work'] * us:7.1f}  {r['n']:6d}/{r['chunks']:<3d}"
               f" {r['name']}")
 
@@ -317,6 +327,8 @@ def main() -> int:
     ap.add_argument("--wake-us", type=float, default=WAKE_US)
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--lib", type=Path, help="a compiled library directory to use instead of compiling")
+    ap.add_argument("--no-serial-regions", dest="serial_regions", action="store_false",
+                    help="build as usual: the serial computes stay in the stretches between regions")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--measure-dispatch", action="store_true")
     args = ap.parse_args()
@@ -334,7 +346,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         lib_dir = args.lib or Path(tmp) / "lib"
         if args.lib is None:
+            if args.serial_regions:  # the serial computes as `ser.` regions (codegen/cpu/emit.py)
+                os.environ["ONNXCC_PROFILE_SERIAL"] = "1"
             onnxcc.compile(path, lib_dir)
+            os.environ.pop("ONNXCC_PROFILE_SERIAL", None)
         _clock, calls = _profile(lib_dir, [f for _, f in sets], args.runs, args.warmup, args.threads)
         name = _namer(lib_dir)  # while the library is still there
         medians = [_median_call([analyse(c, args.threads, args.dispatch_us * 1e3, args.wake_us * 1e3, name)
