@@ -3,15 +3,15 @@
 On a machine shared with other jobs a 2-thread wall clock moves by +-30% per row, too much to
 judge a change to how one kernel splits. This runs the model at ONE thread with the runtime's
 region profile on (`ONNXCC_REGION_PROFILE`, codegen/c/runtime/onnxcc_rt.c): every parallel
-loop is cut into the chunks the pool would deal at N threads and each chunk is timed by the
-thread's CPU clock; the work between parallel loops (kernels that run serially, the call's
-own overhead) is the CPU time between them. The library is built with
-`ONNXCC_PROFILE_SERIAL=1` (codegen/cpu/emit.py): each compute that runs serially runs as a
-region of its own named `ser.OUT`, counted serially, with the span it would have if split.
-The N-thread time is then replayed: per region, the chunks claimed in order by whichever
-thread is free first (the caller at 0, a worker
-`--wake-us` later), the region's span the last finish, plus a dispatch cost per region
-(`--dispatch-us`, measured by `--measure-dispatch` on this machine's pool);
+loop is cut into the chunks the pool would deal at N threads and each chunk is timed (the
+least time of several runs: preemption and noisy neighbours only add); the work between
+parallel loops (kernels that run serially, the call's own overhead) is the time between them.
+The library is built with `ONNXCC_PROFILE_SERIAL=1` (codegen/cpu/emit.py): each compute that
+runs serially runs as a region of its own named `ser.OUT`, counted serially, with the span it
+would have if split. The N-thread time is then replayed: per region, the chunks claimed in
+order by whichever thread is free first (the caller at 0, a worker `--wake-us` later), the
+region's span the last finish, plus a dispatch cost per region (`--dispatch-us`, measured by
+`--measure-dispatch` on this machine's pool);
 
     predicted = serial time + sum over regions (replayed span + dispatch)
 
@@ -26,8 +26,9 @@ half their work. Regions are named by their body functions (`nm` on the library)
     python benchmarks/region_profile.py --measure-dispatch    # the pool's per-region cost here
 
 Zoo names take the rows of tests/zoo/zoo.json (`--row`, default all). The profiled calls run
-in a child process (the profile is written when it exits). Compare two trees by running the
-tool with each on PYTHONPATH.
+in a child process (the profile is written when it exits). `--before TREE` builds the model
+with another source tree too and alternates the two libraries' calls: even the least times
+grow with the machine's load (shared caches), so compare within one run.
 """
 
 from __future__ import annotations
@@ -90,31 +91,33 @@ def _inputs(spec: str, shapes: list[str], rows: list[int] | None) -> tuple[Path,
 
 
 # ---- the child: profiled calls -------------------------------------------------------------
-def _child(lib_dir: str, feeds_file: str, runs: int, warmup: int) -> None:
-    """Run each feed set `warmup + runs` times at one thread (the profile env already set),
-    printing the thread-CPU stamps of the measured calls as JSON."""
+def _child(lib_dirs: list[str], feeds_file: str, runs: int, warmup: int) -> None:
+    """Run each feed set `warmup + runs` times at one thread (the profile env already set) on
+    each library, the libraries' calls alternating (so a change of load hits both alike),
+    printing the thread-CPU stamps of the measured calls as JSON: [set][lib] -> [(a, z)]."""
     import numpy as np
 
     import onnxcc
 
-    lib = onnxcc.load(Path(lib_dir))
+    libs = [onnxcc.load(Path(d)) for d in lib_dirs]
     data = np.load(feeds_file, allow_pickle=True)
-    sets = data["sets"].tolist()
     stamps = []
-    for feeds in sets:
-        for _ in range(warmup):
-            lib.run(feeds)
-        calls = []
+    for feeds in data["sets"].tolist():
+        for lib in libs:
+            for _ in range(warmup):
+                lib.run(feeds)
+        calls: list[list[tuple[int, int]]] = [[] for _ in libs]
         for _ in range(runs):
-            t0 = time.thread_time_ns()
-            lib.run(feeds)
-            calls.append((t0, time.thread_time_ns()))
+            for k, lib in enumerate(libs):
+                t0 = time.monotonic_ns()
+                lib.run(feeds)
+                calls[k].append((t0, time.monotonic_ns()))
         stamps.append(calls)
     print(json.dumps(stamps))
 
 
-def _profile(lib_dir: Path, sets: list[dict], runs: int, warmup: int, threads: int) -> tuple[float, list]:
-    """(clock cost ns, per feed set: per call [(kind, ...)]) from a child process."""
+def _profile(lib_dirs: list[Path], sets: list[dict], runs: int, warmup: int, threads: int) -> list:
+    """[set][lib] -> per call ((a, z), its regions), from a child process."""
     import numpy as np
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,24 +127,21 @@ def _profile(lib_dir: Path, sets: list[dict], runs: int, warmup: int, threads: i
         np.savez(feeds_file, sets=arr)
         env = dict(os.environ, ONNXCC_NUM_THREADS="1", ONNXCC_REGION_PROFILE=str(prof),
                    ONNXCC_REGION_PROFILE_THREADS=str(threads))
-        out = subprocess.run([sys.executable, __file__, "--child", str(lib_dir), str(feeds_file), str(runs),
-                              str(warmup)], env=env, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run([sys.executable, __file__, "--child", ",".join(map(str, lib_dirs)), str(feeds_file),
+                              str(runs), str(warmup)], env=env, check=True, capture_output=True, text=True).stdout
         stamps = json.loads(out.strip().splitlines()[-1])
         lines = prof.read_text().splitlines() if prof.exists() else []
-    clock_ns = float(lines[0].split()[2]) if lines and lines[0].startswith("H ") else 0.0
-    regions = []
-    for ln in lines:
-        if ln.startswith("R "):
-            f = ln.split()
+    regions, clock_ns = [], 0.0
+    for ln in lines:  # each library's runtime writes its own header (the clock's cost) first
+        f = ln.split()
+        if ln.startswith("H "):
+            clock_ns = float(f[2])
+        elif ln.startswith("R "):
             regions.append({"lib": f[1], "off": int(f[2], 16), "n": int(f[3]), "t0": int(f[4]), "t1": int(f[5]),
                             "chunks": [max(0.0, int(v) - clock_ns) for v in f[6:-1]], "t2": int(f[-1][1:])})
-    calls = []
-    for set_stamps in stamps:
-        per_set = []
-        for a, z in set_stamps:
-            per_set.append(((a, z), [r for r in regions if a <= r["t0"] <= z]))
-        calls.append(per_set)
-    return clock_ns, calls
+    regions.sort(key=lambda r: r["t0"])
+    return [[[((a, z), [r for r in regions if a <= r["t0"] <= z]) for a, z in per_lib] for per_lib in per_set]
+            for per_set in stamps]
 
 
 # ---- names and the replay ------------------------------------------------------------------
@@ -191,14 +191,32 @@ def replay(chunks: list[float], threads: int, wake_ns: float) -> float:
     return max(f for f, u in zip(free, used, strict=True) if u)
 
 
-def analyse(call: tuple, threads: int, dispatch_ns: float, wake_ns: float, name) -> dict:
-    """One profiled call -> its serial stretches, regions and the replayed N-thread time."""
-    (a, z), regions = call
+def fastest_call(calls: list[tuple]) -> tuple[list[float], list[dict]]:
+    """The profiled calls of one library and input (each the same regions in order) as one:
+    per region each chunk's least time over the calls, per stretch between regions its least
+    time. The wall clock of a chunk only grows when the machine is loaded (preemption, a
+    neighbour in the caches), so the least of several runs is the undisturbed time."""
+    shape = statistics.mode(len(regs) for _, regs in calls)
+    calls = [c for c in calls if len(c[1]) == shape]
+    gaps, regions = [], []
+    for k in range(shape + 1):
+        gaps.append(min((regs[k]["t0"] if k < shape else z) - (regs[k - 1]["t2"] if k else a)
+                        for (a, z), regs in calls))
+    for k in range(shape):
+        chunks = [min(vals) for vals in zip(*(regs[k]["chunks"] for _, regs in calls), strict=True)]
+        regions.append(dict(calls[0][1][k], chunks=chunks))
+    return gaps, regions
+
+
+def analyse(gaps: list[float], regions: list[dict], threads: int, dispatch_ns: float, wake_ns: float, name) -> dict:
+    """A call's stretches and regions -> its serial parts and the replayed N-thread time."""
     serial, items = [], []
-    prev_end, prev_name = a, "<call start>"
-    for r in regions:
-        label = name(r["lib"], r["off"])
-        serial.append({"between": f"{prev_name} .. {label}", "ns": r["t0"] - prev_end})
+    prev_name = "<call start>"
+    for gap, r in zip(gaps, regions + [None], strict=True):
+        label = name(r["lib"], r["off"]) if r is not None else "<call end>"
+        serial.append({"between": f"{prev_name} .. {label}", "ns": gap})
+        if r is None:
+            break
         work = sum(r["chunks"])
         split = replay(r["chunks"], threads, wake_ns) + (dispatch_ns if r["n"] > 1 else 0.0)
         if label.startswith("ser."):  # runs serially in a normal build (emit.PROFILE_SERIAL_ENV)
@@ -207,28 +225,12 @@ def analyse(call: tuple, threads: int, dispatch_ns: float, wake_ns: float, name)
         else:
             items.append({"name": label, "n": r["n"], "chunks": len(r["chunks"]), "work": work, "span": split,
                           "loss": split - (work / threads if r["n"] > 1 else work), "serial": False})
-        prev_end, prev_name = r["t2"], label
-    serial.append({"between": f"{prev_name} .. <call end>", "ns": z - prev_end})
+        prev_name = label
     gap_ns = sum(s["ns"] for s in serial)
     region_work = sum(i["work"] for i in items)
     return {"cpu": gap_ns + region_work, "serial": gap_ns + sum(i["work"] for i in items if i["serial"]),
             "region_work": region_work, "predicted": gap_ns + sum(i["span"] for i in items), "regions": items,
             "gaps": serial, "n_regions": sum(1 for i in items if i["n"] > 1 and not i["serial"])}
-
-
-def _median_call(calls: list[dict]) -> dict:
-    """Per-position medians over the calls (each call runs the same regions in order)."""
-    shape = [len(c["regions"]) for c in calls]
-    calls = [c for c in calls if len(c["regions"]) == statistics.mode(shape)]
-    out = dict(calls[0])
-    for k in ("cpu", "serial", "region_work", "predicted"):
-        out[k] = statistics.median(c[k] for c in calls)
-    out["regions"] = [dict(r, **{k: statistics.median(c["regions"][i][k] for c in calls)
-                                 for k in ("work", "span", "loss", "if_split") if k in r})
-                      for i, r in enumerate(calls[0]["regions"])]
-    out["gaps"] = [dict(g, ns=statistics.median(c["gaps"][i]["ns"] for c in calls))
-                   for i, g in enumerate(calls[0]["gaps"])]
-    return out
 
 
 def report(label: str, m: dict, threads: int, top: int) -> None:
@@ -314,7 +316,7 @@ def measure_dispatch(threads: int) -> tuple[float, float, float]:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        _child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        _child(sys.argv[2].split(","), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", help="zoo name, convnets:NET or an .onnx file")
@@ -329,6 +331,8 @@ def main() -> int:
     ap.add_argument("--lib", type=Path, help="a compiled library directory to use instead of compiling")
     ap.add_argument("--no-serial-regions", dest="serial_regions", action="store_false",
                     help="build as usual: the serial computes stay in the stretches between regions")
+    ap.add_argument("--before", type=Path, help="another source tree (its root): its build of the model is "
+                    "profiled too, the two libraries' calls alternating, and the two estimates compared")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--measure-dispatch", action="store_true")
     args = ap.parse_args()
@@ -344,22 +348,36 @@ def main() -> int:
 
     path, sets = _inputs(args.model, args.shape, args.row)
     with tempfile.TemporaryDirectory() as tmp:
-        lib_dir = args.lib or Path(tmp) / "lib"
+        lib_dirs = [args.lib or Path(tmp) / "lib"]
         if args.lib is None:
             if args.serial_regions:  # the serial computes as `ser.` regions (codegen/cpu/emit.py)
                 os.environ["ONNXCC_PROFILE_SERIAL"] = "1"
-            onnxcc.compile(path, lib_dir)
+            onnxcc.compile(path, lib_dirs[0])
             os.environ.pop("ONNXCC_PROFILE_SERIAL", None)
-        _clock, calls = _profile(lib_dir, [f for _, f in sets], args.runs, args.warmup, args.threads)
-        name = _namer(lib_dir)  # while the library is still there
-        medians = [_median_call([analyse(c, args.threads, args.dispatch_us * 1e3, args.wake_us * 1e3, name)
-                                 for c in per_set]) for per_set in calls]
+        if args.before:  # the same model built by another source tree, profiled alongside
+            lib_dirs.append(Path(tmp) / "before")
+            env = dict(os.environ, PYTHONPATH=str(args.before / "src"))
+            if args.serial_regions:
+                env["ONNXCC_PROFILE_SERIAL"] = "1"
+            subprocess.run([sys.executable, "-c", "import sys, onnxcc; onnxcc.compile(sys.argv[1], sys.argv[2])",
+                            str(path), str(lib_dirs[1])], env=env, check=True)
+        calls = _profile(lib_dirs, [f for _, f in sets], args.runs, args.warmup, args.threads)
+        medians = [[analyse(*fastest_call(per_lib), args.threads, args.dispatch_us * 1e3, args.wake_us * 1e3,
+                            _namer(d)) for d, per_lib in zip(lib_dirs, per_set, strict=True)] for per_set in calls]
     results = []
     print(f"{args.model} ({args.threads} threads replayed; dispatch {args.dispatch_us} us, wake {args.wake_us} us;"
           f" load {os.getloadavg()[0]:.2f})")
-    for (label, _), m in zip(sets, medians, strict=True):
-        report(label, m, args.threads, args.top)
-        results.append(dict(m, label=label))
+    for (label, _), ms in zip(sets, medians, strict=True):
+        report(label, ms[0], args.threads, args.top)
+        row = dict(ms[0], label=label)
+        if args.before:
+            b, a = ms[1], ms[0]
+            print(f"  {label}: before -> after: 1-thread CPU {b['cpu'] / 1e3:.1f} -> {a['cpu'] / 1e3:.1f} us, "
+                  f"predicted {args.threads}-thread {b['predicted'] / 1e3:.1f} -> {a['predicted'] / 1e3:.1f} us "
+                  f"({a['predicted'] / b['predicted']:.3f}), serial {b['serial'] / 1e3:.1f} -> "
+                  f"{a['serial'] / 1e3:.1f} us, regions {b['n_regions']} -> {a['n_regions']}")
+            row["before"] = b
+        results.append(row)
     if args.json:
         args.json.write_text(json.dumps({"model": args.model, "threads": args.threads, "rows": results}, indent=1))
     return 0

@@ -430,9 +430,10 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
 /* ---- region profile (benchmarks/region_profile.py) -------------------------------------
  * ONNXCC_REGION_PROFILE=FILE: every parallel loop runs on the calling thread, cut into the
  * chunks the pool would deal at ONNXCC_REGION_PROFILE_THREADS threads (default 2), each
- * chunk timed by the thread's CPU clock, one line per loop appended to FILE:
+ * chunk timed by the monotonic clock (the thread's CPU clock cost 0.5-1.7 us a read in this
+ * VM, the reader takes the least of several runs instead), one line per loop appended to FILE:
  *   R <library> <body offset, hex> <n> <t0> <t1> <chunk ns>... @<t2>
- * t0 / t1: the thread's CPU clock at entry and after the last chunk, t2 after the line is
+ * t0 / t1: the clock at entry and after the last chunk, t2 after the line is
  * formatted (what follows t2 is the caller's own work again); the file is buffered whole and
  * written at exit, so profile a process that exits. A benchmark replays the chunks
  * as threads would claim them: a load-independent estimate of the multi-thread time. Off
@@ -443,11 +444,6 @@ static pthread_once_t onnxcc_profile_once = PTHREAD_ONCE_INIT;
 static FILE *onnxcc_profile_file;
 static int onnxcc_profile_threads = 2;
 
-static int64_t onnxcc_cpu_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void onnxcc_profile_init(void) {
   const char *path = getenv("ONNXCC_REGION_PROFILE");
@@ -456,10 +452,13 @@ static void onnxcc_profile_init(void) {
   if (t && atoi(t) > 0) onnxcc_profile_threads = atoi(t) > ONNXCC_MAX_THREADS ? ONNXCC_MAX_THREADS : atoi(t);
   onnxcc_profile_file = fopen(path, "a");
   if (!onnxcc_profile_file) return;
-  /* written out at exit only: a flush inside the run would count as the caller's work */
-  setvbuf(onnxcc_profile_file, NULL, _IOFBF, (size_t)64 << 20);
-  int64_t a = onnxcc_cpu_ns(), b = a; /* the clock's own cost, which the reader subtracts */
-  for (int i = 0; i < 1000; i++) b = onnxcc_cpu_ns();
+  /* written out at exit only: a flush inside the run would count as the caller's work (and
+   * two libraries' lines would interleave); glibc ignores the size of a buffer it allocates */
+  size_t cap = (size_t)64 << 20;
+  char *buf = malloc(cap);
+  if (buf) setvbuf(onnxcc_profile_file, buf, _IOFBF, cap);
+  int64_t a = onnxcc_now_ns(), b = a; /* the clock's own cost, which the reader subtracts */
+  for (int i = 0; i < 1000; i++) b = onnxcc_now_ns();
   fprintf(onnxcc_profile_file, "H %d %.1f\n", onnxcc_profile_threads, (double)(b - a) / 1000.0);
 }
 
@@ -469,11 +468,11 @@ static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx) {
   onnxcc_job job = {body, ctx, n, n == 1 ? 1 : onnxcc_chunk_count(n, onnxcc_profile_threads)};
   int64_t *ns = malloc((size_t)job.nchunks * sizeof *ns);
   if (!ns) return 0;
-  int64_t t0 = onnxcc_cpu_ns(), prev = t0;
+  int64_t t0 = onnxcc_now_ns(), prev = t0;
   onnxcc_in_parallel = 1;
   for (int64_t c = 0; c < job.nchunks; c++) {
     body(onnxcc_chunk_start(&job, c), onnxcc_chunk_start(&job, c + 1), ctx);
-    int64_t now = onnxcc_cpu_ns();
+    int64_t now = onnxcc_now_ns();
     ns[c] = now - prev;
     prev = now;
   }
@@ -485,7 +484,7 @@ static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx) {
           (long long)prev);
   for (int64_t c = 0; c < job.nchunks; c++) fprintf(onnxcc_profile_file, " %lld", (long long)ns[c]);
   free(ns);
-  fprintf(onnxcc_profile_file, " @%lld\n", (long long)onnxcc_cpu_ns());
+  fprintf(onnxcc_profile_file, " @%lld\n", (long long)onnxcc_now_ns());
   return 1;
 }
 
