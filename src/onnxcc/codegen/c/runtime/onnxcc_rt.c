@@ -377,12 +377,14 @@ __attribute__((destructor)) static void onnxcc_pool_fini(void) {
   onnxcc_pool.nworkers = 0;
 }
 
+static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx);
+static int onnxcc_profiled_threads(void);
+
 int onnxcc_num_threads(void) {
   pthread_once(&onnxcc_pool_once, onnxcc_pool_init);
-  return onnxcc_pool.nthreads;
+  int profiled = onnxcc_profiled_threads(); /* the task grids the profiled thread count gets */
+  return profiled ? profiled : onnxcc_pool.nthreads;
 }
-
-static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx);
 
 void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
   if (n <= 0) return;
@@ -429,7 +431,8 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
 
 /* ---- region profile (benchmarks/region_profile.py) -------------------------------------
  * ONNXCC_REGION_PROFILE=FILE: every parallel loop runs on the calling thread, cut into the
- * chunks the pool would deal at ONNXCC_REGION_PROFILE_THREADS threads (default 2), each
+ * chunks the pool would deal at ONNXCC_REGION_PROFILE_THREADS threads (default 2, which
+ * onnxcc_num_threads reports, so the GEMM and conv calls cut their task grids for it), each
  * chunk timed by the monotonic clock (the thread's CPU clock cost 0.5-1.7 us a read in this
  * VM, the reader takes the least of several runs instead), one line per loop appended to FILE:
  *   R <library> <body offset, hex> <n> <t0> <t1> <chunk ns>... @<t2>
@@ -460,6 +463,11 @@ static void onnxcc_profile_init(void) {
   int64_t a = onnxcc_now_ns(), b = a; /* the clock's own cost, which the reader subtracts */
   for (int i = 0; i < 1000; i++) b = onnxcc_now_ns();
   fprintf(onnxcc_profile_file, "H %d %.1f\n", onnxcc_profile_threads, (double)(b - a) / 1000.0);
+}
+
+static int onnxcc_profiled_threads(void) {
+  pthread_once(&onnxcc_profile_once, onnxcc_profile_init);
+  return onnxcc_profile_file ? onnxcc_profile_threads : 0;
 }
 
 static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx) {
