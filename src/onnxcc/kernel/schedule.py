@@ -330,12 +330,18 @@ _ROW_NORM_COST = 4
 row, so each element costs a few passes over the row, not a reduction of its own"""
 
 
+TAP_WORK_DIVISOR = 4
+"""window taps per element-operation of `compute_work`: a tap is one vector load and FMA (a 5x5
+depthwise conv ran 76 ps a tap); counted whole, 3x3 depthwise convs of 2-5 us split, where the
+pool's cost per loop (~1.5 us) ate the gain (benchmarks/region_profile.py)"""
+
+
 def compute_work(c: Compute, row_norm: bool = False) -> Dim:
     """Estimated element-operations of a compute: domain size x the biggest reduction, or
-    x the most distinct loads of one buffer (a window's unrolled taps: a 5x5 depthwise conv
-    reads its input 25 times per element; counted as 1, mnasnet's on a 12 x 10 plane ran
-    serially, 44 us of a 1.1 ms call, benchmarks/region_profile.py) (a row-norm schedule, or
-    `row_norm`: x `_ROW_NORM_COST`)."""
+    x the most distinct loads of one buffer / TAP_WORK_DIVISOR (a window's unrolled taps: a
+    5x5 depthwise conv reads its input 25 times per element; counted as 1, mnasnet's on a
+    12 x 10 plane ran serially, 44 us of a 1.1 ms call, benchmarks/region_profile.py) (a
+    row-norm schedule, or `row_norm`: x `_ROW_NORM_COST`)."""
     n: Dim = 1
     for d in c.extents:
         n = canon(n * d)
@@ -351,7 +357,8 @@ def compute_work(c: Compute, row_norm: bool = False) -> Dim:
             cost = max(cost, k)
         elif isinstance(e, Load):
             taps[e.buffer] = taps.get(e.buffer, 0) + 1
-    return canon(n * max(cost, *taps.values()) if taps else n * cost)
+    tap_cost = -(-max(taps.values(), default=0) // TAP_WORK_DIVISOR)
+    return canon(n * max(cost, tap_cost))
 
 
 # ---- GEMM recognition ---------------------------------------------------------------------
