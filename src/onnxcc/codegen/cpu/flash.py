@@ -35,6 +35,7 @@ from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substi
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
+from .flash_guard import CausalGuard
 from .flash_lanes import LaneRows, lanes_fit
 
 if TYPE_CHECKING:
@@ -82,31 +83,55 @@ def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, pl
     fl = plan.flash
     assert fl is not None
     b = ctx.b
+    guard = CausalGuard(em, ctx, c, fl, compute_type(fl.core.dtype)) if fl.causal is not None else None
     if fl.rows_var is None or v + 1 == len(c.vars):
-        _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
+        if guard is not None:  # one row: its own skipped keys
+            _scan(b, em, fl, guard, None, c)
+        _Rows(owner, em, ctx, c, plan, 1, guard).run(None, vals)
         return
     if rows is not None:
         start, n = rows
     else:
         n = ctx.dim(c.extents[v])
+        start = i64(0)
+    if guard is not None:  # the keys any of these rows may skip: after the first row's limit
+        _scan(b, em, fl, guard, start, c)
+    if rows is None and lanes_fit(fl):
         # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
-        start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
+        start = LaneRows(owner, em, ctx, c, plan, guard).run(vals)
     full = b.udiv(b.sub(n, start, name="flash.rows.left"), i64(ROWS), name="flash.rowblocks")
     with for_range(b, full, "flash.rb", guard=True) as rb:
         s0 = b.add(start, b.mul(rb, i64(ROWS), name="flash.s0.off", flags=("nuw", "nsw")), name="flash.s0")
-        _Rows(owner, em, ctx, c, plan, ROWS).run(s0, vals)
+        _Rows(owner, em, ctx, c, plan, ROWS, guard).run(s0, vals)
     done = b.add(start, b.mul(full, i64(ROWS), name="flash.rdone.off"), name="flash.rdone")
     with for_range(b, n, "flash.rr", start=done, guard=True) as r:
-        _Rows(owner, em, ctx, c, plan, 1).run(r, vals)
+        _Rows(owner, em, ctx, c, plan, 1, guard).run(r, vals)
+
+
+def _scan(b: ir.IRBuilder, em: ExprEmitter, fl: Flash, guard: CausalGuard, first: ir.Value | None,
+          c: Compute) -> None:
+    """guard.scan over the keys after row `first`'s limit (None: the bound row's)."""
+    assert fl.causal is not None
+    if first is not None:
+        em.push({fl.rows_var: first}, {fl.rows_var: c.extents[-2]})  # type: ignore[dict-item]
+    lim = b.add(em.emit(fl.causal), i64(1), name="flash.guard.lo")
+    if first is not None:
+        em.pop()
+    n = em.emit(fl.kv_len)
+    lo = b.select(b.icmp_signed("<", lim, n), lim, n, name="flash.guard.lo.n")
+    lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo, name="flash.guard.lo0")
+    guard.scan(lo, n)
 
 
 class _Rows:
     """One emission of `nrows` rows (module doc): their stack arrays and the block steps."""
 
-    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, nrows: int):
+    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, nrows: int,
+                 guard: CausalGuard | None):
         fl = plan.flash
         assert fl is not None
         self.owner, self.em, self.ctx, self.c, self.fl, self.b = owner, em, ctx, c, fl, ctx.b
+        self.guard = guard
         self.dt = fl.core.dtype
         self.ty = ty = compute_type(self.dt)
         self.w, self.w_ext = c.var_names[-1], c.extents[-1]
@@ -191,24 +216,51 @@ class _Rows:
             em.hoist(fl.without_core(self.c.body))
         for sc in self.score1:  # what no key changes (a causal row's offset): once per row
             em.hoist(sc)
+        n = em.emit(fl.kv_len)
+        if self.guard is None:
+            self.keys(n)
+        else:  # keys after the last row's limit add nothing where the guard proves it
+            g = self.guard
+            qn = g.query_norm()
+            q_sum = None
+            if qn is not None:
+                parts = [em.emit(substitute(qn, {rv: x}) if self.rows else qn) for x in self.rows or [None]]
+                q_sum = parts[0]
+                for p in parts[1:]:
+                    q_sum = b.fadd(q_sum, p, name="flash.guard.qsum")
+            fast = self.causal_end(n)
+            g.run(fast, n, g.skip_ok(fast, q_sum), self.keys, self.rows_ok)
+        for r in range(self.nrows):
+            self.finish(r, s0, vals)
+        if self.rows or s0 is not None:
+            em.pop()
+
+    def keys(self, n: ir.Value) -> None:
+        """The rows' state from the start, then their keys below n, block by block."""
+        b, fl = self.b, self.fl
         for r in range(self.nrows):
             b.store(self.neg_inf, self.m_p[r])
             b.store(self.zero, self.l_p[r])
         with for_range(b, i64(fl.row * self.nrows), "flash.w0", guard=False, metadata=self.vec_md()) as j:
             b.store(self.zero, self.slot(self.acc, j))
-        n = em.emit(fl.kv_len)
-        if fl.causal is not None:  # keys after the last row's limit are -inf for every row
-            n = self.causal_end(n)
         nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="flash.n.up"), i64(BLOCK), name="flash.blocks")
         with for_range(b, nblk, "flash.kb", guard=True) as kb:
             t0 = b.mul(kb, i64(BLOCK), name="flash.t0", flags=("nuw", "nsw"))
             left = b.sub(n, t0, name="flash.left", flags=("nsw",))
             cnt = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK), name="flash.cnt")
             self.block(t0, cnt)
-        for r in range(self.nrows):
-            self.finish(r, s0, vals)
-        if self.rows or s0 is not None:
-            em.pop()
+
+    def rows_ok(self) -> ir.Value | None:
+        """The guard's check of every row's final max (flash_guard.py)."""
+        b, g = self.b, self.guard
+        assert g is not None
+        oks = [g.rows_ok(b.load(self.m_p[r], name="flash.m.end")) for r in range(self.nrows)]
+        if any(x is None for x in oks):
+            return None
+        ok = oks[0]
+        for x in oks[1:]:
+            ok = b.and_(ok, x, name="flash.guard.rows")
+        return ok
 
     def causal_end(self, n: ir.Value) -> ir.Value:
         """min(n, R + 1) at the block's last row (at least 0): the keys past it score -inf
