@@ -60,6 +60,13 @@ LANES_MAX_HEAD = 16
 heads keep the row-at-a-time form, whose dots fill whole vectors (measured at 32: the
 lanes form spills its accumulators and runs 1.8x slower than the chain)"""
 
+ROWS_PER_ITEM = 64
+"""query rows per parallel item of a fused compute that runs its rows several at a time
+and not in lanes (`rows_per_item`): the (batch, head) items alone are 4 for a batch of 4
+heads, 2 per thread on 2 threads, and one late item on a shared core was a quarter of the
+attention's time; 64 rows at 512 keys is still ~0.2 ms of work per item, and consecutive
+items of one head share its K and V in L2"""
+
 _KEY_VARS = ("kt", "ku")
 """the key vars of the numerator / max and of the denominator"""
 
@@ -124,6 +131,23 @@ class Flash:
         (the core's own reductions must not be: they are what the fused loop computes)."""
         zero = Const(0.0, self.core.dtype)
         return transform(body, lambda n: zero if n == self.core else None)
+
+
+def lanes_fit(fl: Flash) -> bool:
+    """Whether a fused core runs with its query rows in vector lanes (codegen/cpu/
+    flash_lanes.py): rows that share keys (`rows_var`), a dot product of a static head of
+    at most LANES_MAX_HEAD, and a value row of at most that."""
+    if fl.rows_var is None or fl.dot is None or fl.query is None or fl.keyed is None:
+        return False
+    (_, ext), = fl.dot.vars
+    return isinstance(ext, Const) and 0 < int(ext.value) <= LANES_MAX_HEAD and fl.row <= LANES_MAX_HEAD
+
+
+def rows_per_item(fl: Flash) -> int | None:
+    """The schedule's `rows_per_item` for a fused compute: ROWS_PER_ITEM where its rows run
+    several at a time (codegen/cpu/flash.py), None for one row at a time and for the lanes
+    form (whose row blocks start at row 0)."""
+    return ROWS_PER_ITEM if fl.rows_var is not None and not lanes_fit(fl) else None
 
 
 def match_flash(c: Compute) -> Flash | None:

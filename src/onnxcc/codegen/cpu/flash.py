@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substitute
+from onnxcc.kernel.flash import lanes_fit
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 from .flash_guard import CausalGuard
-from .flash_lanes import LaneRows, lanes_fit
+from .flash_lanes import LaneRows
 
 if TYPE_CHECKING:
     from onnxcc.kernel.flash import Flash
@@ -61,25 +62,11 @@ _FM = ("reassoc", "contract", "nsz")
 """the dot's adds may be reordered (vector lanes), as any reduction's are"""
 
 
-PAR_ROWS = 64
-"""query rows per parallel item where the rows are split over items (`row_chunks`): the (batch,
-head) items alone are 4 for a batch of 4 heads, 2 per thread on 2 threads (one late item was
-a quarter of the attention's time on a shared core); 64 rows at 512 keys is still ~0.2 ms of
-work per item, and consecutive items of one head share its K and V in L2"""
-
-
-def row_chunks(fl: Flash | None) -> bool:
-    """Whether a fused compute's parallel items are (outer vars, a chunk of PAR_ROWS query
-    rows) instead of the outer vars alone: the rows-at-once path, not the narrow heads' lanes
-    (flash_lanes.py runs its row blocks from row 0)."""
-    return fl is not None and fl.rows_var is not None and not lanes_fit(fl)
-
-
 def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
                vals: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> None:
     """From var `v` of `c` on: the rows var and the innermost one (`plan.flash.rows_var`
     set), or the innermost alone; the outer vars are bound in `vals`. `rows`: only the query
-    rows [lo, hi) (a parallel item's chunk, `row_chunks`), else all of them."""
+    rows [lo, hi) (a parallel item's: the schedule's `rows_per_item`), else all of them."""
     fl = plan.flash
     assert fl is not None
     b = ctx.b

@@ -34,14 +34,12 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import Const, Expr
-from onnxcc.kernel.flash import LANES_MAX_HEAD
+from onnxcc.kernel.expr import Expr
 
 from ..llvm.exprs import ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 
 if TYPE_CHECKING:
-    from onnxcc.kernel.flash import Flash
     from onnxcc.kernel.program import Compute
 
     from .emit import FnCtx, KernelEmitter, NestPlan
@@ -56,15 +54,6 @@ CHAINS = 4
 _CHAIN = ("contract", "nsz")
 """the dot's partial sums: products fused into the adds but not reassociated, which would
 let LLVM fold the CHAINS partial sums back into one chain of D dependent FMAs"""
-
-
-def lanes_fit(fl: Flash) -> bool:
-    """Whether a fused core runs here: rows that share keys (`rows_var`), a dot product of a
-    static head of at most LANES_MAX_HEAD, and a value row of at most that."""
-    if fl.rows_var is None or fl.dot is None or fl.query is None or fl.keyed is None:
-        return False
-    (_, ext), = fl.dot.vars
-    return isinstance(ext, Const) and 0 < int(ext.value) <= LANES_MAX_HEAD and fl.row <= LANES_MAX_HEAD
 
 
 class LaneRows:
