@@ -1,6 +1,7 @@
 """Causal attention chains with a NaN, +inf or -inf in K or V, fused and compared with
-onnxruntime NaN for NaN: the fused kernel skips the keys after each row's diagonal
-(kernel/flash.py `Flash.causal`), but onnxruntime adds the mask to every score, so a masked
+onnxruntime NaN for NaN (and the Attention op with is_causal, last test): the fused kernel
+skips the keys after each row's diagonal (kernel/flash.py `Flash.causal`), but onnxruntime
+adds the mask to every score, so a masked
 key's non-finite score (an additive mask: NaN + mask, inf + mask) makes the whole row NaN
 and a masked key's non-finite value (P = 0 times inf or NaN) makes its column NaN. A row
 whose kept scores are all -inf under a finfo.min mask is the softmax of the masked scores.
@@ -138,3 +139,36 @@ def test_nonfinite_kv_match_onnxruntime(built, threads):
     r = subprocess.run([sys.executable, "-c", _RUN, str(built / "lib"), str(built / "m.onnx")], env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-6000:] + r.stderr[-3000:]
+
+
+def test_attention_op_causal_nonfinite_match_onnxruntime(tmp_path):
+    """The Attention op (opset 23) with is_causal, fused the same way: its masked keys' score
+    is the score + -inf as onnxruntime computes it (NaN rows for a NaN or inf in K there)."""
+    import onnxcc
+    from onnxcc.kernel.flash import match_flash
+    from onnxcc.kernel.parser import parse_kernel_text
+    from onnxcc.testing import ort_run
+
+    d = 64
+    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"], is_causal=1)
+    g = helper.make_graph([node], "att", [helper.make_tensor_value_info(x, T.FLOAT, [1, 2, "S", d]) for x in "QKV"],
+                          [helper.make_tensor_value_info("Y", T.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "a.onnx")
+    text = onnxcc.compile(tmp_path / "a.onnx", tmp_path / "kir", name="att", emit="kernel", max_versions=1).text
+    fused = [fl for c in parse_kernel_text(text)[-1].computes() if (fl := match_flash(c)) is not None]
+    assert len(fused) == 1 and fused[0].causal is not None
+    onnxcc.compile(tmp_path / "a.onnx", tmp_path / "lib", name="att")
+    lib = onnxcc.load(tmp_path / "lib")
+    rng = np.random.default_rng(1)
+    for s in (63, 65, 200):
+        for which in "QKV":
+            for val in (np.nan, np.inf, -np.inf):
+                feeds = {x: rng.standard_normal((1, 2, s, d)).astype(np.float32) for x in "QKV"}
+                feeds[which][0, 1, s - 2, 3] = val
+                want, got = ort_run(model, feeds)["Y"], lib.run(feeds)["Y"]
+                where = f"s={s} {which}[key {s - 2}]={val}"
+                assert np.array_equal(np.isnan(got), np.isnan(want)), where
+                ok = ~np.isnan(want)
+                np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5, err_msg=where)
