@@ -11,8 +11,8 @@ mask, Where(above, -inf / finfo.min, x), at rank 4 and rank 3, heads of 64 (code
 flash.py's rows) and of 16 (flash_lanes.py's row blocks in lanes). Each non-finite value at
 key 0, the middle key and the last one (masked for the rows before it, kept by the rows
 after it), at seq 1 / 63 / 64 / 65 / 200 and batch 1 to 3, on 1 and 2 threads (a child
-process each: the pool's size is fixed at its first use). Finite outputs to rtol 1e-4 /
-atol 1e-5."""
+process each: the pool's size is fixed at its first use), with the guard's vector scan and its
+row-norm scan (codegen/cpu/flash_guard.py). Finite outputs to rtol 1e-4 / atol 1e-5."""
 
 from __future__ import annotations
 
@@ -119,6 +119,7 @@ _RUN = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     import onnxcc
+    from onnxcc.codegen.cpu import flash as cpu_flash
     from onnxcc.kernel.flash import match_flash
     from onnxcc.kernel.parser import parse_kernel_text
 
@@ -130,13 +131,21 @@ def built(tmp_path_factory):
     # every chain fused and proved causal: the kernel skips the keys after the diagonal
     assert len(fused) == len(CHAINS) and all(fl.causal is not None for fl in fused)
     onnxcc.compile(d / "m.onnx", d / "lib", name="nonfinite", max_versions=1)
+    # the guard's scan through the expression emitter (K or V rows not contiguous vectors)
+    saved = cpu_flash._scan_lanes
+    cpu_flash._scan_lanes = lambda *a: (0, 0)
+    try:
+        onnxcc.compile(d / "m.onnx", d / "lib_rows", name="nonfinite", max_versions=1)
+    finally:
+        cpu_flash._scan_lanes = saved
     return d
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_nonfinite_kv_match_onnxruntime(built, threads):
+@pytest.mark.parametrize("scan", ["lib", "lib_rows"])
+def test_nonfinite_kv_match_onnxruntime(built, threads, scan):
     env = {**os.environ, "ONNXCC_NUM_THREADS": str(threads)}
-    r = subprocess.run([sys.executable, "-c", _RUN, str(built / "lib"), str(built / "m.onnx")], env=env,
+    r = subprocess.run([sys.executable, "-c", _RUN, str(built / scan), str(built / "m.onnx")], env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout[-6000:] + r.stderr[-3000:]
 

@@ -70,7 +70,9 @@ def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, pl
     fl = plan.flash
     assert fl is not None
     b = ctx.b
-    guard = CausalGuard(em, ctx, c, fl, compute_type(fl.core.dtype)) if fl.causal is not None else None
+    guard = None
+    if fl.causal is not None:
+        guard = CausalGuard(em, ctx, c, fl, compute_type(fl.core.dtype), _scan_lanes(fl, c, plan))
     if fl.rows_var is None or v + 1 == len(c.vars):
         if guard is not None:  # one row: its own skipped keys
             _scan(b, em, fl, guard, None, c)
@@ -93,6 +95,21 @@ def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, pl
     done = b.add(start, b.mul(full, i64(ROWS), name="flash.rdone.off"), name="flash.rdone")
     with for_range(b, n, "flash.rr", start=done, guard=True) as r:
         _Rows(owner, em, ctx, c, plan, 1, guard).run(r, vals)
+
+
+def _scan_lanes(fl: Flash, c: Compute, plan: NestPlan) -> tuple[int, int]:
+    """The vector widths the guard's scan reads K's and V's rows with: both loads contiguous
+    along the head and the heads whole vectors (K's only where the masked score reads the
+    dot), else (0, 0)."""
+    width = plan.vector_width or 8
+    vv = _lanes(fl.row, width) if _contiguous(fl.value, c.var_names[-1], fl.core.dtype) else 0
+    if fl.masked[0] == 0.0:
+        return (vv, vv) if vv else (0, 0)
+    if fl.dot is None or fl.keyed is None:
+        return (0, 0)
+    (e, ext), = fl.dot.vars
+    kv = _lanes(int(ext.value), width) if isinstance(ext, Const) and _contiguous(fl.keyed, e.name, fl.core.dtype) else 0
+    return (kv, vv) if kv and vv else (0, 0)
 
 
 def _scan(b: ir.IRBuilder, em: ExprEmitter, fl: Flash, guard: CausalGuard, first: ir.Value | None,

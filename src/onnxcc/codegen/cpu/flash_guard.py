@@ -14,12 +14,13 @@ and 0 * V(key, w) is 0. That fails for
   -inf under a finfo.min mask is the softmax of its masked scores).
 
 So per (batch, head) (per parallel item) one pass over the keys that may be skipped finds the
-last key whose V row, and (for `X * a + m`) whose K row, is not finite, and the largest
-L1 norm of the finite K rows; per block of rows, before its keys:
+last key whose V row, and (for `X * a + m`) whose K row, is not finite, and a bound kmax on
+the finite K rows (their largest element, or their largest L1 norm where the rows are not
+contiguous vectors); per block of rows, before its keys:
 
-    skip = last bad V < end and last bad K < end and |Q rows|_1 * max |K row|_1 <= BIG
+    skip = last bad V < end and last bad K < end and |Q rows|_1 * kmax <= BIG
 
-(`end` the block's first skipped key; the norms bound every skipped |X|, so X is finite and
+(`end` the block's first skipped key; that bounds every skipped |X|, so X is finite and
 s within |a| * bound of m), and after them, for a finite m, every row's max at least
 MARGIN above m + |a| * bound, the highest a skipped score can be. Where either fails the
 block runs again over every key, computing the masked scores as the graph does: the same
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from ..llvm.exprs import ExprEmitter
     from .emit import FnCtx
 
+SCAN_GROUP = 8
+"""keys per horizontal reduction of the vector scan"""
 MARGIN = 1000.0
 """how far below a row's max a skipped score must be: exp(-1000) is 0 in f32 and f64"""
 _BIG = {32: 2.0 ** 125, 64: 2.0 ** 1021}
@@ -55,9 +58,12 @@ of the type's largest: the dot's rounding cannot reach inf)"""
 class CausalGuard:
     """The run-time check of one fused causal compute (module doc)."""
 
-    def __init__(self, em: ExprEmitter, ctx: FnCtx, c: Compute, fl: Flash, ty: ir.Type):
+    def __init__(self, em: ExprEmitter, ctx: FnCtx, c: Compute, fl: Flash, ty: ir.Type, lanes: tuple[int, int]):
+        """`lanes`: the vector widths K's and V's rows load with contiguously, (0, 0) where
+        they do not (the scan then sums each row through the expression emitter)."""
         assert fl.causal is not None
         self.em, self.ctx, self.c, self.fl, self.b, self.ty = em, ctx, c, fl, ctx.b, ty
+        self.lanes = lanes
         self.a, self.m = fl.masked
         self.reads_dot = self.a != 0.0
         w = Var("flash.guard.w")
@@ -77,11 +83,80 @@ class CausalGuard:
     def scan(self, lo: ir.Value, n: ir.Value) -> None:
         """The keys [lo, n) (those some row served here may skip): the last one with a
         non-finite V row (and K row), and the largest finite K row norm."""
-        b, em, fl = self.b, self.em, self.fl
-        inf = ir.Constant(self.ty, float("inf"))
+        b = self.b
         b.store(i64(-1), self.last_v)
         b.store(i64(-1), self.last_k)
         b.store(ir.Constant(self.ty, 0.0), self.k_max)
+        if all(self.lanes):
+            self.scan_vectors(lo, n)
+        else:
+            self.scan_rows(lo, n)
+
+    def scan_vectors(self, lo: ir.Value, n: ir.Value) -> None:
+        """scan with explicit vectors, SCAN_GROUP keys at a time: each element's magnitude
+        bits (sign cleared) maxed as unsigned integers across the group's keys (NaN above
+        inf above every finite value, no compare per element), one horizontal max per group
+        and row kind. A group holding a non-finite element counts as bad at its last key (a
+        later last bad key than the true one only sends more rows over every key); `k_max`
+        the largest finite |K| element of the good groups, which bounds a dot by |Q row|_1 * it."""
+        b, em, fl = self.b, self.em, self.fl
+        bits = ir.IntType(64 if self.ty == ir.DoubleType() else 32)
+        mag = (1 << (bits.width - 1)) - 1
+        inf_bits = 0x7FF0000000000000 if bits.width == 64 else 0x7F800000
+        kinds = [(fl.value, self.c.var_names[-1], self.fl.row, self.lanes[1], self.last_v)]
+        if self.reads_dot:
+            assert fl.dot is not None
+            (e, ext), = fl.dot.vars
+            kinds.append((fl.keyed, e.name, int(ext.value), self.lanes[0], self.last_k))  # type: ignore[union-attr]
+        accs = [self.ctx.alloca(ir.VectorType(bits, vl), "flash.guard.acc") for *_, vl, _ in kinds]
+        count = b.sub(n, lo, name="flash.guard.count")
+        ngroups = b.sdiv(b.add(count, i64(SCAN_GROUP - 1)), i64(SCAN_GROUP), name="flash.guard.groups")
+        with for_range(b, ngroups, "flash.guard.g", guard=True) as g:
+            t0 = b.add(lo, b.mul(g, i64(SCAN_GROUP)), name="flash.guard.t0")
+            t1 = b.add(t0, i64(SCAN_GROUP))
+            t1 = b.select(b.icmp_signed("<", t1, n), t1, n, name="flash.guard.t1")
+            for acc, (*_, vl, _) in zip(accs, kinds, strict=True):
+                b.store(ir.Constant(ir.VectorType(bits, vl), [0] * vl), acc)
+            with for_range(b, t1, "flash.guard.t", start=t0, guard=False) as t:
+                em.push({fl.key.name: t}, {fl.key.name: fl.kv_len})
+                for acc, (x, var, size, vl, _) in zip(accs, kinds, strict=True):
+                    vty, ity = ir.VectorType(self.ty, vl), ir.VectorType(bits, vl)
+                    m = b.load(acc)
+                    for k in range(size // vl):
+                        em.push({var: i64(k * vl)})
+                        ptr = em.address(x.buffer, [em.emit(ix) for ix in x.indices])
+                        em.pop()
+                        v = b.bitcast(b.load(ptr, name="flash.guard.v", typ=vty, align=self.dt_size()), ity)
+                        v = b.and_(v, ir.Constant(ity, [mag] * vl))
+                        m = self._umax(m, v)
+                    b.store(m, acc)
+                em.pop()
+            last = b.sub(t1, i64(1), name="flash.guard.tl")
+            for acc, (*_, vl, slot) in zip(accs, kinds, strict=True):
+                ity = ir.VectorType(bits, vl)
+                fn = get_or_declare(b.module, f"llvm.vector.reduce.umax.v{vl}i{bits.width}",
+                                    ir.FunctionType(bits, [ity]))
+                top = b.call(fn, [b.load(acc)], name="flash.guard.top")
+                bad = b.icmp_unsigned(">=", top, ir.Constant(bits, inf_bits), name="flash.guard.bad")
+                b.store(b.select(bad, last, b.load(slot)), slot)
+                if slot is self.last_k:
+                    old = b.bitcast(b.load(self.k_max), bits)
+                    grow = b.and_(b.not_(bad), b.icmp_unsigned(">", top, old))
+                    b.store(b.bitcast(b.select(grow, top, old), self.ty), self.k_max)
+
+    def dt_size(self) -> int:
+        return 8 if self.ty == ir.DoubleType() else 4
+
+    def _umax(self, a: ir.Value, x: ir.Value) -> ir.Value:
+        ty = a.type
+        fn = get_or_declare(self.b.module, f"llvm.umax.v{ty.count}i{ty.element.width}", ir.FunctionType(ty, [ty, ty]))
+        return self.b.call(fn, [a, x], name="flash.guard.umax")
+
+    def scan_rows(self, lo: ir.Value, n: ir.Value) -> None:
+        """scan through the expression emitter: each row's L1 norm (NaN or inf where the row
+        is not finite)."""
+        b, em, fl = self.b, self.em, self.fl
+        inf = ir.Constant(self.ty, float("inf"))
         with for_range(b, n, "flash.guard.t", start=lo, guard=True) as t:
             em.push({fl.key.name: t}, {fl.key.name: fl.kv_len})
             vbad = b.fcmp_unordered("==", em.emit(self.v_norm), inf, name="flash.guard.vbad")
