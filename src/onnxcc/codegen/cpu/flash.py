@@ -14,8 +14,10 @@ or values read it, and for the rows left over), the innermost var `w` over the v
         m_r = live ? m_new : m_r
     for w: out[..., w] = body with the core := acc_r[w] / select(l_r == 0, 1, l_r)
 
-Causal attention (`Flash.causal`: scores -inf after a limit R that grows with the row) stops
-each block of rows at its last row's R + 1: the blocks above the diagonal are never computed.
+Causal attention (`Flash.causal`: scores of their own, `masked`, after a limit R that grows
+with the row) stops each block of rows at its last row's R + 1 where flash_guard.py proves
+the keys past it add nothing (finite there, the rows' maxes far above a finite fill): the
+blocks above the diagonal are never computed; elsewhere the block's rows visit every key.
 
 Branch-free: a row that is not live has only -inf scores, so its `p` are exp(-inf) = 0.
 Keys go GROUP at a time: their dot products share one loop over the head dim (each query

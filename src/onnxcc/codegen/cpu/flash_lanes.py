@@ -25,7 +25,8 @@ Rows past the last whole block go row by row through flash.py (a decoder step's 
 row would fill one lane of sixteen). Semantics are flash.py's (kernel/flash.py's module
 doc): a block whose running max is still -inf adds exp(-inf) = 0; a NaN score is skipped
 by maxnum but reaches its row's sum and accumulator through `p`, so the row is NaN as
-unfused. Causal attention stops the keys at the block's last row's limit.
+unfused. Causal attention stops the keys at the block's last row's limit where
+flash_guard.py proves the keys past it add nothing, else visits every key.
 """
 
 from __future__ import annotations
