@@ -10,7 +10,9 @@ and reports the fastest and the median call as core cycles per vector of 16 floa
 core clock measured in the same process by a chain of dependent integer adds). A call
 another process preempts only raises the median; the minimum is the code's own cost as
 long as the rows stay in this core's caches (rows of 128: 384 KiB in and out). Rows past
-the L3 (16384 and up) include DRAM and so every other process's memory traffic.
+the L3 (16384 and up) include DRAM and so every other process's memory traffic. With
+--threads 2 a call's wall time is counted (cycles of one core's clock per vector the pool
+finishes), and its minimum needs both cores free for a whole call.
 
     python benchmarks/chain_cycles.py [--models silu,gelu_tanh,gelu_erf,mish] [--rows 128,2048]
         [--reps 300] [--before OTHER/src] [--rounds 3] [--threads 1]
