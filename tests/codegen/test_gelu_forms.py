@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from onnxcc.codegen.llvm.gelu_forms import exact_gelu
+from onnxcc.codegen.llvm.gelu_forms import exact_gelu, tanh_gelu, tanh_gelu_argument
 from onnxcc.ir import DType
 from onnxcc.kernel.expr import Binary, Const, Load, Unary, Var
 
@@ -47,3 +47,38 @@ def test_exact_gelu_leaves_the_rest_on_the_general_form():
     assert exact_gelu(_gelu(x, math.sqrt(2.0), y=_x(F32, "y"))) is None  # erf of another tensor
     assert exact_gelu(_gelu(x, math.sqrt(2.0), times=True)) is None  # erf(x * sqrt 2)
     assert exact_gelu(_gelu(x, 0.7, times=True)) is None
+
+
+def _tanh_gelu(x, grouping: str = "torchscript", cube: str = "left", y=None):
+    """x * 0.5 * (1 + tanh(s * (y + k * y**3))) as exporters group it (y defaults to x), the
+    cube as products (`left`: ((y * y) * y) * k; `right`: k * (y * (y * y)))."""
+    y = x if y is None else y
+    k, s = Const(0.044715, F32), Const(0.7978845834732056, F32)
+    y3k = Binary("mul", Binary("mul", Binary("mul", y, y), y), k) if cube == "left" else \
+        Binary("mul", k, Binary("mul", y, Binary("mul", y, y)))
+    u = Binary("mul", Binary("add", y, y3k), s) if cube == "left" else Binary("mul", s, Binary("add", y3k, y))
+    one, half = Const(1.0, F32), Const(0.5, F32)
+    t = Unary("tanh", u)
+    if grouping == "torchscript":
+        return Binary("mul", Binary("mul", x, Binary("add", t, one)), half)
+    return Binary("mul", Binary("mul", half, x), Binary("add", one, t))  # 0.5 x * (1 + tanh)
+
+
+def test_tanh_gelu_matches_the_groupings_and_the_cubic_argument():
+    x = _x(F32)
+    for grouping in ("torchscript", "halfx"):
+        for cube in ("left", "right"):
+            found = tanh_gelu(_tanh_gelu(x, grouping, cube))
+            assert found is not None and found[0] == x, (grouping, cube)
+            sk = tanh_gelu_argument(found[1], x)
+            assert sk is not None and math.isclose(sk[0], 0.7978845834732056) and math.isclose(sk[1], 0.044715)
+
+
+def test_tanh_gelu_argument_of_another_shape_is_left_to_the_general_doubling():
+    x, y = _x(F32), _x(F32, "y")
+    found = tanh_gelu(_tanh_gelu(x, y=y))  # tanh of another tensor's cubic: x sigmoid(2 u), u as written
+    assert found is not None and tanh_gelu_argument(found[1], x) is None
+    u = Binary("mul", Binary("add", x, Binary("mul", Binary("mul", x, x), Const(0.04, F32))), Const(0.8, F32))
+    assert tanh_gelu_argument(u, x) is None  # x**2, not x**3
+    assert tanh_gelu(Binary("mul", Binary("mul", x, Binary("add", Unary("tanh", x), Const(1.0, F32))),
+                            Const(0.25, F32))) is None  # not a half

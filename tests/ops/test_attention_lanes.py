@@ -85,8 +85,7 @@ def lanes(tmp_path_factory):
 def test_every_narrow_chain_runs_in_lanes(lanes):
     """Symbolic seq, heads of at most 16: all six chains are fused computes the lanes
     emitter takes, and the causal one is marked so (its blocks past the diagonal skipped)."""
-    from onnxcc.codegen.cpu.flash_lanes import lanes_fit
-    from onnxcc.kernel.flash import match_flash
+    from onnxcc.kernel.flash import lanes_fit, match_flash
     from onnxcc.kernel.parser import parse_kernel_text
 
     _, kernels, _ = lanes

@@ -1,6 +1,6 @@
 """Fused attention with heads of 64 (codegen/cpu/flash.py) runs its parallel items as (outer
-vars, a chunk of PAR_ROWS query rows) (`row_chunks`; codegen/cpu/emit.py steps the chunk as
-the innermost item counter): chains of rank 4 ([B, H, S, 64]) and rank 3 ([B, S, 64]), with an
+vars, a chunk of ROWS_PER_ITEM query rows) (the schedule's `rows_per_item`; codegen/cpu/emit.py
+steps the chunk as the innermost item counter): chains of rank 4 ([B, H, S, 64]) and rank 3 ([B, S, 64]), with an
 additive mask, a boolean mask and the causal mask, and rank 3 with heads of 128 (P @ V chunk by
 chunk, flash.py `PV_REGS`), at lengths around the 64-row chunks (1, 63,
 64, 65, 129, 200) and batches 1 to 3, on 1 to 3 threads (the splits of the items then land
@@ -21,7 +21,7 @@ from attention_masks import torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
-from onnxcc.codegen.cpu.flash import PAR_ROWS
+from onnxcc.kernel.flash import ROWS_PER_ITEM as PAR_ROWS
 
 D = 64
 

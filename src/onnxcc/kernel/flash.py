@@ -60,6 +60,13 @@ LANES_MAX_HEAD = 16
 heads keep the row-at-a-time form, whose dots fill whole vectors (measured at 32: the
 lanes form spills its accumulators and runs 1.8x slower than the chain)"""
 
+ROWS_PER_ITEM = 64
+"""query rows per parallel item of a fused compute that runs its rows several at a time
+and not in lanes (`rows_per_item`): the (batch, head) items alone are 4 for a batch of 4
+heads, 2 per thread on 2 threads, and one late item on a shared core was a quarter of the
+attention's time; 64 rows at 512 keys is still ~0.2 ms of work per item, and consecutive
+items of one head share its K and V in L2"""
+
 _KEY_VARS = ("kt", "ku")
 """the key vars of the numerator / max and of the denominator"""
 
@@ -110,15 +117,37 @@ class Flash:
     it: the emitter then runs several rows at once over each key block, sharing every key
     and value load among them (None: one row at a time)"""
     causal: Expr | None = None
-    """the last key a row attends when the score is `select(key > R, -inf, x)` with R the
-    row var plus an offset free of the key and the row (causal attention): keys after R add nothing, so the emitter
-    stops each block of rows at its last row's R (None: every key)"""
+    """the last key a row attends when the score is `select(key > R, masked, x)` with R the
+    row var plus an offset free of the key and the row (causal attention) and `masked` the
+    constant m or `dot * a + m`, m < 0: keys after R add nothing where their scores and
+    values are finite and the row's max is far above m (codegen/cpu/flash_guard.py checks
+    that at run time), so the emitter stops each block of rows at its last row's R there
+    (None: every key)"""
+    masked: tuple[float, float] = (0.0, float("-inf"))
+    """(a, m) of a causal score's masked keys: `dot * a + m`, or m alone where a == 0"""
 
     def without_core(self, body: Expr) -> Expr:
         """`body` with the core replaced by a constant: what may be hoisted above the row
         (the core's own reductions must not be: they are what the fused loop computes)."""
         zero = Const(0.0, self.core.dtype)
         return transform(body, lambda n: zero if n == self.core else None)
+
+
+def lanes_fit(fl: Flash) -> bool:
+    """Whether a fused core runs with its query rows in vector lanes (codegen/cpu/
+    flash_lanes.py): rows that share keys (`rows_var`), a dot product of a static head of
+    at most LANES_MAX_HEAD, and a value row of at most that."""
+    if fl.rows_var is None or fl.dot is None or fl.query is None or fl.keyed is None:
+        return False
+    (_, ext), = fl.dot.vars
+    return isinstance(ext, Const) and 0 < int(ext.value) <= LANES_MAX_HEAD and fl.row <= LANES_MAX_HEAD
+
+
+def rows_per_item(fl: Flash) -> int | None:
+    """The schedule's `rows_per_item` for a fused compute: ROWS_PER_ITEM where its rows run
+    several at a time (codegen/cpu/flash.py), None for one row at a time and for the lanes
+    form (whose row blocks start at row 0)."""
+    return ROWS_PER_ITEM if fl.rows_var is not None and not lanes_fit(fl) else None
 
 
 def match_flash(c: Compute) -> Flash | None:
@@ -143,21 +172,43 @@ def match_flash(c: Compute) -> Flash | None:
     if any(isinstance(n, Load) and n.buffer == c.out for n in walk(c.body)):
         return None  # the row's stores come after all its reads only if no read is of the output
     guarded = isinstance(core.b, Select)
-    causal = _causal_limit(score, key.name, c.vars[-2][0].name) if len(c.vars) >= 2 else None
     dot = _split_dot(score, key.name)
+    causal = _causal_limit(score, key.name, c.vars[-2][0].name) if len(c.vars) >= 2 else None
+    masked = _masked(score, dot[0] if dot is not None else None) if causal is not None else None
+    if masked is None:
+        causal, masked = None, (0.0, float("-inf"))
     if dot is None:
-        return Flash(core, key, kv_len, score, value, ext, guarded, causal=causal)
+        return Flash(core, key, kv_len, score, value, ext, guarded, causal=causal, masked=masked)
     rows = c.vars[-2][0].name if len(c.vars) >= 3 else None
     if rows is not None and rows in free_vars(value) | free_vars(kv_len) | free_vars(dot[2]):
         rows = None
-    return Flash(core, key, kv_len, score, value, ext, guarded, *dot, rows_var=rows, causal=causal)
+    return Flash(core, key, kv_len, score, value, ext, guarded, *dot, rows_var=rows, causal=causal,
+                 masked=masked)
+
+
+def _masked(score: Expr, dot: Reduce | None) -> tuple[float, float] | None:
+    """(a, m) when the causal select's masked score is the constant m (a = 0) or `dot * a +
+    m` (`dot` the score's dot product), m < 0, else None (the keys are then never skipped)."""
+    fill = score.a  # type: ignore[attr-defined]
+    if isinstance(fill, Const):
+        return (0.0, float(fill.value)) if float(fill.value) < 0 else None
+    if dot is None or not (isinstance(fill, Binary) and fill.op == "add" and isinstance(fill.b, Const)):
+        return None
+    m, lin = float(fill.b.value), fill.a
+    if lin == dot:
+        a = 1.0
+    elif isinstance(lin, Binary) and lin.op == "mul" and lin.a == dot and isinstance(lin.b, Const):
+        a = float(lin.b.value)
+    else:
+        return None
+    return (a, m) if m < 0 and a == a and abs(a) != float("inf") else None
 
 
 def _causal_limit(score: Expr, key: str, row: str) -> Expr | None:
-    """R when `score` is `select(key > R, -inf, x)` and R is the row var, or the row var plus
-    what neither the key nor the row changes (so the last row of a block has the largest
-    R), else None."""
-    if not (isinstance(score, Select) and score.a == Const(float("-inf"), score.dtype)):
+    """R when `score` is `select(key > R, masked, x)` and R is the row var, or the row var
+    plus what neither the key nor the row changes (so the last row of a block has the
+    largest R), else None (`_masked` reads `masked`)."""
+    if not isinstance(score, Select):
         return None
     cond = score.cond
     if not (isinstance(cond, Binary) and cond.op == "gt" and cond.a == Var(key)):

@@ -34,7 +34,7 @@ from onnxcc.ir import Dim, Divisible, DType, canon
 
 from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
-from .flash import Flash, match_flash
+from .flash import Flash, match_flash, rows_per_item
 from .fuse import expr_to_dim
 from .program import Compute, KernelProgram
 from .row_epilogue import RowOp, match_row_epilogue
@@ -233,6 +233,11 @@ class Schedule:
     blocks with an online softmax, scores never stored (kernel/flash.py)"""
     scratch_bytes: Dim = 0
     """workspace the compute needs while it runs (packed B panels)"""
+    rows_per_item: int | None = None
+    """the parallel items are the vars before the second-innermost and a chunk of this many
+    of its values (the second-innermost var over [lo, hi) in each item), not whole: a fused
+    attention's query rows (kernel/flash.py `rows_per_item`), so a batch of 4 heads still
+    splits into even items on 2 threads"""
 
     def describe(self) -> str:
         if self.gemm is not None:
@@ -246,6 +251,8 @@ class Schedule:
             parts.append("row-stage")
         if self.flash is not None:
             parts.append(f"flash row={self.flash.row}")
+        if self.rows_per_item:
+            parts.append(f"rows/item={self.rows_per_item}")
         parts.append(f"parallel={self.parallel}")
         if self.order:
             parts.append(f"order=({', '.join(self.order)})")
@@ -844,7 +851,8 @@ def schedule_compute(c: Compute, program: KernelProgram, target: TargetInfo,
     if fl is not None:
         # one query row per iteration of the outer loops: rows run in parallel
         return Schedule(vector_width=target.vector_width, strip_mine=False, flash=fl,
-                        reduce_vector_width=target.vector_width, parallel=parallel if len(c.vars) > 1 else False)
+                        reduce_vector_width=target.vector_width, parallel=parallel if len(c.vars) > 1 else False,
+                        rows_per_item=rows_per_item(fl) if len(c.vars) >= 3 else None)
     g = match_gemm(c, program, target)
     if g is not None:
         scratch = gemm_scratch_bytes(c, g)

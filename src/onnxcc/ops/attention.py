@@ -364,8 +364,15 @@ def _lower(ctx) -> None:
             stage = raw if opts["mode"] == 0 else scaled
             ctx.compute(qk, lambda b, h, s, t: cast(stage(b, h, s, t), qk.dtype))
 
+        def masked_score(b, h, s, t) -> Expr:
+            """A masked key's score as the unfused form has it, the score + -inf: NaN where
+            the score is NaN or +inf (onnxruntime's too); the kernel skips such keys only
+            where it proves them -inf (codegen/cpu/flash_guard.py). The softcapped score is
+            finite unless NaN, which -inf alone leaves out (its keys keep being skipped)."""
+            return Const(NEG_INF, acc) if opts["softcap"] > 0 else raw(b, h, s, t) + Const(NEG_INF, acc)
+
         def causal_core(b, h, s, vv) -> Expr:
-            return flash_core(lambda t: select(t > s + off, Const(NEG_INF, acc), scaled(b, h, s, t)),
+            return flash_core(lambda t: select(t > s + off, masked_score(b, h, s, t), scaled(b, h, s, t)),
                               lambda t: cast(values(b, kv_head(h), t, vv), acc), g.kv_len, acc)
 
         _write_y(ctx, g, y_dt, causal_core)

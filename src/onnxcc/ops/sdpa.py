@@ -20,11 +20,14 @@ came from (so the rewrite changes nothing but the order of the dot products' add
     where_keep cond, f               Where(cond, x, f)
     where_fill cond, f               Where(cond, f, x)
 
-Every step operand broadcasts into the scores' shape without growing it. `causal = c`: after
-the steps, the score of every key after `row + c` is -inf (part of the op's meaning; the
-pass sets it where it proved, passes/attention_causal.py, that the chain's own masks make
-those keys add nothing, and drops the steps that then change nothing); the CPU kernel
-skips the key blocks after the rows it runs. The softmax is the
+Every step operand broadcasts into the scores' shape without growing it. `causal = c`: the
+score of every key after `row + c` is not the steps' but `masked = [a, m]`'s, `a*X + m` of
+the raw score X (the constant m where a == 0; without `masked`, -inf): the pass sets both
+where it proved, passes/attention_causal.py, that the chain's own masks give those keys
+exactly that score, and drops the steps that then change nothing at the other keys. The CPU
+kernel skips the key blocks after the rows it runs where it proves at run time that they
+add nothing (a non-finite X, value or row max brings them back: codegen/cpu/flash_guard.py).
+The softmax is the
 plain one (ONNX's and onnxruntime's): a row whose scores are all -inf is NaN. Result
 `[*b, S, Dv]`, `b` the scores' batch dims (V's batch dims broadcast into them). f32 and
 f64 only: half precision rounds every intermediate of the chain, which the fused kernel
@@ -102,6 +105,9 @@ def _infer(ctx: InferCtx):
     causal = ctx.attr("causal")
     if causal is not None and (isinstance(causal, bool) or not isinstance(causal, int)):
         raise ctx.error(f"causal must be an integer offset, got {causal!r}")
+    masked = ctx.attr("masked")
+    if masked is not None and (causal is None or len(masked) != 2):
+        raise ctx.error(f"masked must be [a, m] beside causal, got {masked!r}")
     perm = ctx.attr("k_perm")
     if perm is not None and sorted(perm) != list(range(k.rank)):
         raise ctx.error(f"k_perm {list(perm)} is not a permutation of K's {k.rank} axes")
@@ -124,11 +130,12 @@ def _infer(ctx: InferCtx):
 
 # ---- numpy reference: the chain, op by op ------------------------------------------------------
 
-def sdpa_chain(q, k, v, extra: list, steps, perm, causal=None) -> np.ndarray:
+def sdpa_chain(q, k, v, extra: list, steps, perm, causal=None, masked=None) -> np.ndarray:
     """The graph ops the op stands for, each rounded to the dtype as they would be; with
-    `causal`, the keys after each row + causal score -inf before the softmax."""
+    `causal`, the keys after each row + causal score `masked` (a*X + m, X the raw score; m
+    alone where a == 0; -inf without it) before the softmax."""
     kt = k if perm is None else np.transpose(k, perm)
-    x = np.matmul(q, kt)
+    raw = x = np.matmul(q, kt)
     it = iter(extra)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         for s in steps:
@@ -146,13 +153,21 @@ def sdpa_chain(q, k, v, extra: list, steps, perm, causal=None) -> np.ndarray:
             x = x.astype(q.dtype, copy=False)
         if causal is not None:
             rows, keys = np.arange(x.shape[-2])[:, None], np.arange(x.shape[-1])[None, :]
-            x = np.where(keys > rows + int(causal), np.asarray(-np.inf, x.dtype), x)
+            a, m = masked_score(masked)
+            fill = np.asarray(m, x.dtype) if a == 0 else (raw * np.asarray(a, x.dtype) + np.asarray(m, x.dtype))
+            x = np.where(keys > rows + int(causal), fill.astype(x.dtype, copy=False), x)
         p = softmax(x, -1).astype(q.dtype, copy=False)
     return np.matmul(p, v)
 
 
 def _reference(ctx: RefCtx, q, k, v, *extra):
-    return [cast_out(ctx, sdpa_chain(q, k, v, list(extra), _steps(ctx.op), ctx.attr("k_perm"), ctx.attr("causal")))]
+    return [cast_out(ctx, sdpa_chain(q, k, v, list(extra), _steps(ctx.op), ctx.attr("k_perm"), ctx.attr("causal"),
+                                     ctx.attr("masked")))]
+
+
+def masked_score(masked) -> tuple[float, float]:
+    """(a, m) of the `masked` attribute: a masked key's score is a*X + m (m alone at a == 0)."""
+    return (0.0, float("-inf")) if masked is None else (float(masked[0]), float(masked[1]))
 
 
 # ---- lowering: one flash_core compute ------------------------------------------------------------
@@ -177,18 +192,25 @@ def _lower(ctx) -> None:
             k_idx[p] = idx[j]
         return kb[tuple(k_idx)]
 
-    def score(batch, s, t) -> Expr:
+    def raw(batch, s, t) -> Expr:
         qi = (*broadcast_indices(batch, qb.shape[:-2]), s, e)
-        x = rsum([(e, d_len)], qb[qi] * kt(batch, e, t))
+        return rsum([(e, d_len)], qb[qi] * kt(batch, e, t))
+
+    def score(batch, s, t) -> Expr:
         at = (*batch, s, t)
-        return apply_steps(x, steps, extra, lambda a: a[broadcast_indices(at, a.shape)], select)
+        return apply_steps(raw(batch, s, t), steps, extra, lambda a: a[broadcast_indices(at, a.shape)], select)
 
     causal = ctx.attr("causal")
+    a, m = masked_score(ctx.attr("masked"))
 
     def masked(batch, s, t) -> Expr:
-        """The score, -inf for keys after row + causal (the fused kernel skips them)."""
+        """The score, the masked keys' own after row + causal (the fused kernel skips them
+        where they add nothing: kernel/flash.py `Flash.causal`)."""
         x = score(batch, s, t)
-        return x if causal is None else select(t > s + int(causal), Const(float("-inf"), acc), x)
+        if causal is None:
+            return x
+        fill = Const(m, acc) if a == 0 else raw(batch, s, t) * Const(a, acc) + Const(m, acc)
+        return select(t > s + int(causal), fill, x)
 
     def body(*ix) -> Expr:
         batch, s, w = ix[:nb], ix[nb], ix[nb + 1]

@@ -15,9 +15,15 @@ gives `a'*X + m'` with |m'| <= 1e20 (the row keeps a key whose exp is not 0, so 
 key's `exp(a*X + m - max)` is exactly 0 and it never holds the row max). The kernel then
 treats those keys' scores as -inf, which is the same softmax; and a step that is the
 identity at every key up to the row (`key <= row`: a mask adding 0, a Where keeping the
-score) is dropped, so the kernel reads no mask at all for a plain causal mask. This assumes scores far from
-1e30 in magnitude; a NaN or inf score at a masked key (from a NaN or inf in K or Q) makes the
-chain's row NaN but not the skipping kernel's.
+score) is dropped, so the kernel reads no mask at all for a plain causal mask.
+
+What a masked key's score is stays part of the op (`masked_score`: `a*X + m` or the constant
+`m`, checked against the steps at X = NaN, +inf and -inf too): a NaN or inf score at a masked
+key (a NaN or inf in Q or K; X + -inf is NaN at X = +inf) makes the chain's row NaN, a
+non-finite value at a masked key its column (P = 0 times inf), and a row whose kept scores
+are all -inf under a finfo.min mask is the softmax of its masked scores. The kernel skips a
+masked key only where it proves at run time that the key adds exactly nothing
+(codegen/cpu/flash_guard.py), and visits every key of the rows where it cannot.
 """
 
 from __future__ import annotations
@@ -253,11 +259,12 @@ def _affine(e: sympy.Basic, x: sympy.Symbol) -> tuple[sympy.Basic, sympy.Basic] 
 
 
 def causal_steps(module: Module, steps: tuple[str, ...], operands: tuple[Value, ...],
-                 rank: int) -> tuple[tuple[str, ...], tuple[Value, ...]] | None:
+                 rank: int) -> tuple[tuple[str, ...], tuple[Value, ...], tuple[float, float]] | None:
     """None, or the steps proved causal (module doc) less those that change nothing at or
     before the diagonal (a mask that adds 0 there, a Where that keeps the score there): with
-    the keys after the row at -inf, those steps are the identity, and the kernel need not
-    read their masks at all. Returned with their operands."""
+    the keys after the row given their own score, those steps are the identity, and the
+    kernel need not read their masks at all. Returned with their operands and the masked
+    keys' score (`masked_score`)."""
     if not steps:
         return None
     ev = _Eval(module)
@@ -268,7 +275,10 @@ def causal_steps(module: Module, steps: tuple[str, ...], operands: tuple[Value, 
     try:
         if not _masks_after_row(ev, steps, operands, batch, s, u, x):
             return None
-        return _drop_identities(ev, steps, operands, (*batch, s, s - u))
+        masked = masked_score(ev, steps, operands, (*batch, s, s + 1 + u))
+        if masked is None:
+            return None
+        return (*_drop_identities(ev, steps, operands, (*batch, s, s - u)), masked)
     except (TypeError, ValueError, _Unknown):  # sympy refusing a comparison it cannot decide
         return None
 
@@ -284,6 +294,31 @@ def _masks_after_row(ev: _Eval, steps, operands, batch, s, u, x) -> bool:
         return False
     diag = _affine(_steps_at(ev, steps, operands, (*batch, s, s), x), x)
     return diag is not None and diag[1].is_finite and bool(abs(diag[1]) <= _MODERATE)
+
+
+def masked_score(ev: _Eval, steps, operands, idx: Idx) -> tuple[float, float] | None:
+    """(a, m): the score of a key after the row is `a*X + m` of its raw score X for every X,
+    NaN and the infinities included (IEEE arithmetic, as the graph's ops compute it), or the
+    constant m where a == 0 (a Where's fill); None where the steps give something else."""
+    x = sympy.Symbol("raw")  # no assumptions: X + -oo stays a sum, its coefficient readable
+    e = sympy.expand(_steps_at(ev, steps, operands, idx, x))
+    if e.free_symbols - {x}:
+        return None
+    a = e.coeff(x, 1)
+    m = sympy.simplify(e - a * x)
+    if not (a.is_number and m.is_number) or m.free_symbols or a.has(sympy.nan) or m.has(sympy.nan):
+        return None
+    fa, fm = float(a), float(m)
+    if not (np.isfinite(fa) and fm < 0):
+        return None
+    for raw in (float("nan"), float("inf"), float("-inf"), 0.0):
+        got = _steps_at(ev, steps, operands, idx, _number(raw) if raw == raw else sympy.nan)
+        got_f = float("nan") if got is sympy.nan else float(got) if got.is_number else None
+        with np.errstate(invalid="ignore"):
+            want = fm if fa == 0 else np.float64(raw) * fa + fm
+        if got_f is None or not (got_f == want or (np.isnan(got_f) and np.isnan(want))):
+            return None
+    return fa, fm
 
 
 def _drop_identities(ev: _Eval, steps, operands, idx: Idx) -> tuple[tuple[str, ...], tuple[Value, ...]]:

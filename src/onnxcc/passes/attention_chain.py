@@ -148,7 +148,7 @@ class _FuseChain(RewritePattern):
             # keys after the row are masked out: blocks skipped (kernel/flash.py); the steps
             # that change nothing before the diagonal go
             attrs["causal"] = 0
-            steps, operands = causal
+            steps, operands, attrs["masked"] = causal[0], causal[1], list(causal[2])
         attrs["steps"] = steps
         if perm is not None:
             attrs["k_perm"] = perm

@@ -74,8 +74,7 @@ from ..llvm.target import (  # noqa: F401
     parse_modules,
     target_machine,
 )
-from .flash import PAR_ROWS as FLASH_PAR_ROWS
-from .flash import emit_flash, row_chunks
+from .flash import emit_flash
 from .frame import FRAME_BASE, Frame, FrameReader, Repeats, close_frames, framed, open_frame
 from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
@@ -379,7 +378,8 @@ class KernelEmitter:
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
                         getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
                         bool(getattr(sch, "strip_mine", False)), getattr(sch, "row_norm", None),
-                        getattr(sch, "flash", None), getattr(sch, "row_stage", None))
+                        getattr(sch, "flash", None), getattr(sch, "row_stage", None),
+                        getattr(sch, "rows_per_item", None))
 
     def _profile_serial(self, c: Compute) -> bool:
         """In a profiling build (PROFILE_SERIAL_ENV), whether `c` runs serially only for its
@@ -423,8 +423,8 @@ class KernelEmitter:
     def emit_loops(self, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, first: int,
                    bound: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> None:
         """Loops for `plan.order[first:]` (the vars before are bound to `bound`), the body
-        and the store. The domain is known nonempty, so loops need no entry test. `rows`: a
-        fused attention's chunk of query rows (cpu/flash.py `row_chunks`)."""
+        and the store. The domain is known nonempty, so loops need no entry test. `rows`: the
+        parallel item's [lo, hi) of the var `plan.order[first]` (`plan.rows_per_item`)."""
         b = ctx.b
         names, exts = c.var_names, c.extents
         vals = dict(bound)
@@ -444,6 +444,13 @@ class KernelEmitter:
                 if plan.flash is not None and (innermost or (j + 2 == len(names) and plan.flash.rows_var)):
                     emit_flash(self, em, ctx, c, plan, v, vals, rows)  # the rows var too, where it may
                     return
+                if rows is not None and j == first:  # the item's chunk of this var
+                    idx = st.enter_context(for_range(b, rows[1], names[v], start=rows[0], guard=False))
+                    em.push({names[v]: idx}, {names[v]: exts[v]})
+                    st.callback(em.pop)
+                    vals[names[v]] = idx
+                    em.hoist(plan.hoisted(c))
+                    continue
                 if innermost and plan.vector_width and plan.strip_mine:
                     self.emit_strip_mined(em, ctx, c, plan, v, vals, i64(0), ctx.dim(exts[v]))
                     return
@@ -542,8 +549,8 @@ class KernelEmitter:
         through onnxcc_parallel_for (or directly, when a symbolic size turns out small)."""
         rank = len(c.vars)
         ncol = rank - 1 if rank >= 2 else 1
-        if plan.flash is not None and plan.flash.rows_var is not None:
-            ncol = rank - 2  # fused attention runs blocks of query rows (cpu/flash.py)
+        if plan.rows_per_item or (plan.flash is not None and plan.flash.rows_var is not None):
+            ncol = rank - 2  # chunks of the second-innermost var; fused attention's blocks of rows
         elif row_items(c, plan):
             ncol = rank - 2
         b = ctx.b
@@ -560,8 +567,8 @@ class KernelEmitter:
             for v in plan.order[:ncol]:
                 n_par = canon(n_par * c.extents[v])
             n = ctx.dim(n_par)
-            if ncol and row_chunks(plan.flash):  # items of PAR_ROWS query rows (cpu/flash.py)
-                n = b.mul(n, self._row_chunk_count(ctx, c), name="flash.items")
+            if ncol and plan.rows_per_item:  # items of rows_per_item values of the next var
+                n = b.mul(n, self._row_chunk_count(ctx, c, plan), name="chunk.items")
         runtime = get_or_declare(self.module, PARALLEL_FOR, PAR_FOR_FNTY)
         work = compute_work(c)
         if isinstance(work, int):
@@ -671,12 +678,12 @@ class KernelEmitter:
         # carries per item (a 64-bit division per item cost as much as a 30-wide row)
         slots = []
         rest = begin
-        chunk = None  # fused attention: the item's chunk of query rows, innermost
-        if row_chunks(plan.flash):  # (ncol > 0 here)
-            nchunks = self._row_chunk_count(bctx, c)
-            chunk = bctx.eb.alloca(I64, name="flash.chunk.cur")
-            b.store(b.urem(rest, nchunks, name="flash.chunk"), chunk)
-            rest = b.udiv(rest, nchunks, name="p.flash.chunk")
+        chunk = None  # rows_per_item: the item's chunk of the next var, innermost
+        if plan.rows_per_item:  # (ncol > 0 here)
+            nchunks = self._row_chunk_count(bctx, c, plan)
+            chunk = bctx.eb.alloca(I64, name="chunk.cur")
+            b.store(b.urem(rest, nchunks, name="chunk"), chunk)
+            rest = b.udiv(rest, nchunks, name="p.chunk")
         for v in reversed(outer):
             slot = bctx.eb.alloca(I64, name=f"{names[v]}.cur")
             if v != outer[0]:
@@ -694,14 +701,15 @@ class KernelEmitter:
             rows = None
             carry: ir.Value = ir.Constant(ir.IntType(1), 1)
             if chunk is not None:
-                cur = b.load(chunk, name="flash.chunk", typ=I64)
-                lo = b.mul(cur, i64(FLASH_PAR_ROWS), name="flash.lo", flags=("nuw", "nsw"))
+                per = i64(plan.rows_per_item)
+                cur = b.load(chunk, name="chunk", typ=I64)
+                lo = b.mul(cur, per, name="chunk.lo", flags=("nuw", "nsw"))
                 ext = bctx.dim(exts[plan.order[ncol]])
-                hi = b.add(lo, i64(FLASH_PAR_ROWS), name="flash.hi", flags=("nuw", "nsw"))
-                rows = (lo, b.select(b.icmp_signed("<", hi, ext, name="flash.short"), hi, ext, name="flash.hi"))
-                nxt = b.add(cur, i64(1), name="flash.chunk.step")
-                carry = b.icmp_unsigned(">=", nxt, nchunks, name="flash.chunk.wrap")
-                b.store(b.select(carry, i64(0), nxt, name="flash.chunk.next"), chunk)
+                hi = b.add(lo, per, name="chunk.hi", flags=("nuw", "nsw"))
+                rows = (lo, b.select(b.icmp_signed("<", hi, ext, name="chunk.short"), hi, ext, name="chunk.hi"))
+                nxt = b.add(cur, i64(1), name="chunk.step")
+                carry = b.icmp_unsigned(">=", nxt, nchunks, name="chunk.wrap")
+                b.store(b.select(carry, i64(0), nxt, name="chunk.next"), chunk)
             self.emit_loops(em, bctx, c, plan, ncol, vals, rows)
             em.pop()
             for v, slot in slots:  # innermost outer var first
@@ -718,11 +726,12 @@ class KernelEmitter:
         bctx.finish()
         return fn
 
-    def _row_chunk_count(self, ctx: FnCtx, c: Compute) -> ir.Value:
-        """ceil(query rows / FLASH_PAR_ROWS) of a fused attention (cpu/flash.py `row_chunks`)."""
-        b = ctx.b
-        up = b.add(ctx.dim(c.extents[len(c.vars) - 2]), i64(FLASH_PAR_ROWS - 1), name="flash.rows.up")
-        return b.udiv(up, i64(FLASH_PAR_ROWS), name="flash.chunks")
+    def _row_chunk_count(self, ctx: FnCtx, c: Compute, plan: NestPlan) -> ir.Value:
+        """ceil(extent / rows_per_item) of the second-innermost var (`plan.rows_per_item`)."""
+        b, per = ctx.b, plan.rows_per_item
+        assert per
+        up = b.add(ctx.dim(c.extents[plan.order[len(c.vars) - 2]]), i64(per - 1), name="chunk.up")
+        return b.udiv(up, i64(per), name="chunks")
 
 
 @dataclass(frozen=True)
@@ -748,6 +757,8 @@ class NestPlan:
     row_stage: RowStage | None = None
     """the innermost loop stages a costly part of the row in the output, then normalises
     it (cpu/rowstage.py)"""
+    rows_per_item: int | None = None
+    """parallel items of chunks of the second-innermost var (kernel/schedule.py)"""
 
     def hoisted(self, c: Compute) -> Expr:
         """What to hoist above the innermost loop: with a row norm, only the numerator's

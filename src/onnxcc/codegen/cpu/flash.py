@@ -14,8 +14,10 @@ or values read it, and for the rows left over), the innermost var `w` over the v
         m_r = live ? m_new : m_r
     for w: out[..., w] = body with the core := acc_r[w] / select(l_r == 0, 1, l_r)
 
-Causal attention (`Flash.causal`: scores -inf after a limit R that grows with the row) stops
-each block of rows at its last row's R + 1: the blocks above the diagonal are never computed.
+Causal attention (`Flash.causal`: scores of their own, `masked`, after a limit R that grows
+with the row) stops each block of rows at its last row's R + 1 where flash_guard.py proves
+the keys past it add nothing (finite there, the rows' maxes far above a finite fill): the
+blocks above the diagonal are never computed; elsewhere the block's rows visit every key.
 
 Branch-free: a row that is not live has only -inf scores, so its `p` are exp(-inf) = 0.
 Keys go GROUP at a time: their dot products share one loop over the head dim (each query
@@ -32,10 +34,12 @@ from typing import TYPE_CHECKING
 from llvmlite import ir
 
 from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substitute
+from onnxcc.kernel.flash import lanes_fit
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
-from .flash_lanes import LaneRows, lanes_fit
+from .flash_guard import CausalGuard
+from .flash_lanes import LaneRows
 
 if TYPE_CHECKING:
     from onnxcc.kernel.flash import Flash
@@ -60,53 +64,80 @@ _FM = ("reassoc", "contract", "nsz")
 """the dot's adds may be reordered (vector lanes), as any reduction's are"""
 
 
-PAR_ROWS = 64
-"""query rows per parallel item where the rows are split over items (`row_chunks`): the (batch,
-head) items alone are 4 for a batch of 4 heads, 2 per thread on 2 threads (one late item was
-a quarter of the attention's time on a shared core); 64 rows at 512 keys is still ~0.2 ms of
-work per item, and consecutive items of one head share its K and V in L2"""
-
-
-def row_chunks(fl: Flash | None) -> bool:
-    """Whether a fused compute's parallel items are (outer vars, a chunk of PAR_ROWS query
-    rows) instead of the outer vars alone: the rows-at-once path, not the narrow heads' lanes
-    (flash_lanes.py runs its row blocks from row 0)."""
-    return fl is not None and fl.rows_var is not None and not lanes_fit(fl)
-
-
 def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
                vals: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> None:
     """From var `v` of `c` on: the rows var and the innermost one (`plan.flash.rows_var`
     set), or the innermost alone; the outer vars are bound in `vals`. `rows`: only the query
-    rows [lo, hi) (a parallel item's chunk, `row_chunks`), else all of them."""
+    rows [lo, hi) (a parallel item's: the schedule's `rows_per_item`), else all of them."""
     fl = plan.flash
     assert fl is not None
     b = ctx.b
+    guard = None
+    if fl.causal is not None:
+        guard = CausalGuard(em, ctx, c, fl, compute_type(fl.core.dtype), _scan_lanes(fl, c, plan))
     if fl.rows_var is None or v + 1 == len(c.vars):
-        _Rows(owner, em, ctx, c, plan, 1).run(None, vals)
+        if guard is not None:  # one row: its own skipped keys
+            _scan(b, em, fl, guard, None, c)
+        _Rows(owner, em, ctx, c, plan, 1, guard).run(None, vals)
         return
     if rows is not None:
         start, n = rows
     else:
         n = ctx.dim(c.extents[v])
+        start = i64(0)
+    if guard is not None:  # the keys any of these rows may skip: after the first row's limit
+        _scan(b, em, fl, guard, start, c)
+    if rows is None and lanes_fit(fl):
         # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
-        start = LaneRows(owner, em, ctx, c, plan).run(vals) if lanes_fit(fl) else i64(0)
+        start = LaneRows(owner, em, ctx, c, plan, guard).run(vals)
     full = b.udiv(b.sub(n, start, name="flash.rows.left"), i64(ROWS), name="flash.rowblocks")
     with for_range(b, full, "flash.rb", guard=True) as rb:
         s0 = b.add(start, b.mul(rb, i64(ROWS), name="flash.s0.off", flags=("nuw", "nsw")), name="flash.s0")
-        _Rows(owner, em, ctx, c, plan, ROWS).run(s0, vals)
+        _Rows(owner, em, ctx, c, plan, ROWS, guard).run(s0, vals)
     done = b.add(start, b.mul(full, i64(ROWS), name="flash.rdone.off"), name="flash.rdone")
     with for_range(b, n, "flash.rr", start=done, guard=True) as r:
-        _Rows(owner, em, ctx, c, plan, 1).run(r, vals)
+        _Rows(owner, em, ctx, c, plan, 1, guard).run(r, vals)
+
+
+def _scan_lanes(fl: Flash, c: Compute, plan: NestPlan) -> tuple[int, int]:
+    """The vector widths the guard's scan reads K's and V's rows with: both loads contiguous
+    along the head and the heads whole vectors (K's only where the masked score reads the
+    dot), else (0, 0)."""
+    width = plan.vector_width or 8
+    vv = _lanes(fl.row, width) if _contiguous(fl.value, c.var_names[-1], fl.core.dtype) else 0
+    if fl.masked[0] == 0.0:
+        return (vv, vv) if vv else (0, 0)
+    if fl.dot is None or fl.keyed is None:
+        return (0, 0)
+    (e, ext), = fl.dot.vars
+    kv = _lanes(int(ext.value), width) if isinstance(ext, Const) and _contiguous(fl.keyed, e.name, fl.core.dtype) else 0
+    return (kv, vv) if kv and vv else (0, 0)
+
+
+def _scan(b: ir.IRBuilder, em: ExprEmitter, fl: Flash, guard: CausalGuard, first: ir.Value | None,
+          c: Compute) -> None:
+    """guard.scan over the keys after row `first`'s limit (None: the bound row's)."""
+    assert fl.causal is not None
+    if first is not None:
+        em.push({fl.rows_var: first}, {fl.rows_var: c.extents[-2]})  # type: ignore[dict-item]
+    lim = b.add(em.emit(fl.causal), i64(1), name="flash.guard.lo")
+    if first is not None:
+        em.pop()
+    n = em.emit(fl.kv_len)
+    lo = b.select(b.icmp_signed("<", lim, n), lim, n, name="flash.guard.lo.n")
+    lo = b.select(b.icmp_signed("<", lo, i64(0)), i64(0), lo, name="flash.guard.lo0")
+    guard.scan(lo, n)
 
 
 class _Rows:
     """One emission of `nrows` rows (module doc): their stack arrays and the block steps."""
 
-    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, nrows: int):
+    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, nrows: int,
+                 guard: CausalGuard | None):
         fl = plan.flash
         assert fl is not None
         self.owner, self.em, self.ctx, self.c, self.fl, self.b = owner, em, ctx, c, fl, ctx.b
+        self.guard = guard
         self.dt = fl.core.dtype
         self.ty = ty = compute_type(self.dt)
         self.w, self.w_ext = c.var_names[-1], c.extents[-1]
@@ -191,24 +222,51 @@ class _Rows:
             em.hoist(fl.without_core(self.c.body))
         for sc in self.score1:  # what no key changes (a causal row's offset): once per row
             em.hoist(sc)
+        n = em.emit(fl.kv_len)
+        if self.guard is None:
+            self.keys(n)
+        else:  # keys after the last row's limit add nothing where the guard proves it
+            g = self.guard
+            qn = g.query_norm()
+            q_sum = None
+            if qn is not None:
+                parts = [em.emit(substitute(qn, {rv: x}) if self.rows else qn) for x in self.rows or [None]]
+                q_sum = parts[0]
+                for p in parts[1:]:
+                    q_sum = b.fadd(q_sum, p, name="flash.guard.qsum")
+            fast = self.causal_end(n)
+            g.run(fast, n, g.skip_ok(fast, q_sum), self.keys, self.rows_ok)
+        for r in range(self.nrows):
+            self.finish(r, s0, vals)
+        if self.rows or s0 is not None:
+            em.pop()
+
+    def keys(self, n: ir.Value) -> None:
+        """The rows' state from the start, then their keys below n, block by block."""
+        b, fl = self.b, self.fl
         for r in range(self.nrows):
             b.store(self.neg_inf, self.m_p[r])
             b.store(self.zero, self.l_p[r])
         with for_range(b, i64(fl.row * self.nrows), "flash.w0", guard=False, metadata=self.vec_md()) as j:
             b.store(self.zero, self.slot(self.acc, j))
-        n = em.emit(fl.kv_len)
-        if fl.causal is not None:  # keys after the last row's limit are -inf for every row
-            n = self.causal_end(n)
         nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="flash.n.up"), i64(BLOCK), name="flash.blocks")
         with for_range(b, nblk, "flash.kb", guard=True) as kb:
             t0 = b.mul(kb, i64(BLOCK), name="flash.t0", flags=("nuw", "nsw"))
             left = b.sub(n, t0, name="flash.left", flags=("nsw",))
             cnt = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK), name="flash.cnt")
             self.block(t0, cnt)
-        for r in range(self.nrows):
-            self.finish(r, s0, vals)
-        if self.rows or s0 is not None:
-            em.pop()
+
+    def rows_ok(self) -> ir.Value | None:
+        """The guard's check of every row's final max (flash_guard.py)."""
+        b, g = self.b, self.guard
+        assert g is not None
+        oks = [g.rows_ok(b.load(self.m_p[r], name="flash.m.end")) for r in range(self.nrows)]
+        if any(x is None for x in oks):
+            return None
+        ok = oks[0]
+        for x in oks[1:]:
+            ok = b.and_(ok, x, name="flash.guard.rows")
+        return ok
 
     def causal_end(self, n: ir.Value) -> ir.Value:
         """min(n, R + 1) at the block's last row (at least 0): the keys past it score -inf

@@ -25,7 +25,8 @@ Rows past the last whole block go row by row through flash.py (a decoder step's 
 row would fill one lane of sixteen). Semantics are flash.py's (kernel/flash.py's module
 doc): a block whose running max is still -inf adds exp(-inf) = 0; a NaN score is skipped
 by maxnum but reaches its row's sum and accumulator through `p`, so the row is NaN as
-unfused. Causal attention stops the keys at the block's last row's limit.
+unfused. Causal attention stops the keys at the block's last row's limit where
+flash_guard.py proves the keys past it add nothing, else visits every key.
 """
 
 from __future__ import annotations
@@ -34,17 +35,16 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import Const, Expr
-from onnxcc.kernel.flash import LANES_MAX_HEAD
+from onnxcc.kernel.expr import Expr
 
 from ..llvm.exprs import ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 
 if TYPE_CHECKING:
-    from onnxcc.kernel.flash import Flash
     from onnxcc.kernel.program import Compute
 
     from .emit import FnCtx, KernelEmitter, NestPlan
+    from .flash_guard import CausalGuard
 
 BLOCK = 64
 """keys per block: the block's [BLOCK x LANES] scores stay in L1 between the steps"""
@@ -57,22 +57,15 @@ _CHAIN = ("contract", "nsz")
 let LLVM fold the CHAINS partial sums back into one chain of D dependent FMAs"""
 
 
-def lanes_fit(fl: Flash) -> bool:
-    """Whether a fused core runs here: rows that share keys (`rows_var`), a dot product of a
-    static head of at most LANES_MAX_HEAD, and a value row of at most that."""
-    if fl.rows_var is None or fl.dot is None or fl.query is None or fl.keyed is None:
-        return False
-    (_, ext), = fl.dot.vars
-    return isinstance(ext, Const) and 0 < int(ext.value) <= LANES_MAX_HEAD and fl.row <= LANES_MAX_HEAD
-
-
 class LaneRows:
     """The row blocks of one fused compute from its rows var on (module doc)."""
 
-    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan):
+    def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan,
+                 guard: CausalGuard | None):
         fl = plan.flash
         assert fl is not None and fl.dot is not None and fl.rows_var is not None
         self.owner, self.em, self.ctx, self.c, self.fl, self.b = owner, em, ctx, c, fl, ctx.b
+        self.guard = guard
         self.dt = fl.core.dtype
         self.ty = ty = compute_type(self.dt)
         self.lanes = n = plan.vector_width or 8
@@ -141,21 +134,40 @@ class LaneRows:
         return b.mul(nrb, i64(n), name="lanes.done", flags=("nuw", "nsw"))
 
     def block_rows(self, kv: ir.Value) -> None:
-        b, fl = self.b, self.fl
+        b, fl, g = self.b, self.fl, self.guard
         self.load_queries()
-        self.rows(self.start_rows, "lanes.init")
-        n = kv
-        if fl.causal is not None:  # keys past the last row's limit are -inf in every row
-            lim = b.add(self.emit_at(fl.causal, {self.rv: self.last}), i64(1), name="lanes.causal.end")
-            n = b.select(b.icmp_signed("<", lim, n), lim, n, name="lanes.causal.n")
+        if g is None:
+            self.keys(kv)
+        else:  # keys past the last row's limit add nothing where the guard proves it
+            lim = b.add(self.emit_at(fl.causal, {self.rv: self.last}), i64(1), name="lanes.causal.end")  # type: ignore[arg-type]
+            n = b.select(b.icmp_signed("<", lim, kv), lim, kv, name="lanes.causal.n")
             n = b.select(b.icmp_signed("<", n, i64(0)), i64(0), n, name="lanes.causal.n0")
+            g.run(n, kv, g.skip_ok(n, self.query_sum(g)), self.keys,
+                  lambda: g.rows_ok(b.load(self.vec(self.m, 0), name="lanes.m.end", typ=self.vty, align=4)))
+        self.finish()
+
+    def query_sum(self, g: CausalGuard) -> ir.Value | None:
+        """The block's rows' query norms summed (the guard's bound on their dots)."""
+        qn = g.query_norm()
+        if qn is None:
+            return None
+        b = self.b
+        acc = self.ctx.alloca(self.ty, "lanes.qsum")
+        b.store(self.zero, acc)
+        with for_range(b, i64(self.lanes), "lanes.qn", guard=False) as r:
+            b.store(b.fadd(b.load(acc), self.emit_at(qn, {self.rv: self.row_of(r)}), name="lanes.qsum"), acc)
+        return b.load(acc, name="lanes.qsum")
+
+    def keys(self, n: ir.Value) -> None:
+        """The rows' state from the start, then their keys below n, block by block."""
+        b = self.b
+        self.rows(self.start_rows, "lanes.init")
         nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="lanes.n.up"), i64(BLOCK), name="lanes.blocks")
         with for_range(b, nblk, "lanes.kb", guard=True) as kb:
             t0 = b.mul(kb, i64(BLOCK), name="lanes.t0", flags=("nuw", "nsw"))
             left = b.sub(n, t0, name="lanes.left", flags=("nsw",))
             cnt = b.select(b.icmp_signed("<", left, i64(BLOCK)), left, i64(BLOCK), name="lanes.cnt")
             self.block(t0, cnt)
-        self.finish()
 
     def load_queries(self) -> None:
         """QT[e][r]: the block's query rows transposed, once per row block."""

@@ -2,7 +2,10 @@
 form: torch's exact x * 0.5 * (1 + erf(x / sqrt 2)) has a division by a constant inside the
 erf (vmath's erf_div: no vdivps) and a sum and two products around it (one fma); in f32
 with the divisor sqrt 2 (what exporters write) the whole product is vmath's `gelu`, x Phi(x)
-with no erf at all (`exact_gelu`); the tanh GELU's 1 + tanh(u) is 2 sigmoid(2 u)."""
+with no erf at all (`exact_gelu`); the tanh GELU's x * 0.5 * (1 + tanh(u)) is x sigmoid(2 u)
+(`tanh_gelu`), and with u = s (x + k x**3) as exporters write it, 2 u is x (2 s + 2 s k x**2):
+a product, an fma and a product (`tanh_gelu_argument`); any other 1 + tanh(u) is
+2 sigmoid(2 u)."""
 
 from __future__ import annotations
 
@@ -39,10 +42,9 @@ def _one_plus_erf(s: Expr) -> Unary | None:
     return None
 
 
-def half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
-    """(x, erf(u)) where `e` is the product of x, 0.5 and 1 + erf(u), either grouping (torch's
-    TorchScript export: x * (1 + erf) * 0.5; its dynamo export: x * (0.5 * (erf + 1))), any
-    operand order, float."""
+def _half_x_times(e: Binary, inner_of) -> tuple[Expr, Expr] | None:
+    """(x, inner_of(s)) where `e` is the product of x, 0.5 and s, either grouping (x * s *
+    0.5, x * (0.5 * s), 0.5 x * s), any operand order, float, and inner_of(s) not None."""
     if e.op != "mul" or not e.dtype.is_float:
         return None
     for inner, outer in ((e.a, e.b), (e.b, e.a)):
@@ -54,10 +56,17 @@ def half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
             if not (isinstance(half, Const) and half.value == 0.5):
                 continue
             for x, s in (rest, rest[::-1]):
-                t = _one_plus_erf(s)
+                t = inner_of(s)
                 if t is not None:
                     return x, t
     return None
+
+
+def half_x_one_plus_erf(e: Binary) -> tuple[Expr, Unary] | None:
+    """(x, erf(u)) where `e` is the product of x, 0.5 and 1 + erf(u), either grouping (torch's
+    TorchScript export: x * (1 + erf) * 0.5; its dynamo export: x * (0.5 * (erf + 1))), any
+    operand order, float."""
+    return _half_x_times(e, _one_plus_erf)  # type: ignore[return-value]  # the Unary _one_plus_erf gives
 
 
 #: the divisor vmath's `gelu` is fitted for: sqrt 2 rounded to f32; and the factor onnx.Gelu's
@@ -104,6 +113,38 @@ def one_plus_tanh(e: Binary) -> Expr | None:
     return None
 
 
+def tanh_gelu(e: Binary) -> tuple[Expr, Expr] | None:
+    """(x, u) where `e` is the product of x, 0.5 and 1 + tanh(u) (the groupings and orders
+    `half_x_one_plus_erf` takes, float)."""
+    return _half_x_times(e, lambda s: one_plus_tanh(s) if isinstance(s, Binary) else None)
+
+
+def _product_factors(e: Expr) -> list[Expr]:
+    """The factors of a tree of float products (e itself where it is not one)."""
+    if isinstance(e, Binary) and e.op == "mul":
+        return _product_factors(e.a) + _product_factors(e.b)
+    return [e]
+
+
+def tanh_gelu_argument(u: Expr, x: Expr) -> tuple[float, float] | None:
+    """(s, k) where `u` is s * (x + k * x * x * x), the tanh GELU's argument as exporters write
+    it (Pow(x, 3) lowered to products; any grouping of the cube's product, any order of the
+    sum and of the outer product), s and k constants."""
+    if not (isinstance(u, Binary) and u.op == "mul"):
+        return None
+    for inner, s in ((u.a, u.b), (u.b, u.a)):
+        if not (isinstance(s, Const) and isinstance(inner, Binary) and inner.op == "add"):
+            continue
+        for lin, cube in ((inner.a, inner.b), (inner.b, inner.a)):
+            if lin != x:
+                continue
+            factors = _product_factors(cube)
+            consts = [f for f in factors if isinstance(f, Const)]
+            if len(factors) == 4 and len(consts) == 1 and all(f == x for f in factors if f is not consts[0]):
+                return float(s.value), float(consts[0].value)
+    return None
+
+
 def emit_gelu_form(em: ExprEmitter, e: Binary) -> ir.Value | None:
     """`e` in its cheaper form where it is one of the GELU shapes above, else None."""
     x = exact_gelu(e)
@@ -116,6 +157,24 @@ def emit_gelu_form(em: ExprEmitter, e: Binary) -> ir.Value | None:
         # sum 1 + erf is not rounded first), and no overflow of x * 2 near the float maximum
         h = em.b.fmul(em.emit(gelu[0]), ir.Constant(em.emit(gelu[0]).type, 0.5), name="half.x")
         return em.intr("llvm.fma", [em.emit(gelu[1]), h, h], label="gelu")
+    found = tanh_gelu(e)
+    if found is not None:
+        # x * 0.5 * (1 + tanh(u)) = x sigmoid(2 u): the 0.5 and the 2 cancel (and x * 2 does not
+        # overflow near the float maximum); 2 u = x (2 s + 2 s k x**2) where u = s (x + k x**3):
+        # three ops for five (x**3's two products, the fma, s and the doubling), the constants
+        # rounded once each (the graph's own u is rounded four times on the way)
+        x, u = found
+        xv = em.emit(x)
+        sk = tanh_gelu_argument(u, x)
+        if sk is None:
+            w = em.b.fmul(em.emit(u), ir.Constant(xv.type, 2.0), name="twice")
+        else:
+            s, k = sk
+            x2 = em.b.fmul(xv, xv, name="gelu.x2")
+            inner = em.intr("llvm.fma", [x2, ir.Constant(xv.type, 2.0 * s * k), ir.Constant(xv.type, 2.0 * s)],
+                            label="gelu.inner")
+            w = em.b.fmul(xv, inner, name="gelu.twice.u")
+        return em.b.fmul(xv, em.math("sigmoid", w), name="gelu.tanh")
     u = one_plus_tanh(e)
     if u is not None:
         # tanh-GELU's 1 + tanh(u) = 2 sigmoid(2 u) (the scalings exact): vmath's sigmoid is

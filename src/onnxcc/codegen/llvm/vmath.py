@@ -39,7 +39,10 @@ Methods, per function:
 - sigmoid 1/(1 + exp(-x)) = c / (c + c exp(-x)), c = 2**-32 (f64 2**-64), x clamped to
   [-104, 25] (f64 [-746, 40]), where c exp(-x) is a normal number: exp by its reduction with k
   rounded by a shifter constant, 2**(k - 32) from the shifter's bits (`_exp_parts`, f32:
-  a fitted degree-6 polynomial), the + c in the scaling's fma, one division that rounds the
+  a fitted degree-6 polynomial), computed as S / (S + P) with S = 2**(32 - k) and P the
+  polynomial times 2**32 (the same quotient times a power of two: the same result, the
+  scaling an add instead of an fma: these loops are bound by x86's FMA pipe, one 512-bit op
+  a cycle, with the add pipe beside it), one division that rounds the
   denormal results too, no NaN blend: 15 vector ops per 16 f32 elements against 18 for the
   e = exp(-|x|), (e or 1) / (1 + e) form before it (and 22 before that). Error bound, f32:
   1.8 ulp on the sample above, 2.32 ulp on 60000 points of [-25, 3] (the form before: 2.16
@@ -652,7 +655,8 @@ def _tanh(m: _Math, x):
         small = m.mul(x, m.horner(m.mul(x, x), _TANH_F32))
         p, scale = _exp_parts(m, m.sel(m.lt(m.c(10.0), a), m.c(10.0), a), -2.0, 0)
         one = m.c(1.0)
-        big = m.div(m.fma(m.b.fneg(p), scale, one), m.fma(p, scale, one))
+        e = m.mul(p, scale)  # exact (scale a power of two, e normal): 1 -+ e round as the fmas did
+        big = m.div(m.sub(one, e), m.add(one, e))
         return m.sel(m.lt(a, m.c(0.55)), small, m.copysign(big, x))
     em = m.call("expm1", m.mul(a, m.c(2.0)))
     y = m.div(em, m.add(em, m.c(2.0)))
@@ -660,11 +664,12 @@ def _tanh(m: _Math, x):
     return m.copysign(y, x)
 
 
-def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _EXP_F32, lo=None):
+def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _EXP_F32, lo=None,
+               recip: bool = False):
     """(p, scale) with p * scale = exp(f x) * 2**-off, for f a power of two (either sign) and
     x already clamped to where that is a normal number: the hot loops of sigmoid (SiLU),
     tanh (tanh-GELU) and tanh_softplus (Mish), so every vector op counts. The caller
-    multiplies, or folds the product into an fma of its own (sigmoid's c + c exp(-x)).
+    multiplies, or folds the product into an fma of its own.
     - k = round(f x / ln 2) by adding a shifter 1.5 2**mant + bias - off: t's low mantissa
       bits are then k + bias - off (no round, no float->int conversion, which is poison on
       NaN), and shifting t's bits left by mant gives 2**(k - off) in one integer op;
@@ -674,18 +679,25 @@ def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _E
     - a NaN x passes every step (its shifted bits give some finite scale; NaN times it is
       NaN), so there is no NaN blend;
     - `lo`, where given, is a small addend of x (the rounding error of x = a**2: `_gelu`),
-      added to the reduced argument (one add), so exp(f (x + lo)) is what comes out."""
+      added to the reduced argument (one add), so exp(f (x + lo)) is what comes out;
+    - `recip`: (P, S) with P / S = exp(f x), P = p 2**off (the coefficients scaled by 2**off)
+      and S = 2**(off - k) (the shifter rounds -f x / ln 2 instead, whose bits give the
+      reciprocal scale): sigmoid's 1 / (1 + exp(-x)) is then S / (S + P), an add where the
+      scaling took an fma (x86's FMA pipe is what these loops are bound by: one 512-bit op a
+      cycle, the add pipe beside it idle), and a NaN x still gives a NaN P."""
     b = m.b
-    shifter = m.c(1.5 * 2.0 ** m.mant + m.bias - off)
-    t = m.fma(x, m.c(f / math.log(2.0)), shifter)
+    shifter = m.c(1.5 * 2.0 ** m.mant + m.bias + (off if recip else -off))
+    g = -f if recip else f  # k (or -k for recip) = round(g x / ln 2)
+    t = m.fma(x, m.c(g / math.log(2.0)), shifter)
     k = m.sub(t, shifter)
     l_hi, l_lo = _LN2[m.tag]
-    r = m.fma(k, m.c(-l_hi / f), x)
-    r = m.fma(k, m.c(-l_lo / f), r)
+    r = m.fma(k, m.c(-l_hi / g), x)
+    r = m.fma(k, m.c(-l_lo / g), r)
     if lo is not None:
         r = m.add(r, lo)
     coeffs = _taylor(14) if m.f64 else coeffs_f32
-    p = m.horner(r, [c * f ** j for j, c in enumerate(coeffs)])
+    up = 2.0 ** off if recip else 1.0
+    p = m.horner(r, [c * f ** j * up for j, c in enumerate(coeffs)])
     return p, b.bitcast(b.shl(b.bitcast(t, m.ity), m.i(m.mant)), m.ty)
 
 
@@ -709,10 +721,13 @@ def _sigmoid(m: _Math, x):
     # sign of x (an abs, a compare and a blend): SiLU alone 8-10% faster in cache. NOTE: a
     # reciprocal estimate (`fdiv arcp`: vrcp14ps and a Newton step) measured slower than
     # vdivps on this machine's Zen 4 core (three more FMA-port ops) and less accurate.
+    # c / (c + c exp(-x)) as S / (S + P) (`_exp_parts` recip: P / S = exp(-x), S = 2**(off - k)
+    # normal over the clamp's range): the same quotient scaled by a power of two, so the same
+    # roundings and the same result, with the scaling fma an add (one 512-bit FMA-pipe op of
+    # 11 fewer a SiLU vector)
     lo, hi, off = _SIGMOID_RANGE[m.tag]
-    p, scale = _exp_parts(m, _clamp(m, x, lo, hi), -1.0, off)
-    c = m.c(2.0 ** -off)
-    return m.div(c, m.fma(p, scale, c))
+    p, s = _exp_parts(m, _clamp(m, x, lo, hi), -1.0, off, recip=True)
+    return m.div(s, m.add(s, p))
 
 
 def _softplus(m: _Math, x):
@@ -732,7 +747,8 @@ def _tanh_softplus(m: _Math, x):
     # N / (N + 2 c**2), N = E (E + 2 c), the sum E + 2 c folded into the exp's last fma
     lo, hi, up = _TANH_SOFTPLUS_RANGE[m.tag]
     p, scale = _exp_parts(m, _clamp(m, x, lo, hi), 1.0, -up)
-    n = m.mul(m.mul(p, scale), m.fma(p, scale, m.c(2.0 * 2.0 ** up)))
+    e = m.mul(p, scale)  # exact (a power of two, E normal): E + 2 c rounds as the fma did, on the add pipe
+    n = m.mul(e, m.add(e, m.c(2.0 * 2.0 ** up)))
     return m.div(n, m.add(n, m.c(2.0 * 2.0 ** (2 * up))))
 
 
@@ -865,7 +881,9 @@ def _gelu(m: _Math, x):
     rat = m.div(m.horner(ac, _GELU_P), m.horner(ac, _GELU_Q))
     e = m.mul(p, rat)
     below = m.mul(e, scale)  # Phi(-a)
-    above = m.fma(b.fneg(e), scale, m.c(1.0))  # 1 - Phi(-a) = Phi(a)
+    # 1 - Phi(-a) = Phi(a): below is exact where scale is normal, so the sum rounds as the fma
+    # 1 - e scale did (and where it is not, both are 1), on the add pipe
+    above = m.sub(m.c(1.0), below)
     return m.mul(x, m.sel(m.lt(x, m.c(0.0)), below, above))
 
 
