@@ -25,8 +25,10 @@ from onnxcc.kernel import (
 )
 from onnxcc.kernel.plan_memory import reserve_scratch
 from onnxcc.kernel.schedule import (
+    TAP_WORK_DIVISOR,
     Schedule,
     TargetInfo,
+    compute_work,
     facts_from_attrs,
     gemm_tile,
     match_gemm,
@@ -140,6 +142,36 @@ def test_static_extents_and_parallel_decisions():
     np.testing.assert_allclose(y1, x + 1)
     np.testing.assert_allclose(y2, x[:4, :7] * 2)
     np.testing.assert_allclose(y3, x[:4, :32] * 3)
+
+
+def test_window_taps_count_as_work():
+    """A 5x5 window over a small plane (mnasnet's depthwise conv on 12 x 10 x 72: 8640 outputs
+    per image) is 25 loads per output, ceil(25 / TAP_WORK_DIVISOR) operations, worth a split;
+    x * max(x, 0) loads x once, and an elementwise op on two buffers is one per buffer."""
+    p = KernelProgram.new("taps", [])
+    X = p.input("X", F32, (16, 14, 72))
+    W = p.input("W", F32, (5, 5, 72))
+    B = p.input("B", F32, (12, 10, 72))
+    Y = p.output("Y", F32, (12, 10, 72))
+    Z = p.output("Z", F32, (12, 10, 72))
+    E = p.output("E", F32, (12, 10, 72))
+
+    def window(h, w, c):
+        acc = X[h, w, c] * W[0, 0, c]
+        for i in range(5):
+            for j in range(5):
+                if i or j:
+                    acc = acc + X[h + i, w + j, c] * W[i, j, c]
+        return acc
+
+    p.compute(Y, window)
+    p.compute(Z, lambda h, w, c: X[h, w, c] * maximum(X[h, w, c], 0.0))
+    p.compute(E, lambda h, w, c: X[h, w, c] + B[h, w, c])
+    y, z, e = p.computes()
+    assert compute_work(y) == 12 * 10 * 72 * -(-25 // TAP_WORK_DIVISOR) > TargetInfo().min_parallel_work
+    assert compute_work(z) == compute_work(e) == 12 * 10 * 72
+    schedule_program(p, TargetInfo(parallel=True))
+    assert [c.schedule.parallel for c in p.computes()] == [True, False, False]
 
 
 # ---- reductions ---------------------------------------------------------------------------------

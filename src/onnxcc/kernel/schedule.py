@@ -337,22 +337,35 @@ _ROW_NORM_COST = 4
 row, so each element costs a few passes over the row, not a reduction of its own"""
 
 
+TAP_WORK_DIVISOR = 4
+"""window taps per element-operation of `compute_work`: a tap is one vector load and FMA (a 5x5
+depthwise conv ran 76 ps a tap); counted whole, 3x3 depthwise convs of 2-5 us split, where the
+pool's cost per loop (~1.5 us) ate the gain (benchmarks/region_profile.py)"""
+
+
 def compute_work(c: Compute, row_norm: bool = False) -> Dim:
-    """Estimated element-operations of a compute: domain size x the biggest reduction
-    (a row-norm schedule, or `row_norm`: x `_ROW_NORM_COST`)."""
+    """Estimated element-operations of a compute: domain size x the biggest reduction, or
+    x the most distinct loads of one buffer / TAP_WORK_DIVISOR (a window's unrolled taps: a
+    5x5 depthwise conv reads its input 25 times per element; counted as 1, mnasnet's on a
+    12 x 10 plane ran serially, 44 us of a 1.1 ms call, benchmarks/region_profile.py) (a
+    row-norm schedule, or `row_norm`: x `_ROW_NORM_COST`)."""
     n: Dim = 1
     for d in c.extents:
         n = canon(n * d)
     if row_norm or getattr(c.schedule, "row_norm", None) is not None:
         return canon(n * _ROW_NORM_COST)
     cost = 1
-    for e in walk(c.body):
+    taps: dict[str, int] = {}
+    for e in walk(c.body):  # each distinct node once: x * sigmoid(x) loads x once
         if isinstance(e, Reduce):
             k = 1
             for _, x in e.vars:
                 k *= x.value if isinstance(x, Const) else _UNKNOWN_EXTENT
             cost = max(cost, k)
-    return canon(n * cost)
+        elif isinstance(e, Load):
+            taps[e.buffer] = taps.get(e.buffer, 0) + 1
+    tap_cost = -(-max(taps.values(), default=0) // TAP_WORK_DIVISOR)
+    return canon(n * max(cost, tap_cost))
 
 
 # ---- GEMM recognition ---------------------------------------------------------------------

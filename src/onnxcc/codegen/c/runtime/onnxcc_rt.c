@@ -119,6 +119,7 @@ typedef struct {
   onnxcc_body_fn body;
   void *ctx;
   int64_t n, nchunks; /* chunk c is [c * n / nchunks, (c + 1) * n / nchunks) */
+  int64_t *live;      /* the region profile's live mode: per chunk start, end, thread; else NULL */
 } onnxcc_job;
 
 static struct {
@@ -145,6 +146,7 @@ static struct {
 
 static pthread_once_t onnxcc_pool_once = PTHREAD_ONCE_INIT;
 static __thread int onnxcc_in_parallel; /* set inside bodies, and for life on workers */
+static __thread int onnxcc_worker_tag;  /* 1 + the worker's index; 0 on callers */
 
 /* Chunks differ by at most one item, the longer ones first (claimed in order, the last
  * chunks are what a thread finishing early waits on). Cut as ceil(n / nchunks) items each,
@@ -171,11 +173,23 @@ static int64_t onnxcc_chunk_count(int64_t n, int threads) {
   return most;
 }
 
+static int64_t onnxcc_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void onnxcc_run_chunks(const onnxcc_job *job) {
   for (;;) {
     int64_t c = __atomic_fetch_add(&onnxcc_pool.next, 1, __ATOMIC_RELAXED);
     if (c >= job->nchunks) return;
+    int64_t t = job->live ? onnxcc_now_ns() : 0;
     job->body(onnxcc_chunk_start(job, c), onnxcc_chunk_start(job, c + 1), job->ctx);
+    if (job->live) {
+      job->live[3 * c] = t;
+      job->live[3 * c + 1] = onnxcc_now_ns();
+      job->live[3 * c + 2] = onnxcc_worker_tag;
+    }
   }
 }
 
@@ -191,12 +205,6 @@ static inline void onnxcc_cpu_relax(void) {
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
 #endif
-}
-
-static int64_t onnxcc_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static int64_t onnxcc_spin_ns; /* set once by onnxcc_pool_init */
@@ -282,7 +290,7 @@ static void onnxcc_keep_caller_core_free(void) {
 }
 
 static void *onnxcc_worker_main(void *arg) {
-  (void)arg;
+  onnxcc_worker_tag = (int)(intptr_t)arg;
   onnxcc_in_parallel = 1;
   uint64_t seen = 0;
   for (;;) {
@@ -358,7 +366,7 @@ static void onnxcc_pool_init(void) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   for (int i = 0; i < onnxcc_pool.nthreads - 1; i++) {
-    if (pthread_create(&onnxcc_pool.threads[i], NULL, onnxcc_worker_main, NULL) != 0) break;
+    if (pthread_create(&onnxcc_pool.threads[i], NULL, onnxcc_worker_main, (void *)(intptr_t)(i + 1)) != 0) break;
     if (onnxcc_pin_threads) onnxcc_pin(onnxcc_pool.threads[i], onnxcc_worker_cpu[i]);
     onnxcc_pool.nworkers++;
   }
@@ -377,13 +385,20 @@ __attribute__((destructor)) static void onnxcc_pool_fini(void) {
   onnxcc_pool.nworkers = 0;
 }
 
+static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx);
+static int onnxcc_profiled_threads(void);
+static int64_t *onnxcc_profile_live(int64_t nchunks);
+static void onnxcc_profile_live_line(const onnxcc_job *job, int64_t t0);
+
 int onnxcc_num_threads(void) {
   pthread_once(&onnxcc_pool_once, onnxcc_pool_init);
-  return onnxcc_pool.nthreads;
+  int profiled = onnxcc_profiled_threads(); /* the task grids the profiled thread count gets */
+  return profiled > 0 ? profiled : onnxcc_pool.nthreads;
 }
 
 void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
   if (n <= 0) return;
+  if (!onnxcc_in_parallel && onnxcc_profile_region(n, body, ctx)) return;
   if (n == 1 || onnxcc_in_parallel) {
     body(0, n, ctx);
     return;
@@ -394,7 +409,9 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
     return;
   }
   onnxcc_keep_caller_core_free();
-  onnxcc_job job = {body, ctx, n, onnxcc_chunk_count(n, onnxcc_pool.nworkers + 1)};
+  onnxcc_job job = {body, ctx, n, onnxcc_chunk_count(n, onnxcc_pool.nworkers + 1), NULL};
+  int64_t live_t0 = 0;
+  if (onnxcc_profiled_threads() < 0) job.live = onnxcc_profile_live(job.nchunks), live_t0 = onnxcc_now_ns();
 
   pthread_mutex_lock(&onnxcc_pool.mu);
   onnxcc_pool.job = job;
@@ -421,7 +438,100 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
     __atomic_store_n(&onnxcc_pool.caller_waits, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&onnxcc_pool.mu);
   }
+  if (job.live) onnxcc_profile_live_line(&job, live_t0);
   pthread_mutex_unlock(&onnxcc_pool.submit_mu);
+}
+
+/* ---- region profile (benchmarks/region_profile.py) -------------------------------------
+ * ONNXCC_REGION_PROFILE=FILE: every parallel loop runs on the calling thread, cut into the
+ * chunks the pool would deal at ONNXCC_REGION_PROFILE_THREADS threads (default 2, which
+ * onnxcc_num_threads reports, so the GEMM and conv calls cut their task grids for it), each
+ * chunk timed by the monotonic clock (the thread's CPU clock cost 0.5-1.7 us a read in this
+ * VM, the reader takes the least of several runs instead), one line per loop appended to FILE:
+ *   R <library> <body offset, hex> <n> <t0> <t1> <chunk ns>... @<t2>
+ * t0 / t1: the clock at entry and after the last chunk, t2 after the line is
+ * formatted (what follows t2 is the caller's own work again); the file is buffered whole and
+ * written at exit, so profile a process that exits. A benchmark replays the chunks
+ * as threads would claim them: a load-independent estimate of the multi-thread time. Off
+ * (unset), the cost is one pthread_once check per parallel loop. */
+#include <dlfcn.h>
+
+static pthread_once_t onnxcc_profile_once = PTHREAD_ONCE_INIT;
+static FILE *onnxcc_profile_file;
+static int onnxcc_profile_threads = 2;
+static int onnxcc_profile_live_on; /* ONNXCC_REGION_PROFILE_LIVE=1: the pool runs as usual */
+
+
+static void onnxcc_profile_init(void) {
+  const char *path = getenv("ONNXCC_REGION_PROFILE");
+  if (!path || !*path) return;
+  const char *live = getenv("ONNXCC_REGION_PROFILE_LIVE");
+  onnxcc_profile_live_on = live && strcmp(live, "1") == 0;
+  const char *t = getenv("ONNXCC_REGION_PROFILE_THREADS");
+  if (t && atoi(t) > 0) onnxcc_profile_threads = atoi(t) > ONNXCC_MAX_THREADS ? ONNXCC_MAX_THREADS : atoi(t);
+  onnxcc_profile_file = fopen(path, "a");
+  if (!onnxcc_profile_file) return;
+  /* written out at exit only: a flush inside the run would count as the caller's work (and
+   * two libraries' lines would interleave); glibc ignores the size of a buffer it allocates */
+  size_t cap = (size_t)64 << 20;
+  char *buf = malloc(cap);
+  if (buf) setvbuf(onnxcc_profile_file, buf, _IOFBF, cap);
+  int64_t a = onnxcc_now_ns(), b = a; /* the clock's own cost, which the reader subtracts */
+  for (int i = 0; i < 1000; i++) b = onnxcc_now_ns();
+  fprintf(onnxcc_profile_file, "H %d %.1f\n", onnxcc_profile_threads, (double)(b - a) / 1000.0);
+}
+
+/* 0: no profile; -1: live (the pool's own thread count); else the profiled count */
+static int onnxcc_profiled_threads(void) {
+  pthread_once(&onnxcc_profile_once, onnxcc_profile_init);
+  return !onnxcc_profile_file ? 0 : onnxcc_profile_live_on ? -1 : onnxcc_profile_threads;
+}
+
+static void onnxcc_profile_write_head(onnxcc_body_fn body, int64_t n) {
+  Dl_info info = {0};
+  int known = dladdr((void *)body, &info) && info.dli_fname;
+  fprintf(onnxcc_profile_file, " %s %lx %lld", known ? info.dli_fname : "?",
+          known ? (unsigned long)((char *)body - (char *)info.dli_fbase) : 0UL, (long long)n);
+}
+
+/* Live mode: each chunk's start, end and thread (0 the caller) as the pool ran it, one line
+ *   L <library> <body offset> <n> <t0> <t1> <start:end:thread>... @<t2>
+ * per loop, times from t0 (the caller's entry); t1 once the workers left. */
+static int64_t *onnxcc_profile_live(int64_t nchunks) { return calloc((size_t)nchunks * 3, sizeof(int64_t)); }
+
+static void onnxcc_profile_live_line(const onnxcc_job *job, int64_t t0) {
+  int64_t t1 = onnxcc_now_ns();
+  fputc('L', onnxcc_profile_file);
+  onnxcc_profile_write_head(job->body, job->n);
+  fprintf(onnxcc_profile_file, " %lld %lld", (long long)t0, (long long)t1);
+  for (int64_t c = 0; c < job->nchunks; c++)
+    fprintf(onnxcc_profile_file, " %lld:%lld:%lld", (long long)(job->live[3 * c] - t0),
+            (long long)(job->live[3 * c + 1] - t0), (long long)job->live[3 * c + 2]);
+  free(job->live);
+  fprintf(onnxcc_profile_file, " @%lld\n", (long long)onnxcc_now_ns());
+}
+
+static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx) {
+  if (onnxcc_profiled_threads() <= 0) return 0;
+  onnxcc_job job = {body, ctx, n, n == 1 ? 1 : onnxcc_chunk_count(n, onnxcc_profile_threads), NULL};
+  int64_t *ns = malloc((size_t)job.nchunks * sizeof *ns);
+  if (!ns) return 0;
+  int64_t t0 = onnxcc_now_ns(), prev = t0;
+  onnxcc_in_parallel = 1;
+  for (int64_t c = 0; c < job.nchunks; c++) {
+    body(onnxcc_chunk_start(&job, c), onnxcc_chunk_start(&job, c + 1), ctx);
+    int64_t now = onnxcc_now_ns();
+    ns[c] = now - prev;
+    prev = now;
+  }
+  onnxcc_in_parallel = 0;
+  fputc('R', onnxcc_profile_file);
+  onnxcc_profile_write_head(body, n);
+  fprintf(onnxcc_profile_file, " %lld %lld", (long long)t0, (long long)prev);
+  for (int64_t c = 0; c < job.nchunks; c++) fprintf(onnxcc_profile_file, " %lld", (long long)ns[c]);
+  free(ns);
+  fprintf(onnxcc_profile_file, " @%lld\n", (long long)onnxcc_now_ns());
+  return 1;
 }
 
 /* ---- dispatcher helpers -------------------------------------------------------------- */
