@@ -4,14 +4,14 @@ buffers (by name: `Sizes`, `Buffers`, whose fields give the arrays' order), and 
 layout of the constant weights.
 
     call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu, pool, res,
-                        oh, ow, wpo, opt, opl, opb, opr, sr, rpad; P, Q, C, T, B, R, U, V) -> C
+                        oh, ow, wpo, opt, opl, opb, opr, sr, rpad, c0; P, Q, C, T, B, R, U, V) -> C
 
     acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + T[m] + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
     y(b, m, n) = act(acc(b, m, n) + B[n] + r(b, m, n))      act: max(., 0) when relu, else identity
     r(b, m, n) = R[b*sr + m*ldc + n] when res (a residual laid out like C; pool = 1), else 0;
                  R[b*sr + V[m] + n] with rpad (R zero-padded, V[m] its interior pixel m's offset)
-    C[b*sc + at(m)*ldc + n] = y(b, m, n)                                                  pool = 1
-    C[b*sc + at(g)*ldc + n] = max(y(b, 4g, n), y(b, 4g + 1, n), y(b, 4g + 2, n), y(b, 4g + 3, n))   pool = 4
+    C[b*sc + at(m)*ldc + c0 + n] = y(b, m, n)                                             pool = 1
+    C[b*sc + at(g)*ldc + c0 + n] = max(y(b, 4g, n), y(b, 4g + 1, n), y(b, 4g + 2, n), y(b, 4g + 3, n))  pool = 4
     at(j) = (j // ow + opt) * wpo + j % ow + opl      the stored pixel j's place in C's rows
 
 The GEMM's rows m are a conv's real output pixels (oh, ow), no padding columns; its columns
@@ -21,7 +21,9 @@ contiguous segment of L = KW * C elements per window row (S1 = 1), or of C per t
 conv is dilated along W (S1 = KW). Offsets and strides count f32 elements. With pool = 4
 (a 2x2 stride-2 MaxPool after the conv, M a multiple of 4) each 4 consecutive rows are one
 pooling window's pixels, maxed (NaN-propagating) in the stores: only the pooled map is
-written. Without res, R is any buffer (the call never reads it).
+written. Without res, R is any buffer (the call never reads it). With c0 > 0 (ldc >= c0 + N,
+a flat C, no residual) the call writes channels [c0, c0 + N) of a wider map, its slice of a
+channel Concat (kernel/conv_concat.py); the other channels are left as they are.
 
 The stored pixels form oh x ow rows (the pooled ones with pool = 4). With out pads (opt, opl,
 opb, opr, not all 0) C is the zero-padded map [batch, opt + oh + opb, wpo = opl + ow + opr,
@@ -86,6 +88,9 @@ class Sizes(_InOrder):
     opr: Dim
     sr: Dim
     rpad: Dim
+    c0: Dim = 0
+    """the first channel the call writes in C's rows (0 but where kernel/conv_concat.py made
+    the conv write its slice of a Concat)"""
 
 
 SIZES = tuple(f.name for f in fields(Sizes))

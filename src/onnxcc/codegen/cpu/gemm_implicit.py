@@ -194,7 +194,9 @@ def _body(module: ir.Module) -> ir.Function:
     with gcall.task_body(module, name, _SHAPE, _panel_elems) as t:
         b, sz = t.b, t.sz
         seg_args = [sz["s0"], sz["ss0"], sz["s1"], sz["ss1"], sz["l"]]
-        cbat = _gepf(b, t.bufs["C"], add(b, mul(b, t.bi, sz["sc"], "c.b"), t.col, "c.off"), "c.bat")
+        # C of batch bi at the panel's first column, from channel c0 (a Concat's slice)
+        cbat = _gepf(b, t.bufs["C"], add(b, add(b, mul(b, t.bi, sz["sc"], "c.b"), sz["c0"], "c.c0"), t.col, "c.off"),
+                     "c.bat")
         rbat = _gepf(b, t.bufs["R"], add(b, mul(b, t.bi, sz["sr"], "r.b"), t.col, "r.off"), "r.bat")
         bcol = _gepf(b, t.bufs["B"], t.col, "bias.j")
         with b.goto_entry_block():
