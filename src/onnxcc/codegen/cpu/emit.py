@@ -27,6 +27,7 @@ statements and schedules (loop order, tiles, vector width) plug in beside `Compu
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
@@ -80,6 +81,11 @@ from .hoist_dims import HoistedDims, HoistedReader, is_big
 from .rownorm import emit_row_norm
 from .rowstage import emit_row_stage
 from .streaming_stores import fence_streams
+
+PROFILE_SERIAL_ENV = "ONNXCC_PROFILE_SERIAL"
+"""set at build time: each compute that would run serially runs through onnxcc_parallel_for
+anyway, its body named `ser.OUT` (not `par.OUT`), so benchmarks/region_profile.py times it
+alone and says what splitting it would give; for profiling builds only"""
 
 PARALLEL_FOR = "onnxcc_parallel_for"
 """`void onnxcc_parallel_for(int64_t n, void (*body)(int64_t, int64_t, void *), void *ctx)`"""
@@ -264,6 +270,7 @@ class KernelEmitter:
                  options: CpuOptions):
         self.program, self.plan, self.fn_name = program, plan, fn_name
         self.module, self.opts = module, options
+        self._profiled_serial: set[int] = set()  # computes run serially, profiled as regions
         self._consts: dict[str, ir.GlobalVariable] = {}
         self._stmt_ctx: FnCtx | None = None
         """the kernel-signature function statements are emitted into: body functions made now
@@ -366,10 +373,21 @@ class KernelEmitter:
         if par is None:
             work = compute_work(c)
             par = self.opts.parallel and not (isinstance(work, int) and work < self.opts.parallel_min_work)
+        if par is False and self._profile_serial(c):
+            self._profiled_serial.add(id(c))  # a `ser.` body the region profile times alone
+            par = True
         return NestPlan(order, bool(par) and bool(names), getattr(sch, "vector_width", None),
                         getattr(sch, "unroll", None), getattr(sch, "vector_tail", "scalar"),
                         bool(getattr(sch, "strip_mine", False)), getattr(sch, "row_norm", None),
                         getattr(sch, "flash", None), getattr(sch, "row_stage", None))
+
+    def _profile_serial(self, c: Compute) -> bool:
+        """In a profiling build (PROFILE_SERIAL_ENV), whether `c` runs serially only for its
+        small work, so the profile may run it as a region (rank 2+: items of its outer vars)."""
+        if not self.opts.parallel or PROFILE_SERIAL_ENV not in os.environ or len(c.vars) < 2:
+            return False
+        work = compute_work(c)
+        return isinstance(work, int) and work < self.opts.parallel_min_work
 
     def emit_compute(self, ctx: FnCtx, c: Compute, k: int) -> None:
         b = ctx.b
@@ -554,7 +572,11 @@ class KernelEmitter:
                 with then:
                     b.call(runtime, [n, body, pctx])
                 with otherwise:
-                    b.call(body, [i64(0), n, pctx])
+                    if PROFILE_SERIAL_ENV in os.environ:  # the serial case under a name of its own
+                        self._profiled_serial.add(id(c))
+                        b.call(runtime, [n, self._parallel_body(c, plan, ncol, md), pctx])
+                    else:
+                        b.call(body, [i64(0), n, pctx])
         st = b.load(ctx.status, name="status", align=4)
         with if_then(b, b.icmp_signed("!=", st, i32(0), name="failed"), name="status", likely=False):
             b.ret(st)
@@ -624,7 +646,7 @@ class KernelEmitter:
         return fn, bctx
 
     def _parallel_body(self, c: Compute, plan: NestPlan, ncol: int, md: AccessMetadata) -> ir.Function:
-        fn, bctx = self.body_function(f"par.{c.out}")
+        fn, bctx = self.body_function(f"{'ser' if id(c) in self._profiled_serial else 'par'}.{c.out}")
         begin, end, _pctx = fn.args
         if ncol == 0:  # groups of PAR_GROUP elements of the one axis
             b = bctx.b

@@ -382,8 +382,11 @@ int onnxcc_num_threads(void) {
   return onnxcc_pool.nthreads;
 }
 
+static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx);
+
 void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
   if (n <= 0) return;
+  if (!onnxcc_in_parallel && onnxcc_profile_region(n, body, ctx)) return;
   if (n == 1 || onnxcc_in_parallel) {
     body(0, n, ctx);
     return;
@@ -422,6 +425,68 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
     pthread_mutex_unlock(&onnxcc_pool.mu);
   }
   pthread_mutex_unlock(&onnxcc_pool.submit_mu);
+}
+
+/* ---- region profile (benchmarks/region_profile.py) -------------------------------------
+ * ONNXCC_REGION_PROFILE=FILE: every parallel loop runs on the calling thread, cut into the
+ * chunks the pool would deal at ONNXCC_REGION_PROFILE_THREADS threads (default 2), each
+ * chunk timed by the thread's CPU clock, one line per loop appended to FILE:
+ *   R <library> <body offset, hex> <n> <t0> <t1> <chunk ns>... @<t2>
+ * t0 / t1: the thread's CPU clock at entry and after the last chunk, t2 after the line is
+ * formatted (what follows t2 is the caller's own work again); the file is buffered whole and
+ * written at exit, so profile a process that exits. A benchmark replays the chunks
+ * as threads would claim them: a load-independent estimate of the multi-thread time. Off
+ * (unset), the cost is one pthread_once check per parallel loop. */
+#include <dlfcn.h>
+
+static pthread_once_t onnxcc_profile_once = PTHREAD_ONCE_INIT;
+static FILE *onnxcc_profile_file;
+static int onnxcc_profile_threads = 2;
+
+static int64_t onnxcc_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void onnxcc_profile_init(void) {
+  const char *path = getenv("ONNXCC_REGION_PROFILE");
+  if (!path || !*path) return;
+  const char *t = getenv("ONNXCC_REGION_PROFILE_THREADS");
+  if (t && atoi(t) > 0) onnxcc_profile_threads = atoi(t) > ONNXCC_MAX_THREADS ? ONNXCC_MAX_THREADS : atoi(t);
+  onnxcc_profile_file = fopen(path, "a");
+  if (!onnxcc_profile_file) return;
+  /* written out at exit only: a flush inside the run would count as the caller's work */
+  setvbuf(onnxcc_profile_file, NULL, _IOFBF, (size_t)64 << 20);
+  int64_t a = onnxcc_cpu_ns(), b = a; /* the clock's own cost, which the reader subtracts */
+  for (int i = 0; i < 1000; i++) b = onnxcc_cpu_ns();
+  fprintf(onnxcc_profile_file, "H %d %.1f\n", onnxcc_profile_threads, (double)(b - a) / 1000.0);
+}
+
+static int onnxcc_profile_region(int64_t n, onnxcc_body_fn body, void *ctx) {
+  pthread_once(&onnxcc_profile_once, onnxcc_profile_init);
+  if (!onnxcc_profile_file) return 0;
+  onnxcc_job job = {body, ctx, n, n == 1 ? 1 : onnxcc_chunk_count(n, onnxcc_profile_threads)};
+  int64_t *ns = malloc((size_t)job.nchunks * sizeof *ns);
+  if (!ns) return 0;
+  int64_t t0 = onnxcc_cpu_ns(), prev = t0;
+  onnxcc_in_parallel = 1;
+  for (int64_t c = 0; c < job.nchunks; c++) {
+    body(onnxcc_chunk_start(&job, c), onnxcc_chunk_start(&job, c + 1), ctx);
+    int64_t now = onnxcc_cpu_ns();
+    ns[c] = now - prev;
+    prev = now;
+  }
+  onnxcc_in_parallel = 0;
+  Dl_info info = {0};
+  int known = dladdr((void *)body, &info) && info.dli_fname;
+  fprintf(onnxcc_profile_file, "R %s %lx %lld %lld %lld", known ? info.dli_fname : "?",
+          known ? (unsigned long)((char *)body - (char *)info.dli_fbase) : 0UL, (long long)n, (long long)t0,
+          (long long)prev);
+  for (int64_t c = 0; c < job.nchunks; c++) fprintf(onnxcc_profile_file, " %lld", (long long)ns[c]);
+  free(ns);
+  fprintf(onnxcc_profile_file, " @%lld\n", (long long)onnxcc_cpu_ns());
+  return 1;
 }
 
 /* ---- dispatcher helpers -------------------------------------------------------------- */
