@@ -4,7 +4,8 @@ threads (each in a child process: the pool's size is fixed when a library first 
 
 One library at symbolic N, H, W: a 3x3 stem 3 -> 16 with Relu, then two Fire modules
 (squeeze 1x1 with Relu, then expand 1x1 and expand 3x3 with Relu, concatenated along
-channels): a stride-2 3x3 stem 3 -> 64 with Relu, then two Fire modules
+channels): an unpadded stride-2 3x3 stem 3 -> 64 with Relu (squeezenet's: its windows read from a planar
+copy of the NCHW input, ops/conv_implicit.py `PLANAR_MAX_CIN`), then two Fire modules
 (squeeze 1x1 with Relu, then expand 1x1 and expand 3x3 with Relu, concatenated along
 channels): the first 64 -> 16 -> 64 | 48 (the 3x3's slice starts at channel 64 and ends in a
 masked half panel), the second, behind a 2x2 stride-2 MaxPool of the first's Concat, 112 ->
@@ -41,7 +42,7 @@ def _fire(net: ConvNet, x: str, name: str, cin: int, sq: int, e1: int, e3: int) 
 
 def _model(path):
     net = ConvNet(17)
-    stem = net.conv("x", "stem", 3, 64, (3, 3), act="Relu", strides=[2, 2], pads=[1, 1, 1, 1])
+    stem = net.conv("x", "stem", 3, 64, (3, 3), act="Relu", strides=[2, 2])
     f1, _, _ = _fire(net, stem, "f1", 64, 16, 64, 48)
     pooled = net.node("MaxPool", [f1], "pool", kernel_shape=[2, 2], strides=[2, 2])
     f2, s2, _ = _fire(net, pooled, "f2", 112, 16, 64, 64)
@@ -75,6 +76,17 @@ def test_fire_expands_write_the_concat(built, tmp_path):
     computed = [ln.split("[")[0].strip() for ln in kir.splitlines() if "] = " in ln]
     assert not [c for c in computed if c.startswith("Concat_")]
     assert any(" = select(i1 < 16, " in ln for ln in kir.splitlines())  # kept: the squeeze beside the Concat
+
+
+@pytest.mark.skipif(not has_f32_conv_call(), reason="the conv call needs AVX-512F")
+def test_unpadded_stem_reads_a_planar_copy(built, tmp_path):
+    """the stem's call reads K = (kh, c, kw): 3 kernel rows of 3 channels of 3 taps, from a
+    plain copy of the NCHW input (not a transposing one)"""
+    path, _ = built
+    kir = onnxcc.compile(path, tmp_path / "k", emit="kernel", max_versions=1).text
+    stem = f32conv_sizes(kir)[0]
+    assert (stem["s0"], stem["s1"], stem["l"], stem["tb"]) == ("3", "3", "3", "2")
+    assert any(ln.strip().startswith("xplanar") and ln.endswith("= in0[n, c, h, w]") for ln in kir.splitlines())
 
 
 @pytest.mark.skipif(not has_f32_conv_call(), reason="the conv call needs AVX-512F")

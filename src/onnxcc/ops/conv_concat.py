@@ -97,6 +97,8 @@ def convs_into_concats(p: KernelProgram) -> int:
         if len(set(names)) != len(names):
             continue
         parts = [p.buffers[n] for n in names]
+        if any(b.rank != 4 for b in parts):  # an 8-bit Concat's select tree holds other loads
+            continue
         if st.body != concat_select(parts, 3, tuple(Var(n) for n in st.var_names)):
             continue
         stmts = _walk(p.body)
