@@ -4,32 +4,37 @@ buffers (by name: `Sizes`, `Buffers`, whose fields give the arrays' order), and 
 layout of the constant weights.
 
     call onnxcc_f32conv(batch, M, N, S0, SS0, S1, SS1, L, sp, ldc, sc, relu, pool, res,
-                        oh, ow, wpo, opt, opl, opb, opr, sr, rpad; P, Q, C, T, B, R, U, V) -> C
+                        oh, ow, wpo, opt, opl, opb, opr, sr, rpad, ta, tb, c0; P, Q, C, B, R, V) -> C
 
-    acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + T[m] + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
+    acc(b, m, n) = sum(s0 < S0, s1 < S1, l < L: P[b*sp + T(m) + s0*SS0 + s1*SS1 + l] * W[(s0, s1, l), n])
+    T(m) = (m // ow)*ta + (m % ow)*tb                                                    pool = 1
+    T(m) = (2*(g // ow) + s // 2)*ta + (2*(g % ow) + s % 2)*tb,  g = m // 4, s = m % 4      pool = 4
     y(b, m, n) = act(acc(b, m, n) + B[n] + r(b, m, n))      act: max(., 0) when relu, else identity
     r(b, m, n) = R[b*sr + m*ldc + n] when res (a residual laid out like C; pool = 1), else 0;
                  R[b*sr + V[m] + n] with rpad (R zero-padded, V[m] its interior pixel m's offset)
-    C[b*sc + at(m)*ldc + n] = y(b, m, n)                                                  pool = 1
-    C[b*sc + at(g)*ldc + n] = max(y(b, 4g, n), y(b, 4g + 1, n), y(b, 4g + 2, n), y(b, 4g + 3, n))   pool = 4
+    C[b*sc + at(m)*ldc + c0 + n] = y(b, m, n)                                             pool = 1
+    C[b*sc + at(g)*ldc + c0 + n] = max(y(b, 4g, n), y(b, 4g + 1, n), y(b, 4g + 2, n), y(b, 4g + 3, n))  pool = 4
     at(j) = (j // ow + opt) * wpo + j % ow + opl      the stored pixel j's place in C's rows
 
 The GEMM's rows m are a conv's real output pixels (oh, ow), no padding columns; its columns
 n the output channels (the vector lanes); K = (kh, kw, c) read in place from P, a padded
-channels-last copy of the input, through the per-pixel offset table T (i64, elements): one
+channels-last copy of the input, at each pixel's window offset T(m) (elements; ta and tb a
+conv pixel's steps down and across, the call steps them from row to row: no table): one
 contiguous segment of L = KW * C elements per window row (S1 = 1), or of C per tap when the
 conv is dilated along W (S1 = KW). Offsets and strides count f32 elements. With pool = 4
 (a 2x2 stride-2 MaxPool after the conv, M a multiple of 4) each 4 consecutive rows are one
 pooling window's pixels, maxed (NaN-propagating) in the stores: only the pooled map is
-written. Without res, R is any buffer (the call never reads it).
+written. Without res, R is any buffer (the call never reads it). With c0 > 0 (ldc >= c0 + N,
+a flat C, no residual) the call writes channels [c0, c0 + N) of a wider map, its slice of a
+channel Concat (kernel/conv_concat.py); the other channels are left as they are.
 
 The stored pixels form oh x ow rows (the pooled ones with pool = 4). With out pads (opt, opl,
 opb, opr, not all 0) C is the zero-padded map [batch, opt + oh + opb, wpo = opl + ow + opr,
-ldc]: the call writes the interior through U (i64, U[j] = at(j)*ldc) and zeros the border,
-so the next conv reads its windows from C in place instead of from a padded copy
-(ops/conv_nhwc.py `out_pads`); without, at(j) = j (ow = wpo, pads 0), C is the flat map and U
-any buffer (not read). Likewise a residual that another conv wrote padded is read through V
-(`rpad`; else V is not read), sr its batch stride.
+ldc]: the call writes the interior at at(j) and zeros the border, so the next conv reads its
+windows from C in place instead of from a padded copy (ops/conv_nhwc.py `out_pads`);
+without, at(j) = j (ow = wpo, pads 0) and C is the flat map. A residual that another conv
+wrote padded is read through V (i64, V[m] its interior pixel m's offset; `rpad`; else V is
+any buffer, not read), sr its batch stride.
 
 W is packed as Q: panels of NR columns, each [S0*S1*L][NR] f32, zero past N, so a panel
 row is NR / 16 aligned vector loads."""
@@ -86,6 +91,11 @@ class Sizes(_InOrder):
     opr: Dim
     sr: Dim
     rpad: Dim
+    ta: Dim
+    tb: Dim
+    c0: Dim = 0
+    """the first channel the call writes in C's rows (0 but where kernel/conv_concat.py made
+    the conv write its slice of a Concat)"""
 
 
 SIZES = tuple(f.name for f in fields(Sizes))
@@ -100,10 +110,8 @@ class Buffers(_InOrder):
     P: str
     Q: str
     C: str
-    T: str
     B: str
     R: str
-    U: str
     V: str
 
 

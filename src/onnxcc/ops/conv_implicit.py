@@ -4,7 +4,7 @@ backend runs it (`ctx.f32_conv_call`: codegen/cpu/gemm_implicit.py).
 The NCHW window GEMM computes its columns over a padded plane (a 13x13 output with pads 1
 is 13 x 15 columns, then rounded up to whole tiles: about 70% useful). Here the GEMM's rows
 are the real output pixels (n, oh, ow), its columns the output channels, and K = (kh, kw, c)
-is read in place from one padded channels-last copy of X through a per-pixel offset table,
+is read in place from one padded channels-last copy of X at each pixel's window offset,
 so nothing is computed for padding and no im2col matrix is written. The weights are packed
 at compile time; bias and ReLU are applied in the stores.
 
@@ -30,7 +30,8 @@ PLANAR_MAX_CIN = 4
 padded copy [N, C, HP, WP] instead of a channels-last one: the copy of the net's NCHW input
 is then a contiguous one along W (channels-last, with 3 channels innermost, it ran as scalar
 code: 15% of benchmarks/convnets.py's mobile net at 224x224), and a window is KH x C
-segments of KW contiguous elements"""
+segments of KW contiguous elements. Unpadded too (squeezenet's stride-2 stem): the copy is a
+plain one of the input, not a transposing one (1.8% of squeezenet's run at one thread)"""
 
 
 def _padded_read(ctx, x: Buffer, pb, pe, n, h, w, c):
@@ -41,45 +42,38 @@ def _padded_read(ctx, x: Buffer, pb, pe, n, h, w, c):
     return v if guard is None else select(guard, v, Const(0.0, DType.f32))  # lazy: padding is never loaded
 
 
-def _row_table(ctx, stored, pool: bool, offset):
-    """The call's rows (their count, and the i64 table of each row's window offset `offset(oh,
-    ow)`): the output pixels in order, or with `pool` each pooled pixel's 2x2 window of conv
-    pixels, 4 consecutive rows (the table [PH, PW, 2, 2], read flat). `stored`: the extents
-    of the pixels the call stores (y's, less its out pads)."""
+def _rows(stored, pool: bool):
+    """the call's rows: the stored pixels, or with `pool` each pooled pixel's 2x2 window of
+    conv pixels, 4 consecutive rows. `stored`: the extents of the pixels the call stores (y's,
+    less its out pads). The rows' window offsets the call steps itself (ta, tb): a table of
+    them, made at every call (a 4-D compute with an innermost extent of 2 where pooled), cost
+    3.7% of benchmarks/convnets.py's plain net at 224x224."""
     oh_, ow_ = stored
-    if not pool:
-        table = ctx.temp(DType.i64, (oh_, ow_), "rowoff")
-        ctx.compute(table, offset)
-        return canon(oh_ * ow_), table
-    table = ctx.temp(DType.i64, (oh_, ow_, 2, 2), "rowoff")
-    ctx.compute(table, lambda ph, pw, dy, dx: offset(ph * 2 + dy, pw * 2 + dx))
-    return canon(oh_ * ow_ * POOL_ROWS), table
+    return canon(oh_ * ow_ * (POOL_ROWS if pool else 1))
 
 
 def _out_table(ctx, stored, wpo, out_pads, mo: int):
-    """U: each stored pixel's element offset in the padded y (kernel/conv_call.py at(j) * ldc)"""
+    """V: each pixel's element offset in a residual map another conv wrote padded (kernel/conv_call.py)"""
     opt, opl = out_pads[0], out_pads[1]
-    u = ctx.temp(DType.i64, stored, "outoff")
+    u = ctx.temp(DType.i64, stored, "resoff")
     ctx.compute(u, lambda oh, ow: ((oh + opt) * ctx.dim(wpo) + ow + opl) * mo)
     return u
 
 
 def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: bool):
-    """The call's sizes of its rows and window (`Sizes` batch .. sp, by name), P, Q and T for a
-    window read from a planar padded copy of X"""
+    """The call's sizes of its rows and window (`Sizes` batch .. sp, ta, tb, by name), P and Q for
+    a window read from a planar padded copy of X"""
     n_, hin, win_, cin = x.shape
     mo, _, kh, kw = (int(d) for d in wv.shape)
     strides, dil = win["strides"], win["dilations"]
     hp, wp = canon(hin + pb[0] + pe[0]), canon(win_ + pb[1] + pe[1])
     xp = ctx.temp(DType.f32, (n_, cin, hp, wp), "xplanar")
     ctx.compute(xp, lambda n, c, h, w: _padded_read(ctx, x, pb, pe, n, h, w, c))
-    wpd = ctx.dim(wp)
-    rows, table = _row_table(ctx, stored, pool, lambda oh, ow: oh * (strides[0] * wpd) + ow * strides[1])
     q = ctx.const(pack_w_planar(wv), "wpack")
     # K = (kh, c, kw): KH segments d0 rows apart, C planes apart each, of KW contiguous taps
-    window = dict(batch=n_, m=rows, n=mo, s0=kh, ss0=canon(dil[0] * wp), s1=cin, ss1=canon(hp * wp), l=kw,
-                  sp=canon(cin * hp * wp))
-    return window, xp, q, table
+    window = dict(batch=n_, m=_rows(stored, pool), n=mo, s0=kh, ss0=canon(dil[0] * wp), s1=cin, ss1=canon(hp * wp),
+                  l=kw, sp=canon(cin * hp * wp), ta=canon(strides[0] * wp), tb=strides[1])
+    return window, xp, q
 
 
 def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
@@ -109,8 +103,8 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     padded = not all(_literal_zero(p) for p in (*pb, *pe))
     opt, opl, opb, opr = out_pads
     stored = (canon(y.shape[1] - opt - opb), canon(y.shape[2] - opl - opr))
-    if padded and cin <= PLANAR_MAX_CIN and dil[1] == 1:
-        window, xp, q, table = _planar(ctx, x, stored, wv, win, pb, pe, pool)
+    if cin <= PLANAR_MAX_CIN and dil[1] == 1:
+        window, xp, q = _planar(ctx, x, stored, wv, win, pb, pe, pool)
     else:
         if not padded:
             xp, hp, wp = x, hin, win_  # no padding: the windows are read from X itself
@@ -118,14 +112,11 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
             hp, wp = canon(hin + pb[0] + pe[0]), canon(win_ + pb[1] + pe[1])
             xp = ctx.temp(DType.f32, (n_, hp, wp, cin), "xpad")
             ctx.compute(xp, lambda n, h, w, c: _padded_read(ctx, x, pb, pe, n, h, w, c))
-        wpd, cd = ctx.dim(wp), ctx.dim(cin)
-        rows, table = _row_table(ctx, stored, pool,
-                                 lambda oh, ow: (oh * (strides[0] * wpd) + ow * strides[1]) * cd)
         q = ctx.const(pack_w(wv), "wpack")
         # window rows of KW * C contiguous elements, or taps of C when dilated along W
         s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
-        window = dict(batch=n_, m=rows, n=mo, s0=kh, ss0=canon(dil[0] * wp * cin), s1=s1, ss1=ss1, l=seg,
-                      sp=canon(hp * wp * cin))
+        window = dict(batch=n_, m=_rows(stored, pool), n=mo, s0=kh, ss0=canon(dil[0] * wp * cin), s1=s1, ss1=ss1,
+                      l=seg, sp=canon(hp * wp * cin), ta=canon(strides[0] * wp * cin), tb=strides[1] * cin)
     bconst = ctx.const(np.zeros(mo, np.float32) if bv is None else np.asarray(bv, np.float32).reshape(-1), "bias")
     res = bconst if residual is None else residual  # without a residual the call never reads it
     sr = canon(res.shape[1] * res.shape[2] * mo) if residual is not None else 0
@@ -134,10 +125,9 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
                   pool=POOL_ROWS if pool else 1, res=int(residual is not None), oh=stored[0], ow=stored[1],
                   wpo=y.shape[2], opt=opt, opl=opl, opb=opb, opr=opr, sr=sr, rpad=int(any(residual_pads)))
     exprs = tuple(ctx.dim(canon(d)) for d in sizes.values())
-    places = table if not any(out_pads) else _out_table(ctx, stored, y.shape[2], out_pads, mo)
-    res_places = table if not any(residual_pads) else _out_table(ctx, stored, res.shape[2], residual_pads, mo)
-    bufs = Buffers(P=xp.name, Q=q.name, C=y.name, T=table.name, B=bconst.name, R=res.name, U=places.name,
-                   V=res_places.name)
+    # V: any buffer where the call does not read it (a flat residual)
+    res_places = bconst if not any(residual_pads) else _out_table(ctx, stored, res.shape[2], residual_pads, mo)
+    bufs = Buffers(P=xp.name, Q=q.name, C=y.name, B=bconst.name, R=res.name, V=res_places.name)
     ctx.program.body.append(CallStmt(CALLEE, exprs, bufs.values(), (y.name,)))
     return True
 

@@ -400,6 +400,29 @@ class TransposeOp(OpDef):
 
 # ---- Concat, Split ------------------------------------------------------------------------------
 
+def concat_offsets(parts, axis: int) -> list:
+    """where each part starts along `axis`, and the total last"""
+    offsets = [0]
+    for b in parts:
+        offsets.append(canon(offsets[-1] + b.shape[axis]))
+    return offsets
+
+
+def concat_select(parts, axis: int, ix):
+    """element `ix` of the concatenation of the buffers `parts` along `axis`: a balanced tree
+    of lazy selects (kernel/conv_concat.py rebuilds it to recognise a Concat's compute)"""
+    offsets = concat_offsets(parts, axis)
+
+    def pick(lo, hi):  # parts lo..hi-1
+        if hi - lo == 1:
+            at = ix[axis] - dim_to_expr(offsets[lo])
+            return parts[lo][ix[:axis] + (at,) + ix[axis + 1:]]
+        mid = (lo + hi) // 2
+        return select(ix[axis] < dim_to_expr(offsets[mid]), pick(lo, mid), pick(mid, hi))
+
+    return pick(0, len(parts))
+
+
 @register("onnx.Concat")
 class ConcatOp(OpDef):
     arity = (1, None)
@@ -430,19 +453,7 @@ class ConcatOp(OpDef):
         y = ctx.out(0)
         axis = ctx.attr("axis") % y.rank
         parts = [b for b in ctx.inputs if not (isinstance(b.shape[axis], int) and b.shape[axis] == 0)]
-        parts = parts or ctx.inputs[:1]
-        offsets = [0]
-        for b in parts:
-            offsets.append(canon(offsets[-1] + b.shape[axis]))
-
-        def pick(ix, lo, hi):  # inputs lo..hi-1 as a balanced tree of lazy selects
-            if hi - lo == 1:
-                at = ix[axis] - dim_to_expr(offsets[lo])
-                return parts[lo][ix[:axis] + (at,) + ix[axis + 1:]]
-            mid = (lo + hi) // 2
-            return select(ix[axis] < dim_to_expr(offsets[mid]), pick(ix, lo, mid), pick(ix, mid, hi))
-
-        emit(ctx, y, lambda ix: pick(ix, 0, len(parts)))
+        emit(ctx, y, lambda ix: concat_select(parts or ctx.inputs[:1], axis, ix))
 
     def reference(self, ctx, *xs):
         return [np.concatenate(xs, axis=ctx.attr("axis"))]

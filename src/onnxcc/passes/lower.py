@@ -35,6 +35,7 @@ from ..kernel.module import KernelModule, KernelVersion
 from ..ops import require_opdef
 from ..ops.cc import const_array
 from ..ops.control_flow import captured_value
+from ..ops.conv_concat import convs_into_concats
 from ..ops.lowering import LowerCtx
 from .base import ModulePass, PassContext, register_pass
 
@@ -74,6 +75,8 @@ class _Lowerer:
         outs = [p.output(f"out{k}", v.type.dtype, v.type.shape) for k, v in enumerate(ret.operands)]
         self.set_targets(ret.operands, outs)
         self.lower_ops(f.body.ops)
+        if self.f32_conv_call:  # squeezenet's expand convs write their Concat's slices
+            convs_into_concats(p)
         # outputs not written by their producer: params, consts, repeats, views
         for k, v in enumerate(ret.operands):
             if self.buf[id(v)] is outs[k]:

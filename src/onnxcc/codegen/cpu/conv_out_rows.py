@@ -1,7 +1,6 @@
 """Where the f32 conv call (gemm_implicit.py) stores its rows: each stored pixel j at row
-at(j) = (j // ow + opt) * wpo + j % ow + opl of C (kernel/conv_call.py; on a padded C through
-the table U of at(j)*ldc), and, when C is a zero-padded map (out pads not all 0), the zeros
-of its border.
+at(j) = (j // ow + opt) * wpo + j % ow + opl of C (kernel/conv_call.py), and, when C is a
+zero-padded map (out pads not all 0), the zeros of its border.
 
 A padded C lets the next conv read its windows from the producer's output in place: the
 padded copy of the map (a read and a write of the whole map per conv) is not made. The
@@ -24,21 +23,38 @@ OUT_SIZES = ("oh", "ow", "wpo", "opt", "opl", "opb", "opr")
 
 
 def row_pointers(b: ir.IRBuilder, sz: dict[str, ir.Value], cbat: ir.Value, j0: ir.Value, rows: int,
-                 out: ir.Value, table: ir.Value) -> None:
+                 out: ir.Value) -> None:
     """out[g] = the address of stored pixel j0 + g's first column in C (`cbat`: C of the
     batch at the panel's first column), g < `rows`: j*ldc on a flat C; on a padded one
-    table[j] (U: each stored pixel's element offset at(j)*ldc, made by the lowering; the
-    division and wrap per row cost 150 cycles a tile, 3% of resnet's run), j clamped to the
-    last pixel (a tile's rows past it are never stored: the micro-kernel's nrows). With
-    `pool` a tile stores rows / POOL_ROWS rows: only those are set."""
+    at(j)*ldc, j clamped to the last pixel (a tile's rows past it are never stored: the
+    micro-kernel's nrows). At(j) by one division for j0, then a step of ldc per pixel and the
+    border's 2 * pads past a row's end (a division per row cost 150 cycles a tile, 3% of
+    resnet's run; a table of at(j) made per call, the conv net's 0.3%). With `pool` a tile
+    stores rows / POOL_ROWS rows: only those are set."""
     ldc = sz["ldc"]
 
-    def from_table(n: int) -> None:
-        last = b.sub(mul(b, sz["oh"], sz["ow"], "c.n"), i64(1), name="c.last")
+    def padded_rows(n: int) -> None:
+        ow = sz["ow"]
+        last = b.sub(mul(b, sz["oh"], ow, "c.n"), i64(1), name="c.last")
+
+        def at(h: ir.Value, w: ir.Value, name: str) -> ir.Value:  # (h, w)'s offset in the padded C
+            row = mul(b, add(b, h, sz["opt"], f"{name}.h"), sz["wpo"], f"{name}.r")
+            return mul(b, add(b, add(b, row, w, f"{name}.w"), sz["opl"], f"{name}.l"), ldc, name)
+
+        at_last = at(b.sub(sz["oh"], i64(1), name="c.lh"), b.sub(ow, i64(1), name="c.lw"), "c.atlast")
+        h0 = b.udiv(j0, ow, name="c.h0")
+        w = b.sub(j0, mul(b, h0, ow, "c.hw"), name="c.w0")
+        off = at(h0, w, "c.at0")
+        wrap = mul(b, b.sub(sz["wpo"], ow, name="c.pads"), ldc, "c.wrap")  # a row's end to the next's start
         for g in range(n):
-            j = umin(b, add(b, j0, g, "c.j"), last, "c.j")
-            off = b.load(b.gep(table, [j], inbounds=True, name="u.p", source_etype=I64), name="u", typ=I64, align=8)
-            b.store(gcall.gep(b, cbat, off, F32, "c.p"), b.gep(out, [i64(0), i64(g)], inbounds=True, name="crow.g"))
+            past = b.icmp_unsigned(">", add(b, j0, g, "c.j"), last, name="c.past")
+            ptr = gcall.gep(b, cbat, b.select(past, at_last, off, name="c.off"), F32, "c.p")
+            b.store(ptr, b.gep(out, [i64(0), i64(g)], inbounds=True, name="crow.g"))
+            if g + 1 < n:
+                w = add(b, w, 1, "c.w")
+                wrapped = b.icmp_unsigned("==", w, ow, name="c.wrapped")
+                off = add(b, add(b, off, ldc, "c.step"), b.select(wrapped, wrap, i64(0), name="c.wr"), "c.next")
+                w = b.select(wrapped, i64(0), w, name="c.w")
 
     def flat(n: int) -> None:
         base = gcall.gep(b, cbat, mul(b, j0, ldc, "c.r"), F32, "c.blk")
@@ -47,7 +63,7 @@ def row_pointers(b: ir.IRBuilder, sz: dict[str, ir.Value], cbat: ir.Value, j0: i
             b.store(ptr, b.gep(out, [i64(0), i64(g)], inbounds=True, name="crow.g"))
 
     padded = b.icmp_unsigned("!=", _pads(b, sz), i64(0), name="padded")
-    _per_pool(b, sz["pool"], lambda n: _either(b, padded, lambda: from_table(n), lambda: flat(n)), rows)
+    _per_pool(b, sz["pool"], lambda n: _either(b, padded, lambda: padded_rows(n), lambda: flat(n)), rows)
 
 
 def _either(b: ir.IRBuilder, cond: ir.Value, then, otherwise) -> None:
