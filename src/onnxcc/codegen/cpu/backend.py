@@ -7,6 +7,7 @@ plus one object holding the weight constants."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import threading
 import time
@@ -170,7 +171,9 @@ class CpuBackend:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
             refreeze()  # this version's IR objects live until the objects come back
-        shared = shared_modules(versions, name, kernel_family)  # the micro-kernels, once for all versions and parts
+        # the micro-kernels, once for all versions and parts; their names depend on the target
+        # only, so the object cache serves their modules to any library (`_kernel_prefix`)
+        shared = shared_modules(versions, name, kernel_family, _kernel_prefix(self.triple, self.cpu, self.features))
         if versions:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
         mods = [(part, lv) for m, prefix in versions
@@ -249,6 +252,15 @@ _LOW_OPT = ((".gemm.packb.", 256, 2),)
 #: into it, 80 of a tiny model's 420 instructions per call
 CONTROL_OPT = (LIGHT, 1)
 CONTROL_MIN = 512
+
+
+def _kernel_prefix(triple: str | None, cpu: str | None, features: str | None) -> str:
+    """The name prefix of the GEMM micro-kernels (`shared_modules`' `group_name`): one per
+    resolved target (a multi-ISA library's levels differ), none per library, so a tile family's
+    module, and its object in the cache, is the same for every model built for the target (the
+    name says everything else the code depends on: rows, tile width, modes, epilogue)."""
+    tag = hashlib.sha1("|".join(resolve_target(triple, cpu, features)).encode()).hexdigest()[:12]
+    return f"onnxcc_ukr_{tag}"
 
 
 def _fn_opt(prefix: str, opt: int, fn) -> tuple[int, int]:

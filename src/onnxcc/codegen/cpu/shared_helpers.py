@@ -84,12 +84,16 @@ _UKR = re.compile(r"(onnxcc\.gemm\.ukr\.)\d+x(\d+\..+)")
 
 
 def shared_modules(versions: list[tuple[ir.Module, str]], name: str,
-                   group: Callable[[str], str | None] = lambda old: None) -> list[tuple[str, str | None]]:
+                   group: Callable[[str], str | None] = lambda old: None,
+                   group_name: str | None = None) -> list[tuple[str, str | None]]:
     """Move the helpers shareable across `versions` ((module, version prefix) pairs) into
     modules of their own, returned as (LLVM IR text, group) pairs: the helpers `group` (given
     a helper's name before the move) maps to None in one module, first, the others in one
     module per group key ([]: nothing to share); in each version module the
-    helper becomes a `hidden` declaration named `name.HELPER`. The inlinable functions of its
+    helper becomes a `hidden` declaration named `name.HELPER` (`group_name.HELPER` for a
+    grouped one when given: a name no library's own, so the group's module prints alike in
+    every library built for the same target and the object cache serves it across them;
+    whoever passes it makes it unique per target, for a multi-ISA library's levels). The inlinable functions of its
     unit are copied, internal and under their names, into the shared module: a version
     function may call them too (an `alwaysinline` vector-math helper), and the version's copy,
     unused otherwise, is dropped by the split or by LLVM. The modules are changed in place,
@@ -103,7 +107,7 @@ def shared_modules(versions: list[tuple[ir.Module, str]], name: str,
     ok: dict[str, list[list[ir.Function]]] = {}
     for old, copies in found.items():
         for unit in copies:  # renamed before printed: the name is cached by the first print
-            if not _rename(unit[0], f"{name}.{old}"):
+            if not _rename(unit[0], f"{group_name if group_name and group(old) is not None else name}.{old}"):
                 break  # printed before (it prints as it did): not shared
         else:
             # the shape (types, instructions per block), not the text: printing every copy of
