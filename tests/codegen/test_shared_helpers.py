@@ -5,6 +5,7 @@ would have (only its pointer arguments' memory, none of them captured)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -99,7 +100,8 @@ def test_library_defines_each_micro_kernel_once(tmp_path):
         return
     syms = subprocess.run([nm, str(art.library)], capture_output=True, text=True, check=True).stdout.split()
     ukr = [s for s in syms if ".gemm.ukr." in s]
-    assert ukr and all(s.startswith("mm.onnxcc.gemm.ukr.") for s in ukr)
+    # named by the target, not the library (codegen/cpu/backend.py `_kernel_prefix`)
+    assert ukr and all(re.fullmatch(r"onnxcc_ukr_[0-9a-f]{12}\.onnxcc\.gemm\.ukr\..*", s) for s in ukr)
     assert len(ukr) == len(set(ukr))
 
 
@@ -194,3 +196,31 @@ def test_a_call_whose_micro_kernel_stays_stays_too():
         assert "declare hidden" not in printed
         assert 'define internal i32 @"lib.onnxcc.rc"' in printed  # renamed, still its module's own
         parse_modules(printed)
+
+
+def test_grouped_helpers_each_in_a_module_of_their_own():
+    """`shared_modules` with a grouping: the helpers it maps to None in the first module, each
+    group's in one of its own (the GEMM micro-kernels by tile family, compiled through the
+    short pipeline); a helper calling another group's declares it, and all of them together
+    with the versions link (every reference resolves, nothing is defined twice)."""
+    from onnxcc.codegen.cpu.shared_helpers import shared_modules
+    from onnxcc.codegen.llvm.target import parse_modules
+
+    a, b = _runtime_call("v0"), _runtime_call("v1")
+    mods = shared_modules([(a, "v0"), (b, "v1")], "lib", lambda old: "k" if old == "onnxcc.rc.ukr" else None)
+    assert [key for _, key in mods] == [None, "k"]
+    rest, kernels = mods[0][0], mods[1][0]
+    assert 'define hidden i32 @"lib.onnxcc.rc"' in rest and 'define hidden void @"lib.onnxcc.rc.ukr"' not in rest
+    assert 'declare hidden void @"lib.onnxcc.rc.ukr"(ptr captures(none)' in rest  # what the task body calls
+    assert kernels.count("define hidden") == 1 and 'define hidden void @"lib.onnxcc.rc.ukr"' in kernels
+    parse_modules([rest, kernels, str(a), str(b)])
+
+
+def test_kernel_family_is_the_micro_kernel_less_its_rows():
+    from onnxcc.codegen.cpu.shared_helpers import kernel_family
+
+    assert kernel_family("onnxcc.gemm.ukr.24x16.direct.cf277d46a22.v16") == "onnxcc.gemm.ukr.16.direct.cf277d46a22.v16"
+    assert kernel_family("onnxcc.gemm.ukr.1x16.direct.cf277d46a22.v16") == "onnxcc.gemm.ukr.16.direct.cf277d46a22.v16"
+    assert kernel_family("onnxcc.gemm.ukr.8x48.a8.win.v16") != kernel_family("onnxcc.gemm.ukr.8x16.a8.win.v16")
+    for other in ("onnxcc.f32conv.ukr.12x32", "onnxcc.f32chanpool", "onnxcc.f32conv.tasks"):
+        assert kernel_family(other) is None  # -O3, as before

@@ -7,6 +7,7 @@ plus one object holding the weight constants."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import threading
 import time
@@ -20,10 +21,10 @@ from ..c.build import build_library
 from ..c.link import CPU_LINK, LinkTarget
 from ..gc_quiet import gc_frozen, refreeze
 from ..llvm import object_cache
-from ..llvm.target import LIGHT, host_cpu, resolve_target
+from ..llvm.target import KERNEL, LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates, forward_version
 from .features import check_cpu, required_features
-from .shared_helpers import share_helpers
+from .shared_helpers import kernel_family, shared_modules
 from .split import control_only, size, split_by_level
 
 
@@ -133,8 +134,9 @@ class CpuBackend:
         one, of its version or another, is compiled once (`forward_duplicates`); with fewer versions than workers
         each version's module is cut into parts (`split_by_level`) so every worker has work,
         and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
-        never-inlined helpers (GEMM micro-kernels) go to one module of their own, compiled
-        once for every version and part (`share_helpers`)."""
+        never-inlined helpers go to modules of their own, compiled once for every version and
+        part (`shared_modules`): the GEMM micro-kernels one module per tile family (their row
+        variants together) through the short pipeline (`KERNEL`), the rest in one at -O."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -169,7 +171,9 @@ class CpuBackend:
                         gv.linkage = "available_externally hidden"
             versions.append((m, v.program.name))
             refreeze()  # this version's IR objects live until the objects come back
-        shared = share_helpers(versions, name)  # the micro-kernels, once for all versions and parts
+        # the micro-kernels, once for all versions and parts; their names depend on the target
+        # only, so the object cache serves their modules to any library (`_kernel_prefix`)
+        shared = shared_modules(versions, name, kernel_family, _kernel_prefix(self.triple, self.cpu, self.features))
         if versions:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
         mods = [(part, lv) for m, prefix in versions
@@ -184,8 +188,11 @@ class CpuBackend:
         step("llvm", time.perf_counter() - t0)
         t0 = time.perf_counter()
         target = (self.triple, self.cpu, self.features)
-        # loop strength reduction only for the micro-kernels (llvm/target.py `_no_lsr`)
-        helpers = [(shared, (*target, (self.opt, self.opt, True)))] if shared else []
+        # loop strength reduction only for the micro-kernels (llvm/target.py `_no_lsr`); the
+        # GEMM micro-kernels (a module per tile family) only through the short pipeline
+        kernel_opt = KERNEL if self.opt > 0 else self.opt
+        helpers = [(text, (*target, (self.opt if family is None else kernel_opt, self.opt, True)))
+                   for text, family in shared]
         pieces = [(m, (*target, (*(lv if isinstance(lv, tuple) else (lv, lv)), False))) for m, lv in mods]
         if twins:
             pieces.append((stubs, (*target, (self.opt, self.opt, False))))
@@ -245,6 +252,15 @@ _LOW_OPT = ((".gemm.packb.", 256, 2),)
 #: into it, 80 of a tiny model's 420 instructions per call
 CONTROL_OPT = (LIGHT, 1)
 CONTROL_MIN = 512
+
+
+def _kernel_prefix(triple: str | None, cpu: str | None, features: str | None) -> str:
+    """The name prefix of the GEMM micro-kernels (`shared_modules`' `group_name`): one per
+    resolved target (a multi-ISA library's levels differ), none per library, so a tile family's
+    module, and its object in the cache, is the same for every model built for the target (the
+    name says everything else the code depends on: rows, tile width, modes, epilogue)."""
+    tag = hashlib.sha1("|".join(resolve_target(triple, cpu, features)).encode()).hexdigest()[:12]
+    return f"onnxcc_ukr_{tag}"
 
 
 def _fn_opt(prefix: str, opt: int, fn) -> tuple[int, int]:

@@ -9,13 +9,15 @@ read in place, kernel/conv_window.py; unaligned loads)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from llvmlite import ir
 
 from onnxcc.kernel.schedule import GemmPlan
 
 from ..llvm.exprs import F32
-from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else
+from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, move_to_end
 from .gemm_ir import add as _add
 from .gemm_ir import f32_ptr as _f32_ptr
 from .gemm_ir import mul as _mul
@@ -140,7 +142,7 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     unroll = 1 << (sets - 1).bit_length() if direct else UNROLL  # a power of two: kc & -unroll
     kmain = b.and_(kc, i64(-unroll), name="kmain")
     nq = b.lshr(kc, i64(unroll.bit_length() - 1), name="kq.n")
-    with for_range(b, nq, "kq", guard=True) as kq:
+    with _k_loop(b, nq, "kq") as kq:
         k = _mul(b, kq, unroll, "k")
         for u in range(unroll):
             step(_add(b, k, u, "ku"), u % sets)
@@ -169,6 +171,29 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
                     b.call(mstore, [b.fadd(vals[r][v], old, name="new"), p, i32(4), masks[v]])
     b.ret_void()
     return fn
+
+
+@contextmanager
+def _k_loop(b: ir.IRBuilder, count: ir.Value, name: str, start: ir.Value | None = None) -> Iterator[ir.Value]:
+    """`for (name = start; name < count; ++name)` in the shape -O3 left it in: entered only
+    when start < count, so the back edge tests `next != count`, which the code generator
+    turns into a count-down loop (`dec; jne`). The micro-kernels get no -O3 (llvm/target.py
+    `KERNEL`), whose induction-variable passes rewrote the `<` test; with it the small
+    tiles' loops kept an `inc; cmp; jb` (one instruction more per k step)."""
+    lo = start if start is not None else i64(0)
+    fn = b.function
+    pre = b.block
+    body, end = fn.append_basic_block(f"{name}.loop"), fn.append_basic_block(f"{name}.end")
+    b.cbranch(b.icmp_signed("<", lo, count, name=f"{name}.nonempty"), body, end)
+    b.position_at_end(body)
+    idx = b.phi(I64, name=name)
+    idx.add_incoming(lo, pre)
+    yield idx
+    nxt = b.add(idx, i64(1), name=f"{name}.next", flags=("nuw", "nsw"))
+    idx.add_incoming(nxt, b.block)
+    b.cbranch(b.icmp_unsigned("!=", nxt, count, name=f"{name}.more"), body, end)
+    move_to_end(end)
+    b.position_at_end(end)
 
 
 def _apply_row_ops(module: ir.Module, b: ir.IRBuilder, ops, vals: list[list[ir.Value]], ptrs: list, V: ir.VectorType,

@@ -21,6 +21,9 @@ entry inlined 26 conv calls' set-up and took 0.5 s of -O3).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from llvmlite import ir
 
 
@@ -61,9 +64,36 @@ def _units(module: ir.Module, prefix: str) -> dict[str, list[ir.Function]]:
 
 
 def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | None:
-    """Move the helpers shareable across `versions` ((module, version prefix) pairs) into one
-    module, returned as LLVM IR text (None: nothing to share); in each version module the
-    helper becomes a `hidden` declaration named `name.HELPER`. The inlinable functions of its
+    """`shared_modules` with every helper in one module (None: nothing to share)."""
+    modules = shared_modules(versions, name)
+    return modules[0][0] if modules else None
+
+
+def kernel_family(old: str) -> str | None:
+    """The family of shared helper `old` (its name before the move) when it is one of
+    gemm_ukr.py's micro-kernels (named `onnxcc.gemm.ukr.ROWSxNR.MODE.vVL`): its name less the
+    row count, so a tile's row variants share a module. Hand-written vector code, compiled with
+    the short pipeline (llvm/target.py `KERNEL`); None for every other helper (the conv and
+    pool calls' task bodies, gemm_implicit.py's and the GEMV and int8 kernels), which the short
+    pipeline left slower."""
+    m = _UKR.fullmatch(old)
+    return f"{m.group(1)}{m.group(2)}" if m else None
+
+
+_UKR = re.compile(r"(onnxcc\.gemm\.ukr\.)\d+x(\d+\..+)")
+
+
+def shared_modules(versions: list[tuple[ir.Module, str]], name: str,
+                   group: Callable[[str], str | None] = lambda old: None,
+                   group_name: str | None = None) -> list[tuple[str, str | None]]:
+    """Move the helpers shareable across `versions` ((module, version prefix) pairs) into
+    modules of their own, returned as (LLVM IR text, group) pairs: the helpers `group` (given
+    a helper's name before the move) maps to None in one module, first, the others in one
+    module per group key ([]: nothing to share); in each version module the
+    helper becomes a `hidden` declaration named `name.HELPER` (`group_name.HELPER` for a
+    grouped one when given: a name no library's own, so the group's module prints alike in
+    every library built for the same target and the object cache serves it across them;
+    whoever passes it makes it unique per target, for a multi-ISA library's levels). The inlinable functions of its
     unit are copied, internal and under their names, into the shared module: a version
     function may call them too (an `alwaysinline` vector-math helper), and the version's copy,
     unused otherwise, is dropped by the split or by LLVM. The modules are changed in place,
@@ -77,7 +107,7 @@ def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | Non
     ok: dict[str, list[list[ir.Function]]] = {}
     for old, copies in found.items():
         for unit in copies:  # renamed before printed: the name is cached by the first print
-            if not _rename(unit[0], f"{name}.{old}"):
+            if not _rename(unit[0], f"{group_name if group_name and group(old) is not None else name}.{old}"):
                 break  # printed before (it prints as it did): not shared
         else:
             # the shape (types, instructions per block), not the text: printing every copy of
@@ -95,25 +125,40 @@ def share_helpers(versions: list[tuple[ir.Module, str]], name: str) -> str | Non
         for old in drop:
             del ok[old]
     if not ok:
-        return None
-    texts: dict[str, str] = {}  # helper name -> its definition's text, renamed
-    decls: dict[str, str] = {}  # what the shared definitions call
-    for copies in ok.values():
+        return []
+    # group key -> (helper name -> its definition's text, renamed; what those definitions call)
+    mods: dict[str | None, tuple[dict[str, str], dict[str, str]]] = {}
+    key_of = {copies[0][0].name: group(old) for old, copies in ok.items()}  # by the new name
+    elsewhere: list[tuple[dict[str, str], ir.Function]] = []  # another group's helper, called
+    for old, copies in ok.items():
         for unit in copies:
             unit[0].linkage = "hidden"
             _declare_memory(unit[0])
+        key = group(old)
+        texts, decls = mods.setdefault(key, ({}, {}))
         for fn in copies[0]:
             if fn.name not in texts:  # (a function two units reach: equal names, equal code)
                 texts[fn.name] = str(fn)  # printed once, with the attributes just added
             for callee in _callees(fn):
                 if not callee.blocks:
                     decls.setdefault(callee.name, str(callee))
+                elif key_of.get(callee.name, key) != key:
+                    elsewhere.append((decls, callee))
     for copies in ok.values():
         for unit in copies:
             unit[0].blocks = []  # now a declaration: its definition is the shared module's
+    for decls, callee in elsewhere:
+        decls.setdefault(callee.name, str(callee))  # (printed now: a declaration)
     triple = versions[0][0].triple
     head = f'target triple = "{triple}"\n' if triple else ""
-    return head + "\n".join([*decls.values(), *texts.values()]) + "\n"
+    # a unit's inlinable functions are copied into the module of each group that reaches them
+    # (internal there: no clash); a group's module declares the never-inlined helpers of
+    # another group that it calls
+    out = []
+    for key in sorted(mods, key=lambda k: (k is not None, k or "")):
+        texts, decls = mods[key]
+        out.append((head + "\n".join([*decls.values(), *texts.values()]) + "\n", key))
+    return out
 
 
 def _rename(fn: ir.Function, new: str) -> bool:
