@@ -146,8 +146,9 @@ def lanes_fit(fl: Flash) -> bool:
 
 def rows_per_item(fl: Flash) -> int | None:
     """The schedule's `rows_per_item` for a fused compute: ROWS_PER_ITEM where its rows run
-    several at a time (codegen/cpu/flash.py), None for one row at a time and for the lanes
-    form (whose row blocks start at row 0)."""
+    several at a time (codegen/cpu/flash.py, and flash_tiles.py's blocks of 32 rows inside
+    each item's rows), None for one row at a time and for the narrow-head lanes form (whose
+    row blocks start at row 0)."""
     return ROWS_PER_ITEM if fl.rows_var is not None and not lanes_fit(fl) else None
 
 

@@ -30,7 +30,7 @@ from onnxcc.kernel.expr import Const
 from onnxcc.kernel.flash import Flash
 
 from ..llvm.helpers import for_range, i64, loop_metadata
-from .flash_lanes import _CHAIN, _FM, CHAINS, LaneRows
+from .flash_lanes import CHAINS, LaneRows
 
 VECTORS = 2
 """row vectors per block: the query tile's two loads per head element serve KEYS FMAs each"""
@@ -40,6 +40,11 @@ STEP = 4
 """head elements per iteration of the Q @ K^T tile's loop over the head"""
 COLS = 8
 """value columns per P @ V register tile"""
+_FM = ("reassoc", "contract", "nsz")
+"""the sums' adds may be reordered and fused, as any reduction's are"""
+_CHAIN = ("contract", "nsz")
+"""a dot's chain: products fused into the adds but not reassociated (which would let LLVM
+fold the partial sums back into fewer, longer chains)"""
 MAX_HEAD = 128
 """the widest head run this way: the transposed query tile (head x 32 rows) stays in L1"""
 
