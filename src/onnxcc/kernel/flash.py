@@ -58,7 +58,8 @@ LANES_MAX_HEAD = 16
 """the widest query and value heads the CPU runs with the query rows in vector lanes
 (codegen/cpu/flash_lanes.py: one FMA per key per head element per vector of rows); wider
 heads keep the row-at-a-time form, whose dots fill whole vectors (measured at 32: the
-lanes form spills its accumulators and runs 1.8x slower than the chain)"""
+lanes form spills its accumulators and runs 1.8x slower than the chain), or, at multiples
+of 16 up to 128, codegen/cpu/flash_tiles.py's register tiles of 32 rows in lanes"""
 
 ROWS_PER_ITEM = 64
 """query rows per parallel item of a fused compute that runs its rows several at a time
@@ -145,8 +146,9 @@ def lanes_fit(fl: Flash) -> bool:
 
 def rows_per_item(fl: Flash) -> int | None:
     """The schedule's `rows_per_item` for a fused compute: ROWS_PER_ITEM where its rows run
-    several at a time (codegen/cpu/flash.py), None for one row at a time and for the lanes
-    form (whose row blocks start at row 0)."""
+    several at a time (codegen/cpu/flash.py, and flash_tiles.py's blocks of 32 rows inside
+    each item's rows), None for one row at a time and for the narrow-head lanes form (whose
+    row blocks start at row 0)."""
     return ROWS_PER_ITEM if fl.rows_var is not None and not lanes_fit(fl) else None
 
 

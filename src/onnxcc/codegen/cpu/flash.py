@@ -40,6 +40,7 @@ from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 from .flash_guard import CausalGuard
 from .flash_lanes import LaneRows
+from .flash_tiles import TileRows, tiles_fit
 
 if TYPE_CHECKING:
     from onnxcc.kernel.flash import Flash
@@ -90,6 +91,8 @@ def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, pl
     if rows is None and lanes_fit(fl):
         # narrow heads: whole blocks of rows in vector lanes first (flash_lanes.py), the rest here
         start = LaneRows(owner, em, ctx, c, plan, guard).run(vals)
+    elif tiles_fit(fl, plan.vector_width):  # wide heads: register tiles of 32 rows (flash_tiles.py)
+        start = TileRows(owner, em, ctx, c, plan, guard).run(vals, (start, n))
     full = b.udiv(b.sub(n, start, name="flash.rows.left"), i64(ROWS), name="flash.rowblocks")
     with for_range(b, full, "flash.rb", guard=True) as rb:
         s0 = b.add(start, b.mul(rb, i64(ROWS), name="flash.s0.off", flags=("nuw", "nsw")), name="flash.s0")

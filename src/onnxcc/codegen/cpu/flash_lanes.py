@@ -61,14 +61,16 @@ class LaneRows:
     """The row blocks of one fused compute from its rows var on (module doc)."""
 
     def __init__(self, owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan,
-                 guard: CausalGuard | None):
+                 guard: CausalGuard | None, vectors: int = 1):
+        """`vectors`: row vectors per block (flash_tiles.py runs two)."""
         fl = plan.flash
         assert fl is not None and fl.dot is not None and fl.rows_var is not None
         self.owner, self.em, self.ctx, self.c, self.fl, self.b = owner, em, ctx, c, fl, ctx.b
         self.guard = guard
         self.dt = fl.core.dtype
         self.ty = ty = compute_type(self.dt)
-        self.lanes = n = plan.vector_width or 8
+        self.lanes = plan.vector_width or 8
+        self.nrows = n = self.lanes * vectors  # query rows per block
         self.rv, self.key, self.w = fl.rows_var, fl.key.name, c.var_names[-1]
         (e, ext), = fl.dot.vars
         self.e, self.e_ext, self.d = e.name, ext, int(ext.value)  # type: ignore[attr-defined]
@@ -84,15 +86,15 @@ class LaneRows:
         self.mx, self.use = arr(n, "lanes.mx"), arr(n, "lanes.use")
         self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
         self.epilogue = fl.score != fl.dot
-        self.vty = ir.VectorType(ty, n)
+        self.vty = ir.VectorType(ty, self.lanes)
         # acc[w]..., l, and the running max while the dots are taken
         self.regs = [ctx.alloca(self.vty, f"lanes.reg{w}") for w in range(self.dv + 2)]
 
     # ---- helpers ---------------------------------------------------------------------------
     def slot(self, arr: ir.Value, i: ir.Value | int, r: ir.Value) -> ir.Value:
-        """Element [i][r] of a [* x LANES] stack array."""
+        """Element [i][r] of a [* x nrows] stack array."""
         b = self.b
-        base = i64(i * self.lanes) if isinstance(i, int) else b.mul(i, i64(self.lanes), name="lanes.ib",
+        base = i64(i * self.nrows) if isinstance(i, int) else b.mul(i, i64(self.nrows), name="lanes.ib",
                                                                       flags=("nuw", "nsw"))
         ix = b.add(base, r, name="lanes.ix", flags=("nuw", "nsw"))
         return b.gep(arr, [ix], inbounds=True, name="lanes.slot", source_etype=self.ty)
@@ -101,9 +103,9 @@ class LaneRows:
         return self.b.load(ptr, name="lanes.ld", typ=self.ty)
 
     def rows(self, body, name: str) -> None:
-        """`body(r)` for r < LANES, the loop the vectorizer widens into one vector."""
+        """`body(r)` for r < nrows, the loop the vectorizer widens into vectors of LANES."""
         md = loop_metadata(self.owner.module, self.lanes, None, no_unroll=True)
-        with for_range(self.b, i64(self.lanes), name, guard=False, metadata=md) as r:
+        with for_range(self.b, i64(self.nrows), name, guard=False, metadata=md) as r:
             body(r)
 
     def row_of(self, r: ir.Value) -> ir.Value:
@@ -120,18 +122,22 @@ class LaneRows:
         return v
 
     # ---- the row blocks --------------------------------------------------------------------
-    def run(self, vals: dict[str, ir.Value]) -> ir.Value:
-        """The whole blocks of LANES rows; returns the number of rows done (the caller runs
-        the rest row by row: a decoder's one new row would fill one lane of sixteen)."""
-        b, em, n = self.b, self.em, self.lanes
+    def run(self, vals: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> ir.Value:
+        """The whole blocks of nrows rows of [start, end) (`rows`; None: all rows); returns
+        the row after the last one done (the caller runs the rest row by row: a decoder's one
+        new row would fill one lane of sixteen)."""
+        b, em, n = self.b, self.em, self.nrows
         self.vals = vals
-        nrb = b.udiv(self.ctx.dim(self.c.extents[-2]), i64(n), name="lanes.rowblocks")
+        start, end = rows if rows is not None else (i64(0), self.ctx.dim(self.c.extents[-2]))
+        span = b.sub(end, start, name="lanes.span")
+        nrb = b.udiv(span, i64(n), name="lanes.rowblocks")
         kv = em.emit(self.fl.kv_len)
         with for_range(b, nrb, "lanes.rb", guard=True) as rb:
-            self.s0 = b.mul(rb, i64(n), name="lanes.s0", flags=("nuw", "nsw"))
+            off = b.mul(rb, i64(n), name="lanes.s0.off", flags=("nuw", "nsw"))
+            self.s0 = b.add(start, off, name="lanes.s0", flags=("nuw", "nsw"))
             self.last = b.add(self.s0, i64(n - 1), name="lanes.last", flags=("nuw", "nsw"))
             self.block_rows(kv)
-        return b.mul(nrb, i64(n), name="lanes.done", flags=("nuw", "nsw"))
+        return b.add(start, b.mul(nrb, i64(n), name="lanes.done.off", flags=("nuw", "nsw")), name="lanes.done")
 
     def block_rows(self, kv: ir.Value) -> None:
         b, fl, g = self.b, self.fl, self.guard
@@ -142,8 +148,9 @@ class LaneRows:
             lim = b.add(self.emit_at(fl.causal, {self.rv: self.last}), i64(1), name="lanes.causal.end")  # type: ignore[arg-type]
             n = b.select(b.icmp_signed("<", lim, kv), lim, kv, name="lanes.causal.n")
             n = b.select(b.icmp_signed("<", n, i64(0)), i64(0), n, name="lanes.causal.n0")
+            mty = ir.VectorType(self.ty, self.nrows)  # every row's max at once
             g.run(n, kv, g.skip_ok(n, self.query_sum(g)), self.keys,
-                  lambda: g.rows_ok(b.load(self.vec(self.m, 0), name="lanes.m.end", typ=self.vty, align=4)))
+                  lambda: g.rows_ok(b.load(self.vec(self.m, 0), name="lanes.m.end", typ=mty, align=4)))
         self.finish()
 
     def query_sum(self, g: CausalGuard) -> ir.Value | None:
@@ -154,7 +161,7 @@ class LaneRows:
         b = self.b
         acc = self.ctx.alloca(self.ty, "lanes.qsum")
         b.store(self.zero, acc)
-        with for_range(b, i64(self.lanes), "lanes.qn", guard=False) as r:
+        with for_range(b, i64(self.nrows), "lanes.qn", guard=False) as r:
             b.store(b.fadd(b.load(acc), self.emit_at(qn, {self.rv: self.row_of(r)}), name="lanes.qsum"), acc)
         return b.load(acc, name="lanes.qsum")
 
@@ -172,7 +179,7 @@ class LaneRows:
     def load_queries(self) -> None:
         """QT[e][r]: the block's query rows transposed, once per row block."""
         b = self.b
-        with for_range(b, i64(self.lanes), "lanes.q", guard=False) as r:
+        with for_range(b, i64(self.nrows), "lanes.q", guard=False) as r:
             row = self.row_of(r)
             for k in range(self.d):
                 q = self.emit_at(self.fl.query, {self.rv: row, self.e: i64(k)})  # type: ignore[arg-type]
@@ -246,9 +253,9 @@ class LaneRows:
         if not self.epilogue:
             b.store(b.load(mreg, name="lanes.mx", typ=vty), self.vec(self.mx, 0), align=4)
 
-    def vec(self, arr: ir.Value, i: int | ir.Value) -> ir.Value:
-        """The pointer to row vector i of a [* x LANES] stack array."""
-        return self.slot(arr, i, i64(0))
+    def vec(self, arr: ir.Value, i: int | ir.Value, h: int = 0) -> ir.Value:
+        """The pointer to the h-th vector of LANES in row i of a [* x nrows] stack array."""
+        return self.slot(arr, i, i64(h * self.lanes))
 
     def accumulate(self, t0: ir.Value, cnt: ir.Value) -> None:
         """l += p and acc[w] += p * V(key, w) over the block's keys with explicit vectors of

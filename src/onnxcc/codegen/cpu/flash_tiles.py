@@ -1,0 +1,185 @@
+"""Fused attention for wide heads with the query rows in vector lanes, as register tiles.
+
+flash.py runs four query rows at a time with each dot product along the head in vector
+lanes: every score then costs a horizontal sum (~45 shuffles and adds per 64 FMAs at a
+head of 64). flash_lanes.py puts the rows in lanes instead, but keeps one vector of rows
+against the whole head in registers, which spills past a head of 16. Here a block of two
+vectors of rows (32 f32 on AVX-512) goes through flash_lanes.py's steps (the transposed
+query tile, the score's epilogue, the lane-wise softmax, the output), with the two
+products as GEMM register tiles over the block's keys:
+
+    Q @ K^T: per group of KEYS keys, for each head element e: the rows' two query vectors
+             QT[e] and KEYS broadcast K(t + j, e) give 2 x KEYS FMAs into 2 x KEYS
+             accumulators (one chain per score, no horizontal sums; the head unrolled)
+    P @ V:   per chunk of COLS value columns: the chunk's 2 x COLS accumulator vectors in
+             registers across the block's keys, each key's two P vectors and COLS
+             broadcast V(t, w) give 2 x COLS FMAs
+
+Both keep 16 accumulators, 2 loads and 8 broadcasts per 16 FMAs (FMA-bound; 32 zmm
+registers). Keys left over after the whole groups take a chain of their own per vector.
+Semantics, the causal guard and the rows left over (row by row through flash.py) are
+flash_lanes.py's.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from onnxcc.ir.types import DType
+from onnxcc.kernel.expr import Const
+from onnxcc.kernel.flash import Flash
+
+from ..llvm.helpers import for_range, i64, loop_metadata
+from .flash_lanes import CHAINS, LaneRows
+
+VECTORS = 2
+"""row vectors per block: the query tile's two loads per head element serve KEYS FMAs each"""
+KEYS = 8
+"""keys per Q @ K^T register tile (2 x 8 accumulators and their broadcasts in 32 registers)"""
+STEP = 4
+"""head elements per iteration of the Q @ K^T tile's loop over the head"""
+COLS = 8
+"""value columns per P @ V register tile"""
+_FM = ("reassoc", "contract", "nsz")
+"""the sums' adds may be reordered and fused, as any reduction's are"""
+_CHAIN = ("contract", "nsz")
+"""a dot's chain: products fused into the adds but not reassociated (which would let LLVM
+fold the partial sums back into fewer, longer chains)"""
+MAX_HEAD = 128
+"""the widest head run this way: the transposed query tile (head x 32 rows) stays in L1"""
+
+
+def tiles_fit(fl: Flash, width: int | None) -> bool:
+    """Whether a fused core runs here: f32, rows that share keys, a static dot head and a
+    value row that are multiples of 16 up to MAX_HEAD, and 16-lane vectors (narrower ones
+    would halve the tile and were not measured)."""
+    if fl.rows_var is None or fl.dot is None or fl.query is None or fl.keyed is None or width != 16:
+        return False
+    if fl.core.dtype is not DType.f32:
+        return False
+    (_, ext), = fl.dot.vars
+    if not isinstance(ext, Const):
+        return False
+    d = int(ext.value)
+    return 0 < d <= MAX_HEAD and d % 16 == 0 and 0 < fl.row <= MAX_HEAD and fl.row % 16 == 0
+
+
+class TileRows(LaneRows):
+    """Blocks of VECTORS x LANES query rows (module doc)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw, vectors=VECTORS)
+
+    def dots(self, t0: ir.Value, cnt: ir.Value) -> None:
+        """s[j] = the raw dots of the block's rows with key t0 + j (module doc); without an
+        epilogue the block max is taken here too, into mx."""
+        b = self.b
+        self.mregs = [self.ctx.alloca(self.vty, f"tiles.mx{h}") for h in range(VECTORS)]
+        if not self.epilogue:
+            for h, reg in enumerate(self.mregs):
+                b.store(b.load(self.vec(self.m, 0, h), name="tiles.m", typ=self.vty, align=4), reg)
+        ng = b.udiv(cnt, i64(KEYS), name="tiles.groups")
+        with for_range(b, ng, "tiles.g", guard=True) as g:
+            j0 = b.mul(g, i64(KEYS), name="tiles.j0", flags=("nuw", "nsw"))
+            self.dot_tile(t0, j0)
+        done = b.mul(ng, i64(KEYS), name="tiles.gdone", flags=("nuw", "nsw"))
+        with for_range(b, cnt, "tiles.one", start=done, guard=True) as j:
+            self.dot_one(t0, j)
+        if not self.epilogue:
+            for h, reg in enumerate(self.mregs):
+                b.store(b.load(reg, name="tiles.mx", typ=self.vty), self.vec(self.mx, 0, h), align=4)
+
+    def keep(self, j: ir.Value, h: int, x: ir.Value) -> None:
+        """The raw dot vector x of key j, half h, into the block (and the max)."""
+        b = self.b
+        b.store(x, self.vec(self.s, j, h), align=4)
+        if not self.epilogue:
+            reg = self.mregs[h]
+            b.store(self.maxnum(b.load(reg, name="tiles.mx", typ=self.vty), x), reg)
+
+    def key_elem(self, t: ir.Value, k: int | ir.Value) -> ir.Value:
+        """K(t, k) in every lane."""
+        e = i64(k) if isinstance(k, int) else k
+        return self.splat(self.emit_at(self.fl.keyed, {self.key: t, self.e: e}))  # type: ignore[arg-type]
+
+    def dot_tile(self, t0: ir.Value, j0: ir.Value) -> None:
+        """The 2 x KEYS tile of keys t0 + j0 ..: a loop over the head, STEP elements an
+        iteration, the accumulators in registers across it (promoted allocas); fully
+        unrolled, LLVM's scheduler hoisted all the broadcasts and spilled them."""
+        b, vty = self.b, self.vty
+        ts = [b.add(t0, b.add(j0, i64(j), name="tiles.jj", flags=("nuw", "nsw")), name="tiles.t",
+                    flags=("nuw", "nsw")) for j in range(KEYS)]
+        regs = [[self.ctx.alloca(vty, f"tiles.d{h}.{j}") for j in range(KEYS)] for h in range(VECTORS)]
+        for row in regs:
+            for reg in row:
+                b.store(ir.Constant(vty, [0.0] * self.lanes), reg)
+        md = loop_metadata(self.owner.module, None, None, no_unroll=True)
+        with for_range(b, i64(self.d // STEP), "tiles.e", guard=False, metadata=md) as e:
+            e0 = b.mul(e, i64(STEP), name="tiles.e0", flags=("nuw", "nsw"))
+            acc = [[b.load(reg, name="tiles.acc", typ=vty) for reg in row] for row in regs]
+            for u in range(STEP):
+                k = b.add(e0, i64(u), name="tiles.k", flags=("nuw", "nsw")) if u else e0
+                qs = [b.load(self.vec(self.qt, k, h), name="tiles.q", typ=vty, align=4) for h in range(VECTORS)]
+                for j, t in enumerate(ts):
+                    kv = self.key_elem(t, k)
+                    for h, q in enumerate(qs):
+                        prod = b.fmul(q, kv, name="tiles.qk", flags=_CHAIN)
+                        acc[h][j] = b.fadd(acc[h][j], prod, name="tiles.dot", flags=_CHAIN)
+            for h, row in enumerate(regs):
+                for j, reg in enumerate(row):
+                    b.store(acc[h][j], reg)
+        for j in range(KEYS):
+            jj = b.add(j0, i64(j), name="tiles.js", flags=("nuw", "nsw"))
+            for h in range(VECTORS):
+                self.keep(jj, h, b.load(regs[h][j], name="tiles.dsum", typ=vty))
+
+    def dot_one(self, t0: ir.Value, j: ir.Value) -> None:
+        """A key after the whole groups: CHAINS partial sums per row vector."""
+        b = self.b
+        t = b.add(t0, j, name="tiles.t", flags=("nuw", "nsw"))
+        parts: list[list] = [[None] * min(CHAINS, self.d) for _ in range(VECTORS)]
+        for k in range(self.d):
+            kv = self.key_elem(t, k)
+            for h in range(VECTORS):
+                q = b.load(self.vec(self.qt, k, h), name="tiles.q", typ=self.vty, align=4)
+                prod = b.fmul(q, kv, name="tiles.qk", flags=_CHAIN)
+                part = parts[h]
+                c = k % len(part)
+                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="tiles.dot", flags=_CHAIN)
+        for h, part in enumerate(parts):
+            while len(part) > 1:
+                part = [b.fadd(part[i], part[i + 1], name="tiles.dots", flags=_CHAIN) if i + 1 < len(part)
+                        else part[i] for i in range(0, len(part), 2)]
+            self.keep(j, h, part[0])
+
+    def accumulate(self, t0: ir.Value, cnt: ir.Value) -> None:
+        """l += p, then acc[w] += p * V(key, w) one chunk of COLS columns at a time, the
+        chunk's accumulators in registers across the block's keys (promoted allocas)."""
+        b, fl, vty = self.b, self.fl, self.vty
+        lregs = [self.ctx.alloca(vty, f"tiles.l{h}") for h in range(VECTORS)]
+        for h, reg in enumerate(lregs):
+            b.store(b.load(self.vec(self.l, 0, h), name="tiles.lv", typ=vty, align=4), reg)
+        with for_range(b, cnt, "tiles.ls", guard=True) as j:
+            for h, reg in enumerate(lregs):
+                p = b.load(self.vec(self.s, j, h), name="tiles.p", typ=vty, align=4)
+                b.store(b.fadd(b.load(reg, name="tiles.l", typ=vty), p, name="tiles.l.new", flags=_FM), reg)
+        for h, reg in enumerate(lregs):
+            b.store(b.load(reg, name="tiles.l", typ=vty), self.vec(self.l, 0, h), align=4)
+        regs = [[self.ctx.alloca(vty, f"tiles.a{h}.{w}") for w in range(COLS)] for h in range(VECTORS)]
+        for w0 in range(0, self.dv, COLS):
+            ws = range(w0, min(w0 + COLS, self.dv))
+            for h in range(VECTORS):
+                for x, w in enumerate(ws):
+                    b.store(b.load(self.vec(self.acc, w, h), name="tiles.accv", typ=vty, align=4), regs[h][x])
+            with for_range(b, cnt, f"tiles.pv{w0}", guard=True) as j:
+                t = b.add(t0, j, name="tiles.t", flags=("nuw", "nsw"))
+                ps = [b.load(self.vec(self.s, j, h), name="tiles.p", typ=vty, align=4) for h in range(VECTORS)]
+                for x, w in enumerate(ws):
+                    vb = self.splat(self.emit_at(fl.value, {self.key: t, self.w: i64(w)}))
+                    for h, p in enumerate(ps):
+                        a = b.load(regs[h][x], name="tiles.a", typ=vty)
+                        b.store(b.fadd(a, b.fmul(p, vb, name="tiles.pv", flags=_FM), name="tiles.acc", flags=_FM),
+                                regs[h][x])
+            for h in range(VECTORS):
+                for x, w in enumerate(ws):
+                    b.store(b.load(regs[h][x], name="tiles.a", typ=vty), self.vec(self.acc, w, h), align=4)
