@@ -37,6 +37,14 @@ def test_changed_flag_or_version_misses(tmp_path, model_path, monkeypatch):
     assert make_key(cache_document(model_path, CompileOptions())) != base
 
 
+def test_a_profiling_build_is_not_served_to_a_normal_one(tmp_path, model_path, monkeypatch):
+    """ONNXCC_PROFILE_SERIAL builds run their serial computes as pool regions (for
+    benchmarks/region_profile.py): another library, so another cache entry."""
+    base = make_key(cache_document(model_path, CompileOptions()))
+    monkeypatch.setenv("ONNXCC_PROFILE_SERIAL", "1")
+    assert make_key(cache_document(model_path, CompileOptions())) != base
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "manifest", "foreign"])
 def test_damaged_entry_is_rebuilt_not_loaded(tmp_path, model_path, damage):
     cache = ArtifactCache(tmp_path / "c")

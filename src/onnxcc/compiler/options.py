@@ -72,6 +72,8 @@ class CompileOptions:
         d["specialize_value"] = {k: [list(x) for x in v] for k, v in sorted(self.specialize_value.items())}
         d["input_structure"] = dict(sorted(self.input_structure.items()))
         d["loop_capacity"] = list(self.loop_capacity)
+        if "ONNXCC_PROFILE_SERIAL" in os.environ:  # codegen/cpu/emit.py PROFILE_SERIAL_ENV
+            d["profile_serial"] = True  # a profiling build runs its serial computes as regions
         return d
 
 
