@@ -461,7 +461,6 @@ static FILE *onnxcc_profile_file;
 static int onnxcc_profile_threads = 2;
 static int onnxcc_profile_live_on; /* ONNXCC_REGION_PROFILE_LIVE=1: the pool runs as usual */
 
-
 static void onnxcc_profile_init(void) {
   const char *path = getenv("ONNXCC_REGION_PROFILE");
   if (!path || !*path) return;
