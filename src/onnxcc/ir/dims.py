@@ -813,7 +813,7 @@ def _max_alternatives(e: Any) -> tuple[Any, ...]:
     # per question, most thrown away past the limit
     if isinstance(e, sympy.Max):
         return tuple(x for a in e.args for x in _max_alternatives(a))
-    if e.is_Add and e.has(sympy.Max):
+    if e.is_Add and _has_max(e):
         out: list[Any] = [sympy.Integer(0)]
         for a in e.args:
             alts = _max_alternatives(a)
@@ -821,11 +821,19 @@ def _max_alternatives(e: Any) -> tuple[Any, ...]:
                 return (e,)
             out = [x + y for x in out for y in alts]
         return tuple(out)
-    if e.is_Mul and e.has(sympy.Max):
+    if e.is_Mul and _has_max(e):
         coeff, rest = e.as_coeff_Mul()
         if coeff > 0 and isinstance(rest, sympy.Max):
             return tuple(coeff * x for x in _max_alternatives(rest))
     return (e,)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _has_max(e: Any) -> bool:
+    """`e.has(sympy.Max)`, memoised per subtree: sympy's `has` walks the whole tree each time,
+    and the planner's sums share their nested floors (a detection net's plan asked it of
+    thousands of sums of hundreds of terms, most of them with no Max)."""
+    return isinstance(e, sympy.Max) or any(_has_max(a) for a in e.args)
 
 
 def unevaluated(func: Any, args: Any) -> Any:
