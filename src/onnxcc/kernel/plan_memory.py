@@ -810,16 +810,21 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
         gsize = sample(g.size)
         scored: list[tuple[tuple[int, int], Dim]] = []
         ambiguous = False
+        spans = [at[id(q)] for q in conf]
         for o in cands:
             lo = sample(o)
             hi = lo + gsize
-            # cheap numeric filter first: what fails at the sample point cannot be proved
-            if any(not (hi <= at[id(q)][0] or at[id(q)][1] <= lo) for q in conf):
-                continue
-            # a slot both above and below g here (g and it of size 0 at the point): which
-            # side the proofs put it on is not known before they are made
-            ambiguous |= any(hi <= at[id(q)][0] and at[id(q)][1] <= lo for q in conf)
-            scored.append(((min((at[id(q)][0] - hi for q in conf if hi <= at[id(q)][0]), default=1 << 62), lo), o))
+            gap = 1 << 62
+            for q0, q1 in spans:
+                if hi <= q0:
+                    gap = min(gap, q0 - hi)
+                    # above and below g here (both of size 0 at the point): which side the
+                    # proofs put it on is not known before they are made
+                    ambiguous |= q1 <= lo
+                elif not q1 <= lo:
+                    break  # overlaps g at the point: cannot be proved apart
+            else:  # (the cheap numeric filter: what fails at the sample point cannot be proved)
+                scored.append(((gap, lo), o))
         # NOTE: at a point the prover proves over, with exact values, a valid candidate's
         # slots above g are exactly those above it at the point (proved above implies above
         # there; proved below implies below there, and none is both), so its key is the one
