@@ -568,6 +568,10 @@ def _difference(x: sympy.Expr, y: sympy.Expr) -> tuple[sympy.Expr | None, sympy.
     ty, tx = _number_terms(y), _number_terms(x)
     if ty is None or tx is None:  # a coefficient that is no rational: in sympy's numbers
         ty, tx = _terms(y), _terms(x)
+    elif _nested_terms(y) != _nested_terms(x):
+        # a term of two floors or more that the other side does not cancel: known before
+        # the difference is built (most pairs a placement asks about, of hundreds of terms)
+        return None, None
     diff = dict(ty)
     for m, c in tx.items():
         v = diff.get(m, 0) - c
@@ -651,6 +655,12 @@ def _sympy_number(v: Any) -> Any:
     if isinstance(v, Fraction):
         return sympy.Rational(v.numerator, v.denominator)
     return v
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _nested_terms(e: sympy.Expr) -> dict:
+    """The terms of `_number_terms(e)` (rational coefficients) that hold two floors or more."""
+    return {m: c for m, c in (_number_terms(e) or {}).items() if _floor_count(m) > 1}
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -813,19 +823,30 @@ def _max_alternatives(e: Any) -> tuple[Any, ...]:
     # per question, most thrown away past the limit
     if isinstance(e, sympy.Max):
         return tuple(x for a in e.args for x in _max_alternatives(a))
-    if e.is_Add and e.has(sympy.Max):
-        out: list[Any] = [sympy.Integer(0)]
+    if e.is_Add and _has_max(e):
+        # the terms of each alternative collected first, each sum built once: adding them one
+        # at a time flattened and sorted every partial sum again (a detection net's stacked
+        # offsets: sums of hundreds of terms, most of the planner's time in sympy's Add)
+        out: list[list[Any]] = [[]]
         for a in e.args:
             alts = _max_alternatives(a)
             if len(out) * len(alts) > MAX_ALTERNATIVES:
                 return (e,)
-            out = [x + y for x in out for y in alts]
-        return tuple(out)
-    if e.is_Mul and e.has(sympy.Max):
+            out = [[*x, y] for x in out for y in alts]
+        return tuple(sympy.Add(*x) for x in out)
+    if e.is_Mul and _has_max(e):
         coeff, rest = e.as_coeff_Mul()
         if coeff > 0 and isinstance(rest, sympy.Max):
             return tuple(coeff * x for x in _max_alternatives(rest))
     return (e,)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _has_max(e: Any) -> bool:
+    """`e.has(sympy.Max)`, memoised per subtree: sympy's `has` walks the whole tree each time,
+    and the planner's sums share their nested floors (a detection net's plan asked it of
+    thousands of sums of hundreds of terms, most of them with no Max)."""
+    return isinstance(e, sympy.Max) or any(_has_max(a) for a in e.args)
 
 
 def unevaluated(func: Any, args: Any) -> Any:

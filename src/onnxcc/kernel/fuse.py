@@ -54,8 +54,9 @@ consumer runs is kept. Dead temps and the computes that only feed them are remov
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 
@@ -149,7 +150,11 @@ class FusionReport:
 
 def classify(c: Compute) -> str:
     """elementwise | broadcast | injective | reduction | matmul | conv | opaque."""
-    reduces = [n for n in walk(c.body) if isinstance(n, Reduce)]
+    return _classify_body(c.body, tuple(c.var_names))
+
+
+def _classify_body(body: Expr, var_names: tuple[str, ...]) -> str:
+    reduces = [n for n in walk(body) if isinstance(n, Reduce)]
     if reduces:
         if any(free_vars(x) for r in reduces for _, x in r.vars):
             return "opaque"  # triangular / moving extents (CumSum)
@@ -157,9 +162,9 @@ def classify(c: Compute) -> str:
         if "conv" in kinds:
             return "conv"
         return "matmul" if kinds else "reduction"
-    own = [Var(n) for n in c.var_names]
+    own = [Var(n) for n in var_names]
     kind = "elementwise"
-    for ld in (n for n in walk(c.body) if isinstance(n, Load)):
+    for ld in (n for n in walk(body) if isinstance(n, Load)):
         if list(ld.indices) == own:
             continue
         if _is_broadcast(ld.indices, own):
@@ -167,6 +172,17 @@ def classify(c: Compute) -> str:
             continue
         return "injective"
     return kind
+
+
+def _has_reduce(e: Expr) -> bool:
+    return any(isinstance(n, Reduce) for n in walk(e))
+
+
+def _has_select(e: Expr) -> bool:
+    return any(isinstance(n, Select) for n in walk(e))
+
+
+_NO_FACT = object()
 
 
 def _is_broadcast(idx: tuple[Expr, ...], own: list[Var]) -> bool:
@@ -415,6 +431,22 @@ class _Fuser:
         self._index: _BodyIndex | None = None  # rebuilt after a rewrite, not per candidate
         self._bound_names: dict[Expr, str] = {}
         self._generated: set[str] = set()
+        # what the rules read off a producer's or consumer's body, by the body: the driver
+        # scans the whole program again after every rewrite, judging each producer anew
+        # (a detection net: ~5 judgements per producer, each walking its body five times)
+        self._facts: dict[tuple, Any] = {}
+
+    def fact(self, fn: Callable[..., Any], *key: Any) -> Any:
+        """`fn(*key)`, memoised: `fn` is a pure function of expressions and names."""
+        k = (fn, *key)
+        hit = self._facts.get(k, _NO_FACT)
+        if hit is _NO_FACT:
+            hit = self._facts[k] = fn(*key)
+        return hit
+
+    def kind(self, c: Compute) -> str:
+        """`classify(c)`, memoised by what it reads (the body and the output's vars)."""
+        return self.fact(_classify_body, c.body, tuple(c.var_names))
 
     # ---- program queries ---------------------------------------------------------------
     def reads(self, s: Stmt) -> set[str]:
@@ -522,18 +554,18 @@ class _Fuser:
     def judge(self, P: Compute, uses: list[tuple[Compute, list[_Site]]]) -> tuple[bool, str]:
         """(fuse?, rule or reason)."""
         n_sites = sum(len(s) for _, s in uses)
-        has_reduce = any(isinstance(n, Reduce) for n in walk(P.body))
-        cost = element_cost(P.body)
-        if can_fail(P.body):
+        has_reduce = self.fact(_has_reduce, P.body)
+        cost = self.fact(element_cost, P.body)
+        if self.fact(can_fail, P.body):
             for c, sites in uses:
                 for s in sites:
                     if s.in_arm or s.reduces or not self.identity(s, c):
                         return False, "can fail and a read is not an identity read"
         if not has_reduce:
-            guarded = any(isinstance(n, Select) for n in walk(P.body))
-            stencil = _stencil(P.body)
+            guarded = self.fact(_has_select, P.body)
+            stencil = self.fact(_stencil, P.body)
             for c, sites in uses:
-                contraction = classify(c) in ("matmul", "conv")
+                contraction = self.kind(c) in ("matmul", "conv")
                 for s in sites:
                     if guarded and c.vars and _strided(s.load, c.vars[-1][0]):
                         return False, "a guarded (padding) remap read with a stride along the innermost var"
@@ -565,10 +597,10 @@ class _Fuser:
                 return False, f"costly producer (cost {cost}) read at {n_sites} sites"
             return True, "single read-once site"
         # P holds reductions
-        contraction = classify(P) in ("matmul", "conv")
+        contraction = self.kind(P) in ("matmul", "conv")
         flash = match_flash(P) is not None
         for c, sites in uses:
-            if contraction and any(isinstance(n, Reduce) for n in walk(c.body)):
+            if contraction and self.fact(_has_reduce, c.body):
                 return False, "a matmul only takes epilogues without reductions"
             if contraction and self.p.buffers[P.out].dtype is DType.f32 \
                     and self.p.buffers[c.out].dtype is not DType.f32:

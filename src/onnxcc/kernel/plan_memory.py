@@ -712,6 +712,8 @@ class _Sampler:
         self.key = tuple(sorted(env.items()))  # the point, as a memo key (max_dims)
         self._memo: dict = {}
         self._exact: dict = _point_memo(env)  # exact_value's memo of subexpressions
+        self.inexact = False
+        """some value given was not the dim's exact integer value there (a fallback)"""
 
     def __call__(self, d: Dim) -> int:
         if isinstance(d, int):
@@ -724,15 +726,28 @@ class _Sampler:
             try:
                 x = exact_value(sympy.sympify(d), self.env, self._exact)
                 v = int(x) if x.denominator == 1 else 0
+                self.inexact |= x.denominator != 1
             except ZeroDivisionError:
                 v = 0  # sympy's substitution divides by 0 there too (zoo): ranked as 0
+                self.inexact = True
             except NoValue:
+                self.inexact = True
                 try:
                     v = evaluate(d, self.env)
                 except (ValueError, TypeError):
                     v = 0
             self._memo[d] = v
         return v
+
+    def inside(self, table: SymbolTable) -> bool:
+        """The point is one the prover proves over: every symbol in its range and a
+        multiple of what the table says it is a multiple of."""
+        for name, v in self.env.items():
+            info = table.infos.get(name)
+            lo, hi, k = (info.lo, info.hi, info.multiple_of) if info is not None else (1, 1 << 31, 1)
+            if not lo <= v <= hi or v % k:
+                return False
+        return True
 
 
 SAMPLE_VALUES = (64, 4, 512, 4096)
@@ -787,22 +802,56 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
     overlapping slot) with the smallest gap left below the next overlapping slot."""
     placed: list[_Slot] = []
     at: dict[int, tuple[int, int]] = {}  # id(slot) -> (offset, end) at the sample point
+    inside = sample.inside(prover.table)
     for g in slots:
         conf = [q for q in placed if q.first <= g.last and g.first <= q.last]
         cands: list[Dim] = list(dict.fromkeys([0, *(q.end for q in conf)]))
         best: tuple | None = None
         gsize = sample(g.size)
+        scored: list[tuple[tuple[int, int], Dim]] = []
+        ambiguous = False
+        spans = [at[id(q)] for q in conf]
         for o in cands:
             lo = sample(o)
             hi = lo + gsize
-            # cheap numeric filter first: what fails at the sample point cannot be proved
-            if any(not (hi <= at[id(q)][0] or at[id(q)][1] <= lo) for q in conf):
-                continue
+            gap = 1 << 62
+            for q0, q1 in spans:
+                if hi <= q0:
+                    gap = min(gap, q0 - hi)
+                    # above and below g here (both of size 0 at the point): which side the
+                    # proofs put it on is not known before they are made
+                    ambiguous |= q1 <= lo
+                elif not q1 <= lo:
+                    break  # overlaps g at the point: cannot be proved apart
+            else:  # (the cheap numeric filter: what fails at the sample point cannot be proved)
+                scored.append(((gap, lo), o))
+        # NOTE: at a point the prover proves over, with exact values, a valid candidate's
+        # slots above g are exactly those above it at the point (proved above implies above
+        # there; proved below implies below there, and none is both), so its key is the one
+        # scored here: the candidates are tried best key first (stable: ties keep their
+        # order, as the strict `<` below did) and the first valid one is the best fit.
+        # Most candidates that pass the numeric filter cannot be proved (a detection net's
+        # plan: ~150k unprovable pairs), and the first valid one ends the search.
+        first_valid = inside and not ambiguous and not sample.inexact
+        if first_valid:
+            scored.sort(key=lambda c: c[0])
+        for _, o in scored:
+            lo = sample(o)
+            hi = lo + gsize
             above = []
             ok = True
             top = _sum(o, g.size)
             for q in conf:
-                if _le(prover, top, q.offset):
+                if first_valid:
+                    # the one side q can be proved on is the side it is on at the point
+                    if hi <= at[id(q)][0]:
+                        ok = _le(prover, top, q.offset)
+                        above.append(q)
+                    else:
+                        ok = _le(prover, q.end, o)
+                    if not ok:
+                        break
+                elif _le(prover, top, q.offset):
                     above.append(q)
                 elif not _le(prover, q.end, o):
                     ok = False
@@ -813,6 +862,8 @@ def _place(slots: list[_Slot], prover: Prover, sample: _Sampler) -> None:
             key = (gap, lo)
             if best is None or key < best[0]:
                 best = (key, o)
+            if first_valid:
+                break
         if best is not None:
             g.offset = best[1]
             under = [q for q in conf if q.end is g.offset]  # stacked right on top of q
