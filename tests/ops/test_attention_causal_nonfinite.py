@@ -181,3 +181,33 @@ def test_attention_op_causal_nonfinite_match_onnxruntime(tmp_path):
                 assert np.array_equal(np.isnan(got), np.isnan(want)), where
                 ok = ~np.isnan(want)
                 np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5, err_msg=where)
+
+
+def test_softcapped_causal_attention_op_nonfinite_match_onnxruntime(tmp_path):
+    """Attention with is_causal and a softcap: a masked key's score is c tanh(x / c) + -inf,
+    NaN where the dot is NaN, as onnxruntime computes it, not the constant -inf the causal
+    fast path would skip."""
+    import onnxcc
+    from onnxcc.testing import ort_run
+
+    d = 64
+    node = helper.make_node("Attention", ["Q", "K", "V"], ["Y"], is_causal=1, softcap=30.0)
+    g = helper.make_graph([node], "att", [helper.make_tensor_value_info(x, T.FLOAT, [1, 2, "S", d]) for x in "QKV"],
+                          [helper.make_tensor_value_info("Y", T.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "a.onnx")
+    onnxcc.compile(tmp_path / "a.onnx", tmp_path / "lib", name="att")
+    lib = onnxcc.load(tmp_path / "lib")
+    rng = np.random.default_rng(2)
+    for s in (1, 63, 65, 200):
+        for which in "QKV":
+            for val in (None, np.nan, np.inf, -np.inf):
+                feeds = {x: rng.standard_normal((1, 2, s, d)).astype(np.float32) for x in "QKV"}
+                if val is not None:
+                    feeds[which][0, 1, s - 1 if s == 1 else s - 2, 3] = val
+                want, got = ort_run(model, feeds)["Y"], lib.run(feeds)["Y"]
+                where = f"s={s} {which}={val}"
+                assert np.array_equal(np.isnan(got), np.isnan(want)), where
+                ok = ~np.isnan(want)
+                np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5, err_msg=where)

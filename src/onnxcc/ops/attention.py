@@ -353,7 +353,10 @@ def _lower(ctx) -> None:
     row = (g.batch, g.q_heads, g.q_len)
     tv = Var("t")
     wants_scores = n_out > 3 and opts["mode"] in (2, 3)
-    causal_only = opts["causal"] and maskb is None and opts["left"] < 0 and opts["right"] < 0 and nonpadb is None
+    # (not with a softcap: a masked key's score is then c tanh(x / c) + -inf, NaN for a NaN
+    # dot, which only the general path below keeps; the fast path's kernel skips masked keys)
+    causal_only = opts["causal"] and opts["softcap"] <= 0 and maskb is None and opts["left"] < 0 \
+        and opts["right"] < 0 and nonpadb is None
     if causal_only and not wants_scores and fuses(ctx, acc, g.v_head, g.kv_len):
         # causal alone: keys after row + past are -inf, written as the select the fused
         # kernel reads as causal (kernel/flash.py `Flash.causal`: the blocks after each
@@ -367,9 +370,8 @@ def _lower(ctx) -> None:
         def masked_score(b, h, s, t) -> Expr:
             """A masked key's score as the unfused form has it, the score + -inf: NaN where
             the score is NaN or +inf (onnxruntime's too); the kernel skips such keys only
-            where it proves them -inf (codegen/cpu/flash_guard.py). The softcapped score is
-            finite unless NaN, which -inf alone leaves out (its keys keep being skipped)."""
-            return Const(NEG_INF, acc) if opts["softcap"] > 0 else raw(b, h, s, t) + Const(NEG_INF, acc)
+            where it proves them -inf (codegen/cpu/flash_guard.py)."""
+            return raw(b, h, s, t) + Const(NEG_INF, acc)
 
         def causal_core(b, h, s, vv) -> Expr:
             return flash_core(lambda t: select(t > s + off, masked_score(b, h, s, t), scaled(b, h, s, t)),
