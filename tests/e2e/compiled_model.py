@@ -8,7 +8,10 @@ tolerances, or exactly); whether this machine's backend has the f32 conv call
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,3 +103,35 @@ def assert_matches_onnxruntime(path, lib, feeds: dict[str, np.ndarray], rtol: fl
             np.testing.assert_array_equal(got[name], ref, err_msg=f"{name} at {where}")
         else:
             np.testing.assert_allclose(got[name], ref, rtol=rtol, atol=atol, err_msg=f"{name} at {where}")
+
+
+_THREADED_RUN = """
+import sys, numpy as np, onnxcc
+lib = onnxcc.load(sys.argv[1])
+d = np.load(sys.argv[2])
+out = {}
+for k in d.files:
+    for j, y in enumerate(lib.run({"x": d[k]}).values()):
+        out[f"{k}_{j}"] = y
+np.savez(sys.argv[3], **out)
+"""
+
+
+def assert_threads_match_onnxruntime(path: Path, shapes, threads: int, tmp_path: Path,
+                                     rtol: float = 1e-4, atol: float = 1e-4) -> None:
+    """The library `lib_fixture` built beside the model at `path`, run in a child process on
+    `threads` threads (the pool's size is fixed at its first use in a process) at N(0, 1)
+    inputs "x" of 3 channels for each (N, H, W) of `shapes` (seeded by `threads`), gives
+    onnxruntime's outputs, one by one, within rtol / atol."""
+    rng = np.random.default_rng(threads)
+    xs = {f"x{i}": rng.standard_normal((n, 3, h, w)).astype(np.float32) for i, (n, h, w) in enumerate(shapes)}
+    np.savez(tmp_path / "in.npz", **xs)
+    env = dict(os.environ, ONNXCC_NUM_THREADS=str(threads))
+    args = [str(path.parent / "lib"), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
+    subprocess.run([sys.executable, "-c", _THREADED_RUN, *args], check=True, env=env)
+    got = np.load(tmp_path / "out.npz")
+    model = onnx.load(path)
+    for k, x in xs.items():
+        for j, want in enumerate(ort_run(model, {"x": x}).values()):
+            np.testing.assert_allclose(got[f"{k}_{j}"], want, rtol=rtol, atol=atol,
+                                       err_msg=f"{threads} threads, x {x.shape}, output {j}")

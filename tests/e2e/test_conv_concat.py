@@ -15,19 +15,13 @@ expands read too) beside the second Fire's Concat, also an output. Planes odd an
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import numpy as np
 import onnx
 import pytest
-from compiled_model import f32conv_sizes, has_f32_conv_call, lib_fixture
+from compiled_model import assert_threads_match_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
 from conv_net import ConvNet
 from onnx import TensorProto, helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 SHAPES = [(1, 5, 5), (1, 32, 32), (2, 33, 29), (3, 17, 40), (1, 63, 70)]
 
@@ -52,17 +46,6 @@ def _model(path):
 
 
 built = lib_fixture("conv_concat", _model, max_versions=1)
-
-_CHILD = """
-import sys, numpy as np, onnxcc
-lib = onnxcc.load(sys.argv[1])
-d = np.load(sys.argv[2])
-out = {}
-for k in d.files:
-    for j, y in enumerate(lib.run({"x": d[k]}).values()):
-        out[f"{k}_{j}"] = y
-np.savez(sys.argv[3], **out)
-"""
 
 
 @pytest.mark.skipif(not has_f32_conv_call(), reason="the conv call needs AVX-512F")
@@ -93,15 +76,4 @@ def test_unpadded_stem_reads_a_planar_copy(built, tmp_path):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_concat_slices_on_threads_match_onnxruntime(built, threads, tmp_path):
     path, _ = built
-    rng = np.random.default_rng(threads)
-    xs = {f"x{i}": rng.standard_normal((n, 3, h, w)).astype(np.float32) for i, (n, h, w) in enumerate(SHAPES)}
-    np.savez(tmp_path / "in.npz", **xs)
-    env = dict(os.environ, ONNXCC_NUM_THREADS=str(threads))
-    args = [str(path.parent / "lib"), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
-    subprocess.run([sys.executable, "-c", _CHILD, *args], check=True, env=env)
-    got = np.load(tmp_path / "out.npz")
-    model = onnx.load(path)
-    for k, x in xs.items():
-        for j, want in enumerate(ort_run(model, {"x": x}).values()):
-            np.testing.assert_allclose(got[f"{k}_{j}"], want, rtol=1e-4, atol=1e-4,
-                                       err_msg=f"{threads} threads, x {x.shape}, output {j}")
+    assert_threads_match_onnxruntime(path, SHAPES, threads, tmp_path)

@@ -13,19 +13,13 @@ end."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import numpy as np
 import onnx
 import pytest
-from compiled_model import f32conv_sizes, has_f32_conv_call, lib_fixture
+from compiled_model import assert_threads_match_onnxruntime, f32conv_sizes, has_f32_conv_call, lib_fixture
 from conv_net import ConvNet
 from onnx import TensorProto, helper
 
 import onnxcc
-from onnxcc.testing import ort_run
 
 SHAPES = [(1, 2, 2), (2, 2, 12), (3, 13, 3), (1, 10, 14), (2, 52, 6), (1, 60, 63), (3, 22, 18)]
 
@@ -42,13 +36,6 @@ def _model(path):
 
 
 built = lib_fixture("conv_row_walk", _model, max_versions=1)
-
-_CHILD = """
-import sys, numpy as np, onnxcc
-lib = onnxcc.load(sys.argv[1])
-d = np.load(sys.argv[2])
-np.savez(sys.argv[3], **{k: list(lib.run({"x": d[k]}).values())[0] for k in d.files})
-"""
 
 
 @pytest.mark.skipif(not has_f32_conv_call(), reason="the conv call needs AVX-512F")
@@ -68,14 +55,4 @@ def test_calls_step_their_rows(built, tmp_path):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_row_walk_on_threads_matches_onnxruntime(built, threads, tmp_path):
     path, _ = built
-    rng = np.random.default_rng(threads)
-    xs = {f"x{i}": rng.standard_normal((n, 3, h, w)).astype(np.float32) for i, (n, h, w) in enumerate(SHAPES)}
-    np.savez(tmp_path / "in.npz", **xs)
-    env = dict(os.environ, ONNXCC_NUM_THREADS=str(threads))
-    args = [str(path.parent / "lib"), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
-    subprocess.run([sys.executable, "-c", _CHILD, *args], check=True, env=env)
-    got = np.load(tmp_path / "out.npz")
-    model = onnx.load(path)
-    for k, x in xs.items():
-        want = next(iter(ort_run(model, {"x": x}).values()))
-        np.testing.assert_allclose(got[k], want, rtol=1e-4, atol=1e-4, err_msg=f"{threads} threads, x {x.shape}")
+    assert_threads_match_onnxruntime(path, SHAPES, threads, tmp_path)

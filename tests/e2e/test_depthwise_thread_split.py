@@ -12,18 +12,11 @@ Tolerances as test_conv_thread_split.py's (rtol 1e-4, atol 1e-4)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
-import numpy as np
 import onnx
 import pytest
-from compiled_model import lib_fixture
+from compiled_model import assert_threads_match_onnxruntime, lib_fixture
 from conv_net import ConvNet
 from onnx import TensorProto, helper
-
-from onnxcc.testing import ort_run
 
 SHAPES = [(1, 8, 8), (2, 12, 10), (3, 7, 9), (1, 24, 20), (2, 3, 5), (3, 16, 11)]
 
@@ -42,25 +35,8 @@ def _model(path):
 
 built = lib_fixture("depthwise_thread_split", _model, max_versions=1)
 
-_CHILD = """
-import sys, numpy as np, onnxcc
-lib = onnxcc.load(sys.argv[1])
-d = np.load(sys.argv[2])
-np.savez(sys.argv[3], **{k: list(lib.run({"x": d[k]}).values())[0] for k in d.files})
-"""
-
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_depthwise_on_threads_matches_onnxruntime(built, threads, tmp_path):
     path, _ = built
-    rng = np.random.default_rng(threads)
-    xs = {f"x{i}": rng.standard_normal((n, 3, h, w)).astype(np.float32) for i, (n, h, w) in enumerate(SHAPES)}
-    np.savez(tmp_path / "in.npz", **xs)
-    env = dict(os.environ, ONNXCC_NUM_THREADS=str(threads))
-    args = [str(path.parent / "lib"), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
-    subprocess.run([sys.executable, "-c", _CHILD, *args], check=True, env=env)
-    got = np.load(tmp_path / "out.npz")
-    model = onnx.load(path)
-    for k, x in xs.items():
-        want = next(iter(ort_run(model, {"x": x}).values()))
-        np.testing.assert_allclose(got[k], want, rtol=1e-4, atol=1e-4, err_msg=f"{threads} threads, x {x.shape}")
+    assert_threads_match_onnxruntime(path, SHAPES, threads, tmp_path)
