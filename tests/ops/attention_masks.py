@@ -1,8 +1,11 @@
-"""The causal mask as torch exports it, shared by the attention tests' graphs."""
+"""What the attention tests' graphs share: the causal mask as torch exports it, and a model
+of several score chains side by side (each its own Q, K, V, masking steps, softmax, @ V)."""
 
 from __future__ import annotations
 
-from onnx import NodeProto, helper
+import numpy as np
+from onnx import ModelProto, NodeProto, helper
+from onnx import TensorProto as T
 
 
 def torch_causal_mask(query: str, out: str = "causal") -> list[NodeProto]:
@@ -13,3 +16,33 @@ def torch_causal_mask(query: str, out: str = "causal") -> list[NodeProto]:
     return [n("Shape", [query], ["qs"], start=2, end=3), n("Concat", ["qs", "qs"], ["tt"], axis=0),
             n("Expand", ["one", "tt"], ["ones"]), n("Trilu", ["ones"], ["tril"], upper=0),
             n("Equal", ["tril", "zero"], ["above"]), n("Where", ["above", "lowest", "zero"], [out])]
+
+
+def score_chains_model(name: str, heads: dict[int, tuple[int, int]], scale: float, steps: list[NodeProto],
+                       masks: list[tuple], n_heads: int = 2) -> ModelProto:
+    """Chains i of `heads` (i -> (Q's and K's head, V's head)), each s_i = Q_i @ K_iᵀ, then
+    `steps` (from s_i to x_i, using `masks`: graph inputs as (name, elem type, shape)), then
+    Y_i = Softmax(x_i) @ V_i; Q, K, V of shape [B, n_heads, S, head]. The scalar
+    initializers `scale`, `one`, `zero`, `lowest` (f32's) and `neginf` are there for steps
+    (and `torch_causal_mask`) to read."""
+    inits = [helper.make_tensor("scale", T.FLOAT, [], [scale]),
+             helper.make_tensor("one", T.FLOAT, [], [1.0]), helper.make_tensor("zero", T.FLOAT, [], [0.0]),
+             helper.make_tensor("lowest", T.FLOAT, [], [float(np.finfo(np.float32).min)]),
+             helper.make_tensor("neginf", T.FLOAT, [], [-np.inf])]
+    n = helper.make_node
+    nodes = []
+    for i in heads:
+        nodes.append(n("Transpose", [f"K{i}"], [f"Kt{i}"], perm=[0, 1, 3, 2]))
+        nodes.append(n("MatMul", [f"Q{i}", f"Kt{i}"], [f"s{i}"]))
+    nodes += steps
+    for i in heads:
+        nodes += [n("Softmax", [f"x{i}"], [f"p{i}"], axis=-1), n("MatMul", [f"p{i}", f"V{i}"], [f"Y{i}"])]
+    f = T.FLOAT
+    inputs = [io for i, (d, dv) in heads.items() for io in
+              ((f"Q{i}", f, ["B", n_heads, "S", d]), (f"K{i}", f, ["B", n_heads, "S", d]),
+               (f"V{i}", f, ["B", n_heads, "S", dv]))]
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info(*i) for i in [*inputs, *masks]],
+                          [helper.make_tensor_value_info(f"Y{i}", f, None) for i in heads], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    return m

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from attention_masks import torch_causal_mask
+from attention_masks import score_chains_model, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -27,16 +27,8 @@ def _model() -> onnx.ModelProto:
     """Six chains: plain with a scale (1), a padding mask through Where (2), an additive key
     mask (3), a head of 4 and an additive [S, S] mask (4), the causal mask torch writes (5),
     masked_fill with -inf (6, a fully masked row is NaN)."""
-    f32 = float(np.finfo(np.float32).min)
-    inits = [helper.make_tensor("scale", T.FLOAT, [], [0.35]),
-             helper.make_tensor("one", T.FLOAT, [], [1.0]), helper.make_tensor("zero", T.FLOAT, [], [0.0]),
-             helper.make_tensor("lowest", T.FLOAT, [], [f32]), helper.make_tensor("neginf", T.FLOAT, [], [-np.inf])]
     n = helper.make_node
-    nodes = []
-    for i in HEADS:
-        nodes.append(n("Transpose", [f"K{i}"], [f"Kt{i}"], perm=[0, 1, 3, 2]))
-        nodes.append(n("MatMul", [f"Q{i}", f"Kt{i}"], [f"s{i}"]))
-    nodes += [
+    steps = [
         n("Mul", ["s1", "scale"], ["x1"]),
         n("Mul", ["s2", "scale"], ["y2"]), n("Where", ["pad", "y2", "lowest"], ["x2"]),
         n("Add", ["s3", "kmask"], ["x3"]),
@@ -45,18 +37,10 @@ def _model() -> onnx.ModelProto:
         n("Mul", ["s5", "scale"], ["y5"]), n("Add", ["y5", "causal"], ["x5"]),
         n("Where", ["bmask", "s6", "neginf"], ["x6"]),
     ]
-    for i in HEADS:
-        nodes += [n("Softmax", [f"x{i}"], [f"p{i}"], axis=-1), n("MatMul", [f"p{i}", f"V{i}"], [f"Y{i}"])]
-    f = T.FLOAT
-    inputs = [io for i, (d, dv) in HEADS.items() for io in
-              ((f"Q{i}", f, ["B", H, "S", d]), (f"K{i}", f, ["B", H, "S", d]), (f"V{i}", f, ["B", H, "S", dv]))]
-    inputs += [("pad", T.BOOL, ["B", 1, 1, "S"]), ("kmask", f, ["B", 1, 1, "S"]), ("amask", f, ["B", 1, "S", "S"]),
-               ("bmask", T.BOOL, ["B", 1, "S", "S"])]
-    g = helper.make_graph(nodes, "lanes", [helper.make_tensor_value_info(*i) for i in inputs],
-                          [helper.make_tensor_value_info(f"Y{i}", f, None) for i in HEADS], initializer=inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 9
-    return m
+    masks = [("pad", T.BOOL, ["B", 1, 1, "S"]),
+             ("kmask", T.FLOAT, ["B", 1, 1, "S"]), ("amask", T.FLOAT, ["B", 1, "S", "S"]),
+             ("bmask", T.BOOL, ["B", 1, "S", "S"])]
+    return score_chains_model("lanes", HEADS, 0.35, steps, masks, H)
 
 
 def _feeds(b: int, s: int, rng) -> dict:

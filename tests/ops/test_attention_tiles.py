@@ -16,10 +16,9 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import onnx
 import pytest
-from attention_masks import torch_causal_mask
+from attention_masks import score_chains_model, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -31,16 +30,8 @@ HEADS = {1: (64, 64), 2: (64, 64), 3: (128, 128), 4: (64, 64), 5: (64, 64)}
 
 
 def _model() -> onnx.ModelProto:
-    f32 = float(np.finfo(np.float32).min)
-    inits = [helper.make_tensor("scale", T.FLOAT, [], [0.125]),
-             helper.make_tensor("one", T.FLOAT, [], [1.0]), helper.make_tensor("zero", T.FLOAT, [], [0.0]),
-             helper.make_tensor("lowest", T.FLOAT, [], [f32]), helper.make_tensor("neginf", T.FLOAT, [], [-np.inf])]
     n = helper.make_node
-    nodes = []
-    for i in HEADS:
-        nodes.append(n("Transpose", [f"K{i}"], [f"Kt{i}"], perm=[0, 1, 3, 2]))
-        nodes.append(n("MatMul", [f"Q{i}", f"Kt{i}"], [f"s{i}"]))
-    nodes += [
+    steps = [
         n("Mul", ["s1", "scale"], ["x1"]),
         n("Add", ["s2", "amask"], ["x2"]),
         n("Mul", ["s3", "scale"], ["y3"]), n("Where", ["pad", "y3", "lowest"], ["x3"]),
@@ -48,18 +39,10 @@ def _model() -> onnx.ModelProto:
         n("Mul", ["s4", "scale"], ["y4"]), n("Add", ["y4", "causal"], ["x4"]),
         n("Where", ["bmask", "s5", "neginf"], ["x5"]),
     ]
-    for i in HEADS:
-        nodes += [n("Softmax", [f"x{i}"], [f"p{i}"], axis=-1), n("MatMul", [f"p{i}", f"V{i}"], [f"Y{i}"])]
-    f = T.FLOAT
-    inputs = [io for i, (d, dv) in HEADS.items() for io in
-              ((f"Q{i}", f, ["B", H, "S", d]), (f"K{i}", f, ["B", H, "S", d]), (f"V{i}", f, ["B", H, "S", dv]))]
-    inputs += [("pad", T.BOOL, ["B", 1, 1, "S"]), ("amask", f, ["B", 1, "S", "S"]),
-               ("bmask", T.BOOL, ["B", 1, "S", "S"])]
-    g = helper.make_graph(nodes, "tiles", [helper.make_tensor_value_info(*i) for i in inputs],
-                          [helper.make_tensor_value_info(f"Y{i}", f, None) for i in HEADS], initializer=inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 9
-    return m
+    masks = [("pad", T.BOOL, ["B", 1, 1, "S"]),
+             ("amask", T.FLOAT, ["B", 1, "S", "S"]),
+             ("bmask", T.BOOL, ["B", 1, "S", "S"])]
+    return score_chains_model("tiles", HEADS, 0.125, steps, masks, H)
 
 
 _RUN = textwrap.dedent("""
