@@ -64,6 +64,8 @@ def _inputs(spec: str, shapes: list[str], rows: list[int] | None) -> tuple[Path,
     """(onnx path, [(label, feeds)]) for a zoo name, `convnets:NET` or an .onnx file."""
     import numpy as np
 
+    if (spec.startswith("convnets:") or spec.endswith(".onnx")) and not shapes:  # a zoo model's come with it
+        raise SystemExit(f"{spec}: give its input shapes with --shape (e.g. --shape 1x3x112x112)")
     if spec.startswith("convnets:"):
         import onnx
         from convnets import NETS

@@ -350,7 +350,10 @@ static void onnxcc_pool_after_fork(void) {
   onnxcc_pool.caller_waits = 0;
 }
 
+static void onnxcc_profile_init(void);
+
 static void onnxcc_pool_init(void) {
+  onnxcc_profile_init(); /* the region profile's mode, read once with the pool's settings */
   onnxcc_pool.nthreads = onnxcc_configured_threads();
   long spin_us = ONNXCC_SPIN_US_DEFAULT;
   const char *spin_env = getenv("ONNXCC_SPIN_US");
@@ -398,12 +401,16 @@ int onnxcc_num_threads(void) {
 
 void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
   if (n <= 0) return;
-  if (!onnxcc_in_parallel && onnxcc_profile_region(n, body, ctx)) return;
-  if (n == 1 || onnxcc_in_parallel) {
+  if (onnxcc_in_parallel) {
     body(0, n, ctx);
     return;
   }
   pthread_once(&onnxcc_pool_once, onnxcc_pool_init);
+  if (onnxcc_profile_region(n, body, ctx)) return;
+  if (n == 1) {
+    body(0, n, ctx);
+    return;
+  }
   if (onnxcc_pool.nworkers == 0 || pthread_mutex_trylock(&onnxcc_pool.submit_mu) != 0) {
     body(0, n, ctx);
     return;
@@ -452,11 +459,10 @@ void onnxcc_parallel_for(int64_t n, onnxcc_body_fn body, void *ctx) {
  * t0 / t1: the clock at entry and after the last chunk, t2 after the line is
  * formatted (what follows t2 is the caller's own work again); the file is buffered whole and
  * written at exit, so profile a process that exits. A benchmark replays the chunks
- * as threads would claim them: a load-independent estimate of the multi-thread time. Off
- * (unset), the cost is one pthread_once check per parallel loop. */
+ * as threads would claim them: a load-independent estimate of the multi-thread time. Read
+ * once by onnxcc_pool_init; off (unset), the cost is a test of a static per parallel loop. */
 #include <dlfcn.h>
 
-static pthread_once_t onnxcc_profile_once = PTHREAD_ONCE_INIT;
 static FILE *onnxcc_profile_file;
 static int onnxcc_profile_threads = 2;
 static int onnxcc_profile_live_on; /* ONNXCC_REGION_PROFILE_LIVE=1: the pool runs as usual */
@@ -480,9 +486,9 @@ static void onnxcc_profile_init(void) {
   fprintf(onnxcc_profile_file, "H %d %.1f\n", onnxcc_profile_threads, (double)(b - a) / 1000.0);
 }
 
-/* 0: no profile; -1: live (the pool's own thread count); else the profiled count */
+/* 0: no profile; -1: live (the pool's own thread count); else the profiled count (set by
+ * onnxcc_pool_init, which every caller has run) */
 static int onnxcc_profiled_threads(void) {
-  pthread_once(&onnxcc_profile_once, onnxcc_profile_init);
   return !onnxcc_profile_file ? 0 : onnxcc_profile_live_on ? -1 : onnxcc_profile_threads;
 }
 
