@@ -39,7 +39,7 @@ from onnxcc.kernel.flash import lanes_fit
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 from .flash_guard import CausalGuard
-from .flash_lanes import LaneRows
+from .flash_lanes import SUM_FLAGS, LaneRows
 from .flash_tiles import TileRows, tiles_fit
 
 if TYPE_CHECKING:
@@ -61,8 +61,6 @@ PV_REGS = 16
 """the most accumulator vectors (rows x value-head chunks) P @ V keeps in registers across a
 block's keys: 4 rows of a head of 64 in 16-lane vectors, with the V vectors and broadcasts
 beside them in the 32 registers"""
-_FM = ("reassoc", "contract", "nsz")
-"""the dot's adds may be reordered (vector lanes), as any reduction's are"""
 
 
 def emit_flash(owner: KernelEmitter, em: ExprEmitter, ctx: FnCtx, c: Compute, plan: NestPlan, v: int,
@@ -368,7 +366,8 @@ class _Rows:
                     pb = b.shuffle_vector(one, ir.Constant(vty, None),
                                           ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl), name="flash.pb")
                     acc = b.load(reg, name="flash.r", typ=vty)
-                    b.store(b.fadd(acc, b.fmul(pb, vv, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM), reg)
+                    prod = b.fmul(pb, vv, name="flash.pv", flags=SUM_FLAGS)
+                    b.store(b.fadd(acc, prod, name="flash.acc", flags=SUM_FLAGS), reg)
             for reg, ptr in zip(regs, ptrs, strict=True):
                 b.store(b.load(reg, name="flash.r", typ=vty), ptr, align=self.dt.itemsize)
         return True
@@ -401,7 +400,8 @@ class _Rows:
                                       ir.Constant(ir.VectorType(ir.IntType(32), vl), [0] * vl), name="flash.pb")
                 for c, vv in enumerate(vvs):
                     acc = b.load(regs[r][c], name="flash.r", typ=vty)
-                    b.store(b.fadd(acc, b.fmul(pb, vv, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM),
+                    prod = b.fmul(pb, vv, name="flash.pv", flags=SUM_FLAGS)
+                    b.store(b.fadd(acc, prod, name="flash.acc", flags=SUM_FLAGS),
                             regs[r][c])
         for r in range(self.nrows):
             for c in range(chunks):
@@ -464,8 +464,8 @@ class _Rows:
                 ks = [em.emit(x) for x in self.keyed]
                 for q, row in zip(qs, self.dots, strict=True):
                     for k, p in zip(ks, row, strict=True):
-                        prod = b.fmul(q, k, name="flash.qk", flags=_FM)
-                        b.store(b.fadd(self.load(p), prod, name="flash.dot", flags=_FM), p)
+                        prod = b.fmul(q, k, name="flash.qk", flags=SUM_FLAGS)
+                        b.store(b.fadd(self.load(p), prod, name="flash.dot", flags=SUM_FLAGS), p)
                 em.pop()
             sums = [[self.load(p) for p in row] for row in self.dots]
         for r, row in enumerate(sums):
@@ -500,9 +500,9 @@ class _Rows:
             qs, ks = vecs[:self.nrows], vecs[self.nrows:]
             for r, q in enumerate(qs):
                 for j, kv in enumerate(ks):
-                    prod = b.fmul(q, kv, name="flash.qk", flags=_FM)
+                    prod = b.fmul(q, kv, name="flash.qk", flags=SUM_FLAGS)
                     a = acc[r][j]
-                    acc[r][j] = prod if a is None else b.fadd(a, prod, name="flash.dot", flags=_FM)
+                    acc[r][j] = prod if a is None else b.fadd(a, prod, name="flash.dot", flags=SUM_FLAGS)
         flat = [(r, j, v) for r, row in enumerate(acc) for j, v in enumerate(row)]
         return _reduce_lanes(b, [v for *_, v in flat], [(r, j) for r, j, _ in flat], vl, self.nrows)
 
@@ -560,7 +560,7 @@ class _Rows:
                 ptr = self.at(self.acc, r, row, j)
                 a = self.load(ptr)
                 for p, x in zip(pr, xs, strict=True):
-                    a = b.fadd(a, b.fmul(p, x, name="flash.pv", flags=_FM), name="flash.acc", flags=_FM)
+                    a = b.fadd(a, b.fmul(p, x, name="flash.pv", flags=SUM_FLAGS), name="flash.acc", flags=SUM_FLAGS)
                 b.store(a, ptr)
             em.pop()
 
@@ -606,7 +606,7 @@ def _reduce_lanes(b: ir.IRBuilder, vecs: list[ir.Value], labels: list, width: in
             mlo = ir.Constant(ir.VectorType(ir.IntType(32), width), lo)
             mhi = ir.Constant(ir.VectorType(ir.IntType(32), width), hi)
             nxt.append(b.fadd(b.shuffle_vector(a, c, mlo, name="flash.lo"),
-                              b.shuffle_vector(a, c, mhi, name="flash.hi"), name="flash.fold", flags=_FM))
+                              b.shuffle_vector(a, c, mhi, name="flash.hi"), name="flash.fold", flags=SUM_FLAGS))
             nsegs.append(segs[k] + segs[k + 1])
         if len(vecs) % 2:  # an odd one out waits for the next round, folded on itself
             a = vecs[-1]
@@ -616,7 +616,7 @@ def _reduce_lanes(b: ir.IRBuilder, vecs: list[ir.Value], labels: list, width: in
             hi = [i + half for i in lo]
             nxt.append(b.fadd(b.shuffle_vector(a, a, ir.Constant(ir.VectorType(ir.IntType(32), width), lo)),
                               b.shuffle_vector(a, a, ir.Constant(ir.VectorType(ir.IntType(32), width), hi)),
-                              name="flash.fold", flags=_FM))
+                              name="flash.fold", flags=SUM_FLAGS))
             nsegs.append(segs[-1] + [None] * n)  # the repeated half's labels are unused
         vecs, segs, seg_w = nxt, nsegs, half
     out: dict = {}
@@ -627,6 +627,6 @@ def _reduce_lanes(b: ir.IRBuilder, vecs: list[ir.Value], labels: list, width: in
             total = None
             for x in range(seg_w):  # what is left of a segment (one lane, unless few dots)
                 lane = b.extract_element(v, ir.Constant(ir.IntType(32), s_i * seg_w + x), name="flash.sum")
-                total = lane if total is None else b.fadd(total, lane, name="flash.sum", flags=_FM)
+                total = lane if total is None else b.fadd(total, lane, name="flash.sum", flags=SUM_FLAGS)
             out[lab] = total
     return [[out[(r, j)] for j in range(GROUP)] for r in range(nrows)]

@@ -48,11 +48,12 @@ if TYPE_CHECKING:
 
 BLOCK = 64
 """keys per block: the block's [BLOCK x LANES] scores stay in L1 between the steps"""
-_FM = ("reassoc", "contract", "nsz")
-"""the dot's and the sums' adds may be reordered and fused, as any reduction's are"""
+SUM_FLAGS = ("reassoc", "contract", "nsz")
+"""the dot's and the sums' adds may be reordered and fused, as any reduction's are (the
+fused-attention kernels' sums: flash.py, flash_tiles.py)"""
 CHAINS = 4
 """partial sums per dot product (the adds' latency hidden behind each other)"""
-_CHAIN = ("contract", "nsz")
+CHAIN_FLAGS = ("contract", "nsz")
 """the dot's partial sums: products fused into the adds but not reassociated, which would
 let LLVM fold the CHAINS partial sums back into one chain of D dependent FMAs"""
 
@@ -241,11 +242,11 @@ class LaneRows:
             part: list = [None] * min(CHAINS, self.d)
             for k, q in enumerate(qs):
                 kv = self.splat(self.emit_at(fl.keyed, {self.key: t, self.e: i64(k)}))  # type: ignore[arg-type]
-                prod = b.fmul(q, kv, name="lanes.qk", flags=_CHAIN)
+                prod = b.fmul(q, kv, name="lanes.qk", flags=CHAIN_FLAGS)
                 c = k % len(part)
-                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="lanes.dot", flags=_CHAIN)
+                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="lanes.dot", flags=CHAIN_FLAGS)
             while len(part) > 1:
-                part = [b.fadd(part[i], part[i + 1], name="lanes.dots", flags=_CHAIN) if i + 1 < len(part)
+                part = [b.fadd(part[i], part[i + 1], name="lanes.dots", flags=CHAIN_FLAGS) if i + 1 < len(part)
                         else part[i] for i in range(0, len(part), 2)]
             b.store(part[0], self.vec(self.s, j), align=4)
             if not self.epilogue:
@@ -270,12 +271,13 @@ class LaneRows:
         with for_range(b, cnt, "lanes.pv", guard=True) as j:
             t = b.add(t0, j, name="lanes.t", flags=("nuw", "nsw"))
             p = b.load(self.vec(self.s, j), name="lanes.p", typ=vty, align=4)
-            b.store(b.fadd(b.load(lreg, name="lanes.l", typ=vty), p, name="lanes.l.new", flags=_FM), lreg)
+            b.store(b.fadd(b.load(lreg, name="lanes.l", typ=vty), p, name="lanes.l.new", flags=SUM_FLAGS), lreg)
             for w in range(self.dv):
                 v = self.emit_at(fl.value, {self.key: t, self.w: i64(w)})
                 vb = self.splat(v)
                 a = b.load(regs[w], name="lanes.a", typ=vty)
-                b.store(b.fadd(a, b.fmul(p, vb, name="lanes.pv", flags=_FM), name="lanes.acc", flags=_FM), regs[w])
+                prod = b.fmul(p, vb, name="lanes.pv", flags=SUM_FLAGS)
+                b.store(b.fadd(a, prod, name="lanes.acc", flags=SUM_FLAGS), regs[w])
         for w in range(self.dv):
             b.store(b.load(regs[w], name="lanes.a", typ=vty), self.vec(self.acc, w), align=4)
         b.store(b.load(lreg, name="lanes.l", typ=vty), self.vec(self.l, 0), align=4)

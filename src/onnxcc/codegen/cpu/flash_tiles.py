@@ -30,7 +30,7 @@ from onnxcc.kernel.expr import Const
 from onnxcc.kernel.flash import Flash
 
 from ..llvm.helpers import for_range, i64, loop_metadata
-from .flash_lanes import CHAINS, LaneRows
+from .flash_lanes import CHAIN_FLAGS, CHAINS, SUM_FLAGS, LaneRows
 
 VECTORS = 2
 """row vectors per block: the query tile's two loads per head element serve KEYS FMAs each"""
@@ -40,11 +40,6 @@ STEP = 4
 """head elements per iteration of the Q @ K^T tile's loop over the head"""
 COLS = 8
 """value columns per P @ V register tile"""
-_FM = ("reassoc", "contract", "nsz")
-"""the sums' adds may be reordered and fused, as any reduction's are"""
-_CHAIN = ("contract", "nsz")
-"""a dot's chain: products fused into the adds but not reassociated (which would let LLVM
-fold the partial sums back into fewer, longer chains)"""
 MAX_HEAD = 128
 """the widest head run this way: the transposed query tile (head x 32 rows) stays in L1"""
 
@@ -123,8 +118,8 @@ class TileRows(LaneRows):
                 for j, t in enumerate(ts):
                     kv = self.key_elem(t, k)
                     for h, q in enumerate(qs):
-                        prod = b.fmul(q, kv, name="tiles.qk", flags=_CHAIN)
-                        acc[h][j] = b.fadd(acc[h][j], prod, name="tiles.dot", flags=_CHAIN)
+                        prod = b.fmul(q, kv, name="tiles.qk", flags=CHAIN_FLAGS)
+                        acc[h][j] = b.fadd(acc[h][j], prod, name="tiles.dot", flags=CHAIN_FLAGS)
             for h, row in enumerate(regs):
                 for j, reg in enumerate(row):
                     b.store(acc[h][j], reg)
@@ -142,13 +137,13 @@ class TileRows(LaneRows):
             kv = self.key_elem(t, k)
             for h in range(VECTORS):
                 q = b.load(self.vec(self.qt, k, h), name="tiles.q", typ=self.vty, align=4)
-                prod = b.fmul(q, kv, name="tiles.qk", flags=_CHAIN)
+                prod = b.fmul(q, kv, name="tiles.qk", flags=CHAIN_FLAGS)
                 part = parts[h]
                 c = k % len(part)
-                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="tiles.dot", flags=_CHAIN)
+                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="tiles.dot", flags=CHAIN_FLAGS)
         for h, part in enumerate(parts):
             while len(part) > 1:
-                part = [b.fadd(part[i], part[i + 1], name="tiles.dots", flags=_CHAIN) if i + 1 < len(part)
+                part = [b.fadd(part[i], part[i + 1], name="tiles.dots", flags=CHAIN_FLAGS) if i + 1 < len(part)
                         else part[i] for i in range(0, len(part), 2)]
             self.keep(j, h, part[0])
 
@@ -162,7 +157,7 @@ class TileRows(LaneRows):
         with for_range(b, cnt, "tiles.ls", guard=True) as j:
             for h, reg in enumerate(lregs):
                 p = b.load(self.vec(self.s, j, h), name="tiles.p", typ=vty, align=4)
-                b.store(b.fadd(b.load(reg, name="tiles.l", typ=vty), p, name="tiles.l.new", flags=_FM), reg)
+                b.store(b.fadd(b.load(reg, name="tiles.l", typ=vty), p, name="tiles.l.new", flags=SUM_FLAGS), reg)
         for h, reg in enumerate(lregs):
             b.store(b.load(reg, name="tiles.l", typ=vty), self.vec(self.l, 0, h), align=4)
         regs = [[self.ctx.alloca(vty, f"tiles.a{h}.{w}") for w in range(COLS)] for h in range(VECTORS)]
@@ -178,7 +173,8 @@ class TileRows(LaneRows):
                     vb = self.splat(self.emit_at(fl.value, {self.key: t, self.w: i64(w)}))
                     for h, p in enumerate(ps):
                         a = b.load(regs[h][x], name="tiles.a", typ=vty)
-                        b.store(b.fadd(a, b.fmul(p, vb, name="tiles.pv", flags=_FM), name="tiles.acc", flags=_FM),
+                        prod = b.fmul(p, vb, name="tiles.pv", flags=SUM_FLAGS)
+                        b.store(b.fadd(a, prod, name="tiles.acc", flags=SUM_FLAGS),
                                 regs[h][x])
             for h in range(VECTORS):
                 for x, w in enumerate(ws):
