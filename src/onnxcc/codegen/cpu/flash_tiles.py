@@ -29,7 +29,7 @@ from onnxcc.ir.types import DType
 from onnxcc.kernel.expr import Const
 from onnxcc.kernel.flash import Flash
 
-from ..llvm.helpers import for_range, i64, loop_metadata
+from ..llvm.helpers import PTR, for_range, i64, loop_metadata, scalar_loop_metadata
 from .flash_lanes import CHAIN_FLAGS, CHAINS, SUM_FLAGS, LaneRows
 
 VECTORS = 2
@@ -40,6 +40,10 @@ STEP = 4
 """head elements per iteration of the Q @ K^T tile's loop over the head"""
 COLS = 8
 """value columns per P @ V register tile"""
+QROW = 16
+"""query elements per iteration of the loop that transposes a query row (rolled: a whole
+row of stores is one more block of accesses for the vectorizer's checks; one a step: the
+loop's own increment and branch per store)"""
 MAX_HEAD = 128
 """the widest head run this way: the transposed query tile (head x 32 rows) stays in L1"""
 
@@ -64,6 +68,8 @@ class TileRows(LaneRows):
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw, vectors=VECTORS)
+        self.alpha = self.ctx.alloca(ir.ArrayType(self.ty, self.nrows), "tiles.alpha")
+        self.alpha.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
 
     def dots(self, t0: ir.Value, cnt: ir.Value) -> None:
         """s[j] = the raw dots of the block's rows with key t0 + j (module doc); without an
@@ -129,19 +135,28 @@ class TileRows(LaneRows):
                 self.keep(jj, h, b.load(regs[h][j], name="tiles.dsum", typ=vty))
 
     def dot_one(self, t0: ir.Value, j: ir.Value) -> None:
-        """A key after the whole groups: CHAINS partial sums per row vector."""
-        b = self.b
+        """A key after the whole groups: CHAINS partial sums per row vector, over a loop of
+        the head CHAINS elements at a time (rare: only a block's last cnt % KEYS keys)."""
+        b, vty = self.b, self.vty
         t = b.add(t0, j, name="tiles.t", flags=("nuw", "nsw"))
-        parts: list[list] = [[None] * min(CHAINS, self.d) for _ in range(VECTORS)]
-        for k in range(self.d):
-            kv = self.key_elem(t, k)
-            for h in range(VECTORS):
-                q = b.load(self.vec(self.qt, k, h), name="tiles.q", typ=self.vty, align=4)
-                prod = b.fmul(q, kv, name="tiles.qk", flags=CHAIN_FLAGS)
-                part = parts[h]
-                c = k % len(part)
-                part[c] = prod if part[c] is None else b.fadd(part[c], prod, name="tiles.dot", flags=CHAIN_FLAGS)
-        for h, part in enumerate(parts):
+        parts = [[self.ctx.alloca(vty, f"tiles.p{h}.{c}") for c in range(CHAINS)] for h in range(VECTORS)]
+        for row in parts:
+            for reg in row:
+                b.store(ir.Constant(vty, [0.0] * self.lanes), reg)
+        md = scalar_loop_metadata(self.owner.module)
+        with for_range(b, i64(self.d // CHAINS), "tiles.oe", guard=False, metadata=md) as e:
+            e0 = b.mul(e, i64(CHAINS), name="tiles.oe0", flags=("nuw", "nsw"))
+            for c in range(CHAINS):
+                k = b.add(e0, i64(c), name="tiles.ok", flags=("nuw", "nsw")) if c else e0
+                kv = self.key_elem(t, k)
+                for h in range(VECTORS):
+                    q = b.load(self.vec(self.qt, k, h), name="tiles.q", typ=vty, align=4)
+                    prod = b.fmul(q, kv, name="tiles.qk", flags=CHAIN_FLAGS)
+                    reg = parts[h][c]
+                    b.store(b.fadd(b.load(reg, name="tiles.part", typ=vty), prod, name="tiles.dot", flags=CHAIN_FLAGS),
+                            reg)
+        for h, row in enumerate(parts):
+            part = [b.load(reg, name="tiles.part", typ=vty) for reg in row]
             while len(part) > 1:
                 part = [b.fadd(part[i], part[i + 1], name="tiles.dots", flags=CHAIN_FLAGS) if i + 1 < len(part)
                         else part[i] for i in range(0, len(part), 2)]
@@ -160,22 +175,72 @@ class TileRows(LaneRows):
                 b.store(b.fadd(b.load(reg, name="tiles.l", typ=vty), p, name="tiles.l.new", flags=SUM_FLAGS), reg)
         for h, reg in enumerate(lregs):
             b.store(b.load(reg, name="tiles.l", typ=vty), self.vec(self.l, 0, h), align=4)
-        regs = [[self.ctx.alloca(vty, f"tiles.a{h}.{w}") for w in range(COLS)] for h in range(VECTORS)]
-        for w0 in range(0, self.dv, COLS):
-            ws = range(w0, min(w0 + COLS, self.dv))
-            for h in range(VECTORS):
+        regs = [[self.ctx.alloca(vty, f"tiles.a{h}.{x}") for x in range(COLS)] for h in range(VECTORS)]
+        alphas = [b.load(self.vec(self.alpha, 0, h), name="tiles.alpha", typ=vty, align=4) for h in range(VECTORS)]
+        md = scalar_loop_metadata(self.owner.module)
+        with for_range(b, i64(self.dv // COLS), "tiles.w", guard=False, metadata=md) as chunk:
+            w0 = b.mul(chunk, i64(COLS), name="tiles.w0", flags=("nuw", "nsw"))
+            ws = [b.add(w0, i64(x), name="tiles.wx", flags=("nuw", "nsw")) if x else w0 for x in range(COLS)]
+            for h in range(VECTORS):  # the block's rescale (rescale below) on the way into registers
                 for x, w in enumerate(ws):
-                    b.store(b.load(self.vec(self.acc, w, h), name="tiles.accv", typ=vty, align=4), regs[h][x])
-            with for_range(b, cnt, f"tiles.pv{w0}", guard=True) as j:
+                    a = b.load(self.vec(self.acc, w, h), name="tiles.accv", typ=vty, align=4)
+                    b.store(b.fmul(a, alphas[h], name="tiles.a.scaled"), regs[h][x])
+            with for_range(b, cnt, "tiles.pv", guard=True, metadata=scalar_loop_metadata(self.owner.module)) as j:
                 t = b.add(t0, j, name="tiles.t", flags=("nuw", "nsw"))
                 ps = [b.load(self.vec(self.s, j, h), name="tiles.p", typ=vty, align=4) for h in range(VECTORS)]
                 for x, w in enumerate(ws):
-                    vb = self.splat(self.emit_at(fl.value, {self.key: t, self.w: i64(w)}))
+                    vb = self.splat(self.emit_at(fl.value, {self.key: t, self.w: w}))
                     for h, p in enumerate(ps):
                         a = b.load(regs[h][x], name="tiles.a", typ=vty)
                         prod = b.fmul(p, vb, name="tiles.pv", flags=SUM_FLAGS)
-                        b.store(b.fadd(a, prod, name="tiles.acc", flags=SUM_FLAGS),
-                                regs[h][x])
+                        b.store(b.fadd(a, prod, name="tiles.acc", flags=SUM_FLAGS), regs[h][x])
             for h in range(VECTORS):
                 for x, w in enumerate(ws):
                     b.store(b.load(regs[h][x], name="tiles.a", typ=vty), self.vec(self.acc, w, h), align=4)
+
+    def start_rows(self, r: ir.Value) -> None:
+        """m and l per row (the vectorizer's loop); the accumulators by zero_acc."""
+        b = self.b
+        b.store(self.neg_inf, self.slot(self.m, 0, r))
+        b.store(self.zero, self.slot(self.l, 0, r))
+
+    def keys(self, n: ir.Value) -> None:
+        self.zero_acc()
+        super().keys(n)
+
+    def zero_acc(self) -> None:
+        """acc = 0 as explicit vectors, a loop over the value head (unrolled into the rows
+        loop, DV stores per row were as many accesses for the vectorizer to check)."""
+        b = self.b
+        zero = ir.Constant(self.vty, [0.0] * self.lanes)
+        with for_range(b, i64(self.dv), "tiles.z", guard=False, metadata=scalar_loop_metadata(self.owner.module)) as w:
+            for h in range(VECTORS):
+                b.store(zero, self.vec(self.acc, w, h), align=4)
+
+    def rescale(self, r: ir.Value) -> None:
+        """flash_lanes.py's rescale less the accumulators': alpha kept per row, applied to
+        them as accumulate loads them."""
+        b, em = self.b, self.em
+        m_old = self.load(self.slot(self.m, 0, r))
+        m_new = self.load(self.slot(self.mx, 0, r))
+        live = b.fcmp_ordered("!=", m_new, self.neg_inf, name="lanes.live")
+        alpha = b.select(live, em.math("exp", b.fsub(m_old, m_new, name="lanes.dm")), self.one, name="lanes.alpha")
+        b.store(alpha, self.slot(self.alpha, 0, r))
+        b.store(b.select(live, m_new, self.zero, name="lanes.use"), self.slot(self.use, 0, r))
+        b.store(b.select(live, m_new, m_old, name="lanes.m.next"), self.slot(self.m, 0, r))
+        lp = self.slot(self.l, 0, r)
+        b.store(b.fmul(self.load(lp), alpha, name="lanes.l.scaled"), lp)
+
+    def load_queries(self) -> None:
+        """QT[e][r], as flash_lanes.py's but over a loop of the head per row, QROW elements
+        an iteration (unrolled whole, D stores per row for the vectorizer and GVN to relate)."""
+        b = self.b
+        with for_range(b, i64(self.nrows), "lanes.q", guard=False) as r:
+            row = self.row_of(r)
+            with for_range(b, i64(self.d // QROW), "tiles.qe", guard=False,
+                           metadata=scalar_loop_metadata(self.owner.module)) as e:
+                e0 = b.mul(e, i64(QROW), name="tiles.qe0", flags=("nuw", "nsw"))
+                for u in range(QROW):
+                    k = b.add(e0, i64(u), name="tiles.qk", flags=("nuw", "nsw")) if u else e0
+                    q = self.emit_at(self.fl.query, {self.rv: row, self.e: k})  # type: ignore[arg-type]
+                    b.store(q, self.slot(self.qt, k, r))
