@@ -26,11 +26,11 @@ from __future__ import annotations
 from llvmlite import ir
 
 from onnxcc.ir.types import DType
-from onnxcc.kernel.expr import Const
+from onnxcc.kernel.expr import Const, Expr, Load
 from onnxcc.kernel.flash import Flash
 
-from ..llvm.helpers import PTR, for_range, i64, loop_metadata, scalar_loop_metadata
-from .flash_lanes import CHAIN_FLAGS, CHAINS, SUM_FLAGS, LaneRows
+from ..llvm.helpers import PTR, for_range, i64, scalar_loop_metadata
+from .flash_lanes import CHAIN_FLAGS, CHAINS, SUM_FLAGS, LaneRows, contiguous
 
 VECTORS = 2
 """row vectors per block: the query tile's two loads per head element serve KEYS FMAs each"""
@@ -98,10 +98,33 @@ class TileRows(LaneRows):
             reg = self.mregs[h]
             b.store(self.maxnum(b.load(reg, name="tiles.mx", typ=self.vty), x), reg)
 
-    def key_elem(self, t: ir.Value, k: int | ir.Value) -> ir.Value:
-        """K(t, k) in every lane."""
-        e = i64(k) if isinstance(k, int) else k
-        return self.splat(self.emit_at(self.fl.keyed, {self.key: t, self.e: e}))  # type: ignore[arg-type]
+    def row_start(self, x: Expr, var: str, binds: dict[str, ir.Value]) -> ir.Value | None:
+        """The address of `x` at `var` = 0 under `binds` where `x` is a load contiguous along
+        `var` (Q's, K's and V's rows: one address per row, its elements a GEP each), else
+        None (`elem` emits the whole expression per element)."""
+        if not contiguous(x, var, self.dt):
+            return None
+        assert isinstance(x, Load)
+        self.push({**binds, var: i64(0)})
+        ptr = self.em.address(x.buffer, [self.em.emit(ix) for ix in x.indices])
+        self.em.pop()
+        return ptr
+
+    def elem(self, x: Expr, var: str, start: ir.Value | None, binds: dict[str, ir.Value],
+             k: int | ir.Value) -> ir.Value:
+        """`x` at `var` = k under `binds`, from its row's address `start` (`row_start`) if any."""
+        k = i64(k) if isinstance(k, int) else k
+        if start is None:
+            return self.emit_at(x, {**binds, var: k})
+        ptr = self.b.gep(start, [k], inbounds=True, name="tiles.elem", source_etype=self.ty)
+        return self.b.load(ptr, name="tiles.ld", typ=self.ty, align=self.dt.itemsize)
+
+    def key_elem(self, t: ir.Value, start: ir.Value | None, k: int | ir.Value) -> ir.Value:
+        """K(t, k) in every lane (`start`: K's row t, `row_start`)."""
+        return self.splat(self.elem(self.fl.keyed, self.e, start, {self.key: t}, k))  # type: ignore[arg-type]
+
+    def key_row(self, t: ir.Value) -> ir.Value | None:
+        return self.row_start(self.fl.keyed, self.e, {self.key: t})  # type: ignore[arg-type]
 
     def dot_tile(self, t0: ir.Value, j0: ir.Value) -> None:
         """The 2 x KEYS tile of keys t0 + j0 ..: a loop over the head, STEP elements an
@@ -110,19 +133,20 @@ class TileRows(LaneRows):
         b, vty = self.b, self.vty
         ts = [b.add(t0, b.add(j0, i64(j), name="tiles.jj", flags=("nuw", "nsw")), name="tiles.t",
                     flags=("nuw", "nsw")) for j in range(KEYS)]
+        krows = [self.key_row(t) for t in ts]
         regs = [[self.ctx.alloca(vty, f"tiles.d{h}.{j}") for j in range(KEYS)] for h in range(VECTORS)]
         for row in regs:
             for reg in row:
                 b.store(ir.Constant(vty, [0.0] * self.lanes), reg)
-        md = loop_metadata(self.owner.module, None, None, no_unroll=True)
+        md = scalar_loop_metadata(self.owner.module)
         with for_range(b, i64(self.d // STEP), "tiles.e", guard=False, metadata=md) as e:
             e0 = b.mul(e, i64(STEP), name="tiles.e0", flags=("nuw", "nsw"))
             acc = [[b.load(reg, name="tiles.acc", typ=vty) for reg in row] for row in regs]
             for u in range(STEP):
                 k = b.add(e0, i64(u), name="tiles.k", flags=("nuw", "nsw")) if u else e0
                 qs = [b.load(self.vec(self.qt, k, h), name="tiles.q", typ=vty, align=4) for h in range(VECTORS)]
-                for j, t in enumerate(ts):
-                    kv = self.key_elem(t, k)
+                for j, (t, krow) in enumerate(zip(ts, krows, strict=True)):
+                    kv = self.key_elem(t, krow, k)
                     for h, q in enumerate(qs):
                         prod = b.fmul(q, kv, name="tiles.qk", flags=CHAIN_FLAGS)
                         acc[h][j] = b.fadd(acc[h][j], prod, name="tiles.dot", flags=CHAIN_FLAGS)
@@ -139,6 +163,7 @@ class TileRows(LaneRows):
         the head CHAINS elements at a time (rare: only a block's last cnt % KEYS keys)."""
         b, vty = self.b, self.vty
         t = b.add(t0, j, name="tiles.t", flags=("nuw", "nsw"))
+        krow = self.key_row(t)
         parts = [[self.ctx.alloca(vty, f"tiles.p{h}.{c}") for c in range(CHAINS)] for h in range(VECTORS)]
         for row in parts:
             for reg in row:
@@ -148,7 +173,7 @@ class TileRows(LaneRows):
             e0 = b.mul(e, i64(CHAINS), name="tiles.oe0", flags=("nuw", "nsw"))
             for c in range(CHAINS):
                 k = b.add(e0, i64(c), name="tiles.ok", flags=("nuw", "nsw")) if c else e0
-                kv = self.key_elem(t, k)
+                kv = self.key_elem(t, krow, k)
                 for h in range(VECTORS):
                     q = b.load(self.vec(self.qt, k, h), name="tiles.q", typ=vty, align=4)
                     prod = b.fmul(q, kv, name="tiles.qk", flags=CHAIN_FLAGS)
@@ -169,7 +194,7 @@ class TileRows(LaneRows):
         lregs = [self.ctx.alloca(vty, f"tiles.l{h}") for h in range(VECTORS)]
         for h, reg in enumerate(lregs):
             b.store(b.load(self.vec(self.l, 0, h), name="tiles.lv", typ=vty, align=4), reg)
-        with for_range(b, cnt, "tiles.ls", guard=True) as j:
+        with for_range(b, cnt, "tiles.ls", guard=True, metadata=scalar_loop_metadata(self.owner.module)) as j:
             for h, reg in enumerate(lregs):
                 p = b.load(self.vec(self.s, j, h), name="tiles.p", typ=vty, align=4)
                 b.store(b.fadd(b.load(reg, name="tiles.l", typ=vty), p, name="tiles.l.new", flags=SUM_FLAGS), reg)
@@ -188,8 +213,9 @@ class TileRows(LaneRows):
             with for_range(b, cnt, "tiles.pv", guard=True, metadata=scalar_loop_metadata(self.owner.module)) as j:
                 t = b.add(t0, j, name="tiles.t", flags=("nuw", "nsw"))
                 ps = [b.load(self.vec(self.s, j, h), name="tiles.p", typ=vty, align=4) for h in range(VECTORS)]
+                vrow = self.row_start(fl.value, self.w, {self.key: t})
                 for x, w in enumerate(ws):
-                    vb = self.splat(self.emit_at(fl.value, {self.key: t, self.w: w}))
+                    vb = self.splat(self.elem(fl.value, self.w, vrow, {self.key: t}, w))
                     for h, p in enumerate(ps):
                         a = b.load(regs[h][x], name="tiles.a", typ=vty)
                         prod = b.fmul(p, vb, name="tiles.pv", flags=SUM_FLAGS)
@@ -237,10 +263,13 @@ class TileRows(LaneRows):
         b = self.b
         with for_range(b, i64(self.nrows), "lanes.q", guard=False) as r:
             row = self.row_of(r)
+            query = self.fl.query
+            assert query is not None
+            start = self.row_start(query, self.e, {self.rv: row})
             with for_range(b, i64(self.d // QROW), "tiles.qe", guard=False,
                            metadata=scalar_loop_metadata(self.owner.module)) as e:
                 e0 = b.mul(e, i64(QROW), name="tiles.qe0", flags=("nuw", "nsw"))
                 for u in range(QROW):
                     k = b.add(e0, i64(u), name="tiles.qk", flags=("nuw", "nsw")) if u else e0
-                    q = self.emit_at(self.fl.query, {self.rv: row, self.e: k})  # type: ignore[arg-type]
+                    q = self.elem(query, self.e, start, {self.rv: row}, k)
                     b.store(q, self.slot(self.qt, k, r))
