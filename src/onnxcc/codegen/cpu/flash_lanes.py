@@ -338,7 +338,8 @@ class LaneRows:
 
 def contiguous(x: Expr, e: str, dt) -> bool:
     """Whether `x` is a load of `dt` whose only index reading `e` is its last, `e` or
-    `e + (something free of e)`: consecutive `e` are consecutive elements."""
+    `e + (something free of e)`: consecutive `e` are consecutive elements (flash.py's
+    vector loads, flash_tiles.py's row addresses)."""
     if not (isinstance(x, Load) and x.dtype is dt) or not x.indices:
         return False
     if any(e in free_vars(ix) for ix in x.indices[:-1]):
