@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import Binary, Const, Expr, Load, Var, free_vars, substitute
+from onnxcc.kernel.expr import Const, Expr, Load, Var, substitute
 from onnxcc.kernel.flash import lanes_fit
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
 from .flash_guard import CausalGuard
-from .flash_lanes import SUM_FLAGS, LaneRows
+from .flash_lanes import SUM_FLAGS, LaneRows, contiguous
 from .flash_tiles import TileRows, tiles_fit
 
 if TYPE_CHECKING:
@@ -105,13 +105,13 @@ def _scan_lanes(fl: Flash, c: Compute, plan: NestPlan) -> tuple[int, int]:
     along the head and the heads whole vectors (K's only where the masked score reads the
     dot), else (0, 0)."""
     width = plan.vector_width or 8
-    vv = _lanes(fl.row, width) if _contiguous(fl.value, c.var_names[-1], fl.core.dtype) else 0
+    vv = _lanes(fl.row, width) if contiguous(fl.value, c.var_names[-1], fl.core.dtype) else 0
     if fl.masked[0] == 0.0:
         return (vv, vv) if vv else (0, 0)
     if fl.dot is None or fl.keyed is None:
         return (0, 0)
     (e, ext), = fl.dot.vars
-    kv = _lanes(int(ext.value), width) if isinstance(ext, Const) and _contiguous(fl.keyed, e.name, fl.core.dtype) else 0
+    kv = _lanes(int(ext.value), width) if isinstance(ext, Const) and contiguous(fl.keyed, e.name, fl.core.dtype) else 0
     return (kv, vv) if kv and vv else (0, 0)
 
 
@@ -339,7 +339,7 @@ class _Rows:
         b, em, fl = self.b, self.em, self.fl
         row = fl.row
         vl = _lanes(row, self.width)
-        if vl < 4 or row // vl > 16 or not _contiguous(fl.value, self.w, self.dt):
+        if vl < 4 or row // vl > 16 or not contiguous(fl.value, self.w, self.dt):
             return False
         vty = ir.VectorType(self.ty, vl)
         v = fl.value
@@ -485,7 +485,7 @@ class _Rows:
         if not (isinstance(ext, Const) and vl >= 4 and 0 < ext.value // vl <= 16):
             return None
         loads = [*self.query, *self.keyed]
-        if not all(_contiguous(x, e.name, self.dt) for x in loads):
+        if not all(contiguous(x, e.name, self.dt) for x in loads):
             return None
         vty = ir.VectorType(self.ty, vl)
         acc: list[list[ir.Value | None]] = [[None] * GROUP for _ in range(self.nrows)]
@@ -572,21 +572,6 @@ def _lanes(n: int, width: int) -> int:
     while vl >= 4 and n % vl:
         vl //= 2
     return vl if vl >= 4 and n > 0 else 0
-
-
-def _contiguous(x: Expr, e: str, dt) -> bool:
-    """Whether `x` is a load of `dt` whose only index reading `e` is its last, `e` or
-    `e + (something free of e)`: consecutive `e` are consecutive elements."""
-    if not (isinstance(x, Load) and x.dtype is dt) or not x.indices:
-        return False
-    if any(e in free_vars(ix) for ix in x.indices[:-1]):
-        return False
-    last = x.indices[-1]
-    if isinstance(last, Var):
-        return last.name == e
-    return isinstance(last, Binary) and last.op == "add" and any(
-        isinstance(side, Var) and side.name == e and e not in free_vars(other)
-        for side, other in ((last.a, last.b), (last.b, last.a)))
 
 
 def _reduce_lanes(b: ir.IRBuilder, vecs: list[ir.Value], labels: list, width: int, nrows: int) -> list[list[ir.Value]]:

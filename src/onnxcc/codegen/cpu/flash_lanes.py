@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
-from onnxcc.kernel.expr import Expr
+from onnxcc.kernel.expr import Binary, Expr, Load, Var, free_vars
 
 from ..llvm.exprs import ExprEmitter, compute_type
 from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
@@ -115,12 +115,16 @@ class LaneRows:
 
     def emit_at(self, e: Expr, binds: dict[str, ir.Value]) -> ir.Value:
         """`e` with `binds` pushed as a frame of their own."""
-        exts = {self.e: self.e_ext, self.key: self.fl.kv_len, self.w: self.c.extents[-1],
-                self.rv: self.c.extents[-2]}
-        self.em.push(binds, {k: exts[k] for k in binds})
+        self.push(binds)
         v = self.em.emit(e)
         self.em.pop()
         return v
+
+    def push(self, binds: dict[str, ir.Value]) -> None:
+        """A frame of the emitter binding some of the head, key, value column and rows vars."""
+        exts = {self.e: self.e_ext, self.key: self.fl.kv_len, self.w: self.c.extents[-1],
+                self.rv: self.c.extents[-2]}
+        self.em.push(binds, {k: exts[k] for k in binds})
 
     # ---- the row blocks --------------------------------------------------------------------
     def run(self, vals: dict[str, ir.Value], rows: tuple[ir.Value, ir.Value] | None = None) -> ir.Value:
@@ -330,3 +334,19 @@ class LaneRows:
                 em.store(c.out, [idx[m] for m in c.var_names], em.emit(c.body))
                 em.pop()
             em.pop()
+
+
+def contiguous(x: Expr, e: str, dt) -> bool:
+    """Whether `x` is a load of `dt` whose only index reading `e` is its last, `e` or
+    `e + (something free of e)`: consecutive `e` are consecutive elements (flash.py's
+    vector loads, flash_tiles.py's row addresses)."""
+    if not (isinstance(x, Load) and x.dtype is dt) or not x.indices:
+        return False
+    if any(e in free_vars(ix) for ix in x.indices[:-1]):
+        return False
+    last = x.indices[-1]
+    if isinstance(last, Var):
+        return last.name == e
+    return isinstance(last, Binary) and last.op == "add" and any(
+        isinstance(side, Var) and side.name == e and e not in free_vars(other)
+        for side, other in ((last.a, last.b), (last.b, last.a)))
