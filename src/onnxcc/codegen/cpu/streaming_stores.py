@@ -42,6 +42,15 @@ if TYPE_CHECKING:
 
     from .emit import FnCtx
 
+STREAMING = False
+"""whether row-staged computes take the streaming path at all. Off: on this machine's 2
+cores the staged copy cost more than the read-for-ownership it saves. benchmarks/
+chain_cycles.py, 2 threads, x[1, 16384 | 65536, 768] (48 | 192 MiB each way), the fastest
+call of 5-8 rounds alternated with the streaming build (load 3.5-9): plain stores took
+0.75-0.77x its cycles for SiLU + LN, 0.82-0.85x tanh-GELU, 0.39-0.78x Erf-GELU, 0.82x Mish
+(rows of 16384), 0.72 / 0.78x SiLU / Erf-GELU at 65536; at 1 thread 0.78x (SiLU). Copying
+each line out right after its normalisation instead of in a burst after the row took 1.7-2.9x
+the burst's time. The path stays for a machine where it pays (tests turn it on)."""
 STREAM_MIN_BYTES = 16 << 20
 """output bytes from which a row-staged compute stores non-temporally: half this machine's
 32 MiB L3, so an output that input and output together could keep in the L3 for the next
@@ -68,7 +77,10 @@ class StreamRow:
 def stream_row(ctx: FnCtx, c: Compute) -> StreamRow | None:
     """The streaming path of `c` (a row-staged compute, its row the innermost var) where
     it may take one: a static row of whole lines, at most MAX_ROW_BYTES, and an output not
-    statically below STREAM_MIN_BYTES. None where it keeps plain stores only."""
+    statically below STREAM_MIN_BYTES. None where it keeps plain stores only (always
+    while STREAMING is off)."""
+    if not STREAMING:
+        return None
     ext = c.extents[-1]
     itemsize = ctx.buffer_dtype(c.out).itemsize
     if ctx.buffer_dtype(c.out).bits < 8 or not isinstance(ext, int):
@@ -123,4 +135,5 @@ def fence_streams(ctx: FnCtx) -> None:
     ctx.stream_flags.clear()
 
 
-__all__ = ["LINE", "MAX_ROW_BYTES", "STREAM_MIN_BYTES", "StreamRow", "copy_row", "fence_streams", "stream_row"]
+__all__ = ["LINE", "MAX_ROW_BYTES", "STREAMING", "STREAM_MIN_BYTES", "StreamRow", "copy_row", "fence_streams",
+           "stream_row"]
