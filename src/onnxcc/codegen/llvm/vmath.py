@@ -875,7 +875,6 @@ def _gelu(m: _Math, x):
     reloads a vector). Error: see tests/codegen/test_vmath_gelu.py."""
     if m.f64:
         raise TypeError("vmath gelu is f32 only (the f64 GELU stays h + h erf_div)")
-    b = m.b
     a = m.abs(x)
     ac = m.sel(m.lt(m.c(_GELU_CLAMP), a), m.c(_GELU_CLAMP), a)  # NaN passes
     h = m.mul(ac, ac)
