@@ -45,12 +45,13 @@ if TYPE_CHECKING:
 STREAMING = False
 """whether row-staged computes take the streaming path at all. Off: on this machine's 2
 cores the staged copy cost more than the read-for-ownership it saves. benchmarks/
-chain_cycles.py, 2 threads, x[1, 16384 | 65536, 768] (48 | 192 MiB each way), the fastest
-call of 5-8 rounds alternated with the streaming build (load 3.5-9): plain stores took
-0.75-0.77x its cycles for SiLU + LN, 0.82-0.85x tanh-GELU, 0.39-0.78x Erf-GELU, 0.82x Mish
-(rows of 16384), 0.72 / 0.78x SiLU / Erf-GELU at 65536; at 1 thread 0.78x (SiLU). Copying
-each line out right after its normalisation instead of in a burst after the row took 1.7-2.9x
-the burst's time. The path stays for a machine where it pays (tests turn it on)."""
+chain_cycles.py, 2 threads, x[1, rows, 768], the fastest call of 3-8 rounds alternated with
+the streaming build (December 2026, load 3.4-9), plain stores took, of its cycles a vector:
+rows 16384 (48 MiB each way, four runs) SiLU + LN 0.67-0.77x, tanh-GELU 0.75-0.86x, Mish
+0.53-0.82x, Erf-GELU 0.34-0.39x (two runs: its long calls seldom had both cores to
+themselves); rows 65536 (192 MiB) SiLU 0.69-0.72x, tanh-GELU 0.90x, Erf-GELU 0.78x. Each
+line copied out right after its normalisation instead of in a burst after the row: 1.7-2.9x
+the burst's cycles. The path stays for a machine where it pays (tests turn it on)."""
 STREAM_MIN_BYTES = 16 << 20
 """output bytes from which a row-staged compute stores non-temporally: half this machine's
 32 MiB L3, so an output that input and output together could keep in the L3 for the next
