@@ -1,5 +1,6 @@
-"""Non-temporal row stores of a row-staged compute (codegen/cpu/streaming_stores.py): emitted
-only where the output may reach STREAM_MIN_BYTES and the row is whole cache lines, fenced
+"""Non-temporal row stores of a row-staged compute (codegen/cpu/streaming_stores.py): off by
+default (STREAMING; no row streams then); turned on, emitted only where the output may reach
+STREAM_MIN_BYTES and the row is whole cache lines, fenced
 before the function returns, and the results equal the plain path's bit for bit on both
 sides of the threshold (symbolic sizes), on a misaligned output (the plain path) and
 against a float64 reference."""
@@ -14,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxcc
+from onnxcc.codegen.cpu import streaming_stores
 from onnxcc.codegen.cpu.jit import JitKernel
 from onnxcc.codegen.cpu.streaming_stores import STREAM_MIN_BYTES
 from onnxcc.ir import DType, sym
@@ -52,6 +54,20 @@ def _ir(rows, width, parallel: bool) -> str:
     return JitKernel(p, parallel=parallel, parallel_min_work=64).llvm_ir
 
 
+@pytest.fixture
+def streaming(monkeypatch):
+    """The streaming path turned on (it is off by default: STREAMING)."""
+    monkeypatch.setattr(streaming_stores, "STREAMING", True)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_no_row_streams_by_default(parallel):
+    for rows in (ABOVE, sym("R")):
+        ir_text = _ir(rows, WIDTH, parallel)
+        assert "nontemporal" not in ir_text and "sfence" not in ir_text, rows
+
+
+@pytest.mark.usefixtures("streaming")
 @pytest.mark.parametrize("parallel", [False, True])
 def test_large_static_output_streams_small_does_not(parallel):
     big = _ir(ABOVE, WIDTH, parallel)
@@ -84,6 +100,7 @@ def _ref(x: np.ndarray, g: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a - m) / np.sqrt(((a - m) ** 2).mean(-1, keepdims=True) + 1e-5) * g + b
 
 
+@pytest.mark.usefixtures("streaming")
 def test_streamed_rows_equal_plain_rows(tmp_path):
     """One library (symbolic batch and seq): a call above the threshold into the loader's
     64-byte-aligned output (the streaming path), one below it and one into a misaligned

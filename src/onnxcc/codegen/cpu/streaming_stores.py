@@ -42,6 +42,21 @@ if TYPE_CHECKING:
 
     from .emit import FnCtx
 
+STREAMING = False
+"""whether row-staged computes take the streaming path at all. Off: on this machine's 2
+cores the staged copy cost more than the read-for-ownership it saves. benchmarks/
+chain_cycles.py, 2 threads, x[1, rows, 768], the fastest call of 3-8 rounds alternated with
+the streaming build (December 2026, load 3.4-9), plain stores took, of its cycles a vector:
+rows 16384 (48 MiB each way, four runs) SiLU + LN 0.67-0.77x, tanh-GELU 0.75-0.86x, Mish
+0.53-0.82x, Erf-GELU 0.34-0.39x (two runs: its long calls seldom had both cores to
+themselves); rows 65536 (192 MiB) SiLU 0.69-0.72x, tanh-GELU 0.90x, Erf-GELU 0.78x. Each
+line copied out right after its normalisation instead of in a burst after the row: 1.7-2.9x
+the burst's cycles. The path stays for a machine where it pays (tests turn it on). Its
+results are not bit for bit those of a build without it: LLVM unrolls the first pass
+differently around the staged row's select, and the row sum (the mean) is reassociated by
+the unroll; tanh-GELU / Mish + LN moved by up to 1.9e-6 on a quarter of the rows of
+[16, 1024, 768] (one ulp of their mean), SiLU + LN not at all; test_rowstage holds the
+chains to onnxruntime within rtol 1e-5, atol 2e-5."""
 STREAM_MIN_BYTES = 16 << 20
 """output bytes from which a row-staged compute stores non-temporally: half this machine's
 32 MiB L3, so an output that input and output together could keep in the L3 for the next
@@ -68,7 +83,10 @@ class StreamRow:
 def stream_row(ctx: FnCtx, c: Compute) -> StreamRow | None:
     """The streaming path of `c` (a row-staged compute, its row the innermost var) where
     it may take one: a static row of whole lines, at most MAX_ROW_BYTES, and an output not
-    statically below STREAM_MIN_BYTES. None where it keeps plain stores only."""
+    statically below STREAM_MIN_BYTES. None where it keeps plain stores only (always
+    while STREAMING is off)."""
+    if not STREAMING:
+        return None
     ext = c.extents[-1]
     itemsize = ctx.buffer_dtype(c.out).itemsize
     if ctx.buffer_dtype(c.out).bits < 8 or not isinstance(ext, int):
@@ -123,4 +141,5 @@ def fence_streams(ctx: FnCtx) -> None:
     ctx.stream_flags.clear()
 
 
-__all__ = ["LINE", "MAX_ROW_BYTES", "STREAM_MIN_BYTES", "StreamRow", "copy_row", "fence_streams", "stream_row"]
+__all__ = ["LINE", "MAX_ROW_BYTES", "STREAMING", "STREAM_MIN_BYTES", "StreamRow", "copy_row", "fence_streams",
+           "stream_row"]

@@ -63,7 +63,7 @@ Methods, per function:
   term corrected by an fma step), 1.71 ulp against erf of the exact quotient.
 - gelu (f32, the exact GELU x Phi(x) of exporters' x * 0.5 * (1 + erf(x / sqrt 2)), which the
   expression emitters call for that whole product): Phi(-|x|) = exp(-x**2 / 2) R(|x|) / 2,
-  R a degree 4/5 rational (the shifter exp, x**2's rounding folded into its argument), and
+  R a degree 4/5 rational (the shifter exp, reduced on the exact x**2 by one fma), and
   Phi(x) = 1 - Phi(-x) for x >= 0: no erf, and no cancellation where the graph's 1 + erf
   has it (x < 0: onnxruntime's error there is 4.3e-8 |x|, up to 160 ulp).
 - pow: exp(y log|x|) with the IEEE special cases (sign for odd integer y, NaN for negative x
@@ -664,7 +664,7 @@ def _tanh(m: _Math, x):
     return m.copysign(y, x)
 
 
-def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _EXP_F32, lo=None,
+def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _EXP_F32, square_of=None,
                recip: bool = False):
     """(p, scale) with p * scale = exp(f x) * 2**-off, for f a power of two (either sign) and
     x already clamped to where that is a normal number: the hot loops of sigmoid (SiLU),
@@ -678,8 +678,10 @@ def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _E
       coefficients times f**i;
     - a NaN x passes every step (its shifted bits give some finite scale; NaN times it is
       NaN), so there is no NaN blend;
-    - `lo`, where given, is a small addend of x (the rounding error of x = a**2: `_gelu`),
-      added to the reduced argument (one add), so exp(f (x + lo)) is what comes out;
+    - `square_of`, where given, is a with x = a * a rounded (`_gelu`): the first reduction
+      step is then fma(a, a, -k ln2_hi / f) (k ln2_hi / f exact), so exp(f a**2) of the exact
+      square comes out, one add fewer than adding the square's rounding error to the reduced
+      argument, and one rounding fewer;
     - `recip`: (P, S) with P / S = exp(f x), P = p 2**off (the coefficients scaled by 2**off)
       and S = 2**(off - k) (the shifter rounds -f x / ln 2 instead, whose bits give the
       reciprocal scale): sigmoid's 1 / (1 + exp(-x)) is then S / (S + P), an add where the
@@ -691,10 +693,11 @@ def _exp_parts(m: _Math, x, f: float, off: int, coeffs_f32: Sequence[float] = _E
     t = m.fma(x, m.c(g / math.log(2.0)), shifter)
     k = m.sub(t, shifter)
     l_hi, l_lo = _LN2[m.tag]
-    r = m.fma(k, m.c(-l_hi / g), x)
+    if square_of is not None:
+        r = m.fma(square_of, square_of, m.mul(k, m.c(-l_hi / g)))
+    else:
+        r = m.fma(k, m.c(-l_hi / g), x)
     r = m.fma(k, m.c(-l_lo / g), r)
-    if lo is not None:
-        r = m.add(r, lo)
     coeffs = _taylor(14) if m.f64 else coeffs_f32
     up = 2.0 ** off if recip else 1.0
     p = m.horner(r, [c * f ** j * up for j, c in enumerate(coeffs)])
@@ -862,22 +865,20 @@ def _gelu(m: _Math, x):
     """x Phi(x) = x / 2 (1 + erf(x / c)), c = sqrt 2 rounded to f32: the exact GELU of a
     whole `x * 0.5 * (1 + erf(x / sqrt 2))` (codegen/llvm/gelu_forms.py), f32 only.
     Phi(-a) = erfc(a / c) / 2 = exp(-a**2 / 2) R(a) / 2 for a = |x| (clamped): the shifter
-    exp with its 2**-1 in the scale and the rounding of a**2 folded into its reduced
-    argument, the rational R, then Phi = Phi(-a) for x < 0 and 1 - Phi(-a) otherwise, so
+    exp with its 2**-1 in the scale, reduced on the exact a**2 (`_exp_parts` square_of),
+    the rational R, then Phi = Phi(-a) for x < 0 and 1 - Phi(-a) otherwise, so
     neither side cancels (the graph's 1 + erf(x / c) does for x < 0: its error there, and
     onnxruntime's, is absolute, up to 4.3e-8 |x|). In the LayerNorm chain's first pass
-    (x86 AVX-512, counted in the assembly): 31 arithmetic vector ops per 16 floats, one of
+    (x86 AVX-512, counted in the assembly): 30 arithmetic vector ops per 16 floats, one of
     them a division, against 37 for h + h erf_div(x, c) (two branches of erf, each a
     polynomial, one with an exp), whose constants also did not all fit the registers (6.5
     reloads a vector). Error: see tests/codegen/test_vmath_gelu.py."""
     if m.f64:
         raise TypeError("vmath gelu is f32 only (the f64 GELU stays h + h erf_div)")
-    b = m.b
     a = m.abs(x)
     ac = m.sel(m.lt(m.c(_GELU_CLAMP), a), m.c(_GELU_CLAMP), a)  # NaN passes
     h = m.mul(ac, ac)
-    lo = m.fma(ac, ac, b.fneg(h))  # ac**2 = h + lo exactly
-    p, scale = _exp_parts(m, h, -0.5, 1, lo=lo)
+    p, scale = _exp_parts(m, h, -0.5, 1, square_of=ac)
     rat = m.div(m.horner(ac, _GELU_P), m.horner(ac, _GELU_Q))
     e = m.mul(p, rat)
     below = m.mul(e, scale)  # Phi(-a)
