@@ -80,14 +80,17 @@ def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: boo
 def _callee(planar: bool, wshape: tuple[int, ...], win: dict, pool: bool, residual: Buffer | None) -> str:
     """The one routing decision between the GEMM call and the stem call (same sizes and
     buffers): a planar stem without a residual, its strides 1 or 2 and kernel at most 7x7,
-    takes the stem call (codegen/cpu/conv_stem.py: output pixels in the lanes; as the GEMM's
-    12 x 32 tile, output channels in the lanes, a 3->16 3x3 stem ran at about a sixth of the
-    FMA roof, two thirds of benchmarks/convnets.py's plain net at 224x224); any other conv
-    the GEMM call."""
+    takes the stem call (codegen/cpu/conv_stem.py: output pixels in the lanes, no window
+    pointer per pixel, a block's 16 x 16 results transposed in registers; benchmarks/
+    convnets.py's plain stem, 3 -> 16 3x3 with its pool, 484 -> 444 us at 224x224 on one
+    thread, 78% -> 84% of the core's FMA roof, the region profile); any other conv the GEMM
+    call. A window of fewer than 9 taps per channel (a 1x1 stem) stays on the GEMM
+    call too: the stem call's 16 x 16 transpose per block would weigh on a few FMAs (not
+    measured)."""
     _, cin, kh, kw = wshape
     strides = tuple(win["strides"])
     spec = StemSpec(cin, kh, kw, strides[0], strides[1], pool)
-    if planar and residual is None and tuple(win["dilations"]) == (1, 1) and spec.supported():
+    if planar and residual is None and tuple(win["dilations"]) == (1, 1) and spec.supported() and kh * kw >= 9:
         return spec.callee
     return CALLEE
 

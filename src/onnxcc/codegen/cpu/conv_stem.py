@@ -3,9 +3,9 @@ and buffers of kernel/conv_call.py's contract), defined in LLVM where the CPU em
 (extern.py) meets its CallStmt.
 
 An image stem (3 input channels, K = KH x C x KW = 27 for a 3x3) as the implicit GEMM's
-12 x 32 tile ran at about a sixth of the FMA roof: per tile its window pointers, 9 short
-segments, half a panel of 16 output channels and the row-by-row stores cost more than its
-324 FMAs. Here the output pixels sit in the lanes instead: 16 consecutive output pixels of
+12 x 16 tile (output channels in the lanes) pays per tile for 12 window pointers, 9 short
+segments and 12 row stores against its 324 FMAs: 78% of the FMA roof on plain's stem.
+Here the output pixels sit in the lanes instead: 16 consecutive output pixels of
 one row, one accumulator vector per output channel (16 of the 32 zmm). Each tap (kh, c, kw)
 is one contiguous (masked) load from the planar padded copy P ([N, C, HP, WP]; at stride 2
 two loads and the even lanes picked), times each channel's weight broadcast from the packed
@@ -76,16 +76,17 @@ def transpose16(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
 
 class _Row:
     """One conv row's block of 16 output pixels for one group of 16 output channels, from the
-    planar copy: per channel a vector of the pixels, act(conv + bias)."""
+    planar copy: per channel a vector of the pixels' sums; then, as pixel rows, plus bias,
+    activated."""
 
     def __init__(self, b: ir.IRBuilder, spec: StemSpec, intr: dict[str, ir.Function], tap_rows: list[ir.Value],
                  bias: ir.Value, lo: ir.Value) -> None:
         self.b, self.spec, self.intr, self.tap_rows, self.bias, self.lo = b, spec, intr, tap_rows, bias, lo
 
     def channels(self, base: ir.Value, q: ir.Value, npix: ir.Value) -> list[ir.Value]:
-        """channel o's (o < 16) act(conv + bias) of pixels p < 16 (lane p), for the conv pixels
-        whose windows start at base + p * SW (elements of P), `npix` of them real (the others'
-        lanes not loaded). `bias`: the group's 16 biases on the stack, each a broadcast operand."""
+        """channel o's (o < 16) sums of pixels p < 16 (lane p), for the conv pixels whose
+        windows start at base + p * SW (elements of P), `npix` of them real (the others' lanes
+        not loaded)"""
         b, spec = self.b, self.spec
         zero = ir.Constant(_V, [0.0] * LANES)
         if spec.sw == 1:
@@ -100,22 +101,25 @@ class _Row:
             for c in range(spec.cin):
                 row = gcall.gep(b, base, self.tap_rows[i * spec.cin + c], F32, "tap.row")
                 for j in range(spec.kw):
-                    parts = [b.call(self.intr["load"], [gcall.gep(b, row, j + LANES * h, F32, "tap.p"), i32(4), m, zero],
-                                    name="x") for h, m in enumerate(masks)]
+                    parts = [b.call(self.intr["load"], [gcall.gep(b, row, j + LANES * h, F32, "tap.p"), i32(4), m,
+                                                        zero], name="x") for h, m in enumerate(masks)]
                     x = parts[0] if spec.sw == 1 else b.shuffle_vector(parts[0], parts[1], evens, name="x.even")
                     for o in range(LANES):
                         w = b.load(gcall.gep(b, q, k * NR + o, F32, "w.p"), name="w", typ=F32, align=4)
                         acc[o] = b.call(self.intr["fma"], [x, gcall.splat(b, w, "w.v"), acc[o]], name="acc")
                     k += 1
                     acc = _pinned(b, acc)
+        return acc
+
+    def activated(self, px: list[ir.Value]) -> list[ir.Value]:
+        """act(v + bias) of pixel rows (lanes: the group's channels)"""
+        b = self.b
         out = []
-        for o, v in enumerate(acc):
-            bo = b.load(b.gep(self.bias, [i64(0), i64(o)], inbounds=True, name="bias.o"), name="bias", typ=F32,
-                        align=4)
-            s = b.fadd(v, gcall.splat(b, bo, "bias.v"), name=f"biased{o}")
+        for p, v in enumerate(px):
+            s = b.fadd(v, self.bias, name=f"biased{p}")
             below = b.fcmp_ordered("<", s, self.lo, name="below")  # a select keeps NaN, as np.maximum
             below.type = _MASK
-            out.append(b.select(below, self.lo, s, name=f"act{o}"))
+            out.append(b.select(below, self.lo, s, name=f"act{p}"))
         return out
 
 
@@ -157,7 +161,6 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     blocks = ceildiv(b, sz["ow"], per_blk, "blocks")
     groups = ceildiv(b, sz["n"], LANES, "groups")
     zero_mask = ir.Constant(_MASK, [0] * LANES)
-    bias = b.alloca(ir.ArrayType(F32, LANES), name="bias")  # a group's biases, zero past the channels
     with for_range(b, fn.args[1], "t", start=fn.args[0], guard=True) as t:
         bi = b.udiv(t, sz["oh"], name="bi")
         h = b.sub(t, mul(b, bi, sz["oh"], "bi.h"), name="h")
@@ -174,9 +177,8 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
             qg = gcall.gep(b, buf["Q"], add(b, mul(b, b.udiv(col, i64(NR), name="panel"), kk * NR, "q.pan"),
                                             b.urem(col, i64(NR), name="q.lane"), "q.off"), F32, "q.g")
             chmask = _lanes_below(b, b.sub(sz["n"], col, name="nch"), 0, "ch")
-            bvec = b.call(intr["load"], [gcall.gep(b, buf["B"], col, F32, "bias.p"), i32(4), chmask,
+            bias = b.call(intr["load"], [gcall.gep(b, buf["B"], col, F32, "bias.p"), i32(4), chmask,
                                          ir.Constant(_V, [0.0] * LANES)], name="bias")
-            b.call(intr["store"], [bvec, bias, i32(4), ir.Constant(_MASK, [1] * LANES)])
             row = _Row(b, spec, intr, tap_rows, bias, lo)
             cg = gcall.gep(b, crow, col, F32, "c.g")
             with for_range(b, blocks, "blk", guard=True) as blk:
@@ -185,14 +187,18 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
                 x0 = mul(b, s0, (2 if spec.pool else 1) * spec.sw, "x0")  # the block's first window in P's row
                 if spec.pool:
                     npix = add(b, nst, nst, "npix")
-                    # the two rows maxed per channel, one transpose, then the pixel pairs
+                    # the two rows' sums maxed per channel, one transpose, the pixel pairs maxed,
+                    # then bias and activation: x + bias and the activation are monotone, so
+                    # act(max(a, b) + bias) = max(act(a + bias), act(b + bias)), rounding and
+                    # NaNs included (up to a zero's sign), for half the transposes and a quarter
+                    # of the epilogue
                     top = row.channels(gcall.gep(b, ybase, x0, F32, "p.x"), qg, npix)
                     below = gcall.gep(b, ybase, add(b, x0, sz["ta"], "x0.down"), F32, "p.x1")
                     bottom = row.channels(below, qg, npix)
                     rows = [b.call(intr["max"], [u, d], name="pool.h") for u, d in zip(top, bottom, strict=True)]
-                    vals = _pairs(b, intr["max"], transpose16(b, rows))
+                    vals = row.activated(_pairs(b, intr["max"], transpose16(b, rows)))
                 else:
-                    vals = transpose16(b, row.channels(gcall.gep(b, ybase, x0, F32, "p.x"), qg, nst))
+                    vals = row.activated(transpose16(b, row.channels(gcall.gep(b, ybase, x0, F32, "p.x"), qg, nst)))
                 cblk = gcall.gep(b, cg, mul(b, s0, sz["ldc"], "c.s0"), F32, "c.blk")
                 for p, v in enumerate(vals):
                     live = b.icmp_unsigned("<", i64(p), nst, name="p.in")
