@@ -1,24 +1,24 @@
 """The stem conv call (codegen/cpu/conv_stem.py: output pixels in the lanes, a register
 transpose to channels-last) against onnxruntime, and its routing (ops/conv_implicit.py
-`_callee`: a planar stem of at most 4 input channels, strides 1 or 2, kernels up to 7x7, no
-residual).
+`_callee`: a planar stem of at most 4 input channels, strides 1 or 2, kernels 3x3 to 7x7,
+no residual or dilation).
 
 Each model: a stem Conv (1, 3 or 4 input channels; 3x3, 5x5, 7x7; stride 1 or 2; symmetric
-and one-sided pads) with a Relu, optionally a 2x2 MaxPool (the call's fused pool), then a 16-channel
-conv that brings the stem into the channels-last region: a 3x3 whose pads move into the stem's
-stores (a padded output map, its border zeroed by the call) or a 1x1 (a flat map). 16, 32 and 48 output channels: one to three groups of 16
-(a group's second half of a 32-column packed panel). At symbolic N, H, W on planes 1x1 to
-40x23, odd and even widths (a row's last block of pixels partial: masked loads and stores),
-batch 1 to 3, and on 1 to 3 threads in child processes (the (batch, stored row) items split
-by the pool). Tolerance rtol 1e-4, atol 1e-4: sums of up to 196 products of N(0, 1) values and
-weights scaled by 1/sqrt(fan-in), in another order than onnxruntime's."""
+and one-sided pads) with a Relu, optionally a 2x2 MaxPool (the call's fused pool), then a
+16-channel conv that brings the stem into the channels-last region: a 3x3 whose pads move
+into the stem's stores (a padded output map, its border zeroed by the call) or a 1x1 (a flat
+map). 16, 32 and 48 output channels: one to three groups of 16 (a group's second half of a
+32-column packed panel). At symbolic N, H, W on planes 1x1 to 40x23, odd and even widths (a
+row's last block of pixels partial: masked loads and stores), batch 1 to 3, and on 1 to 3
+threads in child processes (the (batch, stored row) items split by the pool). Tolerance
+rtol 1e-4, atol 1e-4: sums of up to 196 products of N(0, 1) values and weights scaled by
+1/sqrt(fan-in), in another order than onnxruntime's."""
 
 from __future__ import annotations
 
 import onnx
 import pytest
-from compiled_model import (assert_matches_onnxruntime, assert_threads_match_onnxruntime, has_f32_conv_call,
-                            image_feeds)
+from compiled_model import assert_matches_onnxruntime, assert_threads_match_onnxruntime, has_f32_conv_call, image_feeds
 from conv_net import ConvNet
 from onnx import TensorProto, helper
 
