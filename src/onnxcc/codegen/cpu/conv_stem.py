@@ -37,6 +37,10 @@ from .gemm_ir import add, ceildiv, mul, umin
 LANES = 16
 """output pixels per vector, and output channels per group (one accumulator per channel)"""
 _V = ir.VectorType(F32, LANES)
+UNROLL_TAPS = 36
+"""windows of at most this many taps (3x3 of up to 4 channels) are one straight run of code;
+larger ones a loop over the kernel rows (unrolled, a 7x7 of 4 channels with its pool, 12544
+FMAs in one block, took LLVM 90 s)"""
 _MASK = gcall.MASK
 
 
@@ -79,9 +83,13 @@ class _Row:
     planar copy: per channel a vector of the pixels' sums; then, as pixel rows, plus bias,
     activated."""
 
-    def __init__(self, b: ir.IRBuilder, spec: StemSpec, intr: dict[str, ir.Function], tap_rows: list[ir.Value],
+    def __init__(self, b: ir.IRBuilder, spec: StemSpec, intr: dict[str, ir.Function], steps: tuple[ir.Value, ir.Value],
                  bias: ir.Value, lo: ir.Value) -> None:
-        self.b, self.spec, self.intr, self.tap_rows, self.bias, self.lo = b, spec, intr, tap_rows, bias, lo
+        self.b, self.spec, self.intr, self.bias, self.lo = b, spec, intr, bias, lo
+        ss0, ss1 = steps  # P's kernel-row and channel-plane steps
+        self.ss0 = ss0
+        self.planes = [mul(b, ss1, c, "tap.c") for c in range(spec.cin)]
+        self.slots: list[ir.Value] = []
 
     def channels(self, base: ir.Value, q: ir.Value, npix: ir.Value) -> list[ir.Value]:
         """channel o's (o < 16) sums of pixels p < 16 (lane p), for the conv pixels whose
@@ -94,21 +102,42 @@ class _Row:
         else:  # lanes 0..31 of two loads, the even ones the pixels': element e < 2 * npix - 1
             last = b.sub(add(b, npix, npix, "px2"), i64(1), name="px.e")
             masks = [_lanes_below(b, last, 0, "px.lo"), _lanes_below(b, last, LANES, "px.hi")]
-        evens = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
+        per_row = spec.cin * spec.kw * NR  # packed weights per kernel row
         acc: list[ir.Value] = [zero] * LANES
-        k = 0
-        for i in range(spec.kh):
-            for c in range(spec.cin):
-                row = gcall.gep(b, base, self.tap_rows[i * spec.cin + c], F32, "tap.row")
-                for j in range(spec.kw):
-                    parts = [b.call(self.intr["load"], [gcall.gep(b, row, j + LANES * h, F32, "tap.p"), i32(4), m,
-                                                        zero], name="x") for h, m in enumerate(masks)]
-                    x = parts[0] if spec.sw == 1 else b.shuffle_vector(parts[0], parts[1], evens, name="x.even")
-                    for o in range(LANES):
-                        w = b.load(gcall.gep(b, q, k * NR + o, F32, "w.p"), name="w", typ=F32, align=4)
-                        acc[o] = b.call(self.intr["fma"], [x, gcall.splat(b, w, "w.v"), acc[o]], name="acc")
-                    k += 1
-                    acc = _pinned(b, acc)
+        if spec.kh * spec.cin * spec.kw <= UNROLL_TAPS:
+            for i in range(spec.kh):
+                acc = self._kernel_row(gcall.gep(b, base, mul(b, self.ss0, i, "tap.i"), F32, "tap.r"),
+                                       gcall.gep(b, q, i * per_row, F32, "q.i"), masks, acc)
+            return acc
+        if not self.slots:  # the accumulators across the kernel-row loop (SROA: phis)
+            with b.goto_entry_block():
+                self.slots = [b.alloca(_V, name=f"acc.{o}") for o in range(LANES)]
+        for slot in self.slots:
+            b.store(zero, slot)
+        with for_range(b, i64(spec.kh), "kh", guard=False) as i:
+            acc = [b.load(slot, name="acc", typ=_V) for slot in self.slots]
+            acc = self._kernel_row(gcall.gep(b, base, mul(b, self.ss0, i, "tap.i"), F32, "tap.r"),
+                                   gcall.gep(b, q, mul(b, i, per_row, "q.i"), F32, "q.i"), masks, acc)
+            for slot, v in zip(self.slots, acc, strict=True):
+                b.store(v, slot)
+        return [b.load(slot, name="acc", typ=_V) for slot in self.slots]
+
+    def _kernel_row(self, base: ir.Value, q: ir.Value, masks: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+        """`acc` plus one kernel row's C x KW taps (`base`: its first in P, `q`: its packed weights)"""
+        b, spec = self.b, self.spec
+        zero = ir.Constant(_V, [0.0] * LANES)
+        evens = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
+        for c in range(spec.cin):
+            row = gcall.gep(b, base, self.planes[c], F32, "tap.row") if c else base
+            for j in range(spec.kw):
+                parts = [b.call(self.intr["load"], [gcall.gep(b, row, j + LANES * h, F32, "tap.p"), i32(4), m, zero],
+                                name="x") for h, m in enumerate(masks)]
+                x = parts[0] if spec.sw == 1 else b.shuffle_vector(parts[0], parts[1], evens, name="x.even")
+                k = c * spec.kw + j
+                for o in range(LANES):
+                    w = b.load(gcall.gep(b, q, k * NR + o, F32, "w.p"), name="w", typ=F32, align=4)
+                    acc[o] = b.call(self.intr["fma"], [x, gcall.splat(b, w, "w.v"), acc[o]], name="acc")
+                acc = _pinned(b, acc)
         return acc
 
     def activated(self, px: list[ir.Value]) -> list[ir.Value]:
@@ -153,8 +182,6 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     buf = {nm: b.load(gcall.gep(b, bufs, BUFFERS.index(nm), PTR, "buf.p"), name=nm, typ=PTR, align=8)
            for nm in ("P", "Q", "C", "B")}
     kk = spec.kh * spec.cin * spec.kw
-    tap_rows = [add(b, mul(b, i64(i), sz["ss0"], "tap.i"), mul(b, i64(c), sz["ss1"], "tap.c"), "tap")
-                for i in range(spec.kh) for c in range(spec.cin)]
     lo = gcall.splat(b, b.select(b.icmp_unsigned("!=", sz["relu"], i64(0), name="relu.on"), ir.Constant(F32, 0.0),
                                  ir.Constant(F32, float("-inf")), name="lo"), "lo.v")
     per_blk = LANES // 2 if spec.pool else LANES  # stored pixels per block
@@ -179,7 +206,7 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
             chmask = _lanes_below(b, b.sub(sz["n"], col, name="nch"), 0, "ch")
             bias = b.call(intr["load"], [gcall.gep(b, buf["B"], col, F32, "bias.p"), i32(4), chmask,
                                          ir.Constant(_V, [0.0] * LANES)], name="bias")
-            row = _Row(b, spec, intr, tap_rows, bias, lo)
+            row = _Row(b, spec, intr, (sz["ss0"], sz["ss1"]), bias, lo)
             cg = gcall.gep(b, crow, col, F32, "c.g")
             with for_range(b, blocks, "blk", guard=True) as blk:
                 s0 = mul(b, blk, per_blk, "s0")
