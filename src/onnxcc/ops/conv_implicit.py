@@ -82,8 +82,8 @@ def _callee(planar: bool, wshape: tuple[int, ...], win: dict, pool: bool, residu
     buffers): a planar stem without a residual, its strides 1 or 2 and kernel at most 7x7,
     takes the stem call (codegen/cpu/conv_stem.py: output pixels in the lanes, no window
     pointer per pixel, a block's 16 x 16 results transposed in registers; benchmarks/
-    convnets.py's plain stem, 3 -> 16 3x3 with its pool, 484 -> 444 us at 224x224 on one
-    thread, 78% -> 84% of the core's FMA roof, the region profile); any other conv the GEMM
+    convnets.py's plain stem, 3 -> 16 3x3 with its pool, 484 -> 422 us at 224x224 on one
+    thread, 78% -> 88% of the core's FMA roof, the region profile); any other conv the GEMM
     call. A window of fewer than 9 taps per channel (a 1x1 stem) stays on the GEMM
     call too: the stem call's 16 x 16 transpose per block would weigh on a few FMAs (not
     measured)."""

@@ -4,22 +4,27 @@ and buffers of kernel/conv_call.py's contract), defined in LLVM where the CPU em
 
 An image stem (3 input channels, K = KH x C x KW = 27 for a 3x3) as the implicit GEMM's
 12 x 16 tile (output channels in the lanes) pays per tile for 12 window pointers, 9 short
-segments and 12 row stores against its 324 FMAs: 78% of the FMA roof on plain's stem.
-Here the output pixels sit in the lanes instead: 16 consecutive output pixels of
-one row, one accumulator vector per output channel (16 of the 32 zmm). Each tap (kh, c, kw)
-is one contiguous (masked) load from the planar padded copy P ([N, C, HP, WP]; at stride 2
-two loads and the even lanes picked), times each channel's weight broadcast from the packed
+segments and 12 row stores against its 324 FMAs: 78% of one core's FMA roof on plain's stem
+(benchmarks/region_profile.py; the roof, 32 flops a cycle, measured at 116 GFLOP/s).
+Here the output pixels sit in the lanes instead: 16 consecutive output pixels of one row,
+one accumulator vector per output channel (16 of the 32 zmm). Each tap (kh, c, kw) is one
+contiguous (masked) load from the planar padded copy P ([N, C, HP, WP]; at stride 2 two
+loads and the even lanes picked), times each channel's weight broadcast from the packed
 panel (an embedded-broadcast FMA operand): 16 FMAs per load, no pointer per pixel. The
 16 x 16 block is then transposed in registers to the channels-last rows C takes (pixel p's
-16 channels one vector), the bias and the activation applied and the rows stored (masked
-past the channels and the row's last pixel). With a fused 2x2 MaxPool (the name's `p1`) a
-stored row is two conv rows: each row's pairs of pixels are maxed after its transpose, then
-the two rows', NaN-propagating as the GEMM call's pool.
+16 channels one vector), the bias added and the activation applied, and the rows stored
+(masked past the channels and the row's last pixel). With a fused 2x2 MaxPool (the name's
+`p1`) a stored row is two conv rows: their sums maxed per channel, one transpose, the pixel
+pairs maxed, then bias and activation (both monotone: the same values), NaN-propagating as
+the GEMM call's pool. Plain's stem 484 -> 422 us at 224x224 on one thread (88% of the
+roof), mobile's (stride 2, no pool) 126 -> 116 us; on 56-pixel rows (mobile at 4x112x112)
+a row's last block is half empty: 128 -> 133 us there.
 
 Work is split over (batch, stored row) items through onnxcc_parallel_for when it is big
 (gemm_call.PAR_MIN_WORK); C's border, where it is a padded map, is zeroed first
-(conv_out_rows.py `define_with_border`). Every loop over taps is unrolled: the kernel's
-extents, input channels and strides are in the callee's name."""
+(conv_out_rows.py `define_with_border`). The kernel's extents, input channels and strides
+are in the callee's name: the taps of a kernel row are unrolled, and so are the rows of a
+window of up to UNROLL_TAPS taps."""
 
 from __future__ import annotations
 
