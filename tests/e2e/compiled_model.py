@@ -65,10 +65,12 @@ def lib_fixture(name: str, write_model: Callable[[Path], object], **options):
 
 def f32conv_sizes(kernel_text: str) -> list[dict[str, str]]:
     """the sizes (the text before the buffers) of every `call onnxcc_f32conv(...)` in a kernel
-    IR dump, one dict per call: each size's text by its name (kernel/conv_call.py `SIZES`)"""
+    IR dump, and of every stem call `onnxcc_f32stem_*(...)` (kernel/conv_stem_call.py: the
+    same sizes), one dict per call in the dump's order: each size's text by its name
+    (kernel/conv_call.py `SIZES`)"""
     from onnxcc.kernel.conv_call import SIZES
 
-    calls = re.findall(r"call onnxcc_f32conv\(([^;]*);", kernel_text)
+    calls = re.findall(r"call onnxcc_f32(?:conv|stem_\w+)\(([^;]*);", kernel_text)
     return [dict(zip(SIZES, (s.strip() for s in c.split(",")), strict=True)) for c in calls]
 
 
@@ -118,13 +120,14 @@ np.savez(sys.argv[3], **out)
 
 
 def assert_threads_match_onnxruntime(path: Path, shapes, threads: int, tmp_path: Path,
-                                     rtol: float = 1e-4, atol: float = 1e-4) -> None:
+                                     rtol: float = 1e-4, atol: float = 1e-4, channels: int = 3) -> None:
     """The library `lib_fixture` built beside the model at `path`, run in a child process on
     `threads` threads (the pool's size is fixed at its first use in a process) at N(0, 1)
-    inputs "x" of 3 channels for each (N, H, W) of `shapes` (seeded by `threads`), gives
-    onnxruntime's outputs, one by one, within rtol / atol."""
+    inputs "x" of `channels` channels for each (N, H, W) of `shapes` (seeded by `threads`),
+    gives onnxruntime's outputs, one by one, within rtol / atol."""
     rng = np.random.default_rng(threads)
-    xs = {f"x{i}": rng.standard_normal((n, 3, h, w)).astype(np.float32) for i, (n, h, w) in enumerate(shapes)}
+    xs = {f"x{i}": rng.standard_normal((n, channels, h, w)).astype(np.float32)
+          for i, (n, h, w) in enumerate(shapes)}
     np.savez(tmp_path / "in.npz", **xs)
     env = dict(os.environ, ONNXCC_NUM_THREADS=str(threads))
     args = [str(path.parent / "lib"), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]

@@ -75,7 +75,9 @@ def test_dense_convs_are_one_region(tmp_path):
 def test_dense_convs_call_the_implicit_gemm(tmp_path):
     _model(tmp_path / "m.onnx")
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
-    assert text.count("call onnxcc_f32conv(") == 7  # the kxk convs, the strided 1x1, the 1x1s with a Relu
+    # the kxk convs, the strided 1x1, the 1x1s with a Relu; the 3-channel stem takes the stem call
+    assert text.count("call onnxcc_f32conv(") == 6
+    assert text.count("call onnxcc_f32stem_c3k3x3s1x1p0(") == 1
 
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(str(v) for v in d.values()))

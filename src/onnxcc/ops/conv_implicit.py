@@ -18,6 +18,7 @@ import numpy as np
 from ..ir import DType, canon
 from ..kernel import Buffer, CallStmt, Const, select
 from ..kernel.conv_call import CALLEE, POOL_ROWS, Buffers, Sizes, pack_w, pack_w_planar
+from ..kernel.conv_stem_call import StemSpec
 from .pad_guard import pad_guard
 
 
@@ -76,6 +77,24 @@ def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: boo
     return window, xp, q
 
 
+def _callee(planar: bool, wshape: tuple[int, ...], win: dict, pool: bool, residual: Buffer | None) -> str:
+    """The one routing decision between the GEMM call and the stem call (same sizes and
+    buffers): a planar stem without a residual, its strides 1 or 2 and kernel at most 7x7,
+    takes the stem call (codegen/cpu/conv_stem.py: output pixels in the lanes, no window
+    pointer per pixel, a block's 16 x 16 results transposed in registers; benchmarks/
+    convnets.py's plain stem, 3 -> 16 3x3 with its pool, 484 -> 422 us at 224x224 on one
+    thread, 78% -> 88% of the core's FMA roof, the region profile); any other conv the GEMM
+    call. A window of fewer than 9 taps per channel (a 1x1 stem) stays on the GEMM
+    call too: the stem call's 16 x 16 transpose per block would weigh on a few FMAs (not
+    measured)."""
+    _, cin, kh, kw = wshape
+    strides = tuple(win["strides"])
+    spec = StemSpec(cin, kh, kw, strides[0], strides[1], pool)
+    if planar and residual is None and tuple(win["dilations"]) == (1, 1) and spec.supported() and kh * kw >= 9:
+        return spec.callee
+    return CALLEE
+
+
 def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | None, win: dict, pb, pe,
                   relu: bool, pool: bool = False, residual: Buffer | None = None,
                   out_pads: tuple[int, int, int, int] = (0, 0, 0, 0),
@@ -103,7 +122,8 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     padded = not all(_literal_zero(p) for p in (*pb, *pe))
     opt, opl, opb, opr = out_pads
     stored = (canon(y.shape[1] - opt - opb), canon(y.shape[2] - opl - opr))
-    if cin <= PLANAR_MAX_CIN and dil[1] == 1:
+    planar = cin <= PLANAR_MAX_CIN and dil[1] == 1
+    if planar:
         window, xp, q = _planar(ctx, x, stored, wv, win, pb, pe, pool)
     else:
         if not padded:
@@ -128,7 +148,8 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     # V: any buffer where the call does not read it (a flat residual)
     res_places = bconst if not any(residual_pads) else _out_table(ctx, stored, res.shape[2], residual_pads, mo)
     bufs = Buffers(P=xp.name, Q=q.name, C=y.name, B=bconst.name, R=res.name, V=res_places.name)
-    ctx.program.body.append(CallStmt(CALLEE, exprs, bufs.values(), (y.name,)))
+    callee = _callee(planar, wv.shape, win, pool, residual)
+    ctx.program.body.append(CallStmt(callee, exprs, bufs.values(), (y.name,)))
     return True
 
 

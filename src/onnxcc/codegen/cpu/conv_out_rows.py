@@ -175,7 +175,8 @@ def _border(module: ir.Module) -> ir.Function:
 
 def define_with_border(module: ir.Module, name: str, grid: ir.Function) -> ir.Function:
     """`i32 name(const i64 *sizes, void *const *bufs)`: C's border zeroed, then the task grid
-    `grid` (gemm_call.py `define_entry`) computes its interior"""
+    `grid` (gemm_call.py `define_entry`, or conv_stem.py's, whose call has the same sizes)
+    computes its interior"""
     fn = module.globals.get(name)
     if fn is not None:
         return fn

@@ -1,0 +1,293 @@
+"""The small-input-channel conv call (`onnxcc_f32stem_*`, kernel/conv_stem_call.py; the sizes
+and buffers of kernel/conv_call.py's contract), defined in LLVM where the CPU emitter
+(extern.py) meets its CallStmt.
+
+An image stem (3 input channels, K = KH x C x KW = 27 for a 3x3) as the implicit GEMM's
+12 x 16 tile (output channels in the lanes) pays per tile for 12 window pointers, 9 short
+segments and 12 row stores against its 324 FMAs: 78% of one core's FMA roof on plain's stem
+(benchmarks/region_profile.py; the roof, 32 flops a cycle, measured at 116 GFLOP/s).
+Here the output pixels sit in the lanes instead: 16 consecutive output pixels of one row,
+one accumulator vector per output channel (16 of the 32 zmm). Each tap (kh, c, kw) is one
+contiguous (masked) load from the planar padded copy P ([N, C, HP, WP]; at stride 2 two
+loads and the even lanes picked), times each channel's weight broadcast from the packed
+panel (an embedded-broadcast FMA operand): 16 FMAs per load, no pointer per pixel. The
+16 x 16 block is then transposed in registers to the channels-last rows C takes (pixel p's
+16 channels one vector), the bias added and the activation applied, and the rows stored
+(masked past the channels and the row's last pixel). With a fused 2x2 MaxPool (the name's
+`p1`) a stored row is two conv rows: their sums maxed per channel, one transpose, the pixel
+pairs maxed, then bias and activation (both monotone: the same values), NaN-propagating as
+the GEMM call's pool. Plain's stem 484 -> 422 us at 224x224 on one thread (88% of the
+roof), mobile's (stride 2, no pool) 126 -> 116 us; on 56-pixel rows (mobile at 4x112x112)
+a row's last block is half empty: 128 -> 133 us there.
+
+Work is split over (batch, stored row) items through onnxcc_parallel_for when it is big
+(gemm_call.PAR_MIN_WORK); C's border, where it is a padded map, is zeroed first
+(conv_out_rows.py `define_with_border`). The kernel's extents, input channels and strides
+are in the callee's name: the taps of a kernel row are unrolled, and so are the rows of a
+window of up to UNROLL_TAPS taps."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from onnxcc.kernel.conv_call import BUFFERS, NR, SIZES
+from onnxcc.kernel.conv_stem_call import PREFIX, StemSpec, parse
+
+from ..llvm.exprs import F32
+from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else
+from . import conv_out_rows as out_rows
+from . import gemm_call as gcall
+from .gemm_ir import add, ceildiv, mul, umin
+
+LANES = 16
+"""output pixels per vector, and output channels per group (one accumulator per channel)"""
+_V = ir.VectorType(F32, LANES)
+UNROLL_TAPS = 36
+"""windows of at most this many taps (3x3 of up to 4 channels) are one straight run of code;
+larger ones a loop over the kernel rows (unrolled, a 7x7 of 4 channels with its pool, 12544
+FMAs in one block, took LLVM 90 s)"""
+_MASK = gcall.MASK
+
+
+def _intrinsics(module: ir.Module) -> dict[str, ir.Function]:
+    return {
+        "fma": get_or_declare(module, "llvm.fma.v16f32", ir.FunctionType(_V, [_V, _V, _V])),
+        "load": get_or_declare(module, "llvm.masked.load.v16f32.p0", ir.FunctionType(_V, [PTR, I32, _MASK, _V])),
+        "store": get_or_declare(module, "llvm.masked.store.v16f32.p0",
+                                ir.FunctionType(VOID, [_V, PTR, I32, _MASK])),
+        "maxps": get_or_declare(module, "llvm.x86.avx512.max.ps.512", ir.FunctionType(_V, [_V, _V, I32])),
+    }
+
+
+def _lanes_below(b: ir.IRBuilder, n: ir.Value, first: int, name: str) -> ir.Value:
+    """the mask of lanes l with first + l < n (n an i64)"""
+    return gcall.column_mask(b, b.sub(n, i64(first), name=f"{name}.n"), 0) if first else gcall.column_mask(b, n, 0)
+
+
+def transpose16(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """the 16 x 16 transpose of 16 vectors: out[p][o] = rows[o][p]. Four rounds, round j
+    swapping bit j of the vector's index with bit j of the lane's (two-source shuffles)."""
+    out = list(rows)
+    for j in range(4):
+        bit = 1 << j
+        lo_idx = [p if not p & bit else LANES + p - bit for p in range(LANES)]
+        hi_idx = [p + bit if not p & bit else LANES + p for p in range(LANES)]
+        nxt = list(out)
+        for o in range(LANES):
+            if o & bit:
+                continue
+            u, w = out[o], out[o | bit]
+            nxt[o] = b.shuffle_vector(u, w, ir.Constant(ir.VectorType(I32, LANES), lo_idx), name=f"tr{j}.lo")
+            nxt[o | bit] = b.shuffle_vector(u, w, ir.Constant(ir.VectorType(I32, LANES), hi_idx), name=f"tr{j}.hi")
+        out = nxt
+    return out
+
+
+class _Row:
+    """One conv row's block of 16 output pixels for one group of 16 output channels, from the
+    planar copy: per channel a vector of the pixels' sums; then, as pixel rows, plus bias,
+    activated."""
+
+    def __init__(self, b: ir.IRBuilder, spec: StemSpec, intr: dict[str, ir.Function], steps: tuple[ir.Value, ir.Value],
+                 bias: ir.Value, lo: ir.Value) -> None:
+        self.b, self.spec, self.intr, self.bias, self.lo = b, spec, intr, bias, lo
+        ss0, ss1 = steps  # P's kernel-row and channel-plane steps
+        self.ss0 = ss0
+        self.planes = [mul(b, ss1, c, "tap.c") for c in range(spec.cin)]
+        self.slots: list[ir.Value] = []
+
+    def channels(self, base: ir.Value, q: ir.Value, npix: ir.Value) -> list[ir.Value]:
+        """channel o's (o < 16) sums of pixels p < 16 (lane p), for the conv pixels whose
+        windows start at base + p * SW (elements of P), `npix` of them real (the others' lanes
+        not loaded)"""
+        b, spec = self.b, self.spec
+        zero = ir.Constant(_V, [0.0] * LANES)
+        if spec.sw == 1:
+            masks = [_lanes_below(b, npix, 0, "px")]
+        else:  # lanes 0..31 of two loads, the even ones the pixels': element e < 2 * npix - 1
+            last = b.sub(add(b, npix, npix, "px2"), i64(1), name="px.e")
+            masks = [_lanes_below(b, last, 0, "px.lo"), _lanes_below(b, last, LANES, "px.hi")]
+        per_row = spec.cin * spec.kw * NR  # packed weights per kernel row
+        acc: list[ir.Value] = [zero] * LANES
+        if spec.kh * spec.cin * spec.kw <= UNROLL_TAPS:
+            for i in range(spec.kh):
+                acc = self._kernel_row(gcall.gep(b, base, mul(b, self.ss0, i, "tap.i"), F32, "tap.r"),
+                                       gcall.gep(b, q, i * per_row, F32, "q.i"), masks, acc)
+            return acc
+        if not self.slots:  # the accumulators across the kernel-row loop (SROA: phis)
+            with b.goto_entry_block():
+                self.slots = [b.alloca(_V, name=f"acc.{o}") for o in range(LANES)]
+        for slot in self.slots:
+            b.store(zero, slot)
+        with for_range(b, i64(spec.kh), "kh", guard=False) as i:
+            acc = [b.load(slot, name="acc", typ=_V) for slot in self.slots]
+            acc = self._kernel_row(gcall.gep(b, base, mul(b, self.ss0, i, "tap.i"), F32, "tap.r"),
+                                   gcall.gep(b, q, mul(b, i, per_row, "q.i"), F32, "q.i"), masks, acc)
+            for slot, v in zip(self.slots, acc, strict=True):
+                b.store(v, slot)
+        return [b.load(slot, name="acc", typ=_V) for slot in self.slots]
+
+    def _kernel_row(self, base: ir.Value, q: ir.Value, masks: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+        """`acc` plus one kernel row's C x KW taps (`base`: its first in P, `q`: its packed weights)"""
+        b, spec = self.b, self.spec
+        zero = ir.Constant(_V, [0.0] * LANES)
+        evens = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
+        for c in range(spec.cin):
+            row = gcall.gep(b, base, self.planes[c], F32, "tap.row") if c else base
+            for j in range(spec.kw):
+                parts = [b.call(self.intr["load"], [gcall.gep(b, row, j + LANES * h, F32, "tap.p"), i32(4), m, zero],
+                                name="x") for h, m in enumerate(masks)]
+                x = parts[0] if spec.sw == 1 else b.shuffle_vector(parts[0], parts[1], evens, name="x.even")
+                k = c * spec.kw + j
+                for o in range(LANES):
+                    w = b.load(gcall.gep(b, q, k * NR + o, F32, "w.p"), name="w", typ=F32, align=4)
+                    acc[o] = b.call(self.intr["fma"], [x, gcall.splat(b, w, "w.v"), acc[o]], name="acc")
+                acc = _pinned(b, acc)
+        return acc
+
+    def activated(self, px: list[ir.Value]) -> list[ir.Value]:
+        """act(v + bias) of pixel rows (lanes: the group's channels)"""
+        b = self.b
+        out = []
+        for p, v in enumerate(px):
+            s = b.fadd(v, self.bias, name=f"biased{p}")
+            below = b.fcmp_ordered("<", s, self.lo, name="below")  # a select keeps NaN, as np.maximum
+            below.type = _MASK
+            out.append(b.select(below, self.lo, s, name=f"act{p}"))
+        return out
+
+
+def _pinned(b: ir.IRBuilder, acc: list[ir.Value]) -> list[ir.Value]:
+    """the accumulators through an empty side-effecting asm ("+v" each): a tap's FMAs stay
+    before it and the next tap's loads after it. Without it the scheduler hoisted a block's 27
+    input loads to its start and spilled them all (a barrier without operands kept the loads
+    in place but let the FMAs sink past it, the same spills)."""
+    st = ir.LiteralStructType([_V] * len(acc))
+    cons = ",".join(["=v"] * len(acc) + [str(i) for i in range(len(acc))])
+    out = b.asm(ir.FunctionType(st, [_V] * len(acc)), "", cons, acc, True, name="pin")
+    return [b.extract_value(out, i, name=f"acc{i}") for i in range(len(acc))]
+
+
+def _max(b: ir.IRBuilder, intr: dict[str, ir.Function], x: ir.Value, y: ir.Value) -> ir.Value:
+    """max(x, y), NaN where either is (as the GEMM call's pool): vmaxps gives y where
+    unordered, then x where x is NaN. Three instructions; llvm.maximum's lowering, which
+    also orders -0 below +0, took five (a pooled block has 24 maxima)."""
+    m = b.call(intr["maxps"], [x, y, i32(4)], name="max")
+    nan = b.fcmp_unordered("uno", x, x, name="x.nan")
+    nan.type = _MASK
+    return b.select(nan, x, m, name="max.nan")
+
+
+def _pairs(b: ir.IRBuilder, intr: dict[str, ir.Function], px: list[ir.Value]) -> list[ir.Value]:
+    """max of pixels 2p and 2p + 1: a 2-wide pooling window's columns"""
+    return [_max(b, intr, px[2 * p], px[2 * p + 1]) for p in range(LANES // 2)]
+
+
+def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
+    """`void body(i64 begin, i64 end, ptr ctx)`: items [begin, end) of the (batch, stored row)
+    grid, ctx = {sizes, bufs}"""
+    fn = gcall.internal_function(module, name, gcall.BODY_FNTY, ("begin", "end", "ctx"))
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    intr = _intrinsics(module)
+    ctx = fn.args[2]
+    sizes = b.load(ctx, name="sizes", typ=PTR, align=8)
+    bufs = b.load(gcall.gep(b, ctx, 1, PTR, "bufs.p"), name="bufs", typ=PTR, align=8)
+    sz = {nm: b.load(gcall.gep(b, sizes, SIZES.index(nm), I64, "s.p"), name=nm, typ=I64, align=8)
+          for nm in ("n", "ss0", "ss1", "sp", "ldc", "sc", "relu", "oh", "ow", "wpo", "opt", "opl", "ta", "c0")}
+    buf = {nm: b.load(gcall.gep(b, bufs, BUFFERS.index(nm), PTR, "buf.p"), name=nm, typ=PTR, align=8)
+           for nm in ("P", "Q", "C", "B")}
+    kk = spec.kh * spec.cin * spec.kw
+    lo = gcall.splat(b, b.select(b.icmp_unsigned("!=", sz["relu"], i64(0), name="relu.on"), ir.Constant(F32, 0.0),
+                                 ir.Constant(F32, float("-inf")), name="lo"), "lo.v")
+    per_blk = LANES // 2 if spec.pool else LANES  # stored pixels per block
+    blocks = ceildiv(b, sz["ow"], per_blk, "blocks")
+    groups = ceildiv(b, sz["n"], LANES, "groups")
+    zero_mask = ir.Constant(_MASK, [0] * LANES)
+    with for_range(b, fn.args[1], "t", start=fn.args[0], guard=True) as t:
+        bi = b.udiv(t, sz["oh"], name="bi")
+        h = b.sub(t, mul(b, bi, sz["oh"], "bi.h"), name="h")
+        pbat = gcall.gep(b, buf["P"], mul(b, bi, sz["sp"], "p.b"), F32, "p.bat")
+        # the stored row's first pixel in C (a padded map's interior), from channel c0
+        at = mul(b, add(b, mul(b, add(b, h, sz["opt"], "c.h"), sz["wpo"], "c.r"), sz["opl"], "c.l"), sz["ldc"], "c.at")
+        crow = gcall.gep(b, buf["C"], add(b, add(b, mul(b, bi, sz["sc"], "c.b"), at, "c.off"), sz["c0"], "c.c0"),
+                         F32, "c.row")
+        conv_y = mul(b, h, 2, "y2") if spec.pool else h
+        ybase = gcall.gep(b, pbat, mul(b, conv_y, sz["ta"], "p.y"), F32, "p.row")
+        with for_range(b, groups, "g", guard=True) as g:
+            col = mul(b, g, LANES, "col")
+            # the packed panel's column col: panel col // NR, its lane col % NR
+            qg = gcall.gep(b, buf["Q"], add(b, mul(b, b.udiv(col, i64(NR), name="panel"), kk * NR, "q.pan"),
+                                            b.urem(col, i64(NR), name="q.lane"), "q.off"), F32, "q.g")
+            chmask = _lanes_below(b, b.sub(sz["n"], col, name="nch"), 0, "ch")
+            bias = b.call(intr["load"], [gcall.gep(b, buf["B"], col, F32, "bias.p"), i32(4), chmask,
+                                         ir.Constant(_V, [0.0] * LANES)], name="bias")
+            row = _Row(b, spec, intr, (sz["ss0"], sz["ss1"]), bias, lo)
+            cg = gcall.gep(b, crow, col, F32, "c.g")
+            with for_range(b, blocks, "blk", guard=True) as blk:
+                s0 = mul(b, blk, per_blk, "s0")
+                nst = umin(b, b.sub(sz["ow"], s0, name="left"), i64(per_blk), "nst")
+                x0 = mul(b, s0, (2 if spec.pool else 1) * spec.sw, "x0")  # the block's first window in P's row
+                if spec.pool:
+                    npix = add(b, nst, nst, "npix")
+                    # the two rows' sums maxed per channel, one transpose, the pixel pairs maxed,
+                    # then bias and activation: x + bias and the activation are monotone, so
+                    # act(max(a, b) + bias) = max(act(a + bias), act(b + bias)), rounding and
+                    # NaNs included (up to a zero's sign), for half the transposes and a quarter
+                    # of the epilogue
+                    top = row.channels(gcall.gep(b, ybase, x0, F32, "p.x"), qg, npix)
+                    below = gcall.gep(b, ybase, add(b, x0, sz["ta"], "x0.down"), F32, "p.x1")
+                    bottom = row.channels(below, qg, npix)
+                    rows = [_max(b, intr, u, d) for u, d in zip(top, bottom, strict=True)]
+                    vals = row.activated(_pairs(b, intr, transpose16(b, rows)))
+                else:
+                    vals = row.activated(transpose16(b, row.channels(gcall.gep(b, ybase, x0, F32, "p.x"), qg, nst)))
+                cblk = gcall.gep(b, cg, mul(b, s0, sz["ldc"], "c.s0"), F32, "c.blk")
+                for p, v in enumerate(vals):
+                    live = b.icmp_unsigned("<", i64(p), nst, name="p.in")
+                    m = b.select(live, chmask, zero_mask, name="st.mask")
+                    b.call(intr["store"], [v, gcall.gep(b, cblk, mul(b, sz["ldc"], p, "c.p"), F32, "c.px"), i32(4),
+                                           m])
+    b.ret_void()
+    return fn
+
+
+def _entry(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
+    """`i32 name(const i64 *sizes, void *const *bufs)`: the (batch, stored row) items on the
+    calling thread, or through onnxcc_parallel_for when the work is big"""
+    fn = gcall.internal_function(module, name, gcall.CALL_FNTY, ("sizes", "bufs"), noinline=True)
+    sizes, bufs = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    ctx = b.alloca(ir.ArrayType(PTR, 2), name="ctx")
+    b.store(sizes, b.gep(ctx, [i64(0), i64(0)], inbounds=True, name="ctx.s"))
+    b.store(bufs, b.gep(ctx, [i64(0), i64(1)], inbounds=True, name="ctx.b"))
+
+    def size(nm: str) -> ir.Value:
+        return b.load(gcall.gep(b, sizes, SIZES.index(nm), I64, f"{nm}.p"), name=nm, typ=I64, align=8)
+
+    items = mul(b, size("batch"), size("oh"), "items")
+    work = mul(b, mul(b, mul(b, size("batch"), size("m"), "w"), size("n"), "w"), spec.kh * spec.kw * spec.cin, "work")
+    body = _body(module, f"{name}.rows", spec)
+    par = b.and_(b.icmp_unsigned(">=", work, i64(gcall.PAR_MIN_WORK), name="big"),
+                 b.icmp_unsigned(">", items, i64(1), name="many"), name="par")
+    with if_else(b, par, name="par") as (then, otherwise):
+        with then:
+            runtime = get_or_declare(module, "onnxcc_parallel_for", ir.FunctionType(VOID, [I64, PTR, PTR]))
+            b.call(runtime, [items, body, ctx])
+        with otherwise:
+            b.call(body, [i64(0), items, ctx])
+    b.ret(i32(0))
+    return fn
+
+
+def define_callee(module: ir.Module, call_name: str) -> ir.Function:
+    """The LLVM definition of stem CallStmt callee `call_name` (kernel/conv_stem_call.py) in `module`."""
+    spec = parse(call_name)
+    assert spec is not None and spec.supported(), call_name
+    name = f"onnxcc.f32stem.{call_name.removeprefix(PREFIX)}"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    return out_rows.define_with_border(module, name, _entry(module, f"{name}.grid", spec))
+
+
+__all__ = ["LANES", "define_callee", "transpose16"]
