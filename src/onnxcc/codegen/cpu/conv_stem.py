@@ -42,6 +42,7 @@ from .gemm_ir import add, ceildiv, mul, umin
 LANES = 16
 """output pixels per vector, and output channels per group (one accumulator per channel)"""
 _V = ir.VectorType(F32, LANES)
+I16 = ir.IntType(16)
 UNROLL_TAPS = 36
 """windows of at most this many taps (3x3 of up to 4 channels) are one straight run of code;
 larger ones a loop over the kernel rows (unrolled, a 7x7 of 4 channels with its pool, 12544
@@ -64,6 +65,20 @@ def _lanes_below(b: ir.IRBuilder, n: ir.Value, first: int, name: str) -> ir.Valu
     return gcall.column_mask(b, b.sub(n, i64(first), name=f"{name}.n"), 0) if first else gcall.column_mask(b, n, 0)
 
 
+def _below16(b: ir.IRBuilder, n: ir.Value) -> ir.Value:
+    """the i32 of bits l < n, n clamped to [0, 16]"""
+    n = b.select(b.icmp_signed("<", n, i64(0), name="n.neg"), i64(0), n, name="n.lo")
+    n = b.select(b.icmp_signed(">", n, i64(LANES), name="n.big"), i64(LANES), n, name="n.hi")
+    return b.sub(b.shl(i32(1), b.trunc(n, I32, name="n.32"), name="bit"), i32(1), name="bits")
+
+
+def _lane_range(b: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """the i16 mask of lanes l with lo <= l < hi (signed i64 bounds): integer bit arithmetic,
+    a few scalar instructions per tap column instead of a vector compare"""
+    m = b.and_(_below16(b, hi), b.xor(_below16(b, lo), i32(-1), name="not.lo"), name="range")
+    return b.trunc(m, I16, name="range.16")
+
+
 def transpose16(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
     """the 16 x 16 transpose of 16 vectors: out[p][o] = rows[o][p]. Four rounds, round j
     swapping bit j of the vector's index with bit j of the lane's (two-source shuffles)."""
@@ -84,35 +99,61 @@ def transpose16(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
 
 
 class _Row:
-    """One conv row's block of 16 output pixels for one group of 16 output channels, from the
-    planar copy: per channel a vector of the pixels' sums; then, as pixel rows, plus bias,
-    activated."""
+    """One conv row's block of 16 output pixels for one group of 16 output channels, read from
+    the planar input itself ([N, C, H, W], no padded copy): per channel a vector of the pixels'
+    sums; then, as pixel rows, plus bias, activated. The padding is never read: a tap's lanes
+    whose input column falls outside [0, W) are masked off its load, and a kernel row outside
+    [0, H) has every lane masked (its FMAs add zeros)."""
 
-    def __init__(self, b: ir.IRBuilder, spec: StemSpec, intr: dict[str, ir.Function], steps: tuple[ir.Value, ir.Value],
+    def __init__(self, b: ir.IRBuilder, spec: StemSpec, intr: dict[str, ir.Function], geom: dict[str, ir.Value],
                  bias: ir.Value, lo: ir.Value) -> None:
         self.b, self.spec, self.intr, self.bias, self.lo = b, spec, intr, bias, lo
-        ss0, ss1 = steps  # P's kernel-row and channel-plane steps
-        self.ss0 = ss0
-        self.planes = [mul(b, ss1, c, "tap.c") for c in range(spec.cin)]
+        self.g = geom  # the input's H, W, plane step, top and left pads
+        self.planes = [mul(b, geom["plane"], c, "tap.c") for c in range(spec.cin)]
         self.slots: list[ir.Value] = []
 
-    def channels(self, base: ir.Value, q: ir.Value, npix: ir.Value) -> list[ir.Value]:
-        """channel o's (o < 16) sums of pixels p < 16 (lane p), for the conv pixels whose
-        windows start at base + p * SW (elements of P), `npix` of them real (the others' lanes
-        not loaded)"""
+    def _col_masks(self, x0: ir.Value, npix: ir.Value) -> list[list[ir.Value]]:
+        """per tap column j, per load h (two at stride 2), its lanes' mask as an i16: element
+        e = 16h + l of the load starting at input column x0 + j is inside the row (0 <= x0 + j
+        + e < W) and one of the block's pixels' (e < npix, or 2 npix - 1 at stride 2)"""
+        b, spec = self.b, self.spec
+        limit = npix if spec.sw == 1 else b.sub(add(b, npix, npix, "px2"), i64(1), name="px.e")
+        out = []
+        for j in range(spec.kw):
+            start = add(b, x0, j, "col.j")  # signed: negative in the left pad
+            right = b.sub(self.g["w"], start, name="col.right")
+            hi = b.select(b.icmp_signed("<", right, limit, name="col.cut"), right, limit, name="col.hi")
+            lo = b.sub(i64(0), start, name="col.lo")
+            out.append([_lane_range(b, b.sub(lo, i64(LANES * h), name="lo.h"), b.sub(hi, i64(LANES * h), name="hi.h"))
+                        for h in range(spec.sw)])
+        return out
+
+    def _row_mask(self, r: ir.Value) -> ir.Value:
+        """all 16 lanes (i16) where input row r is inside [0, H), none where it is padding"""
+        b = self.b
+        inside = b.icmp_unsigned("<", r, self.g["h"], name="row.in")  # negative r wraps above H
+        return b.select(inside, ir.Constant(I16, 0xFFFF), ir.Constant(I16, 0), name="row.m")
+
+    def channels(self, plane0: ir.Value, y: ir.Value, x0: ir.Value, q: ir.Value, npix: ir.Value) -> list[ir.Value]:
+        """channel o's (o < 16) sums of pixels p < 16 (lane p) of conv row y, whose windows
+        start at (y * SH - pad top, x0 + p * SW) in the input (`plane0`: the batch's channel 0),
+        `npix` of them real (the others' lanes not loaded)"""
         b, spec = self.b, self.spec
         zero = ir.Constant(_V, [0.0] * LANES)
-        if spec.sw == 1:
-            masks = [_lanes_below(b, npix, 0, "px")]
-        else:  # lanes 0..31 of two loads, the even ones the pixels': element e < 2 * npix - 1
-            last = b.sub(add(b, npix, npix, "px2"), i64(1), name="px.e")
-            masks = [_lanes_below(b, last, 0, "px.lo"), _lanes_below(b, last, LANES, "px.hi")]
+        cols = self._col_masks(x0, npix)
+        r0 = b.sub(mul(b, y, spec.sh, "row.y"), self.g["pt"], name="row.0")  # signed: the top pad
         per_row = spec.cin * spec.kw * NR  # packed weights per kernel row
+
+        def kernel_row(i: ir.Value | int, qi: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            r = add(b, r0, i, "row.i")
+            base = b.gep(plane0, [add(b, mul(b, r, self.g["w"], "row.off"), x0, "row.x")], name="tap.r",
+                         source_etype=F32)  # not inbounds: padding positions are formed, never loaded
+            return self._kernel_row(base, qi, self._row_mask(r), cols, acc)
+
         acc: list[ir.Value] = [zero] * LANES
         if spec.kh * spec.cin * spec.kw <= UNROLL_TAPS:
             for i in range(spec.kh):
-                acc = self._kernel_row(gcall.gep(b, base, mul(b, self.ss0, i, "tap.i"), F32, "tap.r"),
-                                       gcall.gep(b, q, i * per_row, F32, "q.i"), masks, acc)
+                acc = kernel_row(i, gcall.gep(b, q, i * per_row, F32, "q.i"), acc)
             return acc
         if not self.slots:  # the accumulators across the kernel-row loop (SROA: phis)
             with b.goto_entry_block():
@@ -121,22 +162,24 @@ class _Row:
             b.store(zero, slot)
         with for_range(b, i64(spec.kh), "kh", guard=False) as i:
             acc = [b.load(slot, name="acc", typ=_V) for slot in self.slots]
-            acc = self._kernel_row(gcall.gep(b, base, mul(b, self.ss0, i, "tap.i"), F32, "tap.r"),
-                                   gcall.gep(b, q, mul(b, i, per_row, "q.i"), F32, "q.i"), masks, acc)
+            acc = kernel_row(i, gcall.gep(b, q, mul(b, i, per_row, "q.i"), F32, "q.i"), acc)
             for slot, v in zip(self.slots, acc, strict=True):
                 b.store(v, slot)
         return [b.load(slot, name="acc", typ=_V) for slot in self.slots]
 
-    def _kernel_row(self, base: ir.Value, q: ir.Value, masks: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-        """`acc` plus one kernel row's C x KW taps (`base`: its first in P, `q`: its packed weights)"""
+    def _kernel_row(self, base: ir.Value, q: ir.Value, rowm: ir.Value, cols: list[list[ir.Value]],
+                    acc: list[ir.Value]) -> list[ir.Value]:
+        """`acc` plus one kernel row's C x KW taps (`base`: its first in channel 0's plane, `q`:
+        its packed weights, `rowm` the row's mask, `cols` the tap columns' masks)"""
         b, spec = self.b, self.spec
         zero = ir.Constant(_V, [0.0] * LANES)
         evens = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
+        masks = [[b.bitcast(b.and_(m, rowm, name="tap.m16"), _MASK, name="tap.m") for m in col] for col in cols]
         for c in range(spec.cin):
-            row = gcall.gep(b, base, self.planes[c], F32, "tap.row") if c else base
+            row = b.gep(base, [self.planes[c]], name="tap.row", source_etype=F32) if c else base
             for j in range(spec.kw):
-                parts = [b.call(self.intr["load"], [gcall.gep(b, row, j + LANES * h, F32, "tap.p"), i32(4), m, zero],
-                                name="x") for h, m in enumerate(masks)]
+                parts = [b.call(self.intr["load"], [b.gep(row, [i64(j + LANES * h)], name="tap.p", source_etype=F32),
+                                                    i32(4), m, zero], name="x") for h, m in enumerate(masks[j])]
                 x = parts[0] if spec.sw == 1 else b.shuffle_vector(parts[0], parts[1], evens, name="x.even")
                 k = c * spec.kw + j
                 for o in range(LANES):
@@ -193,7 +236,10 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     sizes = b.load(ctx, name="sizes", typ=PTR, align=8)
     bufs = b.load(gcall.gep(b, ctx, 1, PTR, "bufs.p"), name="bufs", typ=PTR, align=8)
     sz = {nm: b.load(gcall.gep(b, sizes, SIZES.index(nm), I64, "s.p"), name=nm, typ=I64, align=8)
-          for nm in ("n", "ss0", "ss1", "sp", "ldc", "sc", "relu", "oh", "ow", "wpo", "opt", "opl", "ta", "c0")}
+          for nm in ("n", "s0", "s1", "ss1", "l", "sp", "ldc", "sc", "relu", "oh", "ow", "wpo", "opt", "opl", "tb",
+                     "c0")}
+    # the stem's reading of the contract's window sizes (kernel/conv_stem_call.py)
+    geom = dict(h=sz["tb"], w=sz["l"], plane=sz["ss1"], pt=sz["s0"], pl=sz["s1"])
     buf = {nm: b.load(gcall.gep(b, bufs, BUFFERS.index(nm), PTR, "buf.p"), name=nm, typ=PTR, align=8)
            for nm in ("P", "Q", "C", "B")}
     kk = spec.kh * spec.cin * spec.kw
@@ -212,7 +258,6 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
         crow = gcall.gep(b, buf["C"], add(b, add(b, mul(b, bi, sz["sc"], "c.b"), at, "c.off"), sz["c0"], "c.c0"),
                          F32, "c.row")
         conv_y = mul(b, h, 2, "y2") if spec.pool else h
-        ybase = gcall.gep(b, pbat, mul(b, conv_y, sz["ta"], "p.y"), F32, "p.row")
         with for_range(b, groups, "g", guard=True) as g:
             col = mul(b, g, LANES, "col")
             # the packed panel's column col: panel col // NR, its lane col % NR
@@ -221,12 +266,13 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
             chmask = _lanes_below(b, b.sub(sz["n"], col, name="nch"), 0, "ch")
             bias = b.call(intr["load"], [gcall.gep(b, buf["B"], col, F32, "bias.p"), i32(4), chmask,
                                          ir.Constant(_V, [0.0] * LANES)], name="bias")
-            row = _Row(b, spec, intr, (sz["ss0"], sz["ss1"]), bias, lo)
+            row = _Row(b, spec, intr, geom, bias, lo)
             cg = gcall.gep(b, crow, col, F32, "c.g")
             with for_range(b, blocks, "blk", guard=True) as blk:
                 s0 = mul(b, blk, per_blk, "s0")
                 nst = umin(b, b.sub(sz["ow"], s0, name="left"), i64(per_blk), "nst")
-                x0 = mul(b, s0, (2 if spec.pool else 1) * spec.sw, "x0")  # the block's first window in P's row
+                # the block's first window's first column in the input (signed: the left pad)
+                x0 = b.sub(mul(b, s0, (2 if spec.pool else 1) * spec.sw, "x0.p"), geom["pl"], name="x0")
                 if spec.pool:
                     npix = add(b, nst, nst, "npix")
                     # the two rows' sums maxed per channel, one transpose, the pixel pairs maxed,
@@ -234,13 +280,12 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
                     # act(max(a, b) + bias) = max(act(a + bias), act(b + bias)), rounding and
                     # NaNs included (up to a zero's sign), for half the transposes and a quarter
                     # of the epilogue
-                    top = row.channels(gcall.gep(b, ybase, x0, F32, "p.x"), qg, npix)
-                    below = gcall.gep(b, ybase, add(b, x0, sz["ta"], "x0.down"), F32, "p.x1")
-                    bottom = row.channels(below, qg, npix)
+                    top = row.channels(pbat, conv_y, x0, qg, npix)
+                    bottom = row.channels(pbat, add(b, conv_y, 1, "y.down"), x0, qg, npix)
                     rows = [_max(b, intr, u, d) for u, d in zip(top, bottom, strict=True)]
                     vals = row.activated(_pairs(b, intr, transpose16(b, rows)))
                 else:
-                    vals = row.activated(transpose16(b, row.channels(gcall.gep(b, ybase, x0, F32, "p.x"), qg, nst)))
+                    vals = row.activated(transpose16(b, row.channels(pbat, conv_y, x0, qg, nst)))
                 cblk = gcall.gep(b, cg, mul(b, s0, sz["ldc"], "c.s0"), F32, "c.blk")
                 for p, v in enumerate(vals):
                     live = b.icmp_unsigned("<", i64(p), nst, name="p.in")
