@@ -40,9 +40,11 @@ CASES = {
     "widepad": (3, 3, 1, (3, 4, 0, 2), 16, False, True),
     "widepad_s2": (2, 5, 2, (0, 5, 4, 0), 16, False, True),
 }
-SHAPES = [(1, 1, 1), (2, 3, 2), (1, 5, 7), (3, 6, 5), (1, 17, 33), (2, 40, 23), (1, 9, 50)]
+SHAPES = [(1, 1, 1), (2, 3, 2), (1, 5, 7), (3, 6, 5), (1, 17, 33), (2, 40, 23), (1, 9, 50), (2, 7, 112)]
 """(N, H, W): planes smaller than a window, odd and even widths, rows of one to four blocks
-of 16 pixels, a block whose windows reach both the left and the right padding"""
+of 16 pixels, a block whose windows reach both the left and the right padding; at stride 2
+rows whose tails (1 to 8 pixels past whole blocks) go two to a block (56 pixels at W = 112),
+an odd number of rows leaving the last item one row"""
 
 
 def _out(n: int, k: int, s: int, lo: int, hi: int) -> int:

@@ -32,7 +32,9 @@ padded copy [N, C, HP, WP] instead of a channels-last one: the copy of the net's
 is then a contiguous one along W (channels-last, with 3 channels innermost, it ran as scalar
 code: 15% of benchmarks/convnets.py's mobile net at 224x224), and a window is KH x C
 segments of KW contiguous elements. Unpadded too (squeezenet's stride-2 stem): the copy is a
-plain one of the input, not a transposing one (1.8% of squeezenet's run at one thread)"""
+plain one of the input, not a transposing one (1.8% of squeezenet's run at one thread). A
+stem the stem call takes (`_callee`) reads no padded copy: the NCHW input itself where X is
+its transpose (`_stem_planar`)"""
 
 
 def _padded_read(ctx, x: Buffer, pb, pe, n, h, w, c):
@@ -101,7 +103,7 @@ def _stem_planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pool: bo
     no use for (its kernel and strides are in its name) carry the input's extents and pads
     instead (kernel/conv_stem_call.py): s0, s1 the top and left pads, l and tb W and H."""
     n_, hin, win_, cin = x.shape
-    mo, _, kh, kw = (int(d) for d in wv.shape)
+    mo = int(wv.shape[0])
     xp = _nchw_source(ctx, x)
     if xp is None:
         xp = ctx.temp(DType.f32, (n_, cin, hin, win_), "xplanar")

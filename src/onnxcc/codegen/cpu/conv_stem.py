@@ -8,8 +8,10 @@ segments and 12 row stores against its 324 FMAs: 78% of one core's FMA roof on p
 (benchmarks/region_profile.py; the roof, 32 flops a cycle, measured at 116 GFLOP/s).
 Here the output pixels sit in the lanes instead: 16 consecutive output pixels of one row,
 one accumulator vector per output channel (16 of the 32 zmm). Each tap (kh, c, kw) is one
-contiguous (masked) load from the planar padded copy P ([N, C, HP, WP]; at stride 2 two
-loads and the even lanes picked), times each channel's weight broadcast from the packed
+contiguous masked load from the planar input P ([N, C, H, W], read in place, unpadded: a
+lane whose column is padding is masked off, a kernel row in the padding branched around;
+at stride 2 two loads and the even lanes picked), times each channel's weight broadcast
+from the packed
 panel (an embedded-broadcast FMA operand): 16 FMAs per load, no pointer per pixel. The
 16 x 16 block is then transposed in registers to the channels-last rows C takes (pixel p's
 16 channels one vector), the bias added and the activation applied, and the rows stored
@@ -17,10 +19,13 @@ panel (an embedded-broadcast FMA operand): 16 FMAs per load, no pointer per pixe
 `p1`) a stored row is two conv rows: their sums maxed per channel, one transpose, the pixel
 pairs maxed, then bias and activation (both monotone: the same values), NaN-propagating as
 the GEMM call's pool. Plain's stem 484 -> 422 us at 224x224 on one thread (88% of the
-roof), mobile's (stride 2, no pool) 126 -> 116 us; on 56-pixel rows (mobile at 4x112x112)
-a row's last block is half empty: 128 -> 133 us there.
+roof), mobile's (stride 2, no pool) 126 -> 116 us. Reading the input in place removed the
+padded copy (plain 1x224x224: 38 us of copy gone, the stem 425 -> 429 us). At stride 2
+without a pool, rows whose last block would hold at most 8 pixels (56-pixel rows: mobile at
+4x112x112) go two to an item, the two tails one block (`PAIR_TAILS`): mobile's stem there
+132 -> 119 us (benchmarks/region_profile.py, 1 thread, A/B in one run).
 
-Work is split over (batch, stored row) items through onnxcc_parallel_for when it is big
+Work is split over (batch, stored row or row pair) items through onnxcc_parallel_for when it is big
 (gemm_call.PAR_MIN_WORK); C's border, where it is a padded map, is zeroed first
 (conv_out_rows.py `define_with_border`). The kernel's extents, input channels and strides
 are in the callee's name: the taps of a kernel row are unrolled, and so are the rows of a
@@ -34,10 +39,10 @@ from onnxcc.kernel.conv_call import BUFFERS, NR, SIZES
 from onnxcc.kernel.conv_stem_call import PREFIX, StemSpec, parse
 
 from ..llvm.exprs import F32
-from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else
+from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
 from . import conv_out_rows as out_rows
 from . import gemm_call as gcall
-from .gemm_ir import add, ceildiv, mul, umin
+from .gemm_ir import add, ceildiv, ceildiv_v, mul, umin
 
 LANES = 16
 """output pixels per vector, and output channels per group (one accumulator per channel)"""
@@ -156,11 +161,14 @@ class _Row:
         return out
 
     def channels(self, plane0: ir.Value, y: ir.Value, x0: ir.Value, q: ir.Value,
-                 cols: list[list[ir.Value]]) -> list[ir.Value]:
+                 cols: list[list[ir.Value]], pair: ir.Value | None = None) -> list[ir.Value]:
         """channel o's (o < 16) sums of pixels p < 16 (lane p) of conv row y, whose windows
         start at (y * SH - pad top, x0 + p * SW) in the input (`plane0`: the batch's channel 0),
         `cols` the tap columns' masks (`col_masks`). A kernel row in the top or bottom pad is
-        branched around (per item, so always predicted)."""
+        branched around (per item, so always predicted). With `pair` (stride 2 only: a row's
+        tail of at most 8 pixels), lanes 0..7 are row y's pixels p and lanes 8..15 row y + 1's
+        pixels p - 8 where `pair` is true (else none): the second load of each tap is the same
+        columns one conv row down."""
         b, spec = self.b, self.spec
         zero = ir.Constant(_V, [0.0] * LANES)
         r0 = b.sub(mul(b, y, spec.sh, "row.y"), self.g["pt"], name="row.0")  # signed: the top pad
@@ -169,6 +177,15 @@ class _Row:
         def kernel_row(i: ir.Value | int, qi: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             r = add(b, r0, i, "row.i")
             inside = b.icmp_unsigned("<", r, self.g["h"], name="row.in")  # negative r wraps above H
+            masks, second = cols, None
+            if pair is not None:
+                down = b.and_(pair, b.icmp_unsigned("<", add(b, r, spec.sh, "row.dn"), self.g["h"], name="dn.in"),
+                              name="dn.on")
+                none = ir.Constant(_MASK, [0] * LANES)
+                masks = [[b.select(inside, m[0], none, name="m.up"), b.select(down, m[0], none, name="m.dn")]
+                         for m in cols]
+                second = mul(b, self.g["w"], spec.sh, "dn.off")
+                inside = b.or_(inside, down, name="rows.in")
             pre = b.block
             taps = b.append_basic_block("row.taps")
             merge = b.append_basic_block("row.end")
@@ -176,7 +193,7 @@ class _Row:
             b.position_at_end(taps)
             base = b.gep(plane0, [add(b, mul(b, r, self.g["w"], "row.off"), x0, "row.x")], name="tap.r",
                          source_etype=F32)  # not inbounds: a left-pad column is formed, never loaded
-            summed = self._kernel_row(base, qi, cols, list(acc))
+            summed = self._kernel_row(base, qi, masks, list(acc), second)
             taps_end = b.block
             b.branch(merge)
             b.position_at_end(merge)
@@ -206,16 +223,20 @@ class _Row:
         return [b.load(slot, name="acc", typ=_V) for slot in self.slots]
 
     def _kernel_row(self, base: ir.Value, q: ir.Value, masks: list[list[ir.Value]],
-                    acc: list[ir.Value]) -> list[ir.Value]:
+                    acc: list[ir.Value], second: ir.Value | None = None) -> list[ir.Value]:
         """`acc` plus one kernel row's C x KW taps (`base`: its first in channel 0's plane, `q`:
-        its packed weights, `masks` the tap columns')"""
+        its packed weights, `masks` the tap columns'); at stride 2 a tap's second load is 16
+        elements on, or `second` elements on (a paired tail's row below)"""
         b, spec = self.b, self.spec
         zero = ir.Constant(_V, [0.0] * LANES)
         evens = ir.Constant(ir.VectorType(I32, LANES), list(range(0, 2 * LANES, 2)))
         for c in range(spec.cin):
             row = b.gep(base, [self.planes[c]], name="tap.row", source_etype=F32) if c else base
             for j in range(spec.kw):
-                parts = [b.call(self.intr["load"], [b.gep(row, [i64(j + LANES * h)], name="tap.p", source_etype=F32),
+                offs = [i64(j + LANES * h) for h in range(spec.sw)]
+                if second is not None:
+                    offs[1] = add(b, second, j, "tap.dn")
+                parts = [b.call(self.intr["load"], [b.gep(row, [offs[h]], name="tap.p", source_etype=F32),
                                                     i32(4), m, zero], name="x") for h, m in enumerate(masks[j])]
                 x = parts[0] if spec.sw == 1 else b.shuffle_vector(parts[0], parts[1], evens, name="x.even")
                 k = c * spec.kw + j
@@ -263,6 +284,22 @@ def _pairs(b: ir.IRBuilder, intr: dict[str, ir.Function], px: list[ir.Value]) ->
     return [_max(b, intr, px[2 * p], px[2 * p + 1]) for p in range(LANES // 2)]
 
 
+PAIR_TAILS = True
+"""at stride 2 without a pool, rows whose last block of 16 pixels holds at most 8 (56-pixel
+rows: mobile / resnet stems at 112x112) are taken two at a time, their tails one block"""
+
+
+def _pairing(b: ir.IRBuilder, spec: StemSpec, ow: ir.Value) -> tuple[ir.Value | None, ir.Value]:
+    """(whether rows go in pairs with their tails in one block, None where the spec never
+    pairs; rows per item, an i64)"""
+    if not (PAIR_TAILS and spec.sw == 2 and not spec.pool):
+        return None, i64(1)
+    rem = b.urem(ow, i64(LANES), name="tail")
+    pairs = b.and_(b.icmp_unsigned("!=", rem, i64(0), name="tail.some"),
+                   b.icmp_unsigned("<=", rem, i64(LANES // 2), name="tail.half"), name="pairs")
+    return pairs, b.select(pairs, i64(2), i64(1), name="per.item")
+
+
 def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     """`void body(i64 begin, i64 end, ptr ctx)`: items [begin, end) of the (batch, stored row)
     grid, ctx = {sizes, bufs}"""
@@ -283,18 +320,27 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     lo = gcall.splat(b, b.select(b.icmp_unsigned("!=", sz["relu"], i64(0), name="relu.on"), ir.Constant(F32, 0.0),
                                  ir.Constant(F32, float("-inf")), name="lo"), "lo.v")
     per_blk = LANES // 2 if spec.pool else LANES  # stored pixels per block
+    pairs, per_item = _pairing(b, spec, sz["ow"])
+    # with pairs, the blocks of 16 whole ones, the tails one paired block per item
     blocks = ceildiv(b, sz["ow"], per_blk, "blocks")
+    if pairs is not None:
+        blocks = b.select(pairs, b.udiv(sz["ow"], i64(per_blk), name="whole"), blocks, name="blocks.p")
+    rows_per = ceildiv_v(b, sz["oh"], per_item, "rows.per")  # items per image
     groups = ceildiv(b, sz["n"], LANES, "groups")
     zero_mask = ir.Constant(_MASK, [0] * LANES)
     with for_range(b, fn.args[1], "t", start=fn.args[0], guard=True) as t:
-        bi = b.udiv(t, sz["oh"], name="bi")
-        h = b.sub(t, mul(b, bi, sz["oh"], "bi.h"), name="h")
+        bi = b.udiv(t, rows_per, name="bi")
+        h0 = mul(b, b.sub(t, mul(b, bi, rows_per, "bi.h"), name="item"), per_item, "h0")
+        nrows = umin(b, b.sub(sz["oh"], h0, name="rows.left"), per_item, "nrows")
         pbat = gcall.gep(b, buf["P"], mul(b, bi, sz["sp"], "p.b"), F32, "p.bat")
-        # the stored row's first pixel in C (a padded map's interior), from channel c0
-        at = mul(b, add(b, mul(b, add(b, h, sz["opt"], "c.h"), sz["wpo"], "c.r"), sz["opl"], "c.l"), sz["ldc"], "c.at")
-        crow = gcall.gep(b, buf["C"], add(b, add(b, mul(b, bi, sz["sc"], "c.b"), at, "c.off"), sz["c0"], "c.c0"),
-                         F32, "c.row")
-        conv_y = mul(b, h, 2, "y2") if spec.pool else h
+
+        def c_row(h: ir.Value) -> ir.Value:
+            """stored row h's first pixel in C (a padded map's interior), from channel c0"""
+            at = mul(b, add(b, mul(b, add(b, h, sz["opt"], "c.h"), sz["wpo"], "c.r"), sz["opl"], "c.l"), sz["ldc"],
+                     "c.at")
+            return gcall.gep(b, buf["C"], add(b, add(b, mul(b, bi, sz["sc"], "c.b"), at, "c.off"), sz["c0"], "c.c0"),
+                             F32, "c.row")
+
         with for_range(b, groups, "g", guard=True) as g:
             col = mul(b, g, LANES, "col")
             # the packed panel's column col: panel col // NR, its lane col % NR
@@ -304,32 +350,53 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
             bias = b.call(intr["load"], [gcall.gep(b, buf["B"], col, F32, "bias.p"), i32(4), chmask,
                                          ir.Constant(_V, [0.0] * LANES)], name="bias")
             row = _Row(b, spec, intr, geom, bias, lo)
-            cg = gcall.gep(b, crow, col, F32, "c.g")
-            with for_range(b, blocks, "blk", guard=True) as blk:
-                s0 = mul(b, blk, per_blk, "s0")
-                nst = umin(b, b.sub(sz["ow"], s0, name="left"), i64(per_blk), "nst")
-                # the block's first window's first column in the input (signed: the left pad)
-                x0 = b.sub(mul(b, s0, (2 if spec.pool else 1) * spec.sw, "x0.p"), geom["pl"], name="x0")
-                if spec.pool:
-                    npix = add(b, nst, nst, "npix")
-                    # the two rows' sums maxed per channel, one transpose, the pixel pairs maxed,
-                    # then bias and activation: x + bias and the activation are monotone, so
-                    # act(max(a, b) + bias) = max(act(a + bias), act(b + bias)), rounding and
-                    # NaNs included (up to a zero's sign), for half the transposes and a quarter
-                    # of the epilogue
-                    cols = row.col_masks(x0, npix)
-                    top = row.channels(pbat, conv_y, x0, qg, cols)
-                    bottom = row.channels(pbat, add(b, conv_y, 1, "y.down"), x0, qg, cols)
-                    rows = [_max(b, intr, u, d) for u, d in zip(top, bottom, strict=True)]
-                    vals = row.activated(_pairs(b, intr, transpose16(b, rows)))
-                else:
-                    vals = row.activated(transpose16(b, row.channels(pbat, conv_y, x0, qg, row.col_masks(x0, nst))))
-                cblk = gcall.gep(b, cg, mul(b, s0, sz["ldc"], "c.s0"), F32, "c.blk")
-                for p, v in enumerate(vals):
-                    live = b.icmp_unsigned("<", i64(p), nst, name="p.in")
-                    m = b.select(live, chmask, zero_mask, name="st.mask")
-                    b.call(intr["store"], [v, gcall.gep(b, cblk, mul(b, sz["ldc"], p, "c.p"), F32, "c.px"), i32(4),
-                                           m])
+            with for_range(b, nrows, "r", guard=False) as r:
+                h = add(b, h0, r, "h")
+                conv_y = mul(b, h, 2, "y2") if spec.pool else h
+                cg = gcall.gep(b, c_row(h), col, F32, "c.g")
+                with for_range(b, blocks, "blk", guard=True) as blk:
+                    s0 = mul(b, blk, per_blk, "s0")
+                    nst = umin(b, b.sub(sz["ow"], s0, name="left"), i64(per_blk), "nst")
+                    # the block's first window's first column in the input (signed: the left pad)
+                    x0 = b.sub(mul(b, s0, (2 if spec.pool else 1) * spec.sw, "x0.p"), geom["pl"], name="x0")
+                    if spec.pool:
+                        npix = add(b, nst, nst, "npix")
+                        # the two rows' sums maxed per channel, one transpose, the pixel pairs maxed,
+                        # then bias and activation: x + bias and the activation are monotone, so
+                        # act(max(a, b) + bias) = max(act(a + bias), act(b + bias)), rounding and
+                        # NaNs included (up to a zero's sign), for half the transposes and a quarter
+                        # of the epilogue
+                        cols = row.col_masks(x0, npix)
+                        top = row.channels(pbat, conv_y, x0, qg, cols)
+                        bottom = row.channels(pbat, add(b, conv_y, 1, "y.down"), x0, qg, cols)
+                        rows = [_max(b, intr, u, d) for u, d in zip(top, bottom, strict=True)]
+                        vals = row.activated(_pairs(b, intr, transpose16(b, rows)))
+                    else:
+                        vals = row.activated(transpose16(b, row.channels(pbat, conv_y, x0, qg, row.col_masks(x0, nst))))
+                    cblk = gcall.gep(b, cg, mul(b, s0, sz["ldc"], "c.s0"), F32, "c.blk")
+                    for p, v in enumerate(vals):
+                        live = b.icmp_unsigned("<", i64(p), nst, name="p.in")
+                        m = b.select(live, chmask, zero_mask, name="st.mask")
+                        b.call(intr["store"], [v, gcall.gep(b, cblk, mul(b, sz["ldc"], p, "c.p"), F32, "c.px"), i32(4),
+                                               m])
+            if pairs is not None:  # the two rows' tails (up to 8 pixels each) as one block
+                with if_then(b, pairs, name="tails"):
+                    s0 = mul(b, blocks, LANES, "t.s0")
+                    nst = b.sub(sz["ow"], s0, name="t.n")
+                    x0 = b.sub(mul(b, s0, spec.sw, "t.x0p"), geom["pl"], name="t.x0")
+                    two = b.icmp_unsigned(">", nrows, i64(1), name="two")
+                    vals = row.activated(transpose16(b, row.channels(pbat, h0, x0, qg, row.col_masks(x0, nst), two)))
+                    for half in range(2):
+                        cblk = gcall.gep(b, gcall.gep(b, c_row(add(b, h0, half, "t.h")), col, F32, "t.g"),
+                                         mul(b, s0, sz["ldc"], "t.c0"), F32, "t.blk")
+                        for p in range(LANES // 2):
+                            live = b.icmp_unsigned("<", i64(p), nst, name="t.in")
+                            if half:
+                                live = b.and_(live, two, name="t.in2")
+                            m = b.select(live, chmask, zero_mask, name="t.mask")
+                            b.call(intr["store"], [vals[half * LANES // 2 + p],
+                                                   gcall.gep(b, cblk, mul(b, sz["ldc"], p, "t.p"), F32, "t.px"),
+                                                   i32(4), m])
     b.ret_void()
     return fn
 
@@ -347,7 +414,8 @@ def _entry(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     def size(nm: str) -> ir.Value:
         return b.load(gcall.gep(b, sizes, SIZES.index(nm), I64, f"{nm}.p"), name=nm, typ=I64, align=8)
 
-    items = mul(b, size("batch"), size("oh"), "items")
+    _, per_item = _pairing(b, spec, size("ow"))
+    items = mul(b, size("batch"), ceildiv_v(b, size("oh"), per_item, "rows.per"), "items")
     work = mul(b, mul(b, mul(b, size("batch"), size("m"), "w"), size("n"), "w"), spec.kh * spec.kw * spec.cin, "work")
     body = _body(module, f"{name}.rows", spec)
     par = b.and_(b.icmp_unsigned(">=", work, i64(gcall.PAR_MIN_WORK), name="big"),
