@@ -22,8 +22,9 @@ the GEMM call's pool. Plain's stem 484 -> 422 us at 224x224 on one thread (88% o
 roof), mobile's (stride 2, no pool) 126 -> 116 us. Reading the input in place removed the
 padded copy (plain 1x224x224: 38 us of copy gone, the stem 425 -> 429 us). At stride 2
 without a pool, rows whose last block would hold at most 8 pixels (56-pixel rows: mobile at
-4x112x112) go two to an item, the two tails one block (`PAIR_TAILS`): mobile's stem there
-132 -> 119 us (benchmarks/region_profile.py, 1 thread, A/B in one run).
+4x112x112) go two to an item, the two tails one block (`PAIR_TAILS`, one group of 16
+output channels only): mobile's stem there 132 -> 119 us (benchmarks/region_profile.py, 1
+thread, A/B in one run).
 
 Work is split over (batch, stored row or row pair) items through onnxcc_parallel_for when it is big
 (gemm_call.PAR_MIN_WORK); C's border, where it is a padded map, is zeroed first
@@ -289,14 +290,18 @@ PAIR_TAILS = True
 rows: mobile / resnet stems at 112x112) are taken two at a time, their tails one block"""
 
 
-def _pairing(b: ir.IRBuilder, spec: StemSpec, ow: ir.Value) -> tuple[ir.Value | None, ir.Value]:
+def _pairing(b: ir.IRBuilder, spec: StemSpec, ow: ir.Value, n: ir.Value) -> tuple[ir.Value | None, ir.Value]:
     """(whether rows go in pairs with their tails in one block, None where the spec never
-    pairs; rows per item, an i64)"""
+    pairs; rows per item, an i64). Only stems of one group of 16 output channels pair: on
+    resnet's 32-channel stem at 4x112x112 pairing cost 269 -> 295 us (mobile's 16-channel
+    one gained 132 -> 119 us; a lone 32-channel stem at that shape gained 266 -> 253 us, so
+    the rule is measured on the nets, not understood)."""
     if not (PAIR_TAILS and spec.sw == 2 and not spec.pool):
         return None, i64(1)
     rem = b.urem(ow, i64(LANES), name="tail")
     pairs = b.and_(b.icmp_unsigned("!=", rem, i64(0), name="tail.some"),
                    b.icmp_unsigned("<=", rem, i64(LANES // 2), name="tail.half"), name="pairs")
+    pairs = b.and_(pairs, b.icmp_unsigned("<=", n, i64(LANES), name="one.group"), name="pairs.g")
     return pairs, b.select(pairs, i64(2), i64(1), name="per.item")
 
 
@@ -320,7 +325,7 @@ def _body(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     lo = gcall.splat(b, b.select(b.icmp_unsigned("!=", sz["relu"], i64(0), name="relu.on"), ir.Constant(F32, 0.0),
                                  ir.Constant(F32, float("-inf")), name="lo"), "lo.v")
     per_blk = LANES // 2 if spec.pool else LANES  # stored pixels per block
-    pairs, per_item = _pairing(b, spec, sz["ow"])
+    pairs, per_item = _pairing(b, spec, sz["ow"], sz["n"])
     # with pairs, the blocks of 16 whole ones, the tails one paired block per item
     blocks = ceildiv(b, sz["ow"], per_blk, "blocks")
     if pairs is not None:
@@ -414,7 +419,7 @@ def _entry(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     def size(nm: str) -> ir.Value:
         return b.load(gcall.gep(b, sizes, SIZES.index(nm), I64, f"{nm}.p"), name=nm, typ=I64, align=8)
 
-    _, per_item = _pairing(b, spec, size("ow"))
+    _, per_item = _pairing(b, spec, size("ow"), size("n"))
     items = mul(b, size("batch"), ceildiv_v(b, size("oh"), per_item, "rows.per"), "items")
     work = mul(b, mul(b, mul(b, size("batch"), size("m"), "w"), size("n"), "w"), spec.kh * spec.kw * spec.cin, "work")
     body = _body(module, f"{name}.rows", spec)
