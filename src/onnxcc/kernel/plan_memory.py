@@ -37,7 +37,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-import weakref
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -108,9 +107,7 @@ def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
         return max(uniq)  # type: ignore[type-var]
     # the same maxima come back (each placement order's ends, stacked offsets): a
     # MobileNet's plan asked 1618 times for 404 of them, each pair a `_le`
-    memo = _MAXES.get(prover)
-    if memo is None:
-        memo = _MAXES[prover] = {}
+    memo = _state(prover).maxes
     key = (None if sample is None else sample.key, tuple(uniq))
     hit = memo.get(key)
     if hit is not None:
@@ -158,11 +155,10 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
       split) holds over the narrower ones and is not proved again."""
     if isinstance(a, int) and isinstance(b, int):
         return a <= b
-    memo = _ANSWERS.get(prover)
-    if memo is None:
-        memo = _ANSWERS[prover] = {}
+    st = _state(prover)
+    memo = st.answers
     hit = memo.get((a, b))
-    if hit is None and _refuter(prover).refutes(a, b):
+    if hit is None and st.refuter.refutes(a, b):
         # a point where a > b refutes it whole (the values of Maxes evaluated as they are),
         # before the Maxes are split into alternatives compared pair by pair
         hit = memo[(a, b)] = False
@@ -171,7 +167,7 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
         if len(xs) > 1 or len(ys) > 1:
             hit = all(any(_le1(prover, x, y) for y in ys) for x in xs)
         else:
-            hit = _le1(prover, a, b)
+            hit = _le1(prover, a, b, refuted=False)  # (the points were just asked)
         memo[(a, b)] = hit
     return hit
 
@@ -189,35 +185,50 @@ def _alternatives(d: Dim) -> list[Dim]:
     return hit
 
 
-def _refuter(prover: Prover) -> _Refuter:
-    ref = _REFUTERS.get(prover)
-    if ref is None:
-        ref = _REFUTERS[prover] = _Refuter(prover.table)
-    return ref
-
-
-def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
-    if _refuter(prover).refutes(a, b):
+def _le1(prover: Prover, a: Dim, b: Dim, refuted: bool | None = None) -> bool:
+    """`prover.le(a, b)` for Max-free `a`, `b`, False where a point refutes it (`refuted`:
+    what the caller's refuter said of this pair, None where it did not ask)."""
+    st = _state(prover)
+    if refuted is None:
+        refuted = st.refuter.refutes(a, b)
+    if refuted:
         return False
     key = (canon(a), canon(b))
-    parent = _PARENTS.get(prover)
+    parent = st.parent
     while parent is not None:
-        if key in _PROVED.get(parent, ()):
+        if key in parent.proved:
             return True
-        parent = _PARENTS.get(parent)
+        parent = parent.parent
     _check_budget()
     if prover.le(a, b):
-        _PROVED.setdefault(prover, set()).add(key)
+        st.proved.add(key)
         return True
     return False
 
 
-#: the prover over the wider ranges a narrowed prover's table was cut from, and the pairs
-#: each prover proved (`_le`)
-_PARENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_PROVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_ANSWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_MAXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # prover -> {(point, dims): max_dims}
+class _ProverState:
+    """What the running plans keep per prover (`PlanMemos.states`): held by the memos with the
+    provers themselves, so one plain dict look-up finds them all (five weak dictionaries,
+    each look-up a Python call that builds a weak reference, were a tenth of a detection
+    net's placements)."""
+
+    __slots__ = ("answers", "maxes", "parent", "proved", "refuter")
+
+    def __init__(self, prover: Prover):
+        self.answers: dict = {}  # (a, b) -> `_le`'s answer
+        self.maxes: dict = {}  # (point, dims) -> `max_dims`
+        self.refuter = _Refuter(prover.table)
+        self.proved: set = set()  # the pairs this prover proved (`_le1`)
+        self.parent: _ProverState | None = None
+        """the state of the prover over the wider ranges this one's table was cut from"""
+
+
+def _state(prover: Prover) -> _ProverState:
+    states = _RUNNING[0].states
+    st = states.get(prover)
+    if st is None:
+        st = states[prover] = _ProverState(prover)
+    return st
 
 
 class _Refuter:
@@ -254,9 +265,6 @@ class _Refuter:
             if x is not None and y is not None and x > y:
                 return True
         return False
-
-
-_REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _point_memo(env: dict[str, int]) -> dict:
@@ -379,6 +387,7 @@ class PlanMemos:
         self.sums: dict = {}  # (offset, size) -> end (`_sum`)
         self.points: dict[tuple, dict] = {}  # point -> `exact_value`'s memo there (`_point_memo`)
         self.alternatives: dict = {}  # dim -> its Max alternatives, interned (`_alternatives`)
+        self.states: dict = {}  # `Prover` -> its `_ProverState` (`_state`)
 
 
 _RUNNING = [PlanMemos()]  # the running plan's (plans do not nest)
@@ -527,7 +536,7 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
         p = prover
         if t is not table:  # a part of the range: what the whole-range prover proved holds here
             p = _prover(t)
-            _PARENTS[p] = prover
+            _state(p).parent = _state(prover)
         return _best_layout(slots, p, [_Sampler(e) for e in _sample_points(program, t)], peak,
                             [_Sampler(e) for e in _sweep_points(program, t)])
 
