@@ -77,35 +77,13 @@ def test_proofs_reused_in_a_narrowed_range_are_the_narrow_provers_answers():
     narrow_table = _table()
     narrow_table.infos["H"] = replace(narrow_table.infos["H"], lo=3, hi=40)
     child = pm.Prover(narrow_table)
-    pm._state(child).parent = pm._state(whole)
+    pm._PARENTS[child] = whole
     alone = pm.Prover(narrow_table)
     for a in dims:
         for b in dims:
             got = pm._le(child, a, b)
             # never more than the narrow prover could prove itself, never less than it proves
             assert got == alone.le(a, b) or (got and whole.le(a, b)), (a, b)
-
-
-def test_each_prover_keeps_its_own_answers():
-    # `_le`'s memos are per prover (`_ProverState`): an answer under one range is never
-    # served under another, in either order, and a narrowed prover takes only what its
-    # parent proved (a False there may be provable here)
-    e = 4 * sym("H")
-    narrow_table = _table(h_hi=16)
-    saved, pm._RUNNING[0] = pm._RUNNING[0], pm.PlanMemos()  # as a plan runs
-    try:
-        whole, narrow = pm._prover(_table()), pm._prover(narrow_table)
-        assert whole is not narrow
-        assert pm._le(whole, e, 64) is False  # H may be above 16
-        assert pm._le(narrow, e, 64) is True
-        assert pm._le(whole, e, 64) is False
-        child = pm._prover(_table(h_lo=2, h_hi=8))
-        pm._state(child).parent = pm._state(narrow)
-        assert pm._le(child, 8, e) is True  # its own proof (H >= 2): nothing inherited
-        assert pm._le(narrow, 8, e) is False  # not the child's answer: H may be 1 here
-        assert (e, 64) in pm._state(narrow).proved and (e, 64) not in pm._state(whole).proved
-    finally:
-        pm._RUNNING[0] = saved
 
 
 def test_unevaluated_max_has_sympys_value():

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -107,7 +108,9 @@ def max_dims(items: list[Dim], prover: Prover, sample=None) -> Dim:
         return max(uniq)  # type: ignore[type-var]
     # the same maxima come back (each placement order's ends, stacked offsets): a
     # MobileNet's plan asked 1618 times for 404 of them, each pair a `_le`
-    memo = _state(prover).maxes
+    memo = _MAXES.get(prover)
+    if memo is None:
+        memo = _MAXES[prover] = {}
     key = (None if sample is None else sample.key, tuple(uniq))
     hit = memo.get(key)
     if hit is not None:
@@ -155,10 +158,11 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
       split) holds over the narrower ones and is not proved again."""
     if isinstance(a, int) and isinstance(b, int):
         return a <= b
-    st = _state(prover)
-    memo = st.answers
+    memo = _ANSWERS.get(prover)
+    if memo is None:
+        memo = _ANSWERS[prover] = {}
     hit = memo.get((a, b))
-    if hit is None and st.refuter.refutes(a, b):
+    if hit is None and _refuter(prover).refutes(a, b):
         # a point where a > b refutes it whole (the values of Maxes evaluated as they are),
         # before the Maxes are split into alternatives compared pair by pair
         hit = memo[(a, b)] = False
@@ -167,7 +171,7 @@ def _le(prover: Prover, a: Dim, b: Dim) -> bool:
         if len(xs) > 1 or len(ys) > 1:
             hit = all(any(_le1(prover, x, y) for y in ys) for x in xs)
         else:
-            hit = _le1(prover, a, b, refuted=False)  # (the points were just asked)
+            hit = _le1(prover, a, b)
         memo[(a, b)] = hit
     return hit
 
@@ -185,50 +189,35 @@ def _alternatives(d: Dim) -> list[Dim]:
     return hit
 
 
-def _le1(prover: Prover, a: Dim, b: Dim, refuted: bool | None = None) -> bool:
-    """`prover.le(a, b)` for Max-free `a`, `b`, False where a point refutes it (`refuted`:
-    what the caller's refuter said of this pair, None where it did not ask)."""
-    st = _state(prover)
-    if refuted is None:
-        refuted = st.refuter.refutes(a, b)
-    if refuted:
+def _refuter(prover: Prover) -> _Refuter:
+    ref = _REFUTERS.get(prover)
+    if ref is None:
+        ref = _REFUTERS[prover] = _Refuter(prover.table)
+    return ref
+
+
+def _le1(prover: Prover, a: Dim, b: Dim) -> bool:
+    if _refuter(prover).refutes(a, b):
         return False
     key = (canon(a), canon(b))
-    parent = st.parent
+    parent = _PARENTS.get(prover)
     while parent is not None:
-        if key in parent.proved:
+        if key in _PROVED.get(parent, ()):
             return True
-        parent = parent.parent
+        parent = _PARENTS.get(parent)
     _check_budget()
     if prover.le(a, b):
-        st.proved.add(key)
+        _PROVED.setdefault(prover, set()).add(key)
         return True
     return False
 
 
-class _ProverState:
-    """What the running plans keep per prover (`PlanMemos.states`): held by the memos with the
-    provers themselves, so one plain dict look-up finds them all (five weak dictionaries,
-    each look-up a Python call that builds a weak reference, were a tenth of a detection
-    net's placements)."""
-
-    __slots__ = ("answers", "maxes", "parent", "proved", "refuter")
-
-    def __init__(self, prover: Prover):
-        self.answers: dict = {}  # (a, b) -> `_le`'s answer
-        self.maxes: dict = {}  # (point, dims) -> `max_dims`
-        self.refuter = _Refuter(prover.table)
-        self.proved: set = set()  # the pairs this prover proved (`_le1`)
-        self.parent: _ProverState | None = None
-        """the state of the prover over the wider ranges this one's table was cut from"""
-
-
-def _state(prover: Prover) -> _ProverState:
-    states = _RUNNING[0].states
-    st = states.get(prover)
-    if st is None:
-        st = states[prover] = _ProverState(prover)
-    return st
+#: the prover over the wider ranges a narrowed prover's table was cut from, and the pairs
+#: each prover proved (`_le`)
+_PARENTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PROVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ANSWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MAXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # prover -> {(point, dims): max_dims}
 
 
 class _Refuter:
@@ -265,6 +254,9 @@ class _Refuter:
             if x is not None and y is not None and x > y:
                 return True
         return False
+
+
+_REFUTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _point_memo(env: dict[str, int]) -> dict:
@@ -387,7 +379,6 @@ class PlanMemos:
         self.sums: dict = {}  # (offset, size) -> end (`_sum`)
         self.points: dict[tuple, dict] = {}  # point -> `exact_value`'s memo there (`_point_memo`)
         self.alternatives: dict = {}  # dim -> its Max alternatives, interned (`_alternatives`)
-        self.states: dict = {}  # `Prover` -> its `_ProverState` (`_state`)
 
 
 _RUNNING = [PlanMemos()]  # the running plan's (plans do not nest)
@@ -536,7 +527,7 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
         p = prover
         if t is not table:  # a part of the range: what the whole-range prover proved holds here
             p = _prover(t)
-            _state(p).parent = _state(prover)
+            _PARENTS[p] = prover
         return _best_layout(slots, p, [_Sampler(e) for e in _sample_points(program, t)], peak,
                             [_Sampler(e) for e in _sweep_points(program, t)])
 
