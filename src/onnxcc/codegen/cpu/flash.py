@@ -541,9 +541,25 @@ class _Rows:
     def dot_one(self, t0: ir.Value, i: ir.Value) -> None:
         b, em = self.b, self.em
         self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
-        for r, d in enumerate(self.dot1):
-            b.store(em.emit(d), self.at(self.blk, r, BLOCK, i))
+
+        def row(r: int | ir.Value) -> None:
+            looped = self.bind_row(r)
+            b.store(em.emit(self.fl.dot if looped else self.dot1[r]), self.at(self.blk, r, BLOCK, i))  # type: ignore[arg-type,index]
+            if looped:
+                em.pop()
+        self.each_row(row)
         em.pop()
+
+    def bind_row(self, r: int | ir.Value) -> bool:
+        """For `each_row`'s loop variable r: a frame binding the rows var itself to s0 + r
+        (the unrolled rows' own vars are bound by `run`), so that the unrenamed expressions
+        apply; True where pushed (the caller pops)."""
+        if isinstance(r, int):
+            return False
+        rv = self.fl.rows_var
+        self.em.push({rv: self.b.add(self.s0, r, name="flash.row.s", flags=("nuw", "nsw"))},  # type: ignore[dict-item]
+                     {rv: self.c.extents[-2]})  # type: ignore[dict-item]
+        return True
 
     def epilogue(self, t0: ir.Value, cnt: ir.Value) -> None:
         """blk[r][i] = the score of row r at key t0+i, given its raw dot there."""
@@ -551,10 +567,9 @@ class _Rows:
         fl = self.fl
 
         def row(r: int | ir.Value) -> None:
-            dot, score = (self.dot1[r], self.score1[r]) if isinstance(r, int) else (fl.dot, fl.score)
-            if not isinstance(r, int):  # the loop's row: its own var bound, what no key changes hoisted
-                em.push({fl.rows_var: b.add(self.s0, r, name="flash.row.s", flags=("nuw", "nsw"))},
-                        {fl.rows_var: self.c.extents[-2]})  # type: ignore[dict-item]
+            looped = self.bind_row(r)
+            dot, score = (fl.dot, fl.score) if looped else (self.dot1[r], self.score1[r])  # type: ignore[index]
+            if looped:  # what no key changes, once per row and block
                 em.hoist(score)
             with for_range(b, cnt, "flash.epi", guard=True, metadata=self.vec_md()) as i:
                 self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
@@ -562,7 +577,7 @@ class _Rows:
                 em.frames[-1].cache[dot] = self.load(ptr)
                 b.store(em.emit(score), ptr)
                 em.pop()
-            if not isinstance(r, int):
+            if looped:
                 em.pop()
         self.each_row(row)
 
