@@ -19,6 +19,11 @@ with the row) stops each block of rows at its last row's R + 1 where flash_guard
 the keys past it add nothing (finite there, the rows' maxes far above a finite fill): the
 blocks above the diagonal are never computed; elsewhere the block's rows visit every key.
 
+The dots and P @ V unroll the rows (each key load serves all of them); the per-row steps
+(the score's epilogue, the block max, the probabilities, the rescale, the output) are one
+loop over the rows, not a copy per row (`_Rows.each_row`): as copies they were most of the
+attention module's LLVM time (the vectorizer's checks of each copy's loops).
+
 Branch-free: a row that is not live has only -inf scores, so its `p` are exp(-inf) = 0.
 Keys go GROUP at a time: their dot products share one loop over the head dim (each query
 factor loaded once for all of them) and their P @ V terms one pass over the accumulator rows.
