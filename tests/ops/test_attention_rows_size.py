@@ -1,8 +1,8 @@
 """The four-row form of fused attention (codegen/cpu/flash.py: the rows left after the tile
 blocks, or every row of a head the tiles do not take) emits its per-row steps once, as a
 loop over the rows: the score's epilogue, the block max, the probabilities, the rescale and
-the output. As a copy per row they were most of the transformer attention module's LLVM
--O3 time (about 0.4 s), for rows that run only when the sequence is not a whole number of
+the output. As a copy per row they cost the transformer's attention module about 0.2 s of
+LLVM -O3, for rows that run only when the sequence is not a whole number of
 tile blocks. Counted in `emit="llvm"` text (before LLVM's optimiser), built for 16-lane
 vectors whatever the host."""
 
