@@ -30,6 +30,7 @@ from onnxcc.errors import GuardError, OnnxccError, RuntimeCallError
 from . import strings as str_io
 from .interop import as_input, as_output
 from .out_pool import OutPool, from_env
+from .shape_memo import MAX_ENTRIES, shapes_follow_input_shapes
 
 
 class ArtifactError(OnnxccError):
@@ -253,6 +254,11 @@ class _Scratch(threading.local):
         self.ost_base = ctypes.addressof(self.ost)
         self.tmp = (ctypes.c_int64 * _MAX_RANK)()
         self.tmp_addr = ctypes.c_void_p(ctypes.addressof(self.tmp))
+        #: the input shapes every word but the data pointers was last written for (compact
+        #: inputs, fresh outputs of the shapes in `outs`), or None: then run() writes them all
+        self.key: tuple | None = None
+        #: per output: (shape, dtype, bytes) for `key`
+        self.outs: tuple = ()
 
     @staticmethod
     def _slots(n: int, dev_word: int):
@@ -404,6 +410,12 @@ class CompiledModel:
         self._output_shape_fast = self.lib[f"{self.name}_output_shape"]
         self._output_shape_fast.restype = ctypes.c_int
         self._scratch = _Scratch(len(self.inputs), len(self.outputs), KDL_CPU)
+        # Output shapes per tuple of input shapes (shape_memo.py), where the shapes alone fix them;
+        # with it, a thread calling again with the shapes of its last call rewrites only pointers.
+        self._memo: dict[tuple, tuple] | None = (
+            {} if _WORD_LAYOUT and not self._cuda and not self._packed and not self._strings
+            and self._run_alloc is None and shapes_follow_input_shapes(self.meta) else None)
+        self._n_in, self._n_out = len(self.inputs), len(self.outputs)
 
     def _check_identity(self) -> str | None:
         """The library's NAME_build_id() against NAME.json's build_id and NAME.h's
@@ -616,7 +628,49 @@ class CompiledModel:
             return group_outputs(self.structure, flat)
         return self._run_flat(inputs, out, cast)
 
+    def _run_again(self, inputs) -> dict[str, np.ndarray] | None:
+        """run() for compact inputs of exactly the model's dtypes in the shapes this thread's
+        last call had: every DLTensor word but the data pointers is already in place, and the
+        output shapes are known (shape_memo.py). None where that does not hold (nothing written)."""
+        if type(inputs) is dict and len(inputs) == self._n_in:
+            try:
+                xs = [inputs[n] for n in self._in_names]
+            except KeyError:
+                return None
+        elif type(inputs) is list and len(inputs) == self._n_in:
+            xs = inputs
+        elif type(inputs) is np.ndarray and self._n_in == 1:
+            xs = [inputs]
+        else:
+            return None
+        for x, want in zip(xs, self._in_np):
+            if type(x) is not np.ndarray or x.dtype != want or not x.flags.c_contiguous:
+                return None
+        sc = self._scratch
+        if sc.key != tuple([x.shape for x in xs]):
+            return None
+        iw, j = sc.iw, 0
+        for x in xs:
+            iw[j] = _data_ptr(x)
+            j += _SLOT
+        outs = []
+        ow, j, small = sc.ow, 0, self.out_pool.min_bytes
+        for k, (shape, dt, nbytes) in enumerate(sc.outs):
+            a = np.empty(shape, dt) if nbytes < small else self._empty(k, shape, dt)
+            ow[j] = _data_ptr(a)
+            j += _SLOT
+            outs.append(a)
+        rc = self._run_fast(sc.iaddr, self._n_in, sc.oaddr, self._n_out)
+        if rc:
+            self._check(rc)
+        return dict(zip(self._out_names, outs))
+
     def _run_flat(self, inputs, out=None, cast: bool = False) -> dict[str, np.ndarray]:
+        memo = self._memo
+        if out is None and memo is not None:
+            done = self._run_again(inputs)
+            if done is not None:
+                return done
         bufs = self._out_buffers(out)
         if self._run_alloc is not None and bufs is None:
             return self._run_managed(inputs, cast)
@@ -624,6 +678,9 @@ class CompiledModel:
             return self._run_portable(inputs, cast, bufs)
         arrays = self._prepare(inputs, cast)
         sc = self._scratch
+        sc.key = None  # the words are rewritten below: _run_again must not trust them until done
+        key = tuple([a.shape for a in arrays]) if memo is not None else None
+        known = memo.get(key) if memo is not None else None
         iw, ish = sc.iw, sc.ish
         j = m = 0
         for a, tag in zip(arrays, self._in_tags):
@@ -643,7 +700,9 @@ class CompiledModel:
         ow, osh = sc.ow, sc.osh
         j = m = 0
         for k, shape in enumerate(self._out_static):
-            if shape is None:
+            if known is not None:
+                shape = known[k][0]
+            elif shape is None:
                 rc = self._output_shape_fast(iaddr, n_in, k, sc.tmp_addr)
                 if rc:
                     self._check(rc)
@@ -672,6 +731,13 @@ class CompiledModel:
         rc = self._run_fast(iaddr, n_in, sc.oaddr, len(outs))
         if rc:
             self._check(rc)
+        if memo is not None:
+            if known is None:
+                if len(memo) >= MAX_ENTRIES:
+                    memo.clear()
+                known = memo[key] = tuple((a.shape, a.dtype, a.nbytes) for a in outs)
+            if bufs is None and all(a.flags.c_contiguous for a in arrays):
+                sc.key, sc.outs = key, known  # the words now hold exactly this signature
         if self._any_run_determined:
             outs = [self._trim(k, a) for k, a in enumerate(outs)]
         return dict(zip(self._out_names, outs))
