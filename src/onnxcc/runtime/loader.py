@@ -632,6 +632,10 @@ class CompiledModel:
         whole-element strides for the outputs NAME.json lists as "strided_outputs"), written
         in place and returned. A model with sequence / optional inputs or outputs takes a list of arrays for
         a sequence and None for an absent optional, and returns them so (io_structure.py)."""
+        if out is None and self._memo is not None and self.structure is None:
+            done = self._run_again(inputs)  # a repeat of this thread's last signature: the short way
+            if done is not None:
+                return done
         if self.structure is not None:
             from onnxcc.io_structure import flatten_inputs, group_outputs
 
