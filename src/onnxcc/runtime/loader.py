@@ -360,6 +360,7 @@ class CompiledModel:
         self._version_info = self._fn("version_info", ctypes.c_char_p, [ctypes.c_int])
         self._last_version = self._fn("last_version", ctypes.c_int, [])
         self._output_dims = None  # NAME_output_dims, bound on first use (only some artifacts have it)
+        self._versions_count: int | None = None
         self.build_id: str | None = self._check_identity()
         self._defaults: dict | None = None  # input_defaults(), read on first use
         #: sequence / optional I/O (io_structure.py): run() takes lists and None there
@@ -499,7 +500,10 @@ class CompiledModel:
     # ---- introspection -----------------------------------------------------------------
     @property
     def num_versions(self) -> int:
-        return self._num_versions()
+        n = self._versions_count  # fixed for a library: asked once (Session.run reads it per call)
+        if n is None:
+            n = self._versions_count = self._num_versions()
+        return n
 
     def version_info(self, i: int) -> str:
         s = self._version_info(i)
