@@ -121,6 +121,43 @@ def test_out_buffers_after_memoised_calls(transpose):
     _check(transpose, x)
 
 
+def test_out_buffers_repeated_and_refused(transpose):
+    rng = np.random.default_rng(2)
+    y, s = np.empty((3, 2), np.float32), np.empty((2, 1), np.float32)
+    y5, s5 = np.empty((3, 5), np.float32), np.empty((5, 1), np.float32)
+    for k in range(6):  # same buffers again and again, alternating with another shape and with fresh outputs
+        x = rng.standard_normal((2, 3)).astype(np.float32)
+        got = transpose.run({"x": x}, out={"y": y, "s": s}) if k % 3 else transpose.run([x], out=[y, s])
+        assert got["y"] is y and got["s"] is s
+        np.testing.assert_allclose(y, x.T * 2, rtol=1e-6)
+        np.testing.assert_allclose(s, x.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-5)
+        x5 = rng.standard_normal((5, 3)).astype(np.float32)
+        transpose.run({"x": x5}, out={"y": y5, "s": s5})
+        np.testing.assert_allclose(y5, x5.T * 2, rtol=1e-6)
+        if k % 2:
+            _check(transpose, x)
+    x = np.ones((2, 3), np.float32)
+    ro = np.empty((3, 2), np.float32)
+    ro.flags.writeable = False
+    for bad, why in (({"y": y5, "s": s}, "shape"), ({"y": y.astype(np.float64), "s": s}, "dtype"),
+                     ({"y": ro, "s": s}, "read-only"), ({"y": y, "s": s, "t": s}, "no output")):
+        transpose.run({"x": x}, out={"y": y, "s": s})  # armed for (2, 3): the short path sees `bad`
+        assert transpose._scratch.key == ((2, 3),)
+        with pytest.raises(GuardError, match=why):
+            transpose.run({"x": x}, out=bad)
+    got = transpose.run({"x": x * 2}, out={"y": y, "s": None})  # partial: s allocated fresh
+    assert got["y"] is y and got["s"] is not s
+    np.testing.assert_allclose(got["s"], (x * 2).sum(axis=1, keepdims=True))
+    wide = np.zeros((3, 4), np.float32)  # a strided view: served in place or refused, never wrong
+    try:
+        transpose.run({"x": x}, out={"y": wide[:, ::2], "s": s})
+    except GuardError:
+        pass
+    else:
+        np.testing.assert_allclose(wide[:, ::2], x.T * 2)
+        assert not wide[:, 1::2].any()
+
+
 def test_threads_with_different_shapes(transpose):
     errors = []
 
