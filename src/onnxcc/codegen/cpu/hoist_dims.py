@@ -112,17 +112,17 @@ class HoistedReader:
     def __init__(self, owner: HoistedDims, base: Callable[[ir.IRBuilder], ir.Value], eb: ir.IRBuilder):
         self.owner, self._base_fn, self.eb = owner, base, eb
         self._base: ir.Value | None = None
-        self._vals: dict[SlotKey, ir.Value] = {}
+        self._vals: dict[sympy.Basic, ir.Value] = {}
 
     def get(self, d: sympy.Basic, key: SlotKey = None) -> ir.Value:
-        """Dim `d`, read from its slot (numbered by `key`, `HoistedDims.slot`)."""
-        key = d if key is None else key
-        v = self._vals.get(key)
+        """Dim `d`, read from its slot (numbered by `key`, `HoistedDims.slot`) unless this
+        body read the same value before (two temps at one offset: one load)."""
+        v = self._vals.get(d)
         if v is None:
             if self._base is None:
                 self._base = self._base_fn(self.eb)
             j = self.owner.slot(d, key)
             p = self.eb.gep(self._base, [i64(j)], inbounds=True, name=f"hoisted.{j}.ptr", source_etype=I64)
             v = self.eb.load(p, name=f"hoisted.{j}", align=8, typ=I64)
-            self._vals[key] = v
+            self._vals[d] = v
         return v
