@@ -139,7 +139,7 @@ def test_only_big_b_packers_go_below_the_build_level():
 
 def test_a_control_only_entry_skips_the_ir_optimiser():
     """The version's entry, when it only does size arithmetic and calls (`control_only`):
-    only the clean-up IR passes, the code generator at -O0 (`CONTROL_OPT`); an entry with a compute loop
+    only the clean-up IR passes, the code generator at -O1 (`CONTROL_OPT`); an entry with a compute loop
     (its `!llvm.loop` metadata), a vector value or a micro-kernel call keeps the build's
     level, and so does every other function and a small entry; -O0 builds stay at -O0."""
     from onnxcc.codegen.cpu.backend import CONTROL_OPT, _fn_opt
@@ -178,7 +178,7 @@ def test_a_control_only_entry_skips_the_ir_optimiser():
         b.ret_void()
         return f
 
-    assert _fn_opt("m_v0", 3, entry("plain")) == CONTROL_OPT == (LIGHT, 0)
+    assert _fn_opt("m_v0", 3, entry("plain")) == CONTROL_OPT == (LIGHT, 1)
     assert _fn_opt("m_v0", 3, entry("body")) == CONTROL_OPT  # calling the parallel bodies is control
     # a runtime call defined in the shared helpers' module is one call; defined in this
     # module it would be compiled with the entry, and a micro-kernel call is compute

@@ -253,11 +253,8 @@ _LOW_OPT = ((".gemm.packb.", 256, 2),)
 #: code generator at -O1, whose object is smaller (24.9 KB against 25.7 KB). Only from
 #: CONTROL_MIN instructions (as emitted): a small entry costs little at -O3, and there the
 #: optimiser may inline a body it calls directly (small work: not through the thread pool)
-#: into it, 80 of a tiny model's 420 instructions per call. The code generator at -O0 (fast
-#: instruction selection and register allocation) took half of -O1's time on these entries
-#: (ppocr_det_v4's two: 0.16 s against 0.37 s; bert_ts17's four: 0.09 against 0.16) for an
-#: object a quarter larger; the entry runs once per call, its time within the models' noise
-CONTROL_OPT = (LIGHT, 0)
+#: into it, 80 of a tiny model's 420 instructions per call
+CONTROL_OPT = (LIGHT, 1)
 CONTROL_MIN = 512
 
 
