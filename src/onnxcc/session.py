@@ -89,6 +89,8 @@ class Session:
         self._input_names = [t["name"] for t in self.base.inputs]
         self._bare = [self._bare_symbols(t["shape"]) for t in self.base.inputs]
         self._symbol_names = [s["name"] for s in self.base.meta["symbols"]]
+        #: shape class per tuple of input shapes (a class is a function of the shapes alone)
+        self._class_of: dict[tuple, tuple] = {}
 
     # ---- building ----------------------------------------------------------------------------
     def _build(self, options: CompileOptions, guard: str | None):
@@ -113,6 +115,19 @@ class Session:
                 if n is not None:
                     env.setdefault(n, int(v))
         return tuple((n, env[n]) for n in self._symbol_names if n in env)
+
+    def _class_memo(self, arrays: list) -> tuple:
+        """shape_class, remembered per tuple of shapes where every input is an ndarray (others,
+        lists and DLPack tensors, are read afresh)."""
+        if all(type(a) is np.ndarray for a in arrays):
+            shapes = tuple([a.shape for a in arrays])
+            key = self._class_of.get(shapes)
+            if key is None:
+                if len(self._class_of) >= 1024:  # a bound against a sweep over endless shapes
+                    self._class_of.clear()
+                key = self._class_of[shapes] = self.shape_class(arrays)
+            return key
+        return self.shape_class(arrays)
 
     def _specialize(self, key: tuple):
         spec = dict(self.options.specialize)
@@ -182,7 +197,7 @@ class Session:
                 self.stats.calls += 1
                 self.stats.run_seconds += time.perf_counter() - t0
             return out
-        key = self.shape_class(arrays)
+        key = self._class_memo(arrays)
         with self._lock:
             model = self._special.get(key, self.base)
         t0 = time.perf_counter()

@@ -107,3 +107,60 @@ def test_hoisting_everything_symbolic_keeps_the_bits(default_build, monkeypatch)
         for wt, s in zip(ws, (2, 2, 2, 1), strict=True):
             want = _conv_ref(want, wt, s)
         np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-4, err_msg=str((n, h, w)))
+
+
+def _two_versions(shared: bool) -> tuple[int, list[str]]:
+    """Two versions of one conv stack, the second with one more conv in front: its memory plan
+    puts T1..T3 and the GEMM scratch at other offsets, and its owner asks for more slots before
+    theirs. Emitted as the backend does (one slot numbering for both when `shared`), then
+    dedup.py: how many functions became stubs, and the second version's stubs."""
+    from llvmlite import ir
+
+    from onnxcc.codegen.cpu.dedup import forward_duplicates
+    from onnxcc.codegen.cpu.emit import emit_llvm
+    from onnxcc.kernel.plan_memory import plan as plan_memory
+    from onnxcc.kernel.plan_memory import reserve_scratch
+
+    slots: dict | None = {} if shared else None
+    mods = []
+    for k in range(2):
+        p = KernelProgram.new(f"m_v{k}", ["Bt", "H", "W"])
+        x = p.input("X", F32, (Bt, 3, H, W))
+        if k:
+            x, _, _ = _conv(p, x, 3, H, W, "T0", 3, 1, True)
+        h, w = H, W
+        for out, cin in (("T1", 3), ("T2", 8), ("T3", 8)):
+            x, h, w = _conv(p, x, cin, h, w, out, 8, 2, True)
+        _conv(p, x, 8, h, w, "Y", 8, 1, False)
+        schedule_program(p, TargetInfo(parallel=True, gemm_min_work=1))
+        m = ir.Module(name=p.name)
+        emit_llvm(p, reserve_scratch(plan_memory(p), p), p.name, m, parallel=True, hoist_slots=slots)
+        mods.append((m, p.name))
+    n = forward_duplicates(mods)
+    stubs = [f.name for f in mods[1][0].functions if f.blocks and len(f.blocks) == 1
+             and 'tail call void @"m_v0.' in str(f)]
+    return n, stubs
+
+
+def test_versions_share_slot_numbers_so_their_equal_bodies_compile_once(monkeypatch):
+    """Every symbolic dim hoisted (threshold 1): the later layers' bodies of the two versions
+    differ only in where their dims come from. With one slot numbering for the build, a temp's
+    offset and the GEMM scratch's numbered by their role (not by their values, which the
+    versions' plans make differ), they print alike and the second version's become stubs;
+    numbered per version (the old way), the extra layer shifts every slot and none does."""
+    monkeypatch.setattr(hoist_dims, "HOIST_MIN_NODES", 1)
+    monkeypatch.setattr(hoist_dims, "_SIZES", {})
+    n_shared, stubs = _two_versions(shared=True)
+    n_apart, _ = _two_versions(shared=False)
+    assert n_shared >= 2 and n_shared > n_apart, (n_shared, n_apart)
+    assert any(".T3" in s or ".Y" in s for s in stubs), stubs
+
+
+def test_an_owners_array_reaches_its_highest_shared_slot():
+    """A shared numbering may give an owner slots that do not start at 0: its array is sized
+    to the highest one (`finish` indexes it by slot number)."""
+    shared: dict = {"other": 0, "another": 1}
+    owner = hoist_dims.HoistedDims(shared)
+    assert owner.slot(H * W, ("offset", "T")) == 2
+    assert owner.slot(H * W) == 3  # by value: another key, another slot
+    assert hoist_dims.HoistedDims().slot(H * W, ("offset", "T")) == 0  # unshared: from 0

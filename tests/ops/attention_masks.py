@@ -1,5 +1,6 @@
-"""What the attention tests' graphs share: the causal mask as torch exports it, and a model
-of several score chains side by side (each its own Q, K, V, masking steps, softmax, @ V)."""
+"""What the attention tests share: the causal mask as torch exports it, a model of several
+score chains side by side (each its own Q, K, V, masking steps, softmax, @ V), and the fused
+attention computes of a compiled kernel program."""
 
 from __future__ import annotations
 
@@ -46,3 +47,12 @@ def score_chains_model(name: str, heads: dict[int, tuple[int, int]], scale: floa
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 9
     return m
+
+
+def fused_attention(kernel_text: str) -> list:
+    """The fused-attention cores (kernel/flash.py `Flash`) of the last (generic) program in
+    `--emit kernel`'s text, parsed back, in compute order."""
+    from onnxcc.kernel.flash import match_flash
+    from onnxcc.kernel.parser import parse_kernel_text
+
+    return [fl for c in parse_kernel_text(kernel_text)[-1].computes() if (fl := match_flash(c)) is not None]

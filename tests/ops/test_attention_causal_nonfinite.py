@@ -25,7 +25,7 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from attention_masks import torch_causal_mask
+from attention_masks import fused_attention, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -120,14 +120,11 @@ _RUN = textwrap.dedent("""
 def built(tmp_path_factory):
     import onnxcc
     from onnxcc.codegen.cpu import flash as cpu_flash
-    from onnxcc.kernel.flash import match_flash
-    from onnxcc.kernel.parser import parse_kernel_text
 
     d = tmp_path_factory.mktemp("nonfinite")
     onnx.save(_model(), d / "m.onnx")
     text = onnxcc.compile(d / "m.onnx", d / "kir", name="nonfinite", emit="kernel", max_versions=1).text
-    generic = parse_kernel_text(text)[-1]
-    fused = [fl for c in generic.computes() if (fl := match_flash(c)) is not None]
+    fused = fused_attention(text)
     # every chain fused and proved causal: the kernel skips the keys after the diagonal
     assert len(fused) == len(CHAINS) and all(fl.causal is not None for fl in fused)
     onnxcc.compile(d / "m.onnx", d / "lib", name="nonfinite", max_versions=1)
@@ -154,8 +151,6 @@ def test_attention_op_causal_nonfinite_match_onnxruntime(tmp_path):
     """The Attention op (opset 23) with is_causal, fused the same way: its masked keys' score
     is the score + -inf as onnxruntime computes it (NaN rows for a NaN or inf in K there)."""
     import onnxcc
-    from onnxcc.kernel.flash import match_flash
-    from onnxcc.kernel.parser import parse_kernel_text
     from onnxcc.testing import ort_run
 
     d = 64
@@ -166,7 +161,7 @@ def test_attention_op_causal_nonfinite_match_onnxruntime(tmp_path):
     model.ir_version = 10
     onnx.save(model, tmp_path / "a.onnx")
     text = onnxcc.compile(tmp_path / "a.onnx", tmp_path / "kir", name="att", emit="kernel", max_versions=1).text
-    fused = [fl for c in parse_kernel_text(text)[-1].computes() if (fl := match_flash(c)) is not None]
+    fused = fused_attention(text)
     assert len(fused) == 1 and fused[0].causal is not None
     onnxcc.compile(tmp_path / "a.onnx", tmp_path / "lib", name="att")
     lib = onnxcc.load(tmp_path / "lib")

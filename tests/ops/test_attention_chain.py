@@ -11,7 +11,7 @@ import math
 import numpy as np
 import onnx
 import pytest
-from attention_masks import torch_causal_mask
+from attention_masks import fused_attention, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -100,14 +100,13 @@ def chains(tmp_path_factory):
 def test_every_chain_is_one_fused_compute_and_the_causal_one_skips(chains):
     """The generic version's kernel program: six fused-attention computes (kernel/flash.py),
     no score buffer, and only the Trilu-masked chain marked causal (block skipping)."""
-    from onnxcc.kernel.flash import match_flash
     from onnxcc.kernel.parser import parse_kernel_text
 
     _, kernels, _ = chains
-    generic = parse_kernel_text(kernels)[-1]
-    flashes = [fl for c in generic.computes() if (fl := match_flash(c)) is not None]
+    flashes = fused_attention(kernels)
     assert len(flashes) == 6
     assert sum(fl.causal is not None for fl in flashes) == 1
+    generic = parse_kernel_text(kernels)[-1]
     assert not [n for n, buf in generic.buffers.items() if buf.kind == "temp" and buf.shape[-2:] == buf.shape[-1:] * 2]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from attention_masks import score_chains_model, torch_causal_mask
+from attention_masks import fused_attention, score_chains_model, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -69,12 +69,10 @@ def lanes(tmp_path_factory):
 def test_every_narrow_chain_runs_in_lanes(lanes):
     """Symbolic seq, heads of at most 16: all six chains are fused computes the lanes
     emitter takes, and the causal one is marked so (its blocks past the diagonal skipped)."""
-    from onnxcc.kernel.flash import lanes_fit, match_flash
-    from onnxcc.kernel.parser import parse_kernel_text
+    from onnxcc.kernel.flash import lanes_fit
 
     _, kernels, _ = lanes
-    generic = parse_kernel_text(kernels)[-1]
-    flashes = [fl for c in generic.computes() if (fl := match_flash(c)) is not None]
+    flashes = fused_attention(kernels)
     assert len(flashes) == len(HEADS)
     assert all(lanes_fit(fl) for fl in flashes)
     assert sum(fl.causal is not None for fl in flashes) == 1
@@ -107,9 +105,6 @@ def test_the_audio_encoders_length(lanes):
 def _fused_count(tmp_path, seq, head: int) -> int:
     """How many fused cores the one-chain model's generic version gets with `seq` keys and
     heads of `head`."""
-    from onnxcc.kernel.flash import match_flash
-    from onnxcc.kernel.parser import parse_kernel_text
-
     n = helper.make_node
     shape = [1, H, seq, head]
     g = helper.make_graph(
@@ -120,7 +115,7 @@ def _fused_count(tmp_path, seq, head: int) -> int:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 9
     text = onnxcc.compile(m, tmp_path / f"k{seq}_{head}", name="one", emit="kernel").text
-    return sum(match_flash(c) is not None for c in parse_kernel_text(text)[-1].computes())
+    return len(fused_attention(text))
 
 
 def test_the_crossover(tmp_path):

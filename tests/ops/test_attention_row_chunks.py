@@ -17,7 +17,7 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from attention_masks import torch_causal_mask
+from attention_masks import fused_attention, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -95,14 +95,10 @@ _RUN = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     import onnxcc
-    from onnxcc.kernel.flash import match_flash
-    from onnxcc.kernel.parser import parse_kernel_text
-
     d = tmp_path_factory.mktemp("chunks")
     onnx.save(_model(), d / "m.onnx")
     text = onnxcc.compile(d / "m.onnx", d / "kir", name="chunks", emit="kernel", max_versions=1).text
-    generic = parse_kernel_text(text)[-1]
-    fused = [fl for c in generic.computes() if (fl := match_flash(c)) is not None]
+    fused = fused_attention(text)
     assert len(fused) == 4 and all(fl.rows_var is not None for fl in fused)
     onnxcc.compile(d / "m.onnx", d / "lib", name="chunks", max_versions=1)
     return d

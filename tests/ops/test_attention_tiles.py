@@ -18,7 +18,7 @@ import textwrap
 
 import onnx
 import pytest
-from attention_masks import score_chains_model, torch_causal_mask
+from attention_masks import fused_attention, score_chains_model, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -88,12 +88,10 @@ def test_every_wide_chain_is_fused_and_fits_the_tiles(built):
     """All five chains are fused computes the tile emitter takes at 16 lanes (not the
     narrow-head lanes form), and the causal one is marked so."""
     from onnxcc.codegen.cpu.flash_tiles import tiles_fit
-    from onnxcc.kernel.flash import lanes_fit, match_flash
-    from onnxcc.kernel.parser import parse_kernel_text
+    from onnxcc.kernel.flash import lanes_fit
 
     _, kernels = built
-    generic = parse_kernel_text(kernels)[-1]
-    flashes = [fl for c in generic.computes() if (fl := match_flash(c)) is not None]
+    flashes = fused_attention(kernels)
     assert len(flashes) == len(HEADS)
     assert all(tiles_fit(fl, 16) and not lanes_fit(fl) for fl in flashes)
     assert not any(tiles_fit(fl, 8) for fl in flashes)

@@ -41,6 +41,7 @@ def test_stream_compiles_each_version_once(tmp_path, model_path):
     assert sorted(d["N"] for d in s.stats.specialized) == hot
     assert s.stats.compiles == 1 + len(hot)          # the base artifact, then each hot class once
     assert s.stats.calls == 1000
+    assert len(s._class_of) == len(counts)  # the classes came through the per-shapes memo
     # once specialised, a hot class is served by its exact version: misses = calls before the switch
     assert s.stats.misses == sum(min(c, 20) for v, c in counts.items() if v in hot) + \
         sum(c for v, c in counts.items() if v not in hot)

@@ -113,11 +113,12 @@ class CpuBackend:
         llmod = llir.Module(name=name)
         llmod.triple = self.triple or llvm.get_process_triple()  # so --emit llvm output is self-describing
         twins = _twins(module)
+        slots: dict = {}  # the hoisted dims' slots, one numbering for all versions (cpu/hoist_dims.py)
         for k, v in enumerate(module.versions):
             if k in twins:  # the same program as an earlier version: its entry calls that one's
                 forward_version(llmod, v.program.name, twins[k], KERNEL_FNTY)
                 continue
-            emit_llvm(v.program, v.plan, v.program.name, llmod, parallel=self.parallel)
+            emit_llvm(v.program, v.plan, v.program.name, llmod, parallel=self.parallel, hoist_slots=slots)
         step("llvm", time.perf_counter() - t0)
         if stop == "llvm":
             return Emitted(text=str(llmod))
@@ -153,12 +154,15 @@ class CpuBackend:
             forward_version(stubs, module.versions[k].program.name, target, KERNEL_FNTY)
         # fewer versions than workers: split them
         parts = -(-jobs // max(1, len(module.versions) - len(twins)))
+        # the hoisted dims' slots, one numbering for all versions, so that bodies two versions
+        # emit alike print alike and `forward_duplicates` compiles them once (cpu/hoist_dims.py)
+        slots: dict = {}
         for k, v in enumerate(module.versions):
             if k in twins:
                 continue
             m = llir.Module(name=f"{name}.{v.program.name}")
             m.triple = triple
-            emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel)
+            emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel, hoist_slots=slots)
             for gname, gv in m.globals.items():
                 if gname.startswith(_CONST_PREFIX) and isinstance(gv, llir.GlobalVariable):
                     if gname not in consts:  # printed once, the text shared by every module

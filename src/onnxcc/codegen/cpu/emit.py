@@ -31,6 +31,7 @@ import os
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
 from llvmlite import ir
 
@@ -48,6 +49,7 @@ from onnxcc.kernel.schedule import compute_work
 from ..llvm.exprs import AccessMetadata, ExprEmitter
 from ..llvm.function_context import ProgramContext
 from ..llvm.helpers import (
+    I8,
     I32,
     I64,
     PTR,
@@ -130,18 +132,21 @@ class CpuOptions:
     """run the leading loops of big computes through onnxcc_parallel_for"""
     parallel_min_work: int = 1 << 15
     """estimated element-operations below which a compute stays serial"""
+    hoist_slots: dict | None = dataclass_field(default=None, hash=False, compare=False)
+    """the hoisted dims' slot numbers, shared by the versions of one build (cpu/hoist_dims.py)"""
 
 
 def emit_llvm(program: KernelProgram, plan: MemoryPlan, fn_name: str, module: ir.Module | None = None, *,
-              parallel: bool = False, parallel_min_work: int = 1 << 15) -> ir.Module:
+              parallel: bool = False, parallel_min_work: int = 1 << 15, hoist_slots: dict | None = None) -> ir.Module:
     """Add the kernel function `fn_name` (plus its internal helpers) to `module` (a new
-    one if None) and return the module."""
+    one if None) and return the module. `hoist_slots`: one dict the backend passes for every
+    version of a build (`HoistedDims`)."""
     if module is None:
         module = ir.Module(name=fn_name)
     if fn_name in module.globals:
         raise CompileError(f"function {fn_name} already exists in module {module.name}")
     program.verify()
-    KernelEmitter(program, plan, fn_name, module, CpuOptions(parallel, parallel_min_work)).run()
+    KernelEmitter(program, plan, fn_name, module, CpuOptions(parallel, parallel_min_work, hoist_slots)).run()
     return module
 
 
@@ -171,7 +176,7 @@ class FnCtx(ProgramContext):
         self._fails: dict[int, ir.Block] = {}
         self.status: ir.Value | None = None
         self.par_ctx: ir.Value | None = None
-        self.hoisted = HoistedDims()
+        self.hoisted = HoistedDims(owner.opts.hoist_slots)
         """big dims this function computes for the body functions it calls"""
         self.hoist_reader: HoistedReader | None = None
         """in a body function: where it reads big dims from (its owner's slots)"""
@@ -196,6 +201,17 @@ class FnCtx(ProgramContext):
                 v = super().dim(d)
             self._dims[d] = v
         return v
+
+    def workspace_at(self, off: Dim, role: tuple, label: str) -> ir.Value:
+        """The workspace at offset `off`, the offset of `role` (a temp's, the GEMM scratch's):
+        in a body, a big offset is read from the owner's slot for that role, not for that value
+        (versions place a temp apart, cpu/hoist_dims.py `HoistedDims`)."""
+        off = canon(off)
+        if self.hoist_reader is not None and not isinstance(off, int) and is_big(off):
+            at = self.hoist_reader.get(off, role)
+        else:
+            at = self.dim(off)
+        return self.eb.gep(self.ws_p, [at], inbounds=True, name=label, source_etype=I8)
 
     def sym_lower(self, name: str) -> int:
         """The least value of symbol `name` (the lower end of its loads' range metadata)."""
@@ -227,7 +243,10 @@ class FnCtx(ProgramContext):
             slot = eb.gep(arr, [i64(order.index(name))], inbounds=True, name=f"{name}.slot", source_etype=PTR)
             return eb.load(slot, name=f"{name}.data", align=8, typ=PTR)
         if buf.kind == "temp":
-            return self.temp_ptr(name, self.owner.plan, self.ws_p)
+            off = self.owner.plan.offsets.get(name)
+            if off is not None:
+                return self.workspace_at(off, ("offset", name), f"{name}.data")
+            return self.temp_ptr(name, self.owner.plan, self.ws_p)  # (its error)
         return self.owner.const_global(name)
 
 

@@ -19,6 +19,11 @@ with the row) stops each block of rows at its last row's R + 1 where flash_guard
 the keys past it add nothing (finite there, the rows' maxes far above a finite fill): the
 blocks above the diagonal are never computed; elsewhere the block's rows visit every key.
 
+The dots and P @ V unroll the rows (each key load serves all of them); the per-row steps
+(the score's epilogue, the block max, the probabilities, the rescale, the output) are one
+loop over the rows, not a copy per row (`_Rows.each_row`): as copies they were most of the
+attention module's LLVM time (the vectorizer's checks of each copy's loops).
+
 Branch-free: a row that is not live has only -inf scores, so its `p` are exp(-inf) = 0.
 Keys go GROUP at a time: their dot products share one loop over the head dim (each query
 factor loaded once for all of them) and their P @ V terms one pass over the accumulator rows.
@@ -37,7 +42,7 @@ from onnxcc.kernel.expr import Const, Expr, Load, Var, substitute
 from onnxcc.kernel.flash import lanes_fit
 
 from ..llvm.exprs import REDUCE_COMBINE, ExprEmitter, compute_type
-from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata
+from ..llvm.helpers import PTR, for_range, get_or_declare, i64, loop_metadata, scalar_loop_metadata
 from .flash_guard import CausalGuard
 from .flash_lanes import SUM_FLAGS, LaneRows, contiguous
 from .flash_tiles import TileRows, tiles_fit
@@ -149,8 +154,11 @@ class _Rows:
         self.acc = ctx.alloca(ir.ArrayType(ty, fl.row * nrows), "flash.acc")
         self.blk = ctx.alloca(ir.ArrayType(ty, BLOCK * nrows), "flash.s")
         self.acc.type = self.blk.type = PTR  # NOTE: llvmlite types allocas as typed pointers; the IR is opaque
-        self.m_p = [ctx.alloca(ty, "flash.m") for _ in range(nrows)]
-        self.l_p = [ctx.alloca(ty, "flash.l") for _ in range(nrows)]
+        if nrows == 1:
+            self.m_arr, self.l_arr = ctx.alloca(ty, "flash.m"), ctx.alloca(ty, "flash.l")
+        else:  # indexed by a loop over the rows (`each_row`)
+            self.m_arr, self.l_arr = (ctx.alloca(ir.ArrayType(ty, nrows), x) for x in ("flash.m", "flash.l"))
+            self.m_arr.type = self.l_arr.type = PTR
         self.bsum_p = ctx.alloca(ty, "flash.bsum")
         self.dots = [[ctx.alloca(ty, f"flash.dot{r}.{j}") for j in range(GROUP)] for r in range(nrows)]
         self.neg_inf, self.zero, self.one = (ir.Constant(ty, x) for x in (float("-inf"), 0.0, 1.0))
@@ -177,9 +185,33 @@ class _Rows:
     def slot(self, arr: ir.Value, i: ir.Value) -> ir.Value:
         return self.b.gep(arr, [i], inbounds=True, name="flash.slot", source_etype=self.ty)
 
-    def at(self, arr: ir.Value, r: int, size: int, i: ir.Value) -> ir.Value:
+    def at(self, arr: ir.Value, r: int | ir.Value, size: int, i: ir.Value) -> ir.Value:
         """Element i of row r of a [nrows x size] stack array."""
-        return self.slot(arr, self.b.add(i, i64(r * size), name="flash.ri", flags=("nuw", "nsw")) if r else i)
+        b = self.b
+        if isinstance(r, int):
+            return self.slot(arr, b.add(i, i64(r * size), name="flash.ri", flags=("nuw", "nsw")) if r else i)
+        off = b.mul(r, i64(size), name="flash.roff", flags=("nuw", "nsw"))
+        return self.slot(arr, b.add(i, off, name="flash.ri", flags=("nuw", "nsw")))
+
+    def m_p(self, r: int | ir.Value) -> ir.Value:
+        """Row r's running max."""
+        return self.m_arr if self.nrows == 1 else self.slot(self.m_arr, i64(r) if isinstance(r, int) else r)
+
+    def l_p(self, r: int | ir.Value) -> ir.Value:
+        """Row r's running sum."""
+        return self.l_arr if self.nrows == 1 else self.slot(self.l_arr, i64(r) if isinstance(r, int) else r)
+
+    def each_row(self, body) -> None:
+        """`body(r)` for every row: row 0 as a constant for one row, else a loop over the rows
+        kept rolled (a copy per row of the softmax steps, the score's epilogue and the output
+        cost the transformer's attention module about 0.2 s of LLVM -O3; only the dots and
+        P @ V, which share each key load, unroll the rows)."""
+        if self.nrows == 1:
+            body(0)
+            return
+        md = scalar_loop_metadata(self.owner.module)
+        with for_range(self.b, i64(self.nrows), "flash.row", guard=False, metadata=md) as r:
+            body(r)
 
     def load(self, ptr: ir.Value) -> ir.Value:
         return self.b.load(ptr, name="flash.ld", typ=self.ty)
@@ -213,6 +245,7 @@ class _Rows:
     def run(self, s0: ir.Value | None, vals: dict[str, ir.Value]) -> None:
         """The rows s0 .. s0+nrows-1 (s0 None: the one row whose vars are all in `vals`)."""
         b, em, fl = self.b, self.em, self.fl
+        self.s0 = s0
         rv = fl.rows_var
         rows_ext = {} if s0 is None else {rv: self.c.extents[-2]}
         if self.rows:
@@ -237,8 +270,7 @@ class _Rows:
                     q_sum = b.fadd(q_sum, p, name="flash.guard.qsum")
             fast = self.causal_end(n)
             g.run(fast, n, g.skip_ok(fast, q_sum), self.keys, self.rows_ok)
-        for r in range(self.nrows):
-            self.finish(r, s0, vals)
+        self.each_row(lambda r: self.finish(r, s0, vals))
         if self.rows or s0 is not None:
             em.pop()
 
@@ -246,8 +278,8 @@ class _Rows:
         """The rows' state from the start, then their keys below n, block by block."""
         b, fl = self.b, self.fl
         for r in range(self.nrows):
-            b.store(self.neg_inf, self.m_p[r])
-            b.store(self.zero, self.l_p[r])
+            b.store(self.neg_inf, self.m_p(r))
+            b.store(self.zero, self.l_p(r))
         with for_range(b, i64(fl.row * self.nrows), "flash.w0", guard=False, metadata=self.vec_md()) as j:
             b.store(self.zero, self.slot(self.acc, j))
         nblk = b.sdiv(b.add(n, i64(BLOCK - 1), name="flash.n.up"), i64(BLOCK), name="flash.blocks")
@@ -261,7 +293,7 @@ class _Rows:
         """The guard's check of every row's final max (flash_guard.py)."""
         b, g = self.b, self.guard
         assert g is not None
-        oks = [g.rows_ok(b.load(self.m_p[r], name="flash.m.end")) for r in range(self.nrows)]
+        oks = [g.rows_ok(b.load(self.m_p(r), name="flash.m.end", typ=self.ty)) for r in range(self.nrows)]
         if any(x is None for x in oks):
             return None
         ok = oks[0]
@@ -279,17 +311,18 @@ class _Rows:
         end = b.select(b.icmp_signed("<", end, n), end, n, name="flash.causal.n")
         return b.select(b.icmp_signed("<", end, i64(0)), i64(0), end, name="flash.causal.n0")
 
-    def finish(self, r: int, s0: ir.Value | None, vals: dict[str, ir.Value]) -> None:
+    def finish(self, r: int | ir.Value, s0: ir.Value | None, vals: dict[str, ir.Value]) -> None:
         """Row r's outputs: the body with the core := acc[w] / l."""
         b, em, c, fl = self.b, self.em, self.c, self.fl
-        total = b.load(self.l_p[r], name="flash.total")
+        total = b.load(self.l_p(r), name="flash.total", typ=self.ty)
         denom = b.select(b.fcmp_ordered("==", total, self.zero, name="flash.empty"), self.one, total,
                          name="flash.denom") if fl.guarded else total  # unguarded: an all -inf row is 0/0
         row_vals = dict(vals)
         rv = fl.rows_var
         if s0 is not None:
             assert rv is not None
-            row_vals[rv] = self.plus(s0, r)
+            row_vals[rv] = self.plus(s0, r) if isinstance(r, int) else b.add(s0, r, name="flash.row.s",
+                                                                               flags=("nuw", "nsw"))
         if self.rows:  # several rows: bind the row's own var (one row: `run` bound it)
             em.push({rv: row_vals[rv]}, {rv: c.extents[-2]})  # type: ignore[dict-item]
             em.hoist(fl.without_core(c.body))
@@ -303,33 +336,37 @@ class _Rows:
 
     def block(self, t0: ir.Value, cnt: ir.Value) -> None:
         """One block of `cnt` keys from t0: scores, running maxes, sums and accumulators."""
-        b, em = self.b, self.em
         if self.fl.dot is None:
             self.groups(cnt, lambda i: self.score_group(t0, i), lambda i: self.score_one(t0, i))
         else:  # the raw dots first (they share loads), then each score's epilogue (it vectorizes)
             self.groups(cnt, lambda i: self.dot_group(t0, i), lambda i: self.dot_one(t0, i))
             self.epilogue(t0, cnt)
-        for r in range(self.nrows):
-            m_old = b.load(self.m_p[r], name="flash.m.old")
-            m_new = REDUCE_COMBINE["max"](em, m_old, self.block_max(r, cnt), self.dt)
-            live = b.fcmp_unordered("!=", m_new, self.neg_inf, name="flash.live")
-            alpha = b.select(live, em.math("exp", b.fsub(m_old, m_new, name="flash.dm")), self.one, name="flash.alpha")
-            m_use = b.select(live, m_new, self.zero, name="flash.m.use")
-            b.store(self.zero, self.bsum_p)
-            with for_range(b, cnt, "flash.p", guard=True, metadata=self.vec_md()) as i:
-                ptr = self.at(self.blk, r, BLOCK, i)
-                p = em.math("exp", b.fsub(self.load(ptr), m_use, name="flash.sm"))
-                b.store(p, ptr)
-                b.store(REDUCE_COMBINE["sum"](em, b.load(self.bsum_p, name="flash.bsum"), p, self.dt), self.bsum_p)
-            l_new = b.fadd(b.fmul(b.load(self.l_p[r], name="flash.l"), alpha, name="flash.l.scaled"),
-                           b.load(self.bsum_p, name="flash.bsum"), name="flash.l.new")
-            b.store(l_new, self.l_p[r])
-            b.store(b.select(live, m_new, m_old, name="flash.m.next"), self.m_p[r])
-            with for_range(b, i64(self.fl.row), "flash.w1", guard=False, metadata=self.vec_md()) as j:
-                ptr = self.at(self.acc, r, self.fl.row, j)
-                b.store(b.fmul(self.load(ptr), alpha, name="flash.a.scaled"), ptr)
+        self.cnt = cnt
+        self.each_row(self.softmax)
         if not self.pv_vectors(t0, cnt):
             self.groups(cnt, lambda i: self.pv_group(t0, i), lambda i: self.pv_one(t0, i))
+
+    def softmax(self, r: int | ir.Value) -> None:
+        """Row r's block max, rescale and probabilities (module doc), the block's cnt keys."""
+        b, em, cnt = self.b, self.em, self.cnt
+        m_old = b.load(self.m_p(r), name="flash.m.old", typ=self.ty)
+        m_new = REDUCE_COMBINE["max"](em, m_old, self.block_max(r, cnt), self.dt)
+        live = b.fcmp_unordered("!=", m_new, self.neg_inf, name="flash.live")
+        alpha = b.select(live, em.math("exp", b.fsub(m_old, m_new, name="flash.dm")), self.one, name="flash.alpha")
+        m_use = b.select(live, m_new, self.zero, name="flash.m.use")
+        b.store(self.zero, self.bsum_p)
+        with for_range(b, cnt, "flash.p", guard=True, metadata=self.vec_md()) as i:
+            ptr = self.at(self.blk, r, BLOCK, i)
+            p = em.math("exp", b.fsub(self.load(ptr), m_use, name="flash.sm"))
+            b.store(p, ptr)
+            b.store(REDUCE_COMBINE["sum"](em, b.load(self.bsum_p, name="flash.bsum"), p, self.dt), self.bsum_p)
+        l_new = b.fadd(b.fmul(b.load(self.l_p(r), name="flash.l", typ=self.ty), alpha, name="flash.l.scaled"),
+                       b.load(self.bsum_p, name="flash.bsum"), name="flash.l.new")
+        b.store(l_new, self.l_p(r))
+        b.store(b.select(live, m_new, m_old, name="flash.m.next"), self.m_p(r))
+        with for_range(b, i64(self.fl.row), "flash.w1", guard=False, metadata=self.vec_md()) as j:
+            ptr = self.at(self.acc, r, self.fl.row, j)
+            b.store(b.fmul(self.load(ptr), alpha, name="flash.a.scaled"), ptr)
 
     def pv_vectors(self, t0: ir.Value, cnt: ir.Value) -> bool:
         """acc_r[w] += sum_i p_r[i] * V(t0 + i, w) with explicit vectors, one chunk of the
@@ -408,7 +445,7 @@ class _Rows:
                 ptr = self.at(self.acc, r, row, i64(c * vl))
                 b.store(b.load(regs[r][c], name="flash.r", typ=vty), ptr, align=self.dt.itemsize)
 
-    def block_max(self, r: int, cnt: ir.Value) -> ir.Value:
+    def block_max(self, r: int | ir.Value, cnt: ir.Value) -> ir.Value:
         """Row r's max score in the block, NaN if one is NaN (as the unfused row max gives):
         maxnum (which skips NaN) and a NaN flag over explicit vectors of the whole block,
         whose lanes past `cnt` hold -inf (a NaN-propagating scalar max waits on every step)."""
@@ -509,20 +546,45 @@ class _Rows:
     def dot_one(self, t0: ir.Value, i: ir.Value) -> None:
         b, em = self.b, self.em
         self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
-        for r, d in enumerate(self.dot1):
-            b.store(em.emit(d), self.at(self.blk, r, BLOCK, i))
+
+        def row(r: int | ir.Value) -> None:
+            looped = self.bind_row(r)
+            b.store(em.emit(self.fl.dot if looped else self.dot1[r]), self.at(self.blk, r, BLOCK, i))  # type: ignore[arg-type,index]
+            if looped:
+                em.pop()
+        self.each_row(row)
         em.pop()
+
+    def bind_row(self, r: int | ir.Value) -> bool:
+        """For `each_row`'s loop variable r: a frame binding the rows var itself to s0 + r
+        (the unrolled rows' own vars are bound by `run`), so that the unrenamed expressions
+        apply; True where pushed (the caller pops)."""
+        if isinstance(r, int):
+            return False
+        rv = self.fl.rows_var
+        self.em.push({rv: self.b.add(self.s0, r, name="flash.row.s", flags=("nuw", "nsw"))},  # type: ignore[dict-item]
+                     {rv: self.c.extents[-2]})  # type: ignore[dict-item]
+        return True
 
     def epilogue(self, t0: ir.Value, cnt: ir.Value) -> None:
         """blk[r][i] = the score of row r at key t0+i, given its raw dot there."""
         b, em = self.b, self.em
-        for r in range(self.nrows):
+        fl = self.fl
+
+        def row(r: int | ir.Value) -> None:
+            looped = self.bind_row(r)
+            dot, score = (fl.dot, fl.score) if looped else (self.dot1[r], self.score1[r])  # type: ignore[index]
+            if looped:  # what no key changes, once per row and block
+                em.hoist(score)
             with for_range(b, cnt, "flash.epi", guard=True, metadata=self.vec_md()) as i:
                 self.bind_key(b.add(t0, i, name=self.key, flags=("nuw", "nsw")))
                 ptr = self.at(self.blk, r, BLOCK, i)
-                em.frames[-1].cache[self.dot1[r]] = self.load(ptr)
-                b.store(em.emit(self.score1[r]), ptr)
+                em.frames[-1].cache[dot] = self.load(ptr)
+                b.store(em.emit(score), ptr)
                 em.pop()
+            if looped:
+                em.pop()
+        self.each_row(row)
 
     def score_one(self, t0: ir.Value, i: ir.Value) -> None:
         b, em = self.b, self.em

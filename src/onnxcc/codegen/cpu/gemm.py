@@ -424,8 +424,7 @@ def _batch_items(b: ir.IRBuilder, fn: ir.Function, g: GemmPlan, geo: _Geometry, 
 
 
 def _scratch_ptr(kem: KernelEmitter, fctx: FnCtx) -> ir.Value:
-    return fctx.eb.gep(fctx.ws_p, [fctx.dim(kem.plan.scratch_offset)], inbounds=True, name="gemm.scratch",
-                       source_etype=I8)
+    return fctx.workspace_at(kem.plan.scratch_offset, ("scratch",), "gemm.scratch")
 
 
 def _packed_b_ptr(kem: KernelEmitter, fctx: FnCtx, g: GemmPlan) -> ir.Value:

@@ -18,7 +18,7 @@ from onnxcc.kernel.program import Compute
 from onnxcc.kernel.schedule import GemmPlan
 
 from ..llvm.exprs import F32, ExprEmitter
-from ..llvm.helpers import I8, I64, PTR, for_range, i64, loop_metadata
+from ..llvm.helpers import I64, PTR, for_range, i64, loop_metadata
 from .gemm_ir import unflatten as _unflatten
 
 if TYPE_CHECKING:
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 
 def scratch_base(kem: KernelEmitter, fctx: FnCtx) -> ir.Value:
     """Where the padded planes start (the GEMM's scratch region)."""
-    return fctx.eb.gep(fctx.ws_p, [fctx.dim(kem.plan.scratch_offset)], inbounds=True, name="win.base",
-                       source_etype=I8)
+    return fctx.workspace_at(kem.plan.scratch_offset, ("scratch",), "win.base")
 
 
 def plane_floats(fctx: FnCtx, w: ConvWindow) -> ir.Value:

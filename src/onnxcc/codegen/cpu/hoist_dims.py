@@ -17,7 +17,7 @@ than the arithmetic.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 import sympy
@@ -50,13 +50,28 @@ def is_big(d: sympy.Basic) -> bool:
     return big
 
 
-class HoistedDims:
-    """The owner side: the dims its body functions asked for, in slot order. `reserve` runs
-    when the owner's parallel ctx is built (the field first holds null, so copying the ctx
-    never reads an unset field); `finish` when its entry block is complete."""
+#: what a slot is numbered by: the dim itself, or the role it plays (`("offset", TEMP)`: the
+#: workspace offset of a temp, whose value differs from version to version)
+SlotKey = Hashable
 
-    def __init__(self) -> None:
-        self.slots: dict[sympy.Basic, int] = {}
+
+class HoistedDims:
+    """The owner side: the dims its body functions asked for, by slot. `reserve` runs
+    when the owner's parallel ctx is built (the field first holds null, so copying the ctx
+    never reads an unset field); `finish` when its entry block is complete.
+
+    Slot numbers come from `shared` when given: one numbering for every owner of every version
+    of a build (the backend passes it, cpu/backend.py), by key (`SlotKey`), so a body that two
+    versions emit alike reads its dims from the same slots in both and prints alike, and
+    dedup.py compiles it once. A temp's workspace offset is keyed by the temp's name, not by
+    its value: versions plan their memory apart, so the same temp sits at other offsets
+    (lraspp_mobilenet_v3's two versions: 26 bodies that differed only in their slot numbers,
+    0.76 s of LLVM). An owner's array then holds up to its highest slot (the slots it does
+    not fill are never read). Without `shared`, slots are numbered per owner from 0."""
+
+    def __init__(self, shared: dict[SlotKey, int] | None = None) -> None:
+        self.slots: dict[SlotKey, tuple[sympy.Basic, int]] = {}
+        self._numbers = {} if shared is None else shared
         self._after: ir.Instruction | None = None
         self._field: ir.Value | None = None
 
@@ -64,11 +79,13 @@ class HoistedDims:
         self._field = field
         self._after = eb.store(ir.Constant(PTR, None), field)
 
-    def slot(self, d: sympy.Basic) -> int:
-        j = self.slots.get(d)
-        if j is None:
-            j = self.slots[d] = len(self.slots)
-        return j
+    def slot(self, d: sympy.Basic, key: SlotKey = None) -> int:
+        """The slot of dim `d`, numbered by `key` (None: by `d` itself)."""
+        key = d if key is None else key
+        got = self.slots.get(key)
+        if got is None:
+            got = self.slots[key] = (d, self._numbers.setdefault(key, len(self._numbers)))
+        return got[1]
 
     def finish(self, owner: FnCtx) -> None:
         """The array (allocated right after the ctx is built, so whatever copies the ctx
@@ -78,10 +95,10 @@ class HoistedDims:
         assert self._after is not None and self._field is not None, "slots handed out without a parallel ctx"
         at = ir.IRBuilder(owner.eb.block)
         at.position_after(self._after)
-        arr = at.alloca(ir.ArrayType(I64, len(self.slots)), name="hoisted")
+        arr = at.alloca(ir.ArrayType(I64, max(j for _, j in self.slots.values()) + 1), name="hoisted")
         at.store(arr, self._field)
         owner.eb.position_at_end(owner.eb.block)  # its insertion index predates the two above
-        for d, j in self.slots.items():
+        for d, j in self.slots.values():
             p = owner.eb.gep(arr, [i32(0), i32(j)], inbounds=True, name=f"hoisted.{j}.ptr",
                              source_etype=arr.allocated_type)
             p.type = PTR  # NOTE: llvmlite types GEPs as typed pointers; the IR is opaque
@@ -97,12 +114,14 @@ class HoistedReader:
         self._base: ir.Value | None = None
         self._vals: dict[sympy.Basic, ir.Value] = {}
 
-    def get(self, d: sympy.Basic) -> ir.Value:
+    def get(self, d: sympy.Basic, key: SlotKey = None) -> ir.Value:
+        """Dim `d`, read from its slot (numbered by `key`, `HoistedDims.slot`) unless this
+        body read the same value before (two temps at one offset: one load)."""
         v = self._vals.get(d)
         if v is None:
             if self._base is None:
                 self._base = self._base_fn(self.eb)
-            j = self.owner.slot(d)
+            j = self.owner.slot(d, key)
             p = self.eb.gep(self._base, [i64(j)], inbounds=True, name=f"hoisted.{j}.ptr", source_etype=I64)
             v = self.eb.load(p, name=f"hoisted.{j}", align=8, typ=I64)
             self._vals[d] = v

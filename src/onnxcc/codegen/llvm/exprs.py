@@ -244,9 +244,27 @@ class ExprEmitter:
                 ext = self.var_ext.get(i.name)
                 if ext is None or ext != dim_to_expr(d):
                     return False
-            else:
+            elif not self._clamped_to(i, d):
                 return False
         return True
+
+    def _clamped_to(self, i: Expr, d) -> bool:
+        """Whether index `i` is min(max(e, 0), d - 1) (either nesting) for the buffer's dim
+        `d`, proved at least 1 (a depthwise conv's clamped taps, read and then dropped)."""
+        if not (isinstance(i, Binary) and i.op in ("min", "max")):
+            return False
+        inner = i.a
+        other = "max" if i.op == "min" else "min"
+        if not (isinstance(inner, Binary) and inner.op == other):
+            return False
+        lo, hi = (inner.b, i.b) if i.op == "min" else (i.b, inner.b)
+        if not (isinstance(lo, Const) and lo.value == 0):
+            return False
+        if isinstance(hi, Const):
+            return isinstance(d, int) and 0 <= hi.value < d
+        ext = dim_to_expr(d)
+        low = self.bounds.lower(ext)
+        return hi == ext - 1 and low is not None and low >= 1
 
     def hoist(self, body: Expr, *, guarded: bool = False) -> None:
         """Emit, at the current position, every non-trivial sub-expression of `body` that
