@@ -62,14 +62,14 @@ def test_fire_expands_write_the_concat(built, tmp_path):
 
 
 @pytest.mark.skipif(not has_f32_conv_call(), reason="the conv call needs AVX-512F")
-def test_unpadded_stem_reads_a_planar_copy(built, tmp_path):
-    """the stem's call reads K = (kh, c, kw): 3 kernel rows of 3 channels of 3 taps, from a
-    plain copy of the NCHW input (not a transposing one)"""
+def test_unpadded_stem_reads_the_nchw_input(built, tmp_path):
+    """the stem's call (the stem call, kernel/conv_stem_call.py) reads the NCHW input itself,
+    no copy: its window sizes carry the input's pads (0, 0) and extents (W, H)"""
     path, _ = built
     kir = onnxcc.compile(path, tmp_path / "k", emit="kernel", max_versions=1).text
     stem = f32conv_sizes(kir)[0]
-    assert (stem["s0"], stem["s1"], stem["l"], stem["tb"]) == ("3", "3", "3", "2")
-    assert any(ln.strip().startswith("xplanar") and ln.endswith("= in0[n, c, h, w]") for ln in kir.splitlines())
+    assert (stem["s0"], stem["s1"], stem["l"], stem["tb"]) == ("0", "0", "W", "H")
+    assert "xplanar" not in kir and any("call onnxcc_f32stem_" in ln and "; in0, " in ln for ln in kir.splitlines())
 
 
 @pytest.mark.skipif(not has_f32_conv_call(), reason="the conv call needs AVX-512F")

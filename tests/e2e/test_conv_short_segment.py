@@ -79,14 +79,17 @@ def test_short_segments_match_onnxruntime(model_path, tmp_path):
 
 
 def test_stems_call_the_conv_with_short_segments(model_path, tmp_path):
-    """Every stem is one implicit-GEMM call whose segment length L (the 8th size) is its KW"""
+    """Every stem is one conv call of KW taps a segment: an implicit-GEMM call whose segment
+    length L (the 8th size) is its KW, or a stem call whose name says KW (its L is the
+    input's width, kernel/conv_stem_call.py)"""
     if not has_f32_conv_call():
         pytest.skip("no f32 conv call on this target")
     from onnxcc.compiler import CompileOptions
     from onnxcc.compiler.compile import compile_model
 
     text = compile_model(str(model_path), str(tmp_path / "k"), CompileOptions(max_versions=1), emit="kernel").text
-    seg = [sizes["l"] for sizes in f32conv_sizes(text)]
+    seg = [sizes["l"] for sizes in f32conv_sizes(text) if sizes["l"] != "W"]
+    seg += re.findall(r"call onnxcc_f32stem_c\d+k\d+x(\d+)s", text)
     assert sorted(s for s in seg if s in ("3", "5", "7")) == ["3", "3", "5", "7", "7"], seg
 
 

@@ -35,8 +35,16 @@ CASES = {
     "rgba7s2pool": (4, 7, 2, (3, 3, 3, 3), 32, True, False),
     "onesided48": (3, 3, 1, (0, 1, 2, 1), 48, False, True),
     "k5s2pool": (3, 5, 2, (2, 1, 2, 1), 16, True, True),
+    # pads as wide as the kernel or wider on one side, none on another: whole kernel rows and
+    # whole windows in the padding (every tap masked off), the right border inside the image
+    "widepad": (3, 3, 1, (3, 4, 0, 2), 16, False, True),
+    "widepad_s2": (2, 5, 2, (0, 5, 4, 0), 16, False, True),
 }
-SHAPES = [(1, 1, 1), (2, 3, 2), (1, 5, 7), (3, 6, 5), (1, 17, 33), (2, 40, 23)]
+SHAPES = [(1, 1, 1), (2, 3, 2), (1, 5, 7), (3, 6, 5), (1, 17, 33), (2, 40, 23), (1, 9, 50), (2, 7, 112)]
+"""(N, H, W): planes smaller than a window, odd and even widths, rows of one to four blocks
+of 16 pixels, a block whose windows reach both the left and the right padding; at stride 2
+rows whose tails (1 to 8 pixels past whole blocks) go two to a block (56 pixels at W = 112),
+an odd number of rows leaving the last item one row"""
 
 
 def _out(n: int, k: int, s: int, lo: int, hi: int) -> int:
@@ -76,12 +84,15 @@ def built(request, tmp_path_factory):
 
 
 def test_the_stem_takes_the_stem_call(built):
-    """the stem conv is the one stem call, named by its channels, kernel, strides and pool; the
-    second conv stays on the GEMM call"""
+    """the stem conv is the one stem call, named by its channels, kernel, strides and pool, and
+    reads the net's NCHW input itself (no planar padded copy); the second conv stays on the
+    GEMM call"""
     case, _, kernel, _ = built
     cin, k, s, _, _, pool, _ = CASES[case]
     assert kernel.count("call onnxcc_f32stem_") == 1
-    assert f"call onnxcc_f32stem_c{cin}k{k}x{k}s{s}x{s}p{int(pool)}(" in kernel
+    stem = next(line for line in kernel.splitlines() if "call onnxcc_f32stem_" in line)
+    assert f"call onnxcc_f32stem_c{cin}k{k}x{k}s{s}x{s}p{int(pool)}(" in stem
+    assert "; in0, " in stem and "xplanar" not in kernel
     assert kernel.count("call onnxcc_f32conv(") == 1
 
 
@@ -97,7 +108,7 @@ def test_stem_matches_onnxruntime(built):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_stem_on_threads_matches_onnxruntime(built, threads, tmp_path):
     case, path, _, _ = built
-    if case not in ("plain", "resnet", "rgba7s2pool"):
+    if case not in ("plain", "resnet", "rgba7s2pool", "widepad_s2"):
         pytest.skip("the thread split is the same for every stem: three cases cover it")
     # the library beside the model, as assert_threads_match_onnxruntime reads it
     assert_threads_match_onnxruntime(path, _shapes(case), threads, tmp_path, channels=CASES[case][0])
@@ -113,3 +124,23 @@ def test_a_residual_or_dilated_stem_keeps_the_gemm_call(tmp_path):
     kernel = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "k", emit="kernel", max_versions=1).text
     assert "onnxcc_f32stem_" not in kernel
     assert kernel.count("call onnxcc_f32conv(") == 2
+
+
+def test_a_stem_on_a_channels_last_map_reads_a_planar_copy(tmp_path):
+    """a 4-channel 3x3 conv after a 1x1 one (which stays on the GEMM call and writes a
+    channels-last map) takes the stem call on an unpadded planar copy of that map"""
+    net = ConvNet(7)
+    h = net.conv("x", "mix", 3, 4, 1, act="Relu")
+    h = net.conv(h, "stem", 4, 16, 3, act="Relu", pads=[1, 2, 1, 0])
+    h = net.conv(h, "mid", 16, 16, 3, act="Relu", pads=[1, 1, 1, 1])  # keeps the stem channels-last
+    y = net.conv(h, "next", 16, 16, 1, act="Relu")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    path = tmp_path / "m.onnx"
+    onnx.save(net.model("stem_after_mix", [x], [y], 13), path)
+    kernel = onnxcc.compile(path, tmp_path / "k", emit="kernel", max_versions=1).text
+    assert "call onnxcc_f32stem_c4k3x3s1x1p0(" in kernel and "xplanar" in kernel
+    onnxcc.compile(path, tmp_path / "lib", max_versions=1)
+    lib = onnxcc.load(tmp_path / "lib")
+    for n, hh, ww in [(1, 1, 1), (2, 6, 5), (1, 17, 33)]:
+        dims = dict(N=n, H=hh, W=ww)
+        assert_matches_onnxruntime(path, lib, image_feeds(dims, channels=3), rtol=1e-4, atol=1e-4, where=dims)

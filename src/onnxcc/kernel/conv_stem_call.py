@@ -1,8 +1,13 @@
 """The small-input-channel conv call (an image stem's: at most 4 input channels): the same
-sizes and buffers as the implicit-GEMM conv call (kernel/conv_call.py, its contract, with P
-the planar padded copy [N, C, HP, WP] of `pack_w_planar`'s K = (kh, c, kw)), but a callee of
-its own, codegen/cpu/conv_stem.py, specialized by its name on what the lowering knows
-statically: the input channels, the kernel's extents, the strides and the fused 2x2 MaxPool.
+sizes and buffers as the implicit-GEMM conv call (kernel/conv_call.py, its contract, with Q
+`pack_w_planar`'s K = (kh, c, kw)), but a callee of its own, codegen/cpu/conv_stem.py,
+specialized by its name on what the lowering knows statically: the input channels, the
+kernel's extents, the strides and the fused 2x2 MaxPool. Two departures from the contract:
+P is the planar input [N, C, H, W] itself, unpadded (the net's NCHW input where the conv's
+channels-last X is its transpose, else a planar copy of X): the callee masks the padding
+off its loads; and the window sizes it has no use for, the kernel and strides being in its
+name, carry the input's geometry instead: s0 and s1 the top and left pads, l the width W,
+tb the height H (ss0 = W, ss1 = H W, sp = C H W, ta = SH W as the contract reads them).
 
     call onnxcc_f32stem_c{C}k{KH}x{KW}s{SH}x{SW}p{POOL}(<conv_call.Sizes>; <conv_call.Buffers>) -> C
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import DType, canon
-from ..kernel import Buffer, CallStmt, Const, select
+from ..kernel import Buffer, CallStmt, Compute, Const, Load, select
 from ..kernel.conv_call import CALLEE, POOL_ROWS, Buffers, Sizes, pack_w, pack_w_planar
 from ..kernel.conv_stem_call import StemSpec
 from .pad_guard import pad_guard
@@ -32,7 +32,9 @@ padded copy [N, C, HP, WP] instead of a channels-last one: the copy of the net's
 is then a contiguous one along W (channels-last, with 3 channels innermost, it ran as scalar
 code: 15% of benchmarks/convnets.py's mobile net at 224x224), and a window is KH x C
 segments of KW contiguous elements. Unpadded too (squeezenet's stride-2 stem): the copy is a
-plain one of the input, not a transposing one (1.8% of squeezenet's run at one thread)"""
+plain one of the input, not a transposing one (1.8% of squeezenet's run at one thread). A
+stem the stem call takes (`_callee`) reads no padded copy: the NCHW input itself where X is
+its transpose (`_stem_planar`)"""
 
 
 def _padded_read(ctx, x: Buffer, pb, pe, n, h, w, c):
@@ -74,6 +76,42 @@ def _planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pe, pool: boo
     # K = (kh, c, kw): KH segments d0 rows apart, C planes apart each, of KW contiguous taps
     window = dict(batch=n_, m=_rows(stored, pool), n=mo, s0=kh, ss0=canon(dil[0] * wp), s1=cin, ss1=canon(hp * wp),
                   l=kw, sp=canon(cin * hp * wp), ta=canon(strides[0] * wp), tb=strides[1])
+    return window, xp, q
+
+
+def _nchw_source(ctx, x: Buffer) -> Buffer | None:
+    """the [N, C, H, W] f32 buffer X is the channels-last transpose of (X[n, h, w, c] = S[n, c, h,
+    w], a net's NCHW input brought into the channels-last region), or None"""
+    for st in reversed(ctx.program.body):
+        if isinstance(st, Compute) and st.out == x.name:
+            vs = [v for v, _ in st.vars]
+            body = st.body
+            if not (isinstance(body, Load) and len(vs) == 4 and body.dtype is DType.f32
+                    and body.indices == (vs[0], vs[3], vs[1], vs[2])):
+                return None
+            src = ctx.program.buffers[body.buffer]
+            want = tuple(canon(d) for d in (x.shape[0], x.shape[3], x.shape[1], x.shape[2]))
+            return src if tuple(canon(d) for d in src.shape) == want else None
+    return None
+
+
+def _stem_planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pool: bool):
+    """The stem call's window sizes, P and Q: P the planar input [N, C, H, W] itself, unpadded
+    (the call masks the padding off its loads): the NCHW buffer X was transposed from where
+    there is one, so no copy is made (30 us of benchmarks/convnets.py's plain net at 1x224x224,
+    the region profile), else a planar copy of X. The contract's window sizes the stem call has
+    no use for (its kernel and strides are in its name) carry the input's extents and pads
+    instead (kernel/conv_stem_call.py): s0, s1 the top and left pads, l and tb W and H."""
+    n_, hin, win_, cin = x.shape
+    mo = int(wv.shape[0])
+    xp = _nchw_source(ctx, x)
+    if xp is None:
+        xp = ctx.temp(DType.f32, (n_, cin, hin, win_), "xplanar")
+        ctx.compute(xp, lambda n, c, h, w: x[n, h, w, c])
+    q = ctx.const(pack_w_planar(wv), "wpack")
+    window = dict(batch=n_, m=_rows(stored, pool), n=mo, s0=canon(pb[0]), ss0=win_, s1=canon(pb[1]),
+                  ss1=canon(hin * win_), l=win_, sp=canon(cin * hin * win_), ta=canon(win["strides"][0] * win_),
+                  tb=hin)
     return window, xp, q
 
 
@@ -123,7 +161,10 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     opt, opl, opb, opr = out_pads
     stored = (canon(y.shape[1] - opt - opb), canon(y.shape[2] - opl - opr))
     planar = cin <= PLANAR_MAX_CIN and dil[1] == 1
-    if planar:
+    callee = _callee(planar, wv.shape, win, pool, residual)
+    if callee != CALLEE:
+        window, xp, q = _stem_planar(ctx, x, stored, wv, win, pb, pool)
+    elif planar:
         window, xp, q = _planar(ctx, x, stored, wv, win, pb, pe, pool)
     else:
         if not padded:
@@ -148,7 +189,6 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     # V: any buffer where the call does not read it (a flat residual)
     res_places = bconst if not any(residual_pads) else _out_table(ctx, stored, res.shape[2], residual_pads, mo)
     bufs = Buffers(P=xp.name, Q=q.name, C=y.name, B=bconst.name, R=res.name, V=res_places.name)
-    callee = _callee(planar, wv.shape, win, pool, residual)
     ctx.program.body.append(CallStmt(callee, exprs, bufs.values(), (y.name,)))
     return True
 
