@@ -1,5 +1,5 @@
-"""Non-temporal row stores of a row-staged compute (codegen/cpu/streaming_stores.py): off by
-default (STREAMING; no row streams then); turned on, emitted only where the output may reach
+"""Non-temporal row stores of a row-staged compute (codegen/cpu/streaming_stores.py): none
+with the path switched off (STREAMING); on, emitted only where the output may reach
 STREAM_MIN_BYTES and the row is whole cache lines, fenced
 before the function returns, and the results equal the plain path's bit for bit on both
 sides of the threshold (symbolic sizes), on a misaligned output (the plain path) and
@@ -56,12 +56,19 @@ def _ir(rows, width, parallel: bool) -> str:
 
 @pytest.fixture
 def streaming(monkeypatch):
-    """The streaming path turned on (it is off by default: STREAMING)."""
+    """The streaming path turned on (STREAMING, its default)."""
     monkeypatch.setattr(streaming_stores, "STREAMING", True)
 
 
+@pytest.fixture
+def no_streaming(monkeypatch):
+    """The streaming path switched off."""
+    monkeypatch.setattr(streaming_stores, "STREAMING", False)
+
+
+@pytest.mark.usefixtures("no_streaming")
 @pytest.mark.parametrize("parallel", [False, True])
-def test_no_row_streams_by_default(parallel):
+def test_no_row_streams_when_switched_off(parallel):
     for rows in (ABOVE, sym("R")):
         ir_text = _ir(rows, WIDTH, parallel)
         assert "nontemporal" not in ir_text and "sfence" not in ir_text, rows

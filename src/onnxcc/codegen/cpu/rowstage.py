@@ -13,7 +13,7 @@ Both loops carry the vectorizer hint of the row norm's passes. The statistics an
 pass read what the first stored, so the loads and stores of this part carry none of the
 statement's scoped-noalias tags (which promise that its loads never alias its stores).
 
-Where the output may be large and streaming is on (streaming_stores.py; off by default,
+Where the output may be large and streaming is on (streaming_stores.py; on by default,
 STREAMING), the row is staged in a stack row instead on the calls that store
 non-temporally, and copied out once normalised.
 """

@@ -42,17 +42,21 @@ if TYPE_CHECKING:
 
     from .emit import FnCtx
 
-STREAMING = False
-"""whether row-staged computes take the streaming path at all. Off: on this machine's 2
-cores the staged copy cost more than the read-for-ownership it saves. benchmarks/
-chain_cycles.py, 2 threads, x[1, rows, 768], the fastest call of 3-8 rounds alternated with
-the streaming build (December 2026, load 3.4-9), plain stores took, of its cycles a vector:
+STREAMING = True
+"""whether row-staged computes take the streaming path at all. On: neither side wins clearly
+on this machine's 2 cores, and it is the path the chains were tuned and checked on. Under
+load plain stores look better: benchmarks/chain_cycles.py, 2 threads, x[1, rows, 768], the
+fastest call of 3-8 rounds alternated with the streaming build (December 2026, load 3.4-9),
+plain stores took, of its cycles a vector:
 rows 16384 (48 MiB each way, four runs) SiLU + LN 0.67-0.77x, tanh-GELU 0.75-0.86x, Mish
 0.53-0.82x, Erf-GELU 0.34-0.39x (two runs: its long calls seldom had both cores to
 themselves); rows 65536 (192 MiB) SiLU 0.69-0.72x, tanh-GELU 0.90x, Erf-GELU 0.78x. Each
 line copied out right after its normalisation instead of in a burst after the row: 1.7-2.9x
-the burst's cycles. The path stays for a machine where it pays (tests turn it on). Its
-results are not bit for bit those of a build without it: LLVM unrolls the first pass
+the burst's cycles. On a quiet machine they do not: benchmarks/heldout_table.py --threads 2
+--models gelu_tanh,gelu_erf,silu,mish, plain stores against the streaming build in the same
+run, two runs at load 0.8-1.2, the [16 | 32, 1024, 768] rows took tanh-GELU + LN 0.86-1.25x
+(median 1.07), Erf-GELU 0.96-1.05x, SiLU 0.94-1.20x, Mish 0.86-1.49x the streaming time. The
+results of a build without the path are not bit for bit the same: LLVM unrolls the first pass
 differently around the staged row's select, and the row sum (the mean) is reassociated by
 the unroll; tanh-GELU / Mish + LN moved by up to 1.9e-6 on a quarter of the rows of
 [16, 1024, 768] (one ulp of their mean), SiLU + LN not at all; test_rowstage holds the
