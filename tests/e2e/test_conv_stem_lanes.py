@@ -105,11 +105,14 @@ def test_stem_matches_onnxruntime(built):
                                    where=(case, dims))
 
 
+THREADED = ("plain", "resnet", "rgba7s2pool", "widepad_s2")
+"""the cases also run on 1-3 threads (the thread split is the same for every stem)"""
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("built", THREADED, indirect=True)
 def test_stem_on_threads_matches_onnxruntime(built, threads, tmp_path):
     case, path, _, _ = built
-    if case not in ("plain", "resnet", "rgba7s2pool", "widepad_s2"):
-        pytest.skip("the thread split is the same for every stem: three cases cover it")
     # the library beside the model, as assert_threads_match_onnxruntime reads it
     assert_threads_match_onnxruntime(path, _shapes(case), threads, tmp_path, channels=CASES[case][0])
 
