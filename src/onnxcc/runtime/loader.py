@@ -240,6 +240,19 @@ def _tag(code: int, bits: int) -> int:
     return (code << 32) | (bits << 40) | (1 << 48)
 
 
+def _in_order(values, names: list[str]) -> list | None:
+    """`values` (a dict by name or a list, exactly one per name) in the order of `names`, or
+    None for anything else (the short run path's fallback: the checked path names the fault)."""
+    if type(values) is dict and len(values) == len(names):
+        try:
+            return [values[n] for n in names]
+        except KeyError:
+            return None
+    if type(values) is list and len(values) == len(names):
+        return values
+    return None
+
+
 class _Scratch:
     """Per-thread DLTensor arrays (as raw int64 words) with their shape buffers, reused across
     calls: a thread fills them, calls the library (which reads them only during the call)
@@ -669,14 +682,8 @@ class CompiledModel:
                 return None
             sc.iw[0] = _data_ptr(x)
         else:
-            if type(inputs) is dict and len(inputs) == self._n_in:
-                try:
-                    xs = [inputs[n] for n in self._in_names]
-                except KeyError:
-                    return None
-            elif type(inputs) is list and len(inputs) == self._n_in:
-                xs = inputs
-            else:
+            xs = _in_order(inputs, self._in_names)
+            if xs is None:
                 return None
             for x, want in zip(xs, self._in_np):
                 if type(x) is not np.ndarray or x.dtype != want or not x.flags.c_contiguous:
@@ -713,14 +720,8 @@ class CompiledModel:
     def _run_again_into(self, sc: _Scratch, out) -> dict[str, np.ndarray] | None:
         """_run_again's outputs for `out=`: every buffer given, each compact, writable and of
         exactly the known shape and dtype (else None: _run_flat checks them and names the fault)."""
-        if type(out) is dict and len(out) == self._n_out:
-            try:
-                bufs = [out[n] for n in self._out_names]
-            except KeyError:
-                return None
-        elif type(out) is list and len(out) == self._n_out:
-            bufs = out
-        else:
+        bufs = _in_order(out, self._out_names)
+        if bufs is None:
             return None
         ow, j = sc.ow, 0
         for b, (shape, dt, _) in zip(bufs, sc.outs):
@@ -739,7 +740,7 @@ class CompiledModel:
 
     def _run_flat(self, inputs, out=None, cast: bool = False) -> dict[str, np.ndarray]:
         memo = self._memo
-        if memo is not None:
+        if memo is not None and self.structure is not None:  # (run() tried the flat call's already)
             done = self._run_again(inputs, out)
             if done is not None:
                 return done
