@@ -137,6 +137,16 @@ class TileRows(LaneRows):
     def key_row(self, t: ir.Value) -> ir.Value | None:
         return self.row_start(self.fl.keyed, self.e, {self.key: t})  # type: ignore[arg-type]
 
+    def zeroed_regs(self, cols: int, name: str) -> list[list[ir.Value]]:
+        """VECTORS x `cols` accumulator slots (allocas mem2reg promotes to registers), each
+        set to zero here; slot [h][c] is named `name` + "{h}.{c}"."""
+        zero = ir.Constant(self.vty, [0.0] * self.lanes)
+        regs = [[self.ctx.alloca(self.vty, f"{name}{h}.{c}") for c in range(cols)] for h in range(VECTORS)]
+        for row in regs:
+            for reg in row:
+                self.b.store(zero, reg)
+        return regs
+
     def dot_tile(self, t0: ir.Value, j0: ir.Value) -> None:
         """The 2 x KEYS tile of keys t0 + j0 ..: a loop over the head, STEP elements an
         iteration, the accumulators in registers across it (promoted allocas); fully
@@ -145,10 +155,7 @@ class TileRows(LaneRows):
         ts = [b.add(t0, b.add(j0, i64(j), name="tiles.jj", flags=("nuw", "nsw")), name="tiles.t",
                     flags=("nuw", "nsw")) for j in range(KEYS)]
         krows = [self.key_row(t) for t in ts]
-        regs = [[self.ctx.alloca(vty, f"tiles.d{h}.{j}") for j in range(KEYS)] for h in range(VECTORS)]
-        for row in regs:
-            for reg in row:
-                b.store(ir.Constant(vty, [0.0] * self.lanes), reg)
+        regs = self.zeroed_regs(KEYS, "tiles.d")
         md = scalar_loop_metadata(self.owner.module)
         with for_range(b, i64(self.d // STEP), "tiles.e", guard=False, metadata=md) as e:
             e0 = b.mul(e, i64(STEP), name="tiles.e0", flags=("nuw", "nsw"))
@@ -175,10 +182,7 @@ class TileRows(LaneRows):
         b, vty = self.b, self.vty
         t = b.add(t0, j, name="tiles.t", flags=("nuw", "nsw"))
         krow = self.key_row(t)
-        parts = [[self.ctx.alloca(vty, f"tiles.p{h}.{c}") for c in range(CHAINS)] for h in range(VECTORS)]
-        for row in parts:
-            for reg in row:
-                b.store(ir.Constant(vty, [0.0] * self.lanes), reg)
+        parts = self.zeroed_regs(CHAINS, "tiles.p")
         md = scalar_loop_metadata(self.owner.module)
         with for_range(b, i64(self.d // CHAINS), "tiles.oe", guard=False, metadata=md) as e:
             e0 = b.mul(e, i64(CHAINS), name="tiles.oe0", flags=("nuw", "nsw"))
