@@ -5,6 +5,7 @@ attention computes of a compiled kernel program."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import ModelProto, NodeProto, helper
 from onnx import TensorProto as T
 
@@ -47,6 +48,17 @@ def score_chains_model(name: str, heads: dict[int, tuple[int, int]], scale: floa
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 9
     return m
+
+
+def build_one_version(model: ModelProto, d, name: str) -> str:
+    """`model` saved as d/m.onnx and built with one version: its library in d/lib, and the
+    kernel text (`--emit kernel`), which is returned."""
+    import onnxcc
+
+    onnx.save(model, d / "m.onnx")
+    text = onnxcc.compile(d / "m.onnx", d / "kir", name=name, emit="kernel", max_versions=1).text
+    onnxcc.compile(d / "m.onnx", d / "lib", name=name, max_versions=1)
+    return text
 
 
 def fused_attention(kernel_text: str) -> list:

@@ -17,7 +17,7 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
-from attention_masks import fused_attention, torch_causal_mask
+from attention_masks import build_one_version, fused_attention, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
 
@@ -94,13 +94,9 @@ _RUN = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    import onnxcc
     d = tmp_path_factory.mktemp("chunks")
-    onnx.save(_model(), d / "m.onnx")
-    text = onnxcc.compile(d / "m.onnx", d / "kir", name="chunks", emit="kernel", max_versions=1).text
-    fused = fused_attention(text)
+    fused = fused_attention(build_one_version(_model(), d, "chunks"))
     assert len(fused) == 4 and all(fl.rows_var is not None for fl in fused)
-    onnxcc.compile(d / "m.onnx", d / "lib", name="chunks", max_versions=1)
     return d
 
 

@@ -18,11 +18,9 @@ import textwrap
 
 import onnx
 import pytest
-from attention_masks import fused_attention, score_chains_model, torch_causal_mask
+from attention_masks import build_one_version, fused_attention, score_chains_model, torch_causal_mask
 from onnx import TensorProto as T
 from onnx import helper
-
-import onnxcc
 
 H = 2
 #: chain -> (Q's head, V's head)
@@ -78,10 +76,7 @@ _RUN = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiles")
-    onnx.save(_model(), d / "m.onnx")
-    kernels = onnxcc.compile(d / "m.onnx", d / "kir", name="tiles", emit="kernel", max_versions=1).text
-    onnxcc.compile(d / "m.onnx", d / "lib", name="tiles", max_versions=1)
-    return d, kernels
+    return d, build_one_version(_model(), d, "tiles")
 
 
 def test_every_wide_chain_is_fused_and_fits_the_tiles(built):
