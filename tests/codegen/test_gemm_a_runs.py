@@ -52,7 +52,9 @@ def _program(name: str, h: int, d: int, n: int = 256, split=None, const_w: bool 
     (4, 64, 64),     # the held-out transformer's projection
     (8, 64, 64),     # 512: one k block
     (16, 16, 16),    # runs of one vector
-    (12, 64, 0),     # 768: past one k block, left packed
+    (12, 64, 64),    # 768: k blocks of 256, four runs each (bert's projection)
+    (4, 48, 48),     # 192: one k block
+    (16, 48, 0),     # 768 in blocks of 256: a run would straddle two
     (32, 8, 0),      # runs shorter than a vector
 ])
 def test_runs_found_where_they_fit(h, d, want):
@@ -60,8 +62,8 @@ def test_runs_found_where_they_fit(h, d, want):
     g = match_gemm(c, p, TargetInfo(gemm_min_work=1))
     assert g is not None and g.a_runs == want, g.describe()
     assert ("a=runs" in g.describe()) is bool(want)
-    if want:  # staged, so the bias and the residual run in the micro-kernel's registers
-        assert g.a_direct and g.a_stage and g.in_regs
+    if want:  # staged; in one k block the bias and the residual run in the micro-kernel's registers
+        assert g.a_direct and g.a_stage and g.in_regs is (h * d <= g.kc)
 
 
 def test_not_runs_when_the_indices_do_not_split_k_alike():
@@ -73,18 +75,19 @@ def test_not_runs_when_the_indices_do_not_split_k_alike():
     assert g is not None and not g.a_runs
 
 
+@pytest.mark.parametrize("h", [4, 12], ids=["one_block", "three_blocks"])
 @pytest.mark.parametrize("parallel", [False, True], ids=["serial", "parallel"])
-def test_runs_match_numpy(parallel):
-    p, _ = _program(f"runs{int(parallel)}", 4, 64)
+def test_runs_match_numpy(parallel, h):
+    p, _ = _program(f"runs{int(parallel)}h{h}", h, 64)
     w, bias = p.buffers["W"].data, p.buffers["bias"].data
     schedule_program(p, TargetInfo(parallel=parallel, gemm_min_work=1))
     g = next(c.schedule.gemm for c in p.computes())
     assert g is not None and g.a_runs == 64
     kern = JitKernel(p, parallel=parallel)
     for b, s in ((1, 1), (1, 13), (2, 7), (3, 25), (2, 100)):  # panels of 12 rows across batches
-        y, r = randf(b, 4, s, 64), randf(b, s, 256)
+        y, r = randf(b, h, s, 64), randf(b, s, 256)
         c, = kern(y, r, syms={"B": b, "S": s})
-        want = y.transpose(0, 2, 1, 3).reshape(b, s, 256) @ w + bias + r
+        want = y.transpose(0, 2, 1, 3).reshape(b, s, h * 64) @ w + bias + r
         np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4, err_msg=f"B={b} S={s}")
 
 

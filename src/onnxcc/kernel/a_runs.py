@@ -36,17 +36,19 @@ def _split(ix: Expr, k: str, op: str) -> int | None:
 def runs_of(a: Expr, r: Reduce, kc: int, shape_of: Callable[[str], Sequence[Dim]]) -> int:
     """D when A is a load whose last index is `k % D` over a last dim of D, whose other
     indices reading k are `k // D`, the rest free of k, with D a multiple of MIN_RUN that
-    divides the static k extent, which fits one k block of `kc` (each run starts in the
-    block); 0 otherwise."""
+    divides the static k extent and, past one k block of `kc`, kc too (every run inside
+    one block); 0 otherwise."""
     if len(r.vars) != 1 or not isinstance(a, Load) or not a.indices:
         return 0
     (kv, ext), = r.vars
     k = kv.name
-    if not isinstance(ext, Const) or int(ext.value) > kc:
+    if not isinstance(ext, Const):
         return 0
     d = _split(a.indices[-1], k, "mod")
     shape = shape_of(a.buffer)
     if d is None or d < MIN_RUN or d % MIN_RUN or int(ext.value) % d or shape[-1] != d:
+        return 0
+    if int(ext.value) > kc and kc % d:  # k blocks start at multiples of kc: a run must not straddle one
         return 0
     for ix in a.indices[:-1]:
         if k in free_vars(ix) and _split(ix, k, "floordiv") != d:
