@@ -73,6 +73,15 @@ def test_not_runs_when_the_indices_do_not_split_k_alike():
     p, c = _program("perrow", 4, 64, const_w=False)  # B packed per call: not a dense layer
     g = match_gemm(c, p, TargetInfo(gemm_min_work=1))
     assert g is not None and not g.a_runs
+    # weights per batch (prepacked per b): b is a batch var of the GEMM, which runs does not take
+    q = KernelProgram.new("perbatch", ["S"])
+    y = q.input("Y", F32, (2, 4, S, 64))
+    w = q.const("W", randf(2, 256, 256))
+    k = Var("k")
+    c = q.compute(q.output("C", F32, (2, S, 256)),
+                  lambda b, s, j: rsum([(k, 256)], y[b, k // 64, s, k % 64] * w[b, k, j]))
+    g = match_gemm(c, q, TargetInfo(gemm_min_work=1))
+    assert g is not None and g.batch and not g.a_runs, g.describe()
 
 
 @pytest.mark.parametrize("h", [4, 12], ids=["one_block", "three_blocks"])

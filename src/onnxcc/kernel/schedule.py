@@ -535,7 +535,8 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
             g = dataclasses.replace(g, b_packed=packed)
             if not _reads_const_only(a, program):  # a dense layer: activations times weights
                 g = _dense_blocking(g, a, ks, n_static, program)
-                if g.dense and not g.a_direct and (d := runs_of(a, r, g.kc, lambda n: program.buffers[n].shape)):
+                if (g.dense and not g.a_direct and not g.batch  # one A for every row panel
+                        and (d := runs_of(a, r, g.kc, lambda n: program.buffers[n].shape))):
                     g = dataclasses.replace(g, a_direct=True, a_stage=True, a_runs=d)  # kernel/a_runs.py
     if (epi is not None and g.a_direct and g.b_const and len(nv) == 1 and None not in ks
             and _prod(ks) <= g.kc):  # one k block: the tile is final when the micro-kernel stores it
