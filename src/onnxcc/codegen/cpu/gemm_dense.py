@@ -5,7 +5,12 @@ Tasks: one row panel each, so no A block needs to stay in L2, and the columns cu
 so there are about `tasks` per thread and, on several threads, a multiple of the pool's
 chunks (POOL_CHUNKS_PER_THREAD per thread, n / chunks tasks each: runtime/onnxcc_rt.c
 `onnxcc_chunk_count`). M = 128 on 2 threads is 11 row panels: cut in 4 blocks as before, the two threads ran
-5 and 6 of them; now 88 tasks in 8 chunks of 11.
+5 and 6 of them; now 88 tasks in 8 chunks of 11. On several threads, where the row panels
+times the widest cut of the columns (DENSE_TASK_MIN_PANELS each) give fewer tasks than the pool
+has chunks, the tasks are cut narrower, down to one B panel, until they fill the chunks: a conv
+net's last stage is such a layer, mnasnet0_5's at batch 2, 96x80 M = 18 pixels (a row panel
+of 12 and one of 6) by N = 96 or 160 (3 or 5 panels), which was two tasks that 2 threads ran
+in the full panel's time (benchmarks/region_profile.py: 22 us of work in a 15 us span).
 
 Staging (`GemmPlan.a_stage`): rows of A that sit a multiple of 4 KiB apart all map to the same
 L1 sets, more of them than the L1 has ways, so the micro-kernel's 12 rows cannot stay in L1
@@ -46,6 +51,12 @@ def dense_blocks(b: ir.IRBuilder, bt: ir.Value, pm: ir.Value, pn: ir.Value, task
                  b.icmp_unsigned("==", threads, i64(1), name="dense.serial"), name="dense.even")
     n_jc = b.select(even, want, umax(b, want, chunks, "dense.njc.c"), name="dense.njc")
     most = umax(b, b.udiv(pn, i64(DENSE_TASK_MIN_PANELS), name="dense.njc.max"), i64(1), "dense.njc.max")
+    # few row panels: tasks narrower than DENSE_TASK_MIN_PANELS, down to one panel, until the
+    # tasks fill the pool's chunks (the module's doc)
+    few = b.icmp_unsigned("<", mul(b, rows, most, "dense.few.t"), chunks, name="dense.few")
+    fill = umin(b, ceildiv_v(b, chunks, rows, "dense.fill"), umax(b, pn, i64(1), "dense.pn1"), "dense.fill")
+    most = b.select(b.and_(few, b.icmp_unsigned(">", threads, i64(1), name="dense.par"), name="dense.few"),
+                    umax(b, most, fill, "dense.fill"), most, name="dense.njc.max")
     return rows, umax(b, umin(b, n_jc, most, "dense.njc"), i64(1), "dense.njc")
 
 
