@@ -24,7 +24,7 @@ def column_tasks(b: ir.IRBuilder, tasks: ir.Value, m: ir.Value, mr: int, pm: ir.
     of 2, 1, 1 and 1 panels, 3:2 between 2 threads; as 8 tasks, about even."""
     chunks = mul(b, threads, POOL_CHUNKS_PER_THREAD, "gemm.chunks")
     uneven = b.or_(b.icmp_unsigned("!=", b.urem(pm, blocks, name="gemm.pm.rem"), i64(0), name="gemm.pm.uneven"),
-                   b.icmp_unsigned("!=", b.urem(m, i64(mr), name="gemm.m.rem"), i64(0), name="gemm.m.tail"),
+                   b.icmp_unsigned("!=", b.urem(m, i64(mr), name="gemm.m.rem"), i64(0), name="gemm.m.partial"),
                    name="gemm.uneven")
     few = b.and_(b.icmp_unsigned("<", per, chunks, name="gemm.blocks.few"),
                  b.icmp_unsigned(">", threads, i64(1), name="gemm.par"), name="gemm.few")
