@@ -74,7 +74,7 @@ from ..llvm.helpers import (
 from . import gemm_gemv
 from . import gemm_window as gw
 from .gemm_columns import column_binder, column_segments
-from .gemm_dense import dense_blocks, stage_block, stage_rows
+from .gemm_dense import dense_blocks, stage_block, stage_rows, stage_runs
 from .gemm_flat import flat_columns_ok
 from .gemm_ir import RowIndex
 from .gemm_ir import add as _add
@@ -850,7 +850,10 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
             k0 = _mul(b, ko0, g.k_inner, "k0")
             if not g.a_direct and not g.a_const:
                 _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur, fctx.alloca)
-            if g.a_stage:  # rows [m0, m1) of this k block, row r - m0 at astage + (r - m0) * lda
+            if g.a_runs:  # the same, each row read run by run where A's index puts it
+                stage_runs(b, kem.module, g, em_a, lambda ii: _bind(em_a, _unflatten(b, ii, geo.m_ext, g.m), ext),
+                           m0, m1, k0, astage, lda, kcur)
+            elif g.a_stage:  # rows [m0, m1) of this k block, row r - m0 at astage + (r - m0) * lda
                 stage_rows(b, kem.module, g, _f32_ptr(b, a_rows, _add(b, _mul(b, m0, a_ld, "as.src"), k0, "as.src"),
                                                     "as.src"), a_ld, astage, lda, b.sub(m1, m0, name="as.rows"), kcur)
             first = b.icmp_unsigned("==", pc, i64(0), name="first")

@@ -25,22 +25,27 @@ L1 sets, more of them than the L1 has ways, so the micro-kernel's 12 rows cannot
 while the B panels stream by. Each task copies its rows of every k block into a stack block
 whose row stride is the block's length plus one cache line, and the micro-kernel reads that in
 place (x[M, 2048] @ W[2048, 512], M = 128 / 512: 0.85-0.9x the time of the rows read where
-they are)."""
+they are). An A whose rows are runs of its k in different places (`GemmPlan.a_runs`,
+kernel/a_runs.py: attention's output through its head transpose) is staged the same way,
+run by run (`stage_runs`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from llvmlite import ir
 
+from onnxcc.kernel.expr import Load
 from onnxcc.kernel.schedule import GemmPlan
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import PTR, for_range, i64, loop_metadata
 from .gemm_call import POOL_CHUNKS_PER_THREAD
-from .gemm_ir import ceildiv_v, f32_ptr, mul, umax, umin
+from .gemm_ir import add, ceildiv_v, f32_ptr, mul, umax, umin
 
 if TYPE_CHECKING:
+    from ..llvm.exprs import ExprEmitter
     from .emit import FnCtx
 
 DENSE_TASK_MIN_PANELS = 4
@@ -106,3 +111,29 @@ def stage_rows(b: ir.IRBuilder, module: ir.Module, g: GemmPlan, src: ir.Value, l
         with for_range(b, kcur, "as.t", guard=True, metadata=md) as t:
             v = b.load(f32_ptr(b, s_row, t, "as.s"), name="as.v", typ=F32, align=4)
             b.store(v, f32_ptr(b, d_row, t, "as.d"), align=4)
+
+
+def stage_runs(b: ir.IRBuilder, module: ir.Module, g: GemmPlan, em: ExprEmitter, bind_row: Callable[[ir.Value], None],
+               m0: ir.Value, m1: ir.Value, k0: ir.Value, dst: ir.Value, lda_dst: ir.Value, kcur: ir.Value) -> None:
+    """dst[(r - m0) * lda_dst + t] = A(r, k0 + t) for r in [m0, m1), t < kcur, A's k in runs
+    of g.a_runs contiguous elements (k0 and kcur multiples of it: kernel/a_runs.py): each
+    run's start is A's address at its first k under the row's m values (`bind_row` pushes
+    them on `em`), its elements copied as a vector loop."""
+    a, d = g.a, g.a_runs
+    assert d and isinstance(a, Load)
+    (kv, kext), = g.reduce.vars
+    md = loop_metadata(module, vector_width=g.vl)
+    nruns = b.udiv(kcur, i64(d), name="ar.runs")
+    with for_range(b, m1, "ar.r", start=m0, guard=True) as r:
+        bind_row(r)
+        d_row = f32_ptr(b, dst, mul(b, b.sub(r, m0, name="ar.r0"), lda_dst, "ar.do"), "ar.drow")
+        with for_range(b, nruns, "ar.j", guard=True) as j:
+            t0 = mul(b, j, d, "ar.t0")
+            em.push({kv.name: add(b, k0, t0, "ar.k")}, {kv.name: kext})
+            src = em.address(a.buffer, [em.emit(ix) for ix in a.indices])
+            em.pop()
+            d_run = f32_ptr(b, d_row, t0, "ar.drun")
+            with for_range(b, i64(d), "ar.t", guard=False, metadata=md) as t:
+                v = b.load(f32_ptr(b, src, t, "ar.s"), name="ar.v", typ=F32, align=4)
+                b.store(v, f32_ptr(b, d_run, t, "ar.d"), align=4)
+        em.pop()
