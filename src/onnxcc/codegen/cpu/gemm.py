@@ -86,6 +86,7 @@ from .gemm_ir import product as _product
 from .gemm_ir import umax as _umax
 from .gemm_ir import umin as _umin
 from .gemm_ir import unflatten as _unflatten
+from .gemm_rows import column_tasks
 from .gemm_rows import row_tiles as _row_tiles
 from .gemm_rows import tile_heights as _tile_heights
 from .gemm_static import dense_rows, narrow_wins, rows_outer
@@ -154,6 +155,7 @@ class _Geometry:
         n_ic = _mul(b, _ceildiv_v(b, n_ic, threads, "gemm.nic.t"), threads, "gemm.nic.r")
         self.n_ic = _umax(b, _umin(b, n_ic, self.Pm, "gemm.nic"), i64(1), "gemm.nic")
         self._tasks, self._per = tasks, _umax(b, _mul(b, bt_split, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
+        self._tasks_n = column_tasks(b, tasks, self.M, g.mr, self.Pm, self.n_ic, self._per, threads)
         self.threads = threads
         self.nbB = _product(b, self.bb_ext, "gemm.nbB")
         self.P0: ir.Value = i64(0)
@@ -170,7 +172,7 @@ class _Geometry:
 
     def n_blocks(self, b: ir.IRBuilder, panels: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(n blocks, tasks) when the tasks cover `panels` B panels."""
-        n_jc = _umax(b, _umin(b, _ceildiv_v(b, self._tasks, self._per, "gemm.njc.want"),
+        n_jc = _umax(b, _umin(b, _ceildiv_v(b, self._tasks_n, self._per, "gemm.njc.want"),
                               _umax(b, panels, i64(1), "gemm.pn1"), "gemm.njc"), i64(1), "gemm.njc")
         return n_jc, _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), n_jc, "gemm.tasks")
 
