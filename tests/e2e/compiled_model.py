@@ -70,7 +70,7 @@ def f32conv_sizes(kernel_text: str) -> list[dict[str, str]]:
     (kernel/conv_call.py `SIZES`)"""
     from onnxcc.kernel.conv_call import SIZES
 
-    calls = re.findall(r"call onnxcc_f32(?:conv|stem_\w+)\(([^;]*);", kernel_text)
+    calls = re.findall(r"call onnxcc_f32(?:conv|stem_\w+|wino_\w+)\(([^;]*);", kernel_text)
     return [dict(zip(SIZES, (s.strip() for s in c.split(",")), strict=True)) for c in calls]
 
 
