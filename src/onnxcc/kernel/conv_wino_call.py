@@ -32,7 +32,9 @@ from .conv_call import NR, pack_w, panels
 PREFIX = "onnxcc_f32wino_"
 """every Winograd callee's name starts so"""
 MIN_CHANNELS = 16
-"""input and output channels, at least (fewer: the transforms weigh on too few FMAs)"""
+"""input and output channels, at least: at 16 the Winograd call already took 0.63x the GEMM
+call's time (benchmarks/conv_wino_channels.py, 1x56x56, one thread); at 8 and 12 channels
+that net's convs do not reach the channels-last region at all, so fewer was not measured"""
 MAX_CHANNELS = 128
 """input and output channels, at most: a block's transformed tiles and products live on the
 stack (2 x 16 x TILES x 128 floats = 196 KiB)"""

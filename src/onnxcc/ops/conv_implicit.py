@@ -131,7 +131,12 @@ def _callee(planar: bool, wshape: tuple[int, ...], win: dict, pool: bool, residu
     thread, 78% -> 88% of the core's FMA roof, the region profile); any other conv the GEMM
     call. A window of fewer than 9 taps per channel (a 1x1 stem) stays on the GEMM
     call too: the stem call's 16 x 16 transpose per block would weigh on a few FMAs (not
-    measured)."""
+    measured). A dense 3x3 stride-1 conv of kernel/conv_wino_call.py's channel range (16 to
+    128 in and out), not pooled, takes the Winograd call (codegen/cpu/conv_wino.py: 2.25x
+    fewer FMAs; benchmarks/region_profile.py convnets:resnet at 1x224x224, one thread: a 32 ->
+    32 conv on the 112x112 map ~1.3 ms, the GEMM call's ~2.0 ms; benchmarks/
+    conv_wino_channels.py: two C -> C convs at 56x56 0.54-0.67x the GEMM call's time from C =
+    16 to 128)."""
     mo, cin, kh, kw = wshape
     strides = tuple(win["strides"])
     spec = StemSpec(cin, kh, kw, strides[0], strides[1], pool)
