@@ -3,8 +3,9 @@ Winograd call (ops/conv_implicit.py `_callee`, codegen/cpu/conv_wino.py): F(2x2,
 blocks of 12 output tiles, bias / residual / Relu in the stores, half tiles at odd H and W.
 
 The graph: a 3 -> 8 stem (the stem call), 8 -> 24 (8 input channels: the GEMM call), then
-24 -> 32 + Relu (input channels off the vector width), 32 -> 32 whose Add with its input and
-the Relu after it fold into its stores (a residual), again 32 -> 32 with a residual, 32 -> 17
+24 -> 32 + Relu (input channels off the vector width; its map an output), 32 -> 32 whose Add
+with that map and the Relu after it fold into its stores (a flat residual), again 32 -> 32
+with a residual (a padded map's, read through the call's offset table), 32 -> 17
 with asymmetric pads (0, 1, 2, 1) and no bias (output channels off the width; P taller than
 the plane by 2 all below), 17 -> 40 + Relu; two maps are outputs. Symbolic N, H, W, planes
 from 1x1 to 40x23 (half tiles on both axes, blocks spanning tile rows, a block of one tile),
@@ -23,7 +24,13 @@ import re
 import numpy as np
 import onnx
 import pytest
-from compiled_model import assert_matches_onnxruntime, assert_threads_match_onnxruntime, has_f32_conv_call, lib_fixture
+from compiled_model import (
+    assert_matches_onnxruntime,
+    assert_threads_match_onnxruntime,
+    f32conv_sizes,
+    has_f32_conv_call,
+    lib_fixture,
+)
 from conv_net import ConvNet
 from onnx import TensorProto, helper
 
@@ -45,12 +52,12 @@ def _model(path) -> None:
 
     h = node("Relu", conv("x", 3, 8))
     h = node("Relu", conv(h, 8, 24))
-    h = node("Relu", conv(h, 24, 32))
-    h = node("Relu", node("Add", conv(h, 32, 32), h))
+    s = node("Relu", conv(h, 24, 32))
+    h = node("Relu", node("Add", conv(s, 32, 32), s))
     r = node("Relu", node("Add", h, conv(h, 32, 32)))
     y = node("Relu", conv(conv(r, 32, 17, pads=(0, 1, 2, 1), bias=False), 17, 40))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
-    onnx.save(net.model("winograd", [x], [r, y], 13), path)
+    onnx.save(net.model("winograd", [x], [s, r, y], 13), path)
 
 
 built = lib_fixture("winograd", _model, max_versions=1)
@@ -68,6 +75,10 @@ def test_dense_3x3_convs_route_to_winograd(tmp_path):
     calls = re.findall(r"call (onnxcc_f32\w+)\(", kir)
     assert [c for c in calls if "wino" in c] == WINO, calls
     assert calls.count("onnxcc_f32conv") == 1, calls  # 8 input channels: the GEMM call
+    # out pads, a flat residual (its map an output: unpadded), a padded one (read through V)
+    sizes = [s for c, s in zip(calls, f32conv_sizes(kir), strict=True) if "wino" in c]
+    assert [(s["res"], s["rpad"]) for s in sizes[1:3]] == [("1", "0"), ("1", "1")]
+    assert any(s["opt"] == "1" for s in sizes)
 
 
 @pytest.mark.parametrize("dims", SHAPES, ids=lambda d: "x".join(map(str, d)))
