@@ -13,7 +13,8 @@ rows); a block, all on the stack (L1 / L2):
    OW leaves half a tile: their outputs are not stored), transformed by adds, stored as
    [16][TILES][C]; their sum times zero (NaN where any is Inf or NaN) kept aside;
 2. M: for each of the 16 positions the GEMM [TILES x C] . [C x M] in registers, 12 x 2
-   vectors of accumulators per panel of 32 output channels, one broadcast of V per tile and
+   vectors of accumulators per panel of 32 output channels (a block of fewer tiles, a small
+   plane's, 1, 2, 4 or 8 rows: `ROWS`), one broadcast of V per tile and
    two loads of the packed U per input channel (an empty side-effecting asm closes each
    step, as gemm_ukr.py's k loop, so the broadcasts are not hoisted and spilled);
 3. Y: each tile's 16 product vectors transformed by adds to its 4 pixels, then bias,
@@ -155,12 +156,12 @@ def _slots(b: ir.IRBuilder, n: int, name: str) -> list[ir.Value]:
         return [b.alloca(_V, name=f"{name}.{k}") for k in range(n)]
 
 
-def _transform_inputs(blk: _Block, vs: ir.Value, chk_slot: ir.Value) -> None:
-    """stage 1: V of the block's TILES tiles (zeros for tiles past nt) into vs [16][TILES][C];
-    chk_slot accumulates V * 0"""
+def _transform_inputs(blk: _Block, vs: ir.Value, chk_slot: ir.Value, rows: ir.Value) -> None:
+    """stage 1: V of the block's first `rows` tiles (zeros for tiles past nt) into vs
+    [16][TILES][C]; chk_slot accumulates V * 0"""
     b, spec, sz = blk.b, blk.spec, blk.sz
     cin = spec.cin
-    with for_range(b, i64(TILES), "ti", guard=False) as i:
+    with for_range(b, rows, "ti", guard=False) as i:
         oy, ox, valid = blk.tile(i)
         base = _ptr(b, blk.pbat, add(b, mul(b, oy, sz["ta"], "d.y"), mul(b, ox, cin, "d.x"), "d.off"), "d.base")
         # rows 0-2 and columns 0-2 of a valid tile lie in P; the 4th only where the tile's
@@ -187,8 +188,14 @@ def _transform_inputs(blk: _Block, vs: ir.Value, chk_slot: ir.Value) -> None:
             b.store(chk, chk_slot)
 
 
-def _products(blk: _Block, vs: ir.Value, ms: ir.Value) -> None:
-    """stage 2: ms[p][i][n] = sum(c: vs[p][i][c] * U[p][c][n]) for the 16 positions p"""
+ROWS = (1, 2, 4, 8, TILES)
+"""the GEMM's row counts: a block of nt tiles computes the least of these >= nt rows (a small
+plane's one block of a few tiles does not pay for 12: ppocr_det_v4's 96 -> 24 convs on 2x2
+to 8x8 maps)"""
+
+
+def _products(blk: _Block, vs: ir.Value, ms: ir.Value, rows: int) -> None:
+    """stage 2: ms[p][i][n] = sum(c: vs[p][i][c] * U[p][c][n]) for the 16 positions p, i < rows"""
     b, spec = blk.b, blk.spec
     cin, npan = spec.cin, panels(spec.cout)
     q = blk.buf["Q"]
@@ -196,21 +203,21 @@ def _products(blk: _Block, vs: ir.Value, ms: ir.Value) -> None:
         vrow = gcall.gep(b, vs, mul(b, p, TILES * cin, "vs.p"), F32, "vs.pos")
         for pan in range(npan):
             nv = min(2, -(-(spec.cout - NR * pan) // LANES))
-            acc = _slots(b, TILES * nv, f"acc{pan}")
+            acc = _slots(b, rows * nv, f"acc{rows}.{pan}")
             for s in acc:
                 b.store(_ZERO, s)
             upan = gcall.gep(b, q, mul(b, add(b, mul(b, p, npan, "u.p"), pan, "u.pan"), cin * NR, "u.off"), F32, "u")
             with for_range(b, i64(cin), "k", guard=False) as k:
                 urow = gcall.gep(b, upan, mul(b, k, NR, "u.k"), F32, "u.row")
                 u = [b.load(gcall.gep(b, urow, LANES * v, F32, "u.v"), name="u", typ=_V, align=4) for v in range(nv)]
-                for i in range(TILES):
+                for i in range(rows):
                     x = b.load(gcall.gep(b, vrow, add(b, k, i * cin, "x.at"), F32, "x.p"), name="x", typ=F32, align=4)
                     xv = gcall.splat(b, x, "x.v")
                     for v in range(nv):
                         s = acc[i * nv + v]
                         b.store(b.call(blk.intr["fma"], [xv, u[v], b.load(s, name="a", typ=_V)], name="fma"), s)
                 b.asm(ir.FunctionType(VOID, []), "", "", [], True, name="")
-            for i in range(TILES):
+            for i in range(rows):
                 row = mul(b, add(b, mul(b, p, TILES, "m.p"), i, "m.pi"), blk.nvec * LANES, "m.row")
                 for v in range(nv):
                     at = add(b, row, (2 * pan + v) * LANES, "m.at")
@@ -271,6 +278,22 @@ def _direct(blk: _Block, with_res: bool) -> None:
                     blk.store(py, px, ir.Constant(I1, 1), [b.load(s, name="a", typ=_V) for s in acc], with_res)
 
 
+def _rows_variants(b: ir.IRBuilder, rows: ir.Value, emit) -> None:
+    """`emit(r)` for the one r of ROWS that `rows` equals"""
+    if len(ROWS) == 1:
+        emit(ROWS[0])
+        return
+    merge = b.append_basic_block("rows.end")
+    sw = b.switch(rows, merge)
+    for r in ROWS:
+        blk = b.append_basic_block(f"rows{r}")
+        sw.add_case(i64(r), blk)
+        b.position_at_end(blk)
+        emit(r)
+        b.branch(merge)
+    b.position_at_end(merge)
+
+
 def _body(module: ir.Module, name: str, spec: WinoSpec) -> ir.Function:
     """`void body(i64 begin, i64 end, ptr ctx)`: items [begin, end) of the (batch, block of
     TILES tiles) grid, ctx = {sizes, bufs}"""
@@ -306,8 +329,11 @@ def _body(module: ir.Module, name: str, spec: WinoSpec) -> ir.Function:
         t0 = mul(b, b.sub(t, mul(b, bi, blocks, "bi.t"), name="blk"), TILES, "t0")
         nt = umin(b, b.sub(ntiles, t0, name="t.left"), i64(TILES), "nt")
         blk = _Block(b, spec, intr, sz, buf, bi, t0, nt, tw, bias, lo)
+        rows = i64(TILES)
+        for r in reversed(ROWS[:-1]):
+            rows = b.select(b.icmp_unsigned("<=", nt, i64(r), name="fits"), i64(r), rows, name="rows")
         b.store(_ZERO, chk_slot)
-        _transform_inputs(blk, vs, chk_slot)
+        _transform_inputs(blk, vs, chk_slot, rows)
         chk = b.load(chk_slot, name="chk", typ=_V)
         bad = b.fcmp_unordered("uno", chk, chk, name="bad")
         bad.type = _MASK
@@ -315,7 +341,7 @@ def _body(module: ir.Module, name: str, spec: WinoSpec) -> ir.Function:
             ir.IntType(LANES), 0), name="finite")
         with if_else(b, finite, name="wino") as (fast, slow):
             with fast:
-                _products(blk, vs, ms)
+                _rows_variants(b, rows, lambda r: _products(blk, vs, ms, r))
                 with if_else(b, with_res, name="ores") as (yes, no):
                     with yes:
                         _transform_outputs(blk, ms, True)
