@@ -65,12 +65,13 @@ def lib_fixture(name: str, write_model: Callable[[Path], object], **options):
 
 def f32conv_sizes(kernel_text: str) -> list[dict[str, str]]:
     """the sizes (the text before the buffers) of every `call onnxcc_f32conv(...)` in a kernel
-    IR dump, and of every stem call `onnxcc_f32stem_*(...)` (kernel/conv_stem_call.py: the
-    same sizes), one dict per call in the dump's order: each size's text by its name
+    IR dump, and of every stem call `onnxcc_f32stem_*(...)` and Winograd call
+    `onnxcc_f32wino_*(...)` (kernel/conv_stem_call.py, conv_wino_call.py: the same sizes), one
+    dict per call in the dump's order: each size's text by its name
     (kernel/conv_call.py `SIZES`)"""
     from onnxcc.kernel.conv_call import SIZES
 
-    calls = re.findall(r"call onnxcc_f32(?:conv|stem_\w+)\(([^;]*);", kernel_text)
+    calls = re.findall(r"call onnxcc_f32(?:conv|stem_\w+|wino_\w+)\(([^;]*);", kernel_text)
     return [dict(zip(SIZES, (s.strip() for s in c.split(",")), strict=True)) for c in calls]
 
 

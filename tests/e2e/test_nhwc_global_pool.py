@@ -1,8 +1,8 @@
 """Global pools of a channels-last region's value (passes/nhwc_region.py, ops/pool_nhwc.py):
-GlobalAveragePool, GlobalMaxPool and ReduceMean over H, W keeping its dims join the region as
+GlobalAveragePool, GlobalMaxPool and ReduceMean over H, W join the region as
 cc.global_*pool_nhwc and run as one call that walks the pixels with the channels in the vector
 lanes (onnxcc_f32chanpool, codegen/cpu/chan_pool.py); their [N, 1, 1, C] result leaves as a
-Reshape (a view). A ReduceMean that drops its dims stays outside.
+Reshape (a view), to [N, C] for a ReduceMean that drops its dims (mnasnet's head).
 
 Each head sits after a dense chain 3 -> 16 -> C (a region from its input) and is compared with
 onnxruntime through the user path at symbolic N, H, W: batch 1 to 3, odd planes, a 1x1 plane,
@@ -41,6 +41,10 @@ def _model(path, head: str, cout: int, also_map: bool = False, flatten: bool = T
         nodes.append(helper.make_node("ReduceMean", ["m"], ["p"], axes=[2, 3]))
     elif head == "reduce_mean_dropped":
         nodes.append(helper.make_node("ReduceMean", ["m"], ["p"], axes=[2, 3], keepdims=0))
+    elif head == "reduce_mean_dropped_input":
+        opset = 18
+        inits.append(numpy_helper.from_array(np.array([3, -2], np.int64), "axes"))
+        nodes.append(helper.make_node("ReduceMean", ["m", "axes"], ["p"], keepdims=0))
     else:
         nodes.append(helper.make_node(head, ["m"], ["p"]))
     nodes.append(helper.make_node("Flatten" if flatten else "Identity", ["p"], ["y"]))
@@ -64,7 +68,8 @@ def _check(tmp_path, names) -> None:
 
 
 @pytest.mark.parametrize("head,kind", [("GlobalAveragePool", "avg"), ("GlobalMaxPool", "max"),
-                                       ("reduce_mean", "avg"), ("reduce_mean_input", "avg")])
+                                       ("reduce_mean", "avg"), ("reduce_mean_input", "avg"),
+                                       ("reduce_mean_dropped", "avg"), ("reduce_mean_dropped_input", "avg")])
 @pytest.mark.parametrize("cout", [40, 72])
 def test_global_pool_joins_the_region(tmp_path, head, kind, cout):
     _model(tmp_path / "m.onnx", head, cout)
@@ -86,11 +91,14 @@ def test_pool_of_a_value_that_also_leaves(tmp_path):
     _check(tmp_path, ["y", "m"])
 
 
-def test_reduce_mean_dropping_its_dims_stays_out(tmp_path):
-    _model(tmp_path / "m.onnx", "reduce_mean_dropped", 40)
+@pytest.mark.parametrize("flatten", [True, False])
+def test_reduce_mean_dropping_its_dims_leaves_as_n_by_c(tmp_path, flatten):
+    """mnasnet's head: the [N, C] mean read by a Flatten, or returned as it is (the Reshape view
+    of the pool's buffer is the graph's output)"""
+    _model(tmp_path / "m.onnx", "reduce_mean_dropped", 72, flatten=flatten)
     text = onnxcc.compile(tmp_path / "m.onnx", tmp_path / "ir", emit="ir", max_versions=1).text
-    assert "global_avgpool_nhwc" not in text
-    assert "onnx.ReduceMean(" in text
+    assert "onnx.ReduceMean(" not in text
+    assert text.count("cc.global_avgpool_nhwc(") == 1
     _check(tmp_path, ["y"])
 
 

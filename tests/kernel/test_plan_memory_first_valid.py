@@ -52,9 +52,10 @@ def _table(h_multiple: int = 1) -> SymbolTable:
 
 
 def _plans(monkeypatch, full_search: bool, h_multiple: int = 1) -> tuple[list[str], int]:
-    # budgets counted in layouts (not CPU time), so both searches make the same layouts
-    monkeypatch.setattr(pm, "PROOF_SECONDS", float("inf"))
-    monkeypatch.setattr(pm, "SPLIT_SECONDS_MIN", float("inf"))
+    # budgets off: they count proofs, which the full search makes more of, so both searches
+    # make the same layouts only when neither is cut
+    monkeypatch.setattr(pm, "PROOF_QUERIES", float("inf"))
+    monkeypatch.setattr(pm, "PLAN_PROOFS", float("inf"))
     if full_search:
         monkeypatch.setattr(pm._Sampler, "inside", lambda self, table: False)
     asked = [0]

@@ -101,13 +101,15 @@ def _side(s, k):
     return s
 
 
-@pytest.mark.parametrize("budget", [None, -1.0], ids=["full-search", "proof-budget-spent"])
+@pytest.mark.parametrize("budget", [None, ("PROOF_QUERIES", 0), ("PROOF_SECONDS", -1.0)],
+                         ids=["full-search", "proof-count-spent", "proof-backstop-spent"])
 def test_convnet_like_plan_is_disjoint(budget, monkeypatch):
     # stride-2 stages with skip reads: sizes are nested floors of H and W, lifetimes overlap.
-    # With the proof budget spent before the first proof (PROOF_SECONDS), unproved pairs count
-    # as unordered: the plan must stay disjoint, only larger, and say it was cut.
+    # With the proof budget spent before the first proof (the count, PROOF_QUERIES, or the
+    # CPU-time backstop, PROOF_SECONDS), the plan falls back to one region per temp: it must
+    # stay disjoint, only larger, and say it was cut.
     if budget is not None:
-        monkeypatch.setattr(pm, "PROOF_SECONDS", budget)
+        monkeypatch.setattr(pm, *budget)
     p = KernelProgram.new("k", ["batch", "H", "W"])
     chans = [16, 24, 24, 40, 40, 48, 96, 96]
     p.input("x", DType.f32, (B, 3, H, W))

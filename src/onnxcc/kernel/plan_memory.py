@@ -334,31 +334,39 @@ def liveness(program: KernelProgram) -> dict[str, tuple[int, int]]:
     return out
 
 
+PROOF_QUERIES = 400_000
+"""Proofs (`Prover.le` calls, `_le1`) one plan may make before it is abandoned for the plan
+that needs none: every temp in a region of its own, stacked (`_stacked_plan`; the arena is
+the sum of the buffers, as without reuse), said by `MemoryPlan.proofs_cut` and NAME.json's
+version info `plan_proofs_cut`. Sizes built of nested floors (a MobileNet's or a voice
+model's strided convs and pools over symbolic lengths) can make a placement ask thousands and
+offsets stacked as `Max` of `Max` grow without bound; the optional work (`PLAN_PROOFS`)
+stops long before this, which only a first placement can reach. Counted, not timed, so the
+same module gets the same plan on any machine under any load."""
+
 PROOF_SECONDS = 20.0
-"""CPU time one plan may spend proving. Sizes built of nested floors (a MobileNet's or a voice
-model's strided convs and pools over symbolic lengths) can make each `<=` proof cost seconds,
-a placement ask thousands, and offsets stacked as `Max` of `Max` grow without bound. Past the
-budget the plan is abandoned for the plan that needs no proof: every temp in a region of its
-own, stacked (`_stacked_plan`; the arena is the sum of the buffers, as without reuse). The
-compile time stays bounded, the result is the same, only the arena grows, and the plan says so
-(`MemoryPlan.proofs_cut`; NAME.json's version info `plan_proofs_cut`). CPU seconds of this
-process, so a loaded machine does not cut sooner; a model under the budget plans the same
-every time."""
+"""The backstop behind `PROOF_QUERIES`: CPU seconds one plan may spend proving, for a model
+whose single proofs cost seconds (nothing in the zoo comes near: its largest plan proves in
+about a second). The one clock-dependent cut, reported like the counted one."""
 
 
 class _BudgetSpent(Exception):
     pass
 
 
-_deadline = [math.inf]  # when the running plan's proof budget ends (plans do not nest)
+_deadline = [math.inf]  # when the running plan's proof backstop ends (plans do not nest)
 _next_look = [0.0]  # wall time before which the CPU clock is not read again
+_proofs = [0]  # proofs the running plan has made (`_le1`): what its budgets count
 
 
 def _check_budget() -> None:
+    _proofs[0] += 1
+    if _proofs[0] > PROOF_QUERIES:
+        raise _BudgetSpent
     # NOTE: the CPU clock is a system call (microseconds, far more on a loaded machine) and a
     # plan checks before every proof: it is read at most every 10 ms of wall time, which
     # passes no faster than CPU time in a single-threaded process, so the cut comes as late
-    # as 10 ms after the budget ends, never sooner
+    # as 10 ms after the backstop ends, never sooner
     now = time.perf_counter()
     if now < _next_look[0]:
         return
@@ -391,6 +399,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None,
     plans of one module's versions, shares their provers and what those proved (each
     version's placements ask many of the same pairs under the same ranges)."""
     _deadline[0] = time.process_time() + PROOF_SECONDS
+    _proofs[0] = 0
     _RUNNING[0] = memos if memos is not None else PlanMemos()
     try:
         return _plan(program, symbols)
@@ -399,6 +408,7 @@ def plan(program: KernelProgram, symbols: SymbolTable | None = None,
     finally:
         _deadline[0] = math.inf
         _next_look[0] = 0.0
+        _proofs[0] = 0
         _RUNNING[0] = PlanMemos()
 
 
@@ -471,20 +481,29 @@ class _Layout:
 
 
 def _best_layout(slots: list[_Slot], prover: Prover, samplers: list[_Sampler], peak: Dim,
-                 sweep: list[_Sampler] | None = None) -> _Layout:
+                 sweep: list[_Sampler] | None = None, proofs: float = math.inf) -> _Layout:
     """Best fit in each order of `_ORDERS`, ranked at each sample point; the layout whose
     arena is closest to the peak at every point is kept. Every layout tried is valid over the
-    whole range of `prover.table`. `worst` is taken over `sweep` (default: the samplers)."""
+    whole range of `prover.table`. `worst` is taken over `sweep` (default: the samplers).
+
+    Each order is tried at every point before the next order (the first, biggest first, kept
+    324 of the 390 layouts the zoo's 68 models planned, ties included; the other two 35 and
+    31); after the first placement, one is started only while the plan has made fewer than
+    `proofs` proofs. Equal scores keep the point-major first (its index in `tries`), so a
+    search that is not cut keeps the layout it kept when the points were the outer loop."""
     best = None
-    for sample in samplers:
-        for key in _ORDERS:
-            trial = [_Slot(list(x.members), x.first, x.last, x.size, x.order) for x in slots]
-            _place(sorted(trial, key=lambda x: key(x, sample)), prover, sample)
-            ws = max_dims(_tops(trial), prover, sample)
-            ratios = [q(ws) / max(1, q(peak)) for q in samplers]
-            score = (max(ratios), sum(q(ws) for q in samplers))
-            if best is None or score < best[0]:
-                best = (score, _Layout([x.offset for x in trial], ws, 0.0))
+    tries = [(sample, key) for sample in samplers for key in _ORDERS]
+    for k in sorted(range(len(tries)), key=lambda k: (k % len(_ORDERS), k)):
+        if best is not None and _proofs[0] >= proofs:
+            break
+        sample, key = tries[k]
+        trial = [_Slot(list(x.members), x.first, x.last, x.size, x.order) for x in slots]
+        _place(sorted(trial, key=lambda x: key(x, sample)), prover, sample)
+        ws = max_dims(_tops(trial), prover, sample)
+        ratios = [q(ws) / max(1, q(peak)) for q in samplers]
+        score = (max(ratios), sum(q(ws) for q in samplers), k)
+        if best is None or score < best[0]:
+            best = (score, _Layout([x.offset for x in trial], ws, 0.0))
     if best is None:
         return _Layout([], 0, 1.0)
     lay = best[1]
@@ -501,12 +520,18 @@ MAX_RANGE_LAYOUTS = 8
 1.2x the peak in every range spent 31 placements per version (most of its compile time)"""
 SPLIT_CAP = 1 << 16
 """ranges are bisected geometrically below this value (symbols' ranges often end at 2**31)"""
-SPLIT_SECONDS_MIN = 1.0
-"""CPU seconds the per-range layouts may always spend; beyond it they may spend as much as the
-whole-range layout took. A 670-node OCR detector's whole-range layout took 3.5-5.3 s and its
-ten range layouts 20-23 s more for an arena 1.19x -> 1.13-1.19x the peak; past the budget
-the parts not yet planned keep the whole-range layout, valid over every range. A range layout
-is started only where the budget leaves the time the last one took (see `_range_layouts`)"""
+PLAN_PROOFS = 8_000
+"""Proofs (`_le1`'s calls of `Prover.le`, counted per plan) a plan may spend on the work that
+only improves it: the whole-range layout's placements after its first (`_best_layout`), then
+the per-range layouts, each started only where the proofs made so far plus what the last
+range layout made stay within it (they plan the same slots: the last one's count is a fair
+guess); the parts not yet planned keep the whole-range layout, valid over every range.
+Counted, not timed, so a plan is the same on any machine under any load (a clock budget gave
+a loaded machine a different plan, a different library). A version's count includes what
+the module's earlier versions proved for it (`PlanMemos`: a proof asked again is free), the
+same in every build of the module. Sized on a 670-node OCR detector: its whole-range layout
+makes 14-20k proofs in 12 placements (its fourth wins), each range layout 9-13k for an arena
+1.188x -> 1.186x the peak; a budget in seconds took 3.5 s for its two versions."""
 
 
 def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, peak: Dim) -> _Layout:
@@ -521,17 +546,16 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
     placements provably fit; equal neighbours merge. Offsets and the arena become
     `Piecewise((part 1, sym <= hi1), ..., (last part, True))`, evaluated once per call."""
     table = prover.table
-    start = time.process_time()
 
-    def layout(t: SymbolTable) -> _Layout:
+    def layout(t: SymbolTable, proofs: float = math.inf) -> _Layout:
         p = prover
         if t is not table:  # a part of the range: what the whole-range prover proved holds here
             p = _prover(t)
             _PARENTS[p] = prover
         return _best_layout(slots, p, [_Sampler(e) for e in _sample_points(program, t)], peak,
-                            [_Sampler(e) for e in _sweep_points(program, t)])
+                            [_Sampler(e) for e in _sweep_points(program, t)], proofs)
 
-    whole = layout(table)
+    whole = layout(table, PLAN_PROOFS)
     if whole.worst <= SPLIT_ABOVE:
         return whole
     split = _split_symbol(slots)
@@ -540,29 +564,25 @@ def _range_layouts(slots: list[_Slot], program: KernelProgram, prover: Prover, p
     info = table.infos[split]
 
     budget = [MAX_RANGE_LAYOUTS]  # layouts left to try (each costs a full placement)
-    spent_whole = time.process_time() - start
-    deadline = time.process_time() + max(SPLIT_SECONDS_MIN, spent_whole)
+    last = [0]  # proofs the last range layout made: what the next one is expected to
 
-    last = [0.0]  # CPU seconds the last range layout took: what the next one is expected to
-
-    def out_of_time() -> bool:
-        # NOTE: a layout is not started that would be expected to end past the deadline (the
-        # OCR detector's versions each started one more, 1.4 and 2.2 s, past a budget of 1.6
-        # and 2.6: the last one's cost is a fair guess, the ranges plan the same slots)
-        return time.process_time() + last[0] > deadline
+    def out_of_proofs() -> bool:
+        # NOTE: a layout is not started that would be expected to end past the budget (the
+        # OCR detector's range layouts each made 9-13k proofs, one budget's worth)
+        return _proofs[0] + last[0] > PLAN_PROOFS
 
     def solve(lo: int, hi: int, depth: int, lay: _Layout | None = None) -> list[tuple[int, _Layout]]:
-        if lay is None and out_of_time():
+        if lay is None and out_of_proofs():
             return [(hi, whole)]
         if lay is None:
             sub = SymbolTable(dict(table.infos))
             sub.infos[split] = replace(info, lo=lo, hi=hi)
-            begun = time.process_time()
+            begun = _proofs[0]
             lay = layout(sub)
-            last[0] = time.process_time() - begun
+            last[0] = _proofs[0] - begun
             budget[0] -= 1
         top = min(hi, SPLIT_CAP)
-        if lay.worst <= SPLIT_ABOVE or depth == 0 or top - lo < 2 or budget[0] < 2 or out_of_time():
+        if lay.worst <= SPLIT_ABOVE or depth == 0 or top - lo < 2 or budget[0] < 2 or out_of_proofs():
             return [(hi, lay)]
         mid = max(lo, min(top - 1, math.isqrt(lo * top)))
         return solve(lo, mid, depth - 1) + solve(mid + 1, hi, depth - 1)

@@ -32,6 +32,7 @@ import sympy
 
 from onnxcc.ir import Dim, Divisible, DType, canon
 
+from .a_runs import runs_of
 from .conv_window import ConvWindow, in_place_source, match_conv_window
 from .expr import Binary, Cast, Check, Const, Expr, Load, Reduce, Select, SymRef, Unary, Var, free_vars, transform, walk
 from .flash import Flash, match_flash, rows_per_item
@@ -155,6 +156,10 @@ class GemmPlan:
     size of 1024 or 2048 floats), so the micro-kernel's rows would all map to the same L1
     sets: each task copies its rows of every k block into a stack block of a row stride that
     does not alias (`A_STAGE_PAD` more than the block), then reads that in place"""
+    a_runs: int = 0
+    """A is staged (`a_stage`) from runs of this many contiguous k, each starting where A's
+    own index says (kernel/a_runs.py: attention's output read through its head transpose);
+    0: A's rows are plain strided"""
     col_ops: tuple[RowOp, ...] | None = None
     """the epilogue as per-column operations (bias[n], a residual tile) the micro-kernel
     applies before it stores, for A read in place and B prepacked in one k block (a
@@ -194,7 +199,7 @@ class GemmPlan:
     @property
     def _a_mode(self) -> str:
         if self.a_direct:
-            return "staged" if self.a_stage else "direct"
+            return "runs" if self.a_runs else "staged" if self.a_stage else "direct"
         return "prepacked" if self.a_const else "packed"
 
     @property
@@ -530,6 +535,9 @@ def match_gemm(c: Compute, program: KernelProgram, target: TargetInfo) -> GemmPl
             g = dataclasses.replace(g, b_packed=packed)
             if not _reads_const_only(a, program):  # a dense layer: activations times weights
                 g = _dense_blocking(g, a, ks, n_static, program)
+                if (g.dense and not g.a_direct and not g.batch  # one A for every row panel
+                        and (d := runs_of(a, r, g.kc, lambda n: program.buffers[n].shape))):
+                    g = dataclasses.replace(g, a_direct=True, a_stage=True, a_runs=d)  # kernel/a_runs.py
     if (epi is not None and g.a_direct and g.b_const and len(nv) == 1 and None not in ks
             and _prod(ks) <= g.kc):  # one k block: the tile is final when the micro-kernel stores it
         ops = match_row_epilogue(epi, Load(c.out, tuple(Var(n) for n in names), F32), nv[0],

@@ -15,6 +15,7 @@ from __future__ import annotations
 from ..ir import canon
 from ..kernel import Buffer, CallStmt, Compute, KernelProgram, Var
 from ..kernel.conv_call import CALLEE, SIZES, Buffers, Sizes
+from ..kernel.conv_wino_call import PREFIX as WINO_PREFIX
 from ..kernel.expr import Const, Expr, Load, Select, dim_to_expr
 from .shape import concat_offsets, concat_select
 
@@ -57,7 +58,9 @@ def _writer(p: KernelProgram, part: Buffer, stmts: list, cat_stmt: Compute) -> i
     if len(writers) != 1 or readers != [cat_stmt]:
         return None
     call = writers[0]
-    if not (isinstance(call, CallStmt) and call.fn == CALLEE and call.outs == (part.name,)):
+    # the Winograd call (a 3x3 expand) stores its pixels through ldc and c0 as the GEMM call does
+    if not (isinstance(call, CallStmt) and (call.fn == CALLEE or call.fn.startswith(WINO_PREFIX))
+            and call.outs == (part.name,)):
         return None
     sizes = dict(zip(SIZES, call.sizes, strict=True))
     bufs = dict(zip(Buffers.__dataclass_fields__, call.buffers, strict=True))

@@ -18,7 +18,9 @@ import numpy as np
 from ..ir import DType, canon
 from ..kernel import Buffer, CallStmt, Compute, Const, Load, select
 from ..kernel.conv_call import CALLEE, POOL_ROWS, Buffers, Sizes, pack_w, pack_w_planar
+from ..kernel.conv_stem_call import PREFIX as STEM_PREFIX
 from ..kernel.conv_stem_call import StemSpec
+from ..kernel.conv_wino_call import WinoSpec, pack_q
 from .pad_guard import pad_guard
 
 
@@ -115,6 +117,11 @@ def _stem_planar(ctx, x: Buffer, stored, wv: np.ndarray, win: dict, pb, pool: bo
     return window, xp, q
 
 
+WINOGRAD = True
+"""route dense 3x3 stride-1 convs of kernel/conv_wino_call.py's channel range to the Winograd
+call (codegen/cpu/conv_wino.py); off: every such conv on the GEMM call"""
+
+
 def _callee(planar: bool, wshape: tuple[int, ...], win: dict, pool: bool, residual: Buffer | None) -> str:
     """The one routing decision between the GEMM call and the stem call (same sizes and
     buffers): a planar stem without a residual, its strides 1 or 2 and kernel at most 7x7,
@@ -124,12 +131,21 @@ def _callee(planar: bool, wshape: tuple[int, ...], win: dict, pool: bool, residu
     thread, 78% -> 88% of the core's FMA roof, the region profile); any other conv the GEMM
     call. A window of fewer than 9 taps per channel (a 1x1 stem) stays on the GEMM
     call too: the stem call's 16 x 16 transpose per block would weigh on a few FMAs (not
-    measured)."""
-    _, cin, kh, kw = wshape
+    measured). A dense 3x3 stride-1 conv of kernel/conv_wino_call.py's channel range (16 to
+    128 in and out), not pooled, takes the Winograd call (codegen/cpu/conv_wino.py: 2.25x
+    fewer FMAs; benchmarks/region_profile.py convnets:resnet at 1x224x224, one thread: a 32 ->
+    32 conv on the 112x112 map ~1.3 ms, the GEMM call's ~2.0 ms; benchmarks/
+    conv_wino_channels.py: two C -> C convs at 56x56 0.54-0.67x the GEMM call's time from C =
+    16 to 128)."""
+    mo, cin, kh, kw = wshape
     strides = tuple(win["strides"])
     spec = StemSpec(cin, kh, kw, strides[0], strides[1], pool)
     if planar and residual is None and tuple(win["dilations"]) == (1, 1) and spec.supported() and kh * kw >= 9:
         return spec.callee
+    wino = WinoSpec(cin, mo)
+    if (WINOGRAD and not planar and not pool and (kh, kw) == (3, 3) and strides == (1, 1)
+            and tuple(win["dilations"]) == (1, 1) and wino.supported()):
+        return wino.callee
     return CALLEE
 
 
@@ -162,7 +178,7 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
     stored = (canon(y.shape[1] - opt - opb), canon(y.shape[2] - opl - opr))
     planar = cin <= PLANAR_MAX_CIN and dil[1] == 1
     callee = _callee(planar, wv.shape, win, pool, residual)
-    if callee != CALLEE:
+    if callee.startswith(STEM_PREFIX):
         window, xp, q = _stem_planar(ctx, x, stored, wv, win, pb, pool)
     elif planar:
         window, xp, q = _planar(ctx, x, stored, wv, win, pb, pe, pool)
@@ -173,7 +189,7 @@ def implicit_conv(ctx, y: Buffer, x: Buffer, w_index: int, bias_index: int | Non
             hp, wp = canon(hin + pb[0] + pe[0]), canon(win_ + pb[1] + pe[1])
             xp = ctx.temp(DType.f32, (n_, hp, wp, cin), "xpad")
             ctx.compute(xp, lambda n, h, w, c: _padded_read(ctx, x, pb, pe, n, h, w, c))
-        q = ctx.const(pack_w(wv), "wpack")
+        q = ctx.const(pack_w(wv) if callee == CALLEE else pack_q(wv), "wpack")
         # window rows of KW * C contiguous elements, or taps of C when dilated along W
         s1, ss1, seg = (1, 0, kw * cin) if dil[1] == 1 else (kw, dil[1] * cin, cin)
         window = dict(batch=n_, m=_rows(stored, pool), n=mo, s0=kh, ss0=canon(dil[0] * wp * cin), s1=s1, ss1=ss1,

@@ -110,11 +110,13 @@ class RegionRewriter:
         new = self.new[id(old)]
         anchor = new.owner
         assert isinstance(anchor, Op)
-        if unit_plane(old.type):
-            # [N, 1, 1, C] and [N, C, 1, 1] hold their elements in the same order: a Reshape, a
-            # view, where a Transpose is a compute that fusion would inline a pool into (its
-            # reduction then strided over the channels again); Reshape's 0 keeps N
-            shape = self.plane_shape(np.array([0, old.type.shape[1], 1, 1], np.int64), op, anchor)
+        if old.type.rank == 2 or unit_plane(old.type):
+            # [N, 1, 1, C] and [N, C, 1, 1] (or a pool's [N, C] without its dims) hold their
+            # elements in the same order: a Reshape, a view, where a Transpose is a compute that
+            # fusion would inline a pool into (its reduction then strided over the channels
+            # again); Reshape's 0 keeps N
+            dims = [0, old.type.shape[1]] + [1, 1] * (old.type.rank == 4)
+            shape = self.plane_shape(np.array(dims, np.int64), op, anchor)
             t = Op("onnx.Reshape", [new, shape], [old.type], {}, loc=op.loc, result_names=[old.name])
         else:
             t = Op("onnx.Transpose", [new], [old.type], {"perm": list(TO_NCHW)}, loc=op.loc,

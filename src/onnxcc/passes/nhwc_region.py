@@ -38,9 +38,10 @@ constant weight as B; so the whole chain is moved:
 
 Rank-0 operands (Clip's bounds, a scalar) stay as they are. An AveragePool joins where
 its divisor is the constant window size (cc.avgpool_nhwc); GlobalAveragePool, GlobalMaxPool
-and a ReduceMean over H, W keeping its dims join as cc.global_*pool_nhwc, whose [N, 1, 1, C]
+and a ReduceMean over H, W join as cc.global_*pool_nhwc, whose [N, 1, 1, C]
 result leaves the region without a feature-map conversion (a net's head no longer counts one
-against the region). Everything else (other pooling, other Concats, Reshape, grouped convs)
+against the region; a ReduceMean that drops its dims, mnasnet's `x.mean([2, 3])`, leaves as a
+Reshape to [N, C], its C static). Everything else (other pooling, other Concats, Reshape, grouped convs)
 is outside: where it reads a region value it gets the NCHW one back. The rewrite is exact (the same sums in the same
 order per tap; the GEMM paths sum a conv as the NCHW path does, up to f32 reassociation).
 """
@@ -219,13 +220,13 @@ region without moving a feature map"""
 
 def _global_pool(op: Op, module: Module) -> str | None:
     """the channels-last op for a global pool over H, W of a 4-D value (a ReduceMean over axes
-    2, 3 that keeps its dims too), or None"""
+    2, 3 too, keeping its dims or, with a static C, dropping them), or None"""
     kind = GLOBAL_POOLS.get(op.name)
     if kind is None or len(op.results) != 1 or op.operands[0].type.rank != 4:
         return None
     if op.name == "onnx.ReduceMean":
-        if not int(op.attrs.get("keepdims", 1)):
-            return None
+        if not int(op.attrs.get("keepdims", 1)) and not isinstance(op.operands[0].type.shape[1], int):
+            return None  # its [N, C] exit is a Reshape by a constant shape
         if len(op.operands) > 1:
             axes = const_value(op.operands[1], module)
             if axes is None:
@@ -238,6 +239,15 @@ def _global_pool(op: Op, module: Module) -> str | None:
     elif len(op.operands) != 1:
         return None
     return kind
+
+
+def _kept_dims(t: TensorType, op: Op) -> TensorType:
+    """`t`, or for a ReduceMean's [N, C] without its dims the [N, C, 1, 1] it pools into
+    (its channels-last twin [N, 1, 1, C] holds the same elements in the same order)"""
+    if t.rank == 4:
+        return t
+    x = op.operands[0].type
+    return TensorType(t.dtype, (x.shape[0], x.shape[1], 1, 1))
 
 
 def _known_dims(v: Value) -> list | None:
@@ -272,6 +282,8 @@ class _Finder(RegionFinder):
         if op.name == "onnx.Resize":  # a decoder's upsampling (its roi is often `absent`)
             return (t.rank == 4 and t.dtype is DType.f32 and not t.has_unknown and op.operands[0].type.rank == 4
                     and channels_last_resize(op, self.constant, _known_dims) is not None)
+        if t.rank == 2 and op.name == "onnx.ReduceMean":  # keepdims 0: [N, C], leaving as a Reshape
+            return t.dtype is DType.f32 and not t.has_unknown and _global_pool(op, self.module) is not None
         if t.rank != 4 or t.dtype is not DType.f32 or t.has_unknown or op.attrs.get("absent"):
             return False
         if op.name in UNARY:
@@ -440,7 +452,7 @@ class _Rewriter(RegionRewriter):
         pooled = _global_pool(op, self.module)
         ins = op.operands[:1] if pooled else op.operands  # a ReduceMean's axes are the op's now
         operands = [self.operand(v, op) for v in ins]
-        rt = permuted(op.results[0].type)
+        rt = permuted(_kept_dims(op.results[0].type, op))
         folded = self.absorbed.get(id(op))
         if folded is not None:  # the conv's stores apply it
             self.new[id(op.results[0])] = self.new[id(folded.results[0])]

@@ -5,9 +5,10 @@ entry block's frame; the call is `i32 fn(ptr sizes, ptr buffers)` and a nonzero 
 leaves the kernel with ERR_ASSERT (the runtime set the thread's error message, which the
 dispatcher appends). cpu.py's `STMT_EMITTERS` table points here. The 8-bit GEMM calls
 (kernel/i8gemm.py), the f32 implicit-GEMM conv (kernel/conv_call.py), the small-input-channel
-stem conv (kernel/conv_stem_call.py) and the channels-last global pool
-(kernel/chan_pool_call.py) keep that signature but their callee is defined in LLVM, in the
-module (gemm_int8.py, gemm_implicit.py, conv_stem.py, chan_pool.py), not in the runtime.
+stem conv (kernel/conv_stem_call.py), the Winograd 3x3 conv (kernel/conv_wino_call.py) and the
+channels-last global pool (kernel/chan_pool_call.py) keep that signature but their callee is
+defined in LLVM, in the module (gemm_int8.py, gemm_implicit.py, conv_stem.py, conv_wino.py,
+chan_pool.py), not in the runtime.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from llvmlite import ir
 from onnxcc.kernel.chan_pool_call import CALLEE as CHANPOOL_CALLEE
 from onnxcc.kernel.conv_call import CALLEE as F32CONV_CALLEE
 from onnxcc.kernel.conv_stem_call import PREFIX as STEM_PREFIX
+from onnxcc.kernel.conv_wino_call import PREFIX as WINO_PREFIX
 from onnxcc.kernel.expr import ERR_ASSERT
 from onnxcc.kernel.extern import CallStmt
 from onnxcc.kernel.i8gemm import CALLEES as I8GEMM_CALLEES
@@ -25,6 +27,7 @@ from ..llvm.exprs import ExprEmitter
 from ..llvm.helpers import I32, I64, PTR, get_or_declare, i32, i64
 from .chan_pool import define_callee as define_chanpool
 from .conv_stem import define_callee as define_stem
+from .conv_wino import define_callee as define_wino
 from .gemm_implicit import define_callee as define_f32conv
 from .gemm_int8 import define_callee
 
@@ -46,6 +49,8 @@ def emit_call(kem, ctx, s: CallStmt, k: int) -> None:
         fn = define_f32conv(ctx.module)
     elif s.fn.startswith(STEM_PREFIX):
         fn = define_stem(ctx.module, s.fn)
+    elif s.fn.startswith(WINO_PREFIX):
+        fn = define_wino(ctx.module, s.fn)
     elif s.fn == CHANPOOL_CALLEE:
         fn = define_chanpool(ctx.module)
     else:

@@ -74,7 +74,7 @@ from ..llvm.helpers import (
 from . import gemm_gemv
 from . import gemm_window as gw
 from .gemm_columns import column_binder, column_segments
-from .gemm_dense import dense_blocks, stage_block, stage_rows
+from .gemm_dense import dense_blocks, stage_block, stage_rows, stage_runs
 from .gemm_flat import flat_columns_ok
 from .gemm_ir import RowIndex
 from .gemm_ir import add as _add
@@ -86,6 +86,7 @@ from .gemm_ir import product as _product
 from .gemm_ir import umax as _umax
 from .gemm_ir import umin as _umin
 from .gemm_ir import unflatten as _unflatten
+from .gemm_rows import column_tasks
 from .gemm_rows import row_tiles as _row_tiles
 from .gemm_rows import tile_heights as _tile_heights
 from .gemm_static import dense_rows, narrow_wins, rows_outer
@@ -154,6 +155,7 @@ class _Geometry:
         n_ic = _mul(b, _ceildiv_v(b, n_ic, threads, "gemm.nic.t"), threads, "gemm.nic.r")
         self.n_ic = _umax(b, _umin(b, n_ic, self.Pm, "gemm.nic"), i64(1), "gemm.nic")
         self._tasks, self._per = tasks, _umax(b, _mul(b, bt_split, self.n_ic, "gemm.bic"), i64(1), "gemm.bic")
+        self._tasks_n = column_tasks(b, tasks, self.M, g.mr, self.Pm, self.n_ic, self._per, threads)
         self.threads = threads
         self.nbB = _product(b, self.bb_ext, "gemm.nbB")
         self.P0: ir.Value = i64(0)
@@ -170,7 +172,7 @@ class _Geometry:
 
     def n_blocks(self, b: ir.IRBuilder, panels: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(n blocks, tasks) when the tasks cover `panels` B panels."""
-        n_jc = _umax(b, _umin(b, _ceildiv_v(b, self._tasks, self._per, "gemm.njc.want"),
+        n_jc = _umax(b, _umin(b, _ceildiv_v(b, self._tasks_n, self._per, "gemm.njc.want"),
                               _umax(b, panels, i64(1), "gemm.pn1"), "gemm.njc"), i64(1), "gemm.njc")
         return n_jc, _mul(b, _mul(b, self.Bt, self.n_ic, "gemm.tasks"), n_jc, "gemm.tasks")
 
@@ -848,7 +850,10 @@ def _task_function(kem: KernelEmitter, c: Compute, g: GemmPlan) -> ir.Function:
             k0 = _mul(b, ko0, g.k_inner, "k0")
             if not g.a_direct and not g.a_const:
                 _pack_a(b, em_a, g, geo, ext, apack, m0, m1, pm0, ko0, kcoc, kcur, fctx.alloca)
-            if g.a_stage:  # rows [m0, m1) of this k block, row r - m0 at astage + (r - m0) * lda
+            if g.a_runs:  # the same, each row read run by run where A's index puts it
+                stage_runs(b, kem.module, g, em_a, lambda ii: _bind(em_a, _unflatten(b, ii, geo.m_ext, g.m), ext),
+                           m0, m1, k0, astage, lda, kcur)
+            elif g.a_stage:  # rows [m0, m1) of this k block, row r - m0 at astage + (r - m0) * lda
                 stage_rows(b, kem.module, g, _f32_ptr(b, a_rows, _add(b, _mul(b, m0, a_ld, "as.src"), k0, "as.src"),
                                                     "as.src"), a_ld, astage, lda, b.sub(m1, m0, name="as.rows"), kcur)
             first = b.icmp_unsigned("==", pc, i64(0), name="first")
