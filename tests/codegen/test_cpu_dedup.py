@@ -118,3 +118,15 @@ def test_loop_and_scope_labels_do_not_keep_functions_apart():
     text = str(m)
     assert 'tail call void @"m_v0.par.a"' in text
     parse_modules([text])
+
+
+def test_locals_numbered_by_first_appearance_escapes_included():
+    """The key's local numbering (`_numbered_locals`): quoted names with escapes (llvmlite
+    writes `"` and `\\` inside a name as \\22 and \\5c), plain names, a name used before it is
+    defined (a phi's incoming value) and the same name again all map as a rename would."""
+    from onnxcc.codegen.cpu.dedup import _numbered_locals
+
+    text = ('%"a\\22b" = phi i64 [%"c.1", %"x"]\n  %"c.1" = add i64 %"a\\22b", %plain\n'
+            '  br label %"a\\5c"\n  %"" = add i64 %"c.1", %"a\\22b"\n  ret "100% \\22"')
+    assert _numbered_locals(text) == ('%0 = phi i64 [%1, %2]\n  %1 = add i64 %0, %3\n'
+                                      '  br label %4\n  %5 = add i64 %1, %0\n  ret "100% \\22"')

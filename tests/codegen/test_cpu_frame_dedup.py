@@ -119,3 +119,22 @@ def test_repeats_keys_each_compute_once(tmp_path, monkeypatch):
     _compiled_text(monkeypatch, _model(), tmp_path / "art", name="two", specialize={"N": [2]})
     assert asked[0] >= 4  # two softmaxes in each of two versions
     assert keyed[0] == counted[0]
+
+
+def test_equal_computes_of_two_programs_are_formatted_once():
+    """`Repeats.key` is memoised by content: a later version's program, built apart, repeats
+    the first one's computes, whose bodies are not formatted again."""
+    from onnxcc.codegen.cpu import frame
+    from onnxcc.ir import DType, sym
+    from onnxcc.kernel import KernelProgram
+
+    def compute():
+        p = KernelProgram.new("k", ["N"])
+        x = p.input("X", DType.f32, (sym("N"), 8))
+        y = p.output("Y", DType.f32, (sym("N"), 8))
+        p.compute(y, lambda i, j: x[i, j] * x[i, j] + 1.0)
+        return p.body[0]
+
+    a, b = compute(), compute()
+    assert a is not b and a.body is not b.body
+    assert frame.Repeats.key(a) is frame.Repeats.key(b)

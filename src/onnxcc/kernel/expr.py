@@ -35,6 +35,8 @@ import sympy
 
 from onnxcc.ir import Dim, DType
 
+from .dim_expand import expanded
+
 # Error codes a kernel returns (0 = success). The runtime maps them to messages.
 ERR_INDEX = 2
 ERR_DIV_ZERO = 3
@@ -691,7 +693,11 @@ def _expand(e: sympy.Expr) -> sympy.Expr:
     converted on their own. expand would rebuild them through their evaluating constructors:
     sympy's Max compares every pair of its arguments symbolically (seconds on a convnet's
     workspace size, which the memory plan builds unevaluated) and floor asks the assumptions
-    of its whole argument again (0.4 s on mobilenet_v3's scratch offset)."""
+    of its whole argument again (0.4 s on mobilenet_v3's scratch offset). Multiplied out
+    without sympy.expand where it can be (kernel/dim_expand.py)."""
+    out = expanded(e)
+    if out is not None:
+        return out
     opaque = _applications(e)
     if not opaque:
         return sympy.expand(e)

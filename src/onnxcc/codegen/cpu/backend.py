@@ -24,7 +24,7 @@ from ..llvm import object_cache
 from ..llvm.target import KERNEL, LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates, forward_version
 from .features import check_cpu, required_features
-from .shared_helpers import kernel_family, shared_modules
+from .shared_helpers import HelpersOnce, kernel_family, shared_modules
 from .split import control_only, size, split_by_level
 
 
@@ -157,12 +157,14 @@ class CpuBackend:
         # the hoisted dims' slots, one numbering for all versions, so that bodies two versions
         # emit alike print alike and `forward_duplicates` compiles them once (cpu/hoist_dims.py)
         slots: dict = {}
+        once = HelpersOnce()  # the micro-kernels built in the first module that calls them only
         for k, v in enumerate(module.versions):
             if k in twins:
                 continue
             m = llir.Module(name=f"{name}.{v.program.name}")
             m.triple = triple
-            emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel, hoist_slots=slots)
+            with once:
+                emit_llvm(v.program, v.plan, v.program.name, m, parallel=self.parallel, hoist_slots=slots)
             for gname, gv in m.globals.items():
                 if gname.startswith(_CONST_PREFIX) and isinstance(gv, llir.GlobalVariable):
                     if gname not in consts:  # printed once, the text shared by every module
@@ -177,7 +179,8 @@ class CpuBackend:
             refreeze()  # this version's IR objects live until the objects come back
         # the micro-kernels, once for all versions and parts; their names depend on the target
         # only, so the object cache serves their modules to any library (`_kernel_prefix`)
-        shared = shared_modules(versions, name, kernel_family, _kernel_prefix(self.triple, self.cpu, self.features))
+        shared = shared_modules(versions, name, kernel_family, _kernel_prefix(self.triple, self.cpu, self.features),
+                                once)
         if versions:  # before the split: a stub's target may be in any part
             forward_duplicates(versions)
         mods = [(part, lv) for m, prefix in versions

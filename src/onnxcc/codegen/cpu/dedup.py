@@ -28,7 +28,9 @@ from collections import Counter
 from llvmlite import ir
 
 _MD_REF = re.compile(r"!(\d+)")
-_LOCAL = re.compile(r'%"((?:[^"\\]|\\.)*)"|%([-\w.$]+)')
+# a local's reference: quoted (escapes inside; the loop unrolled, `([^"\\]|\\.)*` took twice
+# as long to scan) or plain
+_LOCAL = re.compile(r'%(?:"([^"\\]*(?:\\.[^"\\]*)*)"|([-\w.$]+))')
 _LABEL = re.compile(r'^"?([^\s"]+?)"?:$', re.MULTILINE)
 # labels inside metadata that only keep nodes apart (llvmlite uniques metadata by content):
 # a loop ID's `!"onnxcc.loop", i32 N` (a row norm's: `onnxcc.rownorm`) and a statement's alias scope `onnxcc.VERSION.sK`
@@ -44,9 +46,8 @@ def _content_key(fn: ir.Function, prefix: str, mds: dict[str, str]) -> str:
     text = str(fn).replace(f'@"{fn.name}"', '@"self"', 1)
     # local names (values and blocks, named after the buffers and ops) carry no meaning:
     # numbered in order of first appearance, so two layers of the same shape compare equal
-    text = _LABEL.sub(lambda m: f'%"{m.group(1)}":', text)
-    local: dict[str, int] = {}
-    text = _LOCAL.sub(lambda m: f"%{local.setdefault(m.group(1) or m.group(2), len(local))}", text)
+    text = _LABEL.sub(r'%"\1":', text)
+    text = _numbered_locals(text)
     order: dict[str, int] = {}
     todo = _MD_REF.findall(text)
     defs = []
@@ -61,6 +62,19 @@ def _content_key(fn: ir.Function, prefix: str, mds: dict[str, str]) -> str:
         todo.extend(_MD_REF.findall(md))
     whole = "\n".join([text, *defs])
     return _MD_REF.sub(lambda m: f"!{order.get(m.group(1), m.group(1))}", whole)
+
+
+def _numbered_locals(text: str) -> str:
+    """`text` with every local's reference `%N`, N its rank of first appearance. Split, not
+    `re.sub` with a callback: a Python call per reference was most of the key's cost (a conv
+    net's 3 MB of version functions: 0.3 s)."""
+    parts = _LOCAL.split(text)  # text, quoted name, plain name, text, ...
+    names = [quoted or plain for quoted, plain in zip(parts[1::3], parts[2::3])]
+    ref = {name: f"%{k}" for k, name in enumerate(dict.fromkeys(names))}
+    out = [""] * (len(parts) // 3 * 2 + 1)
+    out[::2] = parts[::3]
+    out[1::2] = [ref[name] for name in names]
+    return "".join(out)
 
 
 def forward_duplicates(versions: list[tuple[ir.Module, str]]) -> int:

@@ -27,6 +27,7 @@ constant tables stay globals the body names (LLVM may fold their values,
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from onnxcc.kernel.expr_text import format_shared
 from ..llvm.helpers import PTR, i64
 
 if TYPE_CHECKING:
+    from onnxcc.kernel.expr import Expr
     from onnxcc.kernel.program import Compute, KernelProgram
 
     from .emit import FnCtx
@@ -79,20 +81,29 @@ class Repeats:
 
     @staticmethod
     def key(c: Compute) -> tuple:
-        names: dict[str, int] = {}
-
-        def name(m: re.Match) -> str:
-            return m.group(0) if m.group(1) else f"%{names.setdefault(m.group(0), len(names))}"
-
-        body, defs = format_shared(c.body, c.var_names)
-        text = "\n".join([f"{c.out}[{', '.join(c.var_names)}] = {body}", *(f"{n} = {d}" for n, d in defs)])
-        return (tuple(str(d) for d in c.extents), _WORD.sub(name, text))
+        return _shape_key(c.out, c.vars, c.body)
 
     def __contains__(self, c: Compute) -> bool:
         if not self._keys:
             return False
         known = self._known.get(id(c))
         return (known[1] if known is not None and known[0] is c else self.key(c)) in self._keys
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_key(out: str, vars: tuple, body: Expr) -> tuple:
+    """`Repeats.key` of the compute `out[vars] = body`, memoised by content: a later version's
+    program repeats most computes of the first (equal, not the same objects), and formatting
+    a body took a twentieth of a two-version conv net's emission."""
+    names: dict[str, int] = {}
+
+    def name(m: re.Match) -> str:
+        return m.group(0) if m.group(1) else f"%{names.setdefault(m.group(0), len(names))}"
+
+    var_names = [v.name for v, _ in vars]
+    text, defs = format_shared(body, var_names)
+    text = "\n".join([f"{out}[{', '.join(var_names)}] = {text}", *(f"{n} = {d}" for n, d in defs)])
+    return (tuple(str(d) for _, d in vars), _WORD.sub(name, text))
 
 
 class Frame:

@@ -22,6 +22,7 @@ from .gemm_ir import add as _add
 from .gemm_ir import f32_ptr as _f32_ptr
 from .gemm_ir import mul as _mul
 from .gemm_ir import sum_sets as _sum_sets
+from .shared_helpers import emit_once
 
 UNROLL = 4
 """k steps per micro-kernel loop iteration"""
@@ -42,14 +43,8 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     read with masked loads (columns < ncols) when b is the conv's input itself
     (`ConvWindow.source`: nothing past its end may be read)."""
     MR, NR, VL = g.mr, g.nr, g.vl
-    direct = g.a_direct
-    win = g.window is not None
-    in_place = win and g.window.source is not None  # type: ignore[union-attr]
+    direct, win, in_place, row_ops, cols = _kind(g)
     mode = ".winx" if in_place else ".win" if win else ""
-    row_ops = g.row_ops if win else None  # one k block: the tile is final when stored
-    cols = not win and bool(g.col_ops)  # per-column operands (kernel/schedule.py `GemmPlan.col_ops`)
-    if cols:
-        row_ops = g.col_ops
     if row_ops:
         mode += (".c" if cols else ".e") + hashlib.sha1("|".join(o.key() for o in row_ops).encode()).hexdigest()[:10]
     name = f"onnxcc.gemm.ukr.{rows}x{NR}.{'direct' if direct else f'a{MR}'}{mode}.v{VL}"
@@ -57,7 +52,6 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     if fn is not None:
         return fn
     V = ir.VectorType(F32, VL)
-    MASK = ir.VectorType(I1, VL)
     params = [PTR, I64] if direct else [PTR]
     bparams = [PTR, PTR] if win else [PTR]
     nload = sum(1 for o in (row_ops or ()) if o.load is not None)
@@ -74,11 +68,52 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
     for arg, n in zip(fn.args, names):
         arg.name = n
     args = dict(zip(names, fn.args))
-    a, bp, kc, cp, ldc, first, ncols = (args[n] for n in ("a", "b", "kc", "c", "ldc", "first", "ncols"))
+    a, bp, cp = args["a"], args["b"], args["c"]
     # a residual tile may share C's memory (an in-place plan): then C is not noalias, so its
     # stores stay after the residual's loads
     for arg in (a, bp) if any(o.tile for o in row_ops or ()) else (a, bp, cp):
         arg.add_attribute("noalias")
+    # the intrinsics the body calls, declared here (in the order the body asks for them), so
+    # a module that leaves the body to an earlier one (`emit_once`) declares what it would
+    get_or_declare(module, f"llvm.fma.v{VL}f32", ir.FunctionType(V, [V, V, V]))
+    for intrinsic, fnty in _masked_memory(VL):
+        get_or_declare(module, intrinsic, fnty)
+    if row_ops:
+        for intrinsic in (f"llvm.maximum.v{VL}f32", f"llvm.minimum.v{VL}f32"):
+            get_or_declare(module, intrinsic, ir.FunctionType(V, [V, V]))
+    emit_once(fn, lambda: _define(fn, rows, g))
+    return fn
+
+
+def _kind(g: GemmPlan) -> tuple[bool, bool, bool, tuple | None, bool]:
+    """(A read in place, B through a window, the window is the conv's input itself, the
+    epilogue's operations applied in registers, those operations are per column)."""
+    win = g.window is not None
+    in_place = win and g.window.source is not None  # type: ignore[union-attr]
+    row_ops = g.row_ops if win else None  # one k block: the tile is final when stored
+    cols = not win and bool(g.col_ops)  # per-column operands (kernel/schedule.py `GemmPlan.col_ops`)
+    if cols:
+        row_ops = g.col_ops
+    return g.a_direct, win, in_place, row_ops or None, cols
+
+
+def _masked_memory(VL: int) -> list[tuple[str, ir.FunctionType]]:
+    V = ir.VectorType(F32, VL)
+    MASK = ir.VectorType(I1, VL)
+    suffix = f"v{VL}f32.p0"
+    return [(f"llvm.masked.load.{suffix}", ir.FunctionType(V, [PTR, I32, MASK, V])),
+            (f"llvm.masked.store.{suffix}", ir.FunctionType(VOID, [V, PTR, I32, MASK]))]
+
+
+def _define(fn: ir.Function, rows: int, g: GemmPlan) -> None:
+    """The body of micro-kernel `fn` (declared by `ukr_function`)."""
+    module = fn.module
+    MR, NR, VL = g.mr, g.nr, g.vl
+    direct, win, in_place, row_ops, cols = _kind(g)
+    V = ir.VectorType(F32, VL)
+    MASK = ir.VectorType(I1, VL)
+    args = {arg.name: arg for arg in fn.args}
+    a, bp, kc, cp, ldc, first, ncols = (args[n] for n in ("a", "b", "kc", "c", "ldc", "first", "ncols"))
     NV = NR // VL
     sets = max(1, min(UNROLL, -(-MIN_CHAINS // (rows * NV))))
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -103,9 +138,7 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
         m = b.icmp_signed(">", sv, iota, name=f"mask{v}")
         m.type = MASK
         masks.append(m)
-    suffix = f"v{VL}f32.p0"
-    mload = get_or_declare(module, f"llvm.masked.load.{suffix}", ir.FunctionType(V, [PTR, I32, MASK, V]))
-    mstore = get_or_declare(module, f"llvm.masked.store.{suffix}", ir.FunctionType(VOID, [V, PTR, I32, MASK]))
+    mload, mstore = (get_or_declare(module, intrinsic, fnty) for intrinsic, fnty in _masked_memory(VL))
 
     # where row r of A starts: packed, r floats into each k step; direct, r rows of lda
     a_row = [_f32_ptr(b, a, _mul(b, args["lda"], r, "a.row"), f"a.row{r}") for r in range(rows)] if direct else None
@@ -170,7 +203,6 @@ def ukr_function(module: ir.Module, rows: int, g: GemmPlan) -> ir.Function:
                     old = b.call(mload, [p, i32(4), masks[v], vzero], name="old")
                     b.call(mstore, [b.fadd(vals[r][v], old, name="new"), p, i32(4), masks[v]])
     b.ret_void()
-    return fn
 
 
 @contextmanager

@@ -17,14 +17,57 @@ functions it calls (`_units`): the LLVM-defined runtime calls (`gemm_call.py` `d
 `chan_pool.py`) move with their task bodies, so a version's entry that calls them keeps
 no compute of its own and is compiled as control code (`split.control_only`; squeezenet's
 entry inlined 26 conv calls' set-up and took 0.5 s of -O3).
+
+A helper whose emitter goes through `emit_once` (the GEMM micro-kernels) is built only in
+the first module of a build that asks for it (`HelpersOnce`): a later module gets the same
+declaration, with no body, and `shared_modules` points it at the shared definition, as it
+would a copy (a fifth of a two-version conv net's emission was its micro-kernels again).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from contextvars import ContextVar
 
 from llvmlite import ir
+
+
+class HelpersOnce:
+    """The helpers one build emits once (`emit_once`), while entered (`with once: ...`, around
+    each version's emission): the first definition of each name, and the declarations that
+    later modules hold instead, each with what would define it there."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, ir.Function] = {}
+        self.later: list[tuple[ir.Function, ir.Function, Callable[[], None]]] = []  # (declaration, first, define)
+        self._tokens: list = []
+
+    def __enter__(self) -> HelpersOnce:
+        self._tokens.append(_ONCE.set(self))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ONCE.reset(self._tokens.pop())
+
+
+_ONCE: ContextVar[HelpersOnce | None] = ContextVar("onnxcc_helpers_once", default=None)
+
+
+def emit_once(fn: ir.Function, define: Callable[[], None]) -> None:
+    """Define helper `fn`, just declared (its prototype, attributes and the declarations its
+    body uses, as a full definition has them) by calling `define`, unless a `HelpersOnce` is
+    entered and an earlier module of it defined a helper of the same name (equal names, equal
+    code): then `fn` stays a declaration for `shared_modules`, which defines it after all
+    where that first definition is not shared."""
+    once = _ONCE.get()
+    first = once.first.get(fn.name) if once is not None else None
+    if once is None or first is None or first.module is fn.module:
+        if once is not None:
+            once.first.setdefault(fn.name, fn)
+        define()
+        return
+    once.later.append((fn, first, define))
 
 
 def _own(fn: ir.Function, prefix: str) -> bool:
@@ -85,7 +128,7 @@ _UKR = re.compile(r"(onnxcc\.gemm\.ukr\.)\d+x(\d+\..+)")
 
 def shared_modules(versions: list[tuple[ir.Module, str]], name: str,
                    group: Callable[[str], str | None] = lambda old: None,
-                   group_name: str | None = None) -> list[tuple[str, str | None]]:
+                   group_name: str | None = None, once: HelpersOnce | None = None) -> list[tuple[str, str | None]]:
     """Move the helpers shareable across `versions` ((module, version prefix) pairs) into
     modules of their own, returned as (LLVM IR text, group) pairs: the helpers `group` (given
     a helper's name before the move) maps to None in one module, first, the others in one
@@ -99,31 +142,45 @@ def shared_modules(versions: list[tuple[ir.Module, str]], name: str,
     unused otherwise, is dropped by the split or by LLVM. The modules are changed in place,
     before anything else prints them (llvmlite caches printed names: a caller printed
     earlier would keep calling the old name, and the link would fail) and before they are
-    split (a declaration is not copied into every part)."""
+    split (a declaration is not copied into every part). The declarations `once` left in
+    later modules (`emit_once`) move with their first definition, named and declared as its
+    copies are; where it is not shared they are defined after all."""
     found: dict[str, list[list[ir.Function]]] = {}  # root name -> the unit's copies, one per module
     for module, prefix in versions:
         for root, unit in _units(module, prefix).items():
             found.setdefault(root, []).append(unit)
+    # (its name before the move, the declaration, the first definition, what defines it here)
+    later = [(decl.name, decl, first, define) for decl, first, define in (once.later if once is not None else ())]
+    borrowed: dict[str, list[ir.Function]] = {}  # root name -> the declarations standing for copies
+    for old, decl, _, _ in later:
+        borrowed.setdefault(old, []).append(decl)
+    real = {id(decl): first for _, decl, first, _ in later}  # the copy each stands for, as a callee
     ok: dict[str, list[list[ir.Function]]] = {}
     for old, copies in found.items():
-        for unit in copies:  # renamed before printed: the name is cached by the first print
-            if not _rename(unit[0], f"{group_name if group_name and group(old) is not None else name}.{old}"):
-                break  # printed before (it prints as it did): not shared
-        else:
+        # renamed before printed: the name is cached by the first print
+        new = f"{group_name if group_name and group(old) is not None else name}.{old}"
+        if all(_rename(fn, new) for fn in [*(unit[0] for unit in copies), *borrowed.get(old, ())]):
             # the shape (types, instructions per block), not the text: printing every copy of
             # every micro-kernel cost more Python time than it saved (bert: 15% of the emission)
             if len({tuple(map(_shape, unit)) for unit in copies}) == 1:
                 ok[old] = copies
             # copies that differ (or name metadata) stay internal, each in its module
+        # (else printed before, it prints as it did: not shared)
     # a unit calling a never-inlined helper that is not shared stays too (until none does)
     while True:
         drop = [old for old, copies in ok.items()
                 if any(g.blocks and "noinline" in g.attributes and g.name.removeprefix(f"{name}.") not in ok
-                       for fn in copies[0] for g in _callees(fn))]
+                       for fn in copies[0] for g in _callees(fn, real))]
         if not drop:
             break
         for old in drop:
             del ok[old]
+    moved = []  # (declaration, first definition) of the borrowed helpers that are shared
+    for old, decl, first, define in later:
+        if any(unit[0] is first for unit in ok.get(old, ())):
+            moved.append((decl, first))
+        else:
+            define()  # its module's own copy after all, internal as the first one
     if not ok:
         return []
     # group key -> (helper name -> its definition's text, renamed; what those definitions call)
@@ -139,7 +196,7 @@ def shared_modules(versions: list[tuple[ir.Module, str]], name: str,
         for fn in copies[0]:
             if fn.name not in texts:  # (a function two units reach: equal names, equal code)
                 texts[fn.name] = str(fn)  # printed once, with the attributes just added
-            for callee in _callees(fn):
+            for callee in _callees(fn, real):
                 if not callee.blocks:
                     decls.setdefault(callee.name, str(callee))
                 elif key_of.get(callee.name, key) != key:
@@ -147,6 +204,13 @@ def shared_modules(versions: list[tuple[ir.Module, str]], name: str,
     for copies in ok.values():
         for unit in copies:
             unit[0].blocks = []  # now a declaration: its definition is the shared module's
+    for decl, first in moved:  # declared as the copies now are
+        decl.linkage = first.linkage
+        for attr in first.attributes:
+            decl.attributes.add(attr)
+        for arg, like in zip(decl.args, first.args):
+            for attr in like.attributes:
+                arg.add_attribute(attr)
     for decls, callee in elsewhere:
         decls.setdefault(callee.name, str(callee))  # (printed now: a declaration)
     triple = versions[0][0].triple
@@ -198,11 +262,13 @@ def _shape(fn: ir.Function) -> tuple:
     return (str(fn.ftype), tuple(fn.attributes), tuple((b.name, len(b.instructions)) for b in fn.blocks))
 
 
-def _callees(fn: ir.Function) -> list[ir.Function]:
+def _callees(fn: ir.Function, real: dict[int, ir.Function] | None = None) -> list[ir.Function]:
+    """The functions `fn` calls or takes the address of; a declaration `real` maps (by id)
+    stands for the function given there."""
     out: dict[str, ir.Function] = {}
     for block in fn.blocks:
         for ins in block.instructions:
             for op in getattr(ins, "operands", ()):
                 if isinstance(op, ir.Function):
-                    out.setdefault(op.name, op)
+                    out.setdefault(op.name, real.get(id(op), op) if real else op)
     return list(out.values())
