@@ -57,6 +57,15 @@ def control_only(fn: ir.Function) -> bool:
     return True
 
 
+def calls_micro_kernel(fn: ir.Function) -> bool:
+    """`fn` calls a GEMM micro-kernel (gemm_ukr.py's `onnxcc.gemm.ukr.*`, shared or not):
+    a GEMM task body, whose hot loop is that call."""
+    return any(isinstance(ins, ir.CallInstr) and _UKR in getattr(ins.callee, "name", "")
+               for block in fn.blocks for ins in block.instructions)
+
+
+_UKR = "onnxcc.gemm.ukr."
+
 _RUNTIME_CALL = ir.FunctionType(ir.IntType(32), [ir.PointerType(), ir.PointerType()])
 
 
