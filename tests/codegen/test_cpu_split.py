@@ -224,6 +224,22 @@ def test_a_gemm_task_body_is_compiled_at_O1():
     assert _fn_opt("m_v0", 0, _caller("m_v0.gemm.conv1", ukr)) == (0, 0)
 
 
+def test_shared_helpers_but_the_micro_kernels_are_compiled_at_O1():
+    """`_helper_opt`: the shared helpers' module (conv / pool calls) at `HELPER_OPT` in an -O2 /
+    -O3 build, a micro-kernel family's through the short pipeline at the build's code
+    generator level; at or below -O1 the build's level; LSR kept in all."""
+    from onnxcc.codegen.cpu.backend import HELPER_OPT, _helper_opt
+    from onnxcc.codegen.llvm.target import KERNEL
+
+    assert HELPER_OPT == (1, 1)
+    assert _helper_opt(3, None) == (1, 1, True)
+    assert _helper_opt(2, None) == (1, 1, True)
+    assert _helper_opt(1, None) == (1, 1, True)
+    assert _helper_opt(0, None) == (0, 0, True)
+    assert _helper_opt(3, "onnxcc.gemm.ukr.8.direct.v16") == (KERNEL, 3, True)
+    assert _helper_opt(0, "onnxcc.gemm.ukr.8.direct.v16") == (0, 0, True)
+
+
 def test_a_built_matmul_compiles_its_gemm_task_at_O1(tmp_path, monkeypatch):
     """Through the backend: a MatMul's task body reaches the workers in a part of its own at
     `GEMM_TASK_OPT`, with nothing but GEMM task bodies in it, and the library still computes

@@ -137,7 +137,7 @@ class CpuBackend:
         and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
         never-inlined helpers go to modules of their own, compiled once for every version and
         part (`shared_modules`): the GEMM micro-kernels one module per tile family (their row
-        variants together) through the short pipeline (`KERNEL`), the rest in one at -O."""
+        variants together) through the short pipeline (`KERNEL`), the rest in one at -O1 (`_helper_opt`)."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -194,9 +194,7 @@ class CpuBackend:
         target = (self.triple, self.cpu, self.features)
         # loop strength reduction only for the micro-kernels (llvm/target.py `_no_lsr`); the
         # GEMM micro-kernels (a module per tile family) only through the short pipeline
-        kernel_opt = KERNEL if self.opt > 0 else self.opt
-        helpers = [(text, (*target, (self.opt if family is None else kernel_opt, self.opt, True)))
-                   for text, family in shared]
+        helpers = [(text, (*target, _helper_opt(self.opt, family))) for text, family in shared]
         pieces = [(m, (*target, (*(lv if isinstance(lv, tuple) else (lv, lv)), False))) for m, lv in mods]
         if twins:
             pieces.append((stubs, (*target, (self.opt, self.opt, False))))
@@ -268,6 +266,24 @@ CONTROL_MIN = 512
 #: the parallel bodies (depthwise taps, elementwise, copies) need -O3's SLP vectoriser and
 #: unroller: at -O1 mobilenet_v3_small ran 1.2x, bert 1.3x slower
 GEMM_TASK_OPT = (1, 1)
+
+
+#: the shared helpers' module but the GEMM micro-kernels' (the conv and channel pool calls:
+#: entries, task bodies, border and grid code, gemm_implicit.py's micro-kernel; the GEMV and
+#: int8 kernels where a model has them) at -O1: 0.45-0.65 s less LLVM time on squeezenet1_1
+#: (1.58 -> 1.12 s) and ppocr_det_v4 (1.78 -> 1.13 s), outputs bit-identical, run time within
+#: noise on both, mobilenet_v3_small and the transformer
+HELPER_OPT = (1, 1)
+
+
+def _helper_opt(opt: int, family: str | None) -> tuple[int, int, bool]:
+    """(IR optimiser level, code generator level, loop strength reduction) of a shared
+    helpers' module in an -O`opt` build: a GEMM micro-kernel family's through the short
+    pipeline (`KERNEL`), the other helpers' at `HELPER_OPT` (the build's level when lower);
+    both keep LSR (llvm/target.py `_no_lsr`)."""
+    if family is not None:
+        return (KERNEL if opt > 0 else opt), opt, True
+    return (*(HELPER_OPT if opt > HELPER_OPT[0] else (opt, opt)), True)
 
 
 def _kernel_prefix(triple: str | None, cpu: str | None, features: str | None) -> str:
