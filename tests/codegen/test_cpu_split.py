@@ -205,17 +205,19 @@ def _caller(name: str, callee: str | None, n: int = 300) -> ir.Function:
 
 
 def test_a_gemm_task_body_is_compiled_at_O1():
-    """`GEMM_TASK_OPT`: a GEMM task body (`gemm.*` calling a micro-kernel, shared or not) at
-    -O1 in an -O2 / -O3 build; a packer, a parallel body, or a `gemm.*` without a micro-kernel
-    call keep the build's level (or `_LOW_OPT`'s), and so does every function of a build at or
-    below -O1."""
+    """`GEMM_TASK_OPT`: a GEMM task body (`gemm.*` calling micro-kernels that read A in place,
+    `.direct`, shared or not) at -O1 in an -O2 / -O3 build; a body calling a packed-A
+    micro-kernel, a packer, a parallel body, or a `gemm.*` without a micro-kernel call keep the
+    build's level (or `_LOW_OPT`'s), and so does every function of a build at or below -O1."""
     from onnxcc.codegen.cpu.backend import GEMM_TASK_OPT, _fn_opt
 
-    ukr, shared = "onnxcc.gemm.ukr.24x8.direct.v8", "onnxcc_ukr_0123456789ab.onnxcc.gemm.ukr.8x32.a8.v16"
+    ukr, shared = "onnxcc.gemm.ukr.24x8.direct.v8", "onnxcc_ukr_0123456789ab.onnxcc.gemm.ukr.8x32.direct.v16"
+    packed = "onnxcc_ukr_0123456789ab.onnxcc.gemm.ukr.8x32.a8.v16"
     assert GEMM_TASK_OPT == (1, 1)
     assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.conv1", ukr)) == GEMM_TASK_OPT
     assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.out0", shared)) == GEMM_TASK_OPT
     assert _fn_opt("m_v0", 2, _caller("m_v0.gemm.out0", shared)) == GEMM_TASK_OPT
+    assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.fc1", packed)) == (3, 3)  # packs A itself
     assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.packb.conv1", ukr)) == (2, 2)  # a packer: `_LOW_OPT`
     assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.conv1", "onnxcc.h")) == (3, 3)
     assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.pad.conv1", None)) == (3, 3)

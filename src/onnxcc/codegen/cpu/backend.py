@@ -25,7 +25,7 @@ from ..llvm.target import KERNEL, LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates, forward_version
 from .features import check_cpu, required_features
 from .shared_helpers import kernel_family, shared_modules
-from .split import calls_micro_kernel, control_only, size, split_by_level
+from .split import calls_direct_micro_kernels, control_only, size, split_by_level
 
 
 @functools.lru_cache(maxsize=16)
@@ -256,15 +256,18 @@ CONTROL_OPT = (LIGHT, 1)
 CONTROL_MIN = 512
 
 
-#: a GEMM task body (`gemm.*`, not a packer: its hot loop is a call of a micro-kernel, whose
-#: module has its own pipeline, `KERNEL`; around it tile loops, the epilogue's runs, which
-#: carry forced `llvm.loop.vectorize` hints, vectorised at -O1 too) at -O1: a third less
-#: LLVM time than -O3 (ppocr_det_v4's 70: 3.46 -> 2.32 s, mobilenet_v3_small's 35: 1.50 ->
-#: 1.04 s), outputs bit-identical and run time within noise on the zoo's conv nets, bert
-#: and the transformer. Measured and not taken: the clean-up passes only (`LIGHT`, 1.1 s on
-#: ppocr) ran mobilenet_v3_small 4-8% slower, -O1 with the unroller 10-14% slower on ppocr;
-#: the parallel bodies (depthwise taps, elementwise, copies) need -O3's SLP vectoriser and
-#: unroller: at -O1 mobilenet_v3_small ran 1.2x, bert 1.3x slower
+#: a GEMM task body whose micro-kernels read A in place (`gemm.*` calling only `.direct`
+#: micro-kernels: a conv's 1x1 / implicit rows; its hot loop is that call, whose module has
+#: its own pipeline, `KERNEL`; around it tile loops and the epilogue's runs, which carry
+#: forced `llvm.loop.vectorize` hints, vectorised at -O1 too) at -O1: a third less LLVM time
+#: than -O3 (ppocr_det_v4's 70: 3.46 -> 2.32 s, mobilenet_v3_small's 35: 1.50 -> 1.04 s),
+#: outputs bit-identical and run time within noise on the zoo's conv nets, bert, the
+#: transformer and the 512x2048 MLP. A body that packs A itself (`.aMR` micro-kernels, one
+#: of the transformer's) stays at -O3: its A packing loops were not measured apart. Measured
+#: and not taken: the clean-up passes only (`LIGHT`, 1.1 s
+#: on ppocr) ran mobilenet_v3_small 4-8% slower, -O1 with the unroller 10-14% slower on
+#: ppocr; the parallel bodies (depthwise taps, elementwise, copies) need -O3's SLP vectoriser
+#: and unroller: at -O1 mobilenet_v3_small ran 1.2x, bert 1.3x slower
 GEMM_TASK_OPT = (1, 1)
 
 
@@ -302,7 +305,7 @@ def _fn_opt(prefix: str, opt: int, fn) -> tuple[int, int]:
         return CONTROL_OPT
     rest = fn.name[len(prefix):]
     if opt > GEMM_TASK_OPT[0] and rest.startswith(".gemm.") and not rest.startswith(".gemm.packb.") \
-            and calls_micro_kernel(fn):
+            and calls_direct_micro_kernels(fn):
         return GEMM_TASK_OPT
     lv = min([opt, *(lv for part, least, lv in _LOW_OPT if rest.startswith(part) and size(fn) >= least)])
     return lv, lv
