@@ -190,6 +190,91 @@ def test_a_control_only_entry_skips_the_ir_optimiser():
     assert _fn_opt("m_v0", 3, entry("plain", n=100)) == (3, 3)  # small: -O3 costs little, may inline
 
 
+def _caller(name: str, callee: str | None, n: int = 300) -> ir.Function:
+    """Version function `name`: `n` instructions of index arithmetic, then a call of `callee`."""
+    m = ir.Module(name="t")
+    f = ir.Function(m, BODY, name)
+    b = ir.IRBuilder(f.append_basic_block("entry"))
+    x = f.args[0]
+    for _ in range(n):
+        x = b.add(x, ir.Constant(I64, 1))
+    if callee is not None:
+        b.call(ir.Function(m, ir.FunctionType(VOID, [I64]), callee), [x])
+    b.ret_void()
+    return f
+
+
+def test_a_gemm_task_body_is_compiled_at_O1():
+    """`GEMM_TASK_OPT`: a GEMM task body (`gemm.*` calling micro-kernels that read A in place,
+    `.direct`, shared or not) at -O1 in an -O2 / -O3 build; a body calling a packed-A
+    micro-kernel, a packer, a parallel body, or a `gemm.*` without a micro-kernel call keep the
+    build's level (or `_LOW_OPT`'s), and so does every function of a build at or below -O1."""
+    from onnxcc.codegen.cpu.backend import GEMM_TASK_OPT, _fn_opt
+
+    ukr, shared = "onnxcc.gemm.ukr.24x8.direct.v8", "onnxcc_ukr_0123456789ab.onnxcc.gemm.ukr.8x32.direct.v16"
+    packed = "onnxcc_ukr_0123456789ab.onnxcc.gemm.ukr.8x32.a8.v16"
+    assert GEMM_TASK_OPT == (1, 1)
+    assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.conv1", ukr)) == GEMM_TASK_OPT
+    assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.out0", shared)) == GEMM_TASK_OPT
+    assert _fn_opt("m_v0", 2, _caller("m_v0.gemm.out0", shared)) == GEMM_TASK_OPT
+    assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.fc1", packed)) == (3, 3)  # packs A itself
+    assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.packb.conv1", ukr)) == (2, 2)  # a packer: `_LOW_OPT`
+    assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.conv1", "onnxcc.h")) == (3, 3)
+    assert _fn_opt("m_v0", 3, _caller("m_v0.gemm.pad.conv1", None)) == (3, 3)
+    assert _fn_opt("m_v0", 3, _caller("m_v0.par.dw1", ukr)) == (3, 3)
+    assert _fn_opt("m_v0", 1, _caller("m_v0.gemm.conv1", ukr)) == (1, 1)
+    assert _fn_opt("m_v0", 0, _caller("m_v0.gemm.conv1", ukr)) == (0, 0)
+
+
+def test_shared_helpers_but_the_micro_kernels_are_compiled_at_O1():
+    """`_helper_opt`: the shared helpers' module (conv / pool calls) at `HELPER_OPT` in an -O2 /
+    -O3 build, a micro-kernel family's through the short pipeline at the build's code
+    generator level; at or below -O1 the build's level; LSR kept in all."""
+    from onnxcc.codegen.cpu.backend import HELPER_OPT, _helper_opt
+    from onnxcc.codegen.llvm.target import KERNEL
+
+    assert HELPER_OPT == (1, 1)
+    assert _helper_opt(3, None) == (1, 1, True)
+    assert _helper_opt(2, None) == (1, 1, True)
+    assert _helper_opt(1, None) == (1, 1, True)
+    assert _helper_opt(0, None) == (0, 0, True)
+    assert _helper_opt(3, "onnxcc.gemm.ukr.8.direct.v16") == (KERNEL, 3, True)
+    assert _helper_opt(0, "onnxcc.gemm.ukr.8.direct.v16") == (0, 0, True)
+
+
+def test_a_built_matmul_compiles_its_gemm_task_at_O1(tmp_path, monkeypatch):
+    """Through the backend: a MatMul's task body reaches the workers in a part of its own at
+    `GEMM_TASK_OPT`, with nothing but GEMM task bodies in it, and the library still computes
+    the product."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from onnxcc.codegen.cpu import backend
+    from onnxcc.testing import compile_lib, op_model
+
+    seen: list[tuple[str, object]] = []
+    real = backend.compile_in_workers
+
+    def spy(work, jobs):
+        seen.extend((str(m), target[3]) for m, target in work)
+        return real(work, jobs)
+
+    monkeypatch.setattr(backend, "compile_in_workers", spy)
+    monkeypatch.setenv("ONNXCC_NO_OBJECT_CACHE", "1")
+    w = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
+    model = op_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, ["n", 64])],
+                     ["y"], {"w": w})
+    lib = compile_lib(model, tmp_path)
+    at_o1 = [text for text, lv in seen if isinstance(lv, tuple) and lv[:2] == backend.GEMM_TASK_OPT]
+    assert at_o1, [lv for _, lv in seen]
+    for text in at_o1:
+        defined = [d for d in _defined(text) if ".onnxcc." not in d and not d.startswith("onnxcc")]
+        assert defined and all(".gemm." in d and ".gemm.packb." not in d for d in defined), defined
+        assert "onnxcc.gemm.ukr." in text
+    x = np.random.default_rng(1).standard_normal((37, 64)).astype(np.float32)
+    np.testing.assert_allclose(lib.run({"x": x})["y"], x @ w, rtol=1e-4, atol=1e-4)
+
+
 def test_workers_take_the_biggest_part_first_and_return_work_order():
     """compile_in_workers hands the parts out biggest first, yet each object comes back at
     its own module's place in the work list."""

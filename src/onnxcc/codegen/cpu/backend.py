@@ -25,7 +25,7 @@ from ..llvm.target import KERNEL, LIGHT, host_cpu, resolve_target
 from .dedup import forward_duplicates, forward_version
 from .features import check_cpu, required_features
 from .shared_helpers import HelpersOnce, kernel_family, shared_modules
-from .split import control_only, size, split_by_level
+from .split import calls_direct_micro_kernels, control_only, size, split_by_level
 
 
 @functools.lru_cache(maxsize=16)
@@ -137,7 +137,7 @@ class CpuBackend:
         and functions compiled at a lower -O level (`_LOW_OPT`) go to parts of their own. The
         never-inlined helpers go to modules of their own, compiled once for every version and
         part (`shared_modules`): the GEMM micro-kernels one module per tile family (their row
-        variants together) through the short pipeline (`KERNEL`), the rest in one at -O."""
+        variants together) through the short pipeline (`KERNEL`), the rest in one at -O1 (`_helper_opt`)."""
         import llvmlite.binding as llvm
         from llvmlite import ir as llir
 
@@ -197,9 +197,7 @@ class CpuBackend:
         target = (self.triple, self.cpu, self.features)
         # loop strength reduction only for the micro-kernels (llvm/target.py `_no_lsr`); the
         # GEMM micro-kernels (a module per tile family) only through the short pipeline
-        kernel_opt = KERNEL if self.opt > 0 else self.opt
-        helpers = [(text, (*target, (self.opt if family is None else kernel_opt, self.opt, True)))
-                   for text, family in shared]
+        helpers = [(text, (*target, _helper_opt(self.opt, family))) for text, family in shared]
         pieces = [(m, (*target, (*(lv if isinstance(lv, tuple) else (lv, lv)), False))) for m, lv in mods]
         if twins:
             pieces.append((stubs, (*target, (self.opt, self.opt, False))))
@@ -261,6 +259,39 @@ CONTROL_OPT = (LIGHT, 1)
 CONTROL_MIN = 512
 
 
+#: a GEMM task body whose micro-kernels read A in place (`gemm.*` calling only `.direct`
+#: micro-kernels: a conv's 1x1 / implicit rows; its hot loop is that call, whose module has
+#: its own pipeline, `KERNEL`; around it tile loops and the epilogue's runs, which carry
+#: forced `llvm.loop.vectorize` hints, vectorised at -O1 too) at -O1: a third less LLVM time
+#: than -O3 (ppocr_det_v4's 70: 3.46 -> 2.32 s, mobilenet_v3_small's 35: 1.50 -> 1.04 s),
+#: outputs bit-identical and run time within noise on the zoo's conv nets, bert, the
+#: transformer and the 512x2048 MLP. A body that packs A itself (`.aMR` micro-kernels, one
+#: of the transformer's) stays at -O3: its A packing loops were not measured apart. Measured
+#: and not taken: the clean-up passes only (`LIGHT`, 1.1 s
+#: on ppocr) ran mobilenet_v3_small 4-8% slower, -O1 with the unroller 10-14% slower on
+#: ppocr; the parallel bodies (depthwise taps, elementwise, copies) need -O3's SLP vectoriser
+#: and unroller: at -O1 mobilenet_v3_small ran 1.2x, bert 1.3x slower
+GEMM_TASK_OPT = (1, 1)
+
+
+#: the shared helpers' module but the GEMM micro-kernels' (the conv and channel pool calls:
+#: entries, task bodies, border and grid code, gemm_implicit.py's micro-kernel; the GEMV and
+#: int8 kernels where a model has them) at -O1: 0.45-0.65 s less LLVM time on squeezenet1_1
+#: (1.58 -> 1.12 s) and ppocr_det_v4 (1.78 -> 1.13 s), outputs bit-identical, run time within
+#: noise on both, mobilenet_v3_small and the transformer
+HELPER_OPT = (1, 1)
+
+
+def _helper_opt(opt: int, family: str | None) -> tuple[int, int, bool]:
+    """(IR optimiser level, code generator level, loop strength reduction) of a shared
+    helpers' module in an -O`opt` build: a GEMM micro-kernel family's through the short
+    pipeline (`KERNEL`), the other helpers' at `HELPER_OPT` (the build's level when lower);
+    both keep LSR (llvm/target.py `_no_lsr`)."""
+    if family is not None:
+        return (KERNEL if opt > 0 else opt), opt, True
+    return (*(HELPER_OPT if opt > HELPER_OPT[0] else (opt, opt)), True)
+
+
 def _kernel_prefix(triple: str | None, cpu: str | None, features: str | None) -> str:
     """The name prefix of the GEMM micro-kernels (`shared_modules`' `group_name`): one per
     resolved target (a multi-ISA library's levels differ), none per library, so a tile family's
@@ -276,6 +307,9 @@ def _fn_opt(prefix: str, opt: int, fn) -> tuple[int, int]:
     if fn.name == prefix and opt > 0 and size(fn) >= CONTROL_MIN and control_only(fn):
         return CONTROL_OPT
     rest = fn.name[len(prefix):]
+    if opt > GEMM_TASK_OPT[0] and rest.startswith(".gemm.") and not rest.startswith(".gemm.packb.") \
+            and calls_direct_micro_kernels(fn):
+        return GEMM_TASK_OPT
     lv = min([opt, *(lv for part, least, lv in _LOW_OPT if rest.startswith(part) and size(fn) >= least)])
     return lv, lv
 

@@ -57,6 +57,18 @@ def control_only(fn: ir.Function) -> bool:
     return True
 
 
+def calls_direct_micro_kernels(fn: ir.Function) -> bool:
+    """`fn` calls GEMM micro-kernels (gemm_ukr.py's `onnxcc.gemm.ukr.*`, shared or not), each
+    one reading A in place (`.direct.`): a GEMM task body whose hot loop is that call, with no
+    A panel to pack around it (a packed-A body, `.aMR`, packs its rows itself)."""
+    calls = [getattr(ins.callee, "name", "") for block in fn.blocks for ins in block.instructions
+             if isinstance(ins, ir.CallInstr)]
+    kernels = [name for name in calls if _UKR in name]
+    return bool(kernels) and all(".direct" in name.split(_UKR, 1)[1] for name in kernels)
+
+
+_UKR = "onnxcc.gemm.ukr."
+
 _RUNTIME_CALL = ir.FunctionType(ir.IntType(32), [ir.PointerType(), ir.PointerType()])
 
 
