@@ -100,3 +100,20 @@ def test_versions_round_trip_as_text():
     m, _ = versions(BCAST, "specialize{exact=n:7,divisible=8}")
     text = print_ir(m)
     assert print_ir(parse_ir(text)) == text
+
+
+def test_no_one_version_for_a_symbol_that_meets_a_1_only_at_the_outermost_axis():
+    # x[n, k] + p[1, k] (a positional table's leading 1): n == 1 would only drop the stride-0
+    # step of the outermost loop, the inner loops are the same: no n1 version
+    text = BCAST.replace("%b: f32[k]", "%b: f32[1, k]")
+    _, vs = versions(text, "specialize")
+    assert vs == ["main.generic"]
+    # the same n opposite the 1 at an inner axis (x[k, n] + b[k, 1]) still gets its version
+    text = BCAST.replace("%x: f32[n, k], %b: f32[k]) -> (f32[n, k])", "%x: f32[k, n], %b: f32[k, 1]) -> (f32[k, n])")
+    text = text.replace(": (f32[n, k])", ": (f32[k, n])")
+    _, vs = versions(text, "specialize")
+    assert vs == ["main.n1", "main.generic"]
+    # and opposite another symbol at the outermost axis too (n == 1 | n == m changes which side broadcasts)
+    text = BCAST.replace("%b: f32[k]", "%b: f32[m, k]").replace("sym k in", "sym m in [1, 100]\n  sym k in")
+    _, vs = versions(text, "specialize")
+    assert "main.n1" in vs or "main.m1" in vs

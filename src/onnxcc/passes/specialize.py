@@ -9,6 +9,7 @@ Options (CLI: `specialize{exact=seq:128|batch:1,one=true,divisible=16,max-versio
   exact       values per symbol (`SymValues`; `SYM:V[:V2...]` groups joined by `|` in the
               text): one version per value
   one         the 0/1 rule: a symbol that may be 1 and meets a broadcast gets a `SYM == 1` version
+              (not where it meets only a literal 1 at the outermost axis: `broadcast_symbols`)
   divisible   k > 1: a `SYM % k == 0` version per symbol that is the innermost dim of a tensor;
               the version records the fact (attr multiple_of) so schedules drop tail code
   max_versions bound on the number of versions (generic included); the rest are dropped, and
@@ -46,9 +47,16 @@ def parse_exact(text: str) -> SymValues:
     return parse_sym_values(text, "specialize: exact")
 
 
-def broadcast_symbols(f: Function) -> set[str]:
+def broadcast_symbols(f: Function, inner_only: bool = False) -> set[str]:
     """Symbols that sit, in an op whose operands broadcast numpy-style, opposite a different
-    dim (so a value of 1 would broadcast)."""
+    dim (so a value of 1 would broadcast).
+
+    inner_only: leave out a symbol whose only such place is the outermost axis opposite a
+    literal 1 (batch against a weight's leading 1). There `s == 1` takes away a stride-0 step
+    of the outermost loop, which runs once a batch either way; the inner loops are the same
+    code, so the version costs a compile (its offsets differ everywhere: little is shared)
+    and saves nothing measurable (benchmarks: batch-1 versions within noise on ppocr, vit,
+    the transformer families). A symbol opposite another symbol or a dim > 1 is kept."""
     found: set[str] = set()
     for op in f.walk():
         d = get_opdef(op.name)
@@ -64,8 +72,12 @@ def broadcast_symbols(f: Function) -> set[str]:
         for i in range(rank):
             col = [p[i] for p in padded if p[i] is not None]
             for dim in col:
-                if isinstance(dim, sympy.Symbol) and any(o != dim for o in col):
-                    found.add(dim.name)
+                others = [o for o in col if o != dim]
+                if not isinstance(dim, sympy.Symbol) or not others:
+                    continue
+                if inner_only and i == 0 and all(o == 1 for o in others):
+                    continue
+                found.add(dim.name)
     return found
 
 
@@ -120,7 +132,7 @@ class SpecializePass(ModulePass):
         # symbols broadcast-versions made a 1-version for already (from the unfolded graph)
         have = {str(k) for fn in module.functions.values() if fn.attrs.get("kind") == "one" for k in fn.subs}
         if self.one:
-            for name in sorted(broadcast_symbols(f) & bound - have):
+            for name in sorted(broadcast_symbols(f, inner_only=True) & bound - have):
                 if table[name].lo <= 1 and f"{name}1" not in exact_names:
                     out.append(Candidate(f"{name}1", "one", {sym(name): 1}, sympy.Eq(sym(name), 1), 1))
         k = self.divisible
