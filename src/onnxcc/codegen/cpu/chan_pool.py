@@ -21,6 +21,7 @@ from onnxcc.kernel.chan_pool_call import SIZES
 
 from ..llvm.exprs import F32
 from ..llvm.helpers import I1, I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else
+from .gemm_call import run_items
 from .gemm_ir import add, ceildiv, mul
 
 CB = 4
@@ -189,14 +190,7 @@ def define_callee(module: ir.Module) -> ir.Function:
     tasks = mul(b, batch, b.udiv(b.add(ceildiv(b, c, 16, "v"), b.sub(g, i64(1), name="g1"), name="v.up"), g,
                                  name="groups"), "tasks")
     work = mul(b, mul(b, batch, p, "work"), c, "work")
-    par = b.and_(b.icmp_unsigned(">=", work, i64(PAR_MIN_ELEMS), name="big"),
-                 b.icmp_unsigned(">", tasks, i64(1), name="many"), name="par")
-    runtime = get_or_declare(module, "onnxcc_parallel_for", ir.FunctionType(VOID, [I64, PTR, PTR]))
-    with if_else(b, par, name="par") as (then, otherwise):
-        with then:
-            b.call(runtime, [tasks, body, ctx])
-        with otherwise:
-            b.call(body, [i64(0), tasks, ctx])
+    run_items(b, module, tasks, body, ctx, work, PAR_MIN_ELEMS)
     b.ret(i32(0))
     return fn
 

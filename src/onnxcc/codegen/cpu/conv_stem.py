@@ -40,7 +40,7 @@ from onnxcc.kernel.conv_call import BUFFERS, NR, SIZES
 from onnxcc.kernel.conv_stem_call import PREFIX, StemSpec, parse
 
 from ..llvm.exprs import F32
-from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_else, if_then
+from ..llvm.helpers import I32, I64, PTR, VOID, for_range, get_or_declare, i32, i64, if_then
 from . import conv_out_rows as out_rows
 from . import gemm_call as gcall
 from .gemm_ir import add, ceildiv, ceildiv_v, mul, umin
@@ -423,14 +423,7 @@ def _entry(module: ir.Module, name: str, spec: StemSpec) -> ir.Function:
     items = mul(b, size("batch"), ceildiv_v(b, size("oh"), per_item, "rows.per"), "items")
     work = mul(b, mul(b, mul(b, size("batch"), size("m"), "w"), size("n"), "w"), spec.kh * spec.kw * spec.cin, "work")
     body = _body(module, f"{name}.rows", spec)
-    par = b.and_(b.icmp_unsigned(">=", work, i64(gcall.PAR_MIN_WORK), name="big"),
-                 b.icmp_unsigned(">", items, i64(1), name="many"), name="par")
-    with if_else(b, par, name="par") as (then, otherwise):
-        with then:
-            runtime = get_or_declare(module, "onnxcc_parallel_for", ir.FunctionType(VOID, [I64, PTR, PTR]))
-            b.call(runtime, [items, body, ctx])
-        with otherwise:
-            b.call(body, [i64(0), items, ctx])
+    gcall.run_items(b, module, items, body, ctx, work)
     b.ret(i32(0))
     return fn
 

@@ -374,14 +374,7 @@ def _entry(module: ir.Module, name: str, spec: WinoSpec) -> ir.Function:
     items = mul(b, size("batch"), ceildiv(b, tiles, TILES, "blocks"), "items")
     work = mul(b, mul(b, mul(b, size("batch"), size("m"), "w"), spec.cout, "w"), 9 * spec.cin, "work")
     body = _body(module, f"{name}.blocks", spec)
-    par = b.and_(b.icmp_unsigned(">=", work, i64(gcall.PAR_MIN_WORK), name="big"),
-                 b.icmp_unsigned(">", items, i64(1), name="many"), name="par")
-    with if_else(b, par, name="par") as (then, otherwise):
-        with then:
-            runtime = get_or_declare(module, "onnxcc_parallel_for", ir.FunctionType(VOID, [I64, PTR, PTR]))
-            b.call(runtime, [items, body, ctx])
-        with otherwise:
-            b.call(body, [i64(0), items, ctx])
+    gcall.run_items(b, module, items, body, ctx, work)
     b.ret(i32(0))
     return fn
 

@@ -290,5 +290,20 @@ def define_entry(module: ir.Module, name: str, shape: CallShape, body: Callable[
     return fn
 
 
+def run_items(b: ir.IRBuilder, module: ir.Module, items: ir.Value, body: ir.Function, ctx: ir.Value,
+              work: ir.Value, min_work: int = PAR_MIN_WORK) -> None:
+    """`body(0, items, ctx)` on the calling thread, or `items` through onnxcc_parallel_for where
+    the work is at least `min_work` and there is more than one item (the conv callees' entries)."""
+    par = b.and_(b.icmp_unsigned(">=", work, i64(min_work), name="big"),
+                 b.icmp_unsigned(">", items, i64(1), name="many"), name="par")
+    with if_else(b, par, name="par") as (then, otherwise):
+        with then:
+            runtime = get_or_declare(module, "onnxcc_parallel_for", ir.FunctionType(VOID, [I64, PTR, PTR]))
+            b.call(runtime, [items, body, ctx])
+        with otherwise:
+            b.call(body, [i64(0), items, ctx])
+
+
 __all__ = ["BODY_FNTY", "CALL_FNTY", "MASK", "PAR_MIN_WORK", "CallShape", "Task", "column_mask", "define_entry",
-           "gep", "internal_function", "micro_kernel", "row_blocks", "splat", "task_body", "window_segments"]
+           "gep", "internal_function", "micro_kernel", "row_blocks", "run_items", "splat", "task_body",
+           "window_segments"]
